@@ -1,0 +1,8 @@
+//! Cobalt's sans-IO CoAP protocol core.
+//!
+//! This crate holds no sockets, threads or clocks: the [`message`] codec, the
+//! [`endpoint`] state machine (fed datagrams, timeouts and application commands with an
+//! explicit `now`) and the RFC 6690 [`link_format`].
+#![warn(missing_docs)]
+
+pub mod message;

@@ -1,0 +1,391 @@
+//! Wire encoding and decoding of UDP CoAP messages (RFC 7252 §3).
+//!
+//! The decoder treats its input as hostile: every length is checked against the buffer,
+//! nothing is allocated beyond the size of the datagram, and every failure is an error
+//! value, never a panic.
+
+use super::code::{Code, MessageType};
+use super::model::Message;
+use super::option::Options;
+use super::token::Token;
+use std::fmt;
+
+/// Why a datagram is not a valid CoAP message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Shorter than the four-byte header.
+    TooShort,
+    /// Version other than 1; such messages are silently ignored (§3).
+    UnknownVersion(u8),
+    /// Token length 9–15 (§3: message format error).
+    InvalidTokenLength(u8),
+    /// The datagram ends inside the token or an option.
+    Truncated,
+    /// An option delta or length nibble of 15 not part of the payload marker (§3.1).
+    ReservedNibble,
+    /// A payload marker followed by no payload (§3).
+    EmptyPayload,
+    /// Option number beyond 65535.
+    OptionNumberOverflow,
+    /// An empty message (0.00) with a token, options or payload (§4.1).
+    NonEmptyEmptyMessage,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::TooShort => write!(f, "datagram shorter than the 4-byte CoAP header"),
+            DecodeError::UnknownVersion(v) => write!(f, "unknown CoAP version {v}"),
+            DecodeError::InvalidTokenLength(l) => write!(f, "token length {l} (must be 0-8)"),
+            DecodeError::Truncated => write!(f, "message truncated inside the token or an option"),
+            DecodeError::ReservedNibble => write!(f, "reserved option delta/length value 15"),
+            DecodeError::EmptyPayload => write!(f, "payload marker without payload"),
+            DecodeError::OptionNumberOverflow => write!(f, "option number above 65535"),
+            DecodeError::NonEmptyEmptyMessage => {
+                write!(
+                    f,
+                    "empty message (0.00) carrying a token, options or payload"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// The fixed header fields, readable even from a message whose rest is malformed,
+/// so that a CON with a format error can be answered with RST (§4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Message type.
+    pub mtype: MessageType,
+    /// Code.
+    pub code: Code,
+    /// Message ID.
+    pub mid: u16,
+}
+
+/// Reads the fixed header of a version-1 message.
+pub fn peek_header(buf: &[u8]) -> Option<Header> {
+    if buf.len() < 4 || buf[0] >> 6 != 1 {
+        return None;
+    }
+    Some(Header {
+        mtype: MessageType::from_bits(buf[0] >> 4),
+        code: Code(buf[1]),
+        mid: u16::from_be_bytes([buf[2], buf[3]]),
+    })
+}
+
+/// Decodes a datagram into a message.
+pub fn decode(buf: &[u8]) -> Result<Message, DecodeError> {
+    if buf.len() < 4 {
+        return Err(DecodeError::TooShort);
+    }
+    let version = buf[0] >> 6;
+    if version != 1 {
+        return Err(DecodeError::UnknownVersion(version));
+    }
+    let mtype = MessageType::from_bits(buf[0] >> 4);
+    let tkl = buf[0] & 0x0f;
+    if tkl > 8 {
+        return Err(DecodeError::InvalidTokenLength(tkl));
+    }
+    let code = Code(buf[1]);
+    let mid = u16::from_be_bytes([buf[2], buf[3]]);
+    let token_end = 4 + tkl as usize;
+    let token_bytes = buf.get(4..token_end).ok_or(DecodeError::Truncated)?;
+    let token = Token::new(token_bytes).ok_or(DecodeError::InvalidTokenLength(tkl))?;
+    let (options, payload) = decode_options_and_payload(&buf[token_end..])?;
+    if code.is_empty() && (tkl != 0 || buf.len() != 4) {
+        return Err(DecodeError::NonEmptyEmptyMessage);
+    }
+    Ok(Message {
+        mtype,
+        code,
+        mid,
+        token,
+        options,
+        payload: payload.to_vec(),
+    })
+}
+
+/// Decodes the option sequence and payload that follow the token; shared with the
+/// RFC 8323 framing, whose messages carry the same sequence.
+pub fn decode_options_and_payload(mut rest: &[u8]) -> Result<(Options, &[u8]), DecodeError> {
+    let mut options = Options::new();
+    let mut number: u32 = 0;
+    while let Some(&first) = rest.first() {
+        if first == 0xff {
+            if rest.len() == 1 {
+                return Err(DecodeError::EmptyPayload);
+            }
+            return Ok((options, &rest[1..]));
+        }
+        rest = &rest[1..];
+        let delta = read_extended(first >> 4, &mut rest)?;
+        let len = read_extended(first & 0x0f, &mut rest)? as usize;
+        number += delta;
+        if number > u32::from(u16::MAX) {
+            return Err(DecodeError::OptionNumberOverflow);
+        }
+        let value = rest.get(..len).ok_or(DecodeError::Truncated)?;
+        options.push_sorted(number as u16, value.to_vec());
+        rest = &rest[len..];
+    }
+    Ok((options, &[]))
+}
+
+fn read_extended(nibble: u8, rest: &mut &[u8]) -> Result<u32, DecodeError> {
+    match nibble {
+        0..=12 => Ok(u32::from(nibble)),
+        13 => {
+            let b = *rest.first().ok_or(DecodeError::Truncated)?;
+            *rest = &rest[1..];
+            Ok(u32::from(b) + 13)
+        }
+        14 => {
+            let b = rest.get(..2).ok_or(DecodeError::Truncated)?;
+            let v = u32::from(u16::from_be_bytes([b[0], b[1]])) + 269;
+            *rest = &rest[2..];
+            Ok(v)
+        }
+        _ => Err(DecodeError::ReservedNibble),
+    }
+}
+
+/// Encodes a message, appending to `out`.
+pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
+    out.reserve(4 + msg.token.len() + msg.payload.len() + 8 * msg.options.len());
+    out.push(0x40 | (msg.mtype.bits() << 4) | msg.token.len() as u8);
+    out.push(msg.code.0);
+    out.extend_from_slice(&msg.mid.to_be_bytes());
+    out.extend_from_slice(msg.token.as_bytes());
+    encode_options_and_payload(&msg.options, &msg.payload, out);
+}
+
+/// Encodes a message into a new buffer.
+pub fn encode(msg: &Message) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(msg, &mut out);
+    out
+}
+
+/// Encodes the option sequence and payload; shared with the RFC 8323 framing.
+pub fn encode_options_and_payload(options: &Options, payload: &[u8], out: &mut Vec<u8>) {
+    let mut last: u16 = 0;
+    for o in options.iter() {
+        let delta = u32::from(o.number - last);
+        last = o.number;
+        let (dn, dext) = nibble(delta);
+        let (ln, lext) = nibble(o.value.len() as u32);
+        out.push((dn << 4) | ln);
+        out.extend_from_slice(&dext[..ext_len(dn)]);
+        out.extend_from_slice(&lext[..ext_len(ln)]);
+        out.extend_from_slice(&o.value);
+    }
+    if !payload.is_empty() {
+        out.push(0xff);
+        out.extend_from_slice(payload);
+    }
+}
+
+/// Size in bytes of the encoded option sequence and payload.
+pub fn options_and_payload_len(options: &Options, payload: &[u8]) -> usize {
+    let mut last = 0u16;
+    let mut n = 0;
+    for o in options.iter() {
+        let (dn, _) = nibble(u32::from(o.number - last));
+        let (ln, _) = nibble(o.value.len() as u32);
+        last = o.number;
+        n += 1 + ext_len(dn) + ext_len(ln) + o.value.len();
+    }
+    n + if payload.is_empty() {
+        0
+    } else {
+        1 + payload.len()
+    }
+}
+
+fn nibble(v: u32) -> (u8, [u8; 2]) {
+    if v < 13 {
+        (v as u8, [0, 0])
+    } else if v < 269 {
+        (13, [(v - 13) as u8, 0])
+    } else {
+        let e = ((v - 269) as u16).to_be_bytes();
+        (14, e)
+    }
+}
+
+fn ext_len(n: u8) -> usize {
+    match n {
+        13 => 1,
+        14 => 2,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::option::number;
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn rfc7252_example_get_request() {
+        // CON GET with MID 0x7d34, Uri-Path "temperature" (RFC 7252 Appendix A, figure 16).
+        let bytes = [
+            0x40, 0x01, 0x7d, 0x34, 0xbb, b't', b'e', b'm', b'p', b'e', b'r', b'a', b't', b'u',
+            b'r', b'e',
+        ];
+        let m = decode(&bytes).unwrap();
+        assert_eq!(m.mtype, MessageType::Confirmable);
+        assert_eq!(m.code, Code::GET);
+        assert_eq!(m.mid, 0x7d34);
+        assert_eq!(m.options.uri_path_string(), "/temperature");
+        assert_eq!(encode(&m), bytes);
+    }
+
+    #[test]
+    fn rfc7252_example_piggybacked_response() {
+        let bytes = [
+            0x61, 0x45, 0x7d, 0x34, 0x20, 0xff, b'2', b'2', b'.', b'3', b' ', b'C',
+        ];
+        let m = decode(&bytes).unwrap();
+        assert_eq!(m.mtype, MessageType::Acknowledgement);
+        assert_eq!(m.code, Code::CONTENT);
+        assert_eq!(m.token.as_bytes(), &[0x20]);
+        assert_eq!(m.payload, b"22.3 C");
+        assert_eq!(encode(&m), bytes);
+    }
+
+    #[test]
+    fn extended_delta_and_length() {
+        let mut m = Message::new(MessageType::NonConfirmable, Code::POST, 1);
+        m.options.push(number::URI_PATH, vec![b'a'; 20]); // 1-byte extended length
+        m.options.push(number::PROXY_URI, vec![b'b'; 300]); // 2-byte extended length
+        m.options.push(number::NO_RESPONSE, vec![2]); // 2-byte extended delta
+        m.options.push(2000, vec![]);
+        m.payload = b"x".to_vec();
+        let bytes = encode(&m);
+        assert_eq!(
+            bytes.len(),
+            options_and_payload_len(&m.options, &m.payload) + 4
+        );
+        assert_eq!(decode(&bytes).unwrap(), m);
+    }
+
+    #[test]
+    fn format_errors() {
+        assert_eq!(decode(&[0x40, 0x01]), Err(DecodeError::TooShort));
+        assert_eq!(
+            decode(&[0x80, 0x01, 0, 0]),
+            Err(DecodeError::UnknownVersion(2))
+        );
+        for tkl in 9..=15u8 {
+            assert_eq!(
+                decode(&[
+                    0x40 | tkl,
+                    0x01,
+                    0,
+                    0,
+                    1,
+                    2,
+                    3,
+                    4,
+                    5,
+                    6,
+                    7,
+                    8,
+                    9,
+                    10,
+                    11,
+                    12,
+                    13,
+                    14,
+                    15
+                ]),
+                Err(DecodeError::InvalidTokenLength(tkl))
+            );
+        }
+        assert_eq!(decode(&[0x44, 0x01, 0, 0, 1]), Err(DecodeError::Truncated));
+        // option length past the end
+        assert_eq!(
+            decode(&[0x40, 0x01, 0, 0, 0xb5, b'a']),
+            Err(DecodeError::Truncated)
+        );
+        // truncated extended delta
+        assert_eq!(
+            decode(&[0x40, 0x01, 0, 0, 0xd0]),
+            Err(DecodeError::Truncated)
+        );
+        assert_eq!(
+            decode(&[0x40, 0x01, 0, 0, 0xf0]),
+            Err(DecodeError::ReservedNibble)
+        );
+        assert_eq!(
+            decode(&[0x40, 0x01, 0, 0, 0x0f]),
+            Err(DecodeError::ReservedNibble)
+        );
+        assert_eq!(
+            decode(&[0x40, 0x01, 0, 0, 0xff]),
+            Err(DecodeError::EmptyPayload)
+        );
+        assert_eq!(
+            decode(&[0x41, 0x00, 0, 0, 7]),
+            Err(DecodeError::NonEmptyEmptyMessage)
+        );
+        assert_eq!(
+            decode(&[0x40, 0x01, 0, 0, 0xe0, 0xff, 0xff, 0xe0, 0xff, 0xff]),
+            Err(DecodeError::OptionNumberOverflow)
+        );
+        assert!(peek_header(&[0x40, 0x01, 0x12, 0x34, 0xf0]).is_some());
+    }
+
+    fn arb_message() -> impl Strategy<Value = Message> {
+        let opts = proptest::collection::vec(
+            (0u16..3000, proptest::collection::vec(any::<u8>(), 0..300)),
+            0..8,
+        );
+        (
+            0u8..4,
+            1u8..=255,
+            any::<u16>(),
+            proptest::collection::vec(any::<u8>(), 0..=8),
+            opts,
+            proptest::collection::vec(any::<u8>(), 0..100),
+        )
+            .prop_map(|(t, code, mid, tok, opts, payload)| {
+                let mut m = Message::new(MessageType::from_bits(t), Code(code), mid);
+                m.token = Token::new(&tok).unwrap();
+                for (n, v) in opts {
+                    m.options.push(n, v);
+                }
+                m.payload = payload;
+                m
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn encode_then_decode_is_identity(m in arb_message()) {
+            let bytes = encode(&m);
+            prop_assert_eq!(decode(&bytes).unwrap(), m);
+        }
+
+        #[test]
+        fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(m) = decode(&bytes) {
+                // What decodes re-encodes to a message that decodes the same.
+                prop_assert_eq!(decode(&encode(&m)).unwrap(), m);
+            }
+        }
+
+        #[test]
+        fn decoder_never_panics_on_valid_prefixes(m in arb_message(), cut in 0usize..400) {
+            let bytes = encode(&m);
+            let _ = decode(&bytes[..cut.min(bytes.len())]);
+        }
+    }
+}

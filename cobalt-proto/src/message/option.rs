@@ -1,0 +1,477 @@
+//! Options (RFC 7252 §5.4, §5.10 and the registries of RFC 7641, 7959, 7967, 9175).
+
+/// How an option's value is formatted (RFC 7252 §3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionFormat {
+    /// Zero-length.
+    Empty,
+    /// Opaque bytes.
+    Opaque,
+    /// Unsigned integer in network byte order without leading zero bytes.
+    Uint,
+    /// UTF-8 text.
+    String,
+}
+
+/// Registered option numbers.
+pub mod number {
+    /// If-Match (RFC 7252).
+    pub const IF_MATCH: u16 = 1;
+    /// Uri-Host (RFC 7252).
+    pub const URI_HOST: u16 = 3;
+    /// ETag (RFC 7252).
+    pub const ETAG: u16 = 4;
+    /// If-None-Match (RFC 7252).
+    pub const IF_NONE_MATCH: u16 = 5;
+    /// Observe (RFC 7641).
+    pub const OBSERVE: u16 = 6;
+    /// Uri-Port (RFC 7252).
+    pub const URI_PORT: u16 = 7;
+    /// Location-Path (RFC 7252).
+    pub const LOCATION_PATH: u16 = 8;
+    /// Uri-Path (RFC 7252).
+    pub const URI_PATH: u16 = 11;
+    /// Content-Format (RFC 7252).
+    pub const CONTENT_FORMAT: u16 = 12;
+    /// Max-Age (RFC 7252).
+    pub const MAX_AGE: u16 = 14;
+    /// Uri-Query (RFC 7252).
+    pub const URI_QUERY: u16 = 15;
+    /// Accept (RFC 7252).
+    pub const ACCEPT: u16 = 17;
+    /// Location-Query (RFC 7252).
+    pub const LOCATION_QUERY: u16 = 20;
+    /// Block2 (RFC 7959).
+    pub const BLOCK2: u16 = 23;
+    /// Block1 (RFC 7959).
+    pub const BLOCK1: u16 = 27;
+    /// Size2 (RFC 7959).
+    pub const SIZE2: u16 = 28;
+    /// Proxy-Uri (RFC 7252).
+    pub const PROXY_URI: u16 = 35;
+    /// Proxy-Scheme (RFC 7252).
+    pub const PROXY_SCHEME: u16 = 39;
+    /// Size1 (RFC 7252).
+    pub const SIZE1: u16 = 60;
+    /// Echo (RFC 9175).
+    pub const ECHO: u16 = 252;
+    /// No-Response (RFC 7967).
+    pub const NO_RESPONSE: u16 = 258;
+    /// Request-Tag (RFC 9175).
+    pub const REQUEST_TAG: u16 = 292;
+}
+
+/// What Cobalt knows about a registered option.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionDef {
+    /// The option number.
+    pub number: u16,
+    /// Its registered name.
+    pub name: &'static str,
+    /// Value format.
+    pub format: OptionFormat,
+    /// Smallest allowed value length.
+    pub min_len: usize,
+    /// Largest allowed value length.
+    pub max_len: usize,
+    /// Whether it may occur more than once.
+    pub repeatable: bool,
+}
+
+const fn def(
+    number: u16,
+    name: &'static str,
+    format: OptionFormat,
+    min_len: usize,
+    max_len: usize,
+    repeatable: bool,
+) -> OptionDef {
+    OptionDef {
+        number,
+        name,
+        format,
+        min_len,
+        max_len,
+        repeatable,
+    }
+}
+
+use OptionFormat::{Empty, Opaque, String as Str, Uint};
+
+/// Every option this implementation recognizes, sorted by number.
+pub const KNOWN_OPTIONS: &[OptionDef] = &[
+    def(number::IF_MATCH, "If-Match", Opaque, 0, 8, true),
+    def(number::URI_HOST, "Uri-Host", Str, 1, 255, false),
+    def(number::ETAG, "ETag", Opaque, 1, 8, true),
+    def(number::IF_NONE_MATCH, "If-None-Match", Empty, 0, 0, false),
+    def(number::OBSERVE, "Observe", Uint, 0, 3, false),
+    def(number::URI_PORT, "Uri-Port", Uint, 0, 2, false),
+    def(number::LOCATION_PATH, "Location-Path", Str, 0, 255, true),
+    def(number::URI_PATH, "Uri-Path", Str, 0, 255, true),
+    def(number::CONTENT_FORMAT, "Content-Format", Uint, 0, 2, false),
+    def(number::MAX_AGE, "Max-Age", Uint, 0, 4, false),
+    def(number::URI_QUERY, "Uri-Query", Str, 0, 255, true),
+    def(number::ACCEPT, "Accept", Uint, 0, 2, false),
+    def(number::LOCATION_QUERY, "Location-Query", Str, 0, 255, true),
+    def(number::BLOCK2, "Block2", Uint, 0, 3, false),
+    def(number::BLOCK1, "Block1", Uint, 0, 3, false),
+    def(number::SIZE2, "Size2", Uint, 0, 4, false),
+    def(number::PROXY_URI, "Proxy-Uri", Str, 1, 1034, false),
+    def(number::PROXY_SCHEME, "Proxy-Scheme", Str, 1, 255, false),
+    def(number::SIZE1, "Size1", Uint, 0, 4, false),
+    def(number::ECHO, "Echo", Opaque, 1, 40, false),
+    def(number::NO_RESPONSE, "No-Response", Uint, 0, 1, false),
+    def(number::REQUEST_TAG, "Request-Tag", Opaque, 0, 8, true),
+];
+
+/// Looks up a recognized option.
+pub fn option_def(number: u16) -> Option<&'static OptionDef> {
+    KNOWN_OPTIONS
+        .binary_search_by_key(&number, |d| d.number)
+        .ok()
+        .map(|i| &KNOWN_OPTIONS[i])
+}
+
+/// Critical options must be understood by the receiver (odd numbers, §5.4.1).
+pub fn is_critical(number: u16) -> bool {
+    number & 1 == 1
+}
+
+/// Unsafe-to-forward options (bit 1, §5.4.2).
+pub fn is_unsafe(number: u16) -> bool {
+    number & 2 == 2
+}
+
+/// NoCacheKey options (bits 2–4 all set, §5.4.2).
+pub fn is_no_cache_key(number: u16) -> bool {
+    number & 0x1e == 0x1c
+}
+
+/// A human name for an option number (`Option(NNN)` for unknown ones).
+pub fn option_name(number: u16) -> String {
+    match option_def(number) {
+        Some(d) => d.name.to_string(),
+        None => format!("Option({number})"),
+    }
+}
+
+/// Encodes an unsigned integer as an option value: big-endian, no leading zero bytes (§3.2).
+pub fn encode_uint(value: u32) -> Vec<u8> {
+    let bytes = value.to_be_bytes();
+    let skip = bytes.iter().take_while(|b| **b == 0).count();
+    bytes[skip..].to_vec()
+}
+
+/// Decodes an unsigned integer option value; `None` if longer than four bytes.
+pub fn decode_uint(value: &[u8]) -> Option<u32> {
+    if value.len() > 4 {
+        return None;
+    }
+    Some(value.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b)))
+}
+
+/// One option instance: number and raw value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CoapOption {
+    /// Option number.
+    pub number: u16,
+    /// Raw value bytes.
+    pub value: Vec<u8>,
+}
+
+/// The options of a message, kept in ascending number order; repeated options keep
+/// their insertion order, as the wire format requires.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Options {
+    list: Vec<CoapOption>,
+}
+
+impl Options {
+    /// No options.
+    pub fn new() -> Options {
+        Options { list: Vec::new() }
+    }
+
+    /// Adds an option after any existing ones with the same number.
+    pub fn push(&mut self, number: u16, value: impl Into<Vec<u8>>) {
+        let at = self.list.partition_point(|o| o.number <= number);
+        self.list.insert(
+            at,
+            CoapOption {
+                number,
+                value: value.into(),
+            },
+        );
+    }
+
+    /// Replaces all options with this number by one with `value`.
+    pub fn set(&mut self, number: u16, value: impl Into<Vec<u8>>) {
+        self.remove(number);
+        self.push(number, value);
+    }
+
+    /// Sets a uint-valued option.
+    pub fn set_uint(&mut self, number: u16, value: u32) {
+        self.set(number, encode_uint(value));
+    }
+
+    /// Removes every option with this number.
+    pub fn remove(&mut self, number: u16) {
+        self.list.retain(|o| o.number != number);
+    }
+
+    /// The first value of an option.
+    pub fn get(&self, number: u16) -> Option<&[u8]> {
+        self.list
+            .iter()
+            .find(|o| o.number == number)
+            .map(|o| o.value.as_slice())
+    }
+
+    /// Every value of an option, in order.
+    pub fn get_all(&self, number: u16) -> impl Iterator<Item = &[u8]> {
+        self.list
+            .iter()
+            .filter(move |o| o.number == number)
+            .map(|o| o.value.as_slice())
+    }
+
+    /// The first value of a uint option, if present and at most four bytes long.
+    pub fn get_uint(&self, number: u16) -> Option<u32> {
+        self.get(number).and_then(decode_uint)
+    }
+
+    /// True if the option is present.
+    pub fn contains(&self, number: u16) -> bool {
+        self.list.iter().any(|o| o.number == number)
+    }
+
+    /// All options in wire order.
+    pub fn iter(&self) -> impl Iterator<Item = &CoapOption> {
+        self.list.iter()
+    }
+
+    /// Number of option instances.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// True when there are no options.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Appends an option known to sort at the end (used by the decoder).
+    pub(crate) fn push_sorted(&mut self, number: u16, value: Vec<u8>) {
+        debug_assert!(self.list.last().is_none_or(|o| o.number <= number));
+        self.list.push(CoapOption { number, value });
+    }
+
+    /// The first critical option this implementation does not recognize, or whose value
+    /// is malformed or repeated where it must not be; such options are treated as
+    /// unrecognized (RFC 7252 §5.4.1, §5.4.3, §5.4.5).
+    pub fn first_bad_critical(&self) -> Option<u16> {
+        self.unusable().find(|n| is_critical(*n))
+    }
+
+    fn unusable(&self) -> impl Iterator<Item = u16> + '_ {
+        self.list.iter().enumerate().filter_map(move |(i, o)| {
+            let Some(def) = option_def(o.number) else {
+                return Some(o.number);
+            };
+            let bad_len = o.value.len() < def.min_len || o.value.len() > def.max_len;
+            let repeated = !def.repeatable && i > 0 && self.list[i - 1].number == o.number;
+            (bad_len || repeated).then_some(o.number)
+        })
+    }
+
+    /// Uri-Path segments.
+    pub fn uri_path(&self) -> impl Iterator<Item = &str> {
+        self.get_all(number::URI_PATH)
+            .map(|v| std::str::from_utf8(v).unwrap_or(""))
+    }
+
+    /// Uri-Path joined with `/`, with a leading `/`.
+    pub fn uri_path_string(&self) -> String {
+        let mut s = String::new();
+        for seg in self.uri_path() {
+            s.push('/');
+            s.push_str(seg);
+        }
+        if s.is_empty() {
+            s.push('/');
+        }
+        s
+    }
+
+    /// Sets Uri-Path from a `/`-separated path (empty segments at the ends are dropped).
+    pub fn set_uri_path(&mut self, path: &str) {
+        self.set_repeated(number::URI_PATH, path.trim_matches('/'), '/');
+    }
+
+    /// Uri-Query items.
+    pub fn uri_query(&self) -> impl Iterator<Item = &str> {
+        self.get_all(number::URI_QUERY)
+            .map(|v| std::str::from_utf8(v).unwrap_or(""))
+    }
+
+    /// Sets Uri-Query from an `&`-separated query string.
+    pub fn set_uri_query(&mut self, query: &str) {
+        self.set_repeated(number::URI_QUERY, query, '&');
+    }
+
+    /// Location-Path segments joined with `/`, with a leading `/`, if any.
+    pub fn location_path_string(&self) -> Option<String> {
+        let mut s = String::new();
+        for seg in self.get_all(number::LOCATION_PATH) {
+            s.push('/');
+            s.push_str(&String::from_utf8_lossy(seg));
+        }
+        (!s.is_empty()).then_some(s)
+    }
+
+    fn set_repeated(&mut self, number: u16, joined: &str, sep: char) {
+        self.remove(number);
+        if joined.is_empty() {
+            return;
+        }
+        for part in joined.split(sep) {
+            self.push(number, part.as_bytes());
+        }
+    }
+
+    /// Content-Format, if present.
+    pub fn content_format(&self) -> Option<u16> {
+        self.get_uint(number::CONTENT_FORMAT)
+            .and_then(|v| u16::try_from(v).ok())
+    }
+
+    /// Accept, if present.
+    pub fn accept(&self) -> Option<u16> {
+        self.get_uint(number::ACCEPT)
+            .and_then(|v| u16::try_from(v).ok())
+    }
+
+    /// Observe, if present.
+    pub fn observe(&self) -> Option<u32> {
+        self.get_uint(number::OBSERVE)
+    }
+
+    /// Max-Age in seconds; the default is 60 when absent (§5.10.5).
+    pub fn max_age(&self) -> u32 {
+        self.get_uint(number::MAX_AGE).unwrap_or(60)
+    }
+}
+
+/// Well-known Content-Format numbers (RFC 7252 §12.3 and the IANA registry).
+pub mod content_format {
+    /// text/plain; charset=utf-8
+    pub const TEXT_PLAIN: u16 = 0;
+    /// application/link-format
+    pub const LINK_FORMAT: u16 = 40;
+    /// application/xml
+    pub const XML: u16 = 41;
+    /// application/octet-stream
+    pub const OCTET_STREAM: u16 = 42;
+    /// application/exi
+    pub const EXI: u16 = 47;
+    /// application/json
+    pub const JSON: u16 = 50;
+    /// application/cbor
+    pub const CBOR: u16 = 60;
+
+    /// Parses a media type name or a number into a Content-Format number.
+    pub fn parse(s: &str) -> Option<u16> {
+        if let Ok(n) = s.parse::<u16>() {
+            return Some(n);
+        }
+        Some(match s {
+            "text/plain" | "text" => TEXT_PLAIN,
+            "application/link-format" | "link-format" => LINK_FORMAT,
+            "application/xml" | "xml" => XML,
+            "application/octet-stream" | "octet-stream" | "binary" => OCTET_STREAM,
+            "application/exi" | "exi" => EXI,
+            "application/json" | "json" => JSON,
+            "application/cbor" | "cbor" => CBOR,
+            _ => return None,
+        })
+    }
+
+    /// The media type name of a Content-Format number, if known.
+    pub fn name(n: u16) -> Option<&'static str> {
+        Some(match n {
+            TEXT_PLAIN => "text/plain",
+            LINK_FORMAT => "application/link-format",
+            XML => "application/xml",
+            OCTET_STREAM => "application/octet-stream",
+            EXI => "application/exi",
+            JSON => "application/json",
+            CBOR => "application/cbor",
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uint_encoding_has_no_leading_zeros() {
+        assert_eq!(encode_uint(0), Vec::<u8>::new());
+        assert_eq!(encode_uint(1), vec![1]);
+        assert_eq!(encode_uint(256), vec![1, 0]);
+        assert_eq!(decode_uint(&[1, 0]), Some(256));
+        assert_eq!(decode_uint(&[1, 2, 3, 4, 5]), None);
+    }
+
+    #[test]
+    fn options_stay_sorted_and_repeat_in_order() {
+        let mut o = Options::new();
+        o.push(number::URI_QUERY, "a=1");
+        o.push(number::URI_PATH, "x");
+        o.push(number::URI_PATH, "y");
+        o.push(number::IF_MATCH, vec![1]);
+        let numbers: Vec<u16> = o.iter().map(|o| o.number).collect();
+        assert_eq!(numbers, vec![1, 11, 11, 15]);
+        assert_eq!(o.uri_path_string(), "/x/y");
+    }
+
+    #[test]
+    fn path_and_query_setters() {
+        let mut o = Options::new();
+        o.set_uri_path("/seg1/seg2/seg3");
+        o.set_uri_query("a=1&b=2");
+        assert_eq!(o.uri_path().collect::<Vec<_>>(), ["seg1", "seg2", "seg3"]);
+        assert_eq!(o.uri_query().collect::<Vec<_>>(), ["a=1", "b=2"]);
+        o.set_uri_path("/");
+        assert_eq!(o.uri_path_string(), "/");
+    }
+
+    #[test]
+    fn option_classes() {
+        assert!(is_critical(number::URI_PATH));
+        assert!(!is_critical(number::CONTENT_FORMAT));
+        assert!(is_unsafe(number::URI_HOST));
+        assert!(is_no_cache_key(number::SIZE1));
+    }
+
+    #[test]
+    fn bad_critical_detection() {
+        let mut o = Options::new();
+        o.push(number::URI_PATH, "a");
+        assert_eq!(o.first_bad_critical(), None);
+        o.push(9, vec![]); // unknown critical
+        assert_eq!(o.first_bad_critical(), Some(9));
+
+        let mut o = Options::new();
+        o.push(number::CONTENT_FORMAT, vec![0]);
+        o.push(number::CONTENT_FORMAT, vec![1]);
+        o.push(number::URI_PORT, vec![1, 2, 3]); // too long: treated as unrecognized
+        assert_eq!(o.first_bad_critical(), Some(number::URI_PORT));
+
+        let mut o = Options::new();
+        o.push(100, vec![]); // unknown elective: ignored
+        assert_eq!(o.first_bad_critical(), None);
+    }
+}
