@@ -1,0 +1,967 @@
+//! The CoAP endpoint as a sans-IO state machine.
+//!
+//! An [`Endpoint`] owns every piece of protocol state for the peers it talks to:
+//! exchanges in both roles, deduplication, message IDs, retransmissions and NSTART
+//! queues. It never touches a socket or a clock. Feed it what happened —
+//! [`Endpoint::handle_datagram`], [`Endpoint::handle_timeout`], [`Endpoint::request`],
+//! [`Endpoint::respond`] — with an explicit `now`, then drain what it wants done:
+//! [`Endpoint::poll_transmit`], [`Endpoint::poll_event`], [`Endpoint::poll_timeout`].
+//!
+//! ```
+//! use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event};
+//! use cobalt_proto::message::{Code, Message, MessageType};
+//! use std::time::Instant;
+//!
+//! let now = Instant::now();
+//! let mut client = Endpoint::new(EndpointConfig::default(), now);
+//! let mut server = Endpoint::new(EndpointConfig::default(), now);
+//! let (c_addr, s_addr) = ("127.0.0.1:40000".parse().unwrap(), "127.0.0.1:5683".parse().unwrap());
+//!
+//! let mut get = Message::new(MessageType::Confirmable, Code::GET, 0);
+//! get.options.set_uri_path("/hello");
+//! let req = client.request(now, s_addr, get).unwrap();
+//! let tx = client.poll_transmit().unwrap();
+//! server.handle_datagram(now, c_addr, &tx.bytes);
+//! let Some(Event::Request { id, request, .. }) = server.poll_event() else { panic!() };
+//! assert_eq!(request.options.uri_path_string(), "/hello");
+//! let mut resp = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
+//! resp.payload = b"world".to_vec();
+//! server.respond(now, id, resp).unwrap();
+//! let tx = server.poll_transmit().unwrap();
+//! client.handle_datagram(now, s_addr, &tx.bytes);
+//! match client.poll_event() {
+//!     Some(Event::Response { id, response }) if id == req => assert_eq!(response.payload, b"world"),
+//!     other => panic!("{other:?}"),
+//! }
+//! ```
+
+mod config;
+pub mod dedup;
+mod timers;
+
+pub use config::{ConfigError, EndpointConfig};
+
+use crate::message::{codec, opt, Code, Message, MessageType, Token};
+use dedup::{DedupEntry, DedupStore};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use timers::{Timer, TimerQueue};
+
+/// Identifies a request received by this endpoint (server role) until it is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExchangeId(pub u64);
+
+/// Identifies a request sent by this endpoint (client role).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination.
+    pub peer: SocketAddr,
+    /// Encoded message.
+    pub bytes: Vec<u8>,
+}
+
+/// Why a confirmable response sent by the server was not acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryFailure {
+    /// No ACK after MAX_RETRANSMIT retransmissions.
+    Timeout,
+    /// The peer answered with RST.
+    Reset,
+}
+
+/// What the endpoint tells the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A new request (never a duplicate); answer it with [`Endpoint::respond`].
+    Request {
+        /// Pass this to `respond`.
+        id: ExchangeId,
+        /// Who sent it.
+        peer: SocketAddr,
+        /// The request.
+        request: Message,
+    },
+    /// A response to a request sent with [`Endpoint::request`]. For an observe
+    /// registration the same id receives every notification.
+    Response {
+        /// The request it answers.
+        id: RequestId,
+        /// The response.
+        response: Message,
+    },
+    /// A request got no ACK after MAX_RETRANSMIT retransmissions, or no response in time.
+    Timeout {
+        /// The request.
+        id: RequestId,
+        /// Retransmissions that were sent before giving up.
+        retransmissions: u32,
+    },
+    /// The peer rejected a request with RST.
+    Reset {
+        /// The request.
+        id: RequestId,
+    },
+    /// A separate (confirmable) response could not be delivered.
+    ResponseFailed {
+        /// The exchange whose response failed.
+        id: ExchangeId,
+        /// Why.
+        reason: DeliveryFailure,
+    },
+}
+
+/// Why a request could not be started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestError {
+    /// The message is not a request (code 0.01–0.31).
+    NotARequest,
+    /// `max_client_exchanges` requests are already outstanding or queued.
+    TooManyRequests,
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestError::NotARequest => write!(f, "message code is not a request method"),
+            RequestError::TooManyRequests => write!(f, "too many outstanding requests"),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// `respond` was called for an exchange that is not (or no longer) waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownExchange(pub ExchangeId);
+
+impl std::fmt::Display for UnknownExchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exchange {} is not awaiting a response", self.0 .0)
+    }
+}
+
+impl std::error::Error for UnknownExchange {}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Datagrams fed in.
+    pub datagrams_in: u64,
+    /// Datagrams handed out.
+    pub datagrams_out: u64,
+    /// New requests surfaced to the application.
+    pub requests: u64,
+    /// Duplicate messages recognised by deduplication.
+    pub duplicates: u64,
+    /// Retransmissions sent.
+    pub retransmissions: u64,
+    /// Undecodable datagrams.
+    pub format_errors: u64,
+    /// RSTs sent.
+    pub resets_sent: u64,
+    /// Requests answered 4.02 Bad Option.
+    pub bad_options: u64,
+    /// Requests answered 5.03 because a bound was reached.
+    pub overload_rejections: u64,
+    /// ACKs, RSTs and responses that matched nothing.
+    pub unmatched: u64,
+    /// Client requests that timed out.
+    pub timeouts: u64,
+}
+
+/// How much state the endpoint holds (for tests and metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateCounts {
+    /// Requests received and not yet answered.
+    pub server_exchanges: usize,
+    /// Requests sent (or queued) and not finished.
+    pub client_exchanges: usize,
+    /// Confirmable messages awaiting an ACK.
+    pub pending_confirmables: usize,
+    /// Deduplication entries.
+    pub dedup_entries: usize,
+    /// Peers with per-peer state (MID counter, NSTART queue).
+    pub peers: usize,
+}
+
+#[derive(Debug)]
+struct Peer {
+    next_mid: u16,
+    outstanding: usize,
+    queue: VecDeque<RequestId>,
+    last_used: Instant,
+}
+
+#[derive(Debug)]
+struct ServerExchange {
+    peer: SocketAddr,
+    mid: u16,
+    token: Token,
+    con: bool,
+    acked: bool,
+    deduplicated: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum ClientState {
+    /// Waiting in the peer's NSTART queue.
+    Queued(Message),
+    /// CON sent, no ACK yet.
+    AwaitingAck,
+    /// ACK received or NON sent; waiting for the response.
+    AwaitingResponse(Instant),
+    /// Observe registration confirmed; notifications keep coming.
+    Observing,
+}
+
+#[derive(Debug)]
+struct ClientExchange {
+    peer: SocketAddr,
+    token: Token,
+    mid: u16,
+    state: ClientState,
+    counted: bool,
+    observe: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Client(RequestId),
+    Server(ExchangeId),
+}
+
+#[derive(Debug)]
+struct PendingCon {
+    bytes: Vec<u8>,
+    owner: Owner,
+    retransmissions: u32,
+    timeout: Duration,
+    next_at: Instant,
+}
+
+/// The sans-IO CoAP endpoint. See the [module documentation](self).
+#[derive(Debug)]
+pub struct Endpoint {
+    config: EndpointConfig,
+    rng: StdRng,
+    dedup: DedupStore,
+    peers: HashMap<SocketAddr, Peer>,
+    server: HashMap<ExchangeId, ServerExchange>,
+    clients: HashMap<RequestId, ClientExchange>,
+    tokens: HashMap<(SocketAddr, Token), RequestId>,
+    pending: HashMap<(SocketAddr, u16), PendingCon>,
+    timers: TimerQueue,
+    housekeeping_armed: bool,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    next_id: u64,
+    stats: Stats,
+}
+
+impl Endpoint {
+    /// A new endpoint with an unpredictable random source for MIDs and tokens.
+    pub fn new(config: EndpointConfig, now: Instant) -> Endpoint {
+        Endpoint::with_rng(config, now, StdRng::from_os_rng())
+    }
+
+    /// A new endpoint whose randomness comes from `seed` (deterministic tests only:
+    /// tokens must be unpredictable on a real network).
+    pub fn with_seed(config: EndpointConfig, now: Instant, seed: u64) -> Endpoint {
+        Endpoint::with_rng(config, now, StdRng::seed_from_u64(seed))
+    }
+
+    fn with_rng(config: EndpointConfig, now: Instant, rng: StdRng) -> Endpoint {
+        let dedup = DedupStore::new(now, config.exchange_lifetime(), config.max_dedup_entries);
+        Endpoint {
+            config,
+            rng,
+            dedup,
+            peers: HashMap::new(),
+            server: HashMap::new(),
+            clients: HashMap::new(),
+            tokens: HashMap::new(),
+            pending: HashMap::new(),
+            timers: TimerQueue::default(),
+            housekeeping_armed: false,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            next_id: 1,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
+    /// Counters since creation.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// How much state is held.
+    pub fn state_counts(&self) -> StateCounts {
+        StateCounts {
+            server_exchanges: self.server.len(),
+            client_exchanges: self.clients.len(),
+            pending_confirmables: self.pending.len(),
+            dedup_entries: self.dedup.len(),
+            peers: self.peers.len(),
+        }
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Endpoint::handle_timeout`] should be called next, if ever.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    // ---------------------------------------------------------------- input
+
+    /// Processes one received datagram.
+    pub fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, bytes: &[u8]) {
+        self.stats.datagrams_in += 1;
+        let msg = match codec::decode(bytes) {
+            Ok(m) => m,
+            Err(_) => {
+                self.stats.format_errors += 1;
+                // §4.2/§4.3: a CON with a message format error is rejected with RST.
+                if let Some(h) = codec::peek_header(bytes) {
+                    if h.mtype == MessageType::Confirmable {
+                        self.send_reset(peer, h.mid);
+                    }
+                }
+                return;
+            }
+        };
+        match (msg.mtype, msg.code.class()) {
+            (MessageType::Confirmable, _) if msg.code.is_empty() => {
+                // CoAP ping (§4.3): answer with RST.
+                self.send_reset(peer, msg.mid)
+            }
+            (MessageType::Acknowledgement, _) if msg.code.is_empty() => {
+                self.handle_ack(now, peer, msg.mid, None)
+            }
+            (MessageType::Reset, _) => self.handle_reset(now, peer, msg.mid),
+            (MessageType::Confirmable | MessageType::NonConfirmable, 0) if msg.is_request() => {
+                self.handle_request(now, peer, msg)
+            }
+            (MessageType::Acknowledgement, 2..=5) => {
+                let mid = msg.mid;
+                self.handle_ack(now, peer, mid, Some(msg))
+            }
+            (MessageType::Confirmable | MessageType::NonConfirmable, 2..=5) => {
+                self.handle_separate_response(now, peer, msg)
+            }
+            (MessageType::Confirmable, _) => {
+                // Reserved code class we cannot process: reject (§4.2).
+                self.send_reset(peer, msg.mid)
+            }
+            _ => self.stats.unmatched += 1,
+        }
+    }
+
+    /// Fires every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some((at, timer)) = self.timers.pop_due(now) {
+            match timer {
+                Timer::Retransmit(peer, mid) => self.on_retransmit_timer(now, at, peer, mid),
+                Timer::SeparateAck(id) => self.send_empty_ack_for(id),
+                Timer::ClientDeadline(id) => self.on_client_deadline(now, at, id),
+                Timer::Housekeeping => self.housekeeping(now),
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- server role
+
+    fn handle_request(&mut self, now: Instant, peer: SocketAddr, msg: Message) {
+        let key = (peer, msg.mid);
+        let con = msg.mtype == MessageType::Confirmable;
+        if let Some(entry) = self.dedup.get(&key) {
+            self.stats.duplicates += 1;
+            match entry {
+                DedupEntry::Reply(bytes) => {
+                    let bytes = bytes.to_vec();
+                    self.transmit(peer, bytes);
+                }
+                DedupEntry::InProgress(id) => {
+                    // The handler is still working: acknowledge now so the client stops
+                    // retransmitting, and answer separately (§5.2.2).
+                    let id = ExchangeId(*id);
+                    if con {
+                        self.send_empty_ack_for(id);
+                    }
+                }
+                DedupEntry::Silent => {}
+            }
+            return;
+        }
+        self.touch_peer(now, peer);
+        if let Some(number) = msg.options.first_bad_critical() {
+            self.stats.bad_options += 1;
+            let mut resp = Message::new(MessageType::Acknowledgement, Code::BAD_OPTION, 0);
+            resp.payload =
+                format!("Unrecognized or malformed critical option {number}").into_bytes();
+            self.answer_without_handler(now, peer, &msg, resp, true);
+            return;
+        }
+        if self.server.len() >= self.config.max_server_exchanges || self.dedup.is_full() {
+            self.stats.overload_rejections += 1;
+            let mut resp = Message::new(MessageType::Acknowledgement, Code::SERVICE_UNAVAILABLE, 0);
+            resp.options
+                .set_uint(opt::MAX_AGE, self.config.overload_max_age);
+            self.answer_without_handler(now, peer, &msg, resp, false);
+            return;
+        }
+        let id = ExchangeId(self.alloc_id());
+        let deduplicated = !(self.config.dedup_skip_idempotent && msg.code == Code::GET);
+        if deduplicated {
+            self.dedup.insert(key, DedupEntry::InProgress(id.0));
+            self.arm_housekeeping(now);
+        }
+        self.server.insert(
+            id,
+            ServerExchange {
+                peer,
+                mid: msg.mid,
+                token: msg.token,
+                con,
+                acked: false,
+                deduplicated,
+            },
+        );
+        if con {
+            self.timers
+                .arm(now + self.config.separate_ack_delay, Timer::SeparateAck(id));
+        }
+        self.stats.requests += 1;
+        self.events.push_back(Event::Request {
+            id,
+            peer,
+            request: msg,
+        });
+    }
+
+    /// Answers a request the application never sees (bad option, overload).
+    fn answer_without_handler(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        req: &Message,
+        mut resp: Message,
+        remember: bool,
+    ) {
+        resp.token = req.token;
+        if req.mtype == MessageType::Confirmable {
+            resp.mtype = MessageType::Acknowledgement;
+            resp.mid = req.mid;
+        } else {
+            resp.mtype = MessageType::NonConfirmable;
+            resp.mid = self.alloc_mid(now, peer);
+        }
+        let bytes = codec::encode(&resp);
+        if remember && !self.dedup.is_full() {
+            let entry = if req.mtype == MessageType::Confirmable {
+                DedupEntry::Reply(bytes.clone().into_boxed_slice())
+            } else {
+                DedupEntry::Silent
+            };
+            self.dedup.insert((peer, req.mid), entry);
+            self.arm_housekeeping(now);
+        }
+        self.transmit(peer, bytes);
+    }
+
+    /// Sends the response to a request surfaced by [`Event::Request`]. The endpoint sets
+    /// type, MID and token: piggybacked on the ACK when possible, otherwise a separate
+    /// CON response (retransmitted until acknowledged), or NON for a NON request.
+    pub fn respond(
+        &mut self,
+        now: Instant,
+        id: ExchangeId,
+        mut response: Message,
+    ) -> Result<(), UnknownExchange> {
+        let ex = self.server.remove(&id).ok_or(UnknownExchange(id))?;
+        response.token = ex.token;
+        let key = (ex.peer, ex.mid);
+        if ex.con && !ex.acked {
+            response.mtype = MessageType::Acknowledgement;
+            response.mid = ex.mid;
+            let bytes = codec::encode(&response);
+            if ex.deduplicated {
+                self.dedup
+                    .update(&key, DedupEntry::Reply(bytes.clone().into_boxed_slice()));
+            }
+            self.transmit(ex.peer, bytes);
+        } else if ex.con {
+            response.mtype = MessageType::Confirmable;
+            response.mid = self.alloc_mid(now, ex.peer);
+            let bytes = codec::encode(&response);
+            self.send_confirmable(now, ex.peer, response.mid, bytes, Owner::Server(id));
+        } else {
+            response.mtype = MessageType::NonConfirmable;
+            response.mid = self.alloc_mid(now, ex.peer);
+            if ex.deduplicated {
+                self.dedup.update(&key, DedupEntry::Silent);
+            }
+            let bytes = codec::encode(&response);
+            self.transmit(ex.peer, bytes);
+        }
+        Ok(())
+    }
+
+    /// Acknowledges a confirmable request now, so that its response will be a separate
+    /// one; for handlers that know they will be slow. No effect on NON requests.
+    pub fn accept_separately(&mut self, id: ExchangeId) {
+        self.send_empty_ack_for(id);
+    }
+
+    fn send_empty_ack_for(&mut self, id: ExchangeId) {
+        let Some(ex) = self.server.get_mut(&id) else {
+            return;
+        };
+        if !ex.con || ex.acked {
+            return;
+        }
+        ex.acked = true;
+        let (peer, mid, dedup) = (ex.peer, ex.mid, ex.deduplicated);
+        let bytes = codec::encode(&Message::empty_ack(mid));
+        if dedup {
+            self.dedup.update(
+                &(peer, mid),
+                DedupEntry::Reply(bytes.clone().into_boxed_slice()),
+            );
+        }
+        self.transmit(peer, bytes);
+    }
+
+    // ---------------------------------------------------------------- client role
+
+    /// Starts a request to `peer`. The message's code must be a method; its type decides
+    /// CON (default) or NON; MID and (if empty) token are assigned here. A request with
+    /// Observe=0 stays registered after the first response and receives notifications
+    /// until [`Endpoint::cancel`]. Requests beyond NSTART to one peer wait in a queue.
+    pub fn request(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        mut msg: Message,
+    ) -> Result<RequestId, RequestError> {
+        if !msg.is_request() {
+            return Err(RequestError::NotARequest);
+        }
+        if self.clients.len() >= self.config.max_client_exchanges {
+            return Err(RequestError::TooManyRequests);
+        }
+        if msg.mtype != MessageType::NonConfirmable {
+            msg.mtype = MessageType::Confirmable;
+        }
+        if msg.token.is_empty() || self.tokens.contains_key(&(peer, msg.token)) {
+            msg.token = self.fresh_token(peer);
+        }
+        let id = RequestId(self.alloc_id());
+        let token = msg.token;
+        let observe = msg.options.observe() == Some(0);
+        self.tokens.insert((peer, token), id);
+        self.clients.insert(
+            id,
+            ClientExchange {
+                peer,
+                token,
+                mid: 0,
+                state: ClientState::Queued(msg),
+                counted: false,
+                observe,
+            },
+        );
+        self.touch_peer(now, peer);
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.queue.push_back(id);
+        }
+        self.pump_peer(now, peer);
+        Ok(id)
+    }
+
+    /// The token assigned to a request (to match it in logs or re-register later).
+    pub fn request_token(&self, id: RequestId) -> Option<Token> {
+        self.clients.get(&id).map(|c| c.token)
+    }
+
+    /// Forgets a request: no more retransmissions, responses or notifications for it.
+    /// A later notification for its token is answered with RST (reactive cancel).
+    pub fn cancel(&mut self, now: Instant, id: RequestId) {
+        let Some(ex) = self.clients.remove(&id) else {
+            return;
+        };
+        self.tokens.remove(&(ex.peer, ex.token));
+        if ex.state == ClientState::AwaitingAck {
+            self.pending.remove(&(ex.peer, ex.mid));
+        }
+        if let Some(p) = self.peers.get_mut(&ex.peer) {
+            p.queue.retain(|q| *q != id);
+        }
+        if ex.counted {
+            self.release_outstanding(now, ex.peer);
+        }
+    }
+
+    fn fresh_token(&mut self, peer: SocketAddr) -> Token {
+        loop {
+            let full = Token::random(&mut self.rng);
+            let t = Token::new(&full.as_bytes()[..self.config.token_len]).unwrap_or(full);
+            if !self.tokens.contains_key(&(peer, t)) {
+                return t;
+            }
+        }
+    }
+
+    fn pump_peer(&mut self, now: Instant, peer: SocketAddr) {
+        loop {
+            let Some(p) = self.peers.get_mut(&peer) else {
+                return;
+            };
+            if p.outstanding >= self.config.nstart {
+                return;
+            }
+            let Some(id) = p.queue.pop_front() else {
+                return;
+            };
+            p.outstanding += 1;
+            let mid = self.alloc_mid(now, peer);
+            let non_deadline = now + self.response_timeout(self.config.non_lifetime());
+            let Some(ex) = self.clients.get_mut(&id) else {
+                continue;
+            };
+            let ClientState::Queued(mut msg) =
+                std::mem::replace(&mut ex.state, ClientState::AwaitingAck)
+            else {
+                continue;
+            };
+            ex.counted = true;
+            ex.mid = mid;
+            msg.mid = mid;
+            let bytes = codec::encode(&msg);
+            if msg.mtype == MessageType::Confirmable {
+                self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
+            } else {
+                ex.state = ClientState::AwaitingResponse(non_deadline);
+                self.timers.arm(non_deadline, Timer::ClientDeadline(id));
+                self.transmit(peer, bytes);
+            }
+        }
+    }
+
+    fn response_timeout(&self, default: Duration) -> Duration {
+        self.config.response_timeout.unwrap_or(default)
+    }
+
+    fn release_outstanding(&mut self, now: Instant, peer: SocketAddr) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.outstanding = p.outstanding.saturating_sub(1);
+            p.last_used = now;
+        }
+        self.pump_peer(now, peer);
+    }
+
+    /// An ACK (empty or with a piggybacked response) for a CON we sent.
+    fn handle_ack(&mut self, now: Instant, peer: SocketAddr, mid: u16, resp: Option<Message>) {
+        let Some(pending) = self.pending.remove(&(peer, mid)) else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        let separate_deadline = now + self.response_timeout(self.config.exchange_lifetime());
+        let Owner::Client(id) = pending.owner else {
+            // A separate response of ours was acknowledged: that exchange is complete.
+            return;
+        };
+        let Some(ex) = self.clients.get_mut(&id) else {
+            return;
+        };
+        ex.counted = false;
+        match resp {
+            Some(resp) if resp.token == ex.token => {
+                self.release_outstanding(now, peer);
+                self.deliver_response(now, id, resp);
+            }
+            _ => {
+                // Empty ACK: the response will come separately (§5.2.2).
+                ex.state = ClientState::AwaitingResponse(separate_deadline);
+                self.timers
+                    .arm(separate_deadline, Timer::ClientDeadline(id));
+                self.release_outstanding(now, peer);
+            }
+        }
+    }
+
+    fn handle_separate_response(&mut self, now: Instant, peer: SocketAddr, msg: Message) {
+        let key = (peer, msg.mid);
+        let con = msg.mtype == MessageType::Confirmable;
+        if let Some(entry) = self.dedup.get(&key) {
+            self.stats.duplicates += 1;
+            if let DedupEntry::Reply(bytes) = entry {
+                let bytes = bytes.to_vec();
+                self.transmit(peer, bytes);
+            }
+            return;
+        }
+        let Some(&id) = self.tokens.get(&(peer, msg.token)) else {
+            // Nobody waits for this token: reject it, which also cancels an observation
+            // we no longer want (RFC 7641 §3.6).
+            self.stats.unmatched += 1;
+            let bytes = codec::encode(&Message::reset(msg.mid));
+            if con && !self.dedup.is_full() {
+                self.dedup
+                    .insert(key, DedupEntry::Reply(bytes.clone().into_boxed_slice()));
+                self.arm_housekeeping(now);
+            }
+            self.stats.resets_sent += 1;
+            self.transmit(peer, bytes);
+            return;
+        };
+        if !self.dedup.is_full() {
+            let entry = if con {
+                DedupEntry::Reply(codec::encode(&Message::empty_ack(msg.mid)).into_boxed_slice())
+            } else {
+                DedupEntry::Silent
+            };
+            self.dedup.insert(key, entry);
+            self.arm_housekeeping(now);
+        }
+        if con {
+            let ack = codec::encode(&Message::empty_ack(msg.mid));
+            self.transmit(peer, ack);
+        }
+        let Some(ex) = self.clients.get_mut(&id) else {
+            return;
+        };
+        if ex.state == ClientState::AwaitingAck {
+            // The response overtook (or replaced a lost) ACK: stop retransmitting.
+            self.pending.remove(&(peer, ex.mid));
+        }
+        if ex.counted {
+            ex.counted = false;
+            self.release_outstanding(now, peer);
+        }
+        self.deliver_response(now, id, msg);
+    }
+
+    fn deliver_response(&mut self, _now: Instant, id: RequestId, resp: Message) {
+        let keep = match self.clients.get_mut(&id) {
+            Some(ex)
+                if ex.observe && resp.options.observe().is_some() && resp.code.is_success() =>
+            {
+                ex.state = ClientState::Observing;
+                true
+            }
+            Some(_) => false,
+            None => return,
+        };
+        if !keep {
+            if let Some(ex) = self.clients.remove(&id) {
+                self.tokens.remove(&(ex.peer, ex.token));
+            }
+        }
+        self.events
+            .push_back(Event::Response { id, response: resp });
+    }
+
+    fn on_client_deadline(&mut self, now: Instant, at: Instant, id: RequestId) {
+        let due = matches!(
+            self.clients.get(&id),
+            Some(ClientExchange { state: ClientState::AwaitingResponse(d), .. }) if *d == at
+        );
+        if due {
+            self.fail_client(
+                now,
+                id,
+                Event::Timeout {
+                    id,
+                    retransmissions: 0,
+                },
+            );
+        }
+    }
+
+    fn fail_client(&mut self, now: Instant, id: RequestId, event: Event) {
+        if let Some(ex) = self.clients.remove(&id) {
+            self.tokens.remove(&(ex.peer, ex.token));
+            if ex.counted {
+                self.release_outstanding(now, ex.peer);
+            }
+            if matches!(event, Event::Timeout { .. }) {
+                self.stats.timeouts += 1;
+            }
+            self.events.push_back(event);
+        }
+    }
+
+    // ---------------------------------------------------------------- reliability
+
+    fn send_confirmable(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        mid: u16,
+        bytes: Vec<u8>,
+        owner: Owner,
+    ) {
+        let factor = if self.config.ack_random_factor > 1.0 {
+            self.rng.random_range(1.0..self.config.ack_random_factor)
+        } else {
+            1.0
+        };
+        let timeout = self.config.ack_timeout.mul_f64(factor);
+        let next_at = now + timeout;
+        self.transmit(peer, bytes.clone());
+        self.pending.insert(
+            (peer, mid),
+            PendingCon {
+                bytes,
+                owner,
+                retransmissions: 0,
+                timeout,
+                next_at,
+            },
+        );
+        self.timers.arm(next_at, Timer::Retransmit(peer, mid));
+    }
+
+    fn on_retransmit_timer(&mut self, now: Instant, at: Instant, peer: SocketAddr, mid: u16) {
+        let Some(p) = self.pending.get_mut(&(peer, mid)) else {
+            return;
+        };
+        if p.next_at != at {
+            return;
+        }
+        if p.retransmissions < self.config.max_retransmit {
+            p.retransmissions += 1;
+            p.timeout *= 2;
+            p.next_at = now + p.timeout;
+            let (next_at, bytes) = (p.next_at, p.bytes.clone());
+            self.stats.retransmissions += 1;
+            self.timers.arm(next_at, Timer::Retransmit(peer, mid));
+            self.transmit(peer, bytes);
+            return;
+        }
+        let Some(p) = self.pending.remove(&(peer, mid)) else {
+            return;
+        };
+        match p.owner {
+            Owner::Client(id) => self.fail_client(
+                now,
+                id,
+                Event::Timeout {
+                    id,
+                    retransmissions: p.retransmissions,
+                },
+            ),
+            Owner::Server(id) => self.events.push_back(Event::ResponseFailed {
+                id,
+                reason: DeliveryFailure::Timeout,
+            }),
+        }
+    }
+
+    fn handle_reset(&mut self, now: Instant, peer: SocketAddr, mid: u16) {
+        let Some(p) = self.pending.remove(&(peer, mid)) else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        match p.owner {
+            Owner::Client(id) => self.fail_client(now, id, Event::Reset { id }),
+            Owner::Server(id) => self.events.push_back(Event::ResponseFailed {
+                id,
+                reason: DeliveryFailure::Reset,
+            }),
+        }
+    }
+
+    // ---------------------------------------------------------------- plumbing
+
+    fn transmit(&mut self, peer: SocketAddr, bytes: Vec<u8>) {
+        self.stats.datagrams_out += 1;
+        self.transmits.push_back(Transmit { peer, bytes });
+    }
+
+    fn send_reset(&mut self, peer: SocketAddr, mid: u16) {
+        self.stats.resets_sent += 1;
+        self.transmit(peer, codec::encode(&Message::reset(mid)));
+    }
+
+    fn alloc_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn touch_peer(&mut self, now: Instant, peer: SocketAddr) {
+        let rng = &mut self.rng;
+        self.peers
+            .entry(peer)
+            .or_insert_with(|| Peer {
+                next_mid: rng.random(),
+                outstanding: 0,
+                queue: VecDeque::new(),
+                last_used: now,
+            })
+            .last_used = now;
+        self.arm_housekeeping(now);
+    }
+
+    fn alloc_mid(&mut self, now: Instant, peer: SocketAddr) -> u16 {
+        self.touch_peer(now, peer);
+        let p = self.peers.get_mut(&peer).expect("peer just touched");
+        let mid = p.next_mid;
+        p.next_mid = p.next_mid.wrapping_add(1);
+        mid
+    }
+
+    fn arm_housekeeping(&mut self, now: Instant) {
+        if !self.housekeeping_armed {
+            self.housekeeping_armed = true;
+            let at = self.dedup.next_rotation().max(now);
+            self.timers.arm(at, Timer::Housekeeping);
+        }
+    }
+
+    fn housekeeping(&mut self, now: Instant) {
+        self.housekeeping_armed = false;
+        self.dedup.rotate(now);
+        let lifetime = self.config.exchange_lifetime();
+        let busy: std::collections::HashSet<SocketAddr> = self
+            .server
+            .values()
+            .map(|e| e.peer)
+            .chain(self.clients.values().map(|e| e.peer))
+            .chain(self.pending.keys().map(|(p, _)| *p))
+            .collect();
+        self.peers
+            .retain(|addr, p| busy.contains(addr) || now < p.last_used + lifetime);
+        if !self.peers.is_empty() || !self.dedup.is_empty() {
+            self.arm_housekeeping(now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
+mod tests;

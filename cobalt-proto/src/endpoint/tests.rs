@@ -1,0 +1,380 @@
+//! Unit tests of the endpoint's protocol rules, one exchange at a time.
+
+use super::*;
+use crate::message::{codec, opt, Code, Message, MessageType};
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+struct Pair {
+    now: Instant,
+    client: Endpoint,
+    server: Endpoint,
+    c: SocketAddr,
+    s: SocketAddr,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let now = Instant::now();
+        Pair {
+            now,
+            client: Endpoint::with_seed(EndpointConfig::default(), now, 1),
+            server: Endpoint::with_seed(EndpointConfig::default(), now, 2),
+            c: addr("10.0.0.1:40000"),
+            s: addr("10.0.0.2:5683"),
+        }
+    }
+
+    fn client_sends(&mut self) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.client.poll_transmit())
+            .map(|t| t.bytes)
+            .collect()
+    }
+
+    fn server_sends(&mut self) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.server.poll_transmit())
+            .map(|t| t.bytes)
+            .collect()
+    }
+
+    fn deliver_to_server(&mut self, bytes: &[u8]) {
+        self.server.handle_datagram(self.now, self.c, bytes);
+    }
+
+    fn deliver_to_client(&mut self, bytes: &[u8]) {
+        self.client.handle_datagram(self.now, self.s, bytes);
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        self.client.handle_timeout(self.now);
+        self.server.handle_timeout(self.now);
+    }
+}
+
+fn get(path: &str) -> Message {
+    let mut m = Message::new(MessageType::Confirmable, Code::GET, 0);
+    m.options.set_uri_path(path);
+    m
+}
+
+fn content(payload: &str) -> Message {
+    let mut m = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
+    m.payload = payload.as_bytes().to_vec();
+    m
+}
+
+fn server_request(p: &mut Pair) -> ExchangeId {
+    match p.server.poll_event() {
+        Some(Event::Request { id, .. }) => id,
+        other => panic!("expected a request, got {other:?}"),
+    }
+}
+
+#[test]
+fn duplicate_con_gets_same_response_without_running_the_handler_again() {
+    let mut p = Pair::new();
+    p.client.request(p.now, p.s, get("/x")).unwrap();
+    let req = p.client_sends().remove(0);
+    p.deliver_to_server(&req);
+    let id = server_request(&mut p);
+    p.server.respond(p.now, id, content("one")).unwrap();
+    let first = p.server_sends();
+    p.deliver_to_server(&req);
+    assert_eq!(p.server.poll_event(), None, "handler must not run twice");
+    assert_eq!(p.server_sends(), first, "same piggybacked response again");
+    assert_eq!(p.server.stats().duplicates, 1);
+}
+
+#[test]
+fn duplicate_non_is_dropped() {
+    let mut p = Pair::new();
+    let mut m = get("/x");
+    m.mtype = MessageType::NonConfirmable;
+    p.client.request(p.now, p.s, m).unwrap();
+    let req = p.client_sends().remove(0);
+    p.deliver_to_server(&req);
+    let id = server_request(&mut p);
+    p.server.respond(p.now, id, content("a")).unwrap();
+    let resp = p.server_sends();
+    assert_eq!(
+        codec::decode(&resp[0]).unwrap().mtype,
+        MessageType::NonConfirmable
+    );
+    p.deliver_to_server(&req);
+    assert_eq!(p.server.poll_event(), None);
+    assert!(p.server_sends().is_empty());
+    p.deliver_to_client(&resp[0]);
+    assert!(matches!(
+        p.client.poll_event(),
+        Some(Event::Response { .. })
+    ));
+}
+
+#[test]
+fn slow_handler_gets_empty_ack_then_separate_con_response() {
+    let mut p = Pair::new();
+    let rid = p.client.request(p.now, p.s, get("/slow")).unwrap();
+    let req = p.client_sends().remove(0);
+    p.deliver_to_server(&req);
+    let id = server_request(&mut p);
+    p.advance(p.server.config().separate_ack_delay);
+    let ack = p.server_sends();
+    assert_eq!(ack.len(), 1);
+    let ack_msg = codec::decode(&ack[0]).unwrap();
+    assert_eq!(
+        (ack_msg.mtype, ack_msg.code),
+        (MessageType::Acknowledgement, Code::EMPTY)
+    );
+    p.deliver_to_client(&ack[0]);
+    assert_eq!(p.client_sends().len(), 0);
+    // A retransmitted request now gets the empty ACK again, not a second handler run.
+    p.deliver_to_server(&req);
+    assert_eq!(p.server_sends(), ack);
+    assert_eq!(p.server.poll_event(), None);
+
+    p.advance(Duration::from_secs(5));
+    assert!(
+        p.client_sends().is_empty(),
+        "no retransmission after the ACK"
+    );
+    p.server.respond(p.now, id, content("late")).unwrap();
+    let sep = p.server_sends().remove(0);
+    let sep_msg = codec::decode(&sep).unwrap();
+    assert_eq!(sep_msg.mtype, MessageType::Confirmable);
+    p.deliver_to_client(&sep);
+    let client_ack = p.client_sends();
+    assert_eq!(codec::decode(&client_ack[0]).unwrap().mid, sep_msg.mid);
+    match p.client.poll_event() {
+        Some(Event::Response { id, response }) => {
+            assert_eq!(id, rid);
+            assert_eq!(response.payload, b"late");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A duplicate separate response is acknowledged again but not delivered twice.
+    p.deliver_to_client(&sep);
+    assert_eq!(p.client_sends(), client_ack);
+    assert_eq!(p.client.poll_event(), None);
+    p.deliver_to_server(&client_ack[0]);
+    assert_eq!(p.server.state_counts().pending_confirmables, 0);
+}
+
+#[test]
+fn retransmission_uses_binary_backoff_and_times_out() {
+    let mut p = Pair::new();
+    let rid = p.client.request(p.now, p.s, get("/x")).unwrap();
+    let start = p.now;
+    let mut sends = vec![(Duration::ZERO, p.client_sends().len())];
+    let timeout = loop {
+        let next = p.client.poll_timeout().expect("a timer is armed");
+        p.now = next;
+        p.client.handle_timeout(next);
+        let n = p.client_sends().len();
+        if n > 0 {
+            sends.push((p.now - start, n));
+        }
+        if let Some(ev) = p.client.poll_event() {
+            break (p.now - start, ev);
+        }
+    };
+    assert_eq!(
+        sends.len(),
+        5,
+        "initial send plus MAX_RETRANSMIT=4: {sends:?}"
+    );
+    let first = sends[1].0;
+    assert!(first >= Duration::from_secs(2) && first <= Duration::from_secs(3));
+    let gaps: Vec<Duration> = sends.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    for g in gaps.windows(2) {
+        assert_eq!(g[1], g[0] * 2, "binary backoff: {sends:?}");
+    }
+    assert_eq!(
+        timeout.1,
+        Event::Timeout {
+            id: rid,
+            retransmissions: 4
+        }
+    );
+    assert!(timeout.0 <= p.client.config().max_transmit_wait());
+    assert_eq!(p.client.state_counts().client_exchanges, 0);
+}
+
+#[test]
+fn nstart_queues_further_requests_to_the_same_peer() {
+    let mut p = Pair::new();
+    let a = p.client.request(p.now, p.s, get("/a")).unwrap();
+    let b = p.client.request(p.now, p.s, get("/b")).unwrap();
+    let sent = p.client_sends();
+    assert_eq!(sent.len(), 1, "NSTART=1");
+    p.deliver_to_server(&sent[0]);
+    let id = server_request(&mut p);
+    p.server.respond(p.now, id, content("a")).unwrap();
+    let resp = p.server_sends().remove(0);
+    p.deliver_to_client(&resp);
+    assert!(matches!(p.client.poll_event(), Some(Event::Response { id, .. }) if id == a));
+    let sent = p.client_sends();
+    assert_eq!(sent.len(), 1, "the queued request goes out now");
+    assert_eq!(
+        codec::decode(&sent[0]).unwrap().options.uri_path_string(),
+        "/b"
+    );
+    let _ = b;
+    // A request to another peer is not held back.
+    p.client
+        .request(p.now, addr("10.0.0.3:5683"), get("/c"))
+        .unwrap();
+    assert_eq!(p.client_sends().len(), 1);
+}
+
+#[test]
+fn unknown_critical_option_gets_4_02() {
+    let mut p = Pair::new();
+    let mut m = get("/x");
+    m.mid = 77;
+    m.options.push(9, vec![1]);
+    p.deliver_to_server(&codec::encode(&m));
+    assert_eq!(p.server.poll_event(), None);
+    let resp = codec::decode(&p.server_sends()[0]).unwrap();
+    assert_eq!(resp.code, Code::BAD_OPTION);
+    assert_eq!(resp.mtype, MessageType::Acknowledgement);
+    assert_eq!(resp.mid, 77);
+    // An unknown elective option is ignored.
+    let mut m = get("/x");
+    m.mid = 78;
+    m.options.push(100, vec![1]);
+    p.deliver_to_server(&codec::encode(&m));
+    assert!(matches!(p.server.poll_event(), Some(Event::Request { .. })));
+}
+
+#[test]
+fn format_errors_get_rst_for_con_and_silence_otherwise() {
+    let mut p = Pair::new();
+    // token length 9 in a CON
+    p.deliver_to_server(&[0x49, 0x01, 0x12, 0x34, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    let rst = codec::decode(&p.server_sends()[0]).unwrap();
+    assert_eq!((rst.mtype, rst.mid), (MessageType::Reset, 0x1234));
+    // truncated option in a NON: silently dropped
+    p.deliver_to_server(&[0x50, 0x01, 0, 1, 0xb5, b'a']);
+    assert!(p.server_sends().is_empty());
+    // random short garbage
+    p.deliver_to_server(&[0xff]);
+    assert!(p.server_sends().is_empty());
+    assert_eq!(p.server.stats().format_errors, 3);
+    assert_eq!(p.server.state_counts().dedup_entries, 0);
+}
+
+#[test]
+fn ping_gets_rst() {
+    let mut p = Pair::new();
+    p.deliver_to_server(&codec::encode(&Message::new(
+        MessageType::Confirmable,
+        Code::EMPTY,
+        5,
+    )));
+    let rst = codec::decode(&p.server_sends()[0]).unwrap();
+    assert_eq!((rst.mtype, rst.mid), (MessageType::Reset, 5));
+}
+
+#[test]
+fn rst_to_a_request_reports_reset() {
+    let mut p = Pair::new();
+    let rid = p.client.request(p.now, p.s, get("/x")).unwrap();
+    let req = codec::decode(&p.client_sends()[0]).unwrap();
+    p.deliver_to_client(&codec::encode(&Message::reset(req.mid)));
+    assert_eq!(p.client.poll_event(), Some(Event::Reset { id: rid }));
+    p.advance(Duration::from_secs(10));
+    assert!(p.client_sends().is_empty(), "no retransmission after RST");
+}
+
+#[test]
+fn response_for_unknown_token_is_reset() {
+    let mut p = Pair::new();
+    let mut m = content("stray");
+    m.mtype = MessageType::Confirmable;
+    m.mid = 9;
+    m.token = Token::new(&[1, 2, 3]).unwrap();
+    p.deliver_to_client(&codec::encode(&m));
+    let rst = codec::decode(&p.client_sends()[0]).unwrap();
+    assert_eq!((rst.mtype, rst.mid), (MessageType::Reset, 9));
+    assert_eq!(p.client.poll_event(), None);
+}
+
+#[test]
+fn overload_answers_5_03_with_max_age() {
+    let now = Instant::now();
+    let cfg = EndpointConfig {
+        max_server_exchanges: 1,
+        ..Default::default()
+    };
+    let mut server = Endpoint::with_seed(cfg, now, 3);
+    let c = addr("10.0.0.1:1");
+    let mut m = get("/x");
+    m.mid = 1;
+    server.handle_datagram(now, c, &codec::encode(&m));
+    m.mid = 2;
+    server.handle_datagram(now, c, &codec::encode(&m));
+    assert!(matches!(server.poll_event(), Some(Event::Request { .. })));
+    assert_eq!(server.poll_event(), None);
+    let resp = codec::decode(&server.poll_transmit().unwrap().bytes).unwrap();
+    assert_eq!(resp.code, Code::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.options.get_uint(opt::MAX_AGE), Some(2));
+    assert_eq!(server.stats().overload_rejections, 1);
+}
+
+#[test]
+fn observe_request_keeps_receiving_notifications_until_cancelled() {
+    let mut p = Pair::new();
+    let mut m = get("/obs");
+    m.options.set_uint(opt::OBSERVE, 0);
+    let rid = p.client.request(p.now, p.s, m).unwrap();
+    let req = codec::decode(&p.client_sends()[0]).unwrap();
+    for seq in 1..=3u32 {
+        let mut n = content(&format!("n{seq}"));
+        n.options.set_uint(opt::OBSERVE, seq);
+        n.token = req.token;
+        if seq == 1 {
+            n.mid = req.mid;
+        } else {
+            n.mtype = MessageType::NonConfirmable;
+            n.mid = 100 + seq as u16;
+        }
+        p.deliver_to_client(&codec::encode(&n));
+        assert!(matches!(p.client.poll_event(), Some(Event::Response { id, .. }) if id == rid));
+    }
+    p.client.cancel(p.now, rid);
+    let mut n = content("after");
+    n.options.set_uint(opt::OBSERVE, 9);
+    n.token = req.token;
+    n.mtype = MessageType::NonConfirmable;
+    n.mid = 200;
+    p.deliver_to_client(&codec::encode(&n));
+    assert_eq!(p.client.poll_event(), None);
+    let rst = codec::decode(&p.client_sends()[0]).unwrap();
+    assert_eq!(rst.mtype, MessageType::Reset, "reactive cancel");
+}
+
+#[test]
+fn state_is_released_after_the_lifetimes() {
+    let mut p = Pair::new();
+    for i in 0..10 {
+        p.client.request(p.now, p.s, get(&format!("/{i}"))).unwrap();
+        let req = p.client_sends().remove(0);
+        p.deliver_to_server(&req);
+        let id = server_request(&mut p);
+        p.server.respond(p.now, id, content("x")).unwrap();
+        let resp = p.server_sends().remove(0);
+        p.deliver_to_client(&resp);
+        assert!(p.client.poll_event().is_some());
+    }
+    assert_eq!(p.server.state_counts().dedup_entries, 10);
+    let life = p.server.config().exchange_lifetime();
+    for _ in 0..10 {
+        p.advance(life / 4);
+    }
+    assert_eq!(p.server.state_counts(), StateCounts::default());
+    assert_eq!(p.client.state_counts(), StateCounts::default());
+    assert_eq!(p.server.poll_timeout(), None, "no timer left once idle");
+}
