@@ -7,3 +7,4 @@
 
 pub mod endpoint;
 pub mod message;
+pub mod uri;

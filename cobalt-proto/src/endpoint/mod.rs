@@ -605,6 +605,11 @@ impl Endpoint {
         self.clients.get(&id).map(|c| c.token)
     }
 
+    /// True while a request is queued, outstanding or observing.
+    pub fn is_request_active(&self, id: RequestId) -> bool {
+        self.clients.contains_key(&id)
+    }
+
     /// Forgets a request: no more retransmissions, responses or notifications for it.
     /// A later notification for its token is answered with RST (reactive cancel).
     pub fn cancel(&mut self, now: Instant, id: RequestId) {

@@ -1,0 +1,57 @@
+//! Errors that reach the application, each saying what happened.
+
+use cobalt_proto::message::DecodeError;
+use cobalt_proto::uri::UriError;
+use std::io;
+use std::time::Duration;
+
+/// Everything that can go wrong with a request or a server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The URI could not be parsed or uses an unsupported scheme.
+    #[error(transparent)]
+    BadUri(#[from] UriError),
+    /// The host name did not resolve.
+    #[error("could not resolve host '{host}': {reason}")]
+    Resolve {
+        /// The host.
+        host: String,
+        /// Why.
+        reason: String,
+    },
+    /// No ACK or response arrived after the retransmissions.
+    #[error("no response from {peer} after {retransmissions} retransmissions (server down or unreachable?)")]
+    Timeout {
+        /// Who was asked.
+        peer: std::net::SocketAddr,
+        /// How many retransmissions were sent.
+        retransmissions: u32,
+    },
+    /// The caller's deadline passed before a response arrived.
+    #[error("no response within {0:?}")]
+    Deadline(Duration),
+    /// The peer rejected the request with RST.
+    #[error("request rejected by {0} with RST (it could not process the message)")]
+    Reset(std::net::SocketAddr),
+    /// Too many requests are outstanding in this client.
+    #[error("too many outstanding requests in this client; wait for some to finish")]
+    TooManyRequests,
+    /// A received message could not be decoded.
+    #[error("malformed message: {0}")]
+    Malformed(#[from] DecodeError),
+    /// The transport is not available in this build or for this call.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The endpoint shut down while the request was outstanding.
+    #[error("the endpoint was shut down")]
+    Shutdown,
+    /// An invalid configuration value.
+    #[error(transparent)]
+    Config(#[from] cobalt_proto::endpoint::ConfigError),
+    /// A socket error.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,3 @@
+//! The shard loop that drives a sans-IO endpoint over a socket, and the threads it runs on.
+
+pub(crate) mod driver;

@@ -1,0 +1,166 @@
+//! Handlers and per-method routing of one resource.
+
+use super::request::{IntoResponse, Request, Response};
+use cobalt_proto::message::Code;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// The future a handler returns, boxed.
+pub type BoxFuture = Pin<Box<dyn Future<Output = Response> + Send + 'static>>;
+
+/// A type-erased handler.
+pub type BoxedHandler = Arc<dyn Fn(Request) -> BoxFuture + Send + Sync>;
+
+/// Something that can handle a request: an async function or closure taking either
+/// nothing or a [`Request`], returning anything [`IntoResponse`]. The type parameter
+/// only tells the two shapes apart.
+pub trait Handler<T>: Send + Sync + 'static {
+    /// Erases the handler's type.
+    fn into_boxed(self) -> BoxedHandler;
+}
+
+impl<F, Fut, R> Handler<()> for F
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoResponse,
+{
+    fn into_boxed(self) -> BoxedHandler {
+        Arc::new(move |_req| {
+            let fut = self();
+            Box::pin(async move { fut.await.into_response() })
+        })
+    }
+}
+
+impl<F, Fut, R> Handler<Request> for F
+where
+    F: Fn(Request) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoResponse,
+{
+    fn into_boxed(self) -> BoxedHandler {
+        Arc::new(move |req| {
+            let fut = self(req);
+            Box::pin(async move { fut.await.into_response() })
+        })
+    }
+}
+
+/// A resource: a handler per method, plus the link attributes that describe it in
+/// `/.well-known/core` (RFC 6690).
+#[derive(Clone, Default)]
+pub struct MethodRouter {
+    handlers: Vec<(Code, BoxedHandler)>,
+    pub(crate) attrs: Vec<(String, Option<String>)>,
+    pub(crate) hidden: bool,
+}
+
+impl std::fmt::Debug for MethodRouter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let methods: Vec<Code> = self.handlers.iter().map(|(c, _)| *c).collect();
+        f.debug_struct("MethodRouter")
+            .field("methods", &methods)
+            .field("attrs", &self.attrs)
+            .finish()
+    }
+}
+
+macro_rules! method_fns {
+    ($($(#[$doc:meta])* $name:ident => $code:expr),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            pub fn $name<H: Handler<T>, T>(handler: H) -> MethodRouter {
+                MethodRouter::default().on($code, handler)
+            }
+        )*
+        impl MethodRouter {
+            $(
+                $(#[$doc])*
+                pub fn $name<H: Handler<T>, T>(self, handler: H) -> MethodRouter {
+                    self.on($code, handler)
+                }
+            )*
+        }
+    };
+}
+
+method_fns! {
+    /// Handle GET.
+    get => Code::GET,
+    /// Handle POST.
+    post => Code::POST,
+    /// Handle PUT.
+    put => Code::PUT,
+    /// Handle DELETE.
+    delete => Code::DELETE,
+    /// Handle FETCH (RFC 8132).
+    fetch => Code::FETCH,
+    /// Handle PATCH (RFC 8132).
+    patch => Code::PATCH,
+    /// Handle iPATCH (RFC 8132).
+    ipatch => Code::IPATCH,
+}
+
+/// A resource answering any method with the same handler.
+pub fn any<H: Handler<T>, T>(handler: H) -> MethodRouter {
+    let boxed = handler.into_boxed();
+    let mut r = MethodRouter::default();
+    for code in [Code::GET, Code::POST, Code::PUT, Code::DELETE, Code::FETCH, Code::PATCH, Code::IPATCH] {
+        r.handlers.push((code, boxed.clone()));
+    }
+    r
+}
+
+impl MethodRouter {
+    /// Handle `method` with `handler` (replacing an earlier one).
+    pub fn on<H: Handler<T>, T>(mut self, method: Code, handler: H) -> MethodRouter {
+        self.handlers.retain(|(c, _)| *c != method);
+        self.handlers.push((method, handler.into_boxed()));
+        self
+    }
+
+    /// The handler for a method.
+    pub fn handler(&self, method: Code) -> Option<&BoxedHandler> {
+        self.handlers.iter().find(|(c, _)| *c == method).map(|(_, h)| h)
+    }
+
+    /// Adds a link attribute with a value (e.g. `rt`, `if`, `title`).
+    pub fn attr(mut self, name: &str, value: &str) -> MethodRouter {
+        self.attrs.push((name.to_string(), Some(value.to_string())));
+        self
+    }
+
+    /// Adds a valueless link attribute (e.g. `obs`).
+    pub fn flag(mut self, name: &str) -> MethodRouter {
+        self.attrs.push((name.to_string(), None));
+        self
+    }
+
+    /// Resource type (`rt`).
+    pub fn rt(self, value: &str) -> MethodRouter {
+        self.attr("rt", value)
+    }
+
+    /// Interface description (`if`).
+    pub fn interface(self, value: &str) -> MethodRouter {
+        self.attr("if", value)
+    }
+
+    /// Content-Format hint (`ct`).
+    pub fn ct(self, cf: u16) -> MethodRouter {
+        self.attr("ct", &cf.to_string())
+    }
+
+    /// Human-readable title.
+    pub fn title(self, value: &str) -> MethodRouter {
+        self.attr("title", value)
+    }
+
+    /// Leaves the resource out of `/.well-known/core`.
+    pub fn hidden(mut self) -> MethodRouter {
+        self.hidden = true;
+        self
+    }
+}

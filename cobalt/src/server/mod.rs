@@ -1,0 +1,129 @@
+//! The server: a resource tree served by one or more shards.
+//!
+//! ```no_run
+//! use cobalt::server::{get, post, Request, Server};
+//!
+//! # async fn demo() -> cobalt::Result<()> {
+//! let server = Server::new()
+//!     .route("/hello", get(|| async { "hello world" }).rt("greeting"))
+//!     .route("/echo", post(|req: Request| async move { req.payload().to_vec() }))
+//!     .bind("127.0.0.1:5683")
+//!     .await?;
+//! println!("listening on {}", server.local_addr());
+//! server.wait().await;
+//! # Ok(()) }
+//! ```
+
+mod handler;
+mod request;
+pub(crate) mod tree;
+
+pub use handler::{any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, Handler, MethodRouter};
+pub use request::{IntoResponse, Request, Response};
+pub use tree::{ResourceTree, WELL_KNOWN_CORE};
+
+use crate::runtime::driver::{spawn_driver, Command};
+use crate::transport::udp::bind_shard_sockets;
+use crate::{Error, Result};
+use cobalt_proto::endpoint::EndpointConfig;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// A server under construction: resources and settings, then [`Server::bind`].
+#[derive(Debug, Default)]
+pub struct Server {
+    tree: ResourceTree,
+    config: EndpointConfig,
+    shards: Option<usize>,
+}
+
+impl Server {
+    /// A server with no resources and the RFC 7252 default parameters.
+    pub fn new() -> Server {
+        Server::default()
+    }
+
+    /// Adds a resource at `path`.
+    pub fn route(mut self, path: &str, resource: MethodRouter) -> Server {
+        self.tree.insert(path, resource);
+        self
+    }
+
+    /// Sets the protocol parameters.
+    pub fn config(mut self, config: EndpointConfig) -> Server {
+        self.config = config;
+        self
+    }
+
+    /// Number of shards (threads with their own `SO_REUSEPORT` socket); default: one per core.
+    pub fn shards(mut self, shards: usize) -> Server {
+        self.shards = Some(shards.max(1));
+        self
+    }
+
+    /// Binds the UDP address and starts serving.
+    pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
+        self.config.validate()?;
+        let addr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
+        let shards = self.shards.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        });
+        let sockets = bind_shard_sockets(addr, shards)?;
+        let local_addr = sockets[0].local_addr()?;
+        let tree = Arc::new(self.tree);
+        let mut commands = Vec::new();
+        let mut threads = Vec::new();
+        for (i, socket) in sockets.into_iter().enumerate() {
+            let (tx, handle) =
+                spawn_driver(format!("cobalt-shard-{i}"), socket, self.config.clone(), Some(tree.clone()))?;
+            commands.push(tx);
+            threads.push(handle);
+        }
+        tracing::info!(%local_addr, shards, "CoAP server listening");
+        Ok(ServerHandle {
+            local_addr,
+            commands,
+            threads,
+        })
+    }
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    commands: Vec<mpsc::UnboundedSender<Command>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// The bound address (with the real port when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Graceful shutdown: stop reading, let handlers in progress answer for up to
+    /// `grace`, then stop every shard.
+    pub async fn shutdown(self, grace: Duration) {
+        for c in &self.commands {
+            let _ = c.send(Command::Shutdown { grace });
+        }
+        self.wait().await;
+    }
+
+    /// Waits until every shard has stopped.
+    pub async fn wait(self) {
+        let threads = self.threads;
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+    }
+}

@@ -1,0 +1,3 @@
+//! Connectors: bytes in, bytes out.
+
+pub mod udp;
