@@ -5,4 +5,5 @@
 //! explicit `now`) and the RFC 6690 [`link_format`].
 #![warn(missing_docs)]
 
+pub mod link_format;
 pub mod message;
