@@ -6,5 +6,6 @@
 #![warn(missing_docs)]
 
 pub mod endpoint;
+pub mod link_format;
 pub mod message;
 pub mod uri;
