@@ -113,7 +113,9 @@ impl CoapUri {
             None => (rest, ""),
         };
         if authority.contains('@') {
-            return Err(err("user information (user@host) is not allowed in CoAP URIs"));
+            return Err(err(
+                "user information (user@host) is not allowed in CoAP URIs",
+            ));
         }
         let (host, port) = split_host_port(authority).map_err(|r| err(&r))?;
         if host.is_empty() {
@@ -191,7 +193,14 @@ impl fmt::Display for CoapUri {
         } else {
             self.host.clone()
         };
-        write!(f, "{}://{}:{}{}", self.scheme.as_str(), host, self.port, self.path_string())?;
+        write!(
+            f,
+            "{}://{}:{}{}",
+            self.scheme.as_str(),
+            host,
+            self.port,
+            self.path_string()
+        )?;
         if !self.query.is_empty() {
             write!(f, "?{}", self.query.join("&"))?;
         }
@@ -274,7 +283,9 @@ mod tests {
         assert_eq!(o.get(opt::URI_HOST), Some(&b"example.net"[..]));
         assert_eq!(o.uri_path_string(), "/.well-known/core");
         let mut o = Options::new();
-        CoapUri::parse("coap://127.0.0.1/x").unwrap().apply_to(&mut o);
+        CoapUri::parse("coap://127.0.0.1/x")
+            .unwrap()
+            .apply_to(&mut o);
         assert!(!o.contains(opt::URI_HOST), "no Uri-Host for IP literals");
     }
 

@@ -1,1 +1,19 @@
+//! Cobalt: a CoAP (RFC 7252) server and client for IoT cloud services.
+//!
+//! The protocol itself lives in the sans-IO crate [`cobalt_proto`]; this crate adds the
+//! connectors (UDP), the shard threads that drive endpoints, the [`Server`] with its
+//! resource tree, and the [`Client`] (async and [blocking](client::blocking)).
+#![warn(missing_docs)]
 
+pub mod client;
+mod error;
+mod runtime;
+pub mod server;
+pub mod transport;
+
+pub use client::{Client, Observation, RequestBuilder};
+pub use cobalt_proto as proto;
+pub use cobalt_proto::endpoint::EndpointConfig;
+pub use cobalt_proto::message::{content_format, Code};
+pub use error::{Error, Result};
+pub use server::{Request, Response, Server, ServerHandle};

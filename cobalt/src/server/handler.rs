@@ -107,7 +107,15 @@ method_fns! {
 pub fn any<H: Handler<T>, T>(handler: H) -> MethodRouter {
     let boxed = handler.into_boxed();
     let mut r = MethodRouter::default();
-    for code in [Code::GET, Code::POST, Code::PUT, Code::DELETE, Code::FETCH, Code::PATCH, Code::IPATCH] {
+    for code in [
+        Code::GET,
+        Code::POST,
+        Code::PUT,
+        Code::DELETE,
+        Code::FETCH,
+        Code::PATCH,
+        Code::IPATCH,
+    ] {
         r.handlers.push((code, boxed.clone()));
     }
     r
@@ -123,7 +131,10 @@ impl MethodRouter {
 
     /// The handler for a method.
     pub fn handler(&self, method: Code) -> Option<&BoxedHandler> {
-        self.handlers.iter().find(|(c, _)| *c == method).map(|(_, h)| h)
+        self.handlers
+            .iter()
+            .find(|(c, _)| *c == method)
+            .map(|(_, h)| h)
     }
 
     /// Adds a link attribute with a value (e.g. `rt`, `if`, `title`).

@@ -18,7 +18,9 @@ mod handler;
 mod request;
 pub(crate) mod tree;
 
-pub use handler::{any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, Handler, MethodRouter};
+pub use handler::{
+    any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, Handler, MethodRouter,
+};
 pub use request::{IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
@@ -70,17 +72,21 @@ impl Server {
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
-        let shards = self.shards.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        });
+        let shards = self
+            .shards
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let sockets = bind_shard_sockets(addr, shards)?;
         let local_addr = sockets[0].local_addr()?;
         let tree = Arc::new(self.tree);
         let mut commands = Vec::new();
         let mut threads = Vec::new();
         for (i, socket) in sockets.into_iter().enumerate() {
-            let (tx, handle) =
-                spawn_driver(format!("cobalt-shard-{i}"), socket, self.config.clone(), Some(tree.clone()))?;
+            let (tx, handle) = spawn_driver(
+                format!("cobalt-shard-{i}"),
+                socket,
+                self.config.clone(),
+                Some(tree.clone()),
+            )?;
             commands.push(tx);
             threads.push(handle);
         }

@@ -53,7 +53,10 @@ mod tests {
     #[test]
     fn shards_share_one_port() {
         let socks = bind_shard_sockets("127.0.0.1:0".parse().unwrap(), 3).unwrap();
-        let ports: Vec<u16> = socks.iter().map(|s| s.local_addr().unwrap().port()).collect();
+        let ports: Vec<u16> = socks
+            .iter()
+            .map(|s| s.local_addr().unwrap().port())
+            .collect();
         assert!(ports.iter().all(|p| *p == ports[0] && *p != 0), "{ports:?}");
     }
 }
