@@ -1,12 +1,19 @@
 //! The `cobalt` command: argument parsing only; each command lives in its own module.
 
 mod bench;
+mod exit;
+mod request;
+mod serve;
 
 use clap::{Parser, Subcommand};
+use cobalt::Code;
 
 /// Cobalt: a CoAP client like curl, a demo server, and CoAPBench.
+///
+/// Exit codes: 0 success, 2 bad arguments or URI, 3 timeout/reset/unreachable,
+/// 4 the server answered 4.xx, 5 the server answered 5.xx, 6 unintelligible answer.
 #[derive(Debug, Parser)]
-#[command(name = "cobalt", version, about)]
+#[command(name = "cobalt", version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -14,14 +21,54 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// GET a resource and print its payload.
+    Get(request::RequestArgs),
+    /// POST a payload (-p) and print the response payload.
+    Post(request::RequestArgs),
+    /// PUT a payload (-p) and print the response payload.
+    Put(request::RequestArgs),
+    /// DELETE a resource.
+    Delete(request::RequestArgs),
+    /// List a server's resources (GET /.well-known/core, query filters allowed).
+    Discover(request::RequestArgs),
+    /// Observe a resource and print each notification (RFC 7641).
+    Observe(request::ObserveArgs),
+    /// Run the demo server (/benchmark, /time, /echo, /separate; --plugtest for more).
+    Serve(serve::ServeArgs),
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
-    let code = match cli.command {
-        Command::Bench(args) => bench::run(args),
+    if let Command::Bench(args) = cli.command {
+        std::process::exit(bench::run(args));
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cobalt: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
     };
-    std::process::exit(code);
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Get(a) => request::run(Code::GET, a).await,
+            Command::Post(a) => request::run(Code::POST, a).await,
+            Command::Put(a) => request::run(Code::PUT, a).await,
+            Command::Delete(a) => request::run(Code::DELETE, a).await,
+            Command::Discover(a) => request::discover(a).await,
+            Command::Observe(a) => request::observe(a).await,
+            Command::Serve(a) => serve::run(a).await,
+            Command::Bench(_) => unreachable!("handled above"),
+        }
+    });
+    if let Err((code, message)) = result {
+        eprintln!("cobalt: {message}");
+        std::process::exit(code);
+    }
 }

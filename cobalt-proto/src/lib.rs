@@ -5,6 +5,7 @@
 //! explicit `now`) and the RFC 6690 [`link_format`].
 #![warn(missing_docs)]
 
+pub mod blockwise;
 pub mod endpoint;
 pub mod link_format;
 pub mod message;

@@ -33,6 +33,9 @@ pub enum Error {
     /// The peer rejected the request with RST.
     #[error("request rejected by {0} with RST (it could not process the message)")]
     Reset(std::net::SocketAddr),
+    /// A block-wise transfer could not be completed.
+    #[error("block-wise transfer failed: {0}")]
+    BlockTransfer(String),
     /// Too many requests are outstanding in this client.
     #[error("too many outstanding requests in this client; wait for some to finish")]
     TooManyRequests,

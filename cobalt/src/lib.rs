@@ -7,7 +7,7 @@
 
 pub mod client;
 mod error;
-mod runtime;
+pub mod runtime;
 pub mod server;
 pub mod transport;
 

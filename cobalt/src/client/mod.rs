@@ -14,11 +14,12 @@ mod observe;
 pub use observe::Observation;
 
 use crate::runtime::driver::{spawn_driver, Command, ReplyTo};
+use crate::runtime::Tracer;
 use crate::server::Response;
 use crate::transport::udp::{any_for, bind_shard_sockets};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
-use cobalt_proto::message::{opt, Code, Message, MessageType};
+use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
 use cobalt_proto::uri::{CoapUri, Scheme};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,12 +35,21 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     config: EndpointConfig,
+    tracer: Option<Tracer>,
     v4: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     next_key: AtomicU64,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.config)
+            .field("traced", &self.tracer.is_some())
+            .finish()
+    }
 }
 
 impl Default for Client {
@@ -64,11 +74,23 @@ impl Client {
         Client {
             inner: Arc::new(Inner {
                 config,
+                tracer: None,
                 v4: Mutex::new(None),
                 v6: Mutex::new(None),
                 next_key: AtomicU64::new(1),
             }),
         }
+    }
+
+    /// A client that shows every datagram it sends or receives to `tracer`
+    /// (direction: `true` = sent), e.g. to print the messages like `cobalt -v`.
+    pub fn with_tracer(config: EndpointConfig, tracer: Tracer) -> Result<Client> {
+        config.validate()?;
+        let mut c = Client::with_config_unchecked(config);
+        if let Some(inner) = Arc::get_mut(&mut c.inner) {
+            inner.tracer = Some(tracer);
+        }
+        Ok(c)
     }
 
     /// GET `uri`.
@@ -123,6 +145,7 @@ impl Client {
             socket,
             self.inner.config.clone(),
             None,
+            self.inner.tracer.clone(),
         )?;
         *slot = Some(tx.clone());
         Ok(tx)
@@ -194,36 +217,17 @@ impl RequestBuilder {
         Ok((self.client, peer, self.message, self.timeout))
     }
 
-    /// Sends the request and waits for the response.
+    /// Sends the request and waits for the response. A response in Block2 blocks is
+    /// fetched block by block and returned whole (RFC 7959).
     pub async fn send(self) -> Result<Response> {
         let (client, peer, message, timeout) = self.prepare().await?;
-        let driver = client.driver_for(&peer)?;
-        let key = client.next_key();
-        let (tx, rx) = oneshot::channel();
-        driver
-            .send(Command::Request {
-                key,
-                peer,
-                message,
-                reply: ReplyTo::Once(tx),
-            })
-            .map_err(|_| Error::Shutdown)?;
-        let guard = CancelGuard {
-            driver,
-            key,
-            armed: true,
-        };
-        let result = match timeout {
-            Some(t) => tokio::time::timeout(t, rx)
+        let exchange = fetch_whole(&client, peer, message);
+        match timeout {
+            Some(t) => tokio::time::timeout(t, exchange)
                 .await
                 .map_err(|_| Error::Deadline(t))?,
-            None => rx.await,
-        };
-        let mut guard = guard;
-        guard.armed = false;
-        result
-            .map_err(|_| Error::Shutdown)?
-            .map(Response::from_message)
+            None => exchange.await,
+        }
     }
 
     /// Sends the request with Observe=0 and returns the stream of notifications.
@@ -250,6 +254,78 @@ impl RequestBuilder {
             },
         ))
     }
+}
+
+/// Largest body the client reassembles from blocks (16 MiB).
+pub const MAX_BODY: usize = 16 << 20;
+
+/// One request/response exchange through the driver.
+async fn exchange(client: &Client, peer: SocketAddr, message: Message) -> Result<Message> {
+    let driver = client.driver_for(&peer)?;
+    let key = client.next_key();
+    let (tx, rx) = oneshot::channel();
+    driver
+        .send(Command::Request {
+            key,
+            peer,
+            message,
+            reply: ReplyTo::Once(tx),
+        })
+        .map_err(|_| Error::Shutdown)?;
+    let mut guard = CancelGuard {
+        driver,
+        key,
+        armed: true,
+    };
+    let result = rx.await;
+    guard.armed = false;
+    result.map_err(|_| Error::Shutdown)?
+}
+
+/// Sends a request and follows Block2 until the representation is complete.
+async fn fetch_whole(client: &Client, peer: SocketAddr, request: Message) -> Result<Response> {
+    let first = exchange(client, peer, request.clone()).await?;
+    let Some(mut block) = first.block2().filter(|b| b.more && first.code.is_success()) else {
+        return Ok(Response::from_message(first));
+    };
+    let etag = first.options.get(opt::ETAG).map(<[u8]>::to_vec);
+    let mut whole = Response::from_message(first);
+    while block.more {
+        if whole.payload.len() > MAX_BODY {
+            return Err(Error::BlockTransfer(format!(
+                "representation larger than {MAX_BODY} bytes"
+            )));
+        }
+        let next = BlockValue::new(block.num + 1, false, block.szx)
+            .ok_or_else(|| Error::BlockTransfer("too many blocks".into()))?;
+        let mut req = request.clone();
+        req.options.set_uint(opt::BLOCK2, next.encode());
+        let part = exchange(client, peer, req).await?;
+        if !part.code.is_success() {
+            return Err(Error::BlockTransfer(format!(
+                "server answered {} to block {}",
+                part.code, next.num
+            )));
+        }
+        if part.options.get(opt::ETAG).map(<[u8]>::to_vec) != etag {
+            return Err(Error::BlockTransfer(
+                "the representation changed during the transfer (ETag differs)".into(),
+            ));
+        }
+        block = part
+            .block2()
+            .ok_or_else(|| Error::BlockTransfer("a block response lacks Block2".into()))?;
+        if block.offset() != whole.payload.len() {
+            return Err(Error::BlockTransfer(format!(
+                "expected the block at offset {}, got {}",
+                whole.payload.len(),
+                block.offset()
+            )));
+        }
+        whole.payload.extend_from_slice(&part.payload);
+    }
+    whole.options.remove(opt::BLOCK2);
+    Ok(whole)
 }
 
 /// Tells the driver to forget a request when the caller stops waiting for it.

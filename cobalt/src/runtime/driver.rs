@@ -6,6 +6,7 @@
 use crate::server::tree::ResourceTree;
 use crate::server::{Request, Response};
 use crate::Error;
+use cobalt_proto::blockwise::{slice_response, MAX_UDP_SZX};
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, ExchangeId, RequestId};
 use cobalt_proto::message::{Code, Message};
 use futures_util::FutureExt;
@@ -47,13 +48,17 @@ const MAX_DATAGRAM: usize = 65_535;
 /// Datagrams read per wake-up before other work gets a turn.
 const RECV_BATCH: usize = 64;
 
+/// Sees every datagram a driver sends (`true`) or receives (`false`); for `cobalt -v`.
+pub type Tracer = Arc<dyn Fn(bool, SocketAddr, &[u8]) + Send + Sync>;
+
 pub(crate) struct Driver {
+    tracer: Option<Tracer>,
     socket: UdpSocket,
     endpoint: Endpoint,
     tree: Option<Arc<ResourceTree>>,
     commands: mpsc::UnboundedReceiver<Command>,
-    late_tx: mpsc::UnboundedSender<(ExchangeId, Response)>,
-    late_rx: mpsc::UnboundedReceiver<(ExchangeId, Response)>,
+    late_tx: mpsc::UnboundedSender<(ExchangeId, Message)>,
+    late_rx: mpsc::UnboundedReceiver<(ExchangeId, Message)>,
     waiting: HashMap<RequestId, (u64, SocketAddr, ReplyTo)>,
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
@@ -69,6 +74,7 @@ impl Driver {
     ) -> Driver {
         let (late_tx, late_rx) = mpsc::unbounded_channel();
         Driver {
+            tracer: None,
             socket,
             endpoint: Endpoint::new(config, Instant::now()),
             tree,
@@ -114,10 +120,10 @@ impl Driver {
                 r = self.socket.recv_from(&mut self.buf), if self.draining.is_none() => {
                     if let Ok((n, peer)) = r {
                         let now = Instant::now();
-                        self.endpoint.handle_datagram(now, peer, &self.buf[..n]);
+                        self.received(now, peer, n);
                         for _ in 1..RECV_BATCH {
                             match self.socket.try_recv_from(&mut self.buf) {
-                                Ok((n, peer)) => self.endpoint.handle_datagram(now, peer, &self.buf[..n]),
+                                Ok((n, peer)) => self.received(now, peer, n),
                                 Err(_) => break,
                             }
                         }
@@ -128,7 +134,7 @@ impl Driver {
                     None => commands_open = false,
                 },
                 Some((id, resp)) = self.late_rx.recv() => {
-                    let _ = self.endpoint.respond(Instant::now(), id, resp.into_message());
+                    let _ = self.endpoint.respond(Instant::now(), id, resp);
                 }
                 _ = sleep => self.endpoint.handle_timeout(Instant::now()),
                 _ = drain_deadline => {}
@@ -137,6 +143,13 @@ impl Driver {
         for (_, (_, _, reply)) in self.waiting.drain() {
             send_reply(reply, Err(Error::Shutdown));
         }
+    }
+
+    fn received(&mut self, now: Instant, peer: SocketAddr, len: usize) {
+        if let Some(t) = &self.tracer {
+            t(false, peer, &self.buf[..len]);
+        }
+        self.endpoint.handle_datagram(now, peer, &self.buf[..len]);
     }
 
     fn command(&mut self, cmd: Command) {
@@ -227,10 +240,11 @@ impl Driver {
                 .respond(now, id, Response::new(Code::NOT_FOUND).into_message());
             return;
         };
+        let blocks = BlockContext::of(&request);
         let fut = match tree.dispatch(Request::new(peer, request)) {
             Ok(fut) => fut,
             Err(resp) => {
-                let _ = self.endpoint.respond(now, id, resp.into_message());
+                let _ = self.endpoint.respond(now, id, blocks.slice(resp));
                 return;
             }
         };
@@ -239,13 +253,13 @@ impl Driver {
         match first {
             Some(result) => {
                 let resp = result.unwrap_or_else(|_| handler_panicked());
-                let _ = self.endpoint.respond(now, id, resp.into_message());
+                let _ = self.endpoint.respond(now, id, blocks.slice(resp));
             }
             None => {
                 let late = self.late_tx.clone();
                 tokio::spawn(async move {
                     let resp = fut.await.unwrap_or_else(|_| handler_panicked());
-                    let _ = late.send((id, resp));
+                    let _ = late.send((id, blocks.slice(resp)));
                 });
             }
         }
@@ -253,6 +267,9 @@ impl Driver {
 
     async fn flush(&mut self) {
         while let Some(tx) = self.endpoint.poll_transmit() {
+            if let Some(t) = &self.tracer {
+                t(true, tx.peer, &tx.bytes);
+            }
             match self.socket.try_send_to(&tx.bytes, tx.peer) {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -263,6 +280,26 @@ impl Driver {
                 Err(e) => tracing::debug!(peer = %tx.peer, error = %e, "send failed"),
             }
         }
+    }
+}
+
+/// What a response needs from its request to be cut into Block2 blocks.
+struct BlockContext {
+    request: Message,
+}
+
+impl BlockContext {
+    fn of(request: &Message) -> BlockContext {
+        // Only the Block2 option matters; keep the copy small.
+        let mut m = Message::new(request.mtype, request.code, request.mid);
+        if let Some(v) = request.options.get(cobalt_proto::message::opt::BLOCK2) {
+            m.options.set(cobalt_proto::message::opt::BLOCK2, v);
+        }
+        BlockContext { request: m }
+    }
+
+    fn slice(&self, response: Response) -> Message {
+        slice_response(&self.request, response.into_message(), MAX_UDP_SZX)
     }
 }
 
@@ -298,6 +335,7 @@ pub(crate) fn spawn_driver(
     socket: std::net::UdpSocket,
     config: EndpointConfig,
     tree: Option<Arc<ResourceTree>>,
+    tracer: Option<Tracer>,
 ) -> std::io::Result<(mpsc::UnboundedSender<Command>, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -306,7 +344,11 @@ pub(crate) fn spawn_driver(
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         rt.block_on(async move {
             match UdpSocket::from_std(socket) {
-                Ok(socket) => Driver::new(socket, config, tree, rx).run().await,
+                Ok(socket) => {
+                    let mut driver = Driver::new(socket, config, tree, rx);
+                    driver.tracer = tracer;
+                    driver.run().await
+                }
                 Err(e) => tracing::error!(error = %e, "cannot register socket"),
             }
         })

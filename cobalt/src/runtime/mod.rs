@@ -1,3 +1,5 @@
 //! The shard loop that drives a sans-IO endpoint over a socket, and the threads it runs on.
 
 pub(crate) mod driver;
+
+pub use driver::Tracer;

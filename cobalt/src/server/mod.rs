@@ -86,6 +86,7 @@ impl Server {
                 socket,
                 self.config.clone(),
                 Some(tree.clone()),
+                None,
             )?;
             commands.push(tx);
             threads.push(handle);
