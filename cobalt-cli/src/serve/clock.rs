@@ -45,6 +45,6 @@ mod tests {
     fn known_dates() {
         assert_eq!(format_utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_utc(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(format_utc(1_795_392_245), "2026-11-22T00:04:05Z");
+        assert_eq!(format_utc(1_795_392_245), "2026-11-23T00:04:05Z");
     }
 }
