@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The project's test command (README): installs the real CoAP peers the interop tests
+# need (libcoap's CLI from Debian, aiocoap from PyPI), then checks formatting, lints
+# and runs every test. Missing peers fail the run instead of skipping.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-test-deps.sh
+export COBALT_REQUIRE_PEERS=1
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
