@@ -123,12 +123,11 @@ pub(crate) fn error_exit(e: &Error) -> (i32, String) {
 }
 
 fn print_payload(r: &Response) {
+    use std::io::IsTerminal;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(&r.payload);
-    if !r.payload.is_empty()
-        && !r.payload.ends_with(b"\n")
-        && r.options.content_format() != Some(content_format::OCTET_STREAM)
-    {
+    // Like curl, the payload goes out byte-exact; only a terminal gets a final newline.
+    if out.is_terminal() && !r.payload.is_empty() && !r.payload.ends_with(b"\n") {
         let _ = out.write_all(b"\n");
     }
     let _ = out.flush();

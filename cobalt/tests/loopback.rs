@@ -148,3 +148,150 @@ fn blocking_client_works_outside_async() {
     assert_eq!(r.text_payload(), "hello world");
     rt.block_on(server.shutdown(Duration::from_secs(1)));
 }
+
+mod observe_and_blocks {
+    use cobalt::server::{get, put, Observable, Request, ServerLimits};
+    use cobalt::{Client, Code, Response, Server};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    fn big(n: usize) -> Vec<u8> {
+        (0..n).map(|i| b'a' + (i % 26) as u8).collect()
+    }
+
+    async fn server(obs: &Observable, value: Arc<Mutex<String>>) -> cobalt::ServerHandle {
+        let read = value.clone();
+        let stored = Arc::new(Mutex::new(Vec::new()));
+        let stored_read = stored.clone();
+        Server::new()
+            .route(
+                "/value",
+                get(move || {
+                    let v = read.lock().unwrap().clone();
+                    async move { v }
+                })
+                .observable(obs),
+            )
+            .route("/big", get(|| async { big(5000) }))
+            .route(
+                "/store",
+                put(move |req: Request| {
+                    *stored.lock().unwrap() = req.payload().to_vec();
+                    async { Code::CHANGED }
+                })
+                .get(move || {
+                    let v = stored_read.lock().unwrap().clone();
+                    async move { v }
+                }),
+            )
+            .limits(ServerLimits {
+                max_body: 10_000,
+                ..Default::default()
+            })
+            .shards(1)
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn notifications_arrive_in_order_and_cancel_ends_the_relation() {
+        let obs = Observable::new();
+        let value = Arc::new(Mutex::new("v0".to_string()));
+        let srv = server(&obs, value.clone()).await;
+        let client = Client::new();
+        let mut o = client
+            .observe(&format!("coap://{}/value", srv.local_addr()))
+            .await
+            .unwrap();
+        let first = o.next().await.unwrap().unwrap();
+        assert_eq!(first.text_payload(), "v0");
+        let seq0 = first.options.observe().expect("registered");
+        assert_eq!(obs.observer_count(), 1);
+        for i in 1..=3 {
+            *value.lock().unwrap() = format!("v{i}");
+            obs.changed();
+            let n = o.next().await.unwrap().unwrap();
+            assert_eq!(n.text_payload(), format!("v{i}"));
+            assert!(n.options.observe().unwrap() > seq0);
+        }
+        let last = o.cancel().await.unwrap();
+        assert_eq!(last.code, Code::CONTENT);
+        assert!(
+            last.options.observe().is_none(),
+            "deregistration answer has no Observe"
+        );
+        assert_eq!(obs.observer_count(), 0);
+        srv.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn dropped_observation_is_removed_by_rst_and_deleted_resource_ends_observers() {
+        let obs = Observable::new();
+        let value = Arc::new(Mutex::new("x".to_string()));
+        let srv = server(&obs, value).await;
+        let client = Client::new();
+        let uri = format!("coap://{}/value", srv.local_addr());
+        let mut o = client.observe(&uri).await.unwrap();
+        o.next().await.unwrap().unwrap();
+        drop(o);
+        obs.changed(); // the client answers this NON notification with RST
+        for _ in 0..50 {
+            if obs.observer_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(obs.observer_count(), 0, "RST removed the observer");
+
+        let mut o = client.observe(&uri).await.unwrap();
+        o.next().await.unwrap().unwrap();
+        obs.deleted();
+        let gone = o.next().await.unwrap().unwrap();
+        assert_eq!(gone.code, Code::NOT_FOUND);
+        assert!(o.next().await.is_none(), "the relation ended");
+        srv.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn block2_download_and_block1_upload_are_byte_exact() {
+        let obs = Observable::new();
+        let srv = server(&obs, Arc::new(Mutex::new(String::new()))).await;
+        let client = Client::new();
+        let base = format!("coap://{}", srv.local_addr());
+        let r = client.get(&format!("{base}/big")).await.unwrap();
+        assert_eq!(r.payload, big(5000));
+        let r = client
+            .request(Code::GET, &format!("{base}/big"))
+            .block_size(64)
+            .unwrap()
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.payload, big(5000));
+
+        let body = big(7000);
+        let r = client
+            .request(Code::PUT, &format!("{base}/store"))
+            .payload(body.clone())
+            .block_size(256)
+            .unwrap()
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.code, Code::CHANGED);
+        let back = client.get(&format!("{base}/store")).await.unwrap();
+        assert_eq!(back.payload, body);
+
+        let r: Response = client
+            .put(&format!("{base}/store"), big(20_000))
+            .await
+            .unwrap();
+        assert_eq!(r.code, Code::REQUEST_ENTITY_TOO_LARGE);
+        assert_eq!(
+            r.options.get_uint(cobalt::proto::message::opt::SIZE1),
+            Some(10_000)
+        );
+        srv.shutdown(Duration::from_secs(1)).await;
+    }
+}

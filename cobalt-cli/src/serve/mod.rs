@@ -29,7 +29,7 @@ pub struct ServeArgs {
 
 /// Runs the server until Ctrl-C (or SIGTERM).
 pub async fn run(args: ServeArgs) -> Result<(), (i32, String)> {
-    let mut server = demo::routes(Server::new());
+    let (mut server, demo) = demo::routes(Server::new());
     if args.plugtest {
         server = plugtest::routes(server);
     }
@@ -43,6 +43,7 @@ pub async fn run(args: ServeArgs) -> Result<(), (i32, String)> {
             format!("cannot listen on {addr}: {e} (is another server using the port? try --port)"),
         )
     })?;
+    demo.start_ticker();
     eprintln!(
         "cobalt: serving CoAP on {} (Ctrl-C to stop)",
         handle.local_addr()

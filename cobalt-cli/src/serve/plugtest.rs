@@ -34,6 +34,19 @@ pub fn routes(server: Server) -> Server {
                 .attr("ct", "0 41"),
         )
         .route("/validate", validate_resource().title("Resource which varies"))
+        .route(
+            "/large-update",
+            large_update().title("Large resource that can be updated using PUT method"),
+        )
+        .route(
+            "/large-create",
+            MethodRouter::default()
+                .post(|req: Request| async move {
+                    let _ = req;
+                    Response::created("/location1/location2/location3")
+                })
+                .title("Large resource that can be created using POST method"),
+        )
         .route("/create1", create_resource().title("Creates resource with If-None-Match"))
         .route(
             "/path",
@@ -66,6 +79,21 @@ pub fn routes(server: Server) -> Server {
                 .title(title),
         )
     })
+}
+
+/// `/large-update`: a large text replaced by block-wise PUT (TD_COAP_BLOCK_02/03).
+fn large_update() -> MethodRouter {
+    let body = Arc::new(Mutex::new(super::demo::large_text(2048).into_bytes()));
+    let read = body.clone();
+    MethodRouter::default()
+        .get(move || {
+            let b = read.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            async move { Response::content(b).with_content_format(content_format::TEXT_PLAIN) }
+        })
+        .put(move |req: Request| {
+            *body.lock().unwrap_or_else(|e| e.into_inner()) = req.payload().to_vec();
+            async { Code::CHANGED }
+        })
 }
 
 fn test_resource() -> MethodRouter {

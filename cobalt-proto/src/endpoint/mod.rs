@@ -108,7 +108,15 @@ pub enum Event {
         /// The request.
         id: RequestId,
     },
-    /// A separate (confirmable) response could not be delivered.
+    /// An RST that matched no confirmable message of ours; for example a client
+    /// rejecting a NON notification (RFC 7641 §3.6), which ends the observation.
+    UnmatchedReset {
+        /// Who sent it.
+        peer: SocketAddr,
+        /// Its message ID.
+        mid: u16,
+    },
+    /// A separate (confirmable) response or a confirmable notification could not be delivered.
     ResponseFailed {
         /// The exchange whose response failed.
         id: ExchangeId,
@@ -528,6 +536,53 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Sends a notification of an observation (RFC 7641) outside any exchange: a
+    /// response with `token` to `peer`, confirmable or not. Returns the id under which
+    /// a failure ([`Event::ResponseFailed`]) is reported, and the message ID used (an
+    /// RST for a NON notification arrives as [`Event::UnmatchedReset`] with it).
+    /// A confirmable notification that `replaces` a still unacknowledged one takes over
+    /// its retransmission state (RFC 7641 §4.5.2), so retransmissions never restart.
+    pub fn notify(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        token: Token,
+        mut notification: Message,
+        confirmable: bool,
+        replaces: Option<(ExchangeId, u16)>,
+    ) -> (ExchangeId, u16) {
+        let id = ExchangeId(self.alloc_id());
+        let mid = self.alloc_mid(now, peer);
+        notification.token = token;
+        notification.mid = mid;
+        let bytes;
+        let previous = replaces.and_then(|(_, old_mid)| self.pending.remove(&(peer, old_mid)));
+        if confirmable || previous.is_some() {
+            notification.mtype = MessageType::Confirmable;
+            bytes = codec::encode(&notification);
+            match previous {
+                Some(mut p) => {
+                    p.bytes = bytes.clone();
+                    p.owner = Owner::Server(id);
+                    self.timers.arm(p.next_at, Timer::Retransmit(peer, mid));
+                    self.pending.insert((peer, mid), p);
+                    self.transmit(peer, bytes);
+                }
+                None => self.send_confirmable(now, peer, mid, bytes, Owner::Server(id)),
+            }
+        } else {
+            notification.mtype = MessageType::NonConfirmable;
+            bytes = codec::encode(&notification);
+            self.transmit(peer, bytes);
+        }
+        (id, mid)
+    }
+
+    /// True while a confirmable message we sent with this ID to `peer` awaits its ACK.
+    pub fn is_unacknowledged(&self, peer: SocketAddr, mid: u16) -> bool {
+        self.pending.contains_key(&(peer, mid))
+    }
+
     /// Acknowledges a confirmable request now, so that its response will be a separate
     /// one; for handlers that know they will be slow. No effect on NON requests.
     pub fn accept_separately(&mut self, id: ExchangeId) {
@@ -887,7 +942,9 @@ impl Endpoint {
 
     fn handle_reset(&mut self, now: Instant, peer: SocketAddr, mid: u16) {
         let Some(p) = self.pending.remove(&(peer, mid)) else {
+            // Possibly the answer to a NON notification: the application knows.
             self.stats.unmatched += 1;
+            self.events.push_back(Event::UnmatchedReset { peer, mid });
             return;
         };
         match p.owner {

@@ -18,6 +18,7 @@ use crate::runtime::Tracer;
 use crate::server::Response;
 use crate::transport::udp::{any_for, bind_shard_sockets};
 use crate::{Error, Result};
+use cobalt_proto::blockwise::MAX_UDP_SZX;
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
 use cobalt_proto::uri::{CoapUri, Scheme};
@@ -120,6 +121,7 @@ impl Client {
             uri: uri.to_string(),
             message: Message::new(MessageType::Confirmable, method, 0),
             timeout: None,
+            block_szx: None,
         }
     }
 
@@ -129,7 +131,7 @@ impl Client {
         self.request(Code::GET, uri).observe().await
     }
 
-    fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
+    pub(crate) fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
         let slot = if peer.is_ipv4() {
             &self.inner.v4
         } else {
@@ -151,7 +153,7 @@ impl Client {
         Ok(tx)
     }
 
-    fn next_key(&self) -> u64 {
+    pub(crate) fn next_key(&self) -> u64 {
         self.inner.next_key.fetch_add(1, Ordering::Relaxed)
     }
 }
@@ -163,6 +165,7 @@ pub struct RequestBuilder {
     uri: String,
     message: Message,
     timeout: Option<Duration>,
+    block_szx: Option<u8>,
 }
 
 impl RequestBuilder {
@@ -198,6 +201,22 @@ impl RequestBuilder {
         self
     }
 
+    /// Block size for uploads (Block1) and, asked of the server, for downloads (Block2):
+    /// 16 to 1024 bytes, a power of two. Without it uploads use 1024-byte blocks and the
+    /// server chooses the download block size.
+    pub fn block_size(mut self, bytes: usize) -> Result<RequestBuilder> {
+        let szx = BlockValue::szx_for_size(bytes).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "block size {bytes} is not one of 16, 32, 64, 128, 256, 512, 1024"
+            ))
+        })?;
+        self.block_szx = Some(szx);
+        if let Some(b) = BlockValue::new(0, false, szx) {
+            self.message.options.set_uint(opt::BLOCK2, b.encode());
+        }
+        Ok(self)
+    }
+
     /// Gives up after `timeout` overall, whatever the retransmission state.
     pub fn timeout(mut self, timeout: Duration) -> RequestBuilder {
         self.timeout = Some(timeout);
@@ -220,8 +239,17 @@ impl RequestBuilder {
     /// Sends the request and waits for the response. A response in Block2 blocks is
     /// fetched block by block and returned whole (RFC 7959).
     pub async fn send(self) -> Result<Response> {
+        let szx = self.block_szx;
         let (client, peer, message, timeout) = self.prepare().await?;
-        let exchange = fetch_whole(&client, peer, message);
+        let exchange = async {
+            let upload_szx = szx.unwrap_or(MAX_UDP_SZX);
+            if message.payload.len() > 1 << (upload_szx + 4) {
+                let (last, rest) = upload(&client, peer, message, upload_szx).await?;
+                fetch_rest(&client, peer, rest, last).await
+            } else {
+                fetch_whole(&client, peer, message).await
+            }
+        };
         match timeout {
             Some(t) => tokio::time::timeout(t, exchange)
                 .await
@@ -234,25 +262,7 @@ impl RequestBuilder {
     pub async fn observe(mut self) -> Result<Observation> {
         self.message.options.set_uint(opt::OBSERVE, 0);
         let (client, peer, message, _) = self.prepare().await?;
-        let driver = client.driver_for(&peer)?;
-        let key = client.next_key();
-        let (tx, rx) = mpsc::unbounded_channel();
-        driver
-            .send(Command::Request {
-                key,
-                peer,
-                message,
-                reply: ReplyTo::Stream(tx),
-            })
-            .map_err(|_| Error::Shutdown)?;
-        Ok(Observation::new(
-            rx,
-            CancelGuard {
-                driver,
-                key,
-                armed: true,
-            },
-        ))
+        Observation::register(client, peer, message)
     }
 }
 
@@ -282,9 +292,66 @@ async fn exchange(client: &Client, peer: SocketAddr, message: Message) -> Result
     result.map_err(|_| Error::Shutdown)?
 }
 
+/// Uploads a body in Block1 blocks of `2^(szx+4)` bytes, following the server's
+/// block size if it asks for a smaller one (RFC 7959 §2.5). Returns the final response
+/// and the request to use for fetching further Block2 blocks of it.
+async fn upload(
+    client: &Client,
+    peer: SocketAddr,
+    request: Message,
+    mut szx: u8,
+) -> Result<(Message, Message)> {
+    let body = request.payload.clone();
+    let mut template = request;
+    template.payload.clear();
+    let (mut num, mut offset) = (0u32, 0usize);
+    loop {
+        let size = 1usize << (szx + 4);
+        let end = (offset + size).min(body.len());
+        let more = end < body.len();
+        let block = BlockValue::new(num, more, szx)
+            .ok_or_else(|| Error::BlockTransfer("body needs too many blocks".into()))?;
+        let mut req = template.clone();
+        req.options.set_uint(opt::BLOCK1, block.encode());
+        if num == 0 {
+            req.options.set_uint(opt::SIZE1, body.len() as u32);
+        }
+        req.payload = body[offset..end].to_vec();
+        let resp = exchange(client, peer, req).await?;
+        if resp.code != Code::CONTINUE || !more {
+            template.options.remove(opt::BLOCK1);
+            template.options.remove(opt::SIZE1);
+            return Ok((resp, template));
+        }
+        let acked = resp.block1().unwrap_or(block);
+        szx = acked.szx.min(szx);
+        let acked_end = (acked.num as usize + 1) * (1usize << (acked.szx + 4));
+        if acked_end <= offset {
+            return Err(Error::BlockTransfer(format!(
+                "server acknowledged block {} which does not advance the upload",
+                acked.num
+            )));
+        }
+        offset = acked_end.min(end);
+        num = (offset / (1usize << (szx + 4))) as u32;
+    }
+}
+
 /// Sends a request and follows Block2 until the representation is complete.
 async fn fetch_whole(client: &Client, peer: SocketAddr, request: Message) -> Result<Response> {
     let first = exchange(client, peer, request.clone()).await?;
+    fetch_rest(client, peer, request, first).await
+}
+
+/// Completes a representation whose first block is `first`, asking with `request`
+/// (without Observe) for the following blocks.
+pub(crate) async fn fetch_rest(
+    client: &Client,
+    peer: SocketAddr,
+    mut request: Message,
+    first: Message,
+) -> Result<Response> {
+    request.options.remove(opt::OBSERVE);
     let Some(mut block) = first.block2().filter(|b| b.more && first.code.is_success()) else {
         return Ok(Response::from_message(first));
     };
@@ -331,9 +398,9 @@ async fn fetch_whole(client: &Client, peer: SocketAddr, request: Message) -> Res
 /// Tells the driver to forget a request when the caller stops waiting for it.
 #[derive(Debug)]
 pub(crate) struct CancelGuard {
-    driver: mpsc::UnboundedSender<Command>,
-    key: u64,
-    armed: bool,
+    pub(crate) driver: mpsc::UnboundedSender<Command>,
+    pub(crate) key: u64,
+    pub(crate) armed: bool,
 }
 
 impl Drop for CancelGuard {

@@ -3,19 +3,16 @@
 //! socket without changing threads; only handlers that are not ready on their first
 //! poll become tasks (on the same thread), whose responses come back via a queue.
 
+use crate::server::observe::Change;
+use crate::server::shard::{Completion, ServerShard};
 use crate::server::tree::ResourceTree;
-use crate::server::{Request, Response};
+use crate::server::ServerLimits;
 use crate::Error;
-use cobalt_proto::blockwise::{slice_response, MAX_UDP_SZX};
-use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, ExchangeId, RequestId};
-use cobalt_proto::message::{Code, Message};
-use futures_util::FutureExt;
+use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
+use cobalt_proto::message::Message;
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
@@ -39,6 +36,16 @@ pub(crate) enum Command {
     },
     /// Forget a request (timeout in the caller, dropped observation).
     Cancel { key: u64 },
+    /// End an observation proactively: GET with Observe=1 and the relation's token
+    /// (RFC 7641 §3.6); the response goes to `reply` under `new_key`.
+    Deregister {
+        key: u64,
+        new_key: u64,
+        message: Message,
+        reply: ReplyTo,
+    },
+    /// An observable resource changed.
+    Notify(Change),
     /// Stop: answer what is in progress (up to the grace period), then exit.
     Shutdown { grace: Duration },
 }
@@ -55,10 +62,9 @@ pub(crate) struct Driver {
     tracer: Option<Tracer>,
     socket: UdpSocket,
     endpoint: Endpoint,
-    tree: Option<Arc<ResourceTree>>,
+    server: Option<ServerShard>,
     commands: mpsc::UnboundedReceiver<Command>,
-    late_tx: mpsc::UnboundedSender<(ExchangeId, Message)>,
-    late_rx: mpsc::UnboundedReceiver<(ExchangeId, Message)>,
+    completions: mpsc::UnboundedReceiver<Completion>,
     waiting: HashMap<RequestId, (u64, SocketAddr, ReplyTo)>,
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
@@ -69,18 +75,18 @@ impl Driver {
     pub(crate) fn new(
         socket: UdpSocket,
         config: EndpointConfig,
-        tree: Option<Arc<ResourceTree>>,
+        server: Option<(Arc<ResourceTree>, ServerLimits)>,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> Driver {
-        let (late_tx, late_rx) = mpsc::unbounded_channel();
+        let (done_tx, completions) = mpsc::unbounded_channel();
+        let lifetime = config.exchange_lifetime();
         Driver {
             tracer: None,
             socket,
             endpoint: Endpoint::new(config, Instant::now()),
-            tree,
+            server: server.map(|(tree, limits)| ServerShard::new(tree, limits, lifetime, done_tx)),
             commands,
-            late_tx,
-            late_rx,
+            completions,
             waiting: HashMap::new(),
             keys: HashMap::new(),
             draining: None,
@@ -100,7 +106,7 @@ impl Driver {
                     break;
                 }
             }
-            if !commands_open && self.waiting.is_empty() && self.tree.is_none() {
+            if !commands_open && self.waiting.is_empty() && self.server.is_none() {
                 break;
             }
             let timeout = self.endpoint.poll_timeout();
@@ -133,8 +139,10 @@ impl Driver {
                     Some(cmd) => self.command(cmd),
                     None => commands_open = false,
                 },
-                Some((id, resp)) = self.late_rx.recv() => {
-                    let _ = self.endpoint.respond(Instant::now(), id, resp);
+                Some(done) = self.completions.recv() => {
+                    if let Some(server) = &mut self.server {
+                        server.on_completion(&mut self.endpoint, Instant::now(), done);
+                    }
                 }
                 _ = sleep => self.endpoint.handle_timeout(Instant::now()),
                 _ = drain_deadline => {}
@@ -173,6 +181,35 @@ impl Driver {
                     self.endpoint.cancel(now, id);
                 }
             }
+            Command::Deregister {
+                key,
+                new_key,
+                mut message,
+                reply,
+            } => {
+                let Some(id) = self.keys.remove(&key) else {
+                    send_reply(reply, Err(Error::Shutdown));
+                    return;
+                };
+                let Some((_, peer, _)) = self.waiting.remove(&id) else {
+                    return;
+                };
+                if let Some(token) = self.endpoint.request_token(id) {
+                    message.token = token;
+                }
+                self.endpoint.cancel(now, id);
+                self.command(Command::Request {
+                    key: new_key,
+                    peer,
+                    message,
+                    reply,
+                });
+            }
+            Command::Notify(change) => {
+                if let Some(server) = &mut self.server {
+                    server.on_change(&mut self.endpoint, now, change);
+                }
+            }
             Command::Shutdown { grace } => self.draining = Some(now + grace),
         }
     }
@@ -180,7 +217,17 @@ impl Driver {
     fn process_events(&mut self) {
         while let Some(ev) = self.endpoint.poll_event() {
             match ev {
-                Event::Request { id, peer, request } => self.serve(id, peer, request),
+                Event::Request { id, peer, request } => match &mut self.server {
+                    Some(server) => {
+                        server.on_request(&mut self.endpoint, Instant::now(), id, peer, request)
+                    }
+                    None => {
+                        // A client-only endpoint serves nothing.
+                        let not_found =
+                            Message::new(request.mtype, cobalt_proto::message::Code::NOT_FOUND, 0);
+                        let _ = self.endpoint.respond(Instant::now(), id, not_found);
+                    }
+                },
                 Event::Response { id, response } => self.deliver(id, response),
                 Event::Timeout {
                     id,
@@ -191,7 +238,19 @@ impl Driver {
                 }),
                 Event::Reset { id } => self.fail(id, Error::Reset),
                 Event::ResponseFailed { id, reason } => {
-                    tracing::debug!(?id, ?reason, "separate response not delivered");
+                    tracing::debug!(
+                        ?id,
+                        ?reason,
+                        "confirmable response or notification not delivered"
+                    );
+                    if let Some(server) = &mut self.server {
+                        server.on_delivery_failed(id);
+                    }
+                }
+                Event::UnmatchedReset { peer, mid } => {
+                    if let Some(server) = &mut self.server {
+                        server.on_unmatched_reset(peer, mid);
+                    }
                 }
             }
         }
@@ -231,40 +290,6 @@ impl Driver {
         }
     }
 
-    /// Runs the handler inline; only a handler that is not ready at once becomes a task.
-    fn serve(&mut self, id: ExchangeId, peer: SocketAddr, request: Message) {
-        let now = Instant::now();
-        let Some(tree) = &self.tree else {
-            let _ = self
-                .endpoint
-                .respond(now, id, Response::new(Code::NOT_FOUND).into_message());
-            return;
-        };
-        let blocks = BlockContext::of(&request);
-        let fut = match tree.dispatch(Request::new(peer, request)) {
-            Ok(fut) => fut,
-            Err(resp) => {
-                let _ = self.endpoint.respond(now, id, blocks.slice(resp));
-                return;
-            }
-        };
-        let mut fut = AssertUnwindSafe(fut).catch_unwind();
-        let first = poll_once(&mut fut);
-        match first {
-            Some(result) => {
-                let resp = result.unwrap_or_else(|_| handler_panicked());
-                let _ = self.endpoint.respond(now, id, blocks.slice(resp));
-            }
-            None => {
-                let late = self.late_tx.clone();
-                tokio::spawn(async move {
-                    let resp = fut.await.unwrap_or_else(|_| handler_panicked());
-                    let _ = late.send((id, blocks.slice(resp)));
-                });
-            }
-        }
-    }
-
     async fn flush(&mut self) {
         while let Some(tx) = self.endpoint.poll_transmit() {
             if let Some(t) = &self.tracer {
@@ -283,31 +308,6 @@ impl Driver {
     }
 }
 
-/// What a response needs from its request to be cut into Block2 blocks.
-struct BlockContext {
-    request: Message,
-}
-
-impl BlockContext {
-    fn of(request: &Message) -> BlockContext {
-        // Only the Block2 option matters; keep the copy small.
-        let mut m = Message::new(request.mtype, request.code, request.mid);
-        if let Some(v) = request.options.get(cobalt_proto::message::opt::BLOCK2) {
-            m.options.set(cobalt_proto::message::opt::BLOCK2, v);
-        }
-        BlockContext { request: m }
-    }
-
-    fn slice(&self, response: Response) -> Message {
-        slice_response(&self.request, response.into_message(), MAX_UDP_SZX)
-    }
-}
-
-fn handler_panicked() -> Response {
-    tracing::error!("request handler panicked; answering 5.00");
-    Response::new(Code::INTERNAL_SERVER_ERROR)
-}
-
 fn send_reply(reply: ReplyTo, result: Result<Message, Error>) {
     match reply {
         ReplyTo::Once(tx) => {
@@ -319,22 +319,12 @@ fn send_reply(reply: ReplyTo, result: Result<Message, Error>) {
     }
 }
 
-/// Polls a future once with a no-op waker; `None` if it is not ready.
-fn poll_once<F: Future + Unpin>(fut: &mut F) -> Option<F::Output> {
-    let waker = std::task::Waker::noop();
-    let mut cx = std::task::Context::from_waker(waker);
-    match std::pin::Pin::new(fut).poll(&mut cx) {
-        Poll::Ready(v) => Some(v),
-        Poll::Pending => None,
-    }
-}
-
 /// Starts a driver on its own thread with a current-thread runtime.
 pub(crate) fn spawn_driver(
     name: String,
     socket: std::net::UdpSocket,
     config: EndpointConfig,
-    tree: Option<Arc<ResourceTree>>,
+    server: Option<(Arc<ResourceTree>, ServerLimits)>,
     tracer: Option<Tracer>,
 ) -> std::io::Result<(mpsc::UnboundedSender<Command>, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -345,7 +335,7 @@ pub(crate) fn spawn_driver(
         rt.block_on(async move {
             match UdpSocket::from_std(socket) {
                 Ok(socket) => {
-                    let mut driver = Driver::new(socket, config, tree, rx);
+                    let mut driver = Driver::new(socket, config, server, rx);
                     driver.tracer = tracer;
                     driver.run().await
                 }

@@ -55,6 +55,7 @@ pub struct MethodRouter {
     handlers: Vec<(Code, BoxedHandler)>,
     pub(crate) attrs: Vec<(String, Option<String>)>,
     pub(crate) hidden: bool,
+    pub(crate) observable: Option<super::observe::Observable>,
 }
 
 impl std::fmt::Debug for MethodRouter {
@@ -167,6 +168,14 @@ impl MethodRouter {
     /// Human-readable title.
     pub fn title(self, value: &str) -> MethodRouter {
         self.attr("title", value)
+    }
+
+    /// Makes the resource observable (RFC 7641): GET with Observe=0 registers the client,
+    /// and every [`Observable::changed`](super::Observable::changed) sends it the GET
+    /// handler's new answer. Adds `obs` to the resource's link.
+    pub fn observable(mut self, handle: &super::Observable) -> MethodRouter {
+        self.observable = Some(handle.clone());
+        self.flag("obs")
     }
 
     /// Leaves the resource out of `/.well-known/core`.

@@ -15,12 +15,18 @@
 //! ```
 
 mod handler;
+mod limits;
+pub(crate) mod observe;
 mod request;
+pub(crate) mod shard;
 pub(crate) mod tree;
+mod upload;
 
 pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, Handler, MethodRouter,
 };
+pub use limits::ServerLimits;
+pub use observe::{Observable, ObserverFilter};
 pub use request::{IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
@@ -38,6 +44,7 @@ use tokio::sync::mpsc;
 pub struct Server {
     tree: ResourceTree,
     config: EndpointConfig,
+    limits: ServerLimits,
     shards: Option<usize>,
 }
 
@@ -56,6 +63,12 @@ impl Server {
     /// Sets the protocol parameters.
     pub fn config(mut self, config: EndpointConfig) -> Server {
         self.config = config;
+        self
+    }
+
+    /// Sets the server-role limits (observers, uploads, block size).
+    pub fn limits(mut self, limits: ServerLimits) -> Server {
+        self.limits = limits;
         self
     }
 
@@ -85,11 +98,14 @@ impl Server {
                 format!("cobalt-shard-{i}"),
                 socket,
                 self.config.clone(),
-                Some(tree.clone()),
+                Some((tree.clone(), self.limits.clone())),
                 None,
             )?;
             commands.push(tx);
             threads.push(handle);
+        }
+        for o in tree.observables() {
+            o.attach(commands.clone());
         }
         tracing::info!(%local_addr, shards, "CoAP server listening");
         Ok(ServerHandle {

@@ -2,6 +2,7 @@
 //! `/.well-known/core` listing generated from it.
 
 use super::handler::{BoxFuture, MethodRouter};
+use super::observe::Observable;
 use super::request::{IntoResponse, Request, Response};
 use cobalt_proto::link_format::{self, Link};
 use cobalt_proto::message::{content_format, Code};
@@ -76,9 +77,28 @@ impl ResourceTree {
         out
     }
 
+    /// Every observable attached to a resource in the tree.
+    pub(crate) fn observables(&self) -> Vec<Observable> {
+        let mut out = Vec::new();
+        let mut stack = vec![&self.root];
+        while let Some(node) = stack.pop() {
+            if let Some(o) = node.resource.as_ref().and_then(|r| r.observable.clone()) {
+                out.push(o);
+            }
+            stack.extend(node.children.values());
+        }
+        out
+    }
+
     /// Routes a request: the handler's future, or an immediate 4.04 / 4.05, or the
     /// generated `/.well-known/core`.
     pub fn dispatch(&self, req: Request) -> Result<BoxFuture, Response> {
+        self.route(req).map(|(fut, _)| fut)
+    }
+
+    /// Like [`ResourceTree::dispatch`], also returning the resource's observable handle
+    /// when the request is a GET to an observable resource.
+    pub(crate) fn route(&self, req: Request) -> Result<(BoxFuture, Option<Observable>), Response> {
         let found = self.get(req.options().uri_path());
         if found.is_none() && req.path() == WELL_KNOWN_CORE {
             return Err(self.well_known_core(&req));
@@ -86,8 +106,12 @@ impl ResourceTree {
         let Some(resource) = found else {
             return Err(Code::NOT_FOUND.into_response());
         };
+        let observable = match req.method() {
+            Code::GET => resource.observable.clone(),
+            _ => None,
+        };
         match resource.handler(req.method()) {
-            Some(h) => Ok(h(req)),
+            Some(h) => Ok((h(req), observable)),
             None => Err(Code::METHOD_NOT_ALLOWED.into_response()),
         }
     }

@@ -1,0 +1,263 @@
+//! Server-side observe (RFC 7641): the [`Observable`] handle a resource's owner calls
+//! `changed()` on, and the per-shard registry of observation relations.
+
+use crate::runtime::driver::Command;
+use cobalt_proto::endpoint::ExchangeId;
+use cobalt_proto::message::{Message, Token};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// Observe sequence numbers are 24 bits (RFC 7641 §3.4, §4.4).
+const SEQ_MASK: u32 = 0x00ff_ffff;
+
+static NEXT_OBSERVABLE: AtomicU64 = AtomicU64::new(1);
+
+/// Chooses which observers a notification goes to.
+pub type ObserverFilter = Arc<dyn Fn(SocketAddr) -> bool + Send + Sync>;
+
+/// What a change asks the shards to do.
+#[derive(Clone)]
+pub(crate) struct Change {
+    /// The observable that changed.
+    pub observable: u64,
+    /// Only observers for which this returns true are notified (all when `None`).
+    pub filter: Option<ObserverFilter>,
+    /// Send as CON even if the policy would send NON.
+    pub confirmable: bool,
+    /// The resource is gone: send 4.04 and end every relation.
+    pub deleted: bool,
+}
+
+/// A handle to an observable resource. Attach it with
+/// [`MethodRouter::observable`](super::MethodRouter::observable); call
+/// [`Observable::changed`] whenever the resource's state changes and every observer
+/// gets a notification produced by the resource's GET handler.
+///
+/// The sequence number is taken from one counter per resource, so notifications are
+/// ordered by the resource, whichever shard sends them (thesis §5.4).
+#[derive(Clone)]
+pub struct Observable {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: u64,
+    seq: AtomicU32,
+    observers: AtomicUsize,
+    shards: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
+}
+
+impl std::fmt::Debug for Observable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observable")
+            .field("id", &self.inner.id)
+            .field("observers", &self.observer_count())
+            .finish()
+    }
+}
+
+impl Default for Observable {
+    fn default() -> Self {
+        Observable::new()
+    }
+}
+
+impl Observable {
+    /// A new handle, not yet attached to a resource.
+    pub fn new() -> Observable {
+        Observable {
+            inner: Arc::new(Inner {
+                id: NEXT_OBSERVABLE.fetch_add(1, Ordering::Relaxed),
+                seq: AtomicU32::new(2),
+                observers: AtomicUsize::new(0),
+                shards: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// The resource changed: notify every observer (NON mostly, CON as the policy says).
+    pub fn changed(&self) {
+        self.broadcast(None, false, false);
+    }
+
+    /// The resource changed: notify every observer with a confirmable notification.
+    pub fn changed_confirmable(&self) {
+        self.broadcast(None, true, false);
+    }
+
+    /// The resource changed for some observers only: `filter` picks them by address.
+    pub fn changed_for(&self, filter: impl Fn(SocketAddr) -> bool + Send + Sync + 'static) {
+        self.broadcast(Some(Arc::new(filter)), false, false);
+    }
+
+    /// The resource is gone: every observer gets 4.04 Not Found and is removed.
+    pub fn deleted(&self) {
+        self.broadcast(None, true, true);
+    }
+
+    /// Observers registered now, over all shards.
+    pub fn observer_count(&self) -> usize {
+        self.inner.observers.load(Ordering::Relaxed)
+    }
+
+    /// The sequence number the next notification will carry.
+    pub(crate) fn current_seq(&self) -> u32 {
+        self.inner.seq.load(Ordering::Relaxed) & SEQ_MASK
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    pub(crate) fn attach(&self, shards: Vec<mpsc::UnboundedSender<Command>>) {
+        let _ = self.inner.shards.set(shards);
+    }
+
+    pub(crate) fn observer_added(&self) {
+        self.inner.observers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn observer_removed(&self) {
+        let _ = self
+            .inner
+            .observers
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    fn broadcast(&self, filter: Option<ObserverFilter>, confirmable: bool, deleted: bool) {
+        self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        let Some(shards) = self.inner.shards.get() else {
+            return;
+        };
+        let change = Change {
+            observable: self.inner.id,
+            filter,
+            confirmable,
+            deleted,
+        };
+        for s in shards {
+            let _ = s.send(Command::Notify(change.clone()));
+        }
+    }
+}
+
+/// One observer of one resource.
+#[derive(Debug)]
+pub(crate) struct Relation {
+    /// The registering GET; notifications are the GET handler's answers to it.
+    pub request: Message,
+    /// Notifications sent since the last confirmable one.
+    pub since_con: u32,
+    /// When the last confirmable notification went out.
+    pub last_con: Instant,
+    /// Id and MID of the last notification (to match RST and failures, and to replace
+    /// an unacknowledged CON).
+    pub last: Option<(ExchangeId, u16)>,
+}
+
+/// Key of a relation: the observer's address and the token it registered with.
+pub(crate) type RelationKey = (SocketAddr, Token);
+
+/// The relations a shard owns, by observable.
+#[derive(Debug, Default)]
+pub(crate) struct Relations {
+    by_resource: HashMap<u64, HashMap<RelationKey, Relation>>,
+}
+
+impl Relations {
+    /// Adds or replaces a relation; true if it is new.
+    pub fn insert(&mut self, observable: u64, key: RelationKey, relation: Relation) -> bool {
+        self.by_resource
+            .entry(observable)
+            .or_default()
+            .insert(key, relation)
+            .is_none()
+    }
+
+    /// Removes a relation wherever it is; returns the observable it belonged to.
+    pub fn remove(&mut self, key: &RelationKey) -> Option<u64> {
+        let mut found = None;
+        for (obs, rels) in self.by_resource.iter_mut() {
+            if rels.remove(key).is_some() {
+                found = Some(*obs);
+                break;
+            }
+        }
+        if let Some(obs) = found {
+            if self.by_resource.get(&obs).is_some_and(HashMap::is_empty) {
+                self.by_resource.remove(&obs);
+            }
+        }
+        found
+    }
+
+    /// Finds the relation whose last notification matches.
+    pub fn find_by_last(
+        &self,
+        pred: impl Fn(&RelationKey, (ExchangeId, u16)) -> bool,
+    ) -> Option<RelationKey> {
+        self.by_resource
+            .values()
+            .flat_map(|m| m.iter())
+            .find(|(k, r)| r.last.is_some_and(|l| pred(k, l)))
+            .map(|(k, _)| *k)
+    }
+
+    /// The relations of one observable.
+    pub fn of(&mut self, observable: u64) -> Option<&mut HashMap<RelationKey, Relation>> {
+        self.by_resource.get_mut(&observable)
+    }
+
+    /// Removes and returns every relation of one observable.
+    pub fn take_all(&mut self, observable: u64) -> HashMap<RelationKey, Relation> {
+        self.by_resource.remove(&observable).unwrap_or_default()
+    }
+
+    /// Number of relations in this shard.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.by_resource.values().map(HashMap::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cobalt_proto::message::{Code, MessageType};
+
+    fn rel() -> Relation {
+        Relation {
+            request: Message::new(MessageType::Confirmable, Code::GET, 1),
+            since_con: 0,
+            last_con: Instant::now(),
+            last: None,
+        }
+    }
+
+    #[test]
+    fn insert_replace_remove() {
+        let mut r = Relations::default();
+        let key = ("127.0.0.1:1".parse().unwrap(), Token::new(&[1]).unwrap());
+        assert!(r.insert(7, key, rel()));
+        assert!(!r.insert(7, key, rel()), "same token re-registers");
+        assert_eq!(r.len(), 1);
+        assert_eq!(r.remove(&key), Some(7));
+        assert_eq!(r.remove(&key), None);
+        assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn sequence_numbers_advance_and_wrap_in_24_bits() {
+        let o = Observable::new();
+        let a = o.current_seq();
+        o.changed();
+        assert_eq!(o.current_seq(), (a + 1) & SEQ_MASK);
+        o.inner.seq.store(SEQ_MASK, Ordering::Relaxed);
+        o.changed();
+        assert_eq!(o.current_seq(), 0);
+    }
+}

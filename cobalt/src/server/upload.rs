@@ -1,0 +1,266 @@
+//! Block1 uploads (RFC 7959 §2.5): bodies arriving block by block are reassembled
+//! per peer and resource, in order, within a size limit, before the handler runs once
+//! with the whole body.
+
+use super::request::Response;
+use cobalt_proto::message::{opt, BlockValue, Code, Message};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// What to do with a request that carries Block1.
+#[derive(Debug)]
+pub(crate) enum UploadStep {
+    /// More blocks expected: answer with this (2.31 Continue) now.
+    Continue(Response),
+    /// The upload cannot go on: answer with this (4.08, 4.13, 5.03).
+    Reject(Response),
+    /// The last block arrived: run the handler with this body; echo `last` in Block1.
+    Complete { body: Vec<u8>, last: BlockValue },
+}
+
+#[derive(Debug)]
+struct Upload {
+    body: Vec<u8>,
+    szx: u8,
+    touched: Instant,
+}
+
+/// Uploads in progress in one shard.
+#[derive(Debug)]
+pub(crate) struct Uploads {
+    map: HashMap<(SocketAddr, Vec<u8>), Upload>,
+    max_body: usize,
+    max_uploads: usize,
+    idle_timeout: Duration,
+}
+
+impl Uploads {
+    pub(crate) fn new(max_body: usize, max_uploads: usize, idle_timeout: Duration) -> Uploads {
+        Uploads {
+            map: HashMap::new(),
+            max_body,
+            max_uploads,
+            idle_timeout,
+        }
+    }
+
+    /// Number of uploads in progress.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Feeds one request carrying `block`.
+    pub(crate) fn handle(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        req: &Message,
+        block: BlockValue,
+    ) -> UploadStep {
+        if let Some(size1) = req.options.get_uint(opt::SIZE1) {
+            if size1 as usize > self.max_body {
+                return UploadStep::Reject(self.too_large());
+            }
+        }
+        let key = (peer, upload_key(req));
+        if block.num == 0 {
+            if !block.more {
+                return UploadStep::Complete {
+                    body: req.payload.clone(),
+                    last: block,
+                };
+            }
+            if !self.map.contains_key(&key) && self.map.len() >= self.max_uploads {
+                let timeout = self.idle_timeout;
+                self.map
+                    .retain(|_, u| now.duration_since(u.touched) < timeout);
+                if self.map.len() >= self.max_uploads {
+                    return UploadStep::Reject(
+                        Response::new(Code::SERVICE_UNAVAILABLE)
+                            .with_max_age(5)
+                            .with_payload("too many uploads in progress; retry later"),
+                    );
+                }
+            }
+            self.map.insert(
+                key.clone(),
+                Upload {
+                    body: Vec::new(),
+                    szx: block.szx,
+                    touched: now,
+                },
+            );
+        }
+        let Some(up) = self.map.get_mut(&key) else {
+            return UploadStep::Reject(incomplete(
+                "no upload in progress for this block; start with block 0",
+            ));
+        };
+        // Blocks must come in order and (except the last) be full-sized; a client may
+        // lower the size during the transfer (§2.5), which renumbers the blocks.
+        let offset = block.offset();
+        if offset != up.body.len() || block.szx > up.szx {
+            self.map.remove(&key);
+            return UploadStep::Reject(incomplete("block out of order or of a larger size"));
+        }
+        if block.more && req.payload.len() != block.size() {
+            self.map.remove(&key);
+            return UploadStep::Reject(incomplete(
+                "a block other than the last has the wrong size",
+            ));
+        }
+        if up.body.len() + req.payload.len() > self.max_body {
+            self.map.remove(&key);
+            return UploadStep::Reject(self.too_large());
+        }
+        up.body.extend_from_slice(&req.payload);
+        up.szx = block.szx;
+        up.touched = now;
+        if block.more {
+            let ack = BlockValue {
+                more: true,
+                ..block
+            };
+            return UploadStep::Continue(
+                Response::new(Code::CONTINUE).with_option(opt::BLOCK1, encode(ack)),
+            );
+        }
+        let up = self.map.remove(&key).map(|u| u.body).unwrap_or_default();
+        UploadStep::Complete {
+            body: up,
+            last: block,
+        }
+    }
+
+    fn too_large(&self) -> Response {
+        Response::new(Code::REQUEST_ENTITY_TOO_LARGE)
+            .with_option(opt::SIZE1, encode_u32(self.max_body as u32))
+            .with_payload(format!("request body larger than {} bytes", self.max_body))
+    }
+}
+
+fn incomplete(why: &str) -> Response {
+    Response::new(Code::REQUEST_ENTITY_INCOMPLETE).with_payload(why)
+}
+
+fn encode(b: BlockValue) -> Vec<u8> {
+    encode_u32(b.encode())
+}
+
+fn encode_u32(v: u32) -> Vec<u8> {
+    cobalt_proto::message::option::encode_uint(v)
+}
+
+/// What distinguishes concurrent uploads from one peer: method, path and Request-Tag (RFC 9175).
+fn upload_key(req: &Message) -> Vec<u8> {
+    let mut k = vec![req.code.0];
+    for seg in req.options.get_all(opt::URI_PATH) {
+        k.push(b'/');
+        k.extend_from_slice(seg);
+    }
+    if let Some(tag) = req.options.get(opt::REQUEST_TAG) {
+        k.push(0);
+        k.extend_from_slice(tag);
+    }
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cobalt_proto::message::MessageType;
+
+    fn put(num: u32, more: bool, szx: u8, payload: &[u8]) -> (Message, BlockValue) {
+        let mut m = Message::new(MessageType::Confirmable, Code::PUT, num as u16);
+        m.options.set_uri_path("/up");
+        let b = BlockValue::new(num, more, szx).unwrap();
+        m.options.set_uint(opt::BLOCK1, b.encode());
+        m.payload = payload.to_vec();
+        (m, b)
+    }
+
+    fn peer() -> SocketAddr {
+        "127.0.0.1:9".parse().unwrap()
+    }
+
+    #[test]
+    fn in_order_blocks_reassemble() {
+        let mut u = Uploads::new(1000, 10, Duration::from_secs(60));
+        let now = Instant::now();
+        let data: Vec<u8> = (0..40).collect();
+        let (m, b) = put(0, true, 0, &data[..16]);
+        assert!(
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Continue(r) if r.code == Code::CONTINUE)
+        );
+        let (m, b) = put(1, true, 0, &data[16..32]);
+        assert!(matches!(
+            u.handle(now, peer(), &m, b),
+            UploadStep::Continue(_)
+        ));
+        let (m, b) = put(2, false, 0, &data[32..]);
+        match u.handle(now, peer(), &m, b) {
+            UploadStep::Complete { body, last } => {
+                assert_eq!(body, data);
+                assert_eq!(last.num, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(u.len(), 0);
+    }
+
+    #[test]
+    fn gaps_and_oversize_are_rejected() {
+        let mut u = Uploads::new(40, 10, Duration::from_secs(60));
+        let now = Instant::now();
+        let (m, b) = put(0, true, 0, &[0; 16]);
+        u.handle(now, peer(), &m, b);
+        let (m, b) = put(2, true, 0, &[0; 16]);
+        assert!(
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::REQUEST_ENTITY_INCOMPLETE)
+        );
+        let (m, b) = put(1, true, 0, &[0; 16]);
+        assert!(
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(_)),
+            "upload was discarded"
+        );
+
+        for i in 0..2 {
+            let (m, b) = put(i, true, 0, &[0; 16]);
+            assert!(matches!(
+                u.handle(now, peer(), &m, b),
+                UploadStep::Continue(_)
+            ));
+        }
+        let (m, b) = put(2, true, 0, &[0; 16]);
+        match u.handle(now, peer(), &m, b) {
+            UploadStep::Reject(r) => {
+                assert_eq!(r.code, Code::REQUEST_ENTITY_TOO_LARGE);
+                assert_eq!(r.options.get_uint(opt::SIZE1), Some(40));
+            }
+            other => panic!("{other:?}"),
+        }
+        let (mut m, b) = put(0, true, 0, &[0; 16]);
+        m.options.set_uint(opt::SIZE1, 41);
+        assert!(
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::REQUEST_ENTITY_TOO_LARGE)
+        );
+    }
+
+    #[test]
+    fn upload_cap_evicts_idle_ones_first() {
+        let mut u = Uploads::new(1000, 1, Duration::from_secs(10));
+        let t0 = Instant::now();
+        let (m, b) = put(0, true, 0, &[0; 16]);
+        u.handle(t0, peer(), &m, b);
+        let other: SocketAddr = "127.0.0.1:10".parse().unwrap();
+        assert!(
+            matches!(u.handle(t0, other, &m, b), UploadStep::Reject(r) if r.code == Code::SERVICE_UNAVAILABLE)
+        );
+        assert!(matches!(
+            u.handle(t0 + Duration::from_secs(11), other, &m, b),
+            UploadStep::Continue(_)
+        ));
+    }
+}
