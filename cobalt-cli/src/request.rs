@@ -25,6 +25,11 @@ pub struct RequestArgs {
     /// Send a non-confirmable request.
     #[arg(long)]
     pub non: bool,
+    /// Block size for block-wise transfer: 16, 32, 64, 128, 256, 512 or 1024 bytes
+    /// (uploads use it; downloads ask the server for it). Default: 1024 for uploads,
+    /// the server's choice for downloads.
+    #[arg(short = 'b', long)]
+    pub block_size: Option<usize>,
     /// Give up after this many seconds overall.
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
@@ -89,6 +94,11 @@ fn build(
     }
     if args.non {
         b = b.non_confirmable();
+    }
+    if let Some(size) = args.block_size {
+        b = b
+            .block_size(size)
+            .map_err(|e| (exit::USAGE, e.to_string()))?;
     }
     Ok(b)
 }

@@ -9,4 +9,5 @@ pub mod blockwise;
 pub mod endpoint;
 pub mod link_format;
 pub mod message;
+pub mod observe;
 pub mod uri;

@@ -1024,6 +1024,10 @@ impl Endpoint {
 }
 
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod sim_block_observe_tests;
+#[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
 mod tests;

@@ -7,72 +7,9 @@
 //! - a response carries what the handler produced for that very request;
 //! - once the lifetimes have passed, no state is left in any endpoint.
 
+use super::sim::{NetConfig, Sim};
 use super::*;
 use crate::message::{Code, Message, MessageType};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
-struct NetConfig {
-    loss: f64,
-    duplicate: f64,
-    max_delay_ms: u64,
-}
-
-/// A datagram on the simulated wire: (delivery time, sequence, from, to, bytes).
-type InFlight = Reverse<(Instant, u64, usize, usize, Vec<u8>)>;
-
-struct Sim {
-    now: Instant,
-    rng: StdRng,
-    net: NetConfig,
-    in_flight: BinaryHeap<InFlight>,
-    seq: u64,
-    nodes: Vec<Endpoint>,
-    addrs: Vec<SocketAddr>,
-}
-
-impl Sim {
-    fn send(&mut self, from: usize, tx: Transmit) {
-        let Some(to) = self.addrs.iter().position(|a| *a == tx.peer) else {
-            return;
-        };
-        let copies = if self.rng.random_bool(self.net.duplicate) {
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            if self.rng.random_bool(self.net.loss) {
-                continue;
-            }
-            let delay = Duration::from_millis(self.rng.random_range(1..=self.net.max_delay_ms));
-            self.seq += 1;
-            self.in_flight.push(Reverse((
-                self.now + delay,
-                self.seq,
-                from,
-                to,
-                tx.bytes.clone(),
-            )));
-        }
-    }
-
-    fn flush(&mut self, node: usize) {
-        while let Some(tx) = self.nodes[node].poll_transmit() {
-            self.send(node, tx);
-        }
-    }
-
-    /// The next instant anything happens, if anything is left to happen.
-    fn next_instant(&self) -> Option<Instant> {
-        let net = self.in_flight.peek().map(|Reverse((t, ..))| *t);
-        let timers = self.nodes.iter().filter_map(Endpoint::poll_timeout).min();
-        match (net, timers) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
 
 #[derive(Default)]
 struct Outcome {
@@ -88,25 +25,8 @@ fn run(
     clients: usize,
     requests_each: usize,
 ) -> (Outcome, Sim, Vec<Vec<RequestId>>) {
-    let start = Instant::now();
-    let mut addrs = vec!["10.0.0.1:5683".parse().unwrap()];
-    addrs.extend((0..clients).map(|i| {
-        format!("10.1.0.{}:4{:04}", i + 1, i)
-            .parse::<SocketAddr>()
-            .unwrap()
-    }));
-    let nodes = (0..=clients)
-        .map(|i| Endpoint::with_seed(EndpointConfig::default(), start, seed * 1000 + i as u64))
-        .collect();
-    let mut sim = Sim {
-        now: start,
-        rng: StdRng::seed_from_u64(seed),
-        net,
-        in_flight: BinaryHeap::new(),
-        seq: 0,
-        nodes,
-        addrs,
-    };
+    let mut sim = Sim::new(seed, net, clients + 1);
+    let start = sim.now;
     let mut out = Outcome::default();
     let mut ids: Vec<Vec<RequestId>> = vec![Vec::new(); clients + 1];
     let mut expected: HashMap<(usize, RequestId), Vec<u8>> = HashMap::new();
@@ -124,26 +44,11 @@ fn run(
             expected.insert((c, id), m.payload);
             ids[c].push(id);
         }
-        sim.flush(c);
     }
     // The server answers some requests late: (due, exchange, payload).
     let mut late: Vec<(Instant, ExchangeId, Vec<u8>)> = Vec::new();
     let horizon = start + Duration::from_secs(2000);
-    while let Some(next) = sim.next_instant() {
-        let next = late.iter().map(|l| l.0).min().map_or(next, |l| l.min(next));
-        if next > horizon {
-            break;
-        }
-        sim.now = next;
-        let now = sim.now;
-        while matches!(sim.in_flight.peek(), Some(Reverse((t, ..))) if *t <= now) {
-            let Reverse((_, _, from, to, bytes)) = sim.in_flight.pop().unwrap();
-            let from_addr = sim.addrs[from];
-            sim.nodes[to].handle_datagram(now, from_addr, &bytes);
-        }
-        for n in 0..sim.nodes.len() {
-            sim.nodes[n].handle_timeout(now);
-        }
+    while let Some(now) = sim.advance(late.iter().map(|l| l.0).min(), horizon) {
         // Server application.
         while let Some(ev) = sim.nodes[0].poll_event() {
             if let Event::Request { id, request, .. } = ev {
@@ -188,9 +93,6 @@ fn run(
                     other => panic!("unexpected client event {other:?}"),
                 }
             }
-        }
-        for n in 0..sim.nodes.len() {
-            sim.flush(n);
         }
     }
     (out, sim, ids)

@@ -5,6 +5,7 @@ use crate::runtime::driver::{Command, ReplyTo};
 use crate::server::Response;
 use crate::{Error, Result};
 use cobalt_proto::message::{opt, Message};
+use cobalt_proto::observe::is_fresh;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -152,32 +153,4 @@ fn start(client: &Client, peer: SocketAddr, request: Message) -> Result<Started>
             armed: true,
         },
     ))
-}
-
-/// RFC 7641 §3.4: is notification (v2, t2) newer than (v1, t1)?
-pub(crate) fn is_fresh(v1: u32, t1: Instant, v2: u32, t2: Instant) -> bool {
-    const HALF: u32 = 1 << 23;
-    (v1 < v2 && v2 - v1 < HALF) || (v1 > v2 && v1 - v2 > HALF) || t2 > t1 + Duration::from_secs(128)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn freshness_follows_rfc7641_3_4() {
-        let t = Instant::now();
-        assert!(is_fresh(5, t, 6, t));
-        assert!(!is_fresh(6, t, 5, t), "older");
-        assert!(!is_fresh(6, t, 6, t), "same");
-        assert!(is_fresh(0x00ff_fffe, t, 1, t), "24-bit wrap");
-        assert!(
-            !is_fresh(1, t, 0x00ff_fffe, t),
-            "far behind counts as older"
-        );
-        assert!(
-            is_fresh(6, t, 5, t + Duration::from_secs(129)),
-            "after 128 s anything goes"
-        );
-    }
 }

@@ -11,8 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tokio::sync::mpsc;
 
-/// Observe sequence numbers are 24 bits (RFC 7641 §3.4, §4.4).
-const SEQ_MASK: u32 = 0x00ff_ffff;
+use cobalt_proto::observe::SEQ_MASK;
 
 static NEXT_OBSERVABLE: AtomicU64 = AtomicU64::new(1);
 
