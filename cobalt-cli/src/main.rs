@@ -16,12 +16,16 @@ struct Cli {
 enum Command {
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
+    /// Raw floor responder for `cobalt bench`: answers every request with 2.05 "hello world".
+    #[command(name = "bench-responder", hide = true)]
+    BenchResponder(bench::responder::ResponderArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::BenchResponder(args) => bench::responder::main(args),
     };
     std::process::exit(code);
 }

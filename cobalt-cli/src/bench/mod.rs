@@ -1,16 +1,517 @@
 //! `cobalt bench`: CoAPBench, the paper's load generator (issue 4).
+//!
+//! Closed loop: `-c N` virtual clients, each with its own UDP socket and at most one
+//! request in flight, driven by a few OS threads that each run an epoll loop (see
+//! [`client`]). A sweep runs one step per concurrency and prints one result line per
+//! step. `cobalt bench-responder` ([`responder`]) is the raw floor to compare against.
 
-use clap::Args;
+mod args;
+mod client;
+mod output;
+mod plot;
+mod procfs;
+pub mod responder;
+mod stats;
+mod sys;
 
-/// Arguments of `cobalt bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Target URI, e.g. coap://127.0.0.1:5683/benchmark
+pub use args::BenchArgs;
+
+use args::{parse_sweep, parse_uri, seconds, Target};
+use client::{run_thread, StepShared};
+use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
+use output::{Format, RunInfo};
+use stats::{Recorder, ServerUsage, StepResult};
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+use sys::{interrupted, now_ns};
+
+/// File descriptors kept in reserve beyond one per client and one per thread.
+const FD_RESERVE: u64 = 64;
+
+/// A validated benchmark configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// URI as given.
     pub uri: String,
+    /// Resolved server address.
+    pub target: SocketAddr,
+    /// Encoded request template (8-byte token, MID 0).
+    pub template: Vec<u8>,
+    /// CON (true) or NON requests.
+    pub confirmable: bool,
+    /// Method name, for the report.
+    pub method: &'static str,
+    /// Concurrency of each step.
+    pub steps: Vec<usize>,
+    /// Measured time per step.
+    pub duration: Duration,
+    /// Warm-up per step.
+    pub warmup: Duration,
+    /// Pause between steps.
+    pub cooldown: Duration,
+    /// Request timeout.
+    pub timeout: Duration,
+    /// Load-generator threads.
+    pub threads: usize,
+    /// Server process to sample.
+    pub server_pid: Option<u32>,
+    /// Progress on stderr.
+    pub progress: bool,
+}
+
+impl Config {
+    /// Validates the arguments; the error is a one-line message for exit code 2.
+    pub fn from_args(a: &BenchArgs) -> Result<Config, String> {
+        let target = parse_uri(&a.uri)?;
+        let addr = target.resolve()?;
+        let steps = parse_sweep(&a.clients)?;
+        if a.threads == 0 || a.threads > 1024 {
+            return Err(format!(
+                "invalid --threads {}: expected 1 to 1024",
+                a.threads
+            ));
+        }
+        if let Some(pid) = a.server_pid {
+            if procfs::cpu_seconds(pid).is_none() {
+                return Err(format!("--server-pid {pid}: cannot read /proc/{pid}/stat"));
+            }
+        }
+        let confirmable = !a.non;
+        Ok(Config {
+            uri: a.uri.clone(),
+            target: addr,
+            template: request_template(&target, a.method.code(), confirmable, a.payload.as_deref()),
+            confirmable,
+            method: a.method.name(),
+            steps,
+            duration: seconds("duration", a.duration, false)?,
+            warmup: seconds("warmup", a.warmup, true)?,
+            cooldown: seconds("cooldown", a.cooldown, true)?,
+            timeout: seconds("timeout", a.timeout, false)?,
+            threads: a.threads,
+            server_pid: a.server_pid,
+            progress: !a.quiet,
+        })
+    }
+}
+
+/// Encodes the request every client sends, with a zero 8-byte token and MID 0 that are
+/// patched per request.
+pub fn request_template(
+    t: &Target,
+    code: Code,
+    confirmable: bool,
+    payload: Option<&str>,
+) -> Vec<u8> {
+    let mtype = if confirmable {
+        MessageType::Confirmable
+    } else {
+        MessageType::NonConfirmable
+    };
+    let mut m = Message::new(mtype, code, 0);
+    m.token = Token::new(&[0; 8]).unwrap_or(Token::EMPTY);
+    if t.host.parse::<std::net::IpAddr>().is_err() {
+        m.options.push(opt::URI_HOST, t.host.as_bytes());
+    }
+    for seg in &t.path {
+        m.options.push(opt::URI_PATH, seg.as_bytes());
+    }
+    for q in &t.query {
+        m.options.push(opt::URI_QUERY, q.as_bytes());
+    }
+    if let Some(p) = payload {
+        m.payload = p.as_bytes().to_vec();
+    }
+    encode(&m)
 }
 
 /// Runs the benchmark; returns the process exit code.
 pub fn run(args: BenchArgs) -> i32 {
-    eprintln!("cobalt bench {}: not built yet", args.uri);
-    2
+    let cfg = match Config::from_args(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cobalt bench: {e}");
+            return 2;
+        }
+    };
+    let format = if args.json {
+        Format::Json
+    } else if args.csv {
+        Format::Csv
+    } else {
+        Format::Table
+    };
+    let max_clients = cfg.steps.iter().copied().max().unwrap_or(1) as u64;
+    let limit = sys::raise_fd_limit();
+    let available = limit.saturating_sub(sys::open_fds());
+    let needed = max_clients + cfg.threads as u64 + FD_RESERVE;
+    if needed > available {
+        eprintln!(
+            "cobalt bench: {max_clients} clients need about {needed} file descriptors but only \
+             {available} are available (limit {limit}); raise it with `ulimit -n {}` \
+             (hard limit: `ulimit -Hn`)",
+            needed + sys::open_fds()
+        );
+        return 1;
+    }
+    sys::install_sigint_handler();
+    let info = RunInfo {
+        uri: cfg.uri.clone(),
+        target: cfg.target.to_string(),
+        method: cfg.method.to_string(),
+        message_type: if cfg.confirmable { "CON" } else { "NON" }.to_string(),
+        duration_s: cfg.duration.as_secs_f64(),
+        warmup_s: cfg.warmup.as_secs_f64(),
+        timeout_s: cfg.timeout.as_secs_f64(),
+        threads: cfg.threads,
+        server_pid: cfg.server_pid,
+    };
+    let with_server = cfg.server_pid.is_some();
+    let mut out = std::io::stdout().lock();
+    if let Some(h) = output::header(format, with_server) {
+        let _ = writeln!(out, "{h}");
+        let _ = out.flush();
+    }
+    let mut results = Vec::new();
+    let mut code = 0;
+    for (i, &clients) in cfg.steps.iter().enumerate() {
+        if interrupted() {
+            break;
+        }
+        if i > 0 && !sleep_interruptible(cfg.cooldown) {
+            break;
+        }
+        match run_step(&cfg, clients) {
+            Ok(r) => {
+                if let Some(line) = output::row(format, &r, with_server) {
+                    let _ = writeln!(out, "{line}");
+                    let _ = out.flush();
+                }
+                results.push(r);
+            }
+            Err(e) => {
+                eprintln!("cobalt bench: {e}");
+                code = 1;
+                break;
+            }
+        }
+    }
+    if interrupted() {
+        eprintln!("cobalt bench: interrupted, results are partial");
+        code = 130;
+    }
+    if format == Format::Json {
+        let _ = writeln!(out, "{}", output::json(&info, &results, interrupted()));
+    }
+    if let Some(path) = &args.plot {
+        if !results.is_empty() {
+            let svg = plot::svg(&info, &results);
+            if let Err(e) = std::fs::write(path, svg) {
+                eprintln!("cobalt bench: cannot write {}: {e}", path.display());
+                code = code.max(1);
+            }
+        }
+    }
+    code
+}
+
+/// Sleeps for `d` unless Ctrl-C comes first; returns false when interrupted.
+fn sleep_interruptible(d: Duration) -> bool {
+    let end = now_ns() + d.as_nanos() as u64;
+    loop {
+        if interrupted() {
+            return false;
+        }
+        let now = now_ns();
+        if now >= end {
+            return true;
+        }
+        std::thread::sleep(Duration::from_nanos((end - now).min(50_000_000)));
+    }
+}
+
+/// Runs one step with `clients` virtual clients.
+pub fn run_step(cfg: &Config, clients: usize) -> Result<StepResult, String> {
+    let threads = cfg.threads.clamp(1, clients.max(1));
+    let shared = StepShared {
+        target: cfg.target,
+        template: cfg.template.clone(),
+        timeout_ns: cfg.timeout.as_nanos() as u64,
+        ready: AtomicUsize::new(0),
+        go: AtomicBool::new(false),
+        measure_start_ns: AtomicU64::new(0),
+        end_ns: AtomicU64::new(0),
+        abort: AtomicBool::new(false),
+        progress: AtomicU64::new(0),
+    };
+    let mut seed = random_seed();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let share = clients / threads + usize::from(t < clients % threads);
+                let shared = &shared;
+                let seed = client_seed(&mut seed);
+                std::thread::Builder::new()
+                    .name(format!("bench-{t}"))
+                    .spawn_scoped(s, move || run_thread(shared, share, seed))
+                    .map_err(|e| format!("cannot start a load-generator thread: {e}"))
+            })
+            .collect();
+        let spawned = handles.iter().filter(|h| h.is_ok()).count();
+        if spawned < threads {
+            shared.abort.store(true, Ordering::SeqCst);
+        }
+        while shared.ready.load(Ordering::SeqCst) < spawned {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let start = now_ns();
+        let (measure_start, end) = if shared.abort.load(Ordering::SeqCst) {
+            (start, start)
+        } else {
+            let m = start + cfg.warmup.as_nanos() as u64;
+            (m, m + cfg.duration.as_nanos() as u64)
+        };
+        shared
+            .measure_start_ns
+            .store(measure_start, Ordering::SeqCst);
+        shared.end_ns.store(end, Ordering::SeqCst);
+        shared.go.store(true, Ordering::SeqCst);
+
+        let usage = monitor(cfg, clients, &shared, measure_start, end);
+        let stopped = now_ns().min(end);
+
+        let mut total = Recorder::new();
+        let mut first_err = None;
+        for h in handles {
+            let res = match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err("a load-generator thread panicked".into())),
+                Err(e) => Err(e),
+            };
+            match res {
+                Ok(r) => total.merge(&r),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let partial = stopped < end;
+        let duration = stopped.saturating_sub(measure_start) as f64 / 1e9;
+        Ok(StepResult::from_recorder(
+            clients, duration, &total, usage, partial,
+        ))
+    })
+}
+
+/// Reads eight random bytes from the kernel, falling back to the clock.
+fn random_seed() -> u64 {
+    let mut seed = 0u64;
+    // SAFETY: writes at most 8 bytes into `seed`.
+    let n = unsafe { libc::getrandom((&mut seed as *mut u64).cast(), 8, 0) };
+    if n != 8 {
+        seed = now_ns() ^ (u64::from(std::process::id()) << 32);
+    }
+    seed
+}
+
+fn client_seed(state: &mut u64) -> u64 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *state ^ (*state >> 29)
+}
+
+/// Watches the running step: samples the server's CPU time at the start and end of the
+/// measured window and prints progress once a second. Returns the server figures.
+fn monitor(
+    cfg: &Config,
+    clients: usize,
+    shared: &StepShared,
+    measure_start: u64,
+    end: u64,
+) -> Option<ServerUsage> {
+    let tty = std::io::stderr().is_terminal();
+    let mut cpu_start = None;
+    let mut last_tick = now_ns();
+    let mut last_count = 0u64;
+    let mut printed = false;
+    loop {
+        let now = now_ns();
+        if now >= end || interrupted() {
+            break;
+        }
+        if cpu_start.is_none() && now >= measure_start {
+            cpu_start = cfg.server_pid.and_then(procfs::cpu_seconds);
+        }
+        if cfg.progress && now >= last_tick + 1_000_000_000 {
+            let count = shared.progress.load(Ordering::Relaxed);
+            let rate = (count - last_count) as f64 * 1e9 / (now - last_tick) as f64;
+            let line = if now < measure_start {
+                format!(
+                    "[{clients} clients] warming up, {:.1}s left  {rate:.0} req/s",
+                    (measure_start - now) as f64 / 1e9
+                )
+            } else {
+                format!(
+                    "[{clients} clients] {:.0}/{:.0}s  {rate:.0} req/s",
+                    (now - measure_start) as f64 / 1e9,
+                    (end - measure_start) as f64 / 1e9
+                )
+            };
+            if tty {
+                eprint!("\r\x1b[K{line}");
+            } else {
+                eprintln!("{line}");
+            }
+            printed = true;
+            last_tick = now;
+            last_count = count;
+        }
+        let mut wake = end.min(last_tick + 1_000_000_000);
+        if cpu_start.is_none() && measure_start > now {
+            wake = wake.min(measure_start);
+        }
+        let nap = wake.saturating_sub(now).clamp(1_000, 50_000_000);
+        std::thread::sleep(Duration::from_nanos(nap));
+    }
+    if printed && tty {
+        eprint!("\r\x1b[K");
+    }
+    let pid = cfg.server_pid?;
+    let cpu_end = procfs::cpu_seconds(pid);
+    Some(ServerUsage {
+        cpu_s: match (cpu_start, cpu_end) {
+            (Some(a), Some(b)) => (b - a).max(0.0),
+            _ => 0.0,
+        },
+        rss_kb: procfs::rss_kb(pid),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::sync::Arc;
+
+    fn config(target: SocketAddr, timeout_ms: u64) -> Config {
+        let t = parse_uri(&format!("coap://{target}/bench")).unwrap();
+        Config {
+            uri: format!("coap://{target}/bench"),
+            target,
+            template: request_template(&t, Code::GET, true, None),
+            confirmable: true,
+            method: "GET",
+            steps: vec![4],
+            duration: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+            cooldown: Duration::ZERO,
+            timeout: Duration::from_millis(timeout_ms),
+            threads: 1,
+            server_pid: None,
+            progress: false,
+        }
+    }
+
+    #[test]
+    fn template_layout() {
+        let t = parse_uri("coap://example.org/a/b?x=1").unwrap();
+        let bytes = request_template(&t, Code::POST, false, Some("hi"));
+        assert_eq!(bytes[0], 0x58); // v1, NON, TKL 8
+        assert_eq!(bytes[1], Code::POST.0);
+        let m = cobalt_proto::message::decode(&bytes).unwrap();
+        assert_eq!(m.options.uri_path_string(), "/a/b");
+        assert_eq!(m.options.get(opt::URI_HOST), Some(&b"example.org"[..]));
+        assert_eq!(m.payload, b"hi");
+    }
+
+    #[test]
+    fn bench_against_raw_responder() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = sock.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
+        let mut cfg = config(addr, 2000);
+        cfg.threads = 2;
+        let r = run_step(&cfg, 4).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        let answered = server.join().unwrap();
+        assert!(r.completed > 0, "{r:?}");
+        assert_eq!(r.lost, 0, "{r:?}");
+        assert_eq!((r.errors, r.resets), (0, 0), "{r:?}");
+        assert!(answered >= r.completed);
+        assert!(r.p50_us > 0.0 && r.p50_us <= r.p99_us && r.p99_us <= r.max_us);
+
+        // NON requests get NON responses, matched by token.
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = sock.local_addr().unwrap();
+        let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
+        let mut cfg = config(addr, 2000);
+        let t = parse_uri("coap://127.0.0.1/x").unwrap();
+        cfg.template = request_template(&t, Code::GET, false, None);
+        cfg.confirmable = false;
+        let r = run_step(&cfg, 4).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        assert!(r.completed > 0 && r.lost == 0, "{r:?}");
+    }
+
+    #[test]
+    fn nothing_listening_finishes_with_losses() {
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let cfg = config(port, 300);
+        let started = std::time::Instant::now();
+        let r = run_step(&cfg, 4).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(r.completed, 0);
+        assert!(r.lost > 0 && r.errors > 0, "{r:?}");
+    }
+
+    #[test]
+    fn garbage_and_resets_are_counted() {
+        // A server that answers every request with garbage, then with RST.
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = sock.local_addr().unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            let mut n_req = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                if n < 4 {
+                    continue;
+                }
+                n_req += 1;
+                let reply: Vec<u8> = if n_req.is_multiple_of(2) {
+                    vec![0x70, 0, buf[2], buf[3]]
+                } else {
+                    vec![0xff, 0x00, 0x01]
+                };
+                let _ = sock.send_to(&reply, from);
+            }
+        });
+        let cfg = config(addr, 300);
+        let r = run_step(&cfg, 4).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        assert_eq!(r.completed, 0, "{r:?}");
+        assert!(r.errors > 0 && r.resets > 0, "{r:?}");
+    }
 }
