@@ -35,6 +35,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
 
+    /// Open loop: send this many requests per second in total, on a fixed schedule, and
+    /// measure latency from each request's intended send time. Without it, each client
+    /// sends its next request as soon as the previous one ends (closed loop).
+    #[arg(long, value_name = "REQ_PER_S")]
+    pub rate: Option<f64>,
+
     /// Send non-confirmable (NON) requests instead of confirmable ones.
     #[arg(long)]
     pub non: bool,

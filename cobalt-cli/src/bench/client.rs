@@ -1,9 +1,12 @@
 //! The closed-loop load generator: one epoll loop per OS thread over that thread's share of
 //! the virtual clients, each client with its own non-blocking, connected UDP socket.
 //!
-//! A client has at most one request in flight. It sends the next one as soon as the
-//! previous is answered, reset, rejected as garbage, or timed out; nothing is ever
-//! retransmitted. Responses are matched by MID (piggybacked ACK, RST) and token
+//! A client has at most one request in flight; nothing is ever retransmitted. In the
+//! closed loop (the default) it sends the next request as soon as the previous one is
+//! answered, reset, rejected as garbage, or timed out. In the open loop (`--rate`) each
+//! thread has a schedule of intended send times; a due request goes out on an idle
+//! client, or waits for one, and its latency is measured from its intended time, so a
+//! slow server cannot hide its queueing delay (no coordinated omission). Responses are matched by MID (piggybacked ACK, RST) and token
 //! (separate response); anything else on the socket is a stray or duplicate and ignored.
 
 use super::stats::Recorder;
@@ -46,8 +49,16 @@ pub struct StepShared {
 
 /// Runs one thread's share (`clients` virtual clients) of a step: opens the sockets,
 /// reports `ready`, waits for `go`, then runs the epoll loop until the step ends.
-pub fn run_thread(shared: &StepShared, clients: usize, seed: u64) -> Result<Recorder, String> {
-    let setup = Worker::new(shared, clients, seed);
+///
+/// `interval_ns` selects the open loop: one request every `interval_ns` nanoseconds
+/// from this thread.
+pub fn run_thread(
+    shared: &StepShared,
+    clients: usize,
+    seed: u64,
+    interval_ns: Option<u64>,
+) -> Result<Recorder, String> {
+    let setup = Worker::new(shared, clients, seed, interval_ns);
     if setup.is_err() {
         shared.abort.store(true, Ordering::SeqCst);
     }
@@ -66,6 +77,9 @@ struct Client {
     mid: u16,
     token: [u8; TOKEN_LEN],
     sent_at: u64,
+    /// When the request was meant to be sent: `sent_at` in the closed loop, its slot in
+    /// the schedule in the open loop. Latency is measured from here.
+    intended: u64,
     outstanding: bool,
 }
 
@@ -89,6 +103,57 @@ struct Worker<'a> {
     rec: Recorder,
     measure_start: u64,
     end: u64,
+    /// Open loop: nanoseconds between intended sends.
+    interval: Option<u64>,
+    /// Open loop: intended time of the next request.
+    next_due: u64,
+    /// Open loop: clients with no request in flight.
+    idle: Vec<u32>,
+}
+
+/// `epoll_wait` with a nanosecond timeout: `epoll_pwait2` where the kernel has it
+/// (Linux 5.11+), millisecond `epoll_wait` otherwise.
+struct Waiter {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pwait2: bool,
+}
+
+impl Waiter {
+    fn new() -> Waiter {
+        Waiter {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            pwait2: true,
+        }
+    }
+
+    /// Waits up to `timeout_ns`; returns the number of ready events (0 on timeout or
+    /// signal).
+    fn wait(&mut self, epfd: i32, events: &mut [libc::epoll_event], timeout_ns: u64) -> usize {
+        let max = events.len().min(i32::MAX as usize) as i32;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if self.pwait2 {
+            let ts = libc::timespec {
+                tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+            };
+            // SAFETY: `events` has `max` writable entries; `ts` outlives the call; a null
+            // sigmask means "do not change it".
+            let n = unsafe {
+                libc::epoll_pwait2(epfd, events.as_mut_ptr(), max, &ts, std::ptr::null())
+            };
+            if n >= 0 {
+                return n as usize;
+            }
+            if errno() != libc::ENOSYS {
+                return 0;
+            }
+            self.pwait2 = false;
+        }
+        let ms = timeout_ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32;
+        // SAFETY: `events` has `max` writable entries.
+        let n = unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), max, ms) };
+        n.max(0) as usize
+    }
 }
 
 /// Next value of a splitmix64 generator: fast and good enough for unpredictable tokens.
@@ -114,7 +179,12 @@ fn socket_error(e: std::io::Error, opened: usize, wanted: usize) -> String {
 }
 
 impl<'a> Worker<'a> {
-    fn new(shared: &'a StepShared, n: usize, seed: u64) -> Result<Worker<'a>, String> {
+    fn new(
+        shared: &'a StepShared,
+        n: usize,
+        seed: u64,
+        interval: Option<u64>,
+    ) -> Result<Worker<'a>, String> {
         // SAFETY: epoll_create1 has no pointer arguments.
         let efd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if efd < 0 {
@@ -151,6 +221,7 @@ impl<'a> Worker<'a> {
                 mid: splitmix(&mut rng) as u16,
                 token: [0; TOKEN_LEN],
                 sent_at: 0,
+                intended: 0,
                 outstanding: false,
             });
         }
@@ -164,6 +235,9 @@ impl<'a> Worker<'a> {
             rec: Recorder::new(),
             measure_start: 0,
             end: 0,
+            interval: interval.map(|i| i.max(1)),
+            next_due: 0,
+            idle: Vec::new(),
         })
     }
 
@@ -180,12 +254,19 @@ impl<'a> Worker<'a> {
         let scan_every = (timeout / 20).clamp(1_000_000, 50_000_000);
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
         let start = now_ns();
-        for i in 0..self.clients.len() {
-            self.send_request(i, start);
+        if self.interval.is_some() {
+            self.idle = (0..self.clients.len() as u32).rev().collect();
+            self.next_due = start;
+            self.dispatch(start);
+        } else {
+            for i in 0..self.clients.len() {
+                self.send_request(i, start, start);
+            }
         }
         let mut next_scan = start + scan_every;
         let mut reported = 0u64;
         let mut done = 0u64;
+        let mut waiter = Waiter::new();
         loop {
             let now = now_ns();
             if now >= self.end || interrupted() {
@@ -195,22 +276,20 @@ impl<'a> Worker<'a> {
                 self.expire(now, timeout);
                 next_scan = now + scan_every;
             }
-            let wait_ns = next_scan.min(self.end).saturating_sub(now);
-            let wait_ms = wait_ns.div_ceil(1_000_000).min(MAX_WAIT_MS) as i32;
-            // SAFETY: `events` holds MAX_EVENTS writable entries.
-            let n = unsafe {
-                libc::epoll_wait(
-                    self.epoll.0,
-                    events.as_mut_ptr(),
-                    MAX_EVENTS as i32,
-                    wait_ms,
-                )
-            };
-            if n <= 0 {
+            if self.interval.is_some() {
+                self.dispatch(now);
+            }
+            let mut wake = next_scan.min(self.end);
+            if self.interval.is_some() && !self.idle.is_empty() {
+                wake = wake.min(self.next_due);
+            }
+            let wait_ns = wake.saturating_sub(now).min(MAX_WAIT_MS * 1_000_000);
+            let n = waiter.wait(self.epoll.0, &mut events, wait_ns);
+            if n == 0 {
                 continue; // timeout, or EINTR from Ctrl-C
             }
             let t_rx = now_ns();
-            for ev in &events[..n as usize] {
+            for ev in &events[..n] {
                 let idx = ev.u64 as usize;
                 if idx < self.clients.len() && self.on_readable(idx, t_rx) {
                     done += 1;
@@ -225,6 +304,33 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Open loop: sends every request that is due, as long as there are idle clients.
+    fn dispatch(&mut self, now: u64) {
+        let Some(interval) = self.interval else {
+            return;
+        };
+        while self.next_due <= now {
+            let Some(i) = self.idle.pop() else {
+                break; // requests queue up; their latency keeps counting from `next_due`
+            };
+            let due = self.next_due;
+            self.send_request(i as usize, now, due);
+            self.next_due += interval;
+        }
+    }
+
+    /// Called when client `i`'s exchange is over: in the closed loop it sends the next
+    /// request at once, in the open loop it waits for the schedule.
+    fn finish(&mut self, i: usize, now: u64) {
+        self.clients[i].outstanding = false;
+        if self.interval.is_some() {
+            self.idle.push(i as u32);
+            self.dispatch(now);
+        } else {
+            self.send_request(i, now, now);
+        }
+    }
+
     /// Counts timed-out requests as lost and starts fresh ones.
     fn expire(&mut self, now: u64, timeout: u64) {
         for i in 0..self.clients.len() {
@@ -233,13 +339,14 @@ impl<'a> Worker<'a> {
                 if self.in_window(now) {
                     self.rec.lost += 1;
                 }
-                self.send_request(i, now);
+                self.finish(i, now);
             }
         }
     }
 
-    /// Sends a fresh request (new MID and token) from client `i`.
-    fn send_request(&mut self, i: usize, now: u64) {
+    /// Sends a fresh request (new MID and token) from client `i`; `intended` is when it
+    /// was meant to go out.
+    fn send_request(&mut self, i: usize, now: u64, intended: u64) {
         let token = splitmix(&mut self.rng).to_ne_bytes();
         let c = &mut self.clients[i];
         c.mid = c.mid.wrapping_add(1);
@@ -248,6 +355,7 @@ impl<'a> Worker<'a> {
         self.sbuf[TOKEN_AT..TOKEN_AT + TOKEN_LEN].copy_from_slice(&token);
         let t = now_ns().max(now);
         c.sent_at = t;
+        c.intended = intended.min(t);
         c.outstanding = true;
         // SAFETY: the socket is open and `sbuf` is a valid buffer of that length.
         let r = unsafe {
@@ -302,26 +410,25 @@ impl<'a> Worker<'a> {
                 if let Some(mid) = ack_mid {
                     self.send_empty_ack(i, mid);
                 }
-                self.clients[i].outstanding = false;
                 if self.in_window(t_rx) {
-                    let sent_at = self.clients[i].sent_at;
-                    self.rec.complete(t_rx.saturating_sub(sent_at));
+                    let intended = self.clients[i].intended;
+                    self.rec.complete(t_rx.saturating_sub(intended));
                 }
-                self.send_request(i, t_rx);
+                self.finish(i, t_rx);
                 return true;
             }
             Reply::Reset => {
                 if self.in_window(t_rx) {
                     self.rec.resets += 1;
                 }
-                self.send_request(i, t_rx);
+                self.finish(i, t_rx);
             }
             Reply::Garbage => {
                 if self.in_window(t_rx) {
                     self.rec.errors += 1;
                 }
                 if self.clients[i].outstanding {
-                    self.send_request(i, t_rx);
+                    self.finish(i, t_rx);
                 }
             }
             Reply::Stray { ack_mid } => {
@@ -403,6 +510,7 @@ mod tests {
             mid,
             token,
             sent_at: 0,
+            intended: 0,
             outstanding,
         }
     }

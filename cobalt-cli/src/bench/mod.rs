@@ -55,6 +55,8 @@ pub struct Config {
     pub timeout: Duration,
     /// Load-generator threads.
     pub threads: usize,
+    /// Open-loop rate in requests/s; `None` for the closed loop.
+    pub rate: Option<f64>,
     /// Server process to sample.
     pub server_pid: Option<u32>,
     /// Progress on stderr.
@@ -78,6 +80,13 @@ impl Config {
                 return Err(format!("--server-pid {pid}: cannot read /proc/{pid}/stat"));
             }
         }
+        if let Some(r) = a.rate {
+            if !r.is_finite() || r <= 0.0 || r > 1e9 {
+                return Err(format!(
+                    "invalid --rate {r}: expected requests per second above 0"
+                ));
+            }
+        }
         let confirmable = !a.non;
         Ok(Config {
             uri: a.uri.clone(),
@@ -91,6 +100,7 @@ impl Config {
             cooldown: seconds("cooldown", a.cooldown, true)?,
             timeout: seconds("timeout", a.timeout, false)?,
             threads: a.threads,
+            rate: a.rate,
             server_pid: a.server_pid,
             progress: !a.quiet,
         })
@@ -166,6 +176,7 @@ pub fn run(args: BenchArgs) -> i32 {
         warmup_s: cfg.warmup.as_secs_f64(),
         timeout_s: cfg.timeout.as_secs_f64(),
         threads: cfg.threads,
+        rate: cfg.rate,
         server_pid: cfg.server_pid,
     };
     let with_server = cfg.server_pid.is_some();
@@ -253,9 +264,13 @@ pub fn run_step(cfg: &Config, clients: usize) -> Result<StepResult, String> {
                 let share = clients / threads + usize::from(t < clients % threads);
                 let shared = &shared;
                 let seed = client_seed(&mut seed);
+                // Each thread sends its clients' share of the total rate.
+                let interval = cfg.rate.map(|r| {
+                    (1e9 * clients as f64 / (r * share.max(1) as f64)).clamp(1.0, 1e18) as u64
+                });
                 std::thread::Builder::new()
                     .name(format!("bench-{t}"))
-                    .spawn_scoped(s, move || run_thread(shared, share, seed))
+                    .spawn_scoped(s, move || run_thread(shared, share, seed, interval))
                     .map_err(|e| format!("cannot start a load-generator thread: {e}"))
             })
             .collect();
@@ -414,6 +429,7 @@ mod tests {
             cooldown: Duration::ZERO,
             timeout: Duration::from_millis(timeout_ms),
             threads: 1,
+            rate: None,
             server_pid: None,
             progress: false,
         }
@@ -463,6 +479,24 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap();
         assert!(r.completed > 0 && r.lost == 0, "{r:?}");
+    }
+
+    #[test]
+    fn open_loop_rate_is_respected() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = sock.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
+        let mut cfg = config(addr, 2000);
+        cfg.rate = Some(2000.0);
+        cfg.threads = 2;
+        let r = run_step(&cfg, 4).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        assert!(r.completed > 0 && r.lost == 0, "{r:?}");
+        // Loose bound: the schedule, not the server, limits the count (about 2000).
+        assert!(r.completed <= 3000, "{r:?}");
     }
 
     #[test]

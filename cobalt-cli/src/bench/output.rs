@@ -34,6 +34,8 @@ pub struct RunInfo {
     pub timeout_s: f64,
     /// Load-generator threads.
     pub threads: usize,
+    /// Open-loop target rate in requests/s (`--rate`); absent in the closed loop.
+    pub rate: Option<f64>,
     /// `--server-pid`, if given.
     pub server_pid: Option<u32>,
 }
@@ -204,6 +206,7 @@ mod tests {
             warmup_s: 0.0,
             timeout_s: 10.0,
             threads: 1,
+            rate: None,
             server_pid: None,
         }
     }

@@ -234,6 +234,7 @@ mod tests {
             warmup_s: 0.0,
             timeout_s: 1.0,
             threads: 1,
+            rate: None,
             server_pid: None,
         };
         let s = svg(&info, &steps);
