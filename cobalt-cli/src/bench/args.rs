@@ -11,7 +11,7 @@ pub const MAX_CLIENTS: usize = 1_000_000;
 /// Arguments of `cobalt bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Target URI, e.g. coap://127.0.0.1:5683/benchmark
+    /// Target URI: coap://127.0.0.1:5683/benchmark, or http://host:port/path for HTTP/1.1
     pub uri: String,
 
     /// Virtual clients per step: a number, a list `10,100,1000`, a range
@@ -40,6 +40,11 @@ pub struct BenchArgs {
     /// sends its next request as soon as the previous one ends (closed loop).
     #[arg(long, value_name = "REQ_PER_S")]
     pub rate: Option<f64>,
+
+    /// HTTP only: open a new connection for every request (`Connection: close`)
+    /// instead of keeping one connection per client.
+    #[arg(long)]
+    pub no_keepalive: bool,
 
     /// Send non-confirmable (NON) requests instead of confirmable ones.
     #[arg(long)]
@@ -114,13 +119,26 @@ impl Method {
     }
 }
 
-/// A parsed `coap://` URI.
+/// The protocol a URI selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// `coap://`: CoAP over UDP.
+    Coap,
+    /// `http://`: HTTP/1.1 over TCP.
+    Http,
+}
+
+/// A parsed `coap://` or `http://` URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
+    /// Which protocol.
+    pub scheme: Scheme,
     /// Host as written (without brackets for IPv6 literals).
     pub host: String,
-    /// UDP port (5683 when absent).
+    /// Port (5683 for CoAP, 80 for HTTP when absent).
     pub port: u16,
+    /// Path and query exactly as written (at least "/"), for the HTTP request line.
+    pub raw_path: String,
     /// Decoded Uri-Path segments.
     pub path: Vec<String>,
     /// Decoded Uri-Query items.
@@ -138,26 +156,22 @@ impl Target {
     }
 }
 
-/// Parses a `coap://host[:port]/path?query` URI.
+/// Parses a `coap://` or `http://host[:port]/path?query` URI.
 pub fn parse_uri(uri: &str) -> Result<Target, String> {
     let Some((scheme, rest)) = uri.split_once("://") else {
         return Err(format!(
             "invalid URI {uri:?}: expected coap://host[:port]/path"
         ));
     };
-    match scheme.to_ascii_lowercase().as_str() {
-        "coap" => {}
-        "http" | "https" => {
-            return Err(format!(
-                "unsupported scheme {scheme}:// in {uri:?}: HTTP is not supported yet, only coap://"
-            ))
-        }
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "coap" => Scheme::Coap,
+        "http" => Scheme::Http,
         _ => {
             return Err(format!(
-                "unsupported scheme {scheme}:// in {uri:?}: only coap:// is supported"
+                "unsupported scheme {scheme}:// in {uri:?}: only coap:// and http:// are supported"
             ))
         }
-    }
+    };
     let rest = rest.split('#').next().unwrap_or("");
     let (authority, path_query) = match rest.find(['/', '?']) {
         Some(i) => rest.split_at(i),
@@ -188,12 +202,25 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
         return Err(format!("invalid URI {uri:?}: missing host"));
     }
     let port = match port {
-        None | Some("") => 5683,
+        None | Some("") => match scheme {
+            Scheme::Coap => 5683,
+            Scheme::Http => 80,
+        },
         Some(p) => p
             .parse::<u16>()
             .ok()
             .filter(|&p| p != 0)
             .ok_or_else(|| format!("invalid URI {uri:?}: bad port {p:?}"))?,
+    };
+    if path_query.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(format!(
+            "invalid URI {uri:?}: spaces or control characters in the path"
+        ));
+    }
+    let raw_path = if path_query.starts_with('/') {
+        path_query.to_string()
+    } else {
+        format!("/{path_query}")
     };
     let (path, query) = match path_query.split_once('?') {
         Some((p, q)) => (p, q),
@@ -211,6 +238,8 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
         .map(|s| percent_decode(s).ok_or_else(|| format!("invalid URI {uri:?}: bad %-escape")))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Target {
+        scheme,
+        raw_path,
         host: host.to_string(),
         port,
         path,
@@ -310,14 +339,21 @@ mod tests {
         assert_eq!(t.path, vec!["a b"]);
         let t = parse_uri("coap://[::1]/").unwrap();
         assert_eq!(t.port, 5683);
+        assert_eq!(t.scheme, Scheme::Coap);
+        let t = parse_uri("http://example.org?x=1").unwrap();
+        assert_eq!((t.scheme, t.port), (Scheme::Http, 80));
+        assert_eq!(t.raw_path, "/?x=1");
+        let t = parse_uri("HTTP://h:8080/a/b?c").unwrap();
+        assert_eq!((t.port, t.raw_path.as_str()), (8080, "/a/b?c"));
     }
 
     #[test]
     fn uri_errors() {
         assert!(parse_uri("127.0.0.1:5683").is_err());
-        assert!(parse_uri("http://x/")
+        assert!(parse_uri("https://x/")
             .unwrap_err()
-            .contains("not supported yet"));
+            .contains("only coap:// and http://"));
+        assert!(parse_uri("coap://h/a b").is_err());
         assert!(parse_uri("coaps://x/")
             .unwrap_err()
             .contains("only coap://"));

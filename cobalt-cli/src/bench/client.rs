@@ -113,13 +113,13 @@ struct Worker<'a> {
 
 /// `epoll_wait` with a nanosecond timeout: `epoll_pwait2` where the kernel has it
 /// (Linux 5.11+), millisecond `epoll_wait` otherwise.
-struct Waiter {
+pub(super) struct Waiter {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     pwait2: bool,
 }
 
 impl Waiter {
-    fn new() -> Waiter {
+    pub(super) fn new() -> Waiter {
         Waiter {
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             pwait2: true,
@@ -128,7 +128,12 @@ impl Waiter {
 
     /// Waits up to `timeout_ns`; returns the number of ready events (0 on timeout or
     /// signal).
-    fn wait(&mut self, epfd: i32, events: &mut [libc::epoll_event], timeout_ns: u64) -> usize {
+    pub(super) fn wait(
+        &mut self,
+        epfd: i32,
+        events: &mut [libc::epoll_event],
+        timeout_ns: u64,
+    ) -> usize {
         let max = events.len().min(i32::MAX as usize) as i32;
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         if self.pwait2 {

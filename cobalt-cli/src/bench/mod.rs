@@ -7,6 +7,7 @@
 
 mod args;
 mod client;
+mod http;
 mod output;
 mod plot;
 mod procfs;
@@ -16,7 +17,7 @@ mod sys;
 
 pub use args::BenchArgs;
 
-use args::{parse_sweep, parse_uri, seconds, Target};
+use args::{parse_sweep, parse_uri, seconds, Scheme, Target};
 use client::{run_thread, StepShared};
 use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
 use output::{Format, RunInfo};
@@ -37,7 +38,11 @@ pub struct Config {
     pub uri: String,
     /// Resolved server address.
     pub target: SocketAddr,
-    /// Encoded request template (8-byte token, MID 0).
+    /// CoAP or HTTP.
+    pub scheme: Scheme,
+    /// HTTP: one connection per client (true) or per request.
+    pub keepalive: bool,
+    /// Encoded request: CoAP with an 8-byte token and MID 0, or the HTTP request bytes.
     pub template: Vec<u8>,
     /// CON (true) or NON requests.
     pub confirmable: bool,
@@ -88,10 +93,31 @@ impl Config {
             }
         }
         let confirmable = !a.non;
+        let template = match target.scheme {
+            Scheme::Coap => {
+                if a.no_keepalive {
+                    return Err("--no-keepalive applies to http:// targets only".into());
+                }
+                request_template(&target, a.method.code(), confirmable, a.payload.as_deref())
+            }
+            Scheme::Http => {
+                if a.non {
+                    return Err("--non applies to coap:// targets only".into());
+                }
+                http::request_bytes(
+                    &target,
+                    a.method.name(),
+                    !a.no_keepalive,
+                    a.payload.as_deref(),
+                )
+            }
+        };
         Ok(Config {
             uri: a.uri.clone(),
             target: addr,
-            template: request_template(&target, a.method.code(), confirmable, a.payload.as_deref()),
+            scheme: target.scheme,
+            keepalive: !a.no_keepalive,
+            template,
             confirmable,
             method: a.method.name(),
             steps,
@@ -171,7 +197,13 @@ pub fn run(args: BenchArgs) -> i32 {
         uri: cfg.uri.clone(),
         target: cfg.target.to_string(),
         method: cfg.method.to_string(),
-        message_type: if cfg.confirmable { "CON" } else { "NON" }.to_string(),
+        message_type: match (cfg.scheme, cfg.confirmable, cfg.keepalive) {
+            (Scheme::Coap, true, _) => "CON",
+            (Scheme::Coap, false, _) => "NON",
+            (Scheme::Http, _, true) => "HTTP/1.1 keep-alive",
+            (Scheme::Http, _, false) => "HTTP/1.1 close",
+        }
+        .to_string(),
         duration_s: cfg.duration.as_secs_f64(),
         warmup_s: cfg.warmup.as_secs_f64(),
         timeout_s: cfg.timeout.as_secs_f64(),
@@ -270,7 +302,10 @@ pub fn run_step(cfg: &Config, clients: usize) -> Result<StepResult, String> {
                 });
                 std::thread::Builder::new()
                     .name(format!("bench-{t}"))
-                    .spawn_scoped(s, move || run_thread(shared, share, seed, interval))
+                    .spawn_scoped(s, move || match cfg.scheme {
+                        Scheme::Coap => run_thread(shared, share, seed, interval),
+                        Scheme::Http => http::run_thread(shared, share, cfg.keepalive, interval),
+                    })
                     .map_err(|e| format!("cannot start a load-generator thread: {e}"))
             })
             .collect();
@@ -420,6 +455,8 @@ mod tests {
         Config {
             uri: format!("coap://{target}/bench"),
             target,
+            scheme: Scheme::Coap,
+            keepalive: true,
             template: request_template(&t, Code::GET, true, None),
             confirmable: true,
             method: "GET",
@@ -497,6 +534,84 @@ mod tests {
         assert!(r.completed > 0 && r.lost == 0, "{r:?}");
         // Loose bound: the schedule, not the server, limits the count (about 2000).
         assert!(r.completed <= 3000, "{r:?}");
+    }
+
+    /// A minimal threaded HTTP/1.1 server answering "hello world"; returns its address.
+    fn http_server(stop: Arc<AtomicBool>) -> SocketAddr {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                };
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    conn.set_nonblocking(false).unwrap();
+                    conn.set_read_timeout(Some(Duration::from_millis(100)))
+                        .unwrap();
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while !stop.load(Ordering::Relaxed) {
+                        let n = match conn.read(&mut chunk) {
+                            Ok(0) => return,
+                            Ok(n) => n,
+                            Err(_) => continue,
+                        };
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                            buf.drain(..end + 4);
+                            let close = head.contains("Connection: close");
+                            let reply = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n{}\r\nhello world",
+                                if close { "Connection: close\r\n" } else { "" }
+                            );
+                            if conn.write_all(reply.as_bytes()).is_err() || close {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn http_config(addr: SocketAddr, keepalive: bool) -> Config {
+        let uri = format!("http://{addr}/hello");
+        let t = parse_uri(&uri).unwrap();
+        let mut cfg = config(addr, 2000);
+        cfg.uri = uri;
+        cfg.scheme = Scheme::Http;
+        cfg.keepalive = keepalive;
+        cfg.template = http::request_bytes(&t, "GET", keepalive, None);
+        cfg
+    }
+
+    #[test]
+    fn http_with_and_without_keepalive() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let addr = http_server(stop.clone());
+        for keepalive in [true, false] {
+            let r = run_step(&http_config(addr, keepalive), 4).unwrap();
+            assert!(r.completed > 0, "keepalive={keepalive}: {r:?}");
+            assert_eq!((r.lost, r.errors), (0, 0), "keepalive={keepalive}: {r:?}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        // Nothing listening: refused connections are errors and losses, and it ends.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut cfg = http_config(port, true);
+        cfg.timeout = Duration::from_millis(300);
+        let r = run_step(&cfg, 4).unwrap();
+        assert_eq!(r.completed, 0);
+        assert!(r.errors > 0 && r.lost > 0, "{r:?}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub struct RunInfo {
     pub target: String,
     /// Request method.
     pub method: String,
-    /// "CON" or "NON".
+    /// "CON" or "NON" for CoAP; "HTTP/1.1 keep-alive" or "HTTP/1.1 close" for HTTP.
     pub message_type: String,
     /// Measured seconds per step.
     pub duration_s: f64,
