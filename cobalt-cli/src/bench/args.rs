@@ -1,7 +1,7 @@
 //! Command-line arguments of `cobalt bench` and their validation: the target URI and
 //! the concurrency sweep.
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -10,9 +10,15 @@ pub const MAX_CLIENTS: usize = 1_000_000;
 
 /// Arguments of `cobalt bench`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
+    /// `cobalt bench worker`: serve as a remote load generator for `--workers`.
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+
     /// Target URI: coap://127.0.0.1:5683/benchmark, or http://host:port/path for HTTP/1.1
-    pub uri: String,
+    #[arg(required = true)]
+    pub uri: Option<String>,
 
     /// Virtual clients per step: a number, a list `10,100,1000`, a range
     /// `10..1000:step` (step defaults to the start), or a mix of these.
@@ -62,6 +68,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
 
+    /// Distributed mode: run the clients on these `cobalt bench worker` machines
+    /// (host:port,host:port) instead of locally.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub workers: Option<String>,
+
     /// PID of the server process, to report its CPU time per request and its RSS.
     #[arg(long)]
     pub server_pid: Option<u32>,
@@ -81,6 +92,13 @@ pub struct BenchArgs {
     /// No progress on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+}
+
+/// Subcommands of `cobalt bench`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Run as a remote load generator that a coordinator drives with `--workers`.
+    Worker(super::distributed::WorkerArgs),
 }
 
 /// CoAP request methods the benchmark can send.

@@ -7,6 +7,7 @@
 
 mod args;
 mod client;
+mod distributed;
 mod http;
 mod output;
 mod plot;
@@ -17,7 +18,7 @@ mod sys;
 
 pub use args::BenchArgs;
 
-use args::{parse_sweep, parse_uri, seconds, Scheme, Target};
+use args::{parse_sweep, parse_uri, seconds, BenchCommand, Scheme, Target};
 use client::{run_thread, StepShared};
 use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
 use output::{Format, RunInfo};
@@ -71,7 +72,8 @@ pub struct Config {
 impl Config {
     /// Validates the arguments; the error is a one-line message for exit code 2.
     pub fn from_args(a: &BenchArgs) -> Result<Config, String> {
-        let target = parse_uri(&a.uri)?;
+        let uri = a.uri.as_deref().ok_or("missing target URI")?;
+        let target = parse_uri(uri)?;
         let addr = target.resolve()?;
         let steps = parse_sweep(&a.clients)?;
         if a.threads == 0 || a.threads > 1024 {
@@ -113,7 +115,7 @@ impl Config {
             }
         };
         Ok(Config {
-            uri: a.uri.clone(),
+            uri: uri.to_string(),
             target: addr,
             scheme: target.scheme,
             keepalive: !a.no_keepalive,
@@ -164,7 +166,10 @@ pub fn request_template(
 }
 
 /// Runs the benchmark; returns the process exit code.
-pub fn run(args: BenchArgs) -> i32 {
+pub fn run(mut args: BenchArgs) -> i32 {
+    if let Some(BenchCommand::Worker(w)) = args.command.take() {
+        return distributed::worker_main(w);
+    }
     let cfg = match Config::from_args(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -172,6 +177,15 @@ pub fn run(args: BenchArgs) -> i32 {
             return 2;
         }
     };
+    let workers = match args.workers.as_deref().map(distributed::parse_workers) {
+        None => None,
+        Some(Ok(w)) => Some(w),
+        Some(Err(e)) => {
+            eprintln!("cobalt bench: {e}");
+            return 2;
+        }
+    };
+    let step_template = distributed::request_template(&args);
     let format = if args.json {
         Format::Json
     } else if args.csv {
@@ -183,7 +197,7 @@ pub fn run(args: BenchArgs) -> i32 {
     let limit = sys::raise_fd_limit();
     let available = limit.saturating_sub(sys::open_fds());
     let needed = max_clients + cfg.threads as u64 + FD_RESERVE;
-    if needed > available {
+    if workers.is_none() && needed > available {
         eprintln!(
             "cobalt bench: {max_clients} clients need about {needed} file descriptors but only \
              {available} are available (limit {limit}); raise it with `ulimit -n {}` \
@@ -226,7 +240,16 @@ pub fn run(args: BenchArgs) -> i32 {
         if i > 0 && !sleep_interruptible(cfg.cooldown) {
             break;
         }
-        match run_step(&cfg, clients) {
+        let result = match &workers {
+            Some(w) => {
+                if cfg.progress {
+                    eprintln!("[{clients} clients] running on {} workers", w.len());
+                }
+                distributed::run_step(&cfg, &step_template, w, clients)
+            }
+            None => run_step(&cfg, clients),
+        };
+        match result {
             Ok(r) => {
                 if let Some(line) = output::row(format, &r, with_server) {
                     let _ = writeln!(out, "{line}");
@@ -277,6 +300,30 @@ fn sleep_interruptible(d: Duration) -> bool {
 
 /// Runs one step with `clients` virtual clients.
 pub fn run_step(cfg: &Config, clients: usize) -> Result<StepResult, String> {
+    let m = measure_step(cfg, clients)?;
+    Ok(StepResult::from_recorder(
+        clients,
+        m.duration_s,
+        &m.rec,
+        m.usage,
+        m.partial,
+    ))
+}
+
+/// The raw outcome of one step on this machine, before summarising.
+pub struct Measured {
+    /// Merged counters and histogram of all threads.
+    pub rec: Recorder,
+    /// Measured seconds.
+    pub duration_s: f64,
+    /// Cut short by Ctrl-C.
+    pub partial: bool,
+    /// Server figures (with `--server-pid`).
+    pub usage: Option<ServerUsage>,
+}
+
+/// Runs one step with `clients` virtual clients and returns the merged recorder.
+pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
     let threads = cfg.threads.clamp(1, clients.max(1));
     let shared = StepShared {
         target: cfg.target,
@@ -351,11 +398,12 @@ pub fn run_step(cfg: &Config, clients: usize) -> Result<StepResult, String> {
         if let Some(e) = first_err {
             return Err(e);
         }
-        let partial = stopped < end;
-        let duration = stopped.saturating_sub(measure_start) as f64 / 1e9;
-        Ok(StepResult::from_recorder(
-            clients, duration, &total, usage, partial,
-        ))
+        Ok(Measured {
+            rec: total,
+            duration_s: stopped.saturating_sub(measure_start) as f64 / 1e9,
+            partial: stopped < end,
+            usage,
+        })
     })
 }
 
@@ -612,6 +660,50 @@ mod tests {
         let r = run_step(&cfg, 4).unwrap();
         assert_eq!(r.completed, 0);
         assert!(r.errors > 0 && r.lost > 0, "{r:?}");
+    }
+
+    #[test]
+    fn distributed_step_over_two_workers() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let target = sock.local_addr().unwrap();
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
+        let mut workers = Vec::new();
+        for _ in 0..2 {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            workers.push(l.local_addr().unwrap());
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                distributed::serve_worker(&l, || stop.load(Ordering::Relaxed)).unwrap()
+            });
+        }
+        let cfg = config(target, 2000);
+        let template = distributed::StepRequest {
+            uri: cfg.uri.clone(),
+            clients: 0,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            timeout_s: 2.0,
+            threads: 1,
+            rate: None,
+            method: "get".into(),
+            payload: None,
+            non: false,
+            no_keepalive: false,
+        };
+        let r = distributed::run_step(&cfg, &template, &workers, 5).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        assert_eq!(r.clients, 5);
+        assert!(r.completed > 0 && r.lost == 0, "{r:?}");
+        // A worker that is not there is a clear error, not a hang.
+        let gone = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let e = distributed::run_step(&cfg, &template, &[gone], 1).unwrap_err();
+        assert!(e.contains("cannot connect"), "{e}");
     }
 
     #[test]
