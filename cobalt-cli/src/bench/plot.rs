@@ -110,7 +110,7 @@ pub fn svg(info: &RunInfo, steps: &[StepResult]) -> String {
         );
         let _ = writeln!(
             o,
-            r#"<text x="{:.1}" y="{:.1}" fill="{P99}">{}</text>"#,
+            r##"<text x="{:.1}" y="{:.1}" fill="#333">{}</text>"##,
             LEFT + pw + 6.0,
             y + 4.0,
             label(lmax * f)
@@ -150,7 +150,7 @@ pub fn svg(info: &RunInfo, steps: &[StepResult]) -> String {
     );
     let _ = writeln!(
         o,
-        r#"<text transform="translate({:.1},{:.1}) rotate(90)" text-anchor="middle" fill="{P99}">latency (µs)</text>"#,
+        r##"<text transform="translate({:.1},{:.1}) rotate(90)" text-anchor="middle" fill="#333">latency (µs)</text>"##,
         W - 22.0,
         TOP + ph / 2.0
     );

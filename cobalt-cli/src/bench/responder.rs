@@ -27,6 +27,11 @@ pub struct ResponderArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:5683")]
     pub bind: String,
+
+    /// Socket receive buffer in bytes (the kernel caps it at net.core.rmem_max); a
+    /// large one absorbs the first burst of thousands of clients. 0 keeps the default.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub rcvbuf: usize,
 }
 
 /// Runs the responder until Ctrl-C; returns the exit code.
@@ -38,6 +43,25 @@ pub fn main(args: ResponderArgs) -> i32 {
             return 2;
         }
     };
+    if args.rcvbuf > 0 {
+        let size = args.rcvbuf.min(i32::MAX as usize) as libc::c_int;
+        // SAFETY: valid socket and option value.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            eprintln!(
+                "cobalt bench-responder: cannot set SO_RCVBUF: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
     install_sigint_handler();
     let addr = sock
         .local_addr()
