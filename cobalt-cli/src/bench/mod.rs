@@ -721,6 +721,51 @@ mod tests {
     }
 
     #[test]
+    fn separate_and_duplicate_responses() {
+        // Empty ACK first, then the response as CON, sent twice (a retransmission).
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = sock.local_addr().unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            let mut my_mid = 1000u16;
+            let mut acks = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let Ok(req) = cobalt_proto::message::decode(&buf[..n]) else {
+                    continue;
+                };
+                if req.mtype == MessageType::Acknowledgement {
+                    acks += 1;
+                    continue;
+                }
+                let _ = sock.send_to(&encode(&Message::empty_ack(req.mid)), from);
+                my_mid = my_mid.wrapping_add(1);
+                let mut resp = Message::new(MessageType::Confirmable, Code::CONTENT, my_mid);
+                resp.token = req.token;
+                resp.payload = b"late".to_vec();
+                let bytes = encode(&resp);
+                let _ = sock.send_to(&bytes, from);
+                let _ = sock.send_to(&bytes, from);
+            }
+            acks
+        });
+        let r = run_step(&config(addr, 2000), 4).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        let acks = server.join().unwrap();
+        assert!(r.completed > 0, "{r:?}");
+        assert_eq!((r.lost, r.errors, r.resets), (0, 0, 0), "{r:?}");
+        // Both copies of every CON response are acknowledged (bar the last few in
+        // flight when the step ended).
+        assert!(acks + 8 >= 2 * r.completed, "{acks} acks for {r:?}");
+    }
+
+    #[test]
     fn garbage_and_resets_are_counted() {
         // A server that answers every request with garbage, then with RST.
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
