@@ -37,12 +37,17 @@ enum Command {
     Serve(serve::ServeArgs),
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
+    /// Raw floor responder for `cobalt bench`: answers every request with 2.05 "hello world".
+    #[command(name = "bench-responder", hide = true)]
+    BenchResponder(bench::responder::ResponderArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
-    if let Command::Bench(args) = cli.command {
-        std::process::exit(bench::run(args));
+    match cli.command {
+        Command::Bench(args) => std::process::exit(bench::run(args)),
+        Command::BenchResponder(args) => std::process::exit(bench::responder::main(args)),
+        _ => {}
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -64,7 +69,7 @@ fn main() {
             Command::Discover(a) => request::discover(a).await,
             Command::Observe(a) => request::observe(a).await,
             Command::Serve(a) => serve::run(a).await,
-            Command::Bench(_) => unreachable!("handled above"),
+            Command::Bench(_) | Command::BenchResponder(_) => unreachable!("handled above"),
         }
     });
     if let Err((code, message)) = result {

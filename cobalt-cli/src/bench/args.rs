@@ -1,0 +1,420 @@
+//! Command-line arguments of `cobalt bench` and their validation: the target URI and
+//! the concurrency sweep.
+
+use clap::{Args, Subcommand, ValueEnum};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// Largest concurrency accepted in one step.
+pub const MAX_CLIENTS: usize = 1_000_000;
+
+/// Arguments of `cobalt bench`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchArgs {
+    /// `cobalt bench worker`: serve as a remote load generator for `--workers`.
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+
+    /// Target URI: coap://127.0.0.1:5683/benchmark, or http://host:port/path for HTTP/1.1
+    #[arg(required = true)]
+    pub uri: Option<String>,
+
+    /// Virtual clients per step: a number, a list `10,100,1000`, a range
+    /// `10..1000:step` (step defaults to the start), or a mix of these.
+    #[arg(short = 'c', long = "clients", default_value = "10")]
+    pub clients: String,
+
+    /// Measured duration of each step, in seconds.
+    #[arg(short = 'd', long = "duration", default_value_t = 10.0)]
+    pub duration: f64,
+
+    /// Warm-up before each step's measurement, in seconds (not counted).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+
+    /// Pause between steps, in seconds, so that the server drains its queues.
+    #[arg(long, default_value_t = 1.0)]
+    pub cooldown: f64,
+
+    /// Seconds after which an unanswered request counts as lost.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+
+    /// Open loop: send this many requests per second in total, on a fixed schedule, and
+    /// measure latency from each request's intended send time. Without it, each client
+    /// sends its next request as soon as the previous one ends (closed loop).
+    #[arg(long, value_name = "REQ_PER_S")]
+    pub rate: Option<f64>,
+
+    /// HTTP only: open a new connection for every request (`Connection: close`)
+    /// instead of keeping one connection per client.
+    #[arg(long)]
+    pub no_keepalive: bool,
+
+    /// Send non-confirmable (NON) requests instead of confirmable ones.
+    #[arg(long)]
+    pub non: bool,
+
+    /// Request method.
+    #[arg(short = 'm', long, value_enum, default_value_t = Method::Get)]
+    pub method: Method,
+
+    /// Request payload (for POST and PUT).
+    #[arg(short = 'p', long)]
+    pub payload: Option<String>,
+
+    /// Load-generator threads, each running one epoll loop over its share of clients.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+
+    /// Distributed mode: run the clients on these `cobalt bench worker` machines
+    /// (host:port,host:port) instead of locally.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub workers: Option<String>,
+
+    /// PID of the server process, to report its CPU time per request and its RSS.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+
+    /// Print results as JSON.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+
+    /// Print results as CSV.
+    #[arg(long)]
+    pub csv: bool,
+
+    /// Write an SVG plot of throughput and p50/p99 latency against concurrency.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
+
+    /// No progress on stderr.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+/// Subcommands of `cobalt bench`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Run as a remote load generator that a coordinator drives with `--workers`.
+    Worker(super::distributed::WorkerArgs),
+}
+
+/// CoAP request methods the benchmark can send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Method {
+    /// GET.
+    Get,
+    /// POST.
+    Post,
+    /// PUT.
+    Put,
+    /// DELETE.
+    Delete,
+}
+
+impl Method {
+    /// The request code.
+    pub fn code(self) -> cobalt_proto::message::Code {
+        use cobalt_proto::message::Code;
+        match self {
+            Method::Get => Code::GET,
+            Method::Post => Code::POST,
+            Method::Put => Code::PUT,
+            Method::Delete => Code::DELETE,
+        }
+    }
+
+    /// Upper-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// The protocol a URI selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// `coap://`: CoAP over UDP.
+    Coap,
+    /// `http://`: HTTP/1.1 over TCP.
+    Http,
+}
+
+/// A parsed `coap://` or `http://` URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Which protocol.
+    pub scheme: Scheme,
+    /// Host as written (without brackets for IPv6 literals).
+    pub host: String,
+    /// Port (5683 for CoAP, 80 for HTTP when absent).
+    pub port: u16,
+    /// Path and query exactly as written (at least "/"), for the HTTP request line.
+    pub raw_path: String,
+    /// Decoded Uri-Path segments.
+    pub path: Vec<String>,
+    /// Decoded Uri-Query items.
+    pub query: Vec<String>,
+}
+
+impl Target {
+    /// Resolves the host to the first socket address.
+    pub fn resolve(&self) -> Result<SocketAddr, String> {
+        (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve host {:?}: {e}", self.host))?
+            .next()
+            .ok_or_else(|| format!("host {:?} has no address", self.host))
+    }
+}
+
+/// Parses a `coap://` or `http://host[:port]/path?query` URI.
+pub fn parse_uri(uri: &str) -> Result<Target, String> {
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return Err(format!(
+            "invalid URI {uri:?}: expected coap://host[:port]/path"
+        ));
+    };
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "coap" => Scheme::Coap,
+        "http" => Scheme::Http,
+        _ => {
+            return Err(format!(
+                "unsupported scheme {scheme}:// in {uri:?}: only coap:// and http:// are supported"
+            ))
+        }
+    };
+    let rest = rest.split('#').next().unwrap_or("");
+    let (authority, path_query) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    if authority.contains('@') {
+        return Err(format!("invalid URI {uri:?}: user info is not allowed"));
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("invalid URI {uri:?}: unterminated IPv6 literal"))?;
+        let port = match after {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or_else(|| format!("invalid URI {uri:?}: junk after IPv6 literal"))?,
+            ),
+        };
+        (h, port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("invalid URI {uri:?}: missing host"));
+    }
+    let port = match port {
+        None | Some("") => match scheme {
+            Scheme::Coap => 5683,
+            Scheme::Http => 80,
+        },
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| format!("invalid URI {uri:?}: bad port {p:?}"))?,
+    };
+    if path_query.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(format!(
+            "invalid URI {uri:?}: spaces or control characters in the path"
+        ));
+    }
+    let raw_path = if path_query.starts_with('/') {
+        path_query.to_string()
+    } else {
+        format!("/{path_query}")
+    };
+    let (path, query) = match path_query.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (path_query, ""),
+    };
+    let path = path
+        .split('/')
+        .skip(1)
+        .filter(|s| !s.is_empty())
+        .map(|s| percent_decode(s).ok_or_else(|| format!("invalid URI {uri:?}: bad %-escape")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let query = query
+        .split('&')
+        .filter(|s| !s.is_empty())
+        .map(|s| percent_decode(s).ok_or_else(|| format!("invalid URI {uri:?}: bad %-escape")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Target {
+        scheme,
+        raw_path,
+        host: host.to_string(),
+        port,
+        path,
+        query,
+    })
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Parses the concurrency sweep: comma-separated numbers and `a..b[:step]` ranges.
+pub fn parse_sweep(s: &str) -> Result<Vec<usize>, String> {
+    let mut steps = Vec::new();
+    for item in s.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(format!("invalid client list {s:?}: empty item"));
+        }
+        if let Some((a, rest)) = item.split_once("..") {
+            let (b, step) = match rest.split_once(':') {
+                Some((b, st)) => (b, Some(st)),
+                None => (rest, None),
+            };
+            let a = parse_count(a, s)?;
+            let b = parse_count(b, s)?;
+            let step = match step {
+                Some(st) => parse_count(st, s)?,
+                None => a,
+            };
+            if b < a {
+                return Err(format!("invalid client range {item:?}: end below start"));
+            }
+            let mut n = a;
+            while n <= b {
+                steps.push(n);
+                n += step;
+            }
+        } else {
+            steps.push(parse_count(item, s)?);
+        }
+    }
+    Ok(steps)
+}
+
+fn parse_count(n: &str, whole: &str) -> Result<usize, String> {
+    match n.trim().parse::<usize>() {
+        Ok(v) if (1..=MAX_CLIENTS).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "invalid client count {n:?} in {whole:?}: expected a number from 1 to {MAX_CLIENTS}"
+        )),
+    }
+}
+
+/// Converts a seconds argument into a duration, rejecting negative, NaN and absurd values.
+pub fn seconds(name: &str, v: f64, allow_zero: bool) -> Result<Duration, String> {
+    if !v.is_finite() || v < 0.0 || (!allow_zero && v == 0.0) || v > 1e6 {
+        return Err(format!(
+            "invalid --{name} {v}: expected a positive number of seconds"
+        ));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uri_basic() {
+        let t = parse_uri("coap://127.0.0.1:5690/bench/x?a=1&b").unwrap();
+        assert_eq!(t.host, "127.0.0.1");
+        assert_eq!(t.port, 5690);
+        assert_eq!(t.path, vec!["bench", "x"]);
+        assert_eq!(t.query, vec!["a=1", "b"]);
+    }
+
+    #[test]
+    fn uri_defaults_and_ipv6() {
+        let t = parse_uri("coap://localhost").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("localhost", 5683));
+        assert!(t.path.is_empty());
+        let t = parse_uri("COAP://[::1]:7000/a%20b").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 7000));
+        assert_eq!(t.path, vec!["a b"]);
+        let t = parse_uri("coap://[::1]/").unwrap();
+        assert_eq!(t.port, 5683);
+        assert_eq!(t.scheme, Scheme::Coap);
+        let t = parse_uri("http://example.org?x=1").unwrap();
+        assert_eq!((t.scheme, t.port), (Scheme::Http, 80));
+        assert_eq!(t.raw_path, "/?x=1");
+        let t = parse_uri("HTTP://h:8080/a/b?c").unwrap();
+        assert_eq!((t.port, t.raw_path.as_str()), (8080, "/a/b?c"));
+    }
+
+    #[test]
+    fn uri_errors() {
+        assert!(parse_uri("127.0.0.1:5683").is_err());
+        assert!(parse_uri("https://x/")
+            .unwrap_err()
+            .contains("only coap:// and http://"));
+        assert!(parse_uri("coap://h/a b").is_err());
+        assert!(parse_uri("coaps://x/")
+            .unwrap_err()
+            .contains("only coap://"));
+        assert!(parse_uri("coap:///path").is_err());
+        assert!(parse_uri("coap://h:99999/").is_err());
+        assert!(parse_uri("coap://h:0/").is_err());
+        assert!(parse_uri("coap://h:x/").is_err());
+        assert!(parse_uri("coap://[::1/").is_err());
+        assert!(parse_uri("coap://h/%zz").is_err());
+        assert!(parse_uri("coap://u@h/").is_err());
+    }
+
+    #[test]
+    fn sweep_lists_and_ranges() {
+        assert_eq!(parse_sweep("10").unwrap(), vec![10]);
+        assert_eq!(
+            parse_sweep("1,10,100,1000").unwrap(),
+            vec![1, 10, 100, 1000]
+        );
+        assert_eq!(parse_sweep("10..50:20").unwrap(), vec![10, 30, 50]);
+        assert_eq!(parse_sweep("10..35:10").unwrap(), vec![10, 20, 30]);
+        assert_eq!(parse_sweep("10..30").unwrap(), vec![10, 20, 30]);
+        assert_eq!(parse_sweep("1, 5..6:1 ,100").unwrap(), vec![1, 5, 6, 100]);
+    }
+
+    #[test]
+    fn sweep_errors() {
+        for bad in [
+            "", "0", "-1", "a", "10..5:1", "10..20:0", "1,,2", "5..", "2000000",
+        ] {
+            assert!(parse_sweep(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn seconds_validation() {
+        assert!(seconds("d", 0.0, false).is_err());
+        assert!(seconds("d", 0.0, true).is_ok());
+        assert!(seconds("d", f64::NAN, true).is_err());
+        assert!(seconds("d", -1.0, true).is_err());
+        assert_eq!(
+            seconds("d", 1.5, false).unwrap(),
+            Duration::from_millis(1500)
+        );
+    }
+}

@@ -1,0 +1,600 @@
+//! The closed-loop load generator: one epoll loop per OS thread over that thread's share of
+//! the virtual clients, each client with its own non-blocking, connected UDP socket.
+//!
+//! A client has at most one request in flight; nothing is ever retransmitted. In the
+//! closed loop (the default) it sends the next request as soon as the previous one is
+//! answered, reset, rejected as garbage, or timed out. In the open loop (`--rate`) each
+//! thread has a schedule of intended send times; a due request goes out on an idle
+//! client, or waits for one, and its latency is measured from its intended time, so a
+//! slow server cannot hide its queueing delay (no coordinated omission). Responses are matched by MID (piggybacked ACK, RST) and token
+//! (separate response); anything else on the socket is a stray or duplicate and ignored.
+
+use super::stats::Recorder;
+use super::sys::{errno, interrupted, now_ns};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Byte offset of the eight-byte token in the request template.
+const TOKEN_AT: usize = 4;
+/// Token length used for every request.
+const TOKEN_LEN: usize = 8;
+/// Events fetched per `epoll_wait`.
+const MAX_EVENTS: usize = 512;
+/// Longest a thread sleeps in `epoll_wait` before re-checking the clock and Ctrl-C.
+const MAX_WAIT_MS: u64 = 100;
+
+/// What every thread of one step shares.
+pub struct StepShared {
+    /// Server address.
+    pub target: SocketAddr,
+    /// The encoded request: version/type/TKL=8, code, MID 0, an 8-byte token, options
+    /// and payload. Each send patches in the MID and token.
+    pub template: Vec<u8>,
+    /// A request unanswered for this long counts as lost.
+    pub timeout_ns: u64,
+    /// Threads that finished setting up their sockets (successfully or not).
+    pub ready: AtomicUsize,
+    /// Set by the coordinator once `measure_start_ns` and `end_ns` are published.
+    pub go: AtomicBool,
+    /// Start of the measured window (absolute `now_ns`), after the warm-up.
+    pub measure_start_ns: AtomicU64,
+    /// End of the step (absolute `now_ns`).
+    pub end_ns: AtomicU64,
+    /// Set by a thread whose setup failed, so that the others stop at once.
+    pub abort: AtomicBool,
+    /// Completed requests so far (warm-up included), for progress output.
+    pub progress: AtomicU64,
+}
+
+/// Runs one thread's share (`clients` virtual clients) of a step: opens the sockets,
+/// reports `ready`, waits for `go`, then runs the epoll loop until the step ends.
+///
+/// `interval_ns` selects the open loop: one request every `interval_ns` nanoseconds
+/// from this thread.
+pub fn run_thread(
+    shared: &StepShared,
+    clients: usize,
+    seed: u64,
+    interval_ns: Option<u64>,
+) -> Result<Recorder, String> {
+    let setup = Worker::new(shared, clients, seed, interval_ns);
+    if setup.is_err() {
+        shared.abort.store(true, Ordering::SeqCst);
+    }
+    shared.ready.fetch_add(1, Ordering::SeqCst);
+    while !shared.go.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    let mut worker = setup?;
+    worker.run();
+    Ok(worker.rec)
+}
+
+/// One virtual client.
+struct Client {
+    sock: UdpSocket,
+    mid: u16,
+    token: [u8; TOKEN_LEN],
+    sent_at: u64,
+    /// When the request was meant to be sent: `sent_at` in the closed loop, its slot in
+    /// the schedule in the open loop. Latency is measured from here.
+    intended: u64,
+    outstanding: bool,
+}
+
+/// The epoll file descriptor, closed on drop.
+struct Epoll(i32);
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        // SAFETY: we own this descriptor and close it once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+struct Worker<'a> {
+    shared: &'a StepShared,
+    clients: Vec<Client>,
+    epoll: Epoll,
+    sbuf: Vec<u8>,
+    rbuf: Vec<u8>,
+    rng: u64,
+    rec: Recorder,
+    measure_start: u64,
+    end: u64,
+    /// Open loop: nanoseconds between intended sends.
+    interval: Option<u64>,
+    /// Open loop: intended time of the next request.
+    next_due: u64,
+    /// Open loop: clients with no request in flight.
+    idle: Vec<u32>,
+}
+
+/// `epoll_wait` with a nanosecond timeout: `epoll_pwait2` where the kernel has it
+/// (Linux 5.11+), millisecond `epoll_wait` otherwise.
+pub(super) struct Waiter {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pwait2: bool,
+}
+
+impl Waiter {
+    pub(super) fn new() -> Waiter {
+        Waiter {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            pwait2: true,
+        }
+    }
+
+    /// Waits up to `timeout_ns`; returns the number of ready events (0 on timeout or
+    /// signal).
+    pub(super) fn wait(
+        &mut self,
+        epfd: i32,
+        events: &mut [libc::epoll_event],
+        timeout_ns: u64,
+    ) -> usize {
+        let max = events.len().min(i32::MAX as usize) as i32;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if self.pwait2 {
+            let ts = libc::timespec {
+                tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+            };
+            // SAFETY: `events` has `max` writable entries; `ts` outlives the call; a null
+            // sigmask means "do not change it".
+            let n = unsafe {
+                libc::epoll_pwait2(epfd, events.as_mut_ptr(), max, &ts, std::ptr::null())
+            };
+            if n >= 0 {
+                return n as usize;
+            }
+            if errno() != libc::ENOSYS {
+                return 0;
+            }
+            self.pwait2 = false;
+        }
+        let ms = timeout_ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32;
+        // SAFETY: `events` has `max` writable entries.
+        let n = unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), max, ms) };
+        n.max(0) as usize
+    }
+}
+
+/// Next value of a splitmix64 generator: fast and good enough for unpredictable tokens.
+#[inline]
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Turns an OS error while opening sockets into an actionable message.
+fn socket_error(e: std::io::Error, opened: usize, wanted: usize) -> String {
+    if e.raw_os_error() == Some(libc::EMFILE) || e.raw_os_error() == Some(libc::ENFILE) {
+        format!(
+            "out of file descriptors after opening {opened} of {wanted} client sockets ({e}); \
+             raise the limit with `ulimit -n` (see `ulimit -Hn` for the hard limit)"
+        )
+    } else {
+        format!("cannot open client socket {}: {e}", opened + 1)
+    }
+}
+
+impl<'a> Worker<'a> {
+    fn new(
+        shared: &'a StepShared,
+        n: usize,
+        seed: u64,
+        interval: Option<u64>,
+    ) -> Result<Worker<'a>, String> {
+        // SAFETY: epoll_create1 has no pointer arguments.
+        let efd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if efd < 0 {
+            return Err(format!(
+                "epoll_create1 failed: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let epoll = Epoll(efd);
+        let bind: SocketAddr = if shared.target.is_ipv4() {
+            "0.0.0.0:0".parse().expect("literal address")
+        } else {
+            "[::]:0".parse().expect("literal address")
+        };
+        let mut rng = seed;
+        let mut clients = Vec::with_capacity(n);
+        for i in 0..n {
+            let sock = UdpSocket::bind(bind).map_err(|e| socket_error(e, i, n))?;
+            sock.connect(shared.target)
+                .map_err(|e| format!("cannot connect to {}: {e}", shared.target))?;
+            sock.set_nonblocking(true)
+                .map_err(|e| format!("cannot make socket non-blocking: {e}"))?;
+            let mut ev = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLERR) as u32,
+                u64: i as u64,
+            };
+            // SAFETY: both descriptors are open and `ev` is a valid event.
+            if unsafe { libc::epoll_ctl(efd, libc::EPOLL_CTL_ADD, sock.as_raw_fd(), &mut ev) } != 0
+            {
+                return Err(socket_error(std::io::Error::last_os_error(), i, n));
+            }
+            clients.push(Client {
+                sock,
+                mid: splitmix(&mut rng) as u16,
+                token: [0; TOKEN_LEN],
+                sent_at: 0,
+                intended: 0,
+                outstanding: false,
+            });
+        }
+        Ok(Worker {
+            shared,
+            clients,
+            epoll,
+            sbuf: shared.template.clone(),
+            rbuf: vec![0; 65536],
+            rng,
+            rec: Recorder::new(),
+            measure_start: 0,
+            end: 0,
+            interval: interval.map(|i| i.max(1)),
+            next_due: 0,
+            idle: Vec::new(),
+        })
+    }
+
+    #[inline]
+    fn in_window(&self, t: u64) -> bool {
+        t >= self.measure_start && t < self.end
+    }
+
+    fn run(&mut self) {
+        self.measure_start = self.shared.measure_start_ns.load(Ordering::SeqCst);
+        self.end = self.shared.end_ns.load(Ordering::SeqCst);
+        let timeout = self.shared.timeout_ns;
+        // Scan for timeouts often enough to be within 5% of the timeout (1–50 ms).
+        let scan_every = (timeout / 20).clamp(1_000_000, 50_000_000);
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
+        let start = now_ns();
+        if self.interval.is_some() {
+            self.idle = (0..self.clients.len() as u32).rev().collect();
+            self.next_due = start;
+            self.dispatch(start);
+        } else {
+            for i in 0..self.clients.len() {
+                self.send_request(i, start, start);
+            }
+        }
+        let mut next_scan = start + scan_every;
+        let mut reported = 0u64;
+        let mut done = 0u64;
+        let mut waiter = Waiter::new();
+        loop {
+            let now = now_ns();
+            if now >= self.end || interrupted() {
+                break;
+            }
+            if now >= next_scan {
+                self.expire(now, timeout);
+                next_scan = now + scan_every;
+            }
+            if self.interval.is_some() {
+                self.dispatch(now);
+            }
+            let mut wake = next_scan.min(self.end);
+            if self.interval.is_some() && !self.idle.is_empty() {
+                wake = wake.min(self.next_due);
+            }
+            let wait_ns = wake.saturating_sub(now).min(MAX_WAIT_MS * 1_000_000);
+            let n = waiter.wait(self.epoll.0, &mut events, wait_ns);
+            if n == 0 {
+                continue; // timeout, or EINTR from Ctrl-C
+            }
+            let t_rx = now_ns();
+            for ev in &events[..n] {
+                let idx = ev.u64 as usize;
+                if idx < self.clients.len() && self.on_readable(idx, t_rx) {
+                    done += 1;
+                }
+            }
+            if done != reported {
+                self.shared
+                    .progress
+                    .fetch_add(done - reported, Ordering::Relaxed);
+                reported = done;
+            }
+        }
+    }
+
+    /// Open loop: sends every request that is due, as long as there are idle clients.
+    fn dispatch(&mut self, now: u64) {
+        let Some(interval) = self.interval else {
+            return;
+        };
+        while self.next_due <= now {
+            let Some(i) = self.idle.pop() else {
+                break; // requests queue up; their latency keeps counting from `next_due`
+            };
+            let due = self.next_due;
+            self.send_request(i as usize, now, due);
+            self.next_due += interval;
+        }
+    }
+
+    /// Called when client `i`'s exchange is over: in the closed loop it sends the next
+    /// request at once, in the open loop it waits for the schedule.
+    fn finish(&mut self, i: usize, now: u64) {
+        self.clients[i].outstanding = false;
+        if self.interval.is_some() {
+            self.idle.push(i as u32);
+            self.dispatch(now);
+        } else {
+            self.send_request(i, now, now);
+        }
+    }
+
+    /// Counts timed-out requests as lost and starts fresh ones.
+    fn expire(&mut self, now: u64, timeout: u64) {
+        for i in 0..self.clients.len() {
+            let c = &self.clients[i];
+            if c.outstanding && now.saturating_sub(c.sent_at) >= timeout {
+                if self.in_window(now) {
+                    self.rec.lost += 1;
+                }
+                self.finish(i, now);
+            }
+        }
+    }
+
+    /// Sends a fresh request (new MID and token) from client `i`; `intended` is when it
+    /// was meant to go out.
+    fn send_request(&mut self, i: usize, now: u64, intended: u64) {
+        let token = splitmix(&mut self.rng).to_ne_bytes();
+        let c = &mut self.clients[i];
+        c.mid = c.mid.wrapping_add(1);
+        c.token = token;
+        self.sbuf[2..4].copy_from_slice(&c.mid.to_be_bytes());
+        self.sbuf[TOKEN_AT..TOKEN_AT + TOKEN_LEN].copy_from_slice(&token);
+        let t = now_ns().max(now);
+        c.sent_at = t;
+        c.intended = intended.min(t);
+        c.outstanding = true;
+        // SAFETY: the socket is open and `sbuf` is a valid buffer of that length.
+        let r = unsafe {
+            libc::send(
+                c.sock.as_raw_fd(),
+                self.sbuf.as_ptr().cast(),
+                self.sbuf.len(),
+                0,
+            )
+        };
+        let counted = self.in_window(t);
+        if counted {
+            self.rec.sent += 1;
+        }
+        if r < 0 && counted {
+            // E.g. a pending ICMP error (ECONNREFUSED) or a full buffer: the request is
+            // not on the wire and will count as lost at its timeout.
+            self.rec.errors += 1;
+        }
+    }
+
+    /// Sends a 4-byte empty message (ACK) with `mid` on client `i`'s socket.
+    fn send_empty_ack(&self, i: usize, mid: u16) {
+        let m = mid.to_be_bytes();
+        let buf = [0x60u8, 0x00, m[0], m[1]];
+        // SAFETY: open socket, 4-byte stack buffer. A failure only means the server
+        // retransmits its CON response, which is then a duplicate and ignored.
+        unsafe { libc::send(self.clients[i].sock.as_raw_fd(), buf.as_ptr().cast(), 4, 0) };
+    }
+
+    /// Reads one datagram (or pending socket error) of client `i`, received at `t_rx`;
+    /// returns true when it completed the outstanding request.
+    fn on_readable(&mut self, i: usize, t_rx: u64) -> bool {
+        let fd = self.clients[i].sock.as_raw_fd();
+        // SAFETY: `rbuf` is a writable buffer of the given length.
+        let n = unsafe { libc::recv(fd, self.rbuf.as_mut_ptr().cast(), self.rbuf.len(), 0) };
+        if n < 0 {
+            let e = errno();
+            if e != libc::EAGAIN
+                && e != libc::EWOULDBLOCK
+                && e != libc::EINTR
+                && self.in_window(t_rx)
+            {
+                // ICMP unreachable and friends: the request stays outstanding until its
+                // timeout, where it counts as lost.
+                self.rec.errors += 1;
+            }
+            return false;
+        }
+        match classify(&self.rbuf[..n as usize], &self.clients[i]) {
+            Reply::Response { ack_mid } => {
+                if let Some(mid) = ack_mid {
+                    self.send_empty_ack(i, mid);
+                }
+                if self.in_window(t_rx) {
+                    let intended = self.clients[i].intended;
+                    self.rec.complete(t_rx.saturating_sub(intended));
+                }
+                self.finish(i, t_rx);
+                return true;
+            }
+            Reply::Reset => {
+                if self.in_window(t_rx) {
+                    self.rec.resets += 1;
+                }
+                self.finish(i, t_rx);
+            }
+            Reply::Garbage => {
+                if self.in_window(t_rx) {
+                    self.rec.errors += 1;
+                }
+                if self.clients[i].outstanding {
+                    self.finish(i, t_rx);
+                }
+            }
+            Reply::Stray { ack_mid } => {
+                if let Some(mid) = ack_mid {
+                    self.send_empty_ack(i, mid);
+                }
+            }
+            Reply::Ignore => {}
+        }
+        false
+    }
+}
+
+/// What a datagram means to the client that received it.
+#[derive(Debug, PartialEq, Eq)]
+enum Reply {
+    /// The response to the outstanding request; `ack_mid` is set for a CON (separate)
+    /// response, which must be acknowledged.
+    Response { ack_mid: Option<u16> },
+    /// An RST for the outstanding request.
+    Reset,
+    /// Not a CoAP message.
+    Garbage,
+    /// A well-formed message for an earlier request (late, duplicate, or unknown token);
+    /// CON ones are still acknowledged so that the server stops retransmitting.
+    Stray { ack_mid: Option<u16> },
+    /// Nothing to do (e.g. the empty ACK before a separate response).
+    Ignore,
+}
+
+/// Classifies a datagram for client `c` without allocating and without trusting it.
+fn classify(d: &[u8], c: &Client) -> Reply {
+    if d.len() < 4 || d[0] >> 6 != 1 {
+        return Reply::Garbage;
+    }
+    let tkl = (d[0] & 0x0f) as usize;
+    if tkl > 8 || d.len() < 4 + tkl {
+        return Reply::Garbage;
+    }
+    let mtype = (d[0] >> 4) & 0b11;
+    let code = d[1];
+    let mid = u16::from_be_bytes([d[2], d[3]]);
+    let token = &d[4..4 + tkl];
+    let is_response = code >> 5 >= 2;
+    let token_ok = c.outstanding && token == c.token.as_slice();
+    match mtype {
+        // ACK
+        2 if mid == c.mid && c.outstanding => {
+            if code == 0 {
+                Reply::Ignore // empty ACK: a separate response follows
+            } else if is_response && token_ok {
+                Reply::Response { ack_mid: None }
+            } else {
+                Reply::Stray { ack_mid: None }
+            }
+        }
+        // RST
+        3 if mid == c.mid && c.outstanding => Reply::Reset,
+        // CON or NON response (separate response, or the answer to a NON request)
+        0 | 1 if is_response => {
+            let ack_mid = (mtype == 0).then_some(mid);
+            if token_ok {
+                Reply::Response { ack_mid }
+            } else {
+                Reply::Stray { ack_mid }
+            }
+        }
+        _ => Reply::Stray { ack_mid: None },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(mid: u16, token: [u8; 8], outstanding: bool) -> Client {
+        Client {
+            sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
+            mid,
+            token,
+            sent_at: 0,
+            intended: 0,
+            outstanding,
+        }
+    }
+
+    fn msg(t: u8, code: u8, mid: u16, token: &[u8]) -> Vec<u8> {
+        let mut v = vec![0x40 | (t << 4) | token.len() as u8, code];
+        v.extend_from_slice(&mid.to_be_bytes());
+        v.extend_from_slice(token);
+        v.extend_from_slice(&[0xff, b'h', b'i']);
+        v
+    }
+
+    #[test]
+    fn matching_rules() {
+        let tok = [1, 2, 3, 4, 5, 6, 7, 8];
+        let c = client(77, tok, true);
+        // Piggybacked ACK 2.05 with same MID and token.
+        assert_eq!(
+            classify(&msg(2, 0x45, 77, &tok), &c),
+            Reply::Response { ack_mid: None }
+        );
+        // ACK with the right MID but another token: stray.
+        assert_eq!(
+            classify(&msg(2, 0x45, 77, &[9; 8]), &c),
+            Reply::Stray { ack_mid: None }
+        );
+        // ACK for an older MID: stray.
+        assert_eq!(
+            classify(&msg(2, 0x45, 76, &tok), &c),
+            Reply::Stray { ack_mid: None }
+        );
+        // Empty ACK, then a CON separate response which must be acknowledged.
+        assert_eq!(classify(&[0x60, 0, 0, 77], &c), Reply::Ignore);
+        assert_eq!(
+            classify(&msg(0, 0x45, 999, &tok), &c),
+            Reply::Response { ack_mid: Some(999) }
+        );
+        // NON response to a NON request.
+        assert_eq!(
+            classify(&msg(1, 0x45, 5, &tok), &c),
+            Reply::Response { ack_mid: None }
+        );
+        // RST.
+        assert_eq!(classify(&[0x70, 0, 0, 77], &c), Reply::Reset);
+        assert_eq!(
+            classify(&[0x70, 0, 0, 78], &c),
+            Reply::Stray { ack_mid: None }
+        );
+        // Duplicate after completion.
+        let done = client(77, tok, false);
+        assert_eq!(
+            classify(&msg(2, 0x45, 77, &tok), &done),
+            Reply::Stray { ack_mid: None }
+        );
+        assert_eq!(
+            classify(&msg(0, 0x45, 3, &tok), &done),
+            Reply::Stray { ack_mid: Some(3) }
+        );
+    }
+
+    #[test]
+    fn garbage_is_recognised() {
+        let c = client(1, [0; 8], true);
+        for g in [
+            &[][..],
+            &[0x40, 0x45],
+            &[0x80, 0x45, 0, 1],
+            &[0x49, 0x45, 0, 1],
+            &[0x48, 0x45, 0, 1, 0],
+        ] {
+            assert_eq!(classify(g, &c), Reply::Garbage, "{g:?}");
+        }
+    }
+
+    #[test]
+    fn splitmix_tokens_differ() {
+        let mut s = 42;
+        let a = splitmix(&mut s);
+        let b = splitmix(&mut s);
+        assert_ne!(a, b);
+    }
+}

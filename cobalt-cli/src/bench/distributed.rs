@@ -1,0 +1,424 @@
+//! Distributed mode: `cobalt bench worker --listen ADDR` on several load machines, and
+//! `cobalt bench URI --workers a:port,b:port` on a coordinator that splits each step's
+//! clients (and `--rate`) across them and merges their counters and histograms.
+//!
+//! The control protocol is one JSON object per line over TCP: the coordinator sends a
+//! [`StepRequest`], the worker runs the step with its own generator and answers with a
+//! [`StepReply`] carrying its raw histogram buckets, so merged percentiles are exact to
+//! the histogram's precision. Workers start a step when its request arrives; the
+//! warm-up absorbs the small skew between machines.
+
+use super::args::{BenchArgs, Method};
+use super::stats::{Recorder, ServerUsage, StepResult};
+use super::{measure_step, procfs, sys, Config};
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// Largest control line accepted, in bytes (histograms are a few hundred KiB at most).
+const MAX_LINE: u64 = 64 * 1024 * 1024;
+
+/// Arguments of `cobalt bench worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Address to accept coordinator connections on, e.g. 0.0.0.0:7000.
+    #[arg(long)]
+    pub listen: String,
+}
+
+/// One step, as the coordinator asks a worker to run it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepRequest {
+    /// Target URI.
+    pub uri: String,
+    /// This worker's share of the clients.
+    pub clients: usize,
+    /// Measured seconds.
+    pub duration_s: f64,
+    /// Warm-up seconds.
+    pub warmup_s: f64,
+    /// Request timeout in seconds.
+    pub timeout_s: f64,
+    /// Generator threads on the worker.
+    pub threads: usize,
+    /// This worker's share of the open-loop rate.
+    pub rate: Option<f64>,
+    /// Method name (get, post, put, delete).
+    pub method: String,
+    /// Request payload.
+    pub payload: Option<String>,
+    /// CoAP NON requests.
+    pub non: bool,
+    /// HTTP without keep-alive.
+    pub no_keepalive: bool,
+}
+
+/// A worker's answer to a [`StepRequest`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StepReply {
+    /// Why the step could not run, if it could not.
+    pub error: Option<String>,
+    /// Requests sent in the window.
+    pub sent: u64,
+    /// Requests answered.
+    pub completed: u64,
+    /// Requests timed out.
+    pub lost: u64,
+    /// Socket errors and malformed responses.
+    pub errors: u64,
+    /// RST answers.
+    pub resets: u64,
+    /// Measured seconds.
+    pub duration_s: f64,
+    /// Cut short on the worker.
+    pub partial: bool,
+    /// Latency histogram as (nanoseconds, count) buckets.
+    pub histogram: Vec<(u64, u64)>,
+}
+
+impl StepReply {
+    fn from_recorder(rec: &Recorder, duration_s: f64, partial: bool) -> StepReply {
+        StepReply {
+            error: None,
+            sent: rec.sent,
+            completed: rec.completed,
+            lost: rec.lost,
+            errors: rec.errors,
+            resets: rec.resets,
+            duration_s,
+            partial,
+            histogram: rec
+                .latency
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect(),
+        }
+    }
+
+    fn failed(e: String) -> StepReply {
+        StepReply {
+            error: Some(e),
+            ..StepReply::default()
+        }
+    }
+
+    fn add_to(&self, rec: &mut Recorder) {
+        rec.sent += self.sent;
+        rec.completed += self.completed;
+        rec.lost += self.lost;
+        rec.errors += self.errors;
+        rec.resets += self.resets;
+        for &(v, n) in &self.histogram {
+            rec.latency.saturating_record_n(v.max(1), n);
+        }
+    }
+}
+
+/// Builds the request template every worker gets for a run of `args`.
+pub fn request_template(args: &BenchArgs) -> StepRequest {
+    StepRequest {
+        uri: args.uri.clone().unwrap_or_default(),
+        clients: 0,
+        duration_s: args.duration,
+        warmup_s: args.warmup,
+        timeout_s: args.timeout,
+        threads: args.threads,
+        rate: None,
+        method: args.method.name().to_ascii_lowercase(),
+        payload: args.payload.clone(),
+        non: args.non,
+        no_keepalive: args.no_keepalive,
+    }
+}
+
+/// Parses `--workers host:port,host:port`.
+pub fn parse_workers(list: &str) -> Result<Vec<SocketAddr>, String> {
+    let mut out = Vec::new();
+    for w in list.split(',').map(str::trim) {
+        let addr = w
+            .to_socket_addrs()
+            .map_err(|e| format!("invalid worker {w:?} (expected host:port): {e}"))?
+            .next()
+            .ok_or_else(|| format!("worker {w:?} has no address"))?;
+        out.push(addr);
+    }
+    if out.is_empty() {
+        return Err("--workers needs at least one host:port".into());
+    }
+    Ok(out)
+}
+
+/// Runs `cobalt bench worker`; returns the exit code.
+pub fn worker_main(args: WorkerArgs) -> i32 {
+    let listener = match TcpListener::bind(&args.listen) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("cobalt bench worker: cannot listen on {}: {e}", args.listen);
+            return 2;
+        }
+    };
+    sys::raise_fd_limit();
+    sys::install_sigint_handler();
+    let shown = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or(args.listen);
+    eprintln!("cobalt bench worker: waiting for a coordinator on {shown}");
+    match serve_worker(&listener, sys::interrupted) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cobalt bench worker: {e}");
+            1
+        }
+    }
+}
+
+/// Serves coordinators one at a time until `stop` returns true.
+pub fn serve_worker(listener: &TcpListener, stop: impl Fn() -> bool) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    while !stop() {
+        let (conn, peer) = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        eprintln!("cobalt bench worker: coordinator {peer} connected");
+        if let Err(e) = serve_coordinator(conn) {
+            eprintln!("cobalt bench worker: coordinator {peer}: {e}");
+        }
+    }
+    Ok(())
+}
+
+fn serve_coordinator(conn: TcpStream) -> std::io::Result<()> {
+    conn.set_nonblocking(false)?;
+    let mut writer = conn.try_clone()?;
+    let mut reader = BufReader::new(conn);
+    loop {
+        let mut line = String::new();
+        if (&mut reader).take(MAX_LINE).read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let reply = match serde_json::from_str::<StepRequest>(&line) {
+            Ok(req) => run_request(&req),
+            Err(e) => StepReply::failed(format!("bad step request: {e}")),
+        };
+        let mut text = serde_json::to_string(&reply)
+            .unwrap_or_else(|e| format!("{{\"error\":\"cannot encode reply: {e}\"}}"));
+        text.push('\n');
+        writer.write_all(text.as_bytes())?;
+    }
+}
+
+/// Runs one requested step on this machine.
+pub fn run_request(req: &StepRequest) -> StepReply {
+    let Ok(method) = Method::from_str(&req.method, true) else {
+        return StepReply::failed(format!("unknown method {:?}", req.method));
+    };
+    let args = BenchArgs {
+        command: None,
+        uri: Some(req.uri.clone()),
+        clients: req.clients.to_string(),
+        duration: req.duration_s,
+        warmup: req.warmup_s,
+        cooldown: 0.0,
+        timeout: req.timeout_s,
+        rate: req.rate,
+        no_keepalive: req.no_keepalive,
+        non: req.non,
+        method,
+        payload: req.payload.clone(),
+        threads: req.threads,
+        server_pid: None,
+        workers: None,
+        json: false,
+        csv: false,
+        plot: None,
+        quiet: true,
+    };
+    let cfg = match Config::from_args(&args) {
+        Ok(c) => c,
+        Err(e) => return StepReply::failed(e),
+    };
+    match measure_step(&cfg, req.clients) {
+        Ok(m) => StepReply::from_recorder(&m.rec, m.duration_s, m.partial),
+        Err(e) => StepReply::failed(e),
+    }
+}
+
+/// Runs one step spread over `workers`: splits the clients (and rate), waits for every
+/// reply, samples `--server-pid` locally, and merges the results.
+pub fn run_step(
+    cfg: &Config,
+    template: &StepRequest,
+    workers: &[SocketAddr],
+    clients: usize,
+) -> Result<StepResult, String> {
+    let n = workers.len();
+    let shares: Vec<usize> = (0..n)
+        .map(|i| clients / n + usize::from(i < clients % n))
+        .collect();
+    let wait = Duration::from_secs_f64(
+        template.warmup_s + template.duration_s + template.timeout_s + 30.0,
+    );
+    let started = std::time::Instant::now();
+    let replies = std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .iter()
+            .zip(&shares)
+            .filter(|(_, &share)| share > 0)
+            .map(|(addr, &share)| {
+                let mut req = template.clone();
+                req.clients = share;
+                req.rate = cfg.rate.map(|r| r * share as f64 / clients as f64);
+                (*addr, s.spawn(move || ask_worker(*addr, &req, wait)))
+            })
+            .collect();
+        let usage = sample_server(cfg);
+        let replies: Vec<(SocketAddr, Result<StepReply, String>)> = handles
+            .into_iter()
+            .map(|(addr, h)| {
+                let r = h
+                    .join()
+                    .unwrap_or_else(|_| Err("worker thread panicked".into()));
+                (addr, r)
+            })
+            .collect();
+        (replies, usage)
+    });
+    let (replies, usage) = replies;
+    let mut rec = Recorder::new();
+    let mut duration: f64 = 0.0;
+    let mut partial = false;
+    for (addr, r) in replies {
+        let reply = r.map_err(|e| format!("worker {addr}: {e}"))?;
+        if let Some(e) = reply.error {
+            return Err(format!("worker {addr}: {e}"));
+        }
+        reply.add_to(&mut rec);
+        duration = duration.max(reply.duration_s);
+        partial |= reply.partial;
+    }
+    if sys::interrupted() {
+        partial = true;
+        duration = duration.min(started.elapsed().as_secs_f64() - template.warmup_s);
+    }
+    Ok(StepResult::from_recorder(
+        clients,
+        duration.max(0.0),
+        &rec,
+        usage,
+        partial,
+    ))
+}
+
+/// Sends one step to a worker and waits for its reply.
+fn ask_worker(addr: SocketAddr, req: &StepRequest, wait: Duration) -> Result<StepReply, String> {
+    let conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    conn.set_read_timeout(Some(wait))
+        .map_err(|e| e.to_string())?;
+    let mut line = serde_json::to_string(req).map_err(|e| e.to_string())?;
+    line.push('\n');
+    (&conn)
+        .write_all(line.as_bytes())
+        .map_err(|e| format!("cannot send the step: {e}"))?;
+    let mut reader = BufReader::new(&conn).take(MAX_LINE);
+    let mut answer = String::new();
+    reader
+        .read_line(&mut answer)
+        .map_err(|e| format!("no reply: {e}"))?;
+    if answer.is_empty() {
+        return Err("closed the connection without a reply".into());
+    }
+    serde_json::from_str(&answer).map_err(|e| format!("bad reply: {e}"))
+}
+
+/// Samples `--server-pid` over the expected measured window of a distributed step.
+fn sample_server(cfg: &Config) -> Option<ServerUsage> {
+    let pid = cfg.server_pid?;
+    let sleep = |d: Duration| {
+        let end = std::time::Instant::now() + d;
+        while !sys::interrupted() {
+            let now = std::time::Instant::now();
+            if now >= end {
+                break;
+            }
+            std::thread::sleep((end - now).min(Duration::from_millis(50)));
+        }
+    };
+    sleep(cfg.warmup);
+    let start = procfs::cpu_seconds(pid);
+    sleep(cfg.duration);
+    let end = procfs::cpu_seconds(pid);
+    Some(ServerUsage {
+        cpu_s: match (start, end) {
+            (Some(a), Some(b)) => (b - a).max(0.0),
+            _ => 0.0,
+        },
+        rss_kb: procfs::rss_kb(pid),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_round_trip_keeps_histogram() {
+        let mut rec = Recorder::new();
+        rec.sent = 5;
+        for v in [10_000u64, 20_000, 30_000, 1_000_000] {
+            rec.complete(v);
+        }
+        let reply = StepReply::from_recorder(&rec, 1.0, false);
+        let text = serde_json::to_string(&reply).unwrap();
+        let back: StepReply = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, reply);
+        let mut merged = Recorder::new();
+        back.add_to(&mut merged);
+        back.add_to(&mut merged);
+        assert_eq!((merged.sent, merged.completed), (10, 8));
+        assert_eq!(merged.latency.len(), 8);
+        assert_eq!(
+            merged.latency.value_at_quantile(0.5),
+            rec.latency.value_at_quantile(0.5)
+        );
+    }
+
+    #[test]
+    fn worker_list() {
+        let w = parse_workers("127.0.0.1:7000, [::1]:7001").unwrap();
+        assert_eq!(w.len(), 2);
+        assert_eq!(w[1].port(), 7001);
+        assert!(parse_workers("nohostport").is_err());
+        assert!(parse_workers("").is_err());
+    }
+
+    #[test]
+    fn bad_requests_get_error_replies() {
+        let mut req = StepRequest {
+            uri: "coap://127.0.0.1:9/".into(),
+            clients: 1,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            timeout_s: 1.0,
+            threads: 1,
+            rate: None,
+            method: "brew".into(),
+            payload: None,
+            non: false,
+            no_keepalive: false,
+        };
+        assert!(run_request(&req).error.unwrap().contains("unknown method"));
+        req.method = "get".into();
+        req.uri = "ftp://x/".into();
+        assert!(run_request(&req).error.unwrap().contains("ftp"));
+    }
+}

@@ -1,0 +1,863 @@
+//! HTTP/1.1 mode for `http://` URIs, to compare a CoAP server with an HTTP one under the
+//! same load: each virtual client owns one TCP connection (keep-alive, the default) or
+//! opens a new one per request (`--no-keepalive`, `Connection: close`).
+//!
+//! Same structure and rules as the CoAP generator in [`super::client`]: a few OS
+//! threads, one epoll loop each over non-blocking sockets, one request in flight per
+//! client, no retries, closed loop or open loop (`--rate`). A refused connection counts
+//! as an error and its request as lost at the timeout; a malformed response, or a
+//! connection that breaks mid-response, counts as an error and ends the exchange.
+
+use super::args::Target;
+use super::client::{StepShared, Waiter};
+use super::stats::Recorder;
+use super::sys::{errno, interrupted, now_ns};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+/// Largest response header block accepted.
+const MAX_HEAD: usize = 16 * 1024;
+/// Largest response (head and body) accepted.
+const MAX_RESPONSE: usize = 16 * 1024 * 1024;
+/// Events fetched per `epoll_wait`.
+const MAX_EVENTS: usize = 512;
+
+/// Encodes the HTTP/1.1 request every client sends.
+pub fn request_bytes(t: &Target, method: &str, keepalive: bool, payload: Option<&str>) -> Vec<u8> {
+    let host = if t.host.contains(':') {
+        format!("[{}]", t.host)
+    } else {
+        t.host.clone()
+    };
+    let mut r = format!(
+        "{method} {} HTTP/1.1\r\nHost: {host}:{}\r\nUser-Agent: cobalt-bench\r\n",
+        t.raw_path, t.port
+    );
+    if !keepalive {
+        r.push_str("Connection: close\r\n");
+    }
+    let body = payload.unwrap_or("");
+    if payload.is_some() || method == "POST" || method == "PUT" {
+        r.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    r.push_str("\r\n");
+    r.push_str(body);
+    r.into_bytes()
+}
+
+/// How far a buffered response has arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parse {
+    /// More bytes are needed.
+    Incomplete,
+    /// A whole response occupies the first `len` bytes; `close` when the connection
+    /// cannot be reused.
+    Complete {
+        /// Bytes of the response.
+        len: usize,
+        /// The server will not take another request on this connection.
+        close: bool,
+    },
+    /// Not a valid HTTP/1.x response.
+    Invalid,
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Parses the response at the start of `buf`; `eof` tells whether the server has
+/// closed its side (which ends a body without length). 1xx responses are skipped.
+pub fn parse_response(buf: &[u8], eof: bool) -> Parse {
+    let mut start = 0usize;
+    loop {
+        let rest = &buf[start..];
+        let Some(hend) = find(&rest[..rest.len().min(MAX_HEAD + 4)], b"\r\n\r\n") else {
+            return if rest.len() > MAX_HEAD || eof {
+                Parse::Invalid
+            } else {
+                Parse::Incomplete
+            };
+        };
+        let Ok(head) = std::str::from_utf8(&rest[..hend]) else {
+            return Parse::Invalid;
+        };
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap_or("");
+        let sb = status_line.as_bytes();
+        if sb.len() < 12 || !status_line.starts_with("HTTP/1.") || sb[8] != b' ' {
+            return Parse::Invalid;
+        }
+        let http10 = sb[7] == b'0';
+        let Some(status) = status_line
+            .get(9..12)
+            .filter(|d| d.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|d| d.parse::<u16>().ok())
+        else {
+            return Parse::Invalid;
+        };
+        let mut content_length: Option<usize> = None;
+        let mut chunked = false;
+        let mut close = http10;
+        for line in lines {
+            let Some((name, value)) = line.split_once(':') else {
+                return Parse::Invalid;
+            };
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("content-length") {
+                let Ok(n) = value.parse::<usize>() else {
+                    return Parse::Invalid;
+                };
+                if content_length.is_some_and(|m| m != n) || n > MAX_RESPONSE {
+                    return Parse::Invalid;
+                }
+                content_length = Some(n);
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = value
+                    .rsplit(',')
+                    .next()
+                    .is_some_and(|v| v.trim().eq_ignore_ascii_case("chunked"));
+            } else if name.eq_ignore_ascii_case("connection") {
+                for token in value.split(',').map(str::trim) {
+                    if token.eq_ignore_ascii_case("close") {
+                        close = true;
+                    } else if token.eq_ignore_ascii_case("keep-alive") {
+                        close = false;
+                    }
+                }
+            }
+        }
+        let body = start + hend + 4;
+        if (100..200).contains(&status) && status != 101 {
+            start = body;
+            continue;
+        }
+        if status == 204 || status == 304 {
+            return Parse::Complete { len: body, close };
+        }
+        if chunked {
+            return match chunked_len(&buf[body..]) {
+                Ok(Some(n)) => Parse::Complete {
+                    len: body + n,
+                    close,
+                },
+                Ok(None) if !eof && buf.len() <= MAX_RESPONSE => Parse::Incomplete,
+                _ => Parse::Invalid,
+            };
+        }
+        if let Some(n) = content_length {
+            return if buf.len() >= body + n {
+                Parse::Complete {
+                    len: body + n,
+                    close,
+                }
+            } else if eof {
+                Parse::Invalid
+            } else {
+                Parse::Incomplete
+            };
+        }
+        // No length: the body runs until the server closes.
+        return if eof {
+            Parse::Complete {
+                len: buf.len(),
+                close: true,
+            }
+        } else if buf.len() > MAX_RESPONSE {
+            Parse::Invalid
+        } else {
+            Parse::Incomplete
+        };
+    }
+}
+
+/// Length of a complete chunked body at the start of `b`, `Ok(None)` if incomplete.
+fn chunked_len(b: &[u8]) -> Result<Option<usize>, ()> {
+    let mut i = 0usize;
+    loop {
+        let Some(le) = find(&b[i..], b"\r\n") else {
+            return if b.len() - i > 1024 {
+                Err(())
+            } else {
+                Ok(None)
+            };
+        };
+        let line = std::str::from_utf8(&b[i..i + le]).map_err(|_| ())?;
+        let hex = line.split(';').next().unwrap_or("").trim();
+        if hex.is_empty() || hex.len() > 15 {
+            return Err(());
+        }
+        let size = usize::from_str_radix(hex, 16).map_err(|_| ())?;
+        i += le + 2;
+        if size == 0 {
+            // Trailer fields, then an empty line.
+            loop {
+                let Some(le) = find(&b[i..], b"\r\n") else {
+                    return Ok(None);
+                };
+                i += le + 2;
+                if le == 0 {
+                    return Ok(Some(i));
+                }
+            }
+        }
+        let end = i
+            .checked_add(size)
+            .and_then(|e| e.checked_add(2))
+            .ok_or(())?;
+        if b.len() < end {
+            return Ok(None);
+        }
+        if &b[end - 2..end] != b"\r\n" {
+            return Err(());
+        }
+        i = end;
+    }
+}
+
+/// The socket address in C form.
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// Where a connection is in its exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// No connection.
+    Closed,
+    /// Non-blocking connect in progress.
+    Connecting,
+    /// Request partly written.
+    Writing,
+    /// Waiting for (the rest of) the response.
+    Reading,
+    /// Keep-alive connection with nothing in flight.
+    Open,
+}
+
+struct Conn {
+    fd: Option<OwnedFd>,
+    state: State,
+    /// Bumped for every new connection; events carry it so that stale ones are ignored.
+    generation: u32,
+    written: usize,
+    buf: Vec<u8>,
+    sent_at: u64,
+    intended: u64,
+    outstanding: bool,
+    /// Epoll currently also watches for writability.
+    want_out: bool,
+}
+
+/// Runs one thread's share of an HTTP step (see [`super::client::run_thread`]).
+pub fn run_thread(
+    shared: &StepShared,
+    clients: usize,
+    keepalive: bool,
+    interval_ns: Option<u64>,
+) -> Result<Recorder, String> {
+    // SAFETY: epoll_create1 has no pointer arguments.
+    let efd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    let setup = if efd < 0 {
+        Err(format!(
+            "epoll_create1 failed: {}",
+            std::io::Error::last_os_error()
+        ))
+    } else {
+        // SAFETY: efd is a fresh descriptor we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(efd) })
+    };
+    if setup.is_err() {
+        shared.abort.store(true, Ordering::SeqCst);
+    }
+    shared.ready.fetch_add(1, Ordering::SeqCst);
+    while !shared.go.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    let epoll = setup?;
+    let mut w = HttpWorker {
+        shared,
+        epoll,
+        conns: (0..clients)
+            .map(|_| Conn {
+                fd: None,
+                state: State::Closed,
+                generation: 0,
+                written: 0,
+                buf: Vec::new(),
+                sent_at: 0,
+                intended: 0,
+                outstanding: false,
+                want_out: false,
+            })
+            .collect(),
+        keepalive,
+        rec: Recorder::new(),
+        measure_start: shared.measure_start_ns.load(Ordering::SeqCst),
+        end: shared.end_ns.load(Ordering::SeqCst),
+        interval: interval_ns.map(|i| i.max(1)),
+        next_due: 0,
+        idle: Vec::new(),
+        fatal: None,
+    };
+    w.run();
+    match w.fatal {
+        Some(e) => Err(e),
+        None => Ok(w.rec),
+    }
+}
+
+struct HttpWorker<'a> {
+    shared: &'a StepShared,
+    epoll: OwnedFd,
+    conns: Vec<Conn>,
+    keepalive: bool,
+    rec: Recorder,
+    measure_start: u64,
+    end: u64,
+    interval: Option<u64>,
+    next_due: u64,
+    idle: Vec<u32>,
+    /// An unrecoverable setup problem (out of file descriptors).
+    fatal: Option<String>,
+}
+
+impl HttpWorker<'_> {
+    #[inline]
+    fn in_window(&self, t: u64) -> bool {
+        t >= self.measure_start && t < self.end
+    }
+
+    fn run(&mut self) {
+        let timeout = self.shared.timeout_ns;
+        let scan_every = (timeout / 20).clamp(1_000_000, 50_000_000);
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
+        let start = now_ns();
+        if self.interval.is_some() {
+            self.idle = (0..self.conns.len() as u32).rev().collect();
+            self.next_due = start;
+            self.dispatch(start);
+        } else {
+            for i in 0..self.conns.len() {
+                self.start_request(i, start, start);
+            }
+        }
+        let mut next_scan = start + scan_every;
+        let mut reported = 0u64;
+        let mut waiter = Waiter::new();
+        loop {
+            let now = now_ns();
+            if now >= self.end || interrupted() || self.fatal.is_some() {
+                break;
+            }
+            if now >= next_scan {
+                self.expire(now, timeout);
+                next_scan = now + scan_every;
+            }
+            self.dispatch(now);
+            let mut wake = next_scan.min(self.end);
+            if self.interval.is_some() && !self.idle.is_empty() {
+                wake = wake.min(self.next_due);
+            }
+            let wait_ns = wake.saturating_sub(now).min(100_000_000);
+            let n = waiter.wait(self.epoll.as_raw_fd(), &mut events, wait_ns);
+            let t = now_ns();
+            for ev in &events[..n] {
+                let idx = (ev.u64 & 0xffff_ffff) as usize;
+                let generation = (ev.u64 >> 32) as u32;
+                if self
+                    .conns
+                    .get(idx)
+                    .is_some_and(|c| c.generation == generation && c.fd.is_some())
+                {
+                    self.on_event(idx, t);
+                }
+            }
+            let done = self.rec.completed;
+            if done != reported {
+                self.shared
+                    .progress
+                    .fetch_add(done - reported, Ordering::Relaxed);
+                reported = done;
+            }
+        }
+    }
+
+    fn dispatch(&mut self, now: u64) {
+        let Some(interval) = self.interval else {
+            return;
+        };
+        while self.next_due <= now {
+            let Some(i) = self.idle.pop() else {
+                break;
+            };
+            let due = self.next_due;
+            self.start_request(i as usize, now, due);
+            self.next_due += interval;
+        }
+    }
+
+    fn finish(&mut self, i: usize, now: u64) {
+        self.conns[i].outstanding = false;
+        if self.interval.is_some() {
+            self.idle.push(i as u32);
+            self.dispatch(now);
+        } else {
+            self.start_request(i, now, now);
+        }
+    }
+
+    fn expire(&mut self, now: u64, timeout: u64) {
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.outstanding && now.saturating_sub(c.sent_at) >= timeout {
+                if self.in_window(now) {
+                    self.rec.lost += 1;
+                }
+                self.close(i, true);
+                self.finish(i, now);
+            }
+        }
+    }
+
+    fn error(&mut self, t: u64) {
+        if self.in_window(t) {
+            self.rec.errors += 1;
+        }
+    }
+
+    /// Closes client `i`'s connection; `abort` resets it instead of leaving a TIME_WAIT
+    /// socket behind on this side.
+    fn close(&mut self, i: usize, abort: bool) {
+        let c = &mut self.conns[i];
+        if let Some(fd) = c.fd.take() {
+            if abort {
+                let lg = libc::linger {
+                    l_onoff: 1,
+                    l_linger: 0,
+                };
+                // SAFETY: valid socket and option struct.
+                unsafe {
+                    libc::setsockopt(
+                        fd.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_LINGER,
+                        (&lg as *const libc::linger).cast(),
+                        std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                    )
+                };
+            }
+            drop(fd); // closing also removes it from the epoll set
+        }
+        c.state = State::Closed;
+        c.want_out = false;
+        c.buf.clear();
+    }
+
+    fn epoll_set(&mut self, i: usize, op: i32, want_out: bool) -> bool {
+        let c = &mut self.conns[i];
+        let Some(fd) = c.fd.as_ref() else {
+            return false;
+        };
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | if want_out { libc::EPOLLOUT } else { 0 }) as u32,
+            u64: (u64::from(c.generation) << 32) | i as u64,
+        };
+        c.want_out = want_out;
+        // SAFETY: both descriptors are open; `ev` is valid.
+        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) == 0 }
+    }
+
+    /// Starts a request on client `i`, reusing its connection if it is open.
+    fn start_request(&mut self, i: usize, now: u64, intended: u64) {
+        let t = now_ns().max(now);
+        {
+            let c = &mut self.conns[i];
+            c.sent_at = t;
+            c.intended = intended.min(t);
+            c.outstanding = true;
+            c.buf.clear();
+            c.written = 0;
+        }
+        if self.in_window(t) {
+            self.rec.sent += 1;
+        }
+        if self.conns[i].state == State::Open {
+            self.conns[i].state = State::Writing;
+            self.write_request(i, t);
+            return;
+        }
+        self.close(i, true);
+        self.connect(i, t);
+    }
+
+    fn connect(&mut self, i: usize, t: u64) {
+        let target = self.shared.target;
+        let family = if target.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        // SAFETY: plain socket creation.
+        let fd = unsafe {
+            libc::socket(
+                family,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        if fd < 0 {
+            let e = errno();
+            if e == libc::EMFILE || e == libc::ENFILE {
+                self.fatal = Some(
+                    "out of file descriptors opening HTTP connections; raise the limit with \
+                     `ulimit -n`"
+                        .into(),
+                );
+            }
+            self.error(t);
+            return;
+        }
+        // SAFETY: fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let one: libc::c_int = 1;
+        // SAFETY: valid socket and option value.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        let (ss, len) = sockaddr(&target);
+        // SAFETY: `ss` holds a valid address of `len` bytes.
+        let r = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&ss as *const libc::sockaddr_storage).cast(),
+                len,
+            )
+        };
+        let c = &mut self.conns[i];
+        c.generation = c.generation.wrapping_add(1);
+        c.fd = Some(fd);
+        if r == 0 {
+            c.state = State::Writing;
+            if self.epoll_set(i, libc::EPOLL_CTL_ADD, false) {
+                self.write_request(i, t);
+            } else {
+                self.close(i, true);
+                self.error(t);
+            }
+        } else if errno() == libc::EINPROGRESS {
+            c.state = State::Connecting;
+            if !self.epoll_set(i, libc::EPOLL_CTL_ADD, true) {
+                self.close(i, true);
+                self.error(t);
+            }
+        } else {
+            // Refused at once: the request counts as lost at its timeout.
+            self.close(i, true);
+            self.error(t);
+        }
+    }
+
+    fn write_request(&mut self, i: usize, t: u64) {
+        let req = &self.shared.template;
+        loop {
+            let c = &mut self.conns[i];
+            let Some(fd) = c.fd.as_ref() else { return };
+            if c.written >= req.len() {
+                c.state = State::Reading;
+                if c.want_out {
+                    self.epoll_set(i, libc::EPOLL_CTL_MOD, false);
+                }
+                return;
+            }
+            let rest = &req[c.written..];
+            // SAFETY: valid socket and buffer; MSG_NOSIGNAL avoids SIGPIPE.
+            let n = unsafe {
+                libc::send(
+                    fd.as_raw_fd(),
+                    rest.as_ptr().cast(),
+                    rest.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            if n > 0 {
+                c.written += n as usize;
+                continue;
+            }
+            let e = errno();
+            if n < 0 && (e == libc::EAGAIN || e == libc::EINTR) {
+                if e == libc::EAGAIN && !c.want_out {
+                    self.epoll_set(i, libc::EPOLL_CTL_MOD, true);
+                }
+                if e == libc::EAGAIN {
+                    return;
+                }
+                continue;
+            }
+            // The connection broke (e.g. a keep-alive connection the server closed).
+            self.close(i, true);
+            self.error(t);
+            self.finish(i, t);
+            return;
+        }
+    }
+
+    fn on_event(&mut self, i: usize, t: u64) {
+        match self.conns[i].state {
+            State::Connecting => {
+                let Some(fd) = self.conns[i].fd.as_ref() else {
+                    return;
+                };
+                let mut err: libc::c_int = 0;
+                let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                // SAFETY: valid socket; `err`/`len` are writable.
+                let r = unsafe {
+                    libc::getsockopt(
+                        fd.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_ERROR,
+                        (&mut err as *mut libc::c_int).cast(),
+                        &mut len,
+                    )
+                };
+                if r != 0 || err != 0 {
+                    // Refused or unreachable: lost at the timeout, like an ICMP error.
+                    self.close(i, true);
+                    self.error(t);
+                    return;
+                }
+                self.conns[i].state = State::Writing;
+                self.write_request(i, t);
+            }
+            State::Writing => self.write_request(i, t),
+            State::Reading | State::Open => self.read_response(i, t),
+            State::Closed => {}
+        }
+    }
+
+    fn read_response(&mut self, i: usize, t: u64) {
+        let mut eof = false;
+        loop {
+            let c = &mut self.conns[i];
+            let Some(fd) = c.fd.as_ref() else { return };
+            if c.buf.len() > MAX_RESPONSE {
+                break;
+            }
+            let old = c.buf.len();
+            c.buf.resize(old + 16 * 1024, 0);
+            // SAFETY: the spare 16 KiB at the end of `buf` are writable.
+            let n = unsafe {
+                libc::recv(
+                    fd.as_raw_fd(),
+                    c.buf[old..].as_mut_ptr().cast(),
+                    16 * 1024,
+                    0,
+                )
+            };
+            let e = errno();
+            c.buf.truncate(old + n.max(0) as usize);
+            if n > 0 {
+                if (n as usize) < 16 * 1024 {
+                    break; // drained for now
+                }
+                continue;
+            }
+            if n == 0 {
+                eof = true;
+                break;
+            }
+            if e == libc::EAGAIN || e == libc::EINTR {
+                break;
+            }
+            // Connection reset mid-exchange.
+            let outstanding = c.outstanding;
+            self.close(i, true);
+            self.error(t);
+            if outstanding {
+                self.finish(i, t);
+            }
+            return;
+        }
+        let c = &self.conns[i];
+        if !c.outstanding {
+            if eof || !c.buf.is_empty() {
+                // The server closed an idle keep-alive connection, or sent unsolicited bytes.
+                let junk = !c.buf.is_empty();
+                self.close(i, !eof);
+                if junk {
+                    self.error(t);
+                }
+            }
+            return;
+        }
+        match parse_response(&c.buf, eof) {
+            Parse::Incomplete => {}
+            Parse::Complete { len, close } => {
+                let extra = c.buf.len() > len;
+                let sent = c.intended;
+                if self.in_window(t) {
+                    self.rec.complete(t.saturating_sub(sent));
+                }
+                if close || eof || !self.keepalive || extra {
+                    self.close(i, !eof);
+                    if extra {
+                        self.error(t);
+                    }
+                } else {
+                    let c = &mut self.conns[i];
+                    c.state = State::Open;
+                    c.buf.clear();
+                }
+                self.finish(i, t);
+            }
+            Parse::Invalid => {
+                self.close(i, true);
+                self.error(t);
+                self.finish(i, t);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::args::parse_uri;
+
+    #[test]
+    fn request_line_and_headers() {
+        let t = parse_uri("http://127.0.0.1:8080/a?b=1").unwrap();
+        let r = String::from_utf8(request_bytes(&t, "GET", true, None)).unwrap();
+        assert_eq!(
+            r,
+            "GET /a?b=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: cobalt-bench\r\n\r\n"
+        );
+        let t = parse_uri("http://[::1]/").unwrap();
+        let r = String::from_utf8(request_bytes(&t, "POST", false, Some("hi"))).unwrap();
+        assert!(r.starts_with("POST / HTTP/1.1\r\nHost: [::1]:80\r\n"));
+        assert!(r.contains("Connection: close\r\n") && r.ends_with("Content-Length: 2\r\n\r\nhi"));
+    }
+
+    #[test]
+    fn content_length_responses() {
+        let r = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+        assert_eq!(
+            parse_response(r, false),
+            Parse::Complete {
+                len: r.len(),
+                close: false
+            }
+        );
+        assert_eq!(parse_response(&r[..r.len() - 1], false), Parse::Incomplete);
+        assert_eq!(parse_response(&r[..r.len() - 1], true), Parse::Invalid);
+        assert_eq!(parse_response(&r[..10], false), Parse::Incomplete);
+        let r = b"HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(
+            parse_response(r, false),
+            Parse::Complete {
+                len: r.len(),
+                close: true
+            }
+        );
+        let r = b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 1\r\n\r\nxEXTRA";
+        assert_eq!(
+            parse_response(r, false),
+            Parse::Complete {
+                len: r.len() - 5,
+                close: true
+            }
+        );
+    }
+
+    #[test]
+    fn chunked_until_eof_and_continue() {
+        let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n";
+        assert_eq!(
+            parse_response(r, false),
+            Parse::Complete {
+                len: r.len(),
+                close: false
+            }
+        );
+        for cut in [50, r.len() - 1, r.len() - 3] {
+            assert_eq!(parse_response(&r[..cut], false), Parse::Incomplete, "{cut}");
+        }
+        let r = b"HTTP/1.1 200 OK\r\n\r\nbody until close";
+        assert_eq!(parse_response(r, false), Parse::Incomplete);
+        assert_eq!(
+            parse_response(r, true),
+            Parse::Complete {
+                len: r.len(),
+                close: true
+            }
+        );
+        let r = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n";
+        assert_eq!(
+            parse_response(r, false),
+            Parse::Complete {
+                len: r.len(),
+                close: false
+            }
+        );
+    }
+
+    #[test]
+    fn garbage_is_invalid() {
+        for g in [
+            &b"SSH-2.0-OpenSSH\r\n\r\n"[..],
+            b"HTTP/1.1 2x0 OK\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n",
+            b"\xff\xfe\r\n\r\n",
+        ] {
+            assert_eq!(parse_response(g, false), Parse::Invalid, "{g:?}");
+        }
+        assert_eq!(parse_response(b"", true), Parse::Invalid);
+        assert_eq!(
+            parse_response(&[b'a'; MAX_HEAD + 10], false),
+            Parse::Invalid
+        );
+    }
+}
