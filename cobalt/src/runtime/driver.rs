@@ -7,13 +7,16 @@ use crate::server::observe::Change;
 use crate::server::shard::{Completion, ServerShard};
 use crate::server::tree::ResourceTree;
 use crate::server::ServerLimits;
+use crate::transport::mmsg;
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
 use cobalt_proto::message::Message;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
@@ -50,10 +53,8 @@ pub(crate) enum Command {
     Shutdown { grace: Duration },
 }
 
-/// Largest UDP payload.
-const MAX_DATAGRAM: usize = 65_535;
-/// Datagrams read per wake-up before other work gets a turn.
-const RECV_BATCH: usize = 64;
+/// Receive batches per wake-up before timers and commands get a turn.
+const RECV_ROUNDS: usize = 4;
 
 /// Sees every datagram a driver sends (`true`) or receives (`false`); for `cobalt -v`.
 pub type Tracer = Arc<dyn Fn(bool, SocketAddr, &[u8]) + Send + Sync>;
@@ -68,7 +69,8 @@ pub(crate) struct Driver {
     waiting: HashMap<RequestId, (u64, SocketAddr, ReplyTo)>,
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
-    buf: Vec<u8>,
+    rbuf: mmsg::RecvBatch,
+    outbox: Vec<cobalt_proto::endpoint::Transmit>,
 }
 
 impl Driver {
@@ -90,7 +92,8 @@ impl Driver {
             waiting: HashMap::new(),
             keys: HashMap::new(),
             draining: None,
-            buf: vec![0; MAX_DATAGRAM],
+            rbuf: mmsg::RecvBatch::default(),
+            outbox: Vec::new(),
         }
     }
 
@@ -123,16 +126,9 @@ impl Driver {
                 }
             };
             tokio::select! {
-                r = self.socket.recv_from(&mut self.buf), if self.draining.is_none() => {
-                    if let Ok((n, peer)) = r {
-                        let now = Instant::now();
-                        self.received(now, peer, n);
-                        for _ in 1..RECV_BATCH {
-                            match self.socket.try_recv_from(&mut self.buf) {
-                                Ok((n, peer)) => self.received(now, peer, n),
-                                Err(_) => break,
-                            }
-                        }
+                r = self.socket.readable(), if self.draining.is_none() => {
+                    if r.is_ok() {
+                        self.receive_batches();
                     }
                 }
                 cmd = self.commands.recv(), if commands_open => match cmd {
@@ -153,11 +149,41 @@ impl Driver {
         }
     }
 
-    fn received(&mut self, now: Instant, peer: SocketAddr, len: usize) {
-        if let Some(t) = &self.tracer {
-            t(false, peer, &self.buf[..len]);
+    /// Reads what the socket has, a batch per system call, up to a bound so that
+    /// timers and commands get their turn.
+    fn receive_batches(&mut self) {
+        let now = Instant::now();
+        let fd = self.socket.as_raw_fd();
+        for _ in 0..RECV_ROUNDS {
+            let batch = &mut self.rbuf;
+            let n = match self
+                .socket
+                .try_io(Interest::READABLE, || mmsg::recv_batch(fd, batch))
+            {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "receive failed");
+                    return;
+                }
+            };
+            for i in 0..n {
+                let Some((peer, bytes, truncated)) = self.rbuf.get(i) else {
+                    continue;
+                };
+                if let Some(t) = &self.tracer {
+                    t(false, peer, bytes);
+                }
+                if truncated {
+                    self.endpoint.handle_oversized(peer, bytes, mmsg::SLOT);
+                } else {
+                    self.endpoint.handle_datagram(now, peer, bytes);
+                }
+            }
+            if n < mmsg::BATCH {
+                return;
+            }
         }
-        self.endpoint.handle_datagram(now, peer, &self.buf[..len]);
     }
 
     fn command(&mut self, cmd: Command) {
@@ -291,20 +317,38 @@ impl Driver {
     }
 
     async fn flush(&mut self) {
-        while let Some(tx) = self.endpoint.poll_transmit() {
+        self.outbox
+            .extend(std::iter::from_fn(|| self.endpoint.poll_transmit()));
+        let fd = self.socket.as_raw_fd();
+        let mut sent = 0;
+        while sent < self.outbox.len() {
             if let Some(t) = &self.tracer {
-                t(true, tx.peer, &tx.bytes);
-            }
-            match self.socket.try_send_to(&tx.bytes, tx.peer) {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if let Err(e) = self.socket.send_to(&tx.bytes, tx.peer).await {
-                        tracing::debug!(peer = %tx.peer, error = %e, "send failed");
-                    }
+                for tx in &self.outbox[sent..(sent + mmsg::BATCH).min(self.outbox.len())] {
+                    t(true, tx.peer, &tx.bytes);
                 }
-                Err(e) => tracing::debug!(peer = %tx.peer, error = %e, "send failed"),
+            }
+            let batch: Vec<(SocketAddr, &[u8])> = self.outbox[sent..]
+                .iter()
+                .take(mmsg::BATCH)
+                .map(|t| (t.peer, t.bytes.as_slice()))
+                .collect();
+            match self
+                .socket
+                .try_io(Interest::WRITABLE, || mmsg::send_batch(fd, &batch))
+            {
+                Ok(n) => sent += n.max(1),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    drop(batch);
+                    let _ = self.socket.writable().await;
+                }
+                Err(e) => {
+                    // One bad destination (e.g. unreachable) must not stall the rest.
+                    tracing::debug!(peer = %self.outbox[sent].peer, error = %e, "send failed");
+                    sent += 1;
+                }
             }
         }
+        self.outbox.clear();
     }
 }
 
