@@ -50,7 +50,7 @@ fn round_trip(c: &mut Criterion) {
             // let the endpoints expire old state as a real shard would.
             iteration += 1;
             now += std::time::Duration::from_millis(10);
-            if iteration % 1024 == 0 {
+            if iteration.is_multiple_of(1024) {
                 client.handle_timeout(now);
                 server.handle_timeout(now);
             }
