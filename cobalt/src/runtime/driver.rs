@@ -59,6 +59,15 @@ const RECV_ROUNDS: usize = 4;
 /// Sees every datagram a driver sends (`true`) or receives (`false`); for `cobalt -v`.
 pub type Tracer = Arc<dyn Fn(bool, SocketAddr, &[u8]) + Send + Sync>;
 
+/// What a server shard's driver needs: the tree, the limits, a sender to its own
+/// command queue, and whether its socket is IPv6.
+type ShardSetup = (
+    Arc<ResourceTree>,
+    ServerLimits,
+    Option<mpsc::UnboundedSender<Command>>,
+    bool,
+);
+
 pub(crate) struct Driver {
     tracer: Option<Tracer>,
     socket: UdpSocket,
@@ -77,16 +86,20 @@ impl Driver {
     pub(crate) fn new(
         socket: UdpSocket,
         config: EndpointConfig,
-        server: Option<(Arc<ResourceTree>, ServerLimits)>,
+        server: Option<ShardSetup>,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> Driver {
         let (done_tx, completions) = mpsc::unbounded_channel();
         let lifetime = config.exchange_lifetime();
+        let config_copy = config.clone();
         Driver {
             tracer: None,
             socket,
             endpoint: Endpoint::new(config, Instant::now()),
-            server: server.map(|(tree, limits)| ServerShard::new(tree, limits, lifetime, done_tx)),
+            server: server.map(|(tree, limits, own, v6)| {
+                let client = own.map(|tx| crate::Client::for_shard(tx, v6, config_copy.clone()));
+                ServerShard::new(tree, limits, lifetime, done_tx, client)
+            }),
             commands,
             completions,
             waiting: HashMap::new(),
@@ -375,10 +388,15 @@ pub(crate) fn spawn_driver(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // A server shard keeps a sender to itself so that its handlers' client requests
+    // go out on the shard's own socket and come back to it.
+    let own = server.is_some().then(|| tx.clone());
+    let v6 = socket.local_addr()?.is_ipv6();
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         rt.block_on(async move {
             match UdpSocket::from_std(socket) {
                 Ok(socket) => {
+                    let server = server.map(|(tree, limits)| (tree, limits, own, v6));
                     let mut driver = Driver::new(socket, config, server, rx);
                     driver.tracer = tracer;
                     driver.run().await

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+mod executor;
 mod handler;
 mod limits;
 pub(crate) mod observe;
@@ -22,6 +23,7 @@ pub(crate) mod shard;
 pub(crate) mod tree;
 mod upload;
 
+pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, Handler, MethodRouter,
 };
@@ -57,6 +59,13 @@ impl Server {
     /// Adds a resource at `path`.
     pub fn route(mut self, path: &str, resource: MethodRouter) -> Server {
         self.tree.insert(path, resource);
+        self
+    }
+
+    /// Runs the handlers of every resource at or below `path` on `executor` (children
+    /// inherit the nearest ancestor's choice; the default is inline on the shard).
+    pub fn executor(mut self, path: &str, executor: Executor) -> Server {
+        self.tree.set_executor(path, executor);
         self
     }
 
