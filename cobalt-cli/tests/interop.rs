@@ -174,6 +174,39 @@ fn libcoap_client_put_and_post_are_echoed() {
     }
 }
 
+/// A deterministic text of `len` bytes ("0000-0001-...").
+fn numbered_text(len: usize) -> String {
+    let mut s: String = (0..)
+        .map(|i| format!("{i:04}-"))
+        .take(len / 5 + 1)
+        .collect();
+    s.truncate(len);
+    s
+}
+
+#[test]
+fn libcoap_client_uploads_in_block1_blocks() {
+    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
+    let server = peers::start_cobalt(V4);
+    let uri = server.uri("/echo");
+    // 300 bytes in 64-byte Block1 blocks: five 2.31 Continue, then the 2.04 echo.
+    let small = numbered_text(300);
+    let r = coap_client(
+        &bin,
+        &["-v", "7", "-b", "64", "-m", "put", "-e", &small, &uri],
+    )
+    .ok();
+    assert!(libcoap_logged(&r, "ACK", "2.31").is_some(), "{r:#?}");
+    assert!(libcoap_printed_body(&r, &small), "{r:#?}");
+    let r = coap_client(&bin, &["-b", "64", "-m", "put", "-e", &small, &uri]).ok();
+    assert_eq!(r.stdout.trim_end(), small);
+    // 2000 bytes: libcoap sends 1024-byte Block1 blocks on its own, and the echo comes
+    // back in two Block2 blocks (RFC 7959 §3.3).
+    let large = numbered_text(2000);
+    let r = coap_client(&bin, &["-m", "post", "-e", &large, &uri]).ok();
+    assert_eq!(r.stdout.trim_end(), large);
+}
+
 #[test]
 fn libcoap_client_delete_test_is_deleted() {
     let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
@@ -263,6 +296,33 @@ fn aiocoap_client_put_and_post_are_echoed() {
         assert_eq!(r.stdout.trim_end(), payload, "{method}: {r:#?}");
         assert!(r.stderr.contains("2.04 Changed"), "{method}: {r:#?}");
     }
+}
+
+#[test]
+fn aiocoap_client_uploads_in_block1_blocks() {
+    let bin = need!("aiocoap-client", peers::aiocoap_client());
+    let server = peers::start_cobalt(V4);
+    let uri = server.uri("/echo");
+    let small = numbered_text(300);
+    let r = aiocoap_client(
+        &bin,
+        &[
+            "-m",
+            "PUT",
+            "--payload-initial-szx",
+            "2",
+            "--payload",
+            &small,
+            &uri,
+        ],
+    )
+    .ok();
+    assert_eq!(r.stdout, small, "{r:#?}");
+    // Over 1024 bytes aiocoap uses Block1 by itself; the echo returns in Block2 blocks.
+    let large = numbered_text(2000);
+    let r = aiocoap_client(&bin, &["-m", "POST", "--payload", &large, &uri]).ok();
+    assert_eq!(r.stdout, large, "{r:#?}");
+    assert!(!r.stderr.contains("WARNING"), "{r:#?}");
 }
 
 #[test]

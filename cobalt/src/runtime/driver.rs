@@ -6,9 +6,9 @@
 use crate::server::tree::ResourceTree;
 use crate::server::{Request, Response};
 use crate::Error;
-use cobalt_proto::blockwise::{slice_response, MAX_UDP_SZX};
+use cobalt_proto::blockwise::{Block1Assembler, Block1Outcome, KEY_OPTIONS};
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, ExchangeId, RequestId};
-use cobalt_proto::message::{Code, Message};
+use cobalt_proto::message::{opt, BlockValue, Code, Message};
 use futures_util::FutureExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -47,6 +47,12 @@ pub(crate) enum Command {
 const MAX_DATAGRAM: usize = 65_535;
 /// Datagrams read per wake-up before other work gets a turn.
 const RECV_BATCH: usize = 64;
+/// Largest request body a server shard reassembles from Block1 blocks.
+const MAX_UPLOAD: usize = 1 << 20;
+/// Block1 uploads in progress per shard.
+const MAX_UPLOADS: usize = 256;
+/// An upload without a new block for this long is dropped (EXCHANGE_LIFETIME).
+const UPLOAD_LIFETIME: Duration = Duration::from_secs(247);
 
 /// Sees every datagram a driver sends (`true`) or receives (`false`); for `cobalt -v`.
 pub type Tracer = Arc<dyn Fn(bool, SocketAddr, &[u8]) + Send + Sync>;
@@ -57,12 +63,13 @@ pub(crate) struct Driver {
     endpoint: Endpoint,
     tree: Option<Arc<ResourceTree>>,
     commands: mpsc::UnboundedReceiver<Command>,
-    late_tx: mpsc::UnboundedSender<(ExchangeId, Message)>,
-    late_rx: mpsc::UnboundedReceiver<(ExchangeId, Message)>,
+    late_tx: mpsc::UnboundedSender<(ExchangeId, Response, BlockContext)>,
+    late_rx: mpsc::UnboundedReceiver<(ExchangeId, Response, BlockContext)>,
     waiting: HashMap<RequestId, (u64, SocketAddr, ReplyTo)>,
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
     buf: Vec<u8>,
+    uploads: Block1Assembler,
 }
 
 impl Driver {
@@ -85,6 +92,7 @@ impl Driver {
             keys: HashMap::new(),
             draining: None,
             buf: vec![0; MAX_DATAGRAM],
+            uploads: Block1Assembler::new(MAX_UPLOAD, MAX_UPLOADS, UPLOAD_LIFETIME),
         }
     }
 
@@ -133,8 +141,10 @@ impl Driver {
                     Some(cmd) => self.command(cmd),
                     None => commands_open = false,
                 },
-                Some((id, resp)) = self.late_rx.recv() => {
-                    let _ = self.endpoint.respond(Instant::now(), id, resp);
+                Some((id, resp, blocks)) = self.late_rx.recv() => {
+                    let now = Instant::now();
+                    let resp = blocks.finish(&mut self.uploads, now, resp);
+                    let _ = self.endpoint.respond(now, id, resp);
                 }
                 _ = sleep => self.endpoint.handle_timeout(Instant::now()),
                 _ = drain_deadline => {}
@@ -240,11 +250,19 @@ impl Driver {
                 .respond(now, id, Response::new(Code::NOT_FOUND).into_message());
             return;
         };
-        let blocks = BlockContext::of(&request);
+        let (request, block1) = match self.uploads.offer(now, peer, request) {
+            Block1Outcome::Complete { request, ack } => (request, ack),
+            Block1Outcome::Answer(resp) => {
+                let _ = self.endpoint.respond(now, id, resp);
+                return;
+            }
+        };
+        let blocks = BlockContext::of(peer, &request, block1);
         let fut = match tree.dispatch(Request::new(peer, request)) {
             Ok(fut) => fut,
             Err(resp) => {
-                let _ = self.endpoint.respond(now, id, blocks.slice(resp));
+                let resp = blocks.finish(&mut self.uploads, now, resp);
+                let _ = self.endpoint.respond(now, id, resp);
                 return;
             }
         };
@@ -253,13 +271,14 @@ impl Driver {
         match first {
             Some(result) => {
                 let resp = result.unwrap_or_else(|_| handler_panicked());
-                let _ = self.endpoint.respond(now, id, blocks.slice(resp));
+                let resp = blocks.finish(&mut self.uploads, now, resp);
+                let _ = self.endpoint.respond(now, id, resp);
             }
             None => {
                 let late = self.late_tx.clone();
                 tokio::spawn(async move {
                     let resp = fut.await.unwrap_or_else(|_| handler_panicked());
-                    let _ = late.send((id, blocks.slice(resp)));
+                    let _ = late.send((id, resp, blocks));
                 });
             }
         }
@@ -283,23 +302,41 @@ impl Driver {
     }
 }
 
-/// What a response needs from its request to be cut into Block2 blocks.
+/// What a response needs from its request to be cut into Block2 blocks (and, after a
+/// Block1 upload, to acknowledge the last block and keep the whole response).
 struct BlockContext {
+    peer: SocketAddr,
     request: Message,
+    /// The last Block1 block of an upload, acknowledged in the response (RFC 7959 §2.3).
+    block1: Option<BlockValue>,
 }
 
 impl BlockContext {
-    fn of(request: &Message) -> BlockContext {
-        // Only the Block2 option matters; keep the copy small.
+    fn of(peer: SocketAddr, request: &Message, block1: Option<BlockValue>) -> BlockContext {
+        // Only Block2 matters, and after an upload the options that identify it; keep
+        // the copy small.
         let mut m = Message::new(request.mtype, request.code, request.mid);
-        if let Some(v) = request.options.get(cobalt_proto::message::opt::BLOCK2) {
-            m.options.set(cobalt_proto::message::opt::BLOCK2, v);
+        for o in request.options.iter() {
+            let upload_key = block1.is_some() && KEY_OPTIONS.contains(&o.number);
+            if o.number == opt::BLOCK2 || upload_key {
+                m.options.push(o.number, o.value.clone());
+            }
         }
-        BlockContext { request: m }
+        BlockContext {
+            peer,
+            request: m,
+            block1,
+        }
     }
 
-    fn slice(&self, response: Response) -> Message {
-        slice_response(&self.request, response.into_message(), MAX_UDP_SZX)
+    fn finish(&self, uploads: &mut Block1Assembler, now: Instant, response: Response) -> Message {
+        uploads.finish(
+            now,
+            self.peer,
+            &self.request,
+            self.block1,
+            response.into_message(),
+        )
     }
 }
 
