@@ -282,9 +282,58 @@ async fn exchange(client: &Client, peer: SocketAddr, message: Message) -> Result
     result.map_err(|_| Error::Shutdown)?
 }
 
-/// Sends a request and follows Block2 until the representation is complete.
+/// Request bodies larger than this go in Block1 blocks of this size (RFC 7959 §2.5), so
+/// every message fits in one datagram that any peer accepts (RFC 7252 §4.6).
+pub const BLOCK1_SIZE: usize = 1024;
+
+/// Sends a request whose body may need Block1 blocks; returns the final response (or
+/// the first answer that is not 2.31 Continue, e.g. 4.13, for the caller to see).
+async fn send_body(client: &Client, peer: SocketAddr, request: Message) -> Result<Message> {
+    if request.payload.len() <= BLOCK1_SIZE || request.options.contains(opt::BLOCK1) {
+        return exchange(client, peer, request).await;
+    }
+    let mut template = request;
+    let body = std::mem::take(&mut template.payload);
+    let mut szx = BlockValue::szx_for_size(BLOCK1_SIZE).unwrap_or(6);
+    let mut offset = 0;
+    loop {
+        let size = 1usize << (szx + 4);
+        let end = (offset + size).min(body.len());
+        let more = end < body.len();
+        let block = BlockValue::new((offset / size) as u32, more, szx)
+            .ok_or_else(|| Error::BlockTransfer("request body too large for Block1".into()))?;
+        let mut req = template.clone();
+        req.payload = body[offset..end].to_vec();
+        req.options.set_uint(opt::BLOCK1, block.encode());
+        if offset == 0 {
+            req.options
+                .set_uint(opt::SIZE1, u32::try_from(body.len()).unwrap_or(u32::MAX));
+        }
+        let response = exchange(client, peer, req).await?;
+        if !more || response.code != Code::CONTINUE {
+            return Ok(response);
+        }
+        // The server may ask for smaller blocks; the offset stays what it received.
+        if let Some(b) = response.block1() {
+            szx = szx.min(b.szx);
+        }
+        offset = end;
+    }
+}
+
+/// Sends a request (its body in Block1 blocks if large) and follows Block2 until the
+/// representation is complete.
 async fn fetch_whole(client: &Client, peer: SocketAddr, request: Message) -> Result<Response> {
-    let first = exchange(client, peer, request.clone()).await?;
+    let uploaded = request.payload.len() > BLOCK1_SIZE && !request.options.contains(opt::BLOCK1);
+    // After a Block1 upload the later blocks are asked for without the body (§3.3).
+    let mut follow_up = request.clone();
+    if uploaded {
+        follow_up.payload.clear();
+    }
+    let mut first = send_body(client, peer, request).await?;
+    if uploaded {
+        first.options.remove(opt::BLOCK1);
+    }
     let Some(mut block) = first.block2().filter(|b| b.more && first.code.is_success()) else {
         return Ok(Response::from_message(first));
     };
@@ -298,7 +347,7 @@ async fn fetch_whole(client: &Client, peer: SocketAddr, request: Message) -> Res
         }
         let next = BlockValue::new(block.num + 1, false, block.szx)
             .ok_or_else(|| Error::BlockTransfer("too many blocks".into()))?;
-        let mut req = request.clone();
+        let mut req = follow_up.clone();
         req.options.set_uint(opt::BLOCK2, next.encode());
         let part = exchange(client, peer, req).await?;
         if !part.code.is_success() {
