@@ -478,6 +478,75 @@ fn cobalt_receives_separate_response_from_libcoap_server() {
 }
 
 #[test]
+fn cobalt_retransmits_when_libcoap_server_loses_a_response() {
+    let bin = need!("coap-server-notls (libcoap)", peers::libcoap_server());
+    // `-l 1`: the server fails to send its first datagram, the answer to our PUT.
+    let server = peers::start_libcoap_server_quietly(&bin, &["-l", "1", "-d", "5"]);
+    let (client, seen) = traced_client();
+    let uri = server.uri("/lossy");
+    let r = runtime()
+        .block_on(
+            client
+                .request(Code::PUT, &uri)
+                .payload("sent twice")
+                .timeout(Duration::from_secs(20))
+                .send(),
+        )
+        .expect("response after a retransmission");
+    assert!(r.code.is_success(), "{r:?}");
+    let puts: Vec<u16> = seen_lock(&seen)
+        .iter()
+        .filter(|(sent, m)| *sent && m.code == Code::PUT)
+        .map(|(_, m)| m.mid)
+        .collect();
+    assert!(
+        puts.len() >= 2 && puts.iter().all(|&mid| mid == puts[0]),
+        "expected the PUT retransmitted with the same MID: {puts:?}"
+    );
+    let r = blocking(Code::GET, &uri, "");
+    assert_eq!(r.text_payload(), "sent twice");
+}
+
+#[test]
+fn cobalt_observes_libcoap_server_time() {
+    let Some(server) = libcoap_server() else {
+        return;
+    };
+    // libcoap's /time notifies every second.
+    let cli = cobalt(&["observe", "-n", "2", &server.uri("/time")]).ok();
+    let lines: Vec<&str> = cli.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{cli:#?}");
+    assert!(lines.iter().all(|l| !l.is_empty()), "{cli:#?}");
+
+    let client = Client::new();
+    let got = runtime().block_on(async {
+        let mut obs = client.observe(&server.uri("/time")).await.expect("observe");
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let next = tokio::time::timeout(Duration::from_secs(10), obs.next())
+                .await
+                .expect("a notification within 10 s")
+                .expect("observation still open")
+                .expect("notification");
+            got.push(next);
+        }
+        got
+    });
+    assert!(got.iter().all(|r| r.code == Code::CONTENT));
+    let (first, second) = (
+        got[0]
+            .options
+            .observe()
+            .expect("Observe in the first notification"),
+        got[1]
+            .options
+            .observe()
+            .expect("Observe in the second notification"),
+    );
+    assert_ne!(first, second, "notifications carry new Observe numbers");
+}
+
+#[test]
 fn cobalt_discovers_libcoap_server() {
     let Some(server) = libcoap_server() else {
         return;

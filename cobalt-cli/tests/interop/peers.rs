@@ -222,6 +222,38 @@ pub fn start_libcoap_server(bin: &Path) -> PeerServer {
     })
 }
 
+/// libcoap's example server on 127.0.0.1 with extra arguments, ready once its port
+/// is bound — no request is sent to it first, so e.g. `-l 1` (drop the first datagram
+/// it sends) applies to the test's own first exchange.
+pub fn start_libcoap_server_quietly(bin: &Path, extra: &[&str]) -> PeerServer {
+    for _attempt in 0..3 {
+        let port = free_udp_port(V4);
+        let mut cmd = Command::new(bin);
+        cmd.args(extra)
+            .args(["-A", "127.0.0.1", "-p"])
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = ChildGuard::spawn("coap-server-notls", &mut cmd);
+        let addr = SocketAddr::new(V4, port);
+        for _ in 0..50 {
+            if child.exited().is_some() {
+                break;
+            }
+            // Our own bind fails once the server holds the port.
+            if UdpSocket::bind(addr).is_err() {
+                return PeerServer {
+                    addr,
+                    _child: child,
+                };
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    panic!("coap-server-notls did not bind a port (3 attempts)");
+}
+
 /// `tests/peers/aiocoap_server.py` on 127.0.0.1.
 pub fn start_aiocoap_server(python: &Path) -> PeerServer {
     let script = repo_root().join("tests/peers/aiocoap_server.py");
