@@ -257,6 +257,49 @@ fn libcoap_client_discovers_resources_whole_and_in_blocks() {
 }
 
 #[test]
+fn libcoap_client_plugtest_options() {
+    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
+    let server = peers::start_cobalt(V4);
+    // Uri-Query and a long Uri-Path.
+    let r = coap_client(&bin, &[&server.uri("/query?first=1&second=2")]).ok();
+    assert_eq!(r.stdout.trim_end(), "Query: first=1&second=2");
+    let r = coap_client(&bin, &[&server.uri("/seg1/seg2/seg3")]).ok();
+    assert_eq!(r.stdout.trim_end(), "Long path resource");
+    // Location-Query in a 2.01.
+    let r = coap_client(
+        &bin,
+        &["-v", "7", "-m", "post", &server.uri("/location-query")],
+    )
+    .ok();
+    let line = libcoap_logged(&r, "ACK", "2.01").unwrap_or_default();
+    assert!(
+        line.contains("Location-Query:first=1, Location-Query:second=2"),
+        "{r:#?}"
+    );
+    // Accept: application/xml.
+    let r = coap_client(&bin, &["-A", "41", &server.uri("/multi-format")]).ok();
+    assert_eq!(r.stdout.trim_end(), "<msg type=\"CON\" code=\"GET\"/>");
+    // ETag validation: the ETag from a GET gets 2.03 Valid.
+    let uri = server.uri("/validate");
+    let r = coap_client(&bin, &["-v", "7", &uri]).ok();
+    let line = libcoap_logged(&r, "ACK", "2.05").unwrap_or_default();
+    let etag = line
+        .split("ETag:")
+        .nth(1)
+        .and_then(|rest| rest.split([',', ' ']).next())
+        .unwrap_or_else(|| panic!("no ETag: {r:#?}"))
+        .to_string();
+    let r = coap_client(&bin, &["-v", "7", "-O", &format!("4,{etag}"), &uri]).ok();
+    assert!(libcoap_logged(&r, "ACK", "2.03").is_some(), "{r:#?}");
+    // If-None-Match: created once, then 4.12 Precondition Failed.
+    let uri = server.uri("/create1");
+    let r = coap_client(&bin, &["-v", "7", "-m", "put", "-O", "5", "-e", "x", &uri]).ok();
+    assert!(libcoap_logged(&r, "ACK", "2.01").is_some(), "{r:#?}");
+    let r = coap_client(&bin, &["-v", "7", "-m", "put", "-O", "5", "-e", "x", &uri]).ok();
+    assert!(libcoap_logged(&r, "ACK", "4.12").is_some(), "{r:#?}");
+}
+
+#[test]
 fn libcoap_client_reports_not_found() {
     let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
     let server = peers::start_cobalt(V4);
