@@ -442,3 +442,98 @@ mod executors_and_shard_clients {
         backend.shutdown(Duration::from_secs(1)).await;
     }
 }
+
+mod single_socket_mode {
+    use cobalt::runtime::Stages;
+    use cobalt::server::{get, post, Request};
+    use cobalt::{Client, Code, Server};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn stages_serve_like_shards_and_keep_at_most_once() {
+        let counter = Arc::new(AtomicU32::new(0));
+        let c = counter.clone();
+        let server = Server::new()
+            .route("/hello", get(|| async { "staged hello" }))
+            .route(
+                "/count",
+                post(move |_req: Request| {
+                    let n = c.fetch_add(1, Ordering::SeqCst);
+                    async move { n.to_string() }
+                }),
+            )
+            .single_socket(Stages {
+                receivers: 2,
+                senders: 2,
+                workers: 3,
+                queue: 1024,
+            })
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let base = format!("coap://{}", server.local_addr());
+        let mut tasks = Vec::new();
+        for _ in 0..30 {
+            let uri = format!("{base}/count");
+            tasks.push(tokio::spawn(async move {
+                Client::new().post(&uri, "").await.unwrap()
+            }));
+        }
+        let mut seen: Vec<u32> = Vec::new();
+        for t in tasks {
+            seen.push(t.await.unwrap().text_payload().parse().unwrap());
+        }
+        seen.sort();
+        assert_eq!(seen, (0..30).collect::<Vec<_>>());
+        let r = Client::new().get(&format!("{base}/hello")).await.unwrap();
+        assert_eq!(r.text_payload(), "staged hello");
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn a_full_worker_queue_answers_5_03_with_max_age() {
+        let server = Server::new()
+            .route(
+                "/stall",
+                get(|| async {
+                    // Blocks the worker thread on purpose so its queue fills up.
+                    std::thread::sleep(Duration::from_millis(300));
+                    "late"
+                }),
+            )
+            .single_socket(Stages {
+                receivers: 1,
+                senders: 1,
+                workers: 1,
+                queue: 1,
+            })
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let uri = format!("coap://{}/stall", server.local_addr());
+        let mut tasks = Vec::new();
+        for _ in 0..6 {
+            let u = uri.clone();
+            tasks.push(tokio::spawn(
+                async move { Client::new().get(&u).await.unwrap() },
+            ));
+        }
+        let mut unavailable = 0;
+        for t in tasks {
+            let r = t.await.unwrap();
+            if r.code == Code::SERVICE_UNAVAILABLE {
+                assert!(r
+                    .options
+                    .get_uint(cobalt::proto::message::opt::MAX_AGE)
+                    .is_some());
+                unavailable += 1;
+            } else {
+                assert_eq!(r.text_payload(), "late");
+            }
+        }
+        assert!(unavailable > 0, "some requests found the queue full");
+        server.shutdown(Duration::from_secs(2)).await;
+    }
+}

@@ -50,6 +50,26 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use timers::{Timer, TimerQueue};
 
+/// The answer to a confirmable request that cannot even be queued (overload): an ACK
+/// with 5.03 Service Unavailable and Max-Age, built from the raw datagram without an
+/// endpoint. `None` for anything that is not a decodable CON request.
+pub fn overload_reply(datagram: &[u8], max_age: u32) -> Option<Vec<u8>> {
+    let h = codec::peek_header(datagram)?;
+    if h.mtype != MessageType::Confirmable || !h.code.is_request() {
+        return None;
+    }
+    let tkl = usize::from(datagram[0] & 0x0f);
+    let token = Token::new(datagram.get(4..4 + tkl)?)?;
+    let mut resp = Message::new(
+        MessageType::Acknowledgement,
+        Code::SERVICE_UNAVAILABLE,
+        h.mid,
+    );
+    resp.token = token;
+    resp.options.set_uint(opt::MAX_AGE, max_age);
+    Some(codec::encode(&resp))
+}
+
 /// Identifies a request received by this endpoint (server role) until it is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExchangeId(pub u64);

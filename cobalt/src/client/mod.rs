@@ -13,7 +13,7 @@ mod observe;
 
 pub use observe::Observation;
 
-use crate::runtime::driver::{spawn_driver, Command, ReplyTo};
+use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::Tracer;
 use crate::server::Response;
 use crate::transport::udp::{any_for, bind_shard_sockets};
@@ -176,7 +176,7 @@ impl Client {
         let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
         let (tx, _thread) = spawn_driver(
             "cobalt-client".into(),
-            socket,
+            DriverIo::Owned(socket),
             self.inner.config.clone(),
             None,
             self.inner.tracer.clone(),

@@ -3,6 +3,7 @@
 //! socket without changing threads; only handlers that are not ready on their first
 //! poll become tasks (on the same thread), whose responses come back via a queue.
 
+use crate::runtime::io::{Inbound, Input, ShardIo};
 use crate::server::observe::Change;
 use crate::server::shard::{Completion, ServerShard};
 use crate::server::tree::ResourceTree;
@@ -70,7 +71,7 @@ type ShardSetup = (
 
 pub(crate) struct Driver {
     tracer: Option<Tracer>,
-    socket: UdpSocket,
+    io: ShardIo,
     endpoint: Endpoint,
     server: Option<ServerShard>,
     commands: mpsc::UnboundedReceiver<Command>,
@@ -78,13 +79,12 @@ pub(crate) struct Driver {
     waiting: HashMap<RequestId, (u64, SocketAddr, ReplyTo)>,
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
-    rbuf: mmsg::RecvBatch,
     outbox: Vec<cobalt_proto::endpoint::Transmit>,
 }
 
 impl Driver {
     pub(crate) fn new(
-        socket: UdpSocket,
+        io: ShardIo,
         config: EndpointConfig,
         server: Option<ShardSetup>,
         commands: mpsc::UnboundedReceiver<Command>,
@@ -94,7 +94,7 @@ impl Driver {
         let config_copy = config.clone();
         Driver {
             tracer: None,
-            socket,
+            io,
             endpoint: Endpoint::new(config, Instant::now()),
             server: server.map(|(tree, limits, own, v6)| {
                 let client = own.map(|tx| crate::Client::for_shard(tx, v6, config_copy.clone()));
@@ -105,7 +105,6 @@ impl Driver {
             waiting: HashMap::new(),
             keys: HashMap::new(),
             draining: None,
-            rbuf: mmsg::RecvBatch::default(),
             outbox: Vec::new(),
         }
     }
@@ -113,6 +112,7 @@ impl Driver {
     /// Runs until shut down (server) or until every client handle is gone (client).
     pub(crate) async fn run(mut self) {
         let mut commands_open = true;
+        let mut inputs_open = true;
         loop {
             self.process_events();
             self.flush().await;
@@ -139,11 +139,11 @@ impl Driver {
                 }
             };
             tokio::select! {
-                r = self.socket.readable(), if self.draining.is_none() => {
-                    if r.is_ok() {
-                        self.receive_batches();
-                    }
-                }
+                input = self.io.next(), if self.draining.is_none() && inputs_open => match input {
+                    Input::Readable => self.receive_batches(),
+                    Input::Datagram(d) => self.receive_handed_over(d),
+                    Input::Closed => inputs_open = false,
+                },
                 cmd = self.commands.recv(), if commands_open => match cmd {
                     Some(cmd) => self.command(cmd),
                     None => commands_open = false,
@@ -166,13 +166,12 @@ impl Driver {
     /// timers and commands get their turn.
     fn receive_batches(&mut self) {
         let now = Instant::now();
-        let fd = self.socket.as_raw_fd();
+        let ShardIo::Socket { socket, rbuf } = &mut self.io else {
+            return;
+        };
+        let fd = socket.as_raw_fd();
         for _ in 0..RECV_ROUNDS {
-            let batch = &mut self.rbuf;
-            let n = match self
-                .socket
-                .try_io(Interest::READABLE, || mmsg::recv_batch(fd, batch))
-            {
+            let n = match socket.try_io(Interest::READABLE, || mmsg::recv_batch(fd, rbuf)) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
@@ -181,20 +180,43 @@ impl Driver {
                 }
             };
             for i in 0..n {
-                let Some((peer, bytes, truncated)) = self.rbuf.get(i) else {
+                let Some((peer, bytes, truncated)) = rbuf.get(i) else {
                     continue;
                 };
-                if let Some(t) = &self.tracer {
-                    t(false, peer, bytes);
-                }
-                if truncated {
-                    self.endpoint.handle_oversized(peer, bytes, mmsg::SLOT);
-                } else {
-                    self.endpoint.handle_datagram(now, peer, bytes);
-                }
+                feed(
+                    &mut self.endpoint,
+                    self.tracer.as_ref(),
+                    now,
+                    peer,
+                    bytes,
+                    truncated,
+                );
             }
             if n < mmsg::BATCH {
                 return;
+            }
+        }
+    }
+
+    /// Takes a datagram from a receiver thread, and whatever else is queued (bounded).
+    fn receive_handed_over(&mut self, first: Inbound) {
+        let now = Instant::now();
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(d) = next.take() {
+            feed(
+                &mut self.endpoint,
+                self.tracer.as_ref(),
+                now,
+                d.peer,
+                &d.bytes,
+                d.truncated,
+            );
+            taken += 1;
+            if taken < mmsg::BATCH * RECV_ROUNDS {
+                if let ShardIo::Staged { inbound, .. } = &mut self.io {
+                    next = inbound.try_recv().ok();
+                }
             }
         }
     }
@@ -332,27 +354,34 @@ impl Driver {
     async fn flush(&mut self) {
         self.outbox
             .extend(std::iter::from_fn(|| self.endpoint.poll_transmit()));
-        let fd = self.socket.as_raw_fd();
+        if self.outbox.is_empty() {
+            return;
+        }
+        if let Some(t) = &self.tracer {
+            for tx in &self.outbox {
+                t(true, tx.peer, &tx.bytes);
+            }
+        }
+        let socket = match &mut self.io {
+            ShardIo::Socket { socket, .. } => socket,
+            ShardIo::Staged { outbound, .. } => {
+                let _ = outbound.send(std::mem::take(&mut self.outbox));
+                return;
+            }
+        };
+        let fd = socket.as_raw_fd();
         let mut sent = 0;
         while sent < self.outbox.len() {
-            if let Some(t) = &self.tracer {
-                for tx in &self.outbox[sent..(sent + mmsg::BATCH).min(self.outbox.len())] {
-                    t(true, tx.peer, &tx.bytes);
-                }
-            }
             let batch: Vec<(SocketAddr, &[u8])> = self.outbox[sent..]
                 .iter()
                 .take(mmsg::BATCH)
                 .map(|t| (t.peer, t.bytes.as_slice()))
                 .collect();
-            match self
-                .socket
-                .try_io(Interest::WRITABLE, || mmsg::send_batch(fd, &batch))
-            {
+            match socket.try_io(Interest::WRITABLE, || mmsg::send_batch(fd, &batch)) {
                 Ok(n) => sent += n.max(1),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     drop(batch);
-                    let _ = self.socket.writable().await;
+                    let _ = socket.writable().await;
                 }
                 Err(e) => {
                     // One bad destination (e.g. unreachable) must not stall the rest.
@@ -362,6 +391,25 @@ impl Driver {
             }
         }
         self.outbox.clear();
+    }
+}
+
+/// Hands one received datagram to the endpoint (and the tracer).
+fn feed(
+    endpoint: &mut Endpoint,
+    tracer: Option<&Tracer>,
+    now: Instant,
+    peer: SocketAddr,
+    bytes: &[u8],
+    truncated: bool,
+) {
+    if let Some(t) = tracer {
+        t(false, peer, bytes);
+    }
+    if truncated {
+        endpoint.handle_oversized(peer, bytes, mmsg::SLOT);
+    } else {
+        endpoint.handle_datagram(now, peer, bytes);
     }
 }
 
@@ -376,10 +424,18 @@ fn send_reply(reply: ReplyTo, result: Result<Message, Error>) {
     }
 }
 
+/// Where a new driver gets its datagrams.
+pub(crate) enum DriverIo {
+    /// A socket of its own (registered with the driver's runtime on its thread).
+    Owned(std::net::UdpSocket),
+    /// Handed over by receiver threads of single-socket mode; `local` is the socket's address.
+    Staged(ShardIo, SocketAddr),
+}
+
 /// Starts a driver on its own thread with a current-thread runtime.
 pub(crate) fn spawn_driver(
     name: String,
-    socket: std::net::UdpSocket,
+    io: DriverIo,
     config: EndpointConfig,
     server: Option<(Arc<ResourceTree>, ServerLimits)>,
     tracer: Option<Tracer>,
@@ -391,18 +447,26 @@ pub(crate) fn spawn_driver(
     // A server shard keeps a sender to itself so that its handlers' client requests
     // go out on the shard's own socket and come back to it.
     let own = server.is_some().then(|| tx.clone());
-    let v6 = socket.local_addr()?.is_ipv6();
+    let v6 = match &io {
+        DriverIo::Owned(s) => s.local_addr()?.is_ipv6(),
+        DriverIo::Staged(_, local) => local.is_ipv6(),
+    };
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         rt.block_on(async move {
-            match UdpSocket::from_std(socket) {
-                Ok(socket) => {
-                    let server = server.map(|(tree, limits)| (tree, limits, own, v6));
-                    let mut driver = Driver::new(socket, config, server, rx);
-                    driver.tracer = tracer;
-                    driver.run().await
-                }
-                Err(e) => tracing::error!(error = %e, "cannot register socket"),
-            }
+            let io = match io {
+                DriverIo::Owned(socket) => match UdpSocket::from_std(socket) {
+                    Ok(socket) => ShardIo::socket(socket),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot register socket");
+                        return;
+                    }
+                },
+                DriverIo::Staged(io, _) => io,
+            };
+            let server = server.map(|(tree, limits)| (tree, limits, own, v6));
+            let mut driver = Driver::new(io, config, server, rx);
+            driver.tracer = tracer;
+            driver.run().await
         })
     })?;
     Ok((tx, handle))

@@ -32,7 +32,8 @@ pub use observe::{Observable, ObserverFilter};
 pub use request::{IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
-use crate::runtime::driver::{spawn_driver, Command};
+use crate::runtime::driver::{spawn_driver, Command, DriverIo};
+use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
 use crate::transport::udp::bind_shard_sockets;
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
@@ -48,6 +49,8 @@ pub struct Server {
     config: EndpointConfig,
     limits: ServerLimits,
     shards: Option<usize>,
+    stages: Option<Stages>,
+    stage_counters: Arc<StageCounters>,
 }
 
 impl Server {
@@ -81,6 +84,21 @@ impl Server {
         self
     }
 
+    /// Single-socket mode (the paper's stage design, for systems without
+    /// `SO_REUSEPORT`): one socket, `stages.receivers` receiver threads handing each
+    /// datagram to one of `stages.workers` protocol workers by a hash of the peer's
+    /// address (so each peer's state stays in one worker), and `stages.senders` sender
+    /// threads. Replaces [`Server::shards`].
+    pub fn single_socket(mut self, stages: Stages) -> Server {
+        self.stages = Some(stages);
+        self
+    }
+
+    /// Counters of single-socket mode (datagrams refused with 5.03 on full queues).
+    pub fn stage_counters(&self) -> Arc<StageCounters> {
+        self.stage_counters.clone()
+    }
+
     /// Number of shards (threads with their own `SO_REUSEPORT` socket); default: one per core.
     pub fn shards(mut self, shards: usize) -> Server {
         self.shards = Some(shards.max(1));
@@ -97,15 +115,34 @@ impl Server {
         let shards = self
             .shards
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let sockets = bind_shard_sockets(addr, shards)?;
-        let local_addr = sockets[0].local_addr()?;
+        let (ios, local_addr, stage_threads) = match self.stages {
+            None => {
+                let sockets = bind_shard_sockets(addr, shards)?;
+                let local_addr = sockets[0].local_addr()?;
+                (
+                    sockets.into_iter().map(DriverIo::Owned).collect::<Vec<_>>(),
+                    local_addr,
+                    None,
+                )
+            }
+            Some(stages) => {
+                let socket = bind_shard_sockets(addr, 1)?.remove(0);
+                let local_addr = socket.local_addr()?;
+                let (ios, threads) = start_stages(socket, stages, self.stage_counters.clone())?;
+                let ios = ios
+                    .into_iter()
+                    .map(|io| DriverIo::Staged(io, local_addr))
+                    .collect();
+                (ios, local_addr, Some(threads))
+            }
+        };
         let tree = Arc::new(self.tree);
         let mut commands = Vec::new();
         let mut threads = Vec::new();
-        for (i, socket) in sockets.into_iter().enumerate() {
+        for (i, io) in ios.into_iter().enumerate() {
             let (tx, handle) = spawn_driver(
                 format!("cobalt-shard-{i}"),
-                socket,
+                io,
                 self.config.clone(),
                 Some((tree.clone(), self.limits.clone())),
                 None,
@@ -116,11 +153,12 @@ impl Server {
         for o in tree.observables() {
             o.attach(commands.clone());
         }
-        tracing::info!(%local_addr, shards, "CoAP server listening");
+        tracing::info!(%local_addr, workers = commands.len(), staged = stage_threads.is_some(), "CoAP server listening");
         Ok(ServerHandle {
             local_addr,
             commands,
             threads,
+            stage_threads,
         })
     }
 }
@@ -131,6 +169,13 @@ pub struct ServerHandle {
     local_addr: SocketAddr,
     commands: Vec<mpsc::UnboundedSender<Command>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    stage_threads: Option<StageThreads>,
+}
+
+impl std::fmt::Debug for StageThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StageThreads")
+    }
 }
 
 impl ServerHandle {
@@ -150,10 +195,13 @@ impl ServerHandle {
 
     /// Waits until every shard has stopped.
     pub async fn wait(self) {
-        let threads = self.threads;
+        let (threads, stages) = (self.threads, self.stage_threads);
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads {
                 let _ = t.join();
+            }
+            if let Some(s) = stages {
+                s.stop();
             }
         })
         .await;

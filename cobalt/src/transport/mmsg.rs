@@ -47,6 +47,18 @@ impl RecvBatch {
 /// Receives up to [`BATCH`] datagrams without blocking; returns how many.
 #[cfg(target_os = "linux")]
 pub fn recv_batch(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize> {
+    recv_with_flags(fd, batch, libc::MSG_DONTWAIT)
+}
+
+/// Receives up to [`BATCH`] datagrams, waiting (up to the socket's read timeout) for
+/// the first and taking what else is already there.
+#[cfg(target_os = "linux")]
+pub fn recv_batch_blocking(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize> {
+    recv_with_flags(fd, batch, libc::MSG_WAITFORONE)
+}
+
+#[cfg(target_os = "linux")]
+fn recv_with_flags(fd: RawFd, batch: &mut RecvBatch, flags: i32) -> io::Result<usize> {
     // SAFETY: every pointer handed to the kernel points into `batch.data` or into the
     // local arrays, all of which outlive the call; lengths match the allocations.
     unsafe {
@@ -66,7 +78,7 @@ pub fn recv_batch(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize> {
             fd,
             hdrs.as_mut_ptr(),
             BATCH as u32,
-            libc::MSG_DONTWAIT,
+            flags,
             std::ptr::null_mut(),
         );
         if n < 0 {
@@ -144,6 +156,11 @@ pub fn recv_batch(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize> {
         io::ErrorKind::Unsupported,
         "batched I/O needs Linux",
     ))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn recv_batch_blocking(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize> {
+    recv_batch(fd, batch)
 }
 
 #[cfg(not(target_os = "linux"))]
