@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+pub mod config;
 mod error;
 pub mod runtime;
 pub mod server;

@@ -126,6 +126,28 @@ impl EndpointConfig {
             "1.0 to 10.0",
         )?;
         check(self.max_retransmit <= 20, "max_retransmit", "0 to 20")?;
+        check(
+            self.max_latency <= Duration::from_secs(3600),
+            "max_latency",
+            "0 s to 3600 s",
+        )?;
+        check(
+            self.processing_delay <= Duration::from_secs(600),
+            "processing_delay",
+            "0 s to 600 s",
+        )?;
+        check(
+            self.separate_ack_delay <= Duration::from_secs(600),
+            "separate_ack_delay",
+            "0 s to 600 s",
+        )?;
+        check(
+            self.response_timeout.is_none_or(|t| {
+                t >= Duration::from_millis(1) && t <= Duration::from_secs(24 * 3600)
+            }),
+            "response_timeout",
+            "1 ms to 24 h (or unset: derived from the lifetimes)",
+        )?;
         check((1..=1024).contains(&self.nstart), "nstart", "1 to 1024")?;
         check((1..=8).contains(&self.token_len), "token_len", "1 to 8")?;
         check(
