@@ -8,6 +8,7 @@
 pub mod client;
 pub mod config;
 mod error;
+pub mod metrics;
 pub mod runtime;
 pub mod server;
 pub mod transport;

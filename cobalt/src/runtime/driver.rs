@@ -3,6 +3,7 @@
 //! socket without changing threads; only handlers that are not ready on their first
 //! poll become tasks (on the same thread), whose responses come back via a queue.
 
+use crate::metrics::{ShardMetrics, ShardSnapshot};
 use crate::server::observe::Change;
 use crate::server::shard::{Completion, ServerShard};
 use crate::server::tree::ResourceTree;
@@ -69,6 +70,10 @@ pub(crate) struct Driver {
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
     buf: Vec<u8>,
+    /// Datagrams read per wake-up (`runtime.recv_batch`).
+    recv_batch: usize,
+    /// Where this shard publishes its counters after each batch (servers only).
+    metrics: Option<Arc<ShardMetrics>>,
 }
 
 impl Driver {
@@ -91,6 +96,8 @@ impl Driver {
             keys: HashMap::new(),
             draining: None,
             buf: vec![0; MAX_DATAGRAM],
+            recv_batch: RECV_BATCH,
+            metrics: None,
         }
     }
 
@@ -100,6 +107,7 @@ impl Driver {
         loop {
             self.process_events();
             self.flush().await;
+            self.publish_metrics();
             if let Some(deadline) = self.draining {
                 let busy = self.endpoint.state_counts().server_exchanges > 0;
                 if !busy || Instant::now() >= deadline {
@@ -127,7 +135,7 @@ impl Driver {
                     if let Ok((n, peer)) = r {
                         let now = Instant::now();
                         self.received(now, peer, n);
-                        for _ in 1..RECV_BATCH {
+                        for _ in 1..self.recv_batch {
                             match self.socket.try_recv_from(&mut self.buf) {
                                 Ok((n, peer)) => self.received(now, peer, n),
                                 Err(_) => break,
@@ -150,6 +158,19 @@ impl Driver {
         }
         for (_, (_, _, reply)) in self.waiting.drain() {
             send_reply(reply, Err(Error::Shutdown));
+        }
+    }
+
+    /// Publishes the endpoint's counters and state sizes for the metrics exporter.
+    fn publish_metrics(&self) {
+        if let Some(m) = &self.metrics {
+            let observers = self.server.as_ref().map_or(0, ServerShard::observer_count);
+            let counts = self.endpoint.state_counts();
+            m.publish(ShardSnapshot::from_endpoint(
+                self.endpoint.stats(),
+                counts,
+                observers,
+            ));
         }
     }
 
@@ -326,6 +347,8 @@ pub(crate) fn spawn_driver(
     config: EndpointConfig,
     server: Option<(Arc<ResourceTree>, ServerLimits)>,
     tracer: Option<Tracer>,
+    recv_batch: Option<usize>,
+    metrics: Option<Arc<ShardMetrics>>,
 ) -> std::io::Result<(mpsc::UnboundedSender<Command>, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -337,6 +360,8 @@ pub(crate) fn spawn_driver(
                 Ok(socket) => {
                     let mut driver = Driver::new(socket, config, server, rx);
                     driver.tracer = tracer;
+                    driver.recv_batch = recv_batch.unwrap_or(RECV_BATCH).max(1);
+                    driver.metrics = metrics;
                     driver.run().await
                 }
                 Err(e) => tracing::error!(error = %e, "cannot register socket"),

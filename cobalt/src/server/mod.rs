@@ -30,8 +30,10 @@ pub use observe::{Observable, ObserverFilter};
 pub use request::{IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
+use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::runtime::driver::{spawn_driver, Command};
-use crate::transport::udp::bind_shard_sockets;
+use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -46,6 +48,8 @@ pub struct Server {
     config: EndpointConfig,
     limits: ServerLimits,
     shards: Option<usize>,
+    recv_batch: Option<usize>,
+    buffers: SocketBuffers,
 }
 
 impl Server {
@@ -78,6 +82,34 @@ impl Server {
         self
     }
 
+    /// Datagrams each shard reads per wake-up before other work gets a turn (default 64).
+    pub fn recv_batch(mut self, datagrams: usize) -> Server {
+        self.recv_batch = Some(datagrams.max(1));
+        self
+    }
+
+    /// Socket buffer sizes asked of the kernel (default 4 MiB each; 0 keeps the
+    /// kernel's default).
+    pub fn socket_buffers(mut self, buffers: SocketBuffers) -> Server {
+        self.buffers = buffers;
+        self
+    }
+
+    /// Applies a [`Config`]: endpoint parameters, limits and runtime settings (shards,
+    /// receive batch, socket buffers). The address to bind is `config.server`:
+    /// `server.with_config(&config).bind(config.server.socket_addr())`.
+    pub fn with_config(mut self, config: &Config) -> Server {
+        self.config = config.endpoint_config();
+        self.limits = config.server_limits();
+        self.shards = (config.runtime.shards > 0).then_some(config.runtime.shards);
+        self.recv_batch = Some(config.runtime.recv_batch.max(1));
+        self.buffers = SocketBuffers {
+            recv: config.runtime.socket_recv_buffer,
+            send: config.runtime.socket_send_buffer,
+        };
+        self
+    }
+
     /// Binds the UDP address and starts serving.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
         self.config.validate()?;
@@ -88,7 +120,8 @@ impl Server {
         let shards = self
             .shards
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let sockets = bind_shard_sockets(addr, shards)?;
+        let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
+        let metrics = Metrics::new(sockets.len());
         let local_addr = sockets[0].local_addr()?;
         let tree = Arc::new(self.tree);
         let mut commands = Vec::new();
@@ -100,6 +133,8 @@ impl Server {
                 self.config.clone(),
                 Some((tree.clone(), self.limits.clone())),
                 None,
+                self.recv_batch,
+                Some(metrics.shards()[i].clone()),
             )?;
             commands.push(tx);
             threads.push(handle);
@@ -112,6 +147,7 @@ impl Server {
             local_addr,
             commands,
             threads,
+            metrics,
         })
     }
 }
@@ -122,9 +158,16 @@ pub struct ServerHandle {
     local_addr: SocketAddr,
     commands: Vec<mpsc::UnboundedSender<Command>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    metrics: Metrics,
 }
 
 impl ServerHandle {
+    /// The shards' counters, updated after every batch a shard processes; serve them
+    /// with [`crate::metrics::serve_metrics`].
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.clone()
+    }
+
     /// The bound address (with the real port when 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -133,10 +176,13 @@ impl ServerHandle {
     /// Graceful shutdown: stop reading, let handlers in progress answer for up to
     /// `grace`, then stop every shard.
     pub async fn shutdown(self, grace: Duration) {
+        tracing::info!(local_addr = %self.local_addr, ?grace, "CoAP server shutting down");
         for c in &self.commands {
             let _ = c.send(Command::Shutdown { grace });
         }
+        let local_addr = self.local_addr;
         self.wait().await;
+        tracing::info!(%local_addr, "CoAP server stopped");
     }
 
     /// Waits until every shard has stopped.
