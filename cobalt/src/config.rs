@@ -770,7 +770,7 @@ pub fn format_duration(d: Duration) -> String {
         (1, "ns"),
     ];
     for (size, unit) in UNITS {
-        if nanos % size == 0 {
+        if nanos.is_multiple_of(size) {
             return format!("{}{unit}", nanos / size);
         }
     }

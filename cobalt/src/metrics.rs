@@ -250,15 +250,18 @@ enum Kind {
     Gauge,
 }
 
+/// One series of a family: an optional extra label and where its value comes from.
+type Series = (
+    Option<(&'static str, &'static str)>,
+    fn(&ShardSnapshot) -> u64,
+);
+
 /// A metric: name, help, type, an optional extra label and where its value comes from.
 struct Family {
     name: &'static str,
     help: &'static str,
     kind: Kind,
-    series: &'static [(
-        Option<(&'static str, &'static str)>,
-        fn(&ShardSnapshot) -> u64,
-    )],
+    series: &'static [Series],
 }
 
 /// Every metric exposed, in output order (the README lists them).
