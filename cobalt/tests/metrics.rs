@@ -2,7 +2,7 @@
 
 use cobalt::config::Config;
 use cobalt::metrics::serve_metrics;
-use cobalt::server::get;
+use cobalt::server::{get, Observable};
 use cobalt::{Client, Code, Server};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -52,8 +52,10 @@ async fn counters_rise_with_traffic_and_are_served_over_http() {
         .unwrap()
         .build()
         .unwrap();
+    let obs = Observable::new();
     let server = Server::new()
         .route("/hello", get(|| async { "hello world" }))
+        .route("/obs", get(|| async { "v" }).observable(&obs))
         .route(
             "/panic",
             get(|| async { panic!("handler bug") as &'static str }),
@@ -88,6 +90,9 @@ async fn counters_rise_with_traffic_and_are_served_over_http() {
     assert_eq!(r.code, Code::NOT_FOUND);
     let r = client.get(&format!("{base}/panic")).await.unwrap();
     assert_eq!(r.code.class(), 5);
+    let mut observation = client.observe(&format!("{base}/obs")).await.unwrap();
+    let first = observation.next().await.unwrap().unwrap();
+    assert!(first.options.observe().is_some(), "registered");
     // A malformed NON (token length 9): dropped and counted.
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     udp.send_to(&[0x59, 0x01, 0, 1], server.local_addr())
@@ -98,8 +103,9 @@ async fn counters_rise_with_traffic_and_are_served_over_http() {
         let response = fetch(http, "/metrics").await;
         assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
         let t = totals(response.split_once("\r\n\r\n").unwrap().1);
-        let done = t["cobalt_requests_total"] >= 7
-            && t["cobalt_responses_total{class=\"2xx\"}"] >= 5
+        let done = t["cobalt_requests_total"] >= 8
+            && t["cobalt_responses_total{class=\"2xx\"}"] >= 6
+            && t["cobalt_observers"] >= 1
             && t["cobalt_responses_total{class=\"4xx\"}"] >= 1
             && t["cobalt_responses_total{class=\"5xx\"}"] >= 1
             && t["cobalt_format_errors_total"] >= 1;
@@ -108,14 +114,15 @@ async fn counters_rise_with_traffic_and_are_served_over_http() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(t["cobalt_requests_total"], 7, "{t:?}");
-    assert_eq!(t["cobalt_responses_total{class=\"2xx\"}"], 5, "{t:?}");
+    assert_eq!(t["cobalt_requests_total"], 8, "{t:?}");
+    assert_eq!(t["cobalt_responses_total{class=\"2xx\"}"], 6, "{t:?}");
+    assert_eq!(t["cobalt_observers"], 1, "{t:?}");
     assert_eq!(t["cobalt_responses_total{class=\"4xx\"}"], 1, "{t:?}");
     assert_eq!(t["cobalt_responses_total{class=\"5xx\"}"], 1, "{t:?}");
     assert_eq!(t["cobalt_format_errors_total"], 1, "{t:?}");
-    assert!(t["cobalt_datagrams_received_total"] >= 8, "{t:?}");
-    assert!(t["cobalt_dedup_entries"] >= 7, "{t:?}");
-    assert_eq!(server.metrics().total().requests, 7);
+    assert!(t["cobalt_datagrams_received_total"] >= 9, "{t:?}");
+    assert!(t["cobalt_dedup_entries"] >= 8, "{t:?}");
+    assert_eq!(server.metrics().total().requests, 8);
 
     let nf = fetch(http, "/other").await;
     assert!(nf.starts_with("HTTP/1.1 404 "), "{nf}");
