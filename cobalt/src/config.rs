@@ -189,8 +189,8 @@ impl From<&LimitsSection> for ServerLimits {
     }
 }
 
-/// Default datagrams read per wake-up of a shard.
-pub const DEFAULT_RECV_BATCH: usize = 64;
+/// Default datagrams read per wake-up of a shard (4 `recvmmsg` batches of 64).
+pub const DEFAULT_RECV_BATCH: usize = 256;
 /// Default socket buffer size asked of the kernel (4 MiB; the kernel may cap it).
 pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
 
@@ -200,7 +200,8 @@ pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
 pub struct RuntimeSection {
     /// Shards (threads with their own `SO_REUSEPORT` socket); 0: one per core.
     pub shards: usize,
-    /// Datagrams read per wake-up before other work gets a turn.
+    /// Datagrams read per wake-up before timers and commands get a turn (rounded up
+    /// to whole `recvmmsg` batches of 64).
     pub recv_batch: usize,
     /// `SO_RCVBUF` asked for each shard socket (bytes); 0 keeps the kernel default.
     pub socket_recv_buffer: usize,
@@ -402,7 +403,7 @@ const KEYS: &[KeyDoc] = &[
     k("limits", "max_uploads", "Block1 uploads in progress per shard; beyond it 5.03.", "0 or more"),
     k("limits", "block_szx", "Block size exponent of responses: block size 2^(4+szx) bytes.", "0 to 6 (16 to 1024 bytes)"),
     k("runtime", "shards", "Shards: threads with their own SO_REUSEPORT socket; 0: one per core.", "0 to 1024"),
-    k("runtime", "recv_batch", "Datagrams read per wake-up of a shard before other work gets a turn.", "1 to 1024"),
+    k("runtime", "recv_batch", "Datagrams read per wake-up of a shard before timers and commands get a turn (rounded up to whole recvmmsg batches of 64).", "1 to 4096"),
     k("runtime", "socket_recv_buffer", "SO_RCVBUF asked for each shard socket, in bytes (the kernel may cap it); 0: kernel default.", "0 to 1073741824"),
     k("runtime", "socket_send_buffer", "SO_SNDBUF asked for each shard socket, in bytes (the kernel may cap it); 0: kernel default.", "0 to 1073741824"),
     k("server", "bind", "IP address to listen on; \"::\" serves IPv4 and IPv6.", "an IPv4 or IPv6 address"),
@@ -472,7 +473,7 @@ impl Config {
             ((1..=1 << 30).contains(&l.max_body), "limits", "max_body"),
             (l.block_szx <= 6, "limits", "block_szx"),
             (r.shards <= 1024, "runtime", "shards"),
-            ((1..=1024).contains(&r.recv_batch), "runtime", "recv_batch"),
+            ((1..=4096).contains(&r.recv_batch), "runtime", "recv_batch"),
             (
                 r.socket_recv_buffer <= 1 << 30,
                 "runtime",

@@ -295,3 +295,121 @@ mod observe_and_blocks {
         srv.shutdown(Duration::from_secs(1)).await;
     }
 }
+
+mod executors_and_shard_clients {
+    use cobalt::server::{get, Executor, Request};
+    use cobalt::{Client, Code, Server};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn thread_name() -> String {
+        std::thread::current().name().unwrap_or("?").to_string()
+    }
+
+    #[tokio::test]
+    async fn resources_run_on_their_executor_and_children_inherit() {
+        let pool = Executor::blocking(2).unwrap();
+        let server = Server::new()
+            .route("/inline", get(|| async { thread_name() }))
+            .route("/api/a", get(|| async { thread_name() }))
+            .route(
+                "/api/own",
+                get(|| async { thread_name() }).executor(Executor::pool(1).unwrap()),
+            )
+            .executor("/api", pool)
+            .shards(1)
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let c = Client::new();
+        let base = format!("coap://{}", server.local_addr());
+        let name = |p: &'static str| {
+            let (c, base) = (c.clone(), base.clone());
+            async move { c.get(&format!("{base}{p}")).await.unwrap().text_payload() }
+        };
+        assert!(name("/inline").await.starts_with("cobalt-shard"));
+        assert!(
+            name("/api/a").await.starts_with("cobalt-exec"),
+            "inherited from /api"
+        );
+        assert!(
+            name("/api/own").await.starts_with("cobalt-pool"),
+            "own choice wins"
+        );
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn exclusive_executor_never_overlaps_blocking_handlers() {
+        let running = Arc::new(AtomicUsize::new(0));
+        let max_seen = Arc::new(AtomicUsize::new(0));
+        let (r, m) = (running.clone(), max_seen.clone());
+        let server = Server::new()
+            .route(
+                "/locked",
+                get(move || {
+                    let (r, m) = (r.clone(), m.clone());
+                    async move {
+                        let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                        m.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(20)); // blocks: allowed here
+                        r.fetch_sub(1, Ordering::SeqCst);
+                        "done"
+                    }
+                })
+                .executor(Executor::exclusive().unwrap()),
+            )
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let uri = format!("coap://{}/locked", server.local_addr());
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (c, u) = (Client::new(), uri.clone());
+            tasks.push(tokio::spawn(async move { c.get(&u).await.unwrap().code }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), Code::CONTENT);
+        }
+        assert_eq!(max_seen.load(Ordering::SeqCst), 1, "handlers overlapped");
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn a_resource_asks_another_server_through_its_shard_and_answers_late() {
+        let backend = Server::new()
+            .route("/value", get(|| async { "42" }))
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let backend_uri = format!("coap://{}/value", backend.local_addr());
+        let front = Server::new()
+            .route(
+                "/proxy",
+                get(move |req: Request| {
+                    let uri = backend_uri.clone();
+                    async move {
+                        match req.client().get(&uri).await {
+                            Ok(r) => format!("backend says {}", r.text_payload()),
+                            Err(e) => format!("backend failed: {e}"),
+                        }
+                    }
+                }),
+            )
+            .shards(1)
+            .bind("[::]:0")
+            .await
+            .unwrap();
+        let r = Client::new()
+            .get(&format!(
+                "coap://127.0.0.1:{}/proxy",
+                front.local_addr().port()
+            ))
+            .await
+            .unwrap();
+        assert_eq!(r.text_payload(), "backend says 42");
+        front.shutdown(Duration::from_secs(1)).await;
+        backend.shutdown(Duration::from_secs(1)).await;
+    }
+}

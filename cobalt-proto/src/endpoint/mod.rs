@@ -404,6 +404,34 @@ impl Endpoint {
         }
     }
 
+    /// A datagram longer than the receive buffer arrived and was cut to `prefix`.
+    /// A confirmable request gets 4.13 Request Entity Too Large with Size1 = `limit`
+    /// (RFC 7252 §5.9.2.9); anything else is dropped.
+    pub fn handle_oversized(&mut self, peer: SocketAddr, prefix: &[u8], limit: usize) {
+        self.stats.datagrams_in += 1;
+        self.stats.format_errors += 1;
+        let Some(h) = codec::peek_header(prefix) else {
+            return;
+        };
+        if h.mtype != MessageType::Confirmable || !h.code.is_request() {
+            return;
+        }
+        let tkl = usize::from(prefix[0] & 0x0f);
+        let token = prefix
+            .get(4..4 + tkl)
+            .and_then(Token::new)
+            .unwrap_or(Token::EMPTY);
+        let mut resp = Message::new(
+            MessageType::Acknowledgement,
+            Code::REQUEST_ENTITY_TOO_LARGE,
+            h.mid,
+        );
+        resp.token = token;
+        resp.options.set_uint(opt::SIZE1, limit as u32);
+        self.stats.count_response(resp.code);
+        self.transmit(peer, codec::encode(&resp));
+    }
+
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some((at, timer)) = self.timers.pop_due(now) {
@@ -431,7 +459,7 @@ impl Endpoint {
                 DedupEntry::InProgress(id) => {
                     // The handler is still working: acknowledge now so the client stops
                     // retransmitting, and answer separately (§5.2.2).
-                    let id = ExchangeId(*id);
+                    let id = ExchangeId(id);
                     if con {
                         self.send_empty_ack_for(id);
                     }
@@ -476,7 +504,7 @@ impl Endpoint {
         );
         if con {
             self.timers
-                .arm(now + self.config.separate_ack_delay, Timer::SeparateAck(id));
+                .arm_in_order(now + self.config.separate_ack_delay, Timer::SeparateAck(id));
         }
         self.stats.requests += 1;
         self.events.push_back(Event::Request {
@@ -507,7 +535,7 @@ impl Endpoint {
         let bytes = codec::encode(&resp);
         if remember && !self.dedup.is_full() {
             let entry = if req.mtype == MessageType::Confirmable {
-                DedupEntry::Reply(bytes.clone().into_boxed_slice())
+                DedupEntry::Reply(&bytes)
             } else {
                 DedupEntry::Silent
             };
@@ -535,8 +563,7 @@ impl Endpoint {
             response.mid = ex.mid;
             let bytes = codec::encode(&response);
             if ex.deduplicated {
-                self.dedup
-                    .update(&key, DedupEntry::Reply(bytes.clone().into_boxed_slice()));
+                self.dedup.update(&key, DedupEntry::Reply(&bytes));
             }
             self.transmit(ex.peer, bytes);
         } else if ex.con {
@@ -621,10 +648,7 @@ impl Endpoint {
         let (peer, mid, dedup) = (ex.peer, ex.mid, ex.deduplicated);
         let bytes = codec::encode(&Message::empty_ack(mid));
         if dedup {
-            self.dedup.update(
-                &(peer, mid),
-                DedupEntry::Reply(bytes.clone().into_boxed_slice()),
-            );
+            self.dedup.update(&(peer, mid), DedupEntry::Reply(&bytes));
         }
         self.transmit(peer, bytes);
     }
@@ -809,17 +833,17 @@ impl Endpoint {
             self.stats.unmatched += 1;
             let bytes = codec::encode(&Message::reset(msg.mid));
             if con && !self.dedup.is_full() {
-                self.dedup
-                    .insert(key, DedupEntry::Reply(bytes.clone().into_boxed_slice()));
+                self.dedup.insert(key, DedupEntry::Reply(&bytes));
                 self.arm_housekeeping(now);
             }
             self.stats.resets_sent += 1;
             self.transmit(peer, bytes);
             return;
         };
+        let ack_bytes = codec::encode(&Message::empty_ack(msg.mid));
         if !self.dedup.is_full() {
             let entry = if con {
-                DedupEntry::Reply(codec::encode(&Message::empty_ack(msg.mid)).into_boxed_slice())
+                DedupEntry::Reply(&ack_bytes)
             } else {
                 DedupEntry::Silent
             };
@@ -827,8 +851,7 @@ impl Endpoint {
             self.arm_housekeeping(now);
         }
         if con {
-            let ack = codec::encode(&Message::empty_ack(msg.mid));
-            self.transmit(peer, ack);
+            self.transmit(peer, ack_bytes);
         }
         let Some(ex) = self.clients.get_mut(&id) else {
             return;

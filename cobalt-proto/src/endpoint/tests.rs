@@ -428,3 +428,20 @@ fn responses_are_counted_by_code_class() {
     );
     assert_eq!(s.overload_rejections, 2);
 }
+
+#[test]
+fn oversized_con_request_gets_4_13_with_size1() {
+    let mut p = Pair::new();
+    let mut m = get("/x");
+    m.mid = 42;
+    m.token = Token::new(&[9, 9]).unwrap();
+    m.payload = vec![0; 100];
+    let bytes = codec::encode(&m);
+    p.server.handle_oversized(p.c, &bytes[..20], 4096);
+    let resp = codec::decode(&p.server_sends()[0]).unwrap();
+    assert_eq!(resp.code, Code::REQUEST_ENTITY_TOO_LARGE);
+    assert_eq!((resp.mid, resp.token), (42, m.token));
+    assert_eq!(resp.options.get_uint(opt::SIZE1), Some(4096));
+    assert_eq!(p.server.poll_event(), None);
+    assert_eq!(p.server.stats().responses_4xx, 1);
+}

@@ -39,6 +39,8 @@ pub struct Client {
 struct Inner {
     config: EndpointConfig,
     tracer: Option<Tracer>,
+    /// A server shard's own command queue and whether its socket is IPv6.
+    shard: Option<(mpsc::UnboundedSender<Command>, bool)>,
     v4: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     next_key: AtomicU64,
@@ -76,6 +78,7 @@ impl Client {
             inner: Arc::new(Inner {
                 config,
                 tracer: None,
+                shard: None,
                 v4: Mutex::new(None),
                 v6: Mutex::new(None),
                 next_key: AtomicU64::new(1),
@@ -131,7 +134,36 @@ impl Client {
         self.request(Code::GET, uri).observe().await
     }
 
+    /// A client that sends through a server shard's endpoint and socket.
+    pub(crate) fn for_shard(
+        commands: mpsc::UnboundedSender<Command>,
+        v6: bool,
+        config: EndpointConfig,
+    ) -> Client {
+        let mut c = Client::with_config_unchecked(config);
+        if let Some(inner) = Arc::get_mut(&mut c.inner) {
+            inner.shard = Some((commands, v6));
+        }
+        c
+    }
+
+    /// The address to use for `peer` on the socket that will carry the request: an
+    /// IPv4 peer is reached through a dual-stack shard socket as an IPv4-mapped address.
+    fn socket_peer(&self, peer: SocketAddr) -> SocketAddr {
+        match (&self.inner.shard, peer) {
+            (Some((_, true)), SocketAddr::V4(a)) => {
+                SocketAddr::new(std::net::IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
+            }
+            _ => peer,
+        }
+    }
+
     pub(crate) fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
+        if let Some((tx, v6)) = &self.inner.shard {
+            if *v6 || peer.is_ipv4() {
+                return Ok(tx.clone());
+            }
+        }
         let slot = if peer.is_ipv4() {
             &self.inner.v4
         } else {
@@ -233,7 +265,7 @@ impl RequestBuilder {
                 uri.scheme.as_str()
             )));
         }
-        let peer = resolve(&uri).await?;
+        let peer = self.client.socket_peer(resolve(&uri).await?);
         uri.apply_to(&mut self.message.options);
         Ok((self.client, peer, self.message, self.timeout))
     }

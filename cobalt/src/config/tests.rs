@@ -212,7 +212,7 @@ fn values_out_of_range_name_the_key_and_the_range() {
         (
             "[runtime]\nrecv_batch = 0",
             "runtime.recv_batch",
-            "1 to 1024",
+            "1 to 4096",
         ),
         ("[runtime]\nshards = 5000", "runtime.shards", "0 to 1024"),
         (

@@ -8,13 +8,16 @@ use crate::server::observe::Change;
 use crate::server::shard::{Completion, ServerShard};
 use crate::server::tree::ResourceTree;
 use crate::server::ServerLimits;
+use crate::transport::mmsg;
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
 use cobalt_proto::message::Message;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
@@ -51,13 +54,20 @@ pub(crate) enum Command {
     Shutdown { grace: Duration },
 }
 
-/// Largest UDP payload.
-const MAX_DATAGRAM: usize = 65_535;
-/// Datagrams read per wake-up before other work gets a turn.
-const RECV_BATCH: usize = 64;
+/// Receive batches per wake-up before timers and commands get a turn.
+const RECV_ROUNDS: usize = 4;
 
 /// Sees every datagram a driver sends (`true`) or receives (`false`); for `cobalt -v`.
 pub type Tracer = Arc<dyn Fn(bool, SocketAddr, &[u8]) + Send + Sync>;
+
+/// What a server shard's driver needs: the tree, the limits, a sender to its own
+/// command queue, and whether its socket is IPv6.
+type ShardSetup = (
+    Arc<ResourceTree>,
+    ServerLimits,
+    Option<mpsc::UnboundedSender<Command>>,
+    bool,
+);
 
 pub(crate) struct Driver {
     tracer: Option<Tracer>,
@@ -69,9 +79,10 @@ pub(crate) struct Driver {
     waiting: HashMap<RequestId, (u64, SocketAddr, ReplyTo)>,
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
-    buf: Vec<u8>,
-    /// Datagrams read per wake-up (`runtime.recv_batch`).
-    recv_batch: usize,
+    rbuf: mmsg::RecvBatch,
+    outbox: Vec<cobalt_proto::endpoint::Transmit>,
+    /// Receive batches per wake-up (from `runtime.recv_batch`).
+    recv_rounds: usize,
     /// Where this shard publishes its counters after each batch (servers only).
     metrics: Option<Arc<ShardMetrics>>,
 }
@@ -80,23 +91,28 @@ impl Driver {
     pub(crate) fn new(
         socket: UdpSocket,
         config: EndpointConfig,
-        server: Option<(Arc<ResourceTree>, ServerLimits)>,
+        server: Option<ShardSetup>,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> Driver {
         let (done_tx, completions) = mpsc::unbounded_channel();
         let lifetime = config.exchange_lifetime();
+        let config_copy = config.clone();
         Driver {
             tracer: None,
             socket,
             endpoint: Endpoint::new(config, Instant::now()),
-            server: server.map(|(tree, limits)| ServerShard::new(tree, limits, lifetime, done_tx)),
+            server: server.map(|(tree, limits, own, v6)| {
+                let client = own.map(|tx| crate::Client::for_shard(tx, v6, config_copy.clone()));
+                ServerShard::new(tree, limits, lifetime, done_tx, client)
+            }),
             commands,
             completions,
             waiting: HashMap::new(),
             keys: HashMap::new(),
             draining: None,
-            buf: vec![0; MAX_DATAGRAM],
-            recv_batch: RECV_BATCH,
+            rbuf: mmsg::RecvBatch::default(),
+            outbox: Vec::new(),
+            recv_rounds: RECV_ROUNDS,
             metrics: None,
         }
     }
@@ -131,16 +147,9 @@ impl Driver {
                 }
             };
             tokio::select! {
-                r = self.socket.recv_from(&mut self.buf), if self.draining.is_none() => {
-                    if let Ok((n, peer)) = r {
-                        let now = Instant::now();
-                        self.received(now, peer, n);
-                        for _ in 1..self.recv_batch {
-                            match self.socket.try_recv_from(&mut self.buf) {
-                                Ok((n, peer)) => self.received(now, peer, n),
-                                Err(_) => break,
-                            }
-                        }
+                r = self.socket.readable(), if self.draining.is_none() => {
+                    if r.is_ok() {
+                        self.receive_batches();
                     }
                 }
                 cmd = self.commands.recv(), if commands_open => match cmd {
@@ -174,11 +183,41 @@ impl Driver {
         }
     }
 
-    fn received(&mut self, now: Instant, peer: SocketAddr, len: usize) {
-        if let Some(t) = &self.tracer {
-            t(false, peer, &self.buf[..len]);
+    /// Reads what the socket has, a batch per system call, up to a bound so that
+    /// timers and commands get their turn.
+    fn receive_batches(&mut self) {
+        let now = Instant::now();
+        let fd = self.socket.as_raw_fd();
+        for _ in 0..self.recv_rounds {
+            let batch = &mut self.rbuf;
+            let n = match self
+                .socket
+                .try_io(Interest::READABLE, || mmsg::recv_batch(fd, batch))
+            {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "receive failed");
+                    return;
+                }
+            };
+            for i in 0..n {
+                let Some((peer, bytes, truncated)) = self.rbuf.get(i) else {
+                    continue;
+                };
+                if let Some(t) = &self.tracer {
+                    t(false, peer, bytes);
+                }
+                if truncated {
+                    self.endpoint.handle_oversized(peer, bytes, mmsg::SLOT);
+                } else {
+                    self.endpoint.handle_datagram(now, peer, bytes);
+                }
+            }
+            if n < mmsg::BATCH {
+                return;
+            }
         }
-        self.endpoint.handle_datagram(now, peer, &self.buf[..len]);
     }
 
     fn command(&mut self, cmd: Command) {
@@ -312,20 +351,38 @@ impl Driver {
     }
 
     async fn flush(&mut self) {
-        while let Some(tx) = self.endpoint.poll_transmit() {
+        self.outbox
+            .extend(std::iter::from_fn(|| self.endpoint.poll_transmit()));
+        let fd = self.socket.as_raw_fd();
+        let mut sent = 0;
+        while sent < self.outbox.len() {
             if let Some(t) = &self.tracer {
-                t(true, tx.peer, &tx.bytes);
-            }
-            match self.socket.try_send_to(&tx.bytes, tx.peer) {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if let Err(e) = self.socket.send_to(&tx.bytes, tx.peer).await {
-                        tracing::debug!(peer = %tx.peer, error = %e, "send failed");
-                    }
+                for tx in &self.outbox[sent..(sent + mmsg::BATCH).min(self.outbox.len())] {
+                    t(true, tx.peer, &tx.bytes);
                 }
-                Err(e) => tracing::debug!(peer = %tx.peer, error = %e, "send failed"),
+            }
+            let batch: Vec<(SocketAddr, &[u8])> = self.outbox[sent..]
+                .iter()
+                .take(mmsg::BATCH)
+                .map(|t| (t.peer, t.bytes.as_slice()))
+                .collect();
+            match self
+                .socket
+                .try_io(Interest::WRITABLE, || mmsg::send_batch(fd, &batch))
+            {
+                Ok(n) => sent += n.max(1),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    drop(batch);
+                    let _ = self.socket.writable().await;
+                }
+                Err(e) => {
+                    // One bad destination (e.g. unreachable) must not stall the rest.
+                    tracing::debug!(peer = %self.outbox[sent].peer, error = %e, "send failed");
+                    sent += 1;
+                }
             }
         }
+        self.outbox.clear();
     }
 }
 
@@ -354,13 +411,19 @@ pub(crate) fn spawn_driver(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // A server shard keeps a sender to itself so that its handlers' client requests
+    // go out on the shard's own socket and come back to it.
+    let own = server.is_some().then(|| tx.clone());
+    let v6 = socket.local_addr()?.is_ipv6();
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         rt.block_on(async move {
             match UdpSocket::from_std(socket) {
                 Ok(socket) => {
+                    let server = server.map(|(tree, limits)| (tree, limits, own, v6));
                     let mut driver = Driver::new(socket, config, server, rx);
                     driver.tracer = tracer;
-                    driver.recv_batch = recv_batch.unwrap_or(RECV_BATCH).max(1);
+                    driver.recv_rounds =
+                        recv_batch.map_or(RECV_ROUNDS, |n| n.div_ceil(mmsg::BATCH).max(1));
                     driver.metrics = metrics;
                     driver.run().await
                 }

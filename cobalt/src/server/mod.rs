@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+mod executor;
 mod handler;
 mod limits;
 pub(crate) mod observe;
@@ -22,6 +23,7 @@ pub(crate) mod shard;
 pub(crate) mod tree;
 mod upload;
 
+pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, Handler, MethodRouter,
 };
@@ -64,6 +66,13 @@ impl Server {
         self
     }
 
+    /// Runs the handlers of every resource at or below `path` on `executor` (children
+    /// inherit the nearest ancestor's choice; the default is inline on the shard).
+    pub fn executor(mut self, path: &str, executor: Executor) -> Server {
+        self.tree.set_executor(path, executor);
+        self
+    }
+
     /// Sets the protocol parameters.
     pub fn config(mut self, config: EndpointConfig) -> Server {
         self.config = config;
@@ -82,7 +91,8 @@ impl Server {
         self
     }
 
-    /// Datagrams each shard reads per wake-up before other work gets a turn (default 64).
+    /// Datagrams each shard reads per wake-up before timers and commands get a turn
+    /// (default 256; rounded up to whole `recvmmsg` batches of 64).
     pub fn recv_batch(mut self, datagrams: usize) -> Server {
         self.recv_batch = Some(datagrams.max(1));
         self

@@ -5,7 +5,7 @@ use super::limits::ServerLimits;
 use super::observe::{Change, Observable, Relation, RelationKey, Relations};
 use super::tree::ResourceTree;
 use super::upload::{UploadStep, Uploads};
-use super::{BoxFuture, Request, Response};
+use super::{BoxFuture, Executor, Request, Response};
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
@@ -54,6 +54,7 @@ pub(crate) struct ServerShard {
     relations: Relations,
     uploads: Uploads,
     completions: mpsc::UnboundedSender<Completion>,
+    client: Option<crate::Client>,
 }
 
 impl ServerShard {
@@ -62,6 +63,7 @@ impl ServerShard {
         limits: ServerLimits,
         idle_timeout: std::time::Duration,
         completions: mpsc::UnboundedSender<Completion>,
+        client: Option<crate::Client>,
     ) -> ServerShard {
         let observables = tree
             .observables()
@@ -75,6 +77,7 @@ impl ServerShard {
             observables,
             relations: Relations::default(),
             completions,
+            client,
         }
     }
 
@@ -114,7 +117,7 @@ impl ServerShard {
         let block2 = request.block2();
         let registration =
             (request.code == Code::GET && observe == Some(0)).then(|| request.clone());
-        let (fut, observable) = match self.tree.route(Request::new(peer, request)) {
+        let routed = match self.tree.route(self.request(peer, request)) {
             Ok(x) => x,
             Err(resp) => {
                 let ctx = ReplyContext {
@@ -129,18 +132,29 @@ impl ServerShard {
         let ctx = ReplyContext {
             block2,
             block1,
-            register: observable.zip(registration).map(|(o, r)| (o, peer, r)),
+            register: routed
+                .observable
+                .zip(registration)
+                .map(|(o, r)| (o, peer, r)),
         };
-        match run_inline(fut) {
-            Ok(resp) => self.finish_reply(ep, now, id, resp, ctx),
-            Err(pending) => {
-                let done = self.completions.clone();
-                tokio::spawn(async move {
-                    let response = pending.await;
-                    let _ = done.send(Completion::Reply { id, response, ctx });
-                });
+        let pending = if routed.executor.is_inline() {
+            match run_inline(routed.future) {
+                Ok(resp) => return self.finish_reply(ep, now, id, resp, ctx),
+                Err(pending) => pending,
             }
-        }
+        } else {
+            guarded(routed.future)
+        };
+        let done = self.completions.clone();
+        routed.executor.spawn(pending, move |response| {
+            let _ = done.send(Completion::Reply { id, response, ctx });
+        });
+    }
+
+    fn request(&self, peer: SocketAddr, message: Message) -> Request {
+        let mut r = Request::new(peer, message);
+        r.client = self.client.clone();
+        r
     }
 
     /// A handler's late answer.
@@ -213,45 +227,53 @@ impl ServerShard {
             }
             return;
         }
+        let client = self.client.clone();
         let Some(relations) = self.relations.of(change.observable) else {
             return;
         };
-        let mut work: Vec<(RelationKey, BoxFuture)> = Vec::new();
+        let mut work: Vec<(RelationKey, BoxFuture, Executor)> = Vec::new();
         for (key, rel) in relations.iter() {
             if change.filter.as_ref().is_some_and(|f| !f(key.0)) {
                 continue;
             }
             let mut req = rel.request.clone();
             req.options.remove(opt::BLOCK2);
-            match self.tree.route(Request::new(key.0, req)) {
-                Ok((fut, _)) => work.push((*key, fut)),
-                Err(resp) => work.push((*key, Box::pin(async move { resp }))),
+            let mut request = Request::new(key.0, req);
+            request.client = client.clone();
+            match self.tree.route(request) {
+                Ok(r) => work.push((*key, r.future, r.executor)),
+                Err(resp) => work.push((*key, Box::pin(async move { resp }), Executor::Inline)),
             }
         }
-        for (key, fut) in work {
-            match run_inline(fut) {
-                Ok(resp) => self.send_notification(
-                    ep,
-                    now,
-                    change.observable,
-                    key,
-                    resp,
-                    change.confirmable,
-                ),
-                Err(pending) => {
-                    let done = self.completions.clone();
-                    let (observable, confirmable) = (change.observable, change.confirmable);
-                    tokio::spawn(async move {
-                        let response = pending.await;
-                        let _ = done.send(Completion::Notification {
-                            observable,
+        for (key, fut, executor) in work {
+            let pending = if executor.is_inline() {
+                match run_inline(fut) {
+                    Ok(resp) => {
+                        self.send_notification(
+                            ep,
+                            now,
+                            change.observable,
                             key,
-                            response,
-                            confirmable,
-                        });
-                    });
+                            resp,
+                            change.confirmable,
+                        );
+                        continue;
+                    }
+                    Err(pending) => pending,
                 }
-            }
+            } else {
+                guarded(fut)
+            };
+            let done = self.completions.clone();
+            let (observable, confirmable) = (change.observable, change.confirmable);
+            executor.spawn(pending, move |response| {
+                let _ = done.send(Completion::Notification {
+                    observable,
+                    key,
+                    response,
+                    confirmable,
+                });
+            });
         }
     }
 
@@ -332,9 +354,7 @@ impl ServerShard {
 
 /// Polls a handler once on the shard's thread; a handler that is not ready is
 /// returned (wrapped to answer 5.00 if it panics later) to be spawned.
-fn run_inline(
-    fut: BoxFuture,
-) -> Result<Response, std::pin::Pin<Box<dyn Future<Output = Response> + Send>>> {
+fn run_inline(fut: BoxFuture) -> Result<Response, BoxFuture> {
     let mut fut = AssertUnwindSafe(fut).catch_unwind();
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
@@ -344,6 +364,16 @@ fn run_inline(
             fut.await.unwrap_or_else(|_| handler_panicked())
         })),
     }
+}
+
+/// A handler future that answers 5.00 instead of unwinding into an executor.
+fn guarded(fut: BoxFuture) -> BoxFuture {
+    Box::pin(async move {
+        AssertUnwindSafe(fut)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| handler_panicked())
+    })
 }
 
 fn handler_panicked() -> Response {

@@ -1,3 +1,4 @@
 //! Connectors: bytes in, bytes out.
 
+pub mod mmsg;
 pub mod udp;
