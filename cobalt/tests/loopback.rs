@@ -74,6 +74,35 @@ async fn get_post_not_found_method_not_allowed() {
 }
 
 #[tokio::test]
+async fn large_post_goes_up_in_block1_and_comes_back_in_block2() {
+    let server = demo_server().await;
+    let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = sizes.clone();
+    let tracer: cobalt::runtime::Tracer = Arc::new(move |sent, _peer, bytes| {
+        if sent {
+            seen.lock().unwrap().push(bytes.len());
+        }
+    });
+    let client = Client::with_tracer(cobalt::EndpointConfig::default(), tracer).unwrap();
+    let body: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    let r = client
+        .post(
+            &format!("coap://{}/echo", server.local_addr()),
+            body.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    assert_eq!(r.payload, body);
+    assert!(r.options.get(cobalt::proto::message::opt::BLOCK1).is_none());
+    let sizes = sizes.lock().unwrap().clone();
+    // 5 Block1 blocks up, then 4 requests for the rest of the echo; none oversized.
+    assert!(sizes.len() >= 9, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= 1024 + 64), "{sizes:?}");
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
 async fn slow_handler_is_answered_separately() {
     let server = demo_server().await;
     let client = Client::new();

@@ -351,8 +351,10 @@ async fn upload(
             req.options.set_uint(opt::SIZE1, body.len() as u32);
         }
         req.payload = body[offset..end].to_vec();
-        let resp = exchange(client, peer, req).await?;
+        let mut resp = exchange(client, peer, req).await?;
         if resp.code != Code::CONTINUE || !more {
+            // The acknowledgement of the last block means nothing to the caller.
+            resp.options.remove(opt::BLOCK1);
             template.options.remove(opt::BLOCK1);
             template.options.remove(opt::SIZE1);
             return Ok((resp, template));

@@ -4,7 +4,7 @@
 use super::limits::ServerLimits;
 use super::observe::{Change, Observable, Relation, RelationKey, Relations};
 use super::tree::ResourceTree;
-use super::upload::{UploadStep, Uploads};
+use super::upload::{upload_key, UploadStep, Uploads};
 use super::{BoxFuture, Executor, Request, Response};
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
@@ -42,6 +42,8 @@ pub(crate) struct ReplyContext {
     block2: Option<BlockValue>,
     /// Echo this in Block1 (the last block of an upload).
     block1: Option<BlockValue>,
+    /// The peer and key of a finished upload, to keep a large answer for follow-ups.
+    upload: Option<(SocketAddr, Vec<u8>)>,
     /// Register an observer if the response is a success.
     register: Option<(Observable, SocketAddr, Message)>,
 }
@@ -100,7 +102,13 @@ impl ServerShard {
             // A GET with the token of an observation, without Observe=0, ends it (RFC 7641 §3.6).
             self.end_relation(&(peer, request.token));
         }
+        if let Some(kept) = self.uploads.answer_for(now, peer, &request) {
+            let msg = slice_response(&request, kept, self.limits.block_szx);
+            let _ = ep.respond(now, id, msg);
+            return;
+        }
         let mut block1 = None;
+        let mut upload = None;
         if let Some(block) = request.block1() {
             match self.uploads.handle(now, peer, &request, block) {
                 UploadStep::Continue(r) | UploadStep::Reject(r) => {
@@ -108,6 +116,7 @@ impl ServerShard {
                     return;
                 }
                 UploadStep::Complete { body, last } => {
+                    upload = Some((peer, upload_key(&request)));
                     request.payload = body;
                     request.options.remove(opt::BLOCK1);
                     block1 = Some(last);
@@ -123,6 +132,7 @@ impl ServerShard {
                 let ctx = ReplyContext {
                     block2,
                     block1,
+                    upload,
                     register: None,
                 };
                 self.finish_reply(ep, now, id, resp, ctx);
@@ -132,6 +142,7 @@ impl ServerShard {
         let ctx = ReplyContext {
             block2,
             block1,
+            upload,
             register: routed
                 .observable
                 .zip(registration)
@@ -209,7 +220,14 @@ impl ServerShard {
         if let Some(b) = ctx.block2 {
             block_req.options.set(opt::BLOCK2, encode_uint(b.encode()));
         }
-        let msg = slice_response(&block_req, response.into_message(), self.limits.block_szx);
+        let full = response.into_message();
+        let block_size = 1usize << (self.limits.block_szx.min(6) + 4);
+        if let Some((peer, key)) = ctx.upload {
+            if full.payload.len() > block_size {
+                self.uploads.keep_answer(now, peer, key, full.clone());
+            }
+        }
+        let msg = slice_response(&block_req, full, self.limits.block_szx);
         let _ = ep.respond(now, id, msg);
     }
 
