@@ -9,6 +9,8 @@ Resources:
   /slow    GET  -> sleeps 3 s, so aiocoap sends an empty ACK first and then a
                    separate (CON) response "slow response"
   /large   GET  -> 3000 bytes of deterministic text (served in Block2 blocks)
+  /counter GET, observable -> "count N", N increasing every 0.5 s
+  /big-counter GET, observable -> 2000 bytes starting "count N", every 1 s
   /.well-known/core -> link-format listing of the above
 """
 
@@ -62,6 +64,39 @@ class Large(resource.Resource):
         return aiocoap.Message(payload=large_body(), content_format=0)
 
 
+class Counter(resource.ObservableResource):
+    """Observable: the payload changes every `period` seconds."""
+
+    def __init__(self, period: float, size: int = 0):
+        super().__init__()
+        self.count = 0
+        self.size = size
+        self.period = period
+        self.task = None
+
+    def update_observation_count(self, count):
+        if count and self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self.tick())
+        elif not count and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    async def tick(self):
+        while True:
+            await asyncio.sleep(self.period)
+            self.count += 1
+            self.updated_state()
+
+    def body(self) -> bytes:
+        text = b"count %d" % self.count
+        if self.size:
+            text = (text + b" " + b"x" * self.size)[: self.size]
+        return text
+
+    async def render_get(self, request):
+        return aiocoap.Message(payload=self.body(), content_format=0)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
@@ -77,6 +112,8 @@ async def main() -> None:
     site.add_resource(["echo"], Echo())
     site.add_resource(["slow"], Slow())
     site.add_resource(["large"], Large())
+    site.add_resource(["counter"], Counter(0.5))
+    site.add_resource(["big-counter"], Counter(1.0, size=2000))
 
     await aiocoap.Context.create_server_context(
         site, bind=(args.bind, args.port), transports=["udp6"]
