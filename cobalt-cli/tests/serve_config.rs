@@ -43,6 +43,34 @@ fn print_config_shows_the_effective_configuration_and_parses_back() {
 }
 
 #[test]
+fn config_file_from_flag_or_cobalt_config() {
+    let path = std::env::temp_dir().join(format!("cobalt-cli-test-{}.toml", std::process::id()));
+    std::fs::write(&path, "[server]\nport = 6100\n[endpoint]\nnstart = 3\n").unwrap();
+    let by_flag = cobalt()
+        .args(["serve", "--print-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let by_env = cobalt()
+        .args(["serve", "--print-config"])
+        .env("COBALT_CONFIG", &path)
+        .env("COBALT_SERVER_PORT", "6101")
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let by_flag = String::from_utf8(by_flag.stdout).unwrap();
+    let by_env = String::from_utf8(by_env.stdout).unwrap();
+    assert!(
+        by_flag.contains("\nport = 6100\n") && by_flag.contains("\nnstart = 3\n"),
+        "{by_flag}"
+    );
+    assert!(
+        by_env.contains("\nport = 6101\n") && by_env.contains("\nnstart = 3\n"),
+        "{by_env}"
+    );
+}
+
+#[test]
 fn bad_configuration_exits_2_naming_the_key() {
     let out = cobalt()
         .args(["serve", "--set", "limits.block_szx=9"])

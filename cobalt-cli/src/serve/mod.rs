@@ -32,7 +32,8 @@ pub struct ServeArgs {
     /// Protocol shards (threads with their own socket) [config: runtime.shards, default one per core].
     #[arg(long)]
     pub shards: Option<usize>,
-    /// Read settings from this TOML file (`--print-config` shows every key).
+    /// Read settings from this TOML file (`--print-config` shows every key); default:
+    /// the file named by the COBALT_CONFIG environment variable, if any.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Print the effective configuration as commented TOML and exit.
@@ -49,7 +50,11 @@ pub struct ServeArgs {
 /// The effective configuration: defaults < file < environment < `--set` < flags.
 pub fn load_config(args: &ServeArgs, log_level: Option<&str>) -> Result<Config, ConfigError> {
     let mut loader = Config::loader();
-    if let Some(path) = &args.config {
+    let file = args
+        .config
+        .clone()
+        .or_else(|| std::env::var_os("COBALT_CONFIG").map(PathBuf::from));
+    if let Some(path) = &file {
         loader = loader.file(path)?;
     }
     loader = loader.env_from_process()?;

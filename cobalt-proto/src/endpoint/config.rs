@@ -200,4 +200,41 @@ mod tests {
             .to_string()
             .contains("ack_random_factor"));
     }
+
+    #[test]
+    fn durations_are_bounded() {
+        let bad = [
+            EndpointConfig {
+                max_latency: Duration::from_secs(3601),
+                ..Default::default()
+            },
+            EndpointConfig {
+                processing_delay: Duration::from_secs(601),
+                ..Default::default()
+            },
+            EndpointConfig {
+                separate_ack_delay: Duration::from_secs(601),
+                ..Default::default()
+            },
+            EndpointConfig {
+                response_timeout: Some(Duration::ZERO),
+                ..Default::default()
+            },
+        ];
+        let keys: Vec<&str> = bad.iter().map(|c| c.validate().unwrap_err().key).collect();
+        assert_eq!(
+            keys,
+            [
+                "max_latency",
+                "processing_delay",
+                "separate_ack_delay",
+                "response_timeout"
+            ]
+        );
+        let ok = EndpointConfig {
+            response_timeout: Some(Duration::from_secs(30)),
+            ..Default::default()
+        };
+        assert!(ok.validate().is_ok());
+    }
 }
