@@ -538,10 +538,14 @@ impl Config {
             for d in KEYS.iter().filter(|d| d.section == section) {
                 let value = &table[section][d.key];
                 let default = &defaults[section][d.key];
+                out.push('\n');
+                for line in wrap(d.doc, 88) {
+                    let _ = writeln!(out, "# {line}");
+                }
                 let _ = write!(
                     out,
-                    "\n# {}\n# default: {default}; allowed: {}\n{} = {value}\n",
-                    d.doc, d.allowed, d.key
+                    "# default: {default}; allowed: {}\n{} = {value}\n",
+                    d.allowed, d.key
                 );
             }
         }
@@ -552,6 +556,23 @@ impl Config {
     pub fn default_toml() -> String {
         Config::default().to_toml()
     }
+}
+
+/// Splits `text` into lines of at most `width` characters at spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines
 }
 
 /// Builds a [`Config`] from defaults and overriding sources; see the
@@ -755,14 +776,14 @@ fn secs_to_duration(secs: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| format!("{secs} s is not a valid duration"))
 }
 
-/// Writes a duration in the largest unit that keeps it exact: `"2s"`, `"1500ms"`, `"24h"`.
+/// Writes a duration in the largest unit (up to hours) that keeps it exact: `"2s"`,
+/// `"1500ms"`, `"24h"`.
 pub fn format_duration(d: Duration) -> String {
     let nanos = d.as_nanos();
     if nanos == 0 {
         return "0s".into();
     }
-    const UNITS: [(u128, &str); 7] = [
-        (86_400_000_000_000, "d"),
+    const UNITS: [(u128, &str); 6] = [
         (3_600_000_000_000, "h"),
         (60_000_000_000, "m"),
         (1_000_000_000, "s"),

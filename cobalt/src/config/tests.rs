@@ -297,7 +297,7 @@ fn durations_parse_and_format() {
     for bad in ["", "s", "2x", "-1s", "1.2.3s", "-5"] {
         assert!(parse_duration(bad).is_err(), "{bad}");
     }
-    assert_eq!(format_duration(Duration::from_secs(86_400)), "1d");
+    assert_eq!(format_duration(Duration::from_secs(86_400)), "24h");
     assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
     assert_eq!(format_duration(Duration::from_secs(100)), "100s");
     assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
