@@ -264,12 +264,14 @@ mod observe_and_blocks {
         let mut o = client.observe(&uri).await.unwrap();
         o.next().await.unwrap().unwrap();
         drop(o);
-        obs.changed(); // the client answers this NON notification with RST
+        // The client answers the next NON notification after the drop with RST (the
+        // first may still race with the drop, so keep changing).
         for _ in 0..50 {
+            obs.changed();
+            tokio::time::sleep(Duration::from_millis(20)).await;
             if obs.observer_count() == 0 {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(obs.observer_count(), 0, "RST removed the observer");
 

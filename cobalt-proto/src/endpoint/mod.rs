@@ -202,6 +202,24 @@ pub struct Stats {
     pub unmatched: u64,
     /// Client requests that timed out.
     pub timeouts: u64,
+    /// Responses and notifications sent with a 2.xx code.
+    pub responses_2xx: u64,
+    /// Responses and notifications sent with a 4.xx code (including 4.02 Bad Option).
+    pub responses_4xx: u64,
+    /// Responses and notifications sent with a 5.xx code (including overload 5.03).
+    pub responses_5xx: u64,
+}
+
+impl Stats {
+    /// Counts one response (or notification) sent with `code` by its class.
+    fn count_response(&mut self, code: Code) {
+        match code.class() {
+            2 => self.responses_2xx += 1,
+            4 => self.responses_4xx += 1,
+            5 => self.responses_5xx += 1,
+            _ => {}
+        }
+    }
 }
 
 /// How much state the endpoint holds (for tests and metrics).
@@ -430,6 +448,7 @@ impl Endpoint {
         );
         resp.token = token;
         resp.options.set_uint(opt::SIZE1, limit as u32);
+        self.stats.count_response(resp.code);
         self.transmit(peer, codec::encode(&resp));
     }
 
@@ -524,6 +543,7 @@ impl Endpoint {
         mut resp: Message,
         remember: bool,
     ) {
+        self.stats.count_response(resp.code);
         resp.token = req.token;
         if req.mtype == MessageType::Confirmable {
             resp.mtype = MessageType::Acknowledgement;
@@ -555,6 +575,7 @@ impl Endpoint {
         mut response: Message,
     ) -> Result<(), UnknownExchange> {
         let ex = self.server.remove(&id).ok_or(UnknownExchange(id))?;
+        self.stats.count_response(response.code);
         response.token = ex.token;
         let key = (ex.peer, ex.mid);
         if ex.con && !ex.acked {
@@ -597,6 +618,7 @@ impl Endpoint {
         confirmable: bool,
         replaces: Option<(ExchangeId, u16)>,
     ) -> (ExchangeId, u16) {
+        self.stats.count_response(notification.code);
         let id = ExchangeId(self.alloc_id());
         let mid = self.alloc_mid(now, peer);
         notification.token = token;

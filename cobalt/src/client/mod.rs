@@ -180,6 +180,8 @@ impl Client {
             self.inner.config.clone(),
             None,
             self.inner.tracer.clone(),
+            None,
+            None,
         )?;
         *slot = Some(tx.clone());
         Ok(tx)

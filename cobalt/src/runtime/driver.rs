@@ -3,6 +3,7 @@
 //! socket without changing threads; only handlers that are not ready on their first
 //! poll become tasks (on the same thread), whose responses come back via a queue.
 
+use crate::metrics::{ShardMetrics, ShardSnapshot};
 use crate::runtime::io::{Inbound, Input, ShardIo};
 use crate::server::observe::Change;
 use crate::server::shard::{Completion, ServerShard};
@@ -80,6 +81,10 @@ pub(crate) struct Driver {
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
     outbox: Vec<cobalt_proto::endpoint::Transmit>,
+    /// Receive batches per wake-up (from `runtime.recv_batch`).
+    recv_rounds: usize,
+    /// Where this shard publishes its counters after each batch (servers only).
+    metrics: Option<Arc<ShardMetrics>>,
 }
 
 impl Driver {
@@ -106,6 +111,8 @@ impl Driver {
             keys: HashMap::new(),
             draining: None,
             outbox: Vec::new(),
+            recv_rounds: RECV_ROUNDS,
+            metrics: None,
         }
     }
 
@@ -116,6 +123,7 @@ impl Driver {
         loop {
             self.process_events();
             self.flush().await;
+            self.publish_metrics();
             if let Some(deadline) = self.draining {
                 let busy = self.endpoint.state_counts().server_exchanges > 0;
                 if !busy || Instant::now() >= deadline {
@@ -162,6 +170,19 @@ impl Driver {
         }
     }
 
+    /// Publishes the endpoint's counters and state sizes for the metrics exporter.
+    fn publish_metrics(&self) {
+        if let Some(m) = &self.metrics {
+            let observers = self.server.as_ref().map_or(0, ServerShard::observer_count);
+            let counts = self.endpoint.state_counts();
+            m.publish(ShardSnapshot::from_endpoint(
+                self.endpoint.stats(),
+                counts,
+                observers,
+            ));
+        }
+    }
+
     /// Reads what the socket has, a batch per system call, up to a bound so that
     /// timers and commands get their turn.
     fn receive_batches(&mut self) {
@@ -170,7 +191,7 @@ impl Driver {
             return;
         };
         let fd = socket.as_raw_fd();
-        for _ in 0..RECV_ROUNDS {
+        for _ in 0..self.recv_rounds {
             let n = match socket.try_io(Interest::READABLE, || mmsg::recv_batch(fd, rbuf)) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
@@ -213,7 +234,7 @@ impl Driver {
                 d.truncated,
             );
             taken += 1;
-            if taken < mmsg::BATCH * RECV_ROUNDS {
+            if taken < mmsg::BATCH * self.recv_rounds {
                 if let ShardIo::Staged { inbound, .. } = &mut self.io {
                     next = inbound.try_recv().ok();
                 }
@@ -439,6 +460,8 @@ pub(crate) fn spawn_driver(
     config: EndpointConfig,
     server: Option<(Arc<ResourceTree>, ServerLimits)>,
     tracer: Option<Tracer>,
+    recv_batch: Option<usize>,
+    metrics: Option<Arc<ShardMetrics>>,
 ) -> std::io::Result<(mpsc::UnboundedSender<Command>, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -466,6 +489,8 @@ pub(crate) fn spawn_driver(
             let server = server.map(|(tree, limits)| (tree, limits, own, v6));
             let mut driver = Driver::new(io, config, server, rx);
             driver.tracer = tracer;
+            driver.recv_rounds = recv_batch.map_or(RECV_ROUNDS, |n| n.div_ceil(mmsg::BATCH).max(1));
+            driver.metrics = metrics;
             driver.run().await
         })
     })?;

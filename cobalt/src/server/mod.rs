@@ -32,9 +32,11 @@ pub use observe::{Observable, ObserverFilter};
 pub use request::{IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
+use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo};
 use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
-use crate::transport::udp::bind_shard_sockets;
+use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -51,6 +53,8 @@ pub struct Server {
     shards: Option<usize>,
     stages: Option<Stages>,
     stage_counters: Arc<StageCounters>,
+    recv_batch: Option<usize>,
+    buffers: SocketBuffers,
 }
 
 impl Server {
@@ -105,6 +109,35 @@ impl Server {
         self
     }
 
+    /// Datagrams each shard reads per wake-up before timers and commands get a turn
+    /// (default 256; rounded up to whole `recvmmsg` batches of 64).
+    pub fn recv_batch(mut self, datagrams: usize) -> Server {
+        self.recv_batch = Some(datagrams.max(1));
+        self
+    }
+
+    /// Socket buffer sizes asked of the kernel (default 4 MiB each; 0 keeps the
+    /// kernel's default).
+    pub fn socket_buffers(mut self, buffers: SocketBuffers) -> Server {
+        self.buffers = buffers;
+        self
+    }
+
+    /// Applies a [`Config`]: endpoint parameters, limits and runtime settings (shards,
+    /// receive batch, socket buffers). The address to bind is `config.server`:
+    /// `server.with_config(&config).bind(config.server.socket_addr())`.
+    pub fn with_config(mut self, config: &Config) -> Server {
+        self.config = config.endpoint_config();
+        self.limits = config.server_limits();
+        self.shards = (config.runtime.shards > 0).then_some(config.runtime.shards);
+        self.recv_batch = Some(config.runtime.recv_batch.max(1));
+        self.buffers = SocketBuffers {
+            recv: config.runtime.socket_recv_buffer,
+            send: config.runtime.socket_send_buffer,
+        };
+        self
+    }
+
     /// Binds the UDP address and starts serving.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
         self.config.validate()?;
@@ -117,7 +150,7 @@ impl Server {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let (ios, local_addr, stage_threads) = match self.stages {
             None => {
-                let sockets = bind_shard_sockets(addr, shards)?;
+                let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
                 let local_addr = sockets[0].local_addr()?;
                 (
                     sockets.into_iter().map(DriverIo::Owned).collect::<Vec<_>>(),
@@ -126,7 +159,7 @@ impl Server {
                 )
             }
             Some(stages) => {
-                let socket = bind_shard_sockets(addr, 1)?.remove(0);
+                let socket = bind_shard_sockets_with(addr, 1, self.buffers)?.remove(0);
                 let local_addr = socket.local_addr()?;
                 let (ios, threads) = start_stages(socket, stages, self.stage_counters.clone())?;
                 let ios = ios
@@ -136,6 +169,7 @@ impl Server {
                 (ios, local_addr, Some(threads))
             }
         };
+        let metrics = Metrics::new(ios.len());
         let tree = Arc::new(self.tree);
         let mut commands = Vec::new();
         let mut threads = Vec::new();
@@ -146,6 +180,8 @@ impl Server {
                 self.config.clone(),
                 Some((tree.clone(), self.limits.clone())),
                 None,
+                self.recv_batch,
+                Some(metrics.shards()[i].clone()),
             )?;
             commands.push(tx);
             threads.push(handle);
@@ -159,6 +195,7 @@ impl Server {
             commands,
             threads,
             stage_threads,
+            metrics,
         })
     }
 }
@@ -170,6 +207,7 @@ pub struct ServerHandle {
     commands: Vec<mpsc::UnboundedSender<Command>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     stage_threads: Option<StageThreads>,
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for StageThreads {
@@ -179,6 +217,12 @@ impl std::fmt::Debug for StageThreads {
 }
 
 impl ServerHandle {
+    /// The shards' counters, updated after every batch a shard processes; serve them
+    /// with [`crate::metrics::serve_metrics`].
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.clone()
+    }
+
     /// The bound address (with the real port when 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -187,10 +231,13 @@ impl ServerHandle {
     /// Graceful shutdown: stop reading, let handlers in progress answer for up to
     /// `grace`, then stop every shard.
     pub async fn shutdown(self, grace: Duration) {
+        tracing::info!(local_addr = %self.local_addr, ?grace, "CoAP server shutting down");
         for c in &self.commands {
             let _ = c.send(Command::Shutdown { grace });
         }
+        let local_addr = self.local_addr;
         self.wait().await;
+        tracing::info!(%local_addr, "CoAP server stopped");
     }
 
     /// Waits until every shard has stopped.

@@ -83,6 +83,11 @@ impl ServerShard {
         }
     }
 
+    /// Observe relations held by this shard (for metrics).
+    pub(crate) fn observer_count(&self) -> usize {
+        self.relations.len()
+    }
+
     /// A new request from the endpoint.
     pub(crate) fn on_request(
         &mut self,
