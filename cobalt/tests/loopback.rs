@@ -539,3 +539,70 @@ mod single_socket_mode {
         server.shutdown(Duration::from_secs(2)).await;
     }
 }
+
+mod hostile_input {
+    use cobalt::server::get;
+    use cobalt::{Client, Code, Server};
+    use std::time::Duration;
+
+    /// xorshift: deterministic pseudo-random bytes without a dependency.
+    fn noise(seed: &mut u64) -> u8 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed as u8
+    }
+
+    #[tokio::test]
+    async fn garbage_datagrams_leave_no_state_and_the_server_keeps_serving() {
+        let server = Server::new()
+            .route("/ok", get(|| async { "still here" }))
+            .shards(1)
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let to = server.local_addr();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut sent = 0u64;
+        for i in 0..3000usize {
+            let len = match i % 5 {
+                0 => 0,
+                1 => 3,
+                2 => 4 + (i % 12),
+                3 => 9000, // larger than the receive slot: 4.13 or dropped
+                _ => 1 + (i % 300),
+            };
+            let mut d: Vec<u8> = (0..len).map(|_| noise(&mut seed)).collect();
+            if i % 7 == 0 && !d.is_empty() {
+                d[0] = 0x49; // CON with token length 9: a format error to reject with RST
+            }
+            if sock.send_to(&d, to).is_ok() {
+                sent += 1;
+            }
+            if i % 200 == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        let r = Client::new().get(&format!("coap://{to}/ok")).await.unwrap();
+        assert_eq!(
+            (r.code, r.text_payload().as_str()),
+            (Code::CONTENT, "still here")
+        );
+        let total = server.metrics().total();
+        assert!(total.format_errors > 0, "{total:?}");
+        assert!(
+            total.datagrams_in > sent / 2,
+            "most garbage was read: {total:?}"
+        );
+        assert_eq!(
+            total.server_exchanges, 0,
+            "nothing left half-done: {total:?}"
+        );
+        // Only datagrams that happened to be well-formed messages may be remembered
+        // (requests, and stray confirmable responses answered with RST).
+        let remembered = total.requests + total.bad_options + total.unmatched;
+        assert!(total.dedup_entries <= remembered, "{total:?}");
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+}
