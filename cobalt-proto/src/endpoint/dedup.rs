@@ -12,7 +12,9 @@
 //! itself (≈ 30 bytes for a small piggybacked response). Requests still being handled
 //! live in a separate small map, since there are few of them at any time.
 
-use std::collections::HashMap;
+use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::HashMap;
+use std::hash::BuildHasher;
 use std::net::{SocketAddr, SocketAddrV6};
 use std::time::{Duration, Instant};
 
@@ -49,33 +51,40 @@ fn compact(key: &DedupKey) -> Compact {
     }
 }
 
+/// One generation. IPv4 entries live in a raw hash table probed with a hash computed
+/// once per lookup for all generations (the hasher is randomly seeded per store, so
+/// peers cannot aim at collisions); IPv6 entries in an ordinary map.
 #[derive(Debug, Default)]
 struct Generation {
-    v4: HashMap<u64, u32>,
+    v4: HashTable<(u64, u32)>,
     v6: HashMap<(SocketAddrV6, u16), u32>,
     arena: Vec<u8>,
 }
 
 impl Generation {
-    fn get(&self, k: &Compact) -> Option<u32> {
+    fn get(&self, k: &Compact, hash: u64) -> Option<u32> {
         match k {
-            Compact::V4(x) => self.v4.get(x).copied(),
+            Compact::V4(x) => self.v4.find(hash, |e| e.0 == *x).map(|e| e.1),
             Compact::V6(a, m) => self.v6.get(&(*a, *m)).copied(),
         }
     }
 
-    fn slot(&mut self, k: &Compact) -> Option<&mut u32> {
+    fn slot(&mut self, k: &Compact, hash: u64) -> Option<&mut u32> {
         match k {
-            Compact::V4(x) => self.v4.get_mut(x),
+            Compact::V4(x) => self.v4.find_mut(hash, |e| e.0 == *x).map(|e| &mut e.1),
             Compact::V6(a, m) => self.v6.get_mut(&(*a, *m)),
         }
     }
 
-    fn put(&mut self, k: Compact, v: u32) {
+    fn put(&mut self, k: Compact, v: u32, hash: u64, hasher: &DefaultHashBuilder) {
         match k {
-            Compact::V4(x) => {
-                self.v4.insert(x, v);
-            }
+            Compact::V4(x) => match self.v4.find_mut(hash, |e| e.0 == x) {
+                Some(e) => e.1 = v,
+                None => {
+                    self.v4
+                        .insert_unique(hash, (x, v), |e| hasher.hash_one(e.0));
+                }
+            },
             Compact::V6(a, m) => {
                 self.v6.insert((a, m), v);
             }
@@ -117,6 +126,7 @@ impl Generation {
 /// The store.
 #[derive(Debug)]
 pub struct DedupStore {
+    hasher: DefaultHashBuilder,
     in_progress: HashMap<DedupKey, u64>,
     gens: Vec<Generation>,
     rotate_every: Duration,
@@ -129,6 +139,7 @@ impl DedupStore {
     pub fn new(now: Instant, lifetime: Duration, cap: usize) -> DedupStore {
         let rotate_every = (lifetime / (GENERATIONS as u32 - 1)).max(Duration::from_millis(1));
         DedupStore {
+            hasher: DefaultHashBuilder::default(),
             in_progress: HashMap::new(),
             gens: (0..GENERATIONS).map(|_| Generation::default()).collect(),
             rotate_every,
@@ -143,7 +154,15 @@ impl DedupStore {
             return Some(DedupEntry::InProgress(*id));
         }
         let k = compact(key);
-        self.gens.iter().find_map(|g| g.get(&k).map(|v| g.value(v)))
+        let h = self.hash(&k);
+        self.gens.iter().find_map(|g| g.get(&k, h).map(|v| g.value(v)))
+    }
+
+    fn hash(&self, k: &Compact) -> u64 {
+        match k {
+            Compact::V4(x) => self.hasher.hash_one(x),
+            Compact::V6(..) => 0, // the IPv6 map hashes on its own
+        }
     }
 
     /// Replaces the entry of a key where it is stored; returns false if absent.
@@ -153,18 +172,21 @@ impl DedupStore {
             return true;
         }
         let k = compact(key);
+        let h = self.hash(&k);
         for g in &mut self.gens {
-            if g.get(&k).is_some() {
+            if g.get(&k, h).is_some() {
                 let v = match entry {
                     DedupEntry::Reply(bytes) => g.store(bytes),
                     DedupEntry::Silent => SILENT,
                     DedupEntry::InProgress(id) => {
-                        g.put(k, SILENT);
+                        if let Some(slot) = g.slot(&k, h) {
+                            *slot = SILENT;
+                        }
                         self.in_progress.insert(*key, id);
                         return true;
                     }
                 };
-                if let Some(slot) = g.slot(&k) {
+                if let Some(slot) = g.slot(&k, h) {
                     *slot = v;
                 }
                 return true;
@@ -180,6 +202,8 @@ impl DedupStore {
 
     /// Inserts a new entry (finished ones into the newest generation).
     pub fn insert(&mut self, key: DedupKey, entry: DedupEntry<'_>) {
+        let k = compact(&key);
+        let h = self.hash(&k);
         let newest = &mut self.gens[0];
         match entry {
             DedupEntry::InProgress(id) => {
@@ -187,9 +211,9 @@ impl DedupStore {
             }
             DedupEntry::Reply(bytes) => {
                 let v = newest.store(bytes);
-                newest.put(compact(&key), v);
+                newest.put(k, v, h, &self.hasher);
             }
-            DedupEntry::Silent => newest.put(compact(&key), SILENT),
+            DedupEntry::Silent => newest.put(k, SILENT, h, &self.hasher),
         }
     }
 
