@@ -31,6 +31,7 @@ pub use request::{IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
 use crate::runtime::driver::{spawn_driver, Command};
+use crate::transport::tcp::{TcpListenerHandle, TcpServerLimits};
 use crate::transport::udp::bind_shard_sockets;
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
@@ -46,6 +47,8 @@ pub struct Server {
     config: EndpointConfig,
     limits: ServerLimits,
     shards: Option<usize>,
+    tcp_addr: Option<SocketAddr>,
+    tcp_limits: TcpServerLimits,
 }
 
 impl Server {
@@ -78,6 +81,40 @@ impl Server {
         self
     }
 
+    /// Also serves the same resources over CoAP over TCP (RFC 8323, `coap+tcp://`) on
+    /// `addr`, bound by [`Server::bind`] next to the UDP socket; see
+    /// [`ServerHandle::tcp_local_addr`].
+    pub fn tcp(mut self, addr: SocketAddr) -> Server {
+        self.tcp_addr = Some(addr);
+        self
+    }
+
+    /// Sets the limits of the TCP side (connections, Max-Message-Size, timeouts).
+    pub fn tcp_limits(mut self, limits: TcpServerLimits) -> Server {
+        self.tcp_limits = limits;
+        self
+    }
+
+    /// Serves over CoAP over TCP only (RFC 8323, `coap+tcp://`), on the current tokio
+    /// runtime: one task per connection, handlers run on that task.
+    /// [`ServerHandle::local_addr`] is then the TCP address.
+    pub async fn bind_tcp(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
+        let addr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
+        let tcp =
+            crate::transport::tcp::listen(addr, Arc::new(self.tree), self.limits, self.tcp_limits)
+                .await?;
+        tracing::info!(local_addr = %tcp.local_addr, "CoAP over TCP server listening");
+        Ok(ServerHandle {
+            local_addr: tcp.local_addr,
+            commands: Vec::new(),
+            threads: Vec::new(),
+            tcp: Some(tcp),
+        })
+    }
+
     /// Binds the UDP address and starts serving.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
         self.config.validate()?;
@@ -108,10 +145,37 @@ impl Server {
             o.attach(commands.clone());
         }
         tracing::info!(%local_addr, shards, "CoAP server listening");
+        let tcp = match self.tcp_addr {
+            Some(addr) => {
+                let tcp = crate::transport::tcp::listen(
+                    addr,
+                    tree.clone(),
+                    self.limits.clone(),
+                    self.tcp_limits.clone(),
+                )
+                .await;
+                match tcp {
+                    Ok(tcp) => {
+                        tracing::info!(local_addr = %tcp.local_addr, "CoAP over TCP listening");
+                        Some(tcp)
+                    }
+                    Err(e) => {
+                        for c in &commands {
+                            let _ = c.send(Command::Shutdown {
+                                grace: Duration::ZERO,
+                            });
+                        }
+                        return Err(e.into());
+                    }
+                }
+            }
+            None => None,
+        };
         Ok(ServerHandle {
             local_addr,
             commands,
             threads,
+            tcp,
         })
     }
 }
@@ -122,6 +186,7 @@ pub struct ServerHandle {
     local_addr: SocketAddr,
     commands: Vec<mpsc::UnboundedSender<Command>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    tcp: Option<TcpListenerHandle>,
 }
 
 impl ServerHandle {
@@ -130,17 +195,29 @@ impl ServerHandle {
         self.local_addr
     }
 
+    /// The CoAP-over-TCP address, when serving over TCP too ([`Server::tcp`],
+    /// [`Server::bind_tcp`]).
+    pub fn tcp_local_addr(&self) -> Option<SocketAddr> {
+        self.tcp.as_ref().map(|t| t.local_addr)
+    }
+
     /// Graceful shutdown: stop reading, let handlers in progress answer for up to
-    /// `grace`, then stop every shard.
+    /// `grace`, then stop every shard (and release every TCP connection).
     pub async fn shutdown(self, grace: Duration) {
         for c in &self.commands {
             let _ = c.send(Command::Shutdown { grace });
         }
+        if let Some(tcp) = &self.tcp {
+            tcp.shutdown(grace);
+        }
         self.wait().await;
     }
 
-    /// Waits until every shard has stopped.
+    /// Waits until every shard (and the TCP listener) has stopped.
     pub async fn wait(self) {
+        if let Some(tcp) = self.tcp {
+            tcp.wait().await;
+        }
         let threads = self.threads;
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads {

@@ -1,3 +1,4 @@
 //! Connectors: bytes in, bytes out.
 
+pub mod tcp;
 pub mod udp;
