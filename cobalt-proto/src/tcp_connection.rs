@@ -12,8 +12,10 @@
 //!   support, and refuses to send messages larger than the peer accepts;
 //! * matches responses to requests by token; observe registrations stay matched until
 //!   cancelled;
-//! * answers Ping with Pong (echoing Custody and the token), and closes on Release and
-//!   Abort;
+//! * answers Ping with Pong, echoing the token; a Ping with Custody is answered (with
+//!   Custody) once every request received before it has been answered (§5.4.1);
+//! * closes on Abort; after the peer's Release it sends no new requests, waits for the
+//!   responses to those outstanding, then closes (§5.5);
 //! * defends itself: a peer that never completes its CSM, trickles a frame slowly
 //!   (slowloris) or stays idle is aborted, frames above the local Max-Message-Size are
 //!   refused from their header, and requests beyond a concurrency bound are answered
@@ -52,7 +54,7 @@ use crate::message::tcp::{
     DEFAULT_MAX_MESSAGE_SIZE,
 };
 use crate::message::{Code, Token};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -178,6 +180,15 @@ pub enum TcpEvent {
         /// The response.
         message: TcpMessage,
     },
+    /// The peer sent Release: no new requests can be sent on this connection (open
+    /// another one); responses to outstanding requests are still delivered, then
+    /// `Closed` follows.
+    ReleaseReceived {
+        /// Where the peer suggests reconnecting.
+        alternative_addresses: Vec<String>,
+        /// Seconds to wait before reconnecting.
+        hold_off: Option<u32>,
+    },
     /// A Pong answering our [`TcpConnection::ping`].
     Pong {
         /// The Ping's token.
@@ -196,7 +207,7 @@ pub enum TcpEvent {
 /// Why a message could not be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {
-    /// The connection is closed.
+    /// The connection is closed, or the peer has released it.
     Closed,
     /// The encoded message is larger than the peer's Max-Message-Size.
     TooLarge {
@@ -255,9 +266,18 @@ pub struct TcpConnection {
     peer_bert: bool,
     /// Our outstanding requests by token; `true` for observations (kept after a response).
     outbound: HashMap<Token, bool>,
-    /// Requests of the peer awaiting our response, by token, with their count.
-    inbound: HashMap<Token, u32>,
-    inbound_count: usize,
+    /// Requests of the peer awaiting our response: by token, their arrival numbers.
+    inbound: HashMap<Token, VecDeque<u64>>,
+    /// Arrival numbers of every request awaiting our response.
+    inbound_seqs: BTreeSet<u64>,
+    /// Arrival number of the next request or Ping.
+    next_seq: u64,
+    /// Pongs with Custody owed once the requests before their Ping are answered:
+    /// (the Ping's arrival number, its token). At most [`MAX_PINGS`].
+    deferred_pongs: VecDeque<(u64, Token)>,
+    /// Set once the peer has sent Release: the reason to close with when the last
+    /// outstanding request is answered.
+    releasing: Option<CloseReason>,
     /// Tokens of our Pings awaiting Pong (at most [`MAX_PINGS`]).
     pings: Vec<Token>,
     next_token: u32,
@@ -286,7 +306,10 @@ impl TcpConnection {
             peer_bert: false,
             outbound: HashMap::new(),
             inbound: HashMap::new(),
-            inbound_count: 0,
+            inbound_seqs: BTreeSet::new(),
+            next_seq: 0,
+            deferred_pongs: VecDeque::new(),
+            releasing: None,
             pings: Vec::new(),
             next_token: seed,
             config,
@@ -317,6 +340,11 @@ impl TcpConnection {
     /// True once the peer's CSM has arrived and until the connection closes.
     pub fn is_established(&self) -> bool {
         self.state == State::Open
+    }
+
+    /// True after the peer's Release: no new requests may be sent.
+    pub fn is_releasing(&self) -> bool {
+        self.releasing.is_some()
     }
 
     /// True when the connection is closed (after the `Closed` event).
@@ -361,7 +389,7 @@ impl TcpConnection {
     }
 
     fn is_idle(&self) -> bool {
-        self.outbound.is_empty() && self.inbound_count == 0 && self.partial_since.is_none()
+        self.outbound.is_empty() && self.inbound_seqs.is_empty() && self.partial_since.is_none()
     }
 
     /// Handles the passing of time: CSM, frame and idle timeouts.
@@ -393,7 +421,8 @@ impl TcpConnection {
     /// The peer closed its side of the stream.
     pub fn handle_eof(&mut self) {
         if self.state != State::Closed {
-            self.close(CloseReason::PeerClosed);
+            let reason = self.releasing.take().unwrap_or(CloseReason::PeerClosed);
+            self.close(reason);
         }
     }
 
@@ -458,6 +487,7 @@ impl TcpConnection {
                     token: msg.token,
                     message: msg,
                 });
+                self.close_if_released();
             }
         }
         // 0.00 (keepalive) and reserved classes are ignored (RFC 8323 §3.4).
@@ -472,15 +502,17 @@ impl TcpConnection {
             self.queue_checked(resp);
             return;
         }
-        if self.inbound_count >= self.config.max_inbound_requests {
+        if self.inbound_seqs.len() >= self.config.max_inbound_requests {
             let mut resp = TcpMessage::new(Code::SERVICE_UNAVAILABLE);
             resp.token = token;
             resp.options.set_uint(number::MAX_AGE, 1);
             self.queue_checked(resp);
             return;
         }
-        *self.inbound.entry(token).or_insert(0) += 1;
-        self.inbound_count += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.inbound.entry(token).or_default().push_back(seq);
+        self.inbound_seqs.insert(seq);
         self.events.push_back(TcpEvent::Request {
             token,
             message: msg,
@@ -518,10 +550,23 @@ impl TcpConnection {
                     block_wise_transfer: self.peer_bert,
                 });
             }
-            Signal::Ping { custody } => {
-                let mut pong = Signal::Pong { custody }.to_message();
+            Signal::Ping { custody: false } => {
+                let mut pong = Signal::Pong { custody: false }.to_message();
                 pong.token = msg.token;
                 self.queue(&pong);
+            }
+            Signal::Ping { custody: true } => {
+                if self.deferred_pongs.len() >= MAX_PINGS {
+                    // Answer the oldest without Custody rather than remember it forever.
+                    if let Some((_, token)) = self.deferred_pongs.pop_front() {
+                        let mut pong = Signal::Pong { custody: false }.to_message();
+                        pong.token = token;
+                        self.queue(&pong);
+                    }
+                }
+                self.deferred_pongs.push_back((self.next_seq, msg.token));
+                self.next_seq += 1;
+                self.send_due_pongs();
             }
             Signal::Pong { .. } => {
                 // Only Pongs answering our Pings are reported; others are ignored.
@@ -534,11 +579,20 @@ impl TcpConnection {
                 alternative_addresses,
                 hold_off,
                 diagnostic,
-            } => self.close(CloseReason::PeerRelease {
-                alternative_addresses,
-                hold_off,
-                diagnostic,
-            }),
+            } => {
+                if self.releasing.is_none() {
+                    self.events.push_back(TcpEvent::ReleaseReceived {
+                        alternative_addresses: alternative_addresses.clone(),
+                        hold_off,
+                    });
+                }
+                self.releasing = Some(CloseReason::PeerRelease {
+                    alternative_addresses,
+                    hold_off,
+                    diagnostic,
+                });
+                self.close_if_released();
+            }
             Signal::Abort {
                 bad_csm_option,
                 diagnostic,
@@ -553,7 +607,7 @@ impl TcpConnection {
     /// token gets a fresh one; with Observe=0 the token stays registered for notifications
     /// until [`TcpConnection::cancel`].
     pub fn request(&mut self, now: Instant, mut msg: TcpMessage) -> Result<Token, SendError> {
-        if self.state == State::Closed {
+        if self.state == State::Closed || self.releasing.is_some() {
             return Err(SendError::Closed);
         }
         if !msg.code.is_request() {
@@ -577,6 +631,29 @@ impl TcpConnection {
     /// ignored. (To deregister an observation at the server, send a GET with Observe=1.)
     pub fn cancel(&mut self, token: Token) {
         self.outbound.remove(&token);
+        self.close_if_released();
+    }
+
+    fn close_if_released(&mut self) {
+        if self.outbound.is_empty() && self.state != State::Closed {
+            if let Some(reason) = self.releasing.take() {
+                self.close(reason);
+            }
+        }
+    }
+
+    /// Sends the Pongs with Custody whose earlier requests have all been answered.
+    fn send_due_pongs(&mut self) {
+        let oldest_pending = self.inbound_seqs.first().copied().unwrap_or(u64::MAX);
+        while let Some(&(seq, token)) = self.deferred_pongs.front() {
+            if seq > oldest_pending {
+                break;
+            }
+            self.deferred_pongs.pop_front();
+            let mut pong = Signal::Pong { custody: true }.to_message();
+            pong.token = token;
+            self.queue(&pong);
+        }
     }
 
     /// Answers the peer's request with this token.
@@ -596,16 +673,19 @@ impl TcpConnection {
         }
         msg.token = token;
         self.check_size(&msg)?;
-        let Some(count) = self.inbound.get_mut(&token) else {
+        let Some(seqs) = self.inbound.get_mut(&token) else {
             return Err(SendError::UnknownToken(token));
         };
-        *count -= 1;
-        if *count == 0 {
+        let seq = seqs.pop_front();
+        if seqs.is_empty() {
             self.inbound.remove(&token);
         }
-        self.inbound_count -= 1;
+        if let Some(seq) = seq {
+            self.inbound_seqs.remove(&seq);
+        }
         self.last_activity = now;
         self.queue(&msg);
+        self.send_due_pongs();
         Ok(())
     }
 
@@ -667,7 +747,9 @@ impl TcpConnection {
         self.state = State::Closed;
         let outstanding = self.outbound.drain().map(|(t, _)| t).collect();
         self.inbound.clear();
-        self.inbound_count = 0;
+        self.inbound_seqs.clear();
+        self.deferred_pongs.clear();
+        self.releasing = None;
         self.events.push_back(TcpEvent::Closed {
             reason,
             outstanding,

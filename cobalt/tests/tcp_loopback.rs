@@ -363,3 +363,26 @@ async fn shutdown_releases_connections() {
         .expect("shutdown hangs")
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_gets_answer_across_server_release() {
+    let server = tcp_server(TcpServerLimits::default()).await;
+    let addr = server.local_addr();
+    let client = Client::new();
+    let slow = {
+        let c = client.clone();
+        tokio::spawn(async move { c.get(&format!("coap+tcp://{addr}/slow")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.shutdown(Duration::from_secs(2)).await;
+    assert_eq!(slow.await.unwrap().unwrap().text_payload(), "finally");
+    // The server is gone: a new request fails to connect instead of hanging.
+    let err = client
+        .get(&format!("coap+tcp://{addr}/hello"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Io(_) | Error::Connection(_)),
+        "{err:?}"
+    );
+}

@@ -223,11 +223,101 @@ fn release_closes_both_sides() {
     ));
     assert!(matches!(
         events(&mut b)[..],
-        [TcpEvent::Closed {
-            reason: CloseReason::PeerRelease { .. },
-            ..
-        }]
+        [
+            TcpEvent::ReleaseReceived { .. },
+            TcpEvent::Closed {
+                reason: CloseReason::PeerRelease { .. },
+                ..
+            }
+        ]
     ));
+}
+
+fn frame(m: &TcpMessage) -> Vec<u8> {
+    let mut v = Vec::new();
+    encode_tcp(m, &mut v);
+    v
+}
+
+#[test]
+fn peer_release_lets_outstanding_responses_arrive() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let t = a.request(now, get("x")).unwrap();
+    pump(now, &mut a, &mut b);
+    let Some(TcpEvent::Request { token, .. }) = b.poll_event() else {
+        panic!("no request")
+    };
+    // b announces Release but still answers what it has.
+    a.handle_bytes(
+        now,
+        &frame(
+            &Signal::Release {
+                alternative_addresses: vec![],
+                hold_off: Some(5),
+                diagnostic: "shutting down".into(),
+            }
+            .to_message(),
+        ),
+    );
+    assert_eq!(
+        events(&mut a),
+        [TcpEvent::ReleaseReceived {
+            alternative_addresses: vec![],
+            hold_off: Some(5)
+        }]
+    );
+    assert!(a.is_releasing() && !a.is_closed());
+    assert_eq!(a.request(now, get("y")), Err(SendError::Closed));
+    b.respond(now, token, TcpMessage::new(Code::CONTENT))
+        .unwrap();
+    pump(now, &mut a, &mut b);
+    let ev = events(&mut a);
+    assert!(matches!(&ev[0], TcpEvent::Response { token: r, .. } if *r == t));
+    assert!(matches!(
+        &ev[1],
+        TcpEvent::Closed {
+            reason: CloseReason::PeerRelease {
+                hold_off: Some(5),
+                ..
+            },
+            ..
+        }
+    ));
+    assert!(a.is_closed());
+}
+
+#[test]
+fn custody_pong_waits_for_earlier_requests() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    a.request(now, get("first")).unwrap();
+    let ping = a.ping(true).unwrap();
+    let plain = a.ping(false).unwrap();
+    pump(now, &mut a, &mut b);
+    // The plain Ping is answered at once; the Custody one waits for "first".
+    assert_eq!(events(&mut a), [TcpEvent::Pong { token: plain }]);
+    let token = events(&mut b)
+        .into_iter()
+        .find_map(|e| match e {
+            TcpEvent::Request { token, .. } => Some(token),
+            _ => None,
+        })
+        .unwrap();
+    // A request after the Ping does not hold the Pong back.
+    a.request(now, get("later")).unwrap();
+    pump(now, &mut a, &mut b);
+    assert_eq!(a.poll_event(), None);
+    b.respond(now, token, TcpMessage::new(Code::CONTENT))
+        .unwrap();
+    let out = frames(&b.poll_transmit().unwrap());
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].code, Code::CONTENT);
+    assert_eq!(out[1].token, ping);
+    assert_eq!(
+        Signal::from_message(&out[1]),
+        Ok(Signal::Pong { custody: true })
+    );
 }
 
 #[test]

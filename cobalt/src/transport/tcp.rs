@@ -436,6 +436,13 @@ async fn client_conn(
                     }
                 }
                 TcpEvent::Closed { reason, .. } => close_reason = Some(reason),
+                TcpEvent::ReleaseReceived { .. } => {
+                    // New requests go to a new connection: closing the channel makes
+                    // the pool open one; commands already queued are dropped unanswered,
+                    // so their callers retry there.
+                    commands.close();
+                    while commands.try_recv().is_ok() {}
+                }
                 _ => {}
             }
         }
@@ -452,7 +459,7 @@ async fn client_conn(
                 Ok(0) | Err(_) => conn.handle_eof(),
                 Ok(n) => conn.handle_bytes(Instant::now(), &buf[..n]),
             },
-            cmd = commands.recv() => match cmd {
+            cmd = commands.recv(), if !conn.is_releasing() => match cmd {
                 None => conn.release(),
                 Some(cmd) if !conn.is_established() => deferred.push(cmd),
                 Some(cmd) => start_request(&mut conn, &mut waiting, cmd, peer),
