@@ -61,8 +61,9 @@ use std::time::{Duration, Instant};
 /// Settings of one connection. `Default` gives the documented defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpConfig {
-    /// Largest message (whole frame) this side accepts; announced in the CSM.
-    /// Default 1 MiB + 1 KiB.
+    /// Largest message this side accepts; announced in the CSM. Frames up to this size
+    /// plus a framing header (14 bytes) are accepted, larger ones abort the connection
+    /// from their header alone. Default 1 MiB + 1 KiB.
     pub max_message_size: u32,
     /// Announce BERT support (RFC 8323 §6) in the CSM. Default `false`.
     pub block_wise_transfer: bool,
@@ -283,6 +284,9 @@ pub struct TcpConnection {
     next_token: u32,
 }
 
+/// The largest framing header: Len/TKL byte, 4-byte extended length, code, 8-byte token.
+const MAX_FRAME_HEADER: usize = 14;
+
 /// Pings awaiting Pong that are remembered; older ones are forgotten.
 const MAX_PINGS: usize = 8;
 
@@ -434,7 +438,9 @@ impl TcpConnection {
         }
         self.inbuf.extend_from_slice(bytes);
         let mut at = 0;
-        let limit = self.config.max_message_size as usize;
+        // Peers may count Max-Message-Size without the framing header: accept that much
+        // more (and send no more than the limit, header included).
+        let limit = (self.config.max_message_size as usize).saturating_add(MAX_FRAME_HEADER);
         while self.state != State::Closed {
             match decode_tcp(&self.inbuf[at..], limit) {
                 Ok(Some((msg, used))) => {

@@ -1,7 +1,7 @@
 //! Cobalt: a CoAP (RFC 7252) server and client for IoT cloud services.
 //!
 //! The protocol itself lives in the sans-IO crate [`cobalt_proto`]; this crate adds the
-//! connectors (UDP), the shard threads that drive endpoints, the [`Server`] with its
+//! connectors (UDP, and TCP per RFC 8323), the shard threads that drive endpoints, the [`Server`] with its
 //! resource tree, and the [`Client`] (async and [blocking](client::blocking)).
 #![warn(missing_docs)]
 

@@ -386,3 +386,20 @@ async fn client_gets_answer_across_server_release() {
         "{err:?}"
     );
 }
+
+#[test]
+fn blocking_client_over_tcp() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(tcp_server(TcpServerLimits::default()));
+    let addr = server.local_addr();
+    let client = cobalt::client::blocking::Client::new().unwrap();
+    for _ in 0..3 {
+        let r = client.get(&format!("coap+tcp://{addr}/hello")).unwrap();
+        assert_eq!(r.text_payload(), "hello world");
+    }
+    let r = client
+        .post(&format!("coap+tcp://{addr}/echo"), b"abc".to_vec())
+        .unwrap();
+    assert_eq!(r.payload, b"abc");
+    rt.block_on(server.shutdown(Duration::ZERO));
+}

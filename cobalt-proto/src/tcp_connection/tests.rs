@@ -666,6 +666,6 @@ proptest! {
         c.handle_bytes(now, &bytes);
         c.handle_timeout(now + Duration::from_secs(1000));
         let _ = events(&mut c);
-        prop_assert!(c.inbuf.len() <= 300);
+        prop_assert!(c.inbuf.len() <= 300 + MAX_FRAME_HEADER);
     }
 }

@@ -285,6 +285,11 @@ impl RequestBuilder {
 
     /// Sends the request with Observe=0 and returns the stream of notifications.
     pub async fn observe(mut self) -> Result<Observation> {
+        if CoapUri::parse(&self.uri).is_ok_and(|u| u.scheme == Scheme::CoapTcp) {
+            return Err(Error::Unsupported(
+                "observe over coap+tcp:// is not supported yet; use coap://".into(),
+            ));
+        }
         self.message.options.set_uint(opt::OBSERVE, 0);
         let (client, peer, message, _) = self.prepare().await?;
         Observation::register(client, peer, message)
