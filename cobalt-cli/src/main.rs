@@ -17,6 +17,10 @@ use cobalt::Code;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log level on stderr: off, error, warn, info, debug, trace (default: warn; for
+    /// `serve` the config's log.level, info). RUST_LOG, when set, wins.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -42,8 +46,32 @@ enum Command {
     BenchResponder(bench::responder::ResponderArgs),
 }
 
+/// Logs to stderr: `RUST_LOG` when set (full `EnvFilter` syntax), else `level`.
+pub(crate) fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
 fn main() {
     let cli = Cli::parse();
+    if let Some(level) = &cli.log_level {
+        if !cobalt::config::LOG_LEVELS.contains(&level.as_str()) {
+            eprintln!(
+                "cobalt: invalid --log-level `{level}`: allowed {}",
+                cobalt::config::LOG_LEVELS.join(", ")
+            );
+            std::process::exit(exit::USAGE);
+        }
+    }
+    if !matches!(cli.command, Command::Serve(_)) {
+        // `serve` starts logging once its configuration is known.
+        init_logging(cli.log_level.as_deref().unwrap_or("warn"));
+    }
     match cli.command {
         Command::Bench(args) => std::process::exit(bench::run(args)),
         Command::BenchResponder(args) => std::process::exit(bench::responder::main(args)),
@@ -68,7 +96,7 @@ fn main() {
             Command::Delete(a) => request::run(Code::DELETE, a).await,
             Command::Discover(a) => request::discover(a).await,
             Command::Observe(a) => request::observe(a).await,
-            Command::Serve(a) => serve::run(a).await,
+            Command::Serve(a) => serve::run(a, cli.log_level.as_deref()).await,
             Command::Bench(_) | Command::BenchResponder(_) => unreachable!("handled above"),
         }
     });

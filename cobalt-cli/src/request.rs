@@ -132,12 +132,14 @@ pub(crate) fn error_exit(e: &Error) -> (i32, String) {
     (code, e.to_string())
 }
 
-fn print_payload(r: &Response) {
+/// Writes a payload to stdout. Like curl, it goes out byte-exact; only a terminal
+/// (or, with `one_per_line`, each observe notification) gets a final newline.
+fn print_payload(r: &Response, one_per_line: bool) {
     use std::io::IsTerminal;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(&r.payload);
-    // Like curl, the payload goes out byte-exact; only a terminal gets a final newline.
-    if out.is_terminal() && !r.payload.is_empty() && !r.payload.ends_with(b"\n") {
+    let newline = one_per_line || out.is_terminal();
+    if newline && !r.payload.is_empty() && !r.payload.ends_with(b"\n") {
         let _ = out.write_all(b"\n");
     }
     let _ = out.flush();
@@ -158,7 +160,7 @@ pub async fn run(method: Code, args: RequestArgs) -> Result<(), (i32, String)> {
         .send()
         .await
         .map_err(|e| error_exit(&e))?;
-    print_payload(&response);
+    print_payload(&response, false);
     response_status(&response)
 }
 
@@ -228,7 +230,7 @@ pub async fn observe(args: ObserveArgs) -> Result<(), (i32, String)> {
         };
         match next {
             Some(Ok(r)) => {
-                print_payload(&r);
+                print_payload(&r, true);
                 response_status(&r)?;
                 seen += 1;
                 if args.count.is_some_and(|n| seen >= n) {

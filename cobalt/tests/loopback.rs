@@ -74,6 +74,35 @@ async fn get_post_not_found_method_not_allowed() {
 }
 
 #[tokio::test]
+async fn large_post_goes_up_in_block1_and_comes_back_in_block2() {
+    let server = demo_server().await;
+    let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = sizes.clone();
+    let tracer: cobalt::runtime::Tracer = Arc::new(move |sent, _peer, bytes| {
+        if sent {
+            seen.lock().unwrap().push(bytes.len());
+        }
+    });
+    let client = Client::with_tracer(cobalt::EndpointConfig::default(), tracer).unwrap();
+    let body: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    let r = client
+        .post(
+            &format!("coap://{}/echo", server.local_addr()),
+            body.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    assert_eq!(r.payload, body);
+    assert!(r.options.get(cobalt::proto::message::opt::BLOCK1).is_none());
+    let sizes = sizes.lock().unwrap().clone();
+    // 5 Block1 blocks up, then 4 requests for the rest of the echo; none oversized.
+    assert!(sizes.len() >= 9, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= 1024 + 64), "{sizes:?}");
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
 async fn slow_handler_is_answered_separately() {
     let server = demo_server().await;
     let client = Client::new();
@@ -235,12 +264,14 @@ mod observe_and_blocks {
         let mut o = client.observe(&uri).await.unwrap();
         o.next().await.unwrap().unwrap();
         drop(o);
-        obs.changed(); // the client answers this NON notification with RST
+        // The client answers the next NON notification after the drop with RST (the
+        // first may still race with the drop, so keep changing).
         for _ in 0..50 {
+            obs.changed();
+            tokio::time::sleep(Duration::from_millis(20)).await;
             if obs.observer_count() == 0 {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(obs.observer_count(), 0, "RST removed the observer");
 
@@ -293,5 +324,218 @@ mod observe_and_blocks {
             Some(10_000)
         );
         srv.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+mod executors_and_shard_clients {
+    use cobalt::server::{get, Executor, Request};
+    use cobalt::{Client, Code, Server};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn thread_name() -> String {
+        std::thread::current().name().unwrap_or("?").to_string()
+    }
+
+    #[tokio::test]
+    async fn resources_run_on_their_executor_and_children_inherit() {
+        let pool = Executor::blocking(2).unwrap();
+        let server = Server::new()
+            .route("/inline", get(|| async { thread_name() }))
+            .route("/api/a", get(|| async { thread_name() }))
+            .route(
+                "/api/own",
+                get(|| async { thread_name() }).executor(Executor::pool(1).unwrap()),
+            )
+            .executor("/api", pool)
+            .shards(1)
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let c = Client::new();
+        let base = format!("coap://{}", server.local_addr());
+        let name = |p: &'static str| {
+            let (c, base) = (c.clone(), base.clone());
+            async move { c.get(&format!("{base}{p}")).await.unwrap().text_payload() }
+        };
+        assert!(name("/inline").await.starts_with("cobalt-shard"));
+        assert!(
+            name("/api/a").await.starts_with("cobalt-exec"),
+            "inherited from /api"
+        );
+        assert!(
+            name("/api/own").await.starts_with("cobalt-pool"),
+            "own choice wins"
+        );
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn exclusive_executor_never_overlaps_blocking_handlers() {
+        let running = Arc::new(AtomicUsize::new(0));
+        let max_seen = Arc::new(AtomicUsize::new(0));
+        let (r, m) = (running.clone(), max_seen.clone());
+        let server = Server::new()
+            .route(
+                "/locked",
+                get(move || {
+                    let (r, m) = (r.clone(), m.clone());
+                    async move {
+                        let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                        m.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(20)); // blocks: allowed here
+                        r.fetch_sub(1, Ordering::SeqCst);
+                        "done"
+                    }
+                })
+                .executor(Executor::exclusive().unwrap()),
+            )
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let uri = format!("coap://{}/locked", server.local_addr());
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (c, u) = (Client::new(), uri.clone());
+            tasks.push(tokio::spawn(async move { c.get(&u).await.unwrap().code }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), Code::CONTENT);
+        }
+        assert_eq!(max_seen.load(Ordering::SeqCst), 1, "handlers overlapped");
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn a_resource_asks_another_server_through_its_shard_and_answers_late() {
+        let backend = Server::new()
+            .route("/value", get(|| async { "42" }))
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let backend_uri = format!("coap://{}/value", backend.local_addr());
+        let front = Server::new()
+            .route(
+                "/proxy",
+                get(move |req: Request| {
+                    let uri = backend_uri.clone();
+                    async move {
+                        match req.client().get(&uri).await {
+                            Ok(r) => format!("backend says {}", r.text_payload()),
+                            Err(e) => format!("backend failed: {e}"),
+                        }
+                    }
+                }),
+            )
+            .shards(1)
+            .bind("[::]:0")
+            .await
+            .unwrap();
+        let r = Client::new()
+            .get(&format!(
+                "coap://127.0.0.1:{}/proxy",
+                front.local_addr().port()
+            ))
+            .await
+            .unwrap();
+        assert_eq!(r.text_payload(), "backend says 42");
+        front.shutdown(Duration::from_secs(1)).await;
+        backend.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+mod single_socket_mode {
+    use cobalt::runtime::Stages;
+    use cobalt::server::{get, post, Request};
+    use cobalt::{Client, Code, Server};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn stages_serve_like_shards_and_keep_at_most_once() {
+        let counter = Arc::new(AtomicU32::new(0));
+        let c = counter.clone();
+        let server = Server::new()
+            .route("/hello", get(|| async { "staged hello" }))
+            .route(
+                "/count",
+                post(move |_req: Request| {
+                    let n = c.fetch_add(1, Ordering::SeqCst);
+                    async move { n.to_string() }
+                }),
+            )
+            .single_socket(Stages {
+                receivers: 2,
+                senders: 2,
+                workers: 3,
+                queue: 1024,
+            })
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let base = format!("coap://{}", server.local_addr());
+        let mut tasks = Vec::new();
+        for _ in 0..30 {
+            let uri = format!("{base}/count");
+            tasks.push(tokio::spawn(async move {
+                Client::new().post(&uri, "").await.unwrap()
+            }));
+        }
+        let mut seen: Vec<u32> = Vec::new();
+        for t in tasks {
+            seen.push(t.await.unwrap().text_payload().parse().unwrap());
+        }
+        seen.sort();
+        assert_eq!(seen, (0..30).collect::<Vec<_>>());
+        let r = Client::new().get(&format!("{base}/hello")).await.unwrap();
+        assert_eq!(r.text_payload(), "staged hello");
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn a_full_worker_queue_answers_5_03_with_max_age() {
+        let server = Server::new()
+            .route(
+                "/stall",
+                get(|| async {
+                    // Blocks the worker thread on purpose so its queue fills up.
+                    std::thread::sleep(Duration::from_millis(300));
+                    "late"
+                }),
+            )
+            .single_socket(Stages {
+                receivers: 1,
+                senders: 1,
+                workers: 1,
+                queue: 1,
+            })
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let uri = format!("coap://{}/stall", server.local_addr());
+        let mut tasks = Vec::new();
+        for _ in 0..6 {
+            let u = uri.clone();
+            tasks.push(tokio::spawn(
+                async move { Client::new().get(&u).await.unwrap() },
+            ));
+        }
+        let mut unavailable = 0;
+        for t in tasks {
+            let r = t.await.unwrap();
+            if r.code == Code::SERVICE_UNAVAILABLE {
+                assert!(r
+                    .options
+                    .get_uint(cobalt::proto::message::opt::MAX_AGE)
+                    .is_some());
+                unavailable += 1;
+            } else {
+                assert_eq!(r.text_payload(), "late");
+            }
+        }
+        assert!(unavailable > 0, "some requests found the queue full");
+        server.shutdown(Duration::from_secs(2)).await;
     }
 }

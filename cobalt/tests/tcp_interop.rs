@@ -170,29 +170,36 @@ impl Drop for LibcoapServer {
 }
 
 fn start_libcoap_server(program: &Path) -> LibcoapServer {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = Command::new(program)
-        .args(["-A", "127.0.0.1", "-p", &port.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start coap-server-notls");
-    let server = LibcoapServer { child, addr };
-    let started = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "coap-server-notls did not listen on {addr}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    // The port is free for TCP when chosen, but the server also binds UDP and another
+    // process may take the port meanwhile: try a few ports.
+    for _ in 0..5 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = Command::new(program)
+            .args(["-A", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start coap-server-notls");
+        let mut server = LibcoapServer { child, addr };
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            if TcpStream::connect(addr).is_ok() {
+                return server;
+            }
+            if server.child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("note: coap-server-notls did not listen on {addr}; trying another port");
     }
-    server
+    panic!("coap-server-notls did not start");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,8 @@
 //! `cobalt serve`: the demo server (and the ETSI plugtest resource set with `--plugtest`).
+//!
+//! Settings come from [`cobalt::config::Config`]: built-in defaults, then `--config FILE`,
+//! then `COBALT_<SECTION>_<KEY>` environment variables, then the command line (`--set`,
+//! then the dedicated flags such as `--port`).
 
 mod clock;
 mod demo;
@@ -6,48 +10,123 @@ mod plugtest;
 
 use crate::exit;
 use clap::Args;
+use cobalt::config::{Config, ConfigError};
+use cobalt::metrics::serve_metrics;
 use cobalt::Server;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// `cobalt serve` options.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (IPv4 or IPv6; `::` serves both families).
-    #[arg(long, default_value = "::")]
-    pub bind: IpAddr,
-    /// UDP port.
-    #[arg(short, long, default_value_t = 5683)]
-    pub port: u16,
+    /// Address to listen on (IPv4 or IPv6; `::` serves both families) [config: server.bind, default ::].
+    #[arg(long)]
+    pub bind: Option<IpAddr>,
+    /// UDP port [config: server.port, default 5683].
+    #[arg(short, long)]
+    pub port: Option<u16>,
     /// Also serve the ETSI CoAP plugtest resources (/test, /seg1/seg2/seg3, /query, ...).
     #[arg(long)]
     pub plugtest: bool,
-    /// Protocol shards (threads with their own socket); default one per core.
+    /// Protocol shards (threads with their own socket) [config: runtime.shards, default one per core].
     #[arg(long)]
     pub shards: Option<usize>,
+    /// Read settings from this TOML file (`--print-config` shows every key); default:
+    /// the file named by the COBALT_CONFIG environment variable, if any.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration as commented TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Override one setting, e.g. `--set endpoint.ack_timeout=3s` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100 [config: server.metrics_addr].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+}
+
+/// The effective configuration: defaults < file < environment < `--set` < flags.
+pub fn load_config(args: &ServeArgs, log_level: Option<&str>) -> Result<Config, ConfigError> {
+    let mut loader = Config::loader();
+    let file = args
+        .config
+        .clone()
+        .or_else(|| std::env::var_os("COBALT_CONFIG").map(PathBuf::from));
+    if let Some(path) = &file {
+        loader = loader.file(path)?;
+    }
+    loader = loader.env_from_process()?;
+    for s in &args.set {
+        loader = loader.set_arg(s, "--set")?;
+    }
+    let flags = [
+        ("server.bind", args.bind.map(|b| b.to_string()), "--bind"),
+        ("server.port", args.port.map(|p| p.to_string()), "--port"),
+        (
+            "runtime.shards",
+            args.shards.map(|n| n.to_string()),
+            "--shards",
+        ),
+        (
+            "server.metrics_addr",
+            args.metrics.map(|a| a.to_string()),
+            "--metrics",
+        ),
+        ("log.level", log_level.map(str::to_string), "--log-level"),
+    ];
+    for (key, value, flag) in flags {
+        if let Some(value) = value {
+            loader = loader.set(key, &value, flag)?;
+        }
+    }
+    loader.build()
 }
 
 /// Runs the server until Ctrl-C (or SIGTERM).
-pub async fn run(args: ServeArgs) -> Result<(), (i32, String)> {
+pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, String)> {
+    let config = load_config(&args, log_level).map_err(|e| (exit::USAGE, e.to_string()))?;
+    if args.print_config {
+        print!("{}", config.to_toml());
+        return Ok(());
+    }
+    crate::init_logging(&config.log.level);
     let (mut server, demo) = demo::routes(Server::new());
     if args.plugtest {
         server = plugtest::routes(server);
     }
-    if let Some(n) = args.shards {
-        server = server.shards(n);
-    }
-    let addr = SocketAddr::new(args.bind, args.port);
-    let handle = server.bind(addr).await.map_err(|e| {
+    let addr = config.server.socket_addr();
+    let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
         (
             exit::NETWORK,
             format!("cannot listen on {addr}: {e} (is another server using the port? try --port)"),
         )
     })?;
+    let _exporter = match config.server.metrics_addr {
+        Some(metrics_addr) => Some(
+            serve_metrics(metrics_addr, handle.metrics())
+                .await
+                .map_err(|e| {
+                    (
+                        exit::NETWORK,
+                        format!("cannot serve metrics on {metrics_addr}: {e}"),
+                    )
+                })?,
+        ),
+        None => None,
+    };
     demo.start_ticker();
     eprintln!(
         "cobalt: serving CoAP on {} (Ctrl-C to stop)",
         handle.local_addr()
     );
+    if let Some(exporter) = &_exporter {
+        eprintln!(
+            "cobalt: metrics on http://{}/metrics",
+            exporter.local_addr()
+        );
+    }
     wait_for_signal().await;
     eprintln!("cobalt: shutting down");
     handle.shutdown(Duration::from_secs(2)).await;
@@ -67,4 +146,83 @@ async fn wait_for_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn args(argv: &[&str]) -> ServeArgs {
+        Cmd::parse_from(std::iter::once("serve").chain(argv.iter().copied())).serve
+    }
+
+    #[test]
+    fn no_arguments_give_the_built_in_defaults() {
+        let c = load_config(&args(&[]), None).unwrap();
+        assert_eq!(c.server.socket_addr(), "[::]:5683".parse().unwrap());
+        assert_eq!(c.runtime.shards, 0);
+        assert_eq!(c.server.metrics_addr, None);
+        assert_eq!(c.endpoint_config(), cobalt::EndpointConfig::default());
+    }
+
+    #[test]
+    fn flags_override_file_and_set() {
+        let path = std::env::temp_dir().join(format!("cobalt-serve-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "[server]\nport = 7000\nbind = \"127.0.0.1\"\n[runtime]\nshards = 3\n[endpoint]\nnstart = 2\n",
+        )
+        .unwrap();
+        let file = path.to_str().unwrap();
+        let c = load_config(&args(&["--config", file]), None).unwrap();
+        assert_eq!(
+            (c.server.port, c.runtime.shards, c.endpoint.nstart),
+            (7000, 3, 2)
+        );
+        let c = load_config(
+            &args(&[
+                "--config",
+                file,
+                "--set",
+                "server.port=7001",
+                "--set",
+                "endpoint.ack_timeout=3s",
+                "--port",
+                "7002",
+                "--shards",
+                "1",
+                "--metrics",
+                "127.0.0.1:9100",
+            ]),
+            Some("debug"),
+        )
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(c.server.port, 7002, "--port beats --set and the file");
+        assert_eq!(c.server.bind.to_string(), "127.0.0.1");
+        assert_eq!(c.runtime.shards, 1);
+        assert_eq!(c.endpoint.ack_timeout, Duration::from_secs(3));
+        assert_eq!(
+            c.server.metrics_addr,
+            Some("127.0.0.1:9100".parse().unwrap())
+        );
+        assert_eq!(c.log.level, "debug");
+    }
+
+    #[test]
+    fn bad_overrides_are_refused_naming_the_key() {
+        let e = load_config(&args(&["--set", "endpoint.nstart=0"]), None).unwrap_err();
+        assert!(e.to_string().contains("endpoint.nstart"), "{e}");
+        let e = load_config(&args(&["--set", "endpoint.bogus=1"]), None).unwrap_err();
+        assert!(e.to_string().contains("endpoint.bogus"), "{e}");
+        let e = load_config(&args(&["--shards", "5000"]), None).unwrap_err();
+        assert!(e.to_string().contains("runtime.shards"), "{e}");
+    }
 }

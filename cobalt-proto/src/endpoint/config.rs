@@ -126,6 +126,28 @@ impl EndpointConfig {
             "1.0 to 10.0",
         )?;
         check(self.max_retransmit <= 20, "max_retransmit", "0 to 20")?;
+        check(
+            self.max_latency <= Duration::from_secs(3600),
+            "max_latency",
+            "0 s to 3600 s",
+        )?;
+        check(
+            self.processing_delay <= Duration::from_secs(600),
+            "processing_delay",
+            "0 s to 600 s",
+        )?;
+        check(
+            self.separate_ack_delay <= Duration::from_secs(600),
+            "separate_ack_delay",
+            "0 s to 600 s",
+        )?;
+        check(
+            self.response_timeout.is_none_or(|t| {
+                t >= Duration::from_millis(1) && t <= Duration::from_secs(24 * 3600)
+            }),
+            "response_timeout",
+            "1 ms to 24 h (or unset: derived from the lifetimes)",
+        )?;
         check((1..=1024).contains(&self.nstart), "nstart", "1 to 1024")?;
         check((1..=8).contains(&self.token_len), "token_len", "1 to 8")?;
         check(
@@ -177,5 +199,42 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("ack_random_factor"));
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        let bad = [
+            EndpointConfig {
+                max_latency: Duration::from_secs(3601),
+                ..Default::default()
+            },
+            EndpointConfig {
+                processing_delay: Duration::from_secs(601),
+                ..Default::default()
+            },
+            EndpointConfig {
+                separate_ack_delay: Duration::from_secs(601),
+                ..Default::default()
+            },
+            EndpointConfig {
+                response_timeout: Some(Duration::ZERO),
+                ..Default::default()
+            },
+        ];
+        let keys: Vec<&str> = bad.iter().map(|c| c.validate().unwrap_err().key).collect();
+        assert_eq!(
+            keys,
+            [
+                "max_latency",
+                "processing_delay",
+                "separate_ack_delay",
+                "response_timeout"
+            ]
+        );
+        let ok = EndpointConfig {
+            response_timeout: Some(Duration::from_secs(30)),
+            ..Default::default()
+        };
+        assert!(ok.validate().is_ok());
     }
 }

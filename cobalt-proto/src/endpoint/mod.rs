@@ -50,6 +50,26 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use timers::{Timer, TimerQueue};
 
+/// The answer to a confirmable request that cannot even be queued (overload): an ACK
+/// with 5.03 Service Unavailable and Max-Age, built from the raw datagram without an
+/// endpoint. `None` for anything that is not a decodable CON request.
+pub fn overload_reply(datagram: &[u8], max_age: u32) -> Option<Vec<u8>> {
+    let h = codec::peek_header(datagram)?;
+    if h.mtype != MessageType::Confirmable || !h.code.is_request() {
+        return None;
+    }
+    let tkl = usize::from(datagram[0] & 0x0f);
+    let token = Token::new(datagram.get(4..4 + tkl)?)?;
+    let mut resp = Message::new(
+        MessageType::Acknowledgement,
+        Code::SERVICE_UNAVAILABLE,
+        h.mid,
+    );
+    resp.token = token;
+    resp.options.set_uint(opt::MAX_AGE, max_age);
+    Some(codec::encode(&resp))
+}
+
 /// Identifies a request received by this endpoint (server role) until it is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ExchangeId(pub u64);
@@ -182,6 +202,24 @@ pub struct Stats {
     pub unmatched: u64,
     /// Client requests that timed out.
     pub timeouts: u64,
+    /// Responses and notifications sent with a 2.xx code.
+    pub responses_2xx: u64,
+    /// Responses and notifications sent with a 4.xx code (including 4.02 Bad Option).
+    pub responses_4xx: u64,
+    /// Responses and notifications sent with a 5.xx code (including overload 5.03).
+    pub responses_5xx: u64,
+}
+
+impl Stats {
+    /// Counts one response (or notification) sent with `code` by its class.
+    fn count_response(&mut self, code: Code) {
+        match code.class() {
+            2 => self.responses_2xx += 1,
+            4 => self.responses_4xx += 1,
+            5 => self.responses_5xx += 1,
+            _ => {}
+        }
+    }
 }
 
 /// How much state the endpoint holds (for tests and metrics).
@@ -386,6 +424,34 @@ impl Endpoint {
         }
     }
 
+    /// A datagram longer than the receive buffer arrived and was cut to `prefix`.
+    /// A confirmable request gets 4.13 Request Entity Too Large with Size1 = `limit`
+    /// (RFC 7252 §5.9.2.9); anything else is dropped.
+    pub fn handle_oversized(&mut self, peer: SocketAddr, prefix: &[u8], limit: usize) {
+        self.stats.datagrams_in += 1;
+        self.stats.format_errors += 1;
+        let Some(h) = codec::peek_header(prefix) else {
+            return;
+        };
+        if h.mtype != MessageType::Confirmable || !h.code.is_request() {
+            return;
+        }
+        let tkl = usize::from(prefix[0] & 0x0f);
+        let token = prefix
+            .get(4..4 + tkl)
+            .and_then(Token::new)
+            .unwrap_or(Token::EMPTY);
+        let mut resp = Message::new(
+            MessageType::Acknowledgement,
+            Code::REQUEST_ENTITY_TOO_LARGE,
+            h.mid,
+        );
+        resp.token = token;
+        resp.options.set_uint(opt::SIZE1, limit as u32);
+        self.stats.count_response(resp.code);
+        self.transmit(peer, codec::encode(&resp));
+    }
+
     /// Fires every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some((at, timer)) = self.timers.pop_due(now) {
@@ -413,7 +479,7 @@ impl Endpoint {
                 DedupEntry::InProgress(id) => {
                     // The handler is still working: acknowledge now so the client stops
                     // retransmitting, and answer separately (§5.2.2).
-                    let id = ExchangeId(*id);
+                    let id = ExchangeId(id);
                     if con {
                         self.send_empty_ack_for(id);
                     }
@@ -458,7 +524,7 @@ impl Endpoint {
         );
         if con {
             self.timers
-                .arm(now + self.config.separate_ack_delay, Timer::SeparateAck(id));
+                .arm_in_order(now + self.config.separate_ack_delay, Timer::SeparateAck(id));
         }
         self.stats.requests += 1;
         self.events.push_back(Event::Request {
@@ -477,6 +543,7 @@ impl Endpoint {
         mut resp: Message,
         remember: bool,
     ) {
+        self.stats.count_response(resp.code);
         resp.token = req.token;
         if req.mtype == MessageType::Confirmable {
             resp.mtype = MessageType::Acknowledgement;
@@ -488,7 +555,7 @@ impl Endpoint {
         let bytes = codec::encode(&resp);
         if remember && !self.dedup.is_full() {
             let entry = if req.mtype == MessageType::Confirmable {
-                DedupEntry::Reply(bytes.clone().into_boxed_slice())
+                DedupEntry::Reply(&bytes)
             } else {
                 DedupEntry::Silent
             };
@@ -508,6 +575,7 @@ impl Endpoint {
         mut response: Message,
     ) -> Result<(), UnknownExchange> {
         let ex = self.server.remove(&id).ok_or(UnknownExchange(id))?;
+        self.stats.count_response(response.code);
         response.token = ex.token;
         let key = (ex.peer, ex.mid);
         if ex.con && !ex.acked {
@@ -515,8 +583,7 @@ impl Endpoint {
             response.mid = ex.mid;
             let bytes = codec::encode(&response);
             if ex.deduplicated {
-                self.dedup
-                    .update(&key, DedupEntry::Reply(bytes.clone().into_boxed_slice()));
+                self.dedup.update(&key, DedupEntry::Reply(&bytes));
             }
             self.transmit(ex.peer, bytes);
         } else if ex.con {
@@ -551,6 +618,7 @@ impl Endpoint {
         confirmable: bool,
         replaces: Option<(ExchangeId, u16)>,
     ) -> (ExchangeId, u16) {
+        self.stats.count_response(notification.code);
         let id = ExchangeId(self.alloc_id());
         let mid = self.alloc_mid(now, peer);
         notification.token = token;
@@ -600,10 +668,7 @@ impl Endpoint {
         let (peer, mid, dedup) = (ex.peer, ex.mid, ex.deduplicated);
         let bytes = codec::encode(&Message::empty_ack(mid));
         if dedup {
-            self.dedup.update(
-                &(peer, mid),
-                DedupEntry::Reply(bytes.clone().into_boxed_slice()),
-            );
+            self.dedup.update(&(peer, mid), DedupEntry::Reply(&bytes));
         }
         self.transmit(peer, bytes);
     }
@@ -788,17 +853,17 @@ impl Endpoint {
             self.stats.unmatched += 1;
             let bytes = codec::encode(&Message::reset(msg.mid));
             if con && !self.dedup.is_full() {
-                self.dedup
-                    .insert(key, DedupEntry::Reply(bytes.clone().into_boxed_slice()));
+                self.dedup.insert(key, DedupEntry::Reply(&bytes));
                 self.arm_housekeeping(now);
             }
             self.stats.resets_sent += 1;
             self.transmit(peer, bytes);
             return;
         };
+        let ack_bytes = codec::encode(&Message::empty_ack(msg.mid));
         if !self.dedup.is_full() {
             let entry = if con {
-                DedupEntry::Reply(codec::encode(&Message::empty_ack(msg.mid)).into_boxed_slice())
+                DedupEntry::Reply(&ack_bytes)
             } else {
                 DedupEntry::Silent
             };
@@ -806,8 +871,7 @@ impl Endpoint {
             self.arm_housekeeping(now);
         }
         if con {
-            let ack = codec::encode(&Message::empty_ack(msg.mid));
-            self.transmit(peer, ack);
+            self.transmit(peer, ack_bytes);
         }
         let Some(ex) = self.clients.get_mut(&id) else {
             return;

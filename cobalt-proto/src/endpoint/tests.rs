@@ -378,3 +378,70 @@ fn state_is_released_after_the_lifetimes() {
     assert_eq!(p.client.state_counts(), StateCounts::default());
     assert_eq!(p.server.poll_timeout(), None, "no timer left once idle");
 }
+
+#[test]
+fn responses_are_counted_by_code_class() {
+    let mut p = Pair::new();
+    // 2.05 via respond
+    let mut m = get("/a");
+    m.mid = 1;
+    p.deliver_to_server(&codec::encode(&m));
+    let id = server_request(&mut p);
+    p.server.respond(p.now, id, content("ok")).unwrap();
+    // 4.04 via respond
+    m.mid = 2;
+    p.deliver_to_server(&codec::encode(&m));
+    let id = server_request(&mut p);
+    let not_found = Message::new(MessageType::Acknowledgement, Code::NOT_FOUND, 0);
+    p.server.respond(p.now, id, not_found).unwrap();
+    // 4.02 answered without a handler
+    m.mid = 3;
+    m.options.push(9, vec![1]);
+    p.deliver_to_server(&codec::encode(&m));
+    // a duplicate is not a new response
+    p.deliver_to_server(&codec::encode(&m));
+    // 2.05 notification
+    let token = Token::new(&[7]).unwrap();
+    p.server
+        .notify(p.now, p.c, token, content("n"), false, None);
+    let s = p.server.stats();
+    assert_eq!(
+        (s.responses_2xx, s.responses_4xx, s.responses_5xx),
+        (2, 2, 0)
+    );
+
+    // 5.03 under overload
+    let cfg = EndpointConfig {
+        max_server_exchanges: 1,
+        ..Default::default()
+    };
+    let mut server = Endpoint::with_seed(cfg, p.now, 3);
+    let mut m = get("/x");
+    for mid in 1..=3 {
+        m.mid = mid;
+        server.handle_datagram(p.now, p.c, &codec::encode(&m));
+    }
+    let s = server.stats();
+    assert_eq!(
+        (s.responses_2xx, s.responses_4xx, s.responses_5xx),
+        (0, 0, 2)
+    );
+    assert_eq!(s.overload_rejections, 2);
+}
+
+#[test]
+fn oversized_con_request_gets_4_13_with_size1() {
+    let mut p = Pair::new();
+    let mut m = get("/x");
+    m.mid = 42;
+    m.token = Token::new(&[9, 9]).unwrap();
+    m.payload = vec![0; 100];
+    let bytes = codec::encode(&m);
+    p.server.handle_oversized(p.c, &bytes[..20], 4096);
+    let resp = codec::decode(&p.server_sends()[0]).unwrap();
+    assert_eq!(resp.code, Code::REQUEST_ENTITY_TOO_LARGE);
+    assert_eq!((resp.mid, resp.token), (42, m.token));
+    assert_eq!(resp.options.get_uint(opt::SIZE1), Some(4096));
+    assert_eq!(p.server.poll_event(), None);
+    assert_eq!(p.server.stats().responses_4xx, 1);
+}

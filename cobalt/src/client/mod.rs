@@ -13,7 +13,7 @@ mod observe;
 
 pub use observe::Observation;
 
-use crate::runtime::driver::{spawn_driver, Command, ReplyTo};
+use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::Tracer;
 use crate::server::Response;
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
@@ -40,6 +40,8 @@ pub struct Client {
 struct Inner {
     config: EndpointConfig,
     tracer: Option<Tracer>,
+    /// A server shard's own command queue and whether its socket is IPv6.
+    shard: Option<(mpsc::UnboundedSender<Command>, bool)>,
     v4: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     next_key: AtomicU64,
@@ -78,6 +80,7 @@ impl Client {
             inner: Arc::new(Inner {
                 config,
                 tracer: None,
+                shard: None,
                 v4: Mutex::new(None),
                 v6: Mutex::new(None),
                 next_key: AtomicU64::new(1),
@@ -134,7 +137,36 @@ impl Client {
         self.request(Code::GET, uri).observe().await
     }
 
+    /// A client that sends through a server shard's endpoint and socket.
+    pub(crate) fn for_shard(
+        commands: mpsc::UnboundedSender<Command>,
+        v6: bool,
+        config: EndpointConfig,
+    ) -> Client {
+        let mut c = Client::with_config_unchecked(config);
+        if let Some(inner) = Arc::get_mut(&mut c.inner) {
+            inner.shard = Some((commands, v6));
+        }
+        c
+    }
+
+    /// The address to use for `peer` on the socket that will carry the request: an
+    /// IPv4 peer is reached through a dual-stack shard socket as an IPv4-mapped address.
+    fn socket_peer(&self, peer: SocketAddr) -> SocketAddr {
+        match (&self.inner.shard, peer) {
+            (Some((_, true)), SocketAddr::V4(a)) => {
+                SocketAddr::new(std::net::IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
+            }
+            _ => peer,
+        }
+    }
+
     pub(crate) fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
+        if let Some((tx, v6)) = &self.inner.shard {
+            if *v6 || peer.is_ipv4() {
+                return Ok(tx.clone());
+            }
+        }
         let slot = if peer.is_ipv4() {
             &self.inner.v4
         } else {
@@ -147,10 +179,12 @@ impl Client {
         let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
         let (tx, _thread) = spawn_driver(
             "cobalt-client".into(),
-            socket,
+            DriverIo::Owned(socket),
             self.inner.config.clone(),
             None,
             self.inner.tracer.clone(),
+            None,
+            None,
         )?;
         *slot = Some(tx.clone());
         Ok(tx)
@@ -234,7 +268,7 @@ impl RequestBuilder {
                 uri.scheme.as_str()
             )));
         }
-        let peer = resolve(&uri).await?;
+        let peer = self.client.socket_peer(resolve(&uri).await?);
         uri.apply_to(&mut self.message.options);
         Ok((self.client, peer, self.message, self.timeout))
     }
@@ -347,8 +381,10 @@ async fn upload(
             req.options.set_uint(opt::SIZE1, body.len() as u32);
         }
         req.payload = body[offset..end].to_vec();
-        let resp = exchange(client, peer, req).await?;
+        let mut resp = exchange(client, peer, req).await?;
         if resp.code != Code::CONTINUE || !more {
+            // The acknowledgement of the last block means nothing to the caller.
+            resp.options.remove(opt::BLOCK1);
             template.options.remove(opt::BLOCK1);
             template.options.remove(opt::SIZE1);
             return Ok((resp, template));

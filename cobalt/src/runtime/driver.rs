@@ -3,17 +3,22 @@
 //! socket without changing threads; only handlers that are not ready on their first
 //! poll become tasks (on the same thread), whose responses come back via a queue.
 
+use crate::metrics::{ShardMetrics, ShardSnapshot};
+use crate::runtime::io::{Inbound, Input, ShardIo};
 use crate::server::observe::Change;
 use crate::server::shard::{Completion, ServerShard};
 use crate::server::tree::ResourceTree;
 use crate::server::ServerLimits;
+use crate::transport::mmsg;
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
 use cobalt_proto::message::Message;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 
@@ -50,17 +55,24 @@ pub(crate) enum Command {
     Shutdown { grace: Duration },
 }
 
-/// Largest UDP payload.
-const MAX_DATAGRAM: usize = 65_535;
-/// Datagrams read per wake-up before other work gets a turn.
-const RECV_BATCH: usize = 64;
+/// Receive batches per wake-up before timers and commands get a turn.
+const RECV_ROUNDS: usize = 4;
 
 /// Sees every datagram a driver sends (`true`) or receives (`false`); for `cobalt -v`.
 pub type Tracer = Arc<dyn Fn(bool, SocketAddr, &[u8]) + Send + Sync>;
 
+/// What a server shard's driver needs: the tree, the limits, a sender to its own
+/// command queue, and whether its socket is IPv6.
+type ShardSetup = (
+    Arc<ResourceTree>,
+    ServerLimits,
+    Option<mpsc::UnboundedSender<Command>>,
+    bool,
+);
+
 pub(crate) struct Driver {
     tracer: Option<Tracer>,
-    socket: UdpSocket,
+    io: ShardIo,
     endpoint: Endpoint,
     server: Option<ServerShard>,
     commands: mpsc::UnboundedReceiver<Command>,
@@ -68,38 +80,50 @@ pub(crate) struct Driver {
     waiting: HashMap<RequestId, (u64, SocketAddr, ReplyTo)>,
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
-    buf: Vec<u8>,
+    outbox: Vec<cobalt_proto::endpoint::Transmit>,
+    /// Receive batches per wake-up (from `runtime.recv_batch`).
+    recv_rounds: usize,
+    /// Where this shard publishes its counters after each batch (servers only).
+    metrics: Option<Arc<ShardMetrics>>,
 }
 
 impl Driver {
     pub(crate) fn new(
-        socket: UdpSocket,
+        io: ShardIo,
         config: EndpointConfig,
-        server: Option<(Arc<ResourceTree>, ServerLimits)>,
+        server: Option<ShardSetup>,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> Driver {
         let (done_tx, completions) = mpsc::unbounded_channel();
         let lifetime = config.exchange_lifetime();
+        let config_copy = config.clone();
         Driver {
             tracer: None,
-            socket,
+            io,
             endpoint: Endpoint::new(config, Instant::now()),
-            server: server.map(|(tree, limits)| ServerShard::new(tree, limits, lifetime, done_tx)),
+            server: server.map(|(tree, limits, own, v6)| {
+                let client = own.map(|tx| crate::Client::for_shard(tx, v6, config_copy.clone()));
+                ServerShard::new(tree, limits, lifetime, done_tx, client)
+            }),
             commands,
             completions,
             waiting: HashMap::new(),
             keys: HashMap::new(),
             draining: None,
-            buf: vec![0; MAX_DATAGRAM],
+            outbox: Vec::new(),
+            recv_rounds: RECV_ROUNDS,
+            metrics: None,
         }
     }
 
     /// Runs until shut down (server) or until every client handle is gone (client).
     pub(crate) async fn run(mut self) {
         let mut commands_open = true;
+        let mut inputs_open = true;
         loop {
             self.process_events();
             self.flush().await;
+            self.publish_metrics();
             if let Some(deadline) = self.draining {
                 let busy = self.endpoint.state_counts().server_exchanges > 0;
                 if !busy || Instant::now() >= deadline {
@@ -123,18 +147,11 @@ impl Driver {
                 }
             };
             tokio::select! {
-                r = self.socket.recv_from(&mut self.buf), if self.draining.is_none() => {
-                    if let Ok((n, peer)) = r {
-                        let now = Instant::now();
-                        self.received(now, peer, n);
-                        for _ in 1..RECV_BATCH {
-                            match self.socket.try_recv_from(&mut self.buf) {
-                                Ok((n, peer)) => self.received(now, peer, n),
-                                Err(_) => break,
-                            }
-                        }
-                    }
-                }
+                input = self.io.next(), if self.draining.is_none() && inputs_open => match input {
+                    Input::Readable => self.receive_batches(),
+                    Input::Datagram(d) => self.receive_handed_over(d),
+                    Input::Closed => inputs_open = false,
+                },
                 cmd = self.commands.recv(), if commands_open => match cmd {
                     Some(cmd) => self.command(cmd),
                     None => commands_open = false,
@@ -153,11 +170,76 @@ impl Driver {
         }
     }
 
-    fn received(&mut self, now: Instant, peer: SocketAddr, len: usize) {
-        if let Some(t) = &self.tracer {
-            t(false, peer, &self.buf[..len]);
+    /// Publishes the endpoint's counters and state sizes for the metrics exporter.
+    fn publish_metrics(&self) {
+        if let Some(m) = &self.metrics {
+            let observers = self.server.as_ref().map_or(0, ServerShard::observer_count);
+            let counts = self.endpoint.state_counts();
+            m.publish(ShardSnapshot::from_endpoint(
+                self.endpoint.stats(),
+                counts,
+                observers,
+            ));
         }
-        self.endpoint.handle_datagram(now, peer, &self.buf[..len]);
+    }
+
+    /// Reads what the socket has, a batch per system call, up to a bound so that
+    /// timers and commands get their turn.
+    fn receive_batches(&mut self) {
+        let now = Instant::now();
+        let ShardIo::Socket { socket, rbuf } = &mut self.io else {
+            return;
+        };
+        let fd = socket.as_raw_fd();
+        for _ in 0..self.recv_rounds {
+            let n = match socket.try_io(Interest::READABLE, || mmsg::recv_batch(fd, rbuf)) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "receive failed");
+                    return;
+                }
+            };
+            for i in 0..n {
+                let Some((peer, bytes, truncated)) = rbuf.get(i) else {
+                    continue;
+                };
+                feed(
+                    &mut self.endpoint,
+                    self.tracer.as_ref(),
+                    now,
+                    peer,
+                    bytes,
+                    truncated,
+                );
+            }
+            if n < mmsg::BATCH {
+                return;
+            }
+        }
+    }
+
+    /// Takes a datagram from a receiver thread, and whatever else is queued (bounded).
+    fn receive_handed_over(&mut self, first: Inbound) {
+        let now = Instant::now();
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(d) = next.take() {
+            feed(
+                &mut self.endpoint,
+                self.tracer.as_ref(),
+                now,
+                d.peer,
+                &d.bytes,
+                d.truncated,
+            );
+            taken += 1;
+            if taken < mmsg::BATCH * self.recv_rounds {
+                if let ShardIo::Staged { inbound, .. } = &mut self.io {
+                    next = inbound.try_recv().ok();
+                }
+            }
+        }
     }
 
     fn command(&mut self, cmd: Command) {
@@ -291,20 +373,64 @@ impl Driver {
     }
 
     async fn flush(&mut self) {
-        while let Some(tx) = self.endpoint.poll_transmit() {
-            if let Some(t) = &self.tracer {
+        self.outbox
+            .extend(std::iter::from_fn(|| self.endpoint.poll_transmit()));
+        if self.outbox.is_empty() {
+            return;
+        }
+        if let Some(t) = &self.tracer {
+            for tx in &self.outbox {
                 t(true, tx.peer, &tx.bytes);
             }
-            match self.socket.try_send_to(&tx.bytes, tx.peer) {
-                Ok(_) => {}
+        }
+        let socket = match &mut self.io {
+            ShardIo::Socket { socket, .. } => socket,
+            ShardIo::Staged { outbound, .. } => {
+                let _ = outbound.send(std::mem::take(&mut self.outbox));
+                return;
+            }
+        };
+        let fd = socket.as_raw_fd();
+        let mut sent = 0;
+        while sent < self.outbox.len() {
+            let batch: Vec<(SocketAddr, &[u8])> = self.outbox[sent..]
+                .iter()
+                .take(mmsg::BATCH)
+                .map(|t| (t.peer, t.bytes.as_slice()))
+                .collect();
+            match socket.try_io(Interest::WRITABLE, || mmsg::send_batch(fd, &batch)) {
+                Ok(n) => sent += n.max(1),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if let Err(e) = self.socket.send_to(&tx.bytes, tx.peer).await {
-                        tracing::debug!(peer = %tx.peer, error = %e, "send failed");
-                    }
+                    drop(batch);
+                    let _ = socket.writable().await;
                 }
-                Err(e) => tracing::debug!(peer = %tx.peer, error = %e, "send failed"),
+                Err(e) => {
+                    // One bad destination (e.g. unreachable) must not stall the rest.
+                    tracing::debug!(peer = %self.outbox[sent].peer, error = %e, "send failed");
+                    sent += 1;
+                }
             }
         }
+        self.outbox.clear();
+    }
+}
+
+/// Hands one received datagram to the endpoint (and the tracer).
+fn feed(
+    endpoint: &mut Endpoint,
+    tracer: Option<&Tracer>,
+    now: Instant,
+    peer: SocketAddr,
+    bytes: &[u8],
+    truncated: bool,
+) {
+    if let Some(t) = tracer {
+        t(false, peer, bytes);
+    }
+    if truncated {
+        endpoint.handle_oversized(peer, bytes, mmsg::SLOT);
+    } else {
+        endpoint.handle_datagram(now, peer, bytes);
     }
 }
 
@@ -319,28 +445,53 @@ fn send_reply(reply: ReplyTo, result: Result<Message, Error>) {
     }
 }
 
+/// Where a new driver gets its datagrams.
+pub(crate) enum DriverIo {
+    /// A socket of its own (registered with the driver's runtime on its thread).
+    Owned(std::net::UdpSocket),
+    /// Handed over by receiver threads of single-socket mode; `local` is the socket's address.
+    Staged(ShardIo, SocketAddr),
+}
+
 /// Starts a driver on its own thread with a current-thread runtime.
 pub(crate) fn spawn_driver(
     name: String,
-    socket: std::net::UdpSocket,
+    io: DriverIo,
     config: EndpointConfig,
     server: Option<(Arc<ResourceTree>, ServerLimits)>,
     tracer: Option<Tracer>,
+    recv_batch: Option<usize>,
+    metrics: Option<Arc<ShardMetrics>>,
 ) -> std::io::Result<(mpsc::UnboundedSender<Command>, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // A server shard keeps a sender to itself so that its handlers' client requests
+    // go out on the shard's own socket and come back to it.
+    let own = server.is_some().then(|| tx.clone());
+    let v6 = match &io {
+        DriverIo::Owned(s) => s.local_addr()?.is_ipv6(),
+        DriverIo::Staged(_, local) => local.is_ipv6(),
+    };
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         rt.block_on(async move {
-            match UdpSocket::from_std(socket) {
-                Ok(socket) => {
-                    let mut driver = Driver::new(socket, config, server, rx);
-                    driver.tracer = tracer;
-                    driver.run().await
-                }
-                Err(e) => tracing::error!(error = %e, "cannot register socket"),
-            }
+            let io = match io {
+                DriverIo::Owned(socket) => match UdpSocket::from_std(socket) {
+                    Ok(socket) => ShardIo::socket(socket),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot register socket");
+                        return;
+                    }
+                },
+                DriverIo::Staged(io, _) => io,
+            };
+            let server = server.map(|(tree, limits)| (tree, limits, own, v6));
+            let mut driver = Driver::new(io, config, server, rx);
+            driver.tracer = tracer;
+            driver.recv_rounds = recv_batch.map_or(RECV_ROUNDS, |n| n.div_ceil(mmsg::BATCH).max(1));
+            driver.metrics = metrics;
+            driver.run().await
         })
     })?;
     Ok((tx, handle))

@@ -56,6 +56,7 @@ pub struct MethodRouter {
     pub(crate) attrs: Vec<(String, Option<String>)>,
     pub(crate) hidden: bool,
     pub(crate) observable: Option<super::observe::Observable>,
+    pub(crate) executor: Option<super::Executor>,
 }
 
 impl std::fmt::Debug for MethodRouter {
@@ -176,6 +177,13 @@ impl MethodRouter {
     pub fn observable(mut self, handle: &super::Observable) -> MethodRouter {
         self.observable = Some(handle.clone());
         self.flag("obs")
+    }
+
+    /// Runs this resource's handlers (and those of resources below it that do not
+    /// choose their own) on `executor` instead of inline on the shard thread.
+    pub fn executor(mut self, executor: super::Executor) -> MethodRouter {
+        self.executor = Some(executor);
+        self
     }
 
     /// Leaves the resource out of `/.well-known/core`.

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+mod executor;
 mod handler;
 mod limits;
 pub(crate) mod observe;
@@ -22,6 +23,7 @@ pub(crate) mod shard;
 pub(crate) mod tree;
 mod upload;
 
+pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, Handler, MethodRouter,
 };
@@ -30,9 +32,12 @@ pub use observe::{Observable, ObserverFilter};
 pub use request::{IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
-use crate::runtime::driver::{spawn_driver, Command};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::runtime::driver::{spawn_driver, Command, DriverIo};
+use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
 use crate::transport::tcp::{TcpListenerHandle, TcpServerLimits};
-use crate::transport::udp::bind_shard_sockets;
+use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -47,6 +52,10 @@ pub struct Server {
     config: EndpointConfig,
     limits: ServerLimits,
     shards: Option<usize>,
+    stages: Option<Stages>,
+    stage_counters: Arc<StageCounters>,
+    recv_batch: Option<usize>,
+    buffers: SocketBuffers,
     tcp_addr: Option<SocketAddr>,
     tcp_limits: TcpServerLimits,
 }
@@ -63,6 +72,13 @@ impl Server {
         self
     }
 
+    /// Runs the handlers of every resource at or below `path` on `executor` (children
+    /// inherit the nearest ancestor's choice; the default is inline on the shard).
+    pub fn executor(mut self, path: &str, executor: Executor) -> Server {
+        self.tree.set_executor(path, executor);
+        self
+    }
+
     /// Sets the protocol parameters.
     pub fn config(mut self, config: EndpointConfig) -> Server {
         self.config = config;
@@ -75,9 +91,53 @@ impl Server {
         self
     }
 
+    /// Single-socket mode (the paper's stage design, for systems without
+    /// `SO_REUSEPORT`): one socket, `stages.receivers` receiver threads handing each
+    /// datagram to one of `stages.workers` protocol workers by a hash of the peer's
+    /// address (so each peer's state stays in one worker), and `stages.senders` sender
+    /// threads. Replaces [`Server::shards`].
+    pub fn single_socket(mut self, stages: Stages) -> Server {
+        self.stages = Some(stages);
+        self
+    }
+
+    /// Counters of single-socket mode (datagrams refused with 5.03 on full queues).
+    pub fn stage_counters(&self) -> Arc<StageCounters> {
+        self.stage_counters.clone()
+    }
+
     /// Number of shards (threads with their own `SO_REUSEPORT` socket); default: one per core.
     pub fn shards(mut self, shards: usize) -> Server {
         self.shards = Some(shards.max(1));
+        self
+    }
+
+    /// Datagrams each shard reads per wake-up before timers and commands get a turn
+    /// (default 256; rounded up to whole `recvmmsg` batches of 64).
+    pub fn recv_batch(mut self, datagrams: usize) -> Server {
+        self.recv_batch = Some(datagrams.max(1));
+        self
+    }
+
+    /// Socket buffer sizes asked of the kernel (default 4 MiB each; 0 keeps the
+    /// kernel's default).
+    pub fn socket_buffers(mut self, buffers: SocketBuffers) -> Server {
+        self.buffers = buffers;
+        self
+    }
+
+    /// Applies a [`Config`]: endpoint parameters, limits and runtime settings (shards,
+    /// receive batch, socket buffers). The address to bind is `config.server`:
+    /// `server.with_config(&config).bind(config.server.socket_addr())`.
+    pub fn with_config(mut self, config: &Config) -> Server {
+        self.config = config.endpoint_config();
+        self.limits = config.server_limits();
+        self.shards = (config.runtime.shards > 0).then_some(config.runtime.shards);
+        self.recv_batch = Some(config.runtime.recv_batch.max(1));
+        self.buffers = SocketBuffers {
+            recv: config.runtime.socket_recv_buffer,
+            send: config.runtime.socket_send_buffer,
+        };
         self
     }
 
@@ -111,6 +171,8 @@ impl Server {
             local_addr: tcp.local_addr,
             commands: Vec::new(),
             threads: Vec::new(),
+            stage_threads: None,
+            metrics: Metrics::new(0),
             tcp: Some(tcp),
         })
     }
@@ -125,18 +187,40 @@ impl Server {
         let shards = self
             .shards
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let sockets = bind_shard_sockets(addr, shards)?;
-        let local_addr = sockets[0].local_addr()?;
+        let (ios, local_addr, stage_threads) = match self.stages {
+            None => {
+                let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
+                let local_addr = sockets[0].local_addr()?;
+                (
+                    sockets.into_iter().map(DriverIo::Owned).collect::<Vec<_>>(),
+                    local_addr,
+                    None,
+                )
+            }
+            Some(stages) => {
+                let socket = bind_shard_sockets_with(addr, 1, self.buffers)?.remove(0);
+                let local_addr = socket.local_addr()?;
+                let (ios, threads) = start_stages(socket, stages, self.stage_counters.clone())?;
+                let ios = ios
+                    .into_iter()
+                    .map(|io| DriverIo::Staged(io, local_addr))
+                    .collect();
+                (ios, local_addr, Some(threads))
+            }
+        };
+        let metrics = Metrics::new(ios.len());
         let tree = Arc::new(self.tree);
         let mut commands = Vec::new();
         let mut threads = Vec::new();
-        for (i, socket) in sockets.into_iter().enumerate() {
+        for (i, io) in ios.into_iter().enumerate() {
             let (tx, handle) = spawn_driver(
                 format!("cobalt-shard-{i}"),
-                socket,
+                io,
                 self.config.clone(),
                 Some((tree.clone(), self.limits.clone())),
                 None,
+                self.recv_batch,
+                Some(metrics.shards()[i].clone()),
             )?;
             commands.push(tx);
             threads.push(handle);
@@ -144,7 +228,7 @@ impl Server {
         for o in tree.observables() {
             o.attach(commands.clone());
         }
-        tracing::info!(%local_addr, shards, "CoAP server listening");
+        tracing::info!(%local_addr, workers = commands.len(), staged = stage_threads.is_some(), "CoAP server listening");
         let tcp = match self.tcp_addr {
             Some(addr) => {
                 let tcp = crate::transport::tcp::listen(
@@ -175,6 +259,8 @@ impl Server {
             local_addr,
             commands,
             threads,
+            stage_threads,
+            metrics,
             tcp,
         })
     }
@@ -186,10 +272,24 @@ pub struct ServerHandle {
     local_addr: SocketAddr,
     commands: Vec<mpsc::UnboundedSender<Command>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    stage_threads: Option<StageThreads>,
+    metrics: Metrics,
     tcp: Option<TcpListenerHandle>,
 }
 
+impl std::fmt::Debug for StageThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StageThreads")
+    }
+}
+
 impl ServerHandle {
+    /// The shards' counters, updated after every batch a shard processes; serve them
+    /// with [`crate::metrics::serve_metrics`].
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.clone()
+    }
+
     /// The bound address (with the real port when 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -204,13 +304,16 @@ impl ServerHandle {
     /// Graceful shutdown: stop reading, let handlers in progress answer for up to
     /// `grace`, then stop every shard (and release every TCP connection).
     pub async fn shutdown(self, grace: Duration) {
+        tracing::info!(local_addr = %self.local_addr, ?grace, "CoAP server shutting down");
         for c in &self.commands {
             let _ = c.send(Command::Shutdown { grace });
         }
         if let Some(tcp) = &self.tcp {
             tcp.shutdown(grace);
         }
+        let local_addr = self.local_addr;
         self.wait().await;
+        tracing::info!(%local_addr, "CoAP server stopped");
     }
 
     /// Waits until every shard (and the TCP listener) has stopped.
@@ -218,10 +321,13 @@ impl ServerHandle {
         if let Some(tcp) = self.tcp {
             tcp.wait().await;
         }
-        let threads = self.threads;
+        let (threads, stages) = (self.threads, self.stage_threads);
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads {
                 let _ = t.join();
+            }
+            if let Some(s) = stages {
+                s.stop();
             }
         })
         .await;

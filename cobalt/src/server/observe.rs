@@ -217,7 +217,6 @@ impl Relations {
     }
 
     /// Number of relations in this shard.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.by_resource.values().map(HashMap::len).sum()
     }

@@ -9,12 +9,25 @@ use std::net::SocketAddr;
 pub struct Request {
     peer: SocketAddr,
     message: Message,
+    pub(crate) client: Option<crate::Client>,
 }
 
 impl Request {
     /// Wraps a received message.
     pub fn new(peer: SocketAddr, message: Message) -> Request {
-        Request { peer, message }
+        Request {
+            peer,
+            message,
+            client: None,
+        }
+    }
+
+    /// A client whose requests go out on the socket of the shard that received this
+    /// request, so their responses come back to the same shard (thesis §8.3). Awaiting
+    /// its responses inside the handler resumes on the resource's executor. Outside a
+    /// server (a request built by hand) it is a fresh standalone client.
+    pub fn client(&self) -> crate::Client {
+        self.client.clone().unwrap_or_default()
     }
 
     /// Who sent it.

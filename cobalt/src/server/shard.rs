@@ -4,8 +4,8 @@
 use super::limits::ServerLimits;
 use super::observe::{Change, Observable, Relation, RelationKey, Relations};
 use super::tree::ResourceTree;
-use super::upload::{UploadStep, Uploads};
-use super::{BoxFuture, Request, Response};
+use super::upload::{upload_key, UploadStep, Uploads};
+use super::{BoxFuture, Executor, Request, Response};
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
@@ -42,6 +42,8 @@ pub(crate) struct ReplyContext {
     block2: Option<BlockValue>,
     /// Echo this in Block1 (the last block of an upload).
     block1: Option<BlockValue>,
+    /// The peer and key of a finished upload, to keep a large answer for follow-ups.
+    upload: Option<(SocketAddr, Vec<u8>)>,
     /// Register an observer if the response is a success.
     register: Option<(Observable, SocketAddr, Message)>,
 }
@@ -54,6 +56,7 @@ pub(crate) struct ServerShard {
     relations: Relations,
     uploads: Uploads,
     completions: mpsc::UnboundedSender<Completion>,
+    client: Option<crate::Client>,
 }
 
 impl ServerShard {
@@ -62,6 +65,7 @@ impl ServerShard {
         limits: ServerLimits,
         idle_timeout: std::time::Duration,
         completions: mpsc::UnboundedSender<Completion>,
+        client: Option<crate::Client>,
     ) -> ServerShard {
         let observables = tree
             .observables()
@@ -75,7 +79,13 @@ impl ServerShard {
             observables,
             relations: Relations::default(),
             completions,
+            client,
         }
+    }
+
+    /// Observe relations held by this shard (for metrics).
+    pub(crate) fn observer_count(&self) -> usize {
+        self.relations.len()
     }
 
     /// A new request from the endpoint.
@@ -92,7 +102,13 @@ impl ServerShard {
             // A GET with the token of an observation, without Observe=0, ends it (RFC 7641 §3.6).
             self.end_relation(&(peer, request.token));
         }
+        if let Some(kept) = self.uploads.answer_for(now, peer, &request) {
+            let msg = slice_response(&request, kept, self.limits.block_szx);
+            let _ = ep.respond(now, id, msg);
+            return;
+        }
         let mut block1 = None;
+        let mut upload = None;
         if let Some(block) = request.block1() {
             match self.uploads.handle(now, peer, &request, block) {
                 UploadStep::Continue(r) | UploadStep::Reject(r) => {
@@ -100,6 +116,7 @@ impl ServerShard {
                     return;
                 }
                 UploadStep::Complete { body, last } => {
+                    upload = Some((peer, upload_key(&request)));
                     request.payload = body;
                     request.options.remove(opt::BLOCK1);
                     block1 = Some(last);
@@ -109,12 +126,13 @@ impl ServerShard {
         let block2 = request.block2();
         let registration =
             (request.code == Code::GET && observe == Some(0)).then(|| request.clone());
-        let (fut, observable) = match self.tree.route(Request::new(peer, request)) {
+        let routed = match self.tree.route(self.request(peer, request)) {
             Ok(x) => x,
             Err(resp) => {
                 let ctx = ReplyContext {
                     block2,
                     block1,
+                    upload,
                     register: None,
                 };
                 self.finish_reply(ep, now, id, resp, ctx);
@@ -124,18 +142,30 @@ impl ServerShard {
         let ctx = ReplyContext {
             block2,
             block1,
-            register: observable.zip(registration).map(|(o, r)| (o, peer, r)),
+            upload,
+            register: routed
+                .observable
+                .zip(registration)
+                .map(|(o, r)| (o, peer, r)),
         };
-        match run_inline(fut) {
-            Ok(resp) => self.finish_reply(ep, now, id, resp, ctx),
-            Err(pending) => {
-                let done = self.completions.clone();
-                tokio::spawn(async move {
-                    let response = pending.await;
-                    let _ = done.send(Completion::Reply { id, response, ctx });
-                });
+        let pending = if routed.executor.is_inline() {
+            match run_inline(routed.future) {
+                Ok(resp) => return self.finish_reply(ep, now, id, resp, ctx),
+                Err(pending) => pending,
             }
-        }
+        } else {
+            guarded(routed.future)
+        };
+        let done = self.completions.clone();
+        routed.executor.spawn(pending, move |response| {
+            let _ = done.send(Completion::Reply { id, response, ctx });
+        });
+    }
+
+    fn request(&self, peer: SocketAddr, message: Message) -> Request {
+        let mut r = Request::new(peer, message);
+        r.client = self.client.clone();
+        r
     }
 
     /// A handler's late answer.
@@ -190,7 +220,14 @@ impl ServerShard {
         if let Some(b) = ctx.block2 {
             block_req.options.set(opt::BLOCK2, encode_uint(b.encode()));
         }
-        let msg = slice_response(&block_req, response.into_message(), self.limits.block_szx);
+        let full = response.into_message();
+        let block_size = 1usize << (self.limits.block_szx.min(6) + 4);
+        if let Some((peer, key)) = ctx.upload {
+            if full.payload.len() > block_size {
+                self.uploads.keep_answer(now, peer, key, full.clone());
+            }
+        }
+        let msg = slice_response(&block_req, full, self.limits.block_szx);
         let _ = ep.respond(now, id, msg);
     }
 
@@ -208,45 +245,53 @@ impl ServerShard {
             }
             return;
         }
+        let client = self.client.clone();
         let Some(relations) = self.relations.of(change.observable) else {
             return;
         };
-        let mut work: Vec<(RelationKey, BoxFuture)> = Vec::new();
+        let mut work: Vec<(RelationKey, BoxFuture, Executor)> = Vec::new();
         for (key, rel) in relations.iter() {
             if change.filter.as_ref().is_some_and(|f| !f(key.0)) {
                 continue;
             }
             let mut req = rel.request.clone();
             req.options.remove(opt::BLOCK2);
-            match self.tree.route(Request::new(key.0, req)) {
-                Ok((fut, _)) => work.push((*key, fut)),
-                Err(resp) => work.push((*key, Box::pin(async move { resp }))),
+            let mut request = Request::new(key.0, req);
+            request.client = client.clone();
+            match self.tree.route(request) {
+                Ok(r) => work.push((*key, r.future, r.executor)),
+                Err(resp) => work.push((*key, Box::pin(async move { resp }), Executor::Inline)),
             }
         }
-        for (key, fut) in work {
-            match run_inline(fut) {
-                Ok(resp) => self.send_notification(
-                    ep,
-                    now,
-                    change.observable,
-                    key,
-                    resp,
-                    change.confirmable,
-                ),
-                Err(pending) => {
-                    let done = self.completions.clone();
-                    let (observable, confirmable) = (change.observable, change.confirmable);
-                    tokio::spawn(async move {
-                        let response = pending.await;
-                        let _ = done.send(Completion::Notification {
-                            observable,
+        for (key, fut, executor) in work {
+            let pending = if executor.is_inline() {
+                match run_inline(fut) {
+                    Ok(resp) => {
+                        self.send_notification(
+                            ep,
+                            now,
+                            change.observable,
                             key,
-                            response,
-                            confirmable,
-                        });
-                    });
+                            resp,
+                            change.confirmable,
+                        );
+                        continue;
+                    }
+                    Err(pending) => pending,
                 }
-            }
+            } else {
+                guarded(fut)
+            };
+            let done = self.completions.clone();
+            let (observable, confirmable) = (change.observable, change.confirmable);
+            executor.spawn(pending, move |response| {
+                let _ = done.send(Completion::Notification {
+                    observable,
+                    key,
+                    response,
+                    confirmable,
+                });
+            });
         }
     }
 
@@ -327,9 +372,7 @@ impl ServerShard {
 
 /// Polls a handler once on the shard's thread; a handler that is not ready is
 /// returned (wrapped to answer 5.00 if it panics later) to be spawned.
-fn run_inline(
-    fut: BoxFuture,
-) -> Result<Response, std::pin::Pin<Box<dyn Future<Output = Response> + Send>>> {
+fn run_inline(fut: BoxFuture) -> Result<Response, BoxFuture> {
     let mut fut = AssertUnwindSafe(fut).catch_unwind();
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
@@ -339,6 +382,16 @@ fn run_inline(
             fut.await.unwrap_or_else(|_| handler_panicked())
         })),
     }
+}
+
+/// A handler future that answers 5.00 instead of unwinding into an executor.
+fn guarded(fut: BoxFuture) -> BoxFuture {
+    Box::pin(async move {
+        AssertUnwindSafe(fut)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| handler_panicked())
+    })
 }
 
 fn handler_panicked() -> Response {

@@ -1,6 +1,7 @@
 //! The resource tree: paths to resources, dispatch with 4.04/4.05, and the
 //! `/.well-known/core` listing generated from it.
 
+use super::executor::Executor;
 use super::handler::{BoxFuture, MethodRouter};
 use super::observe::Observable;
 use super::request::{IntoResponse, Request, Response};
@@ -14,7 +15,18 @@ pub const WELL_KNOWN_CORE: &str = "/.well-known/core";
 #[derive(Debug, Default)]
 struct Node {
     resource: Option<MethodRouter>,
+    executor: Option<Executor>,
     children: BTreeMap<String, Node>,
+}
+
+/// A request matched to a resource.
+pub(crate) struct Routed {
+    /// The handler's answer.
+    pub future: BoxFuture,
+    /// The resource's observable handle, for a GET to an observable resource.
+    pub observable: Option<Observable>,
+    /// Where the handler runs.
+    pub executor: Executor,
 }
 
 /// Resources by path.
@@ -32,21 +44,45 @@ impl ResourceTree {
 
     /// Puts a resource at `path` (segments separated by `/`), replacing one already there.
     pub fn insert(&mut self, path: &str, resource: MethodRouter) {
-        let mut node = &mut self.root;
-        for seg in path.split('/').filter(|s| !s.is_empty()) {
-            node = node.children.entry(seg.to_string()).or_default();
+        let node = self.node_mut(path);
+        if let Some(e) = &resource.executor {
+            node.executor = Some(e.clone());
         }
         node.resource = Some(resource);
         self.links = self.collect_links();
     }
 
+    /// Runs the handlers of every resource at or below `path` on `executor`, unless a
+    /// resource further down chooses another.
+    pub fn set_executor(&mut self, path: &str, executor: Executor) {
+        self.node_mut(path).executor = Some(executor);
+    }
+
+    fn node_mut(&mut self, path: &str) -> &mut Node {
+        let mut node = &mut self.root;
+        for seg in path.split('/').filter(|s| !s.is_empty()) {
+            node = node.children.entry(seg.to_string()).or_default();
+        }
+        node
+    }
+
     /// The resource at a path, if any.
     pub fn get<'a>(&self, segments: impl Iterator<Item = &'a str>) -> Option<&MethodRouter> {
+        self.find(segments).map(|(r, _)| r)
+    }
+
+    /// The resource at a path and the executor it inherits (nearest ancestor's choice).
+    fn find<'a>(
+        &self,
+        segments: impl Iterator<Item = &'a str>,
+    ) -> Option<(&MethodRouter, Option<&Executor>)> {
         let mut node = &self.root;
+        let mut executor = node.executor.as_ref();
         for seg in segments {
             node = node.children.get(seg)?;
+            executor = node.executor.as_ref().or(executor);
         }
-        node.resource.as_ref()
+        node.resource.as_ref().map(|r| (r, executor))
     }
 
     /// The links of every visible resource, in path order.
@@ -93,17 +129,17 @@ impl ResourceTree {
     /// Routes a request: the handler's future, or an immediate 4.04 / 4.05, or the
     /// generated `/.well-known/core`.
     pub fn dispatch(&self, req: Request) -> Result<BoxFuture, Response> {
-        self.route(req).map(|(fut, _)| fut)
+        self.route(req).map(|r| r.future)
     }
 
     /// Like [`ResourceTree::dispatch`], also returning the resource's observable handle
     /// when the request is a GET to an observable resource.
-    pub(crate) fn route(&self, req: Request) -> Result<(BoxFuture, Option<Observable>), Response> {
-        let found = self.get(req.options().uri_path());
+    pub(crate) fn route(&self, req: Request) -> Result<Routed, Response> {
+        let found = self.find(req.options().uri_path());
         if found.is_none() && req.path() == WELL_KNOWN_CORE {
             return Err(self.well_known_core(&req));
         }
-        let Some(resource) = found else {
+        let Some((resource, executor)) = found else {
             return Err(Code::NOT_FOUND.into_response());
         };
         let observable = match req.method() {
@@ -111,7 +147,11 @@ impl ResourceTree {
             _ => None,
         };
         match resource.handler(req.method()) {
-            Some(h) => Ok((h(req), observable)),
+            Some(h) => Ok(Routed {
+                future: h(req),
+                observable,
+                executor: executor.cloned().unwrap_or_default(),
+            }),
             None => Err(Code::METHOD_NOT_ALLOWED.into_response()),
         }
     }

@@ -26,10 +26,15 @@ struct Upload {
     touched: Instant,
 }
 
-/// Uploads in progress in one shard.
+/// Uploads in progress in one shard, and the responses of finished uploads whose
+/// later Block2 blocks the client may still ask for.
 #[derive(Debug)]
 pub(crate) struct Uploads {
     map: HashMap<(SocketAddr, Vec<u8>), Upload>,
+    /// After an upload the client asks for the rest of a large response with Block2
+    /// requests that carry no body (RFC 7959 §3.3); those must not run the handler
+    /// again, so the whole response is kept for them.
+    answers: HashMap<(SocketAddr, Vec<u8>), (Instant, Message)>,
     max_body: usize,
     max_uploads: usize,
     idle_timeout: Duration,
@@ -39,6 +44,7 @@ impl Uploads {
     pub(crate) fn new(max_body: usize, max_uploads: usize, idle_timeout: Duration) -> Uploads {
         Uploads {
             map: HashMap::new(),
+            answers: HashMap::new(),
             max_body,
             max_uploads,
             idle_timeout,
@@ -134,6 +140,50 @@ impl Uploads {
         }
     }
 
+    /// Keeps the whole response of an upload that was answered in blocks.
+    pub(crate) fn keep_answer(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        key: Vec<u8>,
+        response: Message,
+    ) {
+        if self.answers.len() >= self.max_uploads {
+            let timeout = self.idle_timeout;
+            self.answers
+                .retain(|_, (t, _)| now.duration_since(*t) < timeout);
+            if self.answers.len() >= self.max_uploads {
+                return;
+            }
+        }
+        self.answers.insert((peer, key), (now, response));
+    }
+
+    /// The kept response for a Block2 follow-up of an upload, if any; forgotten once
+    /// the last block has been asked for.
+    pub(crate) fn answer_for(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        req: &Message,
+    ) -> Option<Message> {
+        let block = req.block2().filter(|b| b.num > 0)?;
+        if req.options.contains(opt::BLOCK1) || !req.payload.is_empty() {
+            return None;
+        }
+        let key = (peer, upload_key(req));
+        let (at, resp) = self.answers.get(&key)?;
+        if now.duration_since(*at) >= self.idle_timeout {
+            self.answers.remove(&key);
+            return None;
+        }
+        let resp = resp.clone();
+        if (block.num as usize + 1) * block.size() >= resp.payload.len() {
+            self.answers.remove(&key);
+        }
+        Some(resp)
+    }
+
     fn too_large(&self) -> Response {
         Response::new(Code::REQUEST_ENTITY_TOO_LARGE)
             .with_option(opt::SIZE1, encode_u32(self.max_body as u32))
@@ -154,7 +204,7 @@ fn encode_u32(v: u32) -> Vec<u8> {
 }
 
 /// What distinguishes concurrent uploads from one peer: method, path and Request-Tag (RFC 9175).
-fn upload_key(req: &Message) -> Vec<u8> {
+pub(crate) fn upload_key(req: &Message) -> Vec<u8> {
     let mut k = vec![req.code.0];
     for seg in req.options.get_all(opt::URI_PATH) {
         k.push(b'/');
@@ -245,6 +295,32 @@ mod tests {
         m.options.set_uint(opt::SIZE1, 41);
         assert!(
             matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::REQUEST_ENTITY_TOO_LARGE)
+        );
+    }
+
+    #[test]
+    fn kept_answer_serves_block2_follow_ups_until_the_last_block() {
+        let mut u = Uploads::new(1000, 10, Duration::from_secs(60));
+        let now = Instant::now();
+        let (m, _) = put(0, false, 0, b"x");
+        let mut resp = Message::new(MessageType::Acknowledgement, Code::CHANGED, 0);
+        resp.payload = vec![1; 40];
+        u.keep_answer(now, peer(), upload_key(&m), resp.clone());
+        let follow = |num| {
+            let mut f = Message::new(MessageType::Confirmable, Code::PUT, 9);
+            f.options.set_uri_path("/up");
+            f.options.set_uint(
+                opt::BLOCK2,
+                BlockValue::new(num, false, 0).unwrap().encode(),
+            );
+            f
+        };
+        assert_eq!(u.answer_for(now, peer(), &follow(1)), Some(resp.clone()));
+        assert_eq!(u.answer_for(now, peer(), &follow(2)), Some(resp));
+        assert_eq!(
+            u.answer_for(now, peer(), &follow(2)),
+            None,
+            "forgotten after the last block"
         );
     }
 

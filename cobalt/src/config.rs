@@ -1,0 +1,902 @@
+//! Server configuration: one TOML file, environment variables and command-line overrides.
+//!
+//! Every setting has a built-in default, so no file is needed. Sources are applied in
+//! this order, each overriding the ones before:
+//!
+//! 1. built-in defaults ([`Config::default`], printed by [`Config::default_toml`]);
+//! 2. the TOML file ([`ConfigLoader::file`]);
+//! 3. environment variables `COBALT_<SECTION>_<KEY>`, e.g. `COBALT_ENDPOINT_ACK_TIMEOUT=3s`
+//!    ([`ConfigLoader::env`]);
+//! 4. command-line overrides `section.key=value` ([`ConfigLoader::set`]).
+//!
+//! Unknown keys are refused naming the key, and so are values outside their range
+//! (naming the key and the allowed range), before anything starts.
+//!
+//! Durations are strings with a unit — `"1500ms"`, `"2s"`, `"5m"`, `"24h"`, combinations
+//! such as `"1m30s"` — or a plain number of seconds (`2`, `0.5`).
+//!
+//! ```
+//! use cobalt::config::Config;
+//!
+//! let config = Config::loader()
+//!     .toml("[endpoint]\nack_timeout = \"3s\"\n", "example.toml")?
+//!     .set("server.port", "5684", "--set")?
+//!     .build()?;
+//! assert_eq!(config.endpoint.ack_timeout, std::time::Duration::from_secs(3));
+//! assert_eq!(config.server.port, 5684);
+//! # Ok::<(), cobalt::config::ConfigError>(())
+//! ```
+
+use crate::server::ServerLimits;
+use cobalt_proto::endpoint::EndpointConfig;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+/// The whole configuration of a server. `Default` gives the built-in defaults.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Protocol parameters (RFC 7252 §4.8) and state bounds of the endpoint.
+    pub endpoint: EndpointSection,
+    /// Server-role limits: observers, uploads, block size.
+    pub limits: LimitsSection,
+    /// Shards, receive batching and socket buffers.
+    pub runtime: RuntimeSection,
+    /// Where to listen.
+    pub server: ServerSection,
+    /// Logging.
+    pub log: LogSection,
+}
+
+/// `[endpoint]`: the fields of [`EndpointConfig`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EndpointSection {
+    /// ACK_TIMEOUT.
+    #[serde(with = "duration")]
+    pub ack_timeout: Duration,
+    /// ACK_RANDOM_FACTOR.
+    pub ack_random_factor: f64,
+    /// MAX_RETRANSMIT.
+    pub max_retransmit: u32,
+    /// NSTART.
+    pub nstart: usize,
+    /// MAX_LATENCY.
+    #[serde(with = "duration")]
+    pub max_latency: Duration,
+    /// PROCESSING_DELAY.
+    #[serde(with = "duration")]
+    pub processing_delay: Duration,
+    /// Delay before a slow handler's request gets an empty ACK.
+    #[serde(with = "duration")]
+    pub separate_ack_delay: Duration,
+    /// Client wait for NON or separate responses; `None` (`"auto"`) derives it.
+    #[serde(with = "auto_duration")]
+    pub response_timeout: Option<Duration>,
+    /// Bound on deduplication entries.
+    pub max_dedup_entries: usize,
+    /// Bound on requests being handled at once.
+    pub max_server_exchanges: usize,
+    /// Bound on outstanding client requests.
+    pub max_client_exchanges: usize,
+    /// Token length in bytes.
+    pub token_len: usize,
+    /// Skip deduplication state for GET.
+    pub dedup_skip_idempotent: bool,
+    /// Max-Age (s) on overload 5.03 answers.
+    pub overload_max_age: u32,
+}
+
+impl Default for EndpointSection {
+    fn default() -> Self {
+        EndpointSection::from(&EndpointConfig::default())
+    }
+}
+
+impl From<&EndpointConfig> for EndpointSection {
+    fn from(c: &EndpointConfig) -> Self {
+        EndpointSection {
+            ack_timeout: c.ack_timeout,
+            ack_random_factor: c.ack_random_factor,
+            max_retransmit: c.max_retransmit,
+            nstart: c.nstart,
+            max_latency: c.max_latency,
+            processing_delay: c.processing_delay,
+            separate_ack_delay: c.separate_ack_delay,
+            response_timeout: c.response_timeout,
+            max_dedup_entries: c.max_dedup_entries,
+            max_server_exchanges: c.max_server_exchanges,
+            max_client_exchanges: c.max_client_exchanges,
+            token_len: c.token_len,
+            dedup_skip_idempotent: c.dedup_skip_idempotent,
+            overload_max_age: c.overload_max_age,
+        }
+    }
+}
+
+impl From<&EndpointSection> for EndpointConfig {
+    fn from(s: &EndpointSection) -> Self {
+        EndpointConfig {
+            ack_timeout: s.ack_timeout,
+            ack_random_factor: s.ack_random_factor,
+            max_retransmit: s.max_retransmit,
+            nstart: s.nstart,
+            max_latency: s.max_latency,
+            processing_delay: s.processing_delay,
+            separate_ack_delay: s.separate_ack_delay,
+            response_timeout: s.response_timeout,
+            max_dedup_entries: s.max_dedup_entries,
+            max_server_exchanges: s.max_server_exchanges,
+            max_client_exchanges: s.max_client_exchanges,
+            token_len: s.token_len,
+            dedup_skip_idempotent: s.dedup_skip_idempotent,
+            overload_max_age: s.overload_max_age,
+        }
+    }
+}
+
+/// `[limits]`: the fields of [`ServerLimits`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    /// Observers over all resources and shards.
+    pub max_observers: usize,
+    /// Every this many notifications one is confirmable.
+    pub observe_con_every: u32,
+    /// A confirmable notification at least this often.
+    #[serde(with = "duration")]
+    pub observe_con_interval: Duration,
+    /// Largest request body reassembled from Block1 blocks (bytes).
+    pub max_body: usize,
+    /// Block1 uploads in progress per shard.
+    pub max_uploads: usize,
+    /// Block size exponent of responses (0–6).
+    pub block_szx: u8,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection::from(&ServerLimits::default())
+    }
+}
+
+impl From<&ServerLimits> for LimitsSection {
+    fn from(l: &ServerLimits) -> Self {
+        LimitsSection {
+            max_observers: l.max_observers,
+            observe_con_every: l.observe_con_every,
+            observe_con_interval: l.observe_con_interval,
+            max_body: l.max_body,
+            max_uploads: l.max_uploads,
+            block_szx: l.block_szx,
+        }
+    }
+}
+
+impl From<&LimitsSection> for ServerLimits {
+    fn from(s: &LimitsSection) -> Self {
+        ServerLimits {
+            max_observers: s.max_observers,
+            observe_con_every: s.observe_con_every,
+            observe_con_interval: s.observe_con_interval,
+            max_body: s.max_body,
+            max_uploads: s.max_uploads,
+            block_szx: s.block_szx,
+        }
+    }
+}
+
+/// Default datagrams read per wake-up of a shard (4 `recvmmsg` batches of 64).
+pub const DEFAULT_RECV_BATCH: usize = 256;
+/// Default socket buffer size asked of the kernel (4 MiB; the kernel may cap it).
+pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
+
+/// `[runtime]`: threads and sockets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeSection {
+    /// Shards (threads with their own `SO_REUSEPORT` socket); 0: one per core.
+    pub shards: usize,
+    /// Datagrams read per wake-up before timers and commands get a turn (rounded up
+    /// to whole `recvmmsg` batches of 64).
+    pub recv_batch: usize,
+    /// `SO_RCVBUF` asked for each shard socket (bytes); 0 keeps the kernel default.
+    pub socket_recv_buffer: usize,
+    /// `SO_SNDBUF` asked for each shard socket (bytes); 0 keeps the kernel default.
+    pub socket_send_buffer: usize,
+}
+
+impl Default for RuntimeSection {
+    fn default() -> Self {
+        RuntimeSection {
+            shards: 0,
+            recv_batch: DEFAULT_RECV_BATCH,
+            socket_recv_buffer: DEFAULT_SOCKET_BUFFER,
+            socket_send_buffer: DEFAULT_SOCKET_BUFFER,
+        }
+    }
+}
+
+/// `[server]`: addresses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    /// IP address to listen on (`::` serves IPv4 and IPv6).
+    pub bind: IpAddr,
+    /// UDP port (0: any free port).
+    pub port: u16,
+    /// Address of the Prometheus metrics HTTP endpoint (`GET /metrics`); `None`
+    /// (`""` in the file) serves none.
+    #[serde(with = "optional_addr")]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            bind: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            port: 5683,
+            metrics_addr: None,
+        }
+    }
+}
+
+impl ServerSection {
+    /// The UDP address to bind: `bind` and `port`.
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.bind, self.port)
+    }
+}
+
+/// The log levels accepted by `log.level`.
+pub const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// `[log]`: logging.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// Most verbose level logged to stderr (one of [`LOG_LEVELS`]); `RUST_LOG` wins.
+    pub level: String,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            level: "info".into(),
+        }
+    }
+}
+
+/// Why a configuration was refused. Every variant names the key or the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The file could not be read.
+    Read {
+        /// The file.
+        path: String,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// Malformed TOML, an unknown key or a value of the wrong type in a file.
+    Parse {
+        /// Where the text came from (the file name).
+        origin: String,
+        /// The parser's message (it names the key, with line and column).
+        message: String,
+    },
+    /// An override names a key that does not exist.
+    UnknownKey {
+        /// The key as `section.key`.
+        key: String,
+        /// The environment variable or command-line flag it came from.
+        origin: String,
+    },
+    /// An override's value cannot be read as the key's type.
+    BadValue {
+        /// The key as `section.key`.
+        key: String,
+        /// The environment variable or command-line flag it came from.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value outside its allowed range.
+    OutOfRange {
+        /// The key as `section.key`.
+        key: String,
+        /// The value given.
+        value: String,
+        /// The allowed range.
+        allowed: String,
+    },
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::Read { path, reason } => {
+                write!(f, "cannot read configuration file {path}: {reason}")
+            }
+            ConfigError::Parse { origin, message } => {
+                write!(f, "invalid configuration in {origin}: {}", message.trim_end())
+            }
+            ConfigError::UnknownKey { key, origin } => write!(
+                f,
+                "unknown configuration key `{key}` (from {origin}); `cobalt serve --print-config` lists them all"
+            ),
+            ConfigError::BadValue {
+                key,
+                origin,
+                message,
+            } => write!(f, "invalid value for `{key}` (from {origin}): {message}"),
+            ConfigError::OutOfRange {
+                key,
+                value,
+                allowed,
+            } => write!(f, "invalid value for `{key}`: {value}; allowed {allowed}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Documentation of one key: what it does and the values allowed.
+struct KeyDoc {
+    section: &'static str,
+    key: &'static str,
+    doc: &'static str,
+    allowed: &'static str,
+}
+
+const fn k(
+    section: &'static str,
+    key: &'static str,
+    doc: &'static str,
+    allowed: &'static str,
+) -> KeyDoc {
+    KeyDoc {
+        section,
+        key,
+        doc,
+        allowed,
+    }
+}
+
+/// The sections, in file order, with their description.
+const SECTIONS: [(&str, &str); 5] = [
+    (
+        "endpoint",
+        "Protocol parameters of RFC 7252 §4.8 and bounds on the endpoint's state.",
+    ),
+    (
+        "limits",
+        "Server-role limits: observers, uploads, block size.",
+    ),
+    ("runtime", "Threads and sockets."),
+    ("server", "Where to listen."),
+    ("log", "Logging to stderr."),
+];
+
+/// Every key, in file order. A test checks that this matches the structs exactly.
+const KEYS: &[KeyDoc] = &[
+    k("endpoint", "ack_timeout", "Initial retransmission timeout of a confirmable message (ACK_TIMEOUT).", "1ms to 600s"),
+    k("endpoint", "ack_random_factor", "Randomisation of the initial timeout (ACK_RANDOM_FACTOR).", "1.0 to 10.0"),
+    k("endpoint", "max_retransmit", "Retransmissions of a confirmable message before giving up (MAX_RETRANSMIT).", "0 to 20"),
+    k("endpoint", "nstart", "Outstanding interactions per peer (NSTART); further requests queue.", "1 to 1024"),
+    k("endpoint", "max_latency", "Maximum one-way latency assumed by the lifetimes (MAX_LATENCY).", "0s to 3600s"),
+    k("endpoint", "processing_delay", "Time a receiver needs to answer a CON (PROCESSING_DELAY).", "0s to 600s"),
+    k("endpoint", "separate_ack_delay", "A handler slower than this gets an empty ACK; its answer follows as a separate response.", "0s to 600s"),
+    k("endpoint", "response_timeout", "Client wait for a NON response or a separate response; \"auto\": NON_LIFETIME resp. EXCHANGE_LIFETIME.", "\"auto\" or 1ms to 24h"),
+    k("endpoint", "max_dedup_entries", "Bound on deduplication entries; at the bound new requests get 5.03 with Max-Age.", "at least 1"),
+    k("endpoint", "max_server_exchanges", "Bound on requests being handled at once; at the bound new requests get 5.03.", "at least 1"),
+    k("endpoint", "max_client_exchanges", "Bound on client requests outstanding or queued.", "at least 1"),
+    k("endpoint", "token_len", "Length of generated tokens in bytes.", "1 to 8"),
+    k("endpoint", "dedup_skip_idempotent", "Store no deduplication state for GET (a duplicate GET runs the handler again, RFC 7252 §4.5).", "true or false"),
+    k("endpoint", "overload_max_age", "Max-Age (seconds) on 5.03 answers given under overload.", "0 to 4294967295"),
+    k("limits", "max_observers", "Observers over all resources and shards; beyond it a GET with Observe is answered without registering.", "0 or more"),
+    k("limits", "observe_con_every", "Every this many notifications one is confirmable (RFC 7641 §4.5).", "1 to 1000000"),
+    k("limits", "observe_con_interval", "A confirmable notification at least this often.", "1s to 30d"),
+    k("limits", "max_body", "Largest request body reassembled from Block1 blocks, in bytes; larger uploads get 4.13.", "1 to 1073741824"),
+    k("limits", "max_uploads", "Block1 uploads in progress per shard; beyond it 5.03.", "0 or more"),
+    k("limits", "block_szx", "Block size exponent of responses: block size 2^(4+szx) bytes.", "0 to 6 (16 to 1024 bytes)"),
+    k("runtime", "shards", "Shards: threads with their own SO_REUSEPORT socket; 0: one per core.", "0 to 1024"),
+    k("runtime", "recv_batch", "Datagrams read per wake-up of a shard before timers and commands get a turn (rounded up to whole recvmmsg batches of 64).", "1 to 4096"),
+    k("runtime", "socket_recv_buffer", "SO_RCVBUF asked for each shard socket, in bytes (the kernel may cap it); 0: kernel default.", "0 to 1073741824"),
+    k("runtime", "socket_send_buffer", "SO_SNDBUF asked for each shard socket, in bytes (the kernel may cap it); 0: kernel default.", "0 to 1073741824"),
+    k("server", "bind", "IP address to listen on; \"::\" serves IPv4 and IPv6.", "an IPv4 or IPv6 address"),
+    k("server", "port", "UDP port; 0: any free port.", "0 to 65535"),
+    k("server", "metrics_addr", "Address of the Prometheus endpoint (GET /metrics over HTTP), e.g. \"127.0.0.1:9100\"; \"\": none.", "\"\" or IP:port"),
+    k("log", "level", "Most verbose level logged to stderr; the RUST_LOG variable, when set, wins.", "off, error, warn, info, debug, trace"),
+];
+
+fn key_doc(section: &str, key: &str) -> Option<&'static KeyDoc> {
+    KEYS.iter().find(|d| d.section == section && d.key == key)
+}
+
+fn allowed(section: &str, key: &str) -> String {
+    key_doc(section, key).map_or_else(String::new, |d| d.allowed.to_string())
+}
+
+impl Config {
+    /// A loader starting from the built-in defaults.
+    pub fn loader() -> ConfigLoader {
+        ConfigLoader::default()
+    }
+
+    /// Defaults, then the file (if any), then the process's `COBALT_<SECTION>_<KEY>`
+    /// environment variables; validated.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut loader = Config::loader();
+        if let Some(path) = file {
+            loader = loader.file(path)?;
+        }
+        loader.env_from_process()?.build()
+    }
+
+    /// Parses one TOML document over the defaults, and validates it.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Config::loader().toml(text, "TOML text")?.build()
+    }
+
+    /// The endpoint's protocol parameters.
+    pub fn endpoint_config(&self) -> EndpointConfig {
+        EndpointConfig::from(&self.endpoint)
+    }
+
+    /// The server-role limits.
+    pub fn server_limits(&self) -> ServerLimits {
+        ServerLimits::from(&self.limits)
+    }
+
+    /// Checks every value; the error names the key, the value and the allowed range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Err(e) = self.endpoint_config().validate() {
+            return Err(self.out_of_range("endpoint", e.key));
+        }
+        let l = &self.limits;
+        let r = &self.runtime;
+        let checks: [(bool, &str, &str); 9] = [
+            (
+                (1..=1_000_000).contains(&l.observe_con_every),
+                "limits",
+                "observe_con_every",
+            ),
+            (
+                l.observe_con_interval >= Duration::from_secs(1)
+                    && l.observe_con_interval <= Duration::from_secs(30 * 86_400),
+                "limits",
+                "observe_con_interval",
+            ),
+            ((1..=1 << 30).contains(&l.max_body), "limits", "max_body"),
+            (l.block_szx <= 6, "limits", "block_szx"),
+            (r.shards <= 1024, "runtime", "shards"),
+            ((1..=4096).contains(&r.recv_batch), "runtime", "recv_batch"),
+            (
+                r.socket_recv_buffer <= 1 << 30,
+                "runtime",
+                "socket_recv_buffer",
+            ),
+            (
+                r.socket_send_buffer <= 1 << 30,
+                "runtime",
+                "socket_send_buffer",
+            ),
+            (
+                LOG_LEVELS.contains(&self.log.level.as_str()),
+                "log",
+                "level",
+            ),
+        ];
+        for (ok, section, key) in checks {
+            if !ok {
+                return Err(self.out_of_range(section, key));
+            }
+        }
+        Ok(())
+    }
+
+    fn out_of_range(&self, section: &str, key: &str) -> ConfigError {
+        let value = self
+            .to_table()
+            .get(section)
+            .and_then(|s| s.get(key))
+            .map_or_else(String::new, toml::Value::to_string);
+        ConfigError::OutOfRange {
+            key: format!("{section}.{key}"),
+            value,
+            allowed: allowed(section, key),
+        }
+    }
+
+    fn to_table(&self) -> toml::Table {
+        toml::Table::try_from(self).expect("the configuration serializes to TOML")
+    }
+
+    /// The configuration as a TOML file: every key with a comment saying what it
+    /// does, its default and its allowed values. Parses back to `self`.
+    pub fn to_toml(&self) -> String {
+        let table = self.to_table();
+        let defaults = Config::default().to_table();
+        let mut out = String::new();
+        out.push_str(
+            "# Cobalt server configuration (cobalt serve --config FILE).\n\
+             #\n\
+             # Every key is optional; a missing key keeps its default. Precedence, lowest first:\n\
+             # built-in defaults < this file < environment variables COBALT_<SECTION>_<KEY>\n\
+             # (e.g. COBALT_ENDPOINT_ACK_TIMEOUT=3s) < command-line flags (--set section.key=value,\n\
+             # --bind, --port, --shards, --metrics, --log-level).\n\
+             #\n\
+             # Durations: a string with units (\"1500ms\", \"2s\", \"5m\", \"24h\", \"1m30s\";\n\
+             # units ns, us, ms, s, m, h, d) or a number of seconds (2, 0.5).\n\
+             # Unknown keys and values out of range are refused at start.\n",
+        );
+        for (section, about) in SECTIONS {
+            let _ = write!(out, "\n# {about}\n[{section}]\n");
+            for d in KEYS.iter().filter(|d| d.section == section) {
+                let value = &table[section][d.key];
+                let default = &defaults[section][d.key];
+                out.push('\n');
+                for line in wrap(d.doc, 88) {
+                    let _ = writeln!(out, "# {line}");
+                }
+                let _ = write!(
+                    out,
+                    "# default: {default}; allowed: {}\n{} = {value}\n",
+                    d.allowed, d.key
+                );
+            }
+        }
+        out
+    }
+
+    /// The built-in defaults as a commented TOML file (see [`Config::to_toml`]).
+    pub fn default_toml() -> String {
+        Config::default().to_toml()
+    }
+}
+
+/// Splits `text` into lines of at most `width` characters at spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines
+}
+
+/// Builds a [`Config`] from defaults and overriding sources; see the
+/// [module documentation](self) for the order.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigLoader {
+    table: toml::Table,
+}
+
+impl ConfigLoader {
+    /// Reads a TOML file over what is there.
+    pub fn file(self, path: &Path) -> Result<ConfigLoader, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        self.toml(&text, &path.display().to_string())
+    }
+
+    /// Applies a TOML document over what is there; `origin` names it in errors.
+    pub fn toml(mut self, text: &str, origin: &str) -> Result<ConfigLoader, ConfigError> {
+        let parse_error = |e: toml::de::Error| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        };
+        // Deserializing the text itself reports unknown keys and wrong types with
+        // their line and column.
+        toml::from_str::<Config>(text).map_err(parse_error)?;
+        let doc: toml::Table = text.parse().map_err(parse_error)?;
+        for (section, values) in doc {
+            if let toml::Value::Table(values) = values {
+                let target = self.section(&section);
+                for (key, value) in values {
+                    target.insert(key, value);
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    fn section(&mut self, section: &str) -> &mut toml::Table {
+        let entry = self
+            .table
+            .entry(section.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        entry.as_table_mut().expect("made a table above")
+    }
+
+    /// Applies the variables named `COBALT_<SECTION>_<KEY>` (case-insensitive after
+    /// the prefix), where SECTION is one of `endpoint`, `limits`, `runtime`, `server`,
+    /// `log`. Other variables are ignored; an unknown KEY in a known section is an error.
+    pub fn env(
+        mut self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<ConfigLoader, ConfigError> {
+        let mut vars: Vec<(String, String)> = vars.into_iter().collect();
+        vars.sort();
+        for (name, value) in vars {
+            let Some(rest) = name.strip_prefix("COBALT_") else {
+                continue;
+            };
+            let rest = rest.to_ascii_lowercase();
+            let Some((section, key)) = rest.split_once('_') else {
+                continue;
+            };
+            if SECTIONS.iter().any(|(s, _)| *s == section) {
+                self = self.set(&format!("{section}.{key}"), &value, &name)?;
+            }
+        }
+        Ok(self)
+    }
+
+    /// [`ConfigLoader::env`] with this process's environment.
+    pub fn env_from_process(self) -> Result<ConfigLoader, ConfigError> {
+        let vars = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        self.env(vars)
+    }
+
+    /// Sets `key` (`section.key`) from its text form: numbers and booleans as written,
+    /// strings without quotes (quotes are allowed). `origin` names the source in errors.
+    pub fn set(
+        mut self,
+        key: &str,
+        value: &str,
+        origin: &str,
+    ) -> Result<ConfigLoader, ConfigError> {
+        let unknown = || ConfigError::UnknownKey {
+            key: key.to_string(),
+            origin: origin.to_string(),
+        };
+        let (section, name) = key.split_once('.').ok_or_else(unknown)?;
+        key_doc(section, name).ok_or_else(unknown)?;
+        let defaults = Config::default().to_table();
+        let bad = |message: String| ConfigError::BadValue {
+            key: key.to_string(),
+            origin: origin.to_string(),
+            message,
+        };
+        let text = value.trim();
+        let unquoted = text
+            .strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .unwrap_or(text);
+        let parsed = match &defaults[section][name] {
+            toml::Value::Integer(_) => toml::Value::Integer(
+                text.parse()
+                    .map_err(|_| bad(format!("`{value}` is not an integer")))?,
+            ),
+            toml::Value::Float(_) => toml::Value::Float(
+                text.parse()
+                    .map_err(|_| bad(format!("`{value}` is not a number")))?,
+            ),
+            toml::Value::Boolean(_) => toml::Value::Boolean(
+                text.parse()
+                    .map_err(|_| bad(format!("`{value}` is not true or false")))?,
+            ),
+            _ => toml::Value::String(unquoted.to_string()),
+        };
+        // Check the value alone, so that a type error names this key and source.
+        let mut alone = toml::Table::new();
+        let mut inner = toml::Table::new();
+        inner.insert(name.to_string(), parsed.clone());
+        alone.insert(section.to_string(), toml::Value::Table(inner));
+        toml::Value::Table(alone)
+            .try_into::<Config>()
+            .map_err(|e| bad(e.to_string().trim_end().to_string()))?;
+        self.section(section).insert(name.to_string(), parsed);
+        Ok(self)
+    }
+
+    /// Applies `section.key=value` (the form of `--set`).
+    pub fn set_arg(self, arg: &str, origin: &str) -> Result<ConfigLoader, ConfigError> {
+        let Some((key, value)) = arg.split_once('=') else {
+            return Err(ConfigError::BadValue {
+                key: arg.to_string(),
+                origin: origin.to_string(),
+                message: "expected section.key=value".into(),
+            });
+        };
+        self.set(key.trim(), value, origin)
+    }
+
+    /// The configuration, validated.
+    pub fn build(self) -> Result<Config, ConfigError> {
+        let config: Config =
+            toml::Value::Table(self.table)
+                .try_into()
+                .map_err(|e| ConfigError::Parse {
+                    origin: "the merged configuration".into(),
+                    message: e.to_string(),
+                })?;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Parses a duration: `"2s"`, `"1500ms"`, `"1m30s"`, `"0.5s"` or a plain number of
+/// seconds (`"2"`). Units: `ns`, `us`, `ms`, `s`, `m`, `h`, `d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty duration".into());
+    }
+    if let Ok(secs) = text.parse::<f64>() {
+        return secs_to_duration(secs);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let unit_len = rest[number_len..]
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len() - number_len);
+        let (number, unit) = (&rest[..number_len], rest[number_len..][..unit_len].trim());
+        let bad =
+            || format!("`{text}` is not a duration (examples: \"2s\", \"1500ms\", \"1m30s\")");
+        let n: f64 = number.parse().map_err(|_| bad())?;
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "d" => 86_400.0,
+            _ => return Err(bad()),
+        };
+        total += secs_to_duration(n * scale)?;
+        rest = &rest[number_len + unit_len..];
+    }
+    Ok(total)
+}
+
+fn secs_to_duration(secs: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{secs} s is not a valid duration"))
+}
+
+/// Writes a duration in the largest unit (up to hours) that keeps it exact: `"2s"`,
+/// `"1500ms"`, `"24h"`.
+pub fn format_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".into();
+    }
+    const UNITS: [(u128, &str); 6] = [
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    for (size, unit) in UNITS {
+        if nanos.is_multiple_of(size) {
+            return format!("{}{unit}", nanos / size);
+        }
+    }
+    unreachable!("every duration is a whole number of nanoseconds")
+}
+
+/// Serde for a [`Duration`] as a human string (or a number of seconds when reading).
+mod duration {
+    use super::{format_duration, parse_duration};
+    use serde::{de, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(*d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        d.deserialize_any(Visitor)
+    }
+
+    struct Visitor;
+
+    impl de::Visitor<'_> for Visitor {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a duration such as \"2s\" or \"1500ms\", or a number of seconds")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
+            parse_duration(v).map_err(E::custom)
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Duration, E> {
+            u64::try_from(v)
+                .map(Duration::from_secs)
+                .map_err(|_| E::custom("a duration cannot be negative"))
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Duration, E> {
+            Ok(Duration::from_secs(v))
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Duration, E> {
+            super::secs_to_duration(v).map_err(E::custom)
+        }
+    }
+}
+
+/// Serde for an optional [`Duration`]: `"auto"` is `None`.
+mod auto_duration {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::duration::serialize(d, s),
+            None => s.serialize_str("auto"),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Auto(String),
+            Secs(f64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Auto(s) if s == "auto" => Ok(None),
+            Raw::Auto(s) => super::parse_duration(&s)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+            Raw::Secs(v) => super::secs_to_duration(v)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Serde for an optional socket address: `""` is `None`.
+mod optional_addr {
+    use serde::{de, Deserialize, Deserializer, Serializer};
+    use std::net::SocketAddr;
+
+    pub fn serialize<S: Serializer>(a: &Option<SocketAddr>, s: S) -> Result<S::Ok, S::Error> {
+        match a {
+            Some(a) => s.serialize_str(&a.to_string()),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.trim().is_empty() {
+            return Ok(None);
+        }
+        s.trim().parse().map(Some).map_err(|_| {
+            de::Error::custom(format!(
+                "`{s}` is not an IP:port address (e.g. \"127.0.0.1:9100\" or \"[::1]:9100\")"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

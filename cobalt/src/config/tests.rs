@@ -1,0 +1,309 @@
+use super::*;
+
+fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    vars.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn defaults_are_the_library_defaults() {
+    let c = Config::default();
+    c.validate().unwrap();
+    assert_eq!(c.endpoint_config(), EndpointConfig::default());
+    assert_eq!(c.server_limits(), ServerLimits::default());
+    assert_eq!(c.server.socket_addr(), "[::]:5683".parse().unwrap());
+    assert_eq!(c.server.metrics_addr, None);
+    assert_eq!(c.runtime.shards, 0);
+    assert_eq!(c.runtime.recv_batch, DEFAULT_RECV_BATCH);
+    assert_eq!(c.log.level, "info");
+    assert_eq!(Config::loader().build().unwrap(), c);
+    assert_eq!(Config::from_toml("").unwrap(), c);
+}
+
+#[test]
+fn default_toml_parses_back_to_the_defaults() {
+    let text = Config::default_toml();
+    assert_eq!(Config::from_toml(&text).unwrap(), Config::default());
+    assert!(text.contains("[endpoint]"), "{text}");
+    assert!(
+        text.contains("# default: \"2s\"; allowed: 1ms to 600s\nack_timeout = \"2s\""),
+        "{text}"
+    );
+    assert!(text.contains("metrics_addr = \"\""), "{text}");
+    assert!(text.contains("response_timeout = \"auto\""), "{text}");
+}
+
+#[test]
+fn every_key_is_documented_and_every_documented_key_exists() {
+    let table = Config::default().to_table();
+    let mut from_structs: Vec<String> = table
+        .iter()
+        .flat_map(|(section, keys)| {
+            keys.as_table()
+                .unwrap()
+                .keys()
+                .map(move |k| format!("{section}.{k}"))
+        })
+        .collect();
+    let mut documented: Vec<String> = KEYS
+        .iter()
+        .map(|d| format!("{}.{}", d.section, d.key))
+        .collect();
+    from_structs.sort();
+    documented.sort();
+    assert_eq!(from_structs, documented);
+    for d in KEYS {
+        assert!(SECTIONS.iter().any(|(s, _)| *s == d.section));
+    }
+}
+
+#[test]
+fn a_changed_config_renders_and_parses_back() {
+    let mut c = Config::default();
+    c.endpoint.ack_timeout = Duration::from_millis(1500);
+    c.endpoint.ack_random_factor = 1.25;
+    c.endpoint.response_timeout = Some(Duration::from_secs(90));
+    c.endpoint.dedup_skip_idempotent = true;
+    c.limits.block_szx = 2;
+    c.runtime.shards = 3;
+    c.server.bind = "127.0.0.1".parse().unwrap();
+    c.server.metrics_addr = Some("[::1]:9100".parse().unwrap());
+    c.log.level = "debug".into();
+    let text = c.to_toml();
+    assert!(text.contains("ack_timeout = \"1500ms\""), "{text}");
+    assert!(text.contains("response_timeout = \"90s\""), "{text}");
+    assert_eq!(Config::from_toml(&text).unwrap(), c);
+}
+
+#[test]
+fn file_overrides_defaults_key_by_key() {
+    let c = Config::from_toml(
+        r#"
+        [endpoint]
+        ack_timeout = "3s"
+        max_retransmit = 2
+        ack_random_factor = 2
+        [runtime]
+        shards = 4
+        [server]
+        port = 5684
+        metrics_addr = "127.0.0.1:9100"
+        [log]
+        level = "debug"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.endpoint.ack_timeout, Duration::from_secs(3));
+    assert_eq!(c.endpoint.max_retransmit, 2);
+    assert_eq!(c.endpoint.ack_random_factor, 2.0);
+    assert_eq!(c.endpoint.nstart, 1, "untouched keys keep their default");
+    assert_eq!(c.runtime.shards, 4);
+    assert_eq!(c.server.port, 5684);
+    assert_eq!(c.server.bind, Config::default().server.bind);
+    assert_eq!(
+        c.server.metrics_addr,
+        Some("127.0.0.1:9100".parse().unwrap())
+    );
+    assert_eq!(c.log.level, "debug");
+}
+
+#[test]
+fn file_is_read_from_disk() {
+    let path = std::env::temp_dir().join(format!("cobalt-config-test-{}.toml", std::process::id()));
+    std::fs::write(&path, "[server]\nport = 6000\n").unwrap();
+    let c = Config::loader().file(&path).unwrap().build().unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(c.server.port, 6000);
+    let e = Config::loader().file(&path).unwrap_err();
+    assert!(matches!(e, ConfigError::Read { .. }), "{e}");
+    assert!(e.to_string().contains("cobalt-config-test"), "{e}");
+}
+
+#[test]
+fn env_overrides_file_and_set_overrides_env() {
+    let c = Config::loader()
+        .toml("[endpoint]\nack_timeout = \"3s\"\nnstart = 2\n", "f.toml")
+        .unwrap()
+        .env(env(&[
+            ("COBALT_ENDPOINT_ACK_TIMEOUT", "4s"),
+            ("COBALT_SERVER_PORT", "6001"),
+            ("COBALT_SERVER_BIND", "127.0.0.1"),
+            ("COBALT_LOG_LEVEL", "warn"),
+            ("COBALT_ENDPOINT_DEDUP_SKIP_IDEMPOTENT", "true"),
+            ("COBALT_REQUIRE_PEERS", "1"),
+            ("COBALT_CONFIG", "elsewhere.toml"),
+            ("PATH", "/bin"),
+        ]))
+        .unwrap()
+        .set("server.port", "6002", "--port")
+        .unwrap()
+        .set_arg("endpoint.response_timeout=30s", "--set")
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(c.endpoint.ack_timeout, Duration::from_secs(4));
+    assert_eq!(c.endpoint.nstart, 2);
+    assert!(c.endpoint.dedup_skip_idempotent);
+    assert_eq!(c.endpoint.response_timeout, Some(Duration::from_secs(30)));
+    assert_eq!(c.server.port, 6002);
+    assert_eq!(c.server.bind, "127.0.0.1".parse::<IpAddr>().unwrap());
+    assert_eq!(c.log.level, "warn");
+}
+
+#[test]
+fn unknown_keys_are_refused_naming_the_key() {
+    let e = Config::from_toml("[endpoint]\nack_timout = \"2s\"\n").unwrap_err();
+    assert!(matches!(e, ConfigError::Parse { .. }));
+    assert!(e.to_string().contains("ack_timout"), "{e}");
+    let e = Config::from_toml("[endpont]\nack_timeout = \"2s\"\n").unwrap_err();
+    assert!(e.to_string().contains("endpont"), "{e}");
+    let e = Config::from_toml("port = 5683\n").unwrap_err();
+    assert!(e.to_string().contains("port"), "{e}");
+
+    let e = Config::loader()
+        .env(env(&[("COBALT_ENDPOINT_ACK_TIMOUT", "3s")]))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        ConfigError::UnknownKey {
+            key: "endpoint.ack_timout".into(),
+            origin: "COBALT_ENDPOINT_ACK_TIMOUT".into()
+        }
+    );
+    let e = Config::loader()
+        .set_arg("server.prot=1", "--set")
+        .unwrap_err();
+    assert!(e.to_string().contains("server.prot"), "{e}");
+    let e = Config::loader().set_arg("port=1", "--set").unwrap_err();
+    assert!(e.to_string().contains("`port`"), "{e}");
+}
+
+#[test]
+fn values_out_of_range_name_the_key_and_the_range() {
+    let cases = [
+        ("[endpoint]\nnstart = 0", "endpoint.nstart", "1 to 1024"),
+        (
+            "[endpoint]\nack_timeout = \"0s\"",
+            "endpoint.ack_timeout",
+            "1ms to 600s",
+        ),
+        (
+            "[endpoint]\nack_random_factor = 0.5",
+            "endpoint.ack_random_factor",
+            "1.0 to 10.0",
+        ),
+        ("[endpoint]\ntoken_len = 9", "endpoint.token_len", "1 to 8"),
+        (
+            "[endpoint]\nmax_latency = \"2h\"",
+            "endpoint.max_latency",
+            "0s to 3600s",
+        ),
+        (
+            "[limits]\nblock_szx = 7",
+            "limits.block_szx",
+            "0 to 6 (16 to 1024 bytes)",
+        ),
+        (
+            "[limits]\nobserve_con_every = 0",
+            "limits.observe_con_every",
+            "1 to 1000000",
+        ),
+        (
+            "[runtime]\nrecv_batch = 0",
+            "runtime.recv_batch",
+            "1 to 4096",
+        ),
+        ("[runtime]\nshards = 5000", "runtime.shards", "0 to 1024"),
+        (
+            "[log]\nlevel = \"loud\"",
+            "log.level",
+            "off, error, warn, info, debug, trace",
+        ),
+    ];
+    for (text, key, range) in cases {
+        let e = Config::from_toml(text).unwrap_err();
+        match &e {
+            ConfigError::OutOfRange {
+                key: k, allowed, ..
+            } => {
+                assert_eq!((k.as_str(), allowed.as_str()), (key, range), "{text}")
+            }
+            other => panic!("{text}: {other:?}"),
+        }
+        let message = e.to_string();
+        assert!(
+            message.contains(key) && message.contains(range),
+            "{message}"
+        );
+    }
+    let e = Config::loader()
+        .env(env(&[("COBALT_ENDPOINT_NSTART", "0")]))
+        .unwrap()
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid value for `endpoint.nstart`: 0; allowed 1 to 1024"
+    );
+}
+
+#[test]
+fn values_of_the_wrong_type_name_the_key() {
+    let e = Config::loader()
+        .set("server.port", "abc", "--set")
+        .unwrap_err();
+    assert!(matches!(e, ConfigError::BadValue { .. }), "{e:?}");
+    assert!(e.to_string().contains("server.port"), "{e}");
+    let e = Config::loader()
+        .set("server.port", "70000", "COBALT_SERVER_PORT")
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("server.port") && e.to_string().contains("COBALT_SERVER_PORT"),
+        "{e}"
+    );
+    let e = Config::loader()
+        .set("endpoint.ack_timeout", "soon", "--set")
+        .unwrap_err();
+    assert!(e.to_string().contains("endpoint.ack_timeout"), "{e}");
+    let e = Config::loader()
+        .set("server.bind", "localhost", "--set")
+        .unwrap_err();
+    assert!(e.to_string().contains("server.bind"), "{e}");
+    let e = Config::from_toml("[server]\nport = \"x\"").unwrap_err();
+    assert!(e.to_string().contains("port"), "{e}");
+    let e = Config::from_toml("[endpoint]\nack_timeout = \"2 parsecs\"").unwrap_err();
+    assert!(e.to_string().contains("parsecs"), "{e}");
+}
+
+#[test]
+fn durations_parse_and_format() {
+    let ok = [
+        ("2s", Duration::from_secs(2)),
+        ("1500ms", Duration::from_millis(1500)),
+        ("1m30s", Duration::from_secs(90)),
+        ("0.5s", Duration::from_millis(500)),
+        ("2", Duration::from_secs(2)),
+        ("0.25", Duration::from_millis(250)),
+        ("24h", Duration::from_secs(86_400)),
+        ("1d", Duration::from_secs(86_400)),
+        ("10us", Duration::from_micros(10)),
+        ("7ns", Duration::from_nanos(7)),
+    ];
+    for (text, d) in ok {
+        assert_eq!(parse_duration(text), Ok(d), "{text}");
+        assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+    }
+    for bad in ["", "s", "2x", "-1s", "1.2.3s", "-5"] {
+        assert!(parse_duration(bad).is_err(), "{bad}");
+    }
+    assert_eq!(format_duration(Duration::from_secs(86_400)), "24h");
+    assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
+    assert_eq!(format_duration(Duration::from_secs(100)), "100s");
+    assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    assert_eq!(format_duration(Duration::ZERO), "0s");
+    // In a file, a bare number is seconds.
+    let c = Config::from_toml("[endpoint]\nack_timeout = 3\nseparate_ack_delay = 0.5").unwrap();
+    assert_eq!(c.endpoint.ack_timeout, Duration::from_secs(3));
+    assert_eq!(c.endpoint.separate_ack_delay, Duration::from_millis(500));
+}

@@ -1,0 +1,691 @@
+//! Per-shard metrics and their Prometheus text exposition.
+//!
+//! Each shard publishes a snapshot of its endpoint's counters ([`Stats`]) and state
+//! sizes ([`StateCounts`]) into its [`ShardMetrics`] after every batch of work: a few
+//! relaxed atomic stores, no lock. [`Metrics`] reads them all, and
+//! [`serve_metrics`] answers `GET /metrics` over HTTP/1.1 in the Prometheus text
+//! format:
+//!
+//! ```text
+//! # HELP cobalt_requests_total Requests received and handed to a handler.
+//! # TYPE cobalt_requests_total counter
+//! cobalt_requests_total{shard="0"} 123
+//! ```
+
+use cobalt_proto::endpoint::{StateCounts, Stats};
+use std::fmt::Write as _;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The values of one shard at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardSnapshot {
+    /// Datagrams received.
+    pub datagrams_in: u64,
+    /// Datagrams sent.
+    pub datagrams_out: u64,
+    /// New requests handed to a handler.
+    pub requests: u64,
+    /// Responses and notifications sent with a 2.xx code.
+    pub responses_2xx: u64,
+    /// Responses and notifications sent with a 4.xx code.
+    pub responses_4xx: u64,
+    /// Responses and notifications sent with a 5.xx code.
+    pub responses_5xx: u64,
+    /// Confirmable messages retransmitted.
+    pub retransmissions: u64,
+    /// Duplicate messages recognised by deduplication.
+    pub duplicates: u64,
+    /// Undecodable datagrams (dropped, or answered with RST when confirmable).
+    pub format_errors: u64,
+    /// Requests answered 4.02 Bad Option.
+    pub bad_options: u64,
+    /// Requests answered 5.03 because a bound was reached.
+    pub overload_rejections: u64,
+    /// ACKs, RSTs and responses that matched nothing (dropped).
+    pub unmatched: u64,
+    /// RSTs sent.
+    pub resets_sent: u64,
+    /// Deduplication entries held (gauge).
+    pub dedup_entries: u64,
+    /// Requests being handled (gauge).
+    pub server_exchanges: u64,
+    /// Observe relations (gauge).
+    pub observers: u64,
+    /// Peers with per-peer state (gauge).
+    pub peers: u64,
+}
+
+/// One shard's published values: written by the shard, read by anyone.
+#[derive(Debug, Default)]
+pub struct ShardMetrics {
+    shard: usize,
+    values: [AtomicU64; FIELDS],
+}
+
+const FIELDS: usize = 17;
+
+impl ShardSnapshot {
+    fn to_array(self) -> [u64; FIELDS] {
+        [
+            self.datagrams_in,
+            self.datagrams_out,
+            self.requests,
+            self.responses_2xx,
+            self.responses_4xx,
+            self.responses_5xx,
+            self.retransmissions,
+            self.duplicates,
+            self.format_errors,
+            self.bad_options,
+            self.overload_rejections,
+            self.unmatched,
+            self.resets_sent,
+            self.dedup_entries,
+            self.server_exchanges,
+            self.observers,
+            self.peers,
+        ]
+    }
+
+    fn from_array(a: [u64; FIELDS]) -> ShardSnapshot {
+        ShardSnapshot {
+            datagrams_in: a[0],
+            datagrams_out: a[1],
+            requests: a[2],
+            responses_2xx: a[3],
+            responses_4xx: a[4],
+            responses_5xx: a[5],
+            retransmissions: a[6],
+            duplicates: a[7],
+            format_errors: a[8],
+            bad_options: a[9],
+            overload_rejections: a[10],
+            unmatched: a[11],
+            resets_sent: a[12],
+            dedup_entries: a[13],
+            server_exchanges: a[14],
+            observers: a[15],
+            peers: a[16],
+        }
+    }
+
+    /// The snapshot of an endpoint's counters and state.
+    pub fn from_endpoint(stats: &Stats, counts: StateCounts, observers: usize) -> ShardSnapshot {
+        ShardSnapshot {
+            datagrams_in: stats.datagrams_in,
+            datagrams_out: stats.datagrams_out,
+            requests: stats.requests,
+            responses_2xx: stats.responses_2xx,
+            responses_4xx: stats.responses_4xx,
+            responses_5xx: stats.responses_5xx,
+            retransmissions: stats.retransmissions,
+            duplicates: stats.duplicates,
+            format_errors: stats.format_errors,
+            bad_options: stats.bad_options,
+            overload_rejections: stats.overload_rejections,
+            unmatched: stats.unmatched,
+            resets_sent: stats.resets_sent,
+            dedup_entries: counts.dedup_entries as u64,
+            server_exchanges: counts.server_exchanges as u64,
+            observers: observers as u64,
+            peers: counts.peers as u64,
+        }
+    }
+
+    /// Field-wise sum (counters and gauges over all shards).
+    pub fn sum<'a>(snapshots: impl IntoIterator<Item = &'a ShardSnapshot>) -> ShardSnapshot {
+        let mut total = [0u64; FIELDS];
+        for s in snapshots {
+            for (t, v) in total.iter_mut().zip(s.to_array()) {
+                *t += v;
+            }
+        }
+        ShardSnapshot::from_array(total)
+    }
+}
+
+impl ShardMetrics {
+    /// Publishes the shard's current values (relaxed stores), and logs at debug level
+    /// the malformed datagrams and rejected requests since the last call.
+    pub fn publish(&self, snapshot: ShardSnapshot) {
+        let shard = self.shard;
+        let old = self.snapshot();
+        for (slot, v) in self.values.iter().zip(snapshot.to_array()) {
+            slot.store(v, Relaxed);
+        }
+        let new_format_errors = snapshot.format_errors.saturating_sub(old.format_errors);
+        if new_format_errors > 0 {
+            tracing::debug!(
+                shard,
+                count = new_format_errors,
+                "malformed datagrams dropped (RST sent to confirmable ones)"
+            );
+        }
+        let new_overload = snapshot
+            .overload_rejections
+            .saturating_sub(old.overload_rejections);
+        if new_overload > 0 {
+            tracing::debug!(
+                shard,
+                count = new_overload,
+                "requests rejected with 5.03 (a state bound was reached)"
+            );
+        }
+        let new_bad_options = snapshot.bad_options.saturating_sub(old.bad_options);
+        if new_bad_options > 0 {
+            tracing::debug!(
+                shard,
+                count = new_bad_options,
+                "requests rejected with 4.02 Bad Option"
+            );
+        }
+    }
+
+    /// The shard's number (its `shard` label).
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// The values last published.
+    pub fn snapshot(&self) -> ShardSnapshot {
+        let mut a = [0u64; FIELDS];
+        for (v, slot) in a.iter_mut().zip(&self.values) {
+            *v = slot.load(Relaxed);
+        }
+        ShardSnapshot::from_array(a)
+    }
+}
+
+/// The metrics of every shard of a server (cheap to clone).
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    shards: Vec<Arc<ShardMetrics>>,
+}
+
+impl Metrics {
+    /// Metrics for `shards` shards, all zero.
+    pub fn new(shards: usize) -> Metrics {
+        Metrics {
+            shards: (0..shards)
+                .map(|shard| {
+                    Arc::new(ShardMetrics {
+                        shard,
+                        values: Default::default(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// The per-shard slots, in shard order.
+    pub fn shards(&self) -> &[Arc<ShardMetrics>] {
+        &self.shards
+    }
+
+    /// Every shard's last published values, in shard order.
+    pub fn snapshot(&self) -> Vec<ShardSnapshot> {
+        self.shards.iter().map(|s| s.snapshot()).collect()
+    }
+
+    /// The sum over all shards.
+    pub fn total(&self) -> ShardSnapshot {
+        ShardSnapshot::sum(&self.snapshot())
+    }
+
+    /// The Prometheus text exposition of every shard's values.
+    pub fn render_prometheus(&self) -> String {
+        render_prometheus(&self.snapshot())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// One series of a family: an optional extra label and where its value comes from.
+type Series = (
+    Option<(&'static str, &'static str)>,
+    fn(&ShardSnapshot) -> u64,
+);
+
+/// A metric: name, help, type, an optional extra label and where its value comes from.
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    series: &'static [Series],
+}
+
+/// Every metric exposed, in output order (the README lists them).
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "cobalt_requests_total",
+        help: "Requests received and handed to a handler (duplicates and rejected requests excluded).",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.requests)],
+    },
+    Family {
+        name: "cobalt_responses_total",
+        help: "Responses and notifications sent, by code class.",
+        kind: Kind::Counter,
+        series: &[
+            (Some(("class", "2xx")), |s| s.responses_2xx),
+            (Some(("class", "4xx")), |s| s.responses_4xx),
+            (Some(("class", "5xx")), |s| s.responses_5xx),
+        ],
+    },
+    Family {
+        name: "cobalt_retransmissions_total",
+        help: "Confirmable messages retransmitted for lack of an ACK.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.retransmissions)],
+    },
+    Family {
+        name: "cobalt_duplicates_total",
+        help: "Duplicate messages recognised by deduplication (answered from the stored reply or dropped).",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.duplicates)],
+    },
+    Family {
+        name: "cobalt_format_errors_total",
+        help: "Undecodable datagrams (dropped; confirmable ones are answered with RST).",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.format_errors)],
+    },
+    Family {
+        name: "cobalt_unmatched_total",
+        help: "ACKs, RSTs and responses that matched no exchange (dropped).",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.unmatched)],
+    },
+    Family {
+        name: "cobalt_bad_options_total",
+        help: "Requests answered 4.02 Bad Option (unrecognized critical option).",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.bad_options)],
+    },
+    Family {
+        name: "cobalt_overload_rejections_total",
+        help: "Requests answered 5.03 Service Unavailable because a state bound was reached.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.overload_rejections)],
+    },
+    Family {
+        name: "cobalt_resets_sent_total",
+        help: "RST messages sent.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.resets_sent)],
+    },
+    Family {
+        name: "cobalt_datagrams_received_total",
+        help: "UDP datagrams received.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.datagrams_in)],
+    },
+    Family {
+        name: "cobalt_datagrams_sent_total",
+        help: "UDP datagrams sent.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.datagrams_out)],
+    },
+    Family {
+        name: "cobalt_dedup_entries",
+        help: "Deduplication entries held.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.dedup_entries)],
+    },
+    Family {
+        name: "cobalt_server_exchanges",
+        help: "Requests being handled (received and not yet answered).",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.server_exchanges)],
+    },
+    Family {
+        name: "cobalt_observers",
+        help: "Observe relations (RFC 7641) registered.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.observers)],
+    },
+    Family {
+        name: "cobalt_peers",
+        help: "Peers with per-peer state (message ID counter, NSTART queue).",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.peers)],
+    },
+];
+
+/// Renders snapshots (index = shard number) in the Prometheus text format 0.0.4.
+pub fn render_prometheus(shards: &[ShardSnapshot]) -> String {
+    let mut out = String::with_capacity(256 + FAMILIES.len() * shards.len() * 48);
+    for f in FAMILIES {
+        let kind = match f.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+        let _ = writeln!(out, "# TYPE {} {kind}", f.name);
+        for (label, value) in f.series {
+            for (i, s) in shards.iter().enumerate() {
+                let _ = match label {
+                    Some((k, v)) => {
+                        writeln!(out, "{}{{shard=\"{i}\",{k}=\"{v}\"}} {}", f.name, value(s))
+                    }
+                    None => writeln!(out, "{}{{shard=\"{i}\"}} {}", f.name, value(s)),
+                };
+            }
+        }
+    }
+    out
+}
+
+/// Largest HTTP request accepted by the metrics endpoint.
+const MAX_REQUEST: usize = 8 * 1024;
+/// Time a client has to send its request and read the answer.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running metrics HTTP endpoint; stops when dropped.
+#[derive(Debug)]
+pub struct MetricsServer {
+    local_addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MetricsServer {
+    /// The bound address (with the real port when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves `GET /metrics` (Prometheus text format) on `addr` over HTTP/1.1, one request
+/// per connection. Must be called within a tokio runtime; the listener runs as a task
+/// on it until the returned [`MetricsServer`] is dropped.
+pub async fn serve_metrics(addr: SocketAddr, metrics: Metrics) -> io::Result<MetricsServer> {
+    let listener = TcpListener::bind(addr).await?;
+    let local_addr = listener.local_addr()?;
+    tracing::info!(%local_addr, "metrics endpoint listening (GET /metrics)");
+    let task = tokio::spawn(async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, peer)) => {
+                    let metrics = metrics.clone();
+                    tokio::spawn(async move {
+                        let answered =
+                            tokio::time::timeout(HTTP_TIMEOUT, answer(stream, &metrics)).await;
+                        match answered {
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "metrics request failed")
+                            }
+                            Err(_) => tracing::debug!(%peer, "metrics request timed out"),
+                            Ok(Ok(())) => {}
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "metrics endpoint: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(MetricsServer { local_addr, task })
+}
+
+/// Reads one request, writes one response, closes.
+async fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    let head_end = loop {
+        if let Some(end) = find_head_end(&buf) {
+            break Some(end);
+        }
+        if buf.len() >= MAX_REQUEST {
+            break None;
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            break Some(buf.len());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let (status, content_type, body, head_only) = match head_end {
+        None => (
+            "431 Request Header Fields Too Large",
+            "text/plain; charset=utf-8",
+            "request larger than 8 KiB\n".to_string(),
+            false,
+        ),
+        Some(end) => route(&buf[..end], metrics),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n",
+        body.len(),
+        if status.starts_with("405") {
+            "Allow: GET, HEAD\r\n"
+        } else {
+            ""
+        },
+    );
+    stream.write_all(response.as_bytes()).await?;
+    if !head_only {
+        stream.write_all(body.as_bytes()).await?;
+    }
+    stream.shutdown().await?;
+    // Read what the client may still send (bounded), so that closing with unread
+    // data does not reset the connection before the client has read the answer.
+    let mut drained = 0;
+    while drained < 64 * 1024 {
+        match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+fn find_head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n")
+}
+
+/// Status, content type, body, and whether only the head is sent (HEAD).
+fn route(head: &[u8], metrics: &Metrics) -> (&'static str, &'static str, String, bool) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let bad = || ("400 Bad Request", TEXT, "bad request\n".to_string(), false);
+    let Ok(head) = std::str::from_utf8(head) else {
+        return bad();
+    };
+    let line = head.lines().next().unwrap_or("");
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return bad();
+    };
+    if !version.starts_with("HTTP/1.") || !target.starts_with('/') {
+        return bad();
+    }
+    let head_only = match method {
+        "GET" => false,
+        "HEAD" => true,
+        _ => {
+            return (
+                "405 Method Not Allowed",
+                TEXT,
+                "only GET and HEAD\n".into(),
+                false,
+            )
+        }
+    };
+    let path = target.split('?').next().unwrap_or(target);
+    if path != "/metrics" {
+        return (
+            "404 Not Found",
+            TEXT,
+            "not found; metrics are at /metrics\n".into(),
+            head_only,
+        );
+    }
+    (
+        "200 OK",
+        "text/plain; version=0.0.4; charset=utf-8",
+        metrics.render_prometheus(),
+        head_only,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<ShardSnapshot> {
+        vec![
+            ShardSnapshot {
+                requests: 123,
+                responses_2xx: 120,
+                responses_4xx: 2,
+                responses_5xx: 1,
+                dedup_entries: 7,
+                ..Default::default()
+            },
+            ShardSnapshot {
+                requests: 5,
+                observers: 3,
+                ..Default::default()
+            },
+        ]
+    }
+
+    #[test]
+    fn renders_the_prometheus_text_format() {
+        let text = render_prometheus(&sample());
+        assert!(text
+            .starts_with("# HELP cobalt_requests_total Requests received and handed to a handler"));
+        assert!(text.contains("# TYPE cobalt_requests_total counter\n"));
+        assert!(text.contains("cobalt_requests_total{shard=\"0\"} 123\n"));
+        assert!(text.contains("cobalt_requests_total{shard=\"1\"} 5\n"));
+        assert!(text.contains("cobalt_responses_total{shard=\"0\",class=\"2xx\"} 120\n"));
+        assert!(text.contains("cobalt_responses_total{shard=\"0\",class=\"4xx\"} 2\n"));
+        assert!(text.contains("cobalt_responses_total{shard=\"0\",class=\"5xx\"} 1\n"));
+        assert!(text.contains("# TYPE cobalt_dedup_entries gauge\n"));
+        assert!(text.contains("cobalt_dedup_entries{shard=\"0\"} 7\n"));
+        assert!(text.contains("cobalt_observers{shard=\"1\"} 3\n"));
+        // Every line is a comment or `name{labels} value`, and each family is
+        // introduced once by HELP and TYPE.
+        for line in text.lines() {
+            if line.starts_with('#') {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            value.parse::<u64>().unwrap();
+            assert!(
+                series.starts_with("cobalt_") && series.ends_with('}'),
+                "{line}"
+            );
+        }
+        for f in FAMILIES {
+            assert_eq!(text.matches(&format!("# TYPE {} ", f.name)).count(), 1);
+            assert_eq!(text.matches(&format!("# HELP {} ", f.name)).count(), 1);
+            if f.kind == Kind::Counter {
+                assert!(f.name.ends_with("_total"), "{}", f.name);
+            }
+        }
+    }
+
+    #[test]
+    fn publish_and_snapshot_round_trip() {
+        let m = Metrics::new(2);
+        let s = sample();
+        m.shards()[0].publish(s[0]);
+        m.shards()[1].publish(s[1]);
+        assert_eq!(m.snapshot(), s);
+        assert_eq!(m.total().requests, 128);
+        assert_eq!(m.total().observers, 3);
+        let stats = Stats {
+            requests: 4,
+            responses_4xx: 1,
+            ..Default::default()
+        };
+        let counts = StateCounts {
+            dedup_entries: 9,
+            ..Default::default()
+        };
+        let snap = ShardSnapshot::from_endpoint(&stats, counts, 2);
+        assert_eq!(
+            (
+                snap.requests,
+                snap.responses_4xx,
+                snap.dedup_entries,
+                snap.observers
+            ),
+            (4, 1, 9, 2)
+        );
+    }
+
+    async fn http(addr: SocketAddr, request: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request).await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn http_endpoint_answers_get_metrics_and_refuses_the_rest() {
+        let m = Metrics::new(1);
+        m.shards()[0].publish(sample()[0]);
+        let server = serve_metrics("127.0.0.1:0".parse().unwrap(), m)
+            .await
+            .unwrap();
+        let addr = server.local_addr();
+        let ok = http(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(
+            ok.contains("Content-Type: text/plain; version=0.0.4"),
+            "{ok}"
+        );
+        assert!(ok.contains("Connection: close"), "{ok}");
+        assert!(
+            ok.contains("cobalt_requests_total{shard=\"0\"} 123\n"),
+            "{ok}"
+        );
+        let (head, body) = ok.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+
+        let head = http(addr, b"HEAD /metrics HTTP/1.0\r\n\r\n").await;
+        assert!(
+            head.starts_with("HTTP/1.1 200 OK\r\n") && head.ends_with("\r\n\r\n"),
+            "{head}"
+        );
+        let nf = http(addr, b"GET / HTTP/1.1\r\n\r\n").await;
+        assert!(nf.starts_with("HTTP/1.1 404 Not Found\r\n"), "{nf}");
+        let bad = http(addr, b"hello\r\n\r\n").await;
+        assert!(bad.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{bad}");
+        let post = http(addr, b"POST /metrics HTTP/1.1\r\n\r\n").await;
+        assert!(
+            post.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+            "{post}"
+        );
+        assert!(post.contains("Allow: GET, HEAD\r\n"), "{post}");
+        let big = vec![b'a'; 9000];
+        let too_big = http(addr, &big).await;
+        assert!(too_big.starts_with("HTTP/1.1 431 "), "{too_big}");
+    }
+}

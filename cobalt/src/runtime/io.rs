@@ -1,0 +1,264 @@
+//! How a shard's datagrams come and go: through a socket the shard owns
+//! (`SO_REUSEPORT` mode, the default), or through the paper's stages — receiver
+//! threads hand datagrams to protocol workers, sender threads send their answers —
+//! over one shared socket, for systems without `SO_REUSEPORT`.
+
+use crate::transport::mmsg;
+use cobalt_proto::endpoint::Transmit;
+use std::net::{SocketAddr, UdpSocket as StdSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+
+/// A datagram handed from a receiver thread to a protocol worker.
+pub(crate) struct Inbound {
+    pub peer: SocketAddr,
+    pub bytes: Vec<u8>,
+    pub truncated: bool,
+}
+
+/// A shard's I/O.
+pub(crate) enum ShardIo {
+    /// The shard owns this socket.
+    Socket {
+        socket: UdpSocket,
+        rbuf: Box<mmsg::RecvBatch>,
+    },
+    /// Receiver threads feed `inbound`; `outbound` goes to sender threads.
+    Staged {
+        inbound: mpsc::Receiver<Inbound>,
+        outbound: std::sync::mpsc::Sender<Vec<Transmit>>,
+    },
+}
+
+/// What woke the shard up.
+pub(crate) enum Input {
+    /// The owned socket has datagrams.
+    Readable,
+    /// A datagram from a receiver thread.
+    Datagram(Inbound),
+    /// No more input will come.
+    Closed,
+}
+
+impl ShardIo {
+    pub(crate) fn socket(socket: UdpSocket) -> ShardIo {
+        ShardIo::Socket {
+            socket,
+            rbuf: Box::default(),
+        }
+    }
+
+    /// Waits for input.
+    pub(crate) async fn next(&mut self) -> Input {
+        match self {
+            ShardIo::Socket { socket, .. } => match socket.readable().await {
+                Ok(()) => Input::Readable,
+                Err(_) => Input::Closed,
+            },
+            ShardIo::Staged { inbound, .. } => match inbound.recv().await {
+                Some(d) => Input::Datagram(d),
+                None => Input::Closed,
+            },
+        }
+    }
+}
+
+/// The stage configuration of single-socket mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stages {
+    /// Threads receiving from the socket.
+    pub receivers: usize,
+    /// Threads sending to the socket.
+    pub senders: usize,
+    /// Protocol workers (each owns the state of the peers hashed to it).
+    pub workers: usize,
+    /// Datagrams queued per worker; beyond it a confirmable request is answered
+    /// 5.03 Service Unavailable by the receiver thread and anything else is dropped.
+    pub queue: usize,
+}
+
+impl Default for Stages {
+    fn default() -> Self {
+        Stages {
+            receivers: 1,
+            senders: 1,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            queue: 4096,
+        }
+    }
+}
+
+/// Counters of the stages.
+#[derive(Debug, Default)]
+pub struct StageCounters {
+    /// Datagrams refused because a worker's queue was full.
+    pub overload: AtomicU64,
+}
+
+/// The running receiver and sender threads.
+pub(crate) struct StageThreads {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl StageThreads {
+    /// Stops the receivers and senders (the senders once their queue is drained).
+    pub(crate) fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the stages over `socket`, returning each worker's I/O and the threads.
+pub(crate) fn start_stages(
+    socket: StdSocket,
+    stages: Stages,
+    counters: Arc<StageCounters>,
+) -> std::io::Result<(Vec<ShardIo>, StageThreads)> {
+    socket.set_nonblocking(false)?;
+    // Receivers wake up now and then to notice a stop.
+    socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (out_tx, out_rx) = std::sync::mpsc::channel::<Vec<Transmit>>();
+    let out_rx = Arc::new(Mutex::new(out_rx));
+    let mut inboxes = Vec::new();
+    let mut ios = Vec::new();
+    for _ in 0..stages.workers.max(1) {
+        let (tx, rx) = mpsc::channel(stages.queue.max(1));
+        inboxes.push(tx);
+        ios.push(ShardIo::Staged {
+            inbound: rx,
+            outbound: out_tx.clone(),
+        });
+    }
+    drop(out_tx);
+    let mut threads = Vec::new();
+    for i in 0..stages.receivers.max(1) {
+        let (sock, stop, inboxes, counters) = (
+            socket.try_clone()?,
+            stop.clone(),
+            inboxes.clone(),
+            counters.clone(),
+        );
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("cobalt-recv-{i}"))
+                .spawn(move || receive_loop(sock, stop, inboxes, counters))?,
+        );
+    }
+    for i in 0..stages.senders.max(1) {
+        let (sock, out_rx) = (socket.try_clone()?, out_rx.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("cobalt-send-{i}"))
+                .spawn(move || send_loop(sock, out_rx))?,
+        );
+    }
+    Ok((ios, StageThreads { stop, threads }))
+}
+
+fn worker_for(peer: &SocketAddr, workers: usize) -> usize {
+    use std::collections::hash_map::DefaultHasher;
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    // A fixed hasher: the same peer always goes to the same worker.
+    let h = BuildHasherDefault::<DefaultHasher>::default().hash_one(peer);
+    (h % workers as u64) as usize
+}
+
+fn receive_loop(
+    socket: StdSocket,
+    stop: Arc<AtomicBool>,
+    inboxes: Vec<mpsc::Sender<Inbound>>,
+    counters: Arc<StageCounters>,
+) {
+    let mut batch = Box::<mmsg::RecvBatch>::default();
+    let fd = socket.as_raw_fd();
+    while !stop.load(Ordering::Relaxed) {
+        let n = match mmsg::recv_batch_blocking(fd, &mut batch) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "receive failed");
+                continue;
+            }
+        };
+        for i in 0..n {
+            let Some((peer, bytes, truncated)) = batch.get(i) else {
+                continue;
+            };
+            let inbox = &inboxes[worker_for(&peer, inboxes.len())];
+            let item = Inbound {
+                peer,
+                bytes: bytes.to_vec(),
+                truncated,
+            };
+            if let Err(mpsc::error::TrySendError::Full(item)) = inbox.try_send(item) {
+                counters.overload.fetch_add(1, Ordering::Relaxed);
+                if let Some(reply) = cobalt_proto::endpoint::overload_reply(&item.bytes, 2) {
+                    let _ = socket.send_to(&reply, peer);
+                }
+            }
+        }
+    }
+}
+
+fn send_loop(socket: StdSocket, queue: Arc<Mutex<std::sync::mpsc::Receiver<Vec<Transmit>>>>) {
+    let fd = socket.as_raw_fd();
+    loop {
+        let batch = {
+            let Ok(q) = queue.lock() else { return };
+            match q.recv() {
+                Ok(b) => b,
+                Err(_) => return, // every worker is gone
+            }
+        };
+        let mut sent = 0;
+        while sent < batch.len() {
+            let slice: Vec<(SocketAddr, &[u8])> = batch[sent..]
+                .iter()
+                .take(mmsg::BATCH)
+                .map(|t| (t.peer, t.bytes.as_slice()))
+                .collect();
+            match mmsg::send_batch(fd, &slice) {
+                Ok(n) => sent += n.max(1),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_micros(50))
+                }
+                Err(_) => sent += 1,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_always_maps_to_the_same_worker() {
+        let p: SocketAddr = "10.0.0.1:4000".parse().unwrap();
+        let w = worker_for(&p, 7);
+        for _ in 0..10 {
+            assert_eq!(worker_for(&p, 7), w);
+        }
+        let spread: std::collections::HashSet<usize> = (0..200u16)
+            .map(|port| worker_for(&SocketAddr::from(([10, 0, 0, 1], 4000 + port)), 7))
+            .collect();
+        assert_eq!(spread.len(), 7, "peers spread over all workers");
+    }
+}

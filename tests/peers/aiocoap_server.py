@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""A small aiocoap server that Cobalt's interop tests talk to.
+
+Usage: aiocoap_server.py --port PORT [--bind ADDRESS]
+
+Resources:
+  /hello   GET  -> 2.05 "hello from aiocoap"
+  /echo    POST/PUT -> 2.04 with the request payload (and its Content-Format)
+  /slow    GET  -> sleeps 3 s, so aiocoap sends an empty ACK first and then a
+                   separate (CON) response "slow response"
+  /large   GET  -> 3000 bytes of deterministic text (served in Block2 blocks)
+  /counter GET, observable -> "count N", N increasing every 0.5 s
+  /big-counter GET, observable -> 2000 bytes starting "count N", every 1 s
+  /.well-known/core -> link-format listing of the above
+"""
+
+import argparse
+import asyncio
+
+import aiocoap
+import aiocoap.resource as resource
+
+
+def large_body() -> bytes:
+    """3000 bytes: numbered lines 'line NNNN: abc...xyz', truncated to length."""
+    out = bytearray()
+    i = 0
+    while len(out) < 3000:
+        out += b"line %04d: abcdefghijklmnopqrstuvwxyz\n" % i
+        i += 1
+    return bytes(out[:3000])
+
+
+class Hello(resource.Resource):
+    async def render_get(self, request):
+        return aiocoap.Message(
+            payload=b"hello from aiocoap",
+            content_format=0,
+        )
+
+
+class Echo(resource.Resource):
+    async def _echo(self, request):
+        msg = aiocoap.Message(code=aiocoap.CHANGED, payload=request.payload)
+        if request.opt.content_format is not None:
+            msg.opt.content_format = request.opt.content_format
+        return msg
+
+    async def render_post(self, request):
+        return await self._echo(request)
+
+    async def render_put(self, request):
+        return await self._echo(request)
+
+
+class Slow(resource.Resource):
+    async def render_get(self, request):
+        await asyncio.sleep(3)
+        return aiocoap.Message(payload=b"slow response", content_format=0)
+
+
+class Large(resource.Resource):
+    async def render_get(self, request):
+        return aiocoap.Message(payload=large_body(), content_format=0)
+
+
+class Counter(resource.ObservableResource):
+    """Observable: the payload changes every `period` seconds."""
+
+    def __init__(self, period: float, size: int = 0):
+        super().__init__()
+        self.count = 0
+        self.size = size
+        self.period = period
+        self.task = None
+
+    def update_observation_count(self, count):
+        if count and self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self.tick())
+        elif not count and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    async def tick(self):
+        while True:
+            await asyncio.sleep(self.period)
+            self.count += 1
+            self.updated_state()
+
+    def body(self) -> bytes:
+        text = b"count %d" % self.count
+        if self.size:
+            text = (text + b" " + b"x" * self.size)[: self.size]
+        return text
+
+    async def render_get(self, request):
+        return aiocoap.Message(payload=self.body(), content_format=0)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--bind", default="127.0.0.1")
+    args = parser.parse_args()
+
+    site = resource.Site()
+    site.add_resource(
+        [".well-known", "core"],
+        resource.WKCResource(site.get_resources_as_linkheader),
+    )
+    site.add_resource(["hello"], Hello())
+    site.add_resource(["echo"], Echo())
+    site.add_resource(["slow"], Slow())
+    site.add_resource(["large"], Large())
+    site.add_resource(["counter"], Counter(0.5))
+    site.add_resource(["big-counter"], Counter(1.0, size=2000))
+
+    await aiocoap.Context.create_server_context(
+        site, bind=(args.bind, args.port), transports=["udp6"]
+    )
+    print(f"aiocoap server listening on {args.bind}:{args.port}", flush=True)
+    await asyncio.get_running_loop().create_future()
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
