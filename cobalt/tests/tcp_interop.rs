@@ -2,8 +2,9 @@
 //! `coap-client-notls` / `coap-server-notls` and aiocoap's `aiocoap-client`.
 //!
 //! A test whose peer program is missing is skipped with a note, unless
-//! `COBALT_REQUIRE_PEERS=1`, in which case it fails. Programs are looked up on `PATH`;
-//! aiocoap also in `$COBALT_AIOCOAP_CLIENT` and the repository's `.venv-peers`.
+//! `COBALT_REQUIRE_PEERS=1`, in which case it fails (`scripts/install-test-deps.sh`
+//! installs the peers). libcoap's tools are looked up on `PATH`; `aiocoap-client` in
+//! `$COBALT_AIOCOAP_BIN` (a directory), else the workspace's `.venv-peers/bin`, else `PATH`.
 
 use cobalt::server::{get, post, Request};
 use cobalt::{Client, Code, Server, ServerHandle};
@@ -27,20 +28,19 @@ fn peer(name: &str, extra: &[PathBuf]) -> Option<PathBuf> {
             std::env::var("COBALT_REQUIRE_PEERS").as_deref() != Ok("1"),
             "{name} not found and COBALT_REQUIRE_PEERS=1"
         );
-        eprintln!("note: {name} not found; skipping this interop test");
+        eprintln!(
+            "SKIPPED: {name} not found (run scripts/install-test-deps.sh; \
+             set COBALT_REQUIRE_PEERS=1 to make this a failure)"
+        );
     }
     found
 }
 
 fn aiocoap_client() -> Option<PathBuf> {
-    let mut extra: Vec<PathBuf> = std::env::var_os("COBALT_AIOCOAP_CLIENT")
+    let dir = std::env::var_os("COBALT_AIOCOAP_BIN")
         .map(PathBuf::from)
-        .into_iter()
-        .collect();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    extra.push(root.join(".venv-peers/bin/aiocoap-client"));
-    extra.push(PathBuf::from("/work/main/.venv-peers/bin/aiocoap-client"));
-    peer("aiocoap-client", &extra)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv-peers/bin"));
+    peer("aiocoap-client", &[dir.join("aiocoap-client")])
 }
 
 async fn our_server() -> ServerHandle {
