@@ -1,5 +1,6 @@
 //! CoAP over TCP interoperability with other implementations: libcoap's
-//! `coap-client-notls` / `coap-server-notls` and aiocoap's `aiocoap-client`.
+//! `coap-client-notls` / `coap-server-notls` and aiocoap's `aiocoap-client` /
+//! `aiocoap-fileserver`, each way.
 //!
 //! A test whose peer program is missing is skipped with a note, unless
 //! `COBALT_REQUIRE_PEERS=1`, in which case it fails (`scripts/install-test-deps.sh`
@@ -36,11 +37,11 @@ fn peer(name: &str, extra: &[PathBuf]) -> Option<PathBuf> {
     found
 }
 
-fn aiocoap_client() -> Option<PathBuf> {
+fn aiocoap(script: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("COBALT_AIOCOAP_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv-peers/bin"));
-    peer("aiocoap-client", &[dir.join("aiocoap-client")])
+    peer(script, &[dir.join(script)])
 }
 
 async fn our_server() -> ServerHandle {
@@ -242,7 +243,7 @@ async fn our_client_against_libcoap_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aiocoap_client_against_our_server() {
-    let Some(client) = aiocoap_client() else {
+    let Some(client) = aiocoap("aiocoap-client") else {
         return;
     };
     let server = our_server().await;
@@ -276,4 +277,80 @@ async fn aiocoap_client_against_our_server() {
         text(&out)
     );
     server.shutdown(Duration::ZERO).await;
+}
+
+/// A process killed (and a directory removed) on drop.
+struct Guarded {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_client_against_aiocoap_fileserver() {
+    let Some(program) = aiocoap("aiocoap-fileserver") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("cobalt-tcp-interop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("greeting.txt"), "hello from aiocoap").unwrap();
+    let big: String = (0..5000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    std::fs::write(dir.join("big.txt"), &big).unwrap();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = Command::new(&program)
+        .arg("--bind")
+        .arg(addr.to_string())
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start aiocoap-fileserver");
+    let _server = Guarded { child, dir };
+    let started = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "aiocoap-fileserver did not listen on {addr}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = Client::new();
+    let r = client
+        .request(Code::GET, &format!("coap+tcp://{addr}/greeting.txt"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CONTENT);
+    assert_eq!(r.text_payload(), "hello from aiocoap");
+    let r = client
+        .request(Code::GET, &format!("coap+tcp://{addr}/big.txt"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CONTENT);
+    assert_eq!(r.text_payload(), big);
+    let r = client
+        .request(Code::GET, &format!("coap+tcp://{addr}/missing.txt"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::NOT_FOUND);
 }
