@@ -2,7 +2,8 @@
 //!
 //! This crate holds no sockets, threads or clocks: the [`message`] codec, the
 //! [`endpoint`] state machine (fed datagrams, timeouts and application commands with an
-//! explicit `now`) and the RFC 6690 [`link_format`].
+//! explicit `now`), the RFC 8323 [`tcp_connection`] state machine and the RFC 6690
+//! [`link_format`].
 #![warn(missing_docs)]
 
 pub mod blockwise;
@@ -10,4 +11,5 @@ pub mod endpoint;
 pub mod link_format;
 pub mod message;
 pub mod observe;
+pub mod tcp_connection;
 pub mod uri;

@@ -45,6 +45,11 @@ pub enum Error {
     /// The transport is not available in this build or for this call.
     #[error("{0}")]
     Unsupported(String),
+    /// A `coap+tcp` connection could not be used: it closed (Release, Abort, the peer
+    /// went away) with the request outstanding, or the message exceeds the peer's
+    /// Max-Message-Size.
+    #[error("{0}")]
+    Connection(String),
     /// The endpoint shut down while the request was outstanding.
     #[error("the endpoint was shut down")]
     Shutdown,

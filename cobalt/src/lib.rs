@@ -1,7 +1,7 @@
 //! Cobalt: a CoAP (RFC 7252) server and client for IoT cloud services.
 //!
 //! The protocol itself lives in the sans-IO crate [`cobalt_proto`]; this crate adds the
-//! connectors (UDP), the shard threads that drive endpoints, the [`Server`] with its
+//! connectors (UDP, and TCP per RFC 8323), the shard threads that drive endpoints, the [`Server`] with its
 //! resource tree, and the [`Client`] (async and [blocking](client::blocking)).
 //! A server's settings can come from one TOML file with environment and command-line
 //! overrides ([`config`]); its counters are exported in the Prometheus format ([`metrics`]).

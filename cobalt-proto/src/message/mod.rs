@@ -1,10 +1,11 @@
-//! The CoAP message model and its UDP wire codec.
+//! The CoAP message model, its UDP wire codec and the RFC 8323 TCP/WebSocket framing.
 
 pub mod block;
 pub mod code;
 pub mod codec;
 pub mod model;
 pub mod option;
+pub mod tcp;
 pub mod token;
 
 pub use block::BlockValue;
@@ -12,4 +13,7 @@ pub use code::{Code, MessageType};
 pub use codec::{decode, encode, encode_into, DecodeError};
 pub use model::Message;
 pub use option::{content_format, number as opt, CoapOption, Options};
+pub use tcp::{
+    decode_tcp, decode_ws, encode_tcp, encode_ws, Signal, SignalError, TcpDecodeError, TcpMessage,
+};
 pub use token::Token;

@@ -16,6 +16,7 @@ pub use observe::Observation;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::Tracer;
 use crate::server::Response;
+use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::udp::{any_for, bind_shard_sockets};
 use crate::{Error, Result};
 use cobalt_proto::blockwise::MAX_UDP_SZX;
@@ -44,6 +45,7 @@ struct Inner {
     v4: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     next_key: AtomicU64,
+    tcp: TcpPool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -82,6 +84,7 @@ impl Client {
                 v4: Mutex::new(None),
                 v6: Mutex::new(None),
                 next_key: AtomicU64::new(1),
+                tcp: TcpPool::default(),
             }),
         }
     }
@@ -272,7 +275,14 @@ impl RequestBuilder {
 
     /// Sends the request and waits for the response. A response in Block2 blocks is
     /// fetched block by block and returned whole (RFC 7959).
+    ///
+    /// `coap+tcp://` URIs go over a pooled TCP connection per server (RFC 8323), with
+    /// the whole body in one message; without [`RequestBuilder::timeout`] a TCP request
+    /// gives up after 60 s.
     pub async fn send(self) -> Result<Response> {
+        if CoapUri::parse(&self.uri).is_ok_and(|u| u.scheme == Scheme::CoapTcp) {
+            return self.send_tcp().await;
+        }
         let szx = self.block_szx;
         let (client, peer, message, timeout) = self.prepare().await?;
         let exchange = async {
@@ -292,8 +302,28 @@ impl RequestBuilder {
         }
     }
 
+    async fn send_tcp(mut self) -> Result<Response> {
+        let uri = CoapUri::parse(&self.uri)?;
+        let peer = resolve(&uri).await?;
+        uri.apply_to(&mut self.message.options);
+        let timeout = self.timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT);
+        let client = self.client;
+        let exchange = async {
+            let first = client.inner.tcp.request(peer, self.message.clone()).await?;
+            fetch_rest_tcp(&client, peer, self.message, first).await
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| Error::Deadline(timeout))?
+    }
+
     /// Sends the request with Observe=0 and returns the stream of notifications.
     pub async fn observe(mut self) -> Result<Observation> {
+        if CoapUri::parse(&self.uri).is_ok_and(|u| u.scheme == Scheme::CoapTcp) {
+            return Err(Error::Unsupported(
+                "observe over coap+tcp:// is not supported yet; use coap://".into(),
+            ));
+        }
         self.message.options.set_uint(opt::OBSERVE, 0);
         let (client, peer, message, _) = self.prepare().await?;
         Observation::register(client, peer, message)
@@ -384,9 +414,33 @@ async fn fetch_whole(client: &Client, peer: SocketAddr, request: Message) -> Res
 pub(crate) async fn fetch_rest(
     client: &Client,
     peer: SocketAddr,
-    mut request: Message,
+    request: Message,
     first: Message,
 ) -> Result<Response> {
+    fetch_rest_via(request, first, |req| exchange(client, peer, req)).await
+}
+
+/// [`fetch_rest`] over the pooled `coap+tcp` connection to `peer`.
+async fn fetch_rest_tcp(
+    client: &Client,
+    peer: SocketAddr,
+    request: Message,
+    first: Message,
+) -> Result<Response> {
+    fetch_rest_via(request, first, |req| client.inner.tcp.request(peer, req)).await
+}
+
+/// Completes a representation whose first block is `first`, fetching the following
+/// blocks with `exchange`.
+async fn fetch_rest_via<F, Fut>(
+    mut request: Message,
+    first: Message,
+    mut exchange: F,
+) -> Result<Response>
+where
+    F: FnMut(Message) -> Fut,
+    Fut: std::future::Future<Output = Result<Message>>,
+{
     request.options.remove(opt::OBSERVE);
     let Some(mut block) = first.block2().filter(|b| b.more && first.code.is_success()) else {
         return Ok(Response::from_message(first));
@@ -403,7 +457,7 @@ pub(crate) async fn fetch_rest(
             .ok_or_else(|| Error::BlockTransfer("too many blocks".into()))?;
         let mut req = request.clone();
         req.options.set_uint(opt::BLOCK2, next.encode());
-        let part = exchange(client, peer, req).await?;
+        let part = exchange(req).await?;
         if !part.code.is_success() {
             return Err(Error::BlockTransfer(format!(
                 "server answered {} to block {}",

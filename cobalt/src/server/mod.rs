@@ -36,6 +36,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo};
 use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
+use crate::transport::tcp::{TcpListenerHandle, TcpServerLimits};
 use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
@@ -55,6 +56,8 @@ pub struct Server {
     stage_counters: Arc<StageCounters>,
     recv_batch: Option<usize>,
     buffers: SocketBuffers,
+    tcp_addr: Option<SocketAddr>,
+    tcp_limits: TcpServerLimits,
 }
 
 impl Server {
@@ -138,6 +141,42 @@ impl Server {
         self
     }
 
+    /// Also serves the same resources over CoAP over TCP (RFC 8323, `coap+tcp://`) on
+    /// `addr`, bound by [`Server::bind`] next to the UDP socket; see
+    /// [`ServerHandle::tcp_local_addr`].
+    pub fn tcp(mut self, addr: SocketAddr) -> Server {
+        self.tcp_addr = Some(addr);
+        self
+    }
+
+    /// Sets the limits of the TCP side (connections, Max-Message-Size, timeouts).
+    pub fn tcp_limits(mut self, limits: TcpServerLimits) -> Server {
+        self.tcp_limits = limits;
+        self
+    }
+
+    /// Serves over CoAP over TCP only (RFC 8323, `coap+tcp://`), on the current tokio
+    /// runtime: one task per connection, handlers run on that task.
+    /// [`ServerHandle::local_addr`] is then the TCP address.
+    pub async fn bind_tcp(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
+        let addr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
+        let tcp =
+            crate::transport::tcp::listen(addr, Arc::new(self.tree), self.limits, self.tcp_limits)
+                .await?;
+        tracing::info!(local_addr = %tcp.local_addr, "CoAP over TCP server listening");
+        Ok(ServerHandle {
+            local_addr: tcp.local_addr,
+            commands: Vec::new(),
+            threads: Vec::new(),
+            stage_threads: None,
+            metrics: Metrics::new(0),
+            tcp: Some(tcp),
+        })
+    }
+
     /// Binds the UDP address and starts serving.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
         self.config.validate()?;
@@ -190,12 +229,39 @@ impl Server {
             o.attach(commands.clone());
         }
         tracing::info!(%local_addr, workers = commands.len(), staged = stage_threads.is_some(), "CoAP server listening");
+        let tcp = match self.tcp_addr {
+            Some(addr) => {
+                let tcp = crate::transport::tcp::listen(
+                    addr,
+                    tree.clone(),
+                    self.limits.clone(),
+                    self.tcp_limits.clone(),
+                )
+                .await;
+                match tcp {
+                    Ok(tcp) => {
+                        tracing::info!(local_addr = %tcp.local_addr, "CoAP over TCP listening");
+                        Some(tcp)
+                    }
+                    Err(e) => {
+                        for c in &commands {
+                            let _ = c.send(Command::Shutdown {
+                                grace: Duration::ZERO,
+                            });
+                        }
+                        return Err(e.into());
+                    }
+                }
+            }
+            None => None,
+        };
         Ok(ServerHandle {
             local_addr,
             commands,
             threads,
             stage_threads,
             metrics,
+            tcp,
         })
     }
 }
@@ -208,6 +274,7 @@ pub struct ServerHandle {
     threads: Vec<std::thread::JoinHandle<()>>,
     stage_threads: Option<StageThreads>,
     metrics: Metrics,
+    tcp: Option<TcpListenerHandle>,
 }
 
 impl std::fmt::Debug for StageThreads {
@@ -228,20 +295,32 @@ impl ServerHandle {
         self.local_addr
     }
 
+    /// The CoAP-over-TCP address, when serving over TCP too ([`Server::tcp`],
+    /// [`Server::bind_tcp`]).
+    pub fn tcp_local_addr(&self) -> Option<SocketAddr> {
+        self.tcp.as_ref().map(|t| t.local_addr)
+    }
+
     /// Graceful shutdown: stop reading, let handlers in progress answer for up to
-    /// `grace`, then stop every shard.
+    /// `grace`, then stop every shard (and release every TCP connection).
     pub async fn shutdown(self, grace: Duration) {
         tracing::info!(local_addr = %self.local_addr, ?grace, "CoAP server shutting down");
         for c in &self.commands {
             let _ = c.send(Command::Shutdown { grace });
+        }
+        if let Some(tcp) = &self.tcp {
+            tcp.shutdown(grace);
         }
         let local_addr = self.local_addr;
         self.wait().await;
         tracing::info!(%local_addr, "CoAP server stopped");
     }
 
-    /// Waits until every shard has stopped.
+    /// Waits until every shard (and the TCP listener) has stopped.
     pub async fn wait(self) {
+        if let Some(tcp) = self.tcp {
+            tcp.wait().await;
+        }
         let (threads, stages) = (self.threads, self.stage_threads);
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads {

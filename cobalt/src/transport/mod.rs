@@ -1,4 +1,5 @@
 //! Connectors: bytes in, bytes out.
 
 pub mod mmsg;
+pub mod tcp;
 pub mod udp;

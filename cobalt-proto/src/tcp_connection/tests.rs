@@ -1,0 +1,671 @@
+use super::*;
+use crate::message::tcp::{decode_tcp, signal_option};
+use crate::message::Options;
+use proptest::prelude::*;
+
+fn t0() -> Instant {
+    Instant::now()
+}
+
+fn pair(now: Instant) -> (TcpConnection, TcpConnection) {
+    (
+        TcpConnection::with_token_seed(TcpConfig::default(), now, 1),
+        TcpConnection::with_token_seed(TcpConfig::default(), now, 1000),
+    )
+}
+
+/// Moves bytes both ways until neither side has anything to send.
+fn pump(now: Instant, a: &mut TcpConnection, b: &mut TcpConnection) {
+    loop {
+        let mut moved = false;
+        if let Some(bytes) = a.poll_transmit() {
+            b.handle_bytes(now, &bytes);
+            moved = true;
+        }
+        if let Some(bytes) = b.poll_transmit() {
+            a.handle_bytes(now, &bytes);
+            moved = true;
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+fn events(c: &mut TcpConnection) -> Vec<TcpEvent> {
+    std::iter::from_fn(|| c.poll_event()).collect()
+}
+
+/// Decodes every frame in `bytes`.
+fn frames(mut bytes: &[u8]) -> Vec<TcpMessage> {
+    let mut out = Vec::new();
+    while let Some((m, used)) = decode_tcp(bytes, usize::MAX).unwrap() {
+        out.push(m);
+        bytes = &bytes[used..];
+    }
+    assert!(bytes.is_empty());
+    out
+}
+
+fn get(path: &str) -> TcpMessage {
+    let mut m = TcpMessage::new(Code::GET);
+    m.options.set_uri_path(path);
+    m
+}
+
+fn established(now: Instant) -> (TcpConnection, TcpConnection) {
+    let (mut a, mut b) = pair(now);
+    pump(now, &mut a, &mut b);
+    assert!(a.is_established() && b.is_established());
+    events(&mut a);
+    events(&mut b);
+    (a, b)
+}
+
+#[test]
+fn csm_is_sent_first_and_exchanged() {
+    let now = t0();
+    let (mut a, mut b) = pair(now);
+    let first = frames(&a.poll_transmit().unwrap());
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        Signal::from_message(&first[0]),
+        Ok(Signal::Csm {
+            max_message_size: Some(TcpConfig::default().max_message_size),
+            block_wise_transfer: false
+        })
+    );
+    b.handle_bytes(now, &{
+        let mut v = Vec::new();
+        encode_tcp(&first[0], &mut v);
+        v
+    });
+    assert_eq!(
+        b.peer_max_message_size(),
+        TcpConfig::default().max_message_size
+    );
+    assert!(b.is_established());
+    assert!(!a.is_established());
+    pump(now, &mut a, &mut b);
+    assert!(a.is_established());
+    assert_eq!(
+        events(&mut a),
+        [TcpEvent::PeerSettings {
+            max_message_size: TcpConfig::default().max_message_size,
+            block_wise_transfer: false
+        }]
+    );
+}
+
+#[test]
+fn request_response_matched_by_token() {
+    let now = t0();
+    let (mut client, mut server) = pair(now);
+    // Requests may follow the CSM at once, before the peer's CSM arrives.
+    let t1 = client.request(now, get("a")).unwrap();
+    let t2 = client.request(now, get("b")).unwrap();
+    assert_ne!(t1, t2);
+    pump(now, &mut client, &mut server);
+    let reqs: Vec<(Token, String)> = events(&mut server)
+        .into_iter()
+        .filter_map(|e| match e {
+            TcpEvent::Request { token, message } => {
+                Some((token, message.options.uri_path_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reqs, [(t1, "/a".to_string()), (t2, "/b".to_string())]);
+    // Answer out of order.
+    for (token, path) in reqs.iter().rev() {
+        let mut r = TcpMessage::new(Code::CONTENT);
+        r.payload = path.as_bytes().to_vec();
+        server.respond(now, *token, r).unwrap();
+    }
+    assert_eq!(
+        server.respond(now, t1, TcpMessage::new(Code::CONTENT)),
+        Err(SendError::UnknownToken(t1))
+    );
+    pump(now, &mut client, &mut server);
+    let resps: Vec<(Token, Vec<u8>)> = events(&mut client)
+        .into_iter()
+        .filter_map(|e| match e {
+            TcpEvent::Response { token, message } => Some((token, message.payload)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resps, [(t2, b"/b".to_vec()), (t1, b"/a".to_vec())]);
+    assert_eq!(client.outstanding_requests(), 0);
+}
+
+#[test]
+fn split_and_coalesced_delivery() {
+    let now = t0();
+    let (mut a, mut b) = pair(now);
+    for i in 0..5 {
+        a.request(now, get(&format!("r{i}"))).unwrap();
+    }
+    // CSM and five requests, delivered one byte at a time.
+    let bytes = a.poll_transmit().unwrap();
+    for byte in &bytes {
+        b.handle_bytes(now, std::slice::from_ref(byte));
+    }
+    let n = events(&mut b)
+        .iter()
+        .filter(|e| matches!(e, TcpEvent::Request { .. }))
+        .count();
+    assert_eq!(n, 5);
+    assert!(!b.is_closed());
+    // A second instance gets them all in one read.
+    let mut c = TcpConnection::new(TcpConfig::default(), now);
+    c.handle_bytes(now, &bytes);
+    assert_eq!(events(&mut c).len(), 6);
+}
+
+#[test]
+fn first_message_must_be_csm() {
+    let now = t0();
+    let mut server = TcpConnection::new(TcpConfig::default(), now);
+    server.poll_transmit();
+    let mut bytes = Vec::new();
+    encode_tcp(&get("x"), &mut bytes);
+    server.handle_bytes(now, &bytes);
+    assert!(server.is_closed());
+    let out = frames(&server.poll_transmit().unwrap());
+    assert!(matches!(
+        Signal::from_message(&out[0]),
+        Ok(Signal::Abort { .. })
+    ));
+    assert!(matches!(
+        events(&mut server)[..],
+        [TcpEvent::Closed {
+            reason: CloseReason::LocalAbort(_),
+            ..
+        }]
+    ));
+    // Nothing more is processed once closed.
+    server.handle_bytes(now, &bytes);
+    assert!(server.poll_event().is_none());
+}
+
+#[test]
+fn peer_sees_abort() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let t = a.request(now, get("x")).unwrap();
+    b.abort(None, "going away");
+    pump(now, &mut a, &mut b);
+    assert_eq!(
+        events(&mut a),
+        [TcpEvent::Closed {
+            reason: CloseReason::PeerAbort {
+                bad_csm_option: None,
+                diagnostic: "going away".into()
+            },
+            outstanding: vec![t]
+        }]
+    );
+    assert_eq!(a.request(now, get("y")), Err(SendError::Closed));
+}
+
+#[test]
+fn release_closes_both_sides() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    a.release();
+    pump(now, &mut a, &mut b);
+    assert!(matches!(
+        events(&mut a)[..],
+        [TcpEvent::Closed {
+            reason: CloseReason::LocalRelease,
+            ..
+        }]
+    ));
+    assert!(matches!(
+        events(&mut b)[..],
+        [
+            TcpEvent::ReleaseReceived { .. },
+            TcpEvent::Closed {
+                reason: CloseReason::PeerRelease { .. },
+                ..
+            }
+        ]
+    ));
+}
+
+fn frame(m: &TcpMessage) -> Vec<u8> {
+    let mut v = Vec::new();
+    encode_tcp(m, &mut v);
+    v
+}
+
+#[test]
+fn peer_release_lets_outstanding_responses_arrive() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let t = a.request(now, get("x")).unwrap();
+    pump(now, &mut a, &mut b);
+    let Some(TcpEvent::Request { token, .. }) = b.poll_event() else {
+        panic!("no request")
+    };
+    // b announces Release but still answers what it has.
+    a.handle_bytes(
+        now,
+        &frame(
+            &Signal::Release {
+                alternative_addresses: vec![],
+                hold_off: Some(5),
+                diagnostic: "shutting down".into(),
+            }
+            .to_message(),
+        ),
+    );
+    assert_eq!(
+        events(&mut a),
+        [TcpEvent::ReleaseReceived {
+            alternative_addresses: vec![],
+            hold_off: Some(5)
+        }]
+    );
+    assert!(a.is_releasing() && !a.is_closed());
+    assert_eq!(a.request(now, get("y")), Err(SendError::Closed));
+    b.respond(now, token, TcpMessage::new(Code::CONTENT))
+        .unwrap();
+    pump(now, &mut a, &mut b);
+    let ev = events(&mut a);
+    assert!(matches!(&ev[0], TcpEvent::Response { token: r, .. } if *r == t));
+    assert!(matches!(
+        &ev[1],
+        TcpEvent::Closed {
+            reason: CloseReason::PeerRelease {
+                hold_off: Some(5),
+                ..
+            },
+            ..
+        }
+    ));
+    assert!(a.is_closed());
+}
+
+#[test]
+fn custody_pong_waits_for_earlier_requests() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    a.request(now, get("first")).unwrap();
+    let ping = a.ping(true).unwrap();
+    let plain = a.ping(false).unwrap();
+    pump(now, &mut a, &mut b);
+    // The plain Ping is answered at once; the Custody one waits for "first".
+    assert_eq!(events(&mut a), [TcpEvent::Pong { token: plain }]);
+    let token = events(&mut b)
+        .into_iter()
+        .find_map(|e| match e {
+            TcpEvent::Request { token, .. } => Some(token),
+            _ => None,
+        })
+        .unwrap();
+    // A request after the Ping does not hold the Pong back.
+    a.request(now, get("later")).unwrap();
+    pump(now, &mut a, &mut b);
+    assert_eq!(a.poll_event(), None);
+    b.respond(now, token, TcpMessage::new(Code::CONTENT))
+        .unwrap();
+    let out = frames(&b.poll_transmit().unwrap());
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].code, Code::CONTENT);
+    assert_eq!(out[1].token, ping);
+    assert_eq!(
+        Signal::from_message(&out[1]),
+        Ok(Signal::Pong { custody: true })
+    );
+}
+
+#[test]
+fn csm_timeout_aborts_silent_peer() {
+    let now = t0();
+    let mut server = TcpConnection::new(TcpConfig::default(), now);
+    server.poll_transmit();
+    let deadline = server.poll_timeout().unwrap();
+    assert_eq!(deadline, now + Duration::from_secs(10));
+    server.handle_timeout(deadline - Duration::from_millis(1));
+    assert!(!server.is_closed());
+    server.handle_timeout(deadline);
+    assert!(server.is_closed());
+    assert!(matches!(
+        events(&mut server)[..],
+        [TcpEvent::Closed {
+            reason: CloseReason::CsmTimeout,
+            ..
+        }]
+    ));
+    let out = frames(&server.poll_transmit().unwrap());
+    assert_eq!(out[0].code, signal_code::ABORT);
+    assert_eq!(server.poll_timeout(), None);
+}
+
+#[test]
+fn slowloris_trickle_is_aborted() {
+    let now = t0();
+    let (_a, mut server) = established(now);
+    let mut frame = Vec::new();
+    let mut m = get("slow");
+    m.payload = vec![0; 100];
+    encode_tcp(&m, &mut frame);
+    // One byte per second: the frame would take over 100 s.
+    let mut t = now;
+    for byte in &frame {
+        t += Duration::from_secs(1);
+        if let Some(deadline) = server.poll_timeout() {
+            if deadline <= t {
+                server.handle_timeout(t);
+            }
+        }
+        if server.is_closed() {
+            break;
+        }
+        server.handle_bytes(t, std::slice::from_ref(byte));
+    }
+    assert!(server.is_closed());
+    assert!(t <= now + Duration::from_secs(32), "closed only at {t:?}");
+    assert!(events(&mut server).iter().any(|e| matches!(
+        e,
+        TcpEvent::Closed {
+            reason: CloseReason::FrameTimeout,
+            ..
+        }
+    )));
+    // Sending the CSM slowly does not escape the CSM timeout either.
+    let mut slow = TcpConnection::new(TcpConfig::default(), now);
+    let mut bytes = Vec::new();
+    encode_tcp(
+        &Signal::Csm {
+            max_message_size: Some(1152),
+            block_wise_transfer: false,
+        }
+        .to_message(),
+        &mut bytes,
+    );
+    slow.handle_bytes(now, &bytes[..1]);
+    slow.handle_timeout(now + Duration::from_secs(10));
+    assert!(slow.is_closed());
+}
+
+#[test]
+fn steady_complete_messages_are_not_slowloris() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let mut t = now;
+    for _ in 0..100 {
+        t += Duration::from_secs(20);
+        let token = a.ping(false).unwrap();
+        pump(t, &mut a, &mut b);
+        b.handle_timeout(t);
+        a.handle_timeout(t);
+        assert_eq!(events(&mut a), [TcpEvent::Pong { token }]);
+    }
+    assert!(!a.is_closed() && !b.is_closed());
+}
+
+#[test]
+fn idle_connection_is_released() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let deadline = a.poll_timeout().unwrap();
+    assert_eq!(deadline, now + Duration::from_secs(300));
+    // Not while a request is outstanding.
+    a.request(now, get("x")).unwrap();
+    assert_eq!(a.poll_timeout(), None);
+    pump(now, &mut a, &mut b);
+    let Some(TcpEvent::Request { token, .. }) = b.poll_event() else {
+        panic!("no request")
+    };
+    b.handle_timeout(now + Duration::from_secs(400));
+    assert!(!b.is_closed(), "closed while handling a request");
+    let later = now + Duration::from_secs(400);
+    b.respond(later, token, TcpMessage::new(Code::CONTENT))
+        .unwrap();
+    pump(later, &mut a, &mut b);
+    a.handle_timeout(later + Duration::from_secs(300));
+    assert!(matches!(
+        events(&mut a).last(),
+        Some(TcpEvent::Closed {
+            reason: CloseReason::IdleTimeout,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn ping_pong_echoes_custody_and_token() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let token = a.ping(true).unwrap();
+    let bytes = a.poll_transmit().unwrap();
+    b.handle_bytes(now, &bytes);
+    let pong = frames(&b.poll_transmit().unwrap());
+    assert_eq!(pong[0].token, token);
+    assert_eq!(
+        Signal::from_message(&pong[0]),
+        Ok(Signal::Pong { custody: true })
+    );
+    let mut v = Vec::new();
+    encode_tcp(&pong[0], &mut v);
+    a.handle_bytes(now, &v);
+    assert_eq!(events(&mut a), [TcpEvent::Pong { token }]);
+    // An unsolicited Pong is ignored.
+    a.handle_bytes(now, &v);
+    assert_eq!(a.poll_event(), None);
+}
+
+#[test]
+fn oversized_frame_aborts_before_body() {
+    let now = t0();
+    let config = TcpConfig {
+        max_message_size: 2000,
+        ..TcpConfig::default()
+    };
+    let (mut a, _) = established(now);
+    let mut b = TcpConnection::new(config, now);
+    pump(now, &mut a, &mut b);
+    events(&mut b);
+    // Header announcing a 1 GiB body; no body follows.
+    b.handle_bytes(now, &[0xf0, 0x40, 0x00, 0x00, 0x00]);
+    assert!(b.is_closed());
+    let out = frames(&b.poll_transmit().unwrap());
+    assert_eq!(out[0].code, signal_code::ABORT);
+    // The peer learned the limit from the CSM and refuses to send more itself.
+    assert_eq!(a.peer_max_message_size(), 2000);
+    let mut big = get("x");
+    big.payload = vec![0; 2000];
+    assert!(matches!(
+        a.request(now, big),
+        Err(SendError::TooLarge { limit: 2000, .. })
+    ));
+}
+
+#[test]
+fn default_peer_limit_before_csm() {
+    let now = t0();
+    let mut a = TcpConnection::new(TcpConfig::default(), now);
+    let mut big = get("x");
+    big.payload = vec![0; 1200];
+    assert!(matches!(
+        a.request(now, big),
+        Err(SendError::TooLarge { limit: 1152, .. })
+    ));
+}
+
+#[test]
+fn unknown_critical_csm_option_aborts_with_bad_csm_option() {
+    let now = t0();
+    let mut server = TcpConnection::new(TcpConfig::default(), now);
+    server.poll_transmit();
+    let mut csm = TcpMessage::new(signal_code::CSM);
+    csm.options.push(7, vec![1]);
+    let mut bytes = Vec::new();
+    encode_tcp(&csm, &mut bytes);
+    server.handle_bytes(now, &bytes);
+    let out = frames(&server.poll_transmit().unwrap());
+    assert!(matches!(
+        Signal::from_message(&out[0]),
+        Ok(Signal::Abort {
+            bad_csm_option: Some(7),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn later_csm_updates_settings() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let mut bytes = Vec::new();
+    encode_tcp(
+        &Signal::Csm {
+            max_message_size: Some(5000),
+            block_wise_transfer: true,
+        }
+        .to_message(),
+        &mut bytes,
+    );
+    b.handle_bytes(now, &bytes);
+    assert_eq!(b.peer_max_message_size(), 5000);
+    assert!(b.peer_block_wise_transfer());
+    let _ = a.poll_transmit();
+}
+
+#[test]
+fn bad_critical_option_gets_4_02_and_overload_gets_5_03() {
+    let now = t0();
+    let config = TcpConfig {
+        max_inbound_requests: 2,
+        ..TcpConfig::default()
+    };
+    let mut a = TcpConnection::new(TcpConfig::default(), now);
+    let mut b = TcpConnection::new(config, now);
+    pump(now, &mut a, &mut b);
+    let mut bad = get("x");
+    bad.options.push(9999, vec![1]);
+    let tb = a.request(now, bad).unwrap();
+    let tokens: Vec<Token> = (0..3).map(|_| a.request(now, get("y")).unwrap()).collect();
+    pump(now, &mut a, &mut b);
+    let got: Vec<(Token, Code)> = events(&mut a)
+        .into_iter()
+        .filter_map(|e| match e {
+            TcpEvent::Response { token, message } => Some((token, message.code)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (tb, Code::BAD_OPTION),
+            (tokens[2], Code::SERVICE_UNAVAILABLE)
+        ]
+    );
+    let n = events(&mut b)
+        .iter()
+        .filter(|e| matches!(e, TcpEvent::Request { .. }))
+        .count();
+    assert_eq!(n, 2);
+}
+
+#[test]
+fn observation_keeps_its_token_until_cancelled() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let mut req = get("obs");
+    req.options.set_uint(number::OBSERVE, 0);
+    let token = a.request(now, req).unwrap();
+    pump(now, &mut a, &mut b);
+    let Some(TcpEvent::Request { token: st, .. }) = b.poll_event() else {
+        panic!()
+    };
+    let mut first = TcpMessage::new(Code::CONTENT);
+    first.options.set_uint(number::OBSERVE, 1);
+    b.respond(now, st, first).unwrap();
+    // Further notifications are written directly with the same token.
+    let mut n2 = TcpMessage::new(Code::CONTENT);
+    n2.token = st;
+    n2.options.set_uint(number::OBSERVE, 2);
+    let mut bytes = b.poll_transmit().unwrap();
+    encode_tcp(&n2, &mut bytes);
+    a.handle_bytes(now, &bytes);
+    assert_eq!(events(&mut a).len(), 2);
+    assert_eq!(a.outstanding_requests(), 1);
+    a.cancel(token);
+    a.handle_bytes(now, &bytes);
+    assert_eq!(a.poll_event(), None);
+}
+
+#[test]
+fn eof_reports_outstanding() {
+    let now = t0();
+    let (mut a, _b) = established(now);
+    let t = a.request(now, get("x")).unwrap();
+    a.handle_eof();
+    assert_eq!(
+        events(&mut a),
+        [TcpEvent::Closed {
+            reason: CloseReason::PeerClosed,
+            outstanding: vec![t]
+        }]
+    );
+}
+
+#[test]
+fn signal_option_numbers() {
+    let mut o = Options::new();
+    o.push(signal_option::CUSTODY, Vec::new());
+    assert!(o.contains(2));
+}
+
+proptest! {
+    /// However the stream is cut into reads, the receiver sees the same events.
+    #[test]
+    fn any_split_gives_the_same_events(
+        paths in proptest::collection::vec("[a-z]{0,40}", 1..8),
+        payload_len in 0usize..600,
+        cuts in proptest::collection::vec(1usize..64, 0..40),
+    ) {
+        let now = t0();
+        let mut a = TcpConnection::with_token_seed(TcpConfig::default(), now, 7);
+        for p in &paths {
+            let mut m = get(p);
+            m.payload = vec![b'x'; payload_len];
+            a.request(now, m).unwrap();
+        }
+        a.ping(true).unwrap();
+        let bytes = a.poll_transmit().unwrap();
+
+        let mut whole = TcpConnection::with_token_seed(TcpConfig::default(), now, 9);
+        whole.handle_bytes(now, &bytes);
+        let expected = events(&mut whole);
+
+        let mut split = TcpConnection::with_token_seed(TcpConfig::default(), now, 9);
+        let mut rest = &bytes[..];
+        let mut cuts = cuts.into_iter();
+        while !rest.is_empty() {
+            let n = cuts.next().unwrap_or(rest.len()).min(rest.len());
+            split.handle_bytes(now, &rest[..n]);
+            rest = &rest[n..];
+        }
+        prop_assert_eq!(events(&mut split), expected);
+        prop_assert_eq!(split.poll_transmit(), whole.poll_transmit());
+    }
+
+    /// Arbitrary bytes after a valid CSM never panic, and leave the connection either
+    /// open or closed with an Abort.
+    #[test]
+    fn arbitrary_input_never_panics(junk in proptest::collection::vec(any::<u8>(), 0..400)) {
+        let now = t0();
+        let mut c = TcpConnection::new(TcpConfig { max_message_size: 300, ..TcpConfig::default() }, now);
+        let mut bytes = Vec::new();
+        encode_tcp(&Signal::Csm { max_message_size: None, block_wise_transfer: false }.to_message(), &mut bytes);
+        bytes.extend_from_slice(&junk);
+        c.handle_bytes(now, &bytes);
+        c.handle_timeout(now + Duration::from_secs(1000));
+        let _ = events(&mut c);
+        prop_assert!(c.inbuf.len() <= 300 + MAX_FRAME_HEADER);
+    }
+}

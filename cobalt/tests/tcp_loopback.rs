@@ -1,0 +1,405 @@
+//! CoAP over TCP (RFC 8323) end to end on loopback: the same resource tree served over
+//! UDP and TCP, the pooled client, and raw-socket peers that misbehave.
+
+use cobalt::proto::message::tcp::{signal_code, Signal};
+use cobalt::proto::message::{decode_tcp, encode_tcp, opt, TcpMessage, Token};
+use cobalt::proto::tcp_connection::TcpConfig;
+use cobalt::server::{get, post, Request};
+use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::{Client, Code, Error, Server, ServerHandle};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn demo() -> Server {
+    Server::new()
+        .route("/hello", get(|| async { "hello world" }).rt("greeting"))
+        .route(
+            "/echo",
+            post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "finally"
+            }),
+        )
+        .route("/big", get(|| async { vec![b'z'; 3000] }))
+        .route(
+            "/panic",
+            get(|| async { panic!("handler bug") as &'static str }),
+        )
+}
+
+async fn tcp_server(limits: TcpServerLimits) -> ServerHandle {
+    demo()
+        .tcp_limits(limits)
+        .bind_tcp("127.0.0.1:0")
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_tree_over_udp_and_tcp() {
+    let server = demo()
+        .shards(1)
+        .tcp("127.0.0.1:0".parse().unwrap())
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let tcp = server.tcp_local_addr().unwrap();
+    let udp = server.local_addr();
+    let client = Client::new();
+    let r = client.get(&format!("coap://{udp}/hello")).await.unwrap();
+    assert_eq!(r.text_payload(), "hello world");
+    let r = client
+        .get(&format!("coap+tcp://{tcp}/hello"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.code, r.text_payload().as_str()),
+        (Code::CONTENT, "hello world")
+    );
+    let r = client
+        .get(&format!("coap+tcp://{tcp}/.well-known/core"))
+        .await
+        .unwrap();
+    assert!(
+        r.text_payload().contains("</hello>;rt=\"greeting\""),
+        "{}",
+        r.text_payload()
+    );
+    let r = client.get(&format!("coap+tcp://{tcp}/nope")).await.unwrap();
+    assert_eq!(r.code, Code::NOT_FOUND);
+    let r = client
+        .request(Code::DELETE, &format!("coap+tcp://{tcp}/hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::METHOD_NOT_ALLOWED);
+    server.shutdown(Duration::from_millis(100)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_and_concurrent_requests_on_one_connection() {
+    let server = tcp_server(TcpServerLimits::default()).await;
+    let addr = server.local_addr();
+    let client = Client::new();
+    // 100 kB in one message each way: no block-wise transfer over TCP.
+    let body: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+    let r = client
+        .post(&format!("coap+tcp://{addr}/echo"), body.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    assert_eq!(r.payload, body);
+    // Ten slow requests at once finish in about one handler's time.
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let c = client.clone();
+        let uri = format!("coap+tcp://{addr}/slow");
+        tasks.push(tokio::spawn(async move { c.get(&uri).await }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap().text_payload(), "finally");
+    }
+    assert!(started.elapsed() < Duration::from_millis(2000));
+    let r = client
+        .get(&format!("coap+tcp://{addr}/panic"))
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::INTERNAL_SERVER_ERROR);
+    // The connection survived the panic.
+    let r = client
+        .get(&format!("coap+tcp://{addr}/hello"))
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CONTENT);
+    server.shutdown(Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn client_reports_refused_connection_and_reconnects() {
+    let client = Client::new();
+    // Bind then drop to get a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = client
+        .get(&format!("coap+tcp://127.0.0.1:{port}/hello"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Io(_)), "{err:?}");
+    // A server restarted between requests: the pool opens a new connection.
+    let server = tcp_server(TcpServerLimits::default()).await;
+    let addr = server.local_addr();
+    let r = client
+        .get(&format!("coap+tcp://{addr}/hello"))
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CONTENT);
+    server.shutdown(Duration::ZERO).await;
+    let server = demo().bind_tcp(addr).await.expect("rebind the same port");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = client
+        .get(&format!("coap+tcp://{addr}/hello"))
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CONTENT);
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// A hand-driven peer speaking raw RFC 8323 frames.
+struct RawPeer {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RawPeer {
+    async fn connect(addr: SocketAddr) -> RawPeer {
+        RawPeer {
+            stream: TcpStream::connect(addr).await.unwrap(),
+            buf: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, m: &TcpMessage) {
+        let mut out = Vec::new();
+        encode_tcp(m, &mut out);
+        self.stream.write_all(&out).await.unwrap();
+    }
+
+    async fn send_csm(&mut self, max_message_size: u32) {
+        self.send(
+            &Signal::Csm {
+                max_message_size: Some(max_message_size),
+                block_wise_transfer: false,
+            }
+            .to_message(),
+        )
+        .await;
+    }
+
+    /// The next message, or `None` at EOF.
+    async fn recv(&mut self) -> Option<TcpMessage> {
+        loop {
+            if let Some((m, used)) = decode_tcp(&self.buf, usize::MAX).unwrap() {
+                self.buf.drain(..used);
+                return Some(m);
+            }
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(5), self.stream.read(&mut chunk))
+                .await
+                .expect("peer stalled")
+                .unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Reads until a message that is not a CSM.
+    async fn recv_non_csm(&mut self) -> Option<TcpMessage> {
+        loop {
+            let m = self.recv().await?;
+            if m.code != signal_code::CSM {
+                return Some(m);
+            }
+        }
+    }
+}
+
+fn get_msg(path: &str, token: u8) -> TcpMessage {
+    let mut m = TcpMessage::new(Code::GET);
+    m.token = Token::new(&[token]).unwrap();
+    m.options.set_uri_path(path);
+    m
+}
+
+#[tokio::test]
+async fn server_aborts_when_first_message_is_not_csm() {
+    let server = tcp_server(TcpServerLimits::default()).await;
+    let mut peer = RawPeer::connect(server.local_addr()).await;
+    peer.send(&get_msg("hello", 1)).await;
+    let m = peer.recv_non_csm().await.unwrap();
+    assert_eq!(m.code, signal_code::ABORT);
+    assert!(peer.recv().await.is_none(), "connection not closed");
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn silent_and_slow_peers_are_dropped() {
+    let limits = TcpServerLimits {
+        connection: TcpConfig {
+            csm_timeout: Duration::from_millis(200),
+            frame_timeout: Duration::from_millis(300),
+            ..TcpConfig::default()
+        },
+        ..TcpServerLimits::default()
+    };
+    let server = tcp_server(limits).await;
+    // Connects and says nothing.
+    let mut silent = RawPeer::connect(server.local_addr()).await;
+    let m = silent.recv_non_csm().await.unwrap();
+    assert_eq!(m.code, signal_code::ABORT);
+    assert!(silent.recv().await.is_none());
+    // Sends its CSM, then a request one byte at a time, too slowly.
+    let mut slow = RawPeer::connect(server.local_addr()).await;
+    slow.send_csm(1152).await;
+    let mut frame = Vec::new();
+    encode_tcp(&get_msg("hello", 2), &mut frame);
+    let started = std::time::Instant::now();
+    for b in &frame {
+        if slow
+            .stream
+            .write_all(std::slice::from_ref(b))
+            .await
+            .is_err()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = slow.recv_non_csm().await.unwrap();
+    assert_eq!(m.code, signal_code::ABORT, "{m:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn oversized_frame_is_aborted_and_connection_limit_holds() {
+    let limits = TcpServerLimits {
+        max_connections: 1,
+        connection: TcpConfig {
+            max_message_size: 4096,
+            ..TcpConfig::default()
+        },
+        ..TcpServerLimits::default()
+    };
+    let server = tcp_server(limits).await;
+    let addr = server.local_addr();
+    let mut first = RawPeer::connect(addr).await;
+    first.send_csm(1152).await;
+    let csm = first.recv().await.unwrap();
+    assert_eq!(
+        Signal::from_message(&csm),
+        Ok(Signal::Csm {
+            max_message_size: Some(4096),
+            block_wise_transfer: false
+        })
+    );
+    // A second connection over the limit is refused with Abort.
+    let mut second = RawPeer::connect(addr).await;
+    let m = second.recv_non_csm().await.unwrap();
+    assert_eq!(m.code, signal_code::ABORT);
+    assert!(second.recv().await.is_none());
+    // A header announcing 1 GiB is refused at once.
+    first
+        .stream
+        .write_all(&[0xf0, 0x01, 0x40, 0x00, 0x00, 0x00])
+        .await
+        .unwrap();
+    let m = first.recv().await.unwrap();
+    assert_eq!(m.code, signal_code::ABORT);
+    assert!(first.recv().await.is_none());
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn response_larger_than_peer_limit_goes_in_blocks_and_ping_is_answered() {
+    let server = tcp_server(TcpServerLimits::default()).await;
+    let mut peer = RawPeer::connect(server.local_addr()).await;
+    peer.send_csm(1152).await;
+    let _ = peer.recv().await.unwrap();
+    let mut ping = Signal::Ping { custody: true }.to_message();
+    ping.token = Token::new(&[9, 9]).unwrap();
+    peer.send(&ping).await;
+    let pong = peer.recv().await.unwrap();
+    assert_eq!(pong.code, signal_code::PONG);
+    assert_eq!(pong.token, ping.token);
+    // /big is 3000 bytes; the peer accepts 1152-byte messages: Block2, 1024 bytes each.
+    let mut body = Vec::new();
+    for num in 0u32..3 {
+        let mut req = get_msg("big", num as u8);
+        if num > 0 {
+            req.options.set_uint(opt::BLOCK2, (num << 4) | 6);
+        }
+        peer.send(&req).await;
+        let resp = peer.recv().await.unwrap();
+        assert_eq!(resp.code, Code::CONTENT);
+        let b2 = resp.options.get_uint(opt::BLOCK2).unwrap();
+        assert_eq!(b2 >> 4, num);
+        assert_eq!(b2 & 0x8 != 0, num < 2);
+        body.extend_from_slice(&resp.payload);
+    }
+    assert_eq!(body, vec![b'z'; 3000]);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn shutdown_releases_connections() {
+    let server = tcp_server(TcpServerLimits::default()).await;
+    let mut peer = RawPeer::connect(server.local_addr()).await;
+    peer.send_csm(1152).await;
+    let _ = peer.recv().await.unwrap();
+    peer.send(&get_msg("slow", 1)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stopping = tokio::spawn(server.shutdown(Duration::from_secs(2)));
+    // The request in progress is answered within the grace period, then Release.
+    let m = peer.recv().await.unwrap();
+    assert_eq!(m.code, Code::CONTENT);
+    assert_eq!(m.payload, b"finally");
+    let m = peer.recv().await.unwrap();
+    assert_eq!(m.code, signal_code::RELEASE);
+    assert!(peer.recv().await.is_none());
+    tokio::time::timeout(Duration::from_secs(3), stopping)
+        .await
+        .expect("shutdown hangs")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_gets_answer_across_server_release() {
+    let server = tcp_server(TcpServerLimits::default()).await;
+    let addr = server.local_addr();
+    let client = Client::new();
+    let slow = {
+        let c = client.clone();
+        tokio::spawn(async move { c.get(&format!("coap+tcp://{addr}/slow")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.shutdown(Duration::from_secs(2)).await;
+    assert_eq!(slow.await.unwrap().unwrap().text_payload(), "finally");
+    // The server is gone: a new request fails to connect instead of hanging.
+    let err = client
+        .get(&format!("coap+tcp://{addr}/hello"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Io(_) | Error::Connection(_)),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn blocking_client_over_tcp() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(tcp_server(TcpServerLimits::default()));
+    let addr = server.local_addr();
+    let client = cobalt::client::blocking::Client::new().unwrap();
+    for _ in 0..3 {
+        let r = client.get(&format!("coap+tcp://{addr}/hello")).unwrap();
+        assert_eq!(r.text_payload(), "hello world");
+    }
+    let r = client
+        .post(&format!("coap+tcp://{addr}/echo"), b"abc".to_vec())
+        .unwrap();
+    assert_eq!(r.payload, b"abc");
+    rt.block_on(server.shutdown(Duration::ZERO));
+}
