@@ -28,7 +28,9 @@ pub enum Error {
         retransmissions: u32,
     },
     /// The caller's deadline passed before a response arrived.
-    #[error("no response within {0:?}: is the server running and reachable? (-v shows the messages)")]
+    #[error(
+        "no response within {0:?}: is the server running and reachable? (-v shows the messages)"
+    )]
     Deadline(Duration),
     /// The peer rejected the request with RST.
     #[error("request rejected by {0} with RST (it could not process the message)")]

@@ -12,8 +12,8 @@
 //! itself (≈ 30 bytes for a small piggybacked response). Requests still being handled
 //! live in a separate small map, since there are few of them at any time.
 
-use hashbrown::{DefaultHashBuilder, HashTable};
 use hashbrown::HashMap;
+use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
 use std::net::{SocketAddr, SocketAddrV6};
 use std::time::{Duration, Instant};
@@ -155,7 +155,9 @@ impl DedupStore {
         }
         let k = compact(key);
         let h = self.hash(&k);
-        self.gens.iter().find_map(|g| g.get(&k, h).map(|v| g.value(v)))
+        self.gens
+            .iter()
+            .find_map(|g| g.get(&k, h).map(|v| g.value(v)))
     }
 
     fn hash(&self, k: &Compact) -> u64 {

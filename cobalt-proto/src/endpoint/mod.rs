@@ -43,9 +43,9 @@ pub use config::{ConfigError, EndpointConfig};
 
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
 use dedup::{DedupEntry, DedupStore};
+use hashbrown::HashMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use hashbrown::HashMap;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
