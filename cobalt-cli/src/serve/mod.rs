@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// Override one setting, e.g. `--set endpoint.ack_timeout=3s` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Also serve CoAP over TCP (RFC 8323, `coap+tcp://`) on this TCP port (5683 is
+    /// the standard one; the UDP and TCP ports may be the same number).
+    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "5683")]
+    pub tcp: Option<u16>,
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100 [config: server.metrics_addr].
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -97,6 +101,9 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         server = plugtest::routes(server);
     }
     let addr = config.server.socket_addr();
+    if let Some(port) = args.tcp {
+        server = server.tcp(std::net::SocketAddr::new(addr.ip(), port));
+    }
     let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
         (
             exit::NETWORK,
@@ -121,6 +128,9 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         "cobalt: serving CoAP on {} (Ctrl-C to stop)",
         handle.local_addr()
     );
+    if let Some(tcp) = handle.tcp_local_addr() {
+        eprintln!("cobalt: serving CoAP over TCP on {tcp}");
+    }
     if let Some(exporter) = &_exporter {
         eprintln!(
             "cobalt: metrics on http://{}/metrics",
