@@ -25,7 +25,8 @@ mod upload;
 
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
-    any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, Handler, MethodRouter,
+    any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, BoxedChunkHandler, Handler,
+    MethodRouter, UploadChunk,
 };
 pub use limits::ServerLimits;
 pub use observe::{Observable, ObserverFilter};

@@ -107,6 +107,10 @@ impl ServerShard {
             let _ = ep.respond(now, id, msg);
             return;
         }
+        if let Some((handler, executor)) = self.tree.stream_route(&request) {
+            self.on_streamed_block(ep, now, id, peer, request, handler, executor);
+            return;
+        }
         let mut block1 = None;
         let mut upload = None;
         if let Some(block) = request.block1() {
@@ -162,6 +166,59 @@ impl ServerShard {
         });
     }
 
+    /// One block of an upload to a streaming handler: checked for order, handed to the
+    /// handler without buffering, answered 2.31 Continue (or the final response).
+    #[allow(clippy::too_many_arguments)]
+    fn on_streamed_block(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        id: ExchangeId,
+        peer: SocketAddr,
+        mut request: Message,
+        handler: super::handler::BoxedChunkHandler,
+        executor: Executor,
+    ) {
+        let block = request.block1();
+        let offset = match block {
+            Some(b) => match self.uploads.stream_block(now, peer, &request, b) {
+                Ok(offset) => offset,
+                Err(resp) => {
+                    let _ = ep.respond(now, id, resp.into_message());
+                    return;
+                }
+            },
+            None => 0,
+        };
+        let last = !block.is_some_and(|b| b.more);
+        request.options.remove(opt::BLOCK1);
+        let block2 = request.block2();
+        let chunk = super::UploadChunk {
+            request: self.request(peer, request),
+            offset,
+            last,
+        };
+        let ctx = ReplyContext {
+            block2,
+            block1: block,
+            upload: None,
+            register: None,
+        };
+        let fut = handler(chunk);
+        let pending = if executor.is_inline() {
+            match run_inline(fut) {
+                Ok(resp) => return self.finish_reply(ep, now, id, resp, ctx),
+                Err(pending) => pending,
+            }
+        } else {
+            guarded(fut)
+        };
+        let done = self.completions.clone();
+        executor.spawn(pending, move |response| {
+            let _ = done.send(Completion::Reply { id, response, ctx });
+        });
+    }
+
     fn request(&self, peer: SocketAddr, message: Message) -> Request {
         let mut r = Request::new(peer, message);
         r.client = self.client.clone();
@@ -210,6 +267,10 @@ impl ServerShard {
             }
         }
         if let Some(b) = ctx.block1 {
+            if b.more && response.code.is_success() {
+                // A streamed block was taken: ask for the next one.
+                response = Response::new(Code::CONTINUE);
+            }
             response.options.set(opt::BLOCK1, encode_uint(b.encode()));
         }
         let mut block_req = Message::new(

@@ -35,6 +35,8 @@ pub(crate) struct Uploads {
     /// requests that carry no body (RFC 7959 §3.3); those must not run the handler
     /// again, so the whole response is kept for them.
     answers: HashMap<(SocketAddr, Vec<u8>), (Instant, Message)>,
+    /// Streamed uploads: only the next expected offset is kept, never the body.
+    streams: HashMap<(SocketAddr, Vec<u8>), (usize, Instant)>,
     max_body: usize,
     max_uploads: usize,
     idle_timeout: Duration,
@@ -45,6 +47,7 @@ impl Uploads {
         Uploads {
             map: HashMap::new(),
             answers: HashMap::new(),
+            streams: HashMap::new(),
             max_body,
             max_uploads,
             idle_timeout,
@@ -138,6 +141,48 @@ impl Uploads {
             body: up,
             last: block,
         }
+    }
+
+    /// Checks that a block of a streamed upload comes in order; returns its offset, or
+    /// the answer that ends the upload (4.08 for a gap, 5.03 when too many are open).
+    pub(crate) fn stream_block(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        req: &Message,
+        block: BlockValue,
+    ) -> Result<usize, Response> {
+        let key = (peer, upload_key(req));
+        if block.num == 0 {
+            if block.more {
+                if !self.streams.contains_key(&key) && self.streams.len() >= self.max_uploads {
+                    let timeout = self.idle_timeout;
+                    self.streams
+                        .retain(|_, (_, t)| now.duration_since(*t) < timeout);
+                    if self.streams.len() >= self.max_uploads {
+                        return Err(Response::new(Code::SERVICE_UNAVAILABLE)
+                            .with_max_age(5)
+                            .with_payload("too many uploads in progress; retry later"));
+                    }
+                }
+                self.streams.insert(key, (req.payload.len(), now));
+            }
+            return Ok(0);
+        }
+        let expected = self.streams.get(&key).map(|(o, _)| *o);
+        if expected != Some(block.offset()) || (block.more && req.payload.len() != block.size()) {
+            self.streams.remove(&key);
+            return Err(incomplete(
+                "block out of order, of the wrong size, or without block 0",
+            ));
+        }
+        if block.more {
+            self.streams
+                .insert(key, (block.offset() + req.payload.len(), now));
+        } else {
+            self.streams.remove(&key);
+        }
+        Ok(block.offset())
     }
 
     /// Keeps the whole response of an upload that was answered in blocks.
