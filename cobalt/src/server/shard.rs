@@ -152,17 +152,33 @@ impl ServerShard {
                 .zip(registration)
                 .map(|(o, r)| (o, peer, r)),
         };
-        let pending = if routed.executor.is_inline() {
-            match run_inline(routed.future) {
-                Ok(resp) => return self.finish_reply(ep, now, id, resp, ctx),
+        self.run(ep, now, routed.future, &routed.executor, move |response| {
+            Completion::Reply { id, response, ctx }
+        });
+    }
+
+    /// Runs a handler: inline on this thread when it is ready at once, otherwise on its
+    /// executor (or as a task here); either way its response comes back as the
+    /// completion `then` makes of it.
+    fn run(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        fut: BoxFuture,
+        executor: &Executor,
+        then: impl FnOnce(Response) -> Completion + Send + 'static,
+    ) {
+        let pending = if executor.is_inline() {
+            match run_inline(fut) {
+                Ok(resp) => return self.on_completion(ep, now, then(resp)),
                 Err(pending) => pending,
             }
         } else {
-            guarded(routed.future)
+            guarded(fut)
         };
         let done = self.completions.clone();
-        routed.executor.spawn(pending, move |response| {
-            let _ = done.send(Completion::Reply { id, response, ctx });
+        executor.spawn(pending, move |response| {
+            let _ = done.send(then(response));
         });
     }
 
@@ -204,18 +220,8 @@ impl ServerShard {
             upload: None,
             register: None,
         };
-        let fut = handler(chunk);
-        let pending = if executor.is_inline() {
-            match run_inline(fut) {
-                Ok(resp) => return self.finish_reply(ep, now, id, resp, ctx),
-                Err(pending) => pending,
-            }
-        } else {
-            guarded(fut)
-        };
-        let done = self.completions.clone();
-        executor.spawn(pending, move |response| {
-            let _ = done.send(Completion::Reply { id, response, ctx });
+        self.run(ep, now, handler(chunk), &executor, move |response| {
+            Completion::Reply { id, response, ctx }
         });
     }
 
@@ -324,34 +330,15 @@ impl ServerShard {
                 Err(resp) => work.push((*key, Box::pin(async move { resp }), Executor::Inline)),
             }
         }
+        let (observable, confirmable) = (change.observable, change.confirmable);
         for (key, fut, executor) in work {
-            let pending = if executor.is_inline() {
-                match run_inline(fut) {
-                    Ok(resp) => {
-                        self.send_notification(
-                            ep,
-                            now,
-                            change.observable,
-                            key,
-                            resp,
-                            change.confirmable,
-                        );
-                        continue;
-                    }
-                    Err(pending) => pending,
-                }
-            } else {
-                guarded(fut)
-            };
-            let done = self.completions.clone();
-            let (observable, confirmable) = (change.observable, change.confirmable);
-            executor.spawn(pending, move |response| {
-                let _ = done.send(Completion::Notification {
+            self.run(ep, now, fut, &executor, move |response| {
+                Completion::Notification {
                     observable,
                     key,
                     response,
                     confirmable,
-                });
+                }
             });
         }
     }
