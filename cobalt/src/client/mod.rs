@@ -333,8 +333,30 @@ impl RequestBuilder {
 /// Largest body the client reassembles from blocks (16 MiB).
 pub const MAX_BODY: usize = 16 << 20;
 
-/// One request/response exchange through the driver.
+/// One request/response exchange through the driver. A 4.01 carrying an Echo option
+/// (a server's amplification check, RFC 9175 §2.4) is answered transparently by
+/// repeating the request once with that Echo value.
 async fn exchange(client: &Client, peer: SocketAddr, message: Message) -> Result<Message> {
+    let first = exchange_once(client, peer, message.clone()).await?;
+    match echo_challenge(&message, &first) {
+        Some(retry) => exchange_once(client, peer, retry).await,
+        None => Ok(first),
+    }
+}
+
+/// The request to repeat if `response` is an Echo challenge to `request` not yet
+/// answered with an Echo.
+pub(crate) fn echo_challenge(request: &Message, response: &Message) -> Option<Message> {
+    if response.code != Code::UNAUTHORIZED || request.options.contains(opt::ECHO) {
+        return None;
+    }
+    let echo = response.options.get(opt::ECHO)?;
+    let mut retry = request.clone();
+    retry.options.set(opt::ECHO, echo);
+    Some(retry)
+}
+
+async fn exchange_once(client: &Client, peer: SocketAddr, message: Message) -> Result<Message> {
     let driver = client.driver_for(&peer)?;
     let key = client.next_key();
     let (tx, rx) = oneshot::channel();

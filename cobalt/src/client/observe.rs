@@ -81,6 +81,17 @@ impl Observation {
                 }
                 Some(Ok(msg)) => msg,
             };
+            if self.last.is_none() {
+                if let Some(retry) = super::echo_challenge(&self.request, &msg) {
+                    // The server wants proof of our address first (RFC 9175): register again with its Echo.
+                    self.request = retry;
+                    if let Err(e) = self.reregister() {
+                        self.ended = true;
+                        return Some(Err(e));
+                    }
+                    continue;
+                }
+            }
             let Some(seq) = msg.options.observe() else {
                 self.ended = true;
                 return Some(fetch_rest(&self.client, self.peer, self.request.clone(), msg).await);

@@ -21,6 +21,11 @@ pub struct ServerLimits {
     pub max_uploads: usize,
     /// Block size exponent for responses (0–6: 16–1024 bytes). Default 6.
     pub block_szx: u8,
+    /// Amplification limit (RFC 9175 §2.4): an unverified peer gets at most this many
+    /// times the bytes of its request in the answer to a GET or FETCH; a larger answer
+    /// is replaced by 4.01 with an Echo option, which the client repeats to prove its
+    /// address. 0 turns the check off. Default 3.
+    pub amplification_factor: usize,
 }
 
 impl Default for ServerLimits {
@@ -32,6 +37,7 @@ impl Default for ServerLimits {
             max_body: 1 << 20,
             max_uploads: 1000,
             block_szx: 6,
+            amplification_factor: 3,
         }
     }
 }

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+mod echo;
 mod executor;
 mod handler;
 mod limits;

@@ -1,6 +1,7 @@
 //! The server role of one shard: dispatch into the resource tree, Block1 reassembly,
 //! Block2 slicing, and the observation relations of the peers this shard owns.
 
+use super::echo::EchoGuard;
 use super::limits::ServerLimits;
 use super::observe::{Change, Observable, Relation, RelationKey, Relations};
 use super::tree::ResourceTree;
@@ -42,6 +43,8 @@ pub(crate) struct ReplyContext {
     block2: Option<BlockValue>,
     /// Echo this in Block1 (the last block of an upload).
     block1: Option<BlockValue>,
+    /// For the amplification check: the peer, the method and the request's size.
+    origin: (SocketAddr, Code, usize),
     /// The peer and key of a finished upload, to keep a large answer for follow-ups.
     upload: Option<(SocketAddr, Vec<u8>)>,
     /// Register an observer if the response is a success.
@@ -55,6 +58,7 @@ pub(crate) struct ServerShard {
     observables: HashMap<u64, Observable>,
     relations: Relations,
     uploads: Uploads,
+    echo: Option<EchoGuard>,
     completions: mpsc::UnboundedSender<Completion>,
     client: Option<crate::Client>,
 }
@@ -74,6 +78,8 @@ impl ServerShard {
             .collect();
         ServerShard {
             uploads: Uploads::new(limits.max_body, limits.max_uploads, idle_timeout),
+            echo: (limits.amplification_factor > 0)
+                .then(|| EchoGuard::new(limits.amplification_factor, 100_000)),
             tree,
             limits,
             observables,
@@ -98,6 +104,10 @@ impl ServerShard {
         mut request: Message,
     ) {
         let observe = request.options.observe();
+        let origin = (peer, request.code, request_size(&request));
+        if let Some(g) = &mut self.echo {
+            g.observe_request(now, peer, &request);
+        }
         if request.code == Code::GET && observe != Some(0) {
             // A GET with the token of an observation, without Observe=0, ends it (RFC 7641 §3.6).
             self.end_relation(&(peer, request.token));
@@ -134,6 +144,7 @@ impl ServerShard {
             Ok(x) => x,
             Err(resp) => {
                 let ctx = ReplyContext {
+                    origin,
                     block2,
                     block1,
                     upload,
@@ -144,6 +155,7 @@ impl ServerShard {
             }
         };
         let ctx = ReplyContext {
+            origin,
             block2,
             block1,
             upload,
@@ -215,6 +227,7 @@ impl ServerShard {
             last,
         };
         let ctx = ReplyContext {
+            origin: (peer, Code::PUT, 0),
             block2,
             block1: block,
             upload: None,
@@ -294,7 +307,11 @@ impl ServerShard {
                 self.uploads.keep_answer(now, peer, key, full.clone());
             }
         }
-        let msg = slice_response(&block_req, full, self.limits.block_szx);
+        let mut msg = slice_response(&block_req, full, self.limits.block_szx);
+        if let Some(g) = &self.echo {
+            let (peer, method, request_len) = ctx.origin;
+            msg = g.check(now, peer, method, request_len, msg);
+        }
         let _ = ep.respond(now, id, msg);
     }
 
@@ -416,6 +433,12 @@ impl ServerShard {
             }
         }
     }
+}
+
+/// The encoded size of a request as received (header, token, options, payload).
+fn request_size(m: &Message) -> usize {
+    4 + m.token.len()
+        + cobalt_proto::message::codec::options_and_payload_len(&m.options, &m.payload)
 }
 
 /// Polls a handler once on the shard's thread; a handler that is not ready is
