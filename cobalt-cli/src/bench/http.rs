@@ -632,10 +632,10 @@ impl HttpWorker<'_> {
                 }
                 continue;
             }
-            // The connection broke (e.g. a keep-alive connection the server closed).
+            // The connection broke: the request never left, so it counts as lost at its
+            // timeout (no immediate retry, which could spin on a server that resets).
             self.close(i, true);
             self.error(t);
-            self.finish(i, t);
             return;
         }
     }

@@ -1,9 +1,29 @@
 //! `cobalt bench`: CoAPBench, the paper's load generator (issue 4).
 //!
-//! Closed loop: `-c N` virtual clients, each with its own UDP socket and at most one
-//! request in flight, driven by a few OS threads that each run an epoll loop (see
-//! [`client`]). A sweep runs one step per concurrency and prints one result line per
-//! step. `cobalt bench-responder` ([`responder`]) is the raw floor to compare against.
+//! Closed loop (default): `-c N` virtual clients, each with its own UDP socket and at
+//! most one request in flight, driven by `--threads` OS threads that each run an epoll
+//! loop over their share of the sockets (see [`client`]). Open loop with `--rate`:
+//! requests leave on a fixed schedule and latency counts from the intended send time.
+//! A sweep (`-c 1,10,100` or `-c 10..100:10`) runs one step per concurrency, each with
+//! a warm-up, and prints one result line per step (table, `--csv` or `--json`;
+//! `--plot` draws an SVG). `--server-pid` adds the server's CPU time per request and
+//! its RSS. `http://` URIs benchmark an HTTP/1.1 server the same way ([`http`]), and
+//! `--workers` spreads the clients over `cobalt bench worker` machines
+//! ([`distributed`]).
+//!
+//! `cobalt bench-responder` ([`responder`]) is the raw floor to compare servers with:
+//!
+//! ```text
+//! taskset -c 1 cobalt bench-responder --bind 127.0.0.1:5690 &
+//! taskset -c 0 cobalt bench coap://127.0.0.1:5690/ -c 1,10,100,1000 --server-pid $!
+//! ```
+//!
+//! Counting rules: `completed` requests got a matching response (piggybacked ACK,
+//! or separate response matched by token, which is acknowledged); `lost` ones had no
+//! answer within `--timeout` and are never retransmitted; `resets` got an RST;
+//! `errors` counts socket errors (an ICMP port unreachable also leaves its request to
+//! time out as lost) and malformed answers (which end the exchange). Stray and
+//! duplicate datagrams are ignored. Ctrl-C stops the run and prints what was measured.
 
 mod args;
 mod client;
