@@ -540,6 +540,35 @@ mod tests {
         }
     }
 
+    fn parse_args(argv: &[&str]) -> BenchArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        Cli::parse_from(std::iter::once("bench").chain(argv.iter().copied())).bench
+    }
+
+    #[test]
+    fn bad_input_exits_with_2() {
+        for argv in [
+            &["coap//nohost"][..],
+            &["ftp://127.0.0.1/"],
+            &["coap://127.0.0.1:99999/"],
+            &["coap://127.0.0.1/", "-c", "0"],
+            &["coap://127.0.0.1/", "-c", "10..5"],
+            &["coap://127.0.0.1/", "--threads", "0"],
+            &["coap://127.0.0.1/", "-d", "0"],
+            &["coap://127.0.0.1/", "--rate", "0"],
+            &["coap://127.0.0.1/", "--no-keepalive"],
+            &["http://127.0.0.1/", "--non"],
+            &["coap://127.0.0.1/", "--workers", "nonsense"],
+        ] {
+            assert_eq!(run(parse_args(argv)), 2, "{argv:?}");
+        }
+    }
+
     #[test]
     fn template_layout() {
         let t = parse_uri("coap://example.org/a/b?x=1").unwrap();
