@@ -11,7 +11,7 @@
 use super::args::Target;
 use super::client::{StepShared, Waiter};
 use super::stats::Recorder;
-use super::sys::{errno, interrupted, now_ns};
+use super::sys::{errno, now_ns};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -379,7 +379,7 @@ impl HttpWorker<'_> {
         let mut waiter = Waiter::new();
         loop {
             let now = now_ns();
-            if now >= self.end || interrupted() || self.fatal.is_some() {
+            if now >= self.end || self.shared.stopping() || self.fatal.is_some() {
                 break;
             }
             if now >= next_scan {

@@ -87,6 +87,8 @@ pub struct Config {
     pub server_pid: Option<u32>,
     /// Progress on stderr.
     pub progress: bool,
+    /// Ends a running step early when set (Ctrl-C does too).
+    pub stop: std::sync::Arc<AtomicBool>,
 }
 
 impl Config {
@@ -151,6 +153,7 @@ impl Config {
             rate: a.rate,
             server_pid: a.server_pid,
             progress: !a.quiet,
+            stop: Default::default(),
         })
     }
 }
@@ -355,6 +358,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
         end_ns: AtomicU64::new(0),
         abort: AtomicBool::new(false),
         progress: AtomicU64::new(0),
+        stop: cfg.stop.clone(),
     };
     let mut seed = random_seed();
     std::thread::scope(|s| {
@@ -461,7 +465,7 @@ fn monitor(
     let mut printed = false;
     loop {
         let now = now_ns();
-        if now >= end || interrupted() {
+        if now >= end || shared.stopping() {
             break;
         }
         if cpu_start.is_none() && now >= measure_start {
@@ -537,6 +541,7 @@ mod tests {
             rate: None,
             server_pid: None,
             progress: false,
+            stop: Default::default(),
         }
     }
 
