@@ -464,6 +464,45 @@ mod tests {
     }
 
     #[test]
+    fn worker_stops_when_the_coordinator_hangs_up() {
+        let target = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let quit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let q = quit.clone();
+        let worker = std::thread::spawn(move || {
+            serve_worker(&l, || q.load(std::sync::atomic::Ordering::Relaxed)).unwrap()
+        });
+        let req = StepRequest {
+            uri: format!("coap://{}/", target.local_addr().unwrap()),
+            clients: 2,
+            duration_s: 30.0,
+            warmup_s: 0.0,
+            timeout_s: 1.0,
+            threads: 1,
+            rate: None,
+            method: "get".into(),
+            payload: None,
+            non: false,
+            no_keepalive: false,
+        };
+        let started = std::time::Instant::now();
+        let conn = TcpStream::connect(addr).unwrap();
+        let mut line = serde_json::to_string(&req).unwrap();
+        line.push('\n');
+        (&conn).write_all(line.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        conn.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut answer = String::new();
+        BufReader::new(&conn).read_line(&mut answer).unwrap();
+        let reply: StepReply = serde_json::from_str(&answer).unwrap();
+        assert!(reply.error.is_none() && reply.partial, "{reply:?}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        quit.store(true, std::sync::atomic::Ordering::Relaxed);
+        worker.join().unwrap();
+    }
+
+    #[test]
     fn worker_list() {
         let w = parse_workers("127.0.0.1:7000, [::1]:7001").unwrap();
         assert_eq!(w.len(), 2);
