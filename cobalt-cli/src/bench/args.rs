@@ -12,7 +12,14 @@ pub const MAX_STEPS: usize = 1000;
 
 /// Arguments of `cobalt bench`.
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "Floor to compare servers with: `cobalt bench-responder --bind 127.0.0.1:5690` \
+                  answers every request with 2.05 \"hello world\" using recvmmsg/sendmmsg.\n\
+                  Example: taskset -c 1 cobalt bench-responder --bind 127.0.0.1:5690 & \
+                  taskset -c 0 cobalt bench coap://127.0.0.1:5690/ -c 1..1000:*10 --server-pid $!"
+)]
 pub struct BenchArgs {
     /// `cobalt bench worker`: serve as a remote load generator for `--workers`.
     #[command(subcommand)]
