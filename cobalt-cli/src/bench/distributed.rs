@@ -199,14 +199,25 @@ pub fn serve_worker(listener: &TcpListener, stop: impl Fn() -> bool) -> std::io:
 fn serve_coordinator(conn: TcpStream) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     let mut writer = conn.try_clone()?;
+    let watch = conn.try_clone()?;
     let mut reader = BufReader::new(conn);
     loop {
-        let mut line = String::new();
-        if (&mut reader).take(MAX_LINE).read_line(&mut line)? == 0 {
+        let mut line = Vec::new();
+        if (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line)? == 0 {
             return Ok(());
         }
-        let reply = match serde_json::from_str::<StepRequest>(&line) {
-            Ok(req) => run_request(&req),
+        let reply = match serde_json::from_slice::<StepRequest>(&line) {
+            Ok(req) => {
+                // While the step runs, a coordinator that hangs up (Ctrl-C there) stops it.
+                let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let done = std::sync::atomic::AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    s.spawn(|| watch_hangup(&watch, &done, &stop));
+                    let reply = run_request(&req, stop.clone());
+                    done.store(true, std::sync::atomic::Ordering::Relaxed);
+                    reply
+                })
+            }
             Err(e) => StepReply::failed(format!("bad step request: {e}")),
         };
         let mut text = serde_json::to_string(&reply)
@@ -216,8 +227,40 @@ fn serve_coordinator(conn: TcpStream) -> std::io::Result<()> {
     }
 }
 
+/// Sets `stop` if the coordinator closes its side before `done` is set.
+fn watch_hangup(
+    conn: &TcpStream,
+    done: &std::sync::atomic::AtomicBool,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering;
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut byte = [0u8; 1];
+    while !done.load(Ordering::Relaxed) {
+        match conn.peek(&mut byte) {
+            Ok(0) => {
+                stop.store(true, Ordering::Relaxed);
+                break;
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(100)), // next request queued
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut
+                    || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                stop.store(true, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+    let _ = conn.set_read_timeout(None);
+}
+
 /// Runs one requested step on this machine.
-pub fn run_request(req: &StepRequest) -> StepReply {
+pub fn run_request(
+    req: &StepRequest,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> StepReply {
     let Ok(method) = Method::from_str(&req.method, true) else {
         return StepReply::failed(format!("unknown method {:?}", req.method));
     };
@@ -242,10 +285,11 @@ pub fn run_request(req: &StepRequest) -> StepReply {
         plot: None,
         quiet: true,
     };
-    let cfg = match Config::from_args(&args) {
+    let mut cfg = match Config::from_args(&args) {
         Ok(c) => c,
         Err(e) => return StepReply::failed(e),
     };
+    cfg.stop = stop;
     match measure_step(&cfg, req.clients) {
         Ok(m) => StepReply::from_recorder(&m.rec, m.duration_s, m.partial),
         Err(e) => StepReply::failed(e),
@@ -318,26 +362,53 @@ pub fn run_step(
     ))
 }
 
-/// Sends one step to a worker and waits for its reply.
+/// Sends one step to a worker and waits for its reply. On Ctrl-C it half-closes the
+/// connection, which makes the worker stop early and reply with partial results.
 fn ask_worker(addr: SocketAddr, req: &StepRequest, wait: Duration) -> Result<StepReply, String> {
     let conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .map_err(|e| format!("cannot connect: {e}"))?;
-    conn.set_read_timeout(Some(wait))
+    conn.set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| e.to_string())?;
     let mut line = serde_json::to_string(req).map_err(|e| e.to_string())?;
     line.push('\n');
     (&conn)
         .write_all(line.as_bytes())
         .map_err(|e| format!("cannot send the step: {e}"))?;
-    let mut reader = BufReader::new(&conn).take(MAX_LINE);
-    let mut answer = String::new();
-    reader
-        .read_line(&mut answer)
-        .map_err(|e| format!("no reply: {e}"))?;
+    let deadline = std::time::Instant::now() + wait;
+    let mut reader = BufReader::new(&conn);
+    let mut answer = Vec::new();
+    let mut hung_up = false;
+    loop {
+        if sys::interrupted() && !hung_up {
+            let _ = conn.shutdown(std::net::Shutdown::Write);
+            hung_up = true;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("no reply within {:.0}s", wait.as_secs_f64()));
+        }
+        // Bytes read before a timeout stay in `answer`; the next call appends the rest.
+        match (&mut reader)
+            .take(MAX_LINE.saturating_sub(answer.len() as u64))
+            .read_until(b'\n', &mut answer)
+        {
+            Ok(0) => break,
+            Ok(_) if answer.ends_with(b"\n") => break,
+            Ok(_) => {
+                if answer.len() as u64 >= MAX_LINE {
+                    return Err("reply too long".into());
+                }
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut
+                    || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("no reply: {e}")),
+        }
+    }
     if answer.is_empty() {
         return Err("closed the connection without a reply".into());
     }
-    serde_json::from_str(&answer).map_err(|e| format!("bad reply: {e}"))
+    serde_json::from_slice(&answer).map_err(|e| format!("bad reply: {e}"))
 }
 
 /// Samples `--server-pid` over the expected measured window of a distributed step.
@@ -393,6 +464,45 @@ mod tests {
     }
 
     #[test]
+    fn worker_stops_when_the_coordinator_hangs_up() {
+        let target = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let quit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let q = quit.clone();
+        let worker = std::thread::spawn(move || {
+            serve_worker(&l, || q.load(std::sync::atomic::Ordering::Relaxed)).unwrap()
+        });
+        let req = StepRequest {
+            uri: format!("coap://{}/", target.local_addr().unwrap()),
+            clients: 2,
+            duration_s: 30.0,
+            warmup_s: 0.0,
+            timeout_s: 1.0,
+            threads: 1,
+            rate: None,
+            method: "get".into(),
+            payload: None,
+            non: false,
+            no_keepalive: false,
+        };
+        let started = std::time::Instant::now();
+        let conn = TcpStream::connect(addr).unwrap();
+        let mut line = serde_json::to_string(&req).unwrap();
+        line.push('\n');
+        (&conn).write_all(line.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        conn.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut answer = String::new();
+        BufReader::new(&conn).read_line(&mut answer).unwrap();
+        let reply: StepReply = serde_json::from_str(&answer).unwrap();
+        assert!(reply.error.is_none() && reply.partial, "{reply:?}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        quit.store(true, std::sync::atomic::Ordering::Relaxed);
+        worker.join().unwrap();
+    }
+
+    #[test]
     fn worker_list() {
         let w = parse_workers("127.0.0.1:7000, [::1]:7001").unwrap();
         assert_eq!(w.len(), 2);
@@ -416,9 +526,13 @@ mod tests {
             non: false,
             no_keepalive: false,
         };
-        assert!(run_request(&req).error.unwrap().contains("unknown method"));
+        let stop = std::sync::Arc::default;
+        assert!(run_request(&req, stop())
+            .error
+            .unwrap()
+            .contains("unknown method"));
         req.method = "get".into();
         req.uri = "ftp://x/".into();
-        assert!(run_request(&req).error.unwrap().contains("ftp"));
+        assert!(run_request(&req, stop()).error.unwrap().contains("ftp"));
     }
 }
