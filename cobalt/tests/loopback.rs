@@ -715,3 +715,62 @@ mod observe_reregistration {
         );
     }
 }
+
+mod amplification {
+    use cobalt::server::{get, ServerLimits};
+    use cobalt::{Client, Server};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn an_unverified_client_answers_the_echo_challenge_and_gets_full_blocks() {
+        let body: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let served = body.clone();
+        let server = Server::new()
+            .route(
+                "/big",
+                get(move || {
+                    let b = served.clone();
+                    async move { b }
+                }),
+            )
+            .limits(ServerLimits {
+                amplification_factor: 1,
+                ..Default::default()
+            })
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let seen: Arc<Mutex<Vec<(bool, cobalt::proto::message::Message)>>> = Arc::default();
+        let log = seen.clone();
+        let tracer: cobalt::runtime::Tracer = Arc::new(move |sent, _peer, bytes| {
+            if let Ok(m) = cobalt::proto::message::decode(bytes) {
+                log.lock().unwrap().push((sent, m));
+            }
+        });
+        let client = Client::with_tracer(cobalt::EndpointConfig::default(), tracer).unwrap();
+        let r = client
+            .get(&format!("coap://{}/big", server.local_addr()))
+            .await
+            .unwrap();
+        assert_eq!(r.payload, body, "byte-exact after the Echo round trip");
+        let seen = seen.lock().unwrap().clone();
+        let challenged = seen.iter().any(|(sent, m)| {
+            !sent
+                && m.code == cobalt::Code::UNAUTHORIZED
+                && m.options.contains(cobalt::proto::message::opt::ECHO)
+        });
+        assert!(challenged, "the server asked for Echo first");
+        let echoed = seen
+            .iter()
+            .any(|(sent, m)| *sent && m.options.contains(cobalt::proto::message::opt::ECHO));
+        assert!(echoed, "the client repeated the request with Echo");
+        let biggest = seen
+            .iter()
+            .filter(|(sent, _)| !sent)
+            .map(|(_, m)| m.payload.len())
+            .max();
+        assert_eq!(biggest, Some(1024), "verified: full-size blocks");
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+}

@@ -1,10 +1,14 @@
-//! Amplification mitigation with the Echo option (RFC 9175 §2.4): a server answers an
-//! unverified UDP peer with at most `factor` times the bytes of its request; a larger
-//! answer to a safe request (GET, FETCH) is replaced by 4.01 Unauthorized carrying an
-//! Echo value, and the client repeats the request with it, proving it receives at its
-//! address. Echo values are stateless: a timestamp and a keyed hash of peer and
-//! timestamp, so the server stores nothing until a peer comes back with a valid one.
+//! Amplification mitigation (RFC 9175 §2.4): a server answers an unverified UDP peer
+//! with at most `factor` times the bytes of its request. A larger answer to a safe
+//! request (GET, FETCH) is first sent in smaller Block2 blocks — every client that
+//! does block-wise transfer follows that without a round trip — and only when even
+//! 16-byte blocks do not fit is it replaced by 4.01 Unauthorized with an Echo value,
+//! which the client repeats to prove it receives at its address. Echo values are
+//! stateless: a timestamp and a keyed hash of peer and timestamp, so the server stores
+//! nothing until a peer comes back with a valid one; such a peer then gets full-size
+//! answers for a while.
 
+use cobalt_proto::blockwise::{slice_response, MAX_UDP_SZX};
 use cobalt_proto::message::{opt, Code, Message};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -87,25 +91,41 @@ impl EchoGuard {
             .is_some_and(|t| now.duration_since(*t) < VERIFIED_FOR)
     }
 
-    /// The answer to send: `response` itself, or 4.01 with Echo when it would amplify
-    /// too much for an unverified peer and the request is safe to repeat.
-    pub(crate) fn check(
+    /// The answer to send for the whole response `full` to a request that asked for
+    /// the blocks in `block_req`: sliced at `max_szx` as usual, in smaller blocks when
+    /// that would amplify too much for an unverified peer, or 4.01 with Echo when even
+    /// the smallest block would.
+    pub(crate) fn answer(
         &self,
         now: Instant,
-        peer: SocketAddr,
-        method: Code,
-        request_len: usize,
-        response: Message,
+        origin: (SocketAddr, Code, usize),
+        block_req: &Message,
+        full: Message,
+        max_szx: u8,
     ) -> Message {
+        let (peer, method, request_len) = origin;
+        let budget = self.factor * request_len.max(1);
+        let fits = |m: &Message| encoded_len(m) <= budget;
         let safe = matches!(method, Code::GET | Code::FETCH);
-        let size = cobalt_proto::message::encode(&response).len();
-        if !safe || size <= self.factor * request_len.max(1) || self.is_verified(now, peer) {
-            return response;
+        let sliced = slice_response(block_req, full.clone(), max_szx);
+        if !safe || fits(&sliced) || self.is_verified(now, peer) {
+            return sliced;
         }
-        let mut challenge = Message::new(response.mtype, Code::UNAUTHORIZED, response.mid);
+        for szx in (0..max_szx.min(MAX_UDP_SZX)).rev() {
+            let smaller = slice_response(block_req, full.clone(), szx);
+            if fits(&smaller) {
+                return smaller;
+            }
+        }
+        let mut challenge = Message::new(sliced.mtype, Code::UNAUTHORIZED, sliced.mid);
         challenge.options.set(opt::ECHO, self.echo_for(peer));
         challenge
     }
+}
+
+fn encoded_len(m: &Message) -> usize {
+    4 + m.token.len()
+        + cobalt_proto::message::codec::options_and_payload_len(&m.options, &m.payload)
 }
 
 #[cfg(test)]
@@ -119,39 +139,43 @@ mod tests {
         m
     }
 
+    fn get() -> Message {
+        Message::new(MessageType::Confirmable, Code::GET, 1)
+    }
+
     #[test]
-    fn unverified_peers_get_an_echo_challenge_and_verified_ones_the_answer() {
+    fn unverified_peers_get_small_blocks_then_an_echo_challenge_verified_ones_everything() {
         let mut g = EchoGuard::new(3, 10);
         let now = Instant::now();
         let peer: SocketAddr = "10.0.0.1:1000".parse().unwrap();
-        let small_reply = Message::new(MessageType::Acknowledgement, Code::CONTENT, 1);
-        assert_eq!(
-            g.check(now, peer, Code::GET, 20, small_reply.clone()),
-            small_reply
-        );
-        let c = g.check(now, peer, Code::GET, 20, big());
+        let origin = |method| (peer, method, 20usize);
+        // 500 bytes to a 20-byte GET: cut into blocks that fit 60 bytes.
+        let r = g.answer(now, origin(Code::GET), &get(), big(), 6);
+        assert_eq!(r.code, Code::CONTENT);
+        assert!(encoded_len(&r) <= 60, "{}", encoded_len(&r));
+        assert_eq!(r.block2().unwrap().num, 0);
+        assert!(r.block2().unwrap().more);
+        // A 2-byte request leaves room for no block at all: Echo challenge.
+        let c = g.answer(now, (peer, Code::GET, 2), &get(), big(), 6);
         assert_eq!(c.code, Code::UNAUTHORIZED);
         let echo = c.options.get(opt::ECHO).unwrap().to_vec();
-        assert!(c.options.get(opt::ECHO).unwrap().len() <= 40);
-        // The POST's answer is sent anyway: it has been executed already.
-        assert_eq!(
-            g.check(now, peer, Code::POST, 20, big()).code,
-            Code::CONTENT
-        );
+        assert!(echo.len() <= 40);
+        // A POST's answer is sent whole: the handler has run already.
+        let r = g.answer(now, origin(Code::POST), &get(), big(), 6);
+        assert_eq!(r.payload.len(), 500);
 
         // A forged or foreign Echo verifies nothing.
-        let mut req = Message::new(MessageType::Confirmable, Code::GET, 2);
+        let mut req = get();
         req.options.set(opt::ECHO, vec![0; 16]);
         g.observe_request(now, peer, &req);
         let other: SocketAddr = "10.0.0.2:1000".parse().unwrap();
         req.options.set(opt::ECHO, echo.clone());
         g.observe_request(now, other, &req);
-        assert_eq!(
-            g.check(now, other, Code::GET, 20, big()).code,
-            Code::UNAUTHORIZED
-        );
+        let r = g.answer(now, (other, Code::GET, 20), &get(), big(), 6);
+        assert!(encoded_len(&r) <= 60);
 
         g.observe_request(now, peer, &req);
-        assert_eq!(g.check(now, peer, Code::GET, 20, big()).code, Code::CONTENT);
+        let r = g.answer(now, origin(Code::GET), &get(), big(), 6);
+        assert_eq!(r.payload.len(), 500, "verified: the whole answer");
     }
 }

@@ -307,11 +307,10 @@ impl ServerShard {
                 self.uploads.keep_answer(now, peer, key, full.clone());
             }
         }
-        let mut msg = slice_response(&block_req, full, self.limits.block_szx);
-        if let Some(g) = &self.echo {
-            let (peer, method, request_len) = ctx.origin;
-            msg = g.check(now, peer, method, request_len, msg);
-        }
+        let msg = match &self.echo {
+            Some(g) => g.answer(now, ctx.origin, &block_req, full, self.limits.block_szx),
+            None => slice_response(&block_req, full, self.limits.block_szx),
+        };
         let _ = ep.respond(now, id, msg);
     }
 
