@@ -83,6 +83,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "HOST:PORT,...")]
     pub workers: Option<String>,
 
+    /// With --workers: instead of CoAPBench, run this third-party load tool (e.g.
+    /// "wrk -t1 -c100 -d10s http://10.0.0.1/benchmark") on every worker at once and print
+    /// each worker's output. Workers must be started with --allow-exec.
+    #[arg(long, value_name = "COMMAND", requires = "workers")]
+    pub exec: Option<String>,
+
     /// PID of the server process, to report its CPU time per request and its RSS.
     #[arg(long)]
     pub server_pid: Option<u32>,

@@ -26,10 +26,17 @@ pub struct WorkerArgs {
     /// Address to accept coordinator connections on, e.g. 0.0.0.0:7000.
     #[arg(long)]
     pub listen: String,
+    /// Let coordinators run third-party load tools here (`cobalt bench --exec`). Anyone
+    /// who can reach the listening address can then run commands as this user.
+    #[arg(long)]
+    pub allow_exec: bool,
 }
 
+/// Largest output of a third-party tool sent back, in bytes.
+const MAX_EXEC_OUTPUT: usize = 1 << 20;
+
 /// One step, as the coordinator asks a worker to run it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct StepRequest {
     /// Target URI.
     pub uri: String,
@@ -53,6 +60,9 @@ pub struct StepRequest {
     pub non: bool,
     /// HTTP without keep-alive.
     pub no_keepalive: bool,
+    /// Run this command (argv) instead of a CoAPBench step.
+    #[serde(default)]
+    pub exec: Option<Vec<String>>,
 }
 
 /// A worker's answer to a [`StepRequest`].
@@ -76,6 +86,9 @@ pub struct StepReply {
     pub partial: bool,
     /// Latency histogram as (nanoseconds, count) buckets.
     pub histogram: Vec<(u64, u64)>,
+    /// Standard output and error of a third-party tool run with `exec`.
+    #[serde(default)]
+    pub output: Option<String>,
 }
 
 impl StepReply {
@@ -94,6 +107,7 @@ impl StepReply {
                 .iter_recorded()
                 .map(|v| (v.value_iterated_to(), v.count_at_value()))
                 .collect(),
+            output: None,
         }
     }
 
@@ -130,6 +144,7 @@ pub fn request_template(args: &BenchArgs) -> StepRequest {
         payload: args.payload.clone(),
         non: args.non,
         no_keepalive: args.no_keepalive,
+        exec: None,
     }
 }
 
@@ -166,7 +181,7 @@ pub fn worker_main(args: WorkerArgs) -> i32 {
         .map(|a| a.to_string())
         .unwrap_or(args.listen);
     eprintln!("cobalt bench worker: waiting for a coordinator on {shown}");
-    match serve_worker(&listener, sys::interrupted) {
+    match serve_worker(&listener, args.allow_exec, sys::interrupted) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("cobalt bench worker: {e}");
@@ -176,7 +191,11 @@ pub fn worker_main(args: WorkerArgs) -> i32 {
 }
 
 /// Serves coordinators one at a time until `stop` returns true.
-pub fn serve_worker(listener: &TcpListener, stop: impl Fn() -> bool) -> std::io::Result<()> {
+pub fn serve_worker(
+    listener: &TcpListener,
+    allow_exec: bool,
+    stop: impl Fn() -> bool,
+) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     while !stop() {
         let (conn, peer) = match listener.accept() {
@@ -189,14 +208,14 @@ pub fn serve_worker(listener: &TcpListener, stop: impl Fn() -> bool) -> std::io:
             Err(e) => return Err(e),
         };
         eprintln!("cobalt bench worker: coordinator {peer} connected");
-        if let Err(e) = serve_coordinator(conn) {
+        if let Err(e) = serve_coordinator(conn, allow_exec) {
             eprintln!("cobalt bench worker: coordinator {peer}: {e}");
         }
     }
     Ok(())
 }
 
-fn serve_coordinator(conn: TcpStream) -> std::io::Result<()> {
+fn serve_coordinator(conn: TcpStream, allow_exec: bool) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     let mut writer = conn.try_clone()?;
     let watch = conn.try_clone()?;
@@ -207,6 +226,11 @@ fn serve_coordinator(conn: TcpStream) -> std::io::Result<()> {
             return Ok(());
         }
         let reply = match serde_json::from_slice::<StepRequest>(&line) {
+            Ok(StepRequest {
+                exec: Some(argv),
+                duration_s,
+                ..
+            }) => run_external(&argv, duration_s, allow_exec),
             Ok(req) => {
                 // While the step runs, a coordinator that hangs up (Ctrl-C there) stops it.
                 let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -256,6 +280,120 @@ fn watch_hangup(
     let _ = conn.set_read_timeout(None);
 }
 
+/// Runs a third-party load tool for the coordinator and returns its output, killing it
+/// if it runs much longer than the step should.
+fn run_external(argv: &[String], duration_s: f64, allow: bool) -> StepReply {
+    if !allow {
+        return StepReply::failed(
+            "this worker does not run commands; start it with `cobalt bench worker --allow-exec`"
+                .into(),
+        );
+    }
+    let Some((program, args)) = argv.split_first() else {
+        return StepReply::failed("empty command".into());
+    };
+    let child = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return StepReply::failed(format!("cannot run {program}: {e}")),
+    };
+    let limit = Duration::from_secs_f64(duration_s.max(0.0) + 60.0);
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return StepReply::failed(format!("waiting for {program}: {e}")),
+        }
+    };
+    let mut output = String::new();
+    for pipe in [
+        child.stdout.take().map(|p| Box::new(p) as Box<dyn Read>),
+        child.stderr.take().map(|p| Box::new(p) as Box<dyn Read>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut buf = Vec::new();
+        let _ = pipe.take(MAX_EXEC_OUTPUT as u64).read_to_end(&mut buf);
+        output.push_str(&String::from_utf8_lossy(&buf));
+    }
+    let mut reply = StepReply {
+        output: Some(output),
+        ..StepReply::default()
+    };
+    match status {
+        Some(s) if s.success() => {}
+        Some(s) => reply.error = Some(format!("{program} exited with {s}")),
+        None => {
+            reply.error = Some(format!(
+                "{program} ran longer than {limit:?} and was stopped"
+            ))
+        }
+    }
+    reply
+}
+
+/// Runs a third-party tool on every worker at once and prints each one's output;
+/// returns the exit code (0 when every worker's tool succeeded).
+pub fn run_exec_everywhere(workers: &[SocketAddr], command: &str, duration_s: f64) -> i32 {
+    let argv: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+    if argv.is_empty() {
+        eprintln!("cobalt bench: --exec needs a command");
+        return 2;
+    }
+    let req = StepRequest {
+        exec: Some(argv),
+        duration_s,
+        ..StepRequest::default()
+    };
+    let wait = Duration::from_secs_f64(duration_s.max(0.0) + 90.0);
+    let replies: Vec<(SocketAddr, Result<StepReply, String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .iter()
+            .map(|w| (*w, s.spawn(|| ask_worker(*w, &req, wait))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|(w, h)| {
+                (
+                    w,
+                    h.join()
+                        .unwrap_or_else(|_| Err("worker thread panicked".into())),
+                )
+            })
+            .collect()
+    });
+    let mut code = 0;
+    for (w, reply) in replies {
+        println!("=== worker {w} ===");
+        match reply {
+            Ok(r) => {
+                print!("{}", r.output.unwrap_or_default());
+                if let Some(e) = r.error {
+                    eprintln!("cobalt bench: worker {w}: {e}");
+                    code = 1;
+                }
+            }
+            Err(e) => {
+                eprintln!("cobalt bench: worker {w}: {e}");
+                code = 1;
+            }
+        }
+    }
+    code
+}
+
 /// Runs one requested step on this machine.
 pub fn run_request(
     req: &StepRequest,
@@ -280,6 +418,7 @@ pub fn run_request(
         threads: req.threads,
         server_pid: None,
         workers: None,
+        exec: None,
         json: false,
         csv: false,
         plot: None,
@@ -464,6 +603,34 @@ mod tests {
     }
 
     #[test]
+    fn workers_run_third_party_tools_only_when_allowed() {
+        for allow in [true, false] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let quit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let q = quit.clone();
+            let worker = std::thread::spawn(move || {
+                serve_worker(&l, allow, || q.load(std::sync::atomic::Ordering::Relaxed)).unwrap()
+            });
+            let req = StepRequest {
+                exec: Some(vec!["echo".into(), "tool says hi".into()]),
+                duration_s: 1.0,
+                ..StepRequest::default()
+            };
+            let reply = ask_worker(addr, &req, Duration::from_secs(20)).unwrap();
+            quit.store(true, std::sync::atomic::Ordering::Relaxed);
+            worker.join().unwrap();
+            if allow {
+                assert_eq!(reply.error, None);
+                assert_eq!(reply.output.as_deref(), Some("tool says hi\n"));
+            } else {
+                assert!(reply.error.unwrap().contains("--allow-exec"));
+                assert_eq!(reply.output, None);
+            }
+        }
+    }
+
+    #[test]
     fn worker_stops_when_the_coordinator_hangs_up() {
         let target = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -471,7 +638,7 @@ mod tests {
         let quit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let q = quit.clone();
         let worker = std::thread::spawn(move || {
-            serve_worker(&l, || q.load(std::sync::atomic::Ordering::Relaxed)).unwrap()
+            serve_worker(&l, false, || q.load(std::sync::atomic::Ordering::Relaxed)).unwrap()
         });
         let req = StepRequest {
             uri: format!("coap://{}/", target.local_addr().unwrap()),
@@ -485,6 +652,7 @@ mod tests {
             payload: None,
             non: false,
             no_keepalive: false,
+            exec: None,
         };
         let started = std::time::Instant::now();
         let conn = TcpStream::connect(addr).unwrap();
@@ -525,6 +693,7 @@ mod tests {
             payload: None,
             non: false,
             no_keepalive: false,
+            exec: None,
         };
         let stop = std::sync::Arc::default;
         assert!(run_request(&req, stop())

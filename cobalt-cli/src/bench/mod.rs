@@ -208,6 +208,9 @@ pub fn run(mut args: BenchArgs) -> i32 {
             return 2;
         }
     };
+    if let (Some(command), Some(w)) = (&args.exec, &workers) {
+        return distributed::run_exec_everywhere(w, command, args.duration);
+    }
     let step_template = distributed::request_template(&args);
     let format = if args.json {
         Format::Json
@@ -729,7 +732,7 @@ mod tests {
             workers.push(l.local_addr().unwrap());
             let stop = stop.clone();
             std::thread::spawn(move || {
-                distributed::serve_worker(&l, || stop.load(Ordering::Relaxed)).unwrap()
+                distributed::serve_worker(&l, false, || stop.load(Ordering::Relaxed)).unwrap()
             });
         }
         let cfg = config(target, 2000);
@@ -745,6 +748,7 @@ mod tests {
             payload: None,
             non: false,
             no_keepalive: false,
+            exec: None,
         };
         let r = distributed::run_step(&cfg, &template, &workers, 5).unwrap();
         stop.store(true, Ordering::Relaxed);
