@@ -153,6 +153,8 @@ pub struct LimitsSection {
     pub max_body: usize,
     /// Block1 uploads in progress per shard.
     pub max_uploads: usize,
+    /// Bytes all uploads of one shard may hold together.
+    pub max_upload_memory: usize,
     /// Block size exponent of responses (0–6).
     pub block_szx: u8,
     /// Amplification limit for unverified peers (RFC 9175 Echo); 0: off.
@@ -173,6 +175,7 @@ impl From<&ServerLimits> for LimitsSection {
             observe_con_interval: l.observe_con_interval,
             max_body: l.max_body,
             max_uploads: l.max_uploads,
+            max_upload_memory: l.max_upload_memory,
             block_szx: l.block_szx,
             amplification_factor: l.amplification_factor,
         }
@@ -187,6 +190,7 @@ impl From<&LimitsSection> for ServerLimits {
             observe_con_interval: s.observe_con_interval,
             max_body: s.max_body,
             max_uploads: s.max_uploads,
+            max_upload_memory: s.max_upload_memory,
             block_szx: s.block_szx,
             amplification_factor: s.amplification_factor,
         }
@@ -405,6 +409,7 @@ const KEYS: &[KeyDoc] = &[
     k("limits", "observe_con_interval", "A confirmable notification at least this often.", "1s to 30d"),
     k("limits", "max_body", "Largest request body reassembled from Block1 blocks, in bytes; larger uploads get 4.13.", "1 to 1073741824"),
     k("limits", "max_uploads", "Block1 uploads in progress per shard; beyond it 5.03.", "0 or more"),
+    k("limits", "max_upload_memory", "Bytes the uploads in progress of one shard may hold together; beyond it 5.03.", "1024 to 68719476736"),
     k("limits", "block_szx", "Block size exponent of responses: block size 2^(4+szx) bytes.", "0 to 6 (16 to 1024 bytes)"),
     k("limits", "amplification_factor", "An unverified peer gets at most this many times its request's bytes in the answer to a GET or FETCH; larger answers need an Echo round trip (RFC 9175). 0: off.", "0 to 1000"),
     k("runtime", "shards", "Shards: threads with their own SO_REUSEPORT socket; 0: one per core.", "0 to 1024"),
@@ -463,7 +468,7 @@ impl Config {
         }
         let l = &self.limits;
         let r = &self.runtime;
-        let checks: [(bool, &str, &str); 10] = [
+        let checks: &[(bool, &str, &str)] = &[
             (
                 (1..=1_000_000).contains(&l.observe_con_every),
                 "limits",

@@ -29,7 +29,7 @@ pub struct Observation {
     client: Client,
     peer: SocketAddr,
     request: Message,
-    rx: mpsc::UnboundedReceiver<Result<Message, Error>>,
+    rx: mpsc::Receiver<Result<Message, Error>>,
     guard: CancelGuard,
     last: Option<(u32, Instant)>,
     max_age: Duration,
@@ -142,12 +142,15 @@ impl Observation {
     }
 }
 
-type Started = (mpsc::UnboundedReceiver<Result<Message, Error>>, CancelGuard);
+type Started = (mpsc::Receiver<Result<Message, Error>>, CancelGuard);
+
+/// Notifications buffered for an observer that does not keep up.
+const BUFFERED_NOTIFICATIONS: usize = 64;
 
 fn start(client: &Client, peer: SocketAddr, request: Message) -> Result<Started> {
     let driver = client.driver_for(&peer)?;
     let key = client.next_key();
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::channel(BUFFERED_NOTIFICATIONS);
     driver
         .send(Command::Request {
             key,

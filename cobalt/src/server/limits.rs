@@ -19,6 +19,10 @@ pub struct ServerLimits {
     pub max_body: usize,
     /// Block1 uploads in progress per shard; beyond it 5.03. Default 1,000.
     pub max_uploads: usize,
+    /// Bytes that the uploads in progress (and the large answers kept for their Block2
+    /// follow-ups) of one shard may hold together; beyond it new blocks get 5.03.
+    /// Default 64 MiB.
+    pub max_upload_memory: usize,
     /// Block size exponent for responses (0–6: 16–1024 bytes). Default 6.
     pub block_szx: u8,
     /// Amplification limit (RFC 9175 §2.4): an unverified peer gets at most this many
@@ -39,6 +43,7 @@ impl Default for ServerLimits {
             observe_con_interval: Duration::from_secs(24 * 3600),
             max_body: 1 << 20,
             max_uploads: 1000,
+            max_upload_memory: 64 << 20,
             block_szx: 6,
             amplification_factor: 0,
         }

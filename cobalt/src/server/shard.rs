@@ -77,7 +77,12 @@ impl ServerShard {
             .map(|o| (o.id(), o))
             .collect();
         ServerShard {
-            uploads: Uploads::new(limits.max_body, limits.max_uploads, idle_timeout),
+            uploads: Uploads::new(
+                limits.max_body,
+                limits.max_uploads,
+                limits.max_upload_memory,
+                idle_timeout,
+            ),
             echo: (limits.amplification_factor > 0)
                 .then(|| EchoGuard::new(limits.amplification_factor, 100_000)),
             tree,
