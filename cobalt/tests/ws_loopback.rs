@@ -408,3 +408,86 @@ async fn shutdown_releases_ws_connections() {
     );
     stop.await.unwrap();
 }
+
+/// Upgrades a raw TCP connection by hand, for peers that write WebSocket frames
+/// byte by byte.
+async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(UPGRADE.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.unwrap();
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101 "));
+    s
+}
+
+/// A masked binary WebSocket frame (client to server) carrying `payload`.
+fn client_frame(payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mask = [1u8, 2, 3, 4];
+    let mut f = vec![0x82, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+/// Reads until the server closes the TCP connection; false if it did not in time.
+async fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+    let mut sink = Vec::new();
+    tokio::time::timeout(limit, s.read_to_end(&mut sink))
+        .await
+        .is_ok()
+}
+
+#[tokio::test]
+async fn slow_websocket_messages_are_cut_off() {
+    let server = ws_server(TcpServerLimits {
+        connection: TcpConfig {
+            frame_timeout: Duration::from_millis(400),
+            ..TcpConfig::default()
+        },
+        ..TcpServerLimits::default()
+    })
+    .await;
+    let addr = server.local_addr();
+    // Complete messages, however spaced, are fine: CSM then a GET 600 ms later.
+    let mut s = raw_upgraded(addr).await;
+    s.write_all(&client_frame(&csm())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut get = TcpMessage::new(Code::GET);
+    get.options.set_uri_path("hello");
+    s.write_all(&client_frame(&ws_bytes(&get))).await.unwrap();
+    let mut buf = vec![0u8; 256];
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("hello world") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    // A message trickled one byte every 150 ms is cut off after 400 ms.
+    let frame = client_frame(&ws_bytes(&get));
+    let started = std::time::Instant::now();
+    let trickle = async {
+        for b in &frame {
+            if s.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), trickle).await;
+    assert!(closed_within(&mut s, Duration::from_secs(3)).await);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Half a message, then silence: cut off too.
+    let mut s = raw_upgraded(addr).await;
+    s.write_all(&client_frame(&csm())).await.unwrap();
+    s.write_all(&frame[..4]).await.unwrap();
+    assert!(closed_within(&mut s, Duration::from_secs(3)).await);
+    server.shutdown(Duration::ZERO).await;
+}

@@ -19,14 +19,22 @@
 //!
 //! WebSocket messages and frames above the connection's Max-Message-Size (plus the
 //! 14 bytes of slack the TCP transport allows too) are refused from their header:
-//! the connection is sent an Abort and closed with status 1009.
+//! the connection is sent an Abort and closed with status 1009. A WebSocket message
+//! whose bytes take longer than [`TcpConfig::frame_timeout`] to arrive, counted from
+//! the first byte read after the previous complete message, ends the connection
+//! (slowloris after the upgrade); a silent connection is left to the CSM and idle
+//! timeouts of the CoAP layer.
 
 use super::tcp::{Input, Link, TcpServerLimits};
 use cobalt_proto::tcp_connection::{Framing, TcpConfig};
 use futures_util::{SinkExt, StreamExt};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
@@ -58,16 +66,87 @@ fn ws_config(config: &TcpConfig) -> WebSocketConfig {
         .max_frame_size(Some(limit))
 }
 
+/// The TCP stream under a WebSocket, failing reads once a WebSocket message has been
+/// arriving for longer than the frame timeout.
+pub(crate) struct TimedStream {
+    stream: TcpStream,
+    frame_timeout: Duration,
+    /// Armed when the first byte after the last complete message is read.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl TimedStream {
+    fn new(stream: TcpStream, frame_timeout: Duration) -> TimedStream {
+        TimedStream {
+            stream,
+            frame_timeout,
+            deadline: None,
+        }
+    }
+
+    /// A whole message has arrived: the next byte starts a new one.
+    fn message_complete(&mut self) {
+        self.deadline = None;
+    }
+}
+
+impl AsyncRead for TimedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(d) = self.deadline.as_mut() {
+            if d.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "WebSocket message not completed in time",
+                )));
+            }
+        }
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(())))
+            && buf.filled().len() > before
+            && self.deadline.is_none()
+        {
+            let mut sleep = Box::pin(tokio::time::sleep(self.frame_timeout));
+            // Registers the waker, so that a peer that stops sending is noticed too.
+            let _ = sleep.as_mut().poll(cx);
+            self.deadline = Some(sleep);
+        }
+        r
+    }
+}
+
+impl AsyncWrite for TimedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
 /// A WebSocket carrying CoAP messages.
 pub(crate) struct WsLink {
-    ws: WebSocketStream<TcpStream>,
+    ws: WebSocketStream<TimedStream>,
     message: Bytes,
     /// The close status to send, when the peer broke the rules.
     close_code: Option<CloseCode>,
 }
 
 impl WsLink {
-    fn new(ws: WebSocketStream<TcpStream>) -> WsLink {
+    fn new(ws: WebSocketStream<TimedStream>) -> WsLink {
         WsLink {
             ws,
             message: Bytes::new(),
@@ -81,7 +160,11 @@ impl Link for WsLink {
 
     async fn recv(&mut self) -> Input<'_> {
         loop {
-            match self.ws.next().await {
+            let next = self.ws.next().await;
+            if matches!(next, Some(Ok(_))) {
+                self.ws.get_mut().message_complete();
+            }
+            match next {
                 Some(Ok(Message::Binary(b))) => {
                     self.message = b;
                     return Input::Data(&self.message);
@@ -120,7 +203,7 @@ impl Link for WsLink {
             reason: "".into(),
         };
         let _ = self.ws.close(Some(frame)).await;
-        let _ = self.ws.get_mut().shutdown().await;
+        let _ = self.ws.get_mut().stream.shutdown().await;
     }
 }
 
@@ -191,7 +274,7 @@ pub(crate) async fn accept(mut stream: TcpStream, limits: &TcpServerLimits) -> O
         }
     };
     let ws = WebSocketStream::from_partially_read(
-        stream,
+        TimedStream::new(stream, limits.connection.frame_timeout),
         tail,
         Role::Server,
         Some(ws_config(&limits.connection)),
@@ -339,10 +422,13 @@ pub(crate) async fn connect(
         "Sec-WebSocket-Protocol",
         HeaderValue::from_static(SUBPROTOCOL),
     );
-    let (ws, response) =
-        tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config(&config)))
-            .await
-            .map_err(|e| io::Error::other(format!("WebSocket upgrade failed: {e}")))?;
+    let (ws, response) = tokio_tungstenite::client_async_with_config(
+        request,
+        TimedStream::new(stream, config.frame_timeout),
+        Some(ws_config(&config)),
+    )
+    .await
+    .map_err(|e| io::Error::other(format!("WebSocket upgrade failed: {e}")))?;
     let agreed = response
         .headers()
         .get("Sec-WebSocket-Protocol")
