@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real CoAP peers the interop tests talk to:
 #   - libcoap's command-line tools (Debian package libcoap3-bin: coap-client-*, coap-server-*)
-#   - aiocoap (PyPI) in a virtual environment at .venv-peers/
+#   - aiocoap (PyPI) with its WebSocket extra (websockets) in a virtual environment at
+#     .venv-peers/ (libcoap 4.3.1 as packaged by Debian has no WebSocket support, so
+#     aiocoap is the only coap+ws peer)
 # Safe to run repeatedly; skips what is already present.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -15,9 +17,9 @@ if ! ls /usr/bin/coap-client-* >/dev/null 2>&1; then
 fi
 
 venv="$root/.venv-peers"
-if [ ! -x "$venv/bin/aiocoap-client" ]; then
-  echo "installing aiocoap (PyPI) into $venv" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'aiocoap==0.4.17'
+if [ ! -x "$venv/bin/aiocoap-client" ] || ! "$venv/bin/python" -c 'import websockets' 2>/dev/null; then
+  echo "installing aiocoap[ws] (PyPI) into $venv" >&2
+  [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check 'aiocoap[ws]==0.4.17'
 fi
 echo "peers ready: $(ls /usr/bin/coap-client-* | head -1), $("$venv/bin/aiocoap-client" --version 2>&1 | head -1)" >&2

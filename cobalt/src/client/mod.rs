@@ -22,6 +22,7 @@ use crate::{Error, Result};
 use cobalt_proto::blockwise::MAX_UDP_SZX;
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
+use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::{CoapUri, Scheme};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +47,7 @@ struct Inner {
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     next_key: AtomicU64,
     tcp: TcpPool,
+    ws: TcpPool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -85,6 +87,7 @@ impl Client {
                 v6: Mutex::new(None),
                 next_key: AtomicU64::new(1),
                 tcp: TcpPool::default(),
+                ws: TcpPool::new(Framing::WebSocket),
             }),
         }
     }
@@ -278,9 +281,12 @@ impl RequestBuilder {
     ///
     /// `coap+tcp://` URIs go over a pooled TCP connection per server (RFC 8323), with
     /// the whole body in one message; without [`RequestBuilder::timeout`] a TCP request
-    /// gives up after 60 s.
+    /// gives up after 60 s. `coap+ws://` URIs go the same way over a pooled WebSocket
+    /// per server (RFC 8323 §4, path `/.well-known/coap`, subprotocol `coap`).
     pub async fn send(self) -> Result<Response> {
-        if CoapUri::parse(&self.uri).is_ok_and(|u| u.scheme == Scheme::CoapTcp) {
+        if CoapUri::parse(&self.uri)
+            .is_ok_and(|u| matches!(u.scheme, Scheme::CoapTcp | Scheme::CoapWs))
+        {
             return self.send_tcp().await;
         }
         let szx = self.block_szx;
@@ -308,9 +314,14 @@ impl RequestBuilder {
         uri.apply_to(&mut self.message.options);
         let timeout = self.timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT);
         let client = self.client;
+        let pool = match uri.scheme {
+            Scheme::CoapWs => &client.inner.ws,
+            _ => &client.inner.tcp,
+        };
+        let host = uri.host.as_str();
         let exchange = async {
-            let first = client.inner.tcp.request(peer, self.message.clone()).await?;
-            fetch_rest_tcp(&client, peer, self.message, first).await
+            let first = pool.request(peer, host, self.message.clone()).await?;
+            fetch_rest_tcp(pool, peer, host, self.message, first).await
         };
         tokio::time::timeout(timeout, exchange)
             .await
@@ -319,9 +330,11 @@ impl RequestBuilder {
 
     /// Sends the request with Observe=0 and returns the stream of notifications.
     pub async fn observe(mut self) -> Result<Observation> {
-        if CoapUri::parse(&self.uri).is_ok_and(|u| u.scheme == Scheme::CoapTcp) {
+        if CoapUri::parse(&self.uri)
+            .is_ok_and(|u| matches!(u.scheme, Scheme::CoapTcp | Scheme::CoapWs))
+        {
             return Err(Error::Unsupported(
-                "observe over coap+tcp:// is not supported yet; use coap://".into(),
+                "observe over coap+tcp:// and coap+ws:// is not supported yet; use coap://".into(),
             ));
         }
         self.message.options.set_uint(opt::OBSERVE, 0);
@@ -442,14 +455,15 @@ pub(crate) async fn fetch_rest(
     fetch_rest_via(request, first, |req| exchange(client, peer, req)).await
 }
 
-/// [`fetch_rest`] over the pooled `coap+tcp` connection to `peer`.
+/// [`fetch_rest`] over the pooled `coap+tcp` or `coap+ws` connection to `peer`.
 async fn fetch_rest_tcp(
-    client: &Client,
+    pool: &TcpPool,
     peer: SocketAddr,
+    host: &str,
     request: Message,
     first: Message,
 ) -> Result<Response> {
-    fetch_rest_via(request, first, |req| client.inner.tcp.request(peer, req)).await
+    fetch_rest_via(request, first, |req| pool.request(peer, host, req)).await
 }
 
 /// Completes a representation whose first block is `first`, fetching the following

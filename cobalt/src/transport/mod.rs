@@ -3,3 +3,4 @@
 pub mod mmsg;
 pub mod tcp;
 pub mod udp;
+pub(crate) mod ws;
