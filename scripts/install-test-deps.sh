@@ -10,10 +10,15 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 sudo_cmd=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then sudo_cmd="sudo"; fi
 
-if ! ls /usr/bin/coap-client-* >/dev/null 2>&1; then
-  echo "installing libcoap3-bin (Debian)" >&2
+# libcoap's tools, and OpenSSL's headers with pkg-config for the `openssl` crate (DTLS).
+missing=()
+ls /usr/bin/coap-client-* >/dev/null 2>&1 || missing+=(libcoap3-bin)
+dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing ${missing[*]} (Debian)" >&2
   $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq libcoap3-bin >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 venv="$root/.venv-peers"
