@@ -263,7 +263,10 @@ impl Server {
                 (ios, local_addr, Some(threads))
             }
         };
-        let metrics = Metrics::new(ios.len());
+        let mut metrics = Metrics::new(ios.len());
+        if stage_threads.is_some() {
+            metrics = metrics.with_stages(self.stage_counters.clone());
+        }
         let tree = Arc::new(self.tree);
         let mut commands = Vec::new();
         let mut threads = Vec::new();
