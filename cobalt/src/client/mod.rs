@@ -16,6 +16,7 @@ pub use observe::Observation;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::Tracer;
 use crate::server::Response;
+use crate::transport::dtls::{ClientPsk, DtlsConfig, OpensslDtls};
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::udp::{any_for, bind_shard_sockets};
 use crate::{Error, Result};
@@ -23,6 +24,7 @@ use cobalt_proto::blockwise::MAX_UDP_SZX;
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
 use cobalt_proto::uri::{CoapUri, Scheme};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,10 +34,21 @@ use tokio::sync::{mpsc, oneshot};
 /// An async CoAP client. Cheap to clone; clones share sockets and state. Its socket
 /// (one per address family, bound on first use) is served by a background thread
 /// that stops when the last clone is dropped.
+///
+/// `coaps://` requests go over DTLS 1.2 with a pre-shared key
+/// ([`Client::with_psk`] or [`RequestBuilder::psk`]); there is one DTLS socket and
+/// session table per key and address family.
 #[derive(Clone, Debug)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// The key for `coaps://` requests made through this handle.
+    psk: Option<Arc<ClientPsk>>,
+    /// Set on the handle a `coaps://` request runs on: its driver is a DTLS one.
+    secure: Option<Arc<ClientPsk>>,
 }
+
+/// DTLS drivers by address family (`true` = IPv4) and key.
+type DtlsDrivers = HashMap<(bool, ClientPsk), mpsc::UnboundedSender<Command>>;
 
 struct Inner {
     config: EndpointConfig,
@@ -46,6 +59,7 @@ struct Inner {
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     next_key: AtomicU64,
     tcp: TcpPool,
+    dtls: Mutex<DtlsDrivers>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -85,7 +99,10 @@ impl Client {
                 v6: Mutex::new(None),
                 next_key: AtomicU64::new(1),
                 tcp: TcpPool::default(),
+                dtls: Mutex::new(HashMap::new()),
             }),
+            psk: None,
+            secure: None,
         }
     }
 
@@ -98,6 +115,17 @@ impl Client {
             inner.tracer = Some(tracer);
         }
         Ok(c)
+    }
+
+    /// This client (sharing its sockets and state) using `identity` and `key` for
+    /// `coaps://` requests (DTLS 1.2 with TLS_PSK_WITH_AES_128_CCM_8 or
+    /// TLS_PSK_WITH_AES_128_GCM_SHA256).
+    pub fn with_psk(&self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            psk: Some(Arc::new(ClientPsk::new(identity, key))),
+            secure: None,
+        }
     }
 
     /// GET `uri`.
@@ -128,6 +156,7 @@ impl Client {
             message: Message::new(MessageType::Confirmable, method, 0),
             timeout: None,
             block_szx: None,
+            psk: None,
         }
     }
 
@@ -153,6 +182,9 @@ impl Client {
     /// The address to use for `peer` on the socket that will carry the request: an
     /// IPv4 peer is reached through a dual-stack shard socket as an IPv4-mapped address.
     fn socket_peer(&self, peer: SocketAddr) -> SocketAddr {
+        if self.secure.is_some() {
+            return peer;
+        }
         match (&self.inner.shard, peer) {
             (Some((_, true)), SocketAddr::V4(a)) => {
                 SocketAddr::new(std::net::IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
@@ -162,6 +194,9 @@ impl Client {
     }
 
     pub(crate) fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
+        if let Some(psk) = &self.secure {
+            return self.dtls_driver_for(peer, psk);
+        }
         if let Some((tx, v6)) = &self.inner.shard {
             if *v6 || peer.is_ipv4() {
                 return Ok(tx.clone());
@@ -185,8 +220,38 @@ impl Client {
             self.inner.tracer.clone(),
             None,
             None,
+            None,
         )?;
         *slot = Some(tx.clone());
+        Ok(tx)
+    }
+
+    /// The DTLS driver for `peer`'s address family and `psk`, started on first use.
+    fn dtls_driver_for(
+        &self,
+        peer: &SocketAddr,
+        psk: &ClientPsk,
+    ) -> Result<mpsc::UnboundedSender<Command>> {
+        let mut drivers = self.inner.dtls.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (peer.is_ipv4(), psk.clone());
+        if let Some(tx) = drivers.get(&key).filter(|tx| !tx.is_closed()) {
+            return Ok(tx.clone());
+        }
+        let layer = OpensslDtls::client(psk.clone(), DtlsConfig::default())
+            .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
+        let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
+        let (tx, _thread) = spawn_driver(
+            "cobalt-client-dtls".into(),
+            DriverIo::Owned(socket),
+            self.inner.config.clone(),
+            None,
+            self.inner.tracer.clone(),
+            None,
+            None,
+            Some(Box::new(layer)),
+        )?;
+        drivers.retain(|_, tx| !tx.is_closed());
+        drivers.insert(key, tx.clone());
         Ok(tx)
     }
 
@@ -203,6 +268,7 @@ pub struct RequestBuilder {
     message: Message,
     timeout: Option<Duration>,
     block_szx: Option<u8>,
+    psk: Option<ClientPsk>,
 }
 
 impl RequestBuilder {
@@ -254,6 +320,12 @@ impl RequestBuilder {
         Ok(self)
     }
 
+    /// The pre-shared key for a `coaps://` request (overrides [`Client::with_psk`]).
+    pub fn psk(mut self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> RequestBuilder {
+        self.psk = Some(ClientPsk::new(identity, key));
+        self
+    }
+
     /// Gives up after `timeout` overall, whatever the retransmission state.
     pub fn timeout(mut self, timeout: Duration) -> RequestBuilder {
         self.timeout = Some(timeout);
@@ -262,11 +334,28 @@ impl RequestBuilder {
 
     async fn prepare(mut self) -> Result<(Client, SocketAddr, Message, Option<Duration>)> {
         let uri = CoapUri::parse(&self.uri)?;
-        if uri.scheme != Scheme::Coap {
-            return Err(Error::Unsupported(format!(
-                "{}:// is not supported yet; use coap://",
-                uri.scheme.as_str()
-            )));
+        match uri.scheme {
+            Scheme::Coap => {}
+            Scheme::Coaps => {
+                let psk = self
+                    .psk
+                    .take()
+                    .map(Arc::new)
+                    .or_else(|| self.client.psk.clone())
+                    .ok_or_else(|| {
+                        Error::Unsupported(
+                            "coaps:// needs a pre-shared key: RequestBuilder::psk or Client::with_psk"
+                                .into(),
+                        )
+                    })?;
+                self.client.secure = Some(psk);
+            }
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "{}:// is not supported yet; use coap://, coaps:// or coap+tcp://",
+                    other.as_str()
+                )))
+            }
         }
         let peer = self.client.socket_peer(resolve(&uri).await?);
         uri.apply_to(&mut self.message.options);

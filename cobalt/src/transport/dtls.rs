@@ -99,9 +99,17 @@ impl Default for DtlsConfig {
 }
 
 /// Pre-shared keys of a server, by identity.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct PskStore {
     keys: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+impl std::fmt::Debug for PskStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PskStore")
+            .field("identities", &self.keys.len())
+            .finish()
+    }
 }
 
 impl PskStore {

@@ -1,0 +1,187 @@
+//! CoAP over DTLS (`coaps://`) between a Cobalt server and client on loopback.
+
+use cobalt::server::{get, post, Request};
+use cobalt::transport::dtls::{DtlsConfig, PskStore};
+use cobalt::{Client, Code, Error, Server};
+use std::time::{Duration, Instant};
+
+fn keys() -> PskStore {
+    PskStore::new().with("alice", "secretPSK").with(
+        "bob",
+        vec![0u8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+    )
+}
+
+fn server() -> Server {
+    Server::new()
+        .route("/hello", get(|| async { "hello over dtls" }))
+        .route("/big", get(|| async { "x".repeat(3000) }))
+        .route(
+            "/echo",
+            post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
+        )
+        .dtls_psk(keys())
+        .shards(2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psk_request_over_dtls() {
+    let server = server().bind_dtls("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr();
+    assert_eq!(server.dtls_local_addr(), Some(addr));
+    let client = Client::new().with_psk("alice", "secretPSK");
+    let r = client.get(&format!("coaps://{addr}/hello")).await.unwrap();
+    assert_eq!(r.code, Code::CONTENT);
+    assert_eq!(r.text_payload(), "hello over dtls");
+    // The session is reused; block-wise and uploads work over it.
+    let big = client.get(&format!("coaps://{addr}/big")).await.unwrap();
+    assert_eq!(big.payload.len(), 3000);
+    let body = vec![7u8; 2500];
+    let echoed = client
+        .post(&format!("coaps://{addr}/echo"), body.clone())
+        .await
+        .unwrap();
+    assert_eq!(echoed.payload, body);
+    // A binary key given per request.
+    let r = Client::new()
+        .request(Code::GET, &format!("coaps://{addr}/hello"))
+        .psk("bob", (0u8..16).collect::<Vec<_>>())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "hello over dtls");
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_key_is_a_clear_error_not_a_timeout() {
+    let server = server().bind_dtls("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr();
+    let start = Instant::now();
+    let err = Client::new()
+        .with_psk("alice", "wrong")
+        .get(&format!("coaps://{addr}/hello"))
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let Error::Dtls { peer, reason } = &err else {
+        panic!("expected a DTLS error, got {err:?}");
+    };
+    assert_eq!(*peer, addr);
+    assert!(reason.contains("decrypt error"), "{err}");
+    assert!(err.to_string().contains("DTLS handshake"), "{err}");
+
+    let err = Client::new()
+        .with_psk("mallory", "secretPSK")
+        .get(&format!("coaps://{addr}/hello"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown psk identity"), "{err}");
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coaps_without_a_key_is_refused() {
+    let err = Client::new()
+        .get("coaps://127.0.0.1:5684/hello")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("pre-shared key"), "{err}");
+    let err = Server::new().bind_dtls("127.0.0.1:0").await.unwrap_err();
+    assert!(err.to_string().contains("dtls_psk"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_and_dtls_side_by_side() {
+    let server = server()
+        .dtls("127.0.0.1:0".parse().unwrap())
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let plain = server.local_addr();
+    let secure = server.dtls_local_addr().unwrap();
+    assert_ne!(plain, secure);
+    let client = Client::new().with_psk("alice", "secretPSK");
+    let a = client.get(&format!("coap://{plain}/hello")).await.unwrap();
+    let b = client
+        .get(&format!("coaps://{secure}/hello"))
+        .await
+        .unwrap();
+    assert_eq!(a.text_payload(), b.text_payload());
+    // Plain CoAP sent to the DTLS port is not served.
+    let err = client
+        .request(Code::GET, &format!("coap://{secure}/hello"))
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Deadline(_)), "{err:?}");
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_hello_flood_from_many_ports_does_not_stop_service() {
+    let server = server()
+        .dtls_config(DtlsConfig {
+            max_sessions: 64,
+            ..DtlsConfig::default()
+        })
+        .shards(1)
+        .bind_dtls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    // A minimal DTLS 1.2 ClientHello record without a cookie (PSK-AES128-CCM8).
+    let hello = client_hello();
+    let mut sockets = Vec::new();
+    for _ in 0..300 {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.send_to(&hello, addr).unwrap();
+        sockets.push(s);
+    }
+    // Each got a HelloVerifyRequest (type 22, handshake type 3) and nothing else.
+    let mut verified = 0;
+    for s in &sockets {
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 512];
+        if let Ok(n) = s.recv(&mut buf) {
+            if n > 13 && buf[0] == 22 && buf[13] == 3 {
+                verified += 1;
+            }
+        }
+    }
+    assert!(verified > 250, "{verified} HelloVerifyRequests");
+    // More flood than the session cap: a real client still gets through.
+    let r = Client::new()
+        .with_psk("alice", "secretPSK")
+        .get(&format!("coaps://{addr}/hello"))
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "hello over dtls");
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// A DTLS 1.2 ClientHello (record + handshake headers) with an empty cookie.
+fn client_hello() -> Vec<u8> {
+    let mut body = vec![0xfe, 0xfd]; // client_version
+    body.extend_from_slice(&[0x42; 32]); // random
+    body.push(0); // session id
+    body.push(0); // cookie
+    body.extend_from_slice(&[0, 2, 0xc0, 0xa8]); // cipher suites: PSK_WITH_AES_128_CCM_8
+    body.extend_from_slice(&[1, 0]); // compression: null
+    let len = body.len() as u32;
+    let mut hs = vec![1]; // client_hello
+    hs.extend_from_slice(&len.to_be_bytes()[1..]);
+    hs.extend_from_slice(&[0, 0]); // message_seq
+    hs.extend_from_slice(&[0, 0, 0]); // fragment_offset
+    hs.extend_from_slice(&len.to_be_bytes()[1..]); // fragment_length
+    hs.extend_from_slice(&body);
+    let mut rec = vec![22, 0xfe, 0xff, 0, 0, 0, 0, 0, 0, 0, 0];
+    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
+}
