@@ -2,6 +2,7 @@
 # Installs the real CoAP peers the interop tests talk to:
 #   - libcoap's command-line tools (Debian package libcoap3-bin: coap-client-*, coap-server-*)
 #   - aiocoap (PyPI) in a virtual environment at .venv-peers/
+# and what building the DTLS transport needs: OpenSSL's headers (libssl-dev) and pkg-config.
 # Safe to run repeatedly; skips what is already present.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -12,6 +13,12 @@ if ! ls /usr/bin/coap-client-* >/dev/null 2>&1; then
   echo "installing libcoap3-bin (Debian)" >&2
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq libcoap3-bin >/dev/null
+fi
+
+if ! command -v pkg-config >/dev/null || ! pkg-config --exists openssl; then
+  echo "installing libssl-dev and pkg-config (Debian)" >&2
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq libssl-dev pkg-config >/dev/null
 fi
 
 venv="$root/.venv-peers"
