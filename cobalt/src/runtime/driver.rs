@@ -538,6 +538,7 @@ pub(crate) enum DriverIo {
 }
 
 /// Starts a driver on its own thread with a current-thread runtime.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn spawn_driver(
     name: String,
     io: DriverIo,

@@ -201,7 +201,7 @@ pub fn parse_key(key: &str) -> Result<Vec<u8>, String> {
 }
 
 fn decode_hex(hex: &str) -> Result<Vec<u8>, String> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return Err("odd number of hex digits in the key".into());
     }
     (0..hex.len())
