@@ -36,6 +36,12 @@ pub struct RequestArgs {
     /// Show the request and response messages on standard error.
     #[arg(short, long)]
     pub verbose: bool,
+    /// PSK identity for coaps:// (DTLS 1.2).
+    #[arg(long, value_name = "ID", requires = "psk_key")]
+    pub psk_identity: Option<String>,
+    /// Pre-shared key for coaps://: `0x` and hex digits, or text.
+    #[arg(long, value_name = "KEY", requires = "psk_identity")]
+    pub psk_key: Option<String>,
 }
 
 /// `cobalt observe` options.
@@ -94,6 +100,11 @@ fn build(
     }
     if args.non {
         b = b.non_confirmable();
+    }
+    if let (Some(id), Some(key)) = (&args.psk_identity, &args.psk_key) {
+        let key = cobalt::transport::dtls::parse_key(key)
+            .map_err(|e| (exit::USAGE, format!("--psk-key: {e}")))?;
+        b = b.psk(id.as_bytes(), key);
     }
     if let Some(size) = args.block_size {
         b = b

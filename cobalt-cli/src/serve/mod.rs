@@ -46,6 +46,13 @@ pub struct ServeArgs {
     /// the standard one; the UDP and TCP ports may be the same number).
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "5683")]
     pub tcp: Option<u16>,
+    /// Also serve CoAP over DTLS (`coaps://`, PSK) with the keys in FILE, one
+    /// `identity:key` per line (key: `0x` and hex digits, or text; `#` comments).
+    #[arg(long, value_name = "FILE")]
+    pub dtls_psk_file: Option<PathBuf>,
+    /// UDP port for CoAP over DTLS (with --dtls-psk-file).
+    #[arg(long, value_name = "PORT", default_value_t = cobalt::transport::dtls::DEFAULT_PORT)]
+    pub dtls_port: u16,
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100 [config: server.metrics_addr].
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -104,6 +111,12 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     if let Some(port) = args.tcp {
         server = server.tcp(std::net::SocketAddr::new(addr.ip(), port));
     }
+    if let Some(file) = &args.dtls_psk_file {
+        let keys = cobalt::transport::dtls::PskStore::load(file).map_err(|e| (exit::USAGE, e))?;
+        server = server
+            .dtls_psk(keys)
+            .dtls(std::net::SocketAddr::new(addr.ip(), args.dtls_port));
+    }
     let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
         (
             exit::NETWORK,
@@ -130,6 +143,9 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     );
     if let Some(tcp) = handle.tcp_local_addr() {
         eprintln!("cobalt: serving CoAP over TCP on {tcp}");
+    }
+    if let Some(dtls) = handle.dtls_local_addr() {
+        eprintln!("cobalt: serving CoAP over DTLS on {dtls}");
     }
     if let Some(exporter) = &_exporter {
         eprintln!(
