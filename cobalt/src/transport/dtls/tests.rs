@@ -233,3 +233,33 @@ fn key_file_format() {
     assert!(PskStore::parse(":key").is_err());
     assert!(PskStore::parse("a:").is_err());
 }
+
+/// Full PSK handshakes (cookie exchange included) per second, client and server on
+/// this thread. Reported, not asserted:
+/// `cargo test --release -p cobalt --lib handshake_rate -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn handshake_rate() {
+    for cipher in ["PSK-AES128-CCM8", "PSK-AES128-GCM-SHA256"] {
+        let config = DtlsConfig {
+            ciphers: cipher.into(),
+            ..DtlsConfig::default()
+        };
+        let mut s = server(DtlsConfig::default());
+        let mut c = client("alice", "secretPSK", config);
+        let n = 2000;
+        let start = Instant::now();
+        for _ in 0..n {
+            c.encrypt(Instant::now(), addr(SERVER), b"x");
+            let (got, _) = pump(&mut c, &mut s);
+            assert_eq!(got.len(), 1);
+            // Forget both sessions so the next round is a full handshake.
+            c.sessions.clear();
+            c.handshaking.clear();
+            s.sessions.clear();
+            s.handshaking.clear();
+        }
+        let rate = f64::from(n) / start.elapsed().as_secs_f64();
+        println!("{cipher}: {rate:.0} full handshakes/s (client and server on one thread)");
+    }
+}
