@@ -242,6 +242,68 @@ impl ClientPsk {
     }
 }
 
+/// X.509 credentials in PEM: this side's certificate (chain) and key, and the CA
+/// certificates the peer's certificate must chain to.
+///
+/// A server with `ca_pem` requires a client certificate; a client verifies the
+/// server's certificate against `ca_pem` and checks that it names `server_name` (or,
+/// without one, the server's IP address).
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct X509Credentials {
+    /// This side's certificate, then any intermediates (PEM). Optional for a client.
+    pub cert_chain_pem: Vec<u8>,
+    /// The private key of the certificate (PEM; EC P-256 for the ECDHE-ECDSA suites).
+    pub key_pem: Vec<u8>,
+    /// Trusted CA certificates for the peer's certificate (PEM).
+    pub ca_pem: Option<Vec<u8>>,
+    /// The name the server's certificate must carry (client side); without it the
+    /// server's IP address must be in its subjectAltName.
+    pub server_name: Option<String>,
+}
+
+impl std::fmt::Debug for X509Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("X509Credentials")
+            .field("cert_chain_pem", &self.cert_chain_pem.len())
+            .field("key_pem", &"<redacted>")
+            .field("ca", &self.ca_pem.is_some())
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+/// How a client authenticates a DTLS session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DtlsClientAuth {
+    /// A pre-shared key.
+    Psk(ClientPsk),
+    /// Certificates.
+    X509(X509Credentials),
+}
+
+fn load_x509(b: &mut SslContextBuilder, creds: &X509Credentials) -> Result<(), ErrorStack> {
+    if !creds.cert_chain_pem.is_empty() {
+        let mut chain = openssl::x509::X509::stack_from_pem(&creds.cert_chain_pem)?.into_iter();
+        if let Some(leaf) = chain.next() {
+            b.set_certificate(&leaf)?;
+        }
+        for extra in chain {
+            b.add_extra_chain_cert(extra)?;
+        }
+        let key = PKey::private_key_from_pem(&creds.key_pem)?;
+        b.set_private_key(&key)?;
+        b.check_private_key()?;
+    }
+    if let Some(ca) = &creds.ca_pem {
+        let mut store = openssl::x509::store::X509StoreBuilder::new()?;
+        for cert in openssl::x509::X509::stack_from_pem(ca)? {
+            store.add_cert(cert)?;
+        }
+        b.set_verify_cert_store(store.build())?;
+    }
+    Ok(())
+}
+
 /// What happened to a session, for the driver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DtlsEvent {
@@ -413,6 +475,9 @@ pub struct OpensslDtls {
     events: VecDeque<DtlsEvent>,
     buf: Vec<u8>,
     stats: DtlsStats,
+    /// Client with certificates: check the server's certificate for this name, or
+    /// (`Some(None)`) for the server's IP address.
+    verify_peer_name: Option<Option<String>>,
 }
 
 impl std::fmt::Debug for OpensslDtls {
@@ -438,7 +503,28 @@ fn base_context(method: SslMethod, ciphers: &str) -> Result<SslContextBuilder, E
 impl OpensslDtls {
     /// A server table that accepts the identities in `keys`.
     pub fn server(keys: Arc<PskStore>, config: DtlsConfig) -> Result<OpensslDtls, ErrorStack> {
+        OpensslDtls::server_with(Some(keys), None, config)
+    }
+
+    /// A server table with pre-shared keys, a certificate, or both (the client's
+    /// cipher suites choose). With `x509.ca_pem`, clients must present a certificate
+    /// that chains to it.
+    pub fn server_with(
+        keys: Option<Arc<PskStore>>,
+        x509: Option<&X509Credentials>,
+        config: DtlsConfig,
+    ) -> Result<OpensslDtls, ErrorStack> {
         let mut b = base_context(SslMethod::dtls_server(), &config.ciphers)?;
+        if let Some(x) = x509 {
+            load_x509(&mut b, x)?;
+            if x.ca_pem.is_some() {
+                b.set_verify(
+                    openssl::ssl::SslVerifyMode::PEER
+                        | openssl::ssl::SslVerifyMode::FAIL_IF_NO_PEER_CERT,
+                );
+            }
+        }
+        let keys = keys.unwrap_or_default();
         b.set_psk_server_callback(move |_ssl, identity, psk| {
             let key = identity.and_then(|id| keys.get(id));
             match key {
@@ -474,6 +560,24 @@ impl OpensslDtls {
         Ok(OpensslDtls::with_context(b.build(), Role::Server, config))
     }
 
+    /// A client table authenticating with `auth`.
+    pub fn client_with(
+        auth: &DtlsClientAuth,
+        config: DtlsConfig,
+    ) -> Result<OpensslDtls, ErrorStack> {
+        match auth {
+            DtlsClientAuth::Psk(psk) => OpensslDtls::client(psk.clone(), config),
+            DtlsClientAuth::X509(x) => {
+                let mut b = base_context(SslMethod::dtls_client(), &config.ciphers)?;
+                load_x509(&mut b, x)?;
+                b.set_verify(openssl::ssl::SslVerifyMode::PEER);
+                let mut t = OpensslDtls::with_context(b.build(), Role::Client, config);
+                t.verify_peer_name = Some(x.server_name.clone());
+                Ok(t)
+            }
+        }
+    }
+
     /// A client table that authenticates with `psk` to every server it talks to.
     pub fn client(psk: ClientPsk, config: DtlsConfig) -> Result<OpensslDtls, ErrorStack> {
         let mut b = base_context(SslMethod::dtls_client(), &config.ciphers)?;
@@ -504,6 +608,7 @@ impl OpensslDtls {
             events: VecDeque::new(),
             buf: vec![0; 16 * 1024 + 512],
             stats: DtlsStats::default(),
+            verify_peer_name: None,
         }
     }
 
@@ -513,12 +618,23 @@ impl OpensslDtls {
         s.stream.ssl().current_cipher().map(|c| c.name())
     }
 
-    fn new_stream(&self, server: bool) -> Result<SslStream<Channel>, ErrorStack> {
+    fn new_stream(&self, peer: Option<SocketAddr>) -> Result<SslStream<Channel>, ErrorStack> {
         let mut ssl = Ssl::new(&self.ctx)?;
-        if server {
-            ssl.set_accept_state();
-        } else {
-            ssl.set_connect_state();
+        match peer {
+            None => ssl.set_accept_state(),
+            Some(peer) => {
+                ssl.set_connect_state();
+                match &self.verify_peer_name {
+                    Some(Some(name)) => {
+                        if name.parse::<std::net::IpAddr>().is_err() {
+                            ssl.set_hostname(name)?;
+                        }
+                        ssl.param_mut().set_host(name)?;
+                    }
+                    Some(None) => ssl.param_mut().set_ip(peer.ip())?,
+                    None => {}
+                }
+            }
         }
         ssl.set_mtu(self.config.mtu)?;
         SslStream::new(ssl, Channel::default())
@@ -541,7 +657,7 @@ impl OpensslDtls {
             return Vec::new();
         }
         if self.listener.is_none() {
-            match self.new_stream(true) {
+            match self.new_stream(None) {
                 Ok(s) => self.listener = Some(s),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot create a DTLS listener");
@@ -744,6 +860,10 @@ fn describe(e: &openssl::ssl::Error) -> String {
         " (the server does not know this PSK identity)"
     } else if text.contains("decrypt error") || text.contains("bad record mac") {
         " (the keys differ: wrong PSK?)"
+    } else if text.contains("certificate verify failed") || text.contains("unknown ca") {
+        " (the certificate does not chain to a trusted CA, or names another host)"
+    } else if text.contains("peer did not return a certificate") {
+        " (this server requires a client certificate)"
     } else if text.contains("no shared cipher") || text.contains("handshake failure") {
         " (no common cipher suite or credentials)"
     } else {
@@ -832,7 +952,7 @@ impl DtlsBackend for OpensslDtls {
                 self.stats.dropped += 1;
                 return;
             }
-            let stream = match self.new_stream(false) {
+            let stream = match self.new_stream(Some(peer)) {
                 Ok(s) => s,
                 Err(e) => {
                     self.events.push_back(DtlsEvent::HandshakeFailed {
@@ -951,6 +1071,110 @@ impl DtlsBackend for OpensslDtls {
 
     fn stats(&self) -> DtlsStats {
         self.stats
+    }
+}
+
+/// A throwaway PKI for tests and demos: a CA and EC P-256 certificates it signed,
+/// made in memory at run time.
+pub mod test_pki {
+    use super::X509Credentials;
+    use openssl::asn1::Asn1Time;
+    use openssl::bn::BigNum;
+    use openssl::ec::{EcGroup, EcKey};
+    use openssl::error::ErrorStack;
+    use openssl::hash::MessageDigest;
+    use openssl::nid::Nid;
+    use openssl::pkey::{PKey, Private};
+    use openssl::x509::extension::{
+        BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
+    };
+    use openssl::x509::{X509NameBuilder, X509};
+
+    /// A CA and the certificates it issued.
+    #[derive(Debug, Clone)]
+    pub struct TestPki {
+        /// The CA certificate (PEM).
+        pub ca_pem: Vec<u8>,
+        /// A server certificate for `localhost` and 127.0.0.1 / ::1, trusting the CA for
+        /// client certificates.
+        pub server: X509Credentials,
+        /// A client certificate, trusting the CA for the server's.
+        pub client: X509Credentials,
+    }
+
+    fn ec_key() -> Result<PKey<Private>, ErrorStack> {
+        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
+        PKey::from_ec_key(EcKey::generate(&group)?)
+    }
+
+    fn certificate(
+        cn: &str,
+        key: &PKey<Private>,
+        issuer: Option<(&X509, &PKey<Private>)>,
+    ) -> Result<X509, ErrorStack> {
+        let mut name = X509NameBuilder::new()?;
+        name.append_entry_by_text("CN", cn)?;
+        let name = name.build();
+        let mut b = X509::builder()?;
+        b.set_version(2)?;
+        let mut serial = BigNum::new()?;
+        serial.rand(64, openssl::bn::MsbOption::MAYBE_ZERO, false)?;
+        let serial = serial.to_asn1_integer()?;
+        b.set_serial_number(&serial)?;
+        b.set_subject_name(&name)?;
+        b.set_issuer_name(issuer.map_or(&name, |(c, _)| c.subject_name()))?;
+        b.set_pubkey(key)?;
+        let (from, until) = (Asn1Time::days_from_now(0)?, Asn1Time::days_from_now(30)?);
+        b.set_not_before(&from)?;
+        b.set_not_after(&until)?;
+        match issuer {
+            None => {
+                b.append_extension(BasicConstraints::new().critical().ca().build()?)?;
+                b.append_extension(KeyUsage::new().key_cert_sign().crl_sign().build()?)?;
+            }
+            Some((ca, _)) => {
+                let san = SubjectAlternativeName::new()
+                    .dns("localhost")
+                    .ip("127.0.0.1")
+                    .ip("::1")
+                    .build(&b.x509v3_context(Some(ca), None))?;
+                b.append_extension(san)?;
+                b.append_extension(
+                    ExtendedKeyUsage::new()
+                        .server_auth()
+                        .client_auth()
+                        .build()?,
+                )?;
+            }
+        }
+        let signer = issuer.map_or(key, |(_, k)| k);
+        b.sign(signer, MessageDigest::sha256())?;
+        Ok(b.build())
+    }
+
+    /// Makes a fresh CA (`cn` names it) with one server and one client certificate.
+    pub fn generate(cn: &str) -> Result<TestPki, ErrorStack> {
+        let ca_key = ec_key()?;
+        let ca = certificate(cn, &ca_key, None)?;
+        let ca_pem = ca.to_pem()?;
+        let mut issued = Vec::new();
+        for who in ["server", "client"] {
+            let key = ec_key()?;
+            let cert = certificate(&format!("{cn} {who}"), &key, Some((&ca, &ca_key)))?;
+            issued.push(X509Credentials {
+                cert_chain_pem: cert.to_pem()?,
+                key_pem: key.private_key_to_pem_pkcs8()?,
+                ca_pem: Some(ca_pem.clone()),
+                server_name: None,
+            });
+        }
+        let client = issued.pop().unwrap_or_default();
+        let server = issued.pop().unwrap_or_default();
+        Ok(TestPki {
+            ca_pem,
+            server,
+            client,
+        })
     }
 }
 

@@ -263,3 +263,73 @@ fn handshake_rate() {
         println!("{cipher}: {rate:.0} full handshakes/s (client and server on one thread)");
     }
 }
+
+fn x509_pair(
+    server_creds: &X509Credentials,
+    client_creds: &X509Credentials,
+    cipher: &str,
+) -> (OpensslDtls, OpensslDtls) {
+    let s = OpensslDtls::server_with(None, Some(server_creds), DtlsConfig::default()).unwrap();
+    let config = DtlsConfig {
+        ciphers: cipher.into(),
+        ..DtlsConfig::default()
+    };
+    let c = OpensslDtls::client_with(&DtlsClientAuth::X509(client_creds.clone()), config).unwrap();
+    (s, c)
+}
+
+#[test]
+fn certificates_with_a_ca_both_suites() {
+    let pki = test_pki::generate("Cobalt test CA").unwrap();
+    for cipher in ["ECDHE-ECDSA-AES128-CCM8", "ECDHE-ECDSA-AES128-GCM-SHA256"] {
+        let (mut s, mut c) = x509_pair(&pki.server, &pki.client, cipher);
+        c.encrypt(Instant::now(), addr(SERVER), b"over x509");
+        let (at_server, _) = pump(&mut c, &mut s);
+        assert_eq!(at_server, vec![b"over x509".to_vec()], "{cipher}");
+        assert_eq!(c.cipher(addr(SERVER)), Some(cipher));
+    }
+    // A server name that is in the certificate.
+    let mut named = pki.client.clone();
+    named.server_name = Some("localhost".into());
+    let (mut s, mut c) = x509_pair(&pki.server, &named, "ECDHE-ECDSA-AES128-CCM8");
+    c.encrypt(Instant::now(), addr(SERVER), b"x");
+    assert_eq!(pump(&mut c, &mut s).0.len(), 1);
+}
+
+#[test]
+fn certificate_failures_are_explained() {
+    let pki = test_pki::generate("Cobalt test CA").unwrap();
+    let other = test_pki::generate("Another CA").unwrap();
+    // The client does not trust the server's CA.
+    let (mut s, mut c) = x509_pair(&pki.server, &other.client, "ECDHE-ECDSA-AES128-CCM8");
+    c.encrypt(Instant::now(), addr(SERVER), b"x");
+    pump(&mut c, &mut s);
+    let ev = events(&mut c);
+    let [DtlsEvent::HandshakeFailed { reason, .. }] = ev.as_slice() else {
+        panic!("expected a failure, got {ev:?}");
+    };
+    assert!(reason.contains("certificate verify failed"), "{reason}");
+    // The server's certificate does not name this host.
+    let mut named = pki.client.clone();
+    named.server_name = Some("coap.example.org".into());
+    let (mut s, mut c) = x509_pair(&pki.server, &named, "ECDHE-ECDSA-AES128-CCM8");
+    c.encrypt(Instant::now(), addr(SERVER), b"x");
+    pump(&mut c, &mut s);
+    assert!(matches!(
+        events(&mut c).as_slice(),
+        [DtlsEvent::HandshakeFailed { .. }]
+    ));
+    // No client certificate, but the server requires one.
+    let anonymous = X509Credentials {
+        ca_pem: Some(pki.ca_pem.clone()),
+        ..X509Credentials::default()
+    };
+    let (mut s, mut c) = x509_pair(&pki.server, &anonymous, "ECDHE-ECDSA-AES128-CCM8");
+    c.encrypt(Instant::now(), addr(SERVER), b"x");
+    pump(&mut c, &mut s);
+    assert_eq!(s.session_count(), 0);
+    assert!(matches!(
+        events(&mut s).as_slice(),
+        [DtlsEvent::HandshakeFailed { .. }]
+    ));
+}
