@@ -185,3 +185,41 @@ fn client_hello() -> Vec<u8> {
     rec.extend_from_slice(&hs);
     rec
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_with_a_ca_and_psk_on_one_port() {
+    use cobalt::transport::dtls::test_pki;
+    let pki = test_pki::generate("Cobalt loopback CA").unwrap();
+    let server = server()
+        .dtls_x509(pki.server.clone())
+        .bind_dtls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let uri = format!("coaps://{addr}/hello");
+    let r = Client::new()
+        .with_x509(pki.client.clone())
+        .get(&uri)
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "hello over dtls");
+    // The same port still takes PSK clients.
+    let r = Client::new()
+        .with_psk("alice", "secretPSK")
+        .get(&uri)
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "hello over dtls");
+    // A client that trusts another CA refuses the server, and says why.
+    let other = test_pki::generate("Another CA").unwrap();
+    let err = Client::new()
+        .with_x509(other.client)
+        .get(&uri)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("certificate verify failed"),
+        "{err}"
+    );
+    server.shutdown(Duration::ZERO).await;
+}

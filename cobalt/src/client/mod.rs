@@ -16,7 +16,7 @@ pub use observe::Observation;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::Tracer;
 use crate::server::Response;
-use crate::transport::dtls::{ClientPsk, DtlsConfig, OpensslDtls};
+use crate::transport::dtls::{ClientPsk, DtlsClientAuth, DtlsConfig, OpensslDtls, X509Credentials};
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::udp::{any_for, bind_shard_sockets};
 use crate::{Error, Result};
@@ -41,14 +41,14 @@ use tokio::sync::{mpsc, oneshot};
 #[derive(Clone, Debug)]
 pub struct Client {
     inner: Arc<Inner>,
-    /// The key for `coaps://` requests made through this handle.
-    psk: Option<Arc<ClientPsk>>,
+    /// The credentials for `coaps://` requests made through this handle.
+    auth: Option<Arc<DtlsClientAuth>>,
     /// Set on the handle a `coaps://` request runs on: its driver is a DTLS one.
-    secure: Option<Arc<ClientPsk>>,
+    secure: Option<Arc<DtlsClientAuth>>,
 }
 
-/// DTLS drivers by address family (`true` = IPv4) and key.
-type DtlsDrivers = HashMap<(bool, ClientPsk), mpsc::UnboundedSender<Command>>;
+/// DTLS drivers by address family (`true` = IPv4) and credentials.
+type DtlsDrivers = HashMap<(bool, DtlsClientAuth), mpsc::UnboundedSender<Command>>;
 
 struct Inner {
     config: EndpointConfig,
@@ -101,7 +101,7 @@ impl Client {
                 tcp: TcpPool::default(),
                 dtls: Mutex::new(HashMap::new()),
             }),
-            psk: None,
+            auth: None,
             secure: None,
         }
     }
@@ -121,9 +121,20 @@ impl Client {
     /// `coaps://` requests (DTLS 1.2 with TLS_PSK_WITH_AES_128_CCM_8 or
     /// TLS_PSK_WITH_AES_128_GCM_SHA256).
     pub fn with_psk(&self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Client {
+        self.with_dtls_auth(DtlsClientAuth::Psk(ClientPsk::new(identity, key)))
+    }
+
+    /// This client (sharing its sockets and state) using certificates for `coaps://`
+    /// requests (DTLS 1.2 with the ECDHE-ECDSA suites): the server's certificate must
+    /// chain to `credentials.ca_pem`; a client certificate is presented if given.
+    pub fn with_x509(&self, credentials: X509Credentials) -> Client {
+        self.with_dtls_auth(DtlsClientAuth::X509(credentials))
+    }
+
+    fn with_dtls_auth(&self, auth: DtlsClientAuth) -> Client {
         Client {
             inner: self.inner.clone(),
-            psk: Some(Arc::new(ClientPsk::new(identity, key))),
+            auth: Some(Arc::new(auth)),
             secure: None,
         }
     }
@@ -156,7 +167,7 @@ impl Client {
             message: Message::new(MessageType::Confirmable, method, 0),
             timeout: None,
             block_szx: None,
-            psk: None,
+            auth: None,
         }
     }
 
@@ -194,8 +205,8 @@ impl Client {
     }
 
     pub(crate) fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
-        if let Some(psk) = &self.secure {
-            return self.dtls_driver_for(peer, psk);
+        if let Some(auth) = &self.secure {
+            return self.dtls_driver_for(peer, auth);
         }
         if let Some((tx, v6)) = &self.inner.shard {
             if *v6 || peer.is_ipv4() {
@@ -226,18 +237,18 @@ impl Client {
         Ok(tx)
     }
 
-    /// The DTLS driver for `peer`'s address family and `psk`, started on first use.
+    /// The DTLS driver for `peer`'s address family and `auth`, started on first use.
     fn dtls_driver_for(
         &self,
         peer: &SocketAddr,
-        psk: &ClientPsk,
+        auth: &DtlsClientAuth,
     ) -> Result<mpsc::UnboundedSender<Command>> {
         let mut drivers = self.inner.dtls.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (peer.is_ipv4(), psk.clone());
+        let key = (peer.is_ipv4(), auth.clone());
         if let Some(tx) = drivers.get(&key).filter(|tx| !tx.is_closed()) {
             return Ok(tx.clone());
         }
-        let layer = OpensslDtls::client(psk.clone(), DtlsConfig::default())
+        let layer = OpensslDtls::client_with(auth, DtlsConfig::default())
             .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
         let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
         let (tx, _thread) = spawn_driver(
@@ -268,7 +279,7 @@ pub struct RequestBuilder {
     message: Message,
     timeout: Option<Duration>,
     block_szx: Option<u8>,
-    psk: Option<ClientPsk>,
+    auth: Option<DtlsClientAuth>,
 }
 
 impl RequestBuilder {
@@ -322,7 +333,7 @@ impl RequestBuilder {
 
     /// The pre-shared key for a `coaps://` request (overrides [`Client::with_psk`]).
     pub fn psk(mut self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> RequestBuilder {
-        self.psk = Some(ClientPsk::new(identity, key));
+        self.auth = Some(DtlsClientAuth::Psk(ClientPsk::new(identity, key)));
         self
     }
 
@@ -337,18 +348,18 @@ impl RequestBuilder {
         match uri.scheme {
             Scheme::Coap => {}
             Scheme::Coaps => {
-                let psk = self
-                    .psk
+                let auth = self
+                    .auth
                     .take()
                     .map(Arc::new)
-                    .or_else(|| self.client.psk.clone())
+                    .or_else(|| self.client.auth.clone())
                     .ok_or_else(|| {
                         Error::Unsupported(
-                            "coaps:// needs a pre-shared key: RequestBuilder::psk or Client::with_psk"
+                            "coaps:// needs a pre-shared key or certificates: RequestBuilder::psk, Client::with_psk or Client::with_x509"
                                 .into(),
                         )
                     })?;
-                self.client.secure = Some(psk);
+                self.client.secure = Some(auth);
             }
             other => {
                 return Err(Error::Unsupported(format!(

@@ -36,7 +36,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo};
 use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
-use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls, PskStore};
+use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls, PskStore, X509Credentials};
 use crate::transport::tcp::{TcpListenerHandle, TcpServerLimits};
 use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
@@ -60,6 +60,7 @@ pub struct Server {
     tcp_addr: Option<SocketAddr>,
     tcp_limits: TcpServerLimits,
     dtls_keys: Option<Arc<PskStore>>,
+    dtls_x509: Option<Arc<X509Credentials>>,
     dtls_config: DtlsConfig,
     dtls_addr: Option<SocketAddr>,
 }
@@ -166,6 +167,14 @@ impl Server {
         self
     }
 
+    /// The certificate (and, with `ca_pem`, the CA client certificates must chain to)
+    /// for DTLS (`coaps`) with the ECDHE-ECDSA suites; may be combined with
+    /// [`Server::dtls_psk`].
+    pub fn dtls_x509(mut self, credentials: X509Credentials) -> Server {
+        self.dtls_x509 = Some(Arc::new(credentials));
+        self
+    }
+
     /// Sets the DTLS session limits and timers (sessions per shard, handshake timeout).
     pub fn dtls_config(mut self, config: DtlsConfig) -> Server {
         self.dtls_config = config;
@@ -174,7 +183,7 @@ impl Server {
 
     /// Also serves the same resources over CoAP over DTLS (`coaps://`, usually port
     /// 5684) on `addr`, bound by [`Server::bind`] next to the UDP socket; see
-    /// [`ServerHandle::dtls_local_addr`]. Needs [`Server::dtls_psk`].
+    /// [`ServerHandle::dtls_local_addr`]. Needs [`Server::dtls_psk`] or [`Server::dtls_x509`].
     pub fn dtls(mut self, addr: SocketAddr) -> Server {
         self.dtls_addr = Some(addr);
         self
@@ -182,11 +191,17 @@ impl Server {
 
     /// A DTLS session table for one shard.
     fn dtls_layer(&self) -> Result<Box<dyn DtlsBackend>> {
-        let keys = self.dtls_keys.clone().ok_or_else(|| {
-            Error::Unsupported("coaps needs pre-shared keys: call Server::dtls_psk".into())
-        })?;
-        let layer = OpensslDtls::server(keys, self.dtls_config.clone())
-            .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
+        if self.dtls_keys.is_none() && self.dtls_x509.is_none() {
+            return Err(Error::Unsupported(
+                "coaps needs credentials: call Server::dtls_psk or Server::dtls_x509".into(),
+            ));
+        }
+        let layer = OpensslDtls::server_with(
+            self.dtls_keys.clone(),
+            self.dtls_x509.as_deref(),
+            self.dtls_config.clone(),
+        )
+        .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
         Ok(Box::new(layer))
     }
 

@@ -524,18 +524,19 @@ impl OpensslDtls {
                 );
             }
         }
-        let keys = keys.unwrap_or_default();
-        b.set_psk_server_callback(move |_ssl, identity, psk| {
-            let key = identity.and_then(|id| keys.get(id));
-            match key {
-                Some(k) if k.len() <= psk.len() => {
-                    psk[..k.len()].copy_from_slice(k);
-                    Ok(k.len())
+        if let Some(keys) = keys {
+            b.set_psk_server_callback(move |_ssl, identity, psk| {
+                let key = identity.and_then(|id| keys.get(id));
+                match key {
+                    Some(k) if k.len() <= psk.len() => {
+                        psk[..k.len()].copy_from_slice(k);
+                        Ok(k.len())
+                    }
+                    // Unknown identity: OpenSSL answers with an unknown_psk_identity alert.
+                    _ => Err(ErrorStack::get()),
                 }
-                // Unknown identity: OpenSSL answers with an unknown_psk_identity alert.
-                _ => Err(ErrorStack::get()),
-            }
-        });
+            });
+        }
         let mut secret = [0u8; 32];
         openssl::rand::rand_bytes(&mut secret)?;
         let key = PKey::hmac(&secret)?;
