@@ -223,3 +223,28 @@ async fn certificates_with_a_ca_and_psk_on_one_port() {
     );
     server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_is_reached_again_after_one_timeout() {
+    let first = server().shards(1).bind_dtls("127.0.0.1:0").await.unwrap();
+    let addr = first.local_addr();
+    let config = cobalt::EndpointConfig {
+        ack_timeout: Duration::from_millis(100),
+        ack_random_factor: 1.0,
+        max_retransmit: 1,
+        ..cobalt::EndpointConfig::default()
+    };
+    let client = Client::with_config(config)
+        .unwrap()
+        .with_psk("alice", "secretPSK");
+    let uri = format!("coaps://{addr}/hello");
+    client.get(&uri).await.unwrap();
+    first.shutdown(Duration::ZERO).await;
+    // The new server knows nothing of the old session.
+    let second = server().shards(1).bind_dtls(addr).await.unwrap();
+    let err = client.get(&uri).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let r = client.get(&uri).await.unwrap();
+    assert_eq!(r.text_payload(), "hello over dtls");
+    second.shutdown(Duration::ZERO).await;
+}

@@ -330,10 +330,16 @@ impl Driver {
                 Event::Timeout {
                     id,
                     retransmissions,
-                } => self.fail(id, |peer| Error::Timeout {
-                    peer,
-                    retransmissions,
-                }),
+                } => {
+                    if let (Some(d), Some((_, peer, _))) = (&mut self.dtls, self.waiting.get(&id)) {
+                        // The peer may have lost the session (restart, eviction).
+                        d.forget(*peer);
+                    }
+                    self.fail(id, |peer| Error::Timeout {
+                        peer,
+                        retransmissions,
+                    })
+                }
                 Event::Reset { id } => self.fail(id, Error::Reset),
                 Event::ResponseFailed { id, reason } => {
                     tracing::debug!(

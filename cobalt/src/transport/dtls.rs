@@ -361,6 +361,9 @@ pub trait DtlsBackend: Send {
     fn poll_timeout(&self) -> Option<Instant>;
     /// Retransmits handshake flights and drops handshakes that took too long.
     fn handle_timeout(&mut self, now: Instant);
+    /// Drops the session with `peer` (e.g. after a request over it timed out: the
+    /// server may have lost it), so that the next datagram starts a new handshake.
+    fn forget(&mut self, peer: SocketAddr);
     /// Sessions kept (handshaking or established).
     fn session_count(&self) -> usize;
     /// The counters.
@@ -1063,6 +1066,12 @@ impl DtlsBackend for OpensslDtls {
             // expired cannot spin the loop.
             s.retransmit_at =
                 dtls_timeout(s.stream.ssl()).map(|d| now + d.max(Duration::from_millis(1)));
+        }
+    }
+
+    fn forget(&mut self, peer: SocketAddr) {
+        if self.sessions.remove(&peer).is_some() {
+            self.handshaking.remove(&peer);
         }
     }
 
