@@ -248,3 +248,42 @@ async fn a_restarted_server_is_reached_again_after_one_timeout() {
     assert_eq!(r.text_payload(), "hello over dtls");
     second.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_over_dtls() {
+    use cobalt::server::Observable;
+    use std::sync::{Arc, Mutex};
+    let obs = Observable::new();
+    let value = Arc::new(Mutex::new("v0".to_string()));
+    let read = value.clone();
+    let server = Server::new()
+        .route(
+            "/value",
+            get(move || {
+                let v = read.lock().unwrap().clone();
+                async move { v }
+            })
+            .observable(&obs),
+        )
+        .dtls_psk(keys())
+        .shards(1)
+        .bind_dtls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let client = Client::new().with_psk("alice", "secretPSK");
+    let mut o = client
+        .observe(&format!("coaps://{}/value", server.local_addr()))
+        .await
+        .unwrap();
+    assert_eq!(o.next().await.unwrap().unwrap().text_payload(), "v0");
+    for i in 1..=3 {
+        *value.lock().unwrap() = format!("v{i}");
+        obs.changed();
+        let n = o.next().await.unwrap().unwrap();
+        assert_eq!(n.text_payload(), format!("v{i}"));
+    }
+    let last = o.cancel().await.unwrap();
+    assert!(last.options.observe().is_none());
+    assert_eq!(obs.observer_count(), 0);
+    server.shutdown(Duration::ZERO).await;
+}
