@@ -287,3 +287,23 @@ async fn observe_over_dtls() {
     assert_eq!(obs.observer_count(), 0);
     server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dtls_in_single_socket_mode() {
+    let server = server()
+        .single_socket(cobalt::runtime::Stages {
+            receivers: 1,
+            senders: 1,
+            workers: 2,
+            queue: 64,
+        })
+        .bind_dtls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let uri = format!("coaps://{}/hello", server.local_addr());
+    for (id, key) in [("alice", "secretPSK"), ("alice", "secretPSK")] {
+        let r = Client::new().with_psk(id, key).get(&uri).await.unwrap();
+        assert_eq!(r.text_payload(), "hello over dtls");
+    }
+    server.shutdown(Duration::ZERO).await;
+}
