@@ -119,3 +119,70 @@ fn a_bad_key_file_is_a_usage_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 1"), "{err}");
 }
+
+#[test]
+fn serve_and_get_over_dtls_with_certificates() {
+    let pki = cobalt::transport::dtls::test_pki::generate("Cobalt CLI test CA").unwrap();
+    let dir = std::env::temp_dir().join(format!("cobalt-dtls-x509-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files = [
+        ("ca.pem", &pki.ca_pem),
+        ("server.pem", &pki.server.cert_chain_pem),
+        ("server.key", &pki.server.key_pem),
+        ("client.pem", &pki.client.cert_chain_pem),
+        ("client.key", &pki.client.key_pem),
+    ];
+    for (name, pem) in files {
+        std::fs::write(dir.join(name), pem).unwrap();
+    }
+    let (port, dtls_port) = (free_port(), free_port());
+    let mut child = cobalt()
+        .args(["serve", "--bind", "127.0.0.1", "--shards", "1"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--dtls-port",
+            &dtls_port.to_string(),
+        ])
+        .arg("--dtls-cert")
+        .arg(dir.join("server.pem"))
+        .arg("--dtls-key")
+        .arg(dir.join("server.key"))
+        .arg("--dtls-ca")
+        .arg(dir.join("ca.pem"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _server = KillOnDrop(child);
+    // Kept open until the end: a closed pipe would fail the server's later writes.
+    let mut lines = BufReader::new(stderr).lines();
+    let up = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("serving CoAP over DTLS on"));
+    assert!(up, "the server did not report its DTLS address");
+    let uri = format!("coaps://127.0.0.1:{dtls_port}/benchmark");
+    let ok = cobalt()
+        .args(["get", &uri, "--dtls-ca"])
+        .arg(dir.join("ca.pem"))
+        .arg("--dtls-cert")
+        .arg(dir.join("client.pem"))
+        .arg("--dtls-key")
+        .arg(dir.join("client.key"))
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{ok:?}");
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "hello world");
+    // This server requires a client certificate.
+    let anonymous = cobalt()
+        .args(["get", &uri, "--dtls-ca"])
+        .arg(dir.join("ca.pem"))
+        .output()
+        .unwrap();
+    assert!(!anonymous.status.success());
+    let err = String::from_utf8_lossy(&anonymous.stderr);
+    assert!(err.contains("DTLS handshake"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -50,7 +50,17 @@ pub struct ServeArgs {
     /// `identity:key` per line (key: `0x` and hex digits, or text; `#` comments).
     #[arg(long, value_name = "FILE")]
     pub dtls_psk_file: Option<PathBuf>,
-    /// UDP port for CoAP over DTLS (with --dtls-psk-file).
+    /// Also serve CoAP over DTLS with this certificate (PEM, with any intermediates;
+    /// an EC P-256 key for the ECDHE-ECDSA suites); needs --dtls-key.
+    #[arg(long, value_name = "FILE", requires = "dtls_key")]
+    pub dtls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --dtls-cert.
+    #[arg(long, value_name = "FILE", requires = "dtls_cert")]
+    pub dtls_key: Option<PathBuf>,
+    /// Require client certificates that chain to these CA certificates (PEM).
+    #[arg(long, value_name = "FILE", requires = "dtls_cert")]
+    pub dtls_ca: Option<PathBuf>,
+    /// UDP port for CoAP over DTLS (with --dtls-psk-file or --dtls-cert).
     #[arg(long, value_name = "PORT", default_value_t = cobalt::transport::dtls::DEFAULT_PORT)]
     pub dtls_port: u16,
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100 [config: server.metrics_addr].
@@ -113,9 +123,30 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     if let Some(file) = &args.dtls_psk_file {
         let keys = cobalt::transport::dtls::PskStore::load(file).map_err(|e| (exit::USAGE, e))?;
-        server = server
-            .dtls_psk(keys)
-            .dtls(std::net::SocketAddr::new(addr.ip(), args.dtls_port));
+        server = server.dtls_psk(keys);
+    }
+    if let (Some(cert), Some(key)) = (&args.dtls_cert, &args.dtls_key) {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| (exit::USAGE, format!("cannot read {}: {e}", p.display())))
+        };
+        let creds = cobalt::transport::dtls::X509Credentials {
+            cert_chain_pem: read(cert)?,
+            key_pem: read(key)?,
+            ca_pem: args.dtls_ca.as_deref().map(read).transpose()?,
+            server_name: None,
+        };
+        // Check the files now, for a clear message.
+        cobalt::transport::dtls::OpensslDtls::server_with(None, Some(&creds), Default::default())
+            .map_err(|e| {
+            (
+                exit::USAGE,
+                format!("unusable --dtls-cert/--dtls-key/--dtls-ca: {e}"),
+            )
+        })?;
+        server = server.dtls_x509(creds);
+    }
+    if args.dtls_psk_file.is_some() || args.dtls_cert.is_some() {
+        server = server.dtls(std::net::SocketAddr::new(addr.ip(), args.dtls_port));
     }
     let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
         (

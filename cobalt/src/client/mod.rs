@@ -337,6 +337,12 @@ impl RequestBuilder {
         self
     }
 
+    /// Certificates for a `coaps://` request (overrides [`Client::with_x509`]).
+    pub fn x509(mut self, credentials: X509Credentials) -> RequestBuilder {
+        self.auth = Some(DtlsClientAuth::X509(credentials));
+        self
+    }
+
     /// Gives up after `timeout` overall, whatever the retransmission state.
     pub fn timeout(mut self, timeout: Duration) -> RequestBuilder {
         self.timeout = Some(timeout);
