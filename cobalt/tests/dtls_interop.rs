@@ -1,6 +1,8 @@
-//! CoAP over DTLS (`coaps://`, PSK) interoperability with libcoap built on OpenSSL:
-//! `coap-client-openssl` against a Cobalt server, and the Cobalt client against
-//! `coap-server-openssl` (which, given `-p N`, serves coap on N and coaps on N+1).
+//! CoAP over DTLS (`coaps://`) interoperability with libcoap built on OpenSSL, with
+//! PSK and with certificates from a CA generated at run time (client certificates
+//! required): `coap-client-openssl` against a Cobalt server, and the Cobalt client
+//! against `coap-server-openssl` (which, given `-p N`, serves coap on N and coaps on
+//! N+1).
 //!
 //! A test whose peer program is missing is skipped with a note, unless
 //! `COBALT_REQUIRE_PEERS=1`, in which case it fails (`scripts/install-test-deps.sh`
@@ -232,4 +234,128 @@ async fn our_client_against_libcoap_dtls_server() {
         "{}",
         r.code
     );
+}
+
+/// A throwaway CA, server and client certificates written to a temporary directory.
+struct PkiFiles {
+    dir: PathBuf,
+    pki: cobalt::transport::dtls::test_pki::TestPki,
+}
+
+impl PkiFiles {
+    fn new(tag: &str) -> PkiFiles {
+        let pki = cobalt::transport::dtls::test_pki::generate("Cobalt interop CA").unwrap();
+        let dir = std::env::temp_dir().join(format!("cobalt-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = [
+            ("ca.pem", &pki.ca_pem),
+            ("server.pem", &pki.server.cert_chain_pem),
+            ("server.key", &pki.server.key_pem),
+            ("client.pem", &pki.client.cert_chain_pem),
+            ("client.key", &pki.client.key_pem),
+        ];
+        for (name, pem) in files {
+            std::fs::write(dir.join(name), pem).unwrap();
+        }
+        PkiFiles { dir, pki }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+impl Drop for PkiFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libcoap_client_with_certificates_against_our_server() {
+    let Some(client) = peer("coap-client-openssl") else {
+        return;
+    };
+    let files = PkiFiles::new("x509-server");
+    let server = Server::new()
+        .route("/hello", get(|| async { "hello over x509" }))
+        .dtls_x509(files.pki.server.clone())
+        .shards(1)
+        .bind_dtls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let args: Vec<String> = vec![
+        "-c".into(),
+        files.path("client.pem"),
+        "-j".into(),
+        files.path("client.key"),
+        "-C".into(),
+        files.path("ca.pem"),
+        "-R".into(),
+        files.path("ca.pem"),
+        "-B".into(),
+        "5".into(),
+        "-m".into(),
+        "get".into(),
+        format!("coaps://{addr}/hello"),
+    ];
+    let out = run(client, args, Duration::from_secs(10)).await;
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("hello over x509"),
+        "{}",
+        text(&out)
+    );
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_client_with_certificates_against_libcoap_server() {
+    let Some(program) = peer("coap-server-openssl") else {
+        return;
+    };
+    let files = PkiFiles::new("x509-client");
+    let mut started = None;
+    for _ in 0..5 {
+        let Some(port) = free_pair() else { continue };
+        let child = Command::new(&program)
+            .args(["-A", "127.0.0.1", "-p", &port.to_string()])
+            .args([
+                "-c",
+                &files.path("server.pem"),
+                "-j",
+                &files.path("server.key"),
+            ])
+            .args(["-C", &files.path("ca.pem"), "-R", &files.path("ca.pem")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start coap-server-openssl");
+        let coaps: SocketAddr = format!("127.0.0.1:{}", port + 1).parse().unwrap();
+        let mut server = LibcoapServer { child, coaps };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if UdpSocket::bind(coaps).is_err() {
+                started = Some(server);
+                break;
+            }
+            if server.child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if started.is_some() {
+            break;
+        }
+    }
+    let server = started.expect("coap-server-openssl did not start");
+    let r = Client::new()
+        .with_x509(files.pki.client.clone())
+        .request(Code::GET, &format!("coaps://{}/", server.coaps))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.text_payload().contains("libcoap"), "{}", r.text_payload());
 }
