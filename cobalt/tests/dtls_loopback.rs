@@ -307,3 +307,49 @@ async fn dtls_in_single_socket_mode() {
     }
     server.shutdown(Duration::ZERO).await;
 }
+
+/// PSK handshakes per second a one-shard server completes over loopback, each from a
+/// new port, one at a time (cookie exchange, handshake, a CoAP ping answered with RST).
+/// Reported, not asserted:
+/// `cargo test --release -p cobalt --test dtls_loopback handshake_rate -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn server_handshake_rate() {
+    use cobalt::transport::dtls::{ClientPsk, DtlsBackend, OpensslDtls};
+    let server = server().shards(1).bind_dtls("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr();
+    let n = 2000u32;
+    let elapsed = tokio::task::spawn_blocking(move || {
+        let psk = ClientPsk::new("alice", "secretPSK");
+        let mut c = OpensslDtls::client(psk, DtlsConfig::default()).unwrap();
+        let start = Instant::now();
+        for i in 0..n {
+            let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let ping = [0x40, 0, (i >> 8) as u8, i as u8];
+            c.encrypt(Instant::now(), addr, &ping);
+            loop {
+                while let Some(t) = c.poll_transmit() {
+                    sock.send_to(&t.bytes, addr).unwrap();
+                }
+                let mut buf = [0u8; 2048];
+                let (len, _) = sock.recv_from(&mut buf).unwrap();
+                if !c
+                    .handle_datagram(Instant::now(), addr, &buf[..len])
+                    .is_empty()
+                {
+                    break;
+                }
+            }
+            c.forget(addr);
+        }
+        start.elapsed()
+    })
+    .await
+    .unwrap();
+    println!(
+        "{:.0} PSK handshakes/s against a one-shard server over loopback (sequential, client on the same machine)",
+        f64::from(n) / elapsed.as_secs_f64()
+    );
+    server.shutdown(Duration::ZERO).await;
+}
