@@ -333,3 +333,38 @@ fn certificate_failures_are_explained() {
         [DtlsEvent::HandshakeFailed { .. }]
     ));
 }
+
+#[test]
+fn garbage_never_panics_nor_keeps_state() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut s = server(DtlsConfig::default());
+    let mut c = client("alice", "secretPSK", DtlsConfig::default());
+    c.encrypt(Instant::now(), addr(SERVER), b"x");
+    pump(&mut c, &mut s);
+    assert_eq!(s.session_count(), 1);
+    for i in 0..5000u32 {
+        let len = rng.random_range(0..200);
+        let mut d: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        if i % 2 == 0 && d.len() > 13 {
+            // Look like a DTLS 1.2 record of a plausible type.
+            d[0] = 20 + (i % 4) as u8;
+            d[1] = 0xfe;
+            d[2] = 0xfd;
+        }
+        let port = if i % 3 == 0 {
+            CLIENT
+        } else {
+            1000 + (i % 500) as u16
+        };
+        assert!(s.handle_datagram(Instant::now(), addr(port), &d).is_empty());
+        assert!(c
+            .handle_datagram(Instant::now(), addr(SERVER), &d)
+            .is_empty());
+    }
+    assert_eq!(s.session_count(), 1, "only the real session");
+    // It still works.
+    c.encrypt(Instant::now(), addr(SERVER), b"still here");
+    let (at_server, _) = pump(&mut c, &mut s);
+    assert_eq!(at_server, vec![b"still here".to_vec()]);
+}
