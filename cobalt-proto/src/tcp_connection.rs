@@ -21,6 +21,13 @@
 //!   refused from their header, and requests beyond a concurrency bound are answered
 //!   5.03 without reaching the application.
 //!
+//! The same state machine serves CoAP over WebSockets (RFC 8323 §4, `coap+ws://`):
+//! [`TcpConnection::websocket`] makes a connection whose messages are framed for
+//! WebSockets (no Len field, RFC 8323 §4.4). Each call to
+//! [`TcpConnection::handle_ws_message`] takes the payload of one binary WebSocket
+//! message, and each [`TcpConnection::poll_transmit`] returns the payload of one; the
+//! WebSocket layer (handshake, masking, frame size limit) is the caller's.
+//!
 //! ```
 //! use cobalt_proto::tcp_connection::{TcpConfig, TcpConnection, TcpEvent};
 //! use cobalt_proto::message::{Code, TcpMessage};
@@ -50,8 +57,8 @@
 
 use crate::message::option::number;
 use crate::message::tcp::{
-    decode_tcp, encode_tcp, signal_code, Signal, SignalError, TcpDecodeError, TcpMessage,
-    DEFAULT_MAX_MESSAGE_SIZE,
+    decode_tcp, decode_ws, encode_tcp, encode_ws, signal_code, Signal, SignalError, TcpDecodeError,
+    TcpMessage, DEFAULT_MAX_MESSAGE_SIZE,
 };
 use crate::message::{Code, Token};
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -96,6 +103,15 @@ impl Default for TcpConfig {
             max_outbound_requests: 256,
         }
     }
+}
+
+/// How messages are delimited on the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// A byte stream with length-prefixed frames (RFC 8323 §3, `coap+tcp`).
+    Stream,
+    /// One CoAP message per binary WebSocket message (RFC 8323 §4, `coap+ws`).
+    WebSocket,
 }
 
 /// Why a connection closed.
@@ -254,6 +270,7 @@ enum State {
 #[derive(Debug)]
 pub struct TcpConnection {
     config: TcpConfig,
+    framing: Framing,
     state: State,
     started: Instant,
     /// Last complete message received or sent.
@@ -262,6 +279,8 @@ pub struct TcpConnection {
     partial_since: Option<Instant>,
     inbuf: Vec<u8>,
     outbuf: Vec<u8>,
+    /// WebSocket framing: whole messages to send, oldest first.
+    outmsgs: VecDeque<Vec<u8>>,
     events: VecDeque<TcpEvent>,
     peer_max_message_size: u32,
     peer_bert: bool,
@@ -298,7 +317,27 @@ impl TcpConnection {
 
     /// Like [`TcpConnection::new`], with a fixed seed for generated tokens (for tests).
     pub fn with_token_seed(config: TcpConfig, now: Instant, seed: u32) -> TcpConnection {
+        TcpConnection::with_framing(config, Framing::Stream, now, seed)
+    }
+
+    /// A new CoAP-over-WebSockets connection whose WebSocket handshake has just
+    /// completed; its CSM is queued at once. Feed it with
+    /// [`TcpConnection::handle_ws_message`]; each [`TcpConnection::poll_transmit`]
+    /// yields one binary WebSocket message.
+    pub fn websocket(config: TcpConfig, now: Instant) -> TcpConnection {
+        TcpConnection::with_framing(config, Framing::WebSocket, now, rand::random())
+    }
+
+    /// A new connection with the given framing and a fixed seed for generated tokens.
+    pub fn with_framing(
+        config: TcpConfig,
+        framing: Framing,
+        now: Instant,
+        seed: u32,
+    ) -> TcpConnection {
         let mut c = TcpConnection {
+            framing,
+            outmsgs: VecDeque::new(),
             state: State::AwaitingCsm,
             started: now,
             last_activity: now,
@@ -331,6 +370,20 @@ impl TcpConnection {
         &self.config
     }
 
+    /// How messages are delimited.
+    pub fn framing(&self) -> Framing {
+        self.framing
+    }
+
+    /// Size of `msg` on this connection, framing included: what counts against the
+    /// peer's Max-Message-Size.
+    pub fn frame_len(&self, msg: &TcpMessage) -> usize {
+        match self.framing {
+            Framing::Stream => msg.tcp_frame_len(),
+            Framing::WebSocket => msg.ws_frame_len(),
+        }
+    }
+
     /// Largest message the peer accepts (1152 until its CSM says otherwise).
     pub fn peer_max_message_size(&self) -> u32 {
         self.peer_max_message_size
@@ -361,9 +414,13 @@ impl TcpConnection {
         self.outbound.len()
     }
 
-    /// Bytes to write to the stream, all queued frames together.
+    /// Bytes to write to the stream, all queued frames together; with WebSocket
+    /// framing, the payload of the next binary WebSocket message to send.
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        (!self.outbuf.is_empty()).then(|| std::mem::take(&mut self.outbuf))
+        match self.framing {
+            Framing::Stream => (!self.outbuf.is_empty()).then(|| std::mem::take(&mut self.outbuf)),
+            Framing::WebSocket => self.outmsgs.pop_front(),
+        }
     }
 
     /// The next event.
@@ -430,9 +487,44 @@ impl TcpConnection {
         }
     }
 
+    /// Handles the payload of one binary WebSocket message (RFC 8323 §4.4): exactly one
+    /// CoAP message. A malformed or oversized one aborts the connection. On a
+    /// connection with stream framing the bytes are handled as by
+    /// [`TcpConnection::handle_bytes`].
+    pub fn handle_ws_message(&mut self, now: Instant, message: &[u8]) {
+        if self.framing == Framing::Stream {
+            self.handle_bytes(now, message);
+            return;
+        }
+        if self.state == State::Closed {
+            return;
+        }
+        // As for streams, tolerate peers counting the limit without the header.
+        let limit = (self.config.max_message_size as usize).saturating_add(MAX_FRAME_HEADER);
+        match decode_ws(message, limit) {
+            Ok(msg) => {
+                self.last_activity = now;
+                self.handle_message(msg);
+            }
+            Err(e) => {
+                let diagnostic = match e {
+                    TcpDecodeError::TooLarge { .. } => e.to_string(),
+                    _ => format!("malformed message: {e}"),
+                };
+                self.abort(None, &diagnostic);
+            }
+        }
+    }
+
     /// Handles bytes read from the stream, in any split: a message may arrive over many
-    /// calls and one call may carry many messages.
+    /// calls and one call may carry many messages. On a connection with WebSocket
+    /// framing each call is taken as one whole WebSocket message
+    /// ([`TcpConnection::handle_ws_message`]).
     pub fn handle_bytes(&mut self, now: Instant, bytes: &[u8]) {
+        if self.framing == Framing::WebSocket {
+            self.handle_ws_message(now, bytes);
+            return;
+        }
         if self.state == State::Closed || bytes.is_empty() {
             return;
         }
@@ -763,7 +855,7 @@ impl TcpConnection {
     }
 
     fn check_size(&self, msg: &TcpMessage) -> Result<(), SendError> {
-        let size = msg.tcp_frame_len();
+        let size = self.frame_len(msg);
         if size > self.peer_max_message_size as usize {
             return Err(SendError::TooLarge {
                 size,
@@ -783,7 +875,14 @@ impl TcpConnection {
     }
 
     fn queue(&mut self, msg: &TcpMessage) {
-        encode_tcp(msg, &mut self.outbuf);
+        match self.framing {
+            Framing::Stream => encode_tcp(msg, &mut self.outbuf),
+            Framing::WebSocket => {
+                let mut out = Vec::new();
+                encode_ws(msg, &mut out);
+                self.outmsgs.push_back(out);
+            }
+        }
     }
 
     fn fresh_token(&mut self) -> Token {

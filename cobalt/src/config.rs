@@ -153,8 +153,12 @@ pub struct LimitsSection {
     pub max_body: usize,
     /// Block1 uploads in progress per shard.
     pub max_uploads: usize,
+    /// Bytes all uploads of one shard may hold together.
+    pub max_upload_memory: usize,
     /// Block size exponent of responses (0–6).
     pub block_szx: u8,
+    /// Amplification limit for unverified peers (RFC 9175 Echo); 0: off.
+    pub amplification_factor: usize,
 }
 
 impl Default for LimitsSection {
@@ -171,7 +175,9 @@ impl From<&ServerLimits> for LimitsSection {
             observe_con_interval: l.observe_con_interval,
             max_body: l.max_body,
             max_uploads: l.max_uploads,
+            max_upload_memory: l.max_upload_memory,
             block_szx: l.block_szx,
+            amplification_factor: l.amplification_factor,
         }
     }
 }
@@ -184,7 +190,9 @@ impl From<&LimitsSection> for ServerLimits {
             observe_con_interval: s.observe_con_interval,
             max_body: s.max_body,
             max_uploads: s.max_uploads,
+            max_upload_memory: s.max_upload_memory,
             block_szx: s.block_szx,
+            amplification_factor: s.amplification_factor,
         }
     }
 }
@@ -401,7 +409,9 @@ const KEYS: &[KeyDoc] = &[
     k("limits", "observe_con_interval", "A confirmable notification at least this often.", "1s to 30d"),
     k("limits", "max_body", "Largest request body reassembled from Block1 blocks, in bytes; larger uploads get 4.13.", "1 to 1073741824"),
     k("limits", "max_uploads", "Block1 uploads in progress per shard; beyond it 5.03.", "0 or more"),
+    k("limits", "max_upload_memory", "Bytes the uploads in progress of one shard may hold together; beyond it 5.03.", "1024 to 68719476736"),
     k("limits", "block_szx", "Block size exponent of responses: block size 2^(4+szx) bytes.", "0 to 6 (16 to 1024 bytes)"),
+    k("limits", "amplification_factor", "An unverified peer gets at most this many times its request's bytes in the answer to a GET or FETCH; larger answers need an Echo round trip (RFC 9175). 0: off.", "0 to 1000"),
     k("runtime", "shards", "Shards: threads with their own SO_REUSEPORT socket; 0: one per core.", "0 to 1024"),
     k("runtime", "recv_batch", "Datagrams read per wake-up of a shard before timers and commands get a turn (rounded up to whole recvmmsg batches of 64).", "1 to 4096"),
     k("runtime", "socket_recv_buffer", "SO_RCVBUF asked for each shard socket, in bytes (the kernel may cap it); 0: kernel default.", "0 to 1073741824"),
@@ -458,7 +468,7 @@ impl Config {
         }
         let l = &self.limits;
         let r = &self.runtime;
-        let checks: [(bool, &str, &str); 9] = [
+        let checks: &[(bool, &str, &str)] = &[
             (
                 (1..=1_000_000).contains(&l.observe_con_every),
                 "limits",
@@ -472,6 +482,11 @@ impl Config {
             ),
             ((1..=1 << 30).contains(&l.max_body), "limits", "max_body"),
             (l.block_szx <= 6, "limits", "block_szx"),
+            (
+                l.amplification_factor <= 1000,
+                "limits",
+                "amplification_factor",
+            ),
             (r.shards <= 1024, "runtime", "shards"),
             ((1..=4096).contains(&r.recv_batch), "runtime", "recv_batch"),
             (

@@ -21,3 +21,8 @@ pub use cobalt_proto::endpoint::EndpointConfig;
 pub use cobalt_proto::message::{content_format, Code};
 pub use error::{Error, Result};
 pub use server::{Request, Response, Server, ServerHandle};
+
+/// The README's examples, compiled as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

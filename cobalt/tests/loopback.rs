@@ -606,3 +606,171 @@ mod hostile_input {
         server.shutdown(Duration::from_secs(1)).await;
     }
 }
+
+mod streaming_uploads {
+    use cobalt::server::{MethodRouter, UploadChunk};
+    use cobalt::{Client, Code, Response, Server};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_streaming_handler_sees_each_block_in_order_and_answers_at_the_end() {
+        let seen: Arc<Mutex<Vec<(usize, usize, bool)>>> = Arc::default();
+        let log = seen.clone();
+        let server = Server::new()
+            .route(
+                "/sink",
+                MethodRouter::default().stream_upload(Code::PUT, move |chunk: UploadChunk| {
+                    let mut log = log.lock().unwrap();
+                    log.push((chunk.offset, chunk.data().len(), chunk.last));
+                    let total: usize = log.iter().map(|(_, n, _)| n).sum();
+                    let last = chunk.last;
+                    async move {
+                        if last {
+                            Response::new(Code::CHANGED)
+                                .with_payload(format!("received {total} bytes"))
+                        } else {
+                            Response::new(Code::CONTINUE)
+                        }
+                    }
+                }),
+            )
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let body = vec![7u8; 5000];
+        let r = Client::new()
+            .request(Code::PUT, &format!("coap://{}/sink", server.local_addr()))
+            .payload(body)
+            .block_size(256)
+            .unwrap()
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.code, r.text_payload().as_str()),
+            (Code::CHANGED, "received 5000 bytes")
+        );
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 20, "one call per 256-byte block: {seen:?}");
+        for (i, (offset, len, last)) in seen.iter().enumerate() {
+            assert_eq!(*offset, i * 256);
+            assert!(*len <= 256);
+            assert_eq!(*last, i == 19);
+        }
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+mod observe_reregistration {
+    use cobalt::proto::message::{decode, encode, opt, Code, Message, MessageType};
+    use cobalt::Client;
+    use std::time::{Duration, Instant};
+
+    /// A server that answers every observe registration once (Max-Age 1 s) and then
+    /// falls silent: the client must register again after Max-Age (plus its grace).
+    #[tokio::test]
+    async fn a_silent_relation_is_registered_again_after_max_age() {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(15)))
+            .unwrap();
+        let addr = sock.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let mut registrations = Vec::new();
+            let mut buf = [0u8; 1500];
+            while registrations.len() < 2 {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    break;
+                };
+                let Ok(req) = decode(&buf[..n]) else { continue };
+                if req.code != Code::GET || req.options.observe() != Some(0) {
+                    continue;
+                }
+                registrations.push(Instant::now());
+                let mut resp = Message::new(MessageType::Acknowledgement, Code::CONTENT, req.mid);
+                resp.token = req.token;
+                resp.options
+                    .set_uint(opt::OBSERVE, registrations.len() as u32);
+                resp.options.set_uint(opt::MAX_AGE, 1);
+                resp.payload = format!("registration {}", registrations.len()).into_bytes();
+                sock.send_to(&encode(&resp), from).unwrap();
+            }
+            registrations
+        });
+        let client = Client::new();
+        let mut obs = client.observe(&format!("coap://{addr}/x")).await.unwrap();
+        let first = obs.next().await.unwrap().unwrap();
+        assert_eq!(first.text_payload(), "registration 1");
+        let second = tokio::time::timeout(Duration::from_secs(12), obs.next())
+            .await
+            .expect("re-registered within Max-Age + grace")
+            .unwrap()
+            .unwrap();
+        assert_eq!(second.text_payload(), "registration 2");
+        let regs = server.join().unwrap();
+        assert_eq!(regs.len(), 2);
+        assert!(
+            regs[1] - regs[0] >= Duration::from_secs(1),
+            "not before Max-Age"
+        );
+    }
+}
+
+mod amplification {
+    use cobalt::server::{get, ServerLimits};
+    use cobalt::{Client, Server};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn an_unverified_client_answers_the_echo_challenge_and_gets_full_blocks() {
+        let body: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let served = body.clone();
+        let server = Server::new()
+            .route(
+                "/big",
+                get(move || {
+                    let b = served.clone();
+                    async move { b }
+                }),
+            )
+            .limits(ServerLimits {
+                amplification_factor: 1,
+                ..Default::default()
+            })
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let seen: Arc<Mutex<Vec<(bool, cobalt::proto::message::Message)>>> = Arc::default();
+        let log = seen.clone();
+        let tracer: cobalt::runtime::Tracer = Arc::new(move |sent, _peer, bytes| {
+            if let Ok(m) = cobalt::proto::message::decode(bytes) {
+                log.lock().unwrap().push((sent, m));
+            }
+        });
+        let client = Client::with_tracer(cobalt::EndpointConfig::default(), tracer).unwrap();
+        let r = client
+            .get(&format!("coap://{}/big", server.local_addr()))
+            .await
+            .unwrap();
+        assert_eq!(r.payload, body, "byte-exact after the Echo round trip");
+        let seen = seen.lock().unwrap().clone();
+        let challenged = seen.iter().any(|(sent, m)| {
+            !sent
+                && m.code == cobalt::Code::UNAUTHORIZED
+                && m.options.contains(cobalt::proto::message::opt::ECHO)
+        });
+        assert!(challenged, "the server asked for Echo first");
+        let echoed = seen
+            .iter()
+            .any(|(sent, m)| *sent && m.options.contains(cobalt::proto::message::opt::ECHO));
+        assert!(echoed, "the client repeated the request with Echo");
+        let biggest = seen
+            .iter()
+            .filter(|(sent, _)| !sent)
+            .map(|(_, m)| m.payload.len())
+            .max();
+        assert_eq!(biggest, Some(1024), "verified: full-size blocks");
+        server.shutdown(Duration::from_secs(1)).await;
+    }
+}

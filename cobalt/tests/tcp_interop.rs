@@ -7,42 +7,15 @@
 //! installs the peers). libcoap's tools are looked up on `PATH`; `aiocoap-client` in
 //! `$COBALT_AIOCOAP_BIN` (a directory), else the workspace's `.venv-peers/bin`, else `PATH`.
 
+mod common;
+
 use cobalt::server::{get, post, Request};
 use cobalt::{Client, Code, Server, ServerHandle};
+use common::{aiocoap, peer, run, text, Guarded};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The peer program, or `None` (after a note) if the test should be skipped.
-fn peer(name: &str, extra: &[PathBuf]) -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(name))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    let found = extra.iter().cloned().chain(on_path).find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var("COBALT_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "{name} not found and COBALT_REQUIRE_PEERS=1"
-        );
-        eprintln!(
-            "SKIPPED: {name} not found (run scripts/install-test-deps.sh; \
-             set COBALT_REQUIRE_PEERS=1 to make this a failure)"
-        );
-    }
-    found
-}
-
-fn aiocoap(script: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("COBALT_AIOCOAP_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv-peers/bin"));
-    peer(script, &[dir.join(script)])
-}
 
 async fn our_server() -> ServerHandle {
     Server::new()
@@ -55,42 +28,6 @@ async fn our_server() -> ServerHandle {
         .bind_tcp("127.0.0.1:0")
         .await
         .unwrap()
-}
-
-/// Runs a peer program off the async threads, killing it after `limit`.
-async fn run(program: PathBuf, args: Vec<String>, limit: Duration) -> Output {
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(&program)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-        let started = Instant::now();
-        loop {
-            if child.try_wait().ok().flatten().is_some() {
-                break;
-            }
-            if started.elapsed() > limit {
-                let _ = child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child.wait_with_output().expect("collect output")
-    })
-    .await
-    .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,20 +214,6 @@ async fn aiocoap_client_against_our_server() {
         text(&out)
     );
     server.shutdown(Duration::ZERO).await;
-}
-
-/// A process killed (and a directory removed) on drop.
-struct Guarded {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

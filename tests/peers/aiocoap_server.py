@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """A small aiocoap server that Cobalt's interop tests talk to.
 
-Usage: aiocoap_server.py --port PORT [--bind ADDRESS]
+Usage: aiocoap_server.py --port PORT [--bind ADDRESS] [--transports LIST]
+
+--transports: comma-separated aiocoap server transports, default "udp6". With "ws"
+(CoAP over WebSockets, needs the `websockets` package, i.e. aiocoap[ws]) aiocoap
+listens for WebSocket upgrades on PORT + 3000 (aiocoap's rule for an explicit bind
+port), path /.well-known/coap.
 
 Resources:
   /hello   GET  -> 2.05 "hello from aiocoap"
@@ -101,6 +106,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--transports", default="udp6")
     args = parser.parse_args()
 
     site = resource.Site()
@@ -116,9 +122,12 @@ async def main() -> None:
     site.add_resource(["big-counter"], Counter(1.0, size=2000))
 
     await aiocoap.Context.create_server_context(
-        site, bind=(args.bind, args.port), transports=["udp6"]
+        site, bind=(args.bind, args.port), transports=args.transports.split(",")
     )
-    print(f"aiocoap server listening on {args.bind}:{args.port}", flush=True)
+    print(
+        f"aiocoap server listening on {args.bind}:{args.port} ({args.transports})",
+        flush=True,
+    )
     await asyncio.get_running_loop().create_future()
 
 

@@ -7,10 +7,19 @@ use std::time::Duration;
 
 /// Largest concurrency accepted in one step.
 pub const MAX_CLIENTS: usize = 1_000_000;
+/// Most steps one sweep may have.
+pub const MAX_STEPS: usize = 1000;
 
 /// Arguments of `cobalt bench`.
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "Floor to compare servers with: `cobalt bench-responder --bind 127.0.0.1:5690` \
+                  answers every request with 2.05 \"hello world\" using recvmmsg/sendmmsg.\n\
+                  Example: taskset -c 1 cobalt bench-responder --bind 127.0.0.1:5690 & \
+                  taskset -c 0 cobalt bench coap://127.0.0.1:5690/ -c 1..1000:*10 --server-pid $!"
+)]
 pub struct BenchArgs {
     /// `cobalt bench worker`: serve as a remote load generator for `--workers`.
     #[command(subcommand)]
@@ -21,7 +30,8 @@ pub struct BenchArgs {
     pub uri: Option<String>,
 
     /// Virtual clients per step: a number, a list `10,100,1000`, a range
-    /// `10..1000:step` (step defaults to the start), or a mix of these.
+    /// `10..1000:step` (step defaults to the start), a geometric range `1..10000:*10`,
+    /// or a mix of these.
     #[arg(short = 'c', long = "clients", default_value = "10")]
     pub clients: String,
 
@@ -72,6 +82,12 @@ pub struct BenchArgs {
     /// (host:port,host:port) instead of locally.
     #[arg(long, value_name = "HOST:PORT,...")]
     pub workers: Option<String>,
+
+    /// With --workers: instead of CoAPBench, run this third-party load tool (e.g.
+    /// "wrk -t1 -c100 -d10s http://10.0.0.1/benchmark") on every worker at once and print
+    /// each worker's output. Workers must be started with --allow-exec.
+    #[arg(long, value_name = "COMMAND", requires = "workers")]
+    pub exec: Option<String>,
 
     /// PID of the server process, to report its CPU time per request and its RSS.
     #[arg(long)]
@@ -282,7 +298,8 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Parses the concurrency sweep: comma-separated numbers and `a..b[:step]` ranges.
+/// Parses the concurrency sweep: comma-separated numbers and `a..b[:step]` ranges,
+/// where the step is added (`:10`, default: `a`) or multiplies (`:*10`).
 pub fn parse_sweep(s: &str) -> Result<Vec<usize>, String> {
     let mut steps = Vec::new();
     for item in s.split(',').map(str::trim) {
@@ -296,17 +313,30 @@ pub fn parse_sweep(s: &str) -> Result<Vec<usize>, String> {
             };
             let a = parse_count(a, s)?;
             let b = parse_count(b, s)?;
-            let step = match step {
-                Some(st) => parse_count(st, s)?,
-                None => a,
-            };
             if b < a {
                 return Err(format!("invalid client range {item:?}: end below start"));
             }
+            // `:N` adds N each step, `:*N` (or `:xN`) multiplies by N.
+            let (factor, add) = match step.map(str::trim) {
+                Some(st) if st.starts_with(['*', 'x']) => {
+                    let f = parse_count(&st[1..], s)?;
+                    if f < 2 {
+                        return Err(format!("invalid client range {item:?}: factor below 2"));
+                    }
+                    (f, 0)
+                }
+                Some(st) => (1, parse_count(st, s)?),
+                None => (1, a),
+            };
             let mut n = a;
             while n <= b {
                 steps.push(n);
-                n += step;
+                if steps.len() > MAX_STEPS {
+                    return Err(format!(
+                        "invalid client list {s:?}: more than {MAX_STEPS} steps"
+                    ));
+                }
+                n = n.saturating_mul(factor).saturating_add(add);
             }
         } else {
             steps.push(parse_count(item, s)?);
@@ -395,6 +425,11 @@ mod tests {
         assert_eq!(parse_sweep("10..35:10").unwrap(), vec![10, 20, 30]);
         assert_eq!(parse_sweep("10..30").unwrap(), vec![10, 20, 30]);
         assert_eq!(parse_sweep("1, 5..6:1 ,100").unwrap(), vec![1, 5, 6, 100]);
+        assert_eq!(
+            parse_sweep("1..10000:*10").unwrap(),
+            vec![1, 10, 100, 1000, 10000]
+        );
+        assert_eq!(parse_sweep("5..50:x3").unwrap(), vec![5, 15, 45]);
     }
 
     #[test]

@@ -45,6 +45,16 @@ pub struct StepShared {
     pub abort: AtomicBool,
     /// Completed requests so far (warm-up included), for progress output.
     pub progress: AtomicU64,
+    /// Set to end the step early (besides Ctrl-C), e.g. when a coordinator goes away.
+    pub stop: std::sync::Arc<AtomicBool>,
+}
+
+impl StepShared {
+    /// True when the step must end now: Ctrl-C or an explicit stop.
+    #[inline]
+    pub fn stopping(&self) -> bool {
+        interrupted() || self.stop.load(Ordering::Relaxed)
+    }
 }
 
 /// Runs one thread's share (`clients` virtual clients) of a step: opens the sockets,
@@ -274,7 +284,7 @@ impl<'a> Worker<'a> {
         let mut waiter = Waiter::new();
         loop {
             let now = now_ns();
-            if now >= self.end || interrupted() {
+            if now >= self.end || self.shared.stopping() {
                 break;
             }
             if now >= next_scan {

@@ -26,10 +26,17 @@ pub struct WorkerArgs {
     /// Address to accept coordinator connections on, e.g. 0.0.0.0:7000.
     #[arg(long)]
     pub listen: String,
+    /// Let coordinators run third-party load tools here (`cobalt bench --exec`). Anyone
+    /// who can reach the listening address can then run commands as this user.
+    #[arg(long)]
+    pub allow_exec: bool,
 }
 
+/// Largest output of a third-party tool sent back, in bytes.
+const MAX_EXEC_OUTPUT: usize = 1 << 20;
+
 /// One step, as the coordinator asks a worker to run it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct StepRequest {
     /// Target URI.
     pub uri: String,
@@ -53,6 +60,9 @@ pub struct StepRequest {
     pub non: bool,
     /// HTTP without keep-alive.
     pub no_keepalive: bool,
+    /// Run this command (argv) instead of a CoAPBench step.
+    #[serde(default)]
+    pub exec: Option<Vec<String>>,
 }
 
 /// A worker's answer to a [`StepRequest`].
@@ -76,6 +86,9 @@ pub struct StepReply {
     pub partial: bool,
     /// Latency histogram as (nanoseconds, count) buckets.
     pub histogram: Vec<(u64, u64)>,
+    /// Standard output and error of a third-party tool run with `exec`.
+    #[serde(default)]
+    pub output: Option<String>,
 }
 
 impl StepReply {
@@ -94,6 +107,7 @@ impl StepReply {
                 .iter_recorded()
                 .map(|v| (v.value_iterated_to(), v.count_at_value()))
                 .collect(),
+            output: None,
         }
     }
 
@@ -130,6 +144,7 @@ pub fn request_template(args: &BenchArgs) -> StepRequest {
         payload: args.payload.clone(),
         non: args.non,
         no_keepalive: args.no_keepalive,
+        exec: None,
     }
 }
 
@@ -166,7 +181,7 @@ pub fn worker_main(args: WorkerArgs) -> i32 {
         .map(|a| a.to_string())
         .unwrap_or(args.listen);
     eprintln!("cobalt bench worker: waiting for a coordinator on {shown}");
-    match serve_worker(&listener, sys::interrupted) {
+    match serve_worker(&listener, args.allow_exec, sys::interrupted) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("cobalt bench worker: {e}");
@@ -176,7 +191,11 @@ pub fn worker_main(args: WorkerArgs) -> i32 {
 }
 
 /// Serves coordinators one at a time until `stop` returns true.
-pub fn serve_worker(listener: &TcpListener, stop: impl Fn() -> bool) -> std::io::Result<()> {
+pub fn serve_worker(
+    listener: &TcpListener,
+    allow_exec: bool,
+    stop: impl Fn() -> bool,
+) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     while !stop() {
         let (conn, peer) = match listener.accept() {
@@ -189,24 +208,40 @@ pub fn serve_worker(listener: &TcpListener, stop: impl Fn() -> bool) -> std::io:
             Err(e) => return Err(e),
         };
         eprintln!("cobalt bench worker: coordinator {peer} connected");
-        if let Err(e) = serve_coordinator(conn) {
+        if let Err(e) = serve_coordinator(conn, allow_exec) {
             eprintln!("cobalt bench worker: coordinator {peer}: {e}");
         }
     }
     Ok(())
 }
 
-fn serve_coordinator(conn: TcpStream) -> std::io::Result<()> {
+fn serve_coordinator(conn: TcpStream, allow_exec: bool) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     let mut writer = conn.try_clone()?;
+    let watch = conn.try_clone()?;
     let mut reader = BufReader::new(conn);
     loop {
-        let mut line = String::new();
-        if (&mut reader).take(MAX_LINE).read_line(&mut line)? == 0 {
+        let mut line = Vec::new();
+        if (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line)? == 0 {
             return Ok(());
         }
-        let reply = match serde_json::from_str::<StepRequest>(&line) {
-            Ok(req) => run_request(&req),
+        let reply = match serde_json::from_slice::<StepRequest>(&line) {
+            Ok(StepRequest {
+                exec: Some(argv),
+                duration_s,
+                ..
+            }) => run_external(&argv, duration_s, allow_exec),
+            Ok(req) => {
+                // While the step runs, a coordinator that hangs up (Ctrl-C there) stops it.
+                let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let done = std::sync::atomic::AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    s.spawn(|| watch_hangup(&watch, &done, &stop));
+                    let reply = run_request(&req, stop.clone());
+                    done.store(true, std::sync::atomic::Ordering::Relaxed);
+                    reply
+                })
+            }
             Err(e) => StepReply::failed(format!("bad step request: {e}")),
         };
         let mut text = serde_json::to_string(&reply)
@@ -216,8 +251,154 @@ fn serve_coordinator(conn: TcpStream) -> std::io::Result<()> {
     }
 }
 
+/// Sets `stop` if the coordinator closes its side before `done` is set.
+fn watch_hangup(
+    conn: &TcpStream,
+    done: &std::sync::atomic::AtomicBool,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering;
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut byte = [0u8; 1];
+    while !done.load(Ordering::Relaxed) {
+        match conn.peek(&mut byte) {
+            Ok(0) => {
+                stop.store(true, Ordering::Relaxed);
+                break;
+            }
+            Ok(_) => std::thread::sleep(Duration::from_millis(100)), // next request queued
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut
+                    || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                stop.store(true, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+    let _ = conn.set_read_timeout(None);
+}
+
+/// Runs a third-party load tool for the coordinator and returns its output, killing it
+/// if it runs much longer than the step should.
+fn run_external(argv: &[String], duration_s: f64, allow: bool) -> StepReply {
+    if !allow {
+        return StepReply::failed(
+            "this worker does not run commands; start it with `cobalt bench worker --allow-exec`"
+                .into(),
+        );
+    }
+    let Some((program, args)) = argv.split_first() else {
+        return StepReply::failed("empty command".into());
+    };
+    let child = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return StepReply::failed(format!("cannot run {program}: {e}")),
+    };
+    let limit = Duration::from_secs_f64(duration_s.max(0.0) + 60.0);
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return StepReply::failed(format!("waiting for {program}: {e}")),
+        }
+    };
+    let mut output = String::new();
+    for pipe in [
+        child.stdout.take().map(|p| Box::new(p) as Box<dyn Read>),
+        child.stderr.take().map(|p| Box::new(p) as Box<dyn Read>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut buf = Vec::new();
+        let _ = pipe.take(MAX_EXEC_OUTPUT as u64).read_to_end(&mut buf);
+        output.push_str(&String::from_utf8_lossy(&buf));
+    }
+    let mut reply = StepReply {
+        output: Some(output),
+        ..StepReply::default()
+    };
+    match status {
+        Some(s) if s.success() => {}
+        Some(s) => reply.error = Some(format!("{program} exited with {s}")),
+        None => {
+            reply.error = Some(format!(
+                "{program} ran longer than {limit:?} and was stopped"
+            ))
+        }
+    }
+    reply
+}
+
+/// Runs a third-party tool on every worker at once and prints each one's output;
+/// returns the exit code (0 when every worker's tool succeeded).
+pub fn run_exec_everywhere(workers: &[SocketAddr], command: &str, duration_s: f64) -> i32 {
+    let argv: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+    if argv.is_empty() {
+        eprintln!("cobalt bench: --exec needs a command");
+        return 2;
+    }
+    let req = StepRequest {
+        exec: Some(argv),
+        duration_s,
+        ..StepRequest::default()
+    };
+    let wait = Duration::from_secs_f64(duration_s.max(0.0) + 90.0);
+    let replies: Vec<(SocketAddr, Result<StepReply, String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = workers
+            .iter()
+            .map(|w| (*w, s.spawn(|| ask_worker(*w, &req, wait))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|(w, h)| {
+                (
+                    w,
+                    h.join()
+                        .unwrap_or_else(|_| Err("worker thread panicked".into())),
+                )
+            })
+            .collect()
+    });
+    let mut code = 0;
+    for (w, reply) in replies {
+        println!("=== worker {w} ===");
+        match reply {
+            Ok(r) => {
+                print!("{}", r.output.unwrap_or_default());
+                if let Some(e) = r.error {
+                    eprintln!("cobalt bench: worker {w}: {e}");
+                    code = 1;
+                }
+            }
+            Err(e) => {
+                eprintln!("cobalt bench: worker {w}: {e}");
+                code = 1;
+            }
+        }
+    }
+    code
+}
+
 /// Runs one requested step on this machine.
-pub fn run_request(req: &StepRequest) -> StepReply {
+pub fn run_request(
+    req: &StepRequest,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> StepReply {
     let Ok(method) = Method::from_str(&req.method, true) else {
         return StepReply::failed(format!("unknown method {:?}", req.method));
     };
@@ -237,15 +418,17 @@ pub fn run_request(req: &StepRequest) -> StepReply {
         threads: req.threads,
         server_pid: None,
         workers: None,
+        exec: None,
         json: false,
         csv: false,
         plot: None,
         quiet: true,
     };
-    let cfg = match Config::from_args(&args) {
+    let mut cfg = match Config::from_args(&args) {
         Ok(c) => c,
         Err(e) => return StepReply::failed(e),
     };
+    cfg.stop = stop;
     match measure_step(&cfg, req.clients) {
         Ok(m) => StepReply::from_recorder(&m.rec, m.duration_s, m.partial),
         Err(e) => StepReply::failed(e),
@@ -318,26 +501,53 @@ pub fn run_step(
     ))
 }
 
-/// Sends one step to a worker and waits for its reply.
+/// Sends one step to a worker and waits for its reply. On Ctrl-C it half-closes the
+/// connection, which makes the worker stop early and reply with partial results.
 fn ask_worker(addr: SocketAddr, req: &StepRequest, wait: Duration) -> Result<StepReply, String> {
     let conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .map_err(|e| format!("cannot connect: {e}"))?;
-    conn.set_read_timeout(Some(wait))
+    conn.set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| e.to_string())?;
     let mut line = serde_json::to_string(req).map_err(|e| e.to_string())?;
     line.push('\n');
     (&conn)
         .write_all(line.as_bytes())
         .map_err(|e| format!("cannot send the step: {e}"))?;
-    let mut reader = BufReader::new(&conn).take(MAX_LINE);
-    let mut answer = String::new();
-    reader
-        .read_line(&mut answer)
-        .map_err(|e| format!("no reply: {e}"))?;
+    let deadline = std::time::Instant::now() + wait;
+    let mut reader = BufReader::new(&conn);
+    let mut answer = Vec::new();
+    let mut hung_up = false;
+    loop {
+        if sys::interrupted() && !hung_up {
+            let _ = conn.shutdown(std::net::Shutdown::Write);
+            hung_up = true;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("no reply within {:.0}s", wait.as_secs_f64()));
+        }
+        // Bytes read before a timeout stay in `answer`; the next call appends the rest.
+        match (&mut reader)
+            .take(MAX_LINE.saturating_sub(answer.len() as u64))
+            .read_until(b'\n', &mut answer)
+        {
+            Ok(0) => break,
+            Ok(_) if answer.ends_with(b"\n") => break,
+            Ok(_) => {
+                if answer.len() as u64 >= MAX_LINE {
+                    return Err("reply too long".into());
+                }
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut
+                    || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("no reply: {e}")),
+        }
+    }
     if answer.is_empty() {
         return Err("closed the connection without a reply".into());
     }
-    serde_json::from_str(&answer).map_err(|e| format!("bad reply: {e}"))
+    serde_json::from_slice(&answer).map_err(|e| format!("bad reply: {e}"))
 }
 
 /// Samples `--server-pid` over the expected measured window of a distributed step.
@@ -393,6 +603,74 @@ mod tests {
     }
 
     #[test]
+    fn workers_run_third_party_tools_only_when_allowed() {
+        for allow in [true, false] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let quit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let q = quit.clone();
+            let worker = std::thread::spawn(move || {
+                serve_worker(&l, allow, || q.load(std::sync::atomic::Ordering::Relaxed)).unwrap()
+            });
+            let req = StepRequest {
+                exec: Some(vec!["echo".into(), "tool says hi".into()]),
+                duration_s: 1.0,
+                ..StepRequest::default()
+            };
+            let reply = ask_worker(addr, &req, Duration::from_secs(20)).unwrap();
+            quit.store(true, std::sync::atomic::Ordering::Relaxed);
+            worker.join().unwrap();
+            if allow {
+                assert_eq!(reply.error, None);
+                assert_eq!(reply.output.as_deref(), Some("tool says hi\n"));
+            } else {
+                assert!(reply.error.unwrap().contains("--allow-exec"));
+                assert_eq!(reply.output, None);
+            }
+        }
+    }
+
+    #[test]
+    fn worker_stops_when_the_coordinator_hangs_up() {
+        let target = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let quit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let q = quit.clone();
+        let worker = std::thread::spawn(move || {
+            serve_worker(&l, false, || q.load(std::sync::atomic::Ordering::Relaxed)).unwrap()
+        });
+        let req = StepRequest {
+            uri: format!("coap://{}/", target.local_addr().unwrap()),
+            clients: 2,
+            duration_s: 30.0,
+            warmup_s: 0.0,
+            timeout_s: 1.0,
+            threads: 1,
+            rate: None,
+            method: "get".into(),
+            payload: None,
+            non: false,
+            no_keepalive: false,
+            exec: None,
+        };
+        let started = std::time::Instant::now();
+        let conn = TcpStream::connect(addr).unwrap();
+        let mut line = serde_json::to_string(&req).unwrap();
+        line.push('\n');
+        (&conn).write_all(line.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        conn.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut answer = String::new();
+        BufReader::new(&conn).read_line(&mut answer).unwrap();
+        let reply: StepReply = serde_json::from_str(&answer).unwrap();
+        assert!(reply.error.is_none() && reply.partial, "{reply:?}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        quit.store(true, std::sync::atomic::Ordering::Relaxed);
+        worker.join().unwrap();
+    }
+
+    #[test]
     fn worker_list() {
         let w = parse_workers("127.0.0.1:7000, [::1]:7001").unwrap();
         assert_eq!(w.len(), 2);
@@ -415,10 +693,15 @@ mod tests {
             payload: None,
             non: false,
             no_keepalive: false,
+            exec: None,
         };
-        assert!(run_request(&req).error.unwrap().contains("unknown method"));
+        let stop = std::sync::Arc::default;
+        assert!(run_request(&req, stop())
+            .error
+            .unwrap()
+            .contains("unknown method"));
         req.method = "get".into();
         req.uri = "ftp://x/".into();
-        assert!(run_request(&req).error.unwrap().contains("ftp"));
+        assert!(run_request(&req, stop()).error.unwrap().contains("ftp"));
     }
 }

@@ -11,7 +11,7 @@
 use super::args::Target;
 use super::client::{StepShared, Waiter};
 use super::stats::Recorder;
-use super::sys::{errno, interrupted, now_ns};
+use super::sys::{errno, now_ns};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -379,7 +379,7 @@ impl HttpWorker<'_> {
         let mut waiter = Waiter::new();
         loop {
             let now = now_ns();
-            if now >= self.end || interrupted() || self.fatal.is_some() {
+            if now >= self.end || self.shared.stopping() || self.fatal.is_some() {
                 break;
             }
             if now >= next_scan {
@@ -632,10 +632,10 @@ impl HttpWorker<'_> {
                 }
                 continue;
             }
-            // The connection broke (e.g. a keep-alive connection the server closed).
+            // The connection broke: the request never left, so it counts as lost at its
+            // timeout (no immediate retry, which could spin on a server that resets).
             self.close(i, true);
             self.error(t);
-            self.finish(i, t);
             return;
         }
     }

@@ -1,9 +1,29 @@
 //! `cobalt bench`: CoAPBench, the paper's load generator (issue 4).
 //!
-//! Closed loop: `-c N` virtual clients, each with its own UDP socket and at most one
-//! request in flight, driven by a few OS threads that each run an epoll loop (see
-//! [`client`]). A sweep runs one step per concurrency and prints one result line per
-//! step. `cobalt bench-responder` ([`responder`]) is the raw floor to compare against.
+//! Closed loop (default): `-c N` virtual clients, each with its own UDP socket and at
+//! most one request in flight, driven by `--threads` OS threads that each run an epoll
+//! loop over their share of the sockets (see [`client`]). Open loop with `--rate`:
+//! requests leave on a fixed schedule and latency counts from the intended send time.
+//! A sweep (`-c 1,10,100` or `-c 10..100:10`) runs one step per concurrency, each with
+//! a warm-up, and prints one result line per step (table, `--csv` or `--json`;
+//! `--plot` draws an SVG). `--server-pid` adds the server's CPU time per request and
+//! its RSS. `http://` URIs benchmark an HTTP/1.1 server the same way ([`http`]), and
+//! `--workers` spreads the clients over `cobalt bench worker` machines
+//! ([`distributed`]).
+//!
+//! `cobalt bench-responder` ([`responder`]) is the raw floor to compare servers with:
+//!
+//! ```text
+//! taskset -c 1 cobalt bench-responder --bind 127.0.0.1:5690 &
+//! taskset -c 0 cobalt bench coap://127.0.0.1:5690/ -c 1,10,100,1000 --server-pid $!
+//! ```
+//!
+//! Counting rules: `completed` requests got a matching response (piggybacked ACK,
+//! or separate response matched by token, which is acknowledged); `lost` ones had no
+//! answer within `--timeout` and are never retransmitted; `resets` got an RST;
+//! `errors` counts socket errors (an ICMP port unreachable also leaves its request to
+//! time out as lost) and malformed answers (which end the exchange). Stray and
+//! duplicate datagrams are ignored. Ctrl-C stops the run and prints what was measured.
 
 mod args;
 mod client;
@@ -67,6 +87,8 @@ pub struct Config {
     pub server_pid: Option<u32>,
     /// Progress on stderr.
     pub progress: bool,
+    /// Ends a running step early when set (Ctrl-C does too).
+    pub stop: std::sync::Arc<AtomicBool>,
 }
 
 impl Config {
@@ -131,6 +153,7 @@ impl Config {
             rate: a.rate,
             server_pid: a.server_pid,
             progress: !a.quiet,
+            stop: Default::default(),
         })
     }
 }
@@ -185,6 +208,9 @@ pub fn run(mut args: BenchArgs) -> i32 {
             return 2;
         }
     };
+    if let (Some(command), Some(w)) = (&args.exec, &workers) {
+        return distributed::run_exec_everywhere(w, command, args.duration);
+    }
     let step_template = distributed::request_template(&args);
     let format = if args.json {
         Format::Json
@@ -335,6 +361,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
         end_ns: AtomicU64::new(0),
         abort: AtomicBool::new(false),
         progress: AtomicU64::new(0),
+        stop: cfg.stop.clone(),
     };
     let mut seed = random_seed();
     std::thread::scope(|s| {
@@ -441,7 +468,7 @@ fn monitor(
     let mut printed = false;
     loop {
         let now = now_ns();
-        if now >= end || interrupted() {
+        if now >= end || shared.stopping() {
             break;
         }
         if cpu_start.is_none() && now >= measure_start {
@@ -517,6 +544,36 @@ mod tests {
             rate: None,
             server_pid: None,
             progress: false,
+            stop: Default::default(),
+        }
+    }
+
+    fn parse_args(argv: &[&str]) -> BenchArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        Cli::parse_from(std::iter::once("bench").chain(argv.iter().copied())).bench
+    }
+
+    #[test]
+    fn bad_input_exits_with_2() {
+        for argv in [
+            &["coap//nohost"][..],
+            &["ftp://127.0.0.1/"],
+            &["coap://127.0.0.1:99999/"],
+            &["coap://127.0.0.1/", "-c", "0"],
+            &["coap://127.0.0.1/", "-c", "10..5"],
+            &["coap://127.0.0.1/", "--threads", "0"],
+            &["coap://127.0.0.1/", "-d", "0"],
+            &["coap://127.0.0.1/", "--rate", "0"],
+            &["coap://127.0.0.1/", "--no-keepalive"],
+            &["http://127.0.0.1/", "--non"],
+            &["coap://127.0.0.1/", "--workers", "nonsense"],
+        ] {
+            assert_eq!(run(parse_args(argv)), 2, "{argv:?}");
         }
     }
 
@@ -675,7 +732,7 @@ mod tests {
             workers.push(l.local_addr().unwrap());
             let stop = stop.clone();
             std::thread::spawn(move || {
-                distributed::serve_worker(&l, || stop.load(Ordering::Relaxed)).unwrap()
+                distributed::serve_worker(&l, false, || stop.load(Ordering::Relaxed)).unwrap()
             });
         }
         let cfg = config(target, 2000);
@@ -691,6 +748,7 @@ mod tests {
             payload: None,
             non: false,
             no_keepalive: false,
+            exec: None,
         };
         let r = distributed::run_step(&cfg, &template, &workers, 5).unwrap();
         stop.store(true, Ordering::Relaxed);

@@ -63,6 +63,15 @@ pub struct ServeArgs {
     /// UDP port for CoAP over DTLS (with --dtls-psk-file or --dtls-cert).
     #[arg(long, value_name = "PORT", default_value_t = cobalt::transport::dtls::DEFAULT_PORT)]
     pub dtls_port: u16,
+    /// Also serve CoAP over WebSockets (RFC 8323 §4, `coap+ws://HOST:PORT/...`):
+    /// HTTP/1.1 upgrades on /.well-known/coap with subprotocol `coap`, on TCP port 8080
+    /// unless --ws-port says otherwise. (The standard port, 80, needs root; usually a
+    /// web server there proxies /.well-known/coap to this port.)
+    #[arg(long)]
+    pub ws: bool,
+    /// TCP port of --ws (implies --ws). Default 8080.
+    #[arg(long, value_name = "PORT")]
+    pub ws_port: Option<u16>,
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100 [config: server.metrics_addr].
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -148,6 +157,10 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     if args.dtls_psk_file.is_some() || args.dtls_cert.is_some() {
         server = server.dtls(std::net::SocketAddr::new(addr.ip(), args.dtls_port));
     }
+    if args.ws || args.ws_port.is_some() {
+        let port = args.ws_port.unwrap_or(8080);
+        server = server.ws(std::net::SocketAddr::new(addr.ip(), port));
+    }
     let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
         (
             exit::NETWORK,
@@ -177,6 +190,9 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     if let Some(dtls) = handle.dtls_local_addr() {
         eprintln!("cobalt: serving CoAP over DTLS on {dtls}");
+    }
+    if let Some(ws) = handle.ws_local_addr() {
+        eprintln!("cobalt: serving CoAP over WebSockets on ws://{ws}/.well-known/coap");
     }
     if let Some(exporter) = &_exporter {
         eprintln!(

@@ -1,5 +1,5 @@
 use super::*;
-use crate::message::tcp::{decode_tcp, signal_option};
+use crate::message::tcp::{decode_tcp, decode_ws, encode_ws, signal_option};
 use crate::message::Options;
 use proptest::prelude::*;
 
@@ -667,5 +667,217 @@ proptest! {
         c.handle_timeout(now + Duration::from_secs(1000));
         let _ = events(&mut c);
         prop_assert!(c.inbuf.len() <= 300 + MAX_FRAME_HEADER);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// WebSocket framing (RFC 8323 §4)
+
+fn ws_pair(now: Instant) -> (TcpConnection, TcpConnection) {
+    (
+        TcpConnection::with_framing(TcpConfig::default(), Framing::WebSocket, now, 1),
+        TcpConnection::with_framing(TcpConfig::default(), Framing::WebSocket, now, 1000),
+    )
+}
+
+/// Moves whole WebSocket messages both ways until neither side has anything to send;
+/// returns how many moved.
+fn ws_pump(now: Instant, a: &mut TcpConnection, b: &mut TcpConnection) -> usize {
+    let mut n = 0;
+    loop {
+        let mut moved = false;
+        if let Some(m) = a.poll_transmit() {
+            b.handle_ws_message(now, &m);
+            moved = true;
+            n += 1;
+        }
+        if let Some(m) = b.poll_transmit() {
+            a.handle_ws_message(now, &m);
+            moved = true;
+            n += 1;
+        }
+        if !moved {
+            return n;
+        }
+    }
+}
+
+#[test]
+fn ws_messages_are_whole_and_unframed() {
+    let now = t0();
+    let (mut a, mut b) = ws_pair(now);
+    assert_eq!(a.framing(), Framing::WebSocket);
+    let token = a.request(now, get("hello")).unwrap();
+    // CSM and request come out as two separate WebSocket messages, Len nibble 0.
+    let csm = a.poll_transmit().unwrap();
+    let req = a.poll_transmit().unwrap();
+    assert_eq!(a.poll_transmit(), None);
+    assert_eq!(csm[0] >> 4, 0);
+    assert_eq!(req[0] >> 4, 0);
+    assert_eq!(
+        Signal::from_message(&decode_ws(&csm, usize::MAX).unwrap()),
+        Ok(Signal::Csm {
+            max_message_size: Some(TcpConfig::default().max_message_size),
+            block_wise_transfer: false
+        })
+    );
+    let m = decode_ws(&req, usize::MAX).unwrap();
+    assert_eq!(m.token, token);
+    assert_eq!(req.len(), a.frame_len(&m));
+    b.handle_ws_message(now, &csm);
+    b.handle_ws_message(now, &req);
+    assert!(b.is_established());
+    let ev = events(&mut b);
+    assert!(matches!(ev[0], TcpEvent::PeerSettings { .. }));
+    let TcpEvent::Request { token: t, message } = &ev[1] else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(
+        message
+            .options
+            .get(crate::message::option::number::URI_PATH)
+            .map(|v| v.to_vec()),
+        Some(b"hello".to_vec())
+    );
+    let mut reply = TcpMessage::new(Code::CONTENT);
+    reply.payload = b"hi".to_vec();
+    b.respond(now, *t, reply).unwrap();
+    ws_pump(now, &mut a, &mut b);
+    let ev = events(&mut a);
+    assert!(
+        matches!(&ev[1], TcpEvent::Response { token: r, message } if *r == token && message.payload == b"hi")
+    );
+}
+
+#[test]
+fn ws_ping_release_and_abort() {
+    let now = t0();
+    let (mut a, mut b) = ws_pair(now);
+    ws_pump(now, &mut a, &mut b);
+    events(&mut a);
+    events(&mut b);
+    let p = a.ping(false).unwrap();
+    ws_pump(now, &mut a, &mut b);
+    assert_eq!(events(&mut a), [TcpEvent::Pong { token: p }]);
+    a.release();
+    assert_eq!(ws_pump(now, &mut a, &mut b), 1);
+    assert!(a.is_closed() && b.is_closed());
+    assert!(matches!(
+        events(&mut b).last(),
+        Some(TcpEvent::Closed {
+            reason: CloseReason::PeerRelease { .. },
+            ..
+        })
+    ));
+}
+
+#[test]
+fn ws_first_message_must_be_csm_and_garbage_aborts() {
+    let now = t0();
+    let (mut a, mut b) = ws_pair(now);
+    let _csm = a.poll_transmit();
+    a.request(now, get("x")).unwrap();
+    let req = a.poll_transmit().unwrap();
+    b.handle_ws_message(now, &req);
+    assert!(b.is_closed());
+    let _ = b.poll_transmit(); // b's CSM
+    let abort = decode_ws(&b.poll_transmit().unwrap(), usize::MAX).unwrap();
+    assert_eq!(abort.code, signal_code::ABORT);
+
+    // A stream-framed message (Len nibble set) is malformed on a WebSocket.
+    let (mut a, mut b) = ws_pair(now);
+    ws_pump(now, &mut a, &mut b);
+    let mut framed = Vec::new();
+    encode_tcp(&get("x"), &mut framed);
+    framed[0] |= 0x10;
+    b.handle_ws_message(now, &framed);
+    assert!(b.is_closed());
+    // Empty message: malformed too.
+    let (mut a, mut b) = ws_pair(now);
+    ws_pump(now, &mut a, &mut b);
+    b.handle_bytes(now, &[]);
+    assert!(b.is_closed());
+}
+
+#[test]
+fn ws_oversized_message_aborts_and_peer_limit_counts_ws_size() {
+    let now = t0();
+    let config = TcpConfig {
+        max_message_size: 500,
+        ..TcpConfig::default()
+    };
+    let mut a = TcpConnection::with_framing(TcpConfig::default(), Framing::WebSocket, now, 1);
+    let mut b = TcpConnection::with_framing(config, Framing::WebSocket, now, 2);
+    ws_pump(now, &mut a, &mut b);
+    events(&mut b);
+    assert_eq!(a.peer_max_message_size(), 500);
+    // 500 bytes on the wire, WebSocket size counted: accepted.
+    let mut ok = get("x");
+    ok.token = Token::new(&[1, 2, 3, 4]).unwrap();
+    ok.payload = vec![0; 500 - ok.ws_frame_len() - 1];
+    assert_eq!(a.frame_len(&ok), 500); // payload marker included
+    a.request(now, ok).unwrap();
+    let mut big = get("x");
+    big.payload = vec![0; 600];
+    assert!(matches!(
+        a.request(now, big.clone()),
+        Err(SendError::TooLarge { limit: 500, .. })
+    ));
+    ws_pump(now, &mut a, &mut b);
+    assert!(matches!(events(&mut b)[..], [TcpEvent::Request { .. }]));
+    // A peer ignoring the limit gets aborted.
+    let mut raw = Vec::new();
+    encode_ws(&big, &mut raw);
+    b.handle_ws_message(now, &raw);
+    assert!(b.is_closed());
+    assert!(matches!(
+        events(&mut b)[..],
+        [TcpEvent::Closed {
+            reason: CloseReason::LocalAbort(_),
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn ws_csm_and_idle_timeouts_apply() {
+    let now = t0();
+    let mut c = TcpConnection::with_framing(TcpConfig::default(), Framing::WebSocket, now, 1);
+    let _ = c.poll_transmit();
+    let deadline = c.poll_timeout().unwrap();
+    assert_eq!(deadline, now + TcpConfig::default().csm_timeout);
+    c.handle_timeout(deadline);
+    assert!(c.is_closed());
+    let (mut a, mut b) = ws_pair(now);
+    ws_pump(now, &mut a, &mut b);
+    let idle = TcpConfig::default().idle_timeout.unwrap();
+    assert_eq!(b.poll_timeout(), Some(now + idle));
+    b.handle_timeout(now + idle);
+    assert!(b.is_closed());
+    let release = decode_ws(&b.poll_transmit().unwrap(), usize::MAX).unwrap();
+    assert_eq!(release.code, signal_code::RELEASE);
+}
+
+proptest! {
+    /// Arbitrary WebSocket payloads never panic and never leave buffered state behind.
+    #[test]
+    fn ws_arbitrary_messages_never_panic(
+        msgs in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 0..8)
+    ) {
+        let now = t0();
+        let mut c = TcpConnection::with_framing(
+            TcpConfig { max_message_size: 100, ..TcpConfig::default() }, Framing::WebSocket, now, 3);
+        let mut csm = Vec::new();
+        encode_ws(&Signal::Csm { max_message_size: None, block_wise_transfer: false }.to_message(), &mut csm);
+        c.handle_ws_message(now, &csm);
+        for m in &msgs {
+            c.handle_ws_message(now, m);
+        }
+        c.handle_timeout(now + Duration::from_secs(1000));
+        let _ = events(&mut c);
+        prop_assert!(c.inbuf.is_empty());
+        while let Some(out) = c.poll_transmit() {
+            prop_assert!(decode_ws(&out, usize::MAX).is_ok());
+        }
     }
 }

@@ -23,6 +23,7 @@ use crate::{Error, Result};
 use cobalt_proto::blockwise::MAX_UDP_SZX;
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
+use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::{CoapUri, Scheme};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -60,6 +61,7 @@ struct Inner {
     next_key: AtomicU64,
     tcp: TcpPool,
     dtls: Mutex<DtlsDrivers>,
+    ws: TcpPool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -100,6 +102,7 @@ impl Client {
                 next_key: AtomicU64::new(1),
                 tcp: TcpPool::default(),
                 dtls: Mutex::new(HashMap::new()),
+                ws: TcpPool::new(Framing::WebSocket),
             }),
             auth: None,
             secure: None,
@@ -369,7 +372,7 @@ impl RequestBuilder {
             }
             other => {
                 return Err(Error::Unsupported(format!(
-                    "{}:// is not supported yet; use coap://, coaps:// or coap+tcp://",
+                    "{}:// is not supported yet; use coap://, coaps://, coap+tcp:// or coap+ws://",
                     other.as_str()
                 )))
             }
@@ -384,9 +387,12 @@ impl RequestBuilder {
     ///
     /// `coap+tcp://` URIs go over a pooled TCP connection per server (RFC 8323), with
     /// the whole body in one message; without [`RequestBuilder::timeout`] a TCP request
-    /// gives up after 60 s.
+    /// gives up after 60 s. `coap+ws://` URIs go the same way over a pooled WebSocket
+    /// per server (RFC 8323 §4, path `/.well-known/coap`, subprotocol `coap`).
     pub async fn send(self) -> Result<Response> {
-        if CoapUri::parse(&self.uri).is_ok_and(|u| u.scheme == Scheme::CoapTcp) {
+        if CoapUri::parse(&self.uri)
+            .is_ok_and(|u| matches!(u.scheme, Scheme::CoapTcp | Scheme::CoapWs))
+        {
             return self.send_tcp().await;
         }
         let szx = self.block_szx;
@@ -414,9 +420,14 @@ impl RequestBuilder {
         uri.apply_to(&mut self.message.options);
         let timeout = self.timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT);
         let client = self.client;
+        let pool = match uri.scheme {
+            Scheme::CoapWs => &client.inner.ws,
+            _ => &client.inner.tcp,
+        };
+        let host = uri.host.as_str();
         let exchange = async {
-            let first = client.inner.tcp.request(peer, self.message.clone()).await?;
-            fetch_rest_tcp(&client, peer, self.message, first).await
+            let first = pool.request(peer, host, self.message.clone()).await?;
+            fetch_rest_tcp(pool, peer, host, self.message, first).await
         };
         tokio::time::timeout(timeout, exchange)
             .await
@@ -425,9 +436,11 @@ impl RequestBuilder {
 
     /// Sends the request with Observe=0 and returns the stream of notifications.
     pub async fn observe(mut self) -> Result<Observation> {
-        if CoapUri::parse(&self.uri).is_ok_and(|u| u.scheme == Scheme::CoapTcp) {
+        if CoapUri::parse(&self.uri)
+            .is_ok_and(|u| matches!(u.scheme, Scheme::CoapTcp | Scheme::CoapWs))
+        {
             return Err(Error::Unsupported(
-                "observe over coap+tcp:// is not supported yet; use coap://".into(),
+                "observe over coap+tcp:// and coap+ws:// is not supported yet; use coap://".into(),
             ));
         }
         self.message.options.set_uint(opt::OBSERVE, 0);
@@ -439,8 +452,30 @@ impl RequestBuilder {
 /// Largest body the client reassembles from blocks (16 MiB).
 pub const MAX_BODY: usize = 16 << 20;
 
-/// One request/response exchange through the driver.
+/// One request/response exchange through the driver. A 4.01 carrying an Echo option
+/// (a server's amplification check, RFC 9175 §2.4) is answered transparently by
+/// repeating the request once with that Echo value.
 async fn exchange(client: &Client, peer: SocketAddr, message: Message) -> Result<Message> {
+    let first = exchange_once(client, peer, message.clone()).await?;
+    match echo_challenge(&message, &first) {
+        Some(retry) => exchange_once(client, peer, retry).await,
+        None => Ok(first),
+    }
+}
+
+/// The request to repeat if `response` is an Echo challenge to `request` not yet
+/// answered with an Echo.
+pub(crate) fn echo_challenge(request: &Message, response: &Message) -> Option<Message> {
+    if response.code != Code::UNAUTHORIZED || request.options.contains(opt::ECHO) {
+        return None;
+    }
+    let echo = response.options.get(opt::ECHO)?;
+    let mut retry = request.clone();
+    retry.options.set(opt::ECHO, echo);
+    Some(retry)
+}
+
+async fn exchange_once(client: &Client, peer: SocketAddr, message: Message) -> Result<Message> {
     let driver = client.driver_for(&peer)?;
     let key = client.next_key();
     let (tx, rx) = oneshot::channel();
@@ -526,14 +561,15 @@ pub(crate) async fn fetch_rest(
     fetch_rest_via(request, first, |req| exchange(client, peer, req)).await
 }
 
-/// [`fetch_rest`] over the pooled `coap+tcp` connection to `peer`.
+/// [`fetch_rest`] over the pooled `coap+tcp` or `coap+ws` connection to `peer`.
 async fn fetch_rest_tcp(
-    client: &Client,
+    pool: &TcpPool,
     peer: SocketAddr,
+    host: &str,
     request: Message,
     first: Message,
 ) -> Result<Response> {
-    fetch_rest_via(request, first, |req| client.inner.tcp.request(peer, req)).await
+    fetch_rest_via(request, first, |req| pool.request(peer, host, req)).await
 }
 
 /// Completes a representation whose first block is `first`, fetching the following

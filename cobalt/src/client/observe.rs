@@ -29,7 +29,7 @@ pub struct Observation {
     client: Client,
     peer: SocketAddr,
     request: Message,
-    rx: mpsc::UnboundedReceiver<Result<Message, Error>>,
+    rx: mpsc::Receiver<Result<Message, Error>>,
     guard: CancelGuard,
     last: Option<(u32, Instant)>,
     max_age: Duration,
@@ -81,6 +81,17 @@ impl Observation {
                 }
                 Some(Ok(msg)) => msg,
             };
+            if self.last.is_none() {
+                if let Some(retry) = super::echo_challenge(&self.request, &msg) {
+                    // The server wants proof of our address first (RFC 9175): register again with its Echo.
+                    self.request = retry;
+                    if let Err(e) = self.reregister() {
+                        self.ended = true;
+                        return Some(Err(e));
+                    }
+                    continue;
+                }
+            }
             let Some(seq) = msg.options.observe() else {
                 self.ended = true;
                 return Some(fetch_rest(&self.client, self.peer, self.request.clone(), msg).await);
@@ -131,12 +142,15 @@ impl Observation {
     }
 }
 
-type Started = (mpsc::UnboundedReceiver<Result<Message, Error>>, CancelGuard);
+type Started = (mpsc::Receiver<Result<Message, Error>>, CancelGuard);
+
+/// Notifications buffered for an observer that does not keep up.
+const BUFFERED_NOTIFICATIONS: usize = 64;
 
 fn start(client: &Client, peer: SocketAddr, request: Message) -> Result<Started> {
     let driver = client.driver_for(&peer)?;
     let key = client.next_key();
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::channel(BUFFERED_NOTIFICATIONS);
     driver
         .send(Command::Request {
             key,

@@ -27,8 +27,10 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) enum ReplyTo {
     /// A single response.
     Once(oneshot::Sender<Result<Message, Error>>),
-    /// Every response (observe notifications) until cancelled.
-    Stream(mpsc::UnboundedSender<Result<Message, Error>>),
+    /// Every response (observe notifications) until cancelled. Bounded: when the
+    /// observer does not keep up, newer notifications are dropped (an observer only
+    /// needs the latest state eventually, RFC 7641 §1.3), so memory stays bounded.
+    Stream(mpsc::Sender<Result<Message, Error>>),
 }
 
 /// What the application asks of a shard.
@@ -363,7 +365,10 @@ impl Driver {
     fn deliver(&mut self, id: RequestId, response: Message) {
         let observing = match self.waiting.get(&id) {
             Some((_, _, ReplyTo::Stream(tx))) => {
-                let delivered = tx.send(Ok(response)).is_ok();
+                let delivered = !matches!(
+                    tx.try_send(Ok(response)),
+                    Err(mpsc::error::TrySendError::Closed(_))
+                );
                 if !delivered {
                     // The observer went away: end the relation.
                     self.endpoint.cancel(Instant::now(), id);
@@ -530,7 +535,7 @@ fn send_reply(reply: ReplyTo, result: Result<Message, Error>) {
             let _ = tx.send(result);
         }
         ReplyTo::Stream(tx) => {
-            let _ = tx.send(result);
+            let _ = tx.try_send(result);
         }
     }
 }

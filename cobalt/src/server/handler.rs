@@ -48,11 +48,33 @@ where
     }
 }
 
+/// One block of a streamed upload (see [`MethodRouter::stream_upload`]).
+#[derive(Debug, Clone)]
+pub struct UploadChunk {
+    /// The request carrying this block (its payload is the block's data).
+    pub request: Request,
+    /// Byte offset of this block in the whole body.
+    pub offset: usize,
+    /// True for the last block: the handler's answer is then the final response.
+    pub last: bool,
+}
+
+impl UploadChunk {
+    /// The block's bytes.
+    pub fn data(&self) -> &[u8] {
+        self.request.payload()
+    }
+}
+
+/// A type-erased streaming upload handler.
+pub type BoxedChunkHandler = Arc<dyn Fn(UploadChunk) -> BoxFuture + Send + Sync>;
+
 /// A resource: a handler per method, plus the link attributes that describe it in
 /// `/.well-known/core` (RFC 6690).
 #[derive(Clone, Default)]
 pub struct MethodRouter {
     handlers: Vec<(Code, BoxedHandler)>,
+    streams: Vec<(Code, BoxedChunkHandler)>,
     pub(crate) attrs: Vec<(String, Option<String>)>,
     pub(crate) hidden: bool,
     pub(crate) observable: Option<super::observe::Observable>,
@@ -62,8 +84,10 @@ pub struct MethodRouter {
 impl std::fmt::Debug for MethodRouter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let methods: Vec<Code> = self.handlers.iter().map(|(c, _)| *c).collect();
+        let streamed: Vec<Code> = self.streams.iter().map(|(c, _)| *c).collect();
         f.debug_struct("MethodRouter")
             .field("methods", &methods)
+            .field("streamed", &streamed)
             .field("attrs", &self.attrs)
             .finish()
     }
@@ -129,6 +153,34 @@ impl MethodRouter {
         self.handlers.retain(|(c, _)| *c != method);
         self.handlers.push((method, handler.into_boxed()));
         self
+    }
+
+    /// Handles uploads with `method` block by block, without buffering the body: the
+    /// handler runs once per Block1 block, in order (a request without Block1 is one
+    /// last block). For a block that is not the last, a success answer makes the server
+    /// reply 2.31 Continue and any other answer ends the upload with it; the answer to
+    /// the last block is the response. For bodies too large to hold in memory.
+    pub fn stream_upload<F, Fut, R>(mut self, method: Code, handler: F) -> MethodRouter
+    where
+        F: Fn(UploadChunk) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = R> + Send + 'static,
+        R: IntoResponse,
+    {
+        self.streams.retain(|(c, _)| *c != method);
+        let boxed: BoxedChunkHandler = Arc::new(move |chunk| {
+            let fut = handler(chunk);
+            Box::pin(async move { fut.await.into_response() })
+        });
+        self.streams.push((method, boxed));
+        self
+    }
+
+    /// The streaming upload handler for a method, if any.
+    pub fn stream_handler(&self, method: Code) -> Option<&BoxedChunkHandler> {
+        self.streams
+            .iter()
+            .find(|(c, _)| *c == method)
+            .map(|(_, h)| h)
     }
 
     /// The handler for a method.

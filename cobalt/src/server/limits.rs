@@ -19,8 +19,20 @@ pub struct ServerLimits {
     pub max_body: usize,
     /// Block1 uploads in progress per shard; beyond it 5.03. Default 1,000.
     pub max_uploads: usize,
+    /// Bytes that the uploads in progress (and the large answers kept for their Block2
+    /// follow-ups) of one shard may hold together; beyond it new blocks get 5.03.
+    /// Default 64 MiB.
+    pub max_upload_memory: usize,
     /// Block size exponent for responses (0–6: 16–1024 bytes). Default 6.
     pub block_szx: u8,
+    /// Amplification limit (RFC 9175 §2.4): an unverified peer gets at most this many
+    /// times the bytes of its request in the answer to a GET or FETCH — in smaller
+    /// Block2 blocks, or, when even 16-byte blocks do not fit, as 4.01 with an Echo
+    /// option that the client repeats to prove its address. 0 (the default) turns the
+    /// check off: small blocks slow large downloads of clients that never answer Echo
+    /// (aiocoap 0.4.17 does not), so turn it on (3 is the RFC's figure) where spoofed
+    /// sources are a threat and the clients are Echo-capable (libcoap, Cobalt).
+    pub amplification_factor: usize,
 }
 
 impl Default for ServerLimits {
@@ -31,7 +43,9 @@ impl Default for ServerLimits {
             observe_con_interval: Duration::from_secs(24 * 3600),
             max_body: 1 << 20,
             max_uploads: 1000,
+            max_upload_memory: 64 << 20,
             block_szx: 6,
+            amplification_factor: 0,
         }
     }
 }

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+mod echo;
 mod executor;
 mod handler;
 mod limits;
@@ -25,7 +26,8 @@ mod upload;
 
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
-    any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, Handler, MethodRouter,
+    any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, BoxedChunkHandler, Handler,
+    MethodRouter, UploadChunk,
 };
 pub use limits::ServerLimits;
 pub use observe::{Observable, ObserverFilter};
@@ -41,6 +43,7 @@ use crate::transport::tcp::{TcpListenerHandle, TcpServerLimits};
 use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
+use cobalt_proto::tcp_connection::Framing;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +66,8 @@ pub struct Server {
     dtls_x509: Option<Arc<X509Credentials>>,
     dtls_config: DtlsConfig,
     dtls_addr: Option<SocketAddr>,
+    ws_addr: Option<SocketAddr>,
+    ws_limits: TcpServerLimits,
 }
 
 impl Server {
@@ -212,6 +217,51 @@ impl Server {
         self.bind_with(addr, true).await
     }
 
+    /// Also serves the same resources over CoAP over WebSockets (RFC 8323 §4,
+    /// `coap+ws://`) on `addr`, bound by [`Server::bind`] next to the UDP socket:
+    /// HTTP/1.1 upgrades on `/.well-known/coap` with subprotocol `coap`; see
+    /// [`ServerHandle::ws_local_addr`].
+    pub fn ws(mut self, addr: SocketAddr) -> Server {
+        self.ws_addr = Some(addr);
+        self
+    }
+
+    /// Sets the limits of the WebSocket side (connections, Max-Message-Size, which is
+    /// also the WebSocket frame and message size limit, upgrade and idle timeouts).
+    pub fn ws_limits(mut self, limits: TcpServerLimits) -> Server {
+        self.ws_limits = limits;
+        self
+    }
+
+    /// Serves over CoAP over WebSockets only (RFC 8323 §4, `coap+ws://`), on the
+    /// current tokio runtime: one task per connection, handlers run on that task.
+    /// [`ServerHandle::local_addr`] is then the WebSocket (TCP) address.
+    pub async fn bind_ws(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
+        let addr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
+        let ws = crate::transport::tcp::listen(
+            addr,
+            Arc::new(self.tree),
+            self.limits,
+            self.ws_limits,
+            Framing::WebSocket,
+        )
+        .await?;
+        tracing::info!(local_addr = %ws.local_addr, "CoAP over WebSockets server listening");
+        Ok(ServerHandle {
+            local_addr: ws.local_addr,
+            commands: Vec::new(),
+            threads: Vec::new(),
+            stage_threads: None,
+            metrics: Metrics::new(0),
+            tcp: None,
+            ws: Some(ws),
+            dtls_local_addr: None,
+        })
+    }
+
     /// Serves over CoAP over TCP only (RFC 8323, `coap+tcp://`), on the current tokio
     /// runtime: one task per connection, handlers run on that task.
     /// [`ServerHandle::local_addr`] is then the TCP address.
@@ -220,9 +270,14 @@ impl Server {
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
-        let tcp =
-            crate::transport::tcp::listen(addr, Arc::new(self.tree), self.limits, self.tcp_limits)
-                .await?;
+        let tcp = crate::transport::tcp::listen(
+            addr,
+            Arc::new(self.tree),
+            self.limits,
+            self.tcp_limits,
+            Framing::Stream,
+        )
+        .await?;
         tracing::info!(local_addr = %tcp.local_addr, "CoAP over TCP server listening");
         Ok(ServerHandle {
             local_addr: tcp.local_addr,
@@ -232,6 +287,7 @@ impl Server {
             metrics: Metrics::new(0),
             tcp: Some(tcp),
             dtls_local_addr: None,
+            ws: None,
         })
     }
 
@@ -310,6 +366,7 @@ impl Server {
                     tree.clone(),
                     self.limits.clone(),
                     self.tcp_limits.clone(),
+                    Framing::Stream,
                 )
                 .await;
                 match tcp {
@@ -329,6 +386,36 @@ impl Server {
             }
             None => None,
         };
+        let ws = match self.ws_addr {
+            Some(addr) => {
+                let ws = crate::transport::tcp::listen(
+                    addr,
+                    tree.clone(),
+                    self.limits.clone(),
+                    self.ws_limits.clone(),
+                    Framing::WebSocket,
+                )
+                .await;
+                match ws {
+                    Ok(ws) => {
+                        tracing::info!(local_addr = %ws.local_addr, "CoAP over WebSockets listening");
+                        Some(ws)
+                    }
+                    Err(e) => {
+                        for c in &commands {
+                            let _ = c.send(Command::Shutdown {
+                                grace: Duration::ZERO,
+                            });
+                        }
+                        if let Some(tcp) = &tcp {
+                            tcp.shutdown(Duration::ZERO);
+                        }
+                        return Err(e.into());
+                    }
+                }
+            }
+            None => None,
+        };
         Ok(ServerHandle {
             local_addr,
             commands,
@@ -341,6 +428,7 @@ impl Server {
             } else {
                 dtls_local_addr
             },
+            ws,
         })
     }
 
@@ -384,6 +472,7 @@ pub struct ServerHandle {
     metrics: Metrics,
     tcp: Option<TcpListenerHandle>,
     dtls_local_addr: Option<SocketAddr>,
+    ws: Option<TcpListenerHandle>,
 }
 
 impl std::fmt::Debug for StageThreads {
@@ -416,6 +505,12 @@ impl ServerHandle {
         self.dtls_local_addr
     }
 
+    /// The CoAP-over-WebSockets address, when serving over WebSockets too
+    /// ([`Server::ws`], [`Server::bind_ws`]).
+    pub fn ws_local_addr(&self) -> Option<SocketAddr> {
+        self.ws.as_ref().map(|w| w.local_addr)
+    }
+
     /// Graceful shutdown: stop reading, let handlers in progress answer for up to
     /// `grace`, then stop every shard (and release every TCP connection).
     pub async fn shutdown(self, grace: Duration) {
@@ -426,6 +521,9 @@ impl ServerHandle {
         if let Some(tcp) = &self.tcp {
             tcp.shutdown(grace);
         }
+        if let Some(ws) = &self.ws {
+            ws.shutdown(grace);
+        }
         let local_addr = self.local_addr;
         self.wait().await;
         tracing::info!(%local_addr, "CoAP server stopped");
@@ -435,6 +533,9 @@ impl ServerHandle {
     pub async fn wait(self) {
         if let Some(tcp) = self.tcp {
             tcp.wait().await;
+        }
+        if let Some(ws) = self.ws {
+            ws.wait().await;
         }
         let (threads, stages) = (self.threads, self.stage_threads);
         let _ = tokio::task::spawn_blocking(move || {

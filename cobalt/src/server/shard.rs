@@ -1,6 +1,7 @@
 //! The server role of one shard: dispatch into the resource tree, Block1 reassembly,
 //! Block2 slicing, and the observation relations of the peers this shard owns.
 
+use super::echo::EchoGuard;
 use super::limits::ServerLimits;
 use super::observe::{Change, Observable, Relation, RelationKey, Relations};
 use super::tree::ResourceTree;
@@ -42,6 +43,8 @@ pub(crate) struct ReplyContext {
     block2: Option<BlockValue>,
     /// Echo this in Block1 (the last block of an upload).
     block1: Option<BlockValue>,
+    /// For the amplification check: the peer, the method and the request's size.
+    origin: (SocketAddr, Code, usize),
     /// The peer and key of a finished upload, to keep a large answer for follow-ups.
     upload: Option<(SocketAddr, Vec<u8>)>,
     /// Register an observer if the response is a success.
@@ -55,6 +58,7 @@ pub(crate) struct ServerShard {
     observables: HashMap<u64, Observable>,
     relations: Relations,
     uploads: Uploads,
+    echo: Option<EchoGuard>,
     completions: mpsc::UnboundedSender<Completion>,
     client: Option<crate::Client>,
 }
@@ -73,7 +77,14 @@ impl ServerShard {
             .map(|o| (o.id(), o))
             .collect();
         ServerShard {
-            uploads: Uploads::new(limits.max_body, limits.max_uploads, idle_timeout),
+            uploads: Uploads::new(
+                limits.max_body,
+                limits.max_uploads,
+                limits.max_upload_memory,
+                idle_timeout,
+            ),
+            echo: (limits.amplification_factor > 0)
+                .then(|| EchoGuard::new(limits.amplification_factor, 100_000)),
             tree,
             limits,
             observables,
@@ -98,6 +109,10 @@ impl ServerShard {
         mut request: Message,
     ) {
         let observe = request.options.observe();
+        let origin = (peer, request.code, request_size(&request));
+        if let Some(g) = &mut self.echo {
+            g.observe_request(now, peer, &request);
+        }
         if request.code == Code::GET && observe != Some(0) {
             // A GET with the token of an observation, without Observe=0, ends it (RFC 7641 §3.6).
             self.end_relation(&(peer, request.token));
@@ -105,6 +120,10 @@ impl ServerShard {
         if let Some(kept) = self.uploads.answer_for(now, peer, &request) {
             let msg = slice_response(&request, kept, self.limits.block_szx);
             let _ = ep.respond(now, id, msg);
+            return;
+        }
+        if let Some((handler, executor)) = self.tree.stream_route(&request) {
+            self.on_streamed_block(ep, now, id, peer, request, handler, executor);
             return;
         }
         let mut block1 = None;
@@ -130,6 +149,7 @@ impl ServerShard {
             Ok(x) => x,
             Err(resp) => {
                 let ctx = ReplyContext {
+                    origin,
                     block2,
                     block1,
                     upload,
@@ -140,6 +160,7 @@ impl ServerShard {
             }
         };
         let ctx = ReplyContext {
+            origin,
             block2,
             block1,
             upload,
@@ -148,17 +169,77 @@ impl ServerShard {
                 .zip(registration)
                 .map(|(o, r)| (o, peer, r)),
         };
-        let pending = if routed.executor.is_inline() {
-            match run_inline(routed.future) {
-                Ok(resp) => return self.finish_reply(ep, now, id, resp, ctx),
+        self.run(ep, now, routed.future, &routed.executor, move |response| {
+            Completion::Reply { id, response, ctx }
+        });
+    }
+
+    /// Runs a handler: inline on this thread when it is ready at once, otherwise on its
+    /// executor (or as a task here); either way its response comes back as the
+    /// completion `then` makes of it.
+    fn run(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        fut: BoxFuture,
+        executor: &Executor,
+        then: impl FnOnce(Response) -> Completion + Send + 'static,
+    ) {
+        let pending = if executor.is_inline() {
+            match run_inline(fut) {
+                Ok(resp) => return self.on_completion(ep, now, then(resp)),
                 Err(pending) => pending,
             }
         } else {
-            guarded(routed.future)
+            guarded(fut)
         };
         let done = self.completions.clone();
-        routed.executor.spawn(pending, move |response| {
-            let _ = done.send(Completion::Reply { id, response, ctx });
+        executor.spawn(pending, move |response| {
+            let _ = done.send(then(response));
+        });
+    }
+
+    /// One block of an upload to a streaming handler: checked for order, handed to the
+    /// handler without buffering, answered 2.31 Continue (or the final response).
+    #[allow(clippy::too_many_arguments)]
+    fn on_streamed_block(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        id: ExchangeId,
+        peer: SocketAddr,
+        mut request: Message,
+        handler: super::handler::BoxedChunkHandler,
+        executor: Executor,
+    ) {
+        let block = request.block1();
+        let offset = match block {
+            Some(b) => match self.uploads.stream_block(now, peer, &request, b) {
+                Ok(offset) => offset,
+                Err(resp) => {
+                    let _ = ep.respond(now, id, resp.into_message());
+                    return;
+                }
+            },
+            None => 0,
+        };
+        let last = !block.is_some_and(|b| b.more);
+        request.options.remove(opt::BLOCK1);
+        let block2 = request.block2();
+        let chunk = super::UploadChunk {
+            request: self.request(peer, request),
+            offset,
+            last,
+        };
+        let ctx = ReplyContext {
+            origin: (peer, Code::PUT, 0),
+            block2,
+            block1: block,
+            upload: None,
+            register: None,
+        };
+        self.run(ep, now, handler(chunk), &executor, move |response| {
+            Completion::Reply { id, response, ctx }
         });
     }
 
@@ -210,6 +291,10 @@ impl ServerShard {
             }
         }
         if let Some(b) = ctx.block1 {
+            if b.more && response.code.is_success() {
+                // A streamed block was taken: ask for the next one.
+                response = Response::new(Code::CONTINUE);
+            }
             response.options.set(opt::BLOCK1, encode_uint(b.encode()));
         }
         let mut block_req = Message::new(
@@ -227,7 +312,10 @@ impl ServerShard {
                 self.uploads.keep_answer(now, peer, key, full.clone());
             }
         }
-        let msg = slice_response(&block_req, full, self.limits.block_szx);
+        let msg = match &self.echo {
+            Some(g) => g.answer(now, ctx.origin, &block_req, full, self.limits.block_szx),
+            None => slice_response(&block_req, full, self.limits.block_szx),
+        };
         let _ = ep.respond(now, id, msg);
     }
 
@@ -263,34 +351,15 @@ impl ServerShard {
                 Err(resp) => work.push((*key, Box::pin(async move { resp }), Executor::Inline)),
             }
         }
+        let (observable, confirmable) = (change.observable, change.confirmable);
         for (key, fut, executor) in work {
-            let pending = if executor.is_inline() {
-                match run_inline(fut) {
-                    Ok(resp) => {
-                        self.send_notification(
-                            ep,
-                            now,
-                            change.observable,
-                            key,
-                            resp,
-                            change.confirmable,
-                        );
-                        continue;
-                    }
-                    Err(pending) => pending,
-                }
-            } else {
-                guarded(fut)
-            };
-            let done = self.completions.clone();
-            let (observable, confirmable) = (change.observable, change.confirmable);
-            executor.spawn(pending, move |response| {
-                let _ = done.send(Completion::Notification {
+            self.run(ep, now, fut, &executor, move |response| {
+                Completion::Notification {
                     observable,
                     key,
                     response,
                     confirmable,
-                });
+                }
             });
         }
     }
@@ -368,6 +437,12 @@ impl ServerShard {
             }
         }
     }
+}
+
+/// The encoded size of a request as received (header, token, options, payload).
+fn request_size(m: &Message) -> usize {
+    4 + m.token.len()
+        + cobalt_proto::message::codec::options_and_payload_len(&m.options, &m.payload)
 }
 
 /// Polls a handler once on the shard's thread; a handler that is not ready is

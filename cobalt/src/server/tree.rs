@@ -2,7 +2,7 @@
 //! `/.well-known/core` listing generated from it.
 
 use super::executor::Executor;
-use super::handler::{BoxFuture, MethodRouter};
+use super::handler::{BoxFuture, BoxedChunkHandler, MethodRouter};
 use super::observe::Observable;
 use super::request::{IntoResponse, Request, Response};
 use cobalt_proto::link_format::{self, Link};
@@ -124,6 +124,17 @@ impl ResourceTree {
             stack.extend(node.children.values());
         }
         out
+    }
+
+    /// The streaming upload handler for this request's path and method, with the
+    /// executor it runs on, if the resource has one.
+    pub(crate) fn stream_route(
+        &self,
+        req: &cobalt_proto::message::Message,
+    ) -> Option<(BoxedChunkHandler, Executor)> {
+        let (resource, executor) = self.find(req.options.uri_path())?;
+        let h = resource.stream_handler(req.code)?.clone();
+        Some((h, executor.cloned().unwrap_or_default()))
     }
 
     /// Routes a request: the handler's future, or an immediate 4.04 / 4.05, or the

@@ -35,18 +35,29 @@ pub(crate) struct Uploads {
     /// requests that carry no body (RFC 7959 §3.3); those must not run the handler
     /// again, so the whole response is kept for them.
     answers: HashMap<(SocketAddr, Vec<u8>), (Instant, Message)>,
+    /// Streamed uploads: only the next expected offset is kept, never the body.
+    streams: HashMap<(SocketAddr, Vec<u8>), (usize, Instant)>,
     max_body: usize,
     max_uploads: usize,
+    /// Bytes all uploads and kept answers of this shard may hold together.
+    max_memory: usize,
     idle_timeout: Duration,
 }
 
 impl Uploads {
-    pub(crate) fn new(max_body: usize, max_uploads: usize, idle_timeout: Duration) -> Uploads {
+    pub(crate) fn new(
+        max_body: usize,
+        max_uploads: usize,
+        max_memory: usize,
+        idle_timeout: Duration,
+    ) -> Uploads {
         Uploads {
             map: HashMap::new(),
             answers: HashMap::new(),
+            streams: HashMap::new(),
             max_body,
             max_uploads,
+            max_memory,
             idle_timeout,
         }
     }
@@ -121,6 +132,17 @@ impl Uploads {
             self.map.remove(&key);
             return UploadStep::Reject(self.too_large());
         }
+        if self.held() + req.payload.len() > self.max_memory {
+            self.map.remove(&key);
+            return UploadStep::Reject(
+                Response::new(Code::SERVICE_UNAVAILABLE)
+                    .with_max_age(5)
+                    .with_payload("the server holds too much upload data now; retry later"),
+            );
+        }
+        let Some(up) = self.map.get_mut(&key) else {
+            return UploadStep::Reject(incomplete("upload vanished"));
+        };
         up.body.extend_from_slice(&req.payload);
         up.szx = block.szx;
         up.touched = now;
@@ -140,6 +162,58 @@ impl Uploads {
         }
     }
 
+    /// Checks that a block of a streamed upload comes in order; returns its offset, or
+    /// the answer that ends the upload (4.08 for a gap, 5.03 when too many are open).
+    pub(crate) fn stream_block(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        req: &Message,
+        block: BlockValue,
+    ) -> Result<usize, Response> {
+        let key = (peer, upload_key(req));
+        if block.num == 0 {
+            if block.more {
+                if !self.streams.contains_key(&key) && self.streams.len() >= self.max_uploads {
+                    let timeout = self.idle_timeout;
+                    self.streams
+                        .retain(|_, (_, t)| now.duration_since(*t) < timeout);
+                    if self.streams.len() >= self.max_uploads {
+                        return Err(Response::new(Code::SERVICE_UNAVAILABLE)
+                            .with_max_age(5)
+                            .with_payload("too many uploads in progress; retry later"));
+                    }
+                }
+                self.streams.insert(key, (req.payload.len(), now));
+            }
+            return Ok(0);
+        }
+        let expected = self.streams.get(&key).map(|(o, _)| *o);
+        if expected != Some(block.offset()) || (block.more && req.payload.len() != block.size()) {
+            self.streams.remove(&key);
+            return Err(incomplete(
+                "block out of order, of the wrong size, or without block 0",
+            ));
+        }
+        if block.more {
+            self.streams
+                .insert(key, (block.offset() + req.payload.len(), now));
+        } else {
+            self.streams.remove(&key);
+        }
+        Ok(block.offset())
+    }
+
+    /// Bytes held by uploads in progress and kept answers.
+    fn held(&self) -> usize {
+        self.map.values().map(|u| u.body.len()).sum::<usize>()
+            + self
+                .answers
+                .values()
+                .map(|(_, m)| m.payload.len())
+                .sum::<usize>()
+    }
+
     /// Keeps the whole response of an upload that was answered in blocks.
     pub(crate) fn keep_answer(
         &mut self,
@@ -155,6 +229,9 @@ impl Uploads {
             if self.answers.len() >= self.max_uploads {
                 return;
             }
+        }
+        if self.held() + response.payload.len() > self.max_memory {
+            return; // the client's follow-ups will run the handler again instead
         }
         self.answers.insert((peer, key), (now, response));
     }
@@ -237,7 +314,7 @@ mod tests {
 
     #[test]
     fn in_order_blocks_reassemble() {
-        let mut u = Uploads::new(1000, 10, Duration::from_secs(60));
+        let mut u = Uploads::new(1000, 10, 1 << 20, Duration::from_secs(60));
         let now = Instant::now();
         let data: Vec<u8> = (0..40).collect();
         let (m, b) = put(0, true, 0, &data[..16]);
@@ -262,7 +339,7 @@ mod tests {
 
     #[test]
     fn gaps_and_oversize_are_rejected() {
-        let mut u = Uploads::new(40, 10, Duration::from_secs(60));
+        let mut u = Uploads::new(40, 10, 1 << 20, Duration::from_secs(60));
         let now = Instant::now();
         let (m, b) = put(0, true, 0, &[0; 16]);
         u.handle(now, peer(), &m, b);
@@ -300,7 +377,7 @@ mod tests {
 
     #[test]
     fn kept_answer_serves_block2_follow_ups_until_the_last_block() {
-        let mut u = Uploads::new(1000, 10, Duration::from_secs(60));
+        let mut u = Uploads::new(1000, 10, 1 << 20, Duration::from_secs(60));
         let now = Instant::now();
         let (m, _) = put(0, false, 0, b"x");
         let mut resp = Message::new(MessageType::Acknowledgement, Code::CHANGED, 0);
@@ -325,8 +402,27 @@ mod tests {
     }
 
     #[test]
+    fn all_uploads_together_stay_within_the_memory_budget() {
+        let mut u = Uploads::new(1000, 10, 40, Duration::from_secs(60));
+        let now = Instant::now();
+        let other: SocketAddr = "127.0.0.1:10".parse().unwrap();
+        for (p, expect_ok) in [(peer(), true), (other, true)] {
+            let (m, b) = put(0, true, 0, &[0; 16]);
+            assert_eq!(
+                matches!(u.handle(now, p, &m, b), UploadStep::Continue(_)),
+                expect_ok
+            );
+        }
+        // 32 bytes held; 16 more would pass 40.
+        let (m, b) = put(1, true, 0, &[0; 16]);
+        assert!(
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::SERVICE_UNAVAILABLE)
+        );
+    }
+
+    #[test]
     fn upload_cap_evicts_idle_ones_first() {
-        let mut u = Uploads::new(1000, 1, Duration::from_secs(10));
+        let mut u = Uploads::new(1000, 1, 1 << 20, Duration::from_secs(10));
         let t0 = Instant::now();
         let (m, b) = put(0, true, 0, &[0; 16]);
         u.handle(t0, peer(), &m, b);

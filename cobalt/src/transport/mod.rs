@@ -4,3 +4,4 @@ pub mod dtls;
 pub mod mmsg;
 pub mod tcp;
 pub mod udp;
+pub(crate) mod ws;

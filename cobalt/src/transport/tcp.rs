@@ -2,15 +2,16 @@
 //! accepted connection, and the client's pool of connections, one per origin.
 //!
 //! Every connection is driven by the sans-IO [`TcpConnection`] of `cobalt-proto`: the
-//! tasks here only move bytes between it and a tokio [`TcpStream`], run the request
-//! handlers of the [`ResourceTree`] and hand responses to waiting clients.
+//! tasks here only move bytes between it and a [`Link`] (a tokio [`TcpStream`] here,
+//! a WebSocket in [`super::ws`]), run the request handlers of the [`ResourceTree`] and
+//! hand responses to waiting clients. The same loops serve `coap+tcp` and `coap+ws`.
 
 use crate::server::tree::ResourceTree;
 use crate::server::{Request, Response, ServerLimits};
 use crate::{Error, Result};
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::message::{Code, Message, MessageType, TcpMessage, Token};
-use cobalt_proto::tcp_connection::{CloseReason, TcpConfig, TcpConnection, TcpEvent};
+use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use std::collections::HashMap;
@@ -37,6 +38,10 @@ pub struct TcpServerLimits {
     /// How long a write may block (a peer that does not read) before the connection is
     /// dropped. Default 30 s.
     pub write_timeout: Duration,
+    /// WebSockets only (`coap+ws`): how long the HTTP upgrade request may take to
+    /// arrive, from the accepted connection to the end of its header (slowloris
+    /// defence). Default 10 s.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for TcpServerLimits {
@@ -45,12 +50,80 @@ impl Default for TcpServerLimits {
             max_connections: 1024,
             connection: TcpConfig::default(),
             write_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }
 
 /// Size of the buffer each connection reads into.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// What a [`Link`] received.
+pub(crate) enum Input<'a> {
+    /// Bytes from the stream, or the payload of one binary WebSocket message.
+    Data(&'a [u8]),
+    /// The peer sent a WebSocket message above the size limit (not read).
+    TooLarge,
+    /// The peer closed the transport, or it failed.
+    Closed,
+}
+
+/// The transport under one connection, as the connection loops see it: a byte stream
+/// (`coap+tcp`) or a WebSocket (`coap+ws`).
+pub(crate) trait Link: Send {
+    /// The framing the [`TcpConnection`] on this transport uses.
+    const FRAMING: Framing;
+    /// Waits for the next input; cancel-safe.
+    fn recv(&mut self) -> impl Future<Output = Input<'_>> + Send;
+    /// Writes one output of [`TcpConnection::poll_transmit`].
+    fn send(&mut self, data: Vec<u8>) -> impl Future<Output = std::io::Result<()>> + Send;
+    /// Closes the transport after the connection's last message.
+    fn close(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// A plain TCP stream carrying `coap+tcp` frames.
+pub(crate) struct TcpLink {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl TcpLink {
+    fn new(stream: TcpStream) -> TcpLink {
+        let _ = stream.set_nodelay(true);
+        TcpLink {
+            stream,
+            buf: vec![0u8; READ_CHUNK],
+        }
+    }
+}
+
+impl Link for TcpLink {
+    const FRAMING: Framing = Framing::Stream;
+
+    async fn recv(&mut self) -> Input<'_> {
+        match self.stream.read(&mut self.buf).await {
+            Ok(0) | Err(_) => Input::Closed,
+            Ok(n) => Input::Data(&self.buf[..n]),
+        }
+    }
+
+    async fn send(&mut self, data: Vec<u8>) -> std::io::Result<()> {
+        self.stream.write_all(&data).await
+    }
+
+    async fn close(&mut self) {
+        let _ = self.stream.shutdown().await;
+    }
+}
+
+/// Feeds one [`Input`] to the connection.
+fn handle_input(conn: &mut TcpConnection, input: Input<'_>) {
+    match input {
+        Input::Data(bytes) => conn.handle_bytes(Instant::now(), bytes),
+        Input::TooLarge => conn.abort(None, "message exceeds Max-Message-Size"),
+        Input::Closed => conn.handle_eof(),
+    }
+}
 
 /// A running TCP listener of a server.
 #[derive(Debug)]
@@ -73,12 +146,14 @@ impl TcpListenerHandle {
     }
 }
 
-/// Binds `addr` and serves `tree` over `coap+tcp` on the current tokio runtime.
+/// Binds `addr` and serves `tree` over `coap+tcp` (stream framing) or `coap+ws`
+/// (WebSocket framing, after an HTTP upgrade) on the current tokio runtime.
 pub(crate) async fn listen(
     addr: SocketAddr,
     tree: Arc<ResourceTree>,
     limits: ServerLimits,
     tcp: TcpServerLimits,
+    framing: Framing,
 ) -> std::io::Result<TcpListenerHandle> {
     let listener = TcpListener::bind(addr).await?;
     let local_addr = listener.local_addr()?;
@@ -99,10 +174,12 @@ pub(crate) async fn listen(
                         }
                     };
                     let Ok(permit) = permits.clone().try_acquire_owned() else {
-                        refuse(stream, &tcp.connection);
+                        match framing {
+                            Framing::Stream => refuse(stream, &tcp.connection),
+                            Framing::WebSocket => super::ws::refuse(stream),
+                        }
                         continue;
                     };
-                    let _ = stream.set_nodelay(true);
                     let conn = ServerConn {
                         peer,
                         tree: tree.clone(),
@@ -111,7 +188,14 @@ pub(crate) async fn listen(
                         stop: stop.clone(),
                     };
                     conns.spawn(async move {
-                        conn.run(stream).await;
+                        match framing {
+                            Framing::Stream => conn.run(TcpLink::new(stream)).await,
+                            Framing::WebSocket => {
+                                if let Some(link) = super::ws::accept(stream, &conn.tcp).await {
+                                    conn.run(link).await;
+                                }
+                            }
+                        }
                         drop(permit);
                     });
                 }
@@ -170,10 +254,14 @@ struct ServerConn {
 }
 
 impl ServerConn {
-    async fn run(mut self, mut stream: TcpStream) {
-        let mut conn = TcpConnection::new(self.tcp.connection.clone(), Instant::now());
+    async fn run<L: Link>(mut self, mut link: L) {
+        let mut conn = TcpConnection::with_framing(
+            self.tcp.connection.clone(),
+            L::FRAMING,
+            Instant::now(),
+            rand::random(),
+        );
         let mut handlers: FuturesUnordered<Pending> = FuturesUnordered::new();
-        let mut buf = vec![0u8; READ_CHUNK];
         let mut drain_until: Option<tokio::time::Instant> = None;
         if self.stop.borrow().is_some() {
             drain_until = Some(tokio::time::Instant::now());
@@ -202,18 +290,18 @@ impl ServerConn {
                         }
                     }
                     TcpEvent::Closed { reason, .. } => {
-                        tracing::debug!(peer = %self.peer, %reason, "TCP connection closed");
+                        tracing::debug!(peer = %self.peer, %reason, framing = ?L::FRAMING, "connection closed");
                     }
                     _ => {}
                 }
             }
-            if !self.flush(&mut conn, &mut stream).await || conn.is_closed() {
+            if !flush(&mut conn, &mut link, self.tcp.write_timeout).await || conn.is_closed() {
                 break;
             }
             if let Some(until) = drain_until {
                 if handlers.is_empty() || tokio::time::Instant::now() >= until {
                     conn.release();
-                    let _ = self.flush(&mut conn, &mut stream).await;
+                    let _ = flush(&mut conn, &mut link, self.tcp.write_timeout).await;
                     break;
                 }
             }
@@ -224,10 +312,7 @@ impl ServerConn {
                 .chain(drain_until)
                 .min();
             tokio::select! {
-                read = stream.read(&mut buf), if drain_until.is_none() => match read {
-                    Ok(0) | Err(_) => conn.handle_eof(),
-                    Ok(n) => conn.handle_bytes(Instant::now(), &buf[..n]),
-                },
+                input = link.recv(), if drain_until.is_none() => handle_input(&mut conn, input),
                 Some((token, head, resp)) = handlers.next(), if !handlers.is_empty() => {
                     self.answer(&mut conn, token, &head, resp);
                 }
@@ -238,7 +323,7 @@ impl ServerConn {
                 }
             }
         }
-        let _ = stream.shutdown().await;
+        let _ = tokio::time::timeout(self.tcp.write_timeout, link.close()).await;
     }
 
     /// Sends a handler's response, in Block2 blocks if the client asked for blocks or
@@ -247,7 +332,7 @@ impl ServerConn {
         let mut msg = resp.into_message();
         msg.token = token;
         let whole = from_message(msg.clone());
-        let fits = whole.tcp_frame_len() <= conn.peer_max_message_size() as usize;
+        let fits = conn.frame_len(&whole) <= conn.peer_max_message_size() as usize;
         let out = if request.block2().is_none() && fits {
             whole
         } else {
@@ -260,17 +345,13 @@ impl ServerConn {
             let _ = conn.respond(Instant::now(), token, err);
         }
     }
-
-    async fn flush(&self, conn: &mut TcpConnection, stream: &mut TcpStream) -> bool {
-        flush(conn, stream, self.tcp.write_timeout).await
-    }
 }
 
-/// Writes everything the connection has queued; false if the stream failed or the
+/// Writes everything the connection has queued; false if the transport failed or the
 /// peer did not read for `write_timeout`.
-async fn flush(conn: &mut TcpConnection, stream: &mut TcpStream, write_timeout: Duration) -> bool {
+async fn flush<L: Link>(conn: &mut TcpConnection, link: &mut L, write_timeout: Duration) -> bool {
     while let Some(bytes) = conn.poll_transmit() {
-        match tokio::time::timeout(write_timeout, stream.write_all(&bytes)).await {
+        match tokio::time::timeout(write_timeout, link.send(bytes)).await {
             Ok(Ok(())) => {}
             _ => return false,
         }
@@ -300,25 +381,54 @@ struct ClientCommand {
     reply: oneshot::Sender<Result<TcpMessage>>,
 }
 
-/// The client's TCP connections, one per server address, each served by a task on the
-/// runtime that first needed it.
-#[derive(Default)]
+/// The client's connections of one transport (`coap+tcp` or `coap+ws`), one per
+/// server address, each served by a task on the runtime that first needed it.
 pub(crate) struct TcpPool {
     config: TcpConfig,
+    framing: Framing,
     conns: Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<ClientCommand>>>,
+}
+
+impl Default for TcpPool {
+    fn default() -> Self {
+        TcpPool::new(Framing::Stream)
+    }
 }
 
 impl std::fmt::Debug for TcpPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let n = self.conns.lock().map_or(0, |c| c.len());
-        f.debug_struct("TcpPool").field("connections", &n).finish()
+        f.debug_struct("TcpPool")
+            .field("framing", &self.framing)
+            .field("connections", &n)
+            .finish()
     }
 }
 
 impl TcpPool {
+    /// An empty pool whose connections use `framing`: [`Framing::Stream`] for
+    /// `coap+tcp`, [`Framing::WebSocket`] for `coap+ws`.
+    pub(crate) fn new(framing: Framing) -> TcpPool {
+        TcpPool {
+            config: TcpConfig::default(),
+            framing,
+            conns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn scheme(&self) -> &'static str {
+        scheme(self.framing)
+    }
+
     /// Sends `request` to `peer` over the pooled connection (opening one if needed) and
-    /// waits for the response.
-    pub(crate) async fn request(&self, peer: SocketAddr, request: Message) -> Result<Message> {
+    /// waits for the response. `host` is the URI's host, named in the WebSocket
+    /// upgrade request's `Host` header.
+    pub(crate) async fn request(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        request: Message,
+    ) -> Result<Message> {
         let message = from_message(request);
         // A connection that closes (idle Release, server restart) before writing the
         // request drops it unanswered; then one fresh connection is tried.
@@ -328,7 +438,7 @@ impl TcpPool {
                 message: message.clone(),
                 reply: tx,
             };
-            if self.sender(peer).send(cmd).is_err() {
+            if self.sender(peer, host).send(cmd).is_err() {
                 continue;
             }
             if let Ok(result) = rx.await {
@@ -336,20 +446,39 @@ impl TcpPool {
             }
         }
         Err(Error::Connection(format!(
-            "coap+tcp connection to {peer} closed before the request could be sent"
+            "{} connection to {peer} closed before the request could be sent",
+            self.scheme()
         )))
     }
 
-    fn sender(&self, peer: SocketAddr) -> mpsc::UnboundedSender<ClientCommand> {
+    fn sender(&self, peer: SocketAddr, host: &str) -> mpsc::UnboundedSender<ClientCommand> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         conns.retain(|_, tx| !tx.is_closed());
         if let Some(tx) = conns.get(&peer) {
             return tx.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(client_conn(peer, self.config.clone(), rx));
+        let config = self.config.clone();
+        match self.framing {
+            Framing::Stream => {
+                let connect = async move { TcpStream::connect(peer).await.map(TcpLink::new) };
+                tokio::spawn(client_conn(peer, connect, config, rx));
+            }
+            Framing::WebSocket => {
+                let connect = super::ws::connect(peer, host.to_string(), config.clone());
+                tokio::spawn(client_conn(peer, connect, config, rx));
+            }
+        }
         conns.insert(peer, tx.clone());
         tx
+    }
+}
+
+/// The URI scheme of a framing, for messages.
+fn scheme(framing: Framing) -> &'static str {
+    match framing {
+        Framing::Stream => "coap+tcp",
+        Framing::WebSocket => "coap+ws",
     }
 }
 
@@ -374,27 +503,43 @@ fn start_request(
         }
         Err(e) => {
             let _ = cmd.reply.send(Err(Error::Connection(format!(
-                "coap+tcp request to {peer}: {e}"
+                "{} request to {peer}: {e}",
+                scheme(conn.framing())
             ))));
         }
     }
 }
 
-fn closed_error(peer: SocketAddr, reason: &CloseReason) -> Error {
-    Error::Connection(format!("coap+tcp connection to {peer} closed: {reason}"))
+fn closed_error(framing: Framing, peer: SocketAddr, reason: &CloseReason) -> Error {
+    Error::Connection(format!(
+        "{} connection to {peer} closed: {reason}",
+        scheme(framing)
+    ))
 }
 
-/// Connects and then serves one client connection until it closes or the pool is
-/// dropped; commands that arrive meanwhile are failed so callers can retry.
-async fn client_conn(
+/// Connects (`connect`: TCP, and for WebSockets the upgrade) and then serves one
+/// client connection until it closes or the pool is dropped; commands that arrive
+/// meanwhile are failed so callers can retry.
+async fn client_conn<L, C>(
     peer: SocketAddr,
+    connect: C,
     config: TcpConfig,
     mut commands: mpsc::UnboundedReceiver<ClientCommand>,
-) {
-    let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(peer)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            let e = Arc::new(e);
+) where
+    L: Link,
+    C: Future<Output = std::io::Result<L>>,
+{
+    let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out",
+            ))
+        });
+    let mut link = match connected {
+        Ok(link) => link,
+        Err(e) => {
             commands.close();
             while let Some(c) = commands.recv().await {
                 let _ = c.reply.send(Err(Error::Io(std::io::Error::new(
@@ -404,23 +549,11 @@ async fn client_conn(
             }
             return;
         }
-        Err(_) => {
-            commands.close();
-            while let Some(c) = commands.recv().await {
-                let _ = c.reply.send(Err(Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("connecting to {peer} timed out"),
-                ))));
-            }
-            return;
-        }
     };
-    let _ = stream.set_nodelay(true);
-    let mut conn = TcpConnection::new(config, Instant::now());
+    let mut conn = TcpConnection::with_framing(config, L::FRAMING, Instant::now(), rand::random());
     let mut waiting: HashMap<Token, oneshot::Sender<Result<TcpMessage>>> = HashMap::new();
     // Requests held back until the server's CSM says how large a message may be.
     let mut deferred: Vec<ClientCommand> = Vec::new();
-    let mut buf = vec![0u8; READ_CHUNK];
     let mut close_reason = None;
     loop {
         if conn.is_established() {
@@ -446,7 +579,7 @@ async fn client_conn(
                 _ => {}
             }
         }
-        if !flush(&mut conn, &mut stream, Duration::from_secs(30)).await {
+        if !flush(&mut conn, &mut link, Duration::from_secs(30)).await {
             close_reason.get_or_insert(CloseReason::PeerClosed);
             break;
         }
@@ -455,10 +588,7 @@ async fn client_conn(
         }
         let timer = conn.poll_timeout().map(tokio::time::Instant::from_std);
         tokio::select! {
-            read = stream.read(&mut buf) => match read {
-                Ok(0) | Err(_) => conn.handle_eof(),
-                Ok(n) => conn.handle_bytes(Instant::now(), &buf[..n]),
-            },
+            input = link.recv() => handle_input(&mut conn, input),
             cmd = commands.recv(), if !conn.is_releasing() => match cmd {
                 None => conn.release(),
                 Some(cmd) if !conn.is_established() => deferred.push(cmd),
@@ -469,13 +599,13 @@ async fn client_conn(
     }
     let reason = close_reason.unwrap_or(CloseReason::PeerClosed);
     for (_, tx) in waiting {
-        let _ = tx.send(Err(closed_error(peer, &reason)));
+        let _ = tx.send(Err(closed_error(L::FRAMING, peer, &reason)));
     }
     for cmd in deferred {
-        let _ = cmd.reply.send(Err(closed_error(peer, &reason)));
+        let _ = cmd.reply.send(Err(closed_error(L::FRAMING, peer, &reason)));
     }
     // Commands not yet written are dropped unanswered: their callers retry.
     commands.close();
     while commands.try_recv().is_ok() {}
-    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), link.close()).await;
 }

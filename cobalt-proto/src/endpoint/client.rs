@@ -1,0 +1,279 @@
+//! The client role: requests sent under NSTART, matched by token, answered by
+//! piggybacked, separate or NON responses, observations kept alive.
+
+use super::*;
+
+impl Endpoint {
+    /// Starts a request to `peer`. The message's code must be a method; its type decides
+    /// CON (default) or NON; MID and (if empty) token are assigned here. A request with
+    /// Observe=0 stays registered after the first response and receives notifications
+    /// until [`Endpoint::cancel`]. Requests beyond NSTART to one peer wait in a queue.
+    pub fn request(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        mut msg: Message,
+    ) -> Result<RequestId, RequestError> {
+        if !msg.is_request() {
+            return Err(RequestError::NotARequest);
+        }
+        if self.clients.len() >= self.config.max_client_exchanges {
+            return Err(RequestError::TooManyRequests);
+        }
+        if msg.mtype != MessageType::NonConfirmable {
+            msg.mtype = MessageType::Confirmable;
+        }
+        if msg.token.is_empty() || self.tokens.contains_key(&(peer, msg.token)) {
+            msg.token = self.fresh_token(peer);
+        }
+        let id = RequestId(self.alloc_id());
+        let token = msg.token;
+        let observe = msg.options.observe() == Some(0);
+        self.tokens.insert((peer, token), id);
+        self.clients.insert(
+            id,
+            ClientExchange {
+                peer,
+                token,
+                mid: 0,
+                state: ClientState::Queued(msg),
+                counted: false,
+                observe,
+            },
+        );
+        self.touch_peer(now, peer);
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.queue.push_back(id);
+        }
+        self.pump_peer(now, peer);
+        Ok(id)
+    }
+
+    /// The token assigned to a request (to match it in logs or re-register later).
+    pub fn request_token(&self, id: RequestId) -> Option<Token> {
+        self.clients.get(&id).map(|c| c.token)
+    }
+
+    /// True while a request is queued, outstanding or observing.
+    pub fn is_request_active(&self, id: RequestId) -> bool {
+        self.clients.contains_key(&id)
+    }
+
+    /// Forgets a request: no more retransmissions, responses or notifications for it.
+    /// A later notification for its token is answered with RST (reactive cancel).
+    pub fn cancel(&mut self, now: Instant, id: RequestId) {
+        let Some(ex) = self.clients.remove(&id) else {
+            return;
+        };
+        self.tokens.remove(&(ex.peer, ex.token));
+        if ex.state == ClientState::AwaitingAck {
+            self.pending.remove(&(ex.peer, ex.mid));
+        }
+        if let Some(p) = self.peers.get_mut(&ex.peer) {
+            p.queue.retain(|q| *q != id);
+        }
+        if ex.counted {
+            self.release_outstanding(now, ex.peer);
+        }
+    }
+
+    pub(super) fn fresh_token(&mut self, peer: SocketAddr) -> Token {
+        loop {
+            let full = Token::random(&mut self.rng);
+            let t = Token::new(&full.as_bytes()[..self.config.token_len]).unwrap_or(full);
+            if !self.tokens.contains_key(&(peer, t)) {
+                return t;
+            }
+        }
+    }
+
+    pub(super) fn pump_peer(&mut self, now: Instant, peer: SocketAddr) {
+        loop {
+            let Some(p) = self.peers.get_mut(&peer) else {
+                return;
+            };
+            if p.outstanding >= self.config.nstart {
+                return;
+            }
+            let Some(id) = p.queue.pop_front() else {
+                return;
+            };
+            p.outstanding += 1;
+            let mid = self.alloc_mid(now, peer);
+            let non_deadline = now + self.response_timeout(self.config.non_lifetime());
+            let Some(ex) = self.clients.get_mut(&id) else {
+                continue;
+            };
+            let ClientState::Queued(mut msg) =
+                std::mem::replace(&mut ex.state, ClientState::AwaitingAck)
+            else {
+                continue;
+            };
+            ex.counted = true;
+            ex.mid = mid;
+            msg.mid = mid;
+            let bytes = codec::encode(&msg);
+            if msg.mtype == MessageType::Confirmable {
+                self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
+            } else {
+                ex.state = ClientState::AwaitingResponse(non_deadline);
+                self.timers.arm(non_deadline, Timer::ClientDeadline(id));
+                self.transmit(peer, bytes);
+            }
+        }
+    }
+
+    pub(super) fn response_timeout(&self, default: Duration) -> Duration {
+        self.config.response_timeout.unwrap_or(default)
+    }
+
+    pub(super) fn release_outstanding(&mut self, now: Instant, peer: SocketAddr) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.outstanding = p.outstanding.saturating_sub(1);
+            p.last_used = now;
+        }
+        self.pump_peer(now, peer);
+    }
+
+    /// An ACK (empty or with a piggybacked response) for a CON we sent.
+    pub(super) fn handle_ack(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        mid: u16,
+        resp: Option<Message>,
+    ) {
+        let Some(pending) = self.pending.remove(&(peer, mid)) else {
+            self.stats.unmatched += 1;
+            return;
+        };
+        let separate_deadline = now + self.response_timeout(self.config.exchange_lifetime());
+        let Owner::Client(id) = pending.owner else {
+            // A separate response of ours was acknowledged: that exchange is complete.
+            return;
+        };
+        let Some(ex) = self.clients.get_mut(&id) else {
+            return;
+        };
+        ex.counted = false;
+        match resp {
+            Some(resp) if resp.token == ex.token => {
+                self.release_outstanding(now, peer);
+                self.deliver_response(now, id, resp);
+            }
+            _ => {
+                // Empty ACK: the response will come separately (§5.2.2).
+                ex.state = ClientState::AwaitingResponse(separate_deadline);
+                self.timers
+                    .arm(separate_deadline, Timer::ClientDeadline(id));
+                self.release_outstanding(now, peer);
+            }
+        }
+    }
+
+    pub(super) fn handle_separate_response(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        msg: Message,
+    ) {
+        let key = (peer, msg.mid);
+        let con = msg.mtype == MessageType::Confirmable;
+        if let Some(entry) = self.dedup.get(&key) {
+            self.stats.duplicates += 1;
+            if let DedupEntry::Reply(bytes) = entry {
+                let bytes = bytes.to_vec();
+                self.transmit(peer, bytes);
+            }
+            return;
+        }
+        let Some(&id) = self.tokens.get(&(peer, msg.token)) else {
+            // Nobody waits for this token: reject it, which also cancels an observation
+            // we no longer want (RFC 7641 §3.6).
+            self.stats.unmatched += 1;
+            let bytes = codec::encode(&Message::reset(msg.mid));
+            if con && !self.dedup.is_full() {
+                self.dedup.insert(key, DedupEntry::Reply(&bytes));
+                self.arm_housekeeping(now);
+            }
+            self.stats.resets_sent += 1;
+            self.transmit(peer, bytes);
+            return;
+        };
+        let ack_bytes = codec::encode(&Message::empty_ack(msg.mid));
+        if !self.dedup.is_full() {
+            let entry = if con {
+                DedupEntry::Reply(&ack_bytes)
+            } else {
+                DedupEntry::Silent
+            };
+            self.dedup.insert(key, entry);
+            self.arm_housekeeping(now);
+        }
+        if con {
+            self.transmit(peer, ack_bytes);
+        }
+        let Some(ex) = self.clients.get_mut(&id) else {
+            return;
+        };
+        if ex.state == ClientState::AwaitingAck {
+            // The response overtook (or replaced a lost) ACK: stop retransmitting.
+            self.pending.remove(&(peer, ex.mid));
+        }
+        if ex.counted {
+            ex.counted = false;
+            self.release_outstanding(now, peer);
+        }
+        self.deliver_response(now, id, msg);
+    }
+
+    pub(super) fn deliver_response(&mut self, _now: Instant, id: RequestId, resp: Message) {
+        let keep = match self.clients.get_mut(&id) {
+            Some(ex)
+                if ex.observe && resp.options.observe().is_some() && resp.code.is_success() =>
+            {
+                ex.state = ClientState::Observing;
+                true
+            }
+            Some(_) => false,
+            None => return,
+        };
+        if !keep {
+            if let Some(ex) = self.clients.remove(&id) {
+                self.tokens.remove(&(ex.peer, ex.token));
+            }
+        }
+        self.events
+            .push_back(Event::Response { id, response: resp });
+    }
+
+    pub(super) fn on_client_deadline(&mut self, now: Instant, at: Instant, id: RequestId) {
+        let due = matches!(
+            self.clients.get(&id),
+            Some(ClientExchange { state: ClientState::AwaitingResponse(d), .. }) if *d == at
+        );
+        if due {
+            self.fail_client(
+                now,
+                id,
+                Event::Timeout {
+                    id,
+                    retransmissions: 0,
+                },
+            );
+        }
+    }
+
+    pub(super) fn fail_client(&mut self, now: Instant, id: RequestId, event: Event) {
+        if let Some(ex) = self.clients.remove(&id) {
+            self.tokens.remove(&(ex.peer, ex.token));
+            if ex.counted {
+                self.release_outstanding(now, ex.peer);
+            }
+            if matches!(event, Event::Timeout { .. }) {
+                self.stats.timeouts += 1;
+            }
+            self.events.push_back(event);
+        }
+    }
+}
