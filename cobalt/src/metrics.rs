@@ -206,6 +206,7 @@ impl ShardMetrics {
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
     shards: Vec<Arc<ShardMetrics>>,
+    stages: Option<Arc<crate::runtime::StageCounters>>,
 }
 
 impl Metrics {
@@ -220,7 +221,14 @@ impl Metrics {
                     })
                 })
                 .collect(),
+            stages: None,
         }
+    }
+
+    /// Also reports the receiver stages' counters (single-socket mode).
+    pub(crate) fn with_stages(mut self, stages: Arc<crate::runtime::StageCounters>) -> Metrics {
+        self.stages = Some(stages);
+        self
     }
 
     /// The per-shard slots, in shard order.
@@ -238,9 +246,18 @@ impl Metrics {
         ShardSnapshot::sum(&self.snapshot())
     }
 
-    /// The Prometheus text exposition of every shard's values.
+    /// The Prometheus text exposition of every shard's values (and, in single-socket
+    /// mode, of the datagrams the receiver stage refused because a worker was full).
     pub fn render_prometheus(&self) -> String {
-        render_prometheus(&self.snapshot())
+        let mut out = render_prometheus(&self.snapshot());
+        if let Some(stages) = &self.stages {
+            let n = stages.overload.load(std::sync::atomic::Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "# HELP cobalt_stage_overload_total Datagrams refused by the receiver stage because a worker queue was full (CON requests answered 5.03).\n# TYPE cobalt_stage_overload_total counter\ncobalt_stage_overload_total {n}"
+            );
+        }
+        out
     }
 }
 

@@ -536,6 +536,12 @@ mod single_socket_mode {
             }
         }
         assert!(unavailable > 0, "some requests found the queue full");
+        let text = server.metrics().render_prometheus();
+        let refused = text
+            .lines()
+            .find_map(|l| l.strip_prefix("cobalt_stage_overload_total "))
+            .and_then(|n| n.parse::<u64>().ok());
+        assert!(refused.is_some_and(|n| n >= unavailable), "{text}");
         server.shutdown(Duration::from_secs(2)).await;
     }
 }

@@ -257,6 +257,8 @@ struct ServerExchange {
     con: bool,
     acked: bool,
     deduplicated: bool,
+    /// The request's No-Response option (RFC 7967): response classes not to send.
+    no_response: u8,
 }
 
 #[derive(Debug, PartialEq, Eq)]

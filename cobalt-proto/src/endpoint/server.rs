@@ -58,6 +58,10 @@ impl Endpoint {
                 con,
                 acked: false,
                 deduplicated,
+                no_response: msg
+                    .options
+                    .get_uint(opt::NO_RESPONSE)
+                    .map_or(0, |v| v as u8),
             },
         );
         if con {
@@ -113,9 +117,23 @@ impl Endpoint {
         mut response: Message,
     ) -> Result<(), UnknownExchange> {
         let ex = self.server.remove(&id).ok_or(UnknownExchange(id))?;
-        self.stats.count_response(response.code);
         response.token = ex.token;
         let key = (ex.peer, ex.mid);
+        if suppressed(ex.no_response, response.code) {
+            // RFC 7967: the client asked not to hear about this class of response. A
+            // CON request still gets its (empty) ACK, so it is not retransmitted.
+            let ack = codec::encode(&Message::empty_ack(ex.mid));
+            if ex.con && !ex.acked {
+                if ex.deduplicated {
+                    self.dedup.update(&key, DedupEntry::Reply(&ack));
+                }
+                self.transmit(ex.peer, ack);
+            } else if ex.deduplicated && !ex.con {
+                self.dedup.update(&key, DedupEntry::Silent);
+            }
+            return Ok(());
+        }
+        self.stats.count_response(response.code);
         if ex.con && !ex.acked {
             response.mtype = MessageType::Acknowledgement;
             response.mid = ex.mid;
@@ -210,4 +228,15 @@ impl Endpoint {
         }
         self.transmit(peer, bytes);
     }
+}
+
+/// RFC 7967 §2.1: bit 2 (value 2) suppresses 2.xx, 8 suppresses 4.xx, 16 suppresses 5.xx.
+fn suppressed(no_response: u8, code: Code) -> bool {
+    let bit = match code.class() {
+        2 => 2,
+        4 => 8,
+        5 => 16,
+        _ => 0,
+    };
+    no_response & bit != 0
 }

@@ -445,3 +445,42 @@ fn oversized_con_request_gets_4_13_with_size1() {
     assert_eq!(p.server.poll_event(), None);
     assert_eq!(p.server.stats().responses_4xx, 1);
 }
+
+#[test]
+fn no_response_suppresses_the_chosen_classes_but_still_acks() {
+    let mut p = Pair::new();
+    // NON POST with No-Response: 2 (not interested in 2.xx): nothing comes back.
+    let mut m = get("/x");
+    m.code = Code::POST;
+    m.mtype = MessageType::NonConfirmable;
+    m.mid = 1;
+    m.options.set_uint(opt::NO_RESPONSE, 2);
+    p.deliver_to_server(&codec::encode(&m));
+    let id = server_request(&mut p);
+    p.server.respond(p.now, id, content("ok")).unwrap();
+    assert!(p.server_sends().is_empty());
+    // ...but an error is still reported.
+    m.mid = 2;
+    p.deliver_to_server(&codec::encode(&m));
+    let id = server_request(&mut p);
+    let mut err = content("bad");
+    err.code = Code::BAD_REQUEST;
+    p.server.respond(p.now, id, err).unwrap();
+    assert_eq!(
+        codec::decode(&p.server_sends()[0]).unwrap().code,
+        Code::BAD_REQUEST
+    );
+    // A CON request with No-Response: 26 (all classes) gets an empty ACK only.
+    let mut c = get("/x");
+    c.mid = 3;
+    c.options.set_uint(opt::NO_RESPONSE, 26);
+    p.deliver_to_server(&codec::encode(&c));
+    let id = server_request(&mut p);
+    p.server.respond(p.now, id, content("ok")).unwrap();
+    let sent = p.server_sends();
+    let ack = codec::decode(&sent[0]).unwrap();
+    assert_eq!(
+        (sent.len(), ack.mtype, ack.code, ack.mid),
+        (1, MessageType::Acknowledgement, Code::EMPTY, 3)
+    );
+}

@@ -326,7 +326,10 @@ impl Server {
                 (ios, local_addr, Some(threads))
             }
         };
-        let metrics = Metrics::new(ios.len());
+        let mut metrics = Metrics::new(ios.len());
+        if stage_threads.is_some() {
+            metrics = metrics.with_stages(self.stage_counters.clone());
+        }
         let tree = Arc::new(std::mem::take(&mut self.tree));
         let mut commands = Vec::new();
         let mut threads = Vec::new();
