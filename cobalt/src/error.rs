@@ -52,6 +52,14 @@ pub enum Error {
     /// Max-Message-Size.
     #[error("{0}")]
     Connection(String),
+    /// The DTLS handshake for a `coaps://` request failed.
+    #[error("DTLS handshake with {peer} failed: {reason}")]
+    Dtls {
+        /// The server.
+        peer: std::net::SocketAddr,
+        /// Why (OpenSSL's reason, with a hint).
+        reason: String,
+    },
     /// The endpoint shut down while the request was outstanding.
     #[error("the endpoint was shut down")]
     Shutdown,

@@ -46,6 +46,23 @@ pub struct ServeArgs {
     /// the standard one; the UDP and TCP ports may be the same number).
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "5683")]
     pub tcp: Option<u16>,
+    /// Also serve CoAP over DTLS (`coaps://`, PSK) with the keys in FILE, one
+    /// `identity:key` per line (key: `0x` and hex digits, or text; `#` comments).
+    #[arg(long, value_name = "FILE")]
+    pub dtls_psk_file: Option<PathBuf>,
+    /// Also serve CoAP over DTLS with this certificate (PEM, with any intermediates;
+    /// an EC P-256 key for the ECDHE-ECDSA suites); needs --dtls-key.
+    #[arg(long, value_name = "FILE", requires = "dtls_key")]
+    pub dtls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --dtls-cert.
+    #[arg(long, value_name = "FILE", requires = "dtls_cert")]
+    pub dtls_key: Option<PathBuf>,
+    /// Require client certificates that chain to these CA certificates (PEM).
+    #[arg(long, value_name = "FILE", requires = "dtls_cert")]
+    pub dtls_ca: Option<PathBuf>,
+    /// UDP port for CoAP over DTLS (with --dtls-psk-file or --dtls-cert).
+    #[arg(long, value_name = "PORT", default_value_t = cobalt::transport::dtls::DEFAULT_PORT)]
+    pub dtls_port: u16,
     /// Also serve CoAP over WebSockets (RFC 8323 §4, `coap+ws://HOST:PORT/...`):
     /// HTTP/1.1 upgrades on /.well-known/coap with subprotocol `coap`, on TCP port 8080
     /// unless --ws-port says otherwise. (The standard port, 80, needs root; usually a
@@ -113,6 +130,33 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     if let Some(port) = args.tcp {
         server = server.tcp(std::net::SocketAddr::new(addr.ip(), port));
     }
+    if let Some(file) = &args.dtls_psk_file {
+        let keys = cobalt::transport::dtls::PskStore::load(file).map_err(|e| (exit::USAGE, e))?;
+        server = server.dtls_psk(keys);
+    }
+    if let (Some(cert), Some(key)) = (&args.dtls_cert, &args.dtls_key) {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| (exit::USAGE, format!("cannot read {}: {e}", p.display())))
+        };
+        let creds = cobalt::transport::dtls::X509Credentials {
+            cert_chain_pem: read(cert)?,
+            key_pem: read(key)?,
+            ca_pem: args.dtls_ca.as_deref().map(read).transpose()?,
+            server_name: None,
+        };
+        // Check the files now, for a clear message.
+        cobalt::transport::dtls::OpensslDtls::server_with(None, Some(&creds), Default::default())
+            .map_err(|e| {
+            (
+                exit::USAGE,
+                format!("unusable --dtls-cert/--dtls-key/--dtls-ca: {e}"),
+            )
+        })?;
+        server = server.dtls_x509(creds);
+    }
+    if args.dtls_psk_file.is_some() || args.dtls_cert.is_some() {
+        server = server.dtls(std::net::SocketAddr::new(addr.ip(), args.dtls_port));
+    }
     if args.ws || args.ws_port.is_some() {
         let port = args.ws_port.unwrap_or(8080);
         server = server.ws(std::net::SocketAddr::new(addr.ip(), port));
@@ -143,6 +187,9 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     );
     if let Some(tcp) = handle.tcp_local_addr() {
         eprintln!("cobalt: serving CoAP over TCP on {tcp}");
+    }
+    if let Some(dtls) = handle.dtls_local_addr() {
+        eprintln!("cobalt: serving CoAP over DTLS on {dtls}");
     }
     if let Some(ws) = handle.ws_local_addr() {
         eprintln!("cobalt: serving CoAP over WebSockets on ws://{ws}/.well-known/coap");

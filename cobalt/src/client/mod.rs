@@ -16,6 +16,7 @@ pub use observe::Observation;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::Tracer;
 use crate::server::Response;
+use crate::transport::dtls::{ClientPsk, DtlsClientAuth, DtlsConfig, OpensslDtls, X509Credentials};
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::udp::{any_for, bind_shard_sockets};
 use crate::{Error, Result};
@@ -24,6 +25,7 @@ use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
 use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::{CoapUri, Scheme};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,10 +35,21 @@ use tokio::sync::{mpsc, oneshot};
 /// An async CoAP client. Cheap to clone; clones share sockets and state. Its socket
 /// (one per address family, bound on first use) is served by a background thread
 /// that stops when the last clone is dropped.
+///
+/// `coaps://` requests go over DTLS 1.2 with a pre-shared key
+/// ([`Client::with_psk`] or [`RequestBuilder::psk`]); there is one DTLS socket and
+/// session table per key and address family.
 #[derive(Clone, Debug)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// The credentials for `coaps://` requests made through this handle.
+    auth: Option<Arc<DtlsClientAuth>>,
+    /// Set on the handle a `coaps://` request runs on: its driver is a DTLS one.
+    secure: Option<Arc<DtlsClientAuth>>,
 }
+
+/// DTLS drivers by address family (`true` = IPv4) and credentials.
+type DtlsDrivers = HashMap<(bool, DtlsClientAuth), mpsc::UnboundedSender<Command>>;
 
 struct Inner {
     config: EndpointConfig,
@@ -47,6 +60,7 @@ struct Inner {
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     next_key: AtomicU64,
     tcp: TcpPool,
+    dtls: Mutex<DtlsDrivers>,
     ws: TcpPool,
 }
 
@@ -87,8 +101,11 @@ impl Client {
                 v6: Mutex::new(None),
                 next_key: AtomicU64::new(1),
                 tcp: TcpPool::default(),
+                dtls: Mutex::new(HashMap::new()),
                 ws: TcpPool::new(Framing::WebSocket),
             }),
+            auth: None,
+            secure: None,
         }
     }
 
@@ -101,6 +118,28 @@ impl Client {
             inner.tracer = Some(tracer);
         }
         Ok(c)
+    }
+
+    /// This client (sharing its sockets and state) using `identity` and `key` for
+    /// `coaps://` requests (DTLS 1.2 with TLS_PSK_WITH_AES_128_CCM_8 or
+    /// TLS_PSK_WITH_AES_128_GCM_SHA256).
+    pub fn with_psk(&self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Client {
+        self.with_dtls_auth(DtlsClientAuth::Psk(ClientPsk::new(identity, key)))
+    }
+
+    /// This client (sharing its sockets and state) using certificates for `coaps://`
+    /// requests (DTLS 1.2 with the ECDHE-ECDSA suites): the server's certificate must
+    /// chain to `credentials.ca_pem`; a client certificate is presented if given.
+    pub fn with_x509(&self, credentials: X509Credentials) -> Client {
+        self.with_dtls_auth(DtlsClientAuth::X509(credentials))
+    }
+
+    fn with_dtls_auth(&self, auth: DtlsClientAuth) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            auth: Some(Arc::new(auth)),
+            secure: None,
+        }
     }
 
     /// GET `uri`.
@@ -131,6 +170,7 @@ impl Client {
             message: Message::new(MessageType::Confirmable, method, 0),
             timeout: None,
             block_szx: None,
+            auth: None,
         }
     }
 
@@ -156,6 +196,9 @@ impl Client {
     /// The address to use for `peer` on the socket that will carry the request: an
     /// IPv4 peer is reached through a dual-stack shard socket as an IPv4-mapped address.
     fn socket_peer(&self, peer: SocketAddr) -> SocketAddr {
+        if self.secure.is_some() {
+            return peer;
+        }
         match (&self.inner.shard, peer) {
             (Some((_, true)), SocketAddr::V4(a)) => {
                 SocketAddr::new(std::net::IpAddr::V6(a.ip().to_ipv6_mapped()), a.port())
@@ -165,6 +208,9 @@ impl Client {
     }
 
     pub(crate) fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
+        if let Some(auth) = &self.secure {
+            return self.dtls_driver_for(peer, auth);
+        }
         if let Some((tx, v6)) = &self.inner.shard {
             if *v6 || peer.is_ipv4() {
                 return Ok(tx.clone());
@@ -188,8 +234,38 @@ impl Client {
             self.inner.tracer.clone(),
             None,
             None,
+            None,
         )?;
         *slot = Some(tx.clone());
+        Ok(tx)
+    }
+
+    /// The DTLS driver for `peer`'s address family and `auth`, started on first use.
+    fn dtls_driver_for(
+        &self,
+        peer: &SocketAddr,
+        auth: &DtlsClientAuth,
+    ) -> Result<mpsc::UnboundedSender<Command>> {
+        let mut drivers = self.inner.dtls.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (peer.is_ipv4(), auth.clone());
+        if let Some(tx) = drivers.get(&key).filter(|tx| !tx.is_closed()) {
+            return Ok(tx.clone());
+        }
+        let layer = OpensslDtls::client_with(auth, DtlsConfig::default())
+            .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
+        let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
+        let (tx, _thread) = spawn_driver(
+            "cobalt-client-dtls".into(),
+            DriverIo::Owned(socket),
+            self.inner.config.clone(),
+            None,
+            self.inner.tracer.clone(),
+            None,
+            None,
+            Some(Box::new(layer)),
+        )?;
+        drivers.retain(|_, tx| !tx.is_closed());
+        drivers.insert(key, tx.clone());
         Ok(tx)
     }
 
@@ -206,6 +282,7 @@ pub struct RequestBuilder {
     message: Message,
     timeout: Option<Duration>,
     block_szx: Option<u8>,
+    auth: Option<DtlsClientAuth>,
 }
 
 impl RequestBuilder {
@@ -257,6 +334,18 @@ impl RequestBuilder {
         Ok(self)
     }
 
+    /// The pre-shared key for a `coaps://` request (overrides [`Client::with_psk`]).
+    pub fn psk(mut self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> RequestBuilder {
+        self.auth = Some(DtlsClientAuth::Psk(ClientPsk::new(identity, key)));
+        self
+    }
+
+    /// Certificates for a `coaps://` request (overrides [`Client::with_x509`]).
+    pub fn x509(mut self, credentials: X509Credentials) -> RequestBuilder {
+        self.auth = Some(DtlsClientAuth::X509(credentials));
+        self
+    }
+
     /// Gives up after `timeout` overall, whatever the retransmission state.
     pub fn timeout(mut self, timeout: Duration) -> RequestBuilder {
         self.timeout = Some(timeout);
@@ -265,11 +354,28 @@ impl RequestBuilder {
 
     async fn prepare(mut self) -> Result<(Client, SocketAddr, Message, Option<Duration>)> {
         let uri = CoapUri::parse(&self.uri)?;
-        if uri.scheme != Scheme::Coap {
-            return Err(Error::Unsupported(format!(
-                "{}:// is not supported yet; use coap://",
-                uri.scheme.as_str()
-            )));
+        match uri.scheme {
+            Scheme::Coap => {}
+            Scheme::Coaps => {
+                let auth = self
+                    .auth
+                    .take()
+                    .map(Arc::new)
+                    .or_else(|| self.client.auth.clone())
+                    .ok_or_else(|| {
+                        Error::Unsupported(
+                            "coaps:// needs a pre-shared key or certificates: RequestBuilder::psk, Client::with_psk or Client::with_x509"
+                                .into(),
+                        )
+                    })?;
+                self.client.secure = Some(auth);
+            }
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "{}:// is not supported yet; use coap://, coaps://, coap+tcp:// or coap+ws://",
+                    other.as_str()
+                )))
+            }
         }
         let peer = self.client.socket_peer(resolve(&uri).await?);
         uri.apply_to(&mut self.message.options);

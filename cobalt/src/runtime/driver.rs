@@ -9,6 +9,7 @@ use crate::server::observe::Change;
 use crate::server::shard::{Completion, ServerShard};
 use crate::server::tree::ResourceTree;
 use crate::server::ServerLimits;
+use crate::transport::dtls::{DtlsBackend, DtlsEvent};
 use crate::transport::mmsg;
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
@@ -87,6 +88,8 @@ pub(crate) struct Driver {
     recv_rounds: usize,
     /// Where this shard publishes its counters after each batch (servers only).
     metrics: Option<Arc<ShardMetrics>>,
+    /// CoAP over DTLS (`coaps`): every datagram passes through this session table.
+    dtls: Option<Box<dyn DtlsBackend>>,
 }
 
 impl Driver {
@@ -115,6 +118,7 @@ impl Driver {
             outbox: Vec::new(),
             recv_rounds: RECV_ROUNDS,
             metrics: None,
+            dtls: None,
         }
     }
 
@@ -135,7 +139,10 @@ impl Driver {
             if !commands_open && self.waiting.is_empty() && self.server.is_none() {
                 break;
             }
-            let timeout = self.endpoint.poll_timeout();
+            let timeout = min_deadline(
+                self.endpoint.poll_timeout(),
+                self.dtls.as_ref().and_then(|d| d.poll_timeout()),
+            );
             let sleep = async {
                 match timeout {
                     Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -163,7 +170,13 @@ impl Driver {
                         server.on_completion(&mut self.endpoint, Instant::now(), done);
                     }
                 }
-                _ = sleep => self.endpoint.handle_timeout(Instant::now()),
+                _ = sleep => {
+                    let now = Instant::now();
+                    self.endpoint.handle_timeout(now);
+                    if let Some(d) = &mut self.dtls {
+                        d.handle_timeout(now);
+                    }
+                }
                 _ = drain_deadline => {}
             }
         }
@@ -208,6 +221,7 @@ impl Driver {
                 };
                 feed(
                     &mut self.endpoint,
+                    self.dtls.as_mut(),
                     self.tracer.as_ref(),
                     now,
                     peer,
@@ -229,6 +243,7 @@ impl Driver {
         while let Some(d) = next.take() {
             feed(
                 &mut self.endpoint,
+                self.dtls.as_mut(),
                 self.tracer.as_ref(),
                 now,
                 d.peer,
@@ -299,6 +314,7 @@ impl Driver {
     }
 
     fn process_events(&mut self) {
+        self.dtls_events();
         while let Some(ev) = self.endpoint.poll_event() {
             match ev {
                 Event::Request { id, peer, request } => match &mut self.server {
@@ -316,10 +332,16 @@ impl Driver {
                 Event::Timeout {
                     id,
                     retransmissions,
-                } => self.fail(id, |peer| Error::Timeout {
-                    peer,
-                    retransmissions,
-                }),
+                } => {
+                    if let (Some(d), Some((_, peer, _))) = (&mut self.dtls, self.waiting.get(&id)) {
+                        // The peer may have lost the session (restart, eviction).
+                        d.forget(*peer);
+                    }
+                    self.fail(id, |peer| Error::Timeout {
+                        peer,
+                        retransmissions,
+                    })
+                }
                 Event::Reset { id } => self.fail(id, Error::Reset),
                 Event::ResponseFailed { id, reason } => {
                     tracing::debug!(
@@ -377,13 +399,62 @@ impl Driver {
         }
     }
 
+    /// Fails the requests waiting on a peer whose DTLS handshake failed.
+    fn dtls_events(&mut self) {
+        let Some(dtls) = &mut self.dtls else {
+            return;
+        };
+        let events: Vec<DtlsEvent> = std::iter::from_fn(|| dtls.poll_event()).collect();
+        for ev in events {
+            match ev {
+                DtlsEvent::HandshakeFailed { peer, reason } => {
+                    tracing::debug!(%peer, %reason, "DTLS handshake failed");
+                    let ids: Vec<RequestId> = self
+                        .waiting
+                        .iter()
+                        .filter(|(_, (_, p, _))| *p == peer)
+                        .map(|(id, _)| *id)
+                        .collect();
+                    for id in ids {
+                        self.endpoint.cancel(Instant::now(), id);
+                        let reason = reason.clone();
+                        self.fail(id, |peer| Error::Dtls { peer, reason });
+                    }
+                }
+                DtlsEvent::Connected { peer } => tracing::debug!(%peer, "DTLS session up"),
+                DtlsEvent::Closed { peer, reason } => {
+                    tracing::debug!(%peer, %reason, "DTLS session closed")
+                }
+            }
+        }
+    }
+
+    /// With DTLS, traces the CoAP datagrams in the outbox and replaces them with the
+    /// records that carry them (and any handshake records). Returns whether it traced.
+    fn seal_for_dtls(&mut self) -> bool {
+        let Some(dtls) = &mut self.dtls else {
+            return false;
+        };
+        let now = Instant::now();
+        for tx in self.outbox.drain(..) {
+            if let Some(t) = &self.tracer {
+                t(true, tx.peer, &tx.bytes);
+            }
+            dtls.encrypt(now, tx.peer, &tx.bytes);
+        }
+        self.outbox
+            .extend(std::iter::from_fn(|| dtls.poll_transmit()));
+        true
+    }
+
     async fn flush(&mut self) {
         self.outbox
             .extend(std::iter::from_fn(|| self.endpoint.poll_transmit()));
+        let traced = self.seal_for_dtls();
         if self.outbox.is_empty() {
             return;
         }
-        if let Some(t) = &self.tracer {
+        if let Some(t) = self.tracer.as_ref().filter(|_| !traced) {
             for tx in &self.outbox {
                 t(true, tx.peer, &tx.bytes);
             }
@@ -420,15 +491,34 @@ impl Driver {
     }
 }
 
-/// Hands one received datagram to the endpoint (and the tracer).
+/// The earlier of two optional deadlines.
+fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Hands one received datagram to the endpoint (and the tracer); with DTLS, the
+/// CoAP datagrams its records carry.
 fn feed(
     endpoint: &mut Endpoint,
+    dtls: Option<&mut Box<dyn DtlsBackend>>,
     tracer: Option<&Tracer>,
     now: Instant,
     peer: SocketAddr,
     bytes: &[u8],
     truncated: bool,
 ) {
+    if let Some(dtls) = dtls {
+        if truncated {
+            return; // a record cut short cannot be authenticated
+        }
+        for plain in dtls.handle_datagram(now, peer, bytes) {
+            feed(endpoint, None, tracer, now, peer, &plain, false);
+        }
+        return;
+    }
     if let Some(t) = tracer {
         t(false, peer, bytes);
     }
@@ -459,6 +549,7 @@ pub(crate) enum DriverIo {
 }
 
 /// Starts a driver on its own thread with a current-thread runtime.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn spawn_driver(
     name: String,
     io: DriverIo,
@@ -467,6 +558,7 @@ pub(crate) fn spawn_driver(
     tracer: Option<Tracer>,
     recv_batch: Option<usize>,
     metrics: Option<Arc<ShardMetrics>>,
+    dtls: Option<Box<dyn DtlsBackend>>,
 ) -> std::io::Result<(mpsc::UnboundedSender<Command>, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -496,6 +588,7 @@ pub(crate) fn spawn_driver(
             driver.tracer = tracer;
             driver.recv_rounds = recv_batch.map_or(RECV_ROUNDS, |n| n.div_ceil(mmsg::BATCH).max(1));
             driver.metrics = metrics;
+            driver.dtls = dtls;
             driver.run().await
         })
     })?;

@@ -38,6 +38,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo};
 use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
+use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls, PskStore, X509Credentials};
 use crate::transport::tcp::{TcpListenerHandle, TcpServerLimits};
 use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
@@ -61,6 +62,10 @@ pub struct Server {
     buffers: SocketBuffers,
     tcp_addr: Option<SocketAddr>,
     tcp_limits: TcpServerLimits,
+    dtls_keys: Option<Arc<PskStore>>,
+    dtls_x509: Option<Arc<X509Credentials>>,
+    dtls_config: DtlsConfig,
+    dtls_addr: Option<SocketAddr>,
     ws_addr: Option<SocketAddr>,
     ws_limits: TcpServerLimits,
 }
@@ -160,6 +165,58 @@ impl Server {
         self
     }
 
+    /// The pre-shared keys accepted over DTLS (`coaps`), by identity; needed by
+    /// [`Server::bind_dtls`] and [`Server::dtls`].
+    pub fn dtls_psk(mut self, keys: PskStore) -> Server {
+        self.dtls_keys = Some(Arc::new(keys));
+        self
+    }
+
+    /// The certificate (and, with `ca_pem`, the CA client certificates must chain to)
+    /// for DTLS (`coaps`) with the ECDHE-ECDSA suites; may be combined with
+    /// [`Server::dtls_psk`].
+    pub fn dtls_x509(mut self, credentials: X509Credentials) -> Server {
+        self.dtls_x509 = Some(Arc::new(credentials));
+        self
+    }
+
+    /// Sets the DTLS session limits and timers (sessions per shard, handshake timeout).
+    pub fn dtls_config(mut self, config: DtlsConfig) -> Server {
+        self.dtls_config = config;
+        self
+    }
+
+    /// Also serves the same resources over CoAP over DTLS (`coaps://`, usually port
+    /// 5684) on `addr`, bound by [`Server::bind`] next to the UDP socket; see
+    /// [`ServerHandle::dtls_local_addr`]. Needs [`Server::dtls_psk`] or [`Server::dtls_x509`].
+    pub fn dtls(mut self, addr: SocketAddr) -> Server {
+        self.dtls_addr = Some(addr);
+        self
+    }
+
+    /// A DTLS session table for one shard.
+    fn dtls_layer(&self) -> Result<Box<dyn DtlsBackend>> {
+        if self.dtls_keys.is_none() && self.dtls_x509.is_none() {
+            return Err(Error::Unsupported(
+                "coaps needs credentials: call Server::dtls_psk or Server::dtls_x509".into(),
+            ));
+        }
+        let layer = OpensslDtls::server_with(
+            self.dtls_keys.clone(),
+            self.dtls_x509.as_deref(),
+            self.dtls_config.clone(),
+        )
+        .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
+        Ok(Box::new(layer))
+    }
+
+    /// Serves over CoAP over DTLS only (`coaps://`, RFC 7252 §9) with the keys of
+    /// [`Server::dtls_psk`]: the same shards as [`Server::bind`], each datagram passing
+    /// through the shard's DTLS session table.
+    pub async fn bind_dtls(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
+        self.bind_with(addr, true).await
+    }
+
     /// Also serves the same resources over CoAP over WebSockets (RFC 8323 §4,
     /// `coap+ws://`) on `addr`, bound by [`Server::bind`] next to the UDP socket:
     /// HTTP/1.1 upgrades on `/.well-known/coap` with subprotocol `coap`; see
@@ -201,6 +258,7 @@ impl Server {
             metrics: Metrics::new(0),
             tcp: None,
             ws: Some(ws),
+            dtls_local_addr: None,
         })
     }
 
@@ -228,12 +286,17 @@ impl Server {
             stage_threads: None,
             metrics: Metrics::new(0),
             tcp: Some(tcp),
+            dtls_local_addr: None,
             ws: None,
         })
     }
 
     /// Binds the UDP address and starts serving.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
+        self.bind_with(addr, false).await
+    }
+
+    async fn bind_with(mut self, addr: impl ToSocketAddrs, secure: bool) -> Result<ServerHandle> {
         self.config.validate()?;
         let addr = addr
             .to_socket_addrs()?
@@ -267,10 +330,15 @@ impl Server {
         if stage_threads.is_some() {
             metrics = metrics.with_stages(self.stage_counters.clone());
         }
-        let tree = Arc::new(self.tree);
+        let tree = Arc::new(std::mem::take(&mut self.tree));
         let mut commands = Vec::new();
         let mut threads = Vec::new();
         for (i, io) in ios.into_iter().enumerate() {
+            let dtls = if secure {
+                Some(self.dtls_layer()?)
+            } else {
+                None
+            };
             let (tx, handle) = spawn_driver(
                 format!("cobalt-shard-{i}"),
                 io,
@@ -279,10 +347,17 @@ impl Server {
                 None,
                 self.recv_batch,
                 Some(metrics.shards()[i].clone()),
+                dtls,
             )?;
             commands.push(tx);
             threads.push(handle);
         }
+        let dtls_local_addr = match self.dtls_addr.filter(|_| !secure) {
+            Some(addr) => {
+                Some(self.spawn_dtls_shards(addr, shards, &tree, &mut commands, &mut threads)?)
+            }
+            None => None,
+        };
         for o in tree.observables() {
             o.attach(commands.clone());
         }
@@ -351,8 +426,42 @@ impl Server {
             stage_threads,
             metrics,
             tcp,
+            dtls_local_addr: if secure {
+                Some(local_addr)
+            } else {
+                dtls_local_addr
+            },
             ws,
         })
+    }
+
+    /// Starts `shards` DTLS shards on `addr` next to the plain ones.
+    fn spawn_dtls_shards(
+        &self,
+        addr: SocketAddr,
+        shards: usize,
+        tree: &Arc<ResourceTree>,
+        commands: &mut Vec<mpsc::UnboundedSender<Command>>,
+        threads: &mut Vec<std::thread::JoinHandle<()>>,
+    ) -> Result<SocketAddr> {
+        let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
+        let local_addr = sockets[0].local_addr()?;
+        for (i, socket) in sockets.into_iter().enumerate() {
+            let (tx, handle) = spawn_driver(
+                format!("cobalt-dtls-{i}"),
+                DriverIo::Owned(socket),
+                self.config.clone(),
+                Some((tree.clone(), self.limits.clone())),
+                None,
+                self.recv_batch,
+                None,
+                Some(self.dtls_layer()?),
+            )?;
+            commands.push(tx);
+            threads.push(handle);
+        }
+        tracing::info!(%local_addr, "CoAP over DTLS listening");
+        Ok(local_addr)
     }
 }
 
@@ -365,6 +474,7 @@ pub struct ServerHandle {
     stage_threads: Option<StageThreads>,
     metrics: Metrics,
     tcp: Option<TcpListenerHandle>,
+    dtls_local_addr: Option<SocketAddr>,
     ws: Option<TcpListenerHandle>,
 }
 
@@ -390,6 +500,12 @@ impl ServerHandle {
     /// [`Server::bind_tcp`]).
     pub fn tcp_local_addr(&self) -> Option<SocketAddr> {
         self.tcp.as_ref().map(|t| t.local_addr)
+    }
+
+    /// The CoAP-over-DTLS (`coaps`) address, when serving over DTLS
+    /// ([`Server::dtls`], [`Server::bind_dtls`]).
+    pub fn dtls_local_addr(&self) -> Option<SocketAddr> {
+        self.dtls_local_addr
     }
 
     /// The CoAP-over-WebSockets address, when serving over WebSockets too

@@ -1,5 +1,6 @@
 //! Connectors: bytes in, bytes out.
 
+pub mod dtls;
 pub mod mmsg;
 pub mod tcp;
 pub mod udp;
