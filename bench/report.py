@@ -48,13 +48,17 @@ def main() -> None:
 
 
 def plot(runs: dict, title: str) -> str:
-    """Two panels: requests/s and server CPU µs/request against clients (log x)."""
+    """Three panels against clients (log x): requests/s, p99 latency, server CPU µs/request."""
     w, h, pad = 900, 380, 90
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     xs = sorted({s["clients"] for steps in runs.values() for s in steps}) or [1]
     lo, hi = math.log10(min(xs)), math.log10(max(xs)) if max(xs) > min(xs) else math.log10(min(xs)) + 1
-    panels = [("requests/s", "requests_per_s"), ("server CPU µs/request", "server_cpu_us_per_req")]
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h * 2}" font-family="sans-serif" font-size="12">',
+    panels = [
+        ("requests/s", "requests_per_s"),
+        ("p99 latency µs", "p99_us"),
+        ("server CPU µs/request", "server_cpu_us_per_req"),
+    ]
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h * len(panels) + 40}" font-family="sans-serif" font-size="12">',
            f'<rect width="100%" height="100%" fill="white"/><text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>']
     for p, (label, key) in enumerate(panels):
         top = 40 + p * h
@@ -71,7 +75,7 @@ def plot(runs: dict, title: str) -> str:
             svg.append(f'<text x="{px(c)}" y="{y0 + 16}" text-anchor="middle">{c}</text>')
         for i in range(5):
             v = vmax * i / 4
-            svg.append(f'<text x="{x0 - 5}" y="{py(v) + 4}" text-anchor="end">{v:,.0f}</text>' if key == "requests_per_s"
+            svg.append(f'<text x="{x0 - 5}" y="{py(v) + 4}" text-anchor="end">{v:,.0f}</text>' if v >= 100
                        else f'<text x="{x0 - 5}" y="{py(v) + 4}" text-anchor="end">{v:.1f}</text>')
         svg.append(f'<text x="{(x0 + x1) / 2}" y="{y0 + 34}" text-anchor="middle">concurrent clients (log scale)</text>')
         for n, (name, steps) in enumerate(runs.items()):
