@@ -44,6 +44,9 @@ enum Command {
     /// Raw floor responder for `cobalt bench`: answers every request with 2.05 "hello world".
     #[command(name = "bench-responder", hide = true)]
     BenchResponder(bench::responder::ResponderArgs),
+    /// Minimal HTTP/1.1 keep-alive responder: answers every request with 200 "hello world".
+    #[command(name = "bench-http-responder", hide = true)]
+    BenchHttpResponder(bench::http_responder::HttpResponderArgs),
 }
 
 /// Logs to stderr: `RUST_LOG` when set (full `EnvFilter` syntax), else `level`.
@@ -75,6 +78,7 @@ fn main() {
     match cli.command {
         Command::Bench(args) => std::process::exit(bench::run(args)),
         Command::BenchResponder(args) => std::process::exit(bench::responder::main(args)),
+        Command::BenchHttpResponder(args) => std::process::exit(bench::http_responder::main(args)),
         _ => {}
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -97,7 +101,9 @@ fn main() {
             Command::Discover(a) => request::discover(a).await,
             Command::Observe(a) => request::observe(a).await,
             Command::Serve(a) => serve::run(a, cli.log_level.as_deref()).await,
-            Command::Bench(_) | Command::BenchResponder(_) => unreachable!("handled above"),
+            Command::Bench(_) | Command::BenchResponder(_) | Command::BenchHttpResponder(_) => {
+                unreachable!("handled above")
+            }
         }
     });
     if let Err((code, message)) = result {

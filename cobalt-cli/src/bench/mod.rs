@@ -29,6 +29,7 @@ mod args;
 mod client;
 mod distributed;
 mod http;
+pub mod http_responder;
 mod output;
 mod plot;
 mod procfs;
