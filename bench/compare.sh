@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# One-command CoAP server comparison with CoAPBench (cobalt bench).
+#
+# Starts, one at a time on loopback, each server pinned to its own CPU(s):
+#   cobalt serve --shards 1, libcoap coap-server-notls, an aiocoap server
+#   (bench/servers/aiocoap_benchmark.py), a Californium server
+#   (bench/servers/californium, built with Maven on first use) and cobalt bench-responder
+#   (the recvmmsg/sendmmsg floor),
+# drives each with `cobalt bench --server-pid PID --json` pinned to the other CPU(s), and
+# writes bench/results/compare-<date>.md (table) and .svg (req/s and server CPU µs/req
+# per server). A server that cannot be started is reported as skipped, with the reason.
+#
+# Usage: bench/compare.sh [--clients 10,100,1000] [--duration 5] [--port 5683]
+#          [--server-cpus 1] [--client-cpus 0] [--servers cobalt,libcoap,aiocoap,californium,floor]
+#          [--out bench/results] [--ready-timeout 30]
+# Environment: COBALT=/path/to/cobalt skips the cargo build; AIOCOAP_PYTHON=/path/to/python
+# picks the interpreter that has aiocoap (default: .venv-peers/bin/python of this checkout
+# or of the main checkout next to it, then python3).
+set -euo pipefail
+
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+clients=10,100,1000
+duration=5
+port=5683
+server_cpus=1
+client_cpus=0
+servers=cobalt,libcoap,aiocoap,californium,floor
+out_dir=$bench_dir/results
+ready_timeout=30
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    -c | --clients) clients=$2; shift 2 ;;
+    -d | --duration) duration=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --server-cpus) server_cpus=$2; shift 2 ;;
+    --client-cpus) client_cpus=$2; shift 2 ;;
+    --servers) servers=$2; shift 2 ;;
+    --out) out_dir=$2; shift 2 ;;
+    --ready-timeout) ready_timeout=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+  esac
+done
+
+command -v python3 >/dev/null || die "python3 is needed to write the report"
+find_cobalt
+setup_pinning
+check_port_free udp "$port"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cobalt-compare.XXXXXX")
+manifest=$work/manifest.tsv
+: >"$manifest"
+server_pid=""
+cleanup() {
+  stop_server
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+uri="coap://127.0.0.1:$port/benchmark"
+ready_check() { "$COBALT" get "$uri" --timeout 1; }
+
+# bench_one LABEL DESCRIPTION: waits for the started server, benchmarks it, stops it.
+bench_one() {
+  local label=$1 desc=$2 json
+  json=$work/$(printf '%s' "$label" | tr -c 'A-Za-z0-9' '_').json
+  skip_reason=""
+  if ! wait_ready "$label" ready_check; then
+    record_skip "$label" "$skip_reason; log: $(log_tail "$work/server.log")" "$desc"
+  elif run_bench "$label" "$uri" "$json"; then
+    record_ok "$label" "$json" "$desc"
+  else
+    record_skip "$label" "cobalt bench failed (exit $?)" "$desc"
+  fi
+  stop_server
+  check_port_free udp "$port"
+}
+
+aiocoap_python() {
+  local p
+  for p in "${AIOCOAP_PYTHON:-}" "$repo_root/.venv-peers/bin/python" \
+    "$repo_root/../main/.venv-peers/bin/python" python3; do
+    [ -n "$p" ] || continue
+    if "$p" -c 'import aiocoap' >/dev/null 2>&1; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# Builds the Californium server on first use; prints its class path.
+californium_classpath() {
+  local dir=$bench_dir/servers/californium
+  if [ ! -s "$dir/target/classpath.txt" ] || [ ! -d "$dir/target/classes" ] ||
+    [ -n "$(find "$dir/src" "$dir/pom.xml" -newer "$dir/target/classpath.txt" 2>/dev/null)" ]; then
+    log "building the Californium server (mvn -q package, first use)"
+    (cd "$dir" && mvn -q package dependency:build-classpath \
+      -Dmdep.outputFile=target/classpath.txt) >"$work/mvn.log" 2>&1 || return 1
+  fi
+  echo "$dir/target/classes:$(cat "$dir/target/classpath.txt")"
+}
+
+IFS=, read -r -a server_list <<<"$servers"
+for s in "${server_list[@]}"; do
+  server_pid=""
+  case $s in
+    cobalt)
+      desc="cobalt serve --shards 1 ($("$COBALT" --version))"
+      start_server "$s" "$work/server.log" "$COBALT" serve --bind 127.0.0.1 --port "$port" \
+        --shards 1 --log-level error
+      bench_one "cobalt" "$desc"
+      ;;
+    libcoap)
+      label="libcoap"
+      if ! command -v coap-server-notls >/dev/null; then
+        record_skip "$label" "coap-server-notls not installed (apt-get install libcoap3-bin)" "libcoap"
+        continue
+      fi
+      ver=$(coap-server-notls -h 2>&1 | sed -n 's/.*coap-server-notls v\([^ ]*\).*/\1/p' | head -1 || true)
+      desc="libcoap $ver coap-server-notls; /benchmark created with PUT (-d)"
+      # libcoap's example server has no /benchmark; -d lets a PUT create it with the
+      # same 11-byte "hello world" payload, which GET then returns.
+      start_server "$label" "$work/server.log" coap-server-notls -A 127.0.0.1 -p "$port" -d 4 -v 0
+      sleep 0.3
+      "$COBALT" put "$uri" -p "hello world" --timeout 5 >/dev/null 2>&1 || true
+      bench_one "$label" "$desc"
+      ;;
+    aiocoap)
+      label="aiocoap"
+      if ! py=$(aiocoap_python); then
+        record_skip "$label" "no python with aiocoap (run scripts/install-test-deps.sh or set AIOCOAP_PYTHON)" "aiocoap"
+        continue
+      fi
+      desc="aiocoap $("$py" -c 'import importlib.metadata as m; print(m.version("aiocoap"))' 2>/dev/null), $("$py" --version 2>&1)"
+      start_server "$label" "$work/server.log" "$py" "$bench_dir/servers/aiocoap_benchmark.py" 127.0.0.1 "$port"
+      bench_one "$label" "$desc"
+      ;;
+    californium)
+      label="californium"
+      if ! command -v java >/dev/null; then
+        record_skip "$label" "java not found (install a JDK 17, e.g. apt-get install openjdk-17-jdk-headless)" "Californium"
+        continue
+      fi
+      if ! command -v mvn >/dev/null && [ ! -s "$bench_dir/servers/californium/target/classpath.txt" ]; then
+        record_skip "$label" "mvn not found: install Maven (apt-get install maven) so that the script can build bench/servers/californium (mvn -q package dependency:build-classpath -Dmdep.outputFile=target/classpath.txt)" "Californium"
+        continue
+      fi
+      if ! cp=$(californium_classpath); then
+        record_skip "$label" "Maven build failed: $(grep -m1 ERROR "$work/mvn.log" | cut -c1-160)" "Californium"
+        continue
+      fi
+      ver=$(printf '%s' "$cp" | tr ':' '\n' | sed -n 's/.*californium-core-\(.*\)\.jar/\1/p')
+      desc="Californium $ver on $(java -version 2>&1 | head -1 || true)"
+      start_server "$label" "$work/server.log" java -cp "$cp" org.cobalt.bench.BenchmarkServer 127.0.0.1 "$port"
+      bench_one "$label" "$desc"
+      ;;
+    floor)
+      desc="cobalt bench-responder: recvmmsg/sendmmsg, no CoAP stack (the floor)"
+      start_server "$s" "$work/server.log" "$COBALT" bench-responder --bind "127.0.0.1:$port"
+      bench_one "bench-responder (floor)" "$desc"
+      ;;
+    *) record_skip "$s" "unknown server name (known: cobalt, libcoap, aiocoap, californium, floor)" "$s" ;;
+  esac
+done
+
+mkdir -p "$out_dir"
+stamp=$(date -u +%Y-%m-%d-%H%M)
+python3 "$bench_dir/report.py" \
+  --title "CoAP servers compared with CoAPBench" \
+  --manifest "$manifest" \
+  --md "$out_dir/compare-$stamp.md" --svg "$out_dir/compare-$stamp.svg" \
+  --command "bench/compare.sh --clients $clients --duration $duration" \
+  --setup "loopback 127.0.0.1 UDP port $port, CON GET /benchmark (11-byte \"hello world\"), closed loop; $pinning" \
+  --machine "$(machine_info)"
+log "wrote $out_dir/compare-$stamp.md and .svg"
