@@ -114,11 +114,18 @@ def panel(x0, y0, w, h, title, ylabel, clients, series, key):
     def xpos(i):
         return x0 + (i + 0.5) * w / len(clients)
 
+    # Decade grid lines, plus 2x and 5x ones (labelled when the range is narrow).
     for e in range(lo_e, hi_e + 1):
-        y = ypos(10 ** e)
-        parts.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="#ddd"/>')
-        label = f"{10 ** e:,}" if e >= 0 else f"{10 ** e:g}"
-        parts.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{label}</text>')
+        for m in (1, 2, 5):
+            v = m * 10.0 ** e
+            if v > 10.0 ** hi_e:
+                break
+            y = ypos(v)
+            shade = "#ccc" if m == 1 else "#eee"
+            parts.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="{shade}"/>')
+            if m == 1 or hi_e - lo_e <= 2:
+                label = f"{v:,.0f}" if v >= 1 else f"{v:g}"
+                parts.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{label}</text>')
     for i, c in enumerate(clients):
         parts.append(f'<text x="{xpos(i):.1f}" y="{y0 + h + 16}" text-anchor="middle" font-size="11">{c}</text>')
     parts.append(f'<text x="{x0 + w / 2}" y="{y0 + h + 34}" text-anchor="middle" font-size="12">clients (log y axis)</text>')

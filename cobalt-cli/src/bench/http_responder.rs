@@ -190,9 +190,9 @@ mod tests {
             }))
         );
         let closing = b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n";
-        assert_eq!(parse_head(closing).unwrap().unwrap().close, true);
+        assert!(parse_head(closing).unwrap().unwrap().close);
         let old = b"GET / HTTP/1.0\r\n\r\n";
-        assert_eq!(parse_head(old).unwrap().unwrap().close, true);
+        assert!(parse_head(old).unwrap().unwrap().close);
         assert_eq!(parse_head(b"GET / HTTP/1.1\r\nHost"), Ok(None));
         let post = b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nab";
         assert_eq!(parse_head(post), Ok(None));
