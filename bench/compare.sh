@@ -14,8 +14,8 @@
 #          [--server-cpus 1] [--client-cpus 0] [--servers cobalt,libcoap,aiocoap,californium,floor]
 #          [--out bench/results] [--ready-timeout 30]
 # Environment: COBALT=/path/to/cobalt skips the cargo build; AIOCOAP_PYTHON=/path/to/python
-# picks the interpreter that has aiocoap (default: .venv-peers/bin/python of this checkout
-# or of the main checkout next to it, then python3).
+# picks the interpreter that has aiocoap (default: .venv-peers/bin/python of this checkout,
+# or of the main checkout when this is a git worktree, then python3).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -83,9 +83,13 @@ bench_one() {
 }
 
 aiocoap_python() {
-  local p
+  local p main_checkout="" common
+  # In a git worktree, the main checkout's .venv-peers serves too.
+  if common=$(git -C "$repo_root" rev-parse --path-format=absolute --git-common-dir 2>/dev/null); then
+    main_checkout=$(dirname "$common")
+  fi
   for p in "${AIOCOAP_PYTHON:-}" "$repo_root/.venv-peers/bin/python" \
-    "$repo_root/../main/.venv-peers/bin/python" python3; do
+    "${main_checkout:+$main_checkout/.venv-peers/bin/python}" python3; do
     [ -n "$p" ] || continue
     if "$p" -c 'import aiocoap' >/dev/null 2>&1; then
       echo "$p"

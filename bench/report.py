@@ -13,6 +13,9 @@ import html
 import json
 import math
 
+# Below this server CPU %, a row is marked as limited by something other than the server.
+BUSY_PERCENT = 70
+
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
 
@@ -57,14 +60,20 @@ def markdown(args, runs, skipped):
         "| server CPU % | RSS (MiB) | lost | errors |"
     )
     out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    starred = False
     for label, _desc, data in runs:
         for s in data.get("steps", []):
             rss = s.get("server_rss_kb")
+            rps = fmt(s.get("requests_per_s"), ",.0f")
+            cpu_pct = s.get("server_cpu_percent")
+            if cpu_pct is not None and cpu_pct < BUSY_PERCENT:
+                rps += " *"
+                starred = True
             out.append(
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
                     label,
                     s["clients"],
-                    fmt(s.get("requests_per_s"), ",.0f"),
+                    rps,
                     fmt(None if s.get("p50_us") is None else s["p50_us"] / 1000, ".3f"),
                     fmt(None if s.get("p99_us") is None else s["p99_us"] / 1000, ".3f"),
                     fmt(s.get("server_cpu_us_per_req"), ".1f"),
@@ -74,6 +83,13 @@ def markdown(args, runs, skipped):
                     s.get("errors", 0) + s.get("resets", 0),
                 )
             )
+    if starred:
+        out.append("")
+        out.append(
+            f"\\* The server used less than {BUSY_PERCENT}% of its CPU: the load generator (one "
+            "thread on one core) or other load on the shared machine limited this row, so its "
+            "req/s understates the server; compare CPU µs/req instead."
+        )
     out.append("")
     out.append("Servers:")
     out.append("")
