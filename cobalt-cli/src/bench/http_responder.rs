@@ -9,11 +9,13 @@
 
 use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 /// Largest request head accepted; a longer one closes the connection.
 const MAX_HEAD: usize = 16 * 1024;
 const BODY: &str = "hello world";
+/// Accept backlog requested from the kernel.
+const BACKLOG: u32 = 4096;
 
 /// Arguments of `cobalt bench-http-responder`.
 #[derive(Debug, Args)]
@@ -36,7 +38,7 @@ pub fn main(args: HttpResponderArgs) -> i32 {
         }
     };
     rt.block_on(async move {
-        let listener = match TcpListener::bind(&args.bind).await {
+        let listener = match listen(&args.bind) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!(
@@ -68,6 +70,23 @@ pub fn main(args: HttpResponderArgs) -> i32 {
             }
         }
     })
+}
+
+/// Binds with a deep accept backlog (the kernel caps it at net.core.somaxconn), so that
+/// thousands of clients opening a connection per request do not overflow it and wait
+/// for SYN retransmissions.
+fn listen(bind: &str) -> std::io::Result<TcpListener> {
+    let addr: std::net::SocketAddr = bind
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }
 
 /// What one parsed request head tells the connection loop.
