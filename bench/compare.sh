@@ -1,139 +1,186 @@
 #!/usr/bin/env bash
-# One-command comparison of CoAP servers with CoAPBench (`cobalt bench`), on loopback:
-# Cobalt, libcoap's coap-server, an aiocoap server, a Californium server, and the raw
-# recvmmsg/sendmmsg responder (the floor). Each server runs alone, pinned to the server
-# CPU(s); the load generator is pinned to the load CPU(s). Writes a markdown table and
-# an SVG plot to bench/results/.
+# One-command CoAP server comparison with CoAPBench (cobalt bench).
 #
-# Usage: bench/compare.sh [--clients 10,100,1000] [--duration 5] [--server-cpus 1]
-#                         [--load-cpus 0] [--port 25700] [--only NAME[,NAME...]]
-# Servers that cannot be started (a peer not installed) are reported as skipped.
-set -uo pipefail
+# Starts, one at a time on loopback, each server pinned to its own CPU(s):
+#   cobalt serve --shards 1, libcoap coap-server-notls, an aiocoap server
+#   (bench/servers/aiocoap_benchmark.py), a Californium server
+#   (bench/servers/californium, built with Maven on first use) and cobalt bench-responder
+#   (the recvmmsg/sendmmsg floor),
+# drives each with `cobalt bench --server-pid PID --json` pinned to the other CPU(s), and
+# writes bench/results/compare-<date>.md (table) and .svg (req/s and server CPU µs/req
+# per server). A server that cannot be started is reported as skipped, with the reason.
+#
+# Usage: bench/compare.sh [--clients 10,100,1000] [--duration 5] [--port 5683]
+#          [--server-cpus 1] [--client-cpus 0] [--servers cobalt,libcoap,aiocoap,californium,floor]
+#          [--out bench/results] [--ready-timeout 30]
+# Environment: COBALT=/path/to/cobalt skips the cargo build; AIOCOAP_PYTHON=/path/to/python
+# picks the interpreter that has aiocoap (default: .venv-peers/bin/python of this checkout,
+# or of the main checkout when this is a git worktree, then python3).
+set -euo pipefail
+
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 clients=10,100,1000
 duration=5
+port=5683
 server_cpus=1
-load_cpus=0
-port=25700
-only=""
+client_cpus=0
+servers=cobalt,libcoap,aiocoap,californium,floor
+out_dir=$bench_dir/results
+ready_timeout=30
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
 while [ $# -gt 0 ]; do
-  case "$1" in
-    --clients) clients=$2; shift 2 ;;
-    --duration) duration=$2; shift 2 ;;
-    --server-cpus) server_cpus=$2; shift 2 ;;
-    --load-cpus) load_cpus=$2; shift 2 ;;
+  case $1 in
+    -c | --clients) clients=$2; shift 2 ;;
+    -d | --duration) duration=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
-    --only) only=$2; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-    *) echo "compare.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    --server-cpus) server_cpus=$2; shift 2 ;;
+    --client-cpus) client_cpus=$2; shift 2 ;;
+    --servers) servers=$2; shift 2 ;;
+    --out) out_dir=$2; shift 2 ;;
+    --ready-timeout) ready_timeout=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
   esac
 done
 
-root="$(cd "$(dirname "$0")/.." && pwd)"
-cobalt="$root/target/release/cobalt"
-venv="$root/.venv-peers"
-cf_dir="$root/bench/servers/californium"
-stamp="$(date -u +%Y%m%d-%H%M%S)"
-out="$root/bench/results/compare-$stamp"
-mkdir -p "$out"
+command -v python3 >/dev/null || die "python3 is needed to write the report"
+find_cobalt
+setup_pinning
+check_port_free udp "$port"
 
-echo "building cobalt (release)" >&2
-(cd "$root" && cargo build --release -q -p cobalt-cli) || { echo "compare.sh: build failed" >&2; exit 1; }
-
-if ss -Hlun "sport = :$port" 2>/dev/null | grep -q .; then
-  echo "compare.sh: UDP port $port is already in use (a stray server?); free it or pass --port" >&2
-  exit 1
-fi
-
+work=$(mktemp -d "${TMPDIR:-/tmp}/cobalt-compare.XXXXXX")
+manifest=$work/manifest.tsv
+: >"$manifest"
 server_pid=""
-stop_server() {
-  if [ -n "$server_pid" ]; then
-    kill "$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
-    server_pid=""
-  fi
+cleanup() {
+  stop_server
+  rm -rf "$work"
 }
-trap stop_server EXIT
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-# wait_ready PATH: polls the server (bounded: 60 × 0.25 s).
-wait_ready() {
-  for _ in $(seq 60); do
-    if [ -n "$server_pid" ] && ! kill -0 "$server_pid" 2>/dev/null; then return 1; fi
-    if "$cobalt" get --timeout 0.5 "coap://127.0.0.1:$port$1" >/dev/null 2>&1; then return 0; fi
-    sleep 0.25
+uri="coap://127.0.0.1:$port/benchmark"
+ready_check() { "$COBALT" get "$uri" --timeout 1; }
+
+# bench_one LABEL DESCRIPTION: waits for the started server, benchmarks it, stops it.
+bench_one() {
+  local label=$1 desc=$2 json
+  json=$work/$(printf '%s' "$label" | tr -c 'A-Za-z0-9' '_').json
+  skip_reason=""
+  if ! wait_ready "$label" ready_check; then
+    record_skip "$label" "$skip_reason; log: $(log_tail "$work/server.log")" "$desc"
+  elif run_bench "$label" "$uri" "$json"; then
+    record_ok "$label" "$json" "$desc"
+  else
+    record_skip "$label" "cobalt bench failed (exit $?)" "$desc"
+  fi
+  stop_server
+  check_port_free udp "$port"
+}
+
+aiocoap_python() {
+  local p main_checkout="" common
+  # In a git worktree, the main checkout's .venv-peers serves too.
+  if common=$(git -C "$repo_root" rev-parse --path-format=absolute --git-common-dir 2>/dev/null); then
+    main_checkout=$(dirname "$common")
+  fi
+  for p in "${AIOCOAP_PYTHON:-}" "$repo_root/.venv-peers/bin/python" \
+    "${main_checkout:+$main_checkout/.venv-peers/bin/python}" python3; do
+    [ -n "$p" ] || continue
+    if "$p" -c 'import aiocoap' >/dev/null 2>&1; then
+      echo "$p"
+      return 0
+    fi
   done
   return 1
 }
 
-# start NAME -- COMMAND...: starts a server pinned to the server CPUs.
-start() {
-  local name=$1; shift 2
-  taskset -c "$server_cpus" "$@" >"$out/$name.server.log" 2>&1 &
-  server_pid=$!
+# Builds the Californium server on first use; prints its class path.
+californium_classpath() {
+  local dir=$bench_dir/servers/californium
+  if [ ! -s "$dir/target/classpath.txt" ] || [ ! -d "$dir/target/classes" ] ||
+    [ -n "$(find "$dir/src" "$dir/pom.xml" -newer "$dir/target/classpath.txt" 2>/dev/null)" ]; then
+    log "building the Californium server (mvn -q package, first use)"
+    (cd "$dir" && mvn -q package dependency:build-classpath \
+      -Dmdep.outputFile=target/classpath.txt) >"$work/mvn.log" 2>&1 || return 1
+  fi
+  echo "$dir/target/classes:$(cat "$dir/target/classpath.txt")"
 }
 
-skipped=()
-measure() {
-  local name=$1 path=$2
-  if ! wait_ready "$path"; then
-    skipped+=("$name: did not answer GET $path (see $out/$name.server.log)")
-    stop_server
-    return
-  fi
-  echo "measuring $name (pid $server_pid)" >&2
-  taskset -c "$load_cpus" "$cobalt" bench "coap://127.0.0.1:$port$path" -c "$clients" \
-    -d "$duration" --warmup 1 --cooldown 1 --quiet --json --server-pid "$server_pid" \
-    >"$out/$name.json" 2>"$out/$name.bench.log" || skipped+=("$name: cobalt bench failed (see $out/$name.bench.log)")
-  stop_server
-}
+IFS=, read -r -a server_list <<<"$servers"
+for s in "${server_list[@]}"; do
+  server_pid=""
+  case $s in
+    cobalt)
+      desc="cobalt serve --shards 1 ($("$COBALT" --version))"
+      start_server "$s" "$work/server.log" "$COBALT" serve --bind 127.0.0.1 --port "$port" \
+        --shards 1 --log-level error
+      bench_one "cobalt" "$desc"
+      ;;
+    libcoap)
+      label="libcoap"
+      if ! command -v coap-server-notls >/dev/null; then
+        record_skip "$label" "coap-server-notls not installed (apt-get install libcoap3-bin)" "libcoap"
+        continue
+      fi
+      ver=$(coap-server-notls -h 2>&1 | sed -n 's/.*coap-server-notls v\([^ ]*\).*/\1/p' | head -1 || true)
+      desc="libcoap $ver coap-server-notls; /benchmark created with PUT (-d)"
+      # libcoap's example server has no /benchmark; -d lets a PUT create it with the
+      # same 11-byte "hello world" payload, which GET then returns.
+      start_server "$label" "$work/server.log" coap-server-notls -A 127.0.0.1 -p "$port" -d 4 -v 0
+      sleep 0.3
+      "$COBALT" put "$uri" -p "hello world" --timeout 5 >/dev/null 2>&1 || true
+      bench_one "$label" "$desc"
+      ;;
+    aiocoap)
+      label="aiocoap"
+      if ! py=$(aiocoap_python); then
+        record_skip "$label" "no python with aiocoap (run scripts/install-test-deps.sh or set AIOCOAP_PYTHON)" "aiocoap"
+        continue
+      fi
+      desc="aiocoap $("$py" -c 'import importlib.metadata as m; print(m.version("aiocoap"))' 2>/dev/null), $("$py" --version 2>&1)"
+      start_server "$label" "$work/server.log" "$py" "$bench_dir/servers/aiocoap_benchmark.py" 127.0.0.1 "$port"
+      bench_one "$label" "$desc"
+      ;;
+    californium)
+      label="californium"
+      if ! command -v java >/dev/null; then
+        record_skip "$label" "java not found (install a JDK 17, e.g. apt-get install openjdk-17-jdk-headless)" "Californium"
+        continue
+      fi
+      if ! command -v mvn >/dev/null && [ ! -s "$bench_dir/servers/californium/target/classpath.txt" ]; then
+        record_skip "$label" "mvn not found: install Maven (apt-get install maven) so that the script can build bench/servers/californium (mvn -q package dependency:build-classpath -Dmdep.outputFile=target/classpath.txt)" "Californium"
+        continue
+      fi
+      if ! cp=$(californium_classpath); then
+        record_skip "$label" "Maven build failed: $(grep -m1 ERROR "$work/mvn.log" | cut -c1-160)" "Californium"
+        continue
+      fi
+      ver=$(printf '%s' "$cp" | tr ':' '\n' | sed -n 's/.*californium-core-\(.*\)\.jar/\1/p')
+      desc="Californium $ver on $(java -version 2>&1 | head -1 || true)"
+      start_server "$label" "$work/server.log" java -cp "$cp" org.cobalt.bench.BenchmarkServer 127.0.0.1 "$port"
+      bench_one "$label" "$desc"
+      ;;
+    floor)
+      desc="cobalt bench-responder: recvmmsg/sendmmsg, no CoAP stack (the floor)"
+      start_server "$s" "$work/server.log" "$COBALT" bench-responder --bind "127.0.0.1:$port"
+      bench_one "bench-responder (floor)" "$desc"
+      ;;
+    *) record_skip "$s" "unknown server name (known: cobalt, libcoap, aiocoap, californium, floor)" "$s" ;;
+  esac
+done
 
-want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
-
-if want cobalt; then
-  start cobalt -- "$cobalt" serve --bind 127.0.0.1 --port "$port" --shards 1 --log-level warn
-  measure cobalt /benchmark
-fi
-
-if want libcoap; then
-  if command -v coap-server-notls >/dev/null; then
-    start libcoap -- coap-server-notls -A 127.0.0.1 -p "$port" -d 4
-    # libcoap's example server has no /benchmark: create it with PUT (-d allows that).
-    if wait_ready / && coap-client-notls -B 3 -m put -e "hello world" "coap://127.0.0.1:$port/benchmark" >/dev/null 2>&1; then
-      measure libcoap /benchmark
-    else
-      skipped+=("libcoap: could not create /benchmark with PUT"); stop_server
-    fi
-  else
-    skipped+=("libcoap: coap-server-notls not installed (scripts/install-test-deps.sh)")
-  fi
-fi
-
-if want aiocoap; then
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import aiocoap' 2>/dev/null; then
-    start aiocoap -- "$venv/bin/python" "$root/bench/servers/aiocoap_benchmark.py" "$port"
-    measure aiocoap /benchmark
-  else
-    skipped+=("aiocoap: not installed in .venv-peers (scripts/install-test-deps.sh)")
-  fi
-fi
-
-if want californium; then
-  if [ ! -d "$cf_dir/target/dependency" ] && command -v mvn >/dev/null; then
-    echo "building the Californium server (Maven)" >&2
-    (cd "$cf_dir" && mvn -q package dependency:copy-dependencies -DincludeScope=runtime) >"$out/californium.build.log" 2>&1
-  fi
-  if [ -d "$cf_dir/target/dependency" ] && command -v java >/dev/null; then
-    start californium -- java -cp "$cf_dir/target/classes:$cf_dir/target/dependency/*" org.cobalt.bench.BenchmarkServer "$port"
-    measure californium /benchmark
-  else
-    skipped+=("californium: needs java and mvn (cd bench/servers/californium && mvn package dependency:copy-dependencies)")
-  fi
-fi
-
-if want floor; then
-  start floor -- "$cobalt" bench-responder --bind "127.0.0.1:$port"
-  measure floor /benchmark
-fi
-
-python3 "$root/bench/report.py" "$out" "CoAP servers: CON GET /benchmark, server on CPU $server_cpus, load on CPU $load_cpus, $duration s per step" "${skipped[@]}"
-echo "results: $out/README.md and $out/plot.svg" >&2
+mkdir -p "$out_dir"
+stamp=$(date -u +%Y-%m-%d-%H%M)
+python3 "$bench_dir/report.py" \
+  --title "CoAP servers compared with CoAPBench" \
+  --manifest "$manifest" \
+  --md "$out_dir/compare-$stamp.md" --svg "$out_dir/compare-$stamp.svg" \
+  --command "bench/compare.sh --clients $clients --duration $duration" \
+  --setup "loopback 127.0.0.1 UDP port $port, CON GET /benchmark (11-byte \"hello world\"), closed loop; $pinning" \
+  --machine "$(machine_info)"
+log "wrote $out_dir/compare-$stamp.md and .svg"

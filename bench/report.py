@@ -1,92 +1,212 @@
 #!/usr/bin/env python3
-"""Turns the `cobalt bench --json` files of one comparison run into a markdown table
-(README.md) and an SVG plot (plot.svg) in the same folder.
+"""Writes the markdown table and the combined SVG plot of bench/compare.sh and
+bench/http-compare.sh from `cobalt bench --json` outputs (standard library only).
 
-Usage: report.py DIR TITLE [SKIPPED-LINE ...]
+The manifest is a TSV file, one server a line:
+  LABEL<TAB>ok<TAB>path/to/bench.json<TAB>description
+  LABEL<TAB>skipped<TAB>reason<TAB>description
 """
+
+import argparse
+import datetime
+import html
 import json
 import math
-import pathlib
-import platform
-import sys
+
+# Below this server CPU %, a row is marked as limited by something other than the server.
+BUSY_PERCENT = 70
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
 
-def main() -> None:
-    folder = pathlib.Path(sys.argv[1])
-    title = sys.argv[2]
-    skipped = sys.argv[3:]
-    runs = {}
-    for f in sorted(folder.glob("*.json")):
-        try:
-            runs[f.stem] = json.loads(f.read_text())["steps"]
-        except (ValueError, KeyError):
-            skipped.append(f"{f.stem}: unreadable results")
-    lines = [
-        f"# {title}",
-        "",
-        f"Machine: {platform.node()} ({platform.machine()}), shared and noisy: compare the",
-        "servers within this run, not against other runs. CPU µs/request is the server's",
-        "utime+stime over the step divided by the requests it answered.",
-        "",
-        "| server | clients | req/s | lost | p50 µs | p99 µs | server CPU µs/req | RSS MB |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, steps in runs.items():
-        for s in steps:
-            cpu = s.get("server_cpu_us_per_req")
+def load(manifest):
+    runs, skipped = [], []
+    with open(manifest, encoding="utf-8") as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 3:
+                continue
+            label, status, value = parts[0], parts[1], parts[2]
+            desc = parts[3] if len(parts) > 3 else ""
+            if status == "ok":
+                with open(value, encoding="utf-8") as j:
+                    runs.append((label, desc, json.load(j)))
+            else:
+                skipped.append((label, desc, value))
+    return runs, skipped
+
+
+def fmt(value, spec, missing="–"):
+    return missing if value is None else format(value, spec)
+
+
+def markdown(args, runs, skipped):
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out = [f"# {args.title}", ""]
+    out.append(f"- Date: {now}")
+    out.append(f"- Command: `{args.command}`")
+    out.append(f"- Setup: {args.setup}")
+    out.append(f"- Machine: {args.machine}")
+    out.append(
+        "- **Caveat: a shared, noisy machine** (other builds and benchmarks may run at the "
+        "same time, and the load generator shares the host with the server), so take the "
+        "numbers as rough relative indications, not as reference results."
+    )
+    if args.svg:
+        out.append(f"- Plot: [{args.svg_name}]({args.svg_name}) (req/s and server CPU µs/request per server)")
+    out.append("")
+    out.append(
+        "| server | clients | req/s | p50 latency (ms) | p99 latency (ms) | server CPU µs/req "
+        "| server CPU % | RSS (MiB) | lost | errors |"
+    )
+    out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    starred = False
+    for label, _desc, data in runs:
+        for s in data.get("steps", []):
             rss = s.get("server_rss_kb")
-            lines.append(
-                f"| {name} | {s['clients']} | {s['requests_per_s']:,.0f} | {s['lost']} | "
-                f"{s['p50_us']:,.0f} | {s['p99_us']:,.0f} | "
-                f"{'-' if cpu is None else f'{cpu:.1f}'} | {'-' if rss is None else f'{rss / 1024:.0f}'} |"
+            rps = fmt(s.get("requests_per_s"), ",.0f")
+            cpu_pct = s.get("server_cpu_percent")
+            if cpu_pct is not None and cpu_pct < BUSY_PERCENT:
+                rps += " *"
+                starred = True
+            out.append(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+                    label,
+                    s["clients"],
+                    rps,
+                    fmt(None if s.get("p50_us") is None else s["p50_us"] / 1000, ".3f"),
+                    fmt(None if s.get("p99_us") is None else s["p99_us"] / 1000, ".3f"),
+                    fmt(s.get("server_cpu_us_per_req"), ".1f"),
+                    fmt(s.get("server_cpu_percent"), ".0f"),
+                    fmt(None if rss is None else rss / 1024, ".1f"),
+                    s.get("lost", 0),
+                    s.get("errors", 0) + s.get("resets", 0),
+                )
             )
+    if starred:
+        out.append("")
+        out.append(
+            f"\\* The server used less than {BUSY_PERCENT}% of its CPU: the load generator (one "
+            "thread on one core) or other load on the shared machine limited this row, so its "
+            "req/s understates the server; compare CPU µs/req instead."
+        )
+    out.append("")
+    out.append("Servers:")
+    out.append("")
+    for label, desc, _ in runs:
+        out.append(f"- **{label}**: {desc}")
     if skipped:
-        lines += ["", "Skipped:", ""] + [f"- {s}" for s in skipped]
-    (folder / "README.md").write_text("\n".join(lines) + "\n")
-    (folder / "plot.svg").write_text(plot(runs, title))
-    print("\n".join(lines))
+        out.append("")
+        out.append("Skipped:")
+        out.append("")
+        for label, desc, reason in skipped:
+            out.append(f"- **{label}** ({desc}): {reason}")
+    out.append("")
+    return "\n".join(out)
 
 
-def plot(runs: dict, title: str) -> str:
-    """Three panels against clients (log x): requests/s, p99 latency, server CPU µs/request."""
-    w, h, pad = 900, 380, 90
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-    xs = sorted({s["clients"] for steps in runs.values() for s in steps}) or [1]
-    lo, hi = math.log10(min(xs)), math.log10(max(xs)) if max(xs) > min(xs) else math.log10(min(xs)) + 1
-    panels = [
-        ("requests/s", "requests_per_s"),
-        ("p99 latency µs", "p99_us"),
-        ("server CPU µs/request", "server_cpu_us_per_req"),
+def log_ticks(lo, hi):
+    lo_e = math.floor(math.log10(lo))
+    hi_e = math.ceil(math.log10(hi))
+    if hi_e == lo_e:
+        hi_e += 1
+    return lo_e, hi_e
+
+
+def panel(x0, y0, w, h, title, ylabel, clients, series, key):
+    """One log-y panel: x = client counts (evenly spaced), one line per server."""
+    parts = []
+    values = [v for _, _, pts in series for c, v in pts.get(key, []) if v and v > 0]
+    parts.append(f'<text x="{x0 + w / 2}" y="{y0 - 10}" text-anchor="middle" font-size="14" font-weight="bold">{html.escape(title)}</text>')
+    parts.append(f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#333"/>')
+    if not values or not clients:
+        parts.append(f'<text x="{x0 + w / 2}" y="{y0 + h / 2}" text-anchor="middle" font-size="12">no data</text>')
+        return parts
+    lo_e, hi_e = log_ticks(min(values), max(values))
+
+    def ypos(v):
+        return y0 + h - (math.log10(v) - lo_e) / (hi_e - lo_e) * h
+
+    def xpos(i):
+        return x0 + (i + 0.5) * w / len(clients)
+
+    # Decade grid lines, plus 2x and 5x ones (labelled when the range is narrow).
+    for e in range(lo_e, hi_e + 1):
+        for m in (1, 2, 5):
+            v = m * 10.0 ** e
+            if v > 10.0 ** hi_e:
+                break
+            y = ypos(v)
+            shade = "#ccc" if m == 1 else "#eee"
+            parts.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="{shade}"/>')
+            if m == 1 or hi_e - lo_e <= 2:
+                label = f"{v:,.0f}" if v >= 1 else f"{v:g}"
+                parts.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{label}</text>')
+    for i, c in enumerate(clients):
+        parts.append(f'<text x="{xpos(i):.1f}" y="{y0 + h + 16}" text-anchor="middle" font-size="11">{c}</text>')
+    parts.append(f'<text x="{x0 + w / 2}" y="{y0 + h + 34}" text-anchor="middle" font-size="12">clients (log y axis)</text>')
+    parts.append(
+        f'<text x="{x0 - 52}" y="{y0 + h / 2}" text-anchor="middle" font-size="12" '
+        f'transform="rotate(-90 {x0 - 52} {y0 + h / 2})">{html.escape(ylabel)}</text>'
+    )
+    for _label, color, pts in series:
+        coords = [(xpos(clients.index(c)), ypos(v)) for c, v in pts.get(key, []) if v and v > 0]
+        if len(coords) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for x, y in coords:
+            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"/>')
+    return parts
+
+
+def svg(args, runs):
+    clients = sorted({s["clients"] for _, _, d in runs for s in d.get("steps", [])})
+    series = []
+    for i, (label, _desc, data) in enumerate(runs):
+        pts = {"rps": [], "cpu": []}
+        for s in data.get("steps", []):
+            pts["rps"].append((s["clients"], s.get("requests_per_s")))
+            pts["cpu"].append((s["clients"], s.get("server_cpu_us_per_req")))
+        series.append((label, COLORS[i % len(COLORS)], pts))
+    width, height = 980, 470
+    pw, ph = 360, 280
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{width / 2}" y="24" text-anchor="middle" font-size="16" font-weight="bold">{html.escape(args.title)}</text>',
+        f'<text x="{width / 2}" y="42" text-anchor="middle" font-size="11" fill="#555">{html.escape(args.command)} (shared, noisy machine)</text>',
     ]
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h * len(panels) + 40}" font-family="sans-serif" font-size="12">',
-           f'<rect width="100%" height="100%" fill="white"/><text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>']
-    for p, (label, key) in enumerate(panels):
-        top = 40 + p * h
-        vals = [s.get(key) or 0 for steps in runs.values() for s in steps]
-        vmax = max(vals + [1]) * 1.1
-        x0, x1, y0, y1 = pad, w - 160, top + h - pad, top + 20
-        def px(c):
-            return x0 + (x1 - x0) * ((math.log10(c) - lo) / (hi - lo) if hi > lo else 0.5)
-        def py(v):
-            return y0 - (y0 - y1) * v / vmax
-        svg.append(f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="black"/><line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="black"/>')
-        svg.append(f'<text x="{x0 - 70}" y="{(y0 + y1) / 2}" transform="rotate(-90 {x0 - 70} {(y0 + y1) / 2})" text-anchor="middle">{label}</text>')
-        for c in xs:
-            svg.append(f'<text x="{px(c)}" y="{y0 + 16}" text-anchor="middle">{c}</text>')
-        for i in range(5):
-            v = vmax * i / 4
-            svg.append(f'<text x="{x0 - 5}" y="{py(v) + 4}" text-anchor="end">{v:,.0f}</text>' if v >= 100
-                       else f'<text x="{x0 - 5}" y="{py(v) + 4}" text-anchor="end">{v:.1f}</text>')
-        svg.append(f'<text x="{(x0 + x1) / 2}" y="{y0 + 34}" text-anchor="middle">concurrent clients (log scale)</text>')
-        for n, (name, steps) in enumerate(runs.items()):
-            color = colors[n % len(colors)]
-            pts = [(px(s["clients"]), py(s.get(key) or 0)) for s in steps]
-            svg.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>' % (color, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
-            for a, b in pts:
-                svg.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="{color}"/>')
-            svg.append(f'<text x="{x1 + 15}" y="{y1 + 15 + 18 * n}" fill="{color}">{name}</text>')
-    svg.append("</svg>")
-    return "\n".join(svg) + "\n"
+    parts += panel(90, 80, pw, ph, "Throughput", "requests/s", clients, series, "rps")
+    parts += panel(540, 80, pw, ph, "Server CPU per request", "CPU µs/request", clients, series, "cpu")
+    lx, ly = 90, 420
+    for label, color, _ in series:
+        parts.append(f'<rect x="{lx}" y="{ly - 10}" width="14" height="10" fill="{color}"/>')
+        parts.append(f'<text x="{lx + 18}" y="{ly}" font-size="12">{html.escape(label)}</text>')
+        lx += 30 + 7.2 * len(label)
+        if lx > width - 150:
+            lx, ly = 90, ly + 18
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--title", required=True)
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--md", required=True)
+    p.add_argument("--svg")
+    p.add_argument("--command", default="")
+    p.add_argument("--setup", default="")
+    p.add_argument("--machine", default="")
+    args = p.parse_args()
+    args.svg_name = args.svg.rsplit("/", 1)[-1] if args.svg else ""
+    runs, skipped = load(args.manifest)
+    with open(args.md, "w", encoding="utf-8") as f:
+        f.write(markdown(args, runs, skipped))
+    if args.svg:
+        with open(args.svg, "w", encoding="utf-8") as f:
+            f.write(svg(args, runs))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ enum Command {
     /// Raw floor responder for `cobalt bench`: answers every request with 2.05 "hello world".
     #[command(name = "bench-responder", hide = true)]
     BenchResponder(bench::responder::ResponderArgs),
-    /// Minimal HTTP/1.1 "hello world" server for CoAP-vs-HTTP comparisons.
+    /// Minimal HTTP/1.1 keep-alive responder: answers every request with 200 "hello world".
     #[command(name = "bench-http-responder", hide = true)]
     BenchHttpResponder(bench::http_responder::HttpResponderArgs),
 }

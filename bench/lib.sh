@@ -1,0 +1,130 @@
+# Shared helpers of bench/compare.sh and bench/http-compare.sh (sourced, not run).
+# shellcheck shell=bash
+# The variables it reads (clients, duration, manifest, ready_timeout, server_cpus,
+# client_cpus) are set by the sourcing script; pinning is read by it.
+# shellcheck disable=SC2034,SC2154
+
+bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd "$bench_dir/.." && pwd)
+
+log() { printf '%s\n' "[$(date -u +%H:%M:%S)] $*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# The cobalt binary: $COBALT if set, else target/release/cobalt, built when missing or
+# when the sources are newer (cargo decides; it is a no-op when up to date).
+find_cobalt() {
+  if [ -n "${COBALT:-}" ]; then
+    [ -x "$COBALT" ] || die "COBALT=$COBALT is not an executable"
+    return
+  fi
+  command -v cargo >/dev/null || die "cargo not found: install Rust or set COBALT=/path/to/cobalt"
+  log "building cobalt (cargo build --release -p cobalt-cli)"
+  (cd "$repo_root" && cargo build --release -q -p cobalt-cli) || die "cargo build failed"
+  COBALT="${CARGO_TARGET_DIR:-$repo_root/target}/release/cobalt"
+  [ -x "$COBALT" ] || die "no binary at $COBALT after the build"
+}
+
+# CPU pinning: pin_server / pin_client prefix commands with taskset when there are at
+# least two CPUs and taskset exists; otherwise they run unpinned (said in the report).
+setup_pinning() {
+  pinning="server on CPU(s) $server_cpus, load generator on CPU(s) $client_cpus (taskset)"
+  if ! command -v taskset >/dev/null; then
+    pinning="unpinned (taskset not found)"
+    server_cpus="" client_cpus=""
+  elif [ "$(nproc)" -lt 2 ]; then
+    pinning="unpinned (only one CPU)"
+    server_cpus="" client_cpus=""
+  fi
+}
+pin_client() { if [ -n "$client_cpus" ]; then taskset -c "$client_cpus" "$@"; else "$@"; fi; }
+
+# Fails with a clear message when something already listens on the port (udp or tcp).
+check_port_free() {
+  local proto=$1 port=$2 flag line
+  if [ "$proto" = udp ]; then flag=-lunp; else flag=-ltnp; fi
+  command -v ss >/dev/null || return 0
+  line=$(ss -H "$flag" "sport = :$port" 2>/dev/null | head -1)
+  if [ -n "$line" ]; then
+    die "$proto port $port on this machine is already in use (a stray server?): $line
+  stop it, or pick another port with --port"
+  fi
+}
+
+# start_server NAME LOGFILE CMD...: starts CMD pinned to the server CPUs in the
+# background; sets server_pid (the PID that --server-pid measures).
+start_server() {
+  local name=$1 logfile=$2
+  shift 2
+  log "starting $name: $*"
+  # exec, so that $! is the server itself (what --server-pid measures and stop_server ends).
+  {
+    if [ -n "$server_cpus" ]; then exec taskset -c "$server_cpus" "$@"; else exec "$@"; fi
+  } >"$logfile" 2>&1 &
+  server_pid=$!
+}
+
+# Stops the current server: SIGINT, then SIGTERM, then SIGKILL, a few seconds apart.
+stop_server() {
+  [ -n "${server_pid:-}" ] || return 0
+  local sig i
+  for sig in INT TERM KILL; do
+    kill -"$sig" "$server_pid" 2>/dev/null || break
+    for i in $(seq 1 30); do
+      kill -0 "$server_pid" 2>/dev/null || break 2
+      sleep 0.1
+    done
+    : "$i"
+  done
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+
+# wait_ready NAME CHECK-CMD... : polls CHECK-CMD every 0.25 s for up to $ready_timeout
+# seconds while the server lives. Returns 0 when ready, 1 (with skip_reason set) if not.
+wait_ready() {
+  local name=$1 deadline
+  shift
+  deadline=$((SECONDS + ready_timeout))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      skip_reason="exited during start-up"
+      return 1
+    fi
+    if "$@" >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 0.25
+  done
+  skip_reason="did not answer within ${ready_timeout}s"
+  log "$name: $skip_reason"
+  return 1
+}
+
+# Last line of a log file, flattened for a markdown table cell.
+log_tail() {
+  [ -s "$1" ] || return 0
+  tail -n 1 "$1" | tr '|\n' '/ ' | cut -c1-160
+}
+
+# run_bench LABEL URI OUT.json [extra cobalt bench options]: load generator pinned
+# to the client CPUs, measuring server_pid.
+run_bench() {
+  local label=$1 uri=$2 out=$3
+  shift 3
+  log "$label: cobalt bench $uri -c $clients -d $duration $*"
+  pin_client "$COBALT" bench "$uri" -c "$clients" -d "$duration" \
+    --server-pid "$server_pid" --json -q "$@" >"$out"
+}
+
+# manifest lines: LABEL<TAB>ok<TAB>JSON-PATH<TAB>DESCRIPTION or LABEL<TAB>skipped<TAB>REASON<TAB>DESCRIPTION
+record_ok() { printf '%s\tok\t%s\t%s\n' "$1" "$2" "$3" >>"$manifest"; }
+record_skip() {
+  log "skipped $1: $2"
+  printf '%s\tskipped\t%s\t%s\n' "$1" "$2" "$3" >>"$manifest"
+}
+
+machine_info() {
+  local cpu
+  cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
+  printf '%s, %s CPUs, Linux %s' "${cpu:-unknown CPU}" "$(nproc)" "$(uname -r)"
+}
