@@ -95,6 +95,18 @@ impl Endpoint {
             if p.outstanding >= self.config.nstart {
                 return;
             }
+            if p.queue.is_empty() {
+                return;
+            }
+            if let Some(at) = self.mid_blocked_until(now, peer) {
+                // More than 65,536 messages within EXCHANGE_LIFETIME: wait (§4.4).
+                self.stats.mid_waits += 1;
+                self.timers.arm(at, Timer::MidsFree(peer));
+                return;
+            }
+            let Some(p) = self.peers.get_mut(&peer) else {
+                return;
+            };
             let Some(id) = p.queue.pop_front() else {
                 return;
             };

@@ -206,6 +206,9 @@ pub struct Stats {
     pub unmatched: u64,
     /// Client requests that timed out.
     pub timeouts: u64,
+    /// Times a client request had to wait because all message IDs to its server were
+    /// used within EXCHANGE_LIFETIME (more than 65,536 messages, RFC 7252 §4.4).
+    pub mid_waits: u64,
     /// Responses and notifications sent with a 2.xx code.
     pub responses_2xx: u64,
     /// Responses and notifications sent with a 4.xx code (including 4.02 Bad Option).
@@ -247,7 +250,14 @@ struct Peer {
     outstanding: usize,
     queue: VecDeque<RequestId>,
     last_used: Instant,
+    /// For each block of 4096 message IDs, when one of them was last used (whole
+    /// seconds since the endpoint's epoch, rounded up; 0 = never): a MID may not be used
+    /// again within EXCHANGE_LIFETIME (RFC 7252 §4.4).
+    mid_blocks: [u32; MID_BLOCKS],
 }
+
+/// Message IDs are tracked in this many blocks of `65536 / MID_BLOCKS`.
+const MID_BLOCKS: usize = 16;
 
 #[derive(Debug)]
 struct ServerExchange {
@@ -301,6 +311,8 @@ struct PendingCon {
 /// The sans-IO CoAP endpoint. See the [module documentation](self).
 #[derive(Debug)]
 pub struct Endpoint {
+    /// Reference point for the per-peer message-ID clock.
+    epoch: Instant,
     config: EndpointConfig,
     rng: StdRng,
     dedup: DedupStore,
@@ -332,6 +344,7 @@ impl Endpoint {
     fn with_rng(config: EndpointConfig, now: Instant, rng: StdRng) -> Endpoint {
         let dedup = DedupStore::new(now, config.exchange_lifetime(), config.max_dedup_entries);
         Endpoint {
+            epoch: now,
             config,
             rng,
             dedup,
@@ -466,6 +479,7 @@ impl Endpoint {
                 Timer::SeparateAck(id) => self.send_empty_ack_for(id),
                 Timer::ClientDeadline(id) => self.on_client_deadline(now, at, id),
                 Timer::Housekeeping => self.housekeeping(now),
+                Timer::MidsFree(peer) => self.pump_peer(now, peer),
             }
         }
     }
@@ -497,6 +511,7 @@ impl Endpoint {
                 outstanding: 0,
                 queue: VecDeque::new(),
                 last_used: now,
+                mid_blocks: [0; MID_BLOCKS],
             })
             .last_used = now;
         self.arm_housekeeping(now);
@@ -504,10 +519,36 @@ impl Endpoint {
 
     fn alloc_mid(&mut self, now: Instant, peer: SocketAddr) -> u16 {
         self.touch_peer(now, peer);
+        let used = self.epoch_secs(now);
         let p = self.peers.get_mut(&peer).expect("peer just touched");
         let mid = p.next_mid;
         p.next_mid = p.next_mid.wrapping_add(1);
+        p.mid_blocks[usize::from(mid) * MID_BLOCKS / 65536] = used;
         mid
+    }
+
+    /// Whole seconds since the endpoint's epoch, rounded up, plus one (0 means never).
+    fn epoch_secs(&self, now: Instant) -> u32 {
+        let d = now.saturating_duration_since(self.epoch);
+        (d.as_secs() + u64::from(d.subsec_nanos() > 0) + 1).min(u64::from(u32::MAX)) as u32
+    }
+
+    /// When the next message ID to `peer` may be used, if not now: entering a block of
+    /// IDs whose last use is less than EXCHANGE_LIFETIME ago would reuse an ID too
+    /// early (more than 65,536 messages to one peer within the lifetime).
+    fn mid_blocked_until(&self, now: Instant, peer: SocketAddr) -> Option<Instant> {
+        let p = self.peers.get(&peer)?;
+        let block_len = (65536 / MID_BLOCKS) as u16;
+        if p.next_mid % block_len != 0 {
+            return None;
+        }
+        let used = p.mid_blocks[usize::from(p.next_mid) * MID_BLOCKS / 65536];
+        if used == 0 {
+            return None;
+        }
+        let free_at =
+            self.epoch + Duration::from_secs(u64::from(used)) + self.config.exchange_lifetime();
+        (free_at > now).then_some(free_at)
     }
 
     fn arm_housekeeping(&mut self, now: Instant) {

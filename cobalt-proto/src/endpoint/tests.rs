@@ -484,3 +484,39 @@ fn no_response_suppresses_the_chosen_classes_but_still_acks() {
         (1, MessageType::Acknowledgement, Code::EMPTY, 3)
     );
 }
+
+#[test]
+fn message_ids_are_not_reused_within_the_exchange_lifetime() {
+    let mut p = Pair::new();
+    let mut used = std::collections::HashSet::new();
+    let mut sent = 0u32;
+    // 70,000 requests, one every millisecond, each answered at once: more than 65,536
+    // message IDs would be needed within EXCHANGE_LIFETIME (247 s).
+    for _ in 0..70_000 {
+        p.now += Duration::from_millis(1);
+        p.client.handle_timeout(p.now);
+        p.client.request(p.now, p.s, get("/x")).unwrap();
+        for bytes in p.client_sends() {
+            let m = codec::decode(&bytes).unwrap();
+            assert!(
+                used.insert(m.mid),
+                "MID {} reused within the lifetime",
+                m.mid
+            );
+            sent += 1;
+            let mut ack = content("ok");
+            ack.mid = m.mid;
+            ack.token = m.token;
+            p.deliver_to_client(&codec::encode(&ack));
+        }
+        while p.client.poll_event().is_some() {}
+    }
+    assert!((61_440..=65_536).contains(&sent), "sent {sent}");
+    assert!(p.client.stats().mid_waits > 0);
+    // Once the lifetime has passed, the queued requests go out.
+    p.advance(p.client.config().exchange_lifetime());
+    assert!(
+        !p.client_sends().is_empty(),
+        "queue resumes after the lifetime"
+    );
+}

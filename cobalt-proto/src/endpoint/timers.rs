@@ -24,6 +24,8 @@ pub(crate) enum Timer {
     ClientDeadline(RequestId),
     /// Rotate the deduplication generations and sweep idle peers.
     Housekeeping,
+    /// Message IDs to this peer may be used again: send what is queued.
+    MidsFree(SocketAddr),
 }
 
 /// Deadlines in time order.
