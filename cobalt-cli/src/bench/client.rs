@@ -9,6 +9,7 @@
 //! slow server cannot hide its queueing delay (no coordinated omission). Responses are matched by MID (piggybacked ACK, RST) and token
 //! (separate response); anything else on the socket is a stray or duplicate and ignored.
 
+use super::pacing::Pacing;
 use super::stats::Recorder;
 use super::sys::{errno, interrupted, now_ns};
 use std::net::{SocketAddr, UdpSocket};
@@ -113,12 +114,8 @@ struct Worker<'a> {
     rec: Recorder,
     measure_start: u64,
     end: u64,
-    /// Open loop: nanoseconds between intended sends.
-    interval: Option<u64>,
-    /// Open loop: intended time of the next request.
-    next_due: u64,
-    /// Open loop: clients with no request in flight.
-    idle: Vec<u32>,
+    /// Closed- or open-loop schedule.
+    pacing: Pacing,
 }
 
 /// `epoll_wait` with a nanosecond timeout: `epoll_pwait2` where the kernel has it
@@ -250,9 +247,7 @@ impl<'a> Worker<'a> {
             rec: Recorder::new(),
             measure_start: 0,
             end: 0,
-            interval: interval.map(|i| i.max(1)),
-            next_due: 0,
-            idle: Vec::new(),
+            pacing: Pacing::new(interval),
         })
     }
 
@@ -269,15 +264,10 @@ impl<'a> Worker<'a> {
         let scan_every = (timeout / 20).clamp(1_000_000, 50_000_000);
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
         let start = now_ns();
-        if self.interval.is_some() {
-            self.idle = (0..self.clients.len() as u32).rev().collect();
-            self.next_due = start;
-            self.dispatch(start);
-        } else {
-            for i in 0..self.clients.len() {
-                self.send_request(i, start, start);
-            }
+        for i in self.pacing.start(self.clients.len(), start) {
+            self.send_request(i, start, start);
         }
+        self.dispatch(start);
         let mut next_scan = start + scan_every;
         let mut reported = 0u64;
         let mut done = 0u64;
@@ -291,12 +281,10 @@ impl<'a> Worker<'a> {
                 self.expire(now, timeout);
                 next_scan = now + scan_every;
             }
-            if self.interval.is_some() {
-                self.dispatch(now);
-            }
+            self.dispatch(now);
             let mut wake = next_scan.min(self.end);
-            if self.interval.is_some() && !self.idle.is_empty() {
-                wake = wake.min(self.next_due);
+            if let Some(due) = self.pacing.wake() {
+                wake = wake.min(due);
             }
             let wait_ns = wake.saturating_sub(now).min(MAX_WAIT_MS * 1_000_000);
             let n = waiter.wait(self.epoll.0, &mut events, wait_ns);
@@ -321,16 +309,8 @@ impl<'a> Worker<'a> {
 
     /// Open loop: sends every request that is due, as long as there are idle clients.
     fn dispatch(&mut self, now: u64) {
-        let Some(interval) = self.interval else {
-            return;
-        };
-        while self.next_due <= now {
-            let Some(i) = self.idle.pop() else {
-                break; // requests queue up; their latency keeps counting from `next_due`
-            };
-            let due = self.next_due;
-            self.send_request(i as usize, now, due);
-            self.next_due += interval;
+        while let Some((i, due)) = self.pacing.next_due(now) {
+            self.send_request(i, now, due);
         }
     }
 
@@ -338,11 +318,10 @@ impl<'a> Worker<'a> {
     /// request at once, in the open loop it waits for the schedule.
     fn finish(&mut self, i: usize, now: u64) {
         self.clients[i].outstanding = false;
-        if self.interval.is_some() {
-            self.idle.push(i as u32);
-            self.dispatch(now);
-        } else {
+        if self.pacing.release(i) {
             self.send_request(i, now, now);
+        } else {
+            self.dispatch(now);
         }
     }
 

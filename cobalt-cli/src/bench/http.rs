@@ -10,6 +10,7 @@
 
 use super::args::Target;
 use super::client::{StepShared, Waiter};
+use super::pacing::Pacing;
 use super::stats::Recorder;
 use super::sys::{errno, now_ns};
 use std::net::SocketAddr;
@@ -327,9 +328,7 @@ pub fn run_thread(
         rec: Recorder::new(),
         measure_start: shared.measure_start_ns.load(Ordering::SeqCst),
         end: shared.end_ns.load(Ordering::SeqCst),
-        interval: interval_ns.map(|i| i.max(1)),
-        next_due: 0,
-        idle: Vec::new(),
+        pacing: Pacing::new(interval_ns),
         fatal: None,
     };
     w.run();
@@ -347,9 +346,8 @@ struct HttpWorker<'a> {
     rec: Recorder,
     measure_start: u64,
     end: u64,
-    interval: Option<u64>,
-    next_due: u64,
-    idle: Vec<u32>,
+    /// Closed- or open-loop schedule.
+    pacing: Pacing,
     /// An unrecoverable setup problem (out of file descriptors).
     fatal: Option<String>,
 }
@@ -365,15 +363,10 @@ impl HttpWorker<'_> {
         let scan_every = (timeout / 20).clamp(1_000_000, 50_000_000);
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
         let start = now_ns();
-        if self.interval.is_some() {
-            self.idle = (0..self.conns.len() as u32).rev().collect();
-            self.next_due = start;
-            self.dispatch(start);
-        } else {
-            for i in 0..self.conns.len() {
-                self.start_request(i, start, start);
-            }
+        for i in self.pacing.start(self.conns.len(), start) {
+            self.start_request(i, start, start);
         }
+        self.dispatch(start);
         let mut next_scan = start + scan_every;
         let mut reported = 0u64;
         let mut waiter = Waiter::new();
@@ -388,8 +381,8 @@ impl HttpWorker<'_> {
             }
             self.dispatch(now);
             let mut wake = next_scan.min(self.end);
-            if self.interval.is_some() && !self.idle.is_empty() {
-                wake = wake.min(self.next_due);
+            if let Some(due) = self.pacing.wake() {
+                wake = wake.min(due);
             }
             let wait_ns = wake.saturating_sub(now).min(100_000_000);
             let n = waiter.wait(self.epoll.as_raw_fd(), &mut events, wait_ns);
@@ -416,26 +409,17 @@ impl HttpWorker<'_> {
     }
 
     fn dispatch(&mut self, now: u64) {
-        let Some(interval) = self.interval else {
-            return;
-        };
-        while self.next_due <= now {
-            let Some(i) = self.idle.pop() else {
-                break;
-            };
-            let due = self.next_due;
-            self.start_request(i as usize, now, due);
-            self.next_due += interval;
+        while let Some((i, due)) = self.pacing.next_due(now) {
+            self.start_request(i, now, due);
         }
     }
 
     fn finish(&mut self, i: usize, now: u64) {
         self.conns[i].outstanding = false;
-        if self.interval.is_some() {
-            self.idle.push(i as u32);
-            self.dispatch(now);
-        } else {
+        if self.pacing.release(i) {
             self.start_request(i, now, now);
+        } else {
+            self.dispatch(now);
         }
     }
 

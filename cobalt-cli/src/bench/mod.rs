@@ -31,6 +31,7 @@ mod distributed;
 mod http;
 pub mod http_responder;
 mod output;
+mod pacing;
 mod plot;
 mod procfs;
 pub mod responder;
