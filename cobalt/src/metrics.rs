@@ -59,6 +59,16 @@ pub struct ShardSnapshot {
     pub observers: u64,
     /// Peers with per-peer state (gauge).
     pub peers: u64,
+    /// DTLS HelloVerifyRequests sent (cookie exchanges started).
+    pub dtls_hello_verify_sent: u64,
+    /// DTLS handshakes completed.
+    pub dtls_handshakes: u64,
+    /// DTLS handshakes that failed or timed out (wrong key, untrusted certificate, ...).
+    pub dtls_handshake_failures: u64,
+    /// DTLS sessions evicted to make room.
+    pub dtls_evicted: u64,
+    /// DTLS records dropped (no session, failed decryption, garbage).
+    pub dtls_dropped: u64,
 }
 
 /// One shard's published values: written by the shard, read by anyone.
@@ -68,7 +78,7 @@ pub struct ShardMetrics {
     values: [AtomicU64; FIELDS],
 }
 
-const FIELDS: usize = 17;
+const FIELDS: usize = 22;
 
 impl ShardSnapshot {
     fn to_array(self) -> [u64; FIELDS] {
@@ -90,6 +100,11 @@ impl ShardSnapshot {
             self.server_exchanges,
             self.observers,
             self.peers,
+            self.dtls_hello_verify_sent,
+            self.dtls_handshakes,
+            self.dtls_handshake_failures,
+            self.dtls_evicted,
+            self.dtls_dropped,
         ]
     }
 
@@ -112,6 +127,11 @@ impl ShardSnapshot {
             server_exchanges: a[14],
             observers: a[15],
             peers: a[16],
+            dtls_hello_verify_sent: a[17],
+            dtls_handshakes: a[18],
+            dtls_handshake_failures: a[19],
+            dtls_evicted: a[20],
+            dtls_dropped: a[21],
         }
     }
 
@@ -135,7 +155,18 @@ impl ShardSnapshot {
             server_exchanges: counts.server_exchanges as u64,
             observers: observers as u64,
             peers: counts.peers as u64,
+            ..ShardSnapshot::default()
         }
+    }
+
+    /// Adds a DTLS layer's counters (for shards that serve `coaps://`).
+    pub fn with_dtls(mut self, d: &crate::transport::dtls::DtlsStats) -> ShardSnapshot {
+        self.dtls_hello_verify_sent = d.hello_verify_sent;
+        self.dtls_handshakes = d.handshakes;
+        self.dtls_handshake_failures = d.handshake_failures;
+        self.dtls_evicted = d.evicted;
+        self.dtls_dropped = d.dropped;
+        self
     }
 
     /// Field-wise sum (counters and gauges over all shards).
@@ -376,6 +407,36 @@ const FAMILIES: &[Family] = &[
         help: "Peers with per-peer state (message ID counter, NSTART queue).",
         kind: Kind::Gauge,
         series: &[(None, |s| s.peers)],
+    },
+    Family {
+        name: "cobalt_dtls_hello_verify_sent_total",
+        help: "DTLS HelloVerifyRequests sent: cookie exchanges started, no state kept.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dtls_hello_verify_sent)],
+    },
+    Family {
+        name: "cobalt_dtls_handshakes_total",
+        help: "DTLS handshakes completed.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dtls_handshakes)],
+    },
+    Family {
+        name: "cobalt_dtls_handshake_failures_total",
+        help: "DTLS handshakes that failed or timed out (wrong key, untrusted certificate).",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dtls_handshake_failures)],
+    },
+    Family {
+        name: "cobalt_dtls_evicted_total",
+        help: "DTLS sessions evicted to stay within the session cap.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dtls_evicted)],
+    },
+    Family {
+        name: "cobalt_dtls_dropped_total",
+        help: "DTLS records dropped: no session, failed decryption or garbage.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dtls_dropped)],
     },
 ];
 

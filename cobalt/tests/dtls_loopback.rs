@@ -81,6 +81,20 @@ async fn wrong_key_is_a_clear_error_not_a_timeout() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("unknown psk identity"), "{err}");
+    // Both failures are counted for the metrics exporter.
+    let mut failures = 0;
+    for _ in 0..50 {
+        failures = server.metrics().total().dtls_handshake_failures;
+        if failures >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(failures >= 2, "{:?}", server.metrics().total());
+    assert!(server
+        .metrics()
+        .render_prometheus()
+        .contains("cobalt_dtls_handshake_failures_total"));
     server.shutdown(Duration::ZERO).await;
 }
 
@@ -112,6 +126,16 @@ async fn plain_and_dtls_side_by_side() {
         .await
         .unwrap();
     assert_eq!(a.text_payload(), b.text_payload());
+    // The DTLS shards publish into their own metrics slots, after the plain ones.
+    let mut handshakes = 0;
+    for _ in 0..50 {
+        handshakes = server.metrics().total().dtls_handshakes;
+        if handshakes >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(handshakes >= 1, "{:?}", server.metrics().total());
     // Plain CoAP sent to the DTLS port is not served.
     let err = client
         .request(Code::GET, &format!("coap://{secure}/hello"))

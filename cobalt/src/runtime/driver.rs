@@ -190,11 +190,12 @@ impl Driver {
         if let Some(m) = &self.metrics {
             let observers = self.server.as_ref().map_or(0, ServerShard::observer_count);
             let counts = self.endpoint.state_counts();
-            m.publish(ShardSnapshot::from_endpoint(
-                self.endpoint.stats(),
-                counts,
-                observers,
-            ));
+            let mut snapshot =
+                ShardSnapshot::from_endpoint(self.endpoint.stats(), counts, observers);
+            if let Some(dtls) = &self.dtls {
+                snapshot = snapshot.with_dtls(&dtls.stats());
+            }
+            m.publish(snapshot);
         }
     }
 

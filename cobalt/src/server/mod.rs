@@ -326,7 +326,13 @@ impl Server {
                 (ios, local_addr, Some(threads))
             }
         };
-        let mut metrics = Metrics::new(ios.len());
+        // DTLS shards next to plain ones publish into the slots after the plain shards'.
+        let dtls_shards = if self.dtls_addr.is_some() && !secure {
+            shards
+        } else {
+            0
+        };
+        let mut metrics = Metrics::new(ios.len() + dtls_shards);
         if stage_threads.is_some() {
             metrics = metrics.with_stages(self.stage_counters.clone());
         }
@@ -353,9 +359,14 @@ impl Server {
             threads.push(handle);
         }
         let dtls_local_addr = match self.dtls_addr.filter(|_| !secure) {
-            Some(addr) => {
-                Some(self.spawn_dtls_shards(addr, shards, &tree, &mut commands, &mut threads)?)
-            }
+            Some(addr) => Some(self.spawn_dtls_shards(
+                addr,
+                shards,
+                &tree,
+                &mut commands,
+                &mut threads,
+                &metrics.shards()[metrics.shards().len() - dtls_shards..],
+            )?),
             None => None,
         };
         for o in tree.observables() {
@@ -443,6 +454,7 @@ impl Server {
         tree: &Arc<ResourceTree>,
         commands: &mut Vec<mpsc::UnboundedSender<Command>>,
         threads: &mut Vec<std::thread::JoinHandle<()>>,
+        slots: &[Arc<crate::metrics::ShardMetrics>],
     ) -> Result<SocketAddr> {
         let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
         let local_addr = sockets[0].local_addr()?;
@@ -454,7 +466,7 @@ impl Server {
                 Some((tree.clone(), self.limits.clone())),
                 None,
                 self.recv_batch,
-                None,
+                slots.get(i).cloned(),
                 Some(self.dtls_layer()?),
             )?;
             commands.push(tx);
