@@ -238,6 +238,7 @@ impl ShardMetrics {
 pub struct Metrics {
     shards: Vec<Arc<ShardMetrics>>,
     stages: Option<Arc<crate::runtime::StageCounters>>,
+    transports: Vec<(&'static str, Arc<crate::transport::tcp::TcpCounters>)>,
 }
 
 impl Metrics {
@@ -253,7 +254,18 @@ impl Metrics {
                 })
                 .collect(),
             stages: None,
+            transports: Vec::new(),
         }
+    }
+
+    /// Also reports a TCP or WebSocket listener's counters under `transport="name"`.
+    pub(crate) fn with_transport(
+        mut self,
+        name: &'static str,
+        counters: Arc<crate::transport::tcp::TcpCounters>,
+    ) -> Metrics {
+        self.transports.push((name, counters));
+        self
     }
 
     /// Also reports the receiver stages' counters (single-socket mode).
@@ -288,6 +300,7 @@ impl Metrics {
                 "# HELP cobalt_stage_overload_total Datagrams refused by the receiver stage because a worker queue was full (CON requests answered 5.03).\n# TYPE cobalt_stage_overload_total counter\ncobalt_stage_overload_total {n}"
             );
         }
+        render_transports(&mut out, &self.transports);
         out
     }
 }
@@ -462,6 +475,36 @@ pub fn render_prometheus(shards: &[ShardSnapshot]) -> String {
         }
     }
     out
+}
+
+type Connections = (
+    &'static str,
+    &'static str,
+    fn(&crate::transport::tcp::TcpCounters) -> &std::sync::atomic::AtomicU64,
+);
+
+/// The connection counters of the TCP and WebSocket listeners.
+fn render_transports(
+    out: &mut String,
+    transports: &[(&'static str, Arc<crate::transport::tcp::TcpCounters>)],
+) {
+    if transports.is_empty() {
+        return;
+    }
+    const FAMILIES: &[Connections] = &[
+        ("cobalt_connections_accepted_total", "Connections accepted.", |c| &c.accepted),
+        ("cobalt_connections_refused_total", "Connections refused: max_connections were open.", |c| &c.refused),
+        ("cobalt_connections_protocol_errors_total", "Connections aborted for a protocol error (bad or missing CSM, oversized frame, malformed message).", |c| &c.protocol_errors),
+        ("cobalt_connections_timeouts_total", "Connections closed because the CSM or a frame took too long (silent or slow peers).", |c| &c.timeouts),
+        ("cobalt_connections_idle_closed_total", "Connections released for being idle.", |c| &c.idle_closed),
+    ];
+    for (name, help, field) in FAMILIES {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (transport, c) in transports {
+            let v = field(c).load(std::sync::atomic::Ordering::Relaxed);
+            let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
+        }
+    }
 }
 
 /// Largest HTTP request accepted by the metrics endpoint.

@@ -500,7 +500,14 @@ impl ServerHandle {
     /// The shards' counters, updated after every batch a shard processes; serve them
     /// with [`crate::metrics::serve_metrics`].
     pub fn metrics(&self) -> Metrics {
-        self.metrics.clone()
+        let mut m = self.metrics.clone();
+        if let Some(t) = &self.tcp {
+            m = m.with_transport("tcp", t.counters.clone());
+        }
+        if let Some(w) = &self.ws {
+            m = m.with_transport("ws", w.counters.clone());
+        }
+        m
     }
 
     /// The bound address (with the real port when 0 was asked for).

@@ -19,6 +19,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -129,6 +130,7 @@ fn handle_input(conn: &mut TcpConnection, input: Input<'_>) {
 #[derive(Debug)]
 pub(crate) struct TcpListenerHandle {
     pub(crate) local_addr: SocketAddr,
+    pub(crate) counters: Arc<TcpCounters>,
     shutdown: watch::Sender<Option<Duration>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -146,6 +148,34 @@ impl TcpListenerHandle {
     }
 }
 
+/// What a TCP or WebSocket listener has seen, for the metrics exporter.
+#[derive(Debug, Default)]
+pub struct TcpCounters {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections refused because `max_connections` were open.
+    pub refused: AtomicU64,
+    /// Connections aborted by this side for a protocol error (bad or missing CSM,
+    /// oversized frame, malformed message).
+    pub protocol_errors: AtomicU64,
+    /// Connections closed because the CSM or a frame took too long (slow or silent peers).
+    pub timeouts: AtomicU64,
+    /// Connections released for being idle.
+    pub idle_closed: AtomicU64,
+}
+
+impl TcpCounters {
+    fn count_close(&self, reason: &CloseReason) {
+        let counter = match reason {
+            CloseReason::LocalAbort(_) => &self.protocol_errors,
+            CloseReason::CsmTimeout | CloseReason::FrameTimeout => &self.timeouts,
+            CloseReason::IdleTimeout => &self.idle_closed,
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Binds `addr` and serves `tree` over `coap+tcp` (stream framing) or `coap+ws`
 /// (WebSocket framing, after an HTTP upgrade) on the current tokio runtime.
 pub(crate) async fn listen(
@@ -158,6 +188,8 @@ pub(crate) async fn listen(
     let listener = TcpListener::bind(addr).await?;
     let local_addr = listener.local_addr()?;
     let (shutdown, mut stop) = watch::channel(None);
+    let counters = Arc::new(TcpCounters::default());
+    let seen = counters.clone();
     let task = tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(tcp.max_connections.max(1)));
         let mut conns = JoinSet::new();
@@ -174,13 +206,16 @@ pub(crate) async fn listen(
                         }
                     };
                     let Ok(permit) = permits.clone().try_acquire_owned() else {
+                        seen.refused.fetch_add(1, Ordering::Relaxed);
                         match framing {
                             Framing::Stream => refuse(stream, &tcp.connection),
                             Framing::WebSocket => super::ws::refuse(stream),
                         }
                         continue;
                     };
+                    seen.accepted.fetch_add(1, Ordering::Relaxed);
                     let conn = ServerConn {
+                        counters: seen.clone(),
                         peer,
                         tree: tree.clone(),
                         limits: limits.clone(),
@@ -208,6 +243,7 @@ pub(crate) async fn listen(
     });
     Ok(TcpListenerHandle {
         local_addr,
+        counters,
         shutdown,
         task,
     })
@@ -246,6 +282,7 @@ fn from_message(m: Message) -> TcpMessage {
 type Pending = Pin<Box<dyn Future<Output = (Token, Message, Response)> + Send>>;
 
 struct ServerConn {
+    counters: Arc<TcpCounters>,
     peer: SocketAddr,
     tree: Arc<ResourceTree>,
     limits: ServerLimits,
@@ -290,6 +327,7 @@ impl ServerConn {
                         }
                     }
                     TcpEvent::Closed { reason, .. } => {
+                        self.counters.count_close(&reason);
                         tracing::debug!(peer = %self.peer, %reason, framing = ?L::FRAMING, "connection closed");
                     }
                     _ => {}
