@@ -84,6 +84,9 @@ pub struct DtlsConfig {
     pub max_pending: usize,
     /// The OpenSSL cipher list (default [`CIPHERS`]).
     pub ciphers: String,
+    /// An established session not heard from for this long is dropped; the peer
+    /// handshakes again when it comes back (default 1 h).
+    pub idle_timeout: Duration,
 }
 
 impl Default for DtlsConfig {
@@ -94,6 +97,7 @@ impl Default for DtlsConfig {
             mtu: 1400,
             max_pending: 16,
             ciphers: CIPHERS.to_string(),
+            idle_timeout: Duration::from_secs(3600),
         }
     }
 }
@@ -337,7 +341,7 @@ pub struct DtlsStats {
     pub handshakes: u64,
     /// Handshakes that failed or timed out.
     pub handshake_failures: u64,
-    /// Sessions evicted to make room.
+    /// Sessions evicted to make room, or dropped for being idle.
     pub evicted: u64,
     /// Records that could not be used (no session, decryption failure, garbage).
     pub dropped: u64,
@@ -481,6 +485,8 @@ pub struct OpensslDtls {
     /// Client with certificates: check the server's certificate for this name, or
     /// (`Some(None)`) for the server's IP address.
     verify_peer_name: Option<Option<String>>,
+    /// When idle sessions are looked for next.
+    next_idle_sweep: Option<Instant>,
 }
 
 impl std::fmt::Debug for OpensslDtls {
@@ -613,7 +619,24 @@ impl OpensslDtls {
             buf: vec![0; 16 * 1024 + 512],
             stats: DtlsStats::default(),
             verify_peer_name: None,
+            next_idle_sweep: None,
         }
+    }
+
+    /// Drops established sessions idle for longer than `idle_timeout`; runs at most
+    /// every quarter of it, so the scan stays cheap.
+    fn sweep_idle(&mut self, now: Instant) {
+        let idle = self.config.idle_timeout;
+        if self.next_idle_sweep.is_some_and(|at| now < at) {
+            return;
+        }
+        let before = self.sessions.len();
+        let handshaking = &self.handshaking;
+        self.sessions.retain(|p, s| {
+            handshaking.contains(p) || now.saturating_duration_since(s.last_seen) < idle
+        });
+        self.stats.evicted += (before - self.sessions.len()) as u64;
+        self.next_idle_sweep = (!self.sessions.is_empty()).then(|| now + idle / 4);
     }
 
     /// The cipher suite negotiated with `peer` (OpenSSL's name), once established.
@@ -1011,17 +1034,21 @@ impl DtlsBackend for OpensslDtls {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.handshaking
+        let handshakes = self
+            .handshaking
             .iter()
             .filter_map(|p| self.sessions.get(p))
             .map(|s| {
                 let limit = s.started + self.config.handshake_timeout;
                 s.retransmit_at.map_or(limit, |r| r.min(limit))
             })
-            .min()
+            .min();
+        let sweep = self.next_idle_sweep.filter(|_| !self.sessions.is_empty());
+        [handshakes, sweep].into_iter().flatten().min()
     }
 
     fn handle_timeout(&mut self, now: Instant) {
+        self.sweep_idle(now);
         let due: Vec<SocketAddr> = self
             .handshaking
             .iter()

@@ -368,3 +368,29 @@ fn garbage_never_panics_nor_keeps_state() {
     let (at_server, _) = pump(&mut c, &mut s);
     assert_eq!(at_server, vec![b"still here".to_vec()]);
 }
+
+#[test]
+fn idle_sessions_are_dropped_after_the_idle_timeout() {
+    let config = DtlsConfig {
+        idle_timeout: Duration::from_secs(60),
+        ..DtlsConfig::default()
+    };
+    let mut s = server(config);
+    let mut c = client("alice", "secretPSK", DtlsConfig::default());
+    c.encrypt(Instant::now(), addr(SERVER), b"hello");
+    let (at_server, _) = pump(&mut c, &mut s);
+    assert_eq!(at_server, vec![b"hello".to_vec()]);
+    assert_eq!(s.session_count(), 1);
+    let now = Instant::now();
+    s.handle_timeout(now);
+    assert_eq!(s.session_count(), 1, "not idle yet");
+    let later = now + Duration::from_secs(61);
+    assert!(
+        s.poll_timeout().is_some_and(|t| t <= later),
+        "a sweep is scheduled"
+    );
+    s.handle_timeout(later);
+    assert_eq!(s.session_count(), 0, "idle session dropped");
+    assert_eq!(s.stats().evicted, 1);
+    assert_eq!(s.poll_timeout(), None, "nothing left to wake up for");
+}
