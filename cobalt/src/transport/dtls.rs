@@ -730,6 +730,12 @@ impl OpensslDtls {
                 });
             }
         }
+        self.open_session(now, peer, stream);
+        self.advance(now, peer, None)
+    }
+
+    /// Adds a session whose handshake is starting, making room for it first.
+    fn open_session(&mut self, now: Instant, peer: SocketAddr, stream: SslStream<Channel>) {
         self.make_room();
         self.sessions.insert(
             peer,
@@ -743,7 +749,6 @@ impl OpensslDtls {
             },
         );
         self.handshaking.insert(peer);
-        self.advance(now, peer, None)
     }
 
     /// Evicts the least recently heard-from session when the table is full.
@@ -989,19 +994,7 @@ impl DtlsBackend for OpensslDtls {
                     return;
                 }
             };
-            self.make_room();
-            self.sessions.insert(
-                peer,
-                Session {
-                    stream,
-                    established: false,
-                    started: now,
-                    last_seen: now,
-                    pending: VecDeque::new(),
-                    retransmit_at: None,
-                },
-            );
-            self.handshaking.insert(peer);
+            self.open_session(now, peer, stream);
             if let Some(s) = self.sessions.get_mut(&peer) {
                 s.pending.push_back(plaintext.to_vec());
             }
