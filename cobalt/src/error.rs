@@ -60,6 +60,14 @@ pub enum Error {
         /// Why (OpenSSL's reason, with a hint).
         reason: String,
     },
+    /// The TLS handshake for a `coaps+tcp://` or `coaps+ws://` request failed.
+    #[error("TLS handshake with {peer} failed: {reason}")]
+    Tls {
+        /// The server.
+        peer: std::net::SocketAddr,
+        /// Why (OpenSSL's reason, with a hint).
+        reason: String,
+    },
     /// The endpoint shut down while the request was outstanding.
     #[error("the endpoint was shut down")]
     Shutdown,

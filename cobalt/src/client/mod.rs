@@ -18,6 +18,7 @@ use crate::runtime::Tracer;
 use crate::server::Response;
 use crate::transport::dtls::{ClientPsk, DtlsClientAuth, DtlsConfig, OpensslDtls, X509Credentials};
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
+use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets};
 use crate::{Error, Result};
 use cobalt_proto::blockwise::MAX_UDP_SZX;
@@ -51,6 +52,10 @@ pub struct Client {
 /// DTLS drivers by address family (`true` = IPv4) and credentials.
 type DtlsDrivers = HashMap<(bool, DtlsClientAuth), mpsc::UnboundedSender<Command>>;
 
+/// Connection pools of `coaps+tcp` and `coaps+ws` (`true`) by credentials (none:
+/// the system's trusted CAs).
+type TlsPools = HashMap<(bool, Option<DtlsClientAuth>), Arc<TcpPool>>;
+
 struct Inner {
     config: EndpointConfig,
     tracer: Option<Tracer>,
@@ -62,6 +67,7 @@ struct Inner {
     tcp: TcpPool,
     dtls: Mutex<DtlsDrivers>,
     ws: TcpPool,
+    tls: Mutex<TlsPools>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -103,6 +109,7 @@ impl Client {
                 tcp: TcpPool::default(),
                 dtls: Mutex::new(HashMap::new()),
                 ws: TcpPool::new(Framing::WebSocket),
+                tls: Mutex::new(HashMap::new()),
             }),
             auth: None,
             secure: None,
@@ -269,6 +276,24 @@ impl Client {
         Ok(tx)
     }
 
+    /// The pool of `coaps+tcp` (or `coaps+ws`) connections made with `auth`.
+    fn tls_pool(&self, scheme: Scheme, auth: Option<&DtlsClientAuth>) -> Result<Arc<TcpPool>> {
+        let (framing, alpn) = match scheme {
+            Scheme::CoapsWs => (Framing::WebSocket, Alpn::Http11),
+            _ => (Framing::Stream, Alpn::Coap),
+        };
+        let mut pools = self.inner.tls.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (framing == Framing::WebSocket, auth.cloned());
+        if let Some(pool) = pools.get(&key) {
+            return Ok(pool.clone());
+        }
+        let connector = TlsConnector::new(auth, alpn)
+            .map_err(|e| Error::Unsupported(format!("cannot set up TLS: {e}")))?;
+        let pool = Arc::new(TcpPool::secure(framing, connector));
+        pools.insert(key, pool.clone());
+        Ok(pool)
+    }
+
     pub(crate) fn next_key(&self) -> u64 {
         self.inner.next_key.fetch_add(1, Ordering::Relaxed)
     }
@@ -372,7 +397,7 @@ impl RequestBuilder {
             }
             other => {
                 return Err(Error::Unsupported(format!(
-                    "{}:// is not supported yet; use coap://, coaps://, coap+tcp:// or coap+ws://",
+                    "{}:// is not a datagram scheme",
                     other.as_str()
                 )))
             }
@@ -390,9 +415,7 @@ impl RequestBuilder {
     /// gives up after 60 s. `coap+ws://` URIs go the same way over a pooled WebSocket
     /// per server (RFC 8323 §4, path `/.well-known/coap`, subprotocol `coap`).
     pub async fn send(self) -> Result<Response> {
-        if CoapUri::parse(&self.uri)
-            .is_ok_and(|u| matches!(u.scheme, Scheme::CoapTcp | Scheme::CoapWs))
-        {
+        if CoapUri::parse(&self.uri).is_ok_and(|u| is_stream(u.scheme)) {
             return self.send_tcp().await;
         }
         let szx = self.block_szx;
@@ -419,10 +442,20 @@ impl RequestBuilder {
         let peer = resolve(&uri).await?;
         uri.apply_to(&mut self.message.options);
         let timeout = self.timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT);
+        let auth = self
+            .auth
+            .take()
+            .map(Arc::new)
+            .or_else(|| self.client.auth.clone());
         let client = self.client;
+        let secure;
         let pool = match uri.scheme {
             Scheme::CoapWs => &client.inner.ws,
-            _ => &client.inner.tcp,
+            Scheme::CoapTcp => &client.inner.tcp,
+            other => {
+                secure = client.tls_pool(other, auth.as_deref())?;
+                &*secure
+            }
         };
         let host = uri.host.as_str();
         let exchange = async {
@@ -436,9 +469,7 @@ impl RequestBuilder {
 
     /// Sends the request with Observe=0 and returns the stream of notifications.
     pub async fn observe(mut self) -> Result<Observation> {
-        if CoapUri::parse(&self.uri)
-            .is_ok_and(|u| matches!(u.scheme, Scheme::CoapTcp | Scheme::CoapWs))
-        {
+        if CoapUri::parse(&self.uri).is_ok_and(|u| is_stream(u.scheme)) {
             return Err(Error::Unsupported(
                 "observe over coap+tcp:// and coap+ws:// is not supported yet; use coap://".into(),
             ));
@@ -447,6 +478,11 @@ impl RequestBuilder {
         let (client, peer, message, _) = self.prepare().await?;
         Observation::register(client, peer, message)
     }
+}
+
+/// Whether a scheme runs over a connection (RFC 8323) rather than datagrams.
+fn is_stream(scheme: Scheme) -> bool {
+    !matches!(scheme, Scheme::Coap | Scheme::Coaps)
 }
 
 /// Largest body the client reassembles from blocks (16 MiB).

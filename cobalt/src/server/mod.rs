@@ -39,7 +39,8 @@ use crate::metrics::Metrics;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo};
 use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
 use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls, PskStore, X509Credentials};
-use crate::transport::tcp::{TcpListenerHandle, TcpServerLimits};
+use crate::transport::tcp::{TcpListenerHandle, TcpServerLimits, Transport};
+use crate::transport::tls::{Alpn, TlsAcceptor};
 use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
@@ -60,14 +61,51 @@ pub struct Server {
     stage_counters: Arc<StageCounters>,
     recv_batch: Option<usize>,
     buffers: SocketBuffers,
-    tcp_addr: Option<SocketAddr>,
     tcp_limits: TcpServerLimits,
-    dtls_keys: Option<Arc<PskStore>>,
-    dtls_x509: Option<Arc<X509Credentials>>,
+    psk_keys: Option<Arc<PskStore>>,
+    x509: Option<Arc<X509Credentials>>,
     dtls_config: DtlsConfig,
     dtls_addr: Option<SocketAddr>,
-    ws_addr: Option<SocketAddr>,
     ws_limits: TcpServerLimits,
+    /// Connection-oriented listeners to start next to UDP: coap+tcp, coaps+tcp,
+    /// coap+ws, coaps+ws.
+    streams: Vec<(StreamScheme, SocketAddr)>,
+}
+
+/// A connection-oriented way of serving CoAP (RFC 8323).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamScheme {
+    /// `coap+tcp`.
+    Tcp,
+    /// `coaps+tcp`.
+    Tls,
+    /// `coap+ws`.
+    Ws,
+    /// `coaps+ws`.
+    Wss,
+}
+
+impl StreamScheme {
+    fn framing(self) -> Framing {
+        match self {
+            StreamScheme::Tcp | StreamScheme::Tls => Framing::Stream,
+            StreamScheme::Ws | StreamScheme::Wss => Framing::WebSocket,
+        }
+    }
+
+    fn secure(self) -> bool {
+        matches!(self, StreamScheme::Tls | StreamScheme::Wss)
+    }
+
+    /// The label of the listener's metrics.
+    fn label(self) -> &'static str {
+        match self {
+            StreamScheme::Tcp => "tcp",
+            StreamScheme::Tls => "tls",
+            StreamScheme::Ws => "ws",
+            StreamScheme::Wss => "wss",
+        }
+    }
 }
 
 impl Server {
@@ -155,7 +193,39 @@ impl Server {
     /// `addr`, bound by [`Server::bind`] next to the UDP socket; see
     /// [`ServerHandle::tcp_local_addr`].
     pub fn tcp(mut self, addr: SocketAddr) -> Server {
-        self.tcp_addr = Some(addr);
+        self.streams.push((StreamScheme::Tcp, addr));
+        self
+    }
+
+    /// Also serves the same resources over CoAP over TLS (RFC 8323 §8.2,
+    /// `coaps+tcp://`, usually port 5684) on `addr`, with the credentials of
+    /// [`Server::x509`] and/or [`Server::psk`] and the limits of [`Server::tcp_limits`];
+    /// see [`ServerHandle::tls_local_addr`].
+    pub fn tls(mut self, addr: SocketAddr) -> Server {
+        self.streams.push((StreamScheme::Tls, addr));
+        self
+    }
+
+    /// Also serves the same resources over CoAP over secure WebSockets (`coaps+ws://`,
+    /// TLS under [`Server::ws`]'s protocol) on `addr`, with the credentials of
+    /// [`Server::x509`] and/or [`Server::psk`] and the limits of [`Server::ws_limits`];
+    /// see [`ServerHandle::wss_local_addr`].
+    pub fn wss(mut self, addr: SocketAddr) -> Server {
+        self.streams.push((StreamScheme::Wss, addr));
+        self
+    }
+
+    /// The pre-shared keys accepted over DTLS (`coaps`) and TLS (`coaps+tcp`,
+    /// `coaps+ws`), by identity.
+    pub fn psk(mut self, keys: PskStore) -> Server {
+        self.psk_keys = Some(Arc::new(keys));
+        self
+    }
+
+    /// The certificate (and, with `ca_pem`, the CA that client certificates must chain
+    /// to, making them required) for DTLS and TLS; may be combined with [`Server::psk`].
+    pub fn x509(mut self, credentials: X509Credentials) -> Server {
+        self.x509 = Some(Arc::new(credentials));
         self
     }
 
@@ -166,18 +236,17 @@ impl Server {
     }
 
     /// The pre-shared keys accepted over DTLS (`coaps`), by identity; needed by
-    /// [`Server::bind_dtls`] and [`Server::dtls`].
-    pub fn dtls_psk(mut self, keys: PskStore) -> Server {
-        self.dtls_keys = Some(Arc::new(keys));
-        self
+    /// [`Server::bind_dtls`] and [`Server::dtls`] unless certificates are given. The
+    /// same as [`Server::psk`] (TLS uses them too).
+    pub fn dtls_psk(self, keys: PskStore) -> Server {
+        self.psk(keys)
     }
 
     /// The certificate (and, with `ca_pem`, the CA client certificates must chain to)
     /// for DTLS (`coaps`) with the ECDHE-ECDSA suites; may be combined with
-    /// [`Server::dtls_psk`].
-    pub fn dtls_x509(mut self, credentials: X509Credentials) -> Server {
-        self.dtls_x509 = Some(Arc::new(credentials));
-        self
+    /// [`Server::dtls_psk`]. The same as [`Server::x509`] (TLS uses it too).
+    pub fn dtls_x509(self, credentials: X509Credentials) -> Server {
+        self.x509(credentials)
     }
 
     /// Sets the DTLS session limits and timers (sessions per shard, handshake timeout).
@@ -196,14 +265,14 @@ impl Server {
 
     /// A DTLS session table for one shard.
     fn dtls_layer(&self) -> Result<Box<dyn DtlsBackend>> {
-        if self.dtls_keys.is_none() && self.dtls_x509.is_none() {
+        if self.psk_keys.is_none() && self.x509.is_none() {
             return Err(Error::Unsupported(
-                "coaps needs credentials: call Server::dtls_psk or Server::dtls_x509".into(),
+                "coaps needs credentials: call Server::psk or Server::x509".into(),
             ));
         }
         let layer = OpensslDtls::server_with(
-            self.dtls_keys.clone(),
-            self.dtls_x509.as_deref(),
+            self.psk_keys.clone(),
+            self.x509.as_deref(),
             self.dtls_config.clone(),
         )
         .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
@@ -222,7 +291,7 @@ impl Server {
     /// HTTP/1.1 upgrades on `/.well-known/coap` with subprotocol `coap`; see
     /// [`ServerHandle::ws_local_addr`].
     pub fn ws(mut self, addr: SocketAddr) -> Server {
-        self.ws_addr = Some(addr);
+        self.streams.push((StreamScheme::Ws, addr));
         self
     }
 
@@ -237,58 +306,119 @@ impl Server {
     /// current tokio runtime: one task per connection, handlers run on that task.
     /// [`ServerHandle::local_addr`] is then the WebSocket (TCP) address.
     pub async fn bind_ws(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
-        let addr = addr
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
-        let ws = crate::transport::tcp::listen(
-            addr,
-            Arc::new(self.tree),
-            self.limits,
-            self.ws_limits,
-            Framing::WebSocket,
-        )
-        .await?;
-        tracing::info!(local_addr = %ws.local_addr, "CoAP over WebSockets server listening");
-        Ok(ServerHandle {
-            local_addr: ws.local_addr,
-            commands: Vec::new(),
-            threads: Vec::new(),
-            stage_threads: None,
-            metrics: Metrics::new(0),
-            tcp: None,
-            ws: Some(ws),
-            dtls_local_addr: None,
-        })
+        self.bind_stream(StreamScheme::Ws, addr).await
     }
 
     /// Serves over CoAP over TCP only (RFC 8323, `coap+tcp://`), on the current tokio
     /// runtime: one task per connection, handlers run on that task.
     /// [`ServerHandle::local_addr`] is then the TCP address.
     pub async fn bind_tcp(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
+        self.bind_stream(StreamScheme::Tcp, addr).await
+    }
+
+    /// Serves over CoAP over TLS only (RFC 8323 §8.2, `coaps+tcp://`), like
+    /// [`Server::bind_tcp`] with TLS; needs [`Server::x509`] or [`Server::psk`].
+    pub async fn bind_tls(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
+        self.bind_stream(StreamScheme::Tls, addr).await
+    }
+
+    /// Serves over CoAP over secure WebSockets only (`coaps+ws://`), like
+    /// [`Server::bind_ws`] with TLS; needs [`Server::x509`] or [`Server::psk`].
+    pub async fn bind_wss(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
+        self.bind_stream(StreamScheme::Wss, addr).await
+    }
+
+    async fn bind_stream(
+        mut self,
+        scheme: StreamScheme,
+        addr: impl ToSocketAddrs,
+    ) -> Result<ServerHandle> {
         let addr = addr
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
-        let tcp = crate::transport::tcp::listen(
-            addr,
-            Arc::new(self.tree),
-            self.limits,
-            self.tcp_limits,
-            Framing::Stream,
-        )
-        .await?;
-        tracing::info!(local_addr = %tcp.local_addr, "CoAP over TCP server listening");
+        self.streams = vec![(scheme, addr)];
+        let tree = Arc::new(std::mem::take(&mut self.tree));
+        let streams = self.start_streams(&tree).await?;
         Ok(ServerHandle {
-            local_addr: tcp.local_addr,
+            local_addr: streams[0].1.local_addr,
             commands: Vec::new(),
             threads: Vec::new(),
             stage_threads: None,
             metrics: Metrics::new(0),
-            tcp: Some(tcp),
+            streams,
             dtls_local_addr: None,
-            ws: None,
         })
+    }
+
+    /// Starts the connection-oriented listeners; on failure stops those already started.
+    async fn start_streams(
+        &self,
+        tree: &Arc<ResourceTree>,
+    ) -> Result<Vec<(StreamScheme, TcpListenerHandle)>> {
+        let mut started: Vec<(StreamScheme, TcpListenerHandle)> = Vec::new();
+        for &(scheme, addr) in &self.streams {
+            match self.start_stream(scheme, addr, tree).await {
+                Ok(l) => started.push((scheme, l)),
+                Err(e) => {
+                    for (_, l) in &started {
+                        l.shutdown(Duration::ZERO);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(started)
+    }
+
+    async fn start_stream(
+        &self,
+        scheme: StreamScheme,
+        addr: SocketAddr,
+        tree: &Arc<ResourceTree>,
+    ) -> Result<TcpListenerHandle> {
+        let tls = if scheme.secure() {
+            if self.psk_keys.is_none() && self.x509.is_none() {
+                return Err(Error::Unsupported(
+                    "coaps+tcp and coaps+ws need credentials: call Server::x509 or Server::psk"
+                        .into(),
+                ));
+            }
+            let alpn = match scheme.framing() {
+                Framing::Stream => Alpn::Coap,
+                Framing::WebSocket => Alpn::Http11,
+            };
+            let acceptor = TlsAcceptor::new(self.x509.as_deref(), self.psk_keys.clone(), alpn)
+                .map_err(|e| Error::Unsupported(format!("cannot set up TLS: {e}")))?;
+            Some(acceptor)
+        } else {
+            None
+        };
+        let limits = match scheme.framing() {
+            Framing::Stream => self.tcp_limits.clone(),
+            Framing::WebSocket => self.ws_limits.clone(),
+        };
+        let transport = Transport {
+            framing: scheme.framing(),
+            tls,
+        };
+        let name = transport.scheme();
+        let listener = crate::transport::tcp::listen(
+            addr,
+            tree.clone(),
+            self.limits.clone(),
+            limits,
+            transport,
+        )
+        .await
+        .map_err(|e| {
+            Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot listen for {name} on {addr}: {e}"),
+            ))
+        })?;
+        tracing::info!(local_addr = %listener.local_addr, scheme = name, "CoAP listening");
+        Ok(listener)
     }
 
     /// Binds the UDP address and starts serving.
@@ -373,62 +503,16 @@ impl Server {
             o.attach(commands.clone());
         }
         tracing::info!(%local_addr, workers = commands.len(), staged = stage_threads.is_some(), "CoAP server listening");
-        let tcp = match self.tcp_addr {
-            Some(addr) => {
-                let tcp = crate::transport::tcp::listen(
-                    addr,
-                    tree.clone(),
-                    self.limits.clone(),
-                    self.tcp_limits.clone(),
-                    Framing::Stream,
-                )
-                .await;
-                match tcp {
-                    Ok(tcp) => {
-                        tracing::info!(local_addr = %tcp.local_addr, "CoAP over TCP listening");
-                        Some(tcp)
-                    }
-                    Err(e) => {
-                        for c in &commands {
-                            let _ = c.send(Command::Shutdown {
-                                grace: Duration::ZERO,
-                            });
-                        }
-                        return Err(e.into());
-                    }
+        let streams = match self.start_streams(&tree).await {
+            Ok(streams) => streams,
+            Err(e) => {
+                for c in &commands {
+                    let _ = c.send(Command::Shutdown {
+                        grace: Duration::ZERO,
+                    });
                 }
+                return Err(e);
             }
-            None => None,
-        };
-        let ws = match self.ws_addr {
-            Some(addr) => {
-                let ws = crate::transport::tcp::listen(
-                    addr,
-                    tree.clone(),
-                    self.limits.clone(),
-                    self.ws_limits.clone(),
-                    Framing::WebSocket,
-                )
-                .await;
-                match ws {
-                    Ok(ws) => {
-                        tracing::info!(local_addr = %ws.local_addr, "CoAP over WebSockets listening");
-                        Some(ws)
-                    }
-                    Err(e) => {
-                        for c in &commands {
-                            let _ = c.send(Command::Shutdown {
-                                grace: Duration::ZERO,
-                            });
-                        }
-                        if let Some(tcp) = &tcp {
-                            tcp.shutdown(Duration::ZERO);
-                        }
-                        return Err(e.into());
-                    }
-                }
-            }
-            None => None,
         };
         Ok(ServerHandle {
             local_addr,
@@ -436,13 +520,12 @@ impl Server {
             threads,
             stage_threads,
             metrics,
-            tcp,
+            streams,
             dtls_local_addr: if secure {
                 Some(local_addr)
             } else {
                 dtls_local_addr
             },
-            ws,
         })
     }
 
@@ -485,9 +568,8 @@ pub struct ServerHandle {
     threads: Vec<std::thread::JoinHandle<()>>,
     stage_threads: Option<StageThreads>,
     metrics: Metrics,
-    tcp: Option<TcpListenerHandle>,
+    streams: Vec<(StreamScheme, TcpListenerHandle)>,
     dtls_local_addr: Option<SocketAddr>,
-    ws: Option<TcpListenerHandle>,
 }
 
 impl std::fmt::Debug for StageThreads {
@@ -501,11 +583,8 @@ impl ServerHandle {
     /// with [`crate::metrics::serve_metrics`].
     pub fn metrics(&self) -> Metrics {
         let mut m = self.metrics.clone();
-        if let Some(t) = &self.tcp {
-            m = m.with_transport("tcp", t.counters.clone());
-        }
-        if let Some(w) = &self.ws {
-            m = m.with_transport("ws", w.counters.clone());
+        for (scheme, l) in &self.streams {
+            m = m.with_transport(scheme.label(), l.counters.clone());
         }
         m
     }
@@ -518,7 +597,26 @@ impl ServerHandle {
     /// The CoAP-over-TCP address, when serving over TCP too ([`Server::tcp`],
     /// [`Server::bind_tcp`]).
     pub fn tcp_local_addr(&self) -> Option<SocketAddr> {
-        self.tcp.as_ref().map(|t| t.local_addr)
+        self.stream_addr(StreamScheme::Tcp)
+    }
+
+    /// The CoAP-over-TLS (`coaps+tcp`) address, when serving over TLS too
+    /// ([`Server::tls`], [`Server::bind_tls`]).
+    pub fn tls_local_addr(&self) -> Option<SocketAddr> {
+        self.stream_addr(StreamScheme::Tls)
+    }
+
+    /// The CoAP-over-secure-WebSockets (`coaps+ws`) address ([`Server::wss`],
+    /// [`Server::bind_wss`]).
+    pub fn wss_local_addr(&self) -> Option<SocketAddr> {
+        self.stream_addr(StreamScheme::Wss)
+    }
+
+    fn stream_addr(&self, scheme: StreamScheme) -> Option<SocketAddr> {
+        self.streams
+            .iter()
+            .find(|(s, _)| *s == scheme)
+            .map(|(_, l)| l.local_addr)
     }
 
     /// The CoAP-over-DTLS (`coaps`) address, when serving over DTLS
@@ -530,7 +628,7 @@ impl ServerHandle {
     /// The CoAP-over-WebSockets address, when serving over WebSockets too
     /// ([`Server::ws`], [`Server::bind_ws`]).
     pub fn ws_local_addr(&self) -> Option<SocketAddr> {
-        self.ws.as_ref().map(|w| w.local_addr)
+        self.stream_addr(StreamScheme::Ws)
     }
 
     /// Graceful shutdown: stop reading, let handlers in progress answer for up to
@@ -540,11 +638,8 @@ impl ServerHandle {
         for c in &self.commands {
             let _ = c.send(Command::Shutdown { grace });
         }
-        if let Some(tcp) = &self.tcp {
-            tcp.shutdown(grace);
-        }
-        if let Some(ws) = &self.ws {
-            ws.shutdown(grace);
+        for (_, l) in &self.streams {
+            l.shutdown(grace);
         }
         let local_addr = self.local_addr;
         self.wait().await;
@@ -553,11 +648,8 @@ impl ServerHandle {
 
     /// Waits until every shard (and the TCP listener) has stopped.
     pub async fn wait(self) {
-        if let Some(tcp) = self.tcp {
-            tcp.wait().await;
-        }
-        if let Some(ws) = self.ws {
-            ws.wait().await;
+        for (_, l) in self.streams {
+            l.wait().await;
         }
         let (threads, stages) = (self.threads, self.stage_threads);
         let _ = tokio::task::spawn_blocking(move || {

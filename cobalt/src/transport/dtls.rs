@@ -285,7 +285,12 @@ pub enum DtlsClientAuth {
     X509(X509Credentials),
 }
 
-fn load_x509(b: &mut SslContextBuilder, creds: &X509Credentials) -> Result<(), ErrorStack> {
+/// Loads this side's certificate chain and key, and the CA store for the peer's
+/// certificate, into a context (DTLS or TLS).
+pub(crate) fn load_x509(
+    b: &mut SslContextBuilder,
+    creds: &X509Credentials,
+) -> Result<(), ErrorStack> {
     if !creds.cert_chain_pem.is_empty() {
         let mut chain = openssl::x509::X509::stack_from_pem(&creds.cert_chain_pem)?.into_iter();
         if let Some(leaf) = chain.next() {
@@ -306,6 +311,52 @@ fn load_x509(b: &mut SslContextBuilder, creds: &X509Credentials) -> Result<(), E
         b.set_verify_cert_store(store.build())?;
     }
     Ok(())
+}
+
+/// Makes a (D)TLS server context look pre-shared keys up in `keys` by identity.
+pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
+    b.set_psk_server_callback(move |_ssl, identity, psk| {
+        let key = identity.and_then(|id| keys.get(id));
+        match key {
+            Some(k) if k.len() <= psk.len() => {
+                psk[..k.len()].copy_from_slice(k);
+                Ok(k.len())
+            }
+            // Unknown identity: OpenSSL answers with an unknown_psk_identity alert.
+            _ => Err(ErrorStack::get()),
+        }
+    });
+}
+
+/// Makes a (D)TLS client context authenticate with `psk`.
+pub(crate) fn set_psk_client(b: &mut SslContextBuilder, psk: ClientPsk) {
+    b.set_psk_client_callback(move |_ssl, _hint, identity, key| {
+        // The identity is written as a NUL-terminated string.
+        if psk.identity.len() >= identity.len() || psk.key.len() > key.len() {
+            return Err(ErrorStack::get());
+        }
+        identity[..psk.identity.len()].copy_from_slice(&psk.identity);
+        identity[psk.identity.len()] = 0;
+        key[..psk.key.len()].copy_from_slice(&psk.key);
+        Ok(psk.key.len())
+    });
+}
+
+/// Makes a client session check that the server's certificate names `name` (a host
+/// name, also sent as SNI, or an IP address), or without a name the address `peer`.
+pub(crate) fn expect_peer_name(
+    ssl: &mut SslRef,
+    name: Option<&str>,
+    peer: SocketAddr,
+) -> Result<(), ErrorStack> {
+    match name.map(|n| (n, n.parse::<std::net::IpAddr>())) {
+        Some((_, Ok(ip))) => ssl.param_mut().set_ip(ip),
+        Some((host, Err(_))) => {
+            ssl.set_hostname(host)?;
+            ssl.param_mut().set_host(host)
+        }
+        None => ssl.param_mut().set_ip(peer.ip()),
+    }
 }
 
 /// What happened to a session, for the driver.
@@ -534,17 +585,7 @@ impl OpensslDtls {
             }
         }
         if let Some(keys) = keys {
-            b.set_psk_server_callback(move |_ssl, identity, psk| {
-                let key = identity.and_then(|id| keys.get(id));
-                match key {
-                    Some(k) if k.len() <= psk.len() => {
-                        psk[..k.len()].copy_from_slice(k);
-                        Ok(k.len())
-                    }
-                    // Unknown identity: OpenSSL answers with an unknown_psk_identity alert.
-                    _ => Err(ErrorStack::get()),
-                }
-            });
+            set_psk_server(&mut b, keys);
         }
         let mut secret = [0u8; 32];
         openssl::rand::rand_bytes(&mut secret)?;
@@ -591,16 +632,7 @@ impl OpensslDtls {
     /// A client table that authenticates with `psk` to every server it talks to.
     pub fn client(psk: ClientPsk, config: DtlsConfig) -> Result<OpensslDtls, ErrorStack> {
         let mut b = base_context(SslMethod::dtls_client(), &config.ciphers)?;
-        b.set_psk_client_callback(move |_ssl, _hint, identity, key| {
-            // The identity is written as a NUL-terminated string.
-            if psk.identity.len() >= identity.len() || psk.key.len() > key.len() {
-                return Err(ErrorStack::get());
-            }
-            identity[..psk.identity.len()].copy_from_slice(&psk.identity);
-            identity[psk.identity.len()] = 0;
-            key[..psk.key.len()].copy_from_slice(&psk.key);
-            Ok(psk.key.len())
-        });
+        set_psk_client(&mut b, psk);
         Ok(OpensslDtls::with_context(b.build(), Role::Client, config))
     }
 
@@ -651,15 +683,8 @@ impl OpensslDtls {
             None => ssl.set_accept_state(),
             Some(peer) => {
                 ssl.set_connect_state();
-                match &self.verify_peer_name {
-                    Some(Some(name)) => {
-                        if name.parse::<std::net::IpAddr>().is_err() {
-                            ssl.set_hostname(name)?;
-                        }
-                        ssl.param_mut().set_host(name)?;
-                    }
-                    Some(None) => ssl.param_mut().set_ip(peer.ip())?,
-                    None => {}
+                if let Some(name) = &self.verify_peer_name {
+                    expect_peer_name(&mut ssl, name.as_deref(), peer)?;
                 }
             }
         }
@@ -872,8 +897,8 @@ fn is_retry(e: &openssl::ssl::Error) -> bool {
     e.code() == ErrorCode::WANT_READ || e.code() == ErrorCode::WANT_WRITE
 }
 
-/// OpenSSL's reasons, with a hint for the common PSK mistakes.
-fn describe(e: &openssl::ssl::Error) -> String {
+/// OpenSSL's reasons, with a hint for the common PSK and certificate mistakes.
+pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
     let reasons: Vec<String> = e
         .ssl_error()
         .map(|s| {
@@ -1137,10 +1162,14 @@ pub mod test_pki {
         PKey::from_ec_key(EcKey::generate(&group)?)
     }
 
+    /// Validity of the certificates: from `.0` to `.1` days from now.
+    type Days = (i64, i64);
+
     fn certificate(
         cn: &str,
         key: &PKey<Private>,
         issuer: Option<(&X509, &PKey<Private>)>,
+        valid: Days,
     ) -> Result<X509, ErrorStack> {
         let mut name = X509NameBuilder::new()?;
         name.append_entry_by_text("CN", cn)?;
@@ -1154,7 +1183,12 @@ pub mod test_pki {
         b.set_subject_name(&name)?;
         b.set_issuer_name(issuer.map_or(&name, |(c, _)| c.subject_name()))?;
         b.set_pubkey(key)?;
-        let (from, until) = (Asn1Time::days_from_now(0)?, Asn1Time::days_from_now(30)?);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let day = 24 * 3600;
+        let from = Asn1Time::from_unix(now + valid.0 * day)?;
+        let until = Asn1Time::from_unix(now + valid.1 * day)?;
         b.set_not_before(&from)?;
         b.set_not_after(&until)?;
         match issuer {
@@ -1182,15 +1216,25 @@ pub mod test_pki {
         Ok(b.build())
     }
 
-    /// Makes a fresh CA (`cn` names it) with one server and one client certificate.
+    /// Makes a fresh CA (`cn` names it) with one server and one client certificate,
+    /// valid for 30 days.
     pub fn generate(cn: &str) -> Result<TestPki, ErrorStack> {
+        generate_valid(cn, (0, 30))
+    }
+
+    /// Like [`generate`], but the server and client certificates expired yesterday.
+    pub fn generate_expired(cn: &str) -> Result<TestPki, ErrorStack> {
+        generate_valid(cn, (-30, -1))
+    }
+
+    fn generate_valid(cn: &str, valid: Days) -> Result<TestPki, ErrorStack> {
         let ca_key = ec_key()?;
-        let ca = certificate(cn, &ca_key, None)?;
+        let ca = certificate(cn, &ca_key, None, (-1, 30))?;
         let ca_pem = ca.to_pem()?;
         let mut issued = Vec::new();
         for who in ["server", "client"] {
             let key = ec_key()?;
-            let cert = certificate(&format!("{cn} {who}"), &key, Some((&ca, &ca_key)))?;
+            let cert = certificate(&format!("{cn} {who}"), &key, Some((&ca, &ca_key)), valid)?;
             issued.push(X509Credentials {
                 cert_chain_pem: cert.to_pem()?,
                 key_pem: key.private_key_to_pem_pkcs8()?,

@@ -3,5 +3,6 @@
 pub mod dtls;
 pub mod mmsg;
 pub mod tcp;
+pub mod tls;
 pub mod udp;
 pub(crate) mod ws;

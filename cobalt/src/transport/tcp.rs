@@ -6,6 +6,7 @@
 //! a WebSocket in [`super::ws`]), run the request handlers of the [`ResourceTree`] and
 //! hand responses to waiting clients. The same loops serve `coap+tcp` and `coap+ws`.
 
+use super::tls::{HandshakeError, TlsAcceptor, TlsConnector};
 use crate::server::tree::ResourceTree;
 use crate::server::{Request, Response, ServerLimits};
 use crate::{Error, Result};
@@ -22,7 +23,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -82,15 +83,19 @@ pub(crate) trait Link: Send {
     fn close(&mut self) -> impl Future<Output = ()> + Send;
 }
 
-/// A plain TCP stream carrying `coap+tcp` frames.
-pub(crate) struct TcpLink {
-    stream: TcpStream,
+/// A byte stream a connection runs over: a TCP stream, or TLS over one.
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for S {}
+
+/// A byte stream (plain TCP or TLS) carrying `coap+tcp` frames.
+pub(crate) struct TcpLink<S> {
+    stream: S,
     buf: Vec<u8>,
 }
 
-impl TcpLink {
-    fn new(stream: TcpStream) -> TcpLink {
-        let _ = stream.set_nodelay(true);
+impl<S: Stream> TcpLink<S> {
+    fn new(stream: S) -> TcpLink<S> {
         TcpLink {
             stream,
             buf: vec![0u8; READ_CHUNK],
@@ -98,7 +103,7 @@ impl TcpLink {
     }
 }
 
-impl Link for TcpLink {
+impl<S: Stream> Link for TcpLink<S> {
     const FRAMING: Framing = Framing::Stream;
 
     async fn recv(&mut self) -> Input<'_> {
@@ -162,6 +167,9 @@ pub struct TcpCounters {
     pub timeouts: AtomicU64,
     /// Connections released for being idle.
     pub idle_closed: AtomicU64,
+    /// TLS handshakes that failed (wrong key, untrusted certificate, not TLS) and
+    /// WebSocket upgrades refused or abandoned.
+    pub handshake_failures: AtomicU64,
 }
 
 impl TcpCounters {
@@ -176,15 +184,33 @@ impl TcpCounters {
     }
 }
 
+/// What a listener serves: the framing, and whether TLS runs under it.
+#[derive(Debug, Clone)]
+pub(crate) struct Transport {
+    /// Stream framing (`coap+tcp`) or WebSocket messages (`coap+ws`).
+    pub framing: Framing,
+    /// TLS under the framing (`coaps+tcp`, `coaps+ws`).
+    pub tls: Option<TlsAcceptor>,
+}
+
+impl Transport {
+    /// The URI scheme served.
+    pub(crate) fn scheme(&self) -> &'static str {
+        scheme(self.framing, self.tls.is_some())
+    }
+}
+
 /// Binds `addr` and serves `tree` over `coap+tcp` (stream framing) or `coap+ws`
-/// (WebSocket framing, after an HTTP upgrade) on the current tokio runtime.
+/// (WebSocket framing, after an HTTP upgrade), with TLS under either when
+/// `transport.tls` is set, on the current tokio runtime.
 pub(crate) async fn listen(
     addr: SocketAddr,
     tree: Arc<ResourceTree>,
     limits: ServerLimits,
     tcp: TcpServerLimits,
-    framing: Framing,
+    transport: Transport,
 ) -> std::io::Result<TcpListenerHandle> {
+    let framing = transport.framing;
     let listener = TcpListener::bind(addr).await?;
     let local_addr = listener.local_addr()?;
     let (shutdown, mut stop) = watch::channel(None);
@@ -205,11 +231,14 @@ pub(crate) async fn listen(
                             continue;
                         }
                     };
+                    let _ = stream.set_nodelay(true);
                     let Ok(permit) = permits.clone().try_acquire_owned() else {
                         seen.refused.fetch_add(1, Ordering::Relaxed);
-                        match framing {
-                            Framing::Stream => refuse(stream, &tcp.connection),
-                            Framing::WebSocket => super::ws::refuse(stream),
+                        // Over TLS nothing can be said before a handshake: just close.
+                        match (framing, &transport.tls) {
+                            (_, Some(_)) => {}
+                            (Framing::Stream, None) => refuse(stream, &tcp.connection),
+                            (Framing::WebSocket, None) => super::ws::refuse(stream),
                         }
                         continue;
                     };
@@ -222,15 +251,9 @@ pub(crate) async fn listen(
                         tcp: tcp.clone(),
                         stop: stop.clone(),
                     };
+                    let tls = transport.tls.clone();
                     conns.spawn(async move {
-                        match framing {
-                            Framing::Stream => conn.run(TcpLink::new(stream)).await,
-                            Framing::WebSocket => {
-                                if let Some(link) = super::ws::accept(stream, &conn.tcp).await {
-                                    conn.run(link).await;
-                                }
-                            }
-                        }
+                        conn.serve(stream, framing, tls).await;
                         drop(permit);
                     });
                 }
@@ -291,6 +314,41 @@ struct ServerConn {
 }
 
 impl ServerConn {
+    /// Runs the TLS handshake (if any) and the WebSocket upgrade (if any), then the
+    /// connection.
+    async fn serve(self, stream: TcpStream, framing: Framing, tls: Option<TlsAcceptor>) {
+        let Some(tls) = tls else {
+            return self.serve_over(stream, framing).await;
+        };
+        match tokio::time::timeout(self.tcp.handshake_timeout, tls.accept(stream)).await {
+            Ok(Ok(stream)) => self.serve_over(stream, framing).await,
+            Ok(Err(e)) => {
+                self.counters
+                    .handshake_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed");
+            }
+            Err(_) => {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %self.peer, "TLS handshake not completed in time");
+            }
+        }
+    }
+
+    async fn serve_over<S: Stream>(self, stream: S, framing: Framing) {
+        match framing {
+            Framing::Stream => self.run(TcpLink::new(stream)).await,
+            Framing::WebSocket => match super::ws::accept(stream, self.peer, &self.tcp).await {
+                Some(link) => self.run(link).await,
+                None => {
+                    self.counters
+                        .handshake_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        }
+    }
+
     async fn run<L: Link>(mut self, mut link: L) {
         let mut conn = TcpConnection::with_framing(
             self.tcp.connection.clone(),
@@ -424,6 +482,8 @@ struct ClientCommand {
 pub(crate) struct TcpPool {
     config: TcpConfig,
     framing: Framing,
+    /// TLS under the framing (`coaps+tcp`, `coaps+ws`).
+    tls: Option<TlsConnector>,
     conns: Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<ClientCommand>>>,
 }
 
@@ -438,6 +498,7 @@ impl std::fmt::Debug for TcpPool {
         let n = self.conns.lock().map_or(0, |c| c.len());
         f.debug_struct("TcpPool")
             .field("framing", &self.framing)
+            .field("tls", &self.tls.is_some())
             .field("connections", &n)
             .finish()
     }
@@ -450,12 +511,22 @@ impl TcpPool {
         TcpPool {
             config: TcpConfig::default(),
             framing,
+            tls: None,
             conns: Mutex::new(HashMap::new()),
         }
     }
 
+    /// An empty pool whose connections run TLS (`tls`) under `framing`:
+    /// `coaps+tcp` or `coaps+ws`.
+    pub(crate) fn secure(framing: Framing, tls: TlsConnector) -> TcpPool {
+        TcpPool {
+            tls: Some(tls),
+            ..TcpPool::new(framing)
+        }
+    }
+
     fn scheme(&self) -> &'static str {
-        scheme(self.framing)
+        scheme(self.framing, self.tls.is_some())
     }
 
     /// Sends `request` to `peer` over the pooled connection (opening one if needed) and
@@ -497,14 +568,38 @@ impl TcpPool {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let config = self.config.clone();
+        let host = host.to_string();
+        let tls = self.tls.clone();
+        let scheme = self.scheme();
         match self.framing {
             Framing::Stream => {
-                let connect = async move { TcpStream::connect(peer).await.map(TcpLink::new) };
-                tokio::spawn(client_conn(peer, connect, config, rx));
+                let connect = async move {
+                    let stream = connect_tcp(peer, scheme).await?;
+                    Ok(match tls {
+                        None => Either::Plain(TcpLink::new(stream)),
+                        Some(tls) => {
+                            Either::Tls(TcpLink::new(tls.connect(stream, &host, peer).await?))
+                        }
+                    })
+                };
+                tokio::spawn(client_conn(peer, scheme, connect, config, rx));
             }
             Framing::WebSocket => {
-                let connect = super::ws::connect(peer, host.to_string(), config.clone());
-                tokio::spawn(client_conn(peer, connect, config, rx));
+                let connect = async move {
+                    let stream = connect_tcp(peer, scheme).await?;
+                    Ok(match tls {
+                        None => Either::Plain(
+                            super::ws::connect(stream, peer, &host, &config, false).await?,
+                        ),
+                        Some(tls) => {
+                            let stream = tls.connect(stream, &host, peer).await?;
+                            Either::Tls(
+                                super::ws::connect(stream, peer, &host, &config, true).await?,
+                            )
+                        }
+                    })
+                };
+                tokio::spawn(client_conn(peer, scheme, connect, self.config.clone(), rx));
             }
         }
         conns.insert(peer, tx.clone());
@@ -512,11 +607,58 @@ impl TcpPool {
     }
 }
 
-/// The URI scheme of a framing, for messages.
-fn scheme(framing: Framing) -> &'static str {
-    match framing {
-        Framing::Stream => "coap+tcp",
-        Framing::WebSocket => "coap+ws",
+/// Opens the TCP connection under a client connection.
+async fn connect_tcp(peer: SocketAddr, scheme: &str) -> std::io::Result<TcpStream> {
+    let stream = TcpStream::connect(peer).await.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("{scheme} connection to {peer} failed: {e}"),
+        )
+    })?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// A link over plain TCP or over TLS, chosen at run time.
+pub(crate) enum Either<A, B> {
+    /// Over plain TCP.
+    Plain(A),
+    /// Over TLS.
+    Tls(B),
+}
+
+impl<A: Link, B: Link> Link for Either<A, B> {
+    const FRAMING: Framing = A::FRAMING;
+
+    async fn recv(&mut self) -> Input<'_> {
+        match self {
+            Either::Plain(l) => l.recv().await,
+            Either::Tls(l) => l.recv().await,
+        }
+    }
+
+    async fn send(&mut self, data: Vec<u8>) -> std::io::Result<()> {
+        match self {
+            Either::Plain(l) => l.send(data).await,
+            Either::Tls(l) => l.send(data).await,
+        }
+    }
+
+    async fn close(&mut self) {
+        match self {
+            Either::Plain(l) => l.close().await,
+            Either::Tls(l) => l.close().await,
+        }
+    }
+}
+
+/// The URI scheme of a framing, with or without TLS, for messages.
+fn scheme(framing: Framing, tls: bool) -> &'static str {
+    match (framing, tls) {
+        (Framing::Stream, false) => "coap+tcp",
+        (Framing::Stream, true) => "coaps+tcp",
+        (Framing::WebSocket, false) => "coap+ws",
+        (Framing::WebSocket, true) => "coaps+ws",
     }
 }
 
@@ -526,6 +668,7 @@ fn start_request(
     waiting: &mut HashMap<Token, oneshot::Sender<Result<TcpMessage>>>,
     cmd: ClientCommand,
     peer: SocketAddr,
+    scheme: &str,
 ) {
     // Forget requests whose callers stopped waiting.
     waiting.retain(|t, tx| {
@@ -541,18 +684,14 @@ fn start_request(
         }
         Err(e) => {
             let _ = cmd.reply.send(Err(Error::Connection(format!(
-                "{} request to {peer}: {e}",
-                scheme(conn.framing())
+                "{scheme} request to {peer}: {e}"
             ))));
         }
     }
 }
 
-fn closed_error(framing: Framing, peer: SocketAddr, reason: &CloseReason) -> Error {
-    Error::Connection(format!(
-        "{} connection to {peer} closed: {reason}",
-        scheme(framing)
-    ))
+fn closed_error(scheme: &str, peer: SocketAddr, reason: &CloseReason) -> Error {
+    Error::Connection(format!("{scheme} connection to {peer} closed: {reason}"))
 }
 
 /// Connects (`connect`: TCP, and for WebSockets the upgrade) and then serves one
@@ -560,6 +699,7 @@ fn closed_error(framing: Framing, peer: SocketAddr, reason: &CloseReason) -> Err
 /// meanwhile are failed so callers can retry.
 async fn client_conn<L, C>(
     peer: SocketAddr,
+    scheme: &'static str,
     connect: C,
     config: TcpConfig,
     mut commands: mpsc::UnboundedReceiver<ClientCommand>,
@@ -572,7 +712,10 @@ async fn client_conn<L, C>(
         .unwrap_or_else(|_| {
             Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                "timed out",
+                format!(
+                    "{scheme} connection to {peer} not established within {}s",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
             ))
         });
     let mut link = match connected {
@@ -580,10 +723,7 @@ async fn client_conn<L, C>(
         Err(e) => {
             commands.close();
             while let Some(c) = commands.recv().await {
-                let _ = c.reply.send(Err(Error::Io(std::io::Error::new(
-                    e.kind(),
-                    format!("connecting to {peer}: {e}"),
-                ))));
+                let _ = c.reply.send(Err(HandshakeError::classify(&e)));
             }
             return;
         }
@@ -596,7 +736,7 @@ async fn client_conn<L, C>(
     loop {
         if conn.is_established() {
             for cmd in deferred.drain(..) {
-                start_request(&mut conn, &mut waiting, cmd, peer);
+                start_request(&mut conn, &mut waiting, cmd, peer, scheme);
             }
         }
         while let Some(ev) = conn.poll_event() {
@@ -630,17 +770,17 @@ async fn client_conn<L, C>(
             cmd = commands.recv(), if !conn.is_releasing() => match cmd {
                 None => conn.release(),
                 Some(cmd) if !conn.is_established() => deferred.push(cmd),
-                Some(cmd) => start_request(&mut conn, &mut waiting, cmd, peer),
+                Some(cmd) => start_request(&mut conn, &mut waiting, cmd, peer, scheme),
             },
             _ = sleep_until(timer) => conn.handle_timeout(Instant::now()),
         }
     }
     let reason = close_reason.unwrap_or(CloseReason::PeerClosed);
     for (_, tx) in waiting {
-        let _ = tx.send(Err(closed_error(L::FRAMING, peer, &reason)));
+        let _ = tx.send(Err(closed_error(scheme, peer, &reason)));
     }
     for cmd in deferred {
-        let _ = cmd.reply.send(Err(closed_error(L::FRAMING, peer, &reason)));
+        let _ = cmd.reply.send(Err(closed_error(scheme, peer, &reason)));
     }
     // Commands not yet written are dropped unanswered: their callers retry.
     commands.close();

@@ -25,7 +25,7 @@
 //! (slowloris after the upgrade); a silent connection is left to the CSM and idle
 //! timeouts of the CoAP layer.
 
-use super::tcp::{Input, Link, TcpServerLimits};
+use super::tcp::{Input, Link, Stream, TcpServerLimits};
 use cobalt_proto::tcp_connection::{Framing, TcpConfig};
 use futures_util::{SinkExt, StreamExt};
 use std::future::Future;
@@ -68,15 +68,15 @@ fn ws_config(config: &TcpConfig) -> WebSocketConfig {
 
 /// The TCP stream under a WebSocket, failing reads once a WebSocket message has been
 /// arriving for longer than the frame timeout.
-pub(crate) struct TimedStream {
-    stream: TcpStream,
+pub(crate) struct TimedStream<S> {
+    stream: S,
     frame_timeout: Duration,
     /// Armed when the first byte after the last complete message is read.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl TimedStream {
-    fn new(stream: TcpStream, frame_timeout: Duration) -> TimedStream {
+impl<S> TimedStream<S> {
+    fn new(stream: S, frame_timeout: Duration) -> TimedStream<S> {
         TimedStream {
             stream,
             frame_timeout,
@@ -90,7 +90,7 @@ impl TimedStream {
     }
 }
 
-impl AsyncRead for TimedStream {
+impl<S: AsyncRead + Unpin> AsyncRead for TimedStream<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -119,7 +119,7 @@ impl AsyncRead for TimedStream {
     }
 }
 
-impl AsyncWrite for TimedStream {
+impl<S: AsyncWrite + Unpin> AsyncWrite for TimedStream<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -138,15 +138,15 @@ impl AsyncWrite for TimedStream {
 }
 
 /// A WebSocket carrying CoAP messages.
-pub(crate) struct WsLink {
-    ws: WebSocketStream<TimedStream>,
+pub(crate) struct WsLink<S> {
+    ws: WebSocketStream<TimedStream<S>>,
     message: Bytes,
     /// The close status to send, when the peer broke the rules.
     close_code: Option<CloseCode>,
 }
 
-impl WsLink {
-    fn new(ws: WebSocketStream<TimedStream>) -> WsLink {
+impl<S> WsLink<S> {
+    fn new(ws: WebSocketStream<TimedStream<S>>) -> WsLink<S> {
         WsLink {
             ws,
             message: Bytes::new(),
@@ -155,7 +155,7 @@ impl WsLink {
     }
 }
 
-impl Link for WsLink {
+impl<S: Stream> Link for WsLink<S> {
     const FRAMING: Framing = Framing::WebSocket;
 
     async fn recv(&mut self) -> Input<'_> {
@@ -228,48 +228,54 @@ impl Refusal {
     }
 }
 
-/// Writes an HTTP error response without waiting (the connection is dropped after).
-fn write_refusal(stream: &TcpStream, r: &Refusal) {
+/// The HTTP error response for a refusal (the connection is closed after it).
+fn refusal_response(r: &Refusal) -> String {
     let body = format!("{}\n", r.reason);
-    let response = format!(
+    format!(
         "HTTP/1.1 {}\r\n{}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
         r.status,
         r.headers,
         body.len(),
         body
-    );
-    let _ = stream.try_write(response.as_bytes());
+    )
 }
+
+/// Longest the server waits to write a refusal to a peer that does not read.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Tells a connection over the limit that the server is busy, without waiting for it.
 pub(crate) fn refuse(stream: TcpStream) {
-    write_refusal(
-        &stream,
-        &Refusal {
-            status: "503 Service Unavailable",
-            headers: "Retry-After: 1\r\n",
-            reason: "too many connections",
-        },
-    );
+    let r = Refusal {
+        status: "503 Service Unavailable",
+        headers: "Retry-After: 1\r\n",
+        reason: "too many connections",
+    };
+    let _ = stream.try_write(refusal_response(&r).as_bytes());
 }
 
-/// Reads and answers the upgrade request of an accepted connection; `None` if it was
-/// refused, timed out or failed.
-pub(crate) async fn accept(mut stream: TcpStream, limits: &TcpServerLimits) -> Option<WsLink> {
-    let _ = stream.set_nodelay(true);
-    let peer = stream.peer_addr().ok();
+/// Reads and answers the upgrade request of an accepted connection (plain or TLS);
+/// `None` if it was refused, timed out or failed.
+pub(crate) async fn accept<S: Stream>(
+    mut stream: S,
+    peer: SocketAddr,
+    limits: &TcpServerLimits,
+) -> Option<WsLink<S>> {
     let upgraded = tokio::time::timeout(limits.handshake_timeout, upgrade(&mut stream)).await;
     let tail = match upgraded {
         Ok(Ok(tail)) => tail,
         Ok(Err(Some(refusal))) => {
-            tracing::debug!(?peer, reason = refusal.reason, "WebSocket upgrade refused");
-            write_refusal(&stream, &refusal);
-            let _ = stream.shutdown().await;
+            tracing::debug!(%peer, reason = refusal.reason, "WebSocket upgrade refused");
+            let response = refusal_response(&refusal);
+            let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
+                let _ = stream.write_all(response.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            })
+            .await;
             return None;
         }
         Ok(Err(None)) => return None,
         Err(_) => {
-            tracing::debug!(?peer, "WebSocket upgrade request not completed in time");
+            tracing::debug!(%peer, "WebSocket upgrade request not completed in time");
             return None;
         }
     };
@@ -285,7 +291,7 @@ pub(crate) async fn accept(mut stream: TcpStream, limits: &TcpServerLimits) -> O
 
 /// Reads the request head, validates it and writes the 101 response; returns what
 /// followed the head. `Err(None)`: the peer went away.
-async fn upgrade(stream: &mut TcpStream) -> Result<Vec<u8>, Option<Refusal>> {
+async fn upgrade<S: Stream>(stream: &mut S) -> Result<Vec<u8>, Option<Refusal>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -402,21 +408,23 @@ fn check_request(request: &httparse::Request<'_, '_>) -> Result<String, Refusal>
 // ---------------------------------------------------------------------------------
 // Client side
 
-/// Connects to `peer`, upgrades to a WebSocket with subprotocol `coap` on
-/// `/.well-known/coap` (naming `host` in the Host header) and returns the link.
-pub(crate) async fn connect(
+/// Upgrades a connection to `peer` (plain TCP, or TLS when `secure`) to a WebSocket
+/// with subprotocol `coap` on `/.well-known/coap`, naming `host` in the Host header,
+/// and returns the link.
+pub(crate) async fn connect<S: Stream>(
+    stream: S,
     peer: SocketAddr,
-    host: String,
-    config: TcpConfig,
-) -> io::Result<WsLink> {
-    let stream = TcpStream::connect(peer).await?;
-    let _ = stream.set_nodelay(true);
+    host: &str,
+    config: &TcpConfig,
+    secure: bool,
+) -> io::Result<WsLink<S>> {
     let host = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]")
     } else {
-        host
+        host.to_string()
     };
-    let uri = format!("ws://{host}:{}{WELL_KNOWN_COAP}", peer.port());
+    let scheme = if secure { "wss" } else { "ws" };
+    let uri = format!("{scheme}://{host}:{}{WELL_KNOWN_COAP}", peer.port());
     let mut request = uri.into_client_request().map_err(io::Error::other)?;
     request.headers_mut().insert(
         "Sec-WebSocket-Protocol",
@@ -425,10 +433,10 @@ pub(crate) async fn connect(
     let (ws, response) = tokio_tungstenite::client_async_with_config(
         request,
         TimedStream::new(stream, config.frame_timeout),
-        Some(ws_config(&config)),
+        Some(ws_config(config)),
     )
     .await
-    .map_err(|e| io::Error::other(format!("WebSocket upgrade failed: {e}")))?;
+    .map_err(|e| io::Error::other(format!("WebSocket upgrade with {peer} failed: {e}")))?;
     let agreed = response
         .headers()
         .get("Sec-WebSocket-Protocol")

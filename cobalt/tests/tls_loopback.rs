@@ -1,0 +1,267 @@
+//! CoAP over TLS (`coaps+tcp://`) and secure WebSockets (`coaps+ws://`) between a
+//! Cobalt server and client on loopback: certificates, client certificates, PSK, and
+//! the failures a user must see clearly (untrusted, expired, wrong key), plus peers
+//! that do not speak TLS or never finish the handshake.
+
+use cobalt::server::{get, post, Request};
+use cobalt::transport::dtls::{test_pki, PskStore, X509Credentials};
+use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::transport::tls::{negotiated, Alpn, TlsConnector};
+use cobalt::{Client, Code, Error, Server};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn resources() -> Server {
+    Server::new()
+        .route("/hello", get(|| async { "hello over tls" }))
+        .route("/big", get(|| async { "x".repeat(300_000) }))
+        .route(
+            "/echo",
+            post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
+        )
+}
+
+/// Server credentials without a CA: client certificates are not asked for.
+fn server_only(pki: &test_pki::TestPki) -> X509Credentials {
+    X509Credentials {
+        ca_pem: None,
+        ..pki.server.clone()
+    }
+}
+
+/// Client credentials that verify the server and present no certificate.
+fn verify_only(pki: &test_pki::TestPki) -> X509Credentials {
+    X509Credentials {
+        ca_pem: Some(pki.ca_pem.clone()),
+        ..X509Credentials::default()
+    }
+}
+
+fn handshake_failures(server: &cobalt::server::ServerHandle, transport: &str) -> u64 {
+    let text = server.metrics().render_prometheus();
+    let key = format!("cobalt_connections_handshake_failures_total{{transport=\"{transport}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_verified_request_over_tls_and_wss() {
+    let pki = test_pki::generate("tls loopback").unwrap();
+    let server = resources()
+        .x509(server_only(&pki))
+        .tls("127.0.0.1:0".parse().unwrap())
+        .wss("127.0.0.1:0".parse().unwrap())
+        .shards(1)
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let tls = server.tls_local_addr().unwrap();
+    let wss = server.wss_local_addr().unwrap();
+    let client = Client::new().with_x509(verify_only(&pki));
+    for uri in [
+        format!("coaps+tcp://{tls}"),
+        format!("coaps+ws://{wss}"),
+        // The certificate names localhost too.
+        format!("coaps+tcp://localhost:{}", tls.port()),
+    ] {
+        let r = client.get(&format!("{uri}/hello")).await.unwrap();
+        assert_eq!(
+            (r.code, r.text_payload().as_str()),
+            (Code::CONTENT, "hello over tls")
+        );
+        let body: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        let echoed = client
+            .post(&format!("{uri}/echo"), body.clone())
+            .await
+            .unwrap();
+        assert_eq!(echoed.payload, body, "{uri}");
+        let big = client.get(&format!("{uri}/big")).await.unwrap();
+        assert_eq!(big.payload.len(), 300_000, "{uri}");
+    }
+    assert_eq!(handshake_failures(&server, "tls"), 0);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alpn_coap_is_negotiated() {
+    let pki = test_pki::generate("alpn").unwrap();
+    let server = resources()
+        .x509(server_only(&pki))
+        .bind_tls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let auth = cobalt::transport::dtls::DtlsClientAuth::X509(verify_only(&pki));
+    let connector = TlsConnector::new(Some(&auth), Alpn::Coap).unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let tls = connector.connect(tcp, "127.0.0.1", addr).await.unwrap();
+    let (cipher, alpn) = negotiated(&tls);
+    assert_eq!(alpn.as_deref(), Some(&b"coap"[..]));
+    assert!(
+        cipher.is_some_and(|c| c.contains("GCM") || c.contains("CHACHA")),
+        "{cipher:?}"
+    );
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_required_when_the_server_has_a_ca() {
+    let pki = test_pki::generate("mutual").unwrap();
+    let server = resources()
+        .x509(pki.server.clone())
+        .bind_tls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let uri = format!("coaps+tcp://{}/hello", server.local_addr());
+    let r = Client::new()
+        .with_x509(pki.client.clone())
+        .get(&uri)
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "hello over tls");
+    // Without a client certificate the server ends the handshake.
+    let err = Client::new()
+        .with_x509(verify_only(&pki))
+        .get(&uri)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Tls { .. } | Error::Connection(_)),
+        "expected a TLS failure, got {err:?}"
+    );
+    assert!(handshake_failures(&server, "tls") >= 1);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_and_expired_certificates_are_clear_errors() {
+    let pki = test_pki::generate("real").unwrap();
+    let other = test_pki::generate("other").unwrap();
+    let expired = test_pki::generate_expired("old").unwrap();
+    let server = resources()
+        .x509(server_only(&pki))
+        .bind_tls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let uri = format!("coaps+tcp://{}/hello", server.local_addr());
+    let err = Client::new()
+        .with_x509(verify_only(&other))
+        .get(&uri)
+        .await
+        .unwrap_err();
+    let Error::Tls { peer, reason } = &err else {
+        panic!("expected a TLS error, got {err:?}");
+    };
+    assert_eq!(*peer, server.local_addr());
+    assert!(reason.contains("certificate verify failed"), "{err}");
+    assert!(
+        err.to_string().contains("does not chain to a trusted CA"),
+        "{err}"
+    );
+    // A certificate that does not name the host asked for.
+    let err = Client::new()
+        .with_x509(verify_only(&pki))
+        .get(&format!(
+            "coaps+tcp://127.0.0.2:{}/hello",
+            server.local_addr().port()
+        ))
+        .await;
+    assert!(
+        err.is_err(),
+        "a certificate for 127.0.0.1 accepted for 127.0.0.2"
+    );
+    server.shutdown(Duration::ZERO).await;
+
+    let server = resources()
+        .x509(server_only(&expired))
+        .bind_tls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let uri = format!("coaps+tcp://{}/hello", server.local_addr());
+    let err = Client::new()
+        .with_x509(verify_only(&expired))
+        .get(&uri)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Tls { reason, .. } if reason.contains("certificate verify failed")),
+        "{err:?}"
+    );
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_shared_keys_over_tls() {
+    let keys = PskStore::new().with("alice", "secretPSK");
+    let server = resources().psk(keys).bind_tls("127.0.0.1:0").await.unwrap();
+    let uri = format!("coaps+tcp://{}/hello", server.local_addr());
+    let r = Client::new()
+        .with_psk("alice", "secretPSK")
+        .get(&uri)
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "hello over tls");
+    for (id, key) in [("alice", "wrong"), ("mallory", "secretPSK")] {
+        let err = Client::new().with_psk(id, key).get(&uri).await.unwrap_err();
+        assert!(matches!(err, Error::Tls { .. }), "{id}: {err:?}");
+    }
+    // A certificate-only client gets no answer from a PSK-only server.
+    let pki = test_pki::generate("psk").unwrap();
+    let err = Client::new()
+        .with_x509(verify_only(&pki))
+        .get(&uri)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(handshake_failures(&server, "tls") >= 3);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_that_do_not_finish_the_handshake_are_closed() {
+    let pki = test_pki::generate("slow").unwrap();
+    let limits = TcpServerLimits {
+        handshake_timeout: Duration::from_millis(300),
+        ..TcpServerLimits::default()
+    };
+    let server = resources()
+        .x509(server_only(&pki))
+        .tcp_limits(limits)
+        .bind_tls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    // Silent: connects and sends nothing; the server closes it.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(20), silent.read(&mut buf))
+        .await
+        .expect("the server keeps a silent connection open")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the server wrote to a peer that sent nothing");
+    // Plain CoAP bytes on the TLS port: refused, counted.
+    let mut plain = TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(b"\x00\xe1\x30\x01coap not tls")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), plain.read_to_end(&mut rest)).await;
+    assert!(handshake_failures(&server, "tls") >= 1);
+    let text = server.metrics().render_prometheus();
+    assert!(
+        text.contains("cobalt_connections_timeouts_total{transport=\"tls\"} 1"),
+        "{text}"
+    );
+    // And it still serves others.
+    let client = Client::new().with_x509(verify_only(&pki));
+    let r = client
+        .get(&format!("coaps+tcp://{addr}/hello"))
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CONTENT);
+    server.shutdown(Duration::ZERO).await;
+}
