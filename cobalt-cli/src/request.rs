@@ -36,24 +36,42 @@ pub struct RequestArgs {
     /// Show the request and response messages on standard error.
     #[arg(short, long)]
     pub verbose: bool,
-    /// PSK identity for coaps:// (DTLS 1.2).
+    /// PSK identity for coaps:// (DTLS 1.2), coaps+tcp:// and coaps+ws:// (TLS).
     #[arg(long, value_name = "ID", requires = "psk_key")]
     pub psk_identity: Option<String>,
-    /// Pre-shared key for coaps://: `0x` and hex digits, or text.
+    /// Pre-shared key for coaps://, coaps+tcp://, coaps+ws://: `0x` and hex digits, or text.
     #[arg(long, value_name = "KEY", requires = "psk_identity")]
     pub psk_key: Option<String>,
-    /// CA certificate(s) (PEM) the coaps:// server's certificate must chain to; uses
-    /// certificates (ECDHE-ECDSA) instead of a PSK.
-    #[arg(long, value_name = "FILE", conflicts_with = "psk_identity")]
-    pub dtls_ca: Option<std::path::PathBuf>,
-    /// Client certificate (PEM, with any intermediates) for coaps://, with --dtls-ca.
-    #[arg(long, value_name = "FILE", requires_all = ["dtls_ca", "dtls_key"])]
-    pub dtls_cert: Option<std::path::PathBuf>,
-    /// Private key (PEM) of --dtls-cert.
-    #[arg(long, value_name = "FILE", requires = "dtls_cert")]
-    pub dtls_key: Option<std::path::PathBuf>,
-    /// Name the server's certificate must carry (default: the server's IP address).
-    #[arg(long, value_name = "NAME", requires = "dtls_ca")]
+    /// CA certificate(s) (PEM) the server's certificate must chain to; uses
+    /// certificates instead of a PSK. Without it, coaps+tcp:// and coaps+ws:// trust
+    /// the system's CAs (coaps:// needs it or a PSK).
+    #[arg(
+        long = "ca",
+        visible_alias = "dtls-ca",
+        value_name = "FILE",
+        conflicts_with = "psk_identity"
+    )]
+    pub ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM, with any intermediates), with --key.
+    #[arg(
+        long = "cert",
+        visible_alias = "dtls-cert",
+        value_name = "FILE",
+        requires = "key",
+        conflicts_with = "psk_identity"
+    )]
+    pub cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(
+        long = "key",
+        visible_alias = "dtls-key",
+        value_name = "FILE",
+        requires = "cert"
+    )]
+    pub key: Option<std::path::PathBuf>,
+    /// Name the server's certificate must carry (default: the URI's host for TLS, the
+    /// server's IP address for DTLS).
+    #[arg(long, value_name = "NAME")]
     pub server_name: Option<String>,
 }
 
@@ -119,24 +137,15 @@ fn build(
             .map_err(|e| (exit::USAGE, format!("--psk-key: {e}")))?;
         b = b.psk(id.as_bytes(), key);
     }
-    if let Some(ca) = &args.dtls_ca {
+    if args.ca.is_some() || args.cert.is_some() || args.server_name.is_some() {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(|e| (exit::USAGE, format!("cannot read {}: {e}", p.display())))
         };
+        let read_opt = |p: &Option<std::path::PathBuf>| p.as_deref().map(read).transpose();
         b = b.x509(cobalt::transport::dtls::X509Credentials {
-            cert_chain_pem: args
-                .dtls_cert
-                .as_deref()
-                .map(read)
-                .transpose()?
-                .unwrap_or_default(),
-            key_pem: args
-                .dtls_key
-                .as_deref()
-                .map(read)
-                .transpose()?
-                .unwrap_or_default(),
-            ca_pem: Some(read(ca)?),
+            cert_chain_pem: read_opt(&args.cert)?.unwrap_or_default(),
+            key_pem: read_opt(&args.key)?.unwrap_or_default(),
+            ca_pem: read_opt(&args.ca)?,
             server_name: args.server_name.clone(),
         });
     }

@@ -8,36 +8,18 @@
 //! `COBALT_REQUIRE_PEERS=1`, in which case it fails (`scripts/install-test-deps.sh`
 //! installs the peers). The programs are looked up on `PATH`.
 
+mod common;
+
 use cobalt::server::{get, post, Request};
 use cobalt::transport::dtls::PskStore;
 use cobalt::{Client, Code, Server, ServerHandle};
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const IDENTITY: &str = "cobalt-interop";
 const KEY: &str = "secretPSK";
-
-/// The peer program, or `None` (after a note) if the test should be skipped.
-fn peer(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("COBALT_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "{name} not found and COBALT_REQUIRE_PEERS=1"
-        );
-        eprintln!(
-            "SKIPPED: {name} not found (run scripts/install-test-deps.sh; \
-             set COBALT_REQUIRE_PEERS=1 to make this a failure)"
-        );
-    }
-    found
-}
 
 async fn our_server() -> ServerHandle {
     Server::new()
@@ -54,36 +36,6 @@ async fn our_server() -> ServerHandle {
         .unwrap()
 }
 
-/// Runs a peer program off the async threads, killing it after `limit`.
-async fn run(program: PathBuf, args: Vec<String>, limit: Duration) -> Output {
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(&program)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-        let started = Instant::now();
-        while child.try_wait().ok().flatten().is_none() && started.elapsed() < limit {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        child.wait_with_output().expect("collect output")
-    })
-    .await
-    .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 fn client_args(key: &str, extra: &[&str], uri: String) -> Vec<String> {
     let mut args: Vec<String> = ["-u", IDENTITY, "-k", key, "-B", "5"]
         .iter()
@@ -96,13 +48,13 @@ fn client_args(key: &str, extra: &[&str], uri: String) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn libcoap_client_against_our_dtls_server() {
-    let Some(client) = peer("coap-client-openssl") else {
+    let Some(client) = common::peer("coap-client-openssl", &[]) else {
         return;
     };
     let server = our_server().await;
     let addr = server.local_addr();
     let limit = Duration::from_secs(10);
-    let out = run(
+    let out = common::run(
         client.clone(),
         client_args(KEY, &["-m", "get"], format!("coaps://{addr}/hello")),
         limit,
@@ -111,9 +63,9 @@ async fn libcoap_client_against_our_dtls_server() {
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("hello over dtls"),
         "{}",
-        text(&out)
+        common::text(&out)
     );
-    let out = run(
+    let out = common::run(
         client.clone(),
         client_args(
             KEY,
@@ -126,9 +78,9 @@ async fn libcoap_client_against_our_dtls_server() {
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("ping over dtls"),
         "{}",
-        text(&out)
+        common::text(&out)
     );
-    let out = run(
+    let out = common::run(
         client.clone(),
         client_args(KEY, &["-m", "get"], format!("coaps://{addr}/big")),
         limit,
@@ -137,10 +89,10 @@ async fn libcoap_client_against_our_dtls_server() {
     assert!(
         String::from_utf8_lossy(&out.stdout).contains(&"0123456789".repeat(300)),
         "{}",
-        text(&out)
+        common::text(&out)
     );
     // The wrong key gets nothing.
-    let out = run(
+    let out = common::run(
         client,
         client_args("wrong", &["-m", "get"], format!("coaps://{addr}/hello")),
         limit,
@@ -149,7 +101,7 @@ async fn libcoap_client_against_our_dtls_server() {
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("hello over dtls"),
         "{}",
-        text(&out)
+        common::text(&out)
     );
     server.shutdown(Duration::ZERO).await;
 }
@@ -209,7 +161,7 @@ fn start_libcoap_server(program: &Path) -> LibcoapServer {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_client_against_libcoap_dtls_server() {
-    let Some(program) = peer("coap-server-openssl") else {
+    let Some(program) = common::peer("coap-server-openssl", &[]) else {
         return;
     };
     let server = start_libcoap_server(&program);
@@ -236,47 +188,12 @@ async fn our_client_against_libcoap_dtls_server() {
     );
 }
 
-/// A throwaway CA, server and client certificates written to a temporary directory.
-struct PkiFiles {
-    dir: PathBuf,
-    pki: cobalt::transport::dtls::test_pki::TestPki,
-}
-
-impl PkiFiles {
-    fn new(tag: &str) -> PkiFiles {
-        let pki = cobalt::transport::dtls::test_pki::generate("Cobalt interop CA").unwrap();
-        let dir = std::env::temp_dir().join(format!("cobalt-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let files = [
-            ("ca.pem", &pki.ca_pem),
-            ("server.pem", &pki.server.cert_chain_pem),
-            ("server.key", &pki.server.key_pem),
-            ("client.pem", &pki.client.cert_chain_pem),
-            ("client.key", &pki.client.key_pem),
-        ];
-        for (name, pem) in files {
-            std::fs::write(dir.join(name), pem).unwrap();
-        }
-        PkiFiles { dir, pki }
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.join(name).display().to_string()
-    }
-}
-
-impl Drop for PkiFiles {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn libcoap_client_with_certificates_against_our_server() {
-    let Some(client) = peer("coap-client-openssl") else {
+    let Some(client) = common::peer("coap-client-openssl", &[]) else {
         return;
     };
-    let files = PkiFiles::new("x509-server");
+    let files = common::PkiFiles::new("x509-server");
     let server = Server::new()
         .route("/hello", get(|| async { "hello over x509" }))
         .dtls_x509(files.pki.server.clone())
@@ -300,21 +217,21 @@ async fn libcoap_client_with_certificates_against_our_server() {
         "get".into(),
         format!("coaps://{addr}/hello"),
     ];
-    let out = run(client, args, Duration::from_secs(10)).await;
+    let out = common::run(client, args, Duration::from_secs(10)).await;
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("hello over x509"),
         "{}",
-        text(&out)
+        common::text(&out)
     );
     server.shutdown(Duration::ZERO).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_client_with_certificates_against_libcoap_server() {
-    let Some(program) = peer("coap-server-openssl") else {
+    let Some(program) = common::peer("coap-server-openssl", &[]) else {
         return;
     };
-    let files = PkiFiles::new("x509-client");
+    let files = common::PkiFiles::new("x509-client");
     let mut started = None;
     for _ in 0..5 {
         let Some(port) = free_pair() else { continue };

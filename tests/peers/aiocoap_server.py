@@ -2,11 +2,13 @@
 """A small aiocoap server that Cobalt's interop tests talk to.
 
 Usage: aiocoap_server.py --port PORT [--bind ADDRESS] [--transports LIST]
+                         [--tls-cert PEM --tls-key PEM]
 
 --transports: comma-separated aiocoap server transports, default "udp6". With "ws"
 (CoAP over WebSockets, needs the `websockets` package, i.e. aiocoap[ws]) aiocoap
 listens for WebSocket upgrades on PORT + 3000 (aiocoap's rule for an explicit bind
-port), path /.well-known/coap.
+port), path /.well-known/coap. With "tlsserver" and --tls-cert/--tls-key it serves
+coaps+tcp (ALPN coap) on PORT + 1.
 
 Resources:
   /hello   GET  -> 2.05 "hello from aiocoap"
@@ -107,7 +109,17 @@ async def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--transports", default="udp6")
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
     args = parser.parse_args()
+
+    ssl_context = None
+    if args.tls_cert:
+        import ssl
+
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(certfile=args.tls_cert, keyfile=args.tls_key)
+        ssl_context.set_alpn_protocols(["coap"])
 
     site = resource.Site()
     site.add_resource(
@@ -122,7 +134,10 @@ async def main() -> None:
     site.add_resource(["big-counter"], Counter(1.0, size=2000))
 
     await aiocoap.Context.create_server_context(
-        site, bind=(args.bind, args.port), transports=args.transports.split(",")
+        site,
+        bind=(args.bind, args.port),
+        transports=args.transports.split(","),
+        _ssl_context=ssl_context,
     )
     print(
         f"aiocoap server listening on {args.bind}:{args.port} ({args.transports})",

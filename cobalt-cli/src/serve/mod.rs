@@ -47,22 +47,47 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "5683")]
     pub tcp: Option<u16>,
     /// Also serve CoAP over DTLS (`coaps://`, PSK) with the keys in FILE, one
-    /// `identity:key` per line (key: `0x` and hex digits, or text; `#` comments).
-    #[arg(long, value_name = "FILE")]
+    /// `identity:key` per line (key: `0x` and hex digits, or text; `#` comments); with
+    /// --tls these keys are accepted over TLS too.
+    #[arg(long, value_name = "FILE", visible_alias = "psk-file")]
     pub dtls_psk_file: Option<PathBuf>,
-    /// Also serve CoAP over DTLS with this certificate (PEM, with any intermediates;
-    /// an EC P-256 key for the ECDHE-ECDSA suites); needs --dtls-key.
-    #[arg(long, value_name = "FILE", requires = "dtls_key")]
-    pub dtls_cert: Option<PathBuf>,
-    /// Private key (PEM) of --dtls-cert.
-    #[arg(long, value_name = "FILE", requires = "dtls_cert")]
-    pub dtls_key: Option<PathBuf>,
+    /// Also serve CoAP over DTLS (and, with --tls, TLS) with this certificate (PEM,
+    /// with any intermediates; an EC P-256 key for the DTLS ECDHE-ECDSA suites); needs --key.
+    #[arg(
+        long = "cert",
+        visible_alias = "dtls-cert",
+        value_name = "FILE",
+        requires = "key"
+    )]
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(
+        long = "key",
+        visible_alias = "dtls-key",
+        value_name = "FILE",
+        requires = "cert"
+    )]
+    pub key: Option<PathBuf>,
     /// Require client certificates that chain to these CA certificates (PEM).
-    #[arg(long, value_name = "FILE", requires = "dtls_cert")]
-    pub dtls_ca: Option<PathBuf>,
-    /// UDP port for CoAP over DTLS (with --dtls-psk-file or --dtls-cert).
+    #[arg(
+        long = "ca",
+        visible_alias = "dtls-ca",
+        value_name = "FILE",
+        requires = "cert"
+    )]
+    pub ca: Option<PathBuf>,
+    /// UDP port for CoAP over DTLS (with --dtls-psk-file or --cert).
     #[arg(long, value_name = "PORT", default_value_t = cobalt::transport::dtls::DEFAULT_PORT)]
     pub dtls_port: u16,
+    /// Also serve CoAP over TLS (RFC 8323, `coaps+tcp://`) on this TCP port (5684 is the
+    /// standard one), with --cert/--key and/or --dtls-psk-file. With --ws, also serves
+    /// `coaps+ws://` on --wss-port.
+    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "5684")]
+    pub tls: Option<u16>,
+    /// TCP port of CoAP over secure WebSockets (`coaps+ws://`, implies it). Default 8443
+    /// (the standard port, 443, needs root).
+    #[arg(long, value_name = "PORT")]
+    pub wss_port: Option<u16>,
     /// Also serve CoAP over WebSockets (RFC 8323 §4, `coap+ws://HOST:PORT/...`):
     /// HTTP/1.1 upgrades on /.well-known/coap with subprotocol `coap`, on TCP port 8080
     /// unless --ws-port says otherwise. (The standard port, 80, needs root; usually a
@@ -134,32 +159,43 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         let keys = cobalt::transport::dtls::PskStore::load(file).map_err(|e| (exit::USAGE, e))?;
         server = server.dtls_psk(keys);
     }
-    if let (Some(cert), Some(key)) = (&args.dtls_cert, &args.dtls_key) {
+    if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(|e| (exit::USAGE, format!("cannot read {}: {e}", p.display())))
         };
         let creds = cobalt::transport::dtls::X509Credentials {
             cert_chain_pem: read(cert)?,
             key_pem: read(key)?,
-            ca_pem: args.dtls_ca.as_deref().map(read).transpose()?,
+            ca_pem: args.ca.as_deref().map(read).transpose()?,
             server_name: None,
         };
         // Check the files now, for a clear message.
         cobalt::transport::dtls::OpensslDtls::server_with(None, Some(&creds), Default::default())
-            .map_err(|e| {
-            (
-                exit::USAGE,
-                format!("unusable --dtls-cert/--dtls-key/--dtls-ca: {e}"),
-            )
-        })?;
-        server = server.dtls_x509(creds);
+            .map_err(|e| (exit::USAGE, format!("unusable --cert/--key/--ca: {e}")))?;
+        server = server.x509(creds);
     }
-    if args.dtls_psk_file.is_some() || args.dtls_cert.is_some() {
+    let credentials = args.dtls_psk_file.is_some() || args.cert.is_some();
+    if credentials {
         server = server.dtls(std::net::SocketAddr::new(addr.ip(), args.dtls_port));
     }
-    if args.ws || args.ws_port.is_some() {
+    let ws = args.ws || args.ws_port.is_some();
+    if ws {
         let port = args.ws_port.unwrap_or(8080);
         server = server.ws(std::net::SocketAddr::new(addr.ip(), port));
+    }
+    let wss = args.wss_port.or((ws && args.tls.is_some()).then_some(8443));
+    if (args.tls.is_some() || wss.is_some()) && !credentials {
+        return Err((
+            exit::USAGE,
+            "--tls and --wss-port need credentials: --cert FILE --key FILE, or --dtls-psk-file FILE"
+                .into(),
+        ));
+    }
+    if let Some(port) = args.tls {
+        server = server.tls(std::net::SocketAddr::new(addr.ip(), port));
+    }
+    if let Some(port) = wss {
+        server = server.wss(std::net::SocketAddr::new(addr.ip(), port));
     }
     let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
         (
@@ -193,6 +229,12 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     if let Some(ws) = handle.ws_local_addr() {
         eprintln!("cobalt: serving CoAP over WebSockets on ws://{ws}/.well-known/coap");
+    }
+    if let Some(tls) = handle.tls_local_addr() {
+        eprintln!("cobalt: serving CoAP over TLS on {tls}");
+    }
+    if let Some(wss) = handle.wss_local_addr() {
+        eprintln!("cobalt: serving CoAP over secure WebSockets on wss://{wss}/.well-known/coap");
     }
     if let Some(exporter) = &_exporter {
         eprintln!(

@@ -127,12 +127,15 @@ pub struct TlsConnector {
     ctx: SslContext,
     /// Check the server's certificate against the host or address (not for PSK).
     verify_name: bool,
+    /// The name to expect instead of the URI's host.
+    server_name: Option<String>,
 }
 
 impl std::fmt::Debug for TlsConnector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsConnector")
             .field("verify_name", &self.verify_name)
+            .field("server_name", &self.server_name)
             .finish()
     }
 }
@@ -144,6 +147,7 @@ impl TlsConnector {
     pub fn new(auth: Option<&DtlsClientAuth>, alpn: Alpn) -> Result<TlsConnector, ErrorStack> {
         let mut b = base_context(SslMethod::tls_client())?;
         b.set_alpn_protos(alpn.wire())?;
+        let mut server_name = None;
         let verify_name = match auth {
             Some(DtlsClientAuth::Psk(psk)) => {
                 set_psk_client(&mut b, ClientPsk::clone(psk));
@@ -153,6 +157,7 @@ impl TlsConnector {
                 false
             }
             Some(DtlsClientAuth::X509(x)) => {
+                server_name.clone_from(&x.server_name);
                 load_x509(&mut b, x)?;
                 if x.ca_pem.is_none() {
                     b.set_default_verify_paths()?;
@@ -168,11 +173,13 @@ impl TlsConnector {
         Ok(TlsConnector {
             ctx: b.build(),
             verify_name,
+            server_name,
         })
     }
 
     /// Runs the client side of the handshake on a connected stream; the server's
-    /// certificate must name `host` (a host name, also sent as SNI, or an IP address).
+    /// certificate must name `host` (a host name, also sent as SNI, or an IP address),
+    /// or the credentials' `server_name` when they have one.
     pub async fn connect<S>(
         &self,
         stream: S,
@@ -184,7 +191,12 @@ impl TlsConnector {
     {
         let mut ssl = Ssl::new(&self.ctx).map_err(io::Error::other)?;
         if self.verify_name {
-            let name = host.trim_start_matches('[').trim_end_matches(']');
+            let name = self
+                .server_name
+                .as_deref()
+                .unwrap_or(host)
+                .trim_start_matches('[')
+                .trim_end_matches(']');
             expect_peer_name(&mut ssl, Some(name), peer).map_err(io::Error::other)?;
         }
         let mut tls = SslStream::new(ssl, stream).map_err(io::Error::other)?;

@@ -86,3 +86,38 @@ impl Drop for Guarded {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A throwaway CA, server and client certificates written to a temporary directory.
+pub struct PkiFiles {
+    pub dir: PathBuf,
+    pub pki: cobalt::transport::dtls::test_pki::TestPki,
+}
+
+impl PkiFiles {
+    pub fn new(tag: &str) -> PkiFiles {
+        let pki = cobalt::transport::dtls::test_pki::generate("Cobalt interop CA").unwrap();
+        let dir = std::env::temp_dir().join(format!("cobalt-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = [
+            ("ca.pem", &pki.ca_pem),
+            ("server.pem", &pki.server.cert_chain_pem),
+            ("server.key", &pki.server.key_pem),
+            ("client.pem", &pki.client.cert_chain_pem),
+            ("client.key", &pki.client.key_pem),
+        ];
+        for (name, pem) in files {
+            std::fs::write(dir.join(name), pem).unwrap();
+        }
+        PkiFiles { dir, pki }
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+impl Drop for PkiFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
