@@ -411,7 +411,7 @@ const KEYS: &[KeyDoc] = &[
     k("limits", "max_uploads", "Block1 uploads in progress per shard; beyond it 5.03.", "0 or more"),
     k("limits", "max_upload_memory", "Bytes the uploads in progress of one shard may hold together; beyond it 5.03.", "1024 to 68719476736"),
     k("limits", "block_szx", "Block size exponent of responses: block size 2^(4+szx) bytes.", "0 to 6 (16 to 1024 bytes)"),
-    k("limits", "amplification_factor", "An unverified peer gets at most this many times its request's bytes in the answer to a GET or FETCH; larger answers need an Echo round trip (RFC 9175). 0: off.", "0 to 1000"),
+    k("limits", "amplification_factor", "An unverified peer gets at most this many times its request's bytes in the answer to a GET or FETCH; larger answers go in smaller blocks or need an Echo round trip (RFC 9175). Default 3; 0: off.", "0 to 1000"),
     k("runtime", "shards", "Shards: threads with their own SO_REUSEPORT socket; 0: one per core.", "0 to 1024"),
     k("runtime", "recv_batch", "Datagrams read per wake-up of a shard before timers and commands get a turn (rounded up to whole recvmmsg batches of 64).", "1 to 4096"),
     k("runtime", "socket_recv_buffer", "SO_RCVBUF asked for each shard socket, in bytes (the kernel may cap it); 0: kernel default.", "0 to 1073741824"),

@@ -95,6 +95,11 @@ impl EchoGuard {
     /// the blocks in `block_req`: sliced at `max_szx` as usual, in smaller blocks when
     /// that would amplify too much for an unverified peer, or 4.01 with Echo when even
     /// the smallest block would.
+    ///
+    /// `observer` says whether the peer observes a resource here; its requests for the
+    /// further blocks of a notification (RFC 7959 §3.4) are answered at full size: the
+    /// notification's first block went to it unasked already, and some clients (libcoap
+    /// 4.3.1) cannot follow a block size that shrinks in the middle of a notification.
     pub(crate) fn answer(
         &self,
         now: Instant,
@@ -102,13 +107,19 @@ impl EchoGuard {
         block_req: &Message,
         full: Message,
         max_szx: u8,
+        observer: impl FnOnce() -> bool,
     ) -> Message {
         let (peer, method, request_len) = origin;
         let budget = self.factor * request_len.max(1);
         let fits = |m: &Message| encoded_len(m) <= budget;
         let safe = matches!(method, Code::GET | Code::FETCH);
+        if !safe || (fits(&full) && block_req.block2().is_none()) {
+            // The common case, without copying the response.
+            return slice_response(block_req, full, max_szx);
+        }
         let sliced = slice_response(block_req, full.clone(), max_szx);
-        if !safe || fits(&sliced) || self.is_verified(now, peer) {
+        let follow_up = block_req.block2().is_some_and(|b| b.num > 0);
+        if !safe || fits(&sliced) || self.is_verified(now, peer) || (follow_up && observer()) {
             return sliced;
         }
         for szx in (0..max_szx.min(MAX_UDP_SZX)).rev() {
@@ -150,18 +161,18 @@ mod tests {
         let peer: SocketAddr = "10.0.0.1:1000".parse().unwrap();
         let origin = |method| (peer, method, 20usize);
         // 500 bytes to a 20-byte GET: cut into blocks that fit 60 bytes.
-        let r = g.answer(now, origin(Code::GET), &get(), big(), 6);
+        let r = g.answer(now, origin(Code::GET), &get(), big(), 6, || false);
         assert_eq!(r.code, Code::CONTENT);
         assert!(encoded_len(&r) <= 60, "{}", encoded_len(&r));
         assert_eq!(r.block2().unwrap().num, 0);
         assert!(r.block2().unwrap().more);
         // A 2-byte request leaves room for no block at all: Echo challenge.
-        let c = g.answer(now, (peer, Code::GET, 2), &get(), big(), 6);
+        let c = g.answer(now, (peer, Code::GET, 2), &get(), big(), 6, || false);
         assert_eq!(c.code, Code::UNAUTHORIZED);
         let echo = c.options.get(opt::ECHO).unwrap().to_vec();
         assert!(echo.len() <= 40);
         // A POST's answer is sent whole: the handler has run already.
-        let r = g.answer(now, origin(Code::POST), &get(), big(), 6);
+        let r = g.answer(now, origin(Code::POST), &get(), big(), 6, || false);
         assert_eq!(r.payload.len(), 500);
 
         // A forged or foreign Echo verifies nothing.
@@ -171,11 +182,37 @@ mod tests {
         let other: SocketAddr = "10.0.0.2:1000".parse().unwrap();
         req.options.set(opt::ECHO, echo.clone());
         g.observe_request(now, other, &req);
-        let r = g.answer(now, (other, Code::GET, 20), &get(), big(), 6);
+        let r = g.answer(now, (other, Code::GET, 20), &get(), big(), 6, || false);
         assert!(encoded_len(&r) <= 60);
 
         g.observe_request(now, peer, &req);
-        let r = g.answer(now, origin(Code::GET), &get(), big(), 6);
+        let r = g.answer(now, origin(Code::GET), &get(), big(), 6, || false);
         assert_eq!(r.payload.len(), 500, "verified: the whole answer");
+    }
+
+    #[test]
+    fn observers_get_the_rest_of_a_notification_at_full_block_size() {
+        let g = EchoGuard::new(3, 10);
+        let now = Instant::now();
+        let peer: SocketAddr = "10.0.0.3:1000".parse().unwrap();
+        let mut big = big();
+        big.payload = vec![0; 3000];
+        let mut second = get();
+        second.options.set_uint(
+            opt::BLOCK2,
+            cobalt_proto::message::BlockValue::new(1, false, 6)
+                .unwrap()
+                .encode(),
+        );
+        let r = g.answer(now, (peer, Code::GET, 20), &second, big.clone(), 6, || true);
+        assert_eq!(r.block2().unwrap().szx, 6);
+        assert_eq!(r.payload.len(), 1024);
+        let r = g.answer(now, (peer, Code::GET, 20), &second, big.clone(), 6, || {
+            false
+        });
+        assert!(encoded_len(&r) <= 60, "not an observer: small blocks");
+        // A first block is limited even for an observer.
+        let r = g.answer(now, (peer, Code::GET, 20), &get(), big, 6, || true);
+        assert!(encoded_len(&r) <= 60);
     }
 }

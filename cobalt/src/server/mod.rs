@@ -263,6 +263,16 @@ impl Server {
         self
     }
 
+    /// The limits of a shard. DTLS peers have proven their address in the cookie
+    /// exchange, so the amplification limit does not apply to them.
+    fn shard_limits(&self, dtls: bool) -> ServerLimits {
+        let mut limits = self.limits.clone();
+        if dtls {
+            limits.amplification_factor = 0;
+        }
+        limits
+    }
+
     /// A DTLS session table for one shard.
     fn dtls_layer(&self) -> Result<Box<dyn DtlsBackend>> {
         if self.psk_keys.is_none() && self.x509.is_none() {
@@ -479,7 +489,7 @@ impl Server {
                 format!("cobalt-shard-{i}"),
                 io,
                 self.config.clone(),
-                Some((tree.clone(), self.limits.clone())),
+                Some((tree.clone(), self.shard_limits(secure))),
                 None,
                 self.recv_batch,
                 Some(metrics.shards()[i].clone()),
@@ -546,7 +556,7 @@ impl Server {
                 format!("cobalt-dtls-{i}"),
                 DriverIo::Owned(socket),
                 self.config.clone(),
-                Some((tree.clone(), self.limits.clone())),
+                Some((tree.clone(), self.shard_limits(true))),
                 None,
                 self.recv_batch,
                 slots.get(i).cloned(),

@@ -165,16 +165,37 @@ pub(crate) type RelationKey = (SocketAddr, Token);
 #[derive(Debug, Default)]
 pub(crate) struct Relations {
     by_resource: HashMap<u64, HashMap<RelationKey, Relation>>,
+    /// Relations per observer address.
+    by_peer: HashMap<SocketAddr, usize>,
 }
 
 impl Relations {
     /// Adds or replaces a relation; true if it is new.
     pub fn insert(&mut self, observable: u64, key: RelationKey, relation: Relation) -> bool {
-        self.by_resource
+        let new = self
+            .by_resource
             .entry(observable)
             .or_default()
             .insert(key, relation)
-            .is_none()
+            .is_none();
+        if new {
+            *self.by_peer.entry(key.0).or_default() += 1;
+        }
+        new
+    }
+
+    fn forget_peer(&mut self, peer: SocketAddr) {
+        if let Some(n) = self.by_peer.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_peer.remove(&peer);
+            }
+        }
+    }
+
+    /// Whether `peer` observes anything here.
+    pub fn is_observer(&self, peer: SocketAddr) -> bool {
+        self.by_peer.contains_key(&peer)
     }
 
     /// Removes a relation wherever it is; returns the observable it belonged to.
@@ -187,6 +208,7 @@ impl Relations {
             }
         }
         if let Some(obs) = found {
+            self.forget_peer(key.0);
             if self.by_resource.get(&obs).is_some_and(HashMap::is_empty) {
                 self.by_resource.remove(&obs);
             }
@@ -213,7 +235,11 @@ impl Relations {
 
     /// Removes and returns every relation of one observable.
     pub fn take_all(&mut self, observable: u64) -> HashMap<RelationKey, Relation> {
-        self.by_resource.remove(&observable).unwrap_or_default()
+        let all = self.by_resource.remove(&observable).unwrap_or_default();
+        for key in all.keys() {
+            self.forget_peer(key.0);
+        }
+        all
     }
 
     /// Number of relations in this shard.
@@ -243,8 +269,14 @@ mod tests {
         assert!(r.insert(7, key, rel()));
         assert!(!r.insert(7, key, rel()), "same token re-registers");
         assert_eq!(r.len(), 1);
+        assert!(r.is_observer(key.0));
+        let other = (key.0, Token::new(&[2]).unwrap());
+        assert!(r.insert(8, other, rel()));
         assert_eq!(r.remove(&key), Some(7));
         assert_eq!(r.remove(&key), None);
+        assert!(r.is_observer(key.0), "still observes 8");
+        assert_eq!(r.take_all(8).len(), 1);
+        assert!(!r.is_observer(key.0));
         assert_eq!(r.len(), 0);
     }
 

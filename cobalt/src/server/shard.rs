@@ -313,7 +313,18 @@ impl ServerShard {
             }
         }
         let msg = match &self.echo {
-            Some(g) => g.answer(now, ctx.origin, &block_req, full, self.limits.block_szx),
+            Some(g) => {
+                let relations = &self.relations;
+                let observer = || relations.is_observer(ctx.origin.0);
+                g.answer(
+                    now,
+                    ctx.origin,
+                    &block_req,
+                    full,
+                    self.limits.block_szx,
+                    observer,
+                )
+            }
             None => slice_response(&block_req, full, self.limits.block_szx),
         };
         let _ = ep.respond(now, id, msg);
