@@ -89,6 +89,12 @@ pub struct TcpConfig {
     /// Requests (and observations) of ours outstanding at once; [`TcpConnection::request`]
     /// fails beyond it. Default 256.
     pub max_outbound_requests: usize,
+    /// Keep-alive (RFC 8323 §5.4): while requests or observations are outstanding and
+    /// nothing has been received for this long, send a Ping; if nothing arrives for as
+    /// long again, the peer is gone (a dead host, a NAT that dropped the mapping) and
+    /// the connection closes with [`CloseReason::KeepaliveTimeout`], failing what was
+    /// outstanding instead of waiting forever. Default 30 s; `None`: no pings.
+    pub keepalive: Option<Duration>,
 }
 
 impl Default for TcpConfig {
@@ -101,6 +107,7 @@ impl Default for TcpConfig {
             idle_timeout: Some(Duration::from_secs(300)),
             max_inbound_requests: 256,
             max_outbound_requests: 256,
+            keepalive: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -125,6 +132,8 @@ pub enum CloseReason {
     FrameTimeout,
     /// Nothing happened for [`TcpConfig::idle_timeout`]; this side sent Release.
     IdleTimeout,
+    /// The peer answered nothing, not even a keep-alive Ping ([`TcpConfig::keepalive`]).
+    KeepaliveTimeout,
     /// This side sent Release ([`TcpConnection::release`]).
     LocalRelease,
     /// The peer sent Abort.
@@ -154,6 +163,7 @@ impl fmt::Display for CloseReason {
             CloseReason::CsmTimeout => write!(f, "peer sent no CSM in time"),
             CloseReason::FrameTimeout => write!(f, "peer too slow to complete a message"),
             CloseReason::IdleTimeout => write!(f, "idle"),
+            CloseReason::KeepaliveTimeout => write!(f, "peer did not answer a keep-alive Ping"),
             CloseReason::LocalRelease => write!(f, "released by us"),
             CloseReason::PeerAbort {
                 bad_csm_option,
@@ -275,6 +285,10 @@ pub struct TcpConnection {
     started: Instant,
     /// Last complete message received or sent.
     last_activity: Instant,
+    /// Last complete message received (of any kind).
+    last_received: Instant,
+    /// When our unanswered keep-alive Ping went out.
+    keepalive_sent: Option<Instant>,
     /// When the first byte of the incomplete frame in `inbuf` arrived.
     partial_since: Option<Instant>,
     inbuf: Vec<u8>,
@@ -341,6 +355,8 @@ impl TcpConnection {
             state: State::AwaitingCsm,
             started: now,
             last_activity: now,
+            last_received: now,
+            keepalive_sent: None,
             partial_since: None,
             inbuf: Vec::new(),
             outbuf: Vec::new(),
@@ -446,7 +462,19 @@ impl TcpConnection {
                 consider(self.last_activity + idle);
             }
         }
+        if let Some(at) = self.keepalive_due() {
+            consider(at);
+        }
         t
+    }
+
+    /// When the next keep-alive step is due: a Ping, or giving up on the peer.
+    fn keepalive_due(&self) -> Option<Instant> {
+        let interval = self.config.keepalive?;
+        if self.state != State::Open || (self.is_idle() && self.keepalive_sent.is_none()) {
+            return None;
+        }
+        Some(self.keepalive_sent.unwrap_or(self.last_received) + interval)
     }
 
     fn is_idle(&self) -> bool {
@@ -475,6 +503,18 @@ impl TcpConnection {
         if let Some(idle) = self.config.idle_timeout {
             if self.is_idle() && now >= self.last_activity + idle {
                 self.release_with("idle", CloseReason::IdleTimeout);
+                return;
+            }
+        }
+        if self.keepalive_due().is_some_and(|at| now >= at) {
+            if self.keepalive_sent.is_some() {
+                self.abort_with(
+                    None,
+                    "no answer to keep-alive Ping",
+                    CloseReason::KeepaliveTimeout,
+                );
+            } else if self.ping(false).is_ok() {
+                self.keepalive_sent = Some(now);
             }
         }
     }
@@ -503,7 +543,7 @@ impl TcpConnection {
         let limit = (self.config.max_message_size as usize).saturating_add(MAX_FRAME_HEADER);
         match decode_ws(message, limit) {
             Ok(msg) => {
-                self.last_activity = now;
+                self.received(now);
                 self.handle_message(msg);
             }
             Err(e) => {
@@ -537,7 +577,7 @@ impl TcpConnection {
             match decode_tcp(&self.inbuf[at..], limit) {
                 Ok(Some((msg, used))) => {
                     at += used;
-                    self.last_activity = now;
+                    self.received(now);
                     self.handle_message(msg);
                 }
                 Ok(None) => break,
@@ -563,6 +603,13 @@ impl TcpConnection {
             // A new incomplete frame began with this read.
             self.partial_since = Some(now);
         }
+    }
+
+    /// A complete message arrived: the peer is alive.
+    fn received(&mut self, now: Instant) {
+        self.last_activity = now;
+        self.last_received = now;
+        self.keepalive_sent = None;
     }
 
     fn handle_message(&mut self, msg: TcpMessage) {

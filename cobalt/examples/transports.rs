@@ -1,5 +1,6 @@
 //! Requests per second over each transport, in one run: one server serving the same
-//! `/benchmark` over UDP, DTLS (PSK), TCP and WebSockets on loopback, and `TASKS`
+//! `/benchmark` over UDP, DTLS (PSK), TCP, TLS (PSK), WebSockets and secure WebSockets
+//! (PSK) on loopback, and `TASKS`
 //! clients (each with its own socket or connection) looping over requests.
 //!
 //! `cargo run --release --example transports -- [SECONDS] [TASKS]` (defaults 3 and 50).
@@ -24,6 +25,8 @@ async fn main() -> cobalt::Result<()> {
         .dtls(any(0))
         .tcp(any(0))
         .ws(any(0))
+        .tls(any(0))
+        .wss(any(0))
         .shards(1)
         .bind(any(0))
         .await?;
@@ -45,10 +48,24 @@ async fn main() -> cobalt::Result<()> {
             ),
         ),
         (
+            "coaps+tcp (TLS PSK)",
+            format!(
+                "coaps+tcp://{}/benchmark",
+                server.tls_local_addr().expect("tls")
+            ),
+        ),
+        (
             "coap+ws",
             format!(
                 "coap+ws://{}/benchmark",
                 server.ws_local_addr().expect("ws")
+            ),
+        ),
+        (
+            "coaps+ws (TLS PSK)",
+            format!(
+                "coaps+ws://{}/benchmark",
+                server.wss_local_addr().expect("wss")
             ),
         ),
     ];
@@ -82,7 +99,7 @@ async fn main() -> cobalt::Result<()> {
         }
         let rate = done.load(Ordering::Relaxed) as f64 / seconds;
         let ratio = rate / *base.get_or_insert(rate);
-        println!("{name:18} {rate:>10.0} req/s   {:>5.2}× UDP", ratio);
+        println!("{name:20} {rate:>10.0} req/s   {:>5.2}× UDP", ratio);
     }
     server.shutdown(Duration::from_secs(1)).await;
     Ok(())

@@ -495,7 +495,7 @@ fn render_transports(
         ("cobalt_connections_accepted_total", "Connections accepted.", |c| &c.accepted),
         ("cobalt_connections_refused_total", "Connections refused: max_connections were open.", |c| &c.refused),
         ("cobalt_connections_protocol_errors_total", "Connections aborted for a protocol error (bad or missing CSM, oversized frame, malformed message).", |c| &c.protocol_errors),
-        ("cobalt_connections_timeouts_total", "Connections closed because the CSM or a frame took too long (silent or slow peers).", |c| &c.timeouts),
+        ("cobalt_connections_timeouts_total", "Connections closed because the TLS handshake, the CSM or a frame took too long, or a keep-alive Ping went unanswered (silent, slow or vanished peers).", |c| &c.timeouts),
         ("cobalt_connections_idle_closed_total", "Connections released for being idle.", |c| &c.idle_closed),
         ("cobalt_connections_handshake_failures_total", "TLS handshakes that failed (wrong key, untrusted certificate, not TLS) and WebSocket upgrades refused or abandoned.", |c| &c.handshake_failures),
     ];

@@ -406,10 +406,25 @@ fn steady_complete_messages_are_not_slowloris() {
     assert!(!a.is_closed() && !b.is_closed());
 }
 
+/// Two connected connections with `config`, their CSMs exchanged.
+fn established_with(now: Instant, config: TcpConfig) -> (TcpConnection, TcpConnection) {
+    let mut a = TcpConnection::with_token_seed(config.clone(), now, 1);
+    let mut b = TcpConnection::with_token_seed(config, now, 1000);
+    pump(now, &mut a, &mut b);
+    assert!(a.is_established() && b.is_established());
+    events(&mut a);
+    events(&mut b);
+    (a, b)
+}
+
 #[test]
 fn idle_connection_is_released() {
     let now = t0();
-    let (mut a, mut b) = established(now);
+    let no_pings = TcpConfig {
+        keepalive: None,
+        ..TcpConfig::default()
+    };
+    let (mut a, mut b) = established_with(now, no_pings);
     let deadline = a.poll_timeout().unwrap();
     assert_eq!(deadline, now + Duration::from_secs(300));
     // Not while a request is outstanding.
@@ -880,4 +895,62 @@ proptest! {
             prop_assert!(decode_ws(&out, usize::MAX).is_ok());
         }
     }
+}
+
+#[test]
+fn keepalive_pings_a_silent_peer_while_requests_are_outstanding() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    // Idle: no pings, only the idle deadline.
+    assert_eq!(a.poll_timeout(), Some(now + Duration::from_secs(300)));
+    a.request(now, get("x")).unwrap();
+    pump(now, &mut a, &mut b);
+    assert_eq!(a.poll_timeout(), Some(now + Duration::from_secs(30)));
+    // 30 s of silence: a Ping; the peer's Pong keeps the connection.
+    let t = now + Duration::from_secs(30);
+    a.handle_timeout(t);
+    let sent = frames(&a.poll_transmit().expect("a keep-alive Ping"));
+    assert_eq!(
+        Signal::from_message(&sent[0]),
+        Ok(Signal::Ping { custody: false })
+    );
+    let mut v = Vec::new();
+    encode_tcp(&sent[0], &mut v);
+    b.handle_bytes(t, &v);
+    let pong = b.poll_transmit().unwrap();
+    a.handle_bytes(t, &pong);
+    a.handle_timeout(t + Duration::from_secs(30) - Duration::from_millis(1));
+    assert!(!a.is_closed());
+    assert_eq!(a.poll_timeout(), Some(t + Duration::from_secs(30)));
+}
+
+#[test]
+fn keepalive_gives_up_on_a_peer_that_answers_nothing() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let token = a.request(now, get("x")).unwrap();
+    pump(now, &mut a, &mut b);
+    let t = now + Duration::from_secs(30);
+    a.handle_timeout(t);
+    assert!(a.poll_transmit().is_some(), "Ping sent");
+    // The peer is gone: nothing comes back.
+    a.handle_timeout(t + Duration::from_secs(30));
+    assert!(a.is_closed());
+    assert_eq!(
+        events(&mut a).last(),
+        Some(&TcpEvent::Closed {
+            reason: CloseReason::KeepaliveTimeout,
+            outstanding: vec![token],
+        })
+    );
+    // Without keep-alive the same connection waits forever.
+    let quiet = TcpConfig {
+        keepalive: None,
+        idle_timeout: None,
+        ..TcpConfig::default()
+    };
+    let (mut a, mut b) = established_with(now, quiet);
+    a.request(now, get("x")).unwrap();
+    pump(now, &mut a, &mut b);
+    assert_eq!(a.poll_timeout(), None);
 }

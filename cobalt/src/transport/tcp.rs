@@ -163,7 +163,8 @@ pub struct TcpCounters {
     /// Connections aborted by this side for a protocol error (bad or missing CSM,
     /// oversized frame, malformed message).
     pub protocol_errors: AtomicU64,
-    /// Connections closed because the CSM or a frame took too long (slow or silent peers).
+    /// Connections closed because the TLS handshake, the CSM or a frame took too long,
+    /// or the peer answered no keep-alive Ping (slow, silent or vanished peers).
     pub timeouts: AtomicU64,
     /// Connections released for being idle.
     pub idle_closed: AtomicU64,
@@ -176,7 +177,9 @@ impl TcpCounters {
     fn count_close(&self, reason: &CloseReason) {
         let counter = match reason {
             CloseReason::LocalAbort(_) => &self.protocol_errors,
-            CloseReason::CsmTimeout | CloseReason::FrameTimeout => &self.timeouts,
+            CloseReason::CsmTimeout | CloseReason::FrameTimeout | CloseReason::KeepaliveTimeout => {
+                &self.timeouts
+            }
             CloseReason::IdleTimeout => &self.idle_closed,
             _ => return,
         };
