@@ -217,61 +217,46 @@ async fn our_client_against_libcoap_tls_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn aiocoap_client_against_our_tls_server() {
+async fn aiocoap_client_over_tls_and_secure_websockets_against_our_server() {
     let Some(client) = common::aiocoap("aiocoap-client") else {
         return;
     };
     let files = PkiFiles::new("tls-aiocoap");
-    let server = our_server(&files, false).await;
-    // aiocoap checks the certificate against the host name it was given.
-    let uri = format!("coaps+tcp://localhost:{}/hello", server.local_addr().port());
-    let out = tokio::task::spawn_blocking({
-        let ca = files.path("ca.pem");
-        move || {
-            Command::new(client)
-                .arg(uri)
-                .env("SSL_CERT_FILE", ca)
-                .stdin(Stdio::null())
-                .output()
-                .expect("run aiocoap-client")
-        }
-    })
-    .await
-    .unwrap();
-    stdout_has(&out, "hello over tls");
-    server.shutdown(Duration::ZERO).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn aiocoap_client_over_secure_websockets_against_our_server() {
-    let Some(client) = common::aiocoap("aiocoap-client") else {
-        return;
-    };
-    let files = PkiFiles::new("wss-aiocoap");
     let mut creds = files.pki.server.clone();
     creds.ca_pem = None;
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let server = Server::new()
-        .route("/hello", get(|| async { "hello over wss" }))
+        .route("/hello", get(|| async { "hello over tls" }))
         .x509(creds)
+        .tls(any)
+        .wss(any)
         .shards(1)
-        .bind_wss("127.0.0.1:0")
+        .bind(any)
         .await
         .unwrap();
-    let uri = format!("coaps+ws://localhost:{}/hello", server.local_addr().port());
-    let out = tokio::task::spawn_blocking({
-        let ca = files.path("ca.pem");
-        move || {
-            Command::new(client)
-                .arg(uri)
-                .env("SSL_CERT_FILE", ca)
-                .stdin(Stdio::null())
-                .output()
-                .expect("run aiocoap-client")
-        }
-    })
-    .await
-    .unwrap();
-    stdout_has(&out, "hello over wss");
+    // aiocoap checks the certificate against the host name it was given, and trusts
+    // the CAs in SSL_CERT_FILE (Python's ssl defaults).
+    for uri in [
+        format!(
+            "coaps+tcp://localhost:{}/hello",
+            server.tls_local_addr().unwrap().port()
+        ),
+        format!(
+            "coaps+ws://localhost:{}/hello",
+            server.wss_local_addr().unwrap().port()
+        ),
+    ] {
+        let mut command = Command::new(&client);
+        command
+            .arg(&uri)
+            .env("SSL_CERT_FILE", files.path("ca.pem"))
+            .stdin(Stdio::null());
+        let out =
+            tokio::task::spawn_blocking(move || command.output().expect("run aiocoap-client"))
+                .await
+                .unwrap();
+        stdout_has(&out, "hello over tls");
+    }
     server.shutdown(Duration::ZERO).await;
 }
 
