@@ -1,9 +1,11 @@
 //! `cobalt get|post|put|delete|discover|observe`: the curl-like client.
 
+use crate::dtls_args::DtlsArgs;
 use crate::exit;
 use clap::Args;
 use cobalt::proto::link_format;
 use cobalt::proto::message::{content_format, Code};
+use cobalt::transport::dtls::DtlsClientAuth;
 use cobalt::{Client, Error, Response};
 use std::io::Write;
 use std::time::Duration;
@@ -36,25 +38,9 @@ pub struct RequestArgs {
     /// Show the request and response messages on standard error.
     #[arg(short, long)]
     pub verbose: bool,
-    /// PSK identity for coaps:// (DTLS 1.2).
-    #[arg(long, value_name = "ID", requires = "psk_key")]
-    pub psk_identity: Option<String>,
-    /// Pre-shared key for coaps://: `0x` and hex digits, or text.
-    #[arg(long, value_name = "KEY", requires = "psk_identity")]
-    pub psk_key: Option<String>,
-    /// CA certificate(s) (PEM) the coaps:// server's certificate must chain to; uses
-    /// certificates (ECDHE-ECDSA) instead of a PSK.
-    #[arg(long, value_name = "FILE", conflicts_with = "psk_identity")]
-    pub dtls_ca: Option<std::path::PathBuf>,
-    /// Client certificate (PEM, with any intermediates) for coaps://, with --dtls-ca.
-    #[arg(long, value_name = "FILE", requires_all = ["dtls_ca", "dtls_key"])]
-    pub dtls_cert: Option<std::path::PathBuf>,
-    /// Private key (PEM) of --dtls-cert.
-    #[arg(long, value_name = "FILE", requires = "dtls_cert")]
-    pub dtls_key: Option<std::path::PathBuf>,
-    /// Name the server's certificate must carry (default: the server's IP address).
-    #[arg(long, value_name = "NAME", requires = "dtls_ca")]
-    pub server_name: Option<String>,
+    /// DTLS credentials for coaps://.
+    #[command(flatten)]
+    pub dtls: DtlsArgs,
 }
 
 /// `cobalt observe` options.
@@ -114,31 +100,10 @@ fn build(
     if args.non {
         b = b.non_confirmable();
     }
-    if let (Some(id), Some(key)) = (&args.psk_identity, &args.psk_key) {
-        let key = cobalt::transport::dtls::parse_key(key)
-            .map_err(|e| (exit::USAGE, format!("--psk-key: {e}")))?;
-        b = b.psk(id.as_bytes(), key);
-    }
-    if let Some(ca) = &args.dtls_ca {
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| (exit::USAGE, format!("cannot read {}: {e}", p.display())))
-        };
-        b = b.x509(cobalt::transport::dtls::X509Credentials {
-            cert_chain_pem: args
-                .dtls_cert
-                .as_deref()
-                .map(read)
-                .transpose()?
-                .unwrap_or_default(),
-            key_pem: args
-                .dtls_key
-                .as_deref()
-                .map(read)
-                .transpose()?
-                .unwrap_or_default(),
-            ca_pem: Some(read(ca)?),
-            server_name: args.server_name.clone(),
-        });
+    match args.dtls.client_auth().map_err(|e| (exit::USAGE, e))? {
+        Some(DtlsClientAuth::Psk(p)) => b = b.psk(p.identity, p.key),
+        Some(DtlsClientAuth::X509(x)) => b = b.x509(x),
+        None => {}
     }
     if let Some(size) = args.block_size {
         b = b

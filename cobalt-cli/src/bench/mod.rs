@@ -28,6 +28,7 @@
 mod args;
 mod client;
 mod distributed;
+mod dtls;
 mod http;
 pub mod http_responder;
 mod output;
@@ -35,13 +36,16 @@ mod pacing;
 mod plot;
 mod procfs;
 pub mod responder;
+mod session;
 mod stats;
+mod stream;
 mod sys;
 
 pub use args::BenchArgs;
 
 use args::{parse_sweep, parse_uri, seconds, BenchCommand, Scheme, Target};
 use client::{run_thread, StepShared};
+use cobalt::transport::dtls::DtlsClientAuth;
 use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
 use output::{Format, RunInfo};
 use stats::{Recorder, ServerUsage, StepResult};
@@ -61,11 +65,18 @@ pub struct Config {
     pub uri: String,
     /// Resolved server address.
     pub target: SocketAddr,
-    /// CoAP or HTTP.
+    /// The protocol.
     pub scheme: Scheme,
+    /// The URI's host (for the WebSocket upgrade's Host header).
+    pub host: String,
+    /// `coaps://`: how clients authenticate.
+    pub dtls: Option<DtlsClientAuth>,
+    /// `coaps://`, `coap+tcp://`, `coap+ws://`: a new session or connection per request.
+    pub new_session: bool,
     /// HTTP: one connection per client (true) or per request.
     pub keepalive: bool,
-    /// Encoded request: CoAP with an 8-byte token and MID 0, or the HTTP request bytes.
+    /// Encoded request: CoAP with an 8-byte token and MID 0 (for `coap+tcp://` and
+    /// `coap+ws://` reframed per RFC 8323 by [`stream`]), or the HTTP request bytes.
     pub template: Vec<u8>,
     /// CON (true) or NON requests.
     pub confirmable: bool,
@@ -98,6 +109,14 @@ impl Config {
     pub fn from_args(a: &BenchArgs) -> Result<Config, String> {
         let uri = a.uri.as_deref().ok_or("missing target URI")?;
         let target = parse_uri(uri)?;
+        check_combination(a, target.scheme)?;
+        let dtls = match target.scheme {
+            Scheme::Coaps => Some(a.dtls.client_auth()?.ok_or(
+                "coaps:// needs credentials: --psk-identity ID --psk-key KEY (as for \
+                 `cobalt get`), or --dtls-ca FILE for certificates",
+            )?),
+            _ => None,
+        };
         let addr = target.resolve()?;
         let steps = parse_sweep(&a.clients)?;
         if a.threads == 0 || a.threads > 1024 {
@@ -118,30 +137,24 @@ impl Config {
                 ));
             }
         }
+        let scheme = target.scheme;
         let confirmable = !a.non;
-        let template = match target.scheme {
-            Scheme::Coap => {
-                if a.no_keepalive {
-                    return Err("--no-keepalive applies to http:// targets only".into());
-                }
-                request_template(&target, a.method.code(), confirmable, a.payload.as_deref())
-            }
-            Scheme::Http => {
-                if a.non {
-                    return Err("--non applies to coap:// targets only".into());
-                }
-                http::request_bytes(
-                    &target,
-                    a.method.name(),
-                    !a.no_keepalive,
-                    a.payload.as_deref(),
-                )
-            }
+        let template = match scheme {
+            Scheme::Http => http::request_bytes(
+                &target,
+                a.method.name(),
+                !a.no_keepalive,
+                a.payload.as_deref(),
+            ),
+            _ => request_template(&target, a.method.code(), confirmable, a.payload.as_deref()),
         };
         Ok(Config {
             uri: uri.to_string(),
             target: addr,
-            scheme: target.scheme,
+            scheme,
+            host: target.host.clone(),
+            dtls,
+            new_session: a.new_session,
             keepalive: !a.no_keepalive,
             template,
             confirmable,
@@ -158,6 +171,57 @@ impl Config {
             stop: Default::default(),
         })
     }
+}
+
+/// Refuses flags that make no sense with the URI's scheme (exit code 2).
+fn check_combination(a: &BenchArgs, scheme: Scheme) -> Result<(), String> {
+    let name = scheme.name();
+    if matches!(scheme, Scheme::CoapsTcp | Scheme::CoapsWs) {
+        return Err(format!(
+            "{name}:// (CoAP over TLS) is not supported by cobalt bench yet: the library has \
+             no TLS transport to drive; benchmark coap+tcp://, coap+ws:// or coaps:// (DTLS) \
+             instead"
+        ));
+    }
+    if a.no_keepalive && scheme != Scheme::Http {
+        let hint = if scheme.has_sessions() {
+            " (use --new-session for a new connection or session per request)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "--no-keepalive applies to http:// targets only{hint}"
+        ));
+    }
+    if a.non && !matches!(scheme, Scheme::Coap | Scheme::Coaps) {
+        return Err(format!(
+            "--non applies to coap:// and coaps:// targets only ({name}:// has no message types)"
+        ));
+    }
+    if a.new_session && !scheme.has_sessions() {
+        return Err(format!(
+            "--new-session applies to coaps://, coap+tcp:// and coap+ws:// targets only \
+             ({name}:// has no sessions{})",
+            if scheme == Scheme::Http {
+                "; use --no-keepalive for a new HTTP connection per request"
+            } else {
+                ""
+            }
+        ));
+    }
+    if a.dtls.given() && scheme != Scheme::Coaps {
+        return Err(format!(
+            "--psk-identity, --psk-key and --dtls-* apply to coaps:// targets only, not {name}://"
+        ));
+    }
+    if a.workers.is_some() && scheme == Scheme::Coaps {
+        return Err(
+            "coaps:// cannot run on --workers: the worker protocol does not carry DTLS \
+             credentials (they would cross the network in clear); run it on one machine"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// Encodes the request every client sends, with a zero 8-byte token and MID 0 that are
@@ -239,13 +303,16 @@ pub fn run(mut args: BenchArgs) -> i32 {
         uri: cfg.uri.clone(),
         target: cfg.target.to_string(),
         method: cfg.method.to_string(),
+        scheme: cfg.scheme.name().to_string(),
         message_type: match (cfg.scheme, cfg.confirmable, cfg.keepalive) {
-            (Scheme::Coap, true, _) => "CON",
-            (Scheme::Coap, false, _) => "NON",
             (Scheme::Http, _, true) => "HTTP/1.1 keep-alive",
             (Scheme::Http, _, false) => "HTTP/1.1 close",
+            (s, _, _) if s.is_reliable() => "RFC 8323 (no message type)",
+            (_, true, _) => "CON",
+            (_, false, _) => "NON",
         }
         .to_string(),
+        new_session: cfg.new_session,
         duration_s: cfg.duration.as_secs_f64(),
         warmup_s: cfg.warmup.as_secs_f64(),
         timeout_s: cfg.timeout.as_secs_f64(),
@@ -381,6 +448,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
                     .spawn_scoped(s, move || match cfg.scheme {
                         Scheme::Coap => run_thread(shared, share, seed, interval),
                         Scheme::Http => http::run_thread(shared, share, cfg.keepalive, interval),
+                        _ => run_session_thread(cfg, shared, share, seed, interval),
                     })
                     .map_err(|e| format!("cannot start a load-generator thread: {e}"))
             })
@@ -434,6 +502,54 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
             usage,
         })
     })
+}
+
+/// Runs one thread's share of a step over a transport with sessions ([`session`]).
+fn run_session_thread(
+    cfg: &Config,
+    shared: &StepShared,
+    clients: usize,
+    seed: u64,
+    interval: Option<u64>,
+) -> Result<Recorder, String> {
+    use session::run_thread;
+    use stream::{Frames, PlainTcp, StreamClient, StreamSetup, WebSocket};
+    type Tcp = <PlainTcp as stream::Dial>::Stream;
+    let new = cfg.new_session;
+    let stream_setup = || {
+        let name = cfg.scheme.name();
+        StreamSetup::new(PlainTcp, cfg.target, &cfg.host, name, &cfg.template)
+    };
+    match cfg.scheme {
+        Scheme::Coaps => {
+            let setup = dtls::DtlsSetup {
+                target: cfg.target,
+                auth: cfg.dtls.clone().ok_or("coaps:// needs credentials")?,
+                template: cfg.template.clone(),
+            };
+            run_thread::<dtls::DtlsClient>(shared, &setup, clients, seed, interval, new)
+        }
+        Scheme::CoapTcp => run_thread::<StreamClient<PlainTcp, Frames<Tcp>>>(
+            shared,
+            &stream_setup()?,
+            clients,
+            seed,
+            interval,
+            new,
+        ),
+        Scheme::CoapWs => run_thread::<StreamClient<PlainTcp, WebSocket<Tcp>>>(
+            shared,
+            &stream_setup()?,
+            clients,
+            seed,
+            interval,
+            new,
+        ),
+        other => Err(format!(
+            "{}:// is not supported by cobalt bench yet",
+            other.name()
+        )),
+    }
 }
 
 /// Reads eight random bytes from the kernel, falling back to the clock.
@@ -533,6 +649,9 @@ mod tests {
             uri: format!("coap://{target}/bench"),
             target,
             scheme: Scheme::Coap,
+            host: target.ip().to_string(),
+            dtls: None,
+            new_session: false,
             keepalive: true,
             template: request_template(&t, Code::GET, true, None),
             confirmable: true,
@@ -750,6 +869,7 @@ mod tests {
             payload: None,
             non: false,
             no_keepalive: false,
+            new_session: false,
             exec: None,
         };
         let r = distributed::run_step(&cfg, &template, &workers, 5).unwrap();

@@ -24,8 +24,14 @@ pub struct RunInfo {
     pub target: String,
     /// Request method.
     pub method: String,
-    /// "CON" or "NON" for CoAP; "HTTP/1.1 keep-alive" or "HTTP/1.1 close" for HTTP.
+    /// The URI scheme: coap, coaps, coap+tcp, coap+ws or http.
+    pub scheme: String,
+    /// "CON" or "NON" for CoAP over UDP and DTLS; "RFC 8323 (no message type)" over TCP
+    /// and WebSockets; "HTTP/1.1 keep-alive" or "HTTP/1.1 close" for HTTP.
     pub message_type: String,
+    /// A new DTLS session or connection for every request (`--new-session`): each
+    /// completed request is one handshake, and its latency includes the handshake.
+    pub new_session: bool,
     /// Measured seconds per step.
     pub duration_s: f64,
     /// Warm-up seconds per step.
@@ -38,6 +44,27 @@ pub struct RunInfo {
     pub rate: Option<f64>,
     /// `--server-pid`, if given.
     pub server_pid: Option<u32>,
+}
+
+#[cfg(test)]
+impl RunInfo {
+    /// A closed-loop CON GET run of `uri`, for tests.
+    pub fn sample(uri: &str) -> RunInfo {
+        RunInfo {
+            uri: uri.into(),
+            target: "127.0.0.1:5683".into(),
+            method: "GET".into(),
+            scheme: "coap".into(),
+            message_type: "CON".into(),
+            new_session: false,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            timeout_s: 10.0,
+            threads: 1,
+            rate: None,
+            server_pid: None,
+        }
+    }
 }
 
 /// The JSON document.
@@ -197,18 +224,7 @@ mod tests {
     }
 
     fn info() -> RunInfo {
-        RunInfo {
-            uri: "coap://127.0.0.1/x".into(),
-            target: "127.0.0.1:5683".into(),
-            method: "GET".into(),
-            message_type: "CON".into(),
-            duration_s: 1.0,
-            warmup_s: 0.0,
-            timeout_s: 10.0,
-            threads: 1,
-            rate: None,
-            server_pid: None,
-        }
+        RunInfo::sample("coap://127.0.0.1/x")
     }
 
     #[test]
@@ -234,6 +250,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
         assert_eq!(v["uri"], "coap://127.0.0.1/x");
         assert_eq!(v["message_type"], "CON");
+        assert_eq!(
+            (&v["scheme"], &v["new_session"]),
+            (&"coap".into(), &false.into())
+        );
         assert_eq!(v["interrupted"], false);
         let s = &v["steps"][0];
         for key in CSV_COLUMNS {
