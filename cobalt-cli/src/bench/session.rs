@@ -22,7 +22,7 @@ use super::stats::Recorder;
 use super::sys::now_ns;
 use futures_util::stream::{self, FuturesUnordered, StreamExt, TryStreamExt};
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -31,6 +31,8 @@ use tokio::time::Instant;
 const SETUP_CONCURRENCY: usize = 256;
 /// Set-up gets at least this long, whatever `--timeout` says.
 const MIN_SETUP_TIME: Duration = Duration::from_secs(10);
+/// Open loop: the shortest period of the schedule's ticker thread, in nanoseconds.
+const MIN_TICK_NS: u64 = 50_000;
 
 /// How one exchange ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +82,8 @@ struct Thread<'a, T> {
     slots: Vec<(Cell<Option<u64>>, Notify)>,
     /// Open loop: a client became idle.
     idle: Notify,
+    /// Open loop: requests are due (from the ticker thread, see [`tick`]).
+    tick: &'a Notify,
     /// Becomes true when the step ends (end time, Ctrl-C, stop).
     stop: watch::Sender<bool>,
     measure_start: u64,
@@ -118,6 +122,7 @@ pub(super) fn run_thread<S: Session>(
         std::thread::sleep(Duration::from_micros(200));
     }
     let (rt, sessions) = (rt?, sessions?);
+    let tick = Notify::new();
     let thread = Thread {
         shared,
         setup,
@@ -128,12 +133,48 @@ pub(super) fn run_thread<S: Session>(
             .map(|_| (Cell::new(None), Notify::new()))
             .collect(),
         idle: Notify::new(),
+        tick: &tick,
         stop: watch::channel(false).0,
         measure_start: shared.measure_start_ns.load(Ordering::SeqCst),
         end: shared.end_ns.load(Ordering::SeqCst),
     };
-    rt.block_on(thread.run(sessions));
+    let start = now_ns();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        if let Some(interval) = interval_ns {
+            let (tick, done) = (&tick, &done);
+            let ticker = std::thread::Builder::new()
+                .name("bench-tick".into())
+                .spawn_scoped(s, move || self::tick(tick, start, interval, done));
+            if let Err(e) = ticker {
+                shared.abort.store(true, Ordering::SeqCst);
+                return Err(format!("cannot start the schedule's ticker thread: {e}"));
+            }
+        }
+        rt.block_on(thread.run(sessions, start));
+        done.store(true, Ordering::Relaxed);
+        Ok(())
+    })?;
     Ok(thread.rec.into_inner())
+}
+
+/// The open loop's clock: wakes the pacer at the schedule's due times `start + k ×
+/// interval` (every few of them when they are closer than [`MIN_TICK_NS`]) until
+/// `done`. A thread of its own because tokio's timers have a millisecond resolution,
+/// which would delay requests by up to a millisecond and add that to their latency.
+fn tick(tick: &Notify, start: u64, interval: u64, done: &AtomicBool) {
+    let period = interval.max(1) * MIN_TICK_NS.div_ceil(interval.max(1));
+    let mut next = start;
+    while !done.load(Ordering::Relaxed) {
+        let now = now_ns();
+        if now < next {
+            // Short naps, so that the end of the step is noticed quickly.
+            std::thread::sleep(Duration::from_nanos((next - now).min(50_000_000)));
+            continue;
+        }
+        tick.notify_one();
+        next += period * ((now - next) / period + 1);
+    }
 }
 
 /// Sets up every client of a thread, a bounded number at a time; the first failure
@@ -169,8 +210,7 @@ impl<T> Thread<'_, T> {
     }
 
     /// Runs the clients until the step ends.
-    async fn run<S: Session<Setup = T>>(&self, sessions: Vec<S>) {
-        let start = now_ns();
+    async fn run<S: Session<Setup = T>>(&self, sessions: Vec<S>, start: u64) {
         let _ = self.pacing.borrow_mut().start(sessions.len(), start);
         let mut clients: FuturesUnordered<_> = sessions
             .into_iter()
@@ -214,14 +254,15 @@ impl<T> Thread<'_, T> {
                 }
                 pacing.wake()
             };
-            let until_due = async {
+            // Without an idle client, ticks are of no use until one comes back.
+            let ticked = async {
                 match wake {
-                    Some(t) => tokio::time::sleep_until(instant_at(t)).await,
+                    Some(_) => self.tick.notified().await,
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
-                _ = until_due => {}
+                _ = ticked => {}
                 _ = self.idle.notified() => {}
                 _ = self.ended() => return,
             }
