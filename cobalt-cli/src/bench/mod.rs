@@ -37,6 +37,8 @@ mod plot;
 mod procfs;
 pub mod responder;
 mod session;
+#[cfg(test)]
+mod session_tests;
 mod stats;
 mod stream;
 mod sys;
@@ -552,6 +554,18 @@ fn run_session_thread(
     }
 }
 
+/// Parses `cobalt bench` arguments (without the `bench` word), for tests.
+#[cfg(test)]
+fn parse_args(argv: &[&str]) -> BenchArgs {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+    Cli::parse_from(std::iter::once("bench").chain(argv.iter().copied())).bench
+}
+
 /// Reads eight random bytes from the kernel, falling back to the clock.
 fn random_seed() -> u64 {
     let mut seed = 0u64;
@@ -669,16 +683,6 @@ mod tests {
         }
     }
 
-    fn parse_args(argv: &[&str]) -> BenchArgs {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            bench: BenchArgs,
-        }
-        Cli::parse_from(std::iter::once("bench").chain(argv.iter().copied())).bench
-    }
-
     #[test]
     fn bad_input_exits_with_2() {
         for argv in [
@@ -693,6 +697,37 @@ mod tests {
             &["coap://127.0.0.1/", "--no-keepalive"],
             &["http://127.0.0.1/", "--non"],
             &["coap://127.0.0.1/", "--workers", "nonsense"],
+            &["coaps+tcp://127.0.0.1/"],
+            &["coaps+ws://127.0.0.1/"],
+            &["coaps://127.0.0.1/"],
+            &[
+                "coaps://127.0.0.1/",
+                "--psk-identity",
+                "a",
+                "--psk-key",
+                "0xz",
+            ],
+            &["coap+tcp://127.0.0.1/", "--non"],
+            &["coap+ws://127.0.0.1/", "--no-keepalive"],
+            &["coap://127.0.0.1/", "--new-session"],
+            &["http://127.0.0.1/", "--new-session"],
+            &[
+                "coap+tcp://127.0.0.1/",
+                "--psk-identity",
+                "a",
+                "--psk-key",
+                "b",
+            ],
+            &["coap://127.0.0.1/", "--dtls-ca", "/dev/null"],
+            &[
+                "coaps://127.0.0.1/",
+                "--psk-identity",
+                "a",
+                "--psk-key",
+                "b",
+                "--workers",
+                "127.0.0.1:7000",
+            ],
         ] {
             assert_eq!(run(parse_args(argv)), 2, "{argv:?}");
         }
