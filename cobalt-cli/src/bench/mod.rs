@@ -398,13 +398,9 @@ fn sleep_interruptible(d: Duration) -> bool {
 /// Runs one step with `clients` virtual clients.
 pub fn run_step(cfg: &Config, clients: usize) -> Result<StepResult, String> {
     let m = measure_step(cfg, clients)?;
-    Ok(StepResult::from_recorder(
-        clients,
-        m.duration_s,
-        &m.rec,
-        m.usage,
-        m.partial,
-    ))
+    let mut r = StepResult::from_recorder(clients, m.duration_s, &m.rec, m.usage, m.partial);
+    r.client_cpu_percent = (m.duration_s > 0.0).then(|| m.own_cpu_s * 100.0 / m.duration_s);
+    Ok(r)
 }
 
 /// The raw outcome of one step on this machine, before summarising.
@@ -417,6 +413,8 @@ pub struct Measured {
     pub partial: bool,
     /// Server figures (with `--server-pid`).
     pub usage: Option<ServerUsage>,
+    /// CPU seconds this process (the load generator) used in the measured window.
+    pub own_cpu_s: f64,
 }
 
 /// Runs one step with `clients` virtual clients and returns the merged recorder.
@@ -475,7 +473,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
         shared.end_ns.store(end, Ordering::SeqCst);
         shared.go.store(true, Ordering::SeqCst);
 
-        let usage = monitor(cfg, clients, &shared, measure_start, end);
+        let (usage, own_cpu_s) = monitor(cfg, clients, &shared, measure_start, end);
         let stopped = now_ns().min(end);
 
         let mut total = Recorder::new();
@@ -502,6 +500,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
             duration_s: stopped.saturating_sub(measure_start) as f64 / 1e9,
             partial: stopped < end,
             usage,
+            own_cpu_s,
         })
     })
 }
@@ -584,17 +583,20 @@ fn client_seed(state: &mut u64) -> u64 {
     *state ^ (*state >> 29)
 }
 
-/// Watches the running step: samples the server's CPU time at the start and end of the
-/// measured window and prints progress once a second. Returns the server figures.
+/// Watches the running step: samples the server's and this process's CPU time at the
+/// start and end of the measured window and prints progress once a second. Returns
+/// the server figures and the CPU seconds this process (the load generator) used.
 fn monitor(
     cfg: &Config,
     clients: usize,
     shared: &StepShared,
     measure_start: u64,
     end: u64,
-) -> Option<ServerUsage> {
+) -> (Option<ServerUsage>, f64) {
     let tty = std::io::stderr().is_terminal();
+    let mut started = false;
     let mut cpu_start = None;
+    let mut own_start = 0.0;
     let mut last_tick = now_ns();
     let mut last_count = 0u64;
     let mut printed = false;
@@ -603,8 +605,10 @@ fn monitor(
         if now >= end || shared.stopping() {
             break;
         }
-        if cpu_start.is_none() && now >= measure_start {
+        if !started && now >= measure_start {
+            started = true;
             cpu_start = cfg.server_pid.and_then(procfs::cpu_seconds);
+            own_start = sys::own_cpu_seconds();
         }
         if cfg.progress && now >= last_tick + 1_000_000_000 {
             let count = shared.progress.load(Ordering::Relaxed);
@@ -631,7 +635,7 @@ fn monitor(
             last_count = count;
         }
         let mut wake = end.min(last_tick + 1_000_000_000);
-        if cpu_start.is_none() && measure_start > now {
+        if !started && measure_start > now {
             wake = wake.min(measure_start);
         }
         let nap = wake.saturating_sub(now).clamp(1_000, 50_000_000);
@@ -640,15 +644,19 @@ fn monitor(
     if printed && tty {
         eprint!("\r\x1b[K");
     }
-    let pid = cfg.server_pid?;
-    let cpu_end = procfs::cpu_seconds(pid);
-    Some(ServerUsage {
-        cpu_s: match (cpu_start, cpu_end) {
+    let own = if started {
+        (sys::own_cpu_seconds() - own_start).max(0.0)
+    } else {
+        0.0
+    };
+    let usage = cfg.server_pid.map(|pid| ServerUsage {
+        cpu_s: match (cpu_start, procfs::cpu_seconds(pid)) {
             (Some(a), Some(b)) => (b - a).max(0.0),
             _ => 0.0,
         },
         rss_kb: procfs::rss_kb(pid),
-    })
+    });
+    (usage, own)
 }
 
 #[cfg(test)]
@@ -761,6 +769,8 @@ mod tests {
         assert_eq!(r.lost, 0, "{r:?}");
         assert_eq!((r.errors, r.resets), (0, 0), "{r:?}");
         assert!(answered >= r.completed);
+        // The generator's own CPU over the window is measured (it is never idle here).
+        assert!(r.client_cpu_percent.is_some_and(|c| c > 0.0), "{r:?}");
         assert!(r.p50_us > 0.0 && r.p50_us <= r.p99_us && r.p99_us <= r.max_us);
 
         // NON requests get NON responses, matched by token.

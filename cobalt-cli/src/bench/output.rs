@@ -96,6 +96,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "server_cpu_percent",
     "server_rss_kb",
     "partial",
+    "client_cpu_percent",
 ];
 
 /// The line printed before the first row, if the format has one.
@@ -170,7 +171,7 @@ pub fn row(format: Format, s: &StepResult, with_server: bool) -> Option<String> 
             Some(r)
         }
         Format::Csv => Some(format!(
-            "{},{:.3},{:.1},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{}",
+            "{},{:.3},{:.1},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{}",
             s.clients,
             s.duration_s,
             s.requests_per_s,
@@ -188,7 +189,8 @@ pub fn row(format: Format, s: &StepResult, with_server: bool) -> Option<String> 
             opt_f(s.server_cpu_us_per_req, 3),
             opt_f(s.server_cpu_percent, 2),
             s.server_rss_kb.map(|v| v.to_string()).unwrap_or_default(),
-            s.partial
+            s.partial,
+            opt_f(s.client_cpu_percent, 1)
         )),
         Format::Json => None,
     }
@@ -238,10 +240,14 @@ mod tests {
         let r = row(Format::Csv, &step(false), false).unwrap();
         assert_eq!(r.split(',').count(), cols);
         assert!(r.starts_with("10,1.000,10.0,11,10,1,0,0,"), "{r}");
-        assert!(r.ends_with(",,,,false"), "{r}");
+        assert!(r.ends_with(",,,,false,"), "{r}");
         let r = row(Format::Csv, &step(true), true).unwrap();
         assert_eq!(r.split(',').count(), cols);
-        assert!(r.ends_with(",100.000,0.10,2048,false"), "{r}");
+        assert!(r.ends_with(",100.000,0.10,2048,false,"), "{r}");
+        let mut busy = step(false);
+        busy.client_cpu_percent = Some(97.0);
+        let r = row(Format::Csv, &busy, false).unwrap();
+        assert!(r.ends_with(",false,97.0"), "{r}");
     }
 
     #[test]
