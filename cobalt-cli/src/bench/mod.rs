@@ -7,9 +7,17 @@
 //! A sweep (`-c 1,10,100` or `-c 10..100:10`) runs one step per concurrency, each with
 //! a warm-up, and prints one result line per step (table, `--csv` or `--json`;
 //! `--plot` draws an SVG). `--server-pid` adds the server's CPU time per request and
-//! its RSS. `http://` URIs benchmark an HTTP/1.1 server the same way ([`http`]), and
-//! `--workers` spreads the clients over `cobalt bench worker` machines
-//! ([`distributed`]).
+//! its RSS, and every step reports the load generator's own CPU use. `http://` URIs
+//! benchmark an HTTP/1.1 server the same way ([`http`]), and `--workers` spreads the
+//! clients over `cobalt bench worker` machines ([`distributed`]; not for `coaps://`,
+//! whose credentials the worker protocol does not carry).
+//!
+//! `coaps://` (DTLS 1.2, [`dtls`]), `coap+tcp://` and `coap+ws://` (RFC 8323,
+//! [`stream`]) give every virtual client its own session or connection, set up (DTLS
+//! handshake, CSM exchange) before the measurement; [`session`] drives them with one
+//! single-threaded tokio runtime per `--threads`. `--new-session` opens a new one for
+//! every request instead, to measure handshakes per second. `coaps+tcp://` and
+//! `coaps+ws://` are refused until the library has a TLS transport.
 //!
 //! `cobalt bench-responder` ([`responder`]) is the raw floor to compare servers with:
 //!
@@ -23,7 +31,9 @@
 //! answer within `--timeout` and are never retransmitted; `resets` got an RST;
 //! `errors` counts socket errors (an ICMP port unreachable also leaves its request to
 //! time out as lost) and malformed answers (which end the exchange). Stray and
-//! duplicate datagrams are ignored. Ctrl-C stops the run and prints what was measured.
+//! duplicate datagrams are ignored. Over sessions, a connection that breaks is an error
+//! that ends its exchange, and the client reconnects ([`session`]). Ctrl-C stops the
+//! run and prints what was measured.
 
 mod args;
 mod client;

@@ -360,3 +360,36 @@ fn a_wrong_psk_fails_the_set_up_with_the_reason() {
         "{e}"
     );
 }
+
+#[test]
+fn coap_tcp_runs_on_workers_with_new_session() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (addr, accepted) = tcp_server(Behaviour::Answer, stop.clone());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let worker = l.local_addr().unwrap();
+    let quit = stop.clone();
+    std::thread::spawn(move || {
+        super::distributed::serve_worker(&l, false, || quit.load(Ordering::Relaxed)).unwrap()
+    });
+    let uri = format!("coap+tcp://{addr}/benchmark");
+    let w = worker.to_string();
+    let argv = [
+        &uri,
+        "-d",
+        "1",
+        "--warmup",
+        "0",
+        "--new-session",
+        "--workers",
+        &w,
+    ];
+    let args = parse_args(&argv);
+    let cfg = Config::from_args(&args).unwrap();
+    let template = super::distributed::request_template(&args);
+    assert!(template.new_session);
+    let r = super::distributed::run_step(&cfg, &template, &[worker], 2).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    assert!(r.completed > 0 && r.lost == 0 && r.errors == 0, "{r:?}");
+    // The worker opened a connection per request, not one per client.
+    assert!(accepted.load(Ordering::Relaxed) as u64 > r.completed);
+}

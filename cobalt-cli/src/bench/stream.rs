@@ -26,6 +26,7 @@ use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 
@@ -35,6 +36,8 @@ const WELL_KNOWN_COAP: &str = "/.well-known/coap";
 const SUBPROTOCOL: &str = "coap";
 /// Bytes read at once from a stream.
 const READ_CHUNK: usize = 16 * 1024;
+/// The WebSocket read buffer: CoAP requests and their answers are small.
+const READ_CHUNK_WS: usize = 4 * 1024;
 
 /// Opens the byte stream under a connection.
 pub(super) trait Dial {
@@ -133,14 +136,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Carrier for WebSocket<S> {
             "Sec-WebSocket-Protocol",
             HeaderValue::from_static(SUBPROTOCOL),
         );
-        let (ws, response) = tokio_tungstenite::client_async(request, stream)
-            .await
-            .map_err(|e| {
-                format!(
-                    "WebSocket upgrade at {uri} failed: {e} (is it a coap+ws server, e.g. \
+        // tungstenite zero-fills its whole read buffer (128 KiB by default) before every
+        // read: with many connections that memset dominated the generator's CPU.
+        let config = WebSocketConfig::default().read_buffer_size(READ_CHUNK_WS);
+        let (ws, response) =
+            tokio_tungstenite::client_async_with_config(request, stream, Some(config))
+                .await
+                .map_err(|e| {
+                    format!(
+                        "WebSocket upgrade at {uri} failed: {e} (is it a coap+ws server, e.g. \
                      cobalt serve --ws?)"
-                )
-            })?;
+                    )
+                })?;
         let agreed = response
             .headers()
             .get("Sec-WebSocket-Protocol")
