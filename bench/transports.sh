@@ -30,50 +30,27 @@ port=5683
 dtls_port=5684
 ws_port=8080
 threads=1
-server_cpus=1
-client_cpus=0
-out_dir=$bench_dir/results
-ready_timeout=30
-
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
+  if common_option "$@"; then shift "$shifts"; continue; fi
   case $1 in
-    -c | --clients) clients=$2; shift 2 ;;
-    -d | --duration) duration=$2; shift 2 ;;
     --handshake-clients) handshake_clients=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --dtls-port) dtls_port=$2; shift 2 ;;
     --ws-port) ws_port=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
-    --server-cpus) server_cpus=$2; shift 2 ;;
-    --client-cpus) client_cpus=$2; shift 2 ;;
-    --out) out_dir=$2; shift 2 ;;
-    --ready-timeout) ready_timeout=$2; shift 2 ;;
-    -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
 done
 
-command -v python3 >/dev/null || die "python3 is needed to write the report"
-find_cobalt
-setup_pinning
+prepare_run
 check_port_free udp "$port"
 check_port_free tcp "$port"
 check_port_free udp "$dtls_port"
 check_port_free tcp "$ws_port"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/cobalt-transports.XXXXXX")
-manifest=$work/manifest.tsv
-: >"$manifest"
-server_pid=""
-cleanup() {
-  stop_server
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+make_workdir transports
 
 # A throwaway key for this run only.
 psk_identity=cobalt-bench

@@ -3,23 +3,12 @@
 //! report; and a wrong PSK, which must fail with the reason.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-/// Kills the server when the test ends, passed or failed.
-struct KillOnDrop(std::process::Child);
+#[path = "common/binary.rs"]
+mod binary;
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn cobalt() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cobalt"));
-    c.env_remove("RUST_LOG");
-    c
-}
+use binary::{cobalt, KillOnDrop};
 
 /// The server's addresses, as it prints them.
 struct Addresses {
@@ -30,15 +19,8 @@ struct Addresses {
 
 fn start_server(keys: &std::path::Path) -> (KillOnDrop, Addresses) {
     let mut child = cobalt()
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--shards",
-            "1",
-        ])
+        .arg("serve")
+        .args(["--bind", "127.0.0.1", "--shards", "1", "--port", "0"])
         .args(["--tcp", "0", "--ws-port", "0", "--dtls-port", "0"])
         .arg("--dtls-psk-file")
         .arg(keys)

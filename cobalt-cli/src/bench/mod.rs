@@ -523,10 +523,16 @@ fn run_session_thread(
     seed: u64,
     interval: Option<u64>,
 ) -> Result<Recorder, String> {
-    use session::run_thread;
+    use session::{run_thread, Share};
     use stream::{Frames, PlainTcp, StreamClient, StreamSetup, WebSocket};
     type Tcp = <PlainTcp as stream::Dial>::Stream;
-    let new = cfg.new_session;
+    let share = Share {
+        shared,
+        clients,
+        seed,
+        interval_ns: interval,
+        new_session: cfg.new_session,
+    };
     let stream_setup = || {
         let name = cfg.scheme.name();
         StreamSetup::new(PlainTcp, cfg.target, &cfg.host, name, &cfg.template)
@@ -538,24 +544,14 @@ fn run_session_thread(
                 auth: cfg.dtls.clone().ok_or("coaps:// needs credentials")?,
                 template: cfg.template.clone(),
             };
-            run_thread::<dtls::DtlsClient>(shared, &setup, clients, seed, interval, new)
+            run_thread::<dtls::DtlsClient>(&share, &setup)
         }
-        Scheme::CoapTcp => run_thread::<StreamClient<PlainTcp, Frames<Tcp>>>(
-            shared,
-            &stream_setup()?,
-            clients,
-            seed,
-            interval,
-            new,
-        ),
-        Scheme::CoapWs => run_thread::<StreamClient<PlainTcp, WebSocket<Tcp>>>(
-            shared,
-            &stream_setup()?,
-            clients,
-            seed,
-            interval,
-            new,
-        ),
+        Scheme::CoapTcp => {
+            run_thread::<StreamClient<PlainTcp, Frames<Tcp>>>(&share, &stream_setup()?)
+        }
+        Scheme::CoapWs => {
+            run_thread::<StreamClient<PlainTcp, WebSocket<Tcp>>>(&share, &stream_setup()?)
+        }
         other => Err(format!(
             "{}:// is not supported by cobalt bench yet",
             other.name()

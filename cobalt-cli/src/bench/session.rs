@@ -96,16 +96,30 @@ pub(super) fn instant_at(ns: u64) -> Instant {
     Instant::now() + Duration::from_nanos(ns.saturating_sub(now))
 }
 
-/// Runs one thread's share (`clients` virtual clients) of a step; see the module docs.
-/// `interval_ns` selects the open loop, as for [`super::client::run_thread`].
-pub(super) fn run_thread<S: Session>(
-    shared: &StepShared,
-    setup: &S::Setup,
-    clients: usize,
-    seed: u64,
-    interval_ns: Option<u64>,
-    new_session: bool,
-) -> Result<Recorder, String> {
+/// One generator thread's part of a step.
+pub(super) struct Share<'a> {
+    /// What every thread of the step shares.
+    pub shared: &'a StepShared,
+    /// Virtual clients of this thread.
+    pub clients: usize,
+    /// Seeds the clients' message IDs and tokens.
+    pub seed: u64,
+    /// Open loop: one request every `interval_ns` from this thread (see
+    /// [`super::client::run_thread`]); `None` for the closed loop.
+    pub interval_ns: Option<u64>,
+    /// `--new-session`.
+    pub new_session: bool,
+}
+
+/// Runs one thread's share of a step; see the module docs.
+pub(super) fn run_thread<S: Session>(share: &Share, setup: &S::Setup) -> Result<Recorder, String> {
+    let Share {
+        shared,
+        clients,
+        seed,
+        interval_ns,
+        new_session,
+    } = *share;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
