@@ -91,7 +91,7 @@ struct Thread<'a, T> {
 }
 
 /// The tokio instant at `ns` on the [`now_ns`] clock.
-pub(super) fn instant_at(ns: u64) -> Instant {
+fn instant_at(ns: u64) -> Instant {
     let now = now_ns();
     Instant::now() + Duration::from_nanos(ns.saturating_sub(now))
 }
