@@ -24,44 +24,21 @@ set -euo pipefail
 clients=10,100,1000
 duration=5
 port=5683
-server_cpus=1
-client_cpus=0
 servers=cobalt,libcoap,aiocoap,californium,floor
-out_dir=$bench_dir/results
-ready_timeout=30
-
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
+  if common_option "$@"; then shift "$shifts"; continue; fi
   case $1 in
-    -c | --clients) clients=$2; shift 2 ;;
-    -d | --duration) duration=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
-    --server-cpus) server_cpus=$2; shift 2 ;;
-    --client-cpus) client_cpus=$2; shift 2 ;;
     --servers) servers=$2; shift 2 ;;
-    --out) out_dir=$2; shift 2 ;;
-    --ready-timeout) ready_timeout=$2; shift 2 ;;
-    -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
 done
 
-command -v python3 >/dev/null || die "python3 is needed to write the report"
-find_cobalt
-setup_pinning
+prepare_run
 check_port_free udp "$port"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/cobalt-compare.XXXXXX")
-manifest=$work/manifest.tsv
-: >"$manifest"
-server_pid=""
-cleanup() {
-  stop_server
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+make_workdir compare
 
 uri="coap://127.0.0.1:$port/benchmark"
 ready_check() { "$COBALT" get "$uri" --timeout 1; }

@@ -1,7 +1,8 @@
-# Shared helpers of bench/compare.sh and bench/http-compare.sh (sourced, not run).
+# Shared helpers of the bench/*.sh scripts (sourced, not run).
 # shellcheck shell=bash
-# The variables it reads (clients, duration, manifest, ready_timeout, server_cpus,
-# client_cpus) are set by the sourcing script; pinning is read by it.
+# The sourcing script sets clients and duration and may override the defaults below
+# (server_cpus, client_cpus, out_dir, ready_timeout); pinning, work and manifest are
+# set here.
 # shellcheck disable=SC2034,SC2154
 
 bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -127,4 +128,52 @@ machine_info() {
   local cpu
   cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')
   printf '%s, %s CPUs, Linux %s' "${cpu:-unknown CPU}" "$(nproc)" "$(uname -r)"
+}
+
+# make_workdir NAME: a temporary directory $work with an empty $manifest, removed (and
+# the server stopped) when the script exits; Ctrl-C and SIGTERM exit with 130.
+make_workdir() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/cobalt-$1.XXXXXX")
+  manifest=$work/manifest.tsv
+  : >"$manifest"
+  server_pid=""
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+cleanup() {
+  stop_server
+  rm -rf "$work"
+}
+
+# common_option ARGS...: handles an option that every script takes (--clients,
+# --duration, --server-cpus, --client-cpus, --out, --ready-timeout, --help), setting
+# `shifts` to the number of words it used; fails when $1 is not one of them.
+common_option() {
+  shifts=2
+  case $1 in
+    -c | --clients) clients=$2 ;;
+    -d | --duration) duration=$2 ;;
+    --server-cpus) server_cpus=$2 ;;
+    --client-cpus) client_cpus=$2 ;;
+    --out) out_dir=$2 ;;
+    --ready-timeout) ready_timeout=$2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) return 1 ;;
+  esac
+}
+
+# The usage text: the script's header comment.
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+# Defaults of the common options (the scripts set their own --clients and --duration).
+server_cpus=1
+client_cpus=0
+out_dir=$bench_dir/results
+ready_timeout=30
+
+# prepare_run: checks for python3 (the report), finds or builds cobalt, sets the pinning.
+prepare_run() {
+  command -v python3 >/dev/null || die "python3 is needed to write the report"
+  find_cobalt
+  setup_pinning
 }

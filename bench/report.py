@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
-"""Writes the markdown table and the combined SVG plot of bench/compare.sh and
-bench/http-compare.sh from `cobalt bench --json` outputs (standard library only).
+"""Writes the markdown table and the combined SVG plot of bench/compare.sh,
+bench/http-compare.sh and bench/transports.sh from `cobalt bench --json` outputs
+(standard library only). With --baseline LABEL the table adds each row's req/s and
+server CPU µs/req relative to that run's row with the same client count. A label that
+appears more than once in the manifest (repetitions) is reported as the median of its
+runs per client count, with lost and errors summed over them.
 
 The manifest is a TSV file, one server a line:
   LABEL<TAB>ok<TAB>path/to/bench.json<TAB>description
@@ -12,6 +16,7 @@ import datetime
 import html
 import json
 import math
+import statistics
 
 # Below this server CPU %, a row is marked as limited by something other than the server.
 BUSY_PERCENT = 70
@@ -33,7 +38,44 @@ def load(manifest):
                     runs.append((label, desc, json.load(j)))
             else:
                 skipped.append((label, desc, value))
-    return runs, skipped
+    return merge_repetitions(runs), skipped
+
+
+# Step fields summed over repetitions; every other number is the median.
+SUMMED = ("sent", "completed", "lost", "errors", "resets")
+
+
+def merge_repetitions(runs):
+    """One run per label: repeated labels become the per-client-count median."""
+    by_label = {}
+    for label, desc, data in runs:
+        by_label.setdefault(label, (desc, []))[1].append(data)
+    merged = []
+    for label, (desc, datas) in by_label.items():
+        if len(datas) == 1:
+            merged.append((label, desc, datas[0]))
+            continue
+        steps = {}
+        for data in datas:
+            for st in data.get("steps", []):
+                steps.setdefault(st["clients"], []).append(st)
+        out = []
+        for clients in sorted(steps):
+            group = steps[clients]
+            step = {"clients": clients, "repetitions": len(group)}
+            for key in group[0]:
+                values = [g.get(key) for g in group]
+                if key in step:
+                    continue
+                if key in SUMMED:
+                    step[key] = sum(v or 0 for v in values)
+                elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                    step[key] = statistics.median(values)
+                else:
+                    step[key] = values[0]
+            out.append(step)
+        merged.append((label, f"{desc} (median of {len(datas)} runs)", dict(datas[0], steps=out)))
+    return merged
 
 
 def fmt(value, spec, missing="–"):
@@ -55,14 +97,23 @@ def markdown(args, runs, skipped):
     if args.svg:
         out.append(f"- Plot: [{args.svg_name}]({args.svg_name}) (req/s and server CPU µs/request per server)")
     out.append("")
+    base = baseline_steps(runs, args.baseline)
+    ratio_head = f" req/s ÷ {args.baseline} | CPU/req ÷ {args.baseline} |" if base is not None else ""
     out.append(
-        "| server | clients | req/s | p50 latency (ms) | p99 latency (ms) | server CPU µs/req "
-        "| server CPU % | RSS (MiB) | lost | errors |"
+        f"| {args.label_header} | clients | req/s | p50 latency (ms) | p99 latency (ms) | "
+        f"server CPU µs/req | server CPU % | RSS (MiB) | lost | errors | bench CPU % |{ratio_head}"
     )
-    out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|" + ("--:|--:|" if base is not None else ""))
     starred = False
     for label, _desc, data in runs:
         for s in data.get("steps", []):
+            ratios = ""
+            if base is not None:
+                b = base.get(s["clients"], {})
+                ratios = " {} | {} |".format(
+                    ratio(s.get("requests_per_s"), b.get("requests_per_s")),
+                    ratio(s.get("server_cpu_us_per_req"), b.get("server_cpu_us_per_req")),
+                )
             rss = s.get("server_rss_kb")
             rps = fmt(s.get("requests_per_s"), ",.0f")
             cpu_pct = s.get("server_cpu_percent")
@@ -70,7 +121,7 @@ def markdown(args, runs, skipped):
                 rps += " *"
                 starred = True
             out.append(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{}".format(
                     label,
                     s["clients"],
                     rps,
@@ -81,6 +132,8 @@ def markdown(args, runs, skipped):
                     fmt(None if rss is None else rss / 1024, ".1f"),
                     s.get("lost", 0),
                     s.get("errors", 0) + s.get("resets", 0),
+                    fmt(s.get("client_cpu_percent"), ".0f"),
+                    ratios,
                 )
             )
     if starred:
@@ -91,7 +144,12 @@ def markdown(args, runs, skipped):
             "req/s understates the server; compare CPU µs/req instead."
         )
     out.append("")
-    out.append("Servers:")
+    out.append(
+        "*bench CPU %* is the load generator's own CPU use over the measured window "
+        "(100 = one core busy; with `--threads 1` it cannot go faster at 100)."
+    )
+    out.append("")
+    out.append(f"{args.label_header.capitalize()}s:")
     out.append("")
     for label, desc, _ in runs:
         out.append(f"- **{label}**: {desc}")
@@ -103,6 +161,20 @@ def markdown(args, runs, skipped):
             out.append(f"- **{label}** ({desc}): {reason}")
     out.append("")
     return "\n".join(out)
+
+
+def baseline_steps(runs, label):
+    """The baseline run's steps by client count, or None without --baseline."""
+    if not label:
+        return None
+    for run_label, _desc, data in runs:
+        if run_label == label:
+            return {s["clients"]: s for s in data.get("steps", [])}
+    return {}
+
+
+def ratio(value, base):
+    return "–" if not value or not base else f"{value / base:.2f}×"
 
 
 def log_ticks(lo, hi):
@@ -199,6 +271,8 @@ def main():
     p.add_argument("--command", default="")
     p.add_argument("--setup", default="")
     p.add_argument("--machine", default="")
+    p.add_argument("--baseline", default="", help="label of the run the ratio columns compare with")
+    p.add_argument("--label-header", default="server", help="heading of the first column")
     args = p.parse_args()
     args.svg_name = args.svg.rsplit("/", 1)[-1] if args.svg else ""
     runs, skipped = load(args.manifest)

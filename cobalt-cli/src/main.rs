@@ -1,6 +1,7 @@
 //! The `cobalt` command: argument parsing only; each command lives in its own module.
 
 mod bench;
+mod dtls_args;
 mod exit;
 mod request;
 mod serve;

@@ -1,9 +1,11 @@
 //! `cobalt get|post|put|delete|discover|observe`: the curl-like client.
 
+use crate::dtls_args::DtlsArgs;
 use crate::exit;
 use clap::Args;
 use cobalt::proto::link_format;
 use cobalt::proto::message::{content_format, Code};
+use cobalt::transport::dtls::DtlsClientAuth;
 use cobalt::{Client, Error, Response};
 use std::io::Write;
 use std::time::Duration;
@@ -36,43 +38,9 @@ pub struct RequestArgs {
     /// Show the request and response messages on standard error.
     #[arg(short, long)]
     pub verbose: bool,
-    /// PSK identity for coaps:// (DTLS 1.2), coaps+tcp:// and coaps+ws:// (TLS).
-    #[arg(long, value_name = "ID", requires = "psk_key")]
-    pub psk_identity: Option<String>,
-    /// Pre-shared key for coaps://, coaps+tcp://, coaps+ws://: `0x` and hex digits, or text.
-    #[arg(long, value_name = "KEY", requires = "psk_identity")]
-    pub psk_key: Option<String>,
-    /// CA certificate(s) (PEM) the server's certificate must chain to; uses
-    /// certificates instead of a PSK. Without it, coaps+tcp:// and coaps+ws:// trust
-    /// the system's CAs (coaps:// needs it or a PSK).
-    #[arg(
-        long = "ca",
-        visible_alias = "dtls-ca",
-        value_name = "FILE",
-        conflicts_with = "psk_identity"
-    )]
-    pub ca: Option<std::path::PathBuf>,
-    /// Client certificate (PEM, with any intermediates), with --key.
-    #[arg(
-        long = "cert",
-        visible_alias = "dtls-cert",
-        value_name = "FILE",
-        requires = "key",
-        conflicts_with = "psk_identity"
-    )]
-    pub cert: Option<std::path::PathBuf>,
-    /// Private key (PEM) of --cert.
-    #[arg(
-        long = "key",
-        visible_alias = "dtls-key",
-        value_name = "FILE",
-        requires = "cert"
-    )]
-    pub key: Option<std::path::PathBuf>,
-    /// Name the server's certificate must carry (default: the URI's host for TLS, the
-    /// server's IP address for DTLS).
-    #[arg(long, value_name = "NAME")]
-    pub server_name: Option<String>,
+    /// DTLS credentials for coaps://.
+    #[command(flatten)]
+    pub dtls: DtlsArgs,
 }
 
 /// `cobalt observe` options.
@@ -132,22 +100,10 @@ fn build(
     if args.non {
         b = b.non_confirmable();
     }
-    if let (Some(id), Some(key)) = (&args.psk_identity, &args.psk_key) {
-        let key = cobalt::transport::dtls::parse_key(key)
-            .map_err(|e| (exit::USAGE, format!("--psk-key: {e}")))?;
-        b = b.psk(id.as_bytes(), key);
-    }
-    if args.ca.is_some() || args.cert.is_some() || args.server_name.is_some() {
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| (exit::USAGE, format!("cannot read {}: {e}", p.display())))
-        };
-        let read_opt = |p: &Option<std::path::PathBuf>| p.as_deref().map(read).transpose();
-        b = b.x509(cobalt::transport::dtls::X509Credentials {
-            cert_chain_pem: read_opt(&args.cert)?.unwrap_or_default(),
-            key_pem: read_opt(&args.key)?.unwrap_or_default(),
-            ca_pem: read_opt(&args.ca)?,
-            server_name: args.server_name.clone(),
-        });
+    match args.dtls.client_auth().map_err(|e| (exit::USAGE, e))? {
+        Some(DtlsClientAuth::Psk(p)) => b = b.psk(p.identity, p.key),
+        Some(DtlsClientAuth::X509(x)) => b = b.x509(x),
+        None => {}
     }
     if let Some(size) = args.block_size {
         b = b

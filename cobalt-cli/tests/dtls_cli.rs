@@ -3,23 +3,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-/// Kills the server when the test ends, passed or failed.
-struct KillOnDrop(std::process::Child);
+#[path = "common/binary.rs"]
+mod binary;
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn cobalt() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cobalt"));
-    c.env_remove("RUST_LOG");
-    c
-}
+use binary::{cobalt, KillOnDrop};
 
 fn free_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0")

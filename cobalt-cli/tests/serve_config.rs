@@ -1,24 +1,13 @@
 //! `cobalt serve` configuration and metrics, through the real binary.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-/// Kills the server when the test ends, passed or failed.
-struct KillOnDrop(std::process::Child);
+#[path = "common/binary.rs"]
+mod binary;
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn cobalt() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cobalt"));
-    c.env_remove("RUST_LOG");
-    c
-}
+use binary::{cobalt, KillOnDrop};
 
 #[test]
 fn print_config_shows_the_effective_configuration_and_parses_back() {

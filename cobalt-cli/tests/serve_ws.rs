@@ -2,23 +2,17 @@
 //! over `coap+ws://`.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-/// Kills the server when the test ends, passed or failed.
-struct KillOnDrop(std::process::Child);
+#[path = "common/binary.rs"]
+mod binary;
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use binary::{cobalt, KillOnDrop};
 
 #[test]
 fn serve_ws_answers_coap_ws_get() {
     let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_cobalt"))
-            .env_remove("RUST_LOG")
+        cobalt()
             .args([
                 "serve",
                 "--bind",
@@ -54,8 +48,7 @@ fn serve_ws_answers_coap_ws_get() {
         }
     }
     let ws_addr = ws_addr.expect("the server prints its WebSocket address");
-    let get = Command::new(env!("CARGO_BIN_EXE_cobalt"))
-        .env_remove("RUST_LOG")
+    let get = cobalt()
         .args(["get", &format!("coap+ws://{ws_addr}/benchmark")])
         .output()
         .unwrap();

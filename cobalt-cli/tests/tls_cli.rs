@@ -4,23 +4,12 @@
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
-/// Kills the server when the test ends, passed or failed.
-struct KillOnDrop(std::process::Child);
+#[path = "common/binary.rs"]
+mod binary;
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn cobalt() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cobalt"));
-    c.env_remove("RUST_LOG");
-    c
-}
+use binary::{cobalt, KillOnDrop};
 
 fn free_tcp_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -25,7 +25,9 @@ pub struct BenchArgs {
     #[command(subcommand)]
     pub command: Option<BenchCommand>,
 
-    /// Target URI: coap://127.0.0.1:5683/benchmark, or http://host:port/path for HTTP/1.1
+    /// Target URI: coap://127.0.0.1:5683/benchmark (UDP), coaps://... (DTLS 1.2, with
+    /// --psk-identity/--psk-key), coap+tcp://... (RFC 8323 over TCP), coap+ws://... (RFC
+    /// 8323 over a WebSocket to /.well-known/coap), or http://host:port/path for HTTP/1.1
     #[arg(required = true)]
     pub uri: Option<String>,
 
@@ -62,6 +64,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_keepalive: bool,
 
+    /// coaps://, coap+tcp://, coap+ws://: open a new DTLS session or connection for every
+    /// request (handshake, then one request) instead of one per client for the whole
+    /// run, to measure handshakes per second; latency then includes the handshake.
+    #[arg(long)]
+    pub new_session: bool,
+
     /// Send non-confirmable (NON) requests instead of confirmable ones.
     #[arg(long)]
     pub non: bool,
@@ -74,7 +82,13 @@ pub struct BenchArgs {
     #[arg(short = 'p', long)]
     pub payload: Option<String>,
 
-    /// Load-generator threads, each running one epoll loop over its share of clients.
+    /// Credentials for coaps:// (same flags as `cobalt get`).
+    #[command(flatten)]
+    pub dtls: crate::dtls_args::DtlsArgs,
+
+    /// Load-generator threads, each running one epoll loop (coap://, http://) or one
+    /// single-threaded async runtime (coaps://, coap+tcp://, coap+ws://) over its share of
+    /// clients.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
 
@@ -158,18 +172,80 @@ impl Method {
 pub enum Scheme {
     /// `coap://`: CoAP over UDP.
     Coap,
+    /// `coaps://`: CoAP over DTLS 1.2 (RFC 7252 §9).
+    Coaps,
+    /// `coap+tcp://`: CoAP over TCP (RFC 8323 §3).
+    CoapTcp,
+    /// `coap+ws://`: CoAP over WebSockets (RFC 8323 §4).
+    CoapWs,
+    /// `coaps+tcp://`: CoAP over TLS (RFC 8323 §3); not benchmarked yet.
+    CoapsTcp,
+    /// `coaps+ws://`: CoAP over secure WebSockets (RFC 8323 §4); not benchmarked yet.
+    CoapsWs,
     /// `http://`: HTTP/1.1 over TCP.
     Http,
 }
 
-/// A parsed `coap://` or `http://` URI.
+impl Scheme {
+    /// Every scheme with its URI name.
+    const ALL: [(Scheme, &'static str); 7] = [
+        (Scheme::Coap, "coap"),
+        (Scheme::Coaps, "coaps"),
+        (Scheme::CoapTcp, "coap+tcp"),
+        (Scheme::CoapWs, "coap+ws"),
+        (Scheme::CoapsTcp, "coaps+tcp"),
+        (Scheme::CoapsWs, "coaps+ws"),
+        (Scheme::Http, "http"),
+    ];
+
+    /// The URI scheme, e.g. `coap+tcp`.
+    pub fn name(self) -> &'static str {
+        Scheme::ALL
+            .iter()
+            .find(|(s, _)| *s == self)
+            .map_or("coap", |(_, n)| n)
+    }
+
+    /// The scheme named `name` (case-insensitive).
+    fn from_name(name: &str) -> Option<Scheme> {
+        Scheme::ALL
+            .iter()
+            .find(|(_, n)| n.eq_ignore_ascii_case(name))
+            .map(|(s, _)| *s)
+    }
+
+    /// The port when the URI has none (RFC 7252 §6, RFC 8323 §8).
+    pub fn default_port(self) -> u16 {
+        match self {
+            Scheme::Coap | Scheme::CoapTcp => 5683,
+            Scheme::Coaps | Scheme::CoapsTcp => 5684,
+            Scheme::CoapWs | Scheme::Http => 80,
+            Scheme::CoapsWs => 443,
+        }
+    }
+
+    /// CoAP over a reliable transport (RFC 8323): no message types, no message IDs.
+    pub fn is_reliable(self) -> bool {
+        matches!(
+            self,
+            Scheme::CoapTcp | Scheme::CoapWs | Scheme::CoapsTcp | Scheme::CoapsWs
+        )
+    }
+
+    /// Each client has a connection or session set up before the measurement.
+    pub fn has_sessions(self) -> bool {
+        self == Scheme::Coaps || self.is_reliable()
+    }
+}
+
+/// A parsed `coap://`, `coaps://`, `coap+tcp://`, `coap+ws://` or `http://` URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// Which protocol.
     pub scheme: Scheme,
     /// Host as written (without brackets for IPv6 literals).
     pub host: String,
-    /// Port (5683 for CoAP, 80 for HTTP when absent).
+    /// Port ([`Scheme::default_port`] when absent).
     pub port: u16,
     /// Path and query exactly as written (at least "/"), for the HTTP request line.
     pub raw_path: String,
@@ -190,22 +266,19 @@ impl Target {
     }
 }
 
-/// Parses a `coap://` or `http://host[:port]/path?query` URI.
+/// Parses a `SCHEME://host[:port]/path?query` URI (see [`Scheme`]).
 pub fn parse_uri(uri: &str) -> Result<Target, String> {
     let Some((scheme, rest)) = uri.split_once("://") else {
         return Err(format!(
             "invalid URI {uri:?}: expected coap://host[:port]/path"
         ));
     };
-    let scheme = match scheme.to_ascii_lowercase().as_str() {
-        "coap" => Scheme::Coap,
-        "http" => Scheme::Http,
-        _ => {
-            return Err(format!(
-                "unsupported scheme {scheme}:// in {uri:?}: only coap:// and http:// are supported"
-            ))
-        }
-    };
+    let scheme = Scheme::from_name(scheme).ok_or_else(|| {
+        format!(
+            "unsupported scheme {scheme}:// in {uri:?}: use coap://, coaps://, coap+tcp://, \
+             coap+ws:// or http://"
+        )
+    })?;
     let rest = rest.split('#').next().unwrap_or("");
     let (authority, path_query) = match rest.find(['/', '?']) {
         Some(i) => rest.split_at(i),
@@ -236,10 +309,7 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
         return Err(format!("invalid URI {uri:?}: missing host"));
     }
     let port = match port {
-        None | Some("") => match scheme {
-            Scheme::Coap => 5683,
-            Scheme::Http => 80,
-        },
+        None | Some("") => scheme.default_port(),
         Some(p) => p
             .parse::<u16>()
             .ok()
@@ -400,11 +470,9 @@ mod tests {
         assert!(parse_uri("127.0.0.1:5683").is_err());
         assert!(parse_uri("https://x/")
             .unwrap_err()
-            .contains("only coap:// and http://"));
+            .contains("use coap://, coaps://, coap+tcp://, coap+ws:// or http://"));
         assert!(parse_uri("coap://h/a b").is_err());
-        assert!(parse_uri("coaps://x/")
-            .unwrap_err()
-            .contains("only coap://"));
+        assert!(parse_uri("coap+udp://x/").is_err());
         assert!(parse_uri("coap:///path").is_err());
         assert!(parse_uri("coap://h:99999/").is_err());
         assert!(parse_uri("coap://h:0/").is_err());
@@ -412,6 +480,26 @@ mod tests {
         assert!(parse_uri("coap://[::1/").is_err());
         assert!(parse_uri("coap://h/%zz").is_err());
         assert!(parse_uri("coap://u@h/").is_err());
+    }
+
+    #[test]
+    fn uri_schemes_and_default_ports() {
+        for (uri, scheme, port) in [
+            ("coaps://h/x", Scheme::Coaps, 5684),
+            ("COAP+TCP://h/x", Scheme::CoapTcp, 5683),
+            ("coap+ws://h/x", Scheme::CoapWs, 80),
+            ("coaps+tcp://h/x", Scheme::CoapsTcp, 5684),
+            ("coaps+ws://h/x", Scheme::CoapsWs, 443),
+            ("coap+ws://h:8080/x", Scheme::CoapWs, 8080),
+        ] {
+            let t = parse_uri(uri).unwrap();
+            assert_eq!((t.scheme, t.port), (scheme, port), "{uri}");
+            assert_eq!(t.path, vec!["x"], "{uri}");
+            assert!(uri.to_ascii_lowercase().starts_with(scheme.name()));
+        }
+        assert!(Scheme::CoapWs.is_reliable() && !Scheme::Coaps.is_reliable());
+        assert!(Scheme::Coaps.has_sessions() && !Scheme::Coap.has_sessions());
+        assert!(!Scheme::Http.has_sessions());
     }
 
     #[test]

@@ -17,9 +17,9 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Byte offset of the eight-byte token in the request template.
-const TOKEN_AT: usize = 4;
+pub(super) const TOKEN_AT: usize = 4;
 /// Token length used for every request.
-const TOKEN_LEN: usize = 8;
+pub(super) const TOKEN_LEN: usize = 8;
 /// Events fetched per `epoll_wait`.
 const MAX_EVENTS: usize = 512;
 /// Longest a thread sleeps in `epoll_wait` before re-checking the clock and Ctrl-C.
@@ -170,7 +170,7 @@ impl Waiter {
 
 /// Next value of a splitmix64 generator: fast and good enough for unpredictable tokens.
 #[inline]
-fn splitmix(state: &mut u64) -> u64 {
+pub(super) fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -399,7 +399,8 @@ impl<'a> Worker<'a> {
             }
             return false;
         }
-        match classify(&self.rbuf[..n as usize], &self.clients[i]) {
+        let c = &self.clients[i];
+        match classify(&self.rbuf[..n as usize], c.mid, &c.token, c.outstanding) {
             Reply::Response { ack_mid } => {
                 if let Some(mid) = ack_mid {
                     self.send_empty_ack(i, mid);
@@ -438,7 +439,7 @@ impl<'a> Worker<'a> {
 
 /// What a datagram means to the client that received it.
 #[derive(Debug, PartialEq, Eq)]
-enum Reply {
+pub(super) enum Reply {
     /// The response to the outstanding request; `ack_mid` is set for a CON (separate)
     /// response, which must be acknowledged.
     Response { ack_mid: Option<u16> },
@@ -453,8 +454,9 @@ enum Reply {
     Ignore,
 }
 
-/// Classifies a datagram for client `c` without allocating and without trusting it.
-fn classify(d: &[u8], c: &Client) -> Reply {
+/// Classifies a datagram for a client whose last request had `mid` and `token` (and is
+/// still unanswered when `outstanding`), without allocating and without trusting it.
+pub(super) fn classify(d: &[u8], mid: u16, token: &[u8], outstanding: bool) -> Reply {
     if d.len() < 4 || d[0] >> 6 != 1 {
         return Reply::Garbage;
     }
@@ -464,13 +466,12 @@ fn classify(d: &[u8], c: &Client) -> Reply {
     }
     let mtype = (d[0] >> 4) & 0b11;
     let code = d[1];
-    let mid = u16::from_be_bytes([d[2], d[3]]);
-    let token = &d[4..4 + tkl];
+    let their_mid = u16::from_be_bytes([d[2], d[3]]);
     let is_response = code >> 5 >= 2;
-    let token_ok = c.outstanding && token == c.token.as_slice();
+    let token_ok = outstanding && &d[4..4 + tkl] == token;
     match mtype {
         // ACK
-        2 if mid == c.mid && c.outstanding => {
+        2 if their_mid == mid && outstanding => {
             if code == 0 {
                 Reply::Ignore // empty ACK: a separate response follows
             } else if is_response && token_ok {
@@ -480,10 +481,10 @@ fn classify(d: &[u8], c: &Client) -> Reply {
             }
         }
         // RST
-        3 if mid == c.mid && c.outstanding => Reply::Reset,
+        3 if their_mid == mid && outstanding => Reply::Reset,
         // CON or NON response (separate response, or the answer to a NON request)
         0 | 1 if is_response => {
-            let ack_mid = (mtype == 0).then_some(mid);
+            let ack_mid = (mtype == 0).then_some(their_mid);
             if token_ok {
                 Reply::Response { ack_mid }
             } else {
@@ -498,15 +499,24 @@ fn classify(d: &[u8], c: &Client) -> Reply {
 mod tests {
     use super::*;
 
+    /// What a client expects: the MID and token of its last request, and whether it is
+    /// still unanswered.
+    struct Client {
+        mid: u16,
+        token: [u8; 8],
+        outstanding: bool,
+    }
+
     fn client(mid: u16, token: [u8; 8], outstanding: bool) -> Client {
         Client {
-            sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
             mid,
             token,
-            sent_at: 0,
-            intended: 0,
             outstanding,
         }
+    }
+
+    fn classify(d: &[u8], c: &Client) -> Reply {
+        super::classify(d, c.mid, &c.token, c.outstanding)
     }
 
     fn msg(t: u8, code: u8, mid: u16, token: &[u8]) -> Vec<u8> {

@@ -60,6 +60,9 @@ pub struct StepRequest {
     pub non: bool,
     /// HTTP without keep-alive.
     pub no_keepalive: bool,
+    /// A new connection per request (`--new-session`, `coap+tcp` and `coap+ws`).
+    #[serde(default)]
+    pub new_session: bool,
     /// Run this command (argv) instead of a CoAPBench step.
     #[serde(default)]
     pub exec: Option<Vec<String>>,
@@ -144,6 +147,7 @@ pub fn request_template(args: &BenchArgs) -> StepRequest {
         payload: args.payload.clone(),
         non: args.non,
         no_keepalive: args.no_keepalive,
+        new_session: args.new_session,
         exec: None,
     }
 }
@@ -412,10 +416,12 @@ pub fn run_request(
         timeout: req.timeout_s,
         rate: req.rate,
         no_keepalive: req.no_keepalive,
+        new_session: req.new_session,
         non: req.non,
         method,
         payload: req.payload.clone(),
         threads: req.threads,
+        dtls: Default::default(),
         server_pid: None,
         workers: None,
         exec: None,
@@ -652,6 +658,7 @@ mod tests {
             payload: None,
             non: false,
             no_keepalive: false,
+            new_session: false,
             exec: None,
         };
         let started = std::time::Instant::now();
@@ -693,6 +700,7 @@ mod tests {
             payload: None,
             non: false,
             no_keepalive: false,
+            new_session: false,
             exec: None,
         };
         let stop = std::sync::Arc::default;

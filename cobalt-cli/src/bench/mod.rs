@@ -7,9 +7,18 @@
 //! A sweep (`-c 1,10,100` or `-c 10..100:10`) runs one step per concurrency, each with
 //! a warm-up, and prints one result line per step (table, `--csv` or `--json`;
 //! `--plot` draws an SVG). `--server-pid` adds the server's CPU time per request and
-//! its RSS. `http://` URIs benchmark an HTTP/1.1 server the same way ([`http`]), and
-//! `--workers` spreads the clients over `cobalt bench worker` machines
-//! ([`distributed`]).
+//! its RSS, and every step reports the load generator's own CPU use. `http://` URIs
+//! benchmark an HTTP/1.1 server the same way ([`http`]), and `--workers` spreads the
+//! clients over `cobalt bench worker` machines ([`distributed`]; not for `coaps://`,
+//! whose credentials the worker protocol does not carry).
+//!
+//! `coaps://` (DTLS 1.2, [`dtls`]), `coap+tcp://` and `coap+ws://` (RFC 8323,
+//! [`stream`]) give every virtual client its own session or connection, set up (DTLS
+//! handshake, CSM exchange) before the measurement; [`session`] drives them with one
+//! single-threaded tokio runtime per `--threads`. `--new-session` opens a new one for
+//! every request instead, to measure handshakes per second. `coaps+tcp://` and
+//! `coaps+ws://` run TLS under the same connections (credentials as for `cobalt get`;
+//! without them the system's CAs are trusted).
 //!
 //! `cobalt bench-responder` ([`responder`]) is the raw floor to compare servers with:
 //!
@@ -23,11 +32,14 @@
 //! answer within `--timeout` and are never retransmitted; `resets` got an RST;
 //! `errors` counts socket errors (an ICMP port unreachable also leaves its request to
 //! time out as lost) and malformed answers (which end the exchange). Stray and
-//! duplicate datagrams are ignored. Ctrl-C stops the run and prints what was measured.
+//! duplicate datagrams are ignored. Over sessions, a connection that breaks is an error
+//! that ends its exchange, and the client reconnects ([`session`]). Ctrl-C stops the
+//! run and prints what was measured.
 
 mod args;
 mod client;
 mod distributed;
+mod dtls;
 mod http;
 pub mod http_responder;
 mod output;
@@ -35,13 +47,19 @@ mod pacing;
 mod plot;
 mod procfs;
 pub mod responder;
+mod session;
+#[cfg(test)]
+mod session_tests;
 mod stats;
+mod stream;
 mod sys;
 
 pub use args::BenchArgs;
 
 use args::{parse_sweep, parse_uri, seconds, BenchCommand, Scheme, Target};
 use client::{run_thread, StepShared};
+use cobalt::transport::dtls::DtlsClientAuth;
+use cobalt::transport::tls::{Alpn, TlsConnector};
 use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
 use output::{Format, RunInfo};
 use stats::{Recorder, ServerUsage, StepResult};
@@ -61,11 +79,18 @@ pub struct Config {
     pub uri: String,
     /// Resolved server address.
     pub target: SocketAddr,
-    /// CoAP or HTTP.
+    /// The protocol.
     pub scheme: Scheme,
+    /// The URI's host (for the WebSocket upgrade's Host header).
+    pub host: String,
+    /// `coaps://`: how clients authenticate.
+    pub dtls: Option<DtlsClientAuth>,
+    /// `coaps://`, `coap+tcp://`, `coap+ws://`: a new session or connection per request.
+    pub new_session: bool,
     /// HTTP: one connection per client (true) or per request.
     pub keepalive: bool,
-    /// Encoded request: CoAP with an 8-byte token and MID 0, or the HTTP request bytes.
+    /// Encoded request: CoAP with an 8-byte token and MID 0 (for `coap+tcp://` and
+    /// `coap+ws://` reframed per RFC 8323 by [`stream`]), or the HTTP request bytes.
     pub template: Vec<u8>,
     /// CON (true) or NON requests.
     pub confirmable: bool,
@@ -98,6 +123,15 @@ impl Config {
     pub fn from_args(a: &BenchArgs) -> Result<Config, String> {
         let uri = a.uri.as_deref().ok_or("missing target URI")?;
         let target = parse_uri(uri)?;
+        check_combination(a, target.scheme)?;
+        let dtls = match target.scheme {
+            Scheme::Coaps => Some(a.dtls.client_auth()?.ok_or(
+                "coaps:// needs credentials: --psk-identity ID --psk-key KEY (as for \
+                 `cobalt get`), or --ca FILE for certificates",
+            )?),
+            // Without credentials TLS trusts the system's CAs.
+            _ => a.dtls.client_auth()?,
+        };
         let addr = target.resolve()?;
         let steps = parse_sweep(&a.clients)?;
         if a.threads == 0 || a.threads > 1024 {
@@ -118,30 +152,24 @@ impl Config {
                 ));
             }
         }
+        let scheme = target.scheme;
         let confirmable = !a.non;
-        let template = match target.scheme {
-            Scheme::Coap => {
-                if a.no_keepalive {
-                    return Err("--no-keepalive applies to http:// targets only".into());
-                }
-                request_template(&target, a.method.code(), confirmable, a.payload.as_deref())
-            }
-            Scheme::Http => {
-                if a.non {
-                    return Err("--non applies to coap:// targets only".into());
-                }
-                http::request_bytes(
-                    &target,
-                    a.method.name(),
-                    !a.no_keepalive,
-                    a.payload.as_deref(),
-                )
-            }
+        let template = match scheme {
+            Scheme::Http => http::request_bytes(
+                &target,
+                a.method.name(),
+                !a.no_keepalive,
+                a.payload.as_deref(),
+            ),
+            _ => request_template(&target, a.method.code(), confirmable, a.payload.as_deref()),
         };
         Ok(Config {
             uri: uri.to_string(),
             target: addr,
-            scheme: target.scheme,
+            scheme,
+            host: target.host.clone(),
+            dtls,
+            new_session: a.new_session,
             keepalive: !a.no_keepalive,
             template,
             confirmable,
@@ -158,6 +186,51 @@ impl Config {
             stop: Default::default(),
         })
     }
+}
+
+/// Refuses flags that make no sense with the URI's scheme (exit code 2).
+fn check_combination(a: &BenchArgs, scheme: Scheme) -> Result<(), String> {
+    let name = scheme.name();
+    if a.no_keepalive && scheme != Scheme::Http {
+        let hint = if scheme.has_sessions() {
+            " (use --new-session for a new connection or session per request)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "--no-keepalive applies to http:// targets only{hint}"
+        ));
+    }
+    if a.non && !matches!(scheme, Scheme::Coap | Scheme::Coaps) {
+        return Err(format!(
+            "--non applies to coap:// and coaps:// targets only ({name}:// has no message types)"
+        ));
+    }
+    if a.new_session && !scheme.has_sessions() {
+        return Err(format!(
+            "--new-session applies to coaps://, coap+tcp:// and coap+ws:// targets only \
+             ({name}:// has no sessions{})",
+            if scheme == Scheme::Http {
+                "; use --no-keepalive for a new HTTP connection per request"
+            } else {
+                ""
+            }
+        ));
+    }
+    let secure = matches!(scheme, Scheme::Coaps | Scheme::CoapsTcp | Scheme::CoapsWs);
+    if a.dtls.given() && !secure {
+        return Err(format!(
+            "--psk-identity, --psk-key, --ca, --cert and --key apply to coaps://, coaps+tcp:// \
+             and coaps+ws:// targets only, not {name}://"
+        ));
+    }
+    if a.workers.is_some() && secure {
+        return Err(format!(
+            "{name}:// cannot run on --workers: the worker protocol does not carry \
+             credentials (they would cross the network in clear); run it on one machine"
+        ));
+    }
+    Ok(())
 }
 
 /// Encodes the request every client sends, with a zero 8-byte token and MID 0 that are
@@ -239,13 +312,16 @@ pub fn run(mut args: BenchArgs) -> i32 {
         uri: cfg.uri.clone(),
         target: cfg.target.to_string(),
         method: cfg.method.to_string(),
+        scheme: cfg.scheme.name().to_string(),
         message_type: match (cfg.scheme, cfg.confirmable, cfg.keepalive) {
-            (Scheme::Coap, true, _) => "CON",
-            (Scheme::Coap, false, _) => "NON",
             (Scheme::Http, _, true) => "HTTP/1.1 keep-alive",
             (Scheme::Http, _, false) => "HTTP/1.1 close",
+            (s, _, _) if s.is_reliable() => "RFC 8323 (no message type)",
+            (_, true, _) => "CON",
+            (_, false, _) => "NON",
         }
         .to_string(),
+        new_session: cfg.new_session,
         duration_s: cfg.duration.as_secs_f64(),
         warmup_s: cfg.warmup.as_secs_f64(),
         timeout_s: cfg.timeout.as_secs_f64(),
@@ -329,13 +405,9 @@ fn sleep_interruptible(d: Duration) -> bool {
 /// Runs one step with `clients` virtual clients.
 pub fn run_step(cfg: &Config, clients: usize) -> Result<StepResult, String> {
     let m = measure_step(cfg, clients)?;
-    Ok(StepResult::from_recorder(
-        clients,
-        m.duration_s,
-        &m.rec,
-        m.usage,
-        m.partial,
-    ))
+    let mut r = StepResult::from_recorder(clients, m.duration_s, &m.rec, m.usage, m.partial);
+    r.client_cpu_percent = (m.duration_s > 0.0).then(|| m.own_cpu_s * 100.0 / m.duration_s);
+    Ok(r)
 }
 
 /// The raw outcome of one step on this machine, before summarising.
@@ -348,6 +420,8 @@ pub struct Measured {
     pub partial: bool,
     /// Server figures (with `--server-pid`).
     pub usage: Option<ServerUsage>,
+    /// CPU seconds this process (the load generator) used in the measured window.
+    pub own_cpu_s: f64,
 }
 
 /// Runs one step with `clients` virtual clients and returns the merged recorder.
@@ -381,6 +455,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
                     .spawn_scoped(s, move || match cfg.scheme {
                         Scheme::Coap => run_thread(shared, share, seed, interval),
                         Scheme::Http => http::run_thread(shared, share, cfg.keepalive, interval),
+                        _ => run_session_thread(cfg, shared, share, seed, interval),
                     })
                     .map_err(|e| format!("cannot start a load-generator thread: {e}"))
             })
@@ -405,7 +480,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
         shared.end_ns.store(end, Ordering::SeqCst);
         shared.go.store(true, Ordering::SeqCst);
 
-        let usage = monitor(cfg, clients, &shared, measure_start, end);
+        let (usage, own_cpu_s) = monitor(cfg, clients, &shared, measure_start, end);
         let stopped = now_ns().min(end);
 
         let mut total = Recorder::new();
@@ -432,8 +507,83 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
             duration_s: stopped.saturating_sub(measure_start) as f64 / 1e9,
             partial: stopped < end,
             usage,
+            own_cpu_s,
         })
     })
+}
+
+/// Runs one thread's share of a step over a transport with sessions ([`session`]).
+fn run_session_thread(
+    cfg: &Config,
+    shared: &StepShared,
+    clients: usize,
+    seed: u64,
+    interval: Option<u64>,
+) -> Result<Recorder, String> {
+    use session::{run_thread, Share};
+    use stream::{Frames, PlainTcp, StreamClient, StreamSetup, Tls, WebSocket};
+    type Tcp = <PlainTcp as stream::Dial>::Stream;
+    type Secure = <Tls as stream::Dial>::Stream;
+    let share = Share {
+        shared,
+        clients,
+        seed,
+        interval_ns: interval,
+        new_session: cfg.new_session,
+    };
+    let stream_setup = || {
+        let name = cfg.scheme.name();
+        StreamSetup::new(PlainTcp, cfg.target, &cfg.host, name, &cfg.template)
+    };
+    match cfg.scheme {
+        Scheme::Coaps => {
+            let setup = dtls::DtlsSetup {
+                target: cfg.target,
+                auth: cfg.dtls.clone().ok_or("coaps:// needs credentials")?,
+                template: cfg.template.clone(),
+            };
+            run_thread::<dtls::DtlsClient>(&share, &setup)
+        }
+        Scheme::CoapTcp => {
+            run_thread::<StreamClient<PlainTcp, Frames<Tcp>>>(&share, &stream_setup()?)
+        }
+        Scheme::CoapWs => {
+            run_thread::<StreamClient<PlainTcp, WebSocket<Tcp>>>(&share, &stream_setup()?)
+        }
+        Scheme::CoapsTcp | Scheme::CoapsWs => {
+            let ws = cfg.scheme == Scheme::CoapsWs;
+            let alpn = if ws { Alpn::Http11 } else { Alpn::Coap };
+            let connector = TlsConnector::new(cfg.dtls.as_ref(), alpn)
+                .map_err(|e| format!("cannot set up TLS: {e}"))?;
+            let tls = Tls {
+                connector,
+                host: cfg.host.clone(),
+            };
+            let setup =
+                StreamSetup::new(tls, cfg.target, &cfg.host, cfg.scheme.name(), &cfg.template)?;
+            if ws {
+                run_thread::<StreamClient<Tls, WebSocket<Secure>>>(&share, &setup)
+            } else {
+                run_thread::<StreamClient<Tls, Frames<Secure>>>(&share, &setup)
+            }
+        }
+        other => Err(format!(
+            "{}:// is not supported by cobalt bench yet",
+            other.name()
+        )),
+    }
+}
+
+/// Parses `cobalt bench` arguments (without the `bench` word), for tests.
+#[cfg(test)]
+fn parse_args(argv: &[&str]) -> BenchArgs {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+    Cli::parse_from(std::iter::once("bench").chain(argv.iter().copied())).bench
 }
 
 /// Reads eight random bytes from the kernel, falling back to the clock.
@@ -454,17 +604,20 @@ fn client_seed(state: &mut u64) -> u64 {
     *state ^ (*state >> 29)
 }
 
-/// Watches the running step: samples the server's CPU time at the start and end of the
-/// measured window and prints progress once a second. Returns the server figures.
+/// Watches the running step: samples the server's and this process's CPU time at the
+/// start and end of the measured window and prints progress once a second. Returns
+/// the server figures and the CPU seconds this process (the load generator) used.
 fn monitor(
     cfg: &Config,
     clients: usize,
     shared: &StepShared,
     measure_start: u64,
     end: u64,
-) -> Option<ServerUsage> {
+) -> (Option<ServerUsage>, f64) {
     let tty = std::io::stderr().is_terminal();
+    let mut started = false;
     let mut cpu_start = None;
+    let mut own_start = 0.0;
     let mut last_tick = now_ns();
     let mut last_count = 0u64;
     let mut printed = false;
@@ -473,8 +626,10 @@ fn monitor(
         if now >= end || shared.stopping() {
             break;
         }
-        if cpu_start.is_none() && now >= measure_start {
+        if !started && now >= measure_start {
+            started = true;
             cpu_start = cfg.server_pid.and_then(procfs::cpu_seconds);
+            own_start = sys::own_cpu_seconds();
         }
         if cfg.progress && now >= last_tick + 1_000_000_000 {
             let count = shared.progress.load(Ordering::Relaxed);
@@ -501,7 +656,7 @@ fn monitor(
             last_count = count;
         }
         let mut wake = end.min(last_tick + 1_000_000_000);
-        if cpu_start.is_none() && measure_start > now {
+        if !started && measure_start > now {
             wake = wake.min(measure_start);
         }
         let nap = wake.saturating_sub(now).clamp(1_000, 50_000_000);
@@ -510,15 +665,19 @@ fn monitor(
     if printed && tty {
         eprint!("\r\x1b[K");
     }
-    let pid = cfg.server_pid?;
-    let cpu_end = procfs::cpu_seconds(pid);
-    Some(ServerUsage {
-        cpu_s: match (cpu_start, cpu_end) {
+    let own = if started {
+        (sys::own_cpu_seconds() - own_start).max(0.0)
+    } else {
+        0.0
+    };
+    let usage = cfg.server_pid.map(|pid| ServerUsage {
+        cpu_s: match (cpu_start, procfs::cpu_seconds(pid)) {
             (Some(a), Some(b)) => (b - a).max(0.0),
             _ => 0.0,
         },
         rss_kb: procfs::rss_kb(pid),
-    })
+    });
+    (usage, own)
 }
 
 #[cfg(test)]
@@ -533,6 +692,9 @@ mod tests {
             uri: format!("coap://{target}/bench"),
             target,
             scheme: Scheme::Coap,
+            host: target.ip().to_string(),
+            dtls: None,
+            new_session: false,
             keepalive: true,
             template: request_template(&t, Code::GET, true, None),
             confirmable: true,
@@ -550,16 +712,6 @@ mod tests {
         }
     }
 
-    fn parse_args(argv: &[&str]) -> BenchArgs {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            bench: BenchArgs,
-        }
-        Cli::parse_from(std::iter::once("bench").chain(argv.iter().copied())).bench
-    }
-
     #[test]
     fn bad_input_exits_with_2() {
         for argv in [
@@ -574,6 +726,37 @@ mod tests {
             &["coap://127.0.0.1/", "--no-keepalive"],
             &["http://127.0.0.1/", "--non"],
             &["coap://127.0.0.1/", "--workers", "nonsense"],
+            &["coaps+tcp://127.0.0.1/", "--non"],
+            &["coaps+ws://127.0.0.1/", "--workers", "h:1"],
+            &["coaps://127.0.0.1/"],
+            &[
+                "coaps://127.0.0.1/",
+                "--psk-identity",
+                "a",
+                "--psk-key",
+                "0xz",
+            ],
+            &["coap+tcp://127.0.0.1/", "--non"],
+            &["coap+ws://127.0.0.1/", "--no-keepalive"],
+            &["coap://127.0.0.1/", "--new-session"],
+            &["http://127.0.0.1/", "--new-session"],
+            &[
+                "coap+tcp://127.0.0.1/",
+                "--psk-identity",
+                "a",
+                "--psk-key",
+                "b",
+            ],
+            &["coap://127.0.0.1/", "--dtls-ca", "/dev/null"],
+            &[
+                "coaps://127.0.0.1/",
+                "--psk-identity",
+                "a",
+                "--psk-key",
+                "b",
+                "--workers",
+                "127.0.0.1:7000",
+            ],
         ] {
             assert_eq!(run(parse_args(argv)), 2, "{argv:?}");
         }
@@ -607,6 +790,8 @@ mod tests {
         assert_eq!(r.lost, 0, "{r:?}");
         assert_eq!((r.errors, r.resets), (0, 0), "{r:?}");
         assert!(answered >= r.completed);
+        // The generator's own CPU over the window is measured (it is never idle here).
+        assert!(r.client_cpu_percent.is_some_and(|c| c > 0.0), "{r:?}");
         assert!(r.p50_us > 0.0 && r.p50_us <= r.p99_us && r.p99_us <= r.max_us);
 
         // NON requests get NON responses, matched by token.
@@ -750,6 +935,7 @@ mod tests {
             payload: None,
             non: false,
             no_keepalive: false,
+            new_session: false,
             exec: None,
         };
         let r = distributed::run_step(&cfg, &template, &workers, 5).unwrap();

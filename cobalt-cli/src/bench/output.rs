@@ -24,8 +24,14 @@ pub struct RunInfo {
     pub target: String,
     /// Request method.
     pub method: String,
-    /// "CON" or "NON" for CoAP; "HTTP/1.1 keep-alive" or "HTTP/1.1 close" for HTTP.
+    /// The URI scheme: coap, coaps, coap+tcp, coap+ws or http.
+    pub scheme: String,
+    /// "CON" or "NON" for CoAP over UDP and DTLS; "RFC 8323 (no message type)" over TCP
+    /// and WebSockets; "HTTP/1.1 keep-alive" or "HTTP/1.1 close" for HTTP.
     pub message_type: String,
+    /// A new DTLS session or connection for every request (`--new-session`): each
+    /// completed request is one handshake, and its latency includes the handshake.
+    pub new_session: bool,
     /// Measured seconds per step.
     pub duration_s: f64,
     /// Warm-up seconds per step.
@@ -38,6 +44,27 @@ pub struct RunInfo {
     pub rate: Option<f64>,
     /// `--server-pid`, if given.
     pub server_pid: Option<u32>,
+}
+
+#[cfg(test)]
+impl RunInfo {
+    /// A closed-loop CON GET run of `uri`, for tests.
+    pub fn sample(uri: &str) -> RunInfo {
+        RunInfo {
+            uri: uri.into(),
+            target: "127.0.0.1:5683".into(),
+            method: "GET".into(),
+            scheme: "coap".into(),
+            message_type: "CON".into(),
+            new_session: false,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            timeout_s: 10.0,
+            threads: 1,
+            rate: None,
+            server_pid: None,
+        }
+    }
 }
 
 /// The JSON document.
@@ -69,6 +96,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "server_cpu_percent",
     "server_rss_kb",
     "partial",
+    "client_cpu_percent",
 ];
 
 /// The line printed before the first row, if the format has one.
@@ -143,7 +171,7 @@ pub fn row(format: Format, s: &StepResult, with_server: bool) -> Option<String> 
             Some(r)
         }
         Format::Csv => Some(format!(
-            "{},{:.3},{:.1},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{}",
+            "{},{:.3},{:.1},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{}",
             s.clients,
             s.duration_s,
             s.requests_per_s,
@@ -161,7 +189,8 @@ pub fn row(format: Format, s: &StepResult, with_server: bool) -> Option<String> 
             opt_f(s.server_cpu_us_per_req, 3),
             opt_f(s.server_cpu_percent, 2),
             s.server_rss_kb.map(|v| v.to_string()).unwrap_or_default(),
-            s.partial
+            s.partial,
+            opt_f(s.client_cpu_percent, 1)
         )),
         Format::Json => None,
     }
@@ -197,18 +226,7 @@ mod tests {
     }
 
     fn info() -> RunInfo {
-        RunInfo {
-            uri: "coap://127.0.0.1/x".into(),
-            target: "127.0.0.1:5683".into(),
-            method: "GET".into(),
-            message_type: "CON".into(),
-            duration_s: 1.0,
-            warmup_s: 0.0,
-            timeout_s: 10.0,
-            threads: 1,
-            rate: None,
-            server_pid: None,
-        }
+        RunInfo::sample("coap://127.0.0.1/x")
     }
 
     #[test]
@@ -222,10 +240,14 @@ mod tests {
         let r = row(Format::Csv, &step(false), false).unwrap();
         assert_eq!(r.split(',').count(), cols);
         assert!(r.starts_with("10,1.000,10.0,11,10,1,0,0,"), "{r}");
-        assert!(r.ends_with(",,,,false"), "{r}");
+        assert!(r.ends_with(",,,,false,"), "{r}");
         let r = row(Format::Csv, &step(true), true).unwrap();
         assert_eq!(r.split(',').count(), cols);
-        assert!(r.ends_with(",100.000,0.10,2048,false"), "{r}");
+        assert!(r.ends_with(",100.000,0.10,2048,false,"), "{r}");
+        let mut busy = step(false);
+        busy.client_cpu_percent = Some(97.0);
+        let r = row(Format::Csv, &busy, false).unwrap();
+        assert!(r.ends_with(",false,97.0"), "{r}");
     }
 
     #[test]
@@ -234,6 +256,10 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
         assert_eq!(v["uri"], "coap://127.0.0.1/x");
         assert_eq!(v["message_type"], "CON");
+        assert_eq!(
+            (&v["scheme"], &v["new_session"]),
+            (&"coap".into(), &false.into())
+        );
         assert_eq!(v["interrupted"], false);
         let s = &v["steps"][0];
         for key in CSV_COLUMNS {

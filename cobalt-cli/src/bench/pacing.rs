@@ -24,6 +24,11 @@ impl Pacing {
         }
     }
 
+    /// True with a schedule (`--rate`), false in the closed loop.
+    pub(super) fn is_open_loop(&self) -> bool {
+        self.interval.is_some()
+    }
+
     /// Starts the schedule at `start` for `clients` clients; returns the clients that
     /// send at once (all of them in the closed loop, none in the open loop).
     pub(super) fn start(&mut self, clients: usize, start: u64) -> std::ops::Range<usize> {
@@ -73,6 +78,7 @@ mod tests {
     #[test]
     fn closed_loop_sends_all_at_once_and_again_on_release() {
         let mut p = Pacing::new(None);
+        assert!(!p.is_open_loop());
         assert_eq!(p.start(3, 100), 0..3);
         assert_eq!(p.next_due(1_000), None);
         assert!(p.release(1));
@@ -82,6 +88,7 @@ mod tests {
     #[test]
     fn open_loop_spaces_requests_and_queues_when_no_client_is_idle() {
         let mut p = Pacing::new(Some(10));
+        assert!(p.is_open_loop());
         assert_eq!(p.start(2, 100), 0..0);
         assert_eq!(p.wake(), Some(100));
         assert_eq!(p.next_due(105), Some((0, 100)));

@@ -225,18 +225,7 @@ mod tests {
             }
             steps.push(StepResult::from_recorder(c, 1.0, &r, None, false));
         }
-        let info = crate::bench::output::RunInfo {
-            uri: "coap://h/<x>".into(),
-            target: "1.2.3.4:5683".into(),
-            method: "GET".into(),
-            message_type: "CON".into(),
-            duration_s: 1.0,
-            warmup_s: 0.0,
-            timeout_s: 1.0,
-            threads: 1,
-            rate: None,
-            server_pid: None,
-        };
+        let info = crate::bench::output::RunInfo::sample("coap://h/<x>");
         let s = svg(&info, &steps);
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert_eq!(s.matches("<polyline").count(), 3);

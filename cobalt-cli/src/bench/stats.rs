@@ -115,6 +115,10 @@ pub struct StepResult {
     pub server_cpu_percent: Option<f64>,
     /// Server resident set size at the end of the step, in KiB (with `--server-pid`).
     pub server_rss_kb: Option<u64>,
+    /// CPU the load generator (this process) used, in percent of one core; near
+    /// 100 × `--threads` it, not the server, limits the throughput. Not measured on
+    /// `--workers`.
+    pub client_cpu_percent: Option<f64>,
     /// True when the step was cut short by Ctrl-C.
     pub partial: bool,
 }
@@ -168,6 +172,7 @@ impl StepResult {
             server_cpu_us_per_req: cpu_per_req,
             server_cpu_percent: cpu_pct,
             server_rss_kb: rss,
+            client_cpu_percent: None,
             partial,
         }
     }

@@ -1,5 +1,5 @@
-//! Thin wrappers over the libc calls the benchmark needs: the monotonic clock, the
-//! file-descriptor limit and the Ctrl-C flag.
+//! Thin wrappers over the libc calls the benchmark needs: the monotonic clock, this
+//! process's CPU time, the file-descriptor limit and the Ctrl-C flag.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,6 +16,18 @@ pub fn now_ns() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CPU seconds (user and system, all threads) this process has used so far.
+pub fn own_cpu_seconds() -> f64 {
+    // SAFETY: all-zero is a valid rusage, which getrusage fills in.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
 }
 
 extern "C" fn on_sigint(_: libc::c_int) {

@@ -671,6 +671,38 @@ impl OpensslDtls {
         self.next_idle_sweep = (!self.sessions.is_empty()).then(|| now + idle / 4);
     }
 
+    /// Client: starts a handshake with `peer` without sending data, so that the session
+    /// is ready before the first datagram (e.g. a load generator sets up its sessions
+    /// before measuring). Does nothing when a session with `peer` exists, or on a
+    /// server. Progress is reported as for [`DtlsBackend::encrypt`]: the flight waits in
+    /// [`DtlsBackend::poll_transmit`], then [`DtlsEvent::Connected`] or
+    /// [`DtlsEvent::HandshakeFailed`] follows.
+    pub fn connect(&mut self, now: Instant, peer: SocketAddr) {
+        if self.role == Role::Client && !self.sessions.contains_key(&peer) {
+            self.start_handshake(now, peer, None);
+        }
+    }
+
+    /// Opens a client session with `peer`, queues `first` (if any) until it is
+    /// established, and sends the ClientHello.
+    fn start_handshake(&mut self, now: Instant, peer: SocketAddr, first: Option<&[u8]>) {
+        let stream = match self.new_stream(Some(peer)) {
+            Ok(s) => s,
+            Err(e) => {
+                self.events.push_back(DtlsEvent::HandshakeFailed {
+                    peer,
+                    reason: format!("cannot start: {e}"),
+                });
+                return;
+            }
+        };
+        self.open_session(now, peer, stream);
+        if let (Some(s), Some(data)) = (self.sessions.get_mut(&peer), first) {
+            s.pending.push_back(data.to_vec());
+        }
+        self.advance(now, peer, None);
+    }
+
     /// The cipher suite negotiated with `peer` (OpenSSL's name), once established.
     pub fn cipher(&self, peer: SocketAddr) -> Option<&'static str> {
         let s = self.sessions.get(&peer).filter(|s| s.established)?;
@@ -1009,21 +1041,7 @@ impl DtlsBackend for OpensslDtls {
                 self.stats.dropped += 1;
                 return;
             }
-            let stream = match self.new_stream(Some(peer)) {
-                Ok(s) => s,
-                Err(e) => {
-                    self.events.push_back(DtlsEvent::HandshakeFailed {
-                        peer,
-                        reason: format!("cannot start: {e}"),
-                    });
-                    return;
-                }
-            };
-            self.open_session(now, peer, stream);
-            if let Some(s) = self.sessions.get_mut(&peer) {
-                s.pending.push_back(plaintext.to_vec());
-            }
-            self.advance(now, peer, None);
+            self.start_handshake(now, peer, Some(plaintext));
             return;
         }
         let Some(s) = self.sessions.get_mut(&peer) else {

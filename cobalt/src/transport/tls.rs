@@ -31,6 +31,10 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_openssl::SslStream;
 
+/// A TLS stream over `S` (a TCP stream), as [`TlsAcceptor::accept`] and
+/// [`TlsConnector::connect`] return it.
+pub type TlsStream<S> = SslStream<S>;
+
 /// Cipher suites for TLS 1.2: ECDHE with AES-GCM or ChaCha20 for certificates, and the
 /// PSK suites of RFC 7925/8323 peers (plain and ECDHE). TLS 1.3 uses OpenSSL's defaults.
 pub const TLS12_CIPHERS: &str = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:\

@@ -64,7 +64,13 @@ fn ws_config(config: &TcpConfig) -> WebSocketConfig {
     WebSocketConfig::default()
         .max_message_size(Some(limit))
         .max_frame_size(Some(limit))
+        // tungstenite zero-fills its read buffer (128 KiB by default) before every
+        // read; CoAP messages are small, so a small buffer saves that work per message.
+        .read_buffer_size(READ_BUFFER)
 }
+
+/// The WebSocket read buffer (larger messages take several reads).
+const READ_BUFFER: usize = 4 * 1024;
 
 /// The TCP stream under a WebSocket, failing reads once a WebSocket message has been
 /// arriving for longer than the frame timeout.

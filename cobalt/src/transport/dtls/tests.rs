@@ -394,3 +394,27 @@ fn idle_sessions_are_dropped_after_the_idle_timeout() {
     assert_eq!(s.stats().evicted, 1);
     assert_eq!(s.poll_timeout(), None, "nothing left to wake up for");
 }
+
+#[test]
+fn connect_handshakes_without_data_and_only_once() {
+    let mut s = server(DtlsConfig::default());
+    let mut c = client("alice", "secretPSK", DtlsConfig::default());
+    c.connect(Instant::now(), addr(SERVER));
+    let (at_server, at_client) = pump(&mut c, &mut s);
+    assert!(at_server.is_empty() && at_client.is_empty());
+    assert_eq!(
+        events(&mut c),
+        vec![DtlsEvent::Connected { peer: addr(SERVER) }]
+    );
+    // A second connect keeps the established session: no new handshake.
+    c.connect(Instant::now(), addr(SERVER));
+    assert!(c.poll_transmit().is_none());
+    c.encrypt(Instant::now(), addr(SERVER), b"after");
+    let (at_server, _) = pump(&mut c, &mut s);
+    assert_eq!(at_server, vec![b"after".to_vec()]);
+    assert_eq!(s.stats().handshakes, 1);
+    // A server does not start handshakes.
+    s.connect(Instant::now(), addr(41000));
+    assert!(s.poll_transmit().is_none());
+    assert_eq!(s.session_count(), 1);
+}
