@@ -291,7 +291,7 @@ async fn oversized_frame_is_aborted_and_connection_limit_holds() {
         Signal::from_message(&csm),
         Ok(Signal::Csm {
             max_message_size: Some(4096),
-            block_wise_transfer: false
+            block_wise_transfer: true
         })
     );
     // A second connection over the limit is refused with Abort.

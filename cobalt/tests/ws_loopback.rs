@@ -323,7 +323,7 @@ async fn oversized_frame_is_refused() {
         Signal::from_message(&msgs[0]),
         Ok(Signal::Csm {
             max_message_size: Some(2000),
-            block_wise_transfer: false
+            block_wise_transfer: true
         })
     );
     assert!(
