@@ -3,22 +3,21 @@
 //!
 //! Every connection is driven by the sans-IO [`TcpConnection`] of `cobalt-proto`: the
 //! tasks here only move bytes between it and a [`Link`] (a tokio [`TcpStream`] here,
-//! a WebSocket in [`super::ws`]), run the request handlers of the [`ResourceTree`] and
-//! hand responses to waiting clients. The same loops serve `coap+tcp` and `coap+ws`.
+//! a WebSocket in [`super::ws`]), let the server role of the connection
+//! ([`StreamServer`]: handlers, uploads, observe relations) answer requests, and hand
+//! responses and notifications to waiting clients. The same loops serve `coap+tcp`
+//! and `coap+ws`.
 
+use crate::server::stream::{Handlers, StreamServer, StreamShared};
 use crate::server::tree::ResourceTree;
-use crate::server::{Request, Response, ServerLimits};
+use crate::server::ServerLimits;
 use crate::{Error, Result};
-use cobalt_proto::blockwise::slice_response;
-use cobalt_proto::message::{Code, Message, MessageType, TcpMessage, Token};
+use cobalt_proto::message::{Message, MessageType, TcpMessage, Token};
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
-use futures_util::stream::FuturesUnordered;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,6 +42,13 @@ pub struct TcpServerLimits {
     /// arrive, from the accepted connection to the end of its header (slowloris
     /// defence). Default 10 s.
     pub handshake_timeout: Duration,
+    /// Largest BERT block (RFC 8323 §6) in a response, in bytes (a multiple of 1024 is
+    /// used). BERT blocks are sent only to peers that announced Block-Wise-Transfer,
+    /// when `connection.block_wise_transfer` announces it too, and only for
+    /// representations larger than the peer's Max-Message-Size (or asked for in
+    /// blocks); a block is never larger than the peer's Max-Message-Size allows.
+    /// Default 64 KiB.
+    pub max_bert_block: usize,
 }
 
 impl Default for TcpServerLimits {
@@ -52,6 +58,7 @@ impl Default for TcpServerLimits {
             connection: TcpConfig::default(),
             write_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
+            max_bert_block: 64 * 1024,
         }
     }
 }
@@ -190,6 +197,12 @@ pub(crate) async fn listen(
     let (shutdown, mut stop) = watch::channel(None);
     let counters = Arc::new(TcpCounters::default());
     let seen = counters.clone();
+    let shared = Arc::new(StreamShared::new(
+        tree,
+        limits,
+        tcp.connection.block_wise_transfer,
+        tcp.max_bert_block,
+    ));
     let task = tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(tcp.max_connections.max(1)));
         let mut conns = JoinSet::new();
@@ -217,8 +230,7 @@ pub(crate) async fn listen(
                     let conn = ServerConn {
                         counters: seen.clone(),
                         peer,
-                        tree: tree.clone(),
-                        limits: limits.clone(),
+                        shared: shared.clone(),
                         tcp: tcp.clone(),
                         stop: stop.clone(),
                     };
@@ -258,8 +270,9 @@ fn refuse(stream: TcpStream, config: &TcpConfig) {
     }
 }
 
-/// A request received over TCP as the resource tree sees it.
-fn to_message(m: TcpMessage) -> Message {
+/// A message received over TCP or WebSockets as the resource tree and the UDP client
+/// code see it (a confirmable message without a message ID).
+pub(crate) fn to_message(m: TcpMessage) -> Message {
     Message {
         mtype: MessageType::Confirmable,
         code: m.code,
@@ -270,7 +283,8 @@ fn to_message(m: TcpMessage) -> Message {
     }
 }
 
-fn from_message(m: Message) -> TcpMessage {
+/// The message to send over TCP or WebSockets (type and message ID dropped).
+pub(crate) fn from_message(m: Message) -> TcpMessage {
     TcpMessage {
         code: m.code,
         token: m.token,
@@ -279,13 +293,10 @@ fn from_message(m: Message) -> TcpMessage {
     }
 }
 
-type Pending = Pin<Box<dyn Future<Output = (Token, Message, Response)> + Send>>;
-
 struct ServerConn {
     counters: Arc<TcpCounters>,
     peer: SocketAddr,
-    tree: Arc<ResourceTree>,
-    limits: ServerLimits,
+    shared: Arc<StreamShared>,
     tcp: TcpServerLimits,
     stop: watch::Receiver<Option<Duration>>,
 }
@@ -298,7 +309,9 @@ impl ServerConn {
             Instant::now(),
             rand::random(),
         );
-        let mut handlers: FuturesUnordered<Pending> = FuturesUnordered::new();
+        let mut server = StreamServer::new(self.shared.clone(), self.peer);
+        let changes = server.inbox();
+        let mut handlers = Handlers::new();
         let mut drain_until: Option<tokio::time::Instant> = None;
         if self.stop.borrow().is_some() {
             drain_until = Some(tokio::time::Instant::now());
@@ -308,30 +321,17 @@ impl ServerConn {
             while let Some(ev) = conn.poll_event() {
                 match ev {
                     TcpEvent::Request { token, message } => {
-                        let request = to_message(message);
-                        // Kept without payload for Block2 slicing of the answer.
-                        let mut head = request.clone();
-                        head.payload = Vec::new();
-                        match self.tree.dispatch(Request::new(self.peer, request)) {
-                            Ok(fut) => handlers.push(Box::pin(async move {
-                                let resp = AssertUnwindSafe(fut)
-                                    .catch_unwind()
-                                    .await
-                                    .unwrap_or_else(|_| {
-                                        tracing::error!("request handler panicked; answering 5.00");
-                                        Response::new(Code::INTERNAL_SERVER_ERROR)
-                                    });
-                                (token, head, resp)
-                            })),
-                            Err(resp) => self.answer(&mut conn, token, &head, resp),
-                        }
+                        server.on_request(&mut conn, &mut handlers, token, message)
                     }
                     TcpEvent::Closed { reason, .. } => {
                         self.counters.count_close(&reason);
-                        tracing::debug!(peer = %self.peer, %reason, framing = ?L::FRAMING, "connection closed");
+                        tracing::debug!(peer = %self.peer, %reason, framing = ?L::FRAMING, relations = server.relations(), "connection closed");
                     }
                     _ => {}
                 }
+            }
+            if !conn.is_closed() {
+                server.on_changes(&mut conn, &mut handlers);
             }
             if !flush(&mut conn, &mut link, self.tcp.write_timeout).await || conn.is_closed() {
                 break;
@@ -351,9 +351,10 @@ impl ServerConn {
                 .min();
             tokio::select! {
                 input = link.recv(), if drain_until.is_none() => handle_input(&mut conn, input),
-                Some((token, head, resp)) = handlers.next(), if !handlers.is_empty() => {
-                    self.answer(&mut conn, token, &head, resp);
+                Some(done) = handlers.next(), if !handlers.is_empty() => {
+                    server.on_done(&mut conn, &mut handlers, done);
                 }
+                _ = changes.changed() => {}
                 _ = sleep_until(timer) => conn.handle_timeout(Instant::now()),
                 _ = self.stop.changed(), if drain_until.is_none() => {
                     let grace = self.stop.borrow().unwrap_or_default();
@@ -361,27 +362,9 @@ impl ServerConn {
                 }
             }
         }
+        // Dropping the server role ends the connection's relations and uploads.
+        drop(server);
         let _ = tokio::time::timeout(self.tcp.write_timeout, link.close()).await;
-    }
-
-    /// Sends a handler's response, in Block2 blocks if the client asked for blocks or
-    /// the whole would exceed the peer's Max-Message-Size.
-    fn answer(&self, conn: &mut TcpConnection, token: Token, request: &Message, resp: Response) {
-        let mut msg = resp.into_message();
-        msg.token = token;
-        let whole = from_message(msg.clone());
-        let fits = conn.frame_len(&whole) <= conn.peer_max_message_size() as usize;
-        let out = if request.block2().is_none() && fits {
-            whole
-        } else {
-            from_message(slice_response(request, msg, self.limits.block_szx))
-        };
-        if let Err(e) = conn.respond(Instant::now(), token, out) {
-            tracing::debug!(peer = %self.peer, error = %e, "cannot send response; answering 5.00");
-            let mut err = TcpMessage::new(Code::INTERNAL_SERVER_ERROR);
-            err.payload = b"response too large".to_vec();
-            let _ = conn.respond(Instant::now(), token, err);
-        }
     }
 }
 
