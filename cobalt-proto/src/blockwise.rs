@@ -76,7 +76,7 @@ impl BlockSize {
     /// and the byte range it carries. `None` if the offset is not on a block boundary,
     /// is past the end, or its number does not fit in the option.
     pub fn block_at(self, len: usize, offset: usize) -> Option<(BlockValue, Range<usize>)> {
-        if offset % self.unit() != 0 || (offset >= len && !(offset == 0 && len == 0)) {
+        if !offset.is_multiple_of(self.unit()) || (offset >= len && !(offset == 0 && len == 0)) {
             return None;
         }
         let end = offset.saturating_add(self.bytes()).min(len);
@@ -141,7 +141,7 @@ pub fn check_block(
         });
     }
     let whole = match (block.szx == BERT_SZX, block.more) {
-        (true, true) => payload_len > 0 && payload_len % BERT_UNIT == 0,
+        (true, true) => payload_len > 0 && payload_len.is_multiple_of(BERT_UNIT),
         (true, false) => true,
         (false, true) => payload_len == block.size(),
         (false, false) => payload_len <= block.size(),

@@ -120,6 +120,40 @@ pub enum Framing {
     WebSocket,
 }
 
+impl Framing {
+    /// Size of `msg` in this framing, framing header included: what counts against a
+    /// Max-Message-Size.
+    pub fn frame_len(self, msg: &TcpMessage) -> usize {
+        match self {
+            Framing::Stream => msg.tcp_frame_len(),
+            Framing::WebSocket => msg.ws_frame_len(),
+        }
+    }
+
+    /// Payload bytes one block of `msg` may carry within `max_message_size`: what is
+    /// left after its framing, token and options, counting a Block option
+    /// (`block_option`: Block1 or Block2) and a Size option (`size_option`: Size1 or
+    /// Size2) of the largest values, and the growth of the length field.
+    pub fn block_room(
+        self,
+        max_message_size: u32,
+        msg: &TcpMessage,
+        block_option: u16,
+        size_option: u16,
+    ) -> usize {
+        let mut head = TcpMessage {
+            code: msg.code,
+            token: msg.token,
+            options: msg.options.clone(),
+            payload: Vec::new(),
+        };
+        head.options.set_uint(block_option, u32::MAX >> 8);
+        head.options.set_uint(size_option, u32::MAX);
+        // The payload marker, and up to four more bytes of extended length.
+        (max_message_size as usize).saturating_sub(self.frame_len(&head) + 5)
+    }
+}
+
 /// Why a connection closed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CloseReason {
@@ -401,10 +435,7 @@ impl TcpConnection {
     /// Size of `msg` on this connection, framing included: what counts against the
     /// peer's Max-Message-Size.
     pub fn frame_len(&self, msg: &TcpMessage) -> usize {
-        match self.framing {
-            Framing::Stream => msg.tcp_frame_len(),
-            Framing::WebSocket => msg.ws_frame_len(),
-        }
+        self.framing.frame_len(msg)
     }
 
     /// Largest message the peer accepts (1152 until its CSM says otherwise).
@@ -415,6 +446,12 @@ impl TcpConnection {
     /// Whether the peer announced BERT support.
     pub fn peer_block_wise_transfer(&self) -> bool {
         self.peer_bert
+    }
+
+    /// Whether BERT blocks may be sent and received: both ends announced
+    /// Block-Wise-Transfer (RFC 8323 §6).
+    pub fn bert(&self) -> bool {
+        self.peer_bert && self.config.block_wise_transfer
     }
 
     /// True once the peer's CSM has arrived and until the connection closes.

@@ -1,5 +1,8 @@
 //! CoAP over TCP (RFC 8323) end to end on loopback: the same resource tree served over
-//! UDP and TCP, the pooled client, and raw-socket peers that misbehave.
+//! UDP and TCP, the pooled client, and raw-socket peers that misbehave; observe,
+//! Block1 uploads and BERT (the cases shared with WebSockets are in `stream/`).
+
+mod stream;
 
 use cobalt::proto::message::tcp::{signal_code, Signal};
 use cobalt::proto::message::{decode_tcp, encode_tcp, opt, TcpMessage, Token};
@@ -175,10 +178,14 @@ impl RawPeer {
     }
 
     async fn send_csm(&mut self, max_message_size: u32) {
+        self.send_csm_with(max_message_size, false).await;
+    }
+
+    async fn send_csm_with(&mut self, max_message_size: u32, block_wise_transfer: bool) {
         self.send(
             &Signal::Csm {
                 max_message_size: Some(max_message_size),
-                block_wise_transfer: false,
+                block_wise_transfer,
             }
             .to_message(),
         )
@@ -419,4 +426,241 @@ fn blocking_client_over_tcp() {
         .unwrap();
     assert_eq!(r.payload, b"abc");
     rt.block_on(server.shutdown(Duration::ZERO));
+}
+
+mod shared {
+    use super::stream::{self, Transport::Tcp};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn observe_in_order_then_cancel() {
+        stream::observe_in_order_then_cancel(Tcp).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropping_an_observation_deregisters() {
+        stream::dropping_an_observation_deregisters(Tcp).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deleted_sends_4_04_and_max_observers_holds() {
+        stream::deleted_sends_4_04_and_max_observers_holds(Tcp).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_notifications_are_completed_with_bert() {
+        stream::large_notifications_are_completed(Tcp, true).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_notifications_are_completed_without_bert() {
+        stream::large_notifications_are_completed(Tcp, false).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn uploads_larger_than_the_server_accepts() {
+        stream::uploads_larger_than_the_server_accepts(Tcp).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn downloads_larger_than_the_client_accepts() {
+        stream::downloads_larger_than_the_client_accepts(Tcp).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn too_large_uploads_get_4_13() {
+        stream::too_large_uploads_get_4_13(Tcp).await;
+    }
+}
+
+fn observe_msg(path: &str, token: u8, observe: Option<u32>) -> TcpMessage {
+    let mut m = get_msg(path, token);
+    if let Some(o) = observe {
+        m.options.set_uint(opt::OBSERVE, o);
+    }
+    m
+}
+
+#[tokio::test]
+async fn raw_observers_deregister_and_closing_the_connection_ends_relations() {
+    let value = stream::Value::new(b"a");
+    let server = Server::new()
+        .route("/obs", value.resource())
+        .bind_tcp("127.0.0.1:0")
+        .await
+        .unwrap();
+    let mut peer = RawPeer::connect(server.local_addr()).await;
+    peer.send_csm(1152).await;
+    for token in 1..=3 {
+        peer.send(&observe_msg("obs", token, Some(0))).await;
+        let r = peer.recv_non_csm().await.unwrap();
+        assert_eq!(r.token, Token::new(&[token]).unwrap());
+        assert!(r.options.get_uint(opt::OBSERVE).is_some());
+    }
+    assert_eq!(value.observable.observer_count(), 3);
+    value.set(b"b");
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let n = peer.recv().await.unwrap();
+        assert_eq!(n.payload, b"b");
+        assert!(n.options.get_uint(opt::OBSERVE).is_some());
+        tokens.push(n.token.as_bytes()[0]);
+    }
+    tokens.sort();
+    assert_eq!(tokens, [1, 2, 3]);
+    // GET with Observe=1, then a plain GET with the same token: both deregister.
+    peer.send(&observe_msg("obs", 1, Some(1))).await;
+    assert!(peer
+        .recv()
+        .await
+        .unwrap()
+        .options
+        .get_uint(opt::OBSERVE)
+        .is_none());
+    peer.send(&observe_msg("obs", 2, None)).await;
+    assert!(peer
+        .recv()
+        .await
+        .unwrap()
+        .options
+        .get_uint(opt::OBSERVE)
+        .is_none());
+    assert_eq!(value.observable.observer_count(), 1);
+    // Closing the connection ends the last one.
+    drop(peer);
+    let o = value.observable.clone();
+    stream::eventually("relations end with the connection", || {
+        o.observer_count() == 0
+    })
+    .await;
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn bert_goes_only_to_peers_that_announced_it() {
+    let data = stream::body(9000);
+    let served = data.clone();
+    let server2 = Server::new()
+        .route(
+            "/big",
+            get(move || {
+                let d = served.clone();
+                async move { d }
+            }),
+        )
+        .bind_tcp("127.0.0.1:0")
+        .await
+        .unwrap();
+    for (peer_bert, szx, len) in [(true, 7, 4096), (false, 6, 1024)] {
+        let mut peer = RawPeer::connect(server2.local_addr()).await;
+        peer.send_csm_with(5000, peer_bert).await;
+        let mut body = Vec::new();
+        let mut num = 0u32;
+        loop {
+            let mut req = get_msg("big", num as u8);
+            if num > 0 {
+                req.options.set_uint(opt::BLOCK2, (num << 4) | szx);
+            }
+            peer.send(&req).await;
+            let r = peer.recv_non_csm().await.unwrap();
+            assert_eq!(r.code, Code::CONTENT);
+            let b2 = r.options.get_uint(opt::BLOCK2).unwrap();
+            assert_eq!(b2 & 7, szx, "peer_bert {peer_bert}");
+            assert_eq!(b2 >> 4, num);
+            let more = b2 & 8 != 0;
+            if more {
+                assert_eq!(r.payload.len(), len);
+            }
+            body.extend_from_slice(&r.payload);
+            if !more {
+                break;
+            }
+            num = (body.len() / 1024) as u32;
+        }
+        assert_eq!(body, data);
+        // A hostile block number past the end: 4.02, not a panic.
+        let mut req = get_msg("big", 99);
+        req.options.set_uint(opt::BLOCK2, (1_000_000 << 4) | szx);
+        peer.send(&req).await;
+        assert_eq!(peer.recv_non_csm().await.unwrap().code, Code::BAD_OPTION);
+    }
+    server2.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn hostile_block1_input_gets_4_xx_not_a_panic() {
+    let server = Server::new()
+        .route("/up", stream::put_store())
+        .limits(cobalt::server::ServerLimits {
+            max_body: 8192,
+            ..Default::default()
+        })
+        .bind_tcp("127.0.0.1:0")
+        .await
+        .unwrap();
+    let mut peer = RawPeer::connect(server.local_addr()).await;
+    peer.send_csm_with(1 << 20, true).await;
+    let put = |token: u8, num: u32, more: bool, szx: u32, len: usize| {
+        let mut m = TcpMessage::new(Code::PUT);
+        m.token = Token::new(&[token]).unwrap();
+        m.options.set_uri_path("up");
+        m.options
+            .set_uint(opt::BLOCK1, (num << 4) | (u32::from(more) << 3) | szx);
+        m.payload = vec![0x55; len];
+        m
+    };
+    let cases = [
+        // A non-final BERT block that is not a multiple of 1024 bytes.
+        (put(1, 0, true, 7, 1500), Code::REQUEST_ENTITY_INCOMPLETE),
+        // A block far past anything received, without block 0.
+        (
+            put(2, 1_000_000, true, 7, 1024),
+            Code::REQUEST_ENTITY_INCOMPLETE,
+        ),
+        // An empty non-final BERT block.
+        (put(3, 0, true, 7, 0), Code::REQUEST_ENTITY_INCOMPLETE),
+        // More than max_body in BERT blocks.
+        (put(4, 0, true, 7, 4096), Code::CONTINUE),
+        (put(5, 4, true, 7, 8192), Code::REQUEST_ENTITY_TOO_LARGE),
+        // A gap after a good first block.
+        (put(6, 0, true, 7, 2048), Code::CONTINUE),
+        (put(7, 3, false, 7, 10), Code::REQUEST_ENTITY_INCOMPLETE),
+        // A good BERT upload still works afterwards: 2048 + 3000 bytes.
+        (put(8, 0, true, 7, 2048), Code::CONTINUE),
+        (put(9, 2, false, 7, 3000), Code::CHANGED),
+    ];
+    for (req, expected) in cases {
+        peer.send(&req).await;
+        let r = peer.recv_non_csm().await.unwrap();
+        assert_eq!(r.code, expected, "{req:?}: {r:?}");
+        if expected == Code::CHANGED {
+            assert_eq!(r.payload, b"5048");
+        }
+    }
+    server.shutdown(Duration::ZERO).await;
+    // A server that does not announce BERT refuses BERT blocks with 4.00.
+    let plain = Server::new()
+        .route("/up", stream::put_store())
+        .tcp_limits(TcpServerLimits {
+            connection: TcpConfig {
+                block_wise_transfer: false,
+                ..TcpConfig::default()
+            },
+            ..TcpServerLimits::default()
+        })
+        .bind_tcp("127.0.0.1:0")
+        .await
+        .unwrap();
+    let mut peer = RawPeer::connect(plain.local_addr()).await;
+    peer.send_csm_with(1 << 20, true).await;
+    let csm = peer.recv().await.unwrap();
+    assert_eq!(
+        Signal::from_message(&csm),
+        Ok(Signal::Csm {
+            max_message_size: Some(TcpConfig::default().max_message_size),
+            block_wise_transfer: false
+        })
+    );
+    peer.send(&put(1, 0, true, 7, 2048)).await;
+    assert_eq!(peer.recv().await.unwrap().code, Code::BAD_REQUEST);
+    plain.shutdown(Duration::ZERO).await;
 }

@@ -1,6 +1,9 @@
 //! CoAP over WebSockets (RFC 8323 §4) end to end on loopback: the same resource tree
 //! served over UDP, TCP and WebSockets, the pooled client, bad upgrade requests and
-//! WebSocket peers that misbehave.
+//! WebSocket peers that misbehave; observe, Block1 uploads and BERT (the cases shared
+//! with TCP are in `stream/`).
+
+mod stream;
 
 use cobalt::proto::message::tcp::{decode_ws, encode_ws, signal_code, Signal};
 use cobalt::proto::message::{TcpMessage, Token};
@@ -489,5 +492,97 @@ async fn slow_websocket_messages_are_cut_off() {
     s.write_all(&client_frame(&csm())).await.unwrap();
     s.write_all(&frame[..4]).await.unwrap();
     assert!(closed_within(&mut s, Duration::from_secs(3)).await);
+    server.shutdown(Duration::ZERO).await;
+}
+
+mod shared {
+    use super::stream::{self, Transport::Ws};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn observe_in_order_then_cancel() {
+        stream::observe_in_order_then_cancel(Ws).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dropping_an_observation_deregisters() {
+        stream::dropping_an_observation_deregisters(Ws).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deleted_sends_4_04_and_max_observers_holds() {
+        stream::deleted_sends_4_04_and_max_observers_holds(Ws).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_notifications_are_completed_with_bert() {
+        stream::large_notifications_are_completed(Ws, true).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn large_notifications_are_completed_without_bert() {
+        stream::large_notifications_are_completed(Ws, false).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn uploads_larger_than_the_server_accepts() {
+        stream::uploads_larger_than_the_server_accepts(Ws).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn downloads_larger_than_the_client_accepts() {
+        stream::downloads_larger_than_the_client_accepts(Ws).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn too_large_uploads_get_4_13() {
+        stream::too_large_uploads_get_4_13(Ws).await;
+    }
+}
+
+#[tokio::test]
+async fn closing_a_websocket_ends_its_relations() {
+    let value = stream::Value::new(b"a");
+    let server = Server::new()
+        .route("/obs", value.resource())
+        .bind_ws("127.0.0.1:0")
+        .await
+        .unwrap();
+    let mut ws = raw_ws(server.local_addr()).await;
+    ws.send(Message::Binary(csm().into())).await.unwrap();
+    for token in 1..=2u8 {
+        let mut get = TcpMessage::new(Code::GET);
+        get.token = Token::new(&[token]).unwrap();
+        get.options.set_uri_path("obs");
+        get.options
+            .set_uint(cobalt::proto::message::opt::OBSERVE, 0);
+        ws.send(Message::Binary(ws_bytes(&get).into()))
+            .await
+            .unwrap();
+    }
+    let mut registered = 0;
+    while registered < 2 {
+        let Some(Ok(Message::Binary(b))) = ws.next().await else {
+            panic!("closed")
+        };
+        let m = decode_ws(&b, usize::MAX).unwrap();
+        if m.code == Code::CONTENT {
+            assert!(m.options.contains(cobalt::proto::message::opt::OBSERVE));
+            registered += 1;
+        }
+    }
+    assert_eq!(value.observable.observer_count(), 2);
+    value.set(b"b");
+    for _ in 0..2 {
+        let Some(Ok(Message::Binary(b))) = ws.next().await else {
+            panic!("closed")
+        };
+        assert_eq!(decode_ws(&b, usize::MAX).unwrap().payload, b"b");
+    }
+    drop(ws);
+    let o = value.observable.clone();
+    stream::eventually("relations end with the WebSocket", || {
+        o.observer_count() == 0
+    })
+    .await;
     server.shutdown(Duration::ZERO).await;
 }

@@ -765,6 +765,32 @@ fn notifications_do_not_hold_back_custody_pongs_and_keep_the_connection() {
 }
 
 #[test]
+fn block_room_leaves_space_for_block_options_within_the_limit() {
+    use crate::message::option::number::{BLOCK1, SIZE1};
+    let mut put = TcpMessage::new(Code::PUT);
+    put.token = Token::new(&[1, 2, 3, 4]).unwrap();
+    put.options.set_uri_path("upload/here");
+    for framing in [Framing::Stream, Framing::WebSocket] {
+        for limit in [100u32, 1152, 5000, 70_000, 1 << 20] {
+            let room = framing.block_room(limit, &put, BLOCK1, SIZE1);
+            let mut block = put.clone();
+            block.options.set_uint(BLOCK1, (1 << 24) - 1);
+            block.options.set_uint(SIZE1, u32::MAX);
+            block.payload = vec![0; room];
+            assert!(
+                framing.frame_len(&block) <= limit as usize,
+                "{framing:?} {limit}"
+            );
+            assert!(
+                framing.frame_len(&block) + 8 > limit as usize,
+                "room not wasted"
+            );
+        }
+    }
+    assert_eq!(Framing::Stream.block_room(10, &put, BLOCK1, SIZE1), 0);
+}
+
+#[test]
 fn eof_reports_outstanding() {
     let now = t0();
     let (mut a, _b) = established(now);

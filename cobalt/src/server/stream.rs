@@ -367,17 +367,10 @@ impl StreamServer {
         if asked.is_none() && conn.frame_len(&whole) <= limit {
             return whole;
         }
-        let mut head = TcpMessage {
-            code: whole.code,
-            token: whole.token,
-            options: whole.options.clone(),
-            payload: Vec::new(),
-        };
-        head.options.set_uint(opt::BLOCK2, BlockValue::MAX_NUM << 4);
-        head.options.set_uint(opt::SIZE2, u32::MAX);
-        // The payload marker, and the frame's length field growing with the payload.
-        let room = limit.saturating_sub(conn.frame_len(&head) + 5);
-        let bert = conn.config().block_wise_transfer && conn.peer_block_wise_transfer();
+        let room = conn
+            .framing()
+            .block_room(limit as u32, &whole, opt::BLOCK2, opt::SIZE2);
+        let bert = conn.bert();
         let limits = &self.shared.limits;
         let size = BlockSize::fitting(room, bert, limits.block_szx, self.shared.max_bert_block)
             .unwrap_or(BlockSize::Szx(0));

@@ -8,11 +8,13 @@
 //! responses and notifications to waiting clients. The same loops serve `coap+tcp`
 //! and `coap+ws`.
 
+use super::stream_client::{ClientCommand, Exchanges, PeerSettings, StreamObservation};
 use crate::server::stream::{Handlers, StreamServer, StreamShared};
 use crate::server::tree::ResourceTree;
 use crate::server::ServerLimits;
 use crate::{Error, Result};
-use cobalt_proto::message::{Message, MessageType, TcpMessage, Token};
+use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
+use cobalt_proto::message::{opt, Message, MessageType, TcpMessage};
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
 use futures_util::StreamExt;
 use std::collections::HashMap;
@@ -397,17 +399,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// retransmissions, so only a dead or stalled server makes it expire.
 pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 
-struct ClientCommand {
-    message: TcpMessage,
-    reply: oneshot::Sender<Result<TcpMessage>>,
-}
-
 /// The client's connections of one transport (`coap+tcp` or `coap+ws`), one per
 /// server address, each served by a task on the runtime that first needed it.
 pub(crate) struct TcpPool {
-    config: TcpConfig,
+    config: Mutex<TcpConfig>,
     framing: Framing,
     conns: Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<ClientCommand>>>,
+    next_key: AtomicU64,
 }
 
 impl Default for TcpPool {
@@ -431,10 +429,16 @@ impl TcpPool {
     /// `coap+tcp`, [`Framing::WebSocket`] for `coap+ws`.
     pub(crate) fn new(framing: Framing) -> TcpPool {
         TcpPool {
-            config: TcpConfig::default(),
+            config: Mutex::new(TcpConfig::default()),
             framing,
             conns: Mutex::new(HashMap::new()),
+            next_key: AtomicU64::new(1),
         }
+    }
+
+    /// The settings of the connections opened from now on.
+    pub(crate) fn set_config(&self, config: TcpConfig) {
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
     fn scheme(&self) -> &'static str {
@@ -451,19 +455,106 @@ impl TcpPool {
         request: Message,
     ) -> Result<Message> {
         let message = from_message(request);
-        // A connection that closes (idle Release, server restart) before writing the
-        // request drops it unanswered; then one fresh connection is tried.
+        self.call(peer, host, |reply| ClientCommand::Request {
+            message: message.clone(),
+            reply,
+        })
+        .await
+        .map(to_message)
+    }
+
+    /// The settings `peer` announced in its CSM (connecting first if needed).
+    pub(crate) async fn settings(&self, peer: SocketAddr, host: &str) -> Result<PeerSettings> {
+        self.call(peer, host, |reply| ClientCommand::Settings { reply })
+            .await
+    }
+
+    /// The block size to upload `request`'s body in: `None` when the whole request
+    /// fits in one message the server accepts (its CSM's Max-Message-Size), else the
+    /// largest blocks that fit — BERT when both ends announced it. `asked` (an SZX the
+    /// caller chose) is used whenever the body is larger than one such block.
+    pub(crate) async fn upload_size(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        request: &Message,
+        asked: Option<u8>,
+    ) -> Result<Option<BlockSize>> {
+        if let Some(szx) = asked {
+            let size = BlockSize::Szx(szx);
+            return Ok((request.payload.len() > size.bytes()).then_some(size));
+        }
+        if request.payload.is_empty() {
+            return Ok(None);
+        }
+        let settings = self.settings(peer, host).await?;
+        let whole = from_message(request.clone());
+        if self.framing.frame_len(&whole) <= settings.max_message_size as usize {
+            return Ok(None);
+        }
+        let room =
+            self.framing
+                .block_room(settings.max_message_size, &whole, opt::BLOCK1, opt::SIZE1);
+        Ok(Some(
+            BlockSize::fitting(room, settings.bert, MAX_UDP_SZX, usize::MAX)
+                .unwrap_or(BlockSize::Szx(0)),
+        ))
+    }
+
+    /// Registers an observation (`request` carries Observe=0) over the pooled
+    /// connection: its notifications arrive on the returned channel.
+    pub(crate) fn observe(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        request: Message,
+        buffered: usize,
+    ) -> Result<(mpsc::Receiver<Result<Message>>, StreamObservation)> {
+        let message = from_message(request);
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(buffered);
+        let mut deregister = message.clone();
+        deregister.options.set_uint(opt::OBSERVE, 1);
+        let commands = self.sender(peer, host);
+        commands
+            .send(ClientCommand::Observe {
+                key,
+                message,
+                notifications: tx,
+            })
+            .map_err(|_| {
+                Error::Connection(format!(
+                    "{} connection to {peer} closed before the observation could be registered",
+                    self.scheme()
+                ))
+            })?;
+        Ok((
+            rx,
+            StreamObservation {
+                commands,
+                key,
+                deregister,
+                armed: true,
+            },
+        ))
+    }
+
+    /// Hands a command to the pooled connection and waits for its answer. A
+    /// connection that closes (idle Release, server restart) before carrying the
+    /// command out drops it unanswered; then one fresh connection is tried.
+    async fn call<T>(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        command: impl Fn(oneshot::Sender<Result<T>>) -> ClientCommand,
+    ) -> Result<T> {
         for _ in 0..2 {
             let (tx, rx) = oneshot::channel();
-            let cmd = ClientCommand {
-                message: message.clone(),
-                reply: tx,
-            };
-            if self.sender(peer, host).send(cmd).is_err() {
+            if self.sender(peer, host).send(command(tx)).is_err() {
                 continue;
             }
             if let Ok(result) = rx.await {
-                return result.map(to_message);
+                return result;
             }
         }
         Err(Error::Connection(format!(
@@ -479,7 +570,11 @@ impl TcpPool {
             return tx.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let config = self.config.clone();
+        let config = self
+            .config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         match self.framing {
             Framing::Stream => {
                 let connect = async move { TcpStream::connect(peer).await.map(TcpLink::new) };
@@ -500,34 +595,6 @@ fn scheme(framing: Framing) -> &'static str {
     match framing {
         Framing::Stream => "coap+tcp",
         Framing::WebSocket => "coap+ws",
-    }
-}
-
-/// Writes a request on an established connection and remembers who waits for it.
-fn start_request(
-    conn: &mut TcpConnection,
-    waiting: &mut HashMap<Token, oneshot::Sender<Result<TcpMessage>>>,
-    cmd: ClientCommand,
-    peer: SocketAddr,
-) {
-    // Forget requests whose callers stopped waiting.
-    waiting.retain(|t, tx| {
-        let keep = !tx.is_closed();
-        if !keep {
-            conn.cancel(*t);
-        }
-        keep
-    });
-    match conn.request(Instant::now(), cmd.message) {
-        Ok(token) => {
-            waiting.insert(token, cmd.reply);
-        }
-        Err(e) => {
-            let _ = cmd.reply.send(Err(Error::Connection(format!(
-                "{} request to {peer}: {e}",
-                scheme(conn.framing())
-            ))));
-        }
     }
 }
 
@@ -563,31 +630,29 @@ async fn client_conn<L, C>(
         Err(e) => {
             commands.close();
             while let Some(c) = commands.recv().await {
-                let _ = c.reply.send(Err(Error::Io(std::io::Error::new(
+                c.fail(Error::Io(std::io::Error::new(
                     e.kind(),
                     format!("connecting to {peer}: {e}"),
-                ))));
+                )));
             }
             return;
         }
     };
     let mut conn = TcpConnection::with_framing(config, L::FRAMING, Instant::now(), rand::random());
-    let mut waiting: HashMap<Token, oneshot::Sender<Result<TcpMessage>>> = HashMap::new();
-    // Requests held back until the server's CSM says how large a message may be.
+    let mut exchanges = Exchanges::default();
+    // Commands held back until the server's CSM says how large a message may be.
     let mut deferred: Vec<ClientCommand> = Vec::new();
     let mut close_reason = None;
     loop {
         if conn.is_established() {
             for cmd in deferred.drain(..) {
-                start_request(&mut conn, &mut waiting, cmd, peer);
+                exchanges.start(&mut conn, cmd);
             }
         }
         while let Some(ev) = conn.poll_event() {
             match ev {
                 TcpEvent::Response { token, message } => {
-                    if let Some(tx) = waiting.remove(&token) {
-                        let _ = tx.send(Ok(message));
-                    }
+                    exchanges.on_response(&mut conn, token, message)
                 }
                 TcpEvent::Closed { reason, .. } => close_reason = Some(reason),
                 TcpEvent::ReleaseReceived { .. } => {
@@ -613,20 +678,20 @@ async fn client_conn<L, C>(
             cmd = commands.recv(), if !conn.is_releasing() => match cmd {
                 None => conn.release(),
                 Some(cmd) if !conn.is_established() => deferred.push(cmd),
-                Some(cmd) => start_request(&mut conn, &mut waiting, cmd, peer),
+                Some(cmd) => exchanges.start(&mut conn, cmd),
             },
             _ = sleep_until(timer) => conn.handle_timeout(Instant::now()),
         }
     }
-    let reason = close_reason.unwrap_or(CloseReason::PeerClosed);
-    for (_, tx) in waiting {
-        let _ = tx.send(Err(closed_error(L::FRAMING, peer, &reason)));
-    }
-    for cmd in deferred {
-        let _ = cmd.reply.send(Err(closed_error(L::FRAMING, peer, &reason)));
-    }
-    // Commands not yet written are dropped unanswered: their callers retry.
+    // Commands not yet carried out are dropped unanswered: their callers retry. The
+    // channel is closed first, so that what the callers send next (an observation
+    // registering again) opens a new connection.
     commands.close();
     while commands.try_recv().is_ok() {}
+    let reason = close_reason.unwrap_or(CloseReason::PeerClosed);
+    exchanges.close(|| closed_error(L::FRAMING, peer, &reason));
+    for cmd in deferred {
+        cmd.fail(closed_error(L::FRAMING, peer, &reason));
+    }
     let _ = tokio::time::timeout(Duration::from_secs(5), link.close()).await;
 }
