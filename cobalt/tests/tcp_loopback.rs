@@ -664,3 +664,105 @@ async fn hostile_block1_input_gets_4_xx_not_a_panic() {
     assert_eq!(peer.recv().await.unwrap().code, Code::BAD_REQUEST);
     plain.shutdown(Duration::ZERO).await;
 }
+
+/// A server side driven by hand: the sans-IO connection over an accepted socket.
+struct HandServer {
+    stream: TcpStream,
+    conn: cobalt::proto::tcp_connection::TcpConnection,
+}
+
+impl HandServer {
+    async fn accept(listener: &tokio::net::TcpListener) -> HandServer {
+        let (stream, _) = listener.accept().await.unwrap();
+        let conn = cobalt::proto::tcp_connection::TcpConnection::new(
+            TcpConfig::default(),
+            std::time::Instant::now(),
+        );
+        HandServer { stream, conn }
+    }
+
+    async fn flush(&mut self) {
+        while let Some(b) = self.conn.poll_transmit() {
+            self.stream.write_all(&b).await.unwrap();
+        }
+    }
+
+    /// Reads until a request arrives.
+    async fn request(&mut self) -> (Token, TcpMessage) {
+        use cobalt::proto::tcp_connection::TcpEvent;
+        loop {
+            self.flush().await;
+            while let Some(ev) = self.conn.poll_event() {
+                if let TcpEvent::Request { token, message } = ev {
+                    return (token, message);
+                }
+            }
+            let mut buf = [0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(5), self.stream.read(&mut buf))
+                .await
+                .expect("client stalled")
+                .unwrap();
+            assert!(n > 0, "client closed");
+            self.conn.handle_bytes(std::time::Instant::now(), &buf[..n]);
+        }
+    }
+
+    fn content(seq: u32, payload: &[u8]) -> TcpMessage {
+        let mut m = TcpMessage::new(Code::CONTENT);
+        m.options.set_uint(opt::OBSERVE, seq);
+        m.payload = payload.to_vec();
+        m
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observation_registers_again_once_after_a_lost_connection() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = Client::new();
+    let mut obs = client
+        .observe(&format!("coap+tcp://{addr}/obs"))
+        .await
+        .unwrap();
+    let mut first = HandServer::accept(&listener).await;
+    let (token, req) = first.request().await;
+    assert_eq!(req.options.get_uint(opt::OBSERVE), Some(0));
+    first
+        .conn
+        .respond(
+            std::time::Instant::now(),
+            token,
+            HandServer::content(1, b"one"),
+        )
+        .unwrap();
+    first.flush().await;
+    assert_eq!(obs.next().await.unwrap().unwrap().payload, b"one");
+    // The connection breaks: the client registers again on a new one (while it waits
+    // for the next notification).
+    drop(first);
+    let server = tokio::spawn(async move {
+        let mut second = HandServer::accept(&listener).await;
+        let (token, req) = second.request().await;
+        assert_eq!(req.options.get_uint(opt::OBSERVE), Some(0));
+        assert_eq!(req.options.uri_path().collect::<Vec<_>>(), ["obs"]);
+        let now = std::time::Instant::now();
+        second
+            .conn
+            .respond(now, token, HandServer::content(7, b"two"))
+            .unwrap();
+        second
+            .conn
+            .notify(now, token, HandServer::content(8, b"three"))
+            .unwrap();
+        second.flush().await;
+        (listener, second)
+    });
+    assert_eq!(obs.next().await.unwrap().unwrap().payload, b"two");
+    assert_eq!(obs.next().await.unwrap().unwrap().payload, b"three");
+    let (listener, second) = server.await.unwrap();
+    // Lost again with nobody listening: the observation ends with the error.
+    drop(listener);
+    drop(second);
+    assert!(matches!(obs.next().await, Some(Err(_))));
+    assert!(obs.next().await.is_none());
+}
