@@ -413,3 +413,111 @@ pub fn put_store() -> MethodRouter {
         async move { (Code::CHANGED, format!("{n}")) }
     })
 }
+
+/// A server with an observable `/obs` (ticking while the test runs), a large
+/// observable `/big-obs`, and `/store` that keeps what is PUT to it; its TCP
+/// Max-Message-Size is 8192, so that larger bodies must come in (BERT) blocks.
+pub struct Observed {
+    pub server: ServerHandle,
+    pub value: Value,
+    pub big: Value,
+    pub stored: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    /// Lengths of the blocks PUT to `/chunks` (a streaming handler).
+    pub chunks: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl Observed {
+    pub async fn start(transport: Transport) -> Observed {
+        let value = Value::new(b"tick 0");
+        let big = Value::new(&body(9000));
+        let stored = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = stored.clone();
+        let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = chunks.clone();
+        let server = Server::new()
+            .route(
+                "/chunks",
+                MethodRouter::default().stream_upload(Code::PUT, move |chunk: UploadChunk| {
+                    log.lock().unwrap().push(chunk.data().len());
+                    let code = if chunk.last {
+                        Code::CHANGED
+                    } else {
+                        Code::CONTINUE
+                    };
+                    async move { code }
+                }),
+            )
+            .route("/obs", value.resource())
+            .route("/big-obs", big.resource())
+            .route(
+                "/store",
+                put(move |req: Request| {
+                    *keep.lock().unwrap() = req.payload().to_vec();
+                    let n = req.payload().len();
+                    async move { (Code::CHANGED, format!("stored {n} bytes")) }
+                }),
+            );
+        let limits = TcpServerLimits {
+            connection: TcpConfig {
+                max_message_size: 8192,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let server = transport.bind(server, limits).await;
+        let ticking = value.clone();
+        let ticker = tokio::spawn(async move {
+            for i in 1.. {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                ticking.set(format!("tick {i}").as_bytes());
+            }
+        });
+        Observed {
+            server,
+            value,
+            big,
+            stored,
+            chunks,
+            ticker,
+        }
+    }
+
+    pub fn uri(&self, scheme: &str, path: &str) -> String {
+        format!("{scheme}://{}{path}", self.server.local_addr())
+    }
+
+    pub async fn stop(self) {
+        self.ticker.abort();
+        let (value, big) = (self.value.observable.clone(), self.big.observable.clone());
+        eventually("observers gone with their connections", || {
+            value.observer_count() == 0 && big.observer_count() == 0
+        })
+        .await;
+        self.server.shutdown(Duration::ZERO).await;
+    }
+}
+
+/// Distinct "tick N" payloads in `out`, in order.
+pub fn ticks(out: &str) -> Vec<u32> {
+    let mut v: Vec<u32> = out
+        .split("tick ")
+        .skip(1)
+        .filter_map(|t| {
+            t.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Whether the lengths of an upload's blocks show BERT: every block but the last a
+/// multiple of 1024 bytes, and at least one larger than 1024.
+pub fn bert_blocks(lengths: &[usize]) -> bool {
+    let (_, rest) = lengths.split_last().unwrap_or((&0, &[]));
+    rest.iter().all(|l| l % 1024 == 0) && rest.iter().any(|&l| l > 1024)
+}
