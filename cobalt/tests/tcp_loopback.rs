@@ -766,3 +766,54 @@ async fn observation_registers_again_once_after_a_lost_connection() {
     assert!(matches!(obs.next().await, Some(Err(_))));
     assert!(obs.next().await.is_none());
 }
+
+#[tokio::test]
+async fn uploads_of_all_connections_share_one_memory_budget() {
+    let server = Server::new()
+        .route("/up", stream::put_store())
+        .limits(cobalt::server::ServerLimits {
+            max_upload_memory: 6000,
+            ..Default::default()
+        })
+        .bind_tcp("127.0.0.1:0")
+        .await
+        .unwrap();
+    let block = |token: u8, num: u32| {
+        let mut m = TcpMessage::new(Code::PUT);
+        m.token = Token::new(&[token]).unwrap();
+        m.options.set_uri_path("up");
+        m.options.set_uint(opt::BLOCK1, (num << 4) | 0x8 | 6);
+        m.payload = vec![num as u8; 1024];
+        m
+    };
+    let mut a = RawPeer::connect(server.local_addr()).await;
+    a.send_csm(1152).await;
+    for num in 0..4 {
+        a.send(&block(num as u8, num)).await;
+        assert_eq!(a.recv_non_csm().await.unwrap().code, Code::CONTINUE);
+    }
+    // Another connection: 4096 + 1024 bytes fit in 6000, 4096 + 2048 do not.
+    let mut b = RawPeer::connect(server.local_addr()).await;
+    b.send_csm(1152).await;
+    b.send(&block(1, 0)).await;
+    assert_eq!(b.recv_non_csm().await.unwrap().code, Code::CONTINUE);
+    b.send(&block(2, 1)).await;
+    assert_eq!(b.recv().await.unwrap().code, Code::SERVICE_UNAVAILABLE);
+    // The first connection closes: its upload is forgotten and the memory is free.
+    drop(a);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut token = 3;
+    loop {
+        b.send(&block(token, 0)).await;
+        b.send(&block(token + 1, 1)).await;
+        let first = b.recv().await.unwrap().code;
+        let second = b.recv().await.unwrap().code;
+        if (first, second) == (Code::CONTINUE, Code::CONTINUE) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "memory never freed");
+        token += 2;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.shutdown(Duration::ZERO).await;
+}

@@ -1,4 +1,5 @@
-//! The client: async requests and observations over UDP, and a [`blocking`] wrapper.
+//! The client: async requests and observations over UDP, DTLS, TCP and WebSockets,
+//! and a [`blocking`] wrapper.
 //!
 //! ```no_run
 //! # async fn demo() -> cobalt::Result<()> {
@@ -405,7 +406,10 @@ impl RequestBuilder {
     /// fetched block by block and returned whole (RFC 7959).
     ///
     /// `coap+tcp://` URIs go over a pooled TCP connection per server (RFC 8323), with
-    /// the whole body in one message; without [`RequestBuilder::timeout`] a TCP request
+    /// the whole body in one message when it fits the server's Max-Message-Size (from
+    /// its CSM), else in Block1 blocks of the largest size that fits — BERT blocks
+    /// (RFC 8323 §6) when both ends announced BERT — or of [`RequestBuilder::block_size`]
+    /// when given; BERT answers are reassembled. Without [`RequestBuilder::timeout`] a TCP request
     /// gives up after 60 s. `coap+ws://` URIs go the same way over a pooled WebSocket
     /// per server (RFC 8323 §4, path `/.well-known/coap`, subprotocol `coap`).
     pub async fn send(self) -> Result<Response> {
