@@ -853,16 +853,9 @@ impl TcpConnection {
         &mut self,
         now: Instant,
         token: Token,
-        mut msg: TcpMessage,
+        msg: TcpMessage,
     ) -> Result<(), SendError> {
-        if self.state == State::Closed {
-            return Err(SendError::Closed);
-        }
-        if !msg.code.is_response() {
-            return Err(SendError::WrongCode(msg.code));
-        }
-        msg.token = token;
-        self.check_size(&msg)?;
+        let msg = self.outgoing_response(token, msg)?;
         let Some(seqs) = self.inbound.get_mut(&token) else {
             return Err(SendError::UnknownToken(token));
         };
@@ -887,23 +880,11 @@ impl TcpConnection {
     /// A notification that is not a success or lacks Observe is the last one: the
     /// observation ends (RFC 7641 §4.2). Notifications are not requests of the peer,
     /// so they do not count for Custody Pongs (RFC 8323 §5.4.1).
-    pub fn notify(
-        &mut self,
-        now: Instant,
-        token: Token,
-        mut msg: TcpMessage,
-    ) -> Result<(), SendError> {
-        if self.state == State::Closed {
-            return Err(SendError::Closed);
-        }
-        if !msg.code.is_response() {
-            return Err(SendError::WrongCode(msg.code));
-        }
+    pub fn notify(&mut self, now: Instant, token: Token, msg: TcpMessage) -> Result<(), SendError> {
+        let msg = self.outgoing_response(token, msg)?;
         if !self.observed.contains(&token) {
             return Err(SendError::UnknownToken(token));
         }
-        msg.token = token;
-        self.check_size(&msg)?;
         if !(msg.code.is_success() && msg.options.contains(number::OBSERVE)) {
             self.observed.remove(&token);
         }
@@ -978,6 +959,24 @@ impl TcpConnection {
             reason,
             outstanding,
         });
+    }
+
+    /// A response or notification for the peer, with `token`, if it may be sent: the
+    /// connection is open, the code is a response code, and it fits the peer's limit.
+    fn outgoing_response(
+        &self,
+        token: Token,
+        mut msg: TcpMessage,
+    ) -> Result<TcpMessage, SendError> {
+        if self.state == State::Closed {
+            return Err(SendError::Closed);
+        }
+        if !msg.code.is_response() {
+            return Err(SendError::WrongCode(msg.code));
+        }
+        msg.token = token;
+        self.check_size(&msg)?;
+        Ok(msg)
     }
 
     fn check_size(&self, msg: &TcpMessage) -> Result<(), SendError> {

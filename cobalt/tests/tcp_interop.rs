@@ -431,73 +431,8 @@ async fn our_client_observes_libcoap_and_uses_bert_with_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aiocoap_observes_and_uploads_to_our_server() {
-    let Some(python) = aiocoap("python3") else {
+    let (Some(python), Some(client)) = (aiocoap("python3"), aiocoap("aiocoap-client")) else {
         return;
     };
-    let Some(client) = aiocoap("aiocoap-client") else {
-        return;
-    };
-    let server = Observed::start(stream::Transport::Tcp).await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/peers/aiocoap_observe.py");
-    let out = run(
-        python,
-        vec![
-            script.display().to_string(),
-            server.uri("coap+tcp", "/obs"),
-            "4".into(),
-        ],
-        Duration::from_secs(30),
-    )
-    .await;
-    let seen = stream::ticks(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(seen.len(), 4, "{}", text(&out));
-    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
-    // aiocoap uploads in BERT blocks what exceeds our Max-Message-Size.
-    let dir = std::env::temp_dir().join(format!("cobalt-aio-upload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("body.txt");
-    let data: Vec<u8> = stream::body(40_000).iter().map(|b| b'a' + b % 26).collect();
-    std::fs::write(&file, &data).unwrap();
-    let client_again = client.clone();
-    let out = run(
-        client,
-        vec![
-            "-m".into(),
-            "PUT".into(),
-            "--payload".into(),
-            format!("@{}", file.display()),
-            server.uri("coap+tcp", "/store"),
-        ],
-        Duration::from_secs(20),
-    )
-    .await;
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("stored 40000 bytes"),
-        "{}",
-        text(&out)
-    );
-    assert!(*server.stored.lock().unwrap() == data);
-    // The blocks were BERT blocks: several KiB each.
-    let out = run(
-        client_again,
-        vec![
-            "-m".into(),
-            "PUT".into(),
-            "--payload".into(),
-            format!("@{}", file.display()),
-            server.uri("coap+tcp", "/chunks"),
-        ],
-        Duration::from_secs(20),
-    )
-    .await;
-    let _ = std::fs::remove_dir_all(&dir);
-    let chunks = server.chunks.lock().unwrap().clone();
-    assert_eq!(
-        chunks.iter().sum::<usize>(),
-        40_000,
-        "{chunks:?} {}",
-        text(&out)
-    );
-    assert!(stream::bert_blocks(&chunks), "{chunks:?}");
-    server.stop().await;
+    stream::aiocoap_observes_and_uploads(stream::Transport::Tcp, python, client, run).await;
 }

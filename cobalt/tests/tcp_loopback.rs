@@ -2,6 +2,7 @@
 //! UDP and TCP, the pooled client, and raw-socket peers that misbehave; observe,
 //! Block1 uploads and BERT (the cases shared with WebSockets are in `stream/`).
 
+#[macro_use]
 mod stream;
 
 use cobalt::proto::message::tcp::{signal_code, Signal};
@@ -429,47 +430,7 @@ fn blocking_client_over_tcp() {
 }
 
 mod shared {
-    use super::stream::{self, Transport::Tcp};
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn observe_in_order_then_cancel() {
-        stream::observe_in_order_then_cancel(Tcp).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn dropping_an_observation_deregisters() {
-        stream::dropping_an_observation_deregisters(Tcp).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn deleted_sends_4_04_and_max_observers_holds() {
-        stream::deleted_sends_4_04_and_max_observers_holds(Tcp).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn large_notifications_are_completed_with_bert() {
-        stream::large_notifications_are_completed(Tcp, true).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn large_notifications_are_completed_without_bert() {
-        stream::large_notifications_are_completed(Tcp, false).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn uploads_larger_than_the_server_accepts() {
-        stream::uploads_larger_than_the_server_accepts(Tcp).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn downloads_larger_than_the_client_accepts() {
-        stream::downloads_larger_than_the_client_accepts(Tcp).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn too_large_uploads_get_4_13() {
-        stream::too_large_uploads_get_4_13(Tcp).await;
-    }
+    shared_cases!(super::stream::Transport::Tcp);
 }
 
 fn observe_msg(path: &str, token: u8, observe: Option<u32>) -> TcpMessage {
@@ -483,11 +444,7 @@ fn observe_msg(path: &str, token: u8, observe: Option<u32>) -> TcpMessage {
 #[tokio::test]
 async fn raw_observers_deregister_and_closing_the_connection_ends_relations() {
     let value = stream::Value::new(b"a");
-    let server = Server::new()
-        .route("/obs", value.resource())
-        .bind_tcp("127.0.0.1:0")
-        .await
-        .unwrap();
+    let server = value.serve(stream::Transport::Tcp).await;
     let mut peer = RawPeer::connect(server.local_addr()).await;
     peer.send_csm(1152).await;
     for token in 1..=3 {
@@ -508,22 +465,11 @@ async fn raw_observers_deregister_and_closing_the_connection_ends_relations() {
     tokens.sort();
     assert_eq!(tokens, [1, 2, 3]);
     // GET with Observe=1, then a plain GET with the same token: both deregister.
-    peer.send(&observe_msg("obs", 1, Some(1))).await;
-    assert!(peer
-        .recv()
-        .await
-        .unwrap()
-        .options
-        .get_uint(opt::OBSERVE)
-        .is_none());
-    peer.send(&observe_msg("obs", 2, None)).await;
-    assert!(peer
-        .recv()
-        .await
-        .unwrap()
-        .options
-        .get_uint(opt::OBSERVE)
-        .is_none());
+    for (token, observe) in [(1, Some(1)), (2, None)] {
+        peer.send(&observe_msg("obs", token, observe)).await;
+        let r = peer.recv().await.unwrap();
+        assert!(r.options.get_uint(opt::OBSERVE).is_none());
+    }
     assert_eq!(value.observable.observer_count(), 1);
     // Closing the connection ends the last one.
     drop(peer);
@@ -586,28 +532,37 @@ async fn bert_goes_only_to_peers_that_announced_it() {
     server2.shutdown(Duration::ZERO).await;
 }
 
-#[tokio::test]
-async fn hostile_block1_input_gets_4_xx_not_a_panic() {
-    let server = Server::new()
+/// A TCP server with `stream::put_store` at `/up`.
+async fn upload_server(limits: cobalt::server::ServerLimits) -> ServerHandle {
+    Server::new()
         .route("/up", stream::put_store())
-        .limits(cobalt::server::ServerLimits {
-            max_body: 8192,
-            ..Default::default()
-        })
+        .limits(limits)
         .bind_tcp("127.0.0.1:0")
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// A PUT to `/up` carrying Block1 (`num`, `more`, `szx`) and `len` bytes of `fill`.
+fn put_block(token: u8, num: u32, more: bool, szx: u32, len: usize, fill: u8) -> TcpMessage {
+    let mut m = TcpMessage::new(Code::PUT);
+    m.token = Token::new(&[token]).unwrap();
+    m.options.set_uri_path("up");
+    m.options
+        .set_uint(opt::BLOCK1, (num << 4) | (u32::from(more) << 3) | szx);
+    m.payload = vec![fill; len];
+    m
+}
+
+#[tokio::test]
+async fn hostile_block1_input_gets_4_xx_not_a_panic() {
+    let server = upload_server(cobalt::server::ServerLimits {
+        max_body: 8192,
+        ..Default::default()
+    })
+    .await;
     let mut peer = RawPeer::connect(server.local_addr()).await;
     peer.send_csm_with(1 << 20, true).await;
-    let put = |token: u8, num: u32, more: bool, szx: u32, len: usize| {
-        let mut m = TcpMessage::new(Code::PUT);
-        m.token = Token::new(&[token]).unwrap();
-        m.options.set_uri_path("up");
-        m.options
-            .set_uint(opt::BLOCK1, (num << 4) | (u32::from(more) << 3) | szx);
-        m.payload = vec![0x55; len];
-        m
-    };
+    let put = |token, num, more, szx, len| put_block(token, num, more, szx, len, 0x55);
     let cases = [
         // A non-final BERT block that is not a multiple of 1024 bytes.
         (put(1, 0, true, 7, 1500), Code::REQUEST_ENTITY_INCOMPLETE),
@@ -769,23 +724,12 @@ async fn observation_registers_again_once_after_a_lost_connection() {
 
 #[tokio::test]
 async fn uploads_of_all_connections_share_one_memory_budget() {
-    let server = Server::new()
-        .route("/up", stream::put_store())
-        .limits(cobalt::server::ServerLimits {
-            max_upload_memory: 6000,
-            ..Default::default()
-        })
-        .bind_tcp("127.0.0.1:0")
-        .await
-        .unwrap();
-    let block = |token: u8, num: u32| {
-        let mut m = TcpMessage::new(Code::PUT);
-        m.token = Token::new(&[token]).unwrap();
-        m.options.set_uri_path("up");
-        m.options.set_uint(opt::BLOCK1, (num << 4) | 0x8 | 6);
-        m.payload = vec![num as u8; 1024];
-        m
-    };
+    let server = upload_server(cobalt::server::ServerLimits {
+        max_upload_memory: 6000,
+        ..Default::default()
+    })
+    .await;
+    let block = |token, num: u32| put_block(token, num, true, 6, 1024, num as u8);
     let mut a = RawPeer::connect(server.local_addr()).await;
     a.send_csm(1152).await;
     for num in 0..4 {

@@ -218,46 +218,5 @@ async fn aiocoap_observes_and_uploads_to_our_ws_server() {
     let Some(client) = aiocoap("aiocoap-client") else {
         return;
     };
-    let server = stream::Observed::start(stream::Transport::Ws).await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/peers/aiocoap_observe.py");
-    let out = run(
-        python,
-        vec![
-            script.display().to_string(),
-            server.uri("coap+ws", "/obs"),
-            "4".into(),
-        ],
-        Duration::from_secs(30),
-    )
-    .await;
-    let seen = stream::ticks(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(seen.len(), 4, "{}", text(&out));
-    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
-    // Larger than our Max-Message-Size (8192): aiocoap uploads it in BERT blocks.
-    let dir = std::env::temp_dir().join(format!("cobalt-ws-upload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("body.txt");
-    let data: Vec<u8> = stream::body(30_000).iter().map(|b| b'a' + b % 26).collect();
-    std::fs::write(&file, &data).unwrap();
-    for path in ["/store", "/chunks"] {
-        let out = run(
-            client.clone(),
-            vec![
-                "-m".into(),
-                "PUT".into(),
-                "--payload".into(),
-                format!("@{}", file.display()),
-                server.uri("coap+ws", path),
-            ],
-            Duration::from_secs(20),
-        )
-        .await;
-        assert!(out.status.success(), "{path}: {}", text(&out));
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(*server.stored.lock().unwrap() == data);
-    let chunks = server.chunks.lock().unwrap().clone();
-    assert_eq!(chunks.iter().sum::<usize>(), 30_000, "{chunks:?}");
-    assert!(stream::bert_blocks(&chunks), "{chunks:?}");
-    server.stop().await;
+    stream::aiocoap_observes_and_uploads(stream::Transport::Ws, python, client, run).await;
 }

@@ -3,6 +3,7 @@
 //! WebSocket peers that misbehave; observe, Block1 uploads and BERT (the cases shared
 //! with TCP are in `stream/`).
 
+#[macro_use]
 mod stream;
 
 use cobalt::proto::message::tcp::{decode_ws, encode_ws, signal_code, Signal};
@@ -496,57 +497,13 @@ async fn slow_websocket_messages_are_cut_off() {
 }
 
 mod shared {
-    use super::stream::{self, Transport::Ws};
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn observe_in_order_then_cancel() {
-        stream::observe_in_order_then_cancel(Ws).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn dropping_an_observation_deregisters() {
-        stream::dropping_an_observation_deregisters(Ws).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn deleted_sends_4_04_and_max_observers_holds() {
-        stream::deleted_sends_4_04_and_max_observers_holds(Ws).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn large_notifications_are_completed_with_bert() {
-        stream::large_notifications_are_completed(Ws, true).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn large_notifications_are_completed_without_bert() {
-        stream::large_notifications_are_completed(Ws, false).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn uploads_larger_than_the_server_accepts() {
-        stream::uploads_larger_than_the_server_accepts(Ws).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn downloads_larger_than_the_client_accepts() {
-        stream::downloads_larger_than_the_client_accepts(Ws).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn too_large_uploads_get_4_13() {
-        stream::too_large_uploads_get_4_13(Ws).await;
-    }
+    shared_cases!(super::stream::Transport::Ws);
 }
 
 #[tokio::test]
 async fn closing_a_websocket_ends_its_relations() {
     let value = stream::Value::new(b"a");
-    let server = Server::new()
-        .route("/obs", value.resource())
-        .bind_ws("127.0.0.1:0")
-        .await
-        .unwrap();
+    let server = value.serve(stream::Transport::Ws).await;
     let mut ws = raw_ws(server.local_addr()).await;
     ws.send(Message::Binary(csm().into())).await.unwrap();
     for token in 1..=2u8 {

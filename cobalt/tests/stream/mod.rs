@@ -1,7 +1,30 @@
 //! Cases that must hold the same over `coap+tcp` and `coap+ws`: observe (RFC 7641 over
 //! RFC 8323 §7), Block1 uploads and BERT (RFC 8323 §6), run by `tcp_loopback.rs` and
 //! `ws_loopback.rs` against a Cobalt server with Cobalt's client.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
+
+/// Declares one `#[tokio::test]` per shared loopback case, run over transport `$t`
+/// (`tcp_loopback.rs` and `ws_loopback.rs` each expand it once).
+macro_rules! shared_cases {
+    ($t:expr) => {
+        shared_cases!($t =>
+            observe_in_order_then_cancel: observe_in_order_then_cancel();
+            dropping_an_observation_deregisters: dropping_an_observation_deregisters();
+            deleted_sends_4_04_and_max_observers_holds: deleted_sends_4_04_and_max_observers_holds();
+            large_notifications_are_completed_with_bert: large_notifications_are_completed(true);
+            large_notifications_are_completed_without_bert: large_notifications_are_completed(false);
+            uploads_larger_than_the_server_accepts: uploads_larger_than_the_server_accepts();
+            downloads_larger_than_the_client_accepts: downloads_larger_than_the_client_accepts();
+            too_large_uploads_get_4_13: too_large_uploads_get_4_13();
+        );
+    };
+    ($t:expr => $($name:ident: $case:ident($($arg:expr),*);)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            super::stream::$case($t $(, $arg)*).await;
+        }
+    )*};
+}
 
 use cobalt::proto::message::opt;
 use cobalt::proto::tcp_connection::TcpConfig;
@@ -83,18 +106,22 @@ impl Value {
         })
         .observable(&self.observable)
     }
+
+    /// A server with this value at `/obs`, over `t`.
+    pub async fn serve(&self, t: Transport) -> ServerHandle {
+        t.bind(
+            Server::new().route("/obs", self.resource()),
+            TcpServerLimits::default(),
+        )
+        .await
+    }
 }
 
 /// Notifications arrive in order with growing sequence numbers; `cancel` ends the
 /// relation with the server's answer and the observer count returns to 0.
 pub async fn observe_in_order_then_cancel(t: Transport) {
     let value = Value::new(b"v0");
-    let server = t
-        .bind(
-            Server::new().route("/obs", value.resource()),
-            TcpServerLimits::default(),
-        )
-        .await;
+    let server = value.serve(t).await;
     let client = Client::new();
     let mut obs = client.observe(&t.uri(&server, "/obs")).await.unwrap();
     let first = obs.next().await.unwrap().unwrap();
@@ -123,12 +150,7 @@ pub async fn observe_in_order_then_cancel(t: Transport) {
 /// Dropping an observation deregisters it at the server.
 pub async fn dropping_an_observation_deregisters(t: Transport) {
     let value = Value::new(b"x");
-    let server = t
-        .bind(
-            Server::new().route("/obs", value.resource()),
-            TcpServerLimits::default(),
-        )
-        .await;
+    let server = value.serve(t).await;
     let client = Client::new();
     let mut a = client.observe(&t.uri(&server, "/obs")).await.unwrap();
     let mut b = client.observe(&t.uri(&server, "/obs")).await.unwrap();
@@ -192,12 +214,7 @@ pub async fn deleted_sends_4_04_and_max_observers_holds(t: Transport) {
 /// (BERT when both announced it, else 1024 bytes); the client fetches the rest.
 pub async fn large_notifications_are_completed(t: Transport, bert: bool) {
     let value = Value::new(&body(5000));
-    let server = t
-        .bind(
-            Server::new().route("/obs", value.resource()),
-            TcpServerLimits::default(),
-        )
-        .await;
+    let server = value.serve(t).await;
     let client = Client::new();
     client.set_tcp_config(TcpConfig {
         max_message_size: 2500,
@@ -520,4 +537,66 @@ pub fn ticks(out: &str) -> Vec<u32> {
 pub fn bert_blocks(lengths: &[usize]) -> bool {
     let (_, rest) = lengths.split_last().unwrap_or((&0, &[]));
     rest.iter().all(|l| l % 1024 == 0) && rest.iter().any(|&l| l > 1024)
+}
+
+/// aiocoap (0.4.17) observing a Cobalt server over `t` (`tests/peers/aiocoap_observe.py`:
+/// four notifications in order) and uploading 40 kB with `aiocoap-client`, larger than
+/// the server's Max-Message-Size, so in BERT blocks: byte-exact when reassembled, and
+/// as the streaming handler sees the blocks. `run` runs a program with arguments and a
+/// time limit (the interop tests' `common::run`).
+pub async fn aiocoap_observes_and_uploads<F, Fut>(
+    t: Transport,
+    python: std::path::PathBuf,
+    client: std::path::PathBuf,
+    run: F,
+) where
+    F: Fn(std::path::PathBuf, Vec<String>, Duration) -> Fut,
+    Fut: std::future::Future<Output = std::process::Output>,
+{
+    let text = |out: &std::process::Output| {
+        format!(
+            "{:?}\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let server = Observed::start(t).await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/peers/aiocoap_observe.py");
+    let args = vec![
+        script.display().to_string(),
+        server.uri(t.scheme(), "/obs"),
+        "4".into(),
+    ];
+    let out = run(python, args, Duration::from_secs(30)).await;
+    let seen = ticks(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(seen.len(), 4, "{}", text(&out));
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    let dir = std::env::temp_dir().join(format!(
+        "cobalt-aiocoap-{}-{}",
+        t.scheme(),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("body.txt");
+    let data: Vec<u8> = body(40_000).iter().map(|b| b'a' + b % 26).collect();
+    std::fs::write(&file, &data).unwrap();
+    for path in ["/store", "/chunks"] {
+        let args = vec![
+            "-m".into(),
+            "PUT".into(),
+            "--payload".into(),
+            format!("@{}", file.display()),
+            server.uri(t.scheme(), path),
+        ];
+        let out = run(client.clone(), args, Duration::from_secs(20)).await;
+        assert!(out.status.success(), "{path}: {}", text(&out));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(*server.stored.lock().unwrap() == data);
+    let chunks = server.chunks.lock().unwrap().clone();
+    assert_eq!(chunks.iter().sum::<usize>(), 40_000, "{chunks:?}");
+    assert!(bert_blocks(&chunks), "{chunks:?}");
+    server.stop().await;
 }
