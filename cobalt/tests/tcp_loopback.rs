@@ -756,7 +756,7 @@ async fn uploads_of_all_connections_share_one_memory_budget() {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "memory never freed");
-        token += 2;
+        token = token.wrapping_add(2);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.shutdown(Duration::ZERO).await;

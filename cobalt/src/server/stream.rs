@@ -333,7 +333,13 @@ impl StreamServer {
         let full = acknowledge_block(response, ctx.block1).into_message();
         let out = self.cut(conn, ctx.block2, full.clone());
         if let Some(key) = ctx.upload {
-            if out.options.get_uint(opt::BLOCK2).is_some() {
+            // More blocks to come: keep the whole for the client's Block2 follow-ups.
+            if out
+                .options
+                .get_uint(opt::BLOCK2)
+                .and_then(BlockValue::decode)
+                .is_some_and(|b| b.more)
+            {
                 self.shared
                     .uploads()
                     .keep_answer(Instant::now(), self.peer, key, full);
