@@ -28,8 +28,10 @@ pub struct RequestArgs {
     #[arg(long)]
     pub non: bool,
     /// Block size for block-wise transfer: 16, 32, 64, 128, 256, 512 or 1024 bytes
-    /// (uploads use it; downloads ask the server for it). Default: 1024 for uploads,
-    /// the server's choice for downloads.
+    /// (uploads use it; downloads ask the server for it). Default: 1024 for uploads
+    /// over UDP; over coap+tcp and coap+ws a body goes whole when it fits the server's
+    /// Max-Message-Size, else in the largest blocks that fit (BERT when both ends
+    /// support it); the server's choice for downloads.
     #[arg(short = 'b', long)]
     pub block_size: Option<usize>,
     /// Give up after this many seconds overall.

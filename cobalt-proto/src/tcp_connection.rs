@@ -11,7 +11,12 @@
 //! * tracks the peer's Max-Message-Size (1152 until its CSM says otherwise) and BERT
 //!   support, and refuses to send messages larger than the peer accepts;
 //! * matches responses to requests by token; observe registrations stay matched until
-//!   cancelled;
+//!   cancelled, and a GET with Observe=1 ([`TcpConnection::request`] with the
+//!   observation's token) deregisters with that same token;
+//! * serves the peer's observations (RFC 7641 over RFC 8323 §7): a success response
+//!   carrying Observe keeps the request's token registered, and
+//!   [`TcpConnection::notify`] sends further notifications with it until one is an error
+//!   or lacks Observe, or the peer sends a new request with that token;
 //! * answers Ping with Pong, echoing the token; a Ping with Custody is answered (with
 //!   Custody) once every request received before it has been answered (§5.4.1);
 //! * closes on Abort; after the peer's Release it sends no new requests, waits for the
@@ -61,7 +66,7 @@ use crate::message::tcp::{
     TcpMessage, DEFAULT_MAX_MESSAGE_SIZE,
 };
 use crate::message::{Code, Token};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -72,7 +77,8 @@ pub struct TcpConfig {
     /// plus a framing header (14 bytes) are accepted, larger ones abort the connection
     /// from their header alone. Default 1 MiB + 1 KiB.
     pub max_message_size: u32,
-    /// Announce BERT support (RFC 8323 §6) in the CSM. Default `false`.
+    /// Announce Block-Wise-Transfer, i.e. BERT support (RFC 8323 §6), in the CSM.
+    /// Default `true` (libcoap 4.3 and aiocoap 0.4 announce and handle it too).
     pub block_wise_transfer: bool,
     /// How long the peer has to deliver its CSM after the connection starts; then the
     /// connection is aborted. Default 10 s.
@@ -101,7 +107,7 @@ impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
             max_message_size: (1 << 20) + 1024,
-            block_wise_transfer: false,
+            block_wise_transfer: true,
             csm_timeout: Duration::from_secs(10),
             frame_timeout: Duration::from_secs(30),
             idle_timeout: Some(Duration::from_secs(300)),
@@ -119,6 +125,40 @@ pub enum Framing {
     Stream,
     /// One CoAP message per binary WebSocket message (RFC 8323 §4, `coap+ws`).
     WebSocket,
+}
+
+impl Framing {
+    /// Size of `msg` in this framing, framing header included: what counts against a
+    /// Max-Message-Size.
+    pub fn frame_len(self, msg: &TcpMessage) -> usize {
+        match self {
+            Framing::Stream => msg.tcp_frame_len(),
+            Framing::WebSocket => msg.ws_frame_len(),
+        }
+    }
+
+    /// Payload bytes one block of `msg` may carry within `max_message_size`: what is
+    /// left after its framing, token and options, counting a Block option
+    /// (`block_option`: Block1 or Block2) and a Size option (`size_option`: Size1 or
+    /// Size2) of the largest values, and the growth of the length field.
+    pub fn block_room(
+        self,
+        max_message_size: u32,
+        msg: &TcpMessage,
+        block_option: u16,
+        size_option: u16,
+    ) -> usize {
+        let mut head = TcpMessage {
+            code: msg.code,
+            token: msg.token,
+            options: msg.options.clone(),
+            payload: Vec::new(),
+        };
+        head.options.set_uint(block_option, u32::MAX >> 8);
+        head.options.set_uint(size_option, u32::MAX);
+        // The payload marker, and up to four more bytes of extended length.
+        (max_message_size as usize).saturating_sub(self.frame_len(&head) + 5)
+    }
 }
 
 /// Why a connection closed.
@@ -247,7 +287,8 @@ pub enum SendError {
     TooManyRequests,
     /// The code is not a request (for `request`) or not a response (for `respond`).
     WrongCode(Code),
-    /// No request from the peer with this token awaits a response.
+    /// No request from the peer with this token awaits a response (for `respond`), or
+    /// no observation of the peer's is registered with it (for `notify`).
     UnknownToken(Token),
 }
 
@@ -267,6 +308,18 @@ impl fmt::Display for SendError {
 }
 
 impl std::error::Error for SendError {}
+
+/// What one of our outstanding tokens is waiting for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outbound {
+    /// One response.
+    Request,
+    /// Notifications, until one without Observe (RFC 7641).
+    Observe,
+    /// The answer to a GET with Observe=1 that reuses an observation's token;
+    /// notifications still in flight before it are dropped.
+    Deregister,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -298,8 +351,11 @@ pub struct TcpConnection {
     events: VecDeque<TcpEvent>,
     peer_max_message_size: u32,
     peer_bert: bool,
-    /// Our outstanding requests by token; `true` for observations (kept after a response).
-    outbound: HashMap<Token, bool>,
+    /// Our outstanding requests by token.
+    outbound: HashMap<Token, Outbound>,
+    /// Tokens of the peer's observations that we serve (registered by a success
+    /// response carrying Observe).
+    observed: HashSet<Token>,
     /// Requests of the peer awaiting our response: by token, their arrival numbers.
     inbound: HashMap<Token, VecDeque<u64>>,
     /// Arrival numbers of every request awaiting our response.
@@ -364,6 +420,7 @@ impl TcpConnection {
             peer_max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             peer_bert: false,
             outbound: HashMap::new(),
+            observed: HashSet::new(),
             inbound: HashMap::new(),
             inbound_seqs: BTreeSet::new(),
             next_seq: 0,
@@ -394,10 +451,7 @@ impl TcpConnection {
     /// Size of `msg` on this connection, framing included: what counts against the
     /// peer's Max-Message-Size.
     pub fn frame_len(&self, msg: &TcpMessage) -> usize {
-        match self.framing {
-            Framing::Stream => msg.tcp_frame_len(),
-            Framing::WebSocket => msg.ws_frame_len(),
-        }
+        self.framing.frame_len(msg)
     }
 
     /// Largest message the peer accepts (1152 until its CSM says otherwise).
@@ -408,6 +462,12 @@ impl TcpConnection {
     /// Whether the peer announced BERT support.
     pub fn peer_block_wise_transfer(&self) -> bool {
         self.peer_bert
+    }
+
+    /// Whether BERT blocks may be sent and received: both ends announced
+    /// Block-Wise-Transfer (RFC 8323 §6).
+    pub fn bert(&self) -> bool {
+        self.peer_bert && self.config.block_wise_transfer
     }
 
     /// True once the peer's CSM has arrived and until the connection closes.
@@ -428,6 +488,11 @@ impl TcpConnection {
     /// Number of our requests awaiting a response (observations included).
     pub fn outstanding_requests(&self) -> usize {
         self.outbound.len()
+    }
+
+    /// Number of the peer's observations this side serves ([`TcpConnection::notify`]).
+    pub fn served_observations(&self) -> usize {
+        self.observed.len()
     }
 
     /// Bytes to write to the stream, all queued frames together; with WebSocket
@@ -478,7 +543,10 @@ impl TcpConnection {
     }
 
     fn is_idle(&self) -> bool {
-        self.outbound.is_empty() && self.inbound_seqs.is_empty() && self.partial_since.is_none()
+        self.outbound.is_empty()
+            && self.inbound_seqs.is_empty()
+            && self.observed.is_empty()
+            && self.partial_since.is_none()
     }
 
     /// Handles the passing of time: CSM, frame and idle timeouts.
@@ -623,10 +691,15 @@ impl TcpConnection {
             self.handle_request(msg);
         } else if msg.code.is_response() {
             // A response with an unknown token (late, or cancelled) is dropped.
-            if let Some(&observe) = self.outbound.get(&msg.token) {
-                let keep = observe && msg.options.contains(number::OBSERVE);
-                if !keep {
-                    self.outbound.remove(&msg.token);
+            if let Some(&kind) = self.outbound.get(&msg.token) {
+                let notification = msg.options.contains(number::OBSERVE);
+                match kind {
+                    // Sent before the peer saw our deregistration: nobody wants it.
+                    Outbound::Deregister if notification => return,
+                    Outbound::Observe if notification => {}
+                    _ => {
+                        self.outbound.remove(&msg.token);
+                    }
                 }
                 self.events.push_back(TcpEvent::Response {
                     token: msg.token,
@@ -654,6 +727,9 @@ impl TcpConnection {
             self.queue_checked(resp);
             return;
         }
+        // A new request with an observation's token replaces it (RFC 7641 §3.6, §4.1):
+        // its own response registers it again or not.
+        self.observed.remove(&token);
         let seq = self.next_seq;
         self.next_seq += 1;
         self.inbound.entry(token).or_default().push_back(seq);
@@ -749,8 +825,14 @@ impl TcpConnection {
     }
 
     /// Sends a request; returns the token its responses will carry. A message without a
-    /// token gets a fresh one; with Observe=0 the token stays registered for notifications
-    /// until [`TcpConnection::cancel`].
+    /// token, or with one already in use, gets a fresh one; with Observe=0 the token
+    /// stays registered for notifications until [`TcpConnection::cancel`] or a
+    /// response without Observe.
+    ///
+    /// A GET carrying Observe with the token of one of our observations reuses that
+    /// token (RFC 7641 §3.6): Observe=0 registers again, Observe=1 deregisters — the
+    /// notifications still arriving before its answer are dropped, and its answer
+    /// ends the observation.
     pub fn request(&mut self, now: Instant, mut msg: TcpMessage) -> Result<Token, SendError> {
         if self.state == State::Closed || self.releasing.is_some() {
             return Err(SendError::Closed);
@@ -758,15 +840,23 @@ impl TcpConnection {
         if !msg.code.is_request() {
             return Err(SendError::WrongCode(msg.code));
         }
-        if self.outbound.len() >= self.config.max_outbound_requests {
+        let observe = msg.options.get_uint(number::OBSERVE);
+        let reuse = msg.code == Code::GET
+            && observe.is_some()
+            && self.outbound.get(&msg.token) == Some(&Outbound::Observe);
+        if !reuse && self.outbound.len() >= self.config.max_outbound_requests {
             return Err(SendError::TooManyRequests);
         }
-        if msg.token.is_empty() || self.outbound.contains_key(&msg.token) {
+        if !reuse && (msg.token.is_empty() || self.outbound.contains_key(&msg.token)) {
             msg.token = self.fresh_token();
         }
         self.check_size(&msg)?;
-        let observe = msg.options.get_uint(number::OBSERVE) == Some(0);
-        self.outbound.insert(msg.token, observe);
+        let kind = match observe {
+            Some(0) => Outbound::Observe,
+            Some(1) if reuse => Outbound::Deregister,
+            _ => Outbound::Request,
+        };
+        self.outbound.insert(msg.token, kind);
         self.last_activity = now;
         self.queue(&msg);
         Ok(msg.token)
@@ -804,20 +894,15 @@ impl TcpConnection {
     /// Answers the peer's request with this token.
     /// A response larger than the peer's Max-Message-Size is refused and the request
     /// stays pending, so that a smaller (error) response can be sent instead.
+    /// A success response carrying Observe registers the token as an observation of
+    /// the peer's: further notifications go out with [`TcpConnection::notify`].
     pub fn respond(
         &mut self,
         now: Instant,
         token: Token,
-        mut msg: TcpMessage,
+        msg: TcpMessage,
     ) -> Result<(), SendError> {
-        if self.state == State::Closed {
-            return Err(SendError::Closed);
-        }
-        if !msg.code.is_response() {
-            return Err(SendError::WrongCode(msg.code));
-        }
-        msg.token = token;
-        self.check_size(&msg)?;
+        let msg = self.outgoing_response(token, msg)?;
         let Some(seqs) = self.inbound.get_mut(&token) else {
             return Err(SendError::UnknownToken(token));
         };
@@ -828,9 +913,30 @@ impl TcpConnection {
         if let Some(seq) = seq {
             self.inbound_seqs.remove(&seq);
         }
+        if msg.code.is_success() && msg.options.contains(number::OBSERVE) {
+            self.observed.insert(token);
+        }
         self.last_activity = now;
         self.queue(&msg);
         self.send_due_pongs();
+        Ok(())
+    }
+
+    /// Sends a notification for the peer's observation with this token (one that a
+    /// success response carrying Observe registered, see [`TcpConnection::respond`]).
+    /// A notification that is not a success or lacks Observe is the last one: the
+    /// observation ends (RFC 7641 §4.2). Notifications are not requests of the peer,
+    /// so they do not count for Custody Pongs (RFC 8323 §5.4.1).
+    pub fn notify(&mut self, now: Instant, token: Token, msg: TcpMessage) -> Result<(), SendError> {
+        let msg = self.outgoing_response(token, msg)?;
+        if !self.observed.contains(&token) {
+            return Err(SendError::UnknownToken(token));
+        }
+        if !(msg.code.is_success() && msg.options.contains(number::OBSERVE)) {
+            self.observed.remove(&token);
+        }
+        self.last_activity = now;
+        self.queue(&msg);
         Ok(())
     }
 
@@ -891,6 +997,7 @@ impl TcpConnection {
     fn close(&mut self, reason: CloseReason) {
         self.state = State::Closed;
         let outstanding = self.outbound.drain().map(|(t, _)| t).collect();
+        self.observed.clear();
         self.inbound.clear();
         self.inbound_seqs.clear();
         self.deferred_pongs.clear();
@@ -899,6 +1006,24 @@ impl TcpConnection {
             reason,
             outstanding,
         });
+    }
+
+    /// A response or notification for the peer, with `token`, if it may be sent: the
+    /// connection is open, the code is a response code, and it fits the peer's limit.
+    fn outgoing_response(
+        &self,
+        token: Token,
+        mut msg: TcpMessage,
+    ) -> Result<TcpMessage, SendError> {
+        if self.state == State::Closed {
+            return Err(SendError::Closed);
+        }
+        if !msg.code.is_response() {
+            return Err(SendError::WrongCode(msg.code));
+        }
+        msg.token = token;
+        self.check_size(&msg)?;
+        Ok(msg)
     }
 
     fn check_size(&self, msg: &TcpMessage) -> Result<(), SendError> {

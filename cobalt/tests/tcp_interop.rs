@@ -1,6 +1,8 @@
 //! CoAP over TCP interoperability with other implementations: libcoap's
 //! `coap-client-notls` / `coap-server-notls` and aiocoap's `aiocoap-client` /
-//! `aiocoap-fileserver`, each way.
+//! `aiocoap-fileserver` / `tests/peers/aiocoap_observe.py`, each way: requests,
+//! observe (RFC 7641 over RFC 8323 §7), Block1 uploads and BERT (RFC 8323 §6; libcoap
+//! 4.3.1 and aiocoap 0.4.17 both announce Block-Wise-Transfer in their CSM and use it).
 //!
 //! A test whose peer program is missing is skipped with a note, unless
 //! `COBALT_REQUIRE_PEERS=1`, in which case it fails (`scripts/install-test-deps.sh`
@@ -8,6 +10,7 @@
 //! `$COBALT_AIOCOAP_BIN` (a directory), else the workspace's `.venv-peers/bin`, else `PATH`.
 
 mod common;
+mod stream;
 
 use cobalt::server::{get, post, Request};
 use cobalt::{Client, Code, Server, ServerHandle};
@@ -16,6 +19,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use stream::Observed;
 
 async fn our_server() -> ServerHandle {
     Server::new()
@@ -108,6 +112,11 @@ impl Drop for LibcoapServer {
 }
 
 fn start_libcoap_server(program: &Path) -> LibcoapServer {
+    start_libcoap_server_with(program, &[], Stdio::null())
+}
+
+fn start_libcoap_server_with(program: &Path, extra: &[&str], log: Stdio) -> LibcoapServer {
+    let mut log = Some(log);
     // The port is free for TCP when chosen, but the server also binds UDP and another
     // process may take the port meanwhile: try a few ports.
     for _ in 0..5 {
@@ -119,8 +128,9 @@ fn start_libcoap_server(program: &Path) -> LibcoapServer {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let child = Command::new(program)
             .args(["-A", "127.0.0.1", "-p", &port.to_string()])
+            .args(extra)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(log.take().unwrap_or_else(Stdio::null))
             .stderr(Stdio::null())
             .spawn()
             .expect("start coap-server-notls");
@@ -276,4 +286,153 @@ async fn our_client_against_aiocoap_fileserver() {
         .await
         .unwrap();
     assert_eq!(r.code, Code::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libcoap_client_observes_and_uploads_to_our_server() {
+    let Some(client) = peer("coap-client-notls", &[]) else {
+        return;
+    };
+    let server = Observed::start(stream::Transport::Tcp).await;
+    let out = run(
+        client.clone(),
+        vec![
+            "-s".into(),
+            "2".into(),
+            "-B".into(),
+            "4".into(),
+            server.uri("coap+tcp", "/obs"),
+        ],
+        Duration::from_secs(10),
+    )
+    .await;
+    let seen = stream::ticks(&String::from_utf8_lossy(&out.stdout));
+    assert!(seen.len() >= 3, "{}", text(&out));
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    // A notification larger than libcoap's Max-Message-Size (-X) comes as a first
+    // BERT block; libcoap fetches the rest.
+    let out = run(
+        client.clone(),
+        vec![
+            "-s".into(),
+            "1".into(),
+            "-B".into(),
+            "3".into(),
+            "-X".into(),
+            "5000".into(),
+            server.uri("coap+tcp", "/big-obs"),
+        ],
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        out.stdout
+            .windows(9000)
+            .any(|w| w == stream::body(9000).as_slice()),
+        "{}",
+        text(&out)
+    );
+    // Uploads larger than our Max-Message-Size: BERT blocks, then 1024-byte blocks.
+    let dir = std::env::temp_dir().join(format!("cobalt-tcp-upload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("body.bin");
+    let data = stream::body(60_000);
+    std::fs::write(&file, &data).unwrap();
+    for extra in [vec![], vec!["-b".to_string(), "1024".to_string()]] {
+        server.stored.lock().unwrap().clear();
+        let mut args = vec![
+            "-m".to_string(),
+            "put".into(),
+            "-B".into(),
+            "10".into(),
+            "-f".into(),
+            file.display().to_string(),
+        ];
+        args.extend(extra.clone());
+        args.push(server.uri("coap+tcp", "/store"));
+        let out = run(client.clone(), args, Duration::from_secs(15)).await;
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("stored 60000 bytes"),
+            "{extra:?}: {}",
+            text(&out)
+        );
+        assert!(*server.stored.lock().unwrap() == data, "{extra:?}");
+    }
+    // The same to the streaming handler shows the blocks: BERT without -b.
+    let mut args = vec!["-m".to_string(), "put".into(), "-B".into(), "10".into()];
+    args.extend(["-f".into(), file.display().to_string()]);
+    args.push(server.uri("coap+tcp", "/chunks"));
+    let out = run(client.clone(), args, Duration::from_secs(15)).await;
+    let chunks = server.chunks.lock().unwrap().clone();
+    assert_eq!(
+        chunks.iter().sum::<usize>(),
+        60_000,
+        "{chunks:?} {}",
+        text(&out)
+    );
+    assert!(stream::bert_blocks(&chunks), "{chunks:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_client_observes_libcoap_and_uses_bert_with_it() {
+    let Some(program) = peer("coap-server-notls", &[]) else {
+        return;
+    };
+    // -X 5000: libcoap accepts 5000-byte messages, so our 30 kB goes in BERT blocks
+    // and its answer comes back in BERT blocks; -v 7 logs the messages to check that.
+    let log_path = std::env::temp_dir().join(format!("cobalt-libcoap-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let server = start_libcoap_server_with(&program, &["-X", "5000", "-v", "7"], log.into());
+    let addr = server.addr;
+    let client = Client::new();
+    // libcoap's /time changes every second.
+    let mut obs = client
+        .observe(&format!("coap+tcp://{addr}/time"))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let n = obs.next().await.unwrap().unwrap();
+        assert_eq!(n.code, Code::CONTENT);
+        assert!(n.options.observe().is_some());
+        seen.push(n.text_payload());
+    }
+    seen.dedup();
+    assert!(seen.len() >= 2, "{seen:?}");
+    let r = obs.cancel().await.unwrap();
+    assert!(r.options.observe().is_none(), "deregistered");
+    let data = stream::body(30_000);
+    let r = client
+        .request(Code::PUT, &format!("coap+tcp://{addr}/example_data"))
+        .payload(data.clone())
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.code.is_success(), "{:?}", r.code);
+    let r = client
+        .request(Code::GET, &format!("coap+tcp://{addr}/example_data"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.payload, data);
+    drop(server);
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    assert!(
+        log.contains("Block1:0/M/BERT"),
+        "no BERT upload in libcoap's log"
+    );
+    assert!(log.contains("/BERT("), "no BERT download in libcoap's log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aiocoap_observes_and_uploads_to_our_server() {
+    let (Some(python), Some(client)) = (aiocoap("python3"), aiocoap("aiocoap-client")) else {
+        return;
+    };
+    stream::aiocoap_observes_and_uploads(stream::Transport::Tcp, python, client, run).await;
 }

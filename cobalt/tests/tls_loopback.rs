@@ -3,7 +3,7 @@
 //! the failures a user must see clearly (untrusted, expired, wrong key), plus peers
 //! that do not speak TLS or never finish the handshake.
 
-use cobalt::server::{get, post, Request};
+use cobalt::server::{get, post, Observable, Request};
 use cobalt::transport::dtls::{test_pki, PskStore, X509Credentials};
 use cobalt::transport::tcp::TcpServerLimits;
 use cobalt::transport::tls::{negotiated, Alpn, TlsConnector};
@@ -82,6 +82,53 @@ async fn certificate_verified_request_over_tls_and_wss() {
         assert_eq!(big.payload.len(), 300_000, "{uri}");
     }
     assert_eq!(handshake_failures(&server, "tls"), 0);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_over_tls_and_wss() {
+    let pki = test_pki::generate("tls observe").unwrap();
+    let state = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let temp = Observable::new();
+    let read = state.clone();
+    let server = Server::new()
+        .route(
+            "/temp",
+            get(move || {
+                let v = read.load(std::sync::atomic::Ordering::SeqCst);
+                async move { format!("t={v}") }
+            })
+            .observable(&temp),
+        )
+        .x509(server_only(&pki))
+        .tls("127.0.0.1:0".parse().unwrap())
+        .wss("127.0.0.1:0".parse().unwrap())
+        .shards(1)
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let client = Client::new().with_x509(verify_only(&pki));
+    for uri in [
+        format!("coaps+tcp://{}/temp", server.tls_local_addr().unwrap()),
+        format!("coaps+ws://{}/temp", server.wss_local_addr().unwrap()),
+    ] {
+        let mut obs = client.observe(&uri).await.unwrap();
+        let first = obs.next().await.unwrap().unwrap();
+        assert!(first.text_payload().starts_with("t="), "{uri}");
+        assert_eq!(temp.observer_count(), 1, "{uri}");
+        let n = state.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        temp.changed();
+        let next = obs.next().await.unwrap().unwrap();
+        assert_eq!(next.text_payload(), format!("t={n}"), "{uri}");
+        obs.cancel().await.unwrap();
+        for _ in 0..200 {
+            if temp.observer_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(temp.observer_count(), 0, "{uri}: cancel ends the relation");
+    }
     server.shutdown(Duration::ZERO).await;
 }
 

@@ -10,6 +10,7 @@
 //! `COBALT_REQUIRE_PEERS=1`, in which case it fails.
 
 mod common;
+mod stream;
 
 use cobalt::server::{get, post, Request};
 use cobalt::{Client, Code, Server};
@@ -179,4 +180,43 @@ async fn our_client_against_aiocoap_ws_server() {
     );
     let r = send(Code::GET, "/missing", b"").await.unwrap();
     assert_eq!(r.code, Code::NOT_FOUND);
+    // Observe over coap+ws: aiocoap's /counter ticks every 0.5 s.
+    let mut obs = client
+        .observe(&format!("coap+ws://{ws}/counter"))
+        .await
+        .unwrap();
+    let mut counts = Vec::new();
+    while counts.len() < 3 {
+        let n = obs.next().await.unwrap().unwrap();
+        assert!(n.options.observe().is_some(), "{n:?}");
+        counts.push(n.text_payload());
+    }
+    counts.dedup();
+    assert!(counts.len() >= 2, "{counts:?}");
+    let r = obs.cancel().await.unwrap();
+    assert!(r.options.observe().is_none(), "deregistered");
+    // Block1 in 256-byte blocks, reassembled by aiocoap and echoed.
+    let body: Vec<u8> = stream::body(5000).iter().map(|b| b'a' + b % 26).collect();
+    let r = client
+        .request(Code::PUT, &format!("coap+ws://{ws}/echo"))
+        .payload(body.clone())
+        .block_size(256)
+        .unwrap()
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    assert_eq!(r.payload, body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aiocoap_observes_and_uploads_to_our_ws_server() {
+    let Some(python) = aiocoap_ws_python() else {
+        return;
+    };
+    let Some(client) = aiocoap("aiocoap-client") else {
+        return;
+    };
+    stream::aiocoap_observes_and_uploads(stream::Transport::Ws, python, client, run).await;
 }

@@ -1,6 +1,10 @@
 //! CoAP over WebSockets (RFC 8323 §4) end to end on loopback: the same resource tree
 //! served over UDP, TCP and WebSockets, the pooled client, bad upgrade requests and
-//! WebSocket peers that misbehave.
+//! WebSocket peers that misbehave; observe, Block1 uploads and BERT (the cases shared
+//! with TCP are in `stream/`).
+
+#[macro_use]
+mod stream;
 
 use cobalt::proto::message::tcp::{decode_ws, encode_ws, signal_code, Signal};
 use cobalt::proto::message::{TcpMessage, Token};
@@ -323,7 +327,7 @@ async fn oversized_frame_is_refused() {
         Signal::from_message(&msgs[0]),
         Ok(Signal::Csm {
             max_message_size: Some(2000),
-            block_wise_transfer: false
+            block_wise_transfer: true
         })
     );
     assert!(
@@ -489,5 +493,53 @@ async fn slow_websocket_messages_are_cut_off() {
     s.write_all(&client_frame(&csm())).await.unwrap();
     s.write_all(&frame[..4]).await.unwrap();
     assert!(closed_within(&mut s, Duration::from_secs(3)).await);
+    server.shutdown(Duration::ZERO).await;
+}
+
+mod shared {
+    shared_cases!(super::stream::Transport::Ws);
+}
+
+#[tokio::test]
+async fn closing_a_websocket_ends_its_relations() {
+    let value = stream::Value::new(b"a");
+    let server = value.serve(stream::Transport::Ws).await;
+    let mut ws = raw_ws(server.local_addr()).await;
+    ws.send(Message::Binary(csm().into())).await.unwrap();
+    for token in 1..=2u8 {
+        let mut get = TcpMessage::new(Code::GET);
+        get.token = Token::new(&[token]).unwrap();
+        get.options.set_uri_path("obs");
+        get.options
+            .set_uint(cobalt::proto::message::opt::OBSERVE, 0);
+        ws.send(Message::Binary(ws_bytes(&get).into()))
+            .await
+            .unwrap();
+    }
+    let mut registered = 0;
+    while registered < 2 {
+        let Some(Ok(Message::Binary(b))) = ws.next().await else {
+            panic!("closed")
+        };
+        let m = decode_ws(&b, usize::MAX).unwrap();
+        if m.code == Code::CONTENT {
+            assert!(m.options.contains(cobalt::proto::message::opt::OBSERVE));
+            registered += 1;
+        }
+    }
+    assert_eq!(value.observable.observer_count(), 2);
+    value.set(b"b");
+    for _ in 0..2 {
+        let Some(Ok(Message::Binary(b))) = ws.next().await else {
+            panic!("closed")
+        };
+        assert_eq!(decode_ws(&b, usize::MAX).unwrap().payload, b"b");
+    }
+    drop(ws);
+    let o = value.observable.clone();
+    stream::eventually("relations end with the WebSocket", || {
+        o.observer_count() == 0
+    })
+    .await;
     server.shutdown(Duration::ZERO).await;
 }

@@ -72,7 +72,7 @@ fn csm_is_sent_first_and_exchanged() {
         Signal::from_message(&first[0]),
         Ok(Signal::Csm {
             max_message_size: Some(TcpConfig::default().max_message_size),
-            block_wise_transfer: false
+            block_wise_transfer: true
         })
     );
     b.handle_bytes(now, &{
@@ -92,7 +92,7 @@ fn csm_is_sent_first_and_exchanged() {
         events(&mut a),
         [TcpEvent::PeerSettings {
             max_message_size: TcpConfig::default().max_message_size,
-            block_wise_transfer: false
+            block_wise_transfer: true
         }]
     );
 }
@@ -613,6 +613,198 @@ fn observation_keeps_its_token_until_cancelled() {
     assert_eq!(a.poll_event(), None);
 }
 
+/// Registers an observation of `a` at `b`: returns (a's token, b's token).
+fn observed(now: Instant, a: &mut TcpConnection, b: &mut TcpConnection) -> (Token, Token) {
+    let mut req = get("obs");
+    req.options.set_uint(number::OBSERVE, 0);
+    let token = a.request(now, req).unwrap();
+    pump(now, a, b);
+    let Some(TcpEvent::Request { token: st, .. }) = b.poll_event() else {
+        panic!("no request")
+    };
+    let mut first = TcpMessage::new(Code::CONTENT);
+    first.options.set_uint(number::OBSERVE, 1);
+    b.respond(now, st, first).unwrap();
+    pump(now, a, b);
+    assert!(matches!(a.poll_event(), Some(TcpEvent::Response { .. })));
+    (token, st)
+}
+
+fn notification(seq: u32, payload: &[u8]) -> TcpMessage {
+    let mut n = TcpMessage::new(Code::CONTENT);
+    n.options.set_uint(number::OBSERVE, seq);
+    n.payload = payload.to_vec();
+    n
+}
+
+#[test]
+fn served_observation_notifies_until_an_error() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    // Without a registering response there is nothing to notify.
+    assert_eq!(
+        b.notify(now, Token::new(&[7]).unwrap(), notification(2, b"x")),
+        Err(SendError::UnknownToken(Token::new(&[7]).unwrap()))
+    );
+    let (token, st) = observed(now, &mut a, &mut b);
+    assert_eq!(b.served_observations(), 1);
+    for seq in 2..5u32 {
+        b.notify(now, st, notification(seq, &[seq as u8])).unwrap();
+    }
+    pump(now, &mut a, &mut b);
+    let got: Vec<(Token, u32, Vec<u8>)> = events(&mut a)
+        .into_iter()
+        .map(|e| match e {
+            TcpEvent::Response { token, message } => (
+                token,
+                message.options.get_uint(number::OBSERVE).unwrap(),
+                message.payload,
+            ),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (token, 2, vec![2]),
+            (token, 3, vec![3]),
+            (token, 4, vec![4])
+        ]
+    );
+    assert_eq!(
+        b.notify(now, st, TcpMessage::new(Code::GET)),
+        Err(SendError::WrongCode(Code::GET))
+    );
+    // An error notification is the last one, at both ends.
+    b.notify(now, st, TcpMessage::new(Code::NOT_FOUND)).unwrap();
+    assert_eq!(b.served_observations(), 0);
+    assert_eq!(
+        b.notify(now, st, notification(6, b"late")),
+        Err(SendError::UnknownToken(st))
+    );
+    pump(now, &mut a, &mut b);
+    assert!(matches!(
+        a.poll_event(),
+        Some(TcpEvent::Response { message, .. }) if message.code == Code::NOT_FOUND
+    ));
+    assert_eq!(a.outstanding_requests(), 0);
+}
+
+#[test]
+fn a_response_without_observe_registers_nothing() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let mut req = get("obs");
+    req.options.set_uint(number::OBSERVE, 0);
+    a.request(now, req).unwrap();
+    pump(now, &mut a, &mut b);
+    let Some(TcpEvent::Request { token: st, .. }) = b.poll_event() else {
+        panic!()
+    };
+    // Beyond max_observers the server answers without Observe (RFC 7641 §4.1).
+    b.respond(now, st, TcpMessage::new(Code::CONTENT)).unwrap();
+    assert_eq!(b.served_observations(), 0);
+    assert_eq!(
+        b.notify(now, st, notification(2, b"")),
+        Err(SendError::UnknownToken(st))
+    );
+    pump(now, &mut a, &mut b);
+    events(&mut a);
+    assert_eq!(a.outstanding_requests(), 0, "client forgot the token");
+}
+
+#[test]
+fn deregistration_reuses_the_token_and_drops_stale_notifications() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let (token, st) = observed(now, &mut a, &mut b);
+    // A notification is on its way when the client deregisters.
+    b.notify(now, st, notification(2, b"stale")).unwrap();
+    let mut dereg = get("obs");
+    dereg.token = token;
+    dereg.options.set_uint(number::OBSERVE, 1);
+    assert_eq!(a.request(now, dereg).unwrap(), token, "same token");
+    assert_eq!(a.outstanding_requests(), 1);
+    pump(now, &mut a, &mut b);
+    assert_eq!(a.poll_event(), None, "the stale notification is dropped");
+    // The server sees a new request with the observation's token: the observation ends.
+    let Some(TcpEvent::Request { token: t2, message }) = b.poll_event() else {
+        panic!()
+    };
+    assert_eq!(
+        (t2, message.options.get_uint(number::OBSERVE)),
+        (st, Some(1))
+    );
+    assert_eq!(b.served_observations(), 0);
+    assert_eq!(
+        b.notify(now, st, notification(3, b"")),
+        Err(SendError::UnknownToken(st))
+    );
+    b.respond(now, st, TcpMessage::new(Code::CONTENT)).unwrap();
+    pump(now, &mut a, &mut b);
+    assert!(matches!(
+        a.poll_event(),
+        Some(TcpEvent::Response { token: t, message }) if t == token && !message.options.contains(number::OBSERVE)
+    ));
+    assert_eq!(a.outstanding_requests(), 0);
+    // A plain request with a token in use still gets a fresh one.
+    let (token, _) = observed(now, &mut a, &mut b);
+    let mut other = get("x");
+    other.token = token;
+    assert_ne!(a.request(now, other).unwrap(), token);
+}
+
+#[test]
+fn notifications_do_not_hold_back_custody_pongs_and_keep_the_connection() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let (_, st) = observed(now, &mut a, &mut b);
+    let mut ping = Signal::Ping { custody: true }.to_message();
+    ping.token = Token::new(&[5]).unwrap();
+    b.handle_bytes(now, &frame(&ping));
+    b.notify(now, st, notification(2, b"n")).unwrap();
+    let out = frames(&b.poll_transmit().unwrap());
+    assert_eq!(out[0].code, signal_code::PONG, "no request was pending");
+    assert_eq!(out[1].code, Code::CONTENT);
+    // A served observation is not idleness: no Release however long it is quiet.
+    let later = now + Duration::from_secs(3600);
+    b.handle_timeout(later);
+    assert!(!b.is_closed());
+    // Closing forgets it.
+    b.handle_eof();
+    assert_eq!(b.served_observations(), 0);
+    assert_eq!(
+        b.notify(later, st, notification(3, b"")),
+        Err(SendError::Closed)
+    );
+}
+
+#[test]
+fn block_room_leaves_space_for_block_options_within_the_limit() {
+    use crate::message::option::number::{BLOCK1, SIZE1};
+    let mut put = TcpMessage::new(Code::PUT);
+    put.token = Token::new(&[1, 2, 3, 4]).unwrap();
+    put.options.set_uri_path("upload/here");
+    for framing in [Framing::Stream, Framing::WebSocket] {
+        for limit in [100u32, 1152, 5000, 70_000, 1 << 20] {
+            let room = framing.block_room(limit, &put, BLOCK1, SIZE1);
+            let mut block = put.clone();
+            block.options.set_uint(BLOCK1, (1 << 24) - 1);
+            block.options.set_uint(SIZE1, u32::MAX);
+            block.payload = vec![0; room];
+            assert!(
+                framing.frame_len(&block) <= limit as usize,
+                "{framing:?} {limit}"
+            );
+            assert!(
+                framing.frame_len(&block) + 8 > limit as usize,
+                "room not wasted"
+            );
+        }
+    }
+    assert_eq!(Framing::Stream.block_room(10, &put, BLOCK1, SIZE1), 0);
+}
+
 #[test]
 fn eof_reports_outstanding() {
     let now = t0();
@@ -733,7 +925,7 @@ fn ws_messages_are_whole_and_unframed() {
         Signal::from_message(&decode_ws(&csm, usize::MAX).unwrap()),
         Ok(Signal::Csm {
             max_message_size: Some(TcpConfig::default().max_message_size),
-            block_wise_transfer: false
+            block_wise_transfer: true
         })
     );
     let m = decode_ws(&req, usize::MAX).unwrap();

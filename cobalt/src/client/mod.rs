@@ -1,4 +1,5 @@
-//! The client: async requests and observations over UDP, and a [`blocking`] wrapper.
+//! The client: async requests and observations over UDP, DTLS, TCP and WebSockets,
+//! and a [`blocking`] wrapper.
 //!
 //! ```no_run
 //! # async fn demo() -> cobalt::Result<()> {
@@ -9,6 +10,7 @@
 //! ```
 
 pub mod blocking;
+mod blockwise;
 mod observe;
 
 pub use observe::Observation;
@@ -21,10 +23,11 @@ use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets};
 use crate::{Error, Result};
-use cobalt_proto::blockwise::MAX_UDP_SZX;
+use blockwise::{fetch_rest_via, upload_via};
+use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
-use cobalt_proto::tcp_connection::Framing;
+use cobalt_proto::tcp_connection::{Framing, TcpConfig};
 use cobalt_proto::uri::{CoapUri, Scheme};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -64,9 +67,9 @@ struct Inner {
     v4: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     next_key: AtomicU64,
-    tcp: TcpPool,
+    tcp: Arc<TcpPool>,
     dtls: Mutex<DtlsDrivers>,
-    ws: TcpPool,
+    ws: Arc<TcpPool>,
     tls: Mutex<TlsPools>,
 }
 
@@ -106,9 +109,9 @@ impl Client {
                 v4: Mutex::new(None),
                 v6: Mutex::new(None),
                 next_key: AtomicU64::new(1),
-                tcp: TcpPool::default(),
+                tcp: Arc::new(TcpPool::default()),
                 dtls: Mutex::new(HashMap::new()),
-                ws: TcpPool::new(Framing::WebSocket),
+                ws: Arc::new(TcpPool::new(Framing::WebSocket)),
                 tls: Mutex::new(HashMap::new()),
             }),
             auth: None,
@@ -290,12 +293,38 @@ impl Client {
         let connector = TlsConnector::new(auth, alpn)
             .map_err(|e| Error::Unsupported(format!("cannot set up TLS: {e}")))?;
         let pool = Arc::new(TcpPool::secure(framing, connector));
+        pool.set_config(self.inner.tcp.config());
         pools.insert(key, pool.clone());
         Ok(pool)
     }
 
     pub(crate) fn next_key(&self) -> u64 {
         self.inner.next_key.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The pool of `coap+ws://` connections for [`Scheme::CoapWs`], else that of
+    /// `coap+tcp://`.
+    /// The connection pool of a connection-oriented scheme: one for `coap+tcp`, one
+    /// for `coap+ws`, and for `coaps+tcp`/`coaps+ws` one per credentials (this
+    /// handle's, see [`Client::with_psk`] and [`Client::with_x509`]).
+    pub(crate) fn pool(&self, scheme: Scheme) -> Result<Arc<TcpPool>> {
+        match scheme {
+            Scheme::CoapWs => Ok(self.inner.ws.clone()),
+            Scheme::CoapTcp => Ok(self.inner.tcp.clone()),
+            other => self.tls_pool(other, self.auth.as_deref()),
+        }
+    }
+
+    /// Settings of the `coap+tcp://` and `coap+ws://` connections this client (and its
+    /// clones) opens from now on: Max-Message-Size, whether to announce BERT
+    /// (`block_wise_transfer`, on by default), timeouts.
+    pub fn set_tcp_config(&self, config: TcpConfig) {
+        self.inner.tcp.set_config(config.clone());
+        let tls = self.inner.tls.lock().unwrap_or_else(|e| e.into_inner());
+        for pool in tls.values() {
+            pool.set_config(config.clone());
+        }
+        self.inner.ws.set_config(config);
     }
 }
 
@@ -411,7 +440,10 @@ impl RequestBuilder {
     /// fetched block by block and returned whole (RFC 7959).
     ///
     /// `coap+tcp://` URIs go over a pooled TCP connection per server (RFC 8323), with
-    /// the whole body in one message; without [`RequestBuilder::timeout`] a TCP request
+    /// the whole body in one message when it fits the server's Max-Message-Size (from
+    /// its CSM), else in Block1 blocks of the largest size that fits — BERT blocks
+    /// (RFC 8323 §6) when both ends announced BERT — or of [`RequestBuilder::block_size`]
+    /// when given; BERT answers are reassembled. Without [`RequestBuilder::timeout`] a TCP request
     /// gives up after 60 s. `coap+ws://` URIs go the same way over a pooled WebSocket
     /// per server (RFC 8323 §4, path `/.well-known/coap`, subprotocol `coap`).
     pub async fn send(self) -> Result<Response> {
@@ -423,7 +455,9 @@ impl RequestBuilder {
         let exchange = async {
             let upload_szx = szx.unwrap_or(MAX_UDP_SZX);
             if message.payload.len() > 1 << (upload_szx + 4) {
-                let (last, rest) = upload(&client, peer, message, upload_szx).await?;
+                let size = BlockSize::Szx(upload_szx);
+                let (last, rest) =
+                    upload_via(message, size, |req| exchange(&client, peer, req)).await?;
                 fetch_rest(&client, peer, rest, last).await
             } else {
                 fetch_whole(&client, peer, message).await
@@ -442,25 +476,22 @@ impl RequestBuilder {
         let peer = resolve(&uri).await?;
         uri.apply_to(&mut self.message.options);
         let timeout = self.timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT);
-        let auth = self
-            .auth
-            .take()
-            .map(Arc::new)
-            .or_else(|| self.client.auth.clone());
-        let client = self.client;
-        let secure;
-        let pool = match uri.scheme {
-            Scheme::CoapWs => &client.inner.ws,
-            Scheme::CoapTcp => &client.inner.tcp,
-            other => {
-                secure = client.tls_pool(other, auth.as_deref())?;
-                &*secure
-            }
+        let client = match self.auth.take() {
+            Some(auth) => self.client.with_dtls_auth(auth),
+            None => self.client,
         };
+        let pool = client.pool(uri.scheme)?;
         let host = uri.host.as_str();
         let exchange = async {
-            let first = pool.request(peer, host, self.message.clone()).await?;
-            fetch_rest_tcp(pool, peer, host, self.message, first).await
+            let send = |req| pool.request(peer, host, req);
+            let (first, rest) = match pool
+                .upload_size(peer, host, &self.message, self.block_szx)
+                .await?
+            {
+                Some(size) => upload_via(self.message, size, send).await?,
+                None => (send(self.message.clone()).await?, self.message),
+            };
+            fetch_rest_via(rest, first, true, send).await
         };
         tokio::time::timeout(timeout, exchange)
             .await
@@ -468,15 +499,28 @@ impl RequestBuilder {
     }
 
     /// Sends the request with Observe=0 and returns the stream of notifications.
+    ///
+    /// `coap+tcp://` and `coap+ws://` observations go over the pooled connection to
+    /// the server (RFC 8323 §7); see [`Observation`] for how they end.
     pub async fn observe(mut self) -> Result<Observation> {
-        if CoapUri::parse(&self.uri).is_ok_and(|u| is_stream(u.scheme)) {
-            return Err(Error::Unsupported(
-                "observe over coap+tcp:// and coap+ws:// is not supported yet; use coap://".into(),
-            ));
-        }
         self.message.options.set_uint(opt::OBSERVE, 0);
+        let uri = CoapUri::parse(&self.uri)?;
+        if is_stream(uri.scheme) {
+            let peer = resolve(&uri).await?;
+            uri.apply_to(&mut self.message.options);
+            let route = observe::Route::Stream {
+                scheme: uri.scheme,
+                peer,
+                host: uri.host.clone(),
+            };
+            let client = match self.auth.take() {
+                Some(auth) => self.client.with_dtls_auth(auth),
+                None => self.client,
+            };
+            return Observation::register(client, route, self.message);
+        }
         let (client, peer, message, _) = self.prepare().await?;
-        Observation::register(client, peer, message)
+        Observation::register(client, observe::Route::Datagram { peer }, message)
     }
 }
 
@@ -533,53 +577,6 @@ async fn exchange_once(client: &Client, peer: SocketAddr, message: Message) -> R
     result.map_err(|_| Error::Shutdown)?
 }
 
-/// Uploads a body in Block1 blocks of `2^(szx+4)` bytes, following the server's
-/// block size if it asks for a smaller one (RFC 7959 §2.5). Returns the final response
-/// and the request to use for fetching further Block2 blocks of it.
-async fn upload(
-    client: &Client,
-    peer: SocketAddr,
-    request: Message,
-    mut szx: u8,
-) -> Result<(Message, Message)> {
-    let body = request.payload.clone();
-    let mut template = request;
-    template.payload.clear();
-    let (mut num, mut offset) = (0u32, 0usize);
-    loop {
-        let size = 1usize << (szx + 4);
-        let end = (offset + size).min(body.len());
-        let more = end < body.len();
-        let block = BlockValue::new(num, more, szx)
-            .ok_or_else(|| Error::BlockTransfer("body needs too many blocks".into()))?;
-        let mut req = template.clone();
-        req.options.set_uint(opt::BLOCK1, block.encode());
-        if num == 0 {
-            req.options.set_uint(opt::SIZE1, body.len() as u32);
-        }
-        req.payload = body[offset..end].to_vec();
-        let mut resp = exchange(client, peer, req).await?;
-        if resp.code != Code::CONTINUE || !more {
-            // The acknowledgement of the last block means nothing to the caller.
-            resp.options.remove(opt::BLOCK1);
-            template.options.remove(opt::BLOCK1);
-            template.options.remove(opt::SIZE1);
-            return Ok((resp, template));
-        }
-        let acked = resp.block1().unwrap_or(block);
-        szx = acked.szx.min(szx);
-        let acked_end = (acked.num as usize + 1) * (1usize << (acked.szx + 4));
-        if acked_end <= offset {
-            return Err(Error::BlockTransfer(format!(
-                "server acknowledged block {} which does not advance the upload",
-                acked.num
-            )));
-        }
-        offset = acked_end.min(end);
-        num = (offset / (1usize << (szx + 4))) as u32;
-    }
-}
-
 /// Sends a request and follows Block2 until the representation is complete.
 async fn fetch_whole(client: &Client, peer: SocketAddr, request: Message) -> Result<Response> {
     let first = exchange(client, peer, request.clone()).await?;
@@ -594,73 +591,7 @@ pub(crate) async fn fetch_rest(
     request: Message,
     first: Message,
 ) -> Result<Response> {
-    fetch_rest_via(request, first, |req| exchange(client, peer, req)).await
-}
-
-/// [`fetch_rest`] over the pooled `coap+tcp` or `coap+ws` connection to `peer`.
-async fn fetch_rest_tcp(
-    pool: &TcpPool,
-    peer: SocketAddr,
-    host: &str,
-    request: Message,
-    first: Message,
-) -> Result<Response> {
-    fetch_rest_via(request, first, |req| pool.request(peer, host, req)).await
-}
-
-/// Completes a representation whose first block is `first`, fetching the following
-/// blocks with `exchange`.
-async fn fetch_rest_via<F, Fut>(
-    mut request: Message,
-    first: Message,
-    mut exchange: F,
-) -> Result<Response>
-where
-    F: FnMut(Message) -> Fut,
-    Fut: std::future::Future<Output = Result<Message>>,
-{
-    request.options.remove(opt::OBSERVE);
-    let Some(mut block) = first.block2().filter(|b| b.more && first.code.is_success()) else {
-        return Ok(Response::from_message(first));
-    };
-    let etag = first.options.get(opt::ETAG).map(<[u8]>::to_vec);
-    let mut whole = Response::from_message(first);
-    while block.more {
-        if whole.payload.len() > MAX_BODY {
-            return Err(Error::BlockTransfer(format!(
-                "representation larger than {MAX_BODY} bytes"
-            )));
-        }
-        let next = BlockValue::new(block.num + 1, false, block.szx)
-            .ok_or_else(|| Error::BlockTransfer("too many blocks".into()))?;
-        let mut req = request.clone();
-        req.options.set_uint(opt::BLOCK2, next.encode());
-        let part = exchange(req).await?;
-        if !part.code.is_success() {
-            return Err(Error::BlockTransfer(format!(
-                "server answered {} to block {}",
-                part.code, next.num
-            )));
-        }
-        if part.options.get(opt::ETAG).map(<[u8]>::to_vec) != etag {
-            return Err(Error::BlockTransfer(
-                "the representation changed during the transfer (ETag differs)".into(),
-            ));
-        }
-        block = part
-            .block2()
-            .ok_or_else(|| Error::BlockTransfer("a block response lacks Block2".into()))?;
-        if block.offset() != whole.payload.len() {
-            return Err(Error::BlockTransfer(format!(
-                "expected the block at offset {}, got {}",
-                whole.payload.len(),
-                block.offset()
-            )));
-        }
-        whole.payload.extend_from_slice(&part.payload);
-    }
-    whole.options.remove(opt::BLOCK2);
-    Ok(whole)
+    fetch_rest_via(request, first, false, |req| exchange(client, peer, req)).await
 }
 
 /// Tells the driver to forget a request when the caller stops waiting for it.

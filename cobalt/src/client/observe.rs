@@ -1,11 +1,16 @@
-//! An observation (RFC 7641) on the client side: a stream of fresh notifications.
+//! An observation (RFC 7641) on the client side: a stream of fresh notifications, over
+//! UDP or DTLS (through the client's driver) or over CoAP over TCP or WebSockets
+//! (through the pooled connection, RFC 8323 §7).
 
+use super::blockwise::fetch_rest_via;
 use super::{fetch_rest, CancelGuard, Client};
 use crate::runtime::driver::{Command, ReplyTo};
 use crate::server::Response;
+use crate::transport::stream_client::StreamObservation;
 use crate::{Error, Result};
 use cobalt_proto::message::{opt, Message};
 use cobalt_proto::observe::is_fresh;
+use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -13,45 +18,78 @@ use tokio::sync::{mpsc, oneshot};
 /// How long past a notification's Max-Age the client waits before re-registering.
 const REREGISTER_GRACE: Duration = Duration::from_secs(5);
 
+/// Where an observation's messages go.
+#[derive(Debug, Clone)]
+pub(crate) enum Route {
+    /// `coap://` or `coaps://`: through the client's driver.
+    Datagram {
+        /// The server.
+        peer: SocketAddr,
+    },
+    /// `coap+tcp://` or `coap+ws://`: through the pooled connection.
+    Stream {
+        /// Which pool.
+        scheme: Scheme,
+        /// The server.
+        peer: SocketAddr,
+        /// The URI's host (for the WebSocket upgrade).
+        host: String,
+    },
+}
+
+/// What keeps the relation alive; dropping it ends the relation.
+#[derive(Debug)]
+enum Handle {
+    Datagram(CancelGuard),
+    Stream(StreamObservation),
+}
+
 /// Notifications of an observed resource.
 ///
 /// - The first item is the registration's response.
-/// - Notifications that arrive out of order are dropped (RFC 7641 §3.4: a sequence
-///   number that is not newer, unless 128 s have passed).
-/// - A notification larger than one block is completed block by block (RFC 7959 §3.4).
+/// - Over UDP and DTLS, notifications that arrive out of order are dropped (RFC 7641
+///   §3.4: a sequence number that is not newer, unless 128 s have passed). Over TCP
+///   and WebSockets, which deliver in order, every notification is passed on.
+/// - A notification larger than one block is completed block by block (RFC 7959 §3.4;
+///   BERT blocks over TCP and WebSockets).
 /// - If nothing arrives for Max-Age plus a few seconds, the client registers again.
+/// - Over TCP and WebSockets, when the connection is lost the client registers again
+///   once on a new connection; if that fails, or the new connection is lost before a
+///   notification arrives, the observation ends with the error.
 /// - A response without Observe (an error, or a server that does not observe) ends it.
 ///
-/// Dropping the observation ends the relation reactively: the next notification is
-/// answered with RST. [`Observation::cancel`] ends it proactively.
+/// Ending the relation when the observation is dropped: over UDP the next notification
+/// is answered with RST (reactive). Over TCP and WebSockets, which have no RST, the
+/// client sends the deregistering GET with Observe=1 and the observation's token in
+/// the background, without waiting for its answer, and forgets the token.
+/// [`Observation::cancel`] ends it proactively and returns the server's answer.
 #[derive(Debug)]
 pub struct Observation {
     client: Client,
-    peer: SocketAddr,
+    route: Route,
     request: Message,
     rx: mpsc::Receiver<Result<Message, Error>>,
-    guard: CancelGuard,
+    handle: Handle,
     last: Option<(u32, Instant)>,
     max_age: Duration,
     ended: bool,
+    /// Registered again after a lost connection, and no notification since.
+    recovering: bool,
 }
 
 impl Observation {
-    pub(crate) fn register(
-        client: Client,
-        peer: SocketAddr,
-        request: Message,
-    ) -> Result<Observation> {
-        let (rx, guard) = start(&client, peer, request.clone())?;
+    pub(crate) fn register(client: Client, route: Route, request: Message) -> Result<Observation> {
+        let (rx, handle) = start(&client, &route, request.clone())?;
         Ok(Observation {
             client,
-            peer,
+            route,
             request,
             rx,
-            guard,
+            handle,
             last: None,
             max_age: Duration::from_secs(60),
             ended: false,
+            recovering: false,
         })
     }
 
@@ -61,24 +99,31 @@ impl Observation {
             let wait = self.max_age + REREGISTER_GRACE;
             let item = match tokio::time::timeout(wait, self.rx.recv()).await {
                 Err(_) => {
-                    tracing::debug!(peer = %self.peer, "no notification within Max-Age; registering again");
+                    tracing::debug!(route = ?self.route, "no notification within Max-Age; registering again");
                     if let Err(e) = self.reregister() {
-                        self.ended = true;
-                        return Some(Err(e));
+                        return Some(self.end(e));
                     }
                     continue;
                 }
                 Ok(item) => item,
             };
+            let stream = matches!(self.route, Route::Stream { .. });
             let msg = match item {
+                // Over a stream the channel closes, or reports the connection's end,
+                // when the connection is lost: register again on a new one, once.
+                None | Some(Err(Error::Connection(_))) if stream && !self.recovering => {
+                    tracing::debug!(route = ?self.route, "connection lost; registering again");
+                    self.recovering = true;
+                    if let Err(e) = self.reregister() {
+                        return Some(self.end(e));
+                    }
+                    continue;
+                }
                 None => {
                     self.ended = true;
                     return None;
                 }
-                Some(Err(e)) => {
-                    self.ended = true;
-                    return Some(Err(e));
-                }
+                Some(Err(e)) => return Some(self.end(e)),
                 Some(Ok(msg)) => msg,
             };
             if self.last.is_none() {
@@ -86,25 +131,42 @@ impl Observation {
                     // The server wants proof of our address first (RFC 9175): register again with its Echo.
                     self.request = retry;
                     if let Err(e) = self.reregister() {
-                        self.ended = true;
-                        return Some(Err(e));
+                        return Some(self.end(e));
                     }
                     continue;
                 }
             }
             let Some(seq) = msg.options.observe() else {
                 self.ended = true;
-                return Some(fetch_rest(&self.client, self.peer, self.request.clone(), msg).await);
+                return Some(self.fetch_rest(msg).await);
             };
             let now = Instant::now();
-            if !self.last.is_none_or(|(v1, t1)| is_fresh(v1, t1, seq, now)) {
+            if !stream && !self.last.is_none_or(|(v1, t1)| is_fresh(v1, t1, seq, now)) {
                 continue;
             }
             self.last = Some((seq, now));
+            self.recovering = false;
             self.max_age = Duration::from_secs(u64::from(msg.options.max_age()));
-            return Some(fetch_rest(&self.client, self.peer, self.request.clone(), msg).await);
+            return Some(self.fetch_rest(msg).await);
         }
         None
+    }
+
+    fn end(&mut self, e: Error) -> Result<Response> {
+        self.ended = true;
+        Err(e)
+    }
+
+    /// Completes a notification that came in blocks.
+    async fn fetch_rest(&self, first: Message) -> Result<Response> {
+        let request = self.request.clone();
+        match &self.route {
+            Route::Datagram { peer } => fetch_rest(&self.client, *peer, request, first).await,
+            Route::Stream { scheme, peer, host } => {
+                let pool = self.client.pool(*scheme)?;
+                fetch_rest_via(request, first, true, |req| pool.request(*peer, host, req)).await
+            }
+        }
     }
 
     /// Turns the observation into a [`futures_core::Stream`].
@@ -114,57 +176,73 @@ impl Observation {
 
     /// Ends the relation proactively with a GET carrying Observe=1 and the
     /// relation's token (RFC 7641 §3.6), and returns the server's answer.
-    pub async fn cancel(mut self) -> Result<Response> {
+    pub async fn cancel(self) -> Result<Response> {
         let mut message = self.request.clone();
         message.options.set_uint(opt::OBSERVE, 1);
-        let new_key = self.client.next_key();
-        let (tx, rx) = oneshot::channel();
-        self.guard.armed = false;
-        self.guard
-            .driver
-            .send(Command::Deregister {
-                key: self.guard.key,
-                new_key,
-                message,
-                reply: ReplyTo::Once(tx),
-            })
-            .map_err(|_| Error::Shutdown)?;
-        let msg = rx.await.map_err(|_| Error::Shutdown)??;
+        let msg = match self.handle {
+            Handle::Datagram(mut guard) => {
+                let new_key = self.client.next_key();
+                let (tx, rx) = oneshot::channel();
+                guard.armed = false;
+                guard
+                    .driver
+                    .send(Command::Deregister {
+                        key: guard.key,
+                        new_key,
+                        message,
+                        reply: ReplyTo::Once(tx),
+                    })
+                    .map_err(|_| Error::Shutdown)?;
+                rx.await.map_err(|_| Error::Shutdown)??
+            }
+            Handle::Stream(observation) => observation.cancel().await?,
+        };
         Ok(Response::from_message(msg))
     }
 
     fn reregister(&mut self) -> Result<()> {
-        let (rx, guard) = start(&self.client, self.peer, self.request.clone())?;
+        let (rx, handle) = start(&self.client, &self.route, self.request.clone())?;
         self.rx = rx;
-        self.guard = guard; // dropping the old guard cancels the silent relation
+        self.handle = handle; // dropping the old handle ends the silent relation
         self.last = None;
         Ok(())
     }
 }
 
-type Started = (mpsc::Receiver<Result<Message, Error>>, CancelGuard);
-
 /// Notifications buffered for an observer that does not keep up.
 const BUFFERED_NOTIFICATIONS: usize = 64;
 
-fn start(client: &Client, peer: SocketAddr, request: Message) -> Result<Started> {
-    let driver = client.driver_for(&peer)?;
-    let key = client.next_key();
-    let (tx, rx) = mpsc::channel(BUFFERED_NOTIFICATIONS);
-    driver
-        .send(Command::Request {
-            key,
-            peer,
-            message: request,
-            reply: ReplyTo::Stream(tx),
-        })
-        .map_err(|_| Error::Shutdown)?;
-    Ok((
-        rx,
-        CancelGuard {
-            driver,
-            key,
-            armed: true,
-        },
-    ))
+fn start(
+    client: &Client,
+    route: &Route,
+    request: Message,
+) -> Result<(mpsc::Receiver<Result<Message, Error>>, Handle)> {
+    match route {
+        Route::Datagram { peer } => {
+            let driver = client.driver_for(peer)?;
+            let key = client.next_key();
+            let (tx, rx) = mpsc::channel(BUFFERED_NOTIFICATIONS);
+            driver
+                .send(Command::Request {
+                    key,
+                    peer: *peer,
+                    message: request,
+                    reply: ReplyTo::Stream(tx),
+                })
+                .map_err(|_| Error::Shutdown)?;
+            let guard = CancelGuard {
+                driver,
+                key,
+                armed: true,
+            };
+            Ok((rx, Handle::Datagram(guard)))
+        }
+        Route::Stream { scheme, peer, host } => {
+            let (rx, observation) =
+                client
+                    .pool(*scheme)?
+                    .observe(*peer, host, request, BUFFERED_NOTIFICATIONS)?;
+            Ok((rx, Handle::Stream(observation)))
+        }
+    }
 }

@@ -17,10 +17,13 @@
 mod echo;
 mod executor;
 mod handler;
+mod intake;
 mod limits;
 pub(crate) mod observe;
 mod request;
 pub(crate) mod shard;
+pub(crate) mod stream;
+mod stream_observe;
 pub(crate) mod tree;
 mod upload;
 

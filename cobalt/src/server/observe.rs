@@ -1,5 +1,13 @@
 //! Server-side observe (RFC 7641): the [`Observable`] handle a resource's owner calls
 //! `changed()` on, and the per-shard registry of observation relations.
+//!
+//! A change reaches the UDP shards through their command queues, and the CoAP over
+//! TCP / WebSocket connections that hold relations of the resource through their
+//! [`ChangeInbox`]: a connection subscribes while it has at least one relation of the
+//! resource and unsubscribes when the last one ends or the connection closes. An inbox
+//! coalesces changes per resource (notifications are produced from the current state,
+//! so only the latest change matters), so a slow connection holds at most one pending
+//! entry per observed resource, however often the resource changes.
 
 use crate::runtime::driver::Command;
 use cobalt_proto::endpoint::ExchangeId;
@@ -7,9 +15,9 @@ use cobalt_proto::message::{Message, Token};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use cobalt_proto::observe::SEQ_MASK;
 
@@ -48,6 +56,39 @@ struct Inner {
     seq: AtomicU32,
     observers: AtomicUsize,
     shards: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
+    /// Stream connections with relations of this resource: by connection id, the
+    /// peer (for filters) and the connection's inbox.
+    streams: Mutex<HashMap<u64, (SocketAddr, Arc<ChangeInbox>)>>,
+}
+
+/// Changes waiting for one stream connection (`coap+tcp`, `coap+ws`): per observable,
+/// whether it was deleted. Bounded by the number of resources the connection observes.
+#[derive(Debug, Default)]
+pub(crate) struct ChangeInbox {
+    pending: Mutex<HashMap<u64, bool>>,
+    wake: Notify,
+}
+
+impl ChangeInbox {
+    /// Records a change of `observable` (deletion wins over a later change) and wakes
+    /// the connection.
+    fn post(&self, observable: u64, deleted: bool) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        *pending.entry(observable).or_insert(false) |= deleted;
+        drop(pending);
+        self.wake.notify_one();
+    }
+
+    /// Takes the pending changes: (observable, deleted).
+    pub(crate) fn take(&self) -> Vec<(u64, bool)> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.drain().collect()
+    }
+
+    /// Resolves when a change has been posted since the last call resolved.
+    pub(crate) async fn changed(&self) {
+        self.wake.notified().await
+    }
 }
 
 impl std::fmt::Debug for Observable {
@@ -74,6 +115,7 @@ impl Observable {
                 seq: AtomicU32::new(2),
                 observers: AtomicUsize::new(0),
                 shards: OnceLock::new(),
+                streams: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -98,7 +140,7 @@ impl Observable {
         self.broadcast(None, true, true);
     }
 
-    /// Observers registered now, over all shards.
+    /// Observers registered now, over all shards and stream connections.
     pub fn observer_count(&self) -> usize {
         self.inner.observers.load(Ordering::Relaxed)
     }
@@ -116,6 +158,26 @@ impl Observable {
         let _ = self.inner.shards.set(shards);
     }
 
+    /// Sends this resource's changes to a stream connection's inbox from now on.
+    pub(crate) fn subscribe(&self, conn: u64, peer: SocketAddr, inbox: Arc<ChangeInbox>) {
+        self.streams().insert(conn, (peer, inbox));
+    }
+
+    /// Stops sending changes to a stream connection.
+    pub(crate) fn unsubscribe(&self, conn: u64) {
+        self.streams().remove(&conn);
+    }
+
+    fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (SocketAddr, Arc<ChangeInbox>)>> {
+        self.inner.streams.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stream connections subscribed now (for tests).
+    #[cfg(test)]
+    pub(crate) fn subscribers(&self) -> usize {
+        self.streams().len()
+    }
+
     pub(crate) fn observer_added(&self) {
         self.inner.observers.fetch_add(1, Ordering::Relaxed);
     }
@@ -129,6 +191,14 @@ impl Observable {
 
     fn broadcast(&self, filter: Option<ObserverFilter>, confirmable: bool, deleted: bool) {
         self.inner.seq.fetch_add(1, Ordering::Relaxed);
+        // The filter is the caller's code: run it outside the lock.
+        let streams: Vec<(SocketAddr, Arc<ChangeInbox>)> =
+            self.streams().values().cloned().collect();
+        for (peer, inbox) in streams {
+            if filter.as_ref().is_none_or(|f| f(peer)) {
+                inbox.post(self.inner.id, deleted);
+            }
+        }
         let Some(shards) = self.inner.shards.get() else {
             return;
         };
@@ -278,6 +348,37 @@ mod tests {
         assert_eq!(r.take_all(8).len(), 1);
         assert!(!r.is_observer(key.0));
         assert_eq!(r.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn changes_reach_subscribed_inboxes_coalesced_and_filtered() {
+        let o = Observable::new();
+        let near: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let far: SocketAddr = "192.0.2.1:1".parse().unwrap();
+        let (a, b) = (
+            Arc::new(ChangeInbox::default()),
+            Arc::new(ChangeInbox::default()),
+        );
+        o.subscribe(1, near, a.clone());
+        o.subscribe(2, far, b.clone());
+        for _ in 0..100 {
+            o.changed();
+        }
+        o.changed_for(|peer| peer.ip().is_loopback());
+        a.changed().await;
+        assert_eq!(a.take(), [(o.id(), false)], "100 changes, one entry");
+        assert_eq!(b.take(), [(o.id(), false)]);
+        o.changed_for(|peer| peer.ip().is_loopback());
+        assert!(b.take().is_empty(), "filtered out");
+        o.deleted();
+        o.changed();
+        assert_eq!(a.take(), [(o.id(), true)], "deletion is not overwritten");
+        assert_eq!(b.take(), [(o.id(), true)]);
+        o.unsubscribe(1);
+        o.unsubscribe(2);
+        assert_eq!(o.subscribers(), 0);
+        o.changed();
+        assert!(a.take().is_empty() && b.take().is_empty());
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //! Block2 slicing, and the observation relations of the peers this shard owns.
 
 use super::echo::EchoGuard;
+use super::intake::{intake, Intake, StreamedBlock};
 use super::limits::ServerLimits;
 use super::observe::{Change, Observable, Relation, RelationKey, Relations};
 use super::tree::ResourceTree;
-use super::upload::{upload_key, UploadStep, Uploads};
+use super::upload::{acknowledge_block, Uploads};
 use super::{BoxFuture, Executor, Request, Response};
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
@@ -106,7 +107,7 @@ impl ServerShard {
         now: Instant,
         id: ExchangeId,
         peer: SocketAddr,
-        mut request: Message,
+        request: Message,
     ) {
         let observe = request.options.observe();
         let origin = (peer, request.code, request_size(&request));
@@ -117,31 +118,29 @@ impl ServerShard {
             // A GET with the token of an observation, without Observe=0, ends it (RFC 7641 §3.6).
             self.end_relation(&(peer, request.token));
         }
-        if let Some(kept) = self.uploads.answer_for(now, peer, &request) {
-            let msg = slice_response(&request, kept, self.limits.block_szx);
-            let _ = ep.respond(now, id, msg);
-            return;
-        }
-        if let Some((handler, executor)) = self.tree.stream_route(&request) {
-            self.on_streamed_block(ep, now, id, peer, request, handler, executor);
-            return;
-        }
-        let mut block1 = None;
-        let mut upload = None;
-        if let Some(block) = request.block1() {
-            match self.uploads.handle(now, peer, &request, block) {
-                UploadStep::Continue(r) | UploadStep::Reject(r) => {
-                    let _ = ep.respond(now, id, r.into_message());
-                    return;
-                }
-                UploadStep::Complete { body, last } => {
-                    upload = Some((peer, upload_key(&request)));
-                    request.payload = body;
-                    request.options.remove(opt::BLOCK1);
-                    block1 = Some(last);
-                }
+        let szx = self.limits.block_szx;
+        let (request, block1, upload) = match intake(
+            &mut self.uploads,
+            &self.tree,
+            now,
+            peer,
+            request,
+            |req, kept| slice_response(req, kept, szx),
+        ) {
+            Intake::Answer(msg) => {
+                let _ = ep.respond(now, id, msg);
+                return;
             }
-        }
+            Intake::Streamed(block) => {
+                self.on_streamed_block(ep, now, id, peer, block);
+                return;
+            }
+            Intake::Handle {
+                request,
+                block1,
+                upload,
+            } => (request, block1, upload.map(|key| (peer, key))),
+        };
         let block2 = request.block2();
         let registration =
             (request.code == Code::GET && observe == Some(0)).then(|| request.clone());
@@ -199,48 +198,37 @@ impl ServerShard {
         });
     }
 
-    /// One block of an upload to a streaming handler: checked for order, handed to the
-    /// handler without buffering, answered 2.31 Continue (or the final response).
-    #[allow(clippy::too_many_arguments)]
+    /// One block of an upload to a streaming handler (checked for order by
+    /// [`intake`]): handed to the handler without buffering, answered 2.31 Continue (or
+    /// the final response).
     fn on_streamed_block(
         &mut self,
         ep: &mut Endpoint,
         now: Instant,
         id: ExchangeId,
         peer: SocketAddr,
-        mut request: Message,
-        handler: super::handler::BoxedChunkHandler,
-        executor: Executor,
+        block: StreamedBlock,
     ) {
-        let block = request.block1();
-        let offset = match block {
-            Some(b) => match self.uploads.stream_block(now, peer, &request, b) {
-                Ok(offset) => offset,
-                Err(resp) => {
-                    let _ = ep.respond(now, id, resp.into_message());
-                    return;
-                }
-            },
-            None => 0,
-        };
-        let last = !block.is_some_and(|b| b.more);
-        request.options.remove(opt::BLOCK1);
-        let block2 = request.block2();
+        let block2 = block.request.block2();
         let chunk = super::UploadChunk {
-            request: self.request(peer, request),
-            offset,
-            last,
+            request: self.request(peer, block.request),
+            offset: block.offset,
+            last: block.last,
         };
         let ctx = ReplyContext {
             origin: (peer, Code::PUT, 0),
             block2,
-            block1: block,
+            block1: block.block,
             upload: None,
             register: None,
         };
-        self.run(ep, now, handler(chunk), &executor, move |response| {
-            Completion::Reply { id, response, ctx }
-        });
+        self.run(
+            ep,
+            now,
+            (block.handler)(chunk),
+            &block.executor,
+            move |response| Completion::Reply { id, response, ctx },
+        );
     }
 
     fn request(&self, peer: SocketAddr, message: Message) -> Request {
@@ -290,13 +278,8 @@ impl ServerShard {
                     .set(opt::OBSERVE, encode_uint(observable.current_seq()));
             }
         }
-        if let Some(b) = ctx.block1 {
-            if b.more && response.code.is_success() {
-                // A streamed block was taken: ask for the next one.
-                response = Response::new(Code::CONTINUE);
-            }
-            response.options.set(opt::BLOCK1, encode_uint(b.encode()));
-        }
+        // A streamed block that was taken asks for the next one with 2.31.
+        let response = acknowledge_block(response, ctx.block1);
         let mut block_req = Message::new(
             cobalt_proto::message::MessageType::Confirmable,
             Code::GET,
@@ -471,7 +454,7 @@ fn run_inline(fut: BoxFuture) -> Result<Response, BoxFuture> {
 }
 
 /// A handler future that answers 5.00 instead of unwinding into an executor.
-fn guarded(fut: BoxFuture) -> BoxFuture {
+pub(crate) fn guarded(fut: BoxFuture) -> BoxFuture {
     Box::pin(async move {
         AssertUnwindSafe(fut)
             .catch_unwind()

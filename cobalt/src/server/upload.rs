@@ -1,8 +1,12 @@
 //! Block1 uploads (RFC 7959 §2.5): bodies arriving block by block are reassembled
 //! per peer and resource, in order, within a size limit, before the handler runs once
-//! with the whole body.
+//! with the whole body. Over CoAP over TCP and WebSockets the blocks may be BERT
+//! blocks (RFC 8323 §6) when the server announced BERT; they are checked the same way
+//! (a non-final BERT block must be a multiple of 1024 bytes, every block must start
+//! where the body received so far ends).
 
 use super::request::Response;
+use cobalt_proto::blockwise::{check_block, BlockError, BERT_SZX};
 use cobalt_proto::message::{opt, BlockValue, Code, Message};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,8 +30,9 @@ struct Upload {
     touched: Instant,
 }
 
-/// Uploads in progress in one shard, and the responses of finished uploads whose
-/// later Block2 blocks the client may still ask for.
+/// Uploads in progress in one shard (or one TCP or WebSocket listener, shared by its
+/// connections), and the responses of finished uploads whose later Block2 blocks the
+/// client may still ask for.
 #[derive(Debug)]
 pub(crate) struct Uploads {
     map: HashMap<(SocketAddr, Vec<u8>), Upload>,
@@ -42,6 +47,8 @@ pub(crate) struct Uploads {
     /// Bytes all uploads and kept answers of this shard may hold together.
     max_memory: usize,
     idle_timeout: Duration,
+    /// BERT blocks (SZX 7) are accepted (the server announced BERT in its CSM).
+    bert: bool,
 }
 
 impl Uploads {
@@ -59,7 +66,22 @@ impl Uploads {
             max_uploads,
             max_memory,
             idle_timeout,
+            bert: false,
         }
+    }
+
+    /// Accepts BERT blocks (RFC 8323 §6) too: for a CoAP-over-TCP or -WebSocket
+    /// listener that announces Block-Wise-Transfer.
+    pub(crate) fn with_bert(mut self, bert: bool) -> Uploads {
+        self.bert = bert;
+        self
+    }
+
+    /// Forgets the uploads and kept answers of `peer` (its connection closed).
+    pub(crate) fn forget_peer(&mut self, peer: SocketAddr) {
+        self.map.retain(|(p, _), _| *p != peer);
+        self.answers.retain(|(p, _), _| *p != peer);
+        self.streams.retain(|(p, _), _| *p != peer);
     }
 
     /// Number of uploads in progress.
@@ -80,6 +102,9 @@ impl Uploads {
             if size1 as usize > self.max_body {
                 return UploadStep::Reject(self.too_large());
             }
+        }
+        if block.szx == BERT_SZX && !self.bert {
+            return UploadStep::Reject(bert_refused());
         }
         let key = (peer, upload_key(req));
         if block.num == 0 {
@@ -117,16 +142,13 @@ impl Uploads {
         };
         // Blocks must come in order and (except the last) be full-sized; a client may
         // lower the size during the transfer (§2.5), which renumbers the blocks.
-        let offset = block.offset();
-        if offset != up.body.len() || block.szx > up.szx {
+        if block.szx > up.szx {
             self.map.remove(&key);
-            return UploadStep::Reject(incomplete("block out of order or of a larger size"));
+            return UploadStep::Reject(incomplete("block of a larger size than before"));
         }
-        if block.more && req.payload.len() != block.size() {
+        if let Err(e) = check_block(block, req.payload.len(), up.body.len(), self.bert) {
             self.map.remove(&key);
-            return UploadStep::Reject(incomplete(
-                "a block other than the last has the wrong size",
-            ));
+            return UploadStep::Reject(incomplete(&e.to_string()));
         }
         if up.body.len() + req.payload.len() > self.max_body {
             self.map.remove(&key);
@@ -171,8 +193,15 @@ impl Uploads {
         req: &Message,
         block: BlockValue,
     ) -> Result<usize, Response> {
+        if block.szx == BERT_SZX && !self.bert {
+            return Err(bert_refused());
+        }
         let key = (peer, upload_key(req));
         if block.num == 0 {
+            if let Err(e) = check_block(block, req.payload.len(), 0, self.bert) {
+                self.streams.remove(&key);
+                return Err(incomplete(&e.to_string()));
+            }
             if block.more {
                 if !self.streams.contains_key(&key) && self.streams.len() >= self.max_uploads {
                     let timeout = self.idle_timeout;
@@ -188,12 +217,14 @@ impl Uploads {
             }
             return Ok(0);
         }
-        let expected = self.streams.get(&key).map(|(o, _)| *o);
-        if expected != Some(block.offset()) || (block.more && req.payload.len() != block.size()) {
-            self.streams.remove(&key);
+        let Some(expected) = self.streams.get(&key).map(|(o, _)| *o) else {
             return Err(incomplete(
-                "block out of order, of the wrong size, or without block 0",
+                "no upload in progress for this block; start with block 0",
             ));
+        };
+        if let Err(e) = check_block(block, req.payload.len(), expected, self.bert) {
+            self.streams.remove(&key);
+            return Err(incomplete(&e.to_string()));
         }
         if block.more {
             self.streams
@@ -236,15 +267,17 @@ impl Uploads {
         self.answers.insert((peer, key), (now, response));
     }
 
-    /// The kept response for a Block2 follow-up of an upload, if any; forgotten once
-    /// the last block has been asked for.
+    /// The block a Block2 follow-up of an upload asks for, cut by `slice` from the
+    /// kept response, if there is one; the response is forgotten once its last block
+    /// has been sent.
     pub(crate) fn answer_for(
         &mut self,
         now: Instant,
         peer: SocketAddr,
         req: &Message,
+        slice: impl FnOnce(&Message, Message) -> Message,
     ) -> Option<Message> {
-        let block = req.block2().filter(|b| b.num > 0)?;
+        req.block2().filter(|b| b.num > 0)?;
         if req.options.contains(opt::BLOCK1) || !req.payload.is_empty() {
             return None;
         }
@@ -254,11 +287,11 @@ impl Uploads {
             self.answers.remove(&key);
             return None;
         }
-        let resp = resp.clone();
-        if (block.num as usize + 1) * block.size() >= resp.payload.len() {
+        let out = slice(req, resp.clone());
+        if !out.block2().is_some_and(|b| b.more) {
             self.answers.remove(&key);
         }
-        Some(resp)
+        Some(out)
     }
 
     fn too_large(&self) -> Response {
@@ -270,6 +303,23 @@ impl Uploads {
 
 fn incomplete(why: &str) -> Response {
     Response::new(Code::REQUEST_ENTITY_INCOMPLETE).with_payload(why)
+}
+
+fn bert_refused() -> Response {
+    Response::new(Code::BAD_REQUEST).with_payload(BlockError::BertNotAnnounced.to_string())
+}
+
+/// The response to a request that carried `block1`: the acknowledgement of a block
+/// taken by a streaming handler becomes 2.31 Continue, and the block is echoed in
+/// Block1 (RFC 7959 §2.3).
+pub(crate) fn acknowledge_block(mut response: Response, block1: Option<BlockValue>) -> Response {
+    if let Some(b) = block1 {
+        if b.more && response.code.is_success() {
+            response = Response::new(Code::CONTINUE);
+        }
+        response.options.set(opt::BLOCK1, encode(b));
+    }
+    response
 }
 
 fn encode(b: BlockValue) -> Vec<u8> {
@@ -392,10 +442,13 @@ mod tests {
             );
             f
         };
-        assert_eq!(u.answer_for(now, peer(), &follow(1)), Some(resp.clone()));
-        assert_eq!(u.answer_for(now, peer(), &follow(2)), Some(resp));
+        let slice = |r: &Message, m| cobalt_proto::blockwise::slice_response(r, m, 0);
+        let first = u.answer_for(now, peer(), &follow(1), slice).unwrap();
+        assert_eq!(first.payload, resp.payload[16..32]);
+        let last = u.answer_for(now, peer(), &follow(2), slice).unwrap();
+        assert_eq!(last.payload, resp.payload[32..]);
         assert_eq!(
-            u.answer_for(now, peer(), &follow(2)),
+            u.answer_for(now, peer(), &follow(2), slice),
             None,
             "forgotten after the last block"
         );
@@ -434,5 +487,50 @@ mod tests {
             u.handle(t0 + Duration::from_secs(11), other, &m, b),
             UploadStep::Continue(_)
         ));
+    }
+
+    #[test]
+    fn bert_blocks_are_taken_only_when_announced_and_checked() {
+        let now = Instant::now();
+        let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let mut plain = Uploads::new(1 << 20, 10, 1 << 20, Duration::from_secs(60));
+        let (m, b) = put(0, true, 7, &data[..2048]);
+        assert!(
+            matches!(plain.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::BAD_REQUEST)
+        );
+        let mut u = Uploads::new(1 << 20, 10, 1 << 20, Duration::from_secs(60)).with_bert(true);
+        let (m, b) = put(0, true, 7, &data[..2048]);
+        assert!(
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Continue(r)
+            if r.options.get_uint(opt::BLOCK1) == Some(BlockValue::new(0, true, 7).unwrap().encode()))
+        );
+        // NUM counts 1024-byte units: the next block starts at NUM 2.
+        let (m, b) = put(2, true, 7, &data[2048..4096]);
+        assert!(matches!(
+            u.handle(now, peer(), &m, b),
+            UploadStep::Continue(_)
+        ));
+        let (m, b) = put(4, false, 7, &data[4096..]);
+        match u.handle(now, peer(), &m, b) {
+            UploadStep::Complete { body, .. } => assert_eq!(body, data),
+            other => panic!("{other:?}"),
+        }
+        // A non-final BERT block that is not a multiple of 1024 bytes ends the upload.
+        let (m, b) = put(0, true, 7, &data[..2048]);
+        u.handle(now, peer(), &m, b);
+        let (m, b) = put(2, true, 7, &data[2048..3000]);
+        assert!(
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::REQUEST_ENTITY_INCOMPLETE)
+        );
+        assert_eq!(u.len(), 0);
+        // A hostile NUM far past the body received is a gap, not an allocation.
+        let (m, b) = put(0, true, 7, &data[..1024]);
+        u.handle(now, peer(), &m, b);
+        let (m, b) = put(BlockValue::MAX_NUM, true, 7, &data[..1024]);
+        assert!(
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::REQUEST_ENTITY_INCOMPLETE)
+        );
+        u.forget_peer(peer());
+        assert_eq!(u.len(), 0);
     }
 }

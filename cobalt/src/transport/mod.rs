@@ -2,6 +2,7 @@
 
 pub mod dtls;
 pub mod mmsg;
+pub(crate) mod stream_client;
 pub mod tcp;
 pub mod tls;
 pub mod udp;

@@ -3,23 +3,24 @@
 //!
 //! Every connection is driven by the sans-IO [`TcpConnection`] of `cobalt-proto`: the
 //! tasks here only move bytes between it and a [`Link`] (a tokio [`TcpStream`] here,
-//! a WebSocket in [`super::ws`]), run the request handlers of the [`ResourceTree`] and
-//! hand responses to waiting clients. The same loops serve `coap+tcp` and `coap+ws`.
+//! a WebSocket in [`super::ws`]), let the server role of the connection
+//! ([`StreamServer`]: handlers, uploads, observe relations) answer requests, and hand
+//! responses and notifications to waiting clients. The same loops serve `coap+tcp`
+//! and `coap+ws`.
 
+use super::stream_client::{ClientCommand, Exchanges, PeerSettings, StreamObservation};
 use super::tls::{HandshakeError, TlsAcceptor, TlsConnector};
+use crate::server::stream::{Handlers, StreamServer, StreamShared};
 use crate::server::tree::ResourceTree;
-use crate::server::{Request, Response, ServerLimits};
+use crate::server::ServerLimits;
 use crate::{Error, Result};
-use cobalt_proto::blockwise::slice_response;
-use cobalt_proto::message::{Code, Message, MessageType, TcpMessage, Token};
+use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
+use cobalt_proto::message::{opt, Message, MessageType, TcpMessage};
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
-use futures_util::stream::FuturesUnordered;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -44,6 +45,13 @@ pub struct TcpServerLimits {
     /// arrive, from the accepted connection to the end of its header (slowloris
     /// defence). Default 10 s.
     pub handshake_timeout: Duration,
+    /// Largest BERT block (RFC 8323 §6) in a response, in bytes (a multiple of 1024 is
+    /// used). BERT blocks are sent only to peers that announced Block-Wise-Transfer,
+    /// when `connection.block_wise_transfer` announces it too, and only for
+    /// representations larger than the peer's Max-Message-Size (or asked for in
+    /// blocks); a block is never larger than the peer's Max-Message-Size allows.
+    /// Default 64 KiB.
+    pub max_bert_block: usize,
 }
 
 impl Default for TcpServerLimits {
@@ -53,6 +61,7 @@ impl Default for TcpServerLimits {
             connection: TcpConfig::default(),
             write_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
+            max_bert_block: 64 * 1024,
         }
     }
 }
@@ -219,6 +228,12 @@ pub(crate) async fn listen(
     let (shutdown, mut stop) = watch::channel(None);
     let counters = Arc::new(TcpCounters::default());
     let seen = counters.clone();
+    let shared = Arc::new(StreamShared::new(
+        tree,
+        limits,
+        tcp.connection.block_wise_transfer,
+        tcp.max_bert_block,
+    ));
     let task = tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(tcp.max_connections.max(1)));
         let mut conns = JoinSet::new();
@@ -249,8 +264,7 @@ pub(crate) async fn listen(
                     let conn = ServerConn {
                         counters: seen.clone(),
                         peer,
-                        tree: tree.clone(),
-                        limits: limits.clone(),
+                        shared: shared.clone(),
                         tcp: tcp.clone(),
                         stop: stop.clone(),
                     };
@@ -284,8 +298,9 @@ fn refuse(stream: TcpStream, config: &TcpConfig) {
     }
 }
 
-/// A request received over TCP as the resource tree sees it.
-fn to_message(m: TcpMessage) -> Message {
+/// A message received over TCP or WebSockets as the resource tree and the UDP client
+/// code see it (a confirmable message without a message ID).
+pub(crate) fn to_message(m: TcpMessage) -> Message {
     Message {
         mtype: MessageType::Confirmable,
         code: m.code,
@@ -296,7 +311,8 @@ fn to_message(m: TcpMessage) -> Message {
     }
 }
 
-fn from_message(m: Message) -> TcpMessage {
+/// The message to send over TCP or WebSockets (type and message ID dropped).
+pub(crate) fn from_message(m: Message) -> TcpMessage {
     TcpMessage {
         code: m.code,
         token: m.token,
@@ -305,13 +321,10 @@ fn from_message(m: Message) -> TcpMessage {
     }
 }
 
-type Pending = Pin<Box<dyn Future<Output = (Token, Message, Response)> + Send>>;
-
 struct ServerConn {
     counters: Arc<TcpCounters>,
     peer: SocketAddr,
-    tree: Arc<ResourceTree>,
-    limits: ServerLimits,
+    shared: Arc<StreamShared>,
     tcp: TcpServerLimits,
     stop: watch::Receiver<Option<Duration>>,
 }
@@ -359,7 +372,9 @@ impl ServerConn {
             Instant::now(),
             rand::random(),
         );
-        let mut handlers: FuturesUnordered<Pending> = FuturesUnordered::new();
+        let mut server = StreamServer::new(self.shared.clone(), self.peer);
+        let changes = server.inbox();
+        let mut handlers = Handlers::new();
         let mut drain_until: Option<tokio::time::Instant> = None;
         if self.stop.borrow().is_some() {
             drain_until = Some(tokio::time::Instant::now());
@@ -369,30 +384,17 @@ impl ServerConn {
             while let Some(ev) = conn.poll_event() {
                 match ev {
                     TcpEvent::Request { token, message } => {
-                        let request = to_message(message);
-                        // Kept without payload for Block2 slicing of the answer.
-                        let mut head = request.clone();
-                        head.payload = Vec::new();
-                        match self.tree.dispatch(Request::new(self.peer, request)) {
-                            Ok(fut) => handlers.push(Box::pin(async move {
-                                let resp = AssertUnwindSafe(fut)
-                                    .catch_unwind()
-                                    .await
-                                    .unwrap_or_else(|_| {
-                                        tracing::error!("request handler panicked; answering 5.00");
-                                        Response::new(Code::INTERNAL_SERVER_ERROR)
-                                    });
-                                (token, head, resp)
-                            })),
-                            Err(resp) => self.answer(&mut conn, token, &head, resp),
-                        }
+                        server.on_request(&mut conn, &mut handlers, token, message)
                     }
                     TcpEvent::Closed { reason, .. } => {
                         self.counters.count_close(&reason);
-                        tracing::debug!(peer = %self.peer, %reason, framing = ?L::FRAMING, "connection closed");
+                        tracing::debug!(peer = %self.peer, %reason, framing = ?L::FRAMING, relations = server.relations(), "connection closed");
                     }
                     _ => {}
                 }
+            }
+            if !conn.is_closed() {
+                server.on_changes(&mut conn, &mut handlers);
             }
             if !flush(&mut conn, &mut link, self.tcp.write_timeout).await || conn.is_closed() {
                 break;
@@ -412,9 +414,10 @@ impl ServerConn {
                 .min();
             tokio::select! {
                 input = link.recv(), if drain_until.is_none() => handle_input(&mut conn, input),
-                Some((token, head, resp)) = handlers.next(), if !handlers.is_empty() => {
-                    self.answer(&mut conn, token, &head, resp);
+                Some(done) = handlers.next(), if !handlers.is_empty() => {
+                    server.on_done(&mut conn, &mut handlers, done);
                 }
+                _ = changes.changed() => {}
                 _ = sleep_until(timer) => conn.handle_timeout(Instant::now()),
                 _ = self.stop.changed(), if drain_until.is_none() => {
                     let grace = self.stop.borrow().unwrap_or_default();
@@ -422,27 +425,9 @@ impl ServerConn {
                 }
             }
         }
+        // Dropping the server role ends the connection's relations and uploads.
+        drop(server);
         let _ = tokio::time::timeout(self.tcp.write_timeout, link.close()).await;
-    }
-
-    /// Sends a handler's response, in Block2 blocks if the client asked for blocks or
-    /// the whole would exceed the peer's Max-Message-Size.
-    fn answer(&self, conn: &mut TcpConnection, token: Token, request: &Message, resp: Response) {
-        let mut msg = resp.into_message();
-        msg.token = token;
-        let whole = from_message(msg.clone());
-        let fits = conn.frame_len(&whole) <= conn.peer_max_message_size() as usize;
-        let out = if request.block2().is_none() && fits {
-            whole
-        } else {
-            from_message(slice_response(request, msg, self.limits.block_szx))
-        };
-        if let Err(e) = conn.respond(Instant::now(), token, out) {
-            tracing::debug!(peer = %self.peer, error = %e, "cannot send response; answering 5.00");
-            let mut err = TcpMessage::new(Code::INTERNAL_SERVER_ERROR);
-            err.payload = b"response too large".to_vec();
-            let _ = conn.respond(Instant::now(), token, err);
-        }
     }
 }
 
@@ -475,19 +460,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// retransmissions, so only a dead or stalled server makes it expire.
 pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 
-struct ClientCommand {
-    message: TcpMessage,
-    reply: oneshot::Sender<Result<TcpMessage>>,
-}
-
 /// The client's connections of one transport (`coap+tcp` or `coap+ws`), one per
 /// server address, each served by a task on the runtime that first needed it.
 pub(crate) struct TcpPool {
-    config: TcpConfig,
+    config: Mutex<TcpConfig>,
     framing: Framing,
     /// TLS under the framing (`coaps+tcp`, `coaps+ws`).
     tls: Option<TlsConnector>,
     conns: Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<ClientCommand>>>,
+    next_key: AtomicU64,
 }
 
 impl Default for TcpPool {
@@ -512,10 +493,11 @@ impl TcpPool {
     /// `coap+tcp`, [`Framing::WebSocket`] for `coap+ws`.
     pub(crate) fn new(framing: Framing) -> TcpPool {
         TcpPool {
-            config: TcpConfig::default(),
+            config: Mutex::new(TcpConfig::default()),
             framing,
             tls: None,
             conns: Mutex::new(HashMap::new()),
+            next_key: AtomicU64::new(1),
         }
     }
 
@@ -526,6 +508,19 @@ impl TcpPool {
             tls: Some(tls),
             ..TcpPool::new(framing)
         }
+    }
+
+    /// The settings of the connections opened from now on.
+    pub(crate) fn config(&self) -> TcpConfig {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Changes the settings of the connections opened from now on.
+    pub(crate) fn set_config(&self, config: TcpConfig) {
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
     fn scheme(&self) -> &'static str {
@@ -542,19 +537,106 @@ impl TcpPool {
         request: Message,
     ) -> Result<Message> {
         let message = from_message(request);
-        // A connection that closes (idle Release, server restart) before writing the
-        // request drops it unanswered; then one fresh connection is tried.
+        self.call(peer, host, |reply| ClientCommand::Request {
+            message: message.clone(),
+            reply,
+        })
+        .await
+        .map(to_message)
+    }
+
+    /// The settings `peer` announced in its CSM (connecting first if needed).
+    pub(crate) async fn settings(&self, peer: SocketAddr, host: &str) -> Result<PeerSettings> {
+        self.call(peer, host, |reply| ClientCommand::Settings { reply })
+            .await
+    }
+
+    /// The block size to upload `request`'s body in: `None` when the whole request
+    /// fits in one message the server accepts (its CSM's Max-Message-Size), else the
+    /// largest blocks that fit — BERT when both ends announced it. `asked` (an SZX the
+    /// caller chose) is used whenever the body is larger than one such block.
+    pub(crate) async fn upload_size(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        request: &Message,
+        asked: Option<u8>,
+    ) -> Result<Option<BlockSize>> {
+        if let Some(szx) = asked {
+            let size = BlockSize::Szx(szx);
+            return Ok((request.payload.len() > size.bytes()).then_some(size));
+        }
+        if request.payload.is_empty() {
+            return Ok(None);
+        }
+        let settings = self.settings(peer, host).await?;
+        let whole = from_message(request.clone());
+        if self.framing.frame_len(&whole) <= settings.max_message_size as usize {
+            return Ok(None);
+        }
+        let room =
+            self.framing
+                .block_room(settings.max_message_size, &whole, opt::BLOCK1, opt::SIZE1);
+        Ok(Some(
+            BlockSize::fitting(room, settings.bert, MAX_UDP_SZX, usize::MAX)
+                .unwrap_or(BlockSize::Szx(0)),
+        ))
+    }
+
+    /// Registers an observation (`request` carries Observe=0) over the pooled
+    /// connection: its notifications arrive on the returned channel.
+    pub(crate) fn observe(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        request: Message,
+        buffered: usize,
+    ) -> Result<(mpsc::Receiver<Result<Message>>, StreamObservation)> {
+        let message = from_message(request);
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(buffered);
+        let mut deregister = message.clone();
+        deregister.options.set_uint(opt::OBSERVE, 1);
+        let commands = self.sender(peer, host);
+        commands
+            .send(ClientCommand::Observe {
+                key,
+                message,
+                notifications: tx,
+            })
+            .map_err(|_| {
+                Error::Connection(format!(
+                    "{} connection to {peer} closed before the observation could be registered",
+                    self.scheme()
+                ))
+            })?;
+        Ok((
+            rx,
+            StreamObservation {
+                commands,
+                key,
+                deregister,
+                armed: true,
+            },
+        ))
+    }
+
+    /// Hands a command to the pooled connection and waits for its answer. A
+    /// connection that closes (idle Release, server restart) before carrying the
+    /// command out drops it unanswered; then one fresh connection is tried.
+    async fn call<T>(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        command: impl Fn(oneshot::Sender<Result<T>>) -> ClientCommand,
+    ) -> Result<T> {
         for _ in 0..2 {
             let (tx, rx) = oneshot::channel();
-            let cmd = ClientCommand {
-                message: message.clone(),
-                reply: tx,
-            };
-            if self.sender(peer, host).send(cmd).is_err() {
+            if self.sender(peer, host).send(command(tx)).is_err() {
                 continue;
             }
             if let Ok(result) = rx.await {
-                return result.map(to_message);
+                return result;
             }
         }
         Err(Error::Connection(format!(
@@ -570,7 +652,7 @@ impl TcpPool {
             return tx.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let config = self.config.clone();
+        let config = self.config();
         let host = host.to_string();
         let tls = self.tls.clone();
         let scheme = self.scheme();
@@ -588,8 +670,9 @@ impl TcpPool {
                 tokio::spawn(client_conn(peer, scheme, connect, config, rx));
             }
             Framing::WebSocket => {
+                let ws_config = config.clone();
                 let connect = async move {
-                    let stream = connect_tcp(peer, scheme).await?;
+                    let (config, stream) = (ws_config, connect_tcp(peer, scheme).await?);
                     Ok(match tls {
                         None => Either::Plain(
                             super::ws::connect(stream, peer, &host, &config, false).await?,
@@ -602,7 +685,7 @@ impl TcpPool {
                         }
                     })
                 };
-                tokio::spawn(client_conn(peer, scheme, connect, self.config.clone(), rx));
+                tokio::spawn(client_conn(peer, scheme, connect, config, rx));
             }
         }
         conns.insert(peer, tx.clone());
@@ -665,34 +748,6 @@ fn scheme(framing: Framing, tls: bool) -> &'static str {
     }
 }
 
-/// Writes a request on an established connection and remembers who waits for it.
-fn start_request(
-    conn: &mut TcpConnection,
-    waiting: &mut HashMap<Token, oneshot::Sender<Result<TcpMessage>>>,
-    cmd: ClientCommand,
-    peer: SocketAddr,
-    scheme: &str,
-) {
-    // Forget requests whose callers stopped waiting.
-    waiting.retain(|t, tx| {
-        let keep = !tx.is_closed();
-        if !keep {
-            conn.cancel(*t);
-        }
-        keep
-    });
-    match conn.request(Instant::now(), cmd.message) {
-        Ok(token) => {
-            waiting.insert(token, cmd.reply);
-        }
-        Err(e) => {
-            let _ = cmd.reply.send(Err(Error::Connection(format!(
-                "{scheme} request to {peer}: {e}"
-            ))));
-        }
-    }
-}
-
 fn closed_error(scheme: &str, peer: SocketAddr, reason: &CloseReason) -> Error {
     Error::Connection(format!("{scheme} connection to {peer} closed: {reason}"))
 }
@@ -726,28 +781,26 @@ async fn client_conn<L, C>(
         Err(e) => {
             commands.close();
             while let Some(c) = commands.recv().await {
-                let _ = c.reply.send(Err(HandshakeError::classify(&e)));
+                c.fail(HandshakeError::classify(&e));
             }
             return;
         }
     };
     let mut conn = TcpConnection::with_framing(config, L::FRAMING, Instant::now(), rand::random());
-    let mut waiting: HashMap<Token, oneshot::Sender<Result<TcpMessage>>> = HashMap::new();
-    // Requests held back until the server's CSM says how large a message may be.
+    let mut exchanges = Exchanges::default();
+    // Commands held back until the server's CSM says how large a message may be.
     let mut deferred: Vec<ClientCommand> = Vec::new();
     let mut close_reason = None;
     loop {
         if conn.is_established() {
             for cmd in deferred.drain(..) {
-                start_request(&mut conn, &mut waiting, cmd, peer, scheme);
+                exchanges.start(&mut conn, cmd);
             }
         }
         while let Some(ev) = conn.poll_event() {
             match ev {
                 TcpEvent::Response { token, message } => {
-                    if let Some(tx) = waiting.remove(&token) {
-                        let _ = tx.send(Ok(message));
-                    }
+                    exchanges.on_response(&mut conn, token, message)
                 }
                 TcpEvent::Closed { reason, .. } => close_reason = Some(reason),
                 TcpEvent::ReleaseReceived { .. } => {
@@ -773,20 +826,20 @@ async fn client_conn<L, C>(
             cmd = commands.recv(), if !conn.is_releasing() => match cmd {
                 None => conn.release(),
                 Some(cmd) if !conn.is_established() => deferred.push(cmd),
-                Some(cmd) => start_request(&mut conn, &mut waiting, cmd, peer, scheme),
+                Some(cmd) => exchanges.start(&mut conn, cmd),
             },
             _ = sleep_until(timer) => conn.handle_timeout(Instant::now()),
         }
     }
-    let reason = close_reason.unwrap_or(CloseReason::PeerClosed);
-    for (_, tx) in waiting {
-        let _ = tx.send(Err(closed_error(scheme, peer, &reason)));
-    }
-    for cmd in deferred {
-        let _ = cmd.reply.send(Err(closed_error(scheme, peer, &reason)));
-    }
-    // Commands not yet written are dropped unanswered: their callers retry.
+    // Commands not yet carried out are dropped unanswered: their callers retry. The
+    // channel is closed first, so that what the callers send next (an observation
+    // registering again) opens a new connection.
     commands.close();
     while commands.try_recv().is_ok() {}
+    let reason = close_reason.unwrap_or(CloseReason::PeerClosed);
+    exchanges.close(|| closed_error(scheme, peer, &reason));
+    for cmd in deferred {
+        cmd.fail(closed_error(scheme, peer, &reason));
+    }
     let _ = tokio::time::timeout(Duration::from_secs(5), link.close()).await;
 }

@@ -1,0 +1,100 @@
+//! What happens to a request before a handler runs, the same over UDP (a shard) and
+//! over TCP or WebSockets (a connection): a Block2 follow-up of a finished upload is
+//! answered from the kept response, a block for a streaming upload handler is checked
+//! for order, and Block1 blocks are reassembled into the body.
+
+use super::handler::BoxedChunkHandler;
+use super::tree::ResourceTree;
+use super::upload::{upload_key, UploadStep, Uploads};
+use super::Executor;
+use cobalt_proto::message::{opt, BlockValue, Message};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+/// One block of an upload to a streaming handler
+/// ([`MethodRouter::stream_upload`](super::MethodRouter::stream_upload)).
+pub(crate) struct StreamedBlock {
+    /// The request, Block1 removed; its payload is the block's data.
+    pub request: Message,
+    /// Byte offset of the block in the whole body.
+    pub offset: usize,
+    /// The block is the last (or the body came in one piece).
+    pub last: bool,
+    /// The request's Block1, echoed in the answer.
+    pub block: Option<BlockValue>,
+    /// The resource's streaming handler and where it runs.
+    pub handler: BoxedChunkHandler,
+    /// Where the handler runs.
+    pub executor: Executor,
+}
+
+/// What to do with a request.
+pub(crate) enum Intake {
+    /// Answer at once with this (a kept answer's block, 2.31 Continue, 4.00, 4.08,
+    /// 4.13 with Size1, 5.03).
+    Answer(Message),
+    /// Hand one block to a streaming upload handler.
+    Streamed(StreamedBlock),
+    /// Run the resource's handler with this request, its body reassembled.
+    Handle {
+        /// The request (Block1 removed when it completed an upload).
+        request: Message,
+        /// The last block of a completed upload, echoed in the answer.
+        block1: Option<BlockValue>,
+        /// The upload's key, to keep a large answer for Block2 follow-ups.
+        upload: Option<Vec<u8>>,
+    },
+}
+
+/// Takes a request from `peer` in: `slice` cuts a Block2 block out of a kept answer.
+pub(crate) fn intake(
+    uploads: &mut Uploads,
+    tree: &ResourceTree,
+    now: Instant,
+    peer: SocketAddr,
+    mut request: Message,
+    slice: impl FnOnce(&Message, Message) -> Message,
+) -> Intake {
+    if let Some(block) = uploads.answer_for(now, peer, &request, slice) {
+        return Intake::Answer(block);
+    }
+    if let Some((handler, executor)) = tree.stream_route(&request) {
+        let block = request.block1();
+        let offset = match block {
+            Some(b) => match uploads.stream_block(now, peer, &request, b) {
+                Ok(offset) => offset,
+                Err(resp) => return Intake::Answer(resp.into_message()),
+            },
+            None => 0,
+        };
+        request.options.remove(opt::BLOCK1);
+        return Intake::Streamed(StreamedBlock {
+            request,
+            offset,
+            last: !block.is_some_and(|b| b.more),
+            block,
+            handler,
+            executor,
+        });
+    }
+    let Some(block) = request.block1() else {
+        return Intake::Handle {
+            request,
+            block1: None,
+            upload: None,
+        };
+    };
+    match uploads.handle(now, peer, &request, block) {
+        UploadStep::Continue(r) | UploadStep::Reject(r) => Intake::Answer(r.into_message()),
+        UploadStep::Complete { body, last } => {
+            let key = upload_key(&request);
+            request.payload = body;
+            request.options.remove(opt::BLOCK1);
+            Intake::Handle {
+                request,
+                block1: Some(last),
+                upload: Some(key),
+            }
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! The server role of one CoAP-over-TCP or -WebSocket connection (RFC 8323): dispatch
+//! into the resource tree, Block1 reassembly in the listener's shared [`Uploads`],
+//! Block2 slicing (BERT where both ends announced it), and the connection's observe
+//! relations. The connection loop in `transport::tcp` feeds it events and runs the
+//! handler futures it hands out; it never touches the transport itself, so every
+//! [`Link`](crate::transport::tcp) (TCP, WebSocket, TLS) gets the same behaviour.
+//!
+//! Handlers run on the connection's task (executors do not apply here). At most one
+//! notification per relation is being produced at a time: a change that arrives
+//! meanwhile produces one more notification afterwards, from the state then current.
+
+use super::intake::{intake, Intake};
+use super::observe::{ChangeInbox, Observable};
+use super::shard::guarded;
+use super::stream_observe::StreamRelations;
+use super::tree::ResourceTree;
+use super::upload::{acknowledge_block, Uploads};
+use super::{BoxFuture, Request, Response, ServerLimits, UploadChunk};
+use crate::transport::tcp::{from_message, to_message};
+use cobalt_proto::blockwise::{slice_response_sized, BlockSize};
+use cobalt_proto::message::option::encode_uint;
+use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType, TcpMessage, Token};
+use cobalt_proto::tcp_connection::{SendError, TcpConnection};
+use futures_util::stream::FuturesUnordered;
+use futures_util::FutureExt;
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// What one listener's connections share.
+pub(crate) struct StreamShared {
+    /// The resources.
+    pub tree: Arc<ResourceTree>,
+    /// Observers, uploads, block size.
+    pub limits: ServerLimits,
+    /// Uploads in progress and kept answers of all connections: one memory budget
+    /// (`limits.max_upload_memory`) for the listener, however many connections it has.
+    pub uploads: Mutex<Uploads>,
+    /// Largest BERT block sent, in bytes.
+    pub max_bert_block: usize,
+}
+
+impl StreamShared {
+    /// The shared state of a listener whose connections announce BERT when `bert`.
+    pub(crate) fn new(
+        tree: Arc<ResourceTree>,
+        limits: ServerLimits,
+        bert: bool,
+        max_bert_block: usize,
+    ) -> StreamShared {
+        let lifetime = cobalt_proto::endpoint::EndpointConfig::default().exchange_lifetime();
+        let uploads = Uploads::new(
+            limits.max_body,
+            limits.max_uploads,
+            limits.max_upload_memory,
+            lifetime,
+        )
+        .with_bert(bert);
+        StreamShared {
+            tree,
+            limits,
+            uploads: Mutex::new(uploads),
+            max_bert_block,
+        }
+    }
+
+    fn uploads(&self) -> MutexGuard<'_, Uploads> {
+        self.uploads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A handler's answer, back at the connection.
+pub(crate) struct Done {
+    token: Token,
+    job: Job,
+    response: Response,
+}
+
+/// A running handler.
+pub(crate) type Pending = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+/// The handlers running on one connection.
+pub(crate) type Handlers = FuturesUnordered<Pending>;
+
+enum Job {
+    /// The response to a request.
+    Reply(ReplyContext),
+    /// A notification for the relation with the token.
+    Notification {
+        observable: u64,
+        /// The Block2 option of the registration: notifications use its size.
+        asked: Option<BlockValue>,
+    },
+}
+
+/// What finishing a response needs to know about its request.
+struct ReplyContext {
+    /// The request's Block2, for slicing.
+    block2: Option<BlockValue>,
+    /// Echoed in Block1: the last block of an upload, or a streamed block.
+    block1: Option<BlockValue>,
+    /// The key of a finished upload, to keep a large answer for Block2 follow-ups.
+    upload: Option<Vec<u8>>,
+    /// A GET with Observe=0 of an observable resource.
+    register: Option<(Observable, Message)>,
+}
+
+/// The server side of one connection.
+pub(crate) struct StreamServer {
+    shared: Arc<StreamShared>,
+    peer: SocketAddr,
+    relations: StreamRelations,
+    inbox: Arc<ChangeInbox>,
+    /// Relations whose notification is being produced; `true`: another change came.
+    producing: HashMap<Token, bool>,
+}
+
+impl StreamServer {
+    /// The server side of a new connection with `peer`.
+    pub(crate) fn new(shared: Arc<StreamShared>, peer: SocketAddr) -> StreamServer {
+        let relations = StreamRelations::new(peer);
+        StreamServer {
+            inbox: relations.inbox(),
+            shared,
+            peer,
+            relations,
+            producing: HashMap::new(),
+        }
+    }
+
+    /// Where the resources this connection observes post their changes; call
+    /// [`StreamServer::on_changes`] when it wakes.
+    pub(crate) fn inbox(&self) -> Arc<ChangeInbox> {
+        self.inbox.clone()
+    }
+
+    /// Observe relations on this connection.
+    pub(crate) fn relations(&self) -> usize {
+        self.relations.len()
+    }
+
+    /// A request from the peer.
+    pub(crate) fn on_request(
+        &mut self,
+        conn: &mut TcpConnection,
+        handlers: &mut Handlers,
+        token: Token,
+        message: TcpMessage,
+    ) {
+        let now = Instant::now();
+        // A new request with a relation's token ends it (RFC 7641 §3.6, §4.1); a GET
+        // with Observe=0 registers again when it is answered.
+        self.relations.end(&token);
+        let request = to_message(message);
+        let observe = request.options.observe();
+        let step = {
+            let shared = &self.shared;
+            let mut uploads = shared.uploads();
+            intake(
+                &mut uploads,
+                &shared.tree,
+                now,
+                self.peer,
+                request,
+                |req, kept| to_message(self.cut(conn, req.block2(), kept)),
+            )
+        };
+        let (request, block1, upload) = match step {
+            Intake::Answer(msg) => {
+                self.respond(conn, token, from_message(msg));
+                return;
+            }
+            Intake::Streamed(block) => {
+                let ctx = ReplyContext {
+                    block2: block.request.block2(),
+                    block1: block.block,
+                    upload: None,
+                    register: None,
+                };
+                let chunk = UploadChunk {
+                    request: Request::new(self.peer, block.request),
+                    offset: block.offset,
+                    last: block.last,
+                };
+                handlers.push(pending(token, Job::Reply(ctx), (block.handler)(chunk)));
+                return;
+            }
+            Intake::Handle {
+                request,
+                block1,
+                upload,
+            } => (request, block1, upload),
+        };
+        let registration =
+            (request.code == Code::GET && observe == Some(0)).then(|| request.clone());
+        let mut ctx = ReplyContext {
+            block2: request.block2(),
+            block1,
+            upload,
+            register: None,
+        };
+        match self.shared.tree.route(Request::new(self.peer, request)) {
+            Ok(routed) => {
+                ctx.register = routed.observable.zip(registration);
+                handlers.push(pending(token, Job::Reply(ctx), routed.future));
+            }
+            Err(response) => self.finish_reply(conn, token, response, ctx),
+        }
+    }
+
+    /// A handler finished.
+    pub(crate) fn on_done(
+        &mut self,
+        conn: &mut TcpConnection,
+        handlers: &mut Handlers,
+        done: Done,
+    ) {
+        match done.job {
+            Job::Reply(ctx) => self.finish_reply(conn, done.token, done.response, ctx),
+            Job::Notification { observable, asked } => {
+                let again = self.producing.remove(&done.token) == Some(true);
+                self.send_notification(conn, done.token, observable, asked, done.response);
+                if again {
+                    self.produce(handlers, done.token, observable);
+                }
+            }
+        }
+    }
+
+    /// Resources observed here changed: start a notification for each relation (4.04
+    /// and the end of the relation for a deleted resource).
+    pub(crate) fn on_changes(&mut self, conn: &mut TcpConnection, handlers: &mut Handlers) {
+        for (observable, deleted) in self.inbox.take() {
+            for (token, _) in self.relations.of(observable) {
+                if deleted {
+                    self.relations.end(&token);
+                    let _ = conn.notify(Instant::now(), token, TcpMessage::new(Code::NOT_FOUND));
+                } else {
+                    self.produce(handlers, token, observable);
+                }
+            }
+        }
+    }
+
+    /// Runs the GET handler for a notification of the relation with `token`, unless
+    /// one is running already (then it runs once more when that one is done).
+    fn produce(&mut self, handlers: &mut Handlers, token: Token, observable: u64) {
+        if let Some(again) = self.producing.get_mut(&token) {
+            *again = true;
+            return;
+        }
+        let Some(mut request) = self.relations.request(&token, observable).cloned() else {
+            return;
+        };
+        let asked = request.block2();
+        request.options.remove(opt::BLOCK2);
+        let future: BoxFuture = match self.shared.tree.route(Request::new(self.peer, request)) {
+            Ok(routed) => routed.future,
+            Err(response) => Box::pin(async move { response }),
+        };
+        self.producing.insert(token, false);
+        handlers.push(pending(
+            token,
+            Job::Notification { observable, asked },
+            future,
+        ));
+    }
+
+    fn send_notification(
+        &mut self,
+        conn: &mut TcpConnection,
+        token: Token,
+        observable: u64,
+        asked: Option<BlockValue>,
+        mut response: Response,
+    ) {
+        // The relation may have ended, or been replaced, while the handler ran.
+        let Some(handle) = self.relations.get(&token, observable) else {
+            return;
+        };
+        let success = response.code.is_success();
+        if success {
+            response
+                .options
+                .set(opt::OBSERVE, encode_uint(handle.current_seq()));
+        }
+        // A notification carries the first block; the client fetches the rest (RFC 7959 §3.4).
+        let first = asked.map(|b| BlockValue { num: 0, ..b });
+        let msg = self.cut(conn, first, response.into_message());
+        let sent = match conn.notify(Instant::now(), token, msg) {
+            Err(SendError::TooLarge { .. }) => {
+                let _ = conn.notify(
+                    Instant::now(),
+                    token,
+                    TcpMessage::new(Code::INTERNAL_SERVER_ERROR),
+                );
+                false
+            }
+            r => r.is_ok(),
+        };
+        if !sent || !success {
+            // An error notification ends the relation (RFC 7641 §4.2).
+            self.relations.end(&token);
+        }
+    }
+
+    fn finish_reply(
+        &mut self,
+        conn: &mut TcpConnection,
+        token: Token,
+        mut response: Response,
+        ctx: ReplyContext,
+    ) {
+        let mut registered = false;
+        if let Some((observable, request)) = ctx.register {
+            if response.code.is_success()
+                && self.relations.register(
+                    &observable,
+                    token,
+                    request,
+                    self.shared.limits.max_observers,
+                )
+            {
+                response
+                    .options
+                    .set(opt::OBSERVE, encode_uint(observable.current_seq()));
+                registered = true;
+            }
+        }
+        let full = acknowledge_block(response, ctx.block1).into_message();
+        let out = self.cut(conn, ctx.block2, full.clone());
+        if let Some(key) = ctx.upload {
+            // More blocks to come: keep the whole for the client's Block2 follow-ups.
+            if out
+                .options
+                .get_uint(opt::BLOCK2)
+                .and_then(BlockValue::decode)
+                .is_some_and(|b| b.more)
+            {
+                self.shared
+                    .uploads()
+                    .keep_answer(Instant::now(), self.peer, key, full);
+            }
+        }
+        if !self.respond(conn, token, out) && registered {
+            self.relations.end(&token);
+        }
+    }
+
+    /// Sends a response; one the peer cannot take is replaced by 5.00. True if sent.
+    fn respond(&self, conn: &mut TcpConnection, token: Token, msg: TcpMessage) -> bool {
+        match conn.respond(Instant::now(), token, msg) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(peer = %self.peer, error = %e, "cannot send response; answering 5.00");
+                let mut err = TcpMessage::new(Code::INTERNAL_SERVER_ERROR);
+                err.payload = b"response too large".to_vec();
+                let _ = conn.respond(Instant::now(), token, err);
+                false
+            }
+        }
+    }
+
+    /// The message to send for `msg`: whole when it fits the peer's Max-Message-Size
+    /// and no block was asked for, else the block asked for (`asked`, or the first),
+    /// of the largest size that fits — BERT when both ends announced it.
+    fn cut(&self, conn: &TcpConnection, asked: Option<BlockValue>, msg: Message) -> TcpMessage {
+        let whole = from_message(msg);
+        let limit = conn.peer_max_message_size() as usize;
+        if asked.is_none() && conn.frame_len(&whole) <= limit {
+            return whole;
+        }
+        let room = conn
+            .framing()
+            .block_room(limit as u32, &whole, opt::BLOCK2, opt::SIZE2);
+        let bert = conn.bert();
+        let limits = &self.shared.limits;
+        let size = BlockSize::fitting(room, bert, limits.block_szx, self.shared.max_bert_block)
+            .unwrap_or(BlockSize::Szx(0));
+        let mut request = Message::new(MessageType::Confirmable, Code::GET, 0);
+        if let Some(b) = asked {
+            request.options.set_uint(opt::BLOCK2, b.encode());
+        }
+        from_message(slice_response_sized(&request, to_message(whole), size))
+    }
+}
+
+impl Drop for StreamServer {
+    fn drop(&mut self) {
+        // The connection is gone: its unfinished uploads and kept answers too.
+        self.shared.uploads().forget_peer(self.peer);
+    }
+}
+
+/// A handler future that answers 5.00 instead of unwinding, tagged for its return.
+fn pending(token: Token, job: Job, future: BoxFuture) -> Pending {
+    Box::pin(guarded(future).map(move |response| Done {
+        token,
+        job,
+        response,
+    }))
+}

@@ -1,0 +1,602 @@
+//! Cases that must hold the same over `coap+tcp` and `coap+ws`: observe (RFC 7641 over
+//! RFC 8323 §7), Block1 uploads and BERT (RFC 8323 §6), run by `tcp_loopback.rs` and
+//! `ws_loopback.rs` against a Cobalt server with Cobalt's client.
+#![allow(dead_code, unused_macros)]
+
+/// Declares one `#[tokio::test]` per shared loopback case, run over transport `$t`
+/// (`tcp_loopback.rs` and `ws_loopback.rs` each expand it once).
+macro_rules! shared_cases {
+    ($t:expr) => {
+        shared_cases!($t =>
+            observe_in_order_then_cancel: observe_in_order_then_cancel();
+            dropping_an_observation_deregisters: dropping_an_observation_deregisters();
+            deleted_sends_4_04_and_max_observers_holds: deleted_sends_4_04_and_max_observers_holds();
+            large_notifications_are_completed_with_bert: large_notifications_are_completed(true);
+            large_notifications_are_completed_without_bert: large_notifications_are_completed(false);
+            uploads_larger_than_the_server_accepts: uploads_larger_than_the_server_accepts();
+            downloads_larger_than_the_client_accepts: downloads_larger_than_the_client_accepts();
+            too_large_uploads_get_4_13: too_large_uploads_get_4_13();
+        );
+    };
+    ($t:expr => $($name:ident: $case:ident($($arg:expr),*);)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            super::stream::$case($t $(, $arg)*).await;
+        }
+    )*};
+}
+
+use cobalt::proto::message::opt;
+use cobalt::proto::tcp_connection::TcpConfig;
+use cobalt::server::ServerLimits;
+use cobalt::server::{get, put, MethodRouter, Observable, Request, Response, UploadChunk};
+use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::{Client, Code, Server, ServerHandle};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The transport under test.
+#[derive(Debug, Clone, Copy)]
+pub enum Transport {
+    Tcp,
+    Ws,
+}
+
+impl Transport {
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Transport::Tcp => "coap+tcp",
+            Transport::Ws => "coap+ws",
+        }
+    }
+
+    pub async fn bind(self, server: Server, limits: TcpServerLimits) -> ServerHandle {
+        match self {
+            Transport::Tcp => server.tcp_limits(limits).bind_tcp("127.0.0.1:0").await,
+            Transport::Ws => server.ws_limits(limits).bind_ws("127.0.0.1:0").await,
+        }
+        .unwrap()
+    }
+
+    pub fn uri(self, server: &ServerHandle, path: &str) -> String {
+        format!("{}://{}{path}", self.scheme(), server.local_addr())
+    }
+}
+
+/// Waits (up to 10 s, a guard against hanging, not a performance bound) until `f`.
+pub async fn eventually(what: &str, f: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The bytes of a body of `n` bytes that differ from block to block.
+pub fn body(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+/// An observable value: GET reads it, [`Value::set`] changes it and notifies.
+#[derive(Clone)]
+pub struct Value {
+    pub observable: Observable,
+    value: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Value {
+    pub fn new(initial: &[u8]) -> Value {
+        Value {
+            observable: Observable::new(),
+            value: Arc::new(Mutex::new(initial.to_vec())),
+        }
+    }
+
+    pub fn set(&self, v: &[u8]) {
+        *self.value.lock().unwrap() = v.to_vec();
+        self.observable.changed();
+    }
+
+    pub fn resource(&self) -> MethodRouter {
+        let read = self.value.clone();
+        get(move || {
+            let v = read.lock().unwrap().clone();
+            async move { Response::content(v) }
+        })
+        .observable(&self.observable)
+    }
+
+    /// A server with this value at `/obs`, over `t`.
+    pub async fn serve(&self, t: Transport) -> ServerHandle {
+        t.bind(
+            Server::new().route("/obs", self.resource()),
+            TcpServerLimits::default(),
+        )
+        .await
+    }
+}
+
+/// Notifications arrive in order with growing sequence numbers; `cancel` ends the
+/// relation with the server's answer and the observer count returns to 0.
+pub async fn observe_in_order_then_cancel(t: Transport) {
+    let value = Value::new(b"v0");
+    let server = value.serve(t).await;
+    let client = Client::new();
+    let mut obs = client.observe(&t.uri(&server, "/obs")).await.unwrap();
+    let first = obs.next().await.unwrap().unwrap();
+    assert_eq!(first.payload, b"v0");
+    let mut seq = first.options.observe().expect("registered");
+    assert_eq!(value.observable.observer_count(), 1);
+    for i in 1..=5 {
+        value.set(format!("v{i}").as_bytes());
+        let n = obs.next().await.unwrap().unwrap();
+        assert_eq!(n.code, Code::CONTENT);
+        assert_eq!(n.text_payload(), format!("v{i}"));
+        let s = n.options.observe().unwrap();
+        assert!(s > seq, "sequence {s} after {seq}");
+        seq = s;
+    }
+    let answer = obs.cancel().await.unwrap();
+    assert_eq!(answer.code, Code::CONTENT);
+    assert!(answer.options.observe().is_none(), "deregistered");
+    assert_eq!(value.observable.observer_count(), 0);
+    // The connection still serves requests.
+    let r = client.get(&t.uri(&server, "/obs")).await.unwrap();
+    assert_eq!(r.payload, b"v5");
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// Dropping an observation deregisters it at the server.
+pub async fn dropping_an_observation_deregisters(t: Transport) {
+    let value = Value::new(b"x");
+    let server = value.serve(t).await;
+    let client = Client::new();
+    let mut a = client.observe(&t.uri(&server, "/obs")).await.unwrap();
+    let mut b = client.observe(&t.uri(&server, "/obs")).await.unwrap();
+    a.next().await.unwrap().unwrap();
+    b.next().await.unwrap().unwrap();
+    assert_eq!(value.observable.observer_count(), 2);
+    drop(a);
+    let o = value.observable.clone();
+    eventually("the dropped observation is deregistered", || {
+        o.observer_count() == 1
+    })
+    .await;
+    // The other one still gets notifications.
+    value.set(b"y");
+    assert_eq!(b.next().await.unwrap().unwrap().payload, b"y");
+    drop(b);
+    eventually("both are deregistered", || o.observer_count() == 0).await;
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// `deleted()` sends 4.04 and ends the relation; beyond `max_observers` a GET with
+/// Observe=0 is answered without Observe.
+pub async fn deleted_sends_4_04_and_max_observers_holds(t: Transport) {
+    let value = Value::new(b"here");
+    let server = t
+        .bind(
+            Server::new()
+                .route("/obs", value.resource())
+                .limits(ServerLimits {
+                    max_observers: 1,
+                    ..ServerLimits::default()
+                }),
+            TcpServerLimits::default(),
+        )
+        .await;
+    let client = Client::new();
+    let mut obs = client.observe(&t.uri(&server, "/obs")).await.unwrap();
+    assert!(obs
+        .next()
+        .await
+        .unwrap()
+        .unwrap()
+        .options
+        .observe()
+        .is_some());
+    let mut second = client.observe(&t.uri(&server, "/obs")).await.unwrap();
+    let r = second.next().await.unwrap().unwrap();
+    assert_eq!(r.payload, b"here");
+    assert!(r.options.observe().is_none(), "beyond max_observers");
+    assert!(second.next().await.is_none(), "not registered");
+    assert_eq!(value.observable.observer_count(), 1);
+    value.observable.deleted();
+    let gone = obs.next().await.unwrap().unwrap();
+    assert_eq!(gone.code, Code::NOT_FOUND);
+    assert!(obs.next().await.is_none());
+    assert_eq!(value.observable.observer_count(), 0);
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// A notification larger than the client's Max-Message-Size comes as a first block
+/// (BERT when both announced it, else 1024 bytes); the client fetches the rest.
+pub async fn large_notifications_are_completed(t: Transport, bert: bool) {
+    let value = Value::new(&body(5000));
+    let server = value.serve(t).await;
+    let client = Client::new();
+    client.set_tcp_config(TcpConfig {
+        max_message_size: 2500,
+        block_wise_transfer: bert,
+        ..TcpConfig::default()
+    });
+    let mut obs = client.observe(&t.uri(&server, "/obs")).await.unwrap();
+    assert_eq!(obs.next().await.unwrap().unwrap().payload, body(5000));
+    let bigger = body(9000);
+    value.set(&bigger);
+    let n = obs.next().await.unwrap().unwrap();
+    assert_eq!(n.payload, bigger);
+    assert!(n.options.get(opt::BLOCK2).is_none());
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// A resource that stores a body and returns it, counting handler runs.
+fn store(runs: Arc<AtomicUsize>) -> MethodRouter {
+    let stored = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let (read, write) = (stored.clone(), stored);
+    get(move || {
+        let v = read.lock().unwrap().clone();
+        async move { Response::content(v) }
+    })
+    .put(move |req: Request| {
+        runs.fetch_add(1, Ordering::Relaxed);
+        *write.lock().unwrap() = req.payload().to_vec();
+        // Echo the body: a large answer to a Block1 upload is fetched with Block2.
+        let echo = req.payload().to_vec();
+        async move { (Code::CHANGED, echo) }
+    })
+}
+
+/// A streaming upload resource recording the (offset, length) of every chunk.
+fn chunk_log(log: Arc<Mutex<Vec<(usize, usize)>>>, data: Arc<Mutex<Vec<u8>>>) -> MethodRouter {
+    MethodRouter::default().stream_upload(Code::PUT, move |chunk: UploadChunk| {
+        log.lock().unwrap().push((chunk.offset, chunk.data().len()));
+        data.lock().unwrap().extend_from_slice(chunk.data());
+        let last = chunk.last;
+        async move {
+            if last {
+                Response::new(Code::CHANGED)
+            } else {
+                Response::new(Code::CONTINUE)
+            }
+        }
+    })
+}
+
+/// Bodies larger than the server's Max-Message-Size go up in Block1 blocks, BERT
+/// blocks when both ends announced BERT, `block_size` blocks when the caller asks;
+/// the large answer comes back with Block2 and the handler runs once per upload.
+pub async fn uploads_larger_than_the_server_accepts(t: Transport) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let streamed = Arc::new(Mutex::new(Vec::new()));
+    let limits = TcpServerLimits {
+        connection: TcpConfig {
+            max_message_size: 8192,
+            ..TcpConfig::default()
+        },
+        ..TcpServerLimits::default()
+    };
+    let server = t
+        .bind(
+            Server::new()
+                .route("/store", store(runs.clone()))
+                .route("/stream", chunk_log(log.clone(), streamed.clone())),
+            limits,
+        )
+        .await;
+    let data = body(100_000);
+    // Our client, BERT on (the default): the answer (100 kB) fits our limit whole.
+    let client = Client::new();
+    let r = client
+        .put(&t.uri(&server, "/store"), data.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    assert_eq!(r.payload, data, "byte-exact echo");
+    assert_eq!(runs.load(Ordering::Relaxed), 1);
+    let r = client.get(&t.uri(&server, "/store")).await.unwrap();
+    assert_eq!(r.payload, data, "stored byte-exact");
+    // The streaming handler shows the blocks: BERT, multiples of 1024, under 8192.
+    let r = client
+        .put(&t.uri(&server, "/stream"), data.clone())
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    assert_eq!(*streamed.lock().unwrap(), data);
+    {
+        let log = log.lock().unwrap();
+        let (_, first) = log[0];
+        assert!(first > 1024 && first % 1024 == 0 && first < 8192, "{log:?}");
+        let mut at = 0;
+        for &(offset, len) in log.iter() {
+            assert_eq!(offset, at);
+            at += len;
+        }
+    }
+    // Asked for 256-byte blocks, it gets 256-byte blocks.
+    log.lock().unwrap().clear();
+    streamed.lock().unwrap().clear();
+    let r = client
+        .request(Code::PUT, &t.uri(&server, "/stream"))
+        .payload(data[..3000].to_vec())
+        .block_size(256)
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    assert_eq!(*streamed.lock().unwrap(), data[..3000]);
+    assert!(log.lock().unwrap().iter().all(|&(_, len)| len <= 256));
+    // A client that announces no BERT and accepts small messages: 1024-byte Block1
+    // blocks up, the 20 kB answer in Block2 blocks down, from the kept answer.
+    let plain = Client::new();
+    plain.set_tcp_config(TcpConfig {
+        max_message_size: 2000,
+        block_wise_transfer: false,
+        ..TcpConfig::default()
+    });
+    log.lock().unwrap().clear();
+    let r = plain
+        .put(&t.uri(&server, "/stream"), data[..20_000].to_vec())
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    {
+        let log = log.lock().unwrap();
+        assert!(
+            log.len() >= 20 && log.iter().all(|&(_, len)| len <= 1024),
+            "{log:?}"
+        );
+    }
+    let runs_before = runs.load(Ordering::Relaxed);
+    let r = plain
+        .put(&t.uri(&server, "/store"), data[..20_000].to_vec())
+        .await
+        .unwrap();
+    assert_eq!(r.payload, data[..20_000]);
+    assert_eq!(
+        runs.load(Ordering::Relaxed),
+        runs_before + 1,
+        "handler ran once"
+    );
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// A representation larger than the client's Max-Message-Size is downloaded in
+/// blocks (BERT or not) and reassembled byte-exact.
+pub async fn downloads_larger_than_the_client_accepts(t: Transport) {
+    let data = body(50_000);
+    let served = data.clone();
+    let server = t
+        .bind(
+            Server::new().route(
+                "/big",
+                get(move || {
+                    let d = served.clone();
+                    async move { d }
+                }),
+            ),
+            TcpServerLimits::default(),
+        )
+        .await;
+    for bert in [true, false] {
+        let client = Client::new();
+        client.set_tcp_config(TcpConfig {
+            max_message_size: 6000,
+            block_wise_transfer: bert,
+            ..TcpConfig::default()
+        });
+        let r = client.get(&t.uri(&server, "/big")).await.unwrap();
+        assert_eq!(r.code, Code::CONTENT);
+        assert_eq!(r.payload, data, "bert {bert}");
+    }
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// Uploads beyond `max_body` get 4.13 with Size1, over BERT too.
+pub async fn too_large_uploads_get_4_13(t: Transport) {
+    let server = t
+        .bind(
+            Server::new()
+                .route("/store", store(Arc::default()))
+                .limits(ServerLimits {
+                    max_body: 10_000,
+                    ..ServerLimits::default()
+                }),
+            TcpServerLimits {
+                connection: TcpConfig {
+                    max_message_size: 4096,
+                    ..TcpConfig::default()
+                },
+                ..TcpServerLimits::default()
+            },
+        )
+        .await;
+    let r = Client::new()
+        .put(&t.uri(&server, "/store"), body(20_000))
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::REQUEST_ENTITY_TOO_LARGE);
+    assert_eq!(r.options.get_uint(opt::SIZE1), Some(10_000));
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// A `put` route, for the raw tests' servers.
+pub fn put_store() -> MethodRouter {
+    put(|req: Request| {
+        let n = req.payload().len();
+        async move { (Code::CHANGED, format!("{n}")) }
+    })
+}
+
+/// A server with an observable `/obs` (ticking while the test runs), a large
+/// observable `/big-obs`, and `/store` that keeps what is PUT to it; its TCP
+/// Max-Message-Size is 8192, so that larger bodies must come in (BERT) blocks.
+pub struct Observed {
+    pub server: ServerHandle,
+    pub value: Value,
+    pub big: Value,
+    pub stored: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    /// Lengths of the blocks PUT to `/chunks` (a streaming handler).
+    pub chunks: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl Observed {
+    pub async fn start(transport: Transport) -> Observed {
+        let value = Value::new(b"tick 0");
+        let big = Value::new(&body(9000));
+        let stored = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = stored.clone();
+        let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = chunks.clone();
+        let server = Server::new()
+            .route(
+                "/chunks",
+                MethodRouter::default().stream_upload(Code::PUT, move |chunk: UploadChunk| {
+                    log.lock().unwrap().push(chunk.data().len());
+                    let code = if chunk.last {
+                        Code::CHANGED
+                    } else {
+                        Code::CONTINUE
+                    };
+                    async move { code }
+                }),
+            )
+            .route("/obs", value.resource())
+            .route("/big-obs", big.resource())
+            .route(
+                "/store",
+                put(move |req: Request| {
+                    *keep.lock().unwrap() = req.payload().to_vec();
+                    let n = req.payload().len();
+                    async move { (Code::CHANGED, format!("stored {n} bytes")) }
+                }),
+            );
+        let limits = TcpServerLimits {
+            connection: TcpConfig {
+                max_message_size: 8192,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let server = transport.bind(server, limits).await;
+        let ticking = value.clone();
+        let ticker = tokio::spawn(async move {
+            for i in 1.. {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                ticking.set(format!("tick {i}").as_bytes());
+            }
+        });
+        Observed {
+            server,
+            value,
+            big,
+            stored,
+            chunks,
+            ticker,
+        }
+    }
+
+    pub fn uri(&self, scheme: &str, path: &str) -> String {
+        format!("{scheme}://{}{path}", self.server.local_addr())
+    }
+
+    pub async fn stop(self) {
+        self.ticker.abort();
+        let (value, big) = (self.value.observable.clone(), self.big.observable.clone());
+        eventually("observers gone with their connections", || {
+            value.observer_count() == 0 && big.observer_count() == 0
+        })
+        .await;
+        self.server.shutdown(Duration::ZERO).await;
+    }
+}
+
+/// Distinct "tick N" payloads in `out`, in order.
+pub fn ticks(out: &str) -> Vec<u32> {
+    let mut v: Vec<u32> = out
+        .split("tick ")
+        .skip(1)
+        .filter_map(|t| {
+            t.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Whether the lengths of an upload's blocks show BERT: every block but the last a
+/// multiple of 1024 bytes, and at least one larger than 1024.
+pub fn bert_blocks(lengths: &[usize]) -> bool {
+    let (_, rest) = lengths.split_last().unwrap_or((&0, &[]));
+    rest.iter().all(|l| l % 1024 == 0) && rest.iter().any(|&l| l > 1024)
+}
+
+/// aiocoap (0.4.17) observing a Cobalt server over `t` (`tests/peers/aiocoap_observe.py`:
+/// four notifications in order) and uploading 40 kB with `aiocoap-client`, larger than
+/// the server's Max-Message-Size, so in BERT blocks: byte-exact when reassembled, and
+/// as the streaming handler sees the blocks. `run` runs a program with arguments and a
+/// time limit (the interop tests' `common::run`).
+pub async fn aiocoap_observes_and_uploads<F, Fut>(
+    t: Transport,
+    python: std::path::PathBuf,
+    client: std::path::PathBuf,
+    run: F,
+) where
+    F: Fn(std::path::PathBuf, Vec<String>, Duration) -> Fut,
+    Fut: std::future::Future<Output = std::process::Output>,
+{
+    let text = |out: &std::process::Output| {
+        format!(
+            "{:?}\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let server = Observed::start(t).await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/peers/aiocoap_observe.py");
+    let args = vec![
+        script.display().to_string(),
+        server.uri(t.scheme(), "/obs"),
+        "4".into(),
+    ];
+    let out = run(python, args, Duration::from_secs(30)).await;
+    let seen = ticks(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(seen.len(), 4, "{}", text(&out));
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    let dir = std::env::temp_dir().join(format!(
+        "cobalt-aiocoap-{}-{}",
+        t.scheme(),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("body.txt");
+    let data: Vec<u8> = body(40_000).iter().map(|b| b'a' + b % 26).collect();
+    std::fs::write(&file, &data).unwrap();
+    for path in ["/store", "/chunks"] {
+        let args = vec![
+            "-m".into(),
+            "PUT".into(),
+            "--payload".into(),
+            format!("@{}", file.display()),
+            server.uri(t.scheme(), path),
+        ];
+        let out = run(client.clone(), args, Duration::from_secs(20)).await;
+        assert!(out.status.success(), "{path}: {}", text(&out));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(*server.stored.lock().unwrap() == data);
+    let chunks = server.chunks.lock().unwrap().clone();
+    assert_eq!(chunks.iter().sum::<usize>(), 40_000, "{chunks:?}");
+    assert!(bert_blocks(&chunks), "{chunks:?}");
+    server.stop().await;
+}
