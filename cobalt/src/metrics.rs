@@ -506,6 +506,15 @@ fn render_transports(
             let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
         }
     }
+    let name = "cobalt_connection_observers";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Observe relations held on the connections of a TCP, TLS or WebSocket listener.\n# TYPE {name} gauge"
+    );
+    for (transport, c) in transports {
+        let v = c.observers.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
+    }
 }
 
 /// Largest HTTP request accepted by the metrics endpoint.

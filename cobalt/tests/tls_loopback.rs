@@ -108,14 +108,23 @@ async fn observe_over_tls_and_wss() {
         .await
         .unwrap();
     let client = Client::new().with_x509(verify_only(&pki));
-    for uri in [
-        format!("coaps+tcp://{}/temp", server.tls_local_addr().unwrap()),
-        format!("coaps+ws://{}/temp", server.wss_local_addr().unwrap()),
+    for (uri, label) in [
+        (
+            format!("coaps+tcp://{}/temp", server.tls_local_addr().unwrap()),
+            "tls",
+        ),
+        (
+            format!("coaps+ws://{}/temp", server.wss_local_addr().unwrap()),
+            "wss",
+        ),
     ] {
         let mut obs = client.observe(&uri).await.unwrap();
         let first = obs.next().await.unwrap().unwrap();
         assert!(first.text_payload().starts_with("t="), "{uri}");
         assert_eq!(temp.observer_count(), 1, "{uri}");
+        let metrics = server.metrics().render_prometheus();
+        let gauge = format!("cobalt_connection_observers{{transport=\"{label}\"}} 1");
+        assert!(metrics.contains(&gauge), "{gauge} not in\n{metrics}");
         let n = state.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         temp.changed();
         let next = obs.next().await.unwrap().unwrap();

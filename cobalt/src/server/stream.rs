@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -41,6 +42,8 @@ pub(crate) struct StreamShared {
     pub uploads: Mutex<Uploads>,
     /// Largest BERT block sent, in bytes.
     pub max_bert_block: usize,
+    /// Observe relations on all connections of the listener (a gauge for metrics).
+    pub observers: Arc<AtomicU64>,
 }
 
 impl StreamShared {
@@ -64,6 +67,7 @@ impl StreamShared {
             limits,
             uploads: Mutex::new(uploads),
             max_bert_block,
+            observers: Arc::default(),
         }
     }
 
@@ -121,7 +125,7 @@ pub(crate) struct StreamServer {
 impl StreamServer {
     /// The server side of a new connection with `peer`.
     pub(crate) fn new(shared: Arc<StreamShared>, peer: SocketAddr) -> StreamServer {
-        let relations = StreamRelations::new(peer);
+        let relations = StreamRelations::new(peer, shared.observers.clone());
         StreamServer {
             inbox: relations.inbox(),
             shared,

@@ -31,16 +31,20 @@ pub(crate) struct StreamRelations {
     peer: SocketAddr,
     inbox: Arc<ChangeInbox>,
     by_token: HashMap<Token, StreamRelation>,
+    /// The listener's count of relations, kept equal to the sum of `by_token`'s.
+    gauge: Arc<AtomicU64>,
 }
 
 impl StreamRelations {
-    /// No relations yet, for a connection with `peer`.
-    pub(crate) fn new(peer: SocketAddr) -> StreamRelations {
+    /// No relations yet, for a connection with `peer`; `gauge` counts the relations of
+    /// every connection of the listener.
+    pub(crate) fn new(peer: SocketAddr, gauge: Arc<AtomicU64>) -> StreamRelations {
         StreamRelations {
             conn: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
             peer,
             inbox: Arc::new(ChangeInbox::default()),
             by_token: HashMap::new(),
+            gauge,
         }
     }
 
@@ -67,6 +71,7 @@ impl StreamRelations {
             observable.subscribe(self.conn, self.peer, self.inbox.clone());
         }
         observable.observer_added();
+        self.gauge.fetch_add(1, Ordering::Relaxed);
         self.by_token.insert(
             token,
             StreamRelation {
@@ -83,6 +88,7 @@ impl StreamRelations {
             return false;
         };
         rel.observable.observer_removed();
+        self.gauge.fetch_sub(1, Ordering::Relaxed);
         if !self.observes(rel.observable.id()) {
             rel.observable.unsubscribe(self.conn);
         }
@@ -133,6 +139,7 @@ impl Drop for StreamRelations {
     fn drop(&mut self) {
         for (_, rel) in self.by_token.drain() {
             rel.observable.observer_removed();
+            self.gauge.fetch_sub(1, Ordering::Relaxed);
             rel.observable.unsubscribe(self.conn);
         }
     }
@@ -154,7 +161,8 @@ mod tests {
     #[test]
     fn counts_and_subscriptions_follow_the_relations() {
         let (a, b) = (Observable::new(), Observable::new());
-        let mut rels = StreamRelations::new("127.0.0.1:9".parse().unwrap());
+        let gauge = Arc::new(AtomicU64::new(0));
+        let mut rels = StreamRelations::new("127.0.0.1:9".parse().unwrap(), gauge.clone());
         assert!(rels.register(&a, token(1), get(), 10));
         assert!(rels.register(&a, token(2), get(), 10));
         assert!(rels.register(&b, token(3), get(), 10));
@@ -163,6 +171,7 @@ mod tests {
             "same token replaces"
         );
         assert_eq!((a.observer_count(), b.observer_count()), (2, 1));
+        assert_eq!(gauge.load(Ordering::Relaxed), 3);
         assert_eq!((a.subscribers(), b.subscribers()), (1, 1));
         assert_eq!(rels.of(a.id()).len(), 2);
         assert!(rels.get(&token(3), b.id()).is_some());
@@ -172,15 +181,18 @@ mod tests {
         assert_eq!(a.subscribers(), 1, "token 2 still observes a");
         assert!(rels.end(&token(2)));
         assert_eq!((a.observer_count(), a.subscribers()), (0, 0));
+        assert_eq!(gauge.load(Ordering::Relaxed), 1);
         drop(rels);
         assert_eq!((b.observer_count(), b.subscribers()), (0, 0));
+        assert_eq!(gauge.load(Ordering::Relaxed), 0);
     }
 
     #[test]
     fn max_observers_is_respected() {
         let a = Observable::new();
-        let mut one = StreamRelations::new("127.0.0.1:9".parse().unwrap());
-        let mut two = StreamRelations::new("127.0.0.1:10".parse().unwrap());
+        let gauge = Arc::new(AtomicU64::new(0));
+        let mut one = StreamRelations::new("127.0.0.1:9".parse().unwrap(), gauge.clone());
+        let mut two = StreamRelations::new("127.0.0.1:10".parse().unwrap(), gauge);
         assert!(one.register(&a, token(1), get(), 1));
         assert!(!two.register(&a, token(1), get(), 1));
         assert_eq!((a.observer_count(), a.subscribers(), two.len()), (1, 1, 0));

@@ -180,6 +180,8 @@ pub struct TcpCounters {
     /// TLS handshakes that failed (wrong key, untrusted certificate, not TLS) and
     /// WebSocket upgrades refused or abandoned.
     pub handshake_failures: AtomicU64,
+    /// Observe relations held on the listener's connections now (a gauge).
+    pub observers: Arc<AtomicU64>,
 }
 
 impl TcpCounters {
@@ -226,14 +228,17 @@ pub(crate) async fn listen(
     let listener = TcpListener::bind(addr).await?;
     let local_addr = listener.local_addr()?;
     let (shutdown, mut stop) = watch::channel(None);
-    let counters = Arc::new(TcpCounters::default());
-    let seen = counters.clone();
     let shared = Arc::new(StreamShared::new(
         tree,
         limits,
         tcp.connection.block_wise_transfer,
         tcp.max_bert_block,
     ));
+    let counters = Arc::new(TcpCounters {
+        observers: shared.observers.clone(),
+        ..TcpCounters::default()
+    });
+    let seen = counters.clone();
     let task = tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(tcp.max_connections.max(1)));
         let mut conns = JoinSet::new();
