@@ -206,15 +206,18 @@ impl TlsConnector {
             expect_peer_name(&mut ssl, Some(name), peer).map_err(io::Error::other)?;
         }
         let mut tls = SslStream::new(ssl, stream).map_err(io::Error::other)?;
-        Pin::new(&mut tls).connect().await.map_err(|e| {
-            io::Error::new(
+        if let Err(e) = Pin::new(&mut tls).connect().await {
+            let mut reason = describe(&e);
+            // Which check failed (expired, self-signed, wrong host, ...).
+            let verify = tls.ssl().verify_result();
+            if verify != openssl::x509::X509VerifyResult::OK {
+                reason = format!("{reason}; {}", verify.error_string());
+            }
+            return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
-                HandshakeError {
-                    peer,
-                    reason: describe(&e),
-                },
-            )
-        })?;
+                HandshakeError { peer, reason },
+            ));
+        }
         Ok(tls)
     }
 }

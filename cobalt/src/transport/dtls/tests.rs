@@ -309,6 +309,16 @@ fn certificate_failures_are_explained() {
         panic!("expected a failure, got {ev:?}");
     };
     assert!(reason.contains("certificate verify failed"), "{reason}");
+    // The server's certificate has expired.
+    let expired = test_pki::generate_expired("Old CA").unwrap();
+    let (mut s, mut c) = x509_pair(&expired.server, &expired.client, "ECDHE-ECDSA-AES128-CCM8");
+    c.encrypt(Instant::now(), addr(SERVER), b"x");
+    pump(&mut c, &mut s);
+    let ev = events(&mut c);
+    let [DtlsEvent::HandshakeFailed { reason, .. }] = ev.as_slice() else {
+        panic!("expected a failure with an expired certificate, got {ev:?}");
+    };
+    assert!(reason.contains("certificate verify failed"), "{reason}");
     // The server's certificate does not name this host.
     let mut named = pki.client.clone();
     named.server_name = Some("coap.example.org".into());
