@@ -133,7 +133,15 @@ fn client_for(args: &RequestArgs) -> Client {
             ),
         }
     });
-    Client::with_tracer(cobalt::EndpointConfig::default(), tracer).unwrap_or_default()
+    let client = Client::with_tracer(cobalt::EndpointConfig::default(), tracer).unwrap_or_default();
+    client.set_stream_tracer(std::sync::Arc::new(|sent, peer, message| {
+        let (arrow, dir) = if sent { ('>', "to") } else { ('<', "from") };
+        eprintln!(
+            "{arrow} {dir} {peer}: {}",
+            message.to_string().replace('\n', &format!("\n{arrow} "))
+        );
+    }));
+    client
 }
 
 pub(crate) fn error_exit(e: &Error) -> (i32, String) {

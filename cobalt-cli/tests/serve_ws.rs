@@ -85,6 +85,36 @@ fn serve_ws_answers_coap_ws_get() {
 }
 
 #[test]
+fn verbose_shows_the_messages_over_tcp_and_ws() {
+    let s = serve();
+    for uri in [
+        format!("coap+tcp://{}/benchmark", s.tcp),
+        format!("coap+ws://{}/benchmark", s.ws),
+    ] {
+        let out = run(&["get", "-v", &uri]);
+        assert!(out.status.success(), "{uri}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello world");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for line in [
+            "> to ",
+            "GET token=",
+            ">   Uri-Path: benchmark",
+            "< from ",
+            "2.05 Content",
+        ] {
+            assert!(err.contains(line), "{uri}: no {line:?} in\n{err}");
+        }
+        assert!(
+            err.contains("7.01 token=") && err.contains("Csm"),
+            "{uri}: {err}"
+        );
+        // Quiet by default.
+        let quiet = run(&["get", &uri]);
+        assert!(quiet.stderr.is_empty(), "{uri}: {quiet:?}");
+    }
+}
+
+#[test]
 fn observe_over_tcp_and_ws_prints_count_notifications() {
     let s = serve();
     for uri in [

@@ -87,43 +87,52 @@ impl fmt::Display for Message {
             self.code,
             self.token
         )?;
-        for o in self.options.iter() {
-            let name = option::option_name(o.number);
-            let def = option::option_def(o.number);
-            match def.map(|d| d.format) {
-                Some(option::OptionFormat::String) => {
-                    write!(f, "\n  {name}: {}", String::from_utf8_lossy(&o.value))?
-                }
-                Some(option::OptionFormat::Uint)
-                    if o.number == number::BLOCK1 || o.number == number::BLOCK2 =>
-                {
-                    match option::decode_uint(&o.value).and_then(BlockValue::decode) {
-                        Some(b) => {
-                            write!(f, "\n  {name}: {}/{}/{}", b.num, u8::from(b.more), b.size())?
-                        }
-                        None => write!(f, "\n  {name}: (malformed)")?,
-                    }
-                }
-                Some(option::OptionFormat::Uint) => match option::decode_uint(&o.value) {
-                    Some(v) => write!(f, "\n  {name}: {v}")?,
-                    None => write!(f, "\n  {name}: (malformed)")?,
-                },
-                _ => {
-                    write!(f, "\n  {name}: 0x")?;
-                    for b in &o.value {
-                        write!(f, "{b:02x}")?;
-                    }
-                }
-            }
-        }
-        if !self.payload.is_empty() {
-            match std::str::from_utf8(&self.payload) {
-                Ok(text) if text.len() <= 256 => {
-                    write!(f, "\n  payload ({} bytes): {text}", self.payload.len())?
-                }
-                _ => write!(f, "\n  payload: {} bytes", self.payload.len())?,
-            }
-        }
-        Ok(())
+        fmt_options_and_payload(&self.options, &self.payload, f)
     }
+}
+
+/// The option lines and payload line of the `cobalt -v` rendering of a message.
+pub(crate) fn fmt_options_and_payload(
+    options: &super::Options,
+    payload: &[u8],
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    for o in options.iter() {
+        let name = option::option_name(o.number);
+        let def = option::option_def(o.number);
+        match def.map(|d| d.format) {
+            Some(option::OptionFormat::String) => {
+                write!(f, "\n  {name}: {}", String::from_utf8_lossy(&o.value))?
+            }
+            Some(option::OptionFormat::Uint)
+                if o.number == number::BLOCK1 || o.number == number::BLOCK2 =>
+            {
+                match option::decode_uint(&o.value).and_then(BlockValue::decode) {
+                    Some(b) => {
+                        write!(f, "\n  {name}: {}/{}/{}", b.num, u8::from(b.more), b.size())?
+                    }
+                    None => write!(f, "\n  {name}: (malformed)")?,
+                }
+            }
+            Some(option::OptionFormat::Uint) => match option::decode_uint(&o.value) {
+                Some(v) => write!(f, "\n  {name}: {v}")?,
+                None => write!(f, "\n  {name}: (malformed)")?,
+            },
+            _ => {
+                write!(f, "\n  {name}: 0x")?;
+                for b in &o.value {
+                    write!(f, "{b:02x}")?;
+                }
+            }
+        }
+    }
+    if !payload.is_empty() {
+        match std::str::from_utf8(payload) {
+            Ok(text) if text.len() <= 256 => {
+                write!(f, "\n  payload ({} bytes): {text}", payload.len())?
+            }
+            _ => write!(f, "\n  payload: {} bytes", payload.len())?,
+        }
+    }
+    Ok(())
 }

@@ -50,6 +50,23 @@ pub struct TcpMessage {
     pub payload: Vec<u8>,
 }
 
+/// A multi-line, human-readable rendering used by `cobalt -v`: the code (a method,
+/// response or signal such as 7.01 CSM), the token, options and payload.
+impl fmt::Display for TcpMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.code.is_signaling() {
+            // Signaling options have their own numbers (RFC 8323 §5): show the signal.
+            let class = format!("{}.{:02}", self.code.class(), self.code.detail());
+            return match Signal::from_message(self) {
+                Ok(signal) => write!(f, "{class} token={} {signal:?}", self.token),
+                Err(e) => write!(f, "{class} token={} (malformed: {e})", self.token),
+            };
+        }
+        write!(f, "{} token={}", self.code, self.token)?;
+        super::model::fmt_options_and_payload(&self.options, &self.payload, f)
+    }
+}
+
 impl TcpMessage {
     /// A message with this code and no token, options or payload.
     pub fn new(code: Code) -> TcpMessage {
@@ -509,6 +526,21 @@ impl Signal {
 mod tests {
     use super::super::option::number;
     use super::*;
+
+    #[test]
+    fn display_shows_signals_by_name() {
+        let csm = Signal::Csm {
+            max_message_size: Some(1152),
+            block_wise_transfer: true,
+        }
+        .to_message();
+        let text = csm.to_string();
+        assert!(text.starts_with("7.01 token="), "{text}");
+        assert!(text.contains("Csm") && text.contains("1152"), "{text}");
+        let mut get = TcpMessage::new(Code::GET);
+        get.options.set_uri_path("a");
+        assert!(get.to_string().contains("Uri-Path: a"), "{get}");
+    }
     use proptest::prelude::*;
 
     const BIG: usize = 1 << 20;

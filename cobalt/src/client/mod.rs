@@ -16,10 +16,11 @@ mod observe;
 pub use observe::Observation;
 
 use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
+use crate::runtime::StreamTracer;
 use crate::runtime::Tracer;
 use crate::server::Response;
 use crate::transport::dtls::{ClientPsk, DtlsClientAuth, DtlsConfig, OpensslDtls, X509Credentials};
-use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
+use crate::transport::tcp::{TcpPool, TracerSlot, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets};
 use crate::{Error, Result};
@@ -71,6 +72,8 @@ struct Inner {
     dtls: Mutex<DtlsDrivers>,
     ws: Arc<TcpPool>,
     tls: Mutex<TlsPools>,
+    /// Shows the messages of TCP, TLS and WebSocket connections opened from now on.
+    stream_tracer: TracerSlot,
 }
 
 impl std::fmt::Debug for Inner {
@@ -101,6 +104,7 @@ impl Client {
     }
 
     fn with_config_unchecked(config: EndpointConfig) -> Client {
+        let stream_tracer = TracerSlot::default();
         Client {
             inner: Arc::new(Inner {
                 config,
@@ -109,10 +113,11 @@ impl Client {
                 v4: Mutex::new(None),
                 v6: Mutex::new(None),
                 next_key: AtomicU64::new(1),
-                tcp: Arc::new(TcpPool::default()),
+                tcp: Arc::new(TcpPool::default().traced(stream_tracer.clone())),
                 dtls: Mutex::new(HashMap::new()),
-                ws: Arc::new(TcpPool::new(Framing::WebSocket)),
+                ws: Arc::new(TcpPool::new(Framing::WebSocket).traced(stream_tracer.clone())),
                 tls: Mutex::new(HashMap::new()),
+                stream_tracer,
             }),
             auth: None,
             secure: None,
@@ -292,10 +297,23 @@ impl Client {
         }
         let connector = TlsConnector::new(auth, alpn)
             .map_err(|e| Error::Unsupported(format!("cannot set up TLS: {e}")))?;
-        let pool = Arc::new(TcpPool::secure(framing, connector));
+        let pool =
+            Arc::new(TcpPool::secure(framing, connector).traced(self.inner.stream_tracer.clone()));
         pool.set_config(self.inner.tcp.config());
         pools.insert(key, pool.clone());
         Ok(pool)
+    }
+
+    /// Shows every message of the `coap+tcp`, `coaps+tcp`, `coap+ws` and `coaps+ws`
+    /// connections this client (and its clones) opens from now on to `tracer`
+    /// (direction: `true` = sent; received are responses and the server's CSM), e.g. to
+    /// print them like `cobalt -v`.
+    pub fn set_stream_tracer(&self, tracer: StreamTracer) {
+        *self
+            .inner
+            .stream_tracer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(tracer);
     }
 
     pub(crate) fn next_key(&self) -> u64 {

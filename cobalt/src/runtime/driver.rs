@@ -14,6 +14,7 @@ use crate::transport::mmsg;
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
 use cobalt_proto::message::Message;
+use cobalt_proto::message::TcpMessage;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -63,6 +64,10 @@ const RECV_ROUNDS: usize = 4;
 
 /// Sees every datagram a driver sends (`true`) or receives (`false`); for `cobalt -v`.
 pub type Tracer = Arc<dyn Fn(bool, SocketAddr, &[u8]) + Send + Sync>;
+
+/// Sees every CoAP message a client's TCP, TLS or WebSocket connection sends (`true`)
+/// or every response and CSM it receives (`false`); for `cobalt -v`.
+pub type StreamTracer = Arc<dyn Fn(bool, SocketAddr, &TcpMessage) + Send + Sync>;
 
 /// What a server shard's driver needs: the tree, the limits, a sender to its own
 /// command queue, and whether its socket is IPv6.

@@ -5,4 +5,4 @@ pub(crate) mod io;
 
 pub use io::{StageCounters, Stages};
 
-pub use driver::Tracer;
+pub use driver::{StreamTracer, Tracer};

@@ -10,12 +10,13 @@
 
 use super::stream_client::{ClientCommand, Exchanges, PeerSettings, StreamObservation};
 use super::tls::{HandshakeError, TlsAcceptor, TlsConnector};
+use crate::runtime::StreamTracer;
 use crate::server::stream::{Handlers, StreamServer, StreamShared};
 use crate::server::tree::ResourceTree;
 use crate::server::ServerLimits;
 use crate::{Error, Result};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
-use cobalt_proto::message::{opt, Message, MessageType, TcpMessage};
+use cobalt_proto::message::{decode_tcp, decode_ws, opt, Message, MessageType, Signal, TcpMessage};
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
 use futures_util::StreamExt;
 use std::collections::HashMap;
@@ -401,13 +402,14 @@ impl ServerConn {
             if !conn.is_closed() {
                 server.on_changes(&mut conn, &mut handlers);
             }
-            if !flush(&mut conn, &mut link, self.tcp.write_timeout).await || conn.is_closed() {
+            if !flush(&mut conn, &mut link, self.tcp.write_timeout, None).await || conn.is_closed()
+            {
                 break;
             }
             if let Some(until) = drain_until {
                 if handlers.is_empty() || tokio::time::Instant::now() >= until {
                     conn.release();
-                    let _ = flush(&mut conn, &mut link, self.tcp.write_timeout).await;
+                    let _ = flush(&mut conn, &mut link, self.tcp.write_timeout, None).await;
                     break;
                 }
             }
@@ -436,10 +438,19 @@ impl ServerConn {
     }
 }
 
-/// Writes everything the connection has queued; false if the transport failed or the
-/// peer did not read for `write_timeout`.
-async fn flush<L: Link>(conn: &mut TcpConnection, link: &mut L, write_timeout: Duration) -> bool {
+/// Writes everything the connection has queued (showing it to the tracer of
+/// `traced`); false if the transport failed or the peer did not read for
+/// `write_timeout`.
+async fn flush<L: Link>(
+    conn: &mut TcpConnection,
+    link: &mut L,
+    write_timeout: Duration,
+    traced: Option<&Remote>,
+) -> bool {
     while let Some(bytes) = conn.poll_transmit() {
+        if let Some(remote) = traced {
+            remote.trace_output(conn.framing(), &bytes);
+        }
         match tokio::time::timeout(write_timeout, link.send(bytes)).await {
             Ok(Ok(())) => {}
             _ => return false,
@@ -474,6 +485,48 @@ pub(crate) struct TcpPool {
     tls: Option<TlsConnector>,
     conns: Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<ClientCommand>>>,
     next_key: AtomicU64,
+    /// Shows the connections' messages (`cobalt -v`); shared with the client.
+    tracer: TracerSlot,
+}
+
+/// Where a client keeps its [`StreamTracer`], read when a connection opens.
+pub(crate) type TracerSlot = Arc<Mutex<Option<StreamTracer>>>;
+
+/// Who a client connection talks to, and who watches its messages.
+struct Remote {
+    peer: SocketAddr,
+    scheme: &'static str,
+    tracer: Option<StreamTracer>,
+}
+
+impl Remote {
+    /// Shows `message`, sent (`true`) or received, to the tracer.
+    fn trace(&self, sent: bool, message: &TcpMessage) {
+        if let Some(t) = &self.tracer {
+            t(sent, self.peer, message);
+        }
+    }
+
+    /// Shows the messages in one output of [`TcpConnection::poll_transmit`].
+    fn trace_output(&self, framing: Framing, bytes: &[u8]) {
+        if self.tracer.is_none() {
+            return;
+        }
+        match framing {
+            Framing::WebSocket => {
+                if let Ok(m) = decode_ws(bytes, usize::MAX) {
+                    self.trace(true, &m);
+                }
+            }
+            Framing::Stream => {
+                let mut at = 0;
+                while let Ok(Some((m, used))) = decode_tcp(&bytes[at..], usize::MAX) {
+                    self.trace(true, &m);
+                    at += used;
+                }
+            }
+        }
+    }
 }
 
 impl Default for TcpPool {
@@ -503,6 +556,7 @@ impl TcpPool {
             tls: None,
             conns: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(1),
+            tracer: TracerSlot::default(),
         }
     }
 
@@ -513,6 +567,13 @@ impl TcpPool {
             tls: Some(tls),
             ..TcpPool::new(framing)
         }
+    }
+
+    /// This pool, showing the messages of the connections it opens to the tracer in
+    /// `slot` (if one is set then).
+    pub(crate) fn traced(mut self, slot: TracerSlot) -> TcpPool {
+        self.tracer = slot;
+        self
     }
 
     /// The settings of the connections opened from now on.
@@ -661,6 +722,15 @@ impl TcpPool {
         let host = host.to_string();
         let tls = self.tls.clone();
         let scheme = self.scheme();
+        let remote = Remote {
+            peer,
+            scheme,
+            tracer: self
+                .tracer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        };
         match self.framing {
             Framing::Stream => {
                 let connect = async move {
@@ -672,7 +742,7 @@ impl TcpPool {
                         }
                     })
                 };
-                tokio::spawn(client_conn(peer, scheme, connect, config, rx));
+                tokio::spawn(client_conn(remote, connect, config, rx));
             }
             Framing::WebSocket => {
                 let ws_config = config.clone();
@@ -690,7 +760,7 @@ impl TcpPool {
                         }
                     })
                 };
-                tokio::spawn(client_conn(peer, scheme, connect, config, rx));
+                tokio::spawn(client_conn(remote, connect, config, rx));
             }
         }
         conns.insert(peer, tx.clone());
@@ -761,8 +831,7 @@ fn closed_error(scheme: &str, peer: SocketAddr, reason: &CloseReason) -> Error {
 /// client connection until it closes or the pool is dropped; commands that arrive
 /// meanwhile are failed so callers can retry.
 async fn client_conn<L, C>(
-    peer: SocketAddr,
-    scheme: &'static str,
+    remote: Remote,
     connect: C,
     config: TcpConfig,
     mut commands: mpsc::UnboundedReceiver<ClientCommand>,
@@ -770,6 +839,7 @@ async fn client_conn<L, C>(
     L: Link,
     C: Future<Output = std::io::Result<L>>,
 {
+    let (peer, scheme) = (remote.peer, remote.scheme);
     let connected = tokio::time::timeout(CONNECT_TIMEOUT, connect)
         .await
         .unwrap_or_else(|_| {
@@ -805,7 +875,18 @@ async fn client_conn<L, C>(
         while let Some(ev) = conn.poll_event() {
             match ev {
                 TcpEvent::Response { token, message } => {
+                    remote.trace(false, &message);
                     exchanges.on_response(&mut conn, token, message)
+                }
+                TcpEvent::PeerSettings {
+                    max_message_size,
+                    block_wise_transfer,
+                } => {
+                    let csm = Signal::Csm {
+                        max_message_size: Some(max_message_size),
+                        block_wise_transfer,
+                    };
+                    remote.trace(false, &csm.to_message());
                 }
                 TcpEvent::Closed { reason, .. } => close_reason = Some(reason),
                 TcpEvent::ReleaseReceived { .. } => {
@@ -818,7 +899,7 @@ async fn client_conn<L, C>(
                 _ => {}
             }
         }
-        if !flush(&mut conn, &mut link, Duration::from_secs(30)).await {
+        if !flush(&mut conn, &mut link, Duration::from_secs(30), Some(&remote)).await {
             close_reason.get_or_insert(CloseReason::PeerClosed);
             break;
         }
