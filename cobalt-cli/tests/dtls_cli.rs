@@ -8,7 +8,7 @@ use std::process::Stdio;
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, KillOnDrop};
+use binary::{cobalt, serve_until, write_test_pki, KillOnDrop};
 
 fn free_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0")
@@ -111,21 +111,11 @@ fn a_bad_key_file_is_a_usage_error() {
 
 #[test]
 fn serve_and_get_over_dtls_with_certificates() {
-    let pki = cobalt::transport::dtls::test_pki::generate("Cobalt CLI test CA").unwrap();
     let dir = std::env::temp_dir().join(format!("cobalt-dtls-x509-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let files = [
-        ("ca.pem", &pki.ca_pem),
-        ("server.pem", &pki.server.cert_chain_pem),
-        ("server.key", &pki.server.key_pem),
-        ("client.pem", &pki.client.cert_chain_pem),
-        ("client.key", &pki.client.key_pem),
-    ];
-    for (name, pem) in files {
-        std::fs::write(dir.join(name), pem).unwrap();
-    }
+    write_test_pki(&dir, "Cobalt CLI test CA");
     let (port, dtls_port) = (free_port(), free_port());
-    let mut child = cobalt()
+    let mut serve = cobalt();
+    serve
         .args(["serve", "--bind", "127.0.0.1", "--shards", "1"])
         .args([
             "--port",
@@ -138,20 +128,8 @@ fn serve_and_get_over_dtls_with_certificates() {
         .arg("--dtls-key")
         .arg(dir.join("server.key"))
         .arg("--dtls-ca")
-        .arg(dir.join("ca.pem"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let _server = KillOnDrop(child);
-    // Kept open until the end: a closed pipe would fail the server's later writes.
-    let mut lines = BufReader::new(stderr).lines();
-    let up = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| l.contains("serving CoAP over DTLS on"));
-    assert!(up, "the server did not report its DTLS address");
+        .arg(dir.join("ca.pem"));
+    let _server = serve_until(serve, "serving CoAP over DTLS on");
     let uri = format!("coaps://127.0.0.1:{dtls_port}/benchmark");
     let ok = cobalt()
         .args(["get", &uri, "--dtls-ca"])

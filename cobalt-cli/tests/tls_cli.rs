@@ -1,15 +1,14 @@
 //! `cobalt serve --cert --key --tls --ws` and `cobalt get coaps+tcp://...` /
 //! `coaps+ws://...` through the real binary.
 
-use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, KillOnDrop};
+use binary::{cobalt, serve_until, write_test_pki};
 
 fn free_tcp_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -19,19 +18,6 @@ fn free_tcp_port() -> u16 {
 fn free_udp_port() -> u16 {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.local_addr().unwrap().port()
-}
-
-/// A CA with server and client certificates, written to `dir`.
-fn write_pki(dir: &Path, cn: &str) {
-    let pki = cobalt::transport::dtls::test_pki::generate(cn).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    for (name, pem) in [
-        ("ca.pem", &pki.ca_pem),
-        ("server.pem", &pki.server.cert_chain_pem),
-        ("server.key", &pki.server.key_pem),
-    ] {
-        std::fs::write(dir.join(name), pem).unwrap();
-    }
 }
 
 fn get(uri: &str, ca: &Path) -> Output {
@@ -45,11 +31,12 @@ fn get(uri: &str, ca: &Path) -> Output {
 #[test]
 fn serve_and_get_over_tls_and_secure_websockets() {
     let dir = std::env::temp_dir().join(format!("cobalt-tls-cli-{}", std::process::id()));
-    write_pki(&dir, "Cobalt TLS CLI CA");
+    write_test_pki(&dir, "Cobalt TLS CLI CA");
     let other: PathBuf = dir.join("other");
-    write_pki(&other, "Another CA");
+    write_test_pki(&other, "Another CA");
     let (tls, ws, wss) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
-    let mut child = cobalt()
+    let mut serve = cobalt();
+    serve
         .args(["serve", "--bind", "127.0.0.1", "--shards", "1"])
         .args(["--port", &free_udp_port().to_string()])
         .args(["--dtls-port", &free_udp_port().to_string()])
@@ -58,20 +45,8 @@ fn serve_and_get_over_tls_and_secure_websockets() {
         .arg("--key")
         .arg(dir.join("server.key"))
         .args(["--tls", &tls.to_string()])
-        .args(["--ws-port", &ws.to_string(), "--wss-port", &wss.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let _server = KillOnDrop(child);
-    // Kept open until the end: a closed pipe would fail the server's later writes.
-    let mut lines = BufReader::new(stderr).lines();
-    let up = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| l.contains("serving CoAP over secure WebSockets on"));
-    assert!(up, "the server did not report its coaps+ws address");
+        .args(["--ws-port", &ws.to_string(), "--wss-port", &wss.to_string()]);
+    let _server = serve_until(serve, "serving CoAP over secure WebSockets on");
 
     let ca = dir.join("ca.pem");
     for uri in [
