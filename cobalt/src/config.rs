@@ -28,7 +28,9 @@
 //! ```
 
 use crate::server::ServerLimits;
+use crate::transport::tcp::TcpServerLimits;
 use cobalt_proto::endpoint::EndpointConfig;
+use cobalt_proto::tcp_connection::TcpConfig;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -47,6 +49,8 @@ pub struct Config {
     pub runtime: RuntimeSection,
     /// Where to listen.
     pub server: ServerSection,
+    /// CoAP over TCP, TLS and WebSockets: connection limits and timers.
+    pub connections: ConnectionsSection,
     /// Logging.
     pub log: LogSection,
 }
@@ -193,6 +197,87 @@ impl From<&LimitsSection> for ServerLimits {
             max_upload_memory: s.max_upload_memory,
             block_szx: s.block_szx,
             amplification_factor: s.amplification_factor,
+        }
+    }
+}
+
+/// `[connections]`: the [`TcpServerLimits`] of the TCP, TLS and WebSocket listeners.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionsSection {
+    /// Connections served at once per listener.
+    pub max_connections: usize,
+    /// Largest message accepted (announced in the CSM), in bytes.
+    pub max_message_size: u32,
+    /// Announce BERT (RFC 8323 §6).
+    pub bert: bool,
+    /// Largest BERT block sent, in bytes.
+    pub max_bert_block: usize,
+    /// Time for the peer's CSM.
+    #[serde(with = "duration")]
+    pub csm_timeout: Duration,
+    /// Time for one message to arrive once begun.
+    #[serde(with = "duration")]
+    pub frame_timeout: Duration,
+    /// Release a connection idle this long; 0: never.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+    /// Keep-alive Ping after this much silence; 0: none.
+    #[serde(with = "duration")]
+    pub keepalive: Duration,
+    /// Time for the TLS handshake and the WebSocket upgrade.
+    #[serde(with = "duration")]
+    pub handshake_timeout: Duration,
+    /// Time a write may block on a peer that does not read.
+    #[serde(with = "duration")]
+    pub write_timeout: Duration,
+    /// Requests of one connection handled at once; beyond it 5.03.
+    pub max_inbound_requests: usize,
+}
+
+impl Default for ConnectionsSection {
+    fn default() -> Self {
+        ConnectionsSection::from(&TcpServerLimits::default())
+    }
+}
+
+impl From<&TcpServerLimits> for ConnectionsSection {
+    fn from(l: &TcpServerLimits) -> Self {
+        let c = &l.connection;
+        ConnectionsSection {
+            max_connections: l.max_connections,
+            max_message_size: c.max_message_size,
+            bert: c.block_wise_transfer,
+            max_bert_block: l.max_bert_block,
+            csm_timeout: c.csm_timeout,
+            frame_timeout: c.frame_timeout,
+            idle_timeout: c.idle_timeout.unwrap_or_default(),
+            keepalive: c.keepalive.unwrap_or_default(),
+            handshake_timeout: l.handshake_timeout,
+            write_timeout: l.write_timeout,
+            max_inbound_requests: c.max_inbound_requests,
+        }
+    }
+}
+
+impl From<&ConnectionsSection> for TcpServerLimits {
+    fn from(s: &ConnectionsSection) -> Self {
+        let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+        TcpServerLimits {
+            max_connections: s.max_connections,
+            connection: TcpConfig {
+                max_message_size: s.max_message_size,
+                block_wise_transfer: s.bert,
+                csm_timeout: s.csm_timeout,
+                frame_timeout: s.frame_timeout,
+                idle_timeout: nonzero(s.idle_timeout),
+                keepalive: nonzero(s.keepalive),
+                max_inbound_requests: s.max_inbound_requests,
+                ..TcpConfig::default()
+            },
+            write_timeout: s.write_timeout,
+            handshake_timeout: s.handshake_timeout,
+            max_bert_block: s.max_bert_block,
         }
     }
 }
@@ -374,7 +459,7 @@ const fn k(
 }
 
 /// The sections, in file order, with their description.
-const SECTIONS: [(&str, &str); 5] = [
+const SECTIONS: [(&str, &str); 6] = [
     (
         "endpoint",
         "Protocol parameters of RFC 7252 §4.8 and bounds on the endpoint's state.",
@@ -385,6 +470,10 @@ const SECTIONS: [(&str, &str); 5] = [
     ),
     ("runtime", "Threads and sockets."),
     ("server", "Where to listen."),
+    (
+        "connections",
+        "CoAP over TCP, TLS and WebSockets (each listener): connection limits and timers.",
+    ),
     ("log", "Logging to stderr."),
 ];
 
@@ -419,6 +508,17 @@ const KEYS: &[KeyDoc] = &[
     k("server", "bind", "IP address to listen on; \"::\" serves IPv4 and IPv6.", "an IPv4 or IPv6 address"),
     k("server", "port", "UDP port; 0: any free port.", "0 to 65535"),
     k("server", "metrics_addr", "Address of the Prometheus endpoint (GET /metrics over HTTP), e.g. \"127.0.0.1:9100\"; \"\": none.", "\"\" or IP:port"),
+    k("connections", "max_connections", "Connections served at once per listener; further ones are refused.", "1 to 1000000"),
+    k("connections", "max_message_size", "Largest message accepted, in bytes (announced as Max-Message-Size in the CSM); larger frames end the connection.", "1152 to 67108864"),
+    k("connections", "bert", "Announce BERT (RFC 8323 §6): block-wise transfers of many 1024-byte blocks per message with peers that announce it too.", "true or false"),
+    k("connections", "max_bert_block", "Largest BERT block sent, in bytes.", "1024 to 67108864"),
+    k("connections", "csm_timeout", "Time the peer has to send its CSM after connecting.", "1s to 600s"),
+    k("connections", "frame_timeout", "Time a message may take from its first byte to its last (slowloris defence).", "1s to 600s"),
+    k("connections", "idle_timeout", "Release a connection with nothing outstanding after this long; 0: never.", "0s to 30d"),
+    k("connections", "keepalive", "Ping a silent peer while requests or observations are outstanding after this long, and close if nothing answers for as long again; 0: no pings.", "0s to 24h"),
+    k("connections", "handshake_timeout", "Time for the TLS handshake and for the WebSocket upgrade request.", "1s to 600s"),
+    k("connections", "write_timeout", "Time a write may block on a peer that does not read before the connection is dropped.", "1s to 600s"),
+    k("connections", "max_inbound_requests", "Requests of one connection handled at once; beyond it 5.03.", "1 to 65536"),
     k("log", "level", "Most verbose level logged to stderr; the RUST_LOG variable, when set, wins.", "off, error, warn, info, debug, trace"),
 ];
 
@@ -461,6 +561,11 @@ impl Config {
         ServerLimits::from(&self.limits)
     }
 
+    /// The limits of the TCP, TLS and WebSocket listeners.
+    pub fn connection_limits(&self) -> TcpServerLimits {
+        TcpServerLimits::from(&self.connections)
+    }
+
     /// Checks every value; the error names the key, the value and the allowed range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Err(e) = self.endpoint_config().validate() {
@@ -468,6 +573,10 @@ impl Config {
         }
         let l = &self.limits;
         let r = &self.runtime;
+        let c = &self.connections;
+        let secs = |d: Duration, min: u64, max: u64| {
+            d >= Duration::from_secs(min) && d <= Duration::from_secs(max)
+        };
         let checks: &[(bool, &str, &str)] = &[
             (
                 (1..=1_000_000).contains(&l.observe_con_every),
@@ -498,6 +607,52 @@ impl Config {
                 r.socket_send_buffer <= 1 << 30,
                 "runtime",
                 "socket_send_buffer",
+            ),
+            (
+                (1..=1_000_000).contains(&c.max_connections),
+                "connections",
+                "max_connections",
+            ),
+            (
+                (1152..=64 << 20).contains(&c.max_message_size),
+                "connections",
+                "max_message_size",
+            ),
+            (
+                (1024..=64 << 20).contains(&c.max_bert_block),
+                "connections",
+                "max_bert_block",
+            ),
+            (secs(c.csm_timeout, 1, 600), "connections", "csm_timeout"),
+            (
+                secs(c.frame_timeout, 1, 600),
+                "connections",
+                "frame_timeout",
+            ),
+            (
+                c.idle_timeout <= Duration::from_secs(30 * 86_400),
+                "connections",
+                "idle_timeout",
+            ),
+            (
+                c.keepalive <= Duration::from_secs(86_400),
+                "connections",
+                "keepalive",
+            ),
+            (
+                secs(c.handshake_timeout, 1, 600),
+                "connections",
+                "handshake_timeout",
+            ),
+            (
+                secs(c.write_timeout, 1, 600),
+                "connections",
+                "write_timeout",
+            ),
+            (
+                (1..=65_536).contains(&c.max_inbound_requests),
+                "connections",
+                "max_inbound_requests",
             ),
             (
                 LOG_LEVELS.contains(&self.log.level.as_str()),

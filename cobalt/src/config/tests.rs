@@ -12,6 +12,7 @@ fn defaults_are_the_library_defaults() {
     c.validate().unwrap();
     assert_eq!(c.endpoint_config(), EndpointConfig::default());
     assert_eq!(c.server_limits(), ServerLimits::default());
+    assert_eq!(c.connection_limits(), TcpServerLimits::default());
     assert_eq!(c.server.socket_addr(), "[::]:5683".parse().unwrap());
     assert_eq!(c.server.metrics_addr, None);
     assert_eq!(c.runtime.shards, 0);
@@ -306,4 +307,38 @@ fn durations_parse_and_format() {
     let c = Config::from_toml("[endpoint]\nack_timeout = 3\nseparate_ack_delay = 0.5").unwrap();
     assert_eq!(c.endpoint.ack_timeout, Duration::from_secs(3));
     assert_eq!(c.endpoint.separate_ack_delay, Duration::from_millis(500));
+}
+
+#[test]
+fn connection_settings_reach_the_listeners() {
+    let c = Config::loader()
+        .toml(
+            "[connections]\nmax_connections = 10\nidle_timeout = 0\nkeepalive = \"5s\"\nbert = false\n",
+            "test.toml",
+        )
+        .unwrap()
+        .set("connections.handshake_timeout", "2s", "--set")
+        .unwrap()
+        .build()
+        .unwrap();
+    let l = c.connection_limits();
+    assert_eq!(l.max_connections, 10);
+    assert_eq!(l.connection.idle_timeout, None, "0 means never");
+    assert_eq!(l.connection.keepalive, Some(Duration::from_secs(5)));
+    assert!(!l.connection.block_wise_transfer);
+    assert_eq!(l.handshake_timeout, Duration::from_secs(2));
+    for bad in [
+        "connections.max_connections=0",
+        "connections.max_message_size=100",
+        "connections.csm_timeout=0",
+        "connections.keepalive=2d",
+    ] {
+        let (key, value) = bad.split_once('=').unwrap();
+        let e = Config::loader()
+            .set(key, value, "--set")
+            .unwrap()
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains(key), "{bad}: {e}");
+    }
 }

@@ -177,8 +177,9 @@ impl Server {
         self
     }
 
-    /// Applies a [`Config`]: endpoint parameters, limits and runtime settings (shards,
-    /// receive batch, socket buffers). The address to bind is `config.server`:
+    /// Applies a [`Config`]: endpoint parameters, limits, runtime settings (shards,
+    /// receive batch, socket buffers) and the limits of the TCP, TLS and WebSocket
+    /// listeners (`[connections]`). The address to bind is `config.server`:
     /// `server.with_config(&config).bind(config.server.socket_addr())`.
     pub fn with_config(mut self, config: &Config) -> Server {
         self.config = config.endpoint_config();
@@ -189,6 +190,8 @@ impl Server {
             recv: config.runtime.socket_recv_buffer,
             send: config.runtime.socket_send_buffer,
         };
+        self.tcp_limits = config.connection_limits();
+        self.ws_limits = config.connection_limits();
         self
     }
 

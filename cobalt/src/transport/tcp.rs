@@ -42,9 +42,9 @@ pub struct TcpServerLimits {
     /// How long a write may block (a peer that does not read) before the connection is
     /// dropped. Default 30 s.
     pub write_timeout: Duration,
-    /// WebSockets only (`coap+ws`): how long the HTTP upgrade request may take to
-    /// arrive, from the accepted connection to the end of its header (slowloris
-    /// defence). Default 10 s.
+    /// How long the TLS handshake (`coaps+tcp`, `coaps+ws`) and, for WebSockets, the
+    /// HTTP upgrade request may each take, from the accepted connection to the end of
+    /// its header (slowloris defence). Default 10 s.
     pub handshake_timeout: Duration,
     /// Largest BERT block (RFC 8323 §6) in a response, in bytes (a multiple of 1024 is
     /// used). BERT blocks are sent only to peers that announced Block-Wise-Transfer,
