@@ -761,3 +761,42 @@ async fn uploads_of_all_connections_share_one_memory_budget() {
     }
     server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_run_on_their_resources_executor_over_tcp() {
+    use cobalt::server::Executor;
+    fn thread_name() -> String {
+        std::thread::current().name().unwrap_or("?").to_string()
+    }
+    let server = Server::new()
+        .route("/inline", get(|| async { thread_name() }))
+        .route("/api/a", get(|| async { thread_name() }))
+        .route(
+            "/api/own",
+            get(|| async { thread_name() }).executor(Executor::pool(1).unwrap()),
+        )
+        .executor("/api", Executor::blocking(2).unwrap())
+        .bind_tcp("127.0.0.1:0")
+        .await
+        .unwrap();
+    let client = Client::new();
+    let base = format!("coap+tcp://{}", server.local_addr());
+    let name = |p: &'static str| {
+        let (c, base) = (client.clone(), base.clone());
+        async move { c.get(&format!("{base}{p}")).await.unwrap().text_payload() }
+    };
+    let inline = name("/inline").await;
+    assert!(
+        !inline.starts_with("cobalt-"),
+        "{inline}: on the connection's task"
+    );
+    assert!(
+        name("/api/a").await.starts_with("cobalt-exec"),
+        "inherited from /api"
+    );
+    assert!(
+        name("/api/own").await.starts_with("cobalt-pool"),
+        "own choice wins"
+    );
+    server.shutdown(Duration::from_secs(1)).await;
+}

@@ -5,7 +5,9 @@
 //! handler futures it hands out; it never touches the transport itself, so every
 //! [`Link`](crate::transport::tcp) (TCP, WebSocket, TLS) gets the same behaviour.
 //!
-//! Handlers run on the connection's task (executors do not apply here). At most one
+//! Handlers run on their resource's executor: inline ones on the connection's task,
+//! the others on their pool or threads, the answer coming back to the connection. At
+//! most one
 //! notification per relation is being produced at a time: a change that arrives
 //! meanwhile produces one more notification afterwards, from the state then current.
 
@@ -15,7 +17,7 @@ use super::shard::guarded;
 use super::stream_observe::StreamRelations;
 use super::tree::ResourceTree;
 use super::upload::{acknowledge_block, Uploads};
-use super::{BoxFuture, Request, Response, ServerLimits, UploadChunk};
+use super::{BoxFuture, Executor, Request, Response, ServerLimits, UploadChunk};
 use crate::transport::tcp::{from_message, to_message};
 use cobalt_proto::blockwise::{slice_response_sized, BlockSize};
 use cobalt_proto::message::option::encode_uint;
@@ -189,7 +191,8 @@ impl StreamServer {
                     offset: block.offset,
                     last: block.last,
                 };
-                handlers.push(pending(token, Job::Reply(ctx), (block.handler)(chunk)));
+                let future = on_executor((block.handler)(chunk), &block.executor);
+                handlers.push(pending(token, Job::Reply(ctx), future));
                 return;
             }
             Intake::Handle {
@@ -209,7 +212,8 @@ impl StreamServer {
         match self.shared.tree.route(Request::new(self.peer, request)) {
             Ok(routed) => {
                 ctx.register = routed.observable.zip(registration);
-                handlers.push(pending(token, Job::Reply(ctx), routed.future));
+                let future = on_executor(routed.future, &routed.executor);
+                handlers.push(pending(token, Job::Reply(ctx), future));
             }
             Err(response) => self.finish_reply(conn, token, response, ctx),
         }
@@ -262,7 +266,7 @@ impl StreamServer {
         let asked = request.block2();
         request.options.remove(opt::BLOCK2);
         let future: BoxFuture = match self.shared.tree.route(Request::new(self.peer, request)) {
-            Ok(routed) => routed.future,
+            Ok(routed) => on_executor(routed.future, &routed.executor),
             Err(response) => Box::pin(async move { response }),
         };
         self.producing.insert(token, false);
@@ -400,6 +404,24 @@ impl Drop for StreamServer {
 }
 
 /// A handler future that answers 5.00 instead of unwinding, tagged for its return.
+/// The handler `future` run on `executor`: as it is for an inline resource (the
+/// connection's task polls it), otherwise spawned there with its answer sent back.
+fn on_executor(future: BoxFuture, executor: &Executor) -> BoxFuture {
+    if executor.is_inline() {
+        return future;
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    executor.spawn(guarded(future), move |response| {
+        let _ = tx.send(response);
+    });
+    Box::pin(async move {
+        rx.await.unwrap_or_else(|_| {
+            tracing::error!("executor dropped a handler; answering 5.00");
+            Response::new(Code::INTERNAL_SERVER_ERROR)
+        })
+    })
+}
+
 fn pending(token: Token, job: Job, future: BoxFuture) -> Pending {
     Box::pin(guarded(future).map(move |response| Done {
         token,
