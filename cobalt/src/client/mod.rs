@@ -509,7 +509,7 @@ impl RequestBuilder {
                 Some(size) => upload_via(self.message, size, send).await?,
                 None => (send(self.message.clone()).await?, self.message),
             };
-            fetch_rest_via(rest, first, true, send).await
+            fetch_rest_via(rest, first, pool.config().block_wise_transfer, send).await
         };
         tokio::time::timeout(timeout, exchange)
             .await

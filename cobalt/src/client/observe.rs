@@ -164,7 +164,8 @@ impl Observation {
             Route::Datagram { peer } => fetch_rest(&self.client, *peer, request, first).await,
             Route::Stream { scheme, peer, host } => {
                 let pool = self.client.pool(*scheme)?;
-                fetch_rest_via(request, first, true, |req| pool.request(*peer, host, req)).await
+                let bert = pool.config().block_wise_transfer;
+                fetch_rest_via(request, first, bert, |req| pool.request(*peer, host, req)).await
             }
         }
     }
