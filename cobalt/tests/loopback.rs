@@ -350,24 +350,35 @@ mod executors_and_shard_clients {
             )
             .executor("/api", pool)
             .shards(1)
+            .tcp("127.0.0.1:0".parse().unwrap())
             .bind("127.0.0.1:0")
             .await
             .unwrap();
         let c = Client::new();
-        let base = format!("coap://{}", server.local_addr());
-        let name = |p: &'static str| {
-            let (c, base) = (c.clone(), base.clone());
-            async move { c.get(&format!("{base}{p}")).await.unwrap().text_payload() }
-        };
-        assert!(name("/inline").await.starts_with("cobalt-shard"));
-        assert!(
-            name("/api/a").await.starts_with("cobalt-exec"),
-            "inherited from /api"
-        );
-        assert!(
-            name("/api/own").await.starts_with("cobalt-pool"),
-            "own choice wins"
-        );
+        let udp = format!("coap://{}", server.local_addr());
+        let tcp = format!("coap+tcp://{}", server.tcp_local_addr().unwrap());
+        for base in [udp, tcp] {
+            let name = |p: &'static str| {
+                let (c, base) = (c.clone(), base.clone());
+                async move { c.get(&format!("{base}{p}")).await.unwrap().text_payload() }
+            };
+            // Inline handlers run where the request arrived: a shard's thread for UDP,
+            // the connection's task for TCP.
+            let inline = name("/inline").await;
+            if base.starts_with("coap://") {
+                assert!(inline.starts_with("cobalt-shard"), "{inline}");
+            } else {
+                assert!(!inline.starts_with("cobalt-"), "{inline}");
+            }
+            assert!(
+                name("/api/a").await.starts_with("cobalt-exec"),
+                "{base}: inherited from /api"
+            );
+            assert!(
+                name("/api/own").await.starts_with("cobalt-pool"),
+                "{base}: own choice wins"
+            );
+        }
         server.shutdown(Duration::from_secs(1)).await;
     }
 

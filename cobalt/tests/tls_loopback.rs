@@ -7,7 +7,7 @@ use cobalt::server::{get, post, Observable, Request};
 use cobalt::transport::dtls::{test_pki, PskStore, X509Credentials};
 use cobalt::transport::tcp::TcpServerLimits;
 use cobalt::transport::tls::{negotiated, Alpn, TlsConnector};
-use cobalt::{Client, Code, Error, Server};
+use cobalt::{Client, Code, Error, Server, ServerHandle};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -38,6 +38,20 @@ fn verify_only(pki: &test_pki::TestPki) -> X509Credentials {
     }
 }
 
+/// `server`'s resources over UDP, and over TLS and secure WebSockets with
+/// certificate-only credentials from `pki`.
+async fn over_tls_and_wss(server: Server, pki: &test_pki::TestPki) -> ServerHandle {
+    let any = "127.0.0.1:0".parse().unwrap();
+    server
+        .x509(server_only(pki))
+        .tls(any)
+        .wss(any)
+        .shards(1)
+        .bind(any)
+        .await
+        .unwrap()
+}
+
 fn handshake_failures(server: &cobalt::server::ServerHandle, transport: &str) -> u64 {
     let text = server.metrics().render_prometheus();
     let key = format!("cobalt_connections_handshake_failures_total{{transport=\"{transport}\"}} ");
@@ -50,14 +64,7 @@ fn handshake_failures(server: &cobalt::server::ServerHandle, transport: &str) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificate_verified_request_over_tls_and_wss() {
     let pki = test_pki::generate("tls loopback").unwrap();
-    let server = resources()
-        .x509(server_only(&pki))
-        .tls("127.0.0.1:0".parse().unwrap())
-        .wss("127.0.0.1:0".parse().unwrap())
-        .shards(1)
-        .bind("127.0.0.1:0")
-        .await
-        .unwrap();
+    let server = over_tls_and_wss(resources(), &pki).await;
     let tls = server.tls_local_addr().unwrap();
     let wss = server.wss_local_addr().unwrap();
     let client = Client::new().with_x509(verify_only(&pki));
@@ -91,22 +98,15 @@ async fn observe_over_tls_and_wss() {
     let state = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let temp = Observable::new();
     let read = state.clone();
-    let server = Server::new()
-        .route(
-            "/temp",
-            get(move || {
-                let v = read.load(std::sync::atomic::Ordering::SeqCst);
-                async move { format!("t={v}") }
-            })
-            .observable(&temp),
-        )
-        .x509(server_only(&pki))
-        .tls("127.0.0.1:0".parse().unwrap())
-        .wss("127.0.0.1:0".parse().unwrap())
-        .shards(1)
-        .bind("127.0.0.1:0")
-        .await
-        .unwrap();
+    let resources = Server::new().route(
+        "/temp",
+        get(move || {
+            let v = read.load(std::sync::atomic::Ordering::SeqCst);
+            async move { format!("t={v}") }
+        })
+        .observable(&temp),
+    );
+    let server = over_tls_and_wss(resources, &pki).await;
     let client = Client::new().with_x509(verify_only(&pki));
     for (uri, label) in [
         (

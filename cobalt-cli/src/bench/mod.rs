@@ -61,6 +61,7 @@ use client::{run_thread, StepShared};
 use cobalt::transport::dtls::DtlsClientAuth;
 use cobalt::transport::tls::{Alpn, TlsConnector};
 use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
+use cobalt_proto::tcp_connection::Framing;
 use output::{Format, RunInfo};
 use stats::{Recorder, ServerUsage, StepResult};
 use std::io::{IsTerminal, Write};
@@ -552,8 +553,12 @@ fn run_session_thread(
         }
         Scheme::CoapsTcp | Scheme::CoapsWs => {
             let ws = cfg.scheme == Scheme::CoapsWs;
-            let alpn = if ws { Alpn::Http11 } else { Alpn::Coap };
-            let connector = TlsConnector::new(cfg.dtls.as_ref(), alpn)
+            let framing = if ws {
+                Framing::WebSocket
+            } else {
+                Framing::Stream
+            };
+            let connector = TlsConnector::new(cfg.dtls.as_ref(), Alpn::for_framing(framing))
                 .map_err(|e| format!("cannot set up TLS: {e}"))?;
             let tls = Tls {
                 connector,

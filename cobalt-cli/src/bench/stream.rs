@@ -15,6 +15,7 @@
 //! RFC 8323 §3 frames, or WebSocket messages).
 
 use super::session::{Outcome, Session};
+use cobalt::transport::ws::client_upgrade;
 use cobalt_proto::message::{decode, TcpMessage};
 use cobalt_proto::tcp_connection::{Framing, TcpConfig, TcpConnection, TcpEvent};
 use futures_util::{SinkExt, StreamExt};
@@ -24,16 +25,10 @@ use std::net::SocketAddr;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 
-/// The WebSocket path of CoAP (RFC 8323 §4.2).
-const WELL_KNOWN_COAP: &str = "/.well-known/coap";
-/// The WebSocket subprotocol of CoAP (RFC 8323 §4.1).
-const SUBPROTOCOL: &str = "coap";
 /// Bytes read at once from a stream.
 const READ_CHUNK: usize = 16 * 1024;
 /// The WebSocket read buffer: CoAP requests and their answers are small.
@@ -141,41 +136,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Carrier for WebSocket<S> {
     type Stream = S;
 
     async fn start(stream: S, host: &str, addr: SocketAddr) -> Result<Self, String> {
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host.to_string()
-        };
-        let uri = format!("ws://{host}:{}{WELL_KNOWN_COAP}", addr.port());
-        let mut request = uri
-            .as_str()
-            .into_client_request()
-            .map_err(|e| format!("cannot build the WebSocket upgrade for {uri}: {e}"))?;
-        request.headers_mut().insert(
-            "Sec-WebSocket-Protocol",
-            HeaderValue::from_static(SUBPROTOCOL),
-        );
         // tungstenite zero-fills its whole read buffer (128 KiB by default) before every
         // read: with many connections that memset dominated the generator's CPU.
         let config = WebSocketConfig::default().read_buffer_size(READ_CHUNK_WS);
-        let (ws, response) =
-            tokio_tungstenite::client_async_with_config(request, stream, Some(config))
-                .await
-                .map_err(|e| {
-                    format!(
-                        "WebSocket upgrade at {uri} failed: {e} (is it a coap+ws server, e.g. \
-                     cobalt serve --ws?)"
-                    )
-                })?;
-        let agreed = response
-            .headers()
-            .get("Sec-WebSocket-Protocol")
-            .is_some_and(|v| v.as_bytes() == SUBPROTOCOL.as_bytes());
-        if !agreed {
-            return Err(format!(
-                "the WebSocket server at {uri} did not agree to subprotocol {SUBPROTOCOL:?}"
-            ));
-        }
+        let ws = client_upgrade(stream, host, addr.port(), false, config)
+            .await
+            .map_err(|e| format!("{e} (is it a coap+ws server, e.g. cobalt serve --ws?)"))?;
         Ok(WebSocket {
             ws,
             message: Bytes::new(),

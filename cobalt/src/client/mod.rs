@@ -284,18 +284,21 @@ impl Client {
         Ok(tx)
     }
 
-    /// The pool of `coaps+tcp` (or `coaps+ws`) connections made with `auth`.
-    fn tls_pool(&self, scheme: Scheme, auth: Option<&DtlsClientAuth>) -> Result<Arc<TcpPool>> {
-        let (framing, alpn) = match scheme {
-            Scheme::CoapsWs => (Framing::WebSocket, Alpn::Http11),
-            _ => (Framing::Stream, Alpn::Coap),
+    /// The pool of `coaps+tcp` (or, with `ws`, `coaps+ws`) connections made with this
+    /// handle's credentials.
+    fn tls_pool(&self, ws: bool) -> Result<Arc<TcpPool>> {
+        let framing = if ws {
+            Framing::WebSocket
+        } else {
+            Framing::Stream
         };
+        let auth = self.auth.as_deref();
         let mut pools = self.inner.tls.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (framing == Framing::WebSocket, auth.cloned());
+        let key = (ws, auth.cloned());
         if let Some(pool) = pools.get(&key) {
             return Ok(pool.clone());
         }
-        let connector = TlsConnector::new(auth, alpn)
+        let connector = TlsConnector::new(auth, Alpn::for_framing(framing))
             .map_err(|e| Error::Unsupported(format!("cannot set up TLS: {e}")))?;
         let pool =
             Arc::new(TcpPool::secure(framing, connector).traced(self.inner.stream_tracer.clone()));
@@ -329,7 +332,7 @@ impl Client {
         match scheme {
             Scheme::CoapWs => Ok(self.inner.ws.clone()),
             Scheme::CoapTcp => Ok(self.inner.tcp.clone()),
-            other => self.tls_pool(other, self.auth.as_deref()),
+            other => self.tls_pool(other == Scheme::CoapsWs),
         }
     }
 
@@ -489,15 +492,21 @@ impl RequestBuilder {
         }
     }
 
+    /// The client to send with: this request's credentials ([`RequestBuilder::psk`],
+    /// [`RequestBuilder::x509`]) in place of the client's, if given.
+    fn authenticated_client(&mut self) -> Client {
+        match self.auth.take() {
+            Some(auth) => self.client.with_dtls_auth(auth),
+            None => self.client.clone(),
+        }
+    }
+
     async fn send_tcp(mut self) -> Result<Response> {
         let uri = CoapUri::parse(&self.uri)?;
         let peer = resolve(&uri).await?;
         uri.apply_to(&mut self.message.options);
         let timeout = self.timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT);
-        let client = match self.auth.take() {
-            Some(auth) => self.client.with_dtls_auth(auth),
-            None => self.client,
-        };
+        let client = self.authenticated_client();
         let pool = client.pool(uri.scheme)?;
         let host = uri.host.as_str();
         let exchange = async {
@@ -531,10 +540,7 @@ impl RequestBuilder {
                 peer,
                 host: uri.host.clone(),
             };
-            let client = match self.auth.take() {
-                Some(auth) => self.client.with_dtls_auth(auth),
-                None => self.client,
-            };
+            let client = self.authenticated_client();
             return Observation::register(client, route, self.message);
         }
         let (client, peer, message, _) = self.prepare().await?;

@@ -279,13 +279,20 @@ impl Server {
         limits
     }
 
+    /// Fails, saying that `what` needs them, unless [`Server::psk`] or
+    /// [`Server::x509`] gave credentials.
+    fn require_credentials(&self, what: &str) -> Result<()> {
+        if self.psk_keys.is_none() && self.x509.is_none() {
+            return Err(Error::Unsupported(format!(
+                "credentials are needed for {what}: call Server::psk or Server::x509"
+            )));
+        }
+        Ok(())
+    }
+
     /// A DTLS session table for one shard.
     fn dtls_layer(&self) -> Result<Box<dyn DtlsBackend>> {
-        if self.psk_keys.is_none() && self.x509.is_none() {
-            return Err(Error::Unsupported(
-                "coaps needs credentials: call Server::psk or Server::x509".into(),
-            ));
-        }
+        self.require_credentials("coaps")?;
         let layer = OpensslDtls::server_with(
             self.psk_keys.clone(),
             self.x509.as_deref(),
@@ -394,16 +401,8 @@ impl Server {
         tree: &Arc<ResourceTree>,
     ) -> Result<TcpListenerHandle> {
         let tls = if scheme.secure() {
-            if self.psk_keys.is_none() && self.x509.is_none() {
-                return Err(Error::Unsupported(
-                    "coaps+tcp and coaps+ws need credentials: call Server::x509 or Server::psk"
-                        .into(),
-                ));
-            }
-            let alpn = match scheme.framing() {
-                Framing::Stream => Alpn::Coap,
-                Framing::WebSocket => Alpn::Http11,
-            };
+            self.require_credentials("coaps+tcp and coaps+ws")?;
+            let alpn = Alpn::for_framing(scheme.framing());
             let acceptor = TlsAcceptor::new(self.x509.as_deref(), self.psk_keys.clone(), alpn)
                 .map_err(|e| Error::Unsupported(format!("cannot set up TLS: {e}")))?;
             Some(acceptor)

@@ -6,4 +6,4 @@ pub(crate) mod stream_client;
 pub mod tcp;
 pub mod tls;
 pub mod udp;
-pub(crate) mod ws;
+pub mod ws;

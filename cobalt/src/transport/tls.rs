@@ -19,6 +19,7 @@ use super::dtls::{
     describe, expect_peer_name, load_x509, set_psk_client, set_psk_server, ClientPsk,
     DtlsClientAuth, PskStore, X509Credentials,
 };
+use cobalt_proto::tcp_connection::Framing;
 use openssl::error::ErrorStack;
 use openssl::ssl::{
     select_next_proto, AlpnError, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode,
@@ -53,6 +54,15 @@ pub enum Alpn {
 }
 
 impl Alpn {
+    /// The protocol under `framing`: `coap` for `coaps+tcp`, `http/1.1` (the upgrade)
+    /// for `coaps+ws`.
+    pub fn for_framing(framing: Framing) -> Alpn {
+        match framing {
+            Framing::Stream => Alpn::Coap,
+            Framing::WebSocket => Alpn::Http11,
+        }
+    }
+
     /// The protocol list in ALPN wire format.
     fn wire(self) -> &'static [u8] {
         match self {

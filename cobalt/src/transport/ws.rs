@@ -424,35 +424,52 @@ pub(crate) async fn connect<S: Stream>(
     config: &TcpConfig,
     secure: bool,
 ) -> io::Result<WsLink<S>> {
+    let stream = TimedStream::new(stream, config.frame_timeout);
+    let ws = client_upgrade(stream, host, peer.port(), secure, ws_config(config)).await?;
+    Ok(WsLink::new(ws))
+}
+
+/// The client side of the CoAP-over-WebSockets handshake (RFC 8323 §4) on a connected
+/// stream (plain TCP, or TLS when `secure`): an HTTP/1.1 upgrade of
+/// `/.well-known/coap` at `host`:`port` with subprotocol `coap`. Fails, saying why,
+/// unless the server upgrades and agrees to the subprotocol.
+pub async fn client_upgrade<S>(
+    stream: S,
+    host: &str,
+    port: u16,
+    secure: bool,
+    config: WebSocketConfig,
+) -> io::Result<WebSocketStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let host = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]")
     } else {
         host.to_string()
     };
     let scheme = if secure { "wss" } else { "ws" };
-    let uri = format!("{scheme}://{host}:{}{WELL_KNOWN_COAP}", peer.port());
-    let mut request = uri.into_client_request().map_err(io::Error::other)?;
+    let uri = format!("{scheme}://{host}:{port}{WELL_KNOWN_COAP}");
+    let mut request = uri.as_str().into_client_request().map_err(|e| {
+        io::Error::other(format!("cannot build the WebSocket upgrade for {uri}: {e}"))
+    })?;
     request.headers_mut().insert(
         "Sec-WebSocket-Protocol",
         HeaderValue::from_static(SUBPROTOCOL),
     );
-    let (ws, response) = tokio_tungstenite::client_async_with_config(
-        request,
-        TimedStream::new(stream, config.frame_timeout),
-        Some(ws_config(config)),
-    )
-    .await
-    .map_err(|e| io::Error::other(format!("WebSocket upgrade with {peer} failed: {e}")))?;
+    let (ws, response) = tokio_tungstenite::client_async_with_config(request, stream, Some(config))
+        .await
+        .map_err(|e| io::Error::other(format!("WebSocket upgrade at {uri} failed: {e}")))?;
     let agreed = response
         .headers()
         .get("Sec-WebSocket-Protocol")
         .is_some_and(|v| v.as_bytes() == SUBPROTOCOL.as_bytes());
     if !agreed {
-        return Err(io::Error::other(
-            "WebSocket upgrade: server did not agree to subprotocol coap",
-        ));
+        return Err(io::Error::other(format!(
+            "the WebSocket server at {uri} did not agree to subprotocol {SUBPROTOCOL}"
+        )));
     }
-    Ok(WsLink::new(ws))
+    Ok(ws)
 }
 
 #[cfg(test)]
