@@ -40,6 +40,10 @@ pub struct RequestArgs {
     /// Show the request and response messages on standard error.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Retransmission timeouts over coap:// and coaps://: default (RFC 7252), cocoa,
+    /// cocoa-strong or fasor (see `endpoint.congestion_control`).
+    #[arg(long = "cc", value_name = "ALGORITHM", default_value = "default")]
+    pub cc: cobalt::proto::congestion::Algorithm,
     /// DTLS credentials for coaps://.
     #[command(flatten)]
     pub dtls: DtlsArgs,
@@ -117,8 +121,12 @@ fn build(
 
 /// A client that prints every datagram with `-v`.
 fn client_for(args: &RequestArgs) -> Client {
+    let config = cobalt::EndpointConfig {
+        congestion_control: args.cc,
+        ..cobalt::EndpointConfig::default()
+    };
     if !args.verbose {
-        return Client::new();
+        return Client::with_config(config).unwrap_or_default();
     }
     let tracer: cobalt::runtime::Tracer = std::sync::Arc::new(|sent, peer, bytes| {
         let (arrow, dir) = if sent { ('>', "to") } else { ('<', "from") };
@@ -133,7 +141,7 @@ fn client_for(args: &RequestArgs) -> Client {
             ),
         }
     });
-    let client = Client::with_tracer(cobalt::EndpointConfig::default(), tracer).unwrap_or_default();
+    let client = Client::with_tracer(config, tracer).unwrap_or_default();
     client.set_stream_tracer(std::sync::Arc::new(|sent, peer, message| {
         let (arrow, dir) = if sent { ('>', "to") } else { ('<', "from") };
         eprintln!(

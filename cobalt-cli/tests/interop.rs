@@ -551,6 +551,25 @@ fn cobalt_retransmits_when_libcoap_server_loses_a_response() {
 }
 
 #[test]
+fn cobalt_cli_retransmits_to_libcoap_server_under_every_congestion_control() {
+    let bin = need!("coap-server-notls (libcoap)", peers::libcoap_server());
+    for cc in ["default", "cocoa", "cocoa-strong", "fasor"] {
+        // `-l 1`: the server fails to send its first datagram, the answer to our PUT.
+        let server = peers::start_libcoap_server_quietly(&bin, &["-l", "1", "-d", "5"]);
+        let uri = server.uri("/lossy-cc");
+        let r = cobalt(&["put", "--cc", cc, "-v", "-p", cc, &uri]).ok();
+        let puts = r
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("> to") && l.contains("PUT"))
+            .count();
+        assert!(puts >= 2, "--cc {cc}: expected a retransmitted PUT: {r:#?}");
+        let r = cobalt(&["get", "--cc", cc, &uri]).ok();
+        assert_eq!(printed(&r), cc);
+    }
+}
+
+#[test]
 fn cobalt_observes_libcoap_server_time() {
     let Some(server) = libcoap_server() else {
         return;

@@ -2,11 +2,12 @@
 //!
 //! This crate holds no sockets, threads or clocks: the [`message`] codec, the
 //! [`endpoint`] state machine (fed datagrams, timeouts and application commands with an
-//! explicit `now`), the RFC 8323 [`tcp_connection`] state machine and the RFC 6690
-//! [`link_format`].
+//! explicit `now`), its pluggable [`congestion`] control, the RFC 8323 [`tcp_connection`]
+//! state machine and the RFC 6690 [`link_format`].
 #![warn(missing_docs)]
 
 pub mod blockwise;
+pub mod congestion;
 pub mod endpoint;
 pub mod link_format;
 pub mod message;

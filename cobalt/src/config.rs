@@ -29,6 +29,7 @@
 
 use crate::server::ServerLimits;
 use crate::transport::tcp::TcpServerLimits;
+use cobalt_proto::congestion::Algorithm;
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::tcp_connection::TcpConfig;
 use serde::{Deserialize, Serialize};
@@ -92,6 +93,11 @@ pub struct EndpointSection {
     pub dedup_skip_idempotent: bool,
     /// Max-Age (s) on overload 5.03 answers.
     pub overload_max_age: u32,
+    /// Retransmission-timeout algorithm (`default`, `cocoa`, `cocoa-strong`, `fasor`).
+    #[serde(with = "algorithm")]
+    pub congestion_control: Algorithm,
+    /// Bound on peers with congestion state.
+    pub max_congestion_peers: usize,
 }
 
 impl Default for EndpointSection {
@@ -117,6 +123,8 @@ impl From<&EndpointConfig> for EndpointSection {
             token_len: c.token_len,
             dedup_skip_idempotent: c.dedup_skip_idempotent,
             overload_max_age: c.overload_max_age,
+            congestion_control: c.congestion_control,
+            max_congestion_peers: c.max_congestion_peers,
         }
     }
 }
@@ -138,6 +146,8 @@ impl From<&EndpointSection> for EndpointConfig {
             token_len: s.token_len,
             dedup_skip_idempotent: s.dedup_skip_idempotent,
             overload_max_age: s.overload_max_age,
+            congestion_control: s.congestion_control,
+            max_congestion_peers: s.max_congestion_peers,
         }
     }
 }
@@ -493,6 +503,8 @@ const KEYS: &[KeyDoc] = &[
     k("endpoint", "token_len", "Length of generated tokens in bytes.", "1 to 8"),
     k("endpoint", "dedup_skip_idempotent", "Store no deduplication state for GET (a duplicate GET runs the handler again, RFC 7252 §4.5).", "true or false"),
     k("endpoint", "overload_max_age", "Max-Age (seconds) on 5.03 answers given under overload.", "0 to 4294967295"),
+    k("endpoint", "congestion_control", "Retransmission timeouts of confirmable messages: \"default\" (RFC 7252: 2-3 s, doubled per retransmission), \"cocoa\" (draft-ietf-core-cocoa-03 RTT estimation), \"cocoa-strong\" (CoCoA without ambiguous samples) or \"fasor\" (draft-ietf-core-fasor-02, keeps a backed-off timer like TCP). See bench/congestion/ for the study behind the choice.", "default, cocoa, cocoa-strong, fasor"),
+    k("endpoint", "max_congestion_peers", "Bound on peers with congestion state (RTO estimates, NON pacing), kept at least 255 s after last use; beyond it new peers run on fresh state that is not kept.", "at least 1"),
     k("limits", "max_observers", "Observers over all resources and shards; beyond it a GET with Observe is answered without registering.", "0 or more"),
     k("limits", "observe_con_every", "Every this many notifications one is confirmable (RFC 7641 §4.5).", "1 to 1000000"),
     k("limits", "observe_con_interval", "A confirmable notification at least this often.", "1s to 30d"),
@@ -1040,6 +1052,22 @@ mod auto_duration {
                 .map(Some)
                 .map_err(serde::de::Error::custom),
         }
+    }
+}
+
+/// Serde for a congestion-control [`Algorithm`] by name.
+mod algorithm {
+    use cobalt_proto::congestion::Algorithm;
+    use serde::{de, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(a: &Algorithm, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(a.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Algorithm, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(|e: cobalt_proto::congestion::UnknownAlgorithm| de::Error::custom(e))
     }
 }
 

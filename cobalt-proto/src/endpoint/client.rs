@@ -67,7 +67,7 @@ impl Endpoint {
         };
         self.tokens.remove(&(ex.peer, ex.token));
         if ex.state == ClientState::AwaitingAck {
-            self.pending.remove(&(ex.peer, ex.mid));
+            self.finish_pending(now, ex.peer, ex.mid, false);
         }
         if let Some(p) = self.peers.get_mut(&ex.peer) {
             p.queue.retain(|q| *q != id);
@@ -155,7 +155,7 @@ impl Endpoint {
         mid: u16,
         resp: Option<Message>,
     ) {
-        let Some(pending) = self.pending.remove(&(peer, mid)) else {
+        let Some(pending) = self.finish_pending(now, peer, mid, true) else {
             self.stats.unmatched += 1;
             return;
         };
@@ -228,12 +228,14 @@ impl Endpoint {
         let Some(ex) = self.clients.get_mut(&id) else {
             return;
         };
-        if ex.state == ClientState::AwaitingAck {
+        let (awaiting_ack, mid, counted) =
+            (ex.state == ClientState::AwaitingAck, ex.mid, ex.counted);
+        ex.counted = false;
+        if awaiting_ack {
             // The response overtook (or replaced a lost) ACK: stop retransmitting.
-            self.pending.remove(&(peer, ex.mid));
+            self.finish_pending(now, peer, mid, true);
         }
-        if ex.counted {
-            ex.counted = false;
+        if counted {
             self.release_outstanding(now, peer);
         }
         self.deliver_response(now, id, msg);

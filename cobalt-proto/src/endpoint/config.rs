@@ -1,5 +1,7 @@
 //! Protocol parameters of the endpoint (RFC 7252 §4.8), all configurable.
 
+use crate::congestion::{Algorithm, Params, PeerTable};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Transmission and state parameters. `Default` gives the RFC 7252 values.
@@ -38,6 +40,12 @@ pub struct EndpointConfig {
     pub dedup_skip_idempotent: bool,
     /// Max-Age (seconds) put on 5.03 answers given under overload.
     pub overload_max_age: u32,
+    /// Retransmission-timeout algorithm for confirmable messages (default: RFC 7252's
+    /// [`Algorithm::Default`]; see [`crate::congestion`]).
+    pub congestion_control: Algorithm,
+    /// Upper bound on peers with congestion state (RTO estimates, NON pacing); at the
+    /// bound new peers run on throw-away initial state (default 100,000).
+    pub max_congestion_peers: usize,
 }
 
 impl Default for EndpointConfig {
@@ -57,6 +65,8 @@ impl Default for EndpointConfig {
             token_len: 8,
             dedup_skip_idempotent: false,
             overload_max_age: 2,
+            congestion_control: Algorithm::Default,
+            max_congestion_peers: 100_000,
         }
     }
 }
@@ -104,6 +114,20 @@ impl EndpointConfig {
     /// NON_LIFETIME: MAX_TRANSMIT_SPAN + MAX_LATENCY (145 s by default).
     pub fn non_lifetime(&self) -> Duration {
         self.max_transmit_span() + self.max_latency
+    }
+
+    /// The congestion state table this configuration asks for: its algorithm, its
+    /// bound, kept for EXCHANGE_LIFETIME but at least 255 s.
+    pub(crate) fn congestion_table(&self) -> PeerTable {
+        PeerTable::new(
+            Arc::new(self.congestion_control),
+            Params {
+                ack_timeout: self.ack_timeout,
+                ack_random_factor: self.ack_random_factor,
+            },
+            self.max_congestion_peers,
+            self.exchange_lifetime(),
+        )
     }
 
     /// Checks every value; the error names the key and the allowed range.
@@ -163,6 +187,11 @@ impl EndpointConfig {
         check(
             self.max_client_exchanges >= 1,
             "max_client_exchanges",
+            "at least 1",
+        )?;
+        check(
+            self.max_congestion_peers >= 1,
+            "max_congestion_peers",
             "at least 1",
         )?;
         Ok(())

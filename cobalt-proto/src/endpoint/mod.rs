@@ -38,12 +38,14 @@
 mod client;
 mod config;
 pub mod dedup;
+mod pacing;
 mod reliability;
 mod server;
 mod timers;
 
 pub use config::{ConfigError, EndpointConfig};
 
+use crate::congestion::{Attempt, PeerTable};
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
 use dedup::{DedupEntry, DedupStore};
 use hashbrown::HashMap;
@@ -303,8 +305,8 @@ enum Owner {
 struct PendingCon {
     bytes: Vec<u8>,
     owner: Owner,
-    retransmissions: u32,
-    timeout: Duration,
+    /// Its transmissions' timing, kept for the peer's congestion controller.
+    attempt: Attempt,
     next_at: Instant,
 }
 
@@ -316,6 +318,8 @@ pub struct Endpoint {
     config: EndpointConfig,
     rng: StdRng,
     dedup: DedupStore,
+    /// Retransmission timeouts and NON pacing per peer.
+    congestion: PeerTable,
     peers: HashMap<SocketAddr, Peer>,
     server: HashMap<ExchangeId, ServerExchange>,
     clients: HashMap<RequestId, ClientExchange>,
@@ -343,8 +347,10 @@ impl Endpoint {
 
     fn with_rng(config: EndpointConfig, now: Instant, rng: StdRng) -> Endpoint {
         let dedup = DedupStore::new(now, config.exchange_lifetime(), config.max_dedup_entries);
+        let congestion = config.congestion_table();
         Endpoint {
             epoch: now,
+            congestion,
             config,
             rng,
             dedup,
@@ -480,6 +486,7 @@ impl Endpoint {
                 Timer::ClientDeadline(id) => self.on_client_deadline(now, at, id),
                 Timer::Housekeeping => self.housekeeping(now),
                 Timer::MidsFree(peer) => self.pump_peer(now, peer),
+                Timer::NonPacer(peer) => self.release_held_non(now, peer),
             }
         }
     }
@@ -572,7 +579,8 @@ impl Endpoint {
             .collect();
         self.peers
             .retain(|addr, p| busy.contains(addr) || now < p.last_used + lifetime);
-        if !self.peers.is_empty() || !self.dedup.is_empty() {
+        self.congestion.expire(now);
+        if !self.peers.is_empty() || !self.dedup.is_empty() || !self.congestion.is_empty() {
             self.arm_housekeeping(now);
         }
     }

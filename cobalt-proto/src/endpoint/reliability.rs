@@ -1,9 +1,52 @@
-//! Reliability: confirmable messages retransmitted with binary exponential backoff
-//! until acknowledged, reset, or given up after MAX_RETRANSMIT.
+//! Reliability: confirmable messages retransmitted until acknowledged, reset, or given
+//! up after MAX_RETRANSMIT, on the timeouts of the peer's congestion controller
+//! ([`crate::congestion`]), which learns from every answer.
 
 use super::*;
+use crate::congestion::{CongestionStats, SharedFactory};
 
 impl Endpoint {
+    /// Runs the congestion-control algorithm of `factory` instead of the configured
+    /// [`EndpointConfig::congestion_control`] for every peer (what was learnt so far is
+    /// forgotten).
+    pub fn set_congestion_factory(&mut self, factory: SharedFactory) {
+        self.congestion.set_factory(factory);
+    }
+
+    /// The overall RTO estimate for `peer`, if its algorithm keeps one and the peer has
+    /// congestion state.
+    pub fn congestion_rto(&mut self, now: Instant, peer: SocketAddr) -> Option<Duration> {
+        self.congestion.rto(now, peer)
+    }
+
+    /// Peers with congestion state.
+    pub fn congestion_peers(&self) -> usize {
+        self.congestion.len()
+    }
+
+    /// Counters of the congestion layer.
+    pub fn congestion_stats(&self) -> CongestionStats {
+        self.congestion.stats()
+    }
+
+    /// The confirmable message to `peer` with `mid` is no longer pending: an answer
+    /// (`answered`) or the end of trying. Returns it.
+    pub(super) fn finish_pending(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        mid: u16,
+        answered: bool,
+    ) -> Option<PendingCon> {
+        let p = self.pending.remove(&(peer, mid))?;
+        if answered {
+            self.congestion.answered(now, peer, &p.attempt);
+        } else {
+            self.congestion.abandoned(now, peer, &p.attempt);
+        }
+        Some(p)
+    }
+
     pub(super) fn send_confirmable(
         &mut self,
         now: Instant,
@@ -12,21 +55,15 @@ impl Endpoint {
         bytes: Vec<u8>,
         owner: Owner,
     ) {
-        let factor = if self.config.ack_random_factor > 1.0 {
-            self.rng.random_range(1.0..self.config.ack_random_factor)
-        } else {
-            1.0
-        };
-        let timeout = self.config.ack_timeout.mul_f64(factor);
-        let next_at = now + timeout;
+        let attempt = self.congestion.begin(now, peer, &mut self.rng);
+        let next_at = now + attempt.timeout;
         self.transmit(peer, bytes.clone());
         self.pending.insert(
             (peer, mid),
             PendingCon {
                 bytes,
                 owner,
-                retransmissions: 0,
-                timeout,
+                attempt,
                 next_at,
             },
         );
@@ -46,17 +83,16 @@ impl Endpoint {
         if p.next_at != at {
             return;
         }
-        if p.retransmissions < self.config.max_retransmit {
-            p.retransmissions += 1;
-            p.timeout *= 2;
-            p.next_at = now + p.timeout;
+        if p.attempt.retransmissions < self.config.max_retransmit {
+            self.congestion.backoff(now, peer, &mut p.attempt);
+            p.next_at = now + p.attempt.timeout;
             let (next_at, bytes) = (p.next_at, p.bytes.clone());
             self.stats.retransmissions += 1;
             self.timers.arm(next_at, Timer::Retransmit(peer, mid));
             self.transmit(peer, bytes);
             return;
         }
-        let Some(p) = self.pending.remove(&(peer, mid)) else {
+        let Some(p) = self.finish_pending(now, peer, mid, false) else {
             return;
         };
         match p.owner {
@@ -65,7 +101,7 @@ impl Endpoint {
                 id,
                 Event::Timeout {
                     id,
-                    retransmissions: p.retransmissions,
+                    retransmissions: p.attempt.retransmissions,
                 },
             ),
             Owner::Server(id) => self.events.push_back(Event::ResponseFailed {
@@ -76,7 +112,8 @@ impl Endpoint {
     }
 
     pub(super) fn handle_reset(&mut self, now: Instant, peer: SocketAddr, mid: u16) {
-        let Some(p) = self.pending.remove(&(peer, mid)) else {
+        // An RST answers the message: the peer got it, so its RTT is a sample.
+        let Some(p) = self.finish_pending(now, peer, mid, true) else {
             // Possibly the answer to a NON notification: the application knows.
             self.stats.unmatched += 1;
             self.events.push_back(Event::UnmatchedReset { peer, mid });
@@ -89,5 +126,148 @@ impl Endpoint {
                 reason: DeliveryFailure::Reset,
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::congestion::Algorithm;
+
+    fn endpoint(algorithm: Algorithm, now: Instant, seed: u64) -> Endpoint {
+        let config = EndpointConfig {
+            congestion_control: algorithm,
+            max_retransmit: 20,
+            ..EndpointConfig::default()
+        };
+        Endpoint::with_seed(config, now, seed)
+    }
+
+    /// Runs `exchanges` GETs one after another from a client to a server over a path
+    /// whose every datagram takes `one_way`; returns the client's retransmissions of
+    /// each exchange.
+    fn sequential(algorithm: Algorithm, one_way: Duration, exchanges: usize) -> Vec<u64> {
+        let t0 = Instant::now();
+        let (c, s): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:40000".parse().unwrap(),
+            "10.0.0.2:5683".parse().unwrap(),
+        );
+        let mut client = endpoint(algorithm, t0, 1);
+        let mut server = endpoint(Algorithm::Default, t0, 2);
+        // (arrival, to_server, bytes)
+        let mut wire: Vec<(Instant, bool, Vec<u8>)> = Vec::new();
+        let mut now = t0;
+        let mut per_exchange = Vec::new();
+        for _ in 0..exchanges {
+            let before = client.stats().retransmissions;
+            let mut get = Message::new(MessageType::Confirmable, Code::GET, 0);
+            get.options.set_uri_path("/r");
+            let id = client.request(now, s, get).unwrap();
+            loop {
+                while let Some(t) = client.poll_transmit() {
+                    wire.push((now + one_way, true, t.bytes));
+                }
+                while let Some(t) = server.poll_transmit() {
+                    wire.push((now + one_way, false, t.bytes));
+                }
+                while let Some(ev) = server.poll_event() {
+                    if let Event::Request { id, .. } = ev {
+                        let resp = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
+                        server.respond(now, id, resp).unwrap();
+                    }
+                }
+                if let Some(Event::Response { id: got, .. }) = client.poll_event() {
+                    assert_eq!(got, id);
+                    break;
+                }
+                let next_wire = wire.iter().map(|w| w.0).min();
+                let next = [next_wire, client.poll_timeout(), server.poll_timeout()]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .expect("something is pending");
+                now = next;
+                let (due, rest): (Vec<_>, Vec<_>) = wire.drain(..).partition(|w| w.0 <= now);
+                wire = rest;
+                for (_, to_server, bytes) in due {
+                    if to_server {
+                        server.handle_datagram(now, c, &bytes);
+                    } else {
+                        client.handle_datagram(now, s, &bytes);
+                    }
+                }
+                client.handle_timeout(now);
+                server.handle_timeout(now);
+            }
+            per_exchange.push(client.stats().retransmissions - before);
+        }
+        per_exchange
+    }
+
+    #[test]
+    fn default_coap_retransmits_every_exchange_when_the_rtt_exceeds_its_rto() {
+        // RTT 3.2 s > the 2–3 s initial timeout, which Default CoAP never adapts.
+        let r = sequential(Algorithm::Default, Duration::from_millis(1600), 6);
+        assert!(r.iter().all(|n| *n >= 1), "{r:?}");
+    }
+
+    #[test]
+    fn fasor_keeps_the_backed_off_timer_until_an_unambiguous_sample() {
+        // FAST (spurious retransmission, SlowRTO 4.8 s) → FAST_SLOW_FAST (FastRTO
+        // still too short: spurious again) → SLOW_FAST: the original waits SlowRTO,
+        // gets an unambiguous 3.2 s sample, FastRTO becomes 4.8 s, and no exchange
+        // retransmits again.
+        let r = sequential(Algorithm::Fasor, Duration::from_millis(1600), 6);
+        assert_eq!(r, [1, 1, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn cocoa_adapts_its_rto_from_weak_samples() {
+        let r = sequential(Algorithm::Cocoa, Duration::from_millis(1600), 10);
+        assert!(r[0] >= 1, "{r:?}");
+        assert_eq!(r[5..], [0; 5], "{r:?}");
+        // CoCoA-strong learns nothing from ambiguous exchanges while every exchange is
+        // one: it behaves like Default CoAP.
+        let r = sequential(Algorithm::CocoaStrong, Duration::from_millis(1600), 6);
+        assert!(r.iter().all(|n| *n >= 1), "{r:?}");
+    }
+
+    #[test]
+    fn an_address_flood_neither_grows_congestion_state_nor_erases_a_known_peers() {
+        let t0 = Instant::now();
+        let config = EndpointConfig {
+            congestion_control: Algorithm::Cocoa,
+            max_congestion_peers: 8,
+            ..EndpointConfig::default()
+        };
+        let mut server = Endpoint::with_seed(config, t0, 3);
+        let token = Token::new(&[9]).unwrap();
+        let legit: SocketAddr = "10.0.0.1:40000".parse().unwrap();
+        let notify = |ep: &mut Endpoint, now: Instant, peer: SocketAddr| {
+            let m = Message::new(MessageType::Confirmable, Code::CONTENT, 0);
+            let (_, mid) = ep.notify(now, peer, token, m, true, None);
+            while ep.poll_transmit().is_some() {}
+            mid
+        };
+        // The legitimate client acknowledges within 200 ms: CoCoA learns from it.
+        let mid = notify(&mut server, t0, legit);
+        let t1 = t0 + Duration::from_millis(200);
+        server.handle_datagram(t1, legit, &codec::encode(&Message::empty_ack(mid)));
+        let learnt = server.congestion_rto(t1, legit).unwrap();
+        assert!(learnt < Duration::from_secs(2), "{learnt:?}");
+        // A thousand spoofed addresses that never answer.
+        for i in 0..1000u32 {
+            let spoofed = SocketAddr::from(([172, 16, (i >> 8) as u8, i as u8], 5683));
+            notify(&mut server, t1, spoofed);
+        }
+        assert_eq!(server.congestion_peers(), 8);
+        assert_eq!(server.congestion_rto(t1, legit), Some(learnt));
+        assert!(server.congestion_stats().overflow >= 990);
+        // A new legitimate peer is still served: its CON is sent and acknowledged.
+        let newcomer: SocketAddr = "10.0.0.2:40000".parse().unwrap();
+        let mid = notify(&mut server, t1, newcomer);
+        assert!(server.is_unacknowledged(newcomer, mid));
+        server.handle_datagram(t1, newcomer, &codec::encode(&Message::empty_ack(mid)));
+        assert!(!server.is_unacknowledged(newcomer, mid));
     }
 }

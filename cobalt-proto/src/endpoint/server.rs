@@ -165,6 +165,9 @@ impl Endpoint {
     /// RST for a NON notification arrives as [`Event::UnmatchedReset`] with it).
     /// A confirmable notification that `replaces` a still unacknowledged one takes over
     /// its retransmission state (RFC 7641 §4.5.2), so retransmissions never restart.
+    /// NON notifications follow the peer's congestion control (CoCoA §5): some go as
+    /// CON, and too frequent ones wait (a newer one for the same token replaces one
+    /// waiting).
     pub fn notify(
         &mut self,
         now: Instant,
@@ -184,6 +187,7 @@ impl Endpoint {
         if confirmable || previous.is_some() {
             notification.mtype = MessageType::Confirmable;
             bytes = codec::encode(&notification);
+            self.congestion.non_record(now, peer, true);
             match previous {
                 Some(mut p) => {
                     p.bytes = bytes.clone();
@@ -197,7 +201,7 @@ impl Endpoint {
         } else {
             notification.mtype = MessageType::NonConfirmable;
             bytes = codec::encode(&notification);
-            self.transmit(peer, bytes);
+            self.send_non_notification(now, peer, token, id, mid, bytes);
         }
         (id, mid)
     }

@@ -26,6 +26,8 @@ pub(crate) enum Timer {
     Housekeeping,
     /// Message IDs to this peer may be used again: send what is queued.
     MidsFree(SocketAddr),
+    /// The NON rate allows the next held notification to this peer.
+    NonPacer(SocketAddr),
 }
 
 /// Deadlines in time order.

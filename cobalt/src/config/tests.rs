@@ -342,3 +342,34 @@ fn connection_settings_reach_the_listeners() {
         assert!(e.to_string().contains(key), "{bad}: {e}");
     }
 }
+
+#[test]
+fn congestion_control_is_set_by_name_from_every_source() {
+    use cobalt_proto::congestion::Algorithm;
+    let c = Config::from_toml("[endpoint]\ncongestion_control = \"cocoa\"\n").unwrap();
+    assert_eq!(c.endpoint_config().congestion_control, Algorithm::Cocoa);
+    let c = Config::loader()
+        .env(env(&[(
+            "COBALT_ENDPOINT_CONGESTION_CONTROL",
+            "cocoa-strong",
+        )]))
+        .unwrap()
+        .set("endpoint.congestion_control", "fasor", "--set")
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(c.endpoint.congestion_control, Algorithm::Fasor);
+    assert!(Config::default_toml().contains("congestion_control = \"default\""));
+    let e = Config::loader()
+        .set("endpoint.congestion_control", "reno", "--set")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("endpoint.congestion_control") && e.contains("cocoa-strong"),
+        "{e}"
+    );
+    let e = Config::from_toml("[endpoint]\nmax_congestion_peers = 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("endpoint.max_congestion_peers"), "{e}");
+}

@@ -1,0 +1,423 @@
+//! Congestion state per peer: bounded in number, forgotten when idle.
+//!
+//! Every peer a confirmable message goes to gets a [`Controller`] the first time, up to
+//! `max_peers`. At the bound, a new peer's exchanges run on a fresh controller that is
+//! not kept (the algorithm's initial behaviour, as for a peer never seen), so a flood
+//! of addresses can neither grow memory nor evict the state of peers already known.
+//! State unused for `lifetime` (at least 255 s, draft-ietf-core-cocoa-03 §4.3) and not
+//! in use by an exchange is dropped by [`PeerTable::expire`], and treated as gone if
+//! found before a sweep.
+
+use super::non::{NonDecision, NonPacer};
+use super::{Attempt, Controller, Params, SharedFactory};
+use crate::message::Token;
+use hashbrown::HashMap;
+use rand::RngCore;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Least time congestion state outlives its last use.
+pub const MIN_LIFETIME: Duration = Duration::from_secs(255);
+/// NON notifications held back for one peer by the NON rate; beyond it the oldest is
+/// dropped (as the network might have dropped it).
+pub const MAX_HELD_PER_PEER: usize = 8;
+/// Bytes of held NON notifications over all peers; beyond it new ones are dropped.
+pub const MAX_HELD_BYTES: usize = 1 << 20;
+
+/// Counters of the congestion layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CongestionStats {
+    /// Exchanges run on throw-away state because the table was full.
+    pub overflow: u64,
+    /// NON notifications sent as CON to keep 2 of every 16 confirmable.
+    pub non_upgraded: u64,
+    /// NON notifications held back by the NON rate.
+    pub non_delayed: u64,
+    /// Held NON notifications replaced by a newer one for the same token.
+    pub non_superseded: u64,
+    /// NON notifications dropped because too many were held.
+    pub non_dropped: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    ctl: Box<dyn Controller>,
+    /// Confirmable messages to this peer awaiting an answer.
+    in_flight: usize,
+    last_used: Instant,
+    non: NonPacer,
+    held: VecDeque<(Token, Vec<u8>)>,
+    /// A release timer is armed for the held messages.
+    release_armed: bool,
+}
+
+/// The congestion state of every peer. See the [module documentation](self).
+#[derive(Debug)]
+pub struct PeerTable {
+    factory: SharedFactory,
+    params: Params,
+    max_peers: usize,
+    lifetime: Duration,
+    peers: HashMap<SocketAddr, Entry>,
+    held_bytes: usize,
+    /// When a full table was last swept for expired entries (at most once per second).
+    last_full_sweep: Option<Instant>,
+    stats: CongestionStats,
+}
+
+impl PeerTable {
+    /// An empty table whose controllers come from `factory`. State lives at least
+    /// `lifetime` (raised to [`MIN_LIFETIME`]) after its last use.
+    pub fn new(
+        factory: SharedFactory,
+        params: Params,
+        max_peers: usize,
+        lifetime: Duration,
+    ) -> PeerTable {
+        PeerTable {
+            factory,
+            params,
+            max_peers,
+            lifetime: lifetime.max(MIN_LIFETIME),
+            peers: HashMap::new(),
+            held_bytes: 0,
+            last_full_sweep: None,
+            stats: CongestionStats::default(),
+        }
+    }
+
+    /// Uses `factory` for peers from now on and forgets what was learnt so far.
+    pub fn set_factory(&mut self, factory: SharedFactory) {
+        self.factory = factory;
+        for e in self.peers.values_mut() {
+            e.ctl = self.factory.build(self.params, e.last_used);
+        }
+    }
+
+    /// Peers with state.
+    pub fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// True when no peer has state.
+    pub fn is_empty(&self) -> bool {
+        self.peers.is_empty()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CongestionStats {
+        self.stats
+    }
+
+    /// Drops every entry unused for the lifetime and not in use.
+    pub fn expire(&mut self, now: Instant) {
+        let lifetime = self.lifetime;
+        self.peers
+            .retain(|_, e| e.in_flight > 0 || !e.held.is_empty() || now < e.last_used + lifetime);
+    }
+
+    /// The peer's entry, created if there is room; `None` at the bound.
+    fn entry(&mut self, now: Instant, peer: SocketAddr) -> Option<&mut Entry> {
+        let lifetime = self.lifetime;
+        let stale = self.peers.get(&peer).is_some_and(|e| {
+            e.in_flight == 0 && e.held.is_empty() && now >= e.last_used + lifetime
+        });
+        if stale {
+            self.peers.remove(&peer);
+        }
+        if !self.peers.contains_key(&peer) && self.peers.len() >= self.max_peers {
+            let swept_recently = self
+                .last_full_sweep
+                .is_some_and(|t| now < t + Duration::from_secs(1));
+            if swept_recently {
+                return None;
+            }
+            self.last_full_sweep = Some(now);
+            self.expire(now);
+            if self.peers.len() >= self.max_peers {
+                return None;
+            }
+        }
+        let (factory, params) = (&self.factory, self.params);
+        let e = self.peers.entry(peer).or_insert_with(|| Entry {
+            ctl: factory.build(params, now),
+            in_flight: 0,
+            last_used: now,
+            non: NonPacer::default(),
+            held: VecDeque::new(),
+            release_armed: false,
+        });
+        e.last_used = now;
+        Some(e)
+    }
+
+    /// Runs `f` on the peer's controller, or on a throw-away one at the bound.
+    fn with_controller<R>(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        f: impl FnOnce(&mut dyn Controller, &mut usize) -> R,
+    ) -> R {
+        match self.entry(now, peer) {
+            Some(e) => f(e.ctl.as_mut(), &mut e.in_flight),
+            None => {
+                self.stats.overflow += 1;
+                let mut scratch = self.factory.build(self.params, now);
+                f(scratch.as_mut(), &mut 0)
+            }
+        }
+    }
+
+    /// A confirmable message leaves for `peer` for the first time: its timing.
+    pub fn begin(&mut self, now: Instant, peer: SocketAddr, rng: &mut dyn RngCore) -> Attempt {
+        self.with_controller(now, peer, |ctl, in_flight| {
+            let a = ctl.first_timeout(now, *in_flight, rng);
+            *in_flight += 1;
+            a
+        })
+    }
+
+    /// The timeout of `attempt` expired: the next timeout, counting the retransmission.
+    pub fn backoff(&mut self, now: Instant, peer: SocketAddr, attempt: &mut Attempt) {
+        self.with_controller(now, peer, |ctl, _| ctl.next_timeout(now, attempt));
+    }
+
+    /// The exchange of `attempt` was answered.
+    pub fn answered(&mut self, now: Instant, peer: SocketAddr, attempt: &Attempt) {
+        self.with_controller(now, peer, |ctl, in_flight| {
+            *in_flight = in_flight.saturating_sub(1);
+            ctl.on_answer(now, attempt);
+        });
+    }
+
+    /// The exchange of `attempt` ended without an answer (given up, cancelled).
+    pub fn abandoned(&mut self, now: Instant, peer: SocketAddr, attempt: &Attempt) {
+        if let Some(e) = self.peers.get_mut(&peer) {
+            e.in_flight = e.in_flight.saturating_sub(1);
+            e.ctl.on_abandon(now, attempt);
+        }
+    }
+
+    /// The peer's current overall RTO estimate, if it has state and its algorithm keeps one.
+    pub fn rto(&mut self, now: Instant, peer: SocketAddr) -> Option<Duration> {
+        self.peers.get_mut(&peer)?.ctl.rto(now)
+    }
+
+    /// What to do with a NON of `bytes` bytes outside an exchange (see [`super::non`]).
+    /// Algorithms without an RTO estimate always send.
+    pub fn non_decide(&mut self, now: Instant, peer: SocketAddr, bytes: usize) -> NonDecision {
+        let decision = match self.entry(now, peer) {
+            Some(e) => match e.ctl.rto(now) {
+                None => NonDecision::Send,
+                Some(rto) => e.non.decide(now, rto, bytes, e.held.len()),
+            },
+            // No room to remember the peer: only confirmable messages are safe.
+            None => {
+                let mut scratch = self.factory.build(self.params, now);
+                match scratch.rto(now) {
+                    None => NonDecision::Send,
+                    Some(_) => NonDecision::Confirmable,
+                }
+            }
+        };
+        match decision {
+            NonDecision::Confirmable => self.stats.non_upgraded += 1,
+            NonDecision::WaitUntil(_) => self.stats.non_delayed += 1,
+            NonDecision::Send => {}
+        }
+        decision
+    }
+
+    /// A message outside an exchange left for `peer`.
+    pub fn non_record(&mut self, now: Instant, peer: SocketAddr, confirmable: bool) {
+        if let Some(e) = self.entry(now, peer) {
+            e.non.record(now, confirmable);
+        }
+    }
+
+    /// Holds a NON notification for `token` that may leave at `at` (from
+    /// [`PeerTable::non_decide`]); one already held for the token is replaced, and
+    /// beyond [`MAX_HELD_PER_PEER`] the oldest is dropped. Returns when to call
+    /// [`PeerTable::release_held`] if no release is pending for the peer yet.
+    pub fn hold(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        token: Token,
+        bytes: Vec<u8>,
+        at: Instant,
+    ) -> Option<Instant> {
+        let len = bytes.len();
+        let room = MAX_HELD_BYTES.saturating_sub(self.held_bytes);
+        let Some(e) = self.entry(now, peer) else {
+            self.stats.non_dropped += 1;
+            return None;
+        };
+        if let Some(slot) = e.held.iter_mut().find(|(t, _)| *t == token) {
+            let old = std::mem::replace(&mut slot.1, bytes);
+            self.held_bytes = self.held_bytes + len - old.len();
+            self.stats.non_superseded += 1;
+            return None;
+        }
+        if len > room {
+            self.stats.non_dropped += 1;
+            return None;
+        }
+        let evicted = if e.held.len() >= MAX_HELD_PER_PEER {
+            e.held.pop_front().map(|(_, old)| old.len())
+        } else {
+            None
+        };
+        e.held.push_back((token, bytes));
+        let arm = !std::mem::replace(&mut e.release_armed, true);
+        if let Some(freed) = evicted {
+            self.stats.non_dropped += 1;
+            self.held_bytes -= freed;
+        }
+        self.held_bytes += len;
+        arm.then_some(at)
+    }
+
+    /// The release timer of `peer` fired: the held NON notification that may leave
+    /// now (recorded as sent), and when to call again if more are held.
+    pub fn release_held(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+    ) -> (Option<Vec<u8>>, Option<Instant>) {
+        let Some(e) = self.peers.get_mut(&peer) else {
+            return (None, None);
+        };
+        e.release_armed = false;
+        let rto = e.ctl.rto(now).unwrap_or_default();
+        let mut out = None;
+        if let Some((_, front)) = e.held.front() {
+            // Held messages passed rule 1 when they were held; only the rate counts.
+            if e.non
+                .rate_allows_at(rto, front.len())
+                .is_none_or(|at| at <= now)
+            {
+                let (_, bytes) = e.held.pop_front().expect("front exists");
+                e.non.record(now, false);
+                e.last_used = now;
+                self.held_bytes -= bytes.len();
+                out = Some(bytes);
+            }
+        }
+        let next = e.held.front().map(|(_, b)| {
+            e.non
+                .rate_allows_at(rto, b.len())
+                .map_or(now, |at| at.max(now))
+        });
+        e.release_armed = next.is_some();
+        (out, next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::congestion::testing::{ms, Low};
+    use crate::congestion::Algorithm;
+    use std::sync::Arc;
+
+    fn table(algorithm: Algorithm, max: usize) -> PeerTable {
+        PeerTable::new(Arc::new(algorithm), Params::default(), max, Duration::ZERO)
+    }
+
+    fn peer(i: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 5683))
+    }
+
+    #[test]
+    fn state_is_kept_per_peer_and_expires_after_255_s_unless_in_use() {
+        let t0 = Instant::now();
+        let mut t = table(Algorithm::Cocoa, 10);
+        let a = t.begin(t0, peer(1), &mut Low);
+        t.answered(t0 + ms(500), peer(1), &a);
+        let learnt = t.rto(t0, peer(1)).unwrap();
+        assert!(learnt < ms(2000), "{learnt:?}");
+        assert_eq!(t.rto(t0, peer(2)), None);
+        // An exchange in flight keeps the entry however long it takes.
+        let b = t.begin(t0 + ms(1000), peer(3), &mut Low);
+        t.expire(t0 + ms(1000) + MIN_LIFETIME);
+        assert_eq!(t.len(), 1);
+        assert!(t.rto(t0, peer(3)).is_some());
+        t.answered(t0 + ms(300_000), peer(3), &b);
+        t.expire(t0 + ms(300_000));
+        assert_eq!(t.len(), 1);
+        // Before a sweep, an expired entry is treated as new.
+        t.begin(t0 + ms(300_000) + MIN_LIFETIME, peer(3), &mut Low);
+        assert_eq!(t.rto(t0, peer(3)), Some(ms(2000)));
+    }
+
+    #[test]
+    fn a_full_table_keeps_known_peers_and_serves_new_ones_without_storing() {
+        let t0 = Instant::now();
+        let mut t = table(Algorithm::Fasor, 4);
+        let a = t.begin(t0, peer(1), &mut Low);
+        t.answered(t0 + ms(100), peer(1), &a);
+        let learnt = t.rto(t0, peer(1));
+        for i in 100..1100 {
+            // An address flood: each gets a normal first exchange.
+            let mut a = t.begin(t0 + ms(200), peer(i), &mut Low);
+            assert!(a.timeout >= ms(2000));
+            t.backoff(t0 + ms(2400), peer(i), &mut a);
+            assert_eq!(a.retransmissions, 1);
+        }
+        assert_eq!(t.len(), 4);
+        assert_eq!(t.rto(t0, peer(1)), learnt);
+        assert!(t.stats().overflow >= 996);
+        // Once the flood's entries expire they make room again.
+        let later = t0 + ms(200) + MIN_LIFETIME;
+        t.begin(later, peer(2000), &mut Low);
+        assert!(t.rto(later, peer(2000)).is_some());
+    }
+
+    #[test]
+    fn held_non_notifications_are_bounded_and_superseded_per_token() {
+        let t0 = Instant::now();
+        let mut t = table(Algorithm::Cocoa, 4);
+        let tok = |i: u8| Token::new(&[i]).unwrap();
+        let mut arms = 0;
+        for i in 0..20u8 {
+            arms += usize::from(t.hold(t0, peer(1), tok(i % 6), vec![i; 10], t0).is_some());
+        }
+        // One release timer; six tokens, each later one replacing the one held.
+        assert_eq!(arms, 1);
+        assert_eq!(t.stats().non_superseded, 14);
+        assert_eq!(t.held_bytes, 60);
+        // Four more tokens: eight slots, so the two oldest are dropped.
+        for i in 100..104u8 {
+            assert_eq!(t.hold(t0, peer(1), tok(i), vec![i; 10], t0), None);
+        }
+        assert_eq!(t.stats().non_dropped, 2);
+        assert_eq!(t.held_bytes, 80);
+        // The first leaves at once, the next one RTO (2 s) later.
+        let (first, next) = t.release_held(t0, peer(1));
+        assert!(first.is_some());
+        assert_eq!(next, Some(t0 + ms(2000)));
+        assert_eq!(
+            t.release_held(t0 + ms(10), peer(1)),
+            (None, Some(t0 + ms(2000)))
+        );
+        assert!(t.release_held(t0 + ms(2000), peer(1)).0.is_some());
+        assert_eq!(t.held_bytes, 60);
+        // Held messages keep the entry alive.
+        t.expire(t0 + ms(1_000_000));
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn default_coap_sends_non_unpaced() {
+        let t0 = Instant::now();
+        let mut t = table(Algorithm::Default, 4);
+        for _ in 0..20 {
+            assert_eq!(t.non_decide(t0, peer(1), 50), NonDecision::Send);
+            t.non_record(t0, peer(1), false);
+        }
+        let mut t = table(Algorithm::Fasor, 4);
+        assert_eq!(t.non_decide(t0, peer(1), 50), NonDecision::Confirmable);
+    }
+}
