@@ -3,7 +3,8 @@
 //! This crate holds no sockets, threads or clocks: the [`message`] codec, the
 //! [`endpoint`] state machine (fed datagrams, timeouts and application commands with an
 //! explicit `now`), its pluggable [`congestion`] control, the RFC 8323 [`tcp_connection`]
-//! state machine and the RFC 6690 [`link_format`].
+//! state machine and the RFC 6690 [`link_format`]. With the feature `sim`, a
+//! deterministic virtual-time simulator for endpoints and links (`sim`).
 #![warn(missing_docs)]
 
 pub mod blockwise;
@@ -12,5 +13,7 @@ pub mod endpoint;
 pub mod link_format;
 pub mod message;
 pub mod observe;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 pub mod tcp_connection;
 pub mod uri;
