@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real CoAP peers the interop tests talk to:
 #   - libcoap's command-line tools (Debian package libcoap3-bin: coap-client-*, coap-server-*)
+#   - iproute2 (Debian) for the link emulator's namespaces and TUN devices
 #   - aiocoap (PyPI) with its WebSocket extra (websockets) in a virtual environment at
 #     .venv-peers/ (libcoap 4.3.1 as packaged by Debian has no WebSocket support, so
 #     aiocoap is the only coap+ws peer)
@@ -10,8 +11,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 sudo_cmd=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then sudo_cmd="sudo"; fi
 
-# libcoap's tools, and OpenSSL's headers with pkg-config for the `openssl` crate (DTLS).
+# libcoap's tools, OpenSSL's headers with pkg-config for the `openssl` crate (DTLS), and
+# iproute2 (`ip netns`, `ip link`) for the link emulator cobalt-linkem and its study.
 missing=()
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 ls /usr/bin/coap-client-* >/dev/null 2>&1 || missing+=(libcoap3-bin)
 dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
