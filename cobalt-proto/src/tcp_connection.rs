@@ -101,6 +101,10 @@ pub struct TcpConfig {
     /// the connection closes with [`CloseReason::KeepaliveTimeout`], failing what was
     /// outstanding instead of waiting forever. Default 30 s; `None`: no pings.
     pub keepalive: Option<Duration>,
+    /// Length in bytes of the tokens of requests this side sends: 1 to 8 (default 4;
+    /// other values are taken as the nearest). Short tokens save bytes on slow links;
+    /// with 1 or 2 bytes at most 255 or 65,535 requests are outstanding at once.
+    pub token_len: usize,
 }
 
 impl Default for TcpConfig {
@@ -113,6 +117,7 @@ impl Default for TcpConfig {
             idle_timeout: Some(Duration::from_secs(300)),
             max_inbound_requests: 256,
             max_outbound_requests: 256,
+            token_len: 4,
             keepalive: Some(Duration::from_secs(30)),
         }
     }
@@ -844,7 +849,11 @@ impl TcpConnection {
         let reuse = msg.code == Code::GET
             && observe.is_some()
             && self.outbound.get(&msg.token) == Some(&Outbound::Observe);
-        if !reuse && self.outbound.len() >= self.config.max_outbound_requests {
+        let token_space = 1usize
+            .checked_shl(8 * self.config.token_len.clamp(1, 8) as u32)
+            .unwrap_or(usize::MAX);
+        let limit = self.config.max_outbound_requests.min(token_space - 1);
+        if !reuse && self.outbound.len() >= limit {
             return Err(SendError::TooManyRequests);
         }
         if !reuse && (msg.token.is_empty() || self.outbound.contains_key(&msg.token)) {
@@ -1060,7 +1069,9 @@ impl TcpConnection {
     fn fresh_token(&mut self) -> Token {
         loop {
             self.next_token = self.next_token.wrapping_add(1);
-            let t = Token::new(&self.next_token.to_be_bytes()).unwrap_or(Token::EMPTY);
+            let len = self.config.token_len.clamp(1, 8);
+            let wide = u64::from(self.next_token).to_be_bytes();
+            let t = Token::new(&wide[8 - len..]).unwrap_or(Token::EMPTY);
             if !self.outbound.contains_key(&t) {
                 return t;
             }

@@ -189,6 +189,62 @@ async fn our_client_against_libcoap_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_client_connects_ahead_to_libcoap_server_with_one_byte_tokens() {
+    let Some(program) = peer("coap-server-notls", &[]) else {
+        return;
+    };
+    let server = start_libcoap_server(&program);
+    let uri = format!("coap+tcp://{}/", server.addr);
+    let client = Client::new();
+    client.set_tcp_config(cobalt::proto::tcp_connection::TcpConfig {
+        token_len: 1,
+        ..Default::default()
+    });
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<(bool, cobalt::proto::message::TcpMessage)>>>;
+    let seen: Seen = Default::default();
+    let log = seen.clone();
+    client.set_stream_tracer(std::sync::Arc::new(move |sent, _, m| {
+        log.lock().unwrap().push((sent, m.clone()));
+    }));
+    // connect() returns once the server's CSM is in: handshake and CSM are done.
+    tokio::time::timeout(Duration::from_secs(5), client.connect(&uri))
+        .await
+        .unwrap()
+        .unwrap();
+    let csm = |sent: bool| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|(s, m)| *s == sent && m.code.is_signaling())
+            .count()
+    };
+    // (The connection's task shows the received CSM to the tracer just after it
+    // answers connect().)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while csm(false) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!((csm(true), csm(false)), (1, 1));
+    let r = client
+        .request(Code::GET, &uri)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CONTENT);
+    // The request went over that connection, with a one-byte token libcoap echoed.
+    assert_eq!((csm(true), csm(false)), (1, 1));
+    let requests: Vec<usize> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, m)| !m.code.is_signaling())
+        .map(|(_, m)| m.token.as_bytes().len())
+        .collect();
+    assert_eq!(requests, [1, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aiocoap_client_against_our_server() {
     let Some(client) = aiocoap("aiocoap-client") else {
         return;

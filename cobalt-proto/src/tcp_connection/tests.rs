@@ -1146,3 +1146,27 @@ fn keepalive_gives_up_on_a_peer_that_answers_nothing() {
     pump(now, &mut a, &mut b);
     assert_eq!(a.poll_timeout(), None);
 }
+
+#[test]
+fn requests_carry_tokens_of_the_configured_length() {
+    let now = t0();
+    for len in [1usize, 3, 8] {
+        let config = TcpConfig {
+            token_len: len,
+            max_outbound_requests: 1000,
+            ..TcpConfig::default()
+        };
+        let (mut a, mut b) = established_with(now, config);
+        let tokens: Vec<Token> = (0..300)
+            .map_while(|i| a.request(now, get(&format!("r{i}"))).ok())
+            .collect();
+        // One byte leaves 255 tokens to have outstanding at once.
+        assert_eq!(tokens.len(), if len == 1 { 255 } else { 300 });
+        assert!(tokens.iter().all(|t| t.as_bytes().len() == len), "{len}");
+        let mut unique = tokens.clone();
+        unique.sort_by_key(|t| t.as_bytes().to_vec());
+        unique.dedup();
+        assert_eq!(unique.len(), tokens.len(), "tokens in use are never reused");
+        pump(now, &mut a, &mut b);
+    }
+}

@@ -189,6 +189,20 @@ impl Client {
         }
     }
 
+    /// Opens the connection that requests to a `coap+tcp://`, `coaps+tcp://`,
+    /// `coap+ws://` or `coaps+ws://` URI will use (TCP and TLS handshakes, WebSocket
+    /// upgrade, CSM exchange) and waits until it is ready, so that the time of later
+    /// requests does not include it. Datagram schemes have nothing to open.
+    pub async fn connect(&self, uri: &str) -> Result<()> {
+        let uri = CoapUri::parse(uri)?;
+        if !is_stream(uri.scheme) {
+            return Ok(());
+        }
+        let peer = resolve(&uri).await?;
+        self.pool(uri.scheme)?.settings(peer, &uri.host).await?;
+        Ok(())
+    }
+
     /// Registers as an observer of `uri` (RFC 7641); notifications arrive on the
     /// returned [`Observation`] until it is dropped.
     pub async fn observe(&self, uri: &str) -> Result<Observation> {
