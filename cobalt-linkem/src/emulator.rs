@@ -229,7 +229,7 @@ impl Emulator {
         let thread = std::thread::Builder::new()
             .name("linkem".into())
             .spawn(move || {
-                let realtime = realtime && set_realtime();
+                let realtime = realtime && set_realtime(10);
                 Pump::new(tc, ts, link, seed, stop_copy, log)?.run(realtime)
             })?;
         Ok(Emulator {
@@ -301,9 +301,15 @@ impl Drop for Emulator {
     }
 }
 
-/// Gives the calling thread SCHED_FIFO priority 10; false where not permitted.
-fn set_realtime() -> bool {
-    let param = libc::sched_param { sched_priority: 10 };
+/// Gives the calling thread SCHED_FIFO priority `priority` (1-99), inherited by the
+/// threads it starts; false where not permitted. The link's thread runs at 10, so
+/// that a busy host delays neither transmissions nor deliveries; endpoints driven
+/// over the link can run just below it, so that the host's other work does not
+/// stretch their round trips.
+pub fn set_realtime(priority: i32) -> bool {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
     // SAFETY: pthread_self is always valid; `param` outlives the call.
     unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0 }
 }

@@ -1,0 +1,14 @@
+//! The 002 study reproduced and extended: flow completion times of CoAP clients over
+//! the paper's constrained link with Default CoAP, CoCoA, CoCoA-strong and FASOR over
+//! UDP and CoAP over TCP, over the emulated link ([`emu_run`], real time, kernel UDP
+//! and TCP) and in virtual time ([`sim_run`], the `cobalt-proto` simulator, UDP only),
+//! with the tables and plots of [`report`].
+#![warn(missing_docs)]
+
+pub mod case;
+pub mod emu_run;
+pub mod report;
+pub mod results;
+pub mod retx;
+pub mod sim_run;
+pub mod workload;

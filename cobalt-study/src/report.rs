@@ -1,0 +1,532 @@
+//! Tables and plots from the results: flow-completion-time percentiles per case
+//! (pooled over replications, as CSV and JSON), a Markdown report with the paper's
+//! Table I side by side, the figures' cases, retransmissions, and the agreement of
+//! virtual-time and emulated medians; SVG plots in the style of Figs. 2–6 and 4.
+
+use crate::case::{Group, Loss, Mode, Variant, Workload};
+use crate::results::RunResult;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+
+/// The percentiles reported: 10th, 25th, 50th, 75th, 90th.
+pub const QUANTILES: [f64; 5] = [0.10, 0.25, 0.50, 0.75, 0.90];
+
+/// Percentiles of `values` by linear interpolation between order statistics.
+pub fn percentiles(values: &[f64]) -> Option<[f64; 5]> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    Some(QUANTILES.map(|q| {
+        let pos = q * (v.len() - 1) as f64;
+        let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+        v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+    }))
+}
+
+/// One case summarised over its replications.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// The case.
+    pub group: Group,
+    /// Replications.
+    pub runs: usize,
+    /// Clients that finished, over all replications.
+    pub finished: usize,
+    /// Clients that did not finish in time.
+    pub unfinished: usize,
+    /// FCT percentiles, seconds (p10, p25, median, p75, p90).
+    pub fct: Option<[f64; 5]>,
+    /// Mean retransmissions per client (per connection for TCP random clients).
+    pub retransmissions: f64,
+    /// Mean unnecessary retransmissions per client.
+    pub unnecessary: f64,
+    /// Mean TCP SYN/SYN-ACK retransmissions per connection.
+    pub handshake: f64,
+    /// Exchanges repeated after a timeout, over all replications.
+    pub failures: u64,
+    /// Queue drops on the downlink per replication.
+    pub drops_queue_down: f64,
+    /// Wall-clock seconds of all replications together.
+    pub wall_s: f64,
+}
+
+fn mean(v: impl Iterator<Item = u64>) -> f64 {
+    let (n, s) = v.fold((0u64, 0u64), |(n, s), x| (n + 1, s + x));
+    if n == 0 {
+        0.0
+    } else {
+        s as f64 / n as f64
+    }
+}
+
+/// Summarises results by case.
+pub fn summarise(results: &[RunResult]) -> Vec<Summary> {
+    let mut groups: BTreeMap<Group, Vec<&RunResult>> = BTreeMap::new();
+    for r in results {
+        groups.entry(r.case.group()).or_default().push(r);
+    }
+    groups
+        .into_iter()
+        .map(|(group, runs)| {
+            let fct: Vec<f64> = runs.iter().flat_map(|r| r.fct.iter().copied()).collect();
+            Summary {
+                group,
+                runs: runs.len(),
+                finished: fct.len(),
+                unfinished: runs.iter().map(|r| r.unfinished).sum(),
+                fct: percentiles(&fct),
+                retransmissions: mean(runs.iter().flat_map(|r| r.retransmissions.iter().copied())),
+                unnecessary: mean(runs.iter().flat_map(|r| r.unnecessary.iter().copied())),
+                handshake: mean(
+                    runs.iter()
+                        .flat_map(|r| r.handshake_retransmissions.iter().copied()),
+                ),
+                failures: runs.iter().map(|r| r.failures).sum(),
+                drops_queue_down: mean(runs.iter().map(|r| r.down.drops_queue)),
+                wall_s: runs.iter().map(|r| r.wall_s).sum(),
+            }
+        })
+        .collect()
+}
+
+/// The paper's Table I: (workload, clients, buffer, variant) → p10, p25, median, p75, p90.
+pub const TABLE_I: [(Workload, usize, usize, Variant, [f64; 5]); 12] = {
+    use Variant::{Cocoa, Default, Tcp};
+    use Workload::{Continuous as C, Random as R};
+    const INF: usize = 1_410_000;
+    [
+        (C, 1, 2500, Default, [33.003, 33.003, 33.003, 33.003, 33.003]),
+        (C, 1, 2500, Cocoa, [33.002, 33.002, 33.003, 33.003, 33.003]),
+        (C, 1, 2500, Tcp, [33.208, 33.208, 33.208, 33.208, 33.208]),
+        (R, 1, 2500, Tcp, [43.432, 45.099, 47.093, 47.746, 47.928]),
+        (C, 50, 2500, Default, [61.250, 61.500, 62.001, 63.342, 63.767]),
+        (C, 50, 2500, Cocoa, [61.275, 61.525, 62.001, 63.347, 63.767]),
+        (C, 50, 2500, Tcp, [62.102, 63.257, 65.032, 67.760, 72.684]),
+        (R, 50, 2500, Tcp, [83.196, 86.248, 88.433, 90.463, 93.199]),
+        (C, 50, INF, Default, [62.177, 62.377, 62.690, 63.003, 63.178]),
+        (C, 50, INF, Cocoa, [62.177, 62.377, 62.690, 63.003, 63.179]),
+        (C, 50, INF, Tcp, [69.382, 69.570, 69.868, 70.184, 70.383]),
+        (R, 50, INF, Tcp, [85.789, 87.233, 90.086, 90.846, 91.259]),
+    ]
+};
+
+/// Medians the paper gives in its text (Figs. 2, 3 and 5), continuous clients, 2,500 B
+/// unless noted: (workload, clients, buffer, variant, median seconds).
+pub const PAPER_MEDIANS: [(Workload, usize, usize, Variant, f64); 9] = [
+    (Workload::Continuous, 100, 2500, Variant::Default, 101.6),
+    (Workload::Continuous, 100, 2500, Variant::Cocoa, 104.7),
+    (Workload::Continuous, 100, 2500, Variant::Tcp, 86.7),
+    (Workload::Continuous, 200, 2500, Variant::Default, 184.0),
+    (Workload::Continuous, 200, 2500, Variant::Cocoa, 198.0),
+    (Workload::Continuous, 200, 2500, Variant::Tcp, 168.0),
+    (Workload::Continuous, 400, 2500, Variant::Default, 389.0),
+    (Workload::Continuous, 400, 2500, Variant::Cocoa, 407.0),
+    (Workload::Continuous, 400, 2500, Variant::Tcp, 319.0),
+];
+
+fn buffer_name(b: usize) -> String {
+    match b {
+        1_410_000 => "infinite".into(),
+        b => format!("{b}B"),
+    }
+}
+
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Emulated => "emulated",
+        Mode::Virtual => "virtual",
+    }
+}
+
+fn workload_name(w: Workload) -> &'static str {
+    match w {
+        Workload::Continuous => "Continuous",
+        Workload::Random => "Random",
+    }
+}
+
+/// The summaries as CSV.
+pub fn csv(summaries: &[Summary]) -> String {
+    let mut out = String::from(
+        "mode,workload,clients,buffer,loss,variant,runs,finished,unfinished,p10,p25,median,p75,p90,retransmissions,unnecessary,handshake,failures,drops_queue_down,wall_s\n",
+    );
+    for s in summaries {
+        let g = &s.group;
+        let f = s.fct.map_or_else(|| ",,,,".to_string(), |f| {
+            f.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(",")
+        });
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{f},{:.2},{:.2},{:.2},{},{:.1},{:.0}",
+            mode_name(g.mode),
+            workload_name(g.workload).to_lowercase(),
+            g.clients,
+            g.buffer,
+            g.loss.name(),
+            g.variant.name(),
+            s.runs,
+            s.finished,
+            s.unfinished,
+            s.retransmissions,
+            s.unnecessary,
+            s.handshake,
+            s.failures,
+            s.drops_queue_down,
+            s.wall_s
+        );
+    }
+    out
+}
+
+fn find<'a>(summaries: &'a [Summary], mode: Mode, w: Workload, clients: usize, buffer: usize, loss: Loss, v: Variant) -> Option<&'a Summary> {
+    summaries.iter().find(|s| {
+        let g = &s.group;
+        g.mode == mode && g.workload == w && g.clients == clients && g.buffer == buffer && g.loss == loss && g.variant == v
+    })
+}
+
+fn fmt_fct(f: &[f64; 5]) -> String {
+    f.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(" | ")
+}
+
+fn delta(ours: f64, paper: f64) -> String {
+    format!("{:+.1} %", (ours / paper - 1.0) * 100.0)
+}
+
+/// The Markdown report.
+pub fn markdown(summaries: &[Summary]) -> String {
+    let mut out = String::new();
+    let modes: Vec<Mode> = [Mode::Emulated, Mode::Virtual]
+        .into_iter()
+        .filter(|m| summaries.iter().any(|s| s.group.mode == *m))
+        .collect();
+    let _ = writeln!(out, "## Table I: flow completion time (s), ours against the paper\n");
+    let _ = writeln!(
+        out,
+        "Pooled over every client of every replication. `paper` rows are the 002 paper's Table I.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| Client | n | Buffer | Cong. control | source | runs | 10th | 25th | Median | 75th | 90th | median vs paper |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (w, n, b, v, paper) in TABLE_I {
+        let _ = writeln!(
+            out,
+            "| {} | {n} | {} | {} | paper | 20 | {} | |",
+            workload_name(w),
+            buffer_name(b),
+            v.label(),
+            fmt_fct(&paper)
+        );
+        for &m in &modes {
+            if let Some(s) = find(summaries, m, w, n, b, Loss::None, v) {
+                if let Some(f) = s.fct {
+                    let _ = writeln!(
+                        out,
+                        "| | | | | {} | {} | {} | {} |",
+                        mode_name(m),
+                        s.runs,
+                        fmt_fct(&f),
+                        delta(f[2], paper[2])
+                    );
+                }
+            }
+        }
+    }
+    let _ = writeln!(out, "\n## Medians the paper states for Figs. 2–3 (continuous, 2,500 B)\n");
+    let _ = writeln!(out, "| clients | variant | paper | {} |", modes.iter().map(|m| mode_name(*m)).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(out, "|---|---|---|{}", "---|".repeat(modes.len()));
+    for (w, n, b, v, paper) in PAPER_MEDIANS {
+        let cells: Vec<String> = modes
+            .iter()
+            .map(|&m| {
+                find(summaries, m, w, n, b, Loss::None, v)
+                    .and_then(|s| s.fct)
+                    .map_or("–".into(), |f| format!("{:.1} ({})", f[2], delta(f[2], paper)))
+            })
+            .collect();
+        let _ = writeln!(out, "| {n} | {} | {paper:.1} | {} |", v.label(), cells.join(" | "));
+    }
+    let _ = writeln!(out, "\n## Every case\n");
+    let _ = writeln!(
+        out,
+        "FCT percentiles in seconds; retransmissions and unnecessary ones are per client (TCP random: per connection); `hs` = TCP SYN/SYN-ACK retransmissions per connection; `fail` = exchanges repeated after MAX_RETRANSMIT; `unfin.` = clients not done within the case's time limit; `drops` = downlink queue drops per run.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| mode | workload | n | buffer | loss | variant | runs | 10th | 25th | median | 75th | 90th | retx | unnecessary | hs | fail | unfin. | drops | wall s |"
+    );
+    let _ = writeln!(out, "|{}", "---|".repeat(19));
+    for s in summaries {
+        let g = &s.group;
+        let f = s.fct.map_or_else(|| "– | – | – | – | –".into(), |f| fmt_fct(&f));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {f} | {:.2} | {:.2} | {:.2} | {} | {} | {:.0} | {:.0} |",
+            mode_name(g.mode),
+            workload_name(g.workload).to_lowercase(),
+            g.clients,
+            buffer_name(g.buffer),
+            g.loss.name(),
+            g.variant.label(),
+            s.runs,
+            s.retransmissions,
+            s.unnecessary,
+            s.handshake,
+            s.failures,
+            s.unfinished,
+            s.drops_queue_down,
+            s.wall_s
+        );
+    }
+    out.push_str(&agreement(summaries));
+    out
+}
+
+/// Virtual-time against emulated medians, for the cases both ran.
+pub fn agreement(summaries: &[Summary]) -> String {
+    let mut rows = Vec::new();
+    for e in summaries.iter().filter(|s| s.group.mode == Mode::Emulated) {
+        let v_group = Group {
+            mode: Mode::Virtual,
+            ..e.group
+        };
+        let Some(v) = summaries.iter().find(|s| s.group == v_group) else {
+            continue;
+        };
+        if let (Some(ef), Some(vf)) = (e.fct, v.fct) {
+            rows.push((e.group, e.runs, v.runs, ef[2], vf[2]));
+        }
+    }
+    let mut out = String::from("\n## Virtual time against emulation (medians)\n\n");
+    if rows.is_empty() {
+        out.push_str("No case ran in both modes.\n");
+        return out;
+    }
+    out.push_str("| workload | n | buffer | loss | variant | emulated runs | virtual runs | emulated | virtual | difference |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for (g, er, vr, e, v) in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {er} | {vr} | {e:.3} | {v:.3} | {} |",
+            workload_name(g.workload).to_lowercase(),
+            g.clients,
+            buffer_name(g.buffer),
+            g.loss.name(),
+            g.variant.label(),
+            delta(v, e)
+        );
+    }
+    out
+}
+
+/// A horizontal grid line at `y` from `x0` to `x1`, labelled on the left.
+fn grid_line(svg: &mut String, x0: f64, x1: f64, y: f64, label: &str) {
+    let _ = writeln!(
+        svg,
+        "<line x1=\"{x0}\" x2=\"{x1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/><text x=\"{tx}\" y=\"{ty:.1}\" text-anchor=\"end\">{label}</text>",
+        tx = x0 - 6.0,
+        ty = y + 4.0
+    );
+}
+
+const COLORS: [(Variant, &str); 5] = [
+    (Variant::Default, "#d62728"),
+    (Variant::Cocoa, "#1f77b4"),
+    (Variant::CocoaStrong, "#17becf"),
+    (Variant::Fasor, "#2ca02c"),
+    (Variant::Tcp, "#7f7f7f"),
+];
+
+fn color(v: Variant) -> &'static str {
+    COLORS.iter().find(|c| c.0 == v).map_or("#000", |c| c.1)
+}
+
+/// One plot per (mode, workload, clients, loss): FCT boxes (p25–p75, median line,
+/// p10–p90 whiskers) per buffer and variant, like the paper's Figs. 2, 3, 5 and 6.
+pub fn fct_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize, loss: Loss) -> Option<String> {
+    let sel: Vec<&Summary> = summaries
+        .iter()
+        .filter(|s| {
+            let g = &s.group;
+            g.mode == mode && g.workload == w && g.clients == clients && g.loss == loss && s.fct.is_some()
+        })
+        .collect();
+    if sel.is_empty() {
+        return None;
+    }
+    let mut buffers: Vec<usize> = sel.iter().map(|s| s.group.buffer).collect();
+    buffers.sort_unstable();
+    buffers.dedup();
+    let variants: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|v| sel.iter().any(|s| s.group.variant == *v))
+        .collect();
+    let max = sel.iter().filter_map(|s| s.fct).map(|f| f[4]).fold(0.0, f64::max) * 1.08;
+    let (w_px, h_px, left, top, bottom) = (160.0 * buffers.len() as f64 + 120.0, 420.0, 70.0, 40.0, 60.0);
+    let plot_h = h_px - top - bottom;
+    let y = |v: f64| top + plot_h * (1.0 - v / max);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w_px}\" height=\"{h_px}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{left}\" y=\"20\" font-size=\"14\">FCT, {} {} clients, {} loss ({})</text>\n",
+        clients,
+        workload_name(w).to_lowercase(),
+        loss.name(),
+        mode_name(mode)
+    );
+    for i in 0..=5 {
+        let v = max * f64::from(i) / 5.0;
+        grid_line(&mut svg, left, w_px - 20.0, y(v), &format!("{v:.0}"));
+    }
+    let _ = writeln!(svg, "<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {0})\" text-anchor=\"middle\">seconds</text>", top + plot_h / 2.0);
+    let slot = 160.0 / (variants.len() as f64 + 1.0);
+    for (bi, b) in buffers.iter().enumerate() {
+        let x0 = left + 160.0 * bi as f64;
+        let _ = writeln!(svg, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>", x0 + 80.0, h_px - bottom + 20.0, buffer_name(*b));
+        for (vi, v) in variants.iter().enumerate() {
+            let Some(f) = sel.iter().find(|s| s.group.buffer == *b && s.group.variant == *v).and_then(|s| s.fct) else {
+                continue;
+            };
+            let cx = x0 + slot * (vi as f64 + 1.0);
+            let hw = slot * 0.35;
+            let c = color(*v);
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{cx:.1}\" x2=\"{cx:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\"/><rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.35\" stroke=\"{c}\"/><line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" stroke-width=\"2.5\"/>",
+                y(f[0]),
+                y(f[4]),
+                cx - hw,
+                y(f[3]),
+                2.0 * hw,
+                (y(f[1]) - y(f[3])).max(1.0),
+                cx - hw,
+                cx + hw,
+                y(f[2]),
+                y(f[2])
+            );
+        }
+    }
+    for (vi, v) in variants.iter().enumerate() {
+        let x = left + 110.0 * vi as f64;
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            h_px - 22.0,
+            color(*v),
+            x + 14.0,
+            h_px - 13.0,
+            v.label()
+        );
+    }
+    svg.push_str("</svg>\n");
+    Some(svg)
+}
+
+/// Unnecessary retransmissions per client, per variant and buffer (Fig. 4).
+pub fn retx_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize) -> Option<String> {
+    let sel: Vec<&Summary> = summaries
+        .iter()
+        .filter(|s| s.group.mode == mode && s.group.workload == w && s.group.clients == clients && s.group.loss == Loss::None)
+        .collect();
+    if sel.is_empty() {
+        return None;
+    }
+    let max = sel.iter().map(|s| s.unnecessary.max(s.retransmissions)).fold(1.0, f64::max) * 1.1;
+    let mut buffers: Vec<usize> = sel.iter().map(|s| s.group.buffer).collect();
+    buffers.sort_unstable();
+    buffers.dedup();
+    let (w_px, h_px, left, top, bottom) = (160.0 * buffers.len() as f64 + 120.0, 360.0, 70.0, 40.0, 60.0);
+    let plot_h = h_px - top - bottom;
+    let y = |v: f64| top + plot_h * (1.0 - v / max);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w_px}\" height=\"{h_px}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{left}\" y=\"20\" font-size=\"14\">Retransmissions per client (solid: unnecessary), {clients} {} clients ({})</text>\n",
+        workload_name(w).to_lowercase(),
+        mode_name(mode)
+    );
+    for i in 0..=4 {
+        let v = max * f64::from(i) / 4.0;
+        grid_line(&mut svg, left, w_px - 20.0, y(v), &format!("{v:.1}"));
+    }
+    let slot = 160.0 / 6.0;
+    for (bi, b) in buffers.iter().enumerate() {
+        let x0 = left + 160.0 * bi as f64;
+        let _ = writeln!(svg, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>", x0 + 80.0, h_px - bottom + 20.0, buffer_name(*b));
+        for (vi, v) in Variant::ALL.iter().enumerate() {
+            let Some(s) = sel.iter().find(|s| s.group.buffer == *b && s.group.variant == *v) else {
+                continue;
+            };
+            let x = x0 + slot * (vi as f64 + 0.5);
+            let c = color(*v);
+            let _ = writeln!(
+                svg,
+                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.25\" stroke=\"{c}\"/><rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\"/>",
+                y(s.retransmissions),
+                slot * 0.8,
+                top + plot_h - y(s.retransmissions),
+                y(s.unnecessary),
+                slot * 0.8,
+                top + plot_h - y(s.unnecessary)
+            );
+        }
+    }
+    for (vi, v) in Variant::ALL.iter().enumerate() {
+        let x = left + 110.0 * vi as f64;
+        let _ = writeln!(svg, "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>", h_px - 22.0, color(*v), x + 14.0, h_px - 13.0, v.label());
+    }
+    svg.push_str("</svg>\n");
+    Some(svg)
+}
+
+/// Writes `summary.csv`, `summary.json`, `report.md` and the SVG plots into `dir`.
+pub fn write_all(dir: &Path, results: &[RunResult]) -> io::Result<Vec<String>> {
+    let summaries = summarise(results);
+    let mut written = vec!["summary.csv".to_string(), "summary.json".into(), "report.md".into()];
+    std::fs::write(dir.join("summary.csv"), csv(&summaries))?;
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_string_pretty(&summaries).map_err(io::Error::other)? + "\n",
+    )?;
+    let mut md = markdown(&summaries);
+    md.push_str("\n## Plots\n\n");
+    let mut keys: Vec<(Mode, Workload, usize, Loss)> = summaries
+        .iter()
+        .map(|s| (s.group.mode, s.group.workload, s.group.clients, s.group.loss))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    for (m, w, n, l) in keys {
+        let name = format!("fct-{}-{}-{n}-{}.svg", mode_name(m), workload_name(w).to_lowercase(), l.name());
+        if let Some(svg) = fct_plot(&summaries, m, w, n, l) {
+            std::fs::write(dir.join(&name), svg)?;
+            let _ = writeln!(md, "![{name}]({name})");
+            written.push(name);
+        }
+        if l == Loss::None {
+            let name = format!("retx-{}-{}-{n}.svg", mode_name(m), workload_name(w).to_lowercase());
+            if let Some(svg) = retx_plot(&summaries, m, w, n) {
+                std::fs::write(dir.join(&name), svg)?;
+                let _ = writeln!(md, "![{name}]({name})");
+                written.push(name);
+            }
+        }
+    }
+    std::fs::write(dir.join("report.md"), md)?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_between_order_statistics() {
+        let v: Vec<f64> = (1..=11).map(f64::from).collect();
+        assert_eq!(percentiles(&v).unwrap(), [2.0, 3.5, 6.0, 8.5, 10.0]);
+        assert_eq!(percentiles(&[4.0]).unwrap(), [4.0; 5]);
+        assert!(percentiles(&[]).is_none());
+    }
+}
