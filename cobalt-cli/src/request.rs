@@ -41,7 +41,7 @@ pub struct RequestArgs {
     #[arg(short, long)]
     pub verbose: bool,
     /// Retransmission timeouts over coap:// and coaps://: default (RFC 7252), cocoa,
-    /// cocoa-strong or fasor (see `endpoint.congestion_control`).
+    /// cocoa-strong, fasor or karn (see `endpoint.congestion_control`).
     #[arg(long = "cc", value_name = "ALGORITHM", default_value = "default")]
     pub cc: cobalt::proto::congestion::Algorithm,
     /// DTLS credentials for coaps://.

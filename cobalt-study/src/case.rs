@@ -49,17 +49,23 @@ pub enum Variant {
     CocoaStrong,
     /// FASOR over UDP.
     Fasor,
+    /// FASOR-K (FASOR with Karn's retention) over UDP.
+    FasorK,
+    /// RFC 6298 with Karn's retention over UDP.
+    Karn,
     /// CoAP over TCP (Cobalt's coap+tcp, the kernel's TCP).
     Tcp,
 }
 
 impl Variant {
     /// Every variant, in table order.
-    pub const ALL: [Variant; 5] = [
+    pub const ALL: [Variant; 7] = [
         Variant::Default,
         Variant::Cocoa,
         Variant::CocoaStrong,
         Variant::Fasor,
+        Variant::FasorK,
+        Variant::Karn,
         Variant::Tcp,
     ];
 
@@ -70,6 +76,8 @@ impl Variant {
             Variant::Cocoa => Some(Algorithm::Cocoa),
             Variant::CocoaStrong => Some(Algorithm::CocoaStrong),
             Variant::Fasor => Some(Algorithm::Fasor),
+            Variant::FasorK => Some(Algorithm::FasorK),
+            Variant::Karn => Some(Algorithm::Karn),
             Variant::Tcp => None,
         }
     }
@@ -81,6 +89,8 @@ impl Variant {
             Variant::Cocoa => "cocoa",
             Variant::CocoaStrong => "cocoa-strong",
             Variant::Fasor => "fasor",
+            Variant::FasorK => "fasor-k",
+            Variant::Karn => "karn",
             Variant::Tcp => "tcp",
         }
     }
@@ -92,6 +102,8 @@ impl Variant {
             Variant::Cocoa => "CoCoA",
             Variant::CocoaStrong => "CoCoA-strong",
             Variant::Fasor => "FASOR",
+            Variant::FasorK => "FASOR-K",
+            Variant::Karn => "Karn (RFC 6298)",
             Variant::Tcp => "CoAP over TCP",
         }
     }
@@ -179,7 +191,9 @@ impl Case {
         format!("{}#{}", self.group(), self.rep)
     }
 
-    /// The seed of this run: the same for both modes, so the link draws alike.
+    /// The seed of this run: the same for both modes and for every variant (common
+    /// random numbers: each variant meets the same loss timeline and jitter draws, so
+    /// that differences between variants are theirs, not the dice's).
     pub fn seed(&self, base: u64) -> u64 {
         let mut h = base ^ 0x9e37_79b9_7f4a_7c15;
         for v in [
@@ -187,7 +201,6 @@ impl Case {
             self.clients as u64,
             self.buffer as u64,
             self.loss as u64,
-            self.variant as u64,
             u64::from(self.rep),
         ] {
             h = (h ^ v).wrapping_mul(0x1000_0000_01b3).rotate_left(29);
@@ -300,7 +313,12 @@ pub fn subset(name: &str) -> Option<Vec<Matrix>> {
     use Workload::{Continuous, Random};
     let all_variants = Variant::ALL.to_vec();
     let both = vec![Continuous, Random];
-    let m = |workloads: &[Workload], clients: &[usize], buffers: &[usize], losses: &[Loss], reps: u32, lossy: u32| Matrix {
+    let m = |workloads: &[Workload],
+             clients: &[usize],
+             buffers: &[usize],
+             losses: &[Loss],
+             reps: u32,
+             lossy: u32| Matrix {
         workloads: workloads.to_vec(),
         clients: clients.to_vec(),
         buffers: buffers.to_vec(),
@@ -314,7 +332,14 @@ pub fn subset(name: &str) -> Option<Vec<Matrix>> {
         // Error-free cases of every size and buffer, and the error-prone 10-client ones,
         // with the paper's replications (20 and 40).
         "full" => vec![
-            m(&both, &[1, 50, 100, 200, 400], &buffers, &[Loss::None], 20, 40),
+            m(
+                &both,
+                &[1, 50, 100, 200, 400],
+                &buffers,
+                &[Loss::None],
+                20,
+                40,
+            ),
             m(&both, &[10], &[2_500], &Loss::ALL, 20, 40),
         ],
         "table1" => vec![m(&both, &[1, 50], &[2_500, 1_410_000], &[Loss::None], 3, 3)],
@@ -326,7 +351,14 @@ pub fn subset(name: &str) -> Option<Vec<Matrix>> {
         // buffer, and the error-prone link with few clients.
         "beyond" => vec![
             m(&[Continuous], &[200, 400], &[2_500], &[Loss::None], 2, 2),
-            m(&[Continuous], &[10], &[2_500], &[Loss::Medium, Loss::High], 3, 3),
+            m(
+                &[Continuous],
+                &[10],
+                &[2_500],
+                &[Loss::Medium, Loss::High],
+                3,
+                3,
+            ),
         ],
         // What CI runs: one emulated client, a small virtual study.
         "ci" => vec![m(&[Continuous], &[1], &[2_500], &[Loss::None], 1, 1)],
@@ -359,9 +391,9 @@ mod tests {
     fn the_full_matrix_has_the_papers_cases_and_replications() {
         let full = subset("full").unwrap();
         let emulated: Vec<Case> = full.iter().flat_map(|m| m.cases(Mode::Emulated)).collect();
-        // Error-free: 2 workloads × 5 sizes × 3 buffers × 5 variants × 20, plus
-        // 10 clients: 2 × 5 × (20 + 40 + 40).
-        assert_eq!(emulated.len(), 2 * 5 * 3 * 5 * 20 + 2 * 5 * 100);
+        // Error-free: 2 workloads × 5 sizes × 3 buffers × 7 variants × 20, plus
+        // 10 clients: 2 × 7 × (20 + 40 + 40).
+        assert_eq!(emulated.len(), 2 * 5 * 3 * 7 * 20 + 2 * 7 * 100);
         let virt: Vec<Case> = full.iter().flat_map(|m| m.cases(Mode::Virtual)).collect();
         assert!(virt.iter().all(|c| c.variant != Variant::Tcp));
         let keys: std::collections::HashSet<String> = emulated.iter().map(Case::key).collect();
@@ -387,6 +419,11 @@ mod tests {
             ..c
         };
         assert_eq!(c.seed(1), v.seed(1));
+        let tcp = Case {
+            variant: Variant::Tcp,
+            ..c
+        };
+        assert_eq!(c.seed(1), tcp.seed(1));
         assert_ne!(c.seed(1), Case { rep: 4, ..c }.seed(1));
         assert_eq!(c.key(), "emulated/continuous/50/2500B/high/fasor#3");
     }

@@ -45,11 +45,16 @@ pub struct EmuOptions {
 const ENDPOINT_PRIORITY: i32 = 5;
 
 /// Sysctls of both namespaces: TCP without timestamps (the paper's header sizes),
-/// and SYN and SYN-ACK retried 40 times as in the paper.
-pub const SYSCTLS: [&str; 3] = [
+/// SYN and SYN-ACK retried 40 times as in the paper, and Reno instead of this
+/// kernel's default BBR (whose pacing and model the paper's Linux did not have). The
+/// paper's Linux ran CUBIC, which a namespace may only choose where the host lists it
+/// in net.ipv4.tcp_allowed_congestion_control; for exchanges of one segment each way
+/// Reno and CUBIC behave alike (same RTO and Karn rules, windows never grow).
+pub const SYSCTLS: [&str; 4] = [
     "net.ipv4.tcp_timestamps=0",
     "net.ipv4.tcp_syn_retries=40",
     "net.ipv4.tcp_synack_retries=40",
+    "net.ipv4.tcp_congestion_control=reno",
 ];
 
 /// TCP settings of both ends: one-byte tokens like the UDP clients', and nothing that
@@ -68,7 +73,9 @@ fn tcp_config() -> TcpConfig {
 /// Starts Cobalt's server in the server namespace: UDP and coap+tcp on port 5683, one
 /// shard, no amplification limit (the paper's server has none, and a 7-byte GET would
 /// otherwise get its 60-byte answer in 16-byte blocks). Returns a sender that stops it.
-fn start_server(emu: &Emulator) -> io::Result<(mpsc::Sender<()>, std::thread::JoinHandle<io::Result<()>>)> {
+fn start_server(
+    emu: &Emulator,
+) -> io::Result<(mpsc::Sender<()>, std::thread::JoinHandle<io::Result<()>>)> {
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
     let handle = emu.server_ns().spawn(move || {
@@ -118,7 +125,14 @@ fn start_server(emu: &Emulator) -> io::Result<(mpsc::Sender<()>, std::thread::Jo
     ready_rx
         .recv_timeout(Duration::from_secs(30))
         .map_err(|_| io::Error::other("the server did not start"))??;
-    Ok((stop_tx, std::thread::spawn(move || handle.join().map_err(|_| io::Error::other("server panicked"))??)))
+    Ok((
+        stop_tx,
+        std::thread::spawn(move || {
+            handle
+                .join()
+                .map_err(|_| io::Error::other("server panicked"))??
+        }),
+    ))
 }
 
 /// One UDP client's socket and endpoint.
@@ -353,7 +367,10 @@ fn read_log(path: &std::path::Path) -> io::Result<Vec<Pkt>> {
 pub fn run(case: &Case, seed: u64, opts: &EmuOptions) -> io::Result<RunResult> {
     let wall = Instant::now();
     std::fs::create_dir_all(&opts.work_dir)?;
-    let log = opts.work_dir.join(format!("{}.packets.csv", case.key().replace(['/', '#'], "_")));
+    let log = opts.work_dir.join(format!(
+        "{}.packets.csv",
+        case.key().replace(['/', '#'], "_")
+    ));
     let mut config = Config::new(case.link(), seed);
     config.sysctls = SYSCTLS.iter().map(|s| s.to_string()).collect();
     config.packet_log = Some(log.clone());
@@ -385,7 +402,9 @@ pub fn run(case: &Case, seed: u64, opts: &EmuOptions) -> io::Result<RunResult> {
     };
     let span = wall.elapsed().as_secs_f64();
     let _ = stop_server.send(());
-    let served = server.join().map_err(|_| io::Error::other("server thread panicked"))?;
+    let served = server
+        .join()
+        .map_err(|_| io::Error::other("server thread panicked"))?;
     let report = emu.stop()?;
     served?;
     let per_port = analyse(read_log(&log)?);

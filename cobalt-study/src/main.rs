@@ -89,7 +89,11 @@ struct RunArgs {
     dry_run: bool,
 }
 
-fn parse_list<T>(what: &str, items: &[String], parse: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+fn parse_list<T>(
+    what: &str,
+    items: &[String],
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Vec<T>, String> {
     items
         .iter()
         .map(|s| parse(s).ok_or_else(|| format!("unknown {what} `{s}`")))
@@ -130,11 +134,31 @@ fn matrices(a: &RunArgs) -> Result<Vec<Matrix>, String> {
     };
     if a.subset.is_empty() {
         let mut m = Matrix {
-            workloads: if workloads.is_empty() { vec![Workload::Continuous] } else { workloads.clone() },
-            clients: if a.clients.is_empty() { vec![1] } else { a.clients.clone() },
-            buffers: if a.buffers.is_empty() { vec![2500] } else { a.buffers.clone() },
-            losses: if losses.is_empty() { vec![Loss::None] } else { losses.clone() },
-            variants: if variants.is_empty() { Variant::ALL.to_vec() } else { variants.clone() },
+            workloads: if workloads.is_empty() {
+                vec![Workload::Continuous]
+            } else {
+                workloads.clone()
+            },
+            clients: if a.clients.is_empty() {
+                vec![1]
+            } else {
+                a.clients.clone()
+            },
+            buffers: if a.buffers.is_empty() {
+                vec![2500]
+            } else {
+                a.buffers.clone()
+            },
+            losses: if losses.is_empty() {
+                vec![Loss::None]
+            } else {
+                losses.clone()
+            },
+            variants: if variants.is_empty() {
+                Variant::ALL.to_vec()
+            } else {
+                variants.clone()
+            },
             reps: 1,
             reps_lossy: 1,
         };
@@ -168,12 +192,25 @@ fn run(a: RunArgs) -> Result<(), String> {
     }
     cases.sort_by_key(|c| (c.mode, c.clients, c.group(), c.rep));
     cases.dedup();
-    std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
     let store = a.out.join("results.jsonl");
-    let done = results::done_keys(&store).map_err(|e| format!("cannot read {}: {e}", store.display()))?;
-    let todo: Vec<Case> = cases.into_iter().filter(|c| !done.contains(&c.key())).collect();
-    let todo: Vec<Case> = todo.into_iter().take(a.max_cases.unwrap_or(usize::MAX)).collect();
-    eprintln!("{} cases to run ({} already in {})", todo.len(), done.len(), store.display());
+    let done =
+        results::done_keys(&store).map_err(|e| format!("cannot read {}: {e}", store.display()))?;
+    let todo: Vec<Case> = cases
+        .into_iter()
+        .filter(|c| !done.contains(&c.key()))
+        .collect();
+    let todo: Vec<Case> = todo
+        .into_iter()
+        .take(a.max_cases.unwrap_or(usize::MAX))
+        .collect();
+    eprintln!(
+        "{} cases to run ({} already in {})",
+        todo.len(),
+        done.len(),
+        store.display()
+    );
     if a.dry_run {
         for c in &todo {
             println!("{}", c.key());
@@ -203,7 +240,8 @@ fn run(a: RunArgs) -> Result<(), String> {
             Mode::Emulated => emu_run::run(c, seed, &opts)
                 .map_err(|e| format!("{}: the emulated run failed: {e}", c.key()))?,
         };
-        results::append(&store, &r).map_err(|e| format!("cannot write {}: {e}", store.display()))?;
+        results::append(&store, &r)
+            .map_err(|e| format!("cannot write {}: {e}", store.display()))?;
         let median = report::percentiles(&r.fct).map_or(f64::NAN, |p| p[2]);
         eprintln!(
             "[{}/{}] {}: median FCT {median:.3} s, {} unfinished, {:.1} s wall",
@@ -214,15 +252,25 @@ fn run(a: RunArgs) -> Result<(), String> {
             r.wall_s
         );
     }
-    eprintln!("ran {} cases in {:.0} s", todo.len(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "ran {} cases in {:.0} s",
+        todo.len(),
+        started.elapsed().as_secs_f64()
+    );
     write_report(&a.out)
 }
 
 fn write_report(out: &std::path::Path) -> Result<(), String> {
     let store = out.join("results.jsonl");
     let all = results::load(&store).map_err(|e| format!("cannot read {}: {e}", store.display()))?;
-    let files = report::write_all(out, &all).map_err(|e| format!("cannot write the report: {e}"))?;
-    eprintln!("wrote {} files into {} ({} runs)", files.len(), out.display(), all.len());
+    let files =
+        report::write_all(out, &all).map_err(|e| format!("cannot write the report: {e}"))?;
+    eprintln!(
+        "wrote {} files into {} ({} runs)",
+        files.len(),
+        out.display(),
+        all.len()
+    );
     Ok(())
 }
 

@@ -100,15 +100,33 @@ pub const TABLE_I: [(Workload, usize, usize, Variant, [f64; 5]); 12] = {
     use Workload::{Continuous as C, Random as R};
     const INF: usize = 1_410_000;
     [
-        (C, 1, 2500, Default, [33.003, 33.003, 33.003, 33.003, 33.003]),
+        (
+            C,
+            1,
+            2500,
+            Default,
+            [33.003, 33.003, 33.003, 33.003, 33.003],
+        ),
         (C, 1, 2500, Cocoa, [33.002, 33.002, 33.003, 33.003, 33.003]),
         (C, 1, 2500, Tcp, [33.208, 33.208, 33.208, 33.208, 33.208]),
         (R, 1, 2500, Tcp, [43.432, 45.099, 47.093, 47.746, 47.928]),
-        (C, 50, 2500, Default, [61.250, 61.500, 62.001, 63.342, 63.767]),
+        (
+            C,
+            50,
+            2500,
+            Default,
+            [61.250, 61.500, 62.001, 63.342, 63.767],
+        ),
         (C, 50, 2500, Cocoa, [61.275, 61.525, 62.001, 63.347, 63.767]),
         (C, 50, 2500, Tcp, [62.102, 63.257, 65.032, 67.760, 72.684]),
         (R, 50, 2500, Tcp, [83.196, 86.248, 88.433, 90.463, 93.199]),
-        (C, 50, INF, Default, [62.177, 62.377, 62.690, 63.003, 63.178]),
+        (
+            C,
+            50,
+            INF,
+            Default,
+            [62.177, 62.377, 62.690, 63.003, 63.178],
+        ),
         (C, 50, INF, Cocoa, [62.177, 62.377, 62.690, 63.003, 63.179]),
         (C, 50, INF, Tcp, [69.382, 69.570, 69.868, 70.184, 70.383]),
         (R, 50, INF, Tcp, [85.789, 87.233, 90.086, 90.846, 91.259]),
@@ -157,9 +175,15 @@ pub fn csv(summaries: &[Summary]) -> String {
     );
     for s in summaries {
         let g = &s.group;
-        let f = s.fct.map_or_else(|| ",,,,".to_string(), |f| {
-            f.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(",")
-        });
+        let f = s.fct.map_or_else(
+            || ",,,,".to_string(),
+            |f| {
+                f.iter()
+                    .map(|v| format!("{v:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        );
         let _ = writeln!(
             out,
             "{},{},{},{},{},{},{},{},{},{f},{:.2},{:.2},{:.2},{},{:.1},{:.0}",
@@ -183,15 +207,33 @@ pub fn csv(summaries: &[Summary]) -> String {
     out
 }
 
-fn find<'a>(summaries: &'a [Summary], mode: Mode, w: Workload, clients: usize, buffer: usize, loss: Loss, v: Variant) -> Option<&'a Summary> {
-    summaries.iter().find(|s| {
-        let g = &s.group;
-        g.mode == mode && g.workload == w && g.clients == clients && g.buffer == buffer && g.loss == loss && g.variant == v
-    })
+fn find(summaries: &[Summary], group: Group) -> Option<&Summary> {
+    summaries.iter().find(|s| s.group == group)
+}
+
+/// The error-free case of `mode` with these parameters.
+fn error_free(
+    mode: Mode,
+    workload: Workload,
+    clients: usize,
+    buffer: usize,
+    variant: Variant,
+) -> Group {
+    Group {
+        mode,
+        workload,
+        clients,
+        buffer,
+        loss: Loss::None,
+        variant,
+    }
 }
 
 fn fmt_fct(f: &[f64; 5]) -> String {
-    f.iter().map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(" | ")
+    f.iter()
+        .map(|v| format!("{v:.3}"))
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 fn delta(ours: f64, paper: f64) -> String {
@@ -205,7 +247,10 @@ pub fn markdown(summaries: &[Summary]) -> String {
         .into_iter()
         .filter(|m| summaries.iter().any(|s| s.group.mode == *m))
         .collect();
-    let _ = writeln!(out, "## Table I: flow completion time (s), ours against the paper\n");
+    let _ = writeln!(
+        out,
+        "## Table I: flow completion time (s), ours against the paper\n"
+    );
     let _ = writeln!(
         out,
         "Pooled over every client of every replication. `paper` rows are the 002 paper's Table I.\n"
@@ -225,7 +270,7 @@ pub fn markdown(summaries: &[Summary]) -> String {
             fmt_fct(&paper)
         );
         for &m in &modes {
-            if let Some(s) = find(summaries, m, w, n, b, Loss::None, v) {
+            if let Some(s) = find(summaries, error_free(m, w, n, b, v)) {
                 if let Some(f) = s.fct {
                     let _ = writeln!(
                         out,
@@ -239,19 +284,37 @@ pub fn markdown(summaries: &[Summary]) -> String {
             }
         }
     }
-    let _ = writeln!(out, "\n## Medians the paper states for Figs. 2–3 (continuous, 2,500 B)\n");
-    let _ = writeln!(out, "| clients | variant | paper | {} |", modes.iter().map(|m| mode_name(*m)).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(
+        out,
+        "\n## Medians the paper states for Figs. 2–3 (continuous, 2,500 B)\n"
+    );
+    let _ = writeln!(
+        out,
+        "| clients | variant | paper | {} |",
+        modes
+            .iter()
+            .map(|m| mode_name(*m))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
     let _ = writeln!(out, "|---|---|---|{}", "---|".repeat(modes.len()));
     for (w, n, b, v, paper) in PAPER_MEDIANS {
         let cells: Vec<String> = modes
             .iter()
             .map(|&m| {
-                find(summaries, m, w, n, b, Loss::None, v)
+                find(summaries, error_free(m, w, n, b, v))
                     .and_then(|s| s.fct)
-                    .map_or("–".into(), |f| format!("{:.1} ({})", f[2], delta(f[2], paper)))
+                    .map_or("–".into(), |f| {
+                        format!("{:.1} ({})", f[2], delta(f[2], paper))
+                    })
             })
             .collect();
-        let _ = writeln!(out, "| {n} | {} | {paper:.1} | {} |", v.label(), cells.join(" | "));
+        let _ = writeln!(
+            out,
+            "| {n} | {} | {paper:.1} | {} |",
+            v.label(),
+            cells.join(" | ")
+        );
     }
     let _ = writeln!(out, "\n## Every case\n");
     let _ = writeln!(
@@ -265,7 +328,9 @@ pub fn markdown(summaries: &[Summary]) -> String {
     let _ = writeln!(out, "|{}", "---|".repeat(19));
     for s in summaries {
         let g = &s.group;
-        let f = s.fct.map_or_else(|| "– | – | – | – | –".into(), |f| fmt_fct(&f));
+        let f = s
+            .fct
+            .map_or_else(|| "– | – | – | – | –".into(), |f| fmt_fct(&f));
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {f} | {:.2} | {:.2} | {:.2} | {} | {} | {:.0} | {:.0} |",
@@ -335,11 +400,13 @@ fn grid_line(svg: &mut String, x0: f64, x1: f64, y: f64, label: &str) {
     );
 }
 
-const COLORS: [(Variant, &str); 5] = [
+const COLORS: [(Variant, &str); 7] = [
     (Variant::Default, "#d62728"),
     (Variant::Cocoa, "#1f77b4"),
     (Variant::CocoaStrong, "#17becf"),
     (Variant::Fasor, "#2ca02c"),
+    (Variant::FasorK, "#ff7f0e"),
+    (Variant::Karn, "#9467bd"),
     (Variant::Tcp, "#7f7f7f"),
 ];
 
@@ -349,12 +416,22 @@ fn color(v: Variant) -> &'static str {
 
 /// One plot per (mode, workload, clients, loss): FCT boxes (p25–p75, median line,
 /// p10–p90 whiskers) per buffer and variant, like the paper's Figs. 2, 3, 5 and 6.
-pub fn fct_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize, loss: Loss) -> Option<String> {
+pub fn fct_plot(
+    summaries: &[Summary],
+    mode: Mode,
+    w: Workload,
+    clients: usize,
+    loss: Loss,
+) -> Option<String> {
     let sel: Vec<&Summary> = summaries
         .iter()
         .filter(|s| {
             let g = &s.group;
-            g.mode == mode && g.workload == w && g.clients == clients && g.loss == loss && s.fct.is_some()
+            g.mode == mode
+                && g.workload == w
+                && g.clients == clients
+                && g.loss == loss
+                && s.fct.is_some()
         })
         .collect();
     if sel.is_empty() {
@@ -367,8 +444,19 @@ pub fn fct_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize, 
         .into_iter()
         .filter(|v| sel.iter().any(|s| s.group.variant == *v))
         .collect();
-    let max = sel.iter().filter_map(|s| s.fct).map(|f| f[4]).fold(0.0, f64::max) * 1.08;
-    let (w_px, h_px, left, top, bottom) = (160.0 * buffers.len() as f64 + 120.0, 420.0, 70.0, 40.0, 60.0);
+    let max = sel
+        .iter()
+        .filter_map(|s| s.fct)
+        .map(|f| f[4])
+        .fold(0.0, f64::max)
+        * 1.08;
+    let (w_px, h_px, left, top, bottom) = (
+        160.0 * buffers.len() as f64 + 120.0,
+        420.0,
+        70.0,
+        40.0,
+        60.0,
+    );
     let plot_h = h_px - top - bottom;
     let y = |v: f64| top + plot_h * (1.0 - v / max);
     let mut svg = format!(
@@ -386,9 +474,19 @@ pub fn fct_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize, 
     let slot = 160.0 / (variants.len() as f64 + 1.0);
     for (bi, b) in buffers.iter().enumerate() {
         let x0 = left + 160.0 * bi as f64;
-        let _ = writeln!(svg, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>", x0 + 80.0, h_px - bottom + 20.0, buffer_name(*b));
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            x0 + 80.0,
+            h_px - bottom + 20.0,
+            buffer_name(*b)
+        );
         for (vi, v) in variants.iter().enumerate() {
-            let Some(f) = sel.iter().find(|s| s.group.buffer == *b && s.group.variant == *v).and_then(|s| s.fct) else {
+            let Some(f) = sel
+                .iter()
+                .find(|s| s.group.buffer == *b && s.group.variant == *v)
+                .and_then(|s| s.fct)
+            else {
                 continue;
             };
             let cx = x0 + slot * (vi as f64 + 1.0);
@@ -430,16 +528,31 @@ pub fn fct_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize, 
 pub fn retx_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize) -> Option<String> {
     let sel: Vec<&Summary> = summaries
         .iter()
-        .filter(|s| s.group.mode == mode && s.group.workload == w && s.group.clients == clients && s.group.loss == Loss::None)
+        .filter(|s| {
+            s.group.mode == mode
+                && s.group.workload == w
+                && s.group.clients == clients
+                && s.group.loss == Loss::None
+        })
         .collect();
     if sel.is_empty() {
         return None;
     }
-    let max = sel.iter().map(|s| s.unnecessary.max(s.retransmissions)).fold(1.0, f64::max) * 1.1;
+    let max = sel
+        .iter()
+        .map(|s| s.unnecessary.max(s.retransmissions))
+        .fold(1.0, f64::max)
+        * 1.1;
     let mut buffers: Vec<usize> = sel.iter().map(|s| s.group.buffer).collect();
     buffers.sort_unstable();
     buffers.dedup();
-    let (w_px, h_px, left, top, bottom) = (160.0 * buffers.len() as f64 + 120.0, 360.0, 70.0, 40.0, 60.0);
+    let (w_px, h_px, left, top, bottom) = (
+        160.0 * buffers.len() as f64 + 120.0,
+        360.0,
+        70.0,
+        40.0,
+        60.0,
+    );
     let plot_h = h_px - top - bottom;
     let y = |v: f64| top + plot_h * (1.0 - v / max);
     let mut svg = format!(
@@ -451,12 +564,21 @@ pub fn retx_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize)
         let v = max * f64::from(i) / 4.0;
         grid_line(&mut svg, left, w_px - 20.0, y(v), &format!("{v:.1}"));
     }
-    let slot = 160.0 / 6.0;
+    let slot = 160.0 / 8.0;
     for (bi, b) in buffers.iter().enumerate() {
         let x0 = left + 160.0 * bi as f64;
-        let _ = writeln!(svg, "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>", x0 + 80.0, h_px - bottom + 20.0, buffer_name(*b));
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            x0 + 80.0,
+            h_px - bottom + 20.0,
+            buffer_name(*b)
+        );
         for (vi, v) in Variant::ALL.iter().enumerate() {
-            let Some(s) = sel.iter().find(|s| s.group.buffer == *b && s.group.variant == *v) else {
+            let Some(s) = sel
+                .iter()
+                .find(|s| s.group.buffer == *b && s.group.variant == *v)
+            else {
                 continue;
             };
             let x = x0 + slot * (vi as f64 + 0.5);
@@ -484,7 +606,11 @@ pub fn retx_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize)
 /// Writes `summary.csv`, `summary.json`, `report.md` and the SVG plots into `dir`.
 pub fn write_all(dir: &Path, results: &[RunResult]) -> io::Result<Vec<String>> {
     let summaries = summarise(results);
-    let mut written = vec!["summary.csv".to_string(), "summary.json".into(), "report.md".into()];
+    let mut written = vec![
+        "summary.csv".to_string(),
+        "summary.json".into(),
+        "report.md".into(),
+    ];
     std::fs::write(dir.join("summary.csv"), csv(&summaries))?;
     std::fs::write(
         dir.join("summary.json"),
@@ -494,19 +620,35 @@ pub fn write_all(dir: &Path, results: &[RunResult]) -> io::Result<Vec<String>> {
     md.push_str("\n## Plots\n\n");
     let mut keys: Vec<(Mode, Workload, usize, Loss)> = summaries
         .iter()
-        .map(|s| (s.group.mode, s.group.workload, s.group.clients, s.group.loss))
+        .map(|s| {
+            (
+                s.group.mode,
+                s.group.workload,
+                s.group.clients,
+                s.group.loss,
+            )
+        })
         .collect();
     keys.sort();
     keys.dedup();
     for (m, w, n, l) in keys {
-        let name = format!("fct-{}-{}-{n}-{}.svg", mode_name(m), workload_name(w).to_lowercase(), l.name());
+        let name = format!(
+            "fct-{}-{}-{n}-{}.svg",
+            mode_name(m),
+            workload_name(w).to_lowercase(),
+            l.name()
+        );
         if let Some(svg) = fct_plot(&summaries, m, w, n, l) {
             std::fs::write(dir.join(&name), svg)?;
             let _ = writeln!(md, "![{name}]({name})");
             written.push(name);
         }
         if l == Loss::None {
-            let name = format!("retx-{}-{}-{n}.svg", mode_name(m), workload_name(w).to_lowercase());
+            let name = format!(
+                "retx-{}-{}-{n}.svg",
+                mode_name(m),
+                workload_name(w).to_lowercase()
+            );
             if let Some(svg) = retx_plot(&summaries, m, w, n) {
                 std::fs::write(dir.join(&name), svg)?;
                 let _ = writeln!(md, "![{name}]({name})");

@@ -73,7 +73,10 @@ pub fn analyse(mut pkts: Vec<Pkt>) -> HashMap<u16, Retx> {
                 }
                 *n += 1;
             } else if len > 0 {
-                segments.entry((p.port, p.up, seq)).or_default().push(p.delivered);
+                segments
+                    .entry((p.port, p.up, seq))
+                    .or_default()
+                    .push(p.delivered);
             }
         }
     }

@@ -112,7 +112,10 @@ fn counters(s: DirectionStats) -> LinkCounters {
 pub fn run(case: &Case, seed: u64) -> RunResult {
     let wall = Instant::now();
     let variant = case.variant;
-    assert!(variant.algorithm().is_some(), "virtual time runs UDP variants only");
+    assert!(
+        variant.algorithm().is_some(),
+        "virtual time runs UDP variants only"
+    );
     let net = Bottleneck::new(case.link(), [SERVER.ip()], UDP_IPV4_HEADERS, seed);
     let mut sim = Sim::new(net, seed);
     let server = sim.add_node(SERVER, EndpointConfig::default());
@@ -130,8 +133,12 @@ pub fn run(case: &Case, seed: u64) -> RunResult {
         let d = &ev.datagram;
         let up = d.to == SERVER;
         let port = if up { d.from.port() } else { d.to.port() };
-        let coap = (d.bytes.len() >= 4 && d.bytes[0] >> 6 == 1)
-            .then(|| ((d.bytes[0] >> 4) & 3, u16::from_be_bytes([d.bytes[2], d.bytes[3]])));
+        let coap = (d.bytes.len() >= 4 && d.bytes[0] >> 6 == 1).then(|| {
+            (
+                (d.bytes[0] >> 4) & 3,
+                u16::from_be_bytes([d.bytes[2], d.bytes[3]]),
+            )
+        });
         seen.borrow_mut().push(Pkt {
             sent: d.sent,
             up,

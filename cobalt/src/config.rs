@@ -93,7 +93,7 @@ pub struct EndpointSection {
     pub dedup_skip_idempotent: bool,
     /// Max-Age (s) on overload 5.03 answers.
     pub overload_max_age: u32,
-    /// Retransmission-timeout algorithm (`default`, `cocoa`, `cocoa-strong`, `fasor`).
+    /// Retransmission-timeout algorithm (`default`, `cocoa`, `cocoa-strong`, `fasor`, `karn`).
     #[serde(with = "algorithm")]
     pub congestion_control: Algorithm,
     /// Bound on peers with congestion state.
@@ -503,7 +503,7 @@ const KEYS: &[KeyDoc] = &[
     k("endpoint", "token_len", "Length of generated tokens in bytes.", "1 to 8"),
     k("endpoint", "dedup_skip_idempotent", "Store no deduplication state for GET (a duplicate GET runs the handler again, RFC 7252 §4.5).", "true or false"),
     k("endpoint", "overload_max_age", "Max-Age (seconds) on 5.03 answers given under overload.", "0 to 4294967295"),
-    k("endpoint", "congestion_control", "Retransmission timeouts of confirmable messages: \"default\" (RFC 7252: 2-3 s, doubled per retransmission), \"cocoa\" (draft-ietf-core-cocoa-03 RTT estimation), \"cocoa-strong\" (CoCoA without ambiguous samples) or \"fasor\" (draft-ietf-core-fasor-02, keeps a backed-off timer like TCP). See bench/congestion/ for the study behind the choice.", "default, cocoa, cocoa-strong, fasor"),
+    k("endpoint", "congestion_control", "Retransmission timeouts of confirmable messages: \"default\" (RFC 7252: 2-3 s, doubled per retransmission), \"cocoa\" (draft-ietf-core-cocoa-03 RTT estimation), \"cocoa-strong\" (CoCoA without ambiguous samples), \"fasor\" (draft-ietf-core-fasor-02) or \"karn\" (RFC 6298 with Karn's retention of a backed-off timer, as TCP). See bench/congestion/ for the study behind the choice.", "default, cocoa, cocoa-strong, fasor, karn"),
     k("endpoint", "max_congestion_peers", "Bound on peers with congestion state (RTO estimates, NON pacing), kept at least 255 s after last use; beyond it new peers run on fresh state that is not kept.", "at least 1"),
     k("limits", "max_observers", "Observers over all resources and shards; beyond it a GET with Observe is answered without registering.", "0 or more"),
     k("limits", "observe_con_every", "Every this many notifications one is confirmable (RFC 7641 §4.5).", "1 to 1000000"),

@@ -23,6 +23,24 @@
 //! its Token-based alternative. Every timer is capped at 60 s (the draft's "MAY be
 //! upper-bounded by at least 60 seconds"); the state of the exchange's peer is read at
 //! each transmission, as in the draft's pseudocode.
+//!
+//! # FASOR-K
+//!
+//! [`Fasor::with_retention`] (`fasor-k`) is Cobalt's variant: the same FastRTO, states
+//! and probing, but where FASOR waits SlowRTO once and then falls back to the FastRTO
+//! series, FASOR-K keeps the backed-off timer that ended the last exchange with
+//! retransmissions (K) and backs off from it, as Karn's algorithm does in TCP, until an
+//! unambiguous sample arrives:
+//!
+//! - FAST: FastRTO, 2·FastRTO, 4·FastRTO, ...
+//! - FAST_SLOW_FAST: a probe at FastRTO (a random loss is repaired at once), then 2K,
+//!   4K, ... (a failed probe points at congestion: keep backing off);
+//! - SLOW_FAST: K, 2K, 4K, ... (an exchange given up also leads here).
+//!
+//! Timers are capped at 120 s (Linux TCP's largest RTO). In the 002 study's virtual-time
+//! runs this keeps FASOR's recovery from random losses within CoCoA's and takes the
+//! heavily congested cases where FASOR alone gains little over Default CoAP
+//! (`bench/congestion/`).
 
 use super::{mul, Attempt, Controller, Params, RttEstimator};
 use rand::{Rng, RngCore};
@@ -44,22 +62,47 @@ pub enum State {
     SlowFast,
 }
 
+/// Upper bound on every timer of FASOR-K (Linux TCP's 120 s).
+pub const MAX_RTO_KARN: Duration = Duration::from_secs(120);
+
 /// FASOR's state for one peer.
 #[derive(Debug, Clone)]
 pub struct Fasor {
     fast: RttEstimator,
     slow_rto: Duration,
     state: State,
+    /// FASOR-K: the backed-off timer that ended the last exchange with retransmissions.
+    retained: Option<Duration>,
+    karn: bool,
+    cap: Duration,
 }
 
 impl Fasor {
-    /// The controller for one peer.
+    /// The controller for one peer, as the draft specifies it.
     pub fn new(params: Params) -> Fasor {
         Fasor {
             fast: RttEstimator::new(params.ack_timeout.min(MAX_RTO), 4.0),
             slow_rto: params.ack_timeout,
             state: State::Fast,
+            retained: None,
+            karn: false,
+            cap: MAX_RTO,
         }
+    }
+
+    /// FASOR-K for one peer: FASOR with Karn's retention in place of SlowRTO (see
+    /// the [module documentation](self)).
+    pub fn with_retention(params: Params) -> Fasor {
+        Fasor {
+            karn: true,
+            cap: MAX_RTO_KARN,
+            ..Fasor::new(params)
+        }
+    }
+
+    /// FASOR-K: the backed-off timer kept for the next exchanges, if any.
+    pub fn retained(&self) -> Option<Duration> {
+        self.retained
     }
 
     /// The state the next exchange starts in.
@@ -85,39 +128,61 @@ impl Controller for Fasor {
         } else {
             0.0
         };
-        let fast = (self.fast.rto + Duration::from_secs_f64(extra)).min(MAX_RTO);
-        let timeout = match self.state {
-            State::Fast | State::FastSlowFast => fast,
-            State::SlowFast => self.slow_rto.min(MAX_RTO),
-        };
-        Attempt::new(now, timeout, fast, 1.0)
+        let fast = (self.fast.rto + Duration::from_secs_f64(extra)).min(self.cap);
+        match (self.state, self.retained) {
+            (State::Fast | State::FastSlowFast, _) => Attempt::new(now, fast, fast, 1.0),
+            // FASOR-K: the retained backed-off timer, and backing off from it.
+            (State::SlowFast, Some(k)) if self.karn => {
+                let k = k.min(self.cap);
+                Attempt::new(now, k, k, 1.0)
+            }
+            (State::SlowFast, _) => Attempt::new(now, self.slow_rto.min(self.cap), fast, 1.0),
+        }
     }
 
     fn next_timeout(&mut self, _now: Instant, attempt: &mut Attempt) {
         attempt.retransmissions += 1;
-        attempt.timeout = match (self.state, attempt.retransmissions) {
-            (State::FastSlowFast, 1) => self.slow_rto.max(attempt.base.saturating_mul(2)),
-            (State::SlowFast, 1) => attempt.base,
+        let cap = self.cap;
+        attempt.timeout = match (self.state, attempt.retransmissions, self.karn) {
+            // The probe at FastRTO failed: congestion is likely; FASOR-K continues
+            // from the retained backed-off timer, FASOR waits SlowRTO once.
+            (State::FastSlowFast, 1, true) => {
+                let k = self.retained.unwrap_or(attempt.base);
+                attempt.base = k.saturating_mul(2).min(cap);
+                attempt.base
+            }
+            (State::FastSlowFast, 1, false) => self.slow_rto.max(attempt.base.saturating_mul(2)),
+            (State::SlowFast, 1, false) => attempt.base,
             _ => {
-                attempt.base = attempt.base.saturating_mul(2).min(MAX_RTO);
+                attempt.base = attempt.base.saturating_mul(2).min(cap);
                 attempt.base
             }
         }
-        .min(MAX_RTO);
+        .min(cap);
     }
 
     fn on_answer(&mut self, now: Instant, attempt: &Attempt) {
         let sample = attempt.elapsed(now);
         if attempt.retransmissions == 0 {
             self.fast.sample(sample, 1.0 / 8.0);
-            self.fast.rto = self.fast.rto.min(MAX_RTO);
+            self.fast.rto = self.fast.rto.min(self.cap);
             self.state = State::Fast;
+            self.retained = None;
         } else {
             self.slow_rto = mul(sample, SLOW_RTO_FACTOR);
+            self.retained = Some(attempt.timeout);
             self.state = match self.state {
                 State::Fast => State::FastSlowFast,
                 State::FastSlowFast | State::SlowFast => State::SlowFast,
             };
+        }
+    }
+
+    fn on_abandon(&mut self, _now: Instant, attempt: &Attempt) {
+        if self.karn {
+            // Nothing came back at all: keep the last timer and skip the probe.
+            self.retained = Some(attempt.timeout);
+            self.state = State::SlowFast;
         }
     }
 
@@ -217,6 +282,48 @@ mod tests {
         answered(&mut c, 1, ms(1000));
         // SlowRTO 1.5 s < 2 × 1.4 s.
         check(&series(&mut c, 3, &mut Low), &[1400.0, 2800.0, 2800.0]);
+    }
+
+    #[test]
+    fn fasor_k_backs_off_from_the_retained_timer_until_an_unambiguous_sample() {
+        let mut c = Fasor::with_retention(Params::default());
+        // FastRTO 1.2 s (1.4 s dithered at the low end), as in the FASOR test.
+        answered(&mut c, 0, ms(800));
+        check(&series(&mut c, 3, &mut Low), &[1400.0, 2800.0, 5600.0]);
+        assert_eq!(c.retained(), None);
+        // Answered while the second timer (2.8 s) ran: K = 2.8 s.
+        let t0 = Instant::now();
+        let mut a = c.first_timeout(t0, 0, &mut Low);
+        c.next_timeout(t0, &mut a);
+        c.on_answer(t0 + ms(3000), &a);
+        assert_eq!(c.state(), State::FastSlowFast);
+        close(c.retained().unwrap(), ms(2800));
+        // Probe at FastRTO, then 2K, 4K, ... (FASOR: max(SlowRTO, 2F), 2F, 4F).
+        check(
+            &series(&mut c, 4, &mut Low),
+            &[1400.0, 5600.0, 11_200.0, 22_400.0],
+        );
+        // The probe failed and 5.6 s ended the exchange: SLOW_FAST starts at K = 5.6 s.
+        let mut b = c.first_timeout(t0, 0, &mut Low);
+        c.next_timeout(t0, &mut b);
+        c.on_answer(t0 + ms(6000), &b);
+        assert_eq!(c.state(), State::SlowFast);
+        check(
+            &series(&mut c, 4, &mut Low),
+            &[5600.0, 11_200.0, 22_400.0, 44_800.0],
+        );
+        // An unambiguous sample returns to FAST and forgets K.
+        answered(&mut c, 0, ms(800));
+        assert_eq!((c.state(), c.retained()), (State::Fast, None));
+        // A given-up exchange skips the probe; timers stop at 120 s.
+        let mut d = c.first_timeout(t0, 0, &mut Low);
+        for _ in 0..10 {
+            c.next_timeout(t0, &mut d);
+        }
+        close(d.timeout, ms(120_000));
+        c.on_abandon(t0, &d);
+        assert_eq!(c.state(), State::SlowFast);
+        check(&series(&mut c, 2, &mut Low), &[120_000.0, 120_000.0]);
     }
 
     #[test]

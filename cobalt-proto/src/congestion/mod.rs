@@ -16,6 +16,8 @@
 //! | [`Algorithm::Cocoa`] | [`cocoa`] | draft-ietf-core-cocoa-03: strong and weak RTT estimators, variable backoff, aging |
 //! | [`Algorithm::CocoaStrong`] | [`cocoa`] | CoCoA without the weak estimator |
 //! | [`Algorithm::Fasor`] | [`fasor`] | draft-ietf-core-fasor-02: FastRTO from unambiguous samples, SlowRTO after retransmissions |
+//! | [`Algorithm::FasorK`] | [`fasor`] | FASOR-K: FASOR that keeps the backed-off timer (Karn) instead of SlowRTO |
+//! | [`Algorithm::Karn`] | [`karn`] | TCP's timer (RFC 6298): unambiguous samples only, a backed-off timer kept for the next exchanges |
 //!
 //! Non-confirmable messages outside exchanges (NON notifications) follow the rules of
 //! CoCoA §5 under every algorithm that keeps an RTO estimate ([`non`]).
@@ -27,6 +29,7 @@
 pub mod cocoa;
 pub mod default;
 pub mod fasor;
+pub mod karn;
 pub mod non;
 mod peers;
 mod rtt;
@@ -53,15 +56,21 @@ pub enum Algorithm {
     CocoaStrong,
     /// FASOR (draft-ietf-core-fasor-02): Karn-style FastRTO plus SlowRTO after retransmissions.
     Fasor,
+    /// FASOR with Karn's retention of the backed-off timer in place of SlowRTO.
+    FasorK,
+    /// RFC 6298's timer with Karn's algorithm, as TCP runs it.
+    Karn,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order of the table in the [module documentation](self).
-    pub const ALL: [Algorithm; 4] = [
+    pub const ALL: [Algorithm; 6] = [
         Algorithm::Default,
         Algorithm::Cocoa,
         Algorithm::CocoaStrong,
         Algorithm::Fasor,
+        Algorithm::FasorK,
+        Algorithm::Karn,
     ];
 
     /// The name used in configuration files and on the command line.
@@ -71,6 +80,8 @@ impl Algorithm {
             Algorithm::Cocoa => "cocoa",
             Algorithm::CocoaStrong => "cocoa-strong",
             Algorithm::Fasor => "fasor",
+            Algorithm::FasorK => "fasor-k",
+            Algorithm::Karn => "karn",
         }
     }
 
@@ -81,6 +92,8 @@ impl Algorithm {
             Algorithm::Cocoa => Box::new(cocoa::Cocoa::new(params, now, true)),
             Algorithm::CocoaStrong => Box::new(cocoa::Cocoa::new(params, now, false)),
             Algorithm::Fasor => Box::new(fasor::Fasor::new(params)),
+            Algorithm::FasorK => Box::new(fasor::Fasor::with_retention(params)),
+            Algorithm::Karn => Box::new(karn::Karn::new(params)),
         }
     }
 }
@@ -99,7 +112,7 @@ impl fmt::Display for UnknownAlgorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown congestion control `{}`: use default, cocoa, cocoa-strong or fasor",
+            "unknown congestion control `{}`: use default, cocoa, cocoa-strong, fasor, fasor-k or karn",
             self.0
         )
     }

@@ -83,7 +83,12 @@ impl Endpoint {
         if p.next_at != at {
             return;
         }
-        if p.attempt.retransmissions < self.config.max_retransmit {
+        // Never retransmit later than MAX_TRANSMIT_SPAN after the first transmission:
+        // the peer's deduplication (EXCHANGE_LIFETIME) must still know the message.
+        // Algorithms with long or retained timers give up sooner instead.
+        let in_span =
+            now.saturating_duration_since(p.attempt.first_sent) <= self.config.max_transmit_span();
+        if p.attempt.retransmissions < self.config.max_retransmit && in_span {
             self.congestion.backoff(now, peer, &mut p.attempt);
             p.next_at = now + p.attempt.timeout;
             let (next_at, bytes) = (p.next_at, p.bytes.clone());
@@ -230,6 +235,60 @@ mod tests {
         // one: it behaves like Default CoAP.
         let r = sequential(Algorithm::CocoaStrong, Duration::from_millis(1600), 6);
         assert!(r.iter().all(|n| *n >= 1), "{r:?}");
+    }
+
+    #[test]
+    fn no_algorithm_retransmits_beyond_max_transmit_span() {
+        // RFC 7252 defaults: MAX_TRANSMIT_SPAN 45 s. A FASOR-K exchange answered after
+        // four retransmissions (FastRTO ≈ 2.4 s doubled: the answer comes while the
+        // 38 s timer runs) leaves K ≈ 38 s. The next exchange probes at FastRTO and
+        // would then wait 2K ≈ 77 s: a retransmission that late could reach a server
+        // that has forgotten the message ID, so the endpoint gives up instead.
+        let t0 = Instant::now();
+        let config = EndpointConfig {
+            congestion_control: Algorithm::FasorK,
+            ..EndpointConfig::default()
+        };
+        let mut c = Endpoint::with_seed(config, t0, 5);
+        let s: SocketAddr = "10.0.0.2:5683".parse().unwrap();
+        let mut now = t0;
+        let mut sends: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+        let mut outcome = Vec::new();
+        for (round, sent) in sends.iter_mut().enumerate() {
+            let mut get = Message::new(MessageType::Confirmable, Code::GET, 0);
+            get.options.set_uri_path("/r");
+            c.request(now, s, get).unwrap();
+            let start = now;
+            let ev = loop {
+                while let Some(t) = c.poll_transmit() {
+                    sent.push(now.duration_since(start));
+                    if round == 0 && sent.len() == 5 {
+                        let req = codec::decode(&t.bytes).unwrap();
+                        let mut resp =
+                            Message::new(MessageType::Acknowledgement, Code::CONTENT, req.mid);
+                        resp.token = req.token;
+                        c.handle_datagram(now, s, &codec::encode(&resp));
+                    }
+                }
+                if let Some(ev) = c.poll_event() {
+                    break ev;
+                }
+                now = c.poll_timeout().unwrap().max(now);
+                c.handle_timeout(now);
+            };
+            outcome.push((
+                matches!(ev, Event::Response { .. }),
+                now.duration_since(start),
+            ));
+        }
+        assert_eq!(sends[0].len(), 5);
+        assert!(outcome[0].0, "the first exchange is answered");
+        assert_eq!(sends[1].len(), 2, "{:?}", sends[1]);
+        assert!(sends[1].iter().all(|d| *d <= Duration::from_secs(45)));
+        assert!(
+            !outcome[1].0 && outcome[1].1 > Duration::from_secs(45),
+            "{outcome:?}"
+        );
     }
 
     #[test]
