@@ -26,3 +26,38 @@ pub mod emulator;
 pub mod log;
 pub mod netns;
 pub mod tun;
+
+/// Whether this machine can run the emulator: root, `/dev/net/tun` and iproute2.
+pub fn unavailable() -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("the emulator needs root (network namespaces, TUN devices)");
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Some("the emulator needs /dev/net/tun");
+    }
+    let ip = std::process::Command::new("ip")
+        .arg("-V")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    if ip.is_err() {
+        return Some("the emulator needs iproute2 (`ip`)");
+    }
+    None
+}
+
+/// For tests that need the emulator: true if it can run here; otherwise false with a
+/// note, or a panic when COBALT_REQUIRE_NETNS=1 or COBALT_REQUIRE_PEERS=1 says that
+/// this machine (CI) must run them.
+pub fn ready_for_tests() -> bool {
+    let Some(why) = unavailable() else {
+        return true;
+    };
+    let required = ["COBALT_REQUIRE_NETNS", "COBALT_REQUIRE_PEERS"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|v| v == "1"));
+    assert!(!required, "{why}");
+    eprintln!("skipped: {why}");
+    false
+}

@@ -14,25 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn can_emulate() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ok = root
-        && std::path::Path::new("/dev/net/tun").exists()
-        && Command::new("ip")
-            .arg("-V")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok();
-    let required = ["COBALT_REQUIRE_NETNS", "COBALT_REQUIRE_PEERS"]
-        .iter()
-        .any(|v| std::env::var(v).is_ok_and(|v| v == "1"));
-    if !ok && required {
-        panic!("the emulator needs root, /dev/net/tun and iproute2 (ip), which this machine lacks");
-    }
-    if !ok {
-        eprintln!("skipped: the emulator needs root, /dev/net/tun and iproute2");
-    }
-    ok
+    cobalt_linkem::ready_for_tests()
 }
 
 fn wall_ns() -> u64 {

@@ -390,16 +390,6 @@ pub fn agreement(summaries: &[Summary]) -> String {
     out
 }
 
-/// A horizontal grid line at `y` from `x0` to `x1`, labelled on the left.
-fn grid_line(svg: &mut String, x0: f64, x1: f64, y: f64, label: &str) {
-    let _ = writeln!(
-        svg,
-        "<line x1=\"{x0}\" x2=\"{x1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/><text x=\"{tx}\" y=\"{ty:.1}\" text-anchor=\"end\">{label}</text>",
-        tx = x0 - 6.0,
-        ty = y + 4.0
-    );
-}
-
 const COLORS: [(Variant, &str); 7] = [
     (Variant::Default, "#d62728"),
     (Variant::Cocoa, "#1f77b4"),
@@ -414,15 +404,92 @@ fn color(v: Variant) -> &'static str {
     COLORS.iter().find(|c| c.0 == v).map_or("#000", |c| c.1)
 }
 
-/// One plot per (mode, workload, clients, loss): FCT boxes (p25–p75, median line,
-/// p10–p90 whiskers) per buffer and variant, like the paper's Figs. 2, 3, 5 and 6.
-pub fn fct_plot(
+/// Width of one buffer's group of bars or boxes.
+const GROUP: f64 = 180.0;
+/// Left margin (the value axis).
+const LEFT: f64 = 70.0;
+const TOP: f64 = 40.0;
+const BOTTOM: f64 = 60.0;
+
+/// An SVG chart with buffers along x and one mark per variant in each buffer's group.
+struct Chart {
+    svg: String,
+    height: f64,
+    max: f64,
+    slot: f64,
+}
+
+impl Chart {
+    fn new(title: &str, groups: usize, height: f64, max: f64, ticks: u32) -> Chart {
+        let width = GROUP * groups as f64 + 120.0;
+        let mut c = Chart {
+            svg: format!(
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{LEFT}\" y=\"20\" font-size=\"14\">{title}</text>\n"
+            ),
+            height,
+            max: max.max(1e-9),
+            slot: GROUP / (COLORS.len() as f64 + 1.0),
+        };
+        for i in 0..=ticks {
+            let v = c.max * f64::from(i) / f64::from(ticks);
+            let y = c.y(v);
+            let _ = writeln!(
+                c.svg,
+                "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                width - 20.0,
+                LEFT - 6.0,
+                y + 4.0,
+                if c.max >= 50.0 { format!("{v:.0}") } else { format!("{v:.1}") }
+            );
+        }
+        c
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        TOP + (self.height - TOP - BOTTOM) * (1.0 - v / self.max)
+    }
+
+    /// The centre of variant `v`'s mark in buffer group `group`.
+    fn x(&self, group: usize, v: Variant) -> f64 {
+        let i = COLORS.iter().position(|c| c.0 == v).unwrap_or(0);
+        LEFT + GROUP * group as f64 + self.slot * (i as f64 + 1.0)
+    }
+
+    fn finish(mut self, buffers: &[usize], variants: &[Variant]) -> String {
+        for (i, b) in buffers.iter().enumerate() {
+            let _ = writeln!(
+                self.svg,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                LEFT + GROUP * i as f64 + GROUP / 2.0,
+                self.height - BOTTOM + 20.0,
+                buffer_name(*b)
+            );
+        }
+        for (i, v) in variants.iter().enumerate() {
+            let x = LEFT + 115.0 * i as f64;
+            let _ = writeln!(
+                self.svg,
+                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                self.height - 22.0,
+                color(*v),
+                x + 14.0,
+                self.height - 13.0,
+                v.label()
+            );
+        }
+        self.svg.push_str("</svg>\n");
+        self.svg
+    }
+}
+
+/// The summaries of one (mode, workload, clients, loss), their buffers and variants.
+fn select(
     summaries: &[Summary],
     mode: Mode,
     w: Workload,
     clients: usize,
     loss: Loss,
-) -> Option<String> {
+) -> (Vec<&Summary>, Vec<usize>, Vec<Variant>) {
     let sel: Vec<&Summary> = summaries
         .iter()
         .filter(|s| {
@@ -434,107 +501,76 @@ pub fn fct_plot(
                 && s.fct.is_some()
         })
         .collect();
-    if sel.is_empty() {
-        return None;
-    }
     let mut buffers: Vec<usize> = sel.iter().map(|s| s.group.buffer).collect();
     buffers.sort_unstable();
     buffers.dedup();
-    let variants: Vec<Variant> = Variant::ALL
+    let variants = Variant::ALL
         .into_iter()
         .filter(|v| sel.iter().any(|s| s.group.variant == *v))
         .collect();
+    (sel, buffers, variants)
+}
+
+/// One plot per (mode, workload, clients, loss): FCT boxes (p25–p75, median line,
+/// p10–p90 whiskers) per buffer and variant, like the paper's Figs. 2, 3, 5 and 6.
+pub fn fct_plot(
+    summaries: &[Summary],
+    mode: Mode,
+    w: Workload,
+    clients: usize,
+    loss: Loss,
+) -> Option<String> {
+    let (sel, buffers, variants) = select(summaries, mode, w, clients, loss);
+    if sel.is_empty() {
+        return None;
+    }
     let max = sel
         .iter()
         .filter_map(|s| s.fct)
         .map(|f| f[4])
         .fold(0.0, f64::max)
         * 1.08;
-    let (w_px, h_px, left, top, bottom) = (
-        160.0 * buffers.len() as f64 + 120.0,
-        420.0,
-        70.0,
-        40.0,
-        60.0,
-    );
-    let plot_h = h_px - top - bottom;
-    let y = |v: f64| top + plot_h * (1.0 - v / max);
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w_px}\" height=\"{h_px}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{left}\" y=\"20\" font-size=\"14\">FCT, {} {} clients, {} loss ({})</text>\n",
-        clients,
+    let title = format!(
+        "FCT (s), {clients} {} clients, {} loss ({})",
         workload_name(w).to_lowercase(),
         loss.name(),
         mode_name(mode)
     );
-    for i in 0..=5 {
-        let v = max * f64::from(i) / 5.0;
-        grid_line(&mut svg, left, w_px - 20.0, y(v), &format!("{v:.0}"));
-    }
-    let _ = writeln!(svg, "<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {0})\" text-anchor=\"middle\">seconds</text>", top + plot_h / 2.0);
-    let slot = 160.0 / (variants.len() as f64 + 1.0);
-    for (bi, b) in buffers.iter().enumerate() {
-        let x0 = left + 160.0 * bi as f64;
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            x0 + 80.0,
-            h_px - bottom + 20.0,
-            buffer_name(*b)
+    let mut chart = Chart::new(&title, buffers.len(), 420.0, max, 5);
+    for s in &sel {
+        let Some(f) = s.fct else {
+            continue;
+        };
+        let gi = buffers
+            .iter()
+            .position(|b| *b == s.group.buffer)
+            .unwrap_or(0);
+        let cx = chart.x(gi, s.group.variant);
+        let hw = chart.slot * 0.35;
+        let c = color(s.group.variant);
+        let (y10, y25, y50, y75, y90) = (
+            chart.y(f[0]),
+            chart.y(f[1]),
+            chart.y(f[2]),
+            chart.y(f[3]),
+            chart.y(f[4]),
         );
-        for (vi, v) in variants.iter().enumerate() {
-            let Some(f) = sel
-                .iter()
-                .find(|s| s.group.buffer == *b && s.group.variant == *v)
-                .and_then(|s| s.fct)
-            else {
-                continue;
-            };
-            let cx = x0 + slot * (vi as f64 + 1.0);
-            let hw = slot * 0.35;
-            let c = color(*v);
-            let _ = writeln!(
-                svg,
-                "<line x1=\"{cx:.1}\" x2=\"{cx:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\"/><rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.35\" stroke=\"{c}\"/><line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" stroke-width=\"2.5\"/>",
-                y(f[0]),
-                y(f[4]),
-                cx - hw,
-                y(f[3]),
-                2.0 * hw,
-                (y(f[1]) - y(f[3])).max(1.0),
-                cx - hw,
-                cx + hw,
-                y(f[2]),
-                y(f[2])
-            );
-        }
-    }
-    for (vi, v) in variants.iter().enumerate() {
-        let x = left + 110.0 * vi as f64;
         let _ = writeln!(
-            svg,
-            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-            h_px - 22.0,
-            color(*v),
-            x + 14.0,
-            h_px - 13.0,
-            v.label()
+            chart.svg,
+            "<line x1=\"{cx:.1}\" x2=\"{cx:.1}\" y1=\"{y10:.1}\" y2=\"{y90:.1}\" stroke=\"{c}\"/><rect x=\"{:.1}\" y=\"{y75:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.35\" stroke=\"{c}\"/><line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{y50:.1}\" y2=\"{y50:.1}\" stroke=\"{c}\" stroke-width=\"2.5\"/>",
+            cx - hw,
+            2.0 * hw,
+            (y25 - y75).max(1.0),
+            cx - hw,
+            cx + hw,
         );
     }
-    svg.push_str("</svg>\n");
-    Some(svg)
+    Some(chart.finish(&buffers, &variants))
 }
 
-/// Unnecessary retransmissions per client, per variant and buffer (Fig. 4).
+/// Retransmissions per client, and the unnecessary ones, per buffer and variant (Fig. 4).
 pub fn retx_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize) -> Option<String> {
-    let sel: Vec<&Summary> = summaries
-        .iter()
-        .filter(|s| {
-            s.group.mode == mode
-                && s.group.workload == w
-                && s.group.clients == clients
-                && s.group.loss == Loss::None
-        })
-        .collect();
+    let (sel, buffers, variants) = select(summaries, mode, w, clients, Loss::None);
     if sel.is_empty() {
         return None;
     }
@@ -543,64 +579,30 @@ pub fn retx_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize)
         .map(|s| s.unnecessary.max(s.retransmissions))
         .fold(1.0, f64::max)
         * 1.1;
-    let mut buffers: Vec<usize> = sel.iter().map(|s| s.group.buffer).collect();
-    buffers.sort_unstable();
-    buffers.dedup();
-    let (w_px, h_px, left, top, bottom) = (
-        160.0 * buffers.len() as f64 + 120.0,
-        360.0,
-        70.0,
-        40.0,
-        60.0,
-    );
-    let plot_h = h_px - top - bottom;
-    let y = |v: f64| top + plot_h * (1.0 - v / max);
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w_px}\" height=\"{h_px}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{left}\" y=\"20\" font-size=\"14\">Retransmissions per client (solid: unnecessary), {clients} {} clients ({})</text>\n",
+    let title = format!(
+        "Retransmissions per client (solid: unnecessary), {clients} {} clients ({})",
         workload_name(w).to_lowercase(),
         mode_name(mode)
     );
-    for i in 0..=4 {
-        let v = max * f64::from(i) / 4.0;
-        grid_line(&mut svg, left, w_px - 20.0, y(v), &format!("{v:.1}"));
-    }
-    let slot = 160.0 / 8.0;
-    for (bi, b) in buffers.iter().enumerate() {
-        let x0 = left + 160.0 * bi as f64;
+    let mut chart = Chart::new(&title, buffers.len(), 360.0, max, 4);
+    let base = chart.y(0.0);
+    for s in &sel {
+        let gi = buffers
+            .iter()
+            .position(|b| *b == s.group.buffer)
+            .unwrap_or(0);
+        let x = chart.x(gi, s.group.variant) - chart.slot * 0.4;
+        let c = color(s.group.variant);
+        let (all, unnecessary) = (chart.y(s.retransmissions), chart.y(s.unnecessary));
         let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            x0 + 80.0,
-            h_px - bottom + 20.0,
-            buffer_name(*b)
+            chart.svg,
+            "<rect x=\"{x:.1}\" y=\"{all:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.25\" stroke=\"{c}\"/><rect x=\"{x:.1}\" y=\"{unnecessary:.1}\" width=\"{w:.1}\" height=\"{:.1}\" fill=\"{c}\"/>",
+            base - all,
+            base - unnecessary,
+            w = chart.slot * 0.8,
         );
-        for (vi, v) in Variant::ALL.iter().enumerate() {
-            let Some(s) = sel
-                .iter()
-                .find(|s| s.group.buffer == *b && s.group.variant == *v)
-            else {
-                continue;
-            };
-            let x = x0 + slot * (vi as f64 + 0.5);
-            let c = color(*v);
-            let _ = writeln!(
-                svg,
-                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\" fill-opacity=\"0.25\" stroke=\"{c}\"/><rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\"/>",
-                y(s.retransmissions),
-                slot * 0.8,
-                top + plot_h - y(s.retransmissions),
-                y(s.unnecessary),
-                slot * 0.8,
-                top + plot_h - y(s.unnecessary)
-            );
-        }
     }
-    for (vi, v) in Variant::ALL.iter().enumerate() {
-        let x = left + 110.0 * vi as f64;
-        let _ = writeln!(svg, "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>", h_px - 22.0, color(*v), x + 14.0, h_px - 13.0, v.label());
-    }
-    svg.push_str("</svg>\n");
-    Some(svg)
+    Some(chart.finish(&buffers, &variants))
 }
 
 /// Writes `summary.csv`, `summary.json`, `report.md` and the SVG plots into `dir`.

@@ -5,29 +5,10 @@
 use cobalt_study::case::{subset, Case, Loss, Mode, Variant, Workload};
 use cobalt_study::emu_run::{self, EmuOptions};
 use cobalt_study::{report, results, sim_run};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn can_emulate() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let ok = unsafe { libc::geteuid() } == 0
-        && std::path::Path::new("/dev/net/tun").exists()
-        && Command::new("ip")
-            .arg("-V")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok();
-    let required = ["COBALT_REQUIRE_NETNS", "COBALT_REQUIRE_PEERS"]
-        .iter()
-        .any(|v| std::env::var(v).is_ok_and(|v| v == "1"));
-    assert!(
-        ok || !required,
-        "the emulator needs root, /dev/net/tun and iproute2"
-    );
-    if !ok {
-        eprintln!("skipped: the emulator needs root, /dev/net/tun and iproute2");
-    }
-    ok
+    cobalt_linkem::ready_for_tests()
 }
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
