@@ -360,6 +360,55 @@ pub fn subset(name: &str) -> Option<Vec<Matrix>> {
                 3,
             ),
         ],
+        // The emulated cases of bench/congestion/README.md (about 2 h): Table I, the
+        // figures' congested cases, the error-prone link, for the variants that tell.
+        "measured" => {
+            let v = |vs: &[Variant], mut m: Matrix| {
+                m.variants = vs.to_vec();
+                m
+            };
+            use Variant::{Cocoa, CocoaStrong, Default, Fasor, FasorK, Karn, Tcp};
+            let all = [Default, Cocoa, CocoaStrong, Fasor, FasorK, Karn, Tcp];
+            let key = [Default, Cocoa, Fasor, FasorK, Tcp];
+            vec![
+                v(&all, m(&[Continuous], &[1], &[2_500], &[Loss::None], 2, 2)),
+                v(
+                    &[Default, FasorK, Tcp],
+                    m(&[Random], &[1], &[2_500], &[Loss::None], 1, 1),
+                ),
+                v(
+                    &all,
+                    m(&[Continuous], &[50, 100], &[2_500], &[Loss::None], 1, 1),
+                ),
+                v(
+                    &[Default, Cocoa, FasorK, Tcp],
+                    m(&[Continuous], &[50], &[1_410_000], &[Loss::None], 1, 1),
+                ),
+                v(
+                    &[Default, Tcp],
+                    m(&[Random], &[50], &[2_500, 1_410_000], &[Loss::None], 1, 1),
+                ),
+                v(
+                    &key,
+                    m(&[Continuous], &[200, 400], &[2_500], &[Loss::None], 1, 1),
+                ),
+                v(
+                    &key,
+                    m(
+                        &[Continuous],
+                        &[10],
+                        &[2_500],
+                        &[Loss::Medium, Loss::High],
+                        2,
+                        2,
+                    ),
+                ),
+                v(
+                    &[Default, Cocoa, FasorK, Tcp],
+                    m(&[Continuous], &[100], &[1_410_000], &[Loss::None], 1, 1),
+                ),
+            ]
+        }
         // What CI runs: one emulated client, a small virtual study.
         "ci" => vec![m(&[Continuous], &[1], &[2_500], &[Loss::None], 1, 1)],
         "ci-virtual" => vec![
@@ -371,8 +420,9 @@ pub fn subset(name: &str) -> Option<Vec<Matrix>> {
 }
 
 /// The names of [`subset`]s.
-pub const SUBSETS: [&str; 9] = [
+pub const SUBSETS: [&str; 10] = [
     "full",
+    "measured",
     "table1",
     "fig2",
     "fig3",

@@ -44,8 +44,8 @@ struct RunArgs {
     /// lasts as long as its flows, hours for the whole matrix, root needed) or both.
     #[arg(long, value_enum, default_value = "virtual")]
     mode: ModeArg,
-    /// Named parts of the study (repeatable): full, table1, fig2, fig3, fig5, fig6,
-    /// beyond, ci, ci-virtual. Without it, the lists below define the matrix.
+    /// Named parts of the study (repeatable): full, measured, table1, fig2, fig3, fig5,
+    /// fig6, beyond, ci, ci-virtual. Without it, the lists below define the matrix.
     #[arg(long)]
     subset: Vec<String>,
     /// Workloads: continuous, random (comma-separated; with --subset: keep only these).

@@ -420,8 +420,15 @@ struct Chart {
 }
 
 impl Chart {
-    fn new(title: &str, groups: usize, height: f64, max: f64, ticks: u32) -> Chart {
-        let width = GROUP * groups as f64 + 120.0;
+    fn new(
+        title: &str,
+        groups: usize,
+        variants: usize,
+        height: f64,
+        max: f64,
+        ticks: u32,
+    ) -> Chart {
+        let width = (GROUP * groups as f64 + 120.0).max(LEFT + 115.0 * variants as f64 + 20.0);
         let mut c = Chart {
             svg: format!(
                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{LEFT}\" y=\"20\" font-size=\"14\">{title}</text>\n"
@@ -536,7 +543,7 @@ pub fn fct_plot(
         loss.name(),
         mode_name(mode)
     );
-    let mut chart = Chart::new(&title, buffers.len(), 420.0, max, 5);
+    let mut chart = Chart::new(&title, buffers.len(), variants.len(), 420.0, max, 5);
     for s in &sel {
         let Some(f) = s.fct else {
             continue;
@@ -584,7 +591,7 @@ pub fn retx_plot(summaries: &[Summary], mode: Mode, w: Workload, clients: usize)
         workload_name(w).to_lowercase(),
         mode_name(mode)
     );
-    let mut chart = Chart::new(&title, buffers.len(), 360.0, max, 4);
+    let mut chart = Chart::new(&title, buffers.len(), variants.len(), 360.0, max, 4);
     let base = chart.y(0.0);
     for s in &sel {
         let gi = buffers
