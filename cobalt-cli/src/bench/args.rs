@@ -74,6 +74,13 @@ pub struct BenchArgs {
     #[arg(long)]
     pub non: bool,
 
+    /// coap:// only: retransmit unanswered requests on the timers of this congestion
+    /// control (default, cocoa, cocoa-strong, fasor, fasor-k, karn; MAX_RETRANSMIT 4,
+    /// one controller per virtual client) instead of CoAPBench's single transmission;
+    /// a request is then lost when its last timer or --timeout expires.
+    #[arg(long = "cc", value_name = "ALGORITHM")]
+    pub cc: Option<cobalt_proto::congestion::Algorithm>,
+
     /// Request method.
     #[arg(short = 'm', long, value_enum, default_value_t = Method::Get)]
     pub method: Method,

@@ -12,9 +12,11 @@
 use super::pacing::Pacing;
 use super::stats::Recorder;
 use super::sys::{errno, interrupted, now_ns};
+use cobalt_proto::congestion::{Attempt, Controller, Params};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
 
 /// Byte offset of the eight-byte token in the request template.
 pub(super) const TOKEN_AT: usize = 4;
@@ -34,6 +36,8 @@ pub struct StepShared {
     pub template: Vec<u8>,
     /// A request unanswered for this long counts as lost.
     pub timeout_ns: u64,
+    /// `--cc`: retransmit on this algorithm's timers (one controller per client).
+    pub cc: Option<cobalt_proto::congestion::Algorithm>,
     /// Threads that finished setting up their sockets (successfully or not).
     pub ready: AtomicUsize,
     /// Set by the coordinator once `measure_start_ns` and `end_ns` are published.
@@ -82,9 +86,40 @@ pub fn run_thread(
     Ok(worker.rec)
 }
 
+/// `--cc`: a client's congestion controller and the timing of its outstanding request.
+struct Retransmit {
+    ctl: Box<dyn Controller>,
+    attempt: Option<Attempt>,
+    /// When the running timer expires (`now_ns` clock).
+    due: u64,
+}
+
+/// Retransmissions of one request under `--cc` (RFC 7252's MAX_RETRANSMIT).
+const MAX_RETRANSMIT: u32 = 4;
+
+/// Adapts the worker's splitmix generator to the controllers' random source.
+struct SplitMix<'a>(&'a mut u64);
+
+impl rand::RngCore for SplitMix<'_> {
+    fn next_u32(&mut self) -> u32 {
+        splitmix(self.0) as u32
+    }
+    fn next_u64(&mut self) -> u64 {
+        splitmix(self.0)
+    }
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        for chunk in dst.chunks_mut(8) {
+            let v = splitmix(self.0).to_ne_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
 /// One virtual client.
 struct Client {
     sock: UdpSocket,
+    /// `--cc` state.
+    retx: Option<Retransmit>,
     mid: u16,
     token: [u8; TOKEN_LEN],
     sent_at: u64,
@@ -230,6 +265,11 @@ impl<'a> Worker<'a> {
             }
             clients.push(Client {
                 sock,
+                retx: shared.cc.map(|a| Retransmit {
+                    ctl: a.controller(Params::default(), Instant::now()),
+                    attempt: None,
+                    due: u64::MAX,
+                }),
                 mid: splitmix(&mut rng) as u16,
                 token: [0; TOKEN_LEN],
                 sent_at: 0,
@@ -261,7 +301,11 @@ impl<'a> Worker<'a> {
         self.end = self.shared.end_ns.load(Ordering::SeqCst);
         let timeout = self.shared.timeout_ns;
         // Scan for timeouts often enough to be within 5% of the timeout (1–50 ms).
-        let scan_every = (timeout / 20).clamp(1_000_000, 50_000_000);
+        let mut scan_every = (timeout / 20).clamp(1_000_000, 50_000_000);
+        if self.shared.cc.is_some() {
+            // Retransmission timers within 5 ms.
+            scan_every = scan_every.min(5_000_000);
+        }
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
         let start = now_ns();
         for i in self.pacing.start(self.clients.len(), start) {
@@ -325,32 +369,55 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Counts timed-out requests as lost and starts fresh ones.
+    /// Counts timed-out requests as lost and starts fresh ones; under `--cc`
+    /// retransmits those whose timer expired, until their last timer runs out.
     fn expire(&mut self, now: u64, timeout: u64) {
         for i in 0..self.clients.len() {
-            let c = &self.clients[i];
-            if c.outstanding && now.saturating_sub(c.sent_at) >= timeout {
+            let c = &mut self.clients[i];
+            if !c.outstanding {
+                continue;
+            }
+            let timed_out = now.saturating_sub(c.sent_at) >= timeout;
+            let mut give_up = timed_out;
+            if let Some(r) = c.retx.as_mut().filter(|r| now >= r.due && !timed_out) {
+                match r.attempt.as_mut() {
+                    Some(a) if a.retransmissions < MAX_RETRANSMIT => {
+                        r.ctl.next_timeout(Instant::now(), a);
+                        r.due = now + a.timeout.as_nanos() as u64;
+                        self.transmit(i);
+                    }
+                    _ => give_up = true,
+                }
+            }
+            if give_up {
                 if self.in_window(now) {
                     self.rec.lost += 1;
+                }
+                if let Some(r) = self.clients[i].retx.as_mut() {
+                    if let Some(a) = r.attempt.take() {
+                        r.ctl.on_abandon(Instant::now(), &a);
+                    }
                 }
                 self.finish(i, now);
             }
         }
     }
 
-    /// Sends a fresh request (new MID and token) from client `i`; `intended` is when it
-    /// was meant to go out.
-    fn send_request(&mut self, i: usize, now: u64, intended: u64) {
-        let token = splitmix(&mut self.rng).to_ne_bytes();
-        let c = &mut self.clients[i];
-        c.mid = c.mid.wrapping_add(1);
-        c.token = token;
+    /// Under `--cc`, tells client `i`'s controller that its request was answered.
+    fn answered(&mut self, i: usize) {
+        if let Some(r) = self.clients[i].retx.as_mut() {
+            if let Some(a) = r.attempt.take() {
+                r.ctl.on_answer(Instant::now(), &a);
+            }
+        }
+    }
+
+    /// Sends client `i`'s current request (its MID and token); false if the socket
+    /// refused it.
+    fn transmit(&mut self, i: usize) -> bool {
+        let c = &self.clients[i];
         self.sbuf[2..4].copy_from_slice(&c.mid.to_be_bytes());
-        self.sbuf[TOKEN_AT..TOKEN_AT + TOKEN_LEN].copy_from_slice(&token);
-        let t = now_ns().max(now);
-        c.sent_at = t;
-        c.intended = intended.min(t);
-        c.outstanding = true;
+        self.sbuf[TOKEN_AT..TOKEN_AT + TOKEN_LEN].copy_from_slice(&c.token);
         // SAFETY: the socket is open and `sbuf` is a valid buffer of that length.
         let r = unsafe {
             libc::send(
@@ -360,11 +427,33 @@ impl<'a> Worker<'a> {
                 0,
             )
         };
+        r >= 0
+    }
+
+    /// Sends a fresh request (new MID and token) from client `i`; `intended` is when it
+    /// was meant to go out.
+    fn send_request(&mut self, i: usize, now: u64, intended: u64) {
+        let token = splitmix(&mut self.rng).to_ne_bytes();
+        let c = &mut self.clients[i];
+        c.mid = c.mid.wrapping_add(1);
+        c.token = token;
+        let t = now_ns().max(now);
+        c.sent_at = t;
+        c.intended = intended.min(t);
+        c.outstanding = true;
+        if let Some(r) = c.retx.as_mut() {
+            let a = r
+                .ctl
+                .first_timeout(Instant::now(), 0, &mut SplitMix(&mut self.rng));
+            r.due = t + a.timeout.as_nanos() as u64;
+            r.attempt = Some(a);
+        }
+        let sent = self.transmit(i);
         let counted = self.in_window(t);
         if counted {
             self.rec.sent += 1;
         }
-        if r < 0 && counted {
+        if !sent && counted {
             // E.g. a pending ICMP error (ECONNREFUSED) or a full buffer: the request is
             // not on the wire and will count as lost at its timeout.
             self.rec.errors += 1;
@@ -405,6 +494,7 @@ impl<'a> Worker<'a> {
                 if let Some(mid) = ack_mid {
                     self.send_empty_ack(i, mid);
                 }
+                self.answered(i);
                 if self.in_window(t_rx) {
                     let intended = self.clients[i].intended;
                     self.rec.complete(t_rx.saturating_sub(intended));
@@ -413,6 +503,7 @@ impl<'a> Worker<'a> {
                 return true;
             }
             Reply::Reset => {
+                self.answered(i);
                 if self.in_window(t_rx) {
                     self.rec.resets += 1;
                 }

@@ -418,6 +418,7 @@ pub fn run_request(
         no_keepalive: req.no_keepalive,
         new_session: req.new_session,
         non: req.non,
+        cc: None,
         method,
         payload: req.payload.clone(),
         threads: req.threads,

@@ -95,6 +95,8 @@ pub struct Config {
     pub template: Vec<u8>,
     /// CON (true) or NON requests.
     pub confirmable: bool,
+    /// coap://: retransmit on this algorithm's timers (`--cc`).
+    pub cc: Option<cobalt_proto::congestion::Algorithm>,
     /// Method name, for the report.
     pub method: &'static str,
     /// Concurrency of each step.
@@ -174,6 +176,7 @@ impl Config {
             keepalive: !a.no_keepalive,
             template,
             confirmable,
+            cc: a.cc,
             method: a.method.name(),
             steps,
             duration: seconds("duration", a.duration, false)?,
@@ -205,6 +208,15 @@ fn check_combination(a: &BenchArgs, scheme: Scheme) -> Result<(), String> {
     if a.non && !matches!(scheme, Scheme::Coap | Scheme::Coaps) {
         return Err(format!(
             "--non applies to coap:// and coaps:// targets only ({name}:// has no message types)"
+        ));
+    }
+    if a.cc.is_some() && a.workers.is_some() {
+        return Err("--cc runs on this machine only; it is not passed to --workers".into());
+    }
+    if a.cc.is_some() && (scheme != Scheme::Coap || a.non) {
+        return Err(format!(
+            "--cc applies to confirmable coap:// requests only ({name}://{} has no CoAP retransmissions)",
+            if a.non { " with --non" } else { "" }
         ));
     }
     if a.new_session && !scheme.has_sessions() {
@@ -432,6 +444,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
         target: cfg.target,
         template: cfg.template.clone(),
         timeout_ns: cfg.timeout.as_nanos() as u64,
+        cc: cfg.cc,
         ready: AtomicUsize::new(0),
         go: AtomicBool::new(false),
         measure_start_ns: AtomicU64::new(0),
@@ -703,6 +716,7 @@ mod tests {
             keepalive: true,
             template: request_template(&t, Code::GET, true, None),
             confirmable: true,
+            cc: None,
             method: "GET",
             steps: vec![4],
             duration: Duration::from_secs(1),
@@ -753,6 +767,15 @@ mod tests {
                 "b",
             ],
             &["coap://127.0.0.1/", "--dtls-ca", "/dev/null"],
+            &["coap+tcp://127.0.0.1/", "--cc", "fasor"],
+            &["coap://127.0.0.1/", "--cc", "fasor", "--non"],
+            &[
+                "coap://127.0.0.1/",
+                "--cc",
+                "karn",
+                "--workers",
+                "127.0.0.1:7000",
+            ],
             &[
                 "coaps://127.0.0.1/",
                 "--psk-identity",
@@ -813,6 +836,53 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap();
         assert!(r.completed > 0 && r.lost == 0, "{r:?}");
+    }
+
+    /// Answers only retransmissions: the first copy of every message ID is ignored.
+    fn answer_retransmissions_only(sock: UdpSocket, stop: Arc<AtomicBool>) -> u64 {
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let mut seen = std::collections::HashSet::new();
+        let mut answered = 0;
+        let mut buf = [0u8; 1500];
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((n, peer)) = sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let tkl = usize::from(buf[0] & 0x0f);
+            if n < 4 + tkl || seen.insert((peer, buf[2], buf[3])) {
+                continue;
+            }
+            let mut reply = vec![0x60 | buf[0] & 0x0f, 0x45, buf[2], buf[3]];
+            reply.extend_from_slice(&buf[4..4 + tkl]);
+            reply.extend_from_slice(b"\xffok");
+            sock.send_to(&reply, peer).unwrap();
+            answered += 1;
+        }
+        answered
+    }
+
+    #[test]
+    fn cc_retransmits_what_a_lossy_server_ignored() {
+        for cc in [None, Some(cobalt_proto::congestion::Algorithm::Fasor)] {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let addr = sock.local_addr().unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let stop2 = stop.clone();
+            let server = std::thread::spawn(move || answer_retransmissions_only(sock, stop2));
+            let mut cfg = config(addr, 10_000);
+            cfg.duration = Duration::from_secs(4);
+            cfg.cc = cc;
+            let r = run_step(&cfg, 1).unwrap();
+            stop.store(true, Ordering::Relaxed);
+            let answered = server.join().unwrap();
+            match cc {
+                // CoAPBench never retransmits: nothing is answered.
+                None => assert_eq!((r.completed, answered), (0, 0), "{r:?}"),
+                // FASOR's first timer (2.2-2.7 s) fires within the 4 s step.
+                Some(_) => assert!(r.completed >= 1 && r.lost == 0, "{r:?}"),
+            }
+        }
     }
 
     #[test]
