@@ -241,7 +241,7 @@ fn delta(ours: f64, paper: f64) -> String {
 }
 
 /// The Markdown report.
-pub fn markdown(summaries: &[Summary]) -> String {
+pub fn markdown(summaries: &[Summary], results: &[RunResult]) -> String {
     let mut out = String::new();
     let modes: Vec<Mode> = [Mode::Emulated, Mode::Virtual]
         .into_iter()
@@ -350,41 +350,63 @@ pub fn markdown(summaries: &[Summary]) -> String {
             s.wall_s
         );
     }
-    out.push_str(&agreement(summaries));
+    out.push_str(&agreement(results));
     out
 }
 
-/// Virtual-time against emulated medians, for the cases both ran.
-pub fn agreement(summaries: &[Summary]) -> String {
-    let mut rows = Vec::new();
-    for e in summaries.iter().filter(|s| s.group.mode == Mode::Emulated) {
-        let v_group = Group {
-            mode: Mode::Virtual,
-            ..e.group
-        };
-        let Some(v) = summaries.iter().find(|s| s.group == v_group) else {
-            continue;
-        };
-        if let (Some(ef), Some(vf)) = (e.fct, v.fct) {
-            rows.push((e.group, e.runs, v.runs, ef[2], vf[2]));
+/// Virtual-time against emulated medians, for the cases both ran: over the same
+/// replications (the same seeds, so the same loss timelines) and over all virtual ones.
+pub fn agreement(results: &[RunResult]) -> String {
+    let mut emulated: BTreeMap<Group, Vec<&RunResult>> = BTreeMap::new();
+    let mut virtual_runs: BTreeMap<Group, Vec<&RunResult>> = BTreeMap::new();
+    for r in results {
+        let g = r.case.group();
+        match g.mode {
+            Mode::Emulated => emulated.entry(g).or_default().push(r),
+            Mode::Virtual => virtual_runs.entry(g).or_default().push(r),
         }
     }
+    let median = |runs: &[&RunResult]| {
+        let v: Vec<f64> = runs.iter().flat_map(|r| r.fct.iter().copied()).collect();
+        percentiles(&v).map(|p| p[2])
+    };
     let mut out = String::from("\n## Virtual time against emulation (medians)\n\n");
+    let mut rows = Vec::new();
+    for (g, e_runs) in &emulated {
+        let v_group = Group {
+            mode: Mode::Virtual,
+            ..*g
+        };
+        let Some(v_runs) = virtual_runs.get(&v_group) else {
+            continue;
+        };
+        let reps: Vec<u32> = e_runs.iter().map(|r| r.case.rep).collect();
+        let paired: Vec<&RunResult> = v_runs
+            .iter()
+            .copied()
+            .filter(|r| reps.contains(&r.case.rep))
+            .collect();
+        if let (Some(e), Some(p), Some(all)) = (median(e_runs), median(&paired), median(v_runs)) {
+            rows.push((*g, e_runs.len(), paired.len(), v_runs.len(), e, p, all));
+        }
+    }
     if rows.is_empty() {
         out.push_str("No case ran in both modes.\n");
         return out;
     }
-    out.push_str("| workload | n | buffer | loss | variant | emulated runs | virtual runs | emulated | virtual | difference |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    for (g, er, vr, e, v) in rows {
+    out.push_str("`same reps`: the virtual runs with the emulated runs' seeds (the same loss timeline and link draws); `all reps`: every virtual replication.\n\n");
+    out.push_str("| workload | n | buffer | loss | variant | emulated runs | emulated | virtual, same reps | difference | virtual, all reps | difference |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (g, er, _pr, vr, e, p, all) in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {er} | {vr} | {e:.3} | {v:.3} | {} |",
+            "| {} | {} | {} | {} | {} | {er} | {e:.3} | {p:.3} | {} | {all:.3} ({vr}) | {} |",
             workload_name(g.workload).to_lowercase(),
             g.clients,
             buffer_name(g.buffer),
             g.loss.name(),
             g.variant.label(),
-            delta(v, e)
+            delta(p, e),
+            delta(all, e)
         );
     }
     out
@@ -625,7 +647,7 @@ pub fn write_all(dir: &Path, results: &[RunResult]) -> io::Result<Vec<String>> {
         dir.join("summary.json"),
         serde_json::to_string_pretty(&summaries).map_err(io::Error::other)? + "\n",
     )?;
-    let mut md = markdown(&summaries);
+    let mut md = markdown(&summaries, results);
     md.push_str("\n## Plots\n\n");
     let mut keys: Vec<(Mode, Workload, usize, Loss)> = summaries
         .iter()
