@@ -36,6 +36,8 @@ pub struct EmuOptions {
     pub keep_logs: bool,
     /// Give up on clients still running after this long.
     pub case_timeout: Duration,
+    /// Sysctls set in both namespaces after [`SYSCTLS`] (experiments).
+    pub sysctls: Vec<String>,
 }
 
 /// Real-time priority of the server's and the clients' threads (below the link's 10):
@@ -373,6 +375,7 @@ pub fn run(case: &Case, seed: u64, opts: &EmuOptions) -> io::Result<RunResult> {
     ));
     let mut config = Config::new(case.link(), seed);
     config.sysctls = SYSCTLS.iter().map(|s| s.to_string()).collect();
+    config.sysctls.extend(opts.sysctls.iter().cloned());
     config.packet_log = Some(log.clone());
     let emu = Emulator::start(config)?;
     let (stop_server, server) = start_server(&emu)?;

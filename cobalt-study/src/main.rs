@@ -81,6 +81,10 @@ struct RunArgs {
     /// Emulation: keep the per-packet logs.
     #[arg(long)]
     keep_logs: bool,
+    /// Emulation: a sysctl for both namespaces on top of the study's own (TCP
+    /// experiments, e.g. net.ipv4.tcp_early_retrans=0); use a separate --out.
+    #[arg(long)]
+    sysctl: Vec<String>,
     /// Stop after this many cases (the rest run next time).
     #[arg(long)]
     max_cases: Option<usize>,
@@ -231,6 +235,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         work_dir: a.out.join("work"),
         keep_logs: a.keep_logs,
         case_timeout: Duration::from_secs(a.case_timeout),
+        sysctls: a.sysctl.clone(),
     };
     let started = Instant::now();
     for (i, c) in todo.iter().enumerate() {

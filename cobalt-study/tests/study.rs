@@ -37,6 +37,7 @@ fn one_client_over_the_emulated_link_takes_the_papers_33_seconds() {
         work_dir: dir.clone(),
         keep_logs: false,
         case_timeout: Duration::from_secs(120),
+        sysctls: Vec::new(),
     };
     let r = emu_run::run(&case, case.seed(1), &opts).unwrap();
     eprintln!("one emulated client: FCT {:?} s", r.fct);
