@@ -238,6 +238,39 @@ mod tests {
     }
 
     #[test]
+    fn every_algorithm_keeps_to_nstart() {
+        for algorithm in Algorithm::ALL {
+            for nstart in [1, 2] {
+                let t0 = Instant::now();
+                let config = EndpointConfig {
+                    congestion_control: algorithm,
+                    nstart,
+                    ..EndpointConfig::default()
+                };
+                let mut c = Endpoint::with_seed(config, t0, 9);
+                let s: SocketAddr = "10.0.0.2:5683".parse().unwrap();
+                for _ in 0..5 {
+                    let get = Message::new(MessageType::Confirmable, Code::GET, 0);
+                    c.request(t0, s, get).unwrap();
+                }
+                // Nothing answers for 40 s (before any algorithm gives up an
+                // exchange): only NSTART exchanges are on the wire, retransmitted,
+                // never the queued ones.
+                let mut mids = std::collections::HashSet::new();
+                let mut now = t0;
+                while now < t0 + Duration::from_secs(40) {
+                    while let Some(t) = c.poll_transmit() {
+                        mids.insert(codec::decode(&t.bytes).unwrap().mid);
+                    }
+                    now = c.poll_timeout().unwrap();
+                    c.handle_timeout(now);
+                }
+                assert_eq!(mids.len(), nstart, "{algorithm} NSTART {nstart}");
+            }
+        }
+    }
+
+    #[test]
     fn no_algorithm_retransmits_beyond_max_transmit_span() {
         // RFC 7252 defaults: MAX_TRANSMIT_SPAN 45 s. A FASOR-K exchange answered after
         // four retransmissions (FastRTO ≈ 2.4 s doubled: the answer comes while the
