@@ -65,7 +65,7 @@ impl Default for EndpointConfig {
             token_len: 8,
             dedup_skip_idempotent: false,
             overload_max_age: 2,
-            congestion_control: Algorithm::Default,
+            congestion_control: Algorithm::FasorK,
             max_congestion_peers: 100_000,
         }
     }

@@ -107,7 +107,11 @@ mod tests {
     #[test]
     fn default_coap_does_not_pace_non_notifications() {
         let t0 = Instant::now();
-        let mut ep = Endpoint::with_seed(EndpointConfig::default(), t0, 7);
+        let config = EndpointConfig {
+            congestion_control: Algorithm::Default,
+            ..EndpointConfig::default()
+        };
+        let mut ep = Endpoint::with_seed(config, t0, 7);
         let peer: SocketAddr = "10.0.0.9:40000".parse().unwrap();
         for i in 0..20 {
             assert!(!notification(&mut ep, t0, peer, i).1);
