@@ -171,8 +171,8 @@ pub async fn dropping_an_observation_deregisters(t: Transport) {
     server.shutdown(Duration::ZERO).await;
 }
 
-/// `deleted()` sends 4.04 and ends the relation; beyond `max_observers` a GET with
-/// Observe=0 is answered without Observe.
+/// `deleted()` sends 4.04 and ends the relation; at `max_observers` a GET with
+/// Observe=0 is answered 5.03 with Max-Age and registers nothing.
 pub async fn deleted_sends_4_04_and_max_observers_holds(t: Transport) {
     let value = Value::new(b"here");
     let server = t
@@ -198,8 +198,9 @@ pub async fn deleted_sends_4_04_and_max_observers_holds(t: Transport) {
         .is_some());
     let mut second = client.observe(&t.uri(&server, "/obs")).await.unwrap();
     let r = second.next().await.unwrap().unwrap();
-    assert_eq!(r.payload, b"here");
-    assert!(r.options.observe().is_none(), "beyond max_observers");
+    assert_eq!(r.code, Code::SERVICE_UNAVAILABLE, "at max_observers");
+    assert_eq!(r.options.max_age(), ServerLimits::default().refusal_max_age);
+    assert!(r.options.observe().is_none());
     assert!(second.next().await.is_none(), "not registered");
     assert_eq!(value.observable.observer_count(), 1);
     value.observable.deleted();

@@ -1,0 +1,471 @@
+//! Observe fan-out under a burst of changes, measured from the outside.
+//!
+//! Registers many observers of one resource on a running server (`/state` of
+//! `cobalt serve`: GET reads it, PUT replaces it and notifies), fires a burst of PUTs at
+//! it, and meanwhile runs a few "other clients" that GET `/benchmark` in a closed loop.
+//! It reports how the other clients fared (2.xx answers, other codes, losses, latency
+//! and the longest stretch in which none of them got an answer — how long the server
+//! stopped reading its socket), how many notifications the observers got, and whether
+//! every observer ended with the latest state.
+//!
+//! ```text
+//! cargo run --release -p cobalt --example fanout_flood -- \
+//!     --server 127.0.0.1:5683 --observers 10000 --ips 100 --puts 2000 --seconds 20
+//! ```
+//!
+//! Observers are spread over `--ips` loopback addresses (127.0.0.2, 127.0.0.3, ...) so
+//! that a per-address bound does not cap them; each address holds one socket with
+//! `observers / ips` relations (distinct tokens). Confirmable notifications are
+//! acknowledged; a 4.01 with Echo is answered by repeating the request with the Echo
+//! option (RFC 9175). `bench/fanout.sh` starts a server and runs this.
+
+use cobalt_proto::message::{codec, opt, Code, Message, MessageType, Token};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
+
+struct Args {
+    server: SocketAddr,
+    observers: usize,
+    ips: usize,
+    puts: usize,
+    probes: usize,
+    seconds: u64,
+    probe_timeout: Duration,
+    path: String,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        server: "127.0.0.1:5683".parse().unwrap(),
+        observers: 10_000,
+        ips: 100,
+        puts: 2000,
+        probes: 20,
+        seconds: 20,
+        probe_timeout: Duration::from_secs(2),
+        path: "/state".into(),
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let value = args.get(i + 1).cloned().unwrap_or_default();
+        let bad = || -> ! {
+            eprintln!("fanout_flood: bad value `{value}` for {}", args[i]);
+            std::process::exit(2)
+        };
+        match args[i].as_str() {
+            "--server" => a.server = value.parse().unwrap_or_else(|_| bad()),
+            "--observers" => a.observers = value.parse().unwrap_or_else(|_| bad()),
+            "--ips" => a.ips = value.parse().unwrap_or_else(|_| bad()),
+            "--puts" => a.puts = value.parse().unwrap_or_else(|_| bad()),
+            "--probes" => a.probes = value.parse().unwrap_or_else(|_| bad()),
+            "--seconds" => a.seconds = value.parse().unwrap_or_else(|_| bad()),
+            "--probe-timeout-ms" => {
+                a.probe_timeout = Duration::from_millis(value.parse().unwrap_or_else(|_| bad()))
+            }
+            "--path" => a.path = value,
+            other => {
+                eprintln!(
+                    "fanout_flood: unknown argument `{other}`; see the doc comment of cobalt/examples/fanout_flood.rs"
+                );
+                std::process::exit(2)
+            }
+        }
+        i += 2;
+    }
+    a.ips = a.ips.clamp(1, 250);
+    a
+}
+
+fn request(code: Code, mid: u16, token: &[u8], path: &str) -> Message {
+    let mut m = Message::new(MessageType::Confirmable, code, mid);
+    m.token = Token::new(token).expect("token of at most 8 bytes");
+    m.options.set_uri_path(path);
+    m
+}
+
+/// What one observer saw: the latest sequence number and payload, and when the
+/// payload last changed.
+#[derive(Clone, Default)]
+struct Seen {
+    seq: Option<u32>,
+    payload: Vec<u8>,
+    at: Option<Instant>,
+    notifications: u64,
+}
+
+/// One address with its socket and relations.
+struct Group {
+    socket: Arc<UdpSocket>,
+    seen: Mutex<HashMap<Vec<u8>, Seen>>,
+    registered: AtomicUsize,
+}
+
+async fn observer_group(
+    index: usize,
+    per_ip: usize,
+    args: Arc<Args>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<Arc<Group>> {
+    let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + index as u8));
+    let socket = Arc::new(UdpSocket::bind(SocketAddr::new(ip, 0)).await?);
+    socket.connect(args.server).await?;
+    let group = Arc::new(Group {
+        socket: socket.clone(),
+        seen: Mutex::new(HashMap::new()),
+        registered: AtomicUsize::new(0),
+    });
+    let tokens: Vec<Vec<u8>> = (0..per_ip)
+        .map(|j| vec![(index >> 8) as u8, index as u8, (j >> 8) as u8, j as u8])
+        .collect();
+    // The receiver: ACKs confirmable notifications, records what each token saw.
+    let recv = {
+        let group = group.clone();
+        let args = args.clone();
+        let stop = stop.clone();
+        let tokens = tokens.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 2048];
+            let mut echoes: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+            let mut mid: u16 = 30_000;
+            while !stop.load(Ordering::Relaxed) {
+                let n = match tokio::time::timeout(
+                    Duration::from_millis(200),
+                    group.socket.recv(&mut buf),
+                )
+                .await
+                {
+                    Ok(Ok(n)) => n,
+                    Ok(Err(_)) => continue,
+                    Err(_) => continue,
+                };
+                let Ok(m) = codec::decode(&buf[..n]) else {
+                    continue;
+                };
+                if m.mtype == MessageType::Confirmable {
+                    let _ = group
+                        .socket
+                        .send(&codec::encode(&Message::empty_ack(m.mid)))
+                        .await;
+                }
+                let token = m.token.as_bytes().to_vec();
+                if m.code == Code::UNAUTHORIZED {
+                    if let Some(echo) = m.options.get(opt::ECHO) {
+                        // Prove the address: repeat the registration with Echo.
+                        echoes.insert(token.clone(), echo.to_vec());
+                        mid = mid.wrapping_add(1);
+                        let mut r = request(Code::GET, mid, &token, &args.path);
+                        r.options.set_uint(opt::OBSERVE, 0);
+                        r.options.set(opt::ECHO, echo.to_vec());
+                        let _ = group.socket.send(&codec::encode(&r)).await;
+                    }
+                    continue;
+                }
+                if !m.code.is_response() || !tokens.contains(&token) {
+                    continue;
+                }
+                let mut seen = group.seen.lock().unwrap();
+                let entry = seen.entry(token).or_default();
+                let Some(seq) = m.options.observe() else {
+                    continue;
+                };
+                if entry.seq.is_none() {
+                    group.registered.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    entry.notifications += 1;
+                }
+                // 24-bit serial arithmetic is not needed for the few seconds of a run.
+                if entry.seq.is_none_or(|s| seq > s) {
+                    entry.seq = Some(seq);
+                    if entry.payload != m.payload {
+                        entry.payload = m.payload.clone();
+                        entry.at = Some(Instant::now());
+                    }
+                }
+            }
+        })
+    };
+    // Registrations, retried until each token is registered (or 20 s).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut mid: u16 = 0;
+    loop {
+        let missing: Vec<Vec<u8>> = {
+            let seen = group.seen.lock().unwrap();
+            tokens
+                .iter()
+                .filter(|t| seen.get(*t).is_none_or(|s| s.seq.is_none()))
+                .cloned()
+                .collect()
+        };
+        if missing.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        for t in missing {
+            mid = mid.wrapping_add(1);
+            let mut r = request(Code::GET, mid, &t, &args.path);
+            r.options.set_uint(opt::OBSERVE, 0);
+            let _ = socket.send(&codec::encode(&r)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The receiver goes on until `stop`.
+    drop(recv);
+    Ok(group)
+}
+
+/// What the other clients saw; only requests sent once the burst began count.
+#[derive(Default)]
+struct ProbeStats {
+    burst_at: std::sync::OnceLock<Instant>,
+    baseline: AtomicU64,
+    sent: AtomicU64,
+    ok: AtomicU64,
+    other: Mutex<HashMap<String, u64>>,
+    lost: AtomicU64,
+    latencies_us: Mutex<Vec<u64>>,
+    answered_at: Mutex<Vec<Instant>>,
+}
+
+async fn probe(index: usize, args: Arc<Args>, stats: Arc<ProbeStats>, stop: Arc<AtomicBool>) {
+    let ip = IpAddr::V4(Ipv4Addr::new(127, 1, 0, 1 + (index % 250) as u8));
+    let Ok(socket) = UdpSocket::bind(SocketAddr::new(ip, 0)).await else {
+        return;
+    };
+    if socket.connect(args.server).await.is_err() {
+        return;
+    }
+    let mut mid: u16 = rand_u16(index);
+    let mut buf = vec![0u8; 2048];
+    while !stop.load(Ordering::Relaxed) {
+        mid = mid.wrapping_add(1);
+        let token = [0xfe, index as u8, (mid >> 8) as u8, mid as u8];
+        let req = request(Code::GET, mid, &token, "/benchmark");
+        let started = Instant::now();
+        let counted = stats.burst_at.get().is_some_and(|b| started >= *b);
+        if counted {
+            stats.sent.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = socket.send(&codec::encode(&req)).await;
+        let deadline = started + args.probe_timeout;
+        let answer = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, socket.recv(&mut buf)).await {
+                Ok(Ok(n)) => match codec::decode(&buf[..n]) {
+                    Ok(m) if m.token.as_bytes() == token && m.code.is_response() => break Some(m),
+                    _ => continue,
+                },
+                Ok(Err(_)) => continue,
+                Err(_) => break None,
+            }
+        };
+        match answer {
+            Some(m) if !counted => {
+                if m.code.is_success() {
+                    stats.baseline.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            None if !counted => {}
+            Some(m) if m.code.is_success() => {
+                let now = Instant::now();
+                stats.ok.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .latencies_us
+                    .lock()
+                    .unwrap()
+                    .push((now - started).as_micros() as u64);
+                stats.answered_at.lock().unwrap().push(now);
+            }
+            Some(m) => {
+                *stats
+                    .other
+                    .lock()
+                    .unwrap()
+                    .entry(m.code.to_string())
+                    .or_default() += 1;
+            }
+            None => {
+                stats.lost.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+fn rand_u16(seed: usize) -> u16 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    (nanos as usize ^ seed.wrapping_mul(7919)) as u16
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let args = Arc::new(parse_args());
+    let stop_observers = Arc::new(AtomicBool::new(false));
+    let per_ip = args.observers.div_ceil(args.ips);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..args.ips {
+        tasks.push(tokio::spawn(observer_group(
+            i,
+            per_ip,
+            args.clone(),
+            stop_observers.clone(),
+        )));
+    }
+    let mut groups = Vec::new();
+    for t in tasks {
+        groups.push(t.await.expect("observer task")?);
+    }
+    let registered: usize = groups
+        .iter()
+        .map(|g| g.registered.load(Ordering::Relaxed))
+        .sum();
+    println!(
+        "observers registered: {registered} of {} in {:.1} s ({} addresses)",
+        per_ip * args.ips,
+        started.elapsed().as_secs_f64(),
+        args.ips
+    );
+    // The other clients: a second of baseline, then the burst, then the rest.
+    let stats = Arc::new(ProbeStats::default());
+    let stop_probes = Arc::new(AtomicBool::new(false));
+    let probes: Vec<_> = (0..args.probes)
+        .map(|i| tokio::spawn(probe(i, args.clone(), stats.clone(), stop_probes.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The burst: every PUT sent at once, answers counted as they come.
+    let put_socket = UdpSocket::bind("127.0.3.1:0").await?;
+    put_socket.connect(args.server).await?;
+    let burst_at = Instant::now();
+    let _ = stats.burst_at.set(burst_at);
+    for i in 0..args.puts {
+        let mut r = request(
+            Code::PUT,
+            i as u16,
+            &[0xaa, (i >> 8) as u8, i as u8],
+            &args.path,
+        );
+        r.payload = format!("state-{i:06}").into_bytes();
+        put_socket.send(&codec::encode(&r)).await?;
+    }
+    let burst_sent = burst_at.elapsed();
+    let put_codes: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let put_recv = {
+        let codes = put_codes.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 2048];
+            while let Ok(n) = put_socket.recv(&mut buf).await {
+                if let Ok(m) = codec::decode(&buf[..n]) {
+                    if m.code.is_response() {
+                        *codes.lock().unwrap().entry(m.code.to_string()).or_default() += 1;
+                    }
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    stop_probes.store(true, Ordering::Relaxed);
+    for p in probes {
+        let _ = p.await;
+    }
+    put_recv.abort();
+    // The state the server ended with.
+    let check = UdpSocket::bind("127.0.3.2:0").await?;
+    check.connect(args.server).await?;
+    let mut buf = vec![0u8; 2048];
+    let asked = Instant::now();
+    let mut final_state = None;
+    for mid in 1..=60u16 {
+        check
+            .send(&codec::encode(&request(Code::GET, mid, &[1], &args.path)))
+            .await?;
+        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(2), check.recv(&mut buf)).await
+        {
+            final_state = codec::decode(&buf[..n]).ok().map(|m| m.payload);
+            break;
+        }
+    }
+    let final_state = final_state.unwrap_or_default();
+    println!(
+        "the server answered a GET of the final state {:.1} s after the window ended",
+        asked.elapsed().as_secs_f64()
+    );
+    // Notifications still under way arrive meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop_observers.store(true, Ordering::Relaxed);
+
+    println!(
+        "burst: {} PUTs sent in {:.1} ms; answers by code: {:?}",
+        args.puts,
+        burst_sent.as_secs_f64() * 1e3,
+        put_codes.lock().unwrap()
+    );
+    let sent = stats.sent.load(Ordering::Relaxed);
+    let ok = stats.ok.load(Ordering::Relaxed);
+    let lost = stats.lost.load(Ordering::Relaxed);
+    let mut lat = stats.latencies_us.lock().unwrap().clone();
+    lat.sort_unstable();
+    let mut at = stats.answered_at.lock().unwrap().clone();
+    at.sort_unstable();
+    let window_end = burst_at + Duration::from_secs(args.seconds);
+    let mut gap = Duration::ZERO;
+    let mut prev = burst_at;
+    for t in at
+        .iter()
+        .copied()
+        .filter(|t| *t >= burst_at)
+        .chain([window_end])
+    {
+        gap = gap.max(t.saturating_duration_since(prev));
+        prev = t;
+    }
+    println!(
+        "other clients ({} closed-loop CON GET /benchmark, timeout {} ms), from the burst on: {sent} sent, {ok} 2.xx ({:.1} %), other codes {:?}, {lost} lost; {} answered before the burst (1 s)",
+        args.probes,
+        args.probe_timeout.as_millis(),
+        100.0 * ok as f64 / sent.max(1) as f64,
+        stats.other.lock().unwrap(),
+        stats.baseline.load(Ordering::Relaxed)
+    );
+    println!(
+        "other clients' latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; longest stretch with no answer after the burst began: {:.3} s",
+        percentile(&lat, 0.5) as f64 / 1e3,
+        percentile(&lat, 0.99) as f64 / 1e3,
+        lat.last().copied().unwrap_or(0) as f64 / 1e3,
+        gap.as_secs_f64()
+    );
+    let mut notifications = 0;
+    let mut latest = 0;
+    let mut converged = Duration::ZERO;
+    let mut total = 0;
+    for g in &groups {
+        for s in g.seen.lock().unwrap().values() {
+            total += 1;
+            notifications += s.notifications;
+            if s.payload == final_state {
+                latest += 1;
+                if let Some(at) = s.at {
+                    converged = converged.max(at.saturating_duration_since(burst_at));
+                }
+            }
+        }
+    }
+    println!(
+        "observers: {notifications} notifications ({:.1} per observer); {latest} of {total} hold the final state {:?}; the last got it {:.3} s after the burst began",
+        notifications as f64 / total.max(1) as f64,
+        String::from_utf8_lossy(&final_state),
+        converged.as_secs_f64()
+    );
+    Ok(())
+}
