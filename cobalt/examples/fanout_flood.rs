@@ -18,6 +18,15 @@
 //! `observers / ips` relations (distinct tokens). Confirmable notifications are
 //! acknowledged; a 4.01 with Echo is answered by repeating the request with the Echo
 //! option (RFC 9175). `bench/fanout.sh` starts a server and runs this.
+//!
+//! With `--embedded` it starts its own one-shard server in this process instead,
+//! with `/state` and `/state-per-peer` (the same value, whose GET handler asks for
+//! the peer's address, as one that answers each client differently would, so the
+//! server runs it for each observer instead of once per change), and reports the
+//! shard thread's CPU time per notification: `--path /state` against
+//! `--path /state-per-peer` shows what producing a notification once per change
+//! saves. `--put-interval-ms N` spreads the PUTs out (a change every N ms) instead of
+//! sending them at once.
 
 use cobalt_proto::message::{codec, opt, Code, Message, MessageType, Token};
 use std::collections::HashMap;
@@ -33,9 +42,14 @@ struct Args {
     ips: usize,
     puts: usize,
     probes: usize,
+    /// Requests per second of each other client (at most; closed loop).
+    probe_rate: u64,
     seconds: u64,
     probe_timeout: Duration,
     path: String,
+    embedded: bool,
+    /// Time between two PUTs; zero: all at once.
+    put_interval: Duration,
 }
 
 fn parse_args() -> Args {
@@ -45,9 +59,12 @@ fn parse_args() -> Args {
         ips: 100,
         puts: 2000,
         probes: 20,
+        probe_rate: 100,
         seconds: 20,
         probe_timeout: Duration::from_secs(2),
         path: "/state".into(),
+        embedded: false,
+        put_interval: Duration::ZERO,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -63,11 +80,20 @@ fn parse_args() -> Args {
             "--ips" => a.ips = value.parse().unwrap_or_else(|_| bad()),
             "--puts" => a.puts = value.parse().unwrap_or_else(|_| bad()),
             "--probes" => a.probes = value.parse().unwrap_or_else(|_| bad()),
+            "--probe-rate" => a.probe_rate = value.parse().unwrap_or_else(|_| bad()),
             "--seconds" => a.seconds = value.parse().unwrap_or_else(|_| bad()),
             "--probe-timeout-ms" => {
                 a.probe_timeout = Duration::from_millis(value.parse().unwrap_or_else(|_| bad()))
             }
             "--path" => a.path = value,
+            "--put-interval-ms" => {
+                a.put_interval = Duration::from_millis(value.parse().unwrap_or_else(|_| bad()))
+            }
+            "--embedded" => {
+                a.embedded = true;
+                i += 1;
+                continue;
+            }
             other => {
                 eprintln!(
                     "fanout_flood: unknown argument `{other}`; see the doc comment of cobalt/examples/fanout_flood.rs"
@@ -240,7 +266,11 @@ async fn probe(index: usize, args: Arc<Args>, stats: Arc<ProbeStats>, stop: Arc<
     }
     let mut mid: u16 = rand_u16(index);
     let mut buf = vec![0u8; 2048];
+    let period = Duration::from_micros(1_000_000 / args.probe_rate.max(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.load(Ordering::Relaxed) {
+        tick.tick().await;
         mid = mid.wrapping_add(1);
         let token = [0xfe, index as u8, (mid >> 8) as u8, mid as u8];
         let req = request(Code::GET, mid, &token, "/benchmark");
@@ -262,6 +292,10 @@ async fn probe(index: usize, args: Arc<Args>, stats: Arc<ProbeStats>, stop: Arc<
                 Err(_) => break None,
             }
         };
+        if answer.is_some() && counted {
+            // Any answer shows that the server read its socket.
+            stats.answered_at.lock().unwrap().push(Instant::now());
+        }
         match answer {
             Some(m) if !counted => {
                 if m.code.is_success() {
@@ -277,7 +311,6 @@ async fn probe(index: usize, args: Arc<Args>, stats: Arc<ProbeStats>, stop: Arc<
                     .lock()
                     .unwrap()
                     .push((now - started).as_micros() as u64);
-                stats.answered_at.lock().unwrap().push(now);
             }
             Some(m) => {
                 *stats
@@ -308,9 +341,81 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// A one-shard server with `/state`, `/state-per-peer` and `/benchmark`.
+async fn embedded_server() -> cobalt::ServerHandle {
+    use cobalt::server::{get, Observable, Request, ServerLimits};
+    use cobalt::{Response, Server};
+    let value = Arc::new(Mutex::new(b"initial".to_vec()));
+    let (shared, per_peer) = (Observable::new(), Observable::new());
+    let resource = |obs: &Observable, read_peer: bool| {
+        let (read, write) = (value.clone(), value.clone());
+        let (a, b) = (shared.clone(), per_peer.clone());
+        get(move |req: Request| {
+            if read_peer {
+                // An answer that may depend on who asks: produced per observer.
+                let _ = req.peer();
+            }
+            let v = read.lock().unwrap().clone();
+            async move { Response::content(v) }
+        })
+        .put(move |req: Request| {
+            *write.lock().unwrap() = req.payload().to_vec();
+            a.changed();
+            b.changed();
+            async { cobalt::Code::CHANGED }
+        })
+        .observable(obs)
+    };
+    Server::new()
+        .route("/state", resource(&shared, false))
+        .route("/state-per-peer", resource(&per_peer, true))
+        .route("/benchmark", get(|| async { "hello world" }))
+        .limits(ServerLimits {
+            max_observers: 1_000_000,
+            ..ServerLimits::default()
+        })
+        .shards(1)
+        .bind("127.0.0.1:0")
+        .await
+        .expect("bind the embedded server")
+}
+
+/// CPU time (user + system) of this process's thread named `name`.
+fn thread_cpu(name: &str) -> Duration {
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, r)| r)
+            .split_whitespace()
+            .collect();
+        let used: u64 = fields
+            .get(11..13)
+            .map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+        return Duration::from_millis(used * 1000 / ticks);
+    }
+    Duration::ZERO
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let args = Arc::new(parse_args());
+    let mut args = parse_args();
+    let server = if args.embedded {
+        let server = embedded_server().await;
+        args.server = server.local_addr();
+        Some(server)
+    } else {
+        None
+    };
+    let args = Arc::new(args);
     let stop_observers = Arc::new(AtomicBool::new(false));
     let per_ip = args.observers.div_ceil(args.ips);
     let started = Instant::now();
@@ -347,6 +452,8 @@ async fn main() -> std::io::Result<()> {
     // The burst: every PUT sent at once, answers counted as they come.
     let put_socket = UdpSocket::bind("127.0.3.1:0").await?;
     put_socket.connect(args.server).await?;
+    let cpu_before = thread_cpu("cobalt-shard-0");
+    let sent_before = server.as_ref().map(|s| s.metrics().total());
     let burst_at = Instant::now();
     let _ = stats.burst_at.set(burst_at);
     for i in 0..args.puts {
@@ -358,6 +465,9 @@ async fn main() -> std::io::Result<()> {
         );
         r.payload = format!("state-{i:06}").into_bytes();
         put_socket.send(&codec::encode(&r)).await?;
+        if !args.put_interval.is_zero() {
+            tokio::time::sleep(args.put_interval).await;
+        }
     }
     let burst_sent = burst_at.elapsed();
     let put_codes: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
@@ -392,8 +502,13 @@ async fn main() -> std::io::Result<()> {
             .await?;
         if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(2), check.recv(&mut buf)).await
         {
-            final_state = codec::decode(&buf[..n]).ok().map(|m| m.payload);
-            break;
+            match codec::decode(&buf[..n]) {
+                Ok(m) if m.code.is_success() => {
+                    final_state = Some(m.payload);
+                    break;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
         }
     }
     let final_state = final_state.unwrap_or_default();
@@ -404,6 +519,14 @@ async fn main() -> std::io::Result<()> {
     // Notifications still under way arrive meanwhile.
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop_observers.store(true, Ordering::Relaxed);
+    let cpu = thread_cpu("cobalt-shard-0").saturating_sub(cpu_before);
+    let server_figures = server.as_ref().zip(sent_before).map(|(s, before)| {
+        let after = s.metrics().total();
+        (
+            after.datagrams_out - before.datagrams_out,
+            after.notify_productions - before.notify_productions,
+        )
+    });
 
     println!(
         "burst: {} PUTs sent in {:.1} ms; answers by code: {:?}",
@@ -431,15 +554,16 @@ async fn main() -> std::io::Result<()> {
         prev = t;
     }
     println!(
-        "other clients ({} closed-loop CON GET /benchmark, timeout {} ms), from the burst on: {sent} sent, {ok} 2.xx ({:.1} %), other codes {:?}, {lost} lost; {} answered before the burst (1 s)",
+        "other clients ({} × at most {}/s CON GET /benchmark, timeout {} ms), from the burst on: {sent} sent, {ok} 2.xx ({:.1} %), other codes {:?}, {lost} lost; {} answered before the burst (1 s)",
         args.probes,
+        args.probe_rate,
         args.probe_timeout.as_millis(),
         100.0 * ok as f64 / sent.max(1) as f64,
         stats.other.lock().unwrap(),
         stats.baseline.load(Ordering::Relaxed)
     );
     println!(
-        "other clients' latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; longest stretch with no answer after the burst began: {:.3} s",
+        "other clients' latency (2.xx): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; longest stretch with no answer of any code after the burst began: {:.3} s",
         percentile(&lat, 0.5) as f64 / 1e3,
         percentile(&lat, 0.99) as f64 / 1e3,
         lat.last().copied().unwrap_or(0) as f64 / 1e3,
@@ -467,5 +591,13 @@ async fn main() -> std::io::Result<()> {
         String::from_utf8_lossy(&final_state),
         converged.as_secs_f64()
     );
+    if let Some((sent, productions)) = server_figures {
+        println!(
+            "embedded server, {}: shard CPU {} ms from the burst on for {sent} datagrams sent ({productions} GET handler runs for notifications): {:.2} µs per datagram",
+            args.path,
+            cpu.as_millis(),
+            cpu.as_secs_f64() * 1e6 / sent.max(1) as f64
+        );
+    }
     Ok(())
 }

@@ -201,6 +201,9 @@ impl Driver {
                     if let Some(server) = &mut self.server {
                         server.step(&mut self.endpoint, Instant::now());
                     }
+                    // Let the runtime poll its I/O and timers: without a turn of its
+                    // own it would not learn that the socket became readable.
+                    tokio::task::yield_now().await;
                 }
                 _ = sleep => {
                     let now = Instant::now();

@@ -74,8 +74,8 @@ pub(crate) struct Production {
     /// The observer it was produced for, and whether that one's must be confirmable.
     key: RelationKey,
     con: bool,
-    /// The version of the resource when the handler was started.
-    version: u64,
+    /// The state's version and sequence number when the handler was started.
+    stamp: Stamp,
     /// Set if the handler asked for the peer's address.
     pub(crate) peer_read: Arc<AtomicBool>,
 }
@@ -94,12 +94,22 @@ pub(crate) trait Producer {
     ) -> Option<(Response, Production)>;
 }
 
+/// Which state a notification shows: the resource's shard-local version and the
+/// Observe sequence number, both taken when its handler started (the state it read is
+/// at least that new). A notification keeps the number of its production, however
+/// late it is sent, so an observer never takes an older state for a newer one.
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    version: u64,
+    seq: u32,
+}
+
 /// An answer shared by a group within a round.
 enum Produced {
     /// Being produced; these observers wait for it.
     Running(Vec<(RelationKey, bool)>),
-    /// Produced: the answer (without Observe).
-    Ready(Response),
+    /// Produced: the answer (without Observe) and the state it shows.
+    Ready(Response, Stamp),
     /// The handler read the peer: every observer gets its own.
     PerObserver,
 }
@@ -510,7 +520,13 @@ impl FanOut {
             return;
         };
         let (round_id, round_version) = (round.id, round.version);
-        let version = self.version(obs);
+        let stamp = Stamp {
+            version: self.version(obs),
+            seq: self
+                .observables
+                .get(&obs)
+                .map_or(0, Observable::current_seq),
+        };
         let Some((owner, rel)) = self.relations.get_mut(&key) else {
             return;
         };
@@ -536,9 +552,9 @@ impl FanOut {
         let group = notification_key(&rel.request);
         let round = self.rounds.get_mut(&obs).expect("looked up above");
         match round.produced.get_mut(&group) {
-            Some(Produced::Ready(resp)) => {
-                let resp = resp.clone();
-                self.deliver(ep, now, obs, key, con, resp, round_version);
+            Some(Produced::Ready(resp, stamp)) => {
+                let (resp, stamp) = (resp.clone(), *stamp);
+                self.deliver(ep, now, obs, key, con, resp, stamp);
                 return;
             }
             Some(Produced::Running(waiting)) => {
@@ -556,7 +572,7 @@ impl FanOut {
             group: group.clone(),
             key,
             con,
-            version,
+            stamp,
             peer_read: Arc::default(),
         };
         self.stats.productions += 1;
@@ -569,11 +585,11 @@ impl FanOut {
                     let entry = if per_observer {
                         Produced::PerObserver
                     } else {
-                        Produced::Ready(resp.clone())
+                        Produced::Ready(resp.clone(), production.stamp)
                     };
                     round.produced.insert(group, entry);
                 }
-                self.deliver(ep, now, obs, key, con, resp, production.version);
+                self.deliver(ep, now, obs, key, con, resp, production.stamp);
             }
             None => {
                 round.running += 1;
@@ -647,7 +663,7 @@ impl FanOut {
             let entry = if per_observer {
                 Produced::PerObserver
             } else {
-                Produced::Ready(response.clone())
+                Produced::Ready(response.clone(), production.stamp)
             };
             round.produced.insert(production.group.clone(), entry);
             for (key, con) in waiting.into_iter().rev() {
@@ -662,12 +678,13 @@ impl FanOut {
             production.key,
             production.con,
             response,
-            production.version,
+            production.stamp,
         );
     }
 
     /// Sends `response` to the observer `key` of `observable` as a notification of
-    /// `version` (nothing if the relation has ended or now observes another resource).
+    /// the state `stamp` (nothing if the relation has ended or now observes another
+    /// resource).
     #[allow(clippy::too_many_arguments)]
     fn deliver(
         &mut self,
@@ -677,7 +694,7 @@ impl FanOut {
         key: RelationKey,
         con: bool,
         mut response: Response,
-        version: u64,
+        stamp: Stamp,
     ) {
         let Some((obs, rel)) = self.relations.get_mut(&key) else {
             return;
@@ -685,16 +702,11 @@ impl FanOut {
         if obs != observable {
             return;
         }
-        let Some(handle) = self.observables.get(&obs) else {
-            return;
-        };
         let l = &self.limits;
         let (peer, token) = key;
         let success = response.code.is_success();
         if success {
-            response
-                .options
-                .set(opt::OBSERVE, encode_uint(handle.current_seq()));
+            response.options.set(opt::OBSERVE, encode_uint(stamp.seq));
         }
         let con = con
             || rel.owed.unwrap_or(false)
@@ -719,7 +731,7 @@ impl FanOut {
         let msg = slice_response(&first_block, response.into_message(), l.block_szx);
         let last = ep.notify(now, peer, token, msg, con, replaces);
         rel.owed = None;
-        rel.version = rel.version.max(version);
+        rel.version = rel.version.max(stamp.version);
         rel.last_sent = Some(now);
         if con {
             rel.since_con = 0;

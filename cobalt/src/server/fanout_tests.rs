@@ -107,14 +107,45 @@ fn setup(limits: ServerLimits, observers: u32, accept: impl Fn(u32) -> Option<u1
     }
 }
 
-/// What the observers got: per peer, the notifications (type, payload).
-type Seen = HashMap<SocketAddr, Vec<(MessageType, String)>>;
+/// What the observers got: per peer, the notifications (type, payload); and the last
+/// Observe number and message ID each got.
+#[derive(Default)]
+struct Seen {
+    got: HashMap<SocketAddr, Vec<(MessageType, String)>>,
+    last: HashMap<SocketAddr, (u32, u16)>,
+}
 
+impl std::ops::Deref for Seen {
+    type Target = HashMap<SocketAddr, Vec<(MessageType, String)>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.got
+    }
+}
+
+impl Seen {
+    fn new() -> Seen {
+        Seen::default()
+    }
+}
+
+/// Takes what the endpoint sends, checking that each observer's notifications have
+/// rising Observe numbers (so that a client takes each for newer than the last);
+/// a retransmission repeats its number.
 fn drain(ep: &mut Endpoint, seen: &mut Seen) -> usize {
     let mut n = 0;
     while let Some(t) = ep.poll_transmit() {
         let m = codec::decode(&t.bytes).unwrap();
-        seen.entry(t.peer)
+        if let Some(seq) = m.options.observe() {
+            let prev = seen.last.insert(t.peer, (seq, m.mid));
+            assert!(
+                prev.is_none_or(|(p, mid)| seq > p || mid == m.mid),
+                "{}: {prev:?} then {seq}",
+                t.peer
+            );
+        }
+        seen.got
+            .entry(t.peer)
             .or_default()
             .push((m.mtype, String::from_utf8_lossy(&m.payload).into_owned()));
         n += 1;
