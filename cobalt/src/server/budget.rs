@@ -33,18 +33,13 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    /// The answer: 4.29 or 5.03 with Max-Age `max_age` and a payload that says what
-    /// ran out (`what`, e.g. "observe relations").
+    /// The answer: 4.29 or 5.03 with Max-Age `max_age` and a short payload that says
+    /// what ran out (`what`, e.g. "observers").
     pub(crate) fn response(self, what: &str, max_age: u32) -> Response {
+        // Short: the answer goes to a peer whose address may be unverified.
         let (code, text) = match self {
-            Refusal::PeerBudget => (
-                Code::TOO_MANY_REQUESTS,
-                format!("this address holds too many {what}; retry later"),
-            ),
-            Refusal::ServerBound => (
-                Code::SERVICE_UNAVAILABLE,
-                format!("the server holds too many {what}; retry later"),
-            ),
+            Refusal::PeerBudget => (Code::TOO_MANY_REQUESTS, format!("too many {what} here")),
+            Refusal::ServerBound => (Code::SERVICE_UNAVAILABLE, format!("server full: {what}")),
         };
         Response::new(code).with_max_age(max_age).with_payload(text)
     }
@@ -124,24 +119,20 @@ impl ObserverBudget {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether `ip` may add a relation now (nothing is taken); see
-    /// [`ObserverBudget::admit`].
+    /// Whether `ip` may add a relation now (nothing is taken; a refusal is counted);
+    /// see [`ObserverBudget::admit`].
     pub(crate) fn check(&self, ip: IpAddr, per_ip: usize, bound: usize) -> Result<(), Refusal> {
-        let held = self.held();
-        let mine = held.per_ip.get(&ip).copied().unwrap_or(0);
-        if mine >= per_ip {
-            return Err(Refusal::PeerBudget);
-        }
-        if fair_share_exceeded(mine, 1, held.total, bound) {
-            return Err(Refusal::ServerBound);
-        }
-        Ok(())
+        self.take(ip, per_ip, bound, false)
     }
 
     /// Takes one relation for `ip` unless it holds `per_ip` already (4.29) or the
     /// server is near `bound` and `ip` holds at least what is left (5.03). Refusals are
     /// counted.
     pub(crate) fn admit(&self, ip: IpAddr, per_ip: usize, bound: usize) -> Result<(), Refusal> {
+        self.take(ip, per_ip, bound, true)
+    }
+
+    fn take(&self, ip: IpAddr, per_ip: usize, bound: usize, take: bool) -> Result<(), Refusal> {
         let mut held = self.held();
         let mine = held.per_ip.get(&ip).copied().unwrap_or(0);
         let refusal = if mine >= per_ip {
@@ -156,8 +147,10 @@ impl ObserverBudget {
             count_observe(&self.counters, r);
             return Err(r);
         }
-        held.total += 1;
-        *held.per_ip.entry(ip).or_default() += 1;
+        if take {
+            held.total += 1;
+            *held.per_ip.entry(ip).or_default() += 1;
+        }
         Ok(())
     }
 
@@ -244,9 +237,9 @@ mod tests {
         }
         assert_eq!(b.admit(ip(1), 3, 1000), Err(Refusal::PeerBudget));
         assert_eq!(b.check(ip(1), 3, 1000), Err(Refusal::PeerBudget));
-        assert_eq!(b.counters.observe_refused_peer.load(Ordering::Relaxed), 1);
+        assert_eq!(b.counters.observe_refused_peer.load(Ordering::Relaxed), 2);
         assert!(b.admit(ip(2), 3, 1000).is_ok(), "another address is served");
-        let r = Refusal::PeerBudget.response("observe relations", 7);
+        let r = Refusal::PeerBudget.response("observers", 7);
         assert_eq!(r.code, Code::TOO_MANY_REQUESTS);
         assert_eq!(r.options.max_age(), 7);
         let r = Refusal::ServerBound.response("uploads", 7);

@@ -217,15 +217,18 @@ impl FanOut {
         self.versions.get(&observable).copied().unwrap_or(0)
     }
 
-    /// Whether a registration from `peer` would be admitted now (a relation with the
-    /// same key is replaced, so it always is).
-    pub(crate) fn check(&self, key: &RelationKey) -> Result<(), Refusal> {
+    /// Whether a registration with `key` would be admitted now (one with the key of a
+    /// relation replaces it, so it always is); a refusal is counted.
+    pub(crate) fn check(&mut self, key: &RelationKey) -> Result<(), Refusal> {
         if self.relations.contains(key) {
             return Ok(());
         }
         let l = &self.limits;
-        self.budget
-            .check(key.0.ip(), l.max_observers_per_ip, l.max_observers)
+        let checked = self
+            .budget
+            .check(key.0.ip(), l.max_observers_per_ip, l.max_observers);
+        self.stats.refused += u64::from(checked.is_err());
+        checked
     }
 
     /// Registers `key` as an observer of `observable` with `request`, having seen

@@ -211,7 +211,7 @@ impl ServerShard {
         if let Some((o, r)) = routed.observable.zip(registration) {
             // Refused at once when the budget has no room: no handler run.
             if let Err(refusal) = self.observers.check(&(peer, token)) {
-                let resp = refusal.response("observe relations", self.limits.refusal_max_age);
+                let resp = refusal.response("observers", self.limits.refusal_max_age);
                 return self.finish_reply(ep, now, id, resp, ctx);
             }
             let version = self.observers.version(o.id());
@@ -309,8 +309,7 @@ impl ServerShard {
                         .options
                         .set(opt::OBSERVE, encode_uint(observable.current_seq())),
                     Err(refusal) => {
-                        response =
-                            refusal.response("observe relations", self.limits.refusal_max_age)
+                        response = refusal.response("observers", self.limits.refusal_max_age)
                     }
                 }
             }

@@ -351,7 +351,7 @@ impl StreamServer {
                         registered = true;
                     }
                     Err(refusal) => {
-                        response = refusal.response("observe relations", limits.refusal_max_age)
+                        response = refusal.response("observers", limits.refusal_max_age)
                     }
                 }
             }

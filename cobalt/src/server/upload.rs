@@ -371,7 +371,7 @@ impl Uploads {
     }
 
     fn refused(&self, r: Refusal) -> Response {
-        r.response("uploads in progress", self.bounds.max_age)
+        r.response("uploads", self.bounds.max_age)
     }
 
     /// Feeds one request carrying `block`.
