@@ -27,6 +27,13 @@
 //! `--path /state-per-peer` shows what producing a notification once per change
 //! saves. `--put-interval-ms N` spreads the PUTs out (a change every N ms) instead of
 //! sending them at once.
+//!
+//! `--server-pid PID` reports the server's RSS at each phase; `--deregister` ends
+//! every relation at the end (GET without Observe) and reports the RSS after.
+//! `--upload-flood N` measures an upload flood instead: N one-block uploads of 1024
+//! bytes that are never finished, from `--ips` addresses × 10 ports, and the server's
+//! RSS until they have expired (run the server with a short
+//! `limits.upload_idle_timeout`).
 
 use cobalt_proto::message::{codec, opt, Code, Message, MessageType, Token};
 use std::collections::HashMap;
@@ -50,6 +57,13 @@ struct Args {
     embedded: bool,
     /// Time between two PUTs; zero: all at once.
     put_interval: Duration,
+    /// The server's process, to report its RSS at each phase.
+    server_pid: Option<u32>,
+    /// End every relation at the end (GET without Observe) and report the RSS after.
+    deregister: bool,
+    /// Instead of the fan-out: this many one-block uploads of 1024 bytes from
+    /// `ips` addresses × 10 ports, then the RSS until they expired.
+    upload_flood: usize,
 }
 
 fn parse_args() -> Args {
@@ -65,6 +79,9 @@ fn parse_args() -> Args {
         path: "/state".into(),
         embedded: false,
         put_interval: Duration::ZERO,
+        server_pid: None,
+        deregister: false,
+        upload_flood: 0,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -86,6 +103,13 @@ fn parse_args() -> Args {
                 a.probe_timeout = Duration::from_millis(value.parse().unwrap_or_else(|_| bad()))
             }
             "--path" => a.path = value,
+            "--server-pid" => a.server_pid = Some(value.parse().unwrap_or_else(|_| bad())),
+            "--upload-flood" => a.upload_flood = value.parse().unwrap_or_else(|_| bad()),
+            "--deregister" => {
+                a.deregister = true;
+                i += 1;
+                continue;
+            }
             "--put-interval-ms" => {
                 a.put_interval = Duration::from_millis(value.parse().unwrap_or_else(|_| bad()))
             }
@@ -374,6 +398,12 @@ async fn embedded_server() -> cobalt::ServerHandle {
             max_observers: 1_000_000,
             ..ServerLimits::default()
         })
+        // GETs leave no deduplication state behind, so that the heap in use shows
+        // the observe relations.
+        .config(cobalt::proto::endpoint::EndpointConfig {
+            dedup_skip_idempotent: true,
+            ..Default::default()
+        })
         .shards(1)
         .bind("127.0.0.1:0")
         .await
@@ -416,6 +446,10 @@ async fn main() -> std::io::Result<()> {
         None
     };
     let args = Arc::new(args);
+    rss(&args, "at the start");
+    if args.upload_flood > 0 {
+        return upload_flood(&args).await;
+    }
     let stop_observers = Arc::new(AtomicBool::new(false));
     let per_ip = args.observers.div_ceil(args.ips);
     let started = Instant::now();
@@ -442,6 +476,7 @@ async fn main() -> std::io::Result<()> {
         started.elapsed().as_secs_f64(),
         args.ips
     );
+    rss(&args, "with the observers registered");
     // The other clients: a second of baseline, then the burst, then the rest.
     let stats = Arc::new(ProbeStats::default());
     let stop_probes = Arc::new(AtomicBool::new(false));
@@ -519,6 +554,7 @@ async fn main() -> std::io::Result<()> {
     // Notifications still under way arrive meanwhile.
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop_observers.store(true, Ordering::Relaxed);
+    rss(&args, "after the burst");
     let cpu = thread_cpu("cobalt-shard-0").saturating_sub(cpu_before);
     let server_figures = server.as_ref().zip(sent_before).map(|(s, before)| {
         let after = s.metrics().total();
@@ -599,5 +635,114 @@ async fn main() -> std::io::Result<()> {
             cpu.as_secs_f64() * 1e6 / sent.max(1) as f64
         );
     }
+    if args.deregister {
+        for g in &groups {
+            let tokens: Vec<Vec<u8>> = g.seen.lock().unwrap().keys().cloned().collect();
+            for (j, t) in tokens.iter().enumerate() {
+                // Message IDs the registrations did not use (no duplicates).
+                let r = request(Code::GET, 40_000u16.wrapping_add(j as u16), t, &args.path);
+                let _ = g.socket.send(&codec::encode(&r)).await;
+                if j % 50 == 49 {
+                    // Paced, so that the server's socket buffer takes them all.
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        rss(&args, "3 s after every relation ended");
+        if let Some(s) = &server {
+            println!("observers left: {}", s.metrics().total().observers);
+        }
+    }
+    Ok(())
+}
+
+/// Counts the bytes this process has allocated and not freed (for `--embedded`: the
+/// server's tables, next to this tool's own, which stay the same between phases).
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - layout.size() as isize, Ordering::Relaxed);
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Prints the server's RSS, if its process is known, or with `--embedded` the bytes
+/// allocated in this process.
+fn rss(args: &Args, when: &str) {
+    if args.embedded {
+        let live = LIVE.load(Ordering::Relaxed) as f64 / (1 << 20) as f64;
+        println!("heap in use {when}: {live:.1} MiB (this process: server and tool)");
+        return;
+    }
+    let Some(pid) = args.server_pid else {
+        return;
+    };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .map_or("?".to_string(), |v| v.trim().to_string());
+    println!("server RSS {when}: {kib}");
+}
+
+/// Uploads that are never finished, from many addresses and ports; the server's RSS
+/// until they have expired.
+async fn upload_flood(args: &Args) -> std::io::Result<()> {
+    let mut sockets = Vec::new();
+    for i in 0..args.ips {
+        for _ in 0..10 {
+            let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + i as u8));
+            let s = UdpSocket::bind(SocketAddr::new(ip, 0)).await?;
+            s.connect(args.server).await?;
+            sockets.push(s);
+        }
+    }
+    let mut codes: HashMap<String, u64> = HashMap::new();
+    let mut buf = vec![0u8; 2048];
+    let started = Instant::now();
+    for n in 0..args.upload_flood {
+        let s = &sockets[n % sockets.len()];
+        let tag = (n as u32).to_be_bytes();
+        let mut r = request(Code::PUT, n as u16, &tag, "/upload");
+        r.options.set_uint(opt::BLOCK1, 0x0e); // NUM 0, more, 1024 bytes
+        r.options.set(opt::REQUEST_TAG, tag.to_vec());
+        r.payload = vec![b'u'; 1024];
+        s.send(&codec::encode(&r)).await?;
+        let answer = tokio::time::timeout(Duration::from_secs(2), s.recv(&mut buf)).await;
+        let code = match answer {
+            Ok(Ok(len)) => {
+                codec::decode(&buf[..len]).map_or("garbage".into(), |m| m.code.to_string())
+            }
+            _ => "lost".into(),
+        };
+        *codes.entry(code).or_default() += 1;
+    }
+    println!(
+        "upload flood: {} one-block uploads in {:.1} s, answers {codes:?}",
+        args.upload_flood,
+        started.elapsed().as_secs_f64()
+    );
+    rss(args, "after the upload flood");
+    for _ in 0..args.seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    rss(args, &format!("{} s later", args.seconds));
     Ok(())
 }
