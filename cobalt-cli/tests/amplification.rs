@@ -5,6 +5,7 @@
 //! clients (libcoap, aiocoap) fetch a 4 KiB resource in a handful of round trips.
 
 #[macro_use]
+#[allow(unused)]
 #[path = "interop/peers.rs"]
 mod peers;
 
@@ -86,7 +87,7 @@ fn a_silent_victim_gets_at_most_three_times_what_it_sent_while_an_honest_client_
     let mut sent = 0;
     let mut received = 0;
     let mut answers: Vec<Message> = Vec::new();
-    let mut recv = |until: Instant, received: &mut usize, answers: &mut Vec<Message>| {
+    let recv = |until: Instant, received: &mut usize, answers: &mut Vec<Message>| {
         let mut buf = [0u8; 2048];
         while Instant::now() < until {
             if let Ok(n) = victim.recv(&mut buf) {
