@@ -16,8 +16,8 @@
 //! Observers are spread over `--ips` loopback addresses (127.0.0.2, 127.0.0.3, ...) so
 //! that a per-address bound does not cap them; each address holds one socket with
 //! `observers / ips` relations (distinct tokens). Confirmable notifications are
-//! acknowledged; a 4.01 with Echo is answered by repeating the request with the Echo
-//! option (RFC 9175). `bench/fanout.sh` starts a server and runs this.
+//! acknowledged, pings (the server verifying an address) answered with RST, and a 4.01
+//! with Echo is answered by repeating the request with the Echo option (RFC 9175). `bench/fanout.sh` starts a server and runs this.
 //!
 //! With `--embedded` it starts its own one-shard server in this process instead,
 //! with `/state` and `/state-per-peer` (the same value, whose GET handler asks for
@@ -196,6 +196,12 @@ async fn observer_group(
                 let Ok(m) = codec::decode(&buf[..n]) else {
                     continue;
                 };
+                if m.mtype == MessageType::Confirmable && m.code == Code::EMPTY {
+                    // A ping: the server verifies this address (RFC 9175 §2.4).
+                    let rst = codec::encode(&Message::reset(m.mid));
+                    let _ = group.socket.send(&rst).await;
+                    continue;
+                }
                 if m.mtype == MessageType::Confirmable {
                     let _ = group
                         .socket
@@ -254,11 +260,16 @@ async fn observer_group(
         if missing.is_empty() || Instant::now() > deadline {
             break;
         }
-        for t in missing {
-            mid = mid.wrapping_add(1);
-            let mut r = request(Code::GET, mid, &t, &args.path);
-            r.options.set_uint(opt::OBSERVE, 0);
-            let _ = socket.send(&codec::encode(&r)).await;
+        // Paced: within the requests one peer may have in progress (the first waits
+        // for the server to verify this address).
+        for chunk in missing.chunks(16) {
+            for t in chunk {
+                mid = mid.wrapping_add(1);
+                let mut r = request(Code::GET, mid, t, &args.path);
+                r.options.set_uint(opt::OBSERVE, 0);
+                let _ = socket.send(&codec::encode(&r)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -397,12 +408,6 @@ async fn embedded_server() -> cobalt::ServerHandle {
         .limits(ServerLimits {
             max_observers: 1_000_000,
             ..ServerLimits::default()
-        })
-        // GETs leave no deduplication state behind, so that the heap in use shows
-        // the observe relations.
-        .config(cobalt::proto::endpoint::EndpointConfig {
-            dedup_skip_idempotent: true,
-            ..Default::default()
         })
         .shards(1)
         .bind("127.0.0.1:0")

@@ -50,21 +50,33 @@ impl Raw {
         self.socket.send(&codec::encode(&m)).await.unwrap();
     }
 
-    /// The next message within `wait`.
+    /// The next message within `wait`; a CoAP ping (the server verifying this
+    /// address, RFC 9175 §2.4) is answered with RST on the way, as every client does.
     async fn recv(&self, wait: Duration) -> Option<Message> {
+        let deadline = tokio::time::Instant::now() + wait;
         let mut buf = [0u8; 2048];
-        let n = tokio::time::timeout(wait, self.socket.recv(&mut buf))
-            .await
-            .ok()?
-            .ok()?;
-        codec::decode(&buf[..n]).ok()
+        loop {
+            let n = tokio::time::timeout_at(deadline, self.socket.recv(&mut buf))
+                .await
+                .ok()?
+                .ok()?;
+            let m = codec::decode(&buf[..n]).ok()?;
+            if m.mtype == MessageType::Confirmable && m.code == Code::EMPTY {
+                let rst = codec::encode(&Message::reset(m.mid));
+                self.socket.send(&rst).await.ok()?;
+                continue;
+            }
+            return Some(m);
+        }
     }
 
-    /// Registers `tokens` as observers of `path`, 64 at a time (so that the answers
-    /// fit the socket's buffer); the answer to each.
+    /// Registers `tokens` as observers of `path`: one first (its answer waits for the
+    /// server to verify this address), then 16 at a time (within the requests one peer
+    /// may have in progress, and the socket's buffer); the answer to each.
     async fn register(&mut self, tokens: &[Token], path: &str) -> HashMap<Token, Message> {
         let mut answers = HashMap::new();
-        for chunk in tokens.chunks(64) {
+        let (first, rest) = tokens.split_at(tokens.len().min(1));
+        for chunk in std::iter::once(first).chain(rest.chunks(16)) {
             for t in chunk {
                 self.send(Code::GET, t, path, |m| m.options.set_uint(opt::OBSERVE, 0))
                     .await;

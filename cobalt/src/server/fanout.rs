@@ -206,11 +206,6 @@ impl FanOut {
         self.rounds.values().map(|r| r.queue.len()).sum::<usize>() + self.farewells.len()
     }
 
-    /// Whether `peer` observes anything here.
-    pub(crate) fn is_observer(&self, peer: SocketAddr) -> bool {
-        self.relations.is_observer(peer)
-    }
-
     /// The current version of `observable`'s state (give it to [`FanOut::register`]
     /// for a registration whose handler starts now).
     pub(crate) fn version(&self, observable: u64) -> u64 {

@@ -58,14 +58,6 @@ pub struct ServerLimits {
     pub refusal_max_age: u32,
     /// Block size exponent for responses (0–6: 16–1024 bytes). Default 6.
     pub block_szx: u8,
-    /// Amplification limit (RFC 9175 §2.4): an unverified peer gets at most this many
-    /// times the bytes of its request in the answer to a GET or FETCH — in smaller
-    /// Block2 blocks, or, when even 16-byte blocks do not fit, as 4.01 with an Echo
-    /// option that the client repeats to prove its address. Default 3 (RFC 9175's
-    /// figure); 0 turns the check off. Clients that never answer Echo (aiocoap 0.4.17)
-    /// still get large resources, in small blocks, until they prove their address.
-    /// DTLS peers are exempt: the cookie exchange has verified them.
-    pub amplification_factor: usize,
 }
 
 impl Default for ServerLimits {
@@ -86,7 +78,6 @@ impl Default for ServerLimits {
             upload_idle_timeout: Duration::from_secs(60),
             refusal_max_age: 10,
             block_szx: 6,
-            amplification_factor: 3,
         }
     }
 }

@@ -15,7 +15,6 @@
 //! ```
 
 mod budget;
-mod echo;
 mod executor;
 mod fanout;
 mod handler;
@@ -273,14 +272,14 @@ impl Server {
         self
     }
 
-    /// The limits of a shard. DTLS peers have proven their address in the cookie
-    /// exchange, so the amplification limit does not apply to them.
-    fn shard_limits(&self, dtls: bool) -> ServerLimits {
-        let mut limits = self.limits.clone();
+    /// The endpoint configuration of a shard. DTLS peers have proven their address in
+    /// the cookie exchange, so the amplification limit does not apply to them.
+    fn shard_config(&self, dtls: bool) -> EndpointConfig {
+        let mut config = self.config.clone();
         if dtls {
-            limits.amplification_factor = 0;
+            config.amplification_factor = 0;
         }
-        limits
+        config
     }
 
     /// Fails, saying that `what` needs them, unless [`Server::psk`] or
@@ -579,8 +578,8 @@ impl Server {
         let (tx, handle) = spawn_driver(
             name,
             io,
-            self.config.clone(),
-            Some((tree.clone(), self.shard_limits(dtls_peers), inbox.clone())),
+            self.shard_config(dtls_peers),
+            Some((tree.clone(), self.limits.clone(), inbox.clone())),
             None,
             self.recv_batch,
             slot,

@@ -1,7 +1,6 @@
 //! The server role of one shard: dispatch into the resource tree, Block1 reassembly,
 //! Block2 slicing, and the observation relations of the peers this shard owns.
 
-use super::echo::EchoGuard;
 use super::fanout::{FanOut, FanOutStats, Producer, Production};
 use super::intake::{intake, Intake, StreamedBlock};
 use super::limits::ServerLimits;
@@ -11,7 +10,7 @@ use super::upload::{acknowledge_block, UploadStats, Uploads};
 use super::{BoxFuture, Executor, Request, Response};
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
-use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
+use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, Token};
 use futures_util::FutureExt;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -42,8 +41,6 @@ pub(crate) struct ReplyContext {
     block2: Option<BlockValue>,
     /// Echo this in Block1 (the last block of an upload).
     block1: Option<BlockValue>,
-    /// For the amplification check: the peer, the method and the request's size.
-    origin: (SocketAddr, Code, usize),
     /// The peer and key of a finished upload, to keep a large answer for follow-ups.
     upload: Option<(SocketAddr, Vec<u8>)>,
     /// Register an observer if the response is a success: the resource, the peer,
@@ -58,7 +55,6 @@ pub(crate) struct ServerShard {
     observers: FanOut,
     inbox: Arc<ChangeInbox>,
     uploads: Uploads,
-    echo: Option<EchoGuard>,
     completions: mpsc::UnboundedSender<Completion>,
     client: Option<crate::Client>,
 }
@@ -76,8 +72,6 @@ impl ServerShard {
         let budgets = tree.budgets();
         ServerShard {
             uploads: Uploads::new(&limits, budgets.counters.clone()),
-            echo: (limits.amplification_factor > 0)
-                .then(|| EchoGuard::new(limits.amplification_factor, 100_000)),
             observers: FanOut::new(
                 tree.observables(),
                 budgets.observers.clone(),
@@ -162,10 +156,6 @@ impl ServerShard {
         request: Message,
     ) {
         let observe = request.options.observe();
-        let origin = (peer, request.code, request_size(&request));
-        if let Some(g) = &mut self.echo {
-            g.observe_request(now, peer, &request);
-        }
         if request.code == Code::GET && observe != Some(0) {
             // A GET with the token of an observation, without Observe=0, ends it (RFC 7641 §3.6).
             self.observers.end(&(peer, request.token));
@@ -198,7 +188,6 @@ impl ServerShard {
             (request.code == Code::GET && observe == Some(0)).then(|| request.clone());
         let token = request.token;
         let mut ctx = ReplyContext {
-            origin,
             block2,
             block1,
             upload,
@@ -256,7 +245,6 @@ impl ServerShard {
             last: block.last,
         };
         let ctx = ReplyContext {
-            origin: (peer, Code::PUT, 0),
             block2,
             block1: block.block,
             upload: None,
@@ -331,21 +319,8 @@ impl ServerShard {
                 self.uploads.keep_answer(now, peer, key, full.clone());
             }
         }
-        let msg = match &self.echo {
-            Some(g) => {
-                let observers = &self.observers;
-                let observer = || observers.is_observer(ctx.origin.0);
-                g.answer(
-                    now,
-                    ctx.origin,
-                    &block_req,
-                    full,
-                    self.limits.block_szx,
-                    observer,
-                )
-            }
-            None => slice_response(&block_req, full, self.limits.block_szx),
-        };
+        // The endpoint holds back what an unverified peer may not get yet (RFC 9175 §2.4).
+        let msg = slice_response(&block_req, full, self.limits.block_szx);
         let _ = ep.respond(now, id, msg);
     }
 
@@ -357,6 +332,12 @@ impl ServerShard {
     /// An RST matched no pending CON: it may reject a NON notification.
     pub(crate) fn on_unmatched_reset(&mut self, peer: SocketAddr, mid: u16) {
         self.observers.on_unmatched_reset(peer, mid);
+    }
+
+    /// An answer or notification for `(peer, token)` could not be sent because the
+    /// peer's address was never verified: an observation with that token ends.
+    pub(crate) fn on_unverified(&mut self, peer: SocketAddr, token: Token) {
+        self.observers.end(&(peer, token));
     }
 }
 
@@ -418,12 +399,6 @@ fn run_handler(
         let _ = done.send(then(response));
     });
     None
-}
-
-/// The encoded size of a request as received (header, token, options, payload).
-fn request_size(m: &Message) -> usize {
-    4 + m.token.len()
-        + cobalt_proto::message::codec::options_and_payload_len(&m.options, &m.payload)
 }
 
 /// Polls a handler once on the shard's thread; a handler that is not ready is
