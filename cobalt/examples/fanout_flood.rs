@@ -26,7 +26,8 @@
 //! shard thread's CPU time per notification: `--path /state` against
 //! `--path /state-per-peer` shows what producing a notification once per change
 //! saves. `--put-interval-ms N` spreads the PUTs out (a change every N ms) instead of
-//! sending them at once.
+//! sending them at once. `--handler-us N` makes the embedded GET handler spend N µs
+//! of CPU per run, as one that builds a real representation would.
 //!
 //! `--server-pid PID` reports the server's RSS at each phase; `--deregister` ends
 //! every relation at the end (GET without Observe) and reports the RSS after.
@@ -57,6 +58,9 @@ struct Args {
     embedded: bool,
     /// Time between two PUTs; zero: all at once.
     put_interval: Duration,
+    /// CPU time the embedded server's GET handler spends per run (a stand-in for
+    /// building a representation).
+    handler_work: Duration,
     /// The server's process, to report its RSS at each phase.
     server_pid: Option<u32>,
     /// End every relation at the end (GET without Observe) and report the RSS after.
@@ -79,6 +83,7 @@ fn parse_args() -> Args {
         path: "/state".into(),
         embedded: false,
         put_interval: Duration::ZERO,
+        handler_work: Duration::ZERO,
         server_pid: None,
         deregister: false,
         upload_flood: 0,
@@ -103,6 +108,9 @@ fn parse_args() -> Args {
                 a.probe_timeout = Duration::from_millis(value.parse().unwrap_or_else(|_| bad()))
             }
             "--path" => a.path = value,
+            "--handler-us" => {
+                a.handler_work = Duration::from_micros(value.parse().unwrap_or_else(|_| bad()))
+            }
             "--server-pid" => a.server_pid = Some(value.parse().unwrap_or_else(|_| bad())),
             "--upload-flood" => a.upload_flood = value.parse().unwrap_or_else(|_| bad()),
             "--deregister" => {
@@ -129,6 +137,16 @@ fn parse_args() -> Args {
     }
     a.ips = a.ips.clamp(1, 250);
     a
+}
+
+/// A UDP socket on `addr` with a large receive buffer, so that bursts of answers and
+/// notifications are not dropped while this tool is busy elsewhere.
+fn bind(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    UdpSocket::from_std(s.into())
 }
 
 fn request(code: Code, mid: u16, token: &[u8], path: &str) -> Message {
@@ -162,7 +180,7 @@ async fn observer_group(
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<Arc<Group>> {
     let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + index as u8));
-    let socket = Arc::new(UdpSocket::bind(SocketAddr::new(ip, 0)).await?);
+    let socket = Arc::new(bind(SocketAddr::new(ip, 0))?);
     socket.connect(args.server).await?;
     let group = Arc::new(Group {
         socket: socket.clone(),
@@ -293,7 +311,7 @@ struct ProbeStats {
 
 async fn probe(index: usize, args: Arc<Args>, stats: Arc<ProbeStats>, stop: Arc<AtomicBool>) {
     let ip = IpAddr::V4(Ipv4Addr::new(127, 1, 0, 1 + (index % 250) as u8));
-    let Ok(socket) = UdpSocket::bind(SocketAddr::new(ip, 0)).await else {
+    let Ok(socket) = bind(SocketAddr::new(ip, 0)) else {
         return;
     };
     if socket.connect(args.server).await.is_err() {
@@ -377,7 +395,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 /// A one-shard server with `/state`, `/state-per-peer` and `/benchmark`.
-async fn embedded_server() -> cobalt::ServerHandle {
+async fn embedded_server(work: Duration) -> cobalt::ServerHandle {
     use cobalt::server::{get, Observable, Request, ServerLimits};
     use cobalt::{Response, Server};
     let value = Arc::new(Mutex::new(b"initial".to_vec()));
@@ -391,6 +409,10 @@ async fn embedded_server() -> cobalt::ServerHandle {
                 let _ = req.peer();
             }
             let v = read.lock().unwrap().clone();
+            let until = Instant::now() + work;
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
             async move { Response::content(v) }
         })
         .put(move |req: Request| {
@@ -444,7 +466,7 @@ fn thread_cpu(name: &str) -> Duration {
 async fn main() -> std::io::Result<()> {
     let mut args = parse_args();
     let server = if args.embedded {
-        let server = embedded_server().await;
+        let server = embedded_server(args.handler_work).await;
         args.server = server.local_addr();
         Some(server)
     } else {
@@ -490,8 +512,24 @@ async fn main() -> std::io::Result<()> {
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The burst: every PUT sent at once, answers counted as they come.
-    let put_socket = UdpSocket::bind("127.0.3.1:0").await?;
+    let put_socket = Arc::new(bind(SocketAddr::from(([127, 0, 3, 1], 0)))?);
     put_socket.connect(args.server).await?;
+    // The answers are read while the PUTs go out (none dropped for lack of room).
+    let put_codes: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let put_recv = {
+        let codes = put_codes.clone();
+        let socket = put_socket.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 2048];
+            while let Ok(n) = socket.recv(&mut buf).await {
+                if let Ok(m) = codec::decode(&buf[..n]) {
+                    if m.code.is_response() {
+                        *codes.lock().unwrap().entry(m.code.to_string()).or_default() += 1;
+                    }
+                }
+            }
+        })
+    };
     let cpu_before = thread_cpu("cobalt-shard-0");
     let sent_before = server.as_ref().map(|s| s.metrics().total());
     let burst_at = Instant::now();
@@ -510,20 +548,6 @@ async fn main() -> std::io::Result<()> {
         }
     }
     let burst_sent = burst_at.elapsed();
-    let put_codes: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
-    let put_recv = {
-        let codes = put_codes.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 2048];
-            while let Ok(n) = put_socket.recv(&mut buf).await {
-                if let Ok(m) = codec::decode(&buf[..n]) {
-                    if m.code.is_response() {
-                        *codes.lock().unwrap().entry(m.code.to_string()).or_default() += 1;
-                    }
-                }
-            }
-        })
-    };
     tokio::time::sleep(Duration::from_secs(args.seconds)).await;
     stop_probes.store(true, Ordering::Relaxed);
     for p in probes {
@@ -531,7 +555,7 @@ async fn main() -> std::io::Result<()> {
     }
     put_recv.abort();
     // The state the server ended with.
-    let check = UdpSocket::bind("127.0.3.2:0").await?;
+    let check = bind(SocketAddr::from(([127, 0, 3, 2], 0)))?;
     check.connect(args.server).await?;
     let mut buf = vec![0u8; 2048];
     let asked = Instant::now();
@@ -714,7 +738,7 @@ async fn upload_flood(args: &Args) -> std::io::Result<()> {
     for i in 0..args.ips {
         for _ in 0..10 {
             let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + i as u8));
-            let s = UdpSocket::bind(SocketAddr::new(ip, 0)).await?;
+            let s = bind(SocketAddr::new(ip, 0))?;
             s.connect(args.server).await?;
             sockets.push(s);
         }
