@@ -234,7 +234,7 @@ async fn observer_group(
                         mid = mid.wrapping_add(1);
                         let mut r = request(Code::GET, mid, &token, &args.path);
                         r.options.set_uint(opt::OBSERVE, 0);
-                        r.options.set(opt::ECHO, echo.to_vec());
+                        r.options.set(opt::ECHO, echo);
                         let _ = group.socket.send(&codec::encode(&r)).await;
                     }
                     continue;
@@ -751,7 +751,7 @@ async fn upload_flood(args: &Args) -> std::io::Result<()> {
         let tag = (n as u32).to_be_bytes();
         let mut r = request(Code::PUT, n as u16, &tag, "/upload");
         r.options.set_uint(opt::BLOCK1, 0x0e); // NUM 0, more, 1024 bytes
-        r.options.set(opt::REQUEST_TAG, tag.to_vec());
+        r.options.set(opt::REQUEST_TAG, tag);
         r.payload = vec![b'u'; 1024];
         s.send(&codec::encode(&r)).await?;
         let answer = tokio::time::timeout(Duration::from_secs(2), s.recv(&mut buf)).await;

@@ -312,8 +312,7 @@ async fn one_address_cannot_block_uploads_for_everyone() {
             let token = Token::new(&tag.to_be_bytes()).unwrap();
             raw.send(Code::PUT, &token, "/upload", |m| {
                 m.options.set_uint(opt::BLOCK1, 0x0a); // NUM 0, more, 64 bytes
-                m.options
-                    .set(opt::REQUEST_TAG, [port as u8, tag as u8].to_vec());
+                m.options.set(opt::REQUEST_TAG, [port as u8, tag as u8]);
                 m.payload = vec![b'x'; 64];
             })
             .await;

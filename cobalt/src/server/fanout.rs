@@ -56,7 +56,7 @@ pub(crate) fn notification_key(request: &Message) -> Vec<u8> {
         }
         k.extend_from_slice(&o.number.to_be_bytes());
         k.extend_from_slice(&(o.value.len() as u32).to_be_bytes());
-        k.extend_from_slice(&o.value);
+        k.extend_from_slice(o.value);
     }
     k.push(0xff);
     k.extend_from_slice(&request.payload);

@@ -809,7 +809,7 @@ mod tests {
 
     fn start(u: &mut Uploads, now: Instant, from: SocketAddr, tag: u16) -> Code {
         let (mut m, b) = put(0, true, 0, &[7; 16]);
-        m.options.set(opt::REQUEST_TAG, tag.to_be_bytes().to_vec());
+        m.options.set(opt::REQUEST_TAG, tag.to_be_bytes());
         match u.handle(now, from, &m, b) {
             UploadStep::Continue(r) | UploadStep::Reject(r) => r.code,
             UploadStep::Complete { .. } => Code::CHANGED,
@@ -837,7 +837,7 @@ mod tests {
         let legit: SocketAddr = "198.51.100.7:5683".parse().unwrap();
         assert_eq!(start(&mut u, now, legit, 1), Code::CONTINUE);
         let (mut m, b) = put(1, false, 0, b"end");
-        m.options.set(opt::REQUEST_TAG, 1u16.to_be_bytes().to_vec());
+        m.options.set(opt::REQUEST_TAG, 1u16.to_be_bytes());
         match u.handle(now, legit, &m, b) {
             UploadStep::Complete { body, .. } => assert_eq!(body.len(), 19),
             other => panic!("{other:?}"),
