@@ -10,9 +10,9 @@ use crate::retx::{analyse, Pkt};
 use crate::sim_run::{CLIENT_IP, SERVER};
 use crate::workload::{client_config, plan, Next, UdpClient, PATH};
 use cobalt::proto::tcp_connection::TcpConfig;
-use cobalt::server::{get, Response, ServerLimits};
+use cobalt::server::{get, Response};
 use cobalt::transport::tcp::TcpServerLimits;
-use cobalt::{Client, Code, EndpointConfig, Server};
+use cobalt::{Client, Code, Server};
 use cobalt_linkem::emulator::{set_realtime, Config, DirectionReport, Emulator};
 use cobalt_linkem::log::parse_line;
 use cobalt_proto::endpoint::Endpoint;
@@ -73,8 +73,7 @@ fn tcp_config() -> TcpConfig {
 }
 
 /// Starts Cobalt's server in the server namespace: UDP and coap+tcp on port 5683, one
-/// shard, no amplification limit (the paper's server has none, and a 7-byte GET would
-/// otherwise get its 60-byte answer in 16-byte blocks). Returns a sender that stops it.
+/// shard, [`crate::sim_run::server_config`]. Returns a sender that stops it.
 fn start_server(
     emu: &Emulator,
 ) -> io::Result<(mpsc::Sender<()>, std::thread::JoinHandle<io::Result<()>>)> {
@@ -87,10 +86,6 @@ fn start_server(
             .enable_all()
             .build()?;
         rt.block_on(async move {
-            let limits = ServerLimits {
-                amplification_factor: 0,
-                ..ServerLimits::default()
-            };
             let tcp_limits = TcpServerLimits {
                 connection: tcp_config(),
                 write_timeout: Duration::from_secs(3600),
@@ -102,8 +97,7 @@ fn start_server(
                     &format!("/{PATH}"),
                     get(|| async { Response::content(vec![b'x'; PAYLOAD]) }),
                 )
-                .config(EndpointConfig::default())
-                .limits(limits)
+                .config(crate::sim_run::server_config())
                 .tcp(SERVER)
                 .tcp_limits(tcp_limits)
                 .shards(1)

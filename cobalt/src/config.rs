@@ -81,19 +81,34 @@ pub struct EndpointSection {
     /// Client wait for NON or separate responses; `None` (`"auto"`) derives it.
     #[serde(with = "auto_duration")]
     pub response_timeout: Option<Duration>,
-    /// Bound on deduplication entries.
-    pub max_dedup_entries: usize,
+    /// Messages remembered per peer for deduplication.
+    pub dedup_per_peer: usize,
+    /// Bytes the deduplication store may hold.
+    pub max_dedup_bytes: usize,
     /// Bound on requests being handled at once.
     pub max_server_exchanges: usize,
+    /// Bound on requests in progress per peer (IP and port).
+    pub max_exchanges_per_peer: usize,
+    /// Bound on requests in progress per IP address.
+    pub max_exchanges_per_ip: usize,
     /// Bound on outstanding client requests.
     pub max_client_exchanges: usize,
     /// Token length in bytes.
     pub token_len: usize,
-    /// Skip deduplication state for GET.
-    pub dedup_skip_idempotent: bool,
-    /// Max-Age (s) on overload 5.03 answers.
+    /// Keep no answers of safe requests for duplicates.
+    pub dedup_rerun_safe: bool,
+    /// Max-Age (s) on 5.03 and 4.29 answers.
     pub overload_max_age: u32,
-    /// Retransmission-timeout algorithm (`default`, `cocoa`, `cocoa-strong`, `fasor`, `karn`).
+    /// Amplification limit for unverified peers (RFC 9175); 0: off.
+    pub amplification_factor: usize,
+    /// How long a verified address stays verified.
+    #[serde(with = "duration")]
+    pub verified_lifetime: Duration,
+    /// Verified addresses remembered.
+    pub max_verified_peers: usize,
+    /// Address verifications in progress.
+    pub max_address_probes: usize,
+    /// Retransmission-timeout algorithm (`default`, `cocoa`, `cocoa-strong`, `fasor`, `fasor-k`, `karn`).
     #[serde(with = "algorithm")]
     pub congestion_control: Algorithm,
     /// Bound on peers with congestion state.
@@ -117,12 +132,19 @@ impl From<&EndpointConfig> for EndpointSection {
             processing_delay: c.processing_delay,
             separate_ack_delay: c.separate_ack_delay,
             response_timeout: c.response_timeout,
-            max_dedup_entries: c.max_dedup_entries,
+            dedup_per_peer: c.dedup_per_peer,
+            max_dedup_bytes: c.max_dedup_bytes,
             max_server_exchanges: c.max_server_exchanges,
+            max_exchanges_per_peer: c.max_exchanges_per_peer,
+            max_exchanges_per_ip: c.max_exchanges_per_ip,
             max_client_exchanges: c.max_client_exchanges,
             token_len: c.token_len,
-            dedup_skip_idempotent: c.dedup_skip_idempotent,
+            dedup_rerun_safe: c.dedup_rerun_safe,
             overload_max_age: c.overload_max_age,
+            amplification_factor: c.amplification_factor,
+            verified_lifetime: c.verified_lifetime,
+            max_verified_peers: c.max_verified_peers,
+            max_address_probes: c.max_address_probes,
             congestion_control: c.congestion_control,
             max_congestion_peers: c.max_congestion_peers,
         }
@@ -140,39 +162,62 @@ impl From<&EndpointSection> for EndpointConfig {
             processing_delay: s.processing_delay,
             separate_ack_delay: s.separate_ack_delay,
             response_timeout: s.response_timeout,
-            max_dedup_entries: s.max_dedup_entries,
+            dedup_per_peer: s.dedup_per_peer,
+            max_dedup_bytes: s.max_dedup_bytes,
             max_server_exchanges: s.max_server_exchanges,
+            max_exchanges_per_peer: s.max_exchanges_per_peer,
+            max_exchanges_per_ip: s.max_exchanges_per_ip,
             max_client_exchanges: s.max_client_exchanges,
             token_len: s.token_len,
-            dedup_skip_idempotent: s.dedup_skip_idempotent,
+            dedup_rerun_safe: s.dedup_rerun_safe,
             overload_max_age: s.overload_max_age,
+            amplification_factor: s.amplification_factor,
+            verified_lifetime: s.verified_lifetime,
+            max_verified_peers: s.max_verified_peers,
+            max_address_probes: s.max_address_probes,
             congestion_control: s.congestion_control,
             max_congestion_peers: s.max_congestion_peers,
         }
     }
 }
 
-/// `[limits]`: the fields of [`ServerLimits`].
+/// `[limits]`: the fields of [`ServerLimits`] (see there for the defaults).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsSection {
-    /// Observers over all resources and shards.
+    /// Observe relations over all resources, shards and connections.
     pub max_observers: usize,
+    /// Observe relations one client IP address may hold.
+    pub max_observers_per_ip: usize,
     /// Every this many notifications one is confirmable.
     pub observe_con_every: u32,
     /// A confirmable notification at least this often.
     #[serde(with = "duration")]
     pub observe_con_interval: Duration,
+    /// Least time between two notifications to one observer over UDP.
+    #[serde(with = "duration")]
+    pub observe_min_interval: Duration,
+    /// Observers a UDP shard notifies per turn of its loop.
+    pub observe_batch: usize,
     /// Largest request body reassembled from Block1 blocks (bytes).
     pub max_body: usize,
-    /// Block1 uploads in progress per shard.
+    /// Block1 uploads in progress per shard or listener.
     pub max_uploads: usize,
-    /// Bytes all uploads of one shard may hold together.
+    /// Uploads in progress one client IP address may hold per shard or listener.
+    pub max_uploads_per_ip: usize,
+    /// Uploads in progress one client address and port may hold.
+    pub max_uploads_per_peer: usize,
+    /// Bytes all uploads of one shard or listener may hold together.
     pub max_upload_memory: usize,
+    /// Bytes the uploads of one client IP address may hold per shard or listener.
+    pub max_upload_memory_per_ip: usize,
+    /// An upload with no block for this long is dropped.
+    #[serde(with = "duration")]
+    pub upload_idle_timeout: Duration,
+    /// Max-Age (s) of 4.29 and 5.03 answers when a bound of this section is reached.
+    pub refusal_max_age: u32,
     /// Block size exponent of responses (0–6).
     pub block_szx: u8,
-    /// Amplification limit for unverified peers (RFC 9175 Echo); 0: off.
-    pub amplification_factor: usize,
 }
 
 impl Default for LimitsSection {
@@ -185,13 +230,20 @@ impl From<&ServerLimits> for LimitsSection {
     fn from(l: &ServerLimits) -> Self {
         LimitsSection {
             max_observers: l.max_observers,
+            max_observers_per_ip: l.max_observers_per_ip,
             observe_con_every: l.observe_con_every,
             observe_con_interval: l.observe_con_interval,
+            observe_min_interval: l.observe_min_interval,
+            observe_batch: l.observe_batch,
             max_body: l.max_body,
             max_uploads: l.max_uploads,
+            max_uploads_per_ip: l.max_uploads_per_ip,
+            max_uploads_per_peer: l.max_uploads_per_peer,
             max_upload_memory: l.max_upload_memory,
+            max_upload_memory_per_ip: l.max_upload_memory_per_ip,
+            upload_idle_timeout: l.upload_idle_timeout,
+            refusal_max_age: l.refusal_max_age,
             block_szx: l.block_szx,
-            amplification_factor: l.amplification_factor,
         }
     }
 }
@@ -200,13 +252,20 @@ impl From<&LimitsSection> for ServerLimits {
     fn from(s: &LimitsSection) -> Self {
         ServerLimits {
             max_observers: s.max_observers,
+            max_observers_per_ip: s.max_observers_per_ip,
             observe_con_every: s.observe_con_every,
             observe_con_interval: s.observe_con_interval,
+            observe_min_interval: s.observe_min_interval,
+            observe_batch: s.observe_batch,
             max_body: s.max_body,
             max_uploads: s.max_uploads,
+            max_uploads_per_ip: s.max_uploads_per_ip,
+            max_uploads_per_peer: s.max_uploads_per_peer,
             max_upload_memory: s.max_upload_memory,
+            max_upload_memory_per_ip: s.max_upload_memory_per_ip,
+            upload_idle_timeout: s.upload_idle_timeout,
+            refusal_max_age: s.refusal_max_age,
             block_szx: s.block_szx,
-            amplification_factor: s.amplification_factor,
         }
     }
 }
@@ -497,22 +556,36 @@ const KEYS: &[KeyDoc] = &[
     k("endpoint", "processing_delay", "Time a receiver needs to answer a CON (PROCESSING_DELAY).", "0s to 600s"),
     k("endpoint", "separate_ack_delay", "A handler slower than this gets an empty ACK; its answer follows as a separate response.", "0s to 600s"),
     k("endpoint", "response_timeout", "Client wait for a NON response or a separate response; \"auto\": NON_LIFETIME resp. EXCHANGE_LIFETIME.", "\"auto\" or 1ms to 24h"),
-    k("endpoint", "max_dedup_entries", "Bound on deduplication entries; at the bound new requests get 5.03 with Max-Age.", "at least 1"),
-    k("endpoint", "max_server_exchanges", "Bound on requests being handled at once; at the bound new requests get 5.03.", "at least 1"),
+    k("endpoint", "dedup_per_peer", "Messages remembered per peer (IP address and port) for deduplication: its last this many, each for EXCHANGE_LIFETIME. A duplicate older than that is processed again.", "1 to 1024"),
+    k("endpoint", "max_dedup_bytes", "Bytes the deduplication store of one shard may hold (answers plus 160 bytes per message); near it the busiest peers keep only their last two messages, at it the oldest go. Nobody is refused for it.", "at least 65536"),
+    k("endpoint", "max_server_exchanges", "Requests being handled at once per shard; at the bound an IP address that already has requests in progress gets 5.03 with Max-Age, one with none still gets in (up to an eighth more).", "at least 1"),
+    k("endpoint", "max_exchanges_per_peer", "Requests in progress per peer (IP address and port); beyond it 4.29 Too Many Requests with Max-Age.", "at least 1"),
+    k("endpoint", "max_exchanges_per_ip", "Requests in progress per IP address, over all its ports; beyond it 4.29 with Max-Age.", "at least 1"),
     k("endpoint", "max_client_exchanges", "Bound on client requests outstanding or queued.", "at least 1"),
     k("endpoint", "token_len", "Length of generated tokens in bytes.", "1 to 8"),
-    k("endpoint", "dedup_skip_idempotent", "Store no deduplication state for GET (a duplicate GET runs the handler again, RFC 7252 §4.5).", "true or false"),
-    k("endpoint", "overload_max_age", "Max-Age (seconds) on 5.03 answers given under overload.", "0 to 4294967295"),
-    k("endpoint", "congestion_control", "Retransmission timeouts of confirmable messages: \"default\" (RFC 7252: 2-3 s, doubled per retransmission), \"cocoa\" (draft-ietf-core-cocoa-03 RTT estimation), \"cocoa-strong\" (CoCoA without ambiguous samples), \"fasor\" (draft-ietf-core-fasor-02) or \"karn\" (RFC 6298 with Karn's retention of a backed-off timer, as TCP). See bench/congestion/ for the study behind the choice.", "default, cocoa, cocoa-strong, fasor, karn"),
+    k("endpoint", "dedup_rerun_safe", "Keep no answers of safe requests (GET, FETCH): a duplicate arriving after the answer runs the handler again (RFC 7252 §4.5); false keeps them like other methods' answers.", "true or false"),
+    k("endpoint", "overload_max_age", "Max-Age (seconds) on 5.03 and 4.29 answers given when a bound is reached.", "0 to 4294967295"),
+    k("endpoint", "amplification_factor", "Until a peer's address is verified it gets at most this many times the bytes of its request, and no notifications (RFC 9175 §2.4); more waits for one verification round trip (a CoAP ping the peer answers with RST). 0: off. DTLS peers are verified by the handshake.", "0 to 1000"),
+    k("endpoint", "verified_lifetime", "How long a verified address stays verified after its last proof (RST to a ping, ACK, valid Echo).", "1s to 24h"),
+    k("endpoint", "max_verified_peers", "Verified addresses remembered per shard; beyond it those verified longest ago verify again.", "at least 1"),
+    k("endpoint", "max_address_probes", "Address verifications in progress per shard; beyond it an answer that needs one becomes 4.01 with Echo.", "at least 1"),
+    k("endpoint", "congestion_control", "Retransmission timeouts of confirmable messages: \"default\" (RFC 7252: 2-3 s, doubled per retransmission), \"cocoa\" (draft-ietf-core-cocoa-03 RTT estimation), \"cocoa-strong\" (CoCoA without ambiguous samples), \"fasor\" (draft-ietf-core-fasor-02), \"fasor-k\" (FASOR keeping the backed-off timer until an unambiguous sample, as TCP does; the default) or \"karn\" (RFC 6298 with Karn's retention). See bench/congestion/ for the study behind the choice.", "default, cocoa, cocoa-strong, fasor, fasor-k, karn"),
     k("endpoint", "max_congestion_peers", "Bound on peers with congestion state (RTO estimates, NON pacing), kept at least 255 s after last use; beyond it new peers run on fresh state that is not kept.", "at least 1"),
-    k("limits", "max_observers", "Observers over all resources and shards; beyond it a GET with Observe is answered without registering.", "0 or more"),
+    k("limits", "max_observers", "Observe relations over all resources, shards and connections; near it, registrations from addresses holding at least what is still free get 5.03 with Max-Age (others keep registering).", "0 or more"),
+    k("limits", "max_observers_per_ip", "Observe relations one client IP address may hold over every transport; beyond it a registration gets 4.29 with Max-Age.", "1 to 100000000"),
     k("limits", "observe_con_every", "Every this many notifications one is confirmable (RFC 7641 §4.5).", "1 to 1000000"),
     k("limits", "observe_con_interval", "A confirmable notification at least this often.", "1s to 30d"),
+    k("limits", "observe_min_interval", "Least time between two notifications to one observer over UDP; changes in between are coalesced into one notification of the latest state (RFC 7641 §4.5.1). 0: no pacing beyond holding notifications while a confirmable one is unacknowledged.", "0s to 1h"),
+    k("limits", "observe_batch", "Observers a UDP shard notifies per turn of its loop before it reads its socket again.", "1 to 65536"),
     k("limits", "max_body", "Largest request body reassembled from Block1 blocks, in bytes; larger uploads get 4.13.", "1 to 1073741824"),
-    k("limits", "max_uploads", "Block1 uploads in progress per shard; beyond it 5.03.", "0 or more"),
-    k("limits", "max_upload_memory", "Bytes the uploads in progress of one shard may hold together; beyond it 5.03.", "1024 to 68719476736"),
+    k("limits", "max_uploads", "Block1 uploads in progress per shard (UDP) or listener (TCP, TLS, WebSockets); near it, addresses holding at least what is still free get 5.03 with Max-Age, and at it the heaviest address's oldest upload makes room for an address holding less.", "0 or more"),
+    k("limits", "max_uploads_per_ip", "Uploads in progress one client IP address may hold per shard or listener; beyond it 4.29 with Max-Age.", "1 to 1000000"),
+    k("limits", "max_uploads_per_peer", "Uploads in progress one client address and port may hold per shard or listener; beyond it 4.29 with Max-Age.", "1 to limits.max_uploads_per_ip"),
+    k("limits", "max_upload_memory", "Bytes the uploads in progress (and answers kept for their Block2 follow-ups) of one shard or listener may hold together; near it, addresses holding at least what is still free get 5.03 with Max-Age.", "1024 to 68719476736"),
+    k("limits", "max_upload_memory_per_ip", "Bytes the uploads in progress of one client IP address may hold per shard or listener; beyond it 4.29 with Max-Age.", "limits.max_body to limits.max_upload_memory"),
+    k("limits", "upload_idle_timeout", "An upload that receives no block for this long is dropped, on a timer of its own (looked for every quarter of it); its next block gets 4.08.", "1s to 1h"),
+    k("limits", "refusal_max_age", "Max-Age (seconds) of the 4.29 and 5.03 answers given when a bound of this section is reached.", "0 to 86400"),
     k("limits", "block_szx", "Block size exponent of responses: block size 2^(4+szx) bytes.", "0 to 6 (16 to 1024 bytes)"),
-    k("limits", "amplification_factor", "An unverified peer gets at most this many times its request's bytes in the answer to a GET or FETCH; larger answers go in smaller blocks or need an Echo round trip (RFC 9175). Default 3; 0: off.", "0 to 1000"),
     k("runtime", "shards", "Shards: threads with their own SO_REUSEPORT socket; 0: one per core.", "0 to 1024"),
     k("runtime", "recv_batch", "Datagrams read per wake-up of a shard before timers and commands get a turn (rounded up to whole recvmmsg batches of 64).", "1 to 4096"),
     k("runtime", "socket_recv_buffer", "SO_RCVBUF asked for each shard socket, in bytes (the kernel may cap it); 0: kernel default.", "0 to 1073741824"),
@@ -601,13 +674,49 @@ impl Config {
                 "limits",
                 "observe_con_interval",
             ),
-            ((1..=1 << 30).contains(&l.max_body), "limits", "max_body"),
-            (l.block_szx <= 6, "limits", "block_szx"),
             (
-                l.amplification_factor <= 1000,
+                (1..=100_000_000).contains(&l.max_observers_per_ip),
                 "limits",
-                "amplification_factor",
+                "max_observers_per_ip",
             ),
+            (
+                l.observe_min_interval <= Duration::from_secs(3600),
+                "limits",
+                "observe_min_interval",
+            ),
+            (
+                (1..=65_536).contains(&l.observe_batch),
+                "limits",
+                "observe_batch",
+            ),
+            ((1..=1 << 30).contains(&l.max_body), "limits", "max_body"),
+            (
+                (1..=1_000_000).contains(&l.max_uploads_per_ip),
+                "limits",
+                "max_uploads_per_ip",
+            ),
+            (
+                (1..=l.max_uploads_per_ip).contains(&l.max_uploads_per_peer),
+                "limits",
+                "max_uploads_per_peer",
+            ),
+            (
+                (1024..=64 << 30).contains(&l.max_upload_memory),
+                "limits",
+                "max_upload_memory",
+            ),
+            (
+                (l.max_body..=l.max_upload_memory).contains(&l.max_upload_memory_per_ip),
+                "limits",
+                "max_upload_memory_per_ip",
+            ),
+            (
+                secs(l.upload_idle_timeout, 1, 3600),
+                "limits",
+                "upload_idle_timeout",
+            ),
+            (l.refusal_max_age <= 86_400, "limits", "refusal_max_age"),
+            (l.block_szx <= 6, "limits", "block_szx"),
             (r.shards <= 1024, "runtime", "shards"),
             ((1..=4096).contains(&r.recv_batch), "runtime", "recv_batch"),
             (

@@ -22,119 +22,151 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// The values of one shard at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ShardSnapshot {
+/// Declares the per-shard values once: the [`ShardSnapshot`] struct, its field count
+/// and its conversion to and from the array of atomics a shard publishes into.
+macro_rules! shard_values {
+    ($( $(#[doc = $doc:literal])+ $field:ident, )*) => {
+        /// The values of one shard at one moment.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct ShardSnapshot {
+            $( $(#[doc = $doc])+ pub $field: u64, )*
+        }
+
+        const FIELDS: usize = [$(stringify!($field)),*].len();
+
+        impl ShardSnapshot {
+            fn to_array(self) -> [u64; FIELDS] {
+                [$(self.$field),*]
+            }
+
+            fn from_array(a: [u64; FIELDS]) -> ShardSnapshot {
+                let mut values = a.into_iter();
+                ShardSnapshot { $($field: values.next().unwrap_or(0)),* }
+            }
+        }
+    };
+}
+
+shard_values! {
     /// Datagrams received.
-    pub datagrams_in: u64,
+    datagrams_in,
     /// Datagrams sent.
-    pub datagrams_out: u64,
+    datagrams_out,
     /// New requests handed to a handler.
-    pub requests: u64,
+    requests,
     /// Responses and notifications sent with a 2.xx code.
-    pub responses_2xx: u64,
+    responses_2xx,
     /// Responses and notifications sent with a 4.xx code.
-    pub responses_4xx: u64,
+    responses_4xx,
     /// Responses and notifications sent with a 5.xx code.
-    pub responses_5xx: u64,
+    responses_5xx,
     /// Confirmable messages retransmitted.
-    pub retransmissions: u64,
+    retransmissions,
     /// Duplicate messages recognised by deduplication.
-    pub duplicates: u64,
+    duplicates,
     /// Undecodable datagrams (dropped, or answered with RST when confirmable).
-    pub format_errors: u64,
+    format_errors,
     /// Requests answered 4.02 Bad Option.
-    pub bad_options: u64,
-    /// Requests answered 5.03 because a bound was reached.
-    pub overload_rejections: u64,
+    bad_options,
+    /// Requests answered 5.03 because the total bound on requests in progress was reached.
+    overload_rejections,
+    /// Requests answered 4.29 because their peer or address had too many in progress.
+    busy_rejections,
     /// ACKs, RSTs and responses that matched nothing (dropped).
-    pub unmatched: u64,
+    unmatched,
     /// RSTs sent.
-    pub resets_sent: u64,
+    resets_sent,
     /// Deduplication entries held (gauge).
-    pub dedup_entries: u64,
+    dedup_entries,
+    /// Bytes held by the deduplication store (gauge).
+    dedup_bytes,
+    /// Deduplication entries dropped before their lifetime ended.
+    dedup_evictions,
+    /// Answers and notifications held back for an address verification.
+    parked,
+    /// Address-verification pings sent.
+    probes_sent,
+    /// Addresses verified while answers waited.
+    addresses_verified,
+    /// Address verifications that got no answer.
+    probes_failed,
+    /// Answers and notifications withheld because an address was never verified.
+    unverified,
+    /// Address verifications in progress (gauge).
+    address_probes,
+    /// Verified addresses remembered (gauge).
+    verified_peers,
     /// Requests being handled (gauge).
-    pub server_exchanges: u64,
+    server_exchanges,
     /// Observe relations (gauge).
-    pub observers: u64,
+    observers,
     /// Peers with per-peer state (gauge).
-    pub peers: u64,
+    peers,
     /// DTLS HelloVerifyRequests sent (cookie exchanges started).
-    pub dtls_hello_verify_sent: u64,
+    dtls_hello_verify_sent,
     /// DTLS handshakes completed.
-    pub dtls_handshakes: u64,
+    dtls_handshakes,
     /// DTLS handshakes that failed or timed out (wrong key, untrusted certificate, ...).
-    pub dtls_handshake_failures: u64,
+    dtls_handshake_failures,
     /// DTLS sessions evicted to make room.
-    pub dtls_evicted: u64,
+    dtls_evicted,
     /// DTLS records dropped (no session, failed decryption, garbage).
-    pub dtls_dropped: u64,
+    dtls_dropped,
+    /// GET handler runs that produced notifications (one may serve many observers).
+    notify_productions,
+    /// Notifications held back (an unacknowledged CON, or pacing) and sent later with
+    /// the state then current.
+    notify_deferred,
+    /// Observers queued for a notification (gauge).
+    notify_backlog,
+    /// Block1 uploads in progress (gauge).
+    uploads,
+    /// Bytes held by uploads in progress and kept answers (gauge).
+    upload_bytes,
+}
+
+/// Refusals and dropped state of the server role over a whole server (every shard and
+/// listener): the bounds of `[limits]` at work.
+#[derive(Debug, Default)]
+pub struct LimitCounters {
+    /// Observe registrations answered 4.29: the address holds its share.
+    pub observe_refused_peer: AtomicU64,
+    /// Observe registrations answered 5.03: the server-wide bound.
+    pub observe_refused_server: AtomicU64,
+    /// Uploads (or blocks of one) answered 4.29: the address or port holds its share.
+    pub upload_refused_peer: AtomicU64,
+    /// Uploads (or blocks of one) answered 5.03: a shard's or listener's bound.
+    pub upload_refused_server: AtomicU64,
+    /// Uploads dropped after `upload_idle_timeout` without a block.
+    pub uploads_expired: AtomicU64,
+    /// Uploads dropped at a bound to make room for an address holding less.
+    pub uploads_evicted: AtomicU64,
 }
 
 /// One shard's published values: written by the shard, read by anyone.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ShardMetrics {
     shard: usize,
     values: [AtomicU64; FIELDS],
 }
 
-const FIELDS: usize = 22;
-
-impl ShardSnapshot {
-    fn to_array(self) -> [u64; FIELDS] {
-        [
-            self.datagrams_in,
-            self.datagrams_out,
-            self.requests,
-            self.responses_2xx,
-            self.responses_4xx,
-            self.responses_5xx,
-            self.retransmissions,
-            self.duplicates,
-            self.format_errors,
-            self.bad_options,
-            self.overload_rejections,
-            self.unmatched,
-            self.resets_sent,
-            self.dedup_entries,
-            self.server_exchanges,
-            self.observers,
-            self.peers,
-            self.dtls_hello_verify_sent,
-            self.dtls_handshakes,
-            self.dtls_handshake_failures,
-            self.dtls_evicted,
-            self.dtls_dropped,
-        ]
-    }
-
-    fn from_array(a: [u64; FIELDS]) -> ShardSnapshot {
-        ShardSnapshot {
-            datagrams_in: a[0],
-            datagrams_out: a[1],
-            requests: a[2],
-            responses_2xx: a[3],
-            responses_4xx: a[4],
-            responses_5xx: a[5],
-            retransmissions: a[6],
-            duplicates: a[7],
-            format_errors: a[8],
-            bad_options: a[9],
-            overload_rejections: a[10],
-            unmatched: a[11],
-            resets_sent: a[12],
-            dedup_entries: a[13],
-            server_exchanges: a[14],
-            observers: a[15],
-            peers: a[16],
-            dtls_hello_verify_sent: a[17],
-            dtls_handshakes: a[18],
-            dtls_handshake_failures: a[19],
-            dtls_evicted: a[20],
-            dtls_dropped: a[21],
+impl ShardMetrics {
+    /// All zero, for shard number `shard`.
+    fn new(shard: usize) -> ShardMetrics {
+        ShardMetrics {
+            shard,
+            values: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
+}
 
+impl Default for ShardMetrics {
+    fn default() -> Self {
+        ShardMetrics::new(0)
+    }
+}
+
+impl ShardSnapshot {
     /// The snapshot of an endpoint's counters and state.
     pub fn from_endpoint(stats: &Stats, counts: StateCounts, observers: usize) -> ShardSnapshot {
         ShardSnapshot {
@@ -149,14 +181,41 @@ impl ShardSnapshot {
             format_errors: stats.format_errors,
             bad_options: stats.bad_options,
             overload_rejections: stats.overload_rejections,
+            busy_rejections: stats.busy_rejections,
             unmatched: stats.unmatched,
             resets_sent: stats.resets_sent,
             dedup_entries: counts.dedup_entries as u64,
+            dedup_bytes: counts.dedup_bytes as u64,
+            dedup_evictions: stats.dedup_evictions,
+            parked: stats.parked,
+            probes_sent: stats.probes_sent,
+            addresses_verified: stats.addresses_verified,
+            probes_failed: stats.probes_failed,
+            unverified: stats.unverified,
+            address_probes: counts.address_probes as u64,
+            verified_peers: counts.verified_peers as u64,
             server_exchanges: counts.server_exchanges as u64,
             observers: observers as u64,
             peers: counts.peers as u64,
             ..ShardSnapshot::default()
         }
+    }
+
+    /// Adds the server role's fan-out and upload figures (for server shards).
+    pub fn with_server_role(
+        mut self,
+        productions: u64,
+        deferred: u64,
+        backlog: usize,
+        uploads: usize,
+        upload_bytes: usize,
+    ) -> ShardSnapshot {
+        self.notify_productions = productions;
+        self.notify_deferred = deferred;
+        self.notify_backlog = backlog as u64;
+        self.uploads = uploads as u64;
+        self.upload_bytes = upload_bytes as u64;
+        self
     }
 
     /// Adds a DTLS layer's counters (for shards that serve `coaps://`).
@@ -237,6 +296,7 @@ impl ShardMetrics {
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
     shards: Vec<Arc<ShardMetrics>>,
+    limits: Option<Arc<LimitCounters>>,
     stages: Option<Arc<crate::runtime::StageCounters>>,
     transports: Vec<(&'static str, Arc<crate::transport::tcp::TcpCounters>)>,
 }
@@ -246,16 +306,23 @@ impl Metrics {
     pub fn new(shards: usize) -> Metrics {
         Metrics {
             shards: (0..shards)
-                .map(|shard| {
-                    Arc::new(ShardMetrics {
-                        shard,
-                        values: Default::default(),
-                    })
-                })
+                .map(|shard| Arc::new(ShardMetrics::new(shard)))
                 .collect(),
+            limits: None,
             stages: None,
             transports: Vec::new(),
         }
+    }
+
+    /// Also reports the server role's refusals and dropped uploads.
+    pub(crate) fn with_limits(mut self, counters: Arc<LimitCounters>) -> Metrics {
+        self.limits = Some(counters);
+        self
+    }
+
+    /// The server role's refusals and dropped uploads, if reported.
+    pub fn limits(&self) -> Option<&LimitCounters> {
+        self.limits.as_deref()
     }
 
     /// Also reports a TCP or WebSocket listener's counters under `transport="name"`.
@@ -300,8 +367,53 @@ impl Metrics {
                 "# HELP cobalt_stage_overload_total Datagrams refused by the receiver stage because a worker queue was full (CON requests answered 5.03).\n# TYPE cobalt_stage_overload_total counter\ncobalt_stage_overload_total {n}"
             );
         }
+        if let Some(l) = &self.limits {
+            render_limits(&mut out, l);
+        }
         render_transports(&mut out, &self.transports);
         out
+    }
+}
+
+/// The server role's refusals and dropped uploads.
+fn render_limits(out: &mut String, l: &LimitCounters) {
+    let v = |c: &AtomicU64| c.load(Relaxed);
+    let refusals = [
+        (
+            "cobalt_observe_refused_total",
+            "Observe registrations refused: 4.29 (reason=\"peer\": the address holds max_observers_per_ip) or 5.03 (reason=\"server\": near max_observers).",
+            v(&l.observe_refused_peer),
+            v(&l.observe_refused_server),
+        ),
+        (
+            "cobalt_upload_refused_total",
+            "Uploads or blocks refused: 4.29 (reason=\"peer\": the address or port holds its share) or 5.03 (reason=\"server\": near a shard's or listener's bound).",
+            v(&l.upload_refused_peer),
+            v(&l.upload_refused_server),
+        ),
+    ];
+    for (name, help, peer, server) in refusals {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{reason=\"peer\"}} {peer}\n{name}{{reason=\"server\"}} {server}"
+        );
+    }
+    for (name, help, value) in [
+        (
+            "cobalt_uploads_expired_total",
+            "Uploads dropped after upload_idle_timeout without a block.",
+            v(&l.uploads_expired),
+        ),
+        (
+            "cobalt_uploads_evicted_total",
+            "Uploads dropped at a bound to make room for an address holding less.",
+            v(&l.uploads_evicted),
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
     }
 }
 
@@ -375,9 +487,15 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "cobalt_overload_rejections_total",
-        help: "Requests answered 5.03 Service Unavailable because a state bound was reached.",
+        help: "Requests answered 5.03 Service Unavailable because the total bound on requests in progress was reached (only addresses with requests in progress are refused).",
         kind: Kind::Counter,
         series: &[(None, |s| s.overload_rejections)],
+    },
+    Family {
+        name: "cobalt_busy_rejections_total",
+        help: "Requests answered 4.29 Too Many Requests because their peer (IP and port) or IP address had too many requests in progress.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.busy_rejections)],
     },
     Family {
         name: "cobalt_resets_sent_total",
@@ -399,9 +517,45 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "cobalt_dedup_entries",
-        help: "Deduplication entries held.",
+        help: "Deduplication entries held (including requests in progress).",
         kind: Kind::Gauge,
         series: &[(None, |s| s.dedup_entries)],
+    },
+    Family {
+        name: "cobalt_dedup_bytes",
+        help: "Bytes held by the deduplication store (bounded by endpoint.max_dedup_bytes).",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.dedup_bytes)],
+    },
+    Family {
+        name: "cobalt_dedup_evictions_total",
+        help: "Deduplication entries dropped before EXCHANGE_LIFETIME: from a peer's full window or at the byte bound.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dedup_evictions)],
+    },
+    Family {
+        name: "cobalt_address_validation_total",
+        help: "Address validation against amplification (RFC 9175 §2.4): answers held back, pings sent, addresses verified, verifications failed, answers withheld.",
+        kind: Kind::Counter,
+        series: &[
+            (Some(("event", "parked")), |s| s.parked),
+            (Some(("event", "ping")), |s| s.probes_sent),
+            (Some(("event", "verified")), |s| s.addresses_verified),
+            (Some(("event", "failed")), |s| s.probes_failed),
+            (Some(("event", "withheld")), |s| s.unverified),
+        ],
+    },
+    Family {
+        name: "cobalt_address_probes",
+        help: "Address verifications in progress.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.address_probes)],
+    },
+    Family {
+        name: "cobalt_verified_peers",
+        help: "Verified addresses remembered.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.verified_peers)],
     },
     Family {
         name: "cobalt_server_exchanges",
@@ -420,6 +574,36 @@ const FAMILIES: &[Family] = &[
         help: "Peers with per-peer state (message ID counter, NSTART queue).",
         kind: Kind::Gauge,
         series: &[(None, |s| s.peers)],
+    },
+    Family {
+        name: "cobalt_notify_productions_total",
+        help: "GET handler runs that produced notifications (one run serves every observer that registered the same request, unless the handler reads the peer).",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.notify_productions)],
+    },
+    Family {
+        name: "cobalt_notify_deferred_total",
+        help: "Notifications held back while the observer's confirmable one was unacknowledged or its pacing interval ran, then sent with the state current then.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.notify_deferred)],
+    },
+    Family {
+        name: "cobalt_notify_backlog",
+        help: "Observers queued for a notification (worked off observe_batch per turn of the shard's loop).",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.notify_backlog)],
+    },
+    Family {
+        name: "cobalt_uploads",
+        help: "Block1 uploads in progress.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.uploads)],
+    },
+    Family {
+        name: "cobalt_upload_bytes",
+        help: "Bytes held by uploads in progress and by answers kept for their Block2 follow-ups.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.upload_bytes)],
     },
     Family {
         name: "cobalt_dtls_hello_verify_sent_total",

@@ -69,8 +69,11 @@ mod tests {
     #[test]
     fn cocoa_paces_non_notifications_and_keeps_two_of_sixteen_confirmable() {
         let t0 = Instant::now();
+        // The peer counts as verified (no amplification limit) so that notifications
+        // go out at once.
         let config = EndpointConfig {
             congestion_control: Algorithm::Cocoa,
+            amplification_factor: 0,
             ..EndpointConfig::default()
         };
         let mut ep = Endpoint::with_seed(config, t0, 7);
@@ -109,6 +112,7 @@ mod tests {
         let t0 = Instant::now();
         let config = EndpointConfig {
             congestion_control: Algorithm::Default,
+            amplification_factor: 0,
             ..EndpointConfig::default()
         };
         let mut ep = Endpoint::with_seed(config, t0, 7);

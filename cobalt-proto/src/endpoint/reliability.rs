@@ -65,6 +65,7 @@ impl Endpoint {
                 owner,
                 attempt,
                 next_at,
+                budget: None,
             },
         );
         self.timers.arm(next_at, Timer::Retransmit(peer, mid));
@@ -88,7 +89,11 @@ impl Endpoint {
         // Algorithms with long or retained timers give up sooner instead.
         let in_span =
             now.saturating_duration_since(p.attempt.first_sent) <= self.config.max_transmit_span();
-        if p.attempt.retransmissions < self.config.max_retransmit && in_span {
+        let affordable = p.budget.is_none_or(|b| b >= p.bytes.len());
+        if p.attempt.retransmissions < self.config.max_retransmit && in_span && affordable {
+            if let Some(b) = &mut p.budget {
+                *b -= p.bytes.len();
+            }
             self.congestion.backoff(now, peer, &mut p.attempt);
             p.next_at = now + p.attempt.timeout;
             let (next_at, bytes) = (p.next_at, p.bytes.clone());
@@ -116,7 +121,17 @@ impl Endpoint {
         }
     }
 
+    /// Limits the retransmissions of a confirmable message to `budget` bytes.
+    pub(super) fn limit_retransmissions(&mut self, peer: SocketAddr, mid: u16, budget: usize) {
+        if let Some(p) = self.pending.get_mut(&(peer, mid)) {
+            p.budget = Some(budget);
+        }
+    }
+
     pub(super) fn handle_reset(&mut self, now: Instant, peer: SocketAddr, mid: u16) {
+        if self.probe_answered(now, peer, mid) {
+            return;
+        }
         // An RST answers the message: the peer got it, so its RTT is a sample.
         let Some(p) = self.finish_pending(now, peer, mid, true) else {
             // Possibly the answer to a NON notification: the application knows.
@@ -124,6 +139,8 @@ impl Endpoint {
             self.events.push_back(Event::UnmatchedReset { peer, mid });
             return;
         };
+        // The RST proves that the peer receives at its address.
+        self.verified(now, peer);
         match p.owner {
             Owner::Client(id) => self.fail_client(now, id, Event::Reset { id }),
             Owner::Server(id) => self.events.push_back(Event::ResponseFailed {
@@ -327,9 +344,12 @@ mod tests {
     #[test]
     fn an_address_flood_neither_grows_congestion_state_nor_erases_a_known_peers() {
         let t0 = Instant::now();
+        // Without the amplification limit, so that CON notifications go to every
+        // address at once (with it, unverified addresses would get none at all).
         let config = EndpointConfig {
             congestion_control: Algorithm::Cocoa,
             max_congestion_peers: 8,
+            amplification_factor: 0,
             ..EndpointConfig::default()
         };
         let mut server = Endpoint::with_seed(config, t0, 3);

@@ -28,6 +28,8 @@ pub(crate) enum Timer {
     MidsFree(SocketAddr),
     /// The NON rate allows the next held notification to this peer.
     NonPacer(SocketAddr),
+    /// Send the address-verification ping with this MID again, or give up.
+    Probe(SocketAddr, u16),
 }
 
 /// Deadlines in time order.

@@ -65,7 +65,7 @@ fn a_changed_config_renders_and_parses_back() {
     c.endpoint.ack_timeout = Duration::from_millis(1500);
     c.endpoint.ack_random_factor = 1.25;
     c.endpoint.response_timeout = Some(Duration::from_secs(90));
-    c.endpoint.dedup_skip_idempotent = true;
+    c.endpoint.dedup_rerun_safe = false;
     c.limits.block_szx = 2;
     c.runtime.shards = 3;
     c.server.bind = "127.0.0.1".parse().unwrap();
@@ -131,7 +131,7 @@ fn env_overrides_file_and_set_overrides_env() {
             ("COBALT_SERVER_PORT", "6001"),
             ("COBALT_SERVER_BIND", "127.0.0.1"),
             ("COBALT_LOG_LEVEL", "warn"),
-            ("COBALT_ENDPOINT_DEDUP_SKIP_IDEMPOTENT", "true"),
+            ("COBALT_ENDPOINT_DEDUP_RERUN_SAFE", "false"),
             ("COBALT_REQUIRE_PEERS", "1"),
             ("COBALT_CONFIG", "elsewhere.toml"),
             ("PATH", "/bin"),
@@ -145,7 +145,7 @@ fn env_overrides_file_and_set_overrides_env() {
         .unwrap();
     assert_eq!(c.endpoint.ack_timeout, Duration::from_secs(4));
     assert_eq!(c.endpoint.nstart, 2);
-    assert!(c.endpoint.dedup_skip_idempotent);
+    assert!(!c.endpoint.dedup_rerun_safe);
     assert_eq!(c.endpoint.response_timeout, Some(Duration::from_secs(30)));
     assert_eq!(c.server.port, 6002);
     assert_eq!(c.server.bind, "127.0.0.1".parse::<IpAddr>().unwrap());
@@ -372,4 +372,62 @@ fn congestion_control_is_set_by_name_from_every_source() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("endpoint.max_congestion_peers"), "{e}");
+}
+
+#[test]
+fn observe_and_upload_budgets_reach_the_server_limits() {
+    let c = Config::loader()
+        .toml(
+            "[limits]\nmax_observers_per_ip = 7\nobserve_min_interval = \"250ms\"\nobserve_batch = 64\n",
+            "test.toml",
+        )
+        .unwrap()
+        .env(env(&[
+            ("COBALT_LIMITS_MAX_UPLOADS_PER_IP", "9"),
+            ("COBALT_LIMITS_UPLOAD_IDLE_TIMEOUT", "90s"),
+        ]))
+        .unwrap()
+        .set("limits.max_uploads_per_peer", "3", "--set")
+        .unwrap()
+        .set_arg("limits.max_upload_memory_per_ip=2097152", "--set")
+        .unwrap()
+        .set("limits.refusal_max_age", "30", "--set")
+        .unwrap()
+        .build()
+        .unwrap();
+    let l = c.server_limits();
+    assert_eq!(l.max_observers_per_ip, 7);
+    assert_eq!(l.observe_min_interval, Duration::from_millis(250));
+    assert_eq!(l.observe_batch, 64);
+    assert_eq!((l.max_uploads_per_ip, l.max_uploads_per_peer), (9, 3));
+    assert_eq!(l.max_upload_memory_per_ip, 2 << 20);
+    assert_eq!(l.upload_idle_timeout, Duration::from_secs(90));
+    assert_eq!(l.refusal_max_age, 30);
+    for (bad, allowed) in [
+        ("limits.max_observers_per_ip=0", "1 to 100000000"),
+        ("limits.observe_batch=0", "1 to 65536"),
+        ("limits.observe_min_interval=2h", "0s to 1h"),
+        ("limits.max_uploads_per_ip=0", "1 to 1000000"),
+        (
+            "limits.max_uploads_per_peer=100",
+            "1 to limits.max_uploads_per_ip",
+        ),
+        (
+            "limits.max_upload_memory_per_ip=1000",
+            "limits.max_body to limits.max_upload_memory",
+        ),
+        ("limits.upload_idle_timeout=0", "1s to 1h"),
+        ("limits.refusal_max_age=100000", "0 to 86400"),
+    ] {
+        let e = Config::loader()
+            .set_arg(bad, "--set")
+            .unwrap()
+            .build()
+            .unwrap_err();
+        let key = bad.split_once('=').unwrap().0;
+        assert!(
+            e.to_string().contains(key) && e.to_string().contains(allowed),
+            "{bad}: {e}"
+        );
+    }
 }
