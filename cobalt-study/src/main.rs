@@ -23,11 +23,15 @@ enum Command {
     /// Runs the cases not yet in OUT/results.jsonl, then writes the report.
     Run(RunArgs),
     /// Writes the report (OUT/report.md, summary.csv, summary.json, SVG plots) from
-    /// OUT/results.jsonl.
+    /// OUT/results.jsonl, or from the results of the --from directories together (to
+    /// set emulated and virtual-time runs side by side).
     Report {
         /// The study's directory.
         #[arg(long, default_value = "bench/congestion/results")]
         out: PathBuf,
+        /// Read DIR/results.jsonl instead of OUT's (repeatable).
+        #[arg(long, value_name = "DIR")]
+        from: Vec<PathBuf>,
     },
 }
 
@@ -266,8 +270,23 @@ fn run(a: RunArgs) -> Result<(), String> {
 }
 
 fn write_report(out: &std::path::Path) -> Result<(), String> {
-    let store = out.join("results.jsonl");
-    let all = results::load(&store).map_err(|e| format!("cannot read {}: {e}", store.display()))?;
+    write_report_from(out, &[])
+}
+
+fn write_report_from(out: &std::path::Path, from: &[PathBuf]) -> Result<(), String> {
+    let dirs = if from.is_empty() {
+        vec![out.to_path_buf()]
+    } else {
+        from.to_vec()
+    };
+    let mut all = Vec::new();
+    for d in dirs {
+        let store = d.join("results.jsonl");
+        all.extend(
+            results::load(&store).map_err(|e| format!("cannot read {}: {e}", store.display()))?,
+        );
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let files =
         report::write_all(out, &all).map_err(|e| format!("cannot write the report: {e}"))?;
     eprintln!(
@@ -283,7 +302,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Run(a) => run(a),
-        Command::Report { out } => write_report(&out),
+        Command::Report { out, from } => write_report_from(&out, &from),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
