@@ -118,6 +118,15 @@ impl EchoGuard {
             return slice_response(block_req, full, max_szx);
         }
         let sliced = slice_response(block_req, full.clone(), max_szx);
+        if sliced.code == Code::BAD_OPTION {
+            // A block past the end (RFC 7959 §2.2): smaller blocks or an Echo round trip
+            // change nothing, so the error goes out, its diagnostic only if it fits.
+            return if fits(&sliced) {
+                sliced
+            } else {
+                Message::new(sliced.mtype, sliced.code, sliced.mid)
+            };
+        }
         let follow_up = block_req.block2().is_some_and(|b| b.num > 0);
         if !safe || fits(&sliced) || self.is_verified(now, peer) || (follow_up && observer()) {
             return sliced;
@@ -188,6 +197,31 @@ mod tests {
         g.observe_request(now, peer, &req);
         let r = g.answer(now, origin(Code::GET), &get(), big(), 6, || false);
         assert_eq!(r.payload.len(), 500, "verified: the whole answer");
+    }
+
+    #[test]
+    fn a_block_past_the_end_is_4_02_not_an_echo_challenge() {
+        let g = EchoGuard::new(3, 10);
+        let peer: SocketAddr = "10.0.0.4:1000".parse().unwrap();
+        let mut past = get();
+        past.options.set_uint(
+            opt::BLOCK2,
+            cobalt_proto::message::BlockValue::new(40, false, 6)
+                .unwrap()
+                .encode(),
+        );
+        for request_len in [2, 20, 200] {
+            let r = g.answer(
+                Instant::now(),
+                (peer, Code::GET, request_len),
+                &past,
+                big(),
+                6,
+                || false,
+            );
+            assert_eq!(r.code, Code::BAD_OPTION, "{request_len}-byte request");
+            assert!(encoded_len(&r) <= 3 * request_len.max(4));
+        }
     }
 
     #[test]

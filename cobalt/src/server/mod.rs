@@ -26,6 +26,7 @@ pub(crate) mod stream;
 mod stream_observe;
 pub(crate) mod tree;
 mod upload;
+mod validate;
 
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
