@@ -123,6 +123,11 @@ impl ChildGuard {
         ChildGuard { child }
     }
 
+    /// The child's stdout, if it was piped and not taken yet.
+    pub fn take_stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.stdout.take()
+    }
+
     /// `Some(status)` if the process already ended.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
