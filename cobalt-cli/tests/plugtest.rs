@@ -136,6 +136,11 @@ impl Drop for TempFile {
     }
 }
 
+/// `&[String]` as the `&[&str]` the helpers take.
+fn args_of(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 /// Asserts that coap-client printed `body` (it adds a newline when the body has none).
 fn assert_printed(r: &Ran, body: &[u8]) {
     let mut expected = body.to_vec();
@@ -328,33 +333,22 @@ fn td_coap_block_02_to_05_with_libcoap() {
     let body = numbered_text(3000);
     let file = TempFile::new("plugtest-block", &body);
     let path = file.0.to_str().unwrap();
+    // `coap-client -m METHOD` sending the file in Block1 blocks of 1024 bytes.
+    let upload = |method: &'static str, uri: &str| -> Vec<String> {
+        ["-m", method, "-b", "1024", "-t", "0", "-f", path, uri]
+            .map(str::to_string)
+            .to_vec()
+    };
     let uri = server.uri("/large-update");
-    let (sent, received) = td(
-        &bin,
-        "TD_COAP_BLOCK_03",
-        &["-m", "put", "-b", "1024", "-t", "0", "-f", path, &uri],
-    );
+    let (sent, received) = td(&bin, "TD_COAP_BLOCK_03", &args_of(&upload("put", &uri)));
     assert_eq!(sent[0].option("Block1"), Some("0/M/1024"), "{sent:?}");
     assert!(received.iter().any(|m| m.code == "2.04"), "{received:?}");
     let back = coap_client(&bin, &[&uri]).ok();
     assert_printed(&back, &body);
 
     // BLOCK_04: POST in blocks creates a resource at the Location it answers.
-    let (sent, received) = td(
-        &bin,
-        "TD_COAP_BLOCK_04",
-        &[
-            "-m",
-            "post",
-            "-b",
-            "1024",
-            "-t",
-            "0",
-            "-f",
-            path,
-            &server.uri("/large-create"),
-        ],
-    );
+    let create = upload("post", &server.uri("/large-create"));
+    let (sent, received) = td(&bin, "TD_COAP_BLOCK_04", &args_of(&create));
     assert_eq!(sent[0].option("Block1"), Some("0/M/1024"), "{sent:?}");
     let created = received
         .iter()
@@ -368,21 +362,7 @@ fn td_coap_block_02_to_05_with_libcoap() {
     assert_printed(&back, &body);
 
     // BLOCK_05: POST in Block1 blocks answered in Block2 blocks in the same exchange.
-    let r = coap_client(
-        &bin,
-        &[
-            "-m",
-            "post",
-            "-b",
-            "1024",
-            "-t",
-            "0",
-            "-f",
-            path,
-            &server.uri("/large-post"),
-        ],
-    )
-    .ok();
+    let r = coap_client(&bin, &args_of(&upload("post", &server.uri("/large-post")))).ok();
     assert_printed(&r, &body.to_ascii_uppercase());
 }
 
