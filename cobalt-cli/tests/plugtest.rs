@@ -637,3 +637,67 @@ fn td_coap_obs_04_05_the_server_drops_vanished_and_rebooted_observers() {
         "TD_COAP_OBS_05: no more notifications after the RST"
     );
 }
+
+#[test]
+fn td_coap_obs_07_08_09_with_cobalt() {
+    // The same TDs as with Californium in californium.rs, with Cobalt's client, so
+    // they are checked where no JDK is installed too.
+    let server = peers::start_cobalt(V4);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = cobalt::Client::new();
+        let limit = Duration::from_secs(20);
+        // Notifications until one satisfies `pred` (the relation must not end first).
+        async fn until(
+            obs: &mut cobalt::Observation,
+            what: &str,
+            pred: impl Fn(&cobalt::Response) -> bool,
+        ) {
+            loop {
+                let n = obs.next().await;
+                let n = n.unwrap_or_else(|| panic!("{what}: the observation ended"));
+                if pred(&n.expect("a notification")) {
+                    return;
+                }
+            }
+        }
+        let put = |cf: u16, body: &'static str| {
+            client
+                .request(Code::PUT, &server.uri("/obs"))
+                .content_format(cf)
+                .payload(body)
+                .send()
+        };
+        let mut obs = client.observe(&server.uri("/obs")).await.expect("observe");
+        tokio::time::timeout(limit, async {
+            until(&mut obs, "registration", |r| r.code == Code::CONTENT).await;
+            // TD_COAP_OBS_09: the new value is notified.
+            assert_eq!(put(0, "TD_COAP_OBS_09").await.unwrap().code, Code::CHANGED);
+            until(&mut obs, "TD_COAP_OBS_09", |r| {
+                r.payload == b"TD_COAP_OBS_09"
+            })
+            .await;
+            // TD_COAP_OBS_08: a new Content-Format ends the observation with 4.04.
+            assert_eq!(put(41, "<v/>").await.unwrap().code, Code::CHANGED);
+            until(&mut obs, "TD_COAP_OBS_08", |r| r.code == Code::NOT_FOUND).await;
+            assert!(obs.next().await.is_none(), "TD_COAP_OBS_08: ended");
+            // TD_COAP_OBS_07: DELETE ends the observation with 4.04; the resource is back.
+            let mut non = client
+                .observe(&server.uri("/obs-non"))
+                .await
+                .expect("observe");
+            until(&mut non, "registration", |r| r.code == Code::CONTENT).await;
+            let deleted = client.delete(&server.uri("/obs-non")).await.unwrap();
+            assert_eq!(deleted.code, Code::DELETED);
+            until(&mut non, "TD_COAP_OBS_07", |r| r.code == Code::NOT_FOUND).await;
+            assert!(non.next().await.is_none(), "TD_COAP_OBS_07: ended");
+            let again = client.get(&server.uri("/obs-non")).await.unwrap();
+            assert_eq!(again.code, Code::CONTENT);
+        })
+        .await
+        .expect("the observations took too long");
+    });
+}
