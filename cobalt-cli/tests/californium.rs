@@ -178,7 +178,7 @@ fn californium_sees_obs_put_and_delete_end_or_update_observations() {
             "none",
         ])
     };
-    let (mut obs, mut obs_non) = (observe("/obs"), observe("/obs-non"));
+    let (obs, obs_non) = (observe("/obs"), observe("/obs-non"));
     let registered = |l: &str| l.starts_with("NOTIFY ") && field(l, "code") == Some("2.05");
     obs.wait_for("the /obs registration", CF_LIMIT, registered);
     obs_non.wait_for("the /obs-non registration", CF_LIMIT, registered);
@@ -248,7 +248,7 @@ fn californium_sees_obs_put_and_delete_end_or_update_observations() {
 fn californium_obs_reset_ends_every_observation() {
     let Some(cf) = need_californium() else { return };
     let server = peers::start_cobalt(V4);
-    let mut obs = cf.spawn(&[
+    let obs = cf.spawn(&[
         "observe",
         &server.uri("/obs"),
         "--seconds",
