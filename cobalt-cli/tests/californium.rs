@@ -117,7 +117,7 @@ fn californium_observes_obs_with_con_and_obs_non_with_non_notifications() {
         "observe",
         &server.uri("/obs"),
         "--seconds",
-        "4",
+        "5",
         "--cancel",
         "proactive",
     ]);
@@ -126,7 +126,7 @@ fn californium_observes_obs_with_con_and_obs_non_with_non_notifications() {
         &server.uri("/obs-non"),
         "--non",
         "--seconds",
-        "4",
+        "5",
         "--cancel",
         "proactive",
     ]);
