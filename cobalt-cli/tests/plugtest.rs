@@ -701,3 +701,50 @@ fn td_coap_obs_07_08_09_with_cobalt() {
         .expect("the observations took too long");
     });
 }
+
+#[test]
+fn td_coap_obs_13_large_notifications_with_cobalt_and_californium() {
+    // Every notification of /obs-large (2500 bytes) carries its first block; the
+    // observer completes it with Block2 requests (RFC 7959 §3.4).
+    let server = peers::start_cobalt(V4);
+    let uri = server.uri("/obs-large");
+    let californium = californium::need_californium()
+        .map(|cf| cf.spawn(&["observe", &uri, "--seconds", "4", "--cancel", "proactive"]));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut obs = cobalt::Client::new().observe(&uri).await.expect("observe");
+        let mut ticks = Vec::new();
+        while ticks.len() < 3 {
+            let n = tokio::time::timeout(Duration::from_secs(10), obs.next())
+                .await
+                .expect("a notification within 10 s")
+                .expect("the observation goes on")
+                .expect("a notification");
+            assert_eq!((n.code, n.payload.len()), (Code::CONTENT, 2500));
+            let text = String::from_utf8_lossy(&n.payload).into_owned();
+            ticks.push(text.split(' ').nth(1).unwrap_or_default().to_string());
+        }
+        ticks.dedup();
+        assert!(ticks.len() >= 2, "new values: {ticks:?}");
+    });
+    if let Some(mut cf) = californium {
+        cf.wait_exit(californium::CF_LIMIT);
+        let lines = cf.lines();
+        let whole: Vec<String> = lines
+            .iter()
+            .filter(|l| l.starts_with("NOTIFY ") && californium::field(l, "observe") != Some("-"))
+            .filter_map(|l| californium::payload_of(l))
+            .collect();
+        assert!(whole.len() >= 2, "{lines:#?}");
+        for p in &whole {
+            assert!(
+                p.starts_with("tick ") && p.len() == 2500,
+                "{} bytes: {lines:#?}",
+                p.len()
+            );
+        }
+    }
+}

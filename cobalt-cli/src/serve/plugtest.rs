@@ -26,14 +26,16 @@ pub const MAX_CREATED: usize = 8;
 const TICK: Duration = Duration::from_secs(1);
 /// Max-Age of `/obs` and `/obs-non`: a notification is due before it runs out.
 const OBS_MAX_AGE: u32 = 2;
+/// Size of `/obs-large`'s representation: more than one 1024-byte block.
+const OBS_LARGE_SIZE: usize = 2500;
 
-/// Background work the plugtest resources need (the clock behind `/obs` and `/obs-non`).
+/// Background work the plugtest resources need (the clock behind the observable ones).
 pub struct Plugtest {
     observed: Vec<Observed>,
 }
 
 impl Plugtest {
-    /// Changes `/obs` and `/obs-non` every second until the runtime stops.
+    /// Changes `/obs`, `/obs-non` and `/obs-large` every second until the runtime stops.
     pub fn start_ticker(&self) {
         let observed = self.observed.clone();
         tokio::spawn(async move {
@@ -51,10 +53,11 @@ impl Plugtest {
 
 /// Adds the plugtest resources.
 pub fn routes(server: Server) -> (Server, Plugtest) {
-    let obs = Observed::new(true);
-    let obs_non = Observed::new(false);
+    let obs = Observed::new(true, 0);
+    let obs_non = Observed::new(false, 0);
+    let obs_large = Observed::new(true, OBS_LARGE_SIZE);
     let plugtest = Plugtest {
-        observed: vec![obs.clone(), obs_non.clone()],
+        observed: vec![obs.clone(), obs_non.clone(), obs_large.clone()],
     };
     let server = server
         .route("/test", test_resource().title("Default test resource"))
@@ -112,9 +115,16 @@ pub fn routes(server: Server) -> (Server, Plugtest) {
                 .title("Observable resource which changes every second (non-confirmable notifications)"),
         )
         .route(
+            "/obs-large",
+            obs_large
+                .resource()
+                .title("Large observable resource which changes every second (notifications in Block2 blocks)")
+                .attr("sz", &OBS_LARGE_SIZE.to_string()),
+        )
+        .route(
             "/obs-reset",
             obs_reset(plugtest.observed.clone())
-                .title("POST 'sesame' to end every observation of /obs and /obs-non, as after a reboot"),
+                .title("POST 'sesame' to end every observation of /obs, /obs-non and /obs-large, as after a reboot"),
         )
         .route(
             "/path",
@@ -190,7 +200,8 @@ fn describe(req: &Request) -> (u8, &'static str, u8, &'static str, u16) {
     (m.mtype.bits(), t, m.code.0, m.code.name(), m.mid)
 }
 
-/// `/obs` and `/obs-non` (TD_COAP_OBS_01–10): a clock that ticks every second; a PUT
+/// `/obs`, `/obs-non` and `/obs-large` (TD_COAP_OBS_01–10, 13): a clock that ticks
+/// every second (for `/obs-large` padded to [`OBS_LARGE_SIZE`] bytes); a PUT
 /// replaces the value until the next tick (TD_COAP_OBS_09). A PUT that changes the
 /// Content-Format (TD_COAP_OBS_08) and a DELETE (TD_COAP_OBS_07) end every
 /// observation with 4.04 Not Found; after a DELETE the resource is back at once, in
@@ -202,6 +213,8 @@ struct Observed {
     /// Notifications go out confirmable (`/obs`, as TD_COAP_OBS_01 expects) or
     /// non-confirmable except where RFC 7641 §4.5 asks for a CON (`/obs-non`).
     confirmable: bool,
+    /// The clock text is padded to this many bytes (0: not padded).
+    pad: usize,
 }
 
 #[derive(Debug, Default)]
@@ -212,11 +225,12 @@ struct ObservedState {
 }
 
 impl Observed {
-    fn new(confirmable: bool) -> Observed {
+    fn new(confirmable: bool, pad: usize) -> Observed {
         Observed {
             state: Arc::default(),
             observable: Observable::new(),
             confirmable,
+            pad,
         }
     }
 
@@ -247,10 +261,14 @@ impl Observed {
         let st = lock(&self.state);
         match &st.stored {
             Some(v) => v.clone(),
-            None => (
-                format!("tick {} at {}", st.ticks, now_utc()).into_bytes(),
-                content_format::TEXT_PLAIN,
-            ),
+            None => {
+                let mut text = format!("tick {} at {}", st.ticks, now_utc()).into_bytes();
+                if text.len() < self.pad {
+                    text.push(b'\n');
+                    text.resize(self.pad, b'.');
+                }
+                (text, content_format::TEXT_PLAIN)
+            }
         }
     }
 
