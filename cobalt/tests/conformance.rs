@@ -4,7 +4,7 @@
 //!   local answer;
 //! - one Uri-Path segment `.well-known/core` is not discovery (4.04);
 //! - a Block2 number past the end of the representation: 4.02 Bad Option, also for
-//!   an unverified UDP peer (no 4.01 Echo challenge);
+//!   an unverified UDP peer that answers no ping (no 4.01 Echo challenge);
 //! - Block2 with SZX 7 over UDP and DTLS: 4.00 Bad Request (reserved; BERT only over
 //!   connections that announced it).
 
@@ -121,5 +121,40 @@ async fn every_transport_refuses_and_routes_alike() {
             "{base}: Block2 SZX 7 is reserved here"
         );
     }
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_past_the_end_is_4_02_for_a_peer_that_never_proved_its_address() {
+    // A bare socket that answers nothing (no RST to a ping of the server's address
+    // validation, RFC 9175 §2.4): the error comes at once, not as 4.01 with Echo.
+    use cobalt::proto::message::{decode, encode, Message, MessageType, Token};
+    let server = server().await;
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut get = Message::new(MessageType::Confirmable, Code::GET, 0x1234);
+    get.token = Token::new(&[7]).unwrap();
+    get.options.set_uri_path("/big");
+    get.options
+        .set_uint(opt::BLOCK2, BlockValue::new(9, false, 6).unwrap().encode());
+    sock.send_to(&encode(&get), server.local_addr())
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1500];
+    let answer = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let n = sock.recv(&mut buf).await.unwrap();
+            let m = decode(&buf[..n]).unwrap();
+            if m.token == get.token {
+                return m;
+            }
+        }
+    })
+    .await
+    .expect("an answer within 5 s");
+    assert_eq!(
+        (answer.mtype, answer.code, answer.mid),
+        (MessageType::Acknowledgement, Code::BAD_OPTION, 0x1234),
+        "{answer:?}"
+    );
     server.shutdown(Duration::ZERO).await;
 }

@@ -212,15 +212,15 @@ pub fn start_cobalt(ip: IpAddr) -> PeerServer {
     start_cobalt_with(ip, &[])
 }
 
-/// `cobalt serve --plugtest EXTRA` on `ip`.
-pub fn start_cobalt_with(ip: IpAddr, extra: &[&str]) -> PeerServer {
+/// `cobalt serve --plugtest ARGS` on `ip`.
+pub fn start_cobalt_with(ip: IpAddr, args: &[&str]) -> PeerServer {
     start_server("cobalt serve", ip, "/benchmark", |port| {
         let mut c = Command::new(cobalt_bin());
         c.args(["serve", "--plugtest", "--bind"])
             .arg(ip.to_string())
             .arg("--port")
             .arg(port.to_string())
-            .args(extra);
+            .args(args);
         c
     })
 }
