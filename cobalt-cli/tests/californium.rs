@@ -406,3 +406,25 @@ fn californium_creates_create1_twice_in_a_row() {
         .collect();
     assert_eq!(codes, ["2.01", "4.12", "2.01"]);
 }
+
+#[test]
+fn californium_gets_large_separate_in_separate_responses() {
+    // A large answer that comes late: an empty ACK, then the first block as a separate
+    // CON response, and the rest asked for block by block (libcoap 4.3.1's client does
+    // not continue such a transfer after the first block; Californium's does).
+    let Some(cf) = need_californium() else { return };
+    let server = peers::start_cobalt(V4);
+    let lines = cf.run(&["request", "GET", &server.uri("/large-separate")]);
+    let first = lines.iter().find(|l| l.starts_with("RECV "));
+    assert_eq!(
+        first.and_then(|l| Some((field(l, "type")?, field(l, "block2")?))),
+        Some(("CON", "0/1/1024")),
+        "{lines:#?}"
+    );
+    let response = lines.iter().find(|l| l.starts_with("RESPONSE "));
+    assert_eq!(
+        response.and_then(|l| Some((field(l, "code")?, field(l, "len")?))),
+        Some(("2.05", "2048")),
+        "{lines:#?}"
+    );
+}

@@ -26,6 +26,10 @@ pub const MAX_CREATED: usize = 8;
 const TICK: Duration = Duration::from_secs(1);
 /// Max-Age of `/obs` and `/obs-non`: a notification is due before it runs out.
 const OBS_MAX_AGE: u32 = 2;
+/// Size of `/large-separate`'s representation: more than one 1024-byte block.
+const LARGE_SEPARATE_SIZE: usize = 2048;
+/// How long `/large-separate` takes: longer than the separate-ACK delay (1 s).
+const SEPARATE_DELAY: Duration = Duration::from_millis(1500);
 /// Size of `/obs-large`'s representation: more than one 1024-byte block.
 const OBS_LARGE_SIZE: usize = 2500;
 
@@ -95,6 +99,16 @@ pub fn routes(server: Server) -> (Server, Plugtest) {
             large_create()
                 .title("Large resource that can be created using POST method")
                 .rt("block"),
+        )
+        .route(
+            "/large-separate",
+            get(|| async {
+                tokio::time::sleep(SEPARATE_DELAY).await;
+                Response::text(super::demo::large_text(LARGE_SEPARATE_SIZE))
+            })
+            .title("Large resource answered with a separate response")
+            .rt("block")
+            .attr("sz", &LARGE_SEPARATE_SIZE.to_string()),
         )
         .route(
             "/large-post",
