@@ -201,17 +201,28 @@ fn representation(req: &Request, body: Vec<u8>, cf: u16) -> Response {
     }
 }
 
-/// The request's type and code as the plugtest resources describe them: the type's
-/// number and name, the code's number and name.
-fn describe(req: &Request) -> (u8, &'static str, u8, &'static str, u16) {
+/// A request as the plugtest resources describe it.
+struct Described {
+    /// The type's number (0 for CON) and name ("CON").
+    mtype: (u8, &'static str),
+    /// The code's number (1 for GET) and name ("GET").
+    code: (u8, &'static str),
+    mid: u16,
+}
+
+fn describe(req: &Request) -> Described {
     let m = req.message();
-    let t = match m.mtype {
+    let name = match m.mtype {
         MessageType::Confirmable => "CON",
         MessageType::NonConfirmable => "NON",
         MessageType::Acknowledgement => "ACK",
         MessageType::Reset => "RST",
     };
-    (m.mtype.bits(), t, m.code.0, m.code.name(), m.mid)
+    Described {
+        mtype: (m.mtype.bits(), name),
+        code: (m.code.0, m.code.name()),
+        mid: m.mid,
+    }
 }
 
 /// `/obs`, `/obs-non` and `/obs-large` (TD_COAP_OBS_01–10, 13): a clock that ticks
@@ -451,7 +462,8 @@ async fn large_post(req: Request) -> Response {
 fn test_resource() -> MethodRouter {
     MethodRouter::default()
         .get(|req: Request| async move {
-            let (t, tn, c, cn, mid) = describe(&req);
+            let Described { mtype, code, mid } = describe(&req);
+            let ((t, tn), (c, cn)) = (mtype, code);
             Response::text(format!("Type: {t} ({tn})\nCode: {c} ({cn})\nMID: {mid}"))
                 .with_max_age(30)
         })
@@ -481,7 +493,8 @@ async fn query(req: Request) -> Response {
 /// format the Accept option asks for: text/plain (also without Accept),
 /// application/xml, application/json or application/cbor; 4.06 for any other.
 async fn multi_format(req: Request) -> Response {
-    let (_, t, _, c, mid) = describe(&req);
+    let Described { mtype, code, mid } = describe(&req);
+    let (t, c) = (mtype.1, code.1);
     let accept = req.accept();
     let a = accept.unwrap_or(content_format::TEXT_PLAIN);
     let (cf, body) = match accept {
