@@ -48,7 +48,7 @@ async fn send(client: &Client, uri: &str, options: &[(u16, &[u8])]) -> Response 
         .request(Code::GET, uri)
         .timeout(Duration::from_secs(10));
     for (number, value) in options {
-        b = b.option(*number, value.to_vec());
+        b = b.option(*number, *value);
     }
     b.send().await.unwrap_or_else(|e| panic!("GET {uri}: {e}"))
 }

@@ -63,7 +63,7 @@ fn transfer(
             match ev {
                 Event::Response { response, .. } if response.code == Code::UNAUTHORIZED => {
                     let echo = response.options.get(opt::ECHO).expect("Echo");
-                    last.options.set(opt::ECHO, echo.to_vec());
+                    last.options.set(opt::ECHO, echo);
                     sim.nodes[1].request(now, to, last.clone()).unwrap();
                 }
                 Event::Response { response, .. } => match client(&response) {
