@@ -649,7 +649,7 @@ impl Endpoint {
 #[cfg(test)]
 mod attack_tests;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 #[cfg(test)]
 mod sim_block_observe_tests;
 #[cfg(test)]

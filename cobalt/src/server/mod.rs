@@ -28,6 +28,7 @@ mod stream_observe;
 mod tables;
 pub(crate) mod tree;
 mod upload;
+mod validate;
 
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{

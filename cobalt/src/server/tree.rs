@@ -158,7 +158,7 @@ impl ResourceTree {
     /// when the request is a GET to an observable resource.
     pub(crate) fn route(&self, req: Request) -> Result<Routed, Response> {
         let found = self.find(req.options().uri_path());
-        if found.is_none() && req.path() == WELL_KNOWN_CORE {
+        if found.is_none() && is_well_known_core(req.options().uri_path()) {
             return Err(self.well_known_core(&req));
         }
         let Some((resource, executor)) = found else {
@@ -187,4 +187,10 @@ impl ResourceTree {
         Response::content(link_format::encode(&owned).into_bytes())
             .with_content_format(content_format::LINK_FORMAT)
     }
+}
+
+/// Whether Uri-Path is the two segments `.well-known` and `core` (RFC 6690 §4); one
+/// segment `.well-known/core` is another path (RFC 7252 §6.4 escapes its `/`).
+fn is_well_known_core<'a>(mut path: impl Iterator<Item = &'a str>) -> bool {
+    path.next() == Some(".well-known") && path.next() == Some("core") && path.next().is_none()
 }
