@@ -11,8 +11,11 @@ use cobalt::Code;
 
 /// Cobalt: a CoAP client like curl, a demo server, and CoAPBench.
 ///
-/// Exit codes: 0 success, 2 bad arguments or URI, 3 timeout/reset/unreachable,
-/// 4 the server answered 4.xx, 5 the server answered 5.xx, 6 unintelligible answer.
+/// Exit codes (every command): 0 success (2.xx), 1 local failure (file descriptors,
+/// output file), 2 bad arguments, URI or configuration, 3 timeout, reset, port not
+/// open, unreachable host, failed handshake or lost observation, 4 the server answered
+/// 4.xx, 5 the server answered 5.xx, 6 unintelligible answer, 130 bench interrupted.
+/// `bench` fails (3, 4 or 5) when no request completed with 2.xx.
 #[derive(Debug, Parser)]
 #[command(name = "cobalt", version, about, long_about)]
 struct Cli {

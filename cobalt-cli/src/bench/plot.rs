@@ -1,5 +1,7 @@
 //! `--plot FILE.svg`: throughput (left axis) and p50/p99 latency (right axis) against
-//! concurrency, written as plain SVG text.
+//! concurrency, written as plain SVG text. Answers other than 2.xx are drawn as their
+//! own rates on the throughput axis, one line per code, so that a server refusing
+//! requests quickly never looks fast.
 
 use super::output::RunInfo;
 use super::stats::StepResult;
@@ -15,6 +17,18 @@ const BOTTOM: f64 = 70.0;
 const THROUGHPUT: &str = "#1f77b4";
 const P50: &str = "#2ca02c";
 const P99: &str = "#d62728";
+/// Colours of the non-2.xx series, in turn.
+const OTHER: [&str; 4] = ["#ff7f0e", "#9467bd", "#8c564b", "#e377c2"];
+
+/// Answers per second with `code` in step `s`.
+fn code_rate(s: &StepResult, code: &str) -> f64 {
+    let n = s.non_2xx_codes.get(code).copied().unwrap_or(0);
+    if s.duration_s > 0.0 {
+        n as f64 / s.duration_s
+    } else {
+        0.0
+    }
+}
 
 /// A "nice" upper bound (1, 2, 2.5 or 5 times a power of ten) at or above `v`.
 fn nice_ceiling(v: f64) -> f64 {
@@ -68,7 +82,18 @@ pub fn svg(info: &RunInfo, steps: &[StepResult]) -> String {
             LEFT + pw * (c - xmin) / (xmax - xmin)
         }
     };
-    let tmax = nice_ceiling(steps.iter().map(|s| s.requests_per_s).fold(0.0, f64::max));
+    let codes: std::collections::BTreeSet<&str> = steps
+        .iter()
+        .flat_map(|s| s.non_2xx_codes.keys().map(String::as_str))
+        .collect();
+    let tmax = nice_ceiling(
+        steps
+            .iter()
+            .flat_map(|s| {
+                std::iter::once(s.requests_per_s).chain(codes.iter().map(|c| code_rate(s, c)))
+            })
+            .fold(0.0, f64::max),
+    );
     let lmax = nice_ceiling(
         steps
             .iter()
@@ -155,15 +180,30 @@ pub fn svg(info: &RunInfo, steps: &[StepResult]) -> String {
         TOP + ph / 2.0
     );
     type YOf<'f> = Box<dyn Fn(&StepResult) -> f64 + 'f>;
-    let series: [(&str, &str, YOf); 3] = [
+    let mut series: Vec<(String, &str, YOf)> = vec![
         (
-            "throughput",
+            "2.xx throughput".into(),
             THROUGHPUT,
             Box::new(|s: &StepResult| yt(s.requests_per_s)),
         ),
-        ("p50 latency", P50, Box::new(|s: &StepResult| yl(s.p50_us))),
-        ("p99 latency", P99, Box::new(|s: &StepResult| yl(s.p99_us))),
+        (
+            "p50 latency".into(),
+            P50,
+            Box::new(|s: &StepResult| yl(s.p50_us)),
+        ),
+        (
+            "p99 latency".into(),
+            P99,
+            Box::new(|s: &StepResult| yl(s.p99_us)),
+        ),
     ];
+    for (i, code) in codes.iter().enumerate() {
+        series.push((
+            format!("{code} answers/s"),
+            OTHER[i % OTHER.len()],
+            Box::new(move |s: &StepResult| yt(code_rate(s, code))),
+        ));
+    }
     for (i, (name, color, y)) in series.iter().enumerate() {
         let points: Vec<String> = steps
             .iter()
@@ -187,12 +227,16 @@ pub fn svg(info: &RunInfo, steps: &[StepResult]) -> String {
                 y(s)
             );
         }
-        let lx = LEFT + 10.0 + 150.0 * i as f64;
+        // Legend: four entries a row above the plot.
+        let lx = LEFT + 10.0 + 170.0 * (i % 4) as f64;
+        let ly = 40.0 + 14.0 * (i / 4) as f64 - 7.0 * (series.len() > 4) as u8 as f64;
         let _ = writeln!(
             o,
-            r#"<line x1="{lx:.1}" y1="44" x2="{:.1}" y2="44" stroke="{color}" stroke-width="2"{dash}/><text x="{:.1}" y="48">{name}</text>"#,
+            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"{dash}/><text x="{:.1}" y="{:.1}">{}</text>"#,
             lx + 24.0,
-            lx + 30.0
+            lx + 30.0,
+            ly + 4.0,
+            escape(name)
         );
     }
     o.push_str("</svg>\n");
@@ -235,5 +279,14 @@ mod tests {
         // A single step still renders.
         let one = svg(&info, &steps[..1]);
         assert_eq!(one.matches("<circle").count(), 3);
+        // Non-2.xx answers get a series per code.
+        let mut r = Recorder::new();
+        r.complete(1000);
+        r.answer(crate::bench::stats::AnswerCode::Coap(0xa3), 1000);
+        r.answer(crate::bench::stats::AnswerCode::Coap(0x84), 1000);
+        steps.push(StepResult::from_recorder(1000, 1.0, &r, None, false));
+        let s = svg(&info, &steps);
+        assert_eq!(s.matches("<polyline").count(), 5);
+        assert!(s.contains("5.03 answers/s") && s.contains("4.04 answers/s"));
     }
 }

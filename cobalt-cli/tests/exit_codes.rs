@@ -1,0 +1,87 @@
+//! The exit-code table (`cobalt --help`, README) through the real binary: `bench`
+//! counts only 2.xx answers as completed and fails a run in which nothing completed,
+//! with the code of what it got instead.
+
+use cobalt::proto::message::{decode, encode, Code, Message, MessageType};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[path = "common/binary.rs"]
+mod binary;
+
+use binary::cobalt;
+
+/// A UDP server answering every request with `code`, piggybacked, until `stop`.
+fn answering(code: Code, stop: Arc<AtomicBool>) -> SocketAddr {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                continue;
+            };
+            let Ok(req) = decode(&buf[..n]) else {
+                continue;
+            };
+            let mut resp = Message::new(MessageType::Acknowledgement, code, req.mid);
+            resp.token = req.token;
+            let _ = sock.send_to(&encode(&resp), from);
+        }
+    });
+    addr
+}
+
+/// `cobalt bench URI` for a short step, with `extra` flags.
+fn bench(uri: &str, extra: &[&str]) -> std::process::Output {
+    cobalt()
+        .args(["bench", uri, "-c", "2", "-d", "0.5", "--warmup", "0"])
+        .args(["--timeout", "0.3", "-q"])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn bench_of_a_refusing_server_fails_with_its_code() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = answering(Code::SERVICE_UNAVAILABLE, stop.clone());
+    let uri = format!("coap://{addr}/benchmark");
+    let out = bench(&uri, &["--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(
+        err.contains("warning") && err.contains("5.03") && err.contains("no request completed"),
+        "{err}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let step = &report["steps"][0];
+    assert_eq!(step["completed"], 0, "{report}");
+    assert!(step["non_2xx"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(step["non_2xx_codes"]["5.03"], step["non_2xx"], "{report}");
+
+    // The table lists the codes too, and 4.xx answers exit 4.
+    let addr = answering(Code::NOT_FOUND, stop.clone());
+    let out = bench(&format!("coap://{addr}/nothing"), &[]);
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("non-2xx") && table.contains("[4.04: "),
+        "{table}"
+    );
+}
+
+#[test]
+fn bench_with_no_answer_at_all_exits_3() {
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let uri = format!("coap://{}/benchmark", silent.local_addr().unwrap());
+    let out = bench(&uri, &[]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no request completed"), "{err}");
+}
