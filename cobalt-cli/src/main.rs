@@ -3,8 +3,10 @@
 mod bench;
 mod dtls_args;
 mod exit;
+mod flags;
 mod request;
 mod serve;
+mod sink;
 
 use clap::{Parser, Subcommand};
 use cobalt::Code;

@@ -1,13 +1,12 @@
 //! `cobalt get|post|put|delete|discover|observe`: the curl-like client.
 
 use crate::dtls_args::DtlsArgs;
-use crate::exit;
+use crate::{exit, sink};
 use clap::Args;
 use cobalt::proto::link_format;
 use cobalt::proto::message::{content_format, Code};
 use cobalt::transport::dtls::DtlsClientAuth;
-use cobalt::{Client, Error, Response};
-use std::io::Write;
+use cobalt::{Client, Error, Observation, Response};
 use std::time::Duration;
 
 /// Options shared by every request command.
@@ -34,8 +33,10 @@ pub struct RequestArgs {
     /// support it); the server's choice for downloads.
     #[arg(short = 'b', long)]
     pub block_size: Option<usize>,
-    /// Give up after this many seconds overall.
-    #[arg(long, default_value_t = 30.0)]
+    /// Give up after this many seconds overall (for `observe`: waiting for the first
+    /// answer). 0: no overall limit, only the protocol's own (about 93 s of
+    /// retransmissions for a confirmable request over UDP, 60 s over TCP). At most 1e6.
+    #[arg(long, default_value_t = 30.0, value_parser = crate::flags::timeout)]
     pub timeout: f64,
     /// Show the request and response messages on standard error.
     #[arg(short, long)]
@@ -50,9 +51,10 @@ pub struct RequestArgs {
 pub struct ObserveArgs {
     #[command(flatten)]
     pub request: RequestArgs,
-    /// Stop after this many notifications (default: until Ctrl-C).
-    #[arg(short = 'n', long)]
-    pub count: Option<usize>,
+    /// Stop after this many notifications, at least 1 (default: until Ctrl-C); the
+    /// registration's answer counts as the first.
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
 }
 
 fn parse_cf(what: &str, v: &str) -> Result<u16, (i32, String)> {
@@ -87,9 +89,11 @@ fn build(
     method: Code,
     args: &RequestArgs,
 ) -> Result<cobalt::RequestBuilder, (i32, String)> {
-    let mut b = client
-        .request(method, &args.uri)
-        .timeout(Duration::from_secs_f64(args.timeout.max(0.001)));
+    let mut b = client.request(method, &args.uri);
+    if args.timeout > 0.0 {
+        // In range: checked by `flags::timeout` when parsing.
+        b = b.timeout(Duration::from_secs_f64(args.timeout));
+    }
     if let Some(p) = &args.payload {
         b = b.payload(read_payload(p)?);
     }
@@ -153,16 +157,16 @@ pub(crate) fn error_exit(e: &Error) -> (i32, String) {
 }
 
 /// Writes a payload to stdout. Like curl, it goes out byte-exact; only a terminal
-/// (or, with `one_per_line`, each observe notification) gets a final newline.
-fn print_payload(r: &Response, one_per_line: bool) {
+/// (or, with `one_per_line`, each observe notification) gets a final newline. Returns
+/// false when the reader has gone away (see [`sink::write_stdout`]).
+fn print_payload(r: &Response, one_per_line: bool) -> Result<bool, (i32, String)> {
     use std::io::IsTerminal;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(&r.payload);
-    let newline = one_per_line || out.is_terminal();
-    if newline && !r.payload.is_empty() && !r.payload.ends_with(b"\n") {
-        let _ = out.write_all(b"\n");
+    let newline = one_per_line || std::io::stdout().is_terminal();
+    let mut bytes = r.payload.clone();
+    if newline && !bytes.is_empty() && !bytes.ends_with(b"\n") {
+        bytes.push(b'\n');
     }
-    let _ = out.flush();
+    sink::write_stdout(&bytes)
 }
 
 fn response_status(r: &Response) -> Result<(), (i32, String)> {
@@ -180,7 +184,7 @@ pub async fn run(method: Code, args: RequestArgs) -> Result<(), (i32, String)> {
         .send()
         .await
         .map_err(|e| error_exit(&e))?;
-    print_payload(&response, false);
+    print_payload(&response, false)?;
     response_status(&response)
 }
 
@@ -220,12 +224,15 @@ pub async fn discover(mut args: RequestArgs) -> Result<(), (i32, String)> {
                         None => k.clone(),
                     })
                     .collect();
-                println!("{}\t{}", l.target, attrs.join(" "));
+                let line = format!("{}\t{}\n", l.target, attrs.join(" "));
+                if !sink::write_stdout(line.as_bytes())? {
+                    break; // the reader has gone away: end quietly
+                }
             }
             Ok(())
         }
         Err(e) => {
-            println!("{text}");
+            sink::write_stdout(format!("{text}\n").as_bytes())?;
             Err((
                 exit::PROTOCOL,
                 format!("the server's link-format does not parse: {e}"),
@@ -234,34 +241,118 @@ pub async fn discover(mut args: RequestArgs) -> Result<(), (i32, String)> {
     }
 }
 
-/// `cobalt observe`: print each notification until Ctrl-C or `--count`.
+/// How long `observe` waits, on its way out, for the server to answer the GET with
+/// Observe=1 that ends the relation.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// `cobalt observe`: prints each notification until `--count`, Ctrl-C, SIGTERM or a
+/// closed standard output, then ends the relation with the server (GET with
+/// Observe=1, RFC 7641 §3.6) instead of leaving it to time out.
 pub async fn observe(args: ObserveArgs) -> Result<(), (i32, String)> {
     let req = &args.request;
     let client = client_for(req);
-    let mut obs = build(&client, Code::GET, req)?
+    let obs = build(&client, Code::GET, req)?
         .observe()
         .await
-        .map_err(|e| error_exit(&e))?;
-    let mut seen = 0usize;
+        .map_err(|e| error_exit(&e))?
+        .on_reregister(|r| {
+            eprintln!(
+                "cobalt: {}; registering again (attempt {} of {})",
+                r.reason, r.attempt, r.max
+            )
+        });
+    let first_wait = (req.timeout > 0.0).then(|| Duration::from_secs_f64(req.timeout));
+    let (obs, result) = print_notifications(obs, args.count, first_wait).await;
+    if let Some(obs) = obs {
+        deregister(obs).await;
+    }
+    result
+}
+
+/// Prints notifications until `count`, a stop signal or the end of the relation.
+/// Returns the observation while its relation is still up (to be cancelled), and the
+/// command's result.
+async fn print_notifications(
+    mut obs: Observation,
+    count: Option<u64>,
+    first_wait: Option<Duration>,
+) -> (Option<Observation>, Result<(), (i32, String)>) {
+    let stop = stop_requested();
+    tokio::pin!(stop);
+    let mut seen = 0u64;
     loop {
-        let next = tokio::select! {
-            n = obs.next() => n,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-        };
-        match next {
-            Some(Ok(r)) => {
-                print_payload(&r, true);
-                response_status(&r)?;
-                seen += 1;
-                if args.count.is_some_and(|n| seen >= n) {
-                    return Ok(());
-                }
-                if r.options.observe().is_none() {
-                    return Err((exit::PROTOCOL, "the server does not support observing this resource (no Observe option in the response)".into()));
-                }
+        let next = async {
+            match first_wait.filter(|_| seen == 0) {
+                Some(t) => tokio::time::timeout(t, obs.next())
+                    .await
+                    .unwrap_or(Some(Err(Error::Deadline(t)))),
+                None => obs.next().await,
             }
-            Some(Err(e)) => return Err(error_exit(&e)),
-            None => return Err((exit::NETWORK, "the observation ended".into())),
+        };
+        let next = tokio::select! {
+            n = next => n,
+            () = &mut stop => return (Some(obs), Ok(())),
+        };
+        let r = match next {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => return (None, Err(error_exit(&e))),
+            None => return (None, Err((exit::NETWORK, "the observation ended".into()))),
+        };
+        // A response without Observe ends the relation (an error, or no observe support).
+        let observing = r.options.observe().is_some();
+        let live = |obs| observing.then_some(obs);
+        match print_payload(&r, true) {
+            Ok(true) => {}
+            Ok(false) => return (live(obs), Ok(())), // the reader has gone away
+            Err(e) => return (live(obs), Err(e)),
         }
+        if let Err(e) = response_status(&r) {
+            return (live(obs), Err(e));
+        }
+        seen += 1;
+        if count.is_some_and(|n| seen >= n) {
+            return (live(obs), Ok(()));
+        }
+        if !observing {
+            return (None, Err((exit::PROTOCOL, "the server does not support observing this resource (no Observe option in the response)".into())));
+        }
+    }
+}
+
+/// Resolves on Ctrl-C, SIGTERM or a closed standard output.
+async fn stop_requested() {
+    let terminate = async {
+        #[cfg(unix)]
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            term.recv().await;
+            return;
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+        () = sink::stdout_closed() => {}
+    }
+}
+
+/// Ends the relation proactively, waiting at most [`CANCEL_WAIT`] (or until another
+/// Ctrl-C) for the server's answer; a failure is only noted on stderr.
+async fn deregister(obs: Observation) {
+    let note = tokio::select! {
+        r = tokio::time::timeout(CANCEL_WAIT, obs.cancel()) => match r {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!("could not end the observation: {e}")),
+            Err(_) => Some(format!(
+                "the server did not answer the request ending the observation within {}s",
+                CANCEL_WAIT.as_secs()
+            )),
+        },
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    if let Some(note) = note {
+        eprintln!("cobalt: note: {note}");
     }
 }

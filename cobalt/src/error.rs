@@ -68,6 +68,15 @@ pub enum Error {
         /// Why (OpenSSL's reason, with a hint).
         reason: String,
     },
+    /// An observation fell silent and registering again did not bring a notification
+    /// back ([`Observation::max_reregistrations`](crate::Observation::max_reregistrations)).
+    #[error("no notification from {peer} after registering again {attempts} times: the server went away or no longer serves the resource")]
+    ObservationLost {
+        /// The server.
+        peer: std::net::SocketAddr,
+        /// Re-registrations tried.
+        attempts: u32,
+    },
     /// The endpoint shut down while the request was outstanding.
     #[error("the endpoint was shut down")]
     Shutdown,

@@ -3,7 +3,6 @@
 
 use clap::{Args, Subcommand, ValueEnum};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::Duration;
 
 /// Largest concurrency accepted in one step.
 pub const MAX_CLIENTS: usize = 1_000_000;
@@ -424,16 +423,6 @@ fn parse_count(n: &str, whole: &str) -> Result<usize, String> {
     }
 }
 
-/// Converts a seconds argument into a duration, rejecting negative, NaN and absurd values.
-pub fn seconds(name: &str, v: f64, allow_zero: bool) -> Result<Duration, String> {
-    if !v.is_finite() || v < 0.0 || (!allow_zero && v == 0.0) || v > 1e6 {
-        return Err(format!(
-            "invalid --{name} {v}: expected a positive number of seconds"
-        ));
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,17 +516,5 @@ mod tests {
         ] {
             assert!(parse_sweep(bad).is_err(), "{bad:?} accepted");
         }
-    }
-
-    #[test]
-    fn seconds_validation() {
-        assert!(seconds("d", 0.0, false).is_err());
-        assert!(seconds("d", 0.0, true).is_ok());
-        assert!(seconds("d", f64::NAN, true).is_err());
-        assert!(seconds("d", -1.0, true).is_err());
-        assert_eq!(
-            seconds("d", 1.5, false).unwrap(),
-            Duration::from_millis(1500)
-        );
     }
 }

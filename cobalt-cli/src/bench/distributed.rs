@@ -387,10 +387,17 @@ pub fn run_exec_everywhere(workers: &[SocketAddr], command: &str, duration_s: f6
     });
     let mut code = 0;
     for (w, reply) in replies {
-        println!("=== worker {w} ===");
+        let output = match &reply {
+            Ok(r) => r.output.as_deref().unwrap_or_default(),
+            Err(_) => "",
+        };
+        if !crate::sink::write_stdout(format!("=== worker {w} ===\n{output}").as_bytes())
+            .unwrap_or(false)
+        {
+            return code; // nobody reads the output any more
+        }
         match reply {
             Ok(r) => {
-                print!("{}", r.output.unwrap_or_default());
                 if let Some(e) = r.error {
                     eprintln!("cobalt bench: worker {w}: {e}");
                     code = 1;

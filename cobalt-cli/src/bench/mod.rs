@@ -62,7 +62,8 @@ mod sys;
 pub use args::BenchArgs;
 
 use crate::exit;
-use args::{parse_sweep, parse_uri, seconds, BenchCommand, Scheme, Target};
+use crate::flags::seconds;
+use args::{parse_sweep, parse_uri, BenchCommand, Scheme, Target};
 use client::{run_thread, StepShared};
 use cobalt::transport::dtls::DtlsClientAuth;
 use cobalt::transport::tls::{Alpn, TlsConnector};
@@ -70,7 +71,7 @@ use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
 use cobalt_proto::tcp_connection::Framing;
 use output::{Format, RunInfo};
 use stats::{Recorder, ServerUsage, StepResult};
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -373,15 +374,15 @@ pub fn run(mut args: BenchArgs) -> i32 {
         server_pid: cfg.server_pid,
     };
     let with_server = cfg.server_pid.is_some();
-    let mut out = std::io::stdout().lock();
+    let mut code = exit::OK;
+    // Whether stdout still has a reader; a closed one ends the run quietly.
+    let mut reader = true;
     if let Some(h) = output::header(format, with_server) {
-        let _ = writeln!(out, "{h}");
-        let _ = out.flush();
+        emit(&h, &mut reader, &mut code);
     }
     let mut results = Vec::new();
-    let mut code = exit::OK;
     for (i, &clients) in cfg.steps.iter().enumerate() {
-        if interrupted() {
+        if interrupted() || !reader || code != exit::OK {
             break;
         }
         if i > 0 && !sleep_interruptible(cfg.cooldown) {
@@ -399,8 +400,7 @@ pub fn run(mut args: BenchArgs) -> i32 {
         match result {
             Ok(r) => {
                 if let Some(line) = output::row(format, &r, with_server) {
-                    let _ = writeln!(out, "{line}");
-                    let _ = out.flush();
+                    emit(&line, &mut reader, &mut code);
                 }
                 results.push(r);
             }
@@ -411,30 +411,47 @@ pub fn run(mut args: BenchArgs) -> i32 {
             }
         }
     }
-    let (verdict, warnings) = verdict(&results);
-    for w in warnings {
-        eprintln!("cobalt bench: warning: {w}");
-    }
-    if code == exit::OK {
-        code = verdict;
-    }
     if interrupted() {
         eprintln!("cobalt bench: interrupted, results are partial");
         code = exit::INTERRUPTED;
+    } else if reader {
+        let (verdict, warnings) = verdict(&results);
+        for w in warnings {
+            eprintln!("cobalt bench: warning: {w}");
+        }
+        if code == exit::OK {
+            code = verdict;
+        }
     }
-    if format == Format::Json {
-        let _ = writeln!(out, "{}", output::json(&info, &results, interrupted()));
+    if format == Format::Json && reader {
+        emit(
+            &output::json(&info, &results, interrupted()),
+            &mut reader,
+            &mut code,
+        );
     }
     if let Some(path) = &args.plot {
         if !results.is_empty() {
             let svg = plot::svg(&info, &results);
             if let Err(e) = std::fs::write(path, svg) {
                 eprintln!("cobalt bench: cannot write {}: {e}", path.display());
-                code = code.max(1);
+                code = code.max(exit::FAILURE);
             }
         }
     }
     code
+}
+
+/// Prints one line of results; a closed stdout clears `reader`, another failure sets
+/// `code`.
+fn emit(text: &str, reader: &mut bool, code: &mut i32) {
+    match crate::sink::write_stdout(format!("{text}\n").as_bytes()) {
+        Ok(open) => *reader &= open,
+        Err((c, message)) => {
+            eprintln!("cobalt bench: {message}");
+            *code = c;
+        }
+    }
 }
 
 /// The exit code the results call for, and warnings for stderr: answers other than

@@ -143,7 +143,8 @@ pub fn load_config(args: &ServeArgs, log_level: Option<&str>) -> Result<Config, 
 pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, String)> {
     let config = load_config(&args, log_level).map_err(|e| (exit::USAGE, e.to_string()))?;
     if args.print_config {
-        print!("{}", config.to_toml());
+        // A reader that goes away early (`| head`) ends it quietly.
+        crate::sink::write_stdout(config.to_toml().as_bytes())?;
         return Ok(());
     }
     crate::init_logging(&config.log.level);

@@ -22,22 +22,79 @@ pub fn cobalt() -> Command {
     c
 }
 
-/// Starts a server (`command`, e.g. `cobalt().args(["serve", ...])`) and waits until it
-/// prints a line containing `ready` on stderr; its stderr is drained from then on, so
-/// that it never blocks on a full pipe.
-pub fn serve_until(mut command: Command, ready: &str) -> KillOnDrop {
+/// `cobalt serve` on 127.0.0.1, a free port, one shard; add flags with `.args(..)`.
+pub fn local_serve() -> Command {
+    let mut c = cobalt();
+    c.args([
+        "serve",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--shards",
+        "1",
+    ]);
+    c
+}
+
+/// Stderr lines of a started server.
+type Lines = Box<dyn Iterator<Item = String> + Send>;
+
+/// Starts a server with its stderr piped (stdout discarded).
+fn spawn_server(mut command: Command) -> (KillOnDrop, Lines) {
     let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let server = KillOnDrop(child);
-    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    (KillOnDrop(child), Box::new(lines))
+}
+
+/// Starts a server (`command`, e.g. `cobalt().args(["serve", ...])`) and waits until it
+/// prints a line containing `ready` on stderr; its stderr is drained from then on, so
+/// that it never blocks on a full pipe.
+pub fn serve_until(command: Command, ready: &str) -> KillOnDrop {
+    let (server, mut lines) = spawn_server(command);
     let up = lines.by_ref().any(|l| l.contains(ready));
     assert!(up, "the server never printed {ready:?}");
     std::thread::spawn(move || lines.for_each(drop));
     server
+}
+
+/// Starts a server (`command`) and waits until it has printed a stderr line starting
+/// with each of `prefixes` (e.g. `"cobalt: serving CoAP on "`); returns it and, for
+/// each prefix, the first word after it (the address). Its stderr is drained from then on.
+pub fn serve_printing(command: Command, prefixes: &[&str]) -> (KillOnDrop, Vec<String>) {
+    let (server, mut lines) = spawn_server(command);
+    let mut found: Vec<Option<String>> = vec![None; prefixes.len()];
+    for line in lines.by_ref() {
+        for (i, prefix) in prefixes.iter().enumerate() {
+            if let Some(rest) = line.trim().strip_prefix(prefix) {
+                found[i] = rest.split(' ').next().map(str::to_string);
+            }
+        }
+        if found.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    let found = found
+        .into_iter()
+        .zip(prefixes)
+        .map(|(f, p)| f.unwrap_or_else(|| panic!("the server never printed {p:?}")))
+        .collect();
+    (server, found)
+}
+
+/// Reads what is left of a child's stderr.
+pub fn rest_of_stderr(child: &mut Child) -> String {
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    err
 }
 
 /// Writes a fresh CA (`cn` names it) and the server and client certificates it issued

@@ -13,7 +13,7 @@ pub mod blocking;
 mod blockwise;
 mod observe;
 
-pub use observe::Observation;
+pub use observe::{Observation, Reregistration, MAX_REREGISTRATIONS};
 
 use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::StreamTracer;
