@@ -3,8 +3,8 @@
 
 /// Success: a 2.xx answer (`bench`: at least one request completed with 2.xx).
 pub const OK: i32 = 0;
-/// A failure on this machine: no runtime or threads, out of file descriptors, an
-/// output file that cannot be written.
+/// A failure on this machine: a port already in use, no runtime or threads, out of
+/// file descriptors, an output file that cannot be written.
 pub const FAILURE: i32 = 1;
 /// Bad arguments, URI, configuration or payload file.
 pub const USAGE: i32 = 2;

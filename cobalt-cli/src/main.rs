@@ -13,8 +13,8 @@ use cobalt::Code;
 
 /// Cobalt: a CoAP client like curl, a demo server, and CoAPBench.
 ///
-/// Exit codes (every command): 0 success (2.xx), 1 local failure (file descriptors,
-/// output file), 2 bad arguments, URI or configuration, 3 timeout, reset, port not
+/// Exit codes (every command): 0 success (2.xx), 1 local failure (port in use, file
+/// descriptors, output file), 2 bad arguments, URI or configuration, 3 timeout, reset, port not
 /// open, unreachable host, failed handshake or lost observation, 4 the server answered
 /// 4.xx, 5 the server answered 5.xx, 6 unintelligible answer, 130 bench interrupted.
 /// `bench` fails (3, 4 or 5) when no request completed with 2.xx.

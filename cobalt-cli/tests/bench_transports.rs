@@ -9,7 +9,7 @@ use std::process::Stdio;
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, KillOnDrop};
+use binary::{cobalt, psk_file, KillOnDrop};
 
 /// The server's addresses, as it prints them.
 struct Addresses {
@@ -102,10 +102,7 @@ fn check(report: &serde_json::Value, scheme: &str, new_session: bool) {
 
 #[test]
 fn bench_over_tcp_websockets_dtls_and_tls() {
-    let dir = std::env::temp_dir().join(format!("cobalt-bench-transports-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let keys = dir.join("keys.txt");
-    std::fs::write(&keys, "alice:secretPSK\n").unwrap();
+    let (dir, keys) = psk_file("bench-transports");
     let (_server, at) = start_server(&keys);
     let psk = ["--psk-identity", "alice", "--psk-key", "secretPSK"];
 

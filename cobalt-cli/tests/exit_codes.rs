@@ -11,7 +11,7 @@ use std::time::Duration;
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::cobalt;
+use binary::{cobalt, local_serve_shards, psk_file, serve_printing};
 
 /// A UDP server answering every request with `code`, piggybacked, until `stop`.
 fn answering(code: Code, stop: Arc<AtomicBool>) -> SocketAddr {
@@ -84,4 +84,56 @@ fn bench_with_no_answer_at_all_exits_3() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no request completed"), "{err}");
+}
+
+/// A second server on a port another one serves is refused, for UDP and DTLS, however
+/// many shards share the port (SO_REUSEPORT would otherwise let it take half the peers).
+#[test]
+fn serve_refuses_a_port_another_server_serves() {
+    let (dir, keys) = psk_file("port-in-use");
+    let mut first = local_serve_shards(2);
+    first
+        .args(["--dtls-port", "0", "--dtls-psk-file"])
+        .arg(&keys);
+    let (_first, at) = serve_printing(
+        first,
+        &[
+            "cobalt: serving CoAP on ",
+            "cobalt: serving CoAP over DTLS on ",
+        ],
+    );
+    let port = |a: &str| a.rsplit(':').next().unwrap().to_string();
+    for (udp, dtls) in [(port(&at[0]), "0".to_string()), ("0".into(), port(&at[1]))] {
+        let second = cobalt()
+            .args(["serve", "--bind", "127.0.0.1", "--shards", "2"])
+            .args(["--port", &udp, "--dtls-port", &dtls, "--dtls-psk-file"])
+            .arg(&keys)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&second.stderr);
+        assert_eq!(
+            second.status.code(),
+            Some(1),
+            "udp {udp}, dtls {dtls}: {err}"
+        );
+        assert!(err.contains("in use"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A request to a port where nothing listens fails at once with "port not open" (the
+/// kernel's ICMP error), exit code 3, not after the 30 s timeout.
+#[test]
+fn get_to_a_closed_port_says_port_not_open() {
+    let closed = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = cobalt()
+        .args(["get", &format!("coap://{closed}/x"), "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("port not open"), "{err}");
 }

@@ -32,6 +32,15 @@ pub enum Error {
         "no response within {0:?}: is the server running and reachable? (-v shows the messages)"
     )]
     Deadline(Duration),
+    /// Nothing receives at the peer's address: the network reported it (ICMP port,
+    /// host or network unreachable), so the request ended at once instead of timing out.
+    #[error("{peer}: {reason}")]
+    Unreachable {
+        /// Who was asked.
+        peer: std::net::SocketAddr,
+        /// What the network said, e.g. "port not open (ICMP port unreachable): ...".
+        reason: String,
+    },
     /// The peer rejected the request with RST.
     #[error("request rejected by {0} with RST (it could not process the message)")]
     Reset(std::net::SocketAddr),

@@ -200,7 +200,7 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
         (
-            exit::NETWORK,
+            exit::FAILURE,
             format!("cannot listen on {addr}: {e} (is another server using the port? try --port)"),
         )
     })?;
@@ -210,7 +210,7 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
                 .await
                 .map_err(|e| {
                     (
-                        exit::NETWORK,
+                        exit::FAILURE,
                         format!("cannot serve metrics on {metrics_addr}: {e}"),
                     )
                 })?,

@@ -24,17 +24,25 @@ pub fn cobalt() -> Command {
 
 /// `cobalt serve` on 127.0.0.1, a free port, one shard; add flags with `.args(..)`.
 pub fn local_serve() -> Command {
+    local_serve_shards(1)
+}
+
+/// `cobalt serve` on 127.0.0.1, a free port, `shards` shards.
+pub fn local_serve_shards(shards: usize) -> Command {
     let mut c = cobalt();
-    c.args([
-        "serve",
-        "--bind",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--shards",
-        "1",
-    ]);
+    c.args(["serve", "--bind", "127.0.0.1", "--port", "0", "--shards"])
+        .arg(shards.to_string());
     c
+}
+
+/// A fresh directory for this test process named after `what`, holding `keys.txt`
+/// with the PSK `alice:secretPSK`; returns the directory and the file.
+pub fn psk_file(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("cobalt-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.txt");
+    std::fs::write(&keys, "alice:secretPSK\n").unwrap();
+    (dir, keys)
 }
 
 /// Stderr lines of a started server.

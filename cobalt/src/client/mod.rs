@@ -22,7 +22,7 @@ use crate::server::Response;
 use crate::transport::dtls::{ClientPsk, DtlsClientAuth, DtlsConfig, OpensslDtls, X509Credentials};
 use crate::transport::tcp::{TcpPool, TracerSlot, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::tls::{Alpn, TlsConnector};
-use crate::transport::udp::{any_for, bind_shard_sockets};
+use crate::transport::udp::{any_for, bind_shard_sockets, report_unreachable};
 use crate::{Error, Result};
 use blockwise::{fetch_rest_via, upload_via};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
@@ -240,7 +240,7 @@ impl Client {
         if let Some(tx) = slot.as_ref().filter(|tx| !tx.is_closed()) {
             return Ok(tx.clone());
         }
-        let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
+        let socket = client_socket(peer)?;
         let (tx, _thread) = spawn_driver(
             "cobalt-client".into(),
             DriverIo::Owned(socket),
@@ -268,7 +268,7 @@ impl Client {
         }
         let layer = OpensslDtls::client_with(auth, DtlsConfig::default())
             .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
-        let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
+        let socket = client_socket(peer)?;
         let (tx, _thread) = spawn_driver(
             "cobalt-client-dtls".into(),
             DriverIo::Owned(socket),
@@ -632,6 +632,16 @@ impl Drop for CancelGuard {
             let _ = self.driver.send(Command::Cancel { key: self.key });
         }
     }
+}
+
+/// A client's UDP socket for peers of `peer`'s address family, reporting ICMP errors
+/// so that a request to a closed port fails at once ([`Error::Unreachable`]).
+fn client_socket(peer: &SocketAddr) -> Result<std::net::UdpSocket> {
+    let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
+    if let Err(e) = report_unreachable(&socket) {
+        tracing::debug!(error = %e, "ICMP errors will not be reported");
+    }
+    Ok(socket)
 }
 
 async fn resolve(uri: &CoapUri) -> Result<SocketAddr> {

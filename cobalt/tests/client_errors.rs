@@ -1,0 +1,62 @@
+//! What the client reports when a request cannot be answered: a closed port is
+//! reported at once as [`Error::Unreachable`] ("port not open", from the kernel's ICMP
+//! error) instead of after the retransmissions, over UDP and DTLS, IPv4 and IPv6.
+
+use cobalt::{Client, Error};
+use std::time::Duration;
+
+/// A UDP port on `ip` that nothing listens on (bound a moment ago, then closed).
+fn closed_port(ip: &str) -> std::net::SocketAddr {
+    std::net::UdpSocket::bind(format!("{ip}:0"))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_closed_port_is_reported_at_once_not_as_a_timeout() {
+    let v4 = closed_port("127.0.0.1");
+    let v6 = closed_port("[::1]");
+    let client = Client::new();
+    for (uri, peer) in [
+        (format!("coap://{v4}/x"), v4),
+        (format!("coap://{v6}/x"), v6),
+    ] {
+        // The deadline is far beyond how long the kernel takes to answer: the error
+        // must be the ICMP one, not the deadline.
+        let e = client
+            .request(cobalt::Code::GET, &uri)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .unwrap_err();
+        match &e {
+            Error::Unreachable { peer: p, reason } => {
+                assert_eq!(*p, peer);
+                assert!(reason.starts_with("port not open"), "{reason}");
+            }
+            other => panic!("{uri}: expected Unreachable, got {other:?}"),
+        }
+        assert!(e.to_string().contains("port not open"), "{e}");
+    }
+    // DTLS: the handshake's first flight meets the closed port.
+    let e = client
+        .with_psk("alice", "secretPSK")
+        .request(cobalt::Code::GET, &format!("coaps://{v4}/x"))
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+    // The client still works for a server that is there.
+    let server = cobalt::Server::new()
+        .route("/x", cobalt::server::get(|| async { "here" }))
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let r = client
+        .get(&format!("coap://{}/x", server.local_addr()))
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "here");
+}
