@@ -2,6 +2,7 @@
 //! coaps+ws:// (TLS with the same PSK) against a real `cobalt serve --tcp --ws --tls
 //! --dtls-psk-file`, through the binary, checking the JSON report; and a wrong PSK,
 //! which must fail with the reason.
+#![cfg(feature = "openssl")]
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;

@@ -1,5 +1,6 @@
 //! `cobalt serve --dtls-psk-file` and `cobalt get coaps://... --psk-identity --psk-key`,
 //! through the real binary.
+#![cfg(feature = "openssl")]
 
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;

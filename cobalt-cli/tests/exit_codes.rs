@@ -11,7 +11,7 @@ use std::time::Duration;
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, local_serve_shards, psk_file, serve_printing};
+use binary::cobalt;
 
 /// A UDP server answering every request with `code`, piggybacked, until `stop`.
 fn answering(code: Code, stop: Arc<AtomicBool>) -> SocketAddr {
@@ -88,8 +88,10 @@ fn bench_with_no_answer_at_all_exits_3() {
 
 /// A second server on a port another one serves is refused, for UDP and DTLS, however
 /// many shards share the port (SO_REUSEPORT would otherwise let it take half the peers).
+#[cfg(feature = "openssl")]
 #[test]
 fn serve_refuses_a_port_another_server_serves() {
+    use binary::{local_serve_shards, psk_file, serve_printing};
     let (dir, keys) = psk_file("port-in-use");
     let mut first = local_serve_shards(2);
     first
@@ -136,4 +138,19 @@ fn get_to_a_closed_port_says_port_not_open() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("port not open"), "{err}");
+}
+
+/// A build without the `openssl` feature refuses `coaps://` with a usage error that
+/// says how to get DTLS, instead of failing obscurely.
+#[cfg(not(feature = "openssl"))]
+#[test]
+fn coaps_without_openssl_says_which_feature_is_missing() {
+    let out = cobalt()
+        .args(["get", "coaps://127.0.0.1:9/x", "--psk-identity", "a"])
+        .args(["--psk-key", "b"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`openssl` feature"), "{err}");
 }

@@ -1,5 +1,6 @@
 //! `cobalt serve --cert --key --tls --ws` and `cobalt get coaps+tcp://...` /
 //! `coaps+ws://...` through the real binary.
+#![cfg(feature = "openssl")]
 
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};

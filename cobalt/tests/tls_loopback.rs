@@ -2,6 +2,7 @@
 //! Cobalt server and client on loopback: certificates, client certificates, PSK, and
 //! the failures a user must see clearly (untrusted, expired, wrong key), plus peers
 //! that do not speak TLS or never finish the handshake.
+#![cfg(feature = "openssl")]
 
 use cobalt::server::{get, post, Observable, Request};
 use cobalt::transport::dtls::{test_pki, PskStore, X509Credentials};

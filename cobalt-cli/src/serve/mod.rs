@@ -176,6 +176,14 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         server = server.x509(creds);
     }
     let credentials = args.dtls_psk_file.is_some() || args.cert.is_some();
+    if credentials && !cfg!(feature = "openssl") {
+        return Err((
+            exit::USAGE,
+            "--dtls-psk-file and --cert need DTLS and TLS, which this build lacks: rebuild \
+             with the `openssl` feature (on by default)"
+                .into(),
+        ));
+    }
     if credentials {
         server = server.dtls(std::net::SocketAddr::new(addr.ip(), args.dtls_port));
     }

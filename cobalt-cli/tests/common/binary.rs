@@ -2,7 +2,6 @@
 #![allow(dead_code)] // each test file uses a part
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// Kills the process (a server) when the test ends, passed or failed.
@@ -105,9 +104,10 @@ pub fn rest_of_stderr(child: &mut Child) -> String {
     err
 }
 
+#[cfg(feature = "openssl")]
 /// Writes a fresh CA (`cn` names it) and the server and client certificates it issued
 /// to `dir`: ca.pem, server.pem, server.key, client.pem, client.key.
-pub fn write_test_pki(dir: &Path, cn: &str) {
+pub fn write_test_pki(dir: &std::path::Path, cn: &str) {
     let pki = cobalt::transport::dtls::test_pki::generate(cn).unwrap();
     std::fs::create_dir_all(dir).unwrap();
     for (name, pem) in [

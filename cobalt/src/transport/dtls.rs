@@ -40,19 +40,27 @@
 //! Identities are at most 128 bytes, keys 1 to 64 bytes.
 
 use cobalt_proto::endpoint::Transmit;
+#[cfg(feature = "openssl")]
 use foreign_types::ForeignTypeRef;
-use openssl::error::ErrorStack;
-use openssl::hash::MessageDigest;
-use openssl::pkey::{PKey, Private};
-use openssl::sign::Signer;
-use openssl::ssl::{
-    ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions, SslRef,
-    SslStream, SslVersion,
+#[cfg(feature = "openssl")]
+use openssl::{
+    error::ErrorStack,
+    hash::MessageDigest,
+    pkey::{PKey, Private},
+    sign::Signer,
+    ssl::{
+        ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions, SslRef,
+        SslStream, SslVersion,
+    },
 };
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
+#[cfg(feature = "openssl")]
+use std::collections::{HashSet, VecDeque};
+#[cfg(feature = "openssl")]
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
+#[cfg(feature = "openssl")]
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -285,6 +293,7 @@ pub enum DtlsClientAuth {
     X509(X509Credentials),
 }
 
+#[cfg(feature = "openssl")]
 /// Loads this side's certificate chain and key, and the CA store for the peer's
 /// certificate, into a context (DTLS or TLS).
 pub(crate) fn load_x509(
@@ -313,6 +322,7 @@ pub(crate) fn load_x509(
     Ok(())
 }
 
+#[cfg(feature = "openssl")]
 /// Makes a (D)TLS server context look pre-shared keys up in `keys` by identity.
 pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
     b.set_psk_server_callback(move |_ssl, identity, psk| {
@@ -328,6 +338,7 @@ pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
     });
 }
 
+#[cfg(feature = "openssl")]
 /// Makes a (D)TLS client context authenticate with `psk`.
 pub(crate) fn set_psk_client(b: &mut SslContextBuilder, psk: ClientPsk) {
     b.set_psk_client_callback(move |_ssl, _hint, identity, key| {
@@ -342,6 +353,7 @@ pub(crate) fn set_psk_client(b: &mut SslContextBuilder, psk: ClientPsk) {
     });
 }
 
+#[cfg(feature = "openssl")]
 /// Makes a client session check that the server's certificate names `name` (a host
 /// name, also sent as SNI, or an IP address), or without a name the address `peer`.
 pub(crate) fn expect_peer_name(
@@ -425,6 +437,7 @@ pub trait DtlsBackend: Send {
     fn stats(&self) -> DtlsStats;
 }
 
+#[cfg(feature = "openssl")]
 /// A datagram-preserving in-memory channel between OpenSSL and the table: each
 /// `read` returns one whole received datagram, each `write` is one datagram to send.
 #[derive(Debug, Default)]
@@ -433,6 +446,7 @@ struct Channel {
     outgoing: Vec<Vec<u8>>,
 }
 
+#[cfg(feature = "openssl")]
 impl Read for Channel {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self.incoming.take() {
@@ -446,6 +460,7 @@ impl Read for Channel {
     }
 }
 
+#[cfg(feature = "openssl")]
 impl Write for Channel {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // OpenSSL writes a bounded amount per call (one flight, one record).
@@ -461,6 +476,7 @@ impl Write for Channel {
     }
 }
 
+#[cfg(feature = "openssl")]
 struct Session {
     stream: SslStream<Channel>,
     established: bool,
@@ -470,6 +486,7 @@ struct Session {
     retransmit_at: Option<Instant>,
 }
 
+#[cfg(feature = "openssl")]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Role {
     Server,
@@ -477,21 +494,27 @@ enum Role {
 }
 
 // Not bound by openssl-sys: declared here (OpenSSL 1.1.0+ signatures).
+#[cfg(feature = "openssl")]
 extern "C" {
     fn DTLSv1_listen(s: *mut openssl_sys::SSL, client: *mut libc::c_void) -> libc::c_int;
     fn BIO_ADDR_new() -> *mut libc::c_void;
     fn BIO_ADDR_free(a: *mut libc::c_void);
 }
 
+#[cfg(feature = "openssl")]
 const DTLS_CTRL_GET_TIMEOUT: libc::c_int = 73;
+#[cfg(feature = "openssl")]
 const DTLS_CTRL_HANDLE_TIMEOUT: libc::c_int = 74;
 
+#[cfg(feature = "openssl")]
 /// An owned `BIO_ADDR` for `DTLSv1_listen` to write the (unknown) peer into.
 struct BioAddr(*mut libc::c_void);
 
 // SAFETY: the BIO_ADDR is plain memory owned by this value and used from one thread at a time.
+#[cfg(feature = "openssl")]
 unsafe impl Send for BioAddr {}
 
+#[cfg(feature = "openssl")]
 impl Drop for BioAddr {
     fn drop(&mut self) {
         if !self.0.is_null() {
@@ -501,12 +524,14 @@ impl Drop for BioAddr {
     }
 }
 
+#[cfg(feature = "openssl")]
 /// The peer of an SSL, for the cookie callbacks.
 fn peer_index() -> Option<openssl::ex_data::Index<Ssl, SocketAddr>> {
     static INDEX: OnceLock<Option<openssl::ex_data::Index<Ssl, SocketAddr>>> = OnceLock::new();
     *INDEX.get_or_init(|| Ssl::new_ex_index().ok())
 }
 
+#[cfg(feature = "openssl")]
 fn cookie_for(key: &PKey<Private>, peer: &SocketAddr, out: &mut [u8]) -> Result<usize, ErrorStack> {
     let mut signer = Signer::new(MessageDigest::sha256(), key)?;
     match peer {
@@ -520,6 +545,7 @@ fn cookie_for(key: &PKey<Private>, peer: &SocketAddr, out: &mut [u8]) -> Result<
     Ok(n)
 }
 
+#[cfg(feature = "openssl")]
 /// The OpenSSL implementation of [`DtlsBackend`].
 pub struct OpensslDtls {
     ctx: SslContext,
@@ -540,6 +566,7 @@ pub struct OpensslDtls {
     next_idle_sweep: Option<Instant>,
 }
 
+#[cfg(feature = "openssl")]
 impl std::fmt::Debug for OpensslDtls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpensslDtls")
@@ -550,6 +577,7 @@ impl std::fmt::Debug for OpensslDtls {
     }
 }
 
+#[cfg(feature = "openssl")]
 fn base_context(method: SslMethod, ciphers: &str) -> Result<SslContextBuilder, ErrorStack> {
     let mut b = SslContext::builder(method)?;
     b.set_min_proto_version(Some(SslVersion::DTLS1_2))?;
@@ -560,6 +588,7 @@ fn base_context(method: SslMethod, ciphers: &str) -> Result<SslContextBuilder, E
     Ok(b)
 }
 
+#[cfg(feature = "openssl")]
 impl OpensslDtls {
     /// A server table that accepts the identities in `keys`.
     pub fn server(keys: Arc<PskStore>, config: DtlsConfig) -> Result<OpensslDtls, ErrorStack> {
@@ -925,10 +954,12 @@ impl OpensslDtls {
     }
 }
 
+#[cfg(feature = "openssl")]
 fn is_retry(e: &openssl::ssl::Error) -> bool {
     e.code() == ErrorCode::WANT_READ || e.code() == ErrorCode::WANT_WRITE
 }
 
+#[cfg(feature = "openssl")]
 /// OpenSSL's reasons, with a hint for the common PSK and certificate mistakes.
 pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
     let reasons: Vec<String> = e
@@ -961,8 +992,10 @@ pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
     format!("{text}{hint}")
 }
 
+#[cfg(feature = "openssl")]
 const DECRYPT_ERROR: u8 = 51;
 
+#[cfg(feature = "openssl")]
 /// A fatal alert in epoch 0 (unprotected, as before ChangeCipherSpec). The sequence
 /// number is far above any the handshake used so the peer's replay window takes it.
 fn plaintext_alert(description: u8) -> Vec<u8> {
@@ -972,6 +1005,7 @@ fn plaintext_alert(description: u8) -> Vec<u8> {
     r
 }
 
+#[cfg(feature = "openssl")]
 /// Whether a datagram holds a ChangeCipherSpec followed by a handshake record in a
 /// later epoch (the client's Finished).
 fn finished_in(records: &[u8]) -> bool {
@@ -990,11 +1024,13 @@ fn finished_in(records: &[u8]) -> bool {
     false
 }
 
+#[cfg(feature = "openssl")]
 /// Whether a datagram starts with an epoch-0 ClientHello record.
 fn is_client_hello(records: &[u8]) -> bool {
     records.len() > 13 && records[0] == 22 && records[3] == 0 && records[4] == 0 && records[13] == 1
 }
 
+#[cfg(feature = "openssl")]
 fn dtls_timeout(ssl: &SslRef) -> Option<Duration> {
     let mut tv = libc::timeval {
         tv_sec: 0,
@@ -1015,6 +1051,7 @@ fn dtls_timeout(ssl: &SslRef) -> Option<Duration> {
     })
 }
 
+#[cfg(feature = "openssl")]
 impl DtlsBackend for OpensslDtls {
     fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, records: &[u8]) -> Vec<Vec<u8>> {
         if records.len() < 13 {
@@ -1147,6 +1184,7 @@ impl DtlsBackend for OpensslDtls {
     }
 }
 
+#[cfg(feature = "openssl")]
 /// A throwaway PKI for tests and demos: a CA and EC P-256 certificates it signed,
 /// made in memory at run time.
 pub mod test_pki {
@@ -1270,5 +1308,10 @@ pub mod test_pki {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "openssl"))]
 mod tests;
+
+#[cfg(not(feature = "openssl"))]
+mod unavailable;
+#[cfg(not(feature = "openssl"))]
+pub use unavailable::{OpensslDtls, Unavailable};
