@@ -4,6 +4,7 @@ mod bench;
 mod dtls_args;
 mod exit;
 mod flags;
+mod render;
 mod request;
 mod serve;
 mod sink;
@@ -39,8 +40,15 @@ enum Command {
     Put(request::RequestArgs),
     /// DELETE a resource.
     Delete(request::RequestArgs),
+    /// FETCH (RFC 8132): GET with a request body (-p), e.g. a query in JSON or CBOR.
+    Fetch(request::RequestArgs),
+    /// PATCH (RFC 8132): change part of a resource with the payload (-p).
+    Patch(request::RequestArgs),
+    /// iPATCH (RFC 8132): an idempotent PATCH.
+    #[command(name = "ipatch")]
+    Ipatch(request::RequestArgs),
     /// List a server's resources (GET /.well-known/core, query filters allowed).
-    Discover(request::RequestArgs),
+    Discover(request::DiscoverArgs),
     /// Observe a resource and print each notification (RFC 7641).
     Observe(request::ObserveArgs),
     /// Run the demo server (/benchmark, /time, /echo, /separate; --plugtest for more).
@@ -104,6 +112,9 @@ fn main() {
             Command::Post(a) => request::run(Code::POST, a).await,
             Command::Put(a) => request::run(Code::PUT, a).await,
             Command::Delete(a) => request::run(Code::DELETE, a).await,
+            Command::Fetch(a) => request::run(Code::FETCH, a).await,
+            Command::Patch(a) => request::run(Code::PATCH, a).await,
+            Command::Ipatch(a) => request::run(Code::IPATCH, a).await,
             Command::Discover(a) => request::discover(a).await,
             Command::Observe(a) => request::observe(a).await,
             Command::Serve(a) => serve::run(a, cli.log_level.as_deref()).await,

@@ -80,7 +80,7 @@ fn verbose_shows_the_messages_over_tcp_and_ws() {
             assert!(err.contains(line), "{uri}: no {line:?} in\n{err}");
         }
         assert!(
-            err.contains("7.01 token=") && err.contains("Csm"),
+            err.contains("7.01 CSM Max-Message-Size: ") && !err.contains("Csm {"),
             "{uri}: {err}"
         );
         // Quiet by default.
