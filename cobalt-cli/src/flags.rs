@@ -121,9 +121,87 @@ pub fn coap_option(v: &str) -> Result<RawOption, String> {
     Ok(RawOption { number, value })
 }
 
+/// An address to listen on, as `--bind` takes it: an IP address, an IPv6 address
+/// with a zone (`fe80::1%eth0`, RFC 4007), or a host name (its first address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAddr {
+    /// The address.
+    pub ip: std::net::IpAddr,
+    /// The IPv6 zone (interface index); 0 without one.
+    pub scope_id: u32,
+}
+
+impl BindAddr {
+    /// The socket address of `port` on this address (with its zone).
+    pub fn with_port(self, port: u16) -> std::net::SocketAddr {
+        match self.ip {
+            std::net::IpAddr::V6(ip) => {
+                std::net::SocketAddrV6::new(ip, port, 0, self.scope_id).into()
+            }
+            ip => std::net::SocketAddr::new(ip, port),
+        }
+    }
+}
+
+/// Parses [`BindAddr`], resolving a host name or zone name.
+pub fn bind_addr(v: &str) -> Result<BindAddr, String> {
+    if let Ok(ip) = v.parse() {
+        return Ok(BindAddr { ip, scope_id: 0 });
+    }
+    let addr = host_port(&format!("{}:0", bracketed(v)))?;
+    let scope_id = match addr {
+        std::net::SocketAddr::V6(a) => a.scope_id(),
+        _ => 0,
+    };
+    Ok(BindAddr {
+        ip: addr.ip(),
+        scope_id,
+    })
+}
+
+/// `host` as it goes before `:port`: IPv6 addresses (with or without a zone) in
+/// brackets.
+fn bracketed(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
+/// Parses `HOST:PORT` (a host name, an IP address, `[IPv6%zone]:PORT`) into its first
+/// socket address (`--metrics`).
+pub fn host_port(v: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    v.to_socket_addrs()
+        .map_err(|e| format!("cannot resolve `{v}` (expected HOST:PORT): {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{v}` has no address"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binds_take_names_zones_and_addresses() {
+        let b = bind_addr("127.0.0.1").unwrap();
+        assert_eq!(b.with_port(5683), "127.0.0.1:5683".parse().unwrap());
+        let b = bind_addr("localhost").unwrap();
+        assert!(b.ip.is_loopback(), "{b:?}");
+        let b = bind_addr("::1").unwrap();
+        assert_eq!(b.with_port(1), "[::1]:1".parse().unwrap());
+        // The loopback interface's zone by name: lo is index 1 on Linux.
+        let b = bind_addr("fe80::1%lo").unwrap();
+        assert_eq!(b.scope_id, 1, "{b:?}");
+        match b.with_port(7) {
+            std::net::SocketAddr::V6(a) => assert_eq!((a.port(), a.scope_id()), (7, 1)),
+            other => panic!("{other}"),
+        }
+        assert!(bind_addr("no.such.host.invalid").is_err());
+        assert_eq!(host_port("localhost:9100").map(|a| a.port()), Ok(9100));
+        assert!(host_port("127.0.0.1").is_err());
+    }
 
     #[test]
     fn hex_content_formats_and_options() {

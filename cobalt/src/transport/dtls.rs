@@ -323,6 +323,77 @@ pub(crate) fn load_x509(
 }
 
 #[cfg(feature = "openssl")]
+/// Checks that certificate credentials can serve this table's suites: the DTLS
+/// certificate suites are ECDHE-ECDSA only ([`CIPHERS`]), so the key must be an EC key
+/// on P-256. The error names the key found and says what to use instead, so a server
+/// refuses such a certificate at start rather than failing every handshake.
+#[cfg(feature = "openssl")]
+pub fn check_certificate(creds: &X509Credentials) -> Result<(), String> {
+    use openssl::nid::Nid;
+    use openssl::pkey::Id;
+    let key = PKey::private_key_from_pem(&creds.key_pem)
+        .map_err(|e| format!("the private key does not parse as PEM: {e}"))?;
+    let found = match key.id() {
+        Id::EC => match key.ec_key().ok().and_then(|k| k.group().curve_name()) {
+            Some(Nid::X9_62_PRIME256V1) => return Ok(()),
+            Some(nid) => format!(
+                "an EC key on {}",
+                nid.short_name().unwrap_or("another curve")
+            ),
+            None => "an EC key on an unnamed curve".into(),
+        },
+        Id::RSA => format!("an RSA key ({} bits)", key.bits()),
+        Id::ED25519 => "an Ed25519 key".into(),
+        _ => "a key of another type".into(),
+    };
+    Err(format!(
+        "it has {found}, but the DTLS certificate suites (ECDHE-ECDSA with AES-128-CCM8 or \
+         -GCM) need an EC key on P-256: make one with `openssl ecparam -name prime256v1 \
+         -genkey -noout -out server.key` and a certificate for it"
+    ))
+}
+
+#[cfg(all(test, feature = "openssl"))]
+mod certificate_check {
+    use super::*;
+
+    #[test]
+    fn only_p256_keys_serve_the_dtls_suites() {
+        let pki = test_pki::generate("check").unwrap();
+        assert_eq!(check_certificate(&pki.server), Ok(()));
+        let rsa = openssl::rsa::Rsa::generate(2048).unwrap();
+        let rsa = X509Credentials {
+            key_pem: PKey::from_rsa(rsa)
+                .unwrap()
+                .private_key_to_pem_pkcs8()
+                .unwrap(),
+            ..pki.server.clone()
+        };
+        let e = check_certificate(&rsa).unwrap_err();
+        assert!(
+            e.contains("RSA key (2048 bits)") && e.contains("prime256v1"),
+            "{e}"
+        );
+        let group = openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::SECP384R1).unwrap();
+        let p384 = X509Credentials {
+            key_pem: PKey::from_ec_key(openssl::ec::EcKey::generate(&group).unwrap())
+                .unwrap()
+                .private_key_to_pem_pkcs8()
+                .unwrap(),
+            ..pki.server
+        };
+        let e = check_certificate(&p384).unwrap_err();
+        assert!(e.contains("secp384r1"), "{e}");
+        let garbage = X509Credentials {
+            key_pem: b"not a key".to_vec(),
+            ..p384
+        };
+        assert!(check_certificate(&garbage)
+            .unwrap_err()
+            .contains("does not parse"));
+    }
+}
+
 /// Makes a (D)TLS server context look pre-shared keys up in `keys` by identity.
 pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
     b.set_psk_server_callback(move |_ssl, identity, psk| {
