@@ -3,33 +3,20 @@
 //! (`--bind`, `--metrics`, `bench --workers`), and a DTLS certificate whose key cannot
 //! serve the DTLS suites refused at start.
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, local_serve, serve_printing, KillOnDrop};
+use binary::{cobalt, local_serve, serve_printing, spawn_server, KillOnDrop};
 
 /// Starts `command` (a server) and returns it with a channel of its stderr lines.
-fn with_stderr_lines(mut command: std::process::Command) -> (KillOnDrop, mpsc::Receiver<String>) {
-    let mut child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
+fn with_stderr_lines(command: std::process::Command) -> (KillOnDrop, mpsc::Receiver<String>) {
+    let (server, lines) = spawn_server(command);
     let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (KillOnDrop(child), rx)
+    std::thread::spawn(move || lines.map(|l| tx.send(l)).take_while(Result::is_ok).count());
+    (server, rx)
 }
 
 /// The first line from `lines` containing `wanted`, waiting up to 20 s.

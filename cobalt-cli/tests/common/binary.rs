@@ -45,10 +45,10 @@ pub fn psk_file(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
 }
 
 /// Stderr lines of a started server.
-type Lines = Box<dyn Iterator<Item = String> + Send>;
+pub type Lines = Box<dyn Iterator<Item = String> + Send>;
 
 /// Starts a server with its stderr piped (stdout discarded).
-fn spawn_server(mut command: Command) -> (KillOnDrop, Lines) {
+pub fn spawn_server(mut command: Command) -> (KillOnDrop, Lines) {
     let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
