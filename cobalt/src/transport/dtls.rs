@@ -1057,6 +1057,8 @@ pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
         " (this server requires a client certificate)"
     } else if text.contains("no shared cipher") || text.contains("handshake failure") {
         " (no common cipher suite or credentials)"
+    } else if text.contains("wrong version number") || text.contains("packet length too long") {
+        " (the server does not speak TLS on this port: use coap+tcp:// or coap+ws:// there)"
     } else {
         ""
     };
