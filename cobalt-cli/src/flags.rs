@@ -148,7 +148,10 @@ pub fn bind_addr(v: &str) -> Result<BindAddr, String> {
     if let Ok(ip) = v.parse() {
         return Ok(BindAddr { ip, scope_id: 0 });
     }
-    let addr = host_port(&format!("{}:0", bracketed(v)))?;
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&(v, 0))
+        .map_err(|e| format!("cannot resolve `{v}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{v}` has no address"))?;
     let scope_id = match addr {
         std::net::SocketAddr::V6(a) => a.scope_id(),
         _ => 0,
@@ -157,16 +160,6 @@ pub fn bind_addr(v: &str) -> Result<BindAddr, String> {
         ip: addr.ip(),
         scope_id,
     })
-}
-
-/// `host` as it goes before `:port`: IPv6 addresses (with or without a zone) in
-/// brackets.
-fn bracketed(host: &str) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_string()
-    }
 }
 
 /// Parses `HOST:PORT` (a host name, an IP address, `[IPv6%zone]:PORT`) into its first

@@ -307,6 +307,8 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
     if host.is_empty() {
         return Err(format!("invalid URI {uri:?}: missing host"));
     }
+    // An IPv6 zone (RFC 6874: `fe80::1%25eth0`) as the resolver takes it: `fe80::1%eth0`.
+    let host = host.replacen("%25", "%", 1);
     let port = match port {
         None | Some("") => scheme.default_port(),
         Some(p) => p
@@ -343,7 +345,7 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
     Ok(Target {
         scheme,
         raw_path,
-        host: host.to_string(),
+        host,
         port,
         path,
         query,
@@ -452,6 +454,14 @@ mod tests {
         assert_eq!(t.raw_path, "/?x=1");
         let t = parse_uri("HTTP://h:8080/a/b?c").unwrap();
         assert_eq!((t.port, t.raw_path.as_str()), (8080, "/a/b?c"));
+    }
+
+    #[test]
+    fn uri_with_an_ipv6_zone() {
+        let t = parse_uri("coap://[fe80::1%25lo]:5683/x").unwrap();
+        assert_eq!(t.host, "fe80::1%lo");
+        let a = t.resolve().unwrap();
+        assert!(matches!(a, SocketAddr::V6(v6) if v6.scope_id() == 1), "{a}");
     }
 
     #[test]

@@ -292,7 +292,9 @@ pub fn request_template(
     };
     let mut m = Message::new(mtype, code, 0);
     m.token = Token::new(&[0; 8]).unwrap_or(Token::EMPTY);
-    if t.host.parse::<std::net::IpAddr>().is_err() {
+    // An IP literal (with or without an IPv6 zone) is no Uri-Host.
+    let literal = t.host.split('%').next().unwrap_or(&t.host);
+    if literal.parse::<std::net::IpAddr>().is_err() {
         m.options.push(opt::URI_HOST, t.host.as_bytes());
     }
     for seg in &t.path {

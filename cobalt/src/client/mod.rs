@@ -634,6 +634,17 @@ impl Drop for CancelGuard {
     }
 }
 
+/// The interface index of an IPv6 zone: a number, or an interface name.
+fn zone_index(zone: &str) -> Option<u32> {
+    if let Ok(n) = zone.parse() {
+        return Some(n);
+    }
+    let name = std::ffi::CString::new(zone).ok()?;
+    // SAFETY: a valid NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    (index != 0).then_some(index)
+}
+
 /// A client's UDP socket for peers of `peer`'s address family, reporting ICMP errors
 /// so that a request to a closed port fails at once ([`Error::Unreachable`]).
 fn client_socket(peer: &SocketAddr) -> Result<std::net::UdpSocket> {
@@ -646,7 +657,14 @@ fn client_socket(peer: &SocketAddr) -> Result<std::net::UdpSocket> {
 
 async fn resolve(uri: &CoapUri) -> Result<SocketAddr> {
     if let Some(ip) = uri.ip() {
-        return Ok(SocketAddr::new(ip, uri.port));
+        let mut addr = SocketAddr::new(ip, uri.port);
+        if let (SocketAddr::V6(a), Some(zone)) = (&mut addr, &uri.zone) {
+            a.set_scope_id(zone_index(zone).ok_or_else(|| Error::Resolve {
+                host: format!("{}%{zone}", uri.host),
+                reason: format!("no network interface '{zone}'"),
+            })?);
+        }
+        return Ok(addr);
     }
     let mut addrs = tokio::net::lookup_host((uri.host.as_str(), uri.port))
         .await
