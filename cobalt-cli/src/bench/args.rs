@@ -114,7 +114,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub csv: bool,
 
-    /// Write an SVG plot of throughput and p50/p99 latency against concurrency.
+    /// Write an SVG plot against concurrency: 2.xx throughput and other answers per
+    /// second, p50/p99 latency and (with --server-pid) the server's CPU µs per request
+    /// on a log scale. The file is created before the run, so a bad path fails first.
+    /// `cobalt bench plot a.json b.json` overlays the --json reports of several runs.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
 
@@ -128,6 +131,22 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Run as a remote load generator that a coordinator drives with `--workers`.
     Worker(super::distributed::WorkerArgs),
+    /// Overlay the `--json` reports of several runs in one SVG figure (throughput,
+    /// latency and server CPU per request against concurrency), e.g. to compare
+    /// servers: `cobalt bench plot cobalt.json libcoap.json -o compare.svg`.
+    Plot(PlotArgs),
+}
+
+/// `cobalt bench plot` options.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// `cobalt bench --json` reports; each is named in the legend by its file name
+    /// (without `.json`).
+    #[arg(required = true, value_name = "REPORT.json")]
+    pub reports: Vec<std::path::PathBuf>,
+    /// Where to write the SVG.
+    #[arg(short, long, value_name = "FILE.svg")]
+    pub output: std::path::PathBuf,
 }
 
 /// CoAP request methods the benchmark can send.

@@ -311,8 +311,10 @@ pub fn request_template(
 
 /// Runs the benchmark; returns the process exit code.
 pub fn run(mut args: BenchArgs) -> i32 {
-    if let Some(BenchCommand::Worker(w)) = args.command.take() {
-        return distributed::worker_main(w);
+    match args.command.take() {
+        Some(BenchCommand::Worker(w)) => return distributed::worker_main(w),
+        Some(BenchCommand::Plot(p)) => return plot_reports(&p),
+        None => {}
     }
     let cfg = match Config::from_args(&args) {
         Ok(c) => c,
@@ -353,6 +355,16 @@ pub fn run(mut args: BenchArgs) -> i32 {
         );
         return 1;
     }
+    // Create the plot's file now: a path that cannot be written fails before the run.
+    let mut plot_file = match args.plot.as_deref().map(std::fs::File::create) {
+        None => None,
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            let path = args.plot.as_deref().unwrap_or(std::path::Path::new(""));
+            eprintln!("cobalt bench: cannot write {}: {e}", path.display());
+            return exit::FAILURE;
+        }
+    };
     sys::install_sigint_handler();
     let info = RunInfo {
         uri: cfg.uri.clone(),
@@ -432,16 +444,55 @@ pub fn run(mut args: BenchArgs) -> i32 {
             &mut code,
         );
     }
-    if let Some(path) = &args.plot {
-        if !results.is_empty() {
-            let svg = plot::svg(&info, &results);
-            if let Err(e) = std::fs::write(path, svg) {
-                eprintln!("cobalt bench: cannot write {}: {e}", path.display());
-                code = code.max(exit::FAILURE);
-            }
+    if let (Some(path), Some(file)) = (&args.plot, plot_file.as_mut()) {
+        let run = plot::Run {
+            label: info.uri.clone(),
+            info: &info,
+            steps: &results,
+        };
+        if let Err(e) = std::io::Write::write_all(file, plot::svg(&[run]).as_bytes()) {
+            eprintln!("cobalt bench: cannot write {}: {e}", path.display());
+            code = code.max(exit::FAILURE);
         }
     }
     code
+}
+
+/// `cobalt bench plot`: one figure from several `--json` reports; returns the exit code.
+fn plot_reports(args: &args::PlotArgs) -> i32 {
+    let mut reports = Vec::new();
+    for path in &args.reports {
+        match plot::read_report(path) {
+            Ok(r) => {
+                let label = path
+                    .file_stem()
+                    .map_or_else(|| r.info.uri.clone(), |s| s.to_string_lossy().into_owned());
+                reports.push((label, r));
+            }
+            Err(e) => {
+                eprintln!("cobalt bench plot: {e}");
+                return exit::USAGE;
+            }
+        }
+    }
+    let runs: Vec<plot::Run> = reports
+        .iter()
+        .map(|(label, r)| plot::Run {
+            label: label.clone(),
+            info: &r.info,
+            steps: &r.steps,
+        })
+        .collect();
+    match std::fs::write(&args.output, plot::svg(&runs)) {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!(
+                "cobalt bench plot: cannot write {}: {e}",
+                args.output.display()
+            );
+            exit::FAILURE
+        }
+    }
 }
 
 /// Prints one line of results; a closed stdout clears `reader`, another failure sets

@@ -2,7 +2,7 @@
 //! printed as each step finishes; JSON is one document at the end.
 
 use super::stats::StepResult;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How results are printed on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,7 +16,7 @@ pub enum Format {
 }
 
 /// What was benchmarked, for the JSON report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunInfo {
     /// Target URI as given.
     pub uri: String,
@@ -24,13 +24,16 @@ pub struct RunInfo {
     pub target: String,
     /// Request method.
     pub method: String,
-    /// The URI scheme: coap, coaps, coap+tcp, coap+ws or http.
+    /// The URI scheme: coap, coaps, coap+tcp, coap+ws or http (absent from reports
+    /// written before it was added).
+    #[serde(default)]
     pub scheme: String,
     /// "CON" or "NON" for CoAP over UDP and DTLS; "RFC 8323 (no message type)" over TCP
     /// and WebSockets; "HTTP/1.1 keep-alive" or "HTTP/1.1 close" for HTTP.
     pub message_type: String,
     /// A new DTLS session or connection for every request (`--new-session`): each
     /// completed request is one handshake, and its latency includes the handshake.
+    #[serde(default)]
     pub new_session: bool,
     /// Measured seconds per step.
     pub duration_s: f64,

@@ -133,7 +133,7 @@ pub struct ServerUsage {
 }
 
 /// The result of one concurrency step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepResult {
     /// Virtual clients.
     pub clients: usize,
@@ -146,8 +146,10 @@ pub struct StepResult {
     /// Requests answered with 2.xx (HTTP: 2xx).
     pub completed: u64,
     /// Requests answered with any other code (4.xx, 5.xx, ...): not completed.
+    #[serde(default)]
     pub non_2xx: u64,
     /// [`StepResult::non_2xx`] by code, e.g. `{"5.03": 1234}` (HTTP: `{"503": 1234}`).
+    #[serde(default)]
     pub non_2xx_codes: BTreeMap<String, u64>,
     /// Requests unanswered after the timeout.
     pub lost: u64,
