@@ -96,13 +96,21 @@ fn cases(server: &str) -> Vec<Case> {
     let get = format!("coap://{server}/benchmark");
     let obs = format!("coap://{server}/obs");
     let mut cases = Vec::new();
-    for cmd in ["get", "post", "put", "delete", "discover"] {
+    for cmd in [
+        "get", "post", "put", "delete", "fetch", "patch", "ipatch", "discover",
+    ] {
         let uri = if cmd == "discover" {
             format!("coap://{server}")
         } else {
             get.clone()
         };
-        for flag in ["--timeout", "--block-size"] {
+        for flag in [
+            "--timeout",
+            "--block-size",
+            "--content-format",
+            "--accept",
+            "--option",
+        ] {
             cases.push(case(&[cmd, &uri], flag, &[]));
         }
     }

@@ -328,7 +328,6 @@ fn cobalt_observe_cancels_its_relation_with_aiocoap() {
     };
     let observers = || {
         cobalt::client::blocking::Client::new()
-            .expect("blocking client")
             .get(&server.uri("/observers"))
             .map(|r| r.text_payload())
             .unwrap_or_default()

@@ -6,7 +6,11 @@ use std::io;
 use std::time::Duration;
 
 /// Everything that can go wrong with a request or a server.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` writes the same message as `Display`, so that a `main` returning
+/// [`Result`] prints `Error: <what happened and what to try>` rather than the enum's
+/// fields; match on the variants to tell the cases apart.
+#[derive(thiserror::Error)]
 pub enum Error {
     /// The URI could not be parsed or uses an unsupported scheme.
     #[error(transparent)]
@@ -95,6 +99,12 @@ pub enum Error {
     /// A socket error.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// Result with [`Error`].

@@ -77,3 +77,25 @@ async fn without_openssl_secure_schemes_name_the_missing_feature() {
         }
     }
 }
+
+/// Returned from `main`, an error prints as `Error: {:?}`: that must read as the
+/// message, not as the enum's fields.
+#[test]
+fn errors_read_well_when_returned_from_main() {
+    let peer: std::net::SocketAddr = "192.0.2.1:5683".parse().unwrap();
+    for e in [
+        Error::Timeout {
+            peer,
+            retransmissions: 4,
+        },
+        Error::Unreachable {
+            peer,
+            reason: "port not open".into(),
+        },
+        Error::ObservationLost { peer, attempts: 3 },
+        Error::Deadline(Duration::from_secs(5)),
+    ] {
+        assert_eq!(format!("{e:?}"), e.to_string());
+        assert!(!format!("{e:?}").contains('{'), "{e:?}");
+    }
+}

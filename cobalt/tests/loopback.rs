@@ -170,7 +170,7 @@ async fn deadline_and_bad_uri_errors() {
 fn blocking_client_works_outside_async() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(demo_server());
-    let client = cobalt::client::blocking::Client::new().unwrap();
+    let client = cobalt::client::blocking::Client::new();
     let r = client
         .get(&format!("coap://{}/hello", server.local_addr()))
         .unwrap();

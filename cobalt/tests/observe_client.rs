@@ -52,3 +52,46 @@ async fn a_silent_server_is_given_up_after_bounded_reregistrations() {
         registrations.insert(m.token);
     }
 }
+
+/// The blocking client observes too: an iterator of notifications, then `cancel`.
+#[test]
+fn the_blocking_client_observes_with_an_iterator() {
+    use cobalt::server::{get, Observable};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let temp = Observable::new();
+    let value = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let read = value.clone();
+    let server = rt
+        .block_on(
+            cobalt::Server::new()
+                .route(
+                    "/temp",
+                    get(move || {
+                        let v = read.load(std::sync::atomic::Ordering::SeqCst);
+                        async move { format!("t={v}") }
+                    })
+                    .observable(&temp),
+                )
+                .bind("127.0.0.1:0"),
+        )
+        .unwrap();
+    let client = cobalt::client::blocking::Client::new();
+    let uri = format!("coap://{}/temp", server.local_addr());
+    let mut obs = client.observe(&uri).unwrap();
+    let first = obs.next().unwrap().unwrap();
+    assert_eq!(first.text_payload(), "t=0");
+    for i in 1..=2 {
+        value.store(i, std::sync::atomic::Ordering::SeqCst);
+        temp.changed();
+        let n = obs
+            .next_timeout(std::time::Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        assert_eq!(n.text_payload(), format!("t={i}"));
+    }
+    assert_eq!(temp.observer_count(), 1);
+    let last = obs.cancel().unwrap();
+    assert!(last.options.observe().is_none(), "deregistered");
+    assert_eq!(temp.observer_count(), 0);
+    rt.block_on(server.shutdown(std::time::Duration::ZERO));
+}

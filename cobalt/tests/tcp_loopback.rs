@@ -416,7 +416,7 @@ fn blocking_client_over_tcp() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(tcp_server(TcpServerLimits::default()));
     let addr = server.local_addr();
-    let client = cobalt::client::blocking::Client::new().unwrap();
+    let client = cobalt::client::blocking::Client::new();
     for _ in 0..3 {
         let r = client.get(&format!("coap+tcp://{addr}/hello")).unwrap();
         assert_eq!(r.text_payload(), "hello world");

@@ -165,7 +165,7 @@ fn start_server(
     probe_path: &str,
     make: impl Fn(u16) -> Command,
 ) -> PeerServer {
-    let client = cobalt::client::blocking::Client::new().expect("blocking client");
+    let client = cobalt::client::blocking::Client::new();
     for _attempt in 0..3 {
         let port = free_udp_port(ip);
         let mut cmd = make(port);
