@@ -15,7 +15,7 @@ pub fn head(code: Code, options: &Options) -> String {
             s,
             "{}: {}",
             option::option_name(o.number),
-            option::display_value(o.number, &o.value)
+            option::display_value(o.number, o.value)
         );
     }
     s.push('\n');

@@ -64,7 +64,7 @@ fn forged_requests() -> Vec<Message> {
     out.push(stray);
     // A slow handler: empty ACK, then a separate response (retransmitted if not acked).
     let mut slow = next(Code::GET, Con, "separate");
-    slow.options.push(opt::URI_QUERY, b"delay=200".to_vec());
+    slow.options.push(opt::URI_QUERY, b"delay=200");
     out.push(slow);
     // A POST and its duplicates.
     let mut post = next(Code::POST, Con, "echo");

@@ -102,7 +102,7 @@ pub(crate) fn fmt_options_and_payload(
         write!(
             f,
             "\n  {name}: {}",
-            option::display_value(o.number, &o.value)
+            option::display_value(o.number, o.value)
         )?;
     }
     if !payload.is_empty() {

@@ -528,15 +528,13 @@ impl Driver {
         let mut sent = 0;
         let mut icmp = false;
         while sent < self.outbox.len() {
-            let batch: Vec<(SocketAddr, &[u8])> = self.outbox[sent..]
-                .iter()
-                .take(mmsg::BATCH)
-                .map(|t| (t.peer, t.bytes.as_slice()))
-                .collect();
-            match socket.try_io(Interest::WRITABLE, || mmsg::send_batch(fd, &batch)) {
+            let batch = || {
+                let pending = self.outbox[sent..].iter();
+                mmsg::send_batch(fd, pending.map(|t| (t.peer, t.bytes.as_slice())))
+            };
+            match socket.try_io(Interest::WRITABLE, batch) {
                 Ok(n) => sent += n.max(1),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    drop(batch);
                     let _ = socket.writable().await;
                 }
                 // A pending ICMP error (about any earlier datagram) is reported by this

@@ -164,7 +164,7 @@ impl Response {
     }
 
     /// Sets an arbitrary option value (replacing earlier ones).
-    pub fn with_option(mut self, number: u16, value: impl Into<Vec<u8>>) -> Response {
+    pub fn with_option(mut self, number: u16, value: impl AsRef<[u8]>) -> Response {
         self.options.set(number, value);
         self
     }
