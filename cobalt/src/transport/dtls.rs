@@ -322,7 +322,6 @@ pub(crate) fn load_x509(
     Ok(())
 }
 
-#[cfg(feature = "openssl")]
 /// Checks that certificate credentials can serve this table's suites: the DTLS
 /// certificate suites are ECDHE-ECDSA only ([`CIPHERS`]), so the key must be an EC key
 /// on P-256. The error names the key found and says what to use instead, so a server
@@ -394,6 +393,7 @@ mod certificate_check {
     }
 }
 
+#[cfg(feature = "openssl")]
 /// Makes a (D)TLS server context look pre-shared keys up in `keys` by identity.
 pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
     b.set_psk_server_callback(move |_ssl, identity, psk| {
@@ -653,6 +653,10 @@ fn base_context(method: SslMethod, ciphers: &str) -> Result<SslContextBuilder, E
     let mut b = SslContext::builder(method)?;
     b.set_min_proto_version(Some(SslVersion::DTLS1_2))?;
     b.set_max_proto_version(Some(SslVersion::DTLS1_2))?;
+    // OpenSSL 3.2 and later (the vendored build) rate the CCM_8 suites, RFC 7252's
+    // mandatory ones, at 64 bits, below the default security level: level 0 keeps them
+    // for any configured cipher list, which alone decides what is offered.
+    b.set_security_level(0);
     b.set_cipher_list(ciphers)?;
     b.set_options(SslOptions::NO_QUERY_MTU | SslOptions::NO_TICKET);
     b.set_mode(SslMode::RELEASE_BUFFERS);
