@@ -1,6 +1,7 @@
 //! The resource tree: paths to resources, dispatch with 4.04/4.05, and the
 //! `/.well-known/core` listing generated from it.
 
+use super::budget::Budgets;
 use super::executor::Executor;
 use super::handler::{BoxFuture, BoxedChunkHandler, MethodRouter};
 use super::observe::Observable;
@@ -8,6 +9,7 @@ use super::request::{IntoResponse, Request, Response};
 use cobalt_proto::link_format::{self, Link};
 use cobalt_proto::message::{content_format, Code};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Path of the discovery resource (RFC 6690 §4).
 pub const WELL_KNOWN_CORE: &str = "/.well-known/core";
@@ -34,6 +36,9 @@ pub(crate) struct Routed {
 pub struct ResourceTree {
     root: Node,
     links: Vec<Link>,
+    /// What the peers of a server that serves this tree hold, over all its shards and
+    /// listeners.
+    budgets: Arc<Budgets>,
 }
 
 impl ResourceTree {
@@ -83,6 +88,12 @@ impl ResourceTree {
             executor = node.executor.as_ref().or(executor);
         }
         node.resource.as_ref().map(|r| (r, executor))
+    }
+
+    /// The observe-relation budget and the refusal counters shared by every shard and
+    /// listener serving this tree.
+    pub(crate) fn budgets(&self) -> Arc<Budgets> {
+        self.budgets.clone()
     }
 
     /// The links of every visible resource, in path order.
