@@ -13,11 +13,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 sudo_cmd=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then sudo_cmd="sudo"; fi
 
-# libcoap's tools, and OpenSSL's headers with pkg-config for the `openssl` crate (DTLS).
+# libcoap's tools. (No libssl-dev: the default build compiles OpenSSL from source, and
+# scripts/check-openssl.sh checks that it needs no system OpenSSL.)
 missing=()
 ls /usr/bin/coap-client-* >/dev/null 2>&1 || missing+=(libcoap3-bin)
-dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
-command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -9,3 +9,10 @@ export COBALT_REQUIRE_PEERS=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+# Plain CoAP without OpenSSL (the `openssl` feature off): lints, and the refusal of
+# coaps:// that names the feature.
+cargo clippy -p cobalt -p cobalt-cli --no-default-features --all-targets -- -D warnings
+cargo test -p cobalt --no-default-features --test client_errors
+cargo test -p cobalt-cli --no-default-features --test exit_codes
+# The default build needs no system OpenSSL (libssl-dev).
+bash scripts/check-openssl.sh

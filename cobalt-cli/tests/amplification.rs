@@ -83,7 +83,7 @@ fn a_silent_victim_gets_at_most_three_times_what_it_sent_while_an_honest_client_
     victim
         .set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();
-    let honest = cobalt::client::blocking::Client::new().unwrap();
+    let honest = cobalt::client::blocking::Client::new();
     let mut sent = 0;
     let mut received = 0;
     let mut answers: Vec<Message> = Vec::new();

@@ -6,7 +6,11 @@ use std::io;
 use std::time::Duration;
 
 /// Everything that can go wrong with a request or a server.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` writes the same message as `Display`, so that a `main` returning
+/// [`Result`] prints `Error: <what happened and what to try>` rather than the enum's
+/// fields; match on the variants to tell the cases apart.
+#[derive(thiserror::Error)]
 pub enum Error {
     /// The URI could not be parsed or uses an unsupported scheme.
     #[error(transparent)]
@@ -32,6 +36,15 @@ pub enum Error {
         "no response within {0:?}: is the server running and reachable? (-v shows the messages)"
     )]
     Deadline(Duration),
+    /// Nothing receives at the peer's address: the network reported it (ICMP port,
+    /// host or network unreachable), so the request ended at once instead of timing out.
+    #[error("{peer}: {reason}")]
+    Unreachable {
+        /// Who was asked.
+        peer: std::net::SocketAddr,
+        /// What the network said, e.g. "port not open (ICMP port unreachable): ...".
+        reason: String,
+    },
     /// The peer rejected the request with RST.
     #[error("request rejected by {0} with RST (it could not process the message)")]
     Reset(std::net::SocketAddr),
@@ -68,6 +81,15 @@ pub enum Error {
         /// Why (OpenSSL's reason, with a hint).
         reason: String,
     },
+    /// An observation fell silent and registering again did not bring a notification
+    /// back ([`Observation::max_reregistrations`](crate::Observation::max_reregistrations)).
+    #[error("no notification from {peer} after registering again {attempts} times: the server went away or no longer serves the resource")]
+    ObservationLost {
+        /// The server.
+        peer: std::net::SocketAddr,
+        /// Re-registrations tried.
+        attempts: u32,
+    },
     /// The endpoint shut down while the request was outstanding.
     #[error("the endpoint was shut down")]
     Shutdown,
@@ -77,6 +99,12 @@ pub enum Error {
     /// A socket error.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// Result with [`Error`].

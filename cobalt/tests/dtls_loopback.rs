@@ -1,4 +1,5 @@
 //! CoAP over DTLS (`coaps://`) between a Cobalt server and client on loopback.
+#![cfg(feature = "openssl")]
 
 use cobalt::server::{get, post, Request};
 use cobalt::transport::dtls::{DtlsConfig, PskStore};

@@ -40,19 +40,27 @@
 //! Identities are at most 128 bytes, keys 1 to 64 bytes.
 
 use cobalt_proto::endpoint::Transmit;
+#[cfg(feature = "openssl")]
 use foreign_types::ForeignTypeRef;
-use openssl::error::ErrorStack;
-use openssl::hash::MessageDigest;
-use openssl::pkey::{PKey, Private};
-use openssl::sign::Signer;
-use openssl::ssl::{
-    ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions, SslRef,
-    SslStream, SslVersion,
+#[cfg(feature = "openssl")]
+use openssl::{
+    error::ErrorStack,
+    hash::MessageDigest,
+    pkey::{PKey, Private},
+    sign::Signer,
+    ssl::{
+        ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions, SslRef,
+        SslStream, SslVersion,
+    },
 };
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
+#[cfg(feature = "openssl")]
+use std::collections::{HashSet, VecDeque};
+#[cfg(feature = "openssl")]
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
+#[cfg(feature = "openssl")]
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -285,6 +293,7 @@ pub enum DtlsClientAuth {
     X509(X509Credentials),
 }
 
+#[cfg(feature = "openssl")]
 /// Loads this side's certificate chain and key, and the CA store for the peer's
 /// certificate, into a context (DTLS or TLS).
 pub(crate) fn load_x509(
@@ -313,6 +322,78 @@ pub(crate) fn load_x509(
     Ok(())
 }
 
+/// Checks that certificate credentials can serve this table's suites: the DTLS
+/// certificate suites are ECDHE-ECDSA only ([`CIPHERS`]), so the key must be an EC key
+/// on P-256. The error names the key found and says what to use instead, so a server
+/// refuses such a certificate at start rather than failing every handshake.
+#[cfg(feature = "openssl")]
+pub fn check_certificate(creds: &X509Credentials) -> Result<(), String> {
+    use openssl::nid::Nid;
+    use openssl::pkey::Id;
+    let key = PKey::private_key_from_pem(&creds.key_pem)
+        .map_err(|e| format!("the private key does not parse as PEM: {e}"))?;
+    let found = match key.id() {
+        Id::EC => match key.ec_key().ok().and_then(|k| k.group().curve_name()) {
+            Some(Nid::X9_62_PRIME256V1) => return Ok(()),
+            Some(nid) => format!(
+                "an EC key on {}",
+                nid.short_name().unwrap_or("another curve")
+            ),
+            None => "an EC key on an unnamed curve".into(),
+        },
+        Id::RSA => format!("an RSA key ({} bits)", key.bits()),
+        Id::ED25519 => "an Ed25519 key".into(),
+        _ => "a key of another type".into(),
+    };
+    Err(format!(
+        "it has {found}, but the DTLS certificate suites (ECDHE-ECDSA with AES-128-CCM8 or \
+         -GCM) need an EC key on P-256: make one with `openssl ecparam -name prime256v1 \
+         -genkey -noout -out server.key` and a certificate for it"
+    ))
+}
+
+#[cfg(all(test, feature = "openssl"))]
+mod certificate_check {
+    use super::*;
+
+    #[test]
+    fn only_p256_keys_serve_the_dtls_suites() {
+        let pki = test_pki::generate("check").unwrap();
+        assert_eq!(check_certificate(&pki.server), Ok(()));
+        let rsa = openssl::rsa::Rsa::generate(2048).unwrap();
+        let rsa = X509Credentials {
+            key_pem: PKey::from_rsa(rsa)
+                .unwrap()
+                .private_key_to_pem_pkcs8()
+                .unwrap(),
+            ..pki.server.clone()
+        };
+        let e = check_certificate(&rsa).unwrap_err();
+        assert!(
+            e.contains("RSA key (2048 bits)") && e.contains("prime256v1"),
+            "{e}"
+        );
+        let group = openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::SECP384R1).unwrap();
+        let p384 = X509Credentials {
+            key_pem: PKey::from_ec_key(openssl::ec::EcKey::generate(&group).unwrap())
+                .unwrap()
+                .private_key_to_pem_pkcs8()
+                .unwrap(),
+            ..pki.server
+        };
+        let e = check_certificate(&p384).unwrap_err();
+        assert!(e.contains("secp384r1"), "{e}");
+        let garbage = X509Credentials {
+            key_pem: b"not a key".to_vec(),
+            ..p384
+        };
+        assert!(check_certificate(&garbage)
+            .unwrap_err()
+            .contains("does not parse"));
+    }
+}
+
+#[cfg(feature = "openssl")]
 /// Makes a (D)TLS server context look pre-shared keys up in `keys` by identity.
 pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
     b.set_psk_server_callback(move |_ssl, identity, psk| {
@@ -328,6 +409,7 @@ pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
     });
 }
 
+#[cfg(feature = "openssl")]
 /// Makes a (D)TLS client context authenticate with `psk`.
 pub(crate) fn set_psk_client(b: &mut SslContextBuilder, psk: ClientPsk) {
     b.set_psk_client_callback(move |_ssl, _hint, identity, key| {
@@ -342,6 +424,7 @@ pub(crate) fn set_psk_client(b: &mut SslContextBuilder, psk: ClientPsk) {
     });
 }
 
+#[cfg(feature = "openssl")]
 /// Makes a client session check that the server's certificate names `name` (a host
 /// name, also sent as SNI, or an IP address), or without a name the address `peer`.
 pub(crate) fn expect_peer_name(
@@ -425,6 +508,7 @@ pub trait DtlsBackend: Send {
     fn stats(&self) -> DtlsStats;
 }
 
+#[cfg(feature = "openssl")]
 /// A datagram-preserving in-memory channel between OpenSSL and the table: each
 /// `read` returns one whole received datagram, each `write` is one datagram to send.
 #[derive(Debug, Default)]
@@ -433,6 +517,7 @@ struct Channel {
     outgoing: Vec<Vec<u8>>,
 }
 
+#[cfg(feature = "openssl")]
 impl Read for Channel {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self.incoming.take() {
@@ -446,6 +531,7 @@ impl Read for Channel {
     }
 }
 
+#[cfg(feature = "openssl")]
 impl Write for Channel {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // OpenSSL writes a bounded amount per call (one flight, one record).
@@ -461,6 +547,7 @@ impl Write for Channel {
     }
 }
 
+#[cfg(feature = "openssl")]
 struct Session {
     stream: SslStream<Channel>,
     established: bool,
@@ -470,6 +557,7 @@ struct Session {
     retransmit_at: Option<Instant>,
 }
 
+#[cfg(feature = "openssl")]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Role {
     Server,
@@ -477,21 +565,27 @@ enum Role {
 }
 
 // Not bound by openssl-sys: declared here (OpenSSL 1.1.0+ signatures).
+#[cfg(feature = "openssl")]
 extern "C" {
     fn DTLSv1_listen(s: *mut openssl_sys::SSL, client: *mut libc::c_void) -> libc::c_int;
     fn BIO_ADDR_new() -> *mut libc::c_void;
     fn BIO_ADDR_free(a: *mut libc::c_void);
 }
 
+#[cfg(feature = "openssl")]
 const DTLS_CTRL_GET_TIMEOUT: libc::c_int = 73;
+#[cfg(feature = "openssl")]
 const DTLS_CTRL_HANDLE_TIMEOUT: libc::c_int = 74;
 
+#[cfg(feature = "openssl")]
 /// An owned `BIO_ADDR` for `DTLSv1_listen` to write the (unknown) peer into.
 struct BioAddr(*mut libc::c_void);
 
 // SAFETY: the BIO_ADDR is plain memory owned by this value and used from one thread at a time.
+#[cfg(feature = "openssl")]
 unsafe impl Send for BioAddr {}
 
+#[cfg(feature = "openssl")]
 impl Drop for BioAddr {
     fn drop(&mut self) {
         if !self.0.is_null() {
@@ -501,12 +595,14 @@ impl Drop for BioAddr {
     }
 }
 
+#[cfg(feature = "openssl")]
 /// The peer of an SSL, for the cookie callbacks.
 fn peer_index() -> Option<openssl::ex_data::Index<Ssl, SocketAddr>> {
     static INDEX: OnceLock<Option<openssl::ex_data::Index<Ssl, SocketAddr>>> = OnceLock::new();
     *INDEX.get_or_init(|| Ssl::new_ex_index().ok())
 }
 
+#[cfg(feature = "openssl")]
 fn cookie_for(key: &PKey<Private>, peer: &SocketAddr, out: &mut [u8]) -> Result<usize, ErrorStack> {
     let mut signer = Signer::new(MessageDigest::sha256(), key)?;
     match peer {
@@ -520,6 +616,7 @@ fn cookie_for(key: &PKey<Private>, peer: &SocketAddr, out: &mut [u8]) -> Result<
     Ok(n)
 }
 
+#[cfg(feature = "openssl")]
 /// The OpenSSL implementation of [`DtlsBackend`].
 pub struct OpensslDtls {
     ctx: SslContext,
@@ -540,6 +637,7 @@ pub struct OpensslDtls {
     next_idle_sweep: Option<Instant>,
 }
 
+#[cfg(feature = "openssl")]
 impl std::fmt::Debug for OpensslDtls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpensslDtls")
@@ -550,16 +648,22 @@ impl std::fmt::Debug for OpensslDtls {
     }
 }
 
+#[cfg(feature = "openssl")]
 fn base_context(method: SslMethod, ciphers: &str) -> Result<SslContextBuilder, ErrorStack> {
     let mut b = SslContext::builder(method)?;
     b.set_min_proto_version(Some(SslVersion::DTLS1_2))?;
     b.set_max_proto_version(Some(SslVersion::DTLS1_2))?;
+    // OpenSSL 3.2 and later (the vendored build) rate the CCM_8 suites, RFC 7252's
+    // mandatory ones, at 64 bits, below the default security level: level 0 keeps them
+    // for any configured cipher list, which alone decides what is offered.
+    b.set_security_level(0);
     b.set_cipher_list(ciphers)?;
     b.set_options(SslOptions::NO_QUERY_MTU | SslOptions::NO_TICKET);
     b.set_mode(SslMode::RELEASE_BUFFERS);
     Ok(b)
 }
 
+#[cfg(feature = "openssl")]
 impl OpensslDtls {
     /// A server table that accepts the identities in `keys`.
     pub fn server(keys: Arc<PskStore>, config: DtlsConfig) -> Result<OpensslDtls, ErrorStack> {
@@ -925,10 +1029,12 @@ impl OpensslDtls {
     }
 }
 
+#[cfg(feature = "openssl")]
 fn is_retry(e: &openssl::ssl::Error) -> bool {
     e.code() == ErrorCode::WANT_READ || e.code() == ErrorCode::WANT_WRITE
 }
 
+#[cfg(feature = "openssl")]
 /// OpenSSL's reasons, with a hint for the common PSK and certificate mistakes.
 pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
     let reasons: Vec<String> = e
@@ -955,14 +1061,18 @@ pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
         " (this server requires a client certificate)"
     } else if text.contains("no shared cipher") || text.contains("handshake failure") {
         " (no common cipher suite or credentials)"
+    } else if text.contains("wrong version number") || text.contains("packet length too long") {
+        " (the server does not speak TLS on this port: use coap+tcp:// or coap+ws:// there)"
     } else {
         ""
     };
     format!("{text}{hint}")
 }
 
+#[cfg(feature = "openssl")]
 const DECRYPT_ERROR: u8 = 51;
 
+#[cfg(feature = "openssl")]
 /// A fatal alert in epoch 0 (unprotected, as before ChangeCipherSpec). The sequence
 /// number is far above any the handshake used so the peer's replay window takes it.
 fn plaintext_alert(description: u8) -> Vec<u8> {
@@ -972,6 +1082,7 @@ fn plaintext_alert(description: u8) -> Vec<u8> {
     r
 }
 
+#[cfg(feature = "openssl")]
 /// Whether a datagram holds a ChangeCipherSpec followed by a handshake record in a
 /// later epoch (the client's Finished).
 fn finished_in(records: &[u8]) -> bool {
@@ -990,11 +1101,13 @@ fn finished_in(records: &[u8]) -> bool {
     false
 }
 
+#[cfg(feature = "openssl")]
 /// Whether a datagram starts with an epoch-0 ClientHello record.
 fn is_client_hello(records: &[u8]) -> bool {
     records.len() > 13 && records[0] == 22 && records[3] == 0 && records[4] == 0 && records[13] == 1
 }
 
+#[cfg(feature = "openssl")]
 fn dtls_timeout(ssl: &SslRef) -> Option<Duration> {
     let mut tv = libc::timeval {
         tv_sec: 0,
@@ -1015,6 +1128,7 @@ fn dtls_timeout(ssl: &SslRef) -> Option<Duration> {
     })
 }
 
+#[cfg(feature = "openssl")]
 impl DtlsBackend for OpensslDtls {
     fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, records: &[u8]) -> Vec<Vec<u8>> {
         if records.len() < 13 {
@@ -1147,6 +1261,7 @@ impl DtlsBackend for OpensslDtls {
     }
 }
 
+#[cfg(feature = "openssl")]
 /// A throwaway PKI for tests and demos: a CA and EC P-256 certificates it signed,
 /// made in memory at run time.
 pub mod test_pki {
@@ -1270,5 +1385,10 @@ pub mod test_pki {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "openssl"))]
 mod tests;
+
+#[cfg(not(feature = "openssl"))]
+mod unavailable;
+#[cfg(not(feature = "openssl"))]
+pub use unavailable::{OpensslDtls, Unavailable};

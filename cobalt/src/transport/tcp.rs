@@ -823,8 +823,18 @@ fn scheme(framing: Framing, tls: bool) -> &'static str {
     }
 }
 
-fn closed_error(scheme: &str, peer: SocketAddr, reason: &CloseReason) -> Error {
-    Error::Connection(format!("{scheme} connection to {peer} closed: {reason}"))
+/// The error of requests on a connection that closed; `before_csm` when the server's
+/// CSM never came, which over plain TCP is what a TLS port does.
+fn closed_error(scheme: &str, peer: SocketAddr, reason: &CloseReason, before_csm: bool) -> Error {
+    let hint = match (scheme, reason) {
+        ("coap+tcp", CloseReason::PeerClosed) if before_csm => {
+            " before sending its CSM (is it a TLS port? then use coaps+tcp://)"
+        }
+        _ => "",
+    };
+    Error::Connection(format!(
+        "{scheme} connection to {peer} closed: {reason}{hint}"
+    ))
 }
 
 /// Connects (`connect`: TCP, and for WebSockets the upgrade) and then serves one
@@ -923,9 +933,9 @@ async fn client_conn<L, C>(
     commands.close();
     while commands.try_recv().is_ok() {}
     let reason = close_reason.unwrap_or(CloseReason::PeerClosed);
-    exchanges.close(|| closed_error(scheme, peer, &reason));
+    exchanges.close(|| closed_error(scheme, peer, &reason, false));
     for cmd in deferred {
-        cmd.fail(closed_error(scheme, peer, &reason));
+        cmd.fail(closed_error(scheme, peer, &reason, true));
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), link.close()).await;
 }
