@@ -69,6 +69,14 @@ pub struct ShardSnapshot {
     pub dtls_evicted: u64,
     /// DTLS records dropped (no session, failed decryption, garbage).
     pub dtls_dropped: u64,
+    /// DTLS handshakes in progress dropped to stay within the handshake budgets.
+    pub dtls_handshakes_displaced: u64,
+    /// New DTLS sessions refused: the table was full of active sessions.
+    pub dtls_refused: u64,
+    /// Established DTLS sessions (gauge).
+    pub dtls_sessions: u64,
+    /// DTLS handshakes in progress (gauge).
+    pub dtls_handshaking: u64,
 }
 
 /// One shard's published values: written by the shard, read by anyone.
@@ -78,7 +86,7 @@ pub struct ShardMetrics {
     values: [AtomicU64; FIELDS],
 }
 
-const FIELDS: usize = 22;
+const FIELDS: usize = 26;
 
 impl ShardSnapshot {
     fn to_array(self) -> [u64; FIELDS] {
@@ -105,6 +113,10 @@ impl ShardSnapshot {
             self.dtls_handshake_failures,
             self.dtls_evicted,
             self.dtls_dropped,
+            self.dtls_handshakes_displaced,
+            self.dtls_refused,
+            self.dtls_sessions,
+            self.dtls_handshaking,
         ]
     }
 
@@ -132,6 +144,10 @@ impl ShardSnapshot {
             dtls_handshake_failures: a[19],
             dtls_evicted: a[20],
             dtls_dropped: a[21],
+            dtls_handshakes_displaced: a[22],
+            dtls_refused: a[23],
+            dtls_sessions: a[24],
+            dtls_handshaking: a[25],
         }
     }
 
@@ -166,6 +182,10 @@ impl ShardSnapshot {
         self.dtls_handshake_failures = d.handshake_failures;
         self.dtls_evicted = d.evicted;
         self.dtls_dropped = d.dropped;
+        self.dtls_handshakes_displaced = d.handshakes_displaced;
+        self.dtls_refused = d.refused;
+        self.dtls_sessions = d.sessions;
+        self.dtls_handshaking = d.handshaking;
         self
     }
 
@@ -451,6 +471,30 @@ const FAMILIES: &[Family] = &[
         kind: Kind::Counter,
         series: &[(None, |s| s.dtls_dropped)],
     },
+    Family {
+        name: "cobalt_dtls_handshakes_displaced_total",
+        help: "DTLS handshakes in progress dropped to stay within max_handshakes / max_handshakes_per_ip, or replaced by a new ClientHello from the same address.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dtls_handshakes_displaced)],
+    },
+    Family {
+        name: "cobalt_dtls_refused_total",
+        help: "New DTLS sessions refused because the session table was full of active sessions.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dtls_refused)],
+    },
+    Family {
+        name: "cobalt_dtls_sessions",
+        help: "Established DTLS sessions.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.dtls_sessions)],
+    },
+    Family {
+        name: "cobalt_dtls_handshakes_in_progress",
+        help: "DTLS handshakes in progress (after the cookie exchange).",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.dtls_handshaking)],
+    },
 ];
 
 /// Renders snapshots (index = shard number) in the Prometheus text format 0.0.4.
@@ -494,6 +538,7 @@ fn render_transports(
     const FAMILIES: &[Connections] = &[
         ("cobalt_connections_accepted_total", "Connections accepted.", |c| &c.accepted),
         ("cobalt_connections_refused_total", "Connections refused: max_connections were open.", |c| &c.refused),
+        ("cobalt_connections_refused_per_ip_total", "Connections refused because their source address held max_connections_per_ip connections or max_handshakes_per_ip handshakes.", |c| &c.refused_per_ip),
         ("cobalt_connections_protocol_errors_total", "Connections aborted for a protocol error (bad or missing CSM, oversized frame, malformed message).", |c| &c.protocol_errors),
         ("cobalt_connections_timeouts_total", "Connections closed because the TLS handshake, the CSM or a frame took too long, or a keep-alive Ping went unanswered (silent, slow or vanished peers).", |c| &c.timeouts),
         ("cobalt_connections_idle_closed_total", "Connections released for being idle.", |c| &c.idle_closed),
@@ -505,6 +550,15 @@ fn render_transports(
             let v = field(c).load(std::sync::atomic::Ordering::Relaxed);
             let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
         }
+    }
+    let name = "cobalt_connections_open";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Connections open on a TCP, TLS or WebSocket listener.\n# TYPE {name} gauge"
+    );
+    for (transport, c) in transports {
+        let v = c.open.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
     }
     let name = "cobalt_connection_observers";
     let _ = writeln!(
