@@ -90,10 +90,10 @@ pub const MAX_KEY: usize = 64;
 ///   or of anonymous sessions, never pushes out peers that authenticated and are active.
 ///
 /// A client (which only has the sessions it opened) evicts the least recently used
-/// session when it has `max_sessions`, and starts a new handshake when an established
-/// session has carried datagrams for [`DtlsConfig::rehandshake_after`] without a word
-/// back: the server may have lost it (restart, eviction), and OpenSSL's DTLS has no way
-/// to say so.
+/// session when it has `max_sessions`, and starts a new handshake when a datagram has
+/// been retransmitted [`DtlsConfig::rehandshake_after_resends`] times without a word
+/// back: the server may have lost the session (restart, eviction), and DTLS 1.2 has
+/// no way to say so.
 #[derive(Debug, Clone)]
 pub struct DtlsConfig {
     /// Established sessions kept at most (per table: per shard on a server). Default
@@ -109,11 +109,12 @@ pub struct DtlsConfig {
     /// one when the table is full (default 30 min, like Californium's stale
     /// connection threshold).
     pub stale_after: Duration,
-    /// Client: an established session that carried datagrams for this long without
-    /// anything heard back is presumed lost by the server, and the next datagram
-    /// starts a new handshake (default 5 s: a confirmable request's second
-    /// retransmission).
-    pub rehandshake_after: Duration,
+    /// Client: when the same datagram (a CoAP retransmission) is sent this many times
+    /// again with nothing heard from the server since its first sending, the server
+    /// is presumed to have lost the session, and a new handshake carries it (default
+    /// 2: a confirmable request's second retransmission, 6 to 9 s after the request
+    /// with the RFC 7252 defaults; the first may be an ordinary loss).
+    pub rehandshake_after_resends: u32,
     /// A handshake not finished within this is dropped (default 20 s).
     pub handshake_timeout: Duration,
     /// The largest datagram OpenSSL builds for handshake flights (default 1400).
@@ -135,7 +136,7 @@ impl Default for DtlsConfig {
             max_handshakes: 256,
             max_handshakes_per_ip: 32,
             stale_after: Duration::from_secs(30 * 60),
-            rehandshake_after: Duration::from_secs(5),
+            rehandshake_after_resends: 2,
             handshake_timeout: Duration::from_secs(20),
             mtu: 1400,
             max_pending: 16,
@@ -528,8 +529,8 @@ struct Session {
     /// to tell a retransmission of it from a new ClientHello.
     hello_random: Option<[u8; 32]>,
     /// Client: fingerprints of the datagrams sent since the peer was last heard
-    /// from, with when each was first sent (a few; the oldest go first).
-    unanswered: VecDeque<(u64, Instant)>,
+    /// from, with how often each was sent again (a few; the oldest go first).
+    unanswered: VecDeque<(u64, u32)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -1107,23 +1108,23 @@ const UNANSWERED_KEPT: usize = 8;
 
 /// Client, before sending `plaintext` over an established session: whether the server
 /// seems to have lost the session. That is the case when the same datagram (a CoAP
-/// retransmission) was first sent at least `rehandshake_after` ago and nothing has been
-/// heard from the server since. Otherwise remembers the datagram.
-fn presumed_lost(s: &mut Session, now: Instant, plaintext: &[u8], config: &DtlsConfig) -> bool {
+/// retransmission) goes out for the `rehandshake_after_resends`-th time again and
+/// nothing has been heard from the server since it first went out. Otherwise counts
+/// the datagram.
+fn presumed_lost(s: &mut Session, plaintext: &[u8], config: &DtlsConfig) -> bool {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     plaintext.hash(&mut h);
     let fingerprint = h.finish();
-    match s.unanswered.iter().find(|(f, _)| *f == fingerprint) {
-        Some((_, first)) => now.saturating_duration_since(*first) >= config.rehandshake_after,
-        None => {
-            if s.unanswered.len() >= UNANSWERED_KEPT {
-                s.unanswered.pop_front();
-            }
-            s.unanswered.push_back((fingerprint, now));
-            false
-        }
+    if let Some((_, resends)) = s.unanswered.iter_mut().find(|(f, _)| *f == fingerprint) {
+        *resends += 1;
+        return *resends >= config.rehandshake_after_resends.max(1);
     }
+    if s.unanswered.len() >= UNANSWERED_KEPT {
+        s.unanswered.pop_front();
+    }
+    s.unanswered.push_back((fingerprint, 0));
+    false
 }
 
 /// The client random of the epoch-0 ClientHello a datagram starts with.
@@ -1214,12 +1215,11 @@ impl DtlsBackend for OpensslDtls {
             s.pending.push_back(plaintext.to_vec());
             return;
         }
-        if self.role == Role::Client && presumed_lost(s, now, plaintext, &self.config) {
-            let silence = self.config.rehandshake_after;
+        if self.role == Role::Client && presumed_lost(s, plaintext, &self.config) {
             tracing::debug!(%peer, "DTLS session presumed lost by the server; handshaking again");
             self.end_session(
                 peer,
-                format!("a datagram sent again after {silence:?} without an answer: the server may have lost the session; handshaking again"),
+                "a datagram retransmitted without an answer: the server may have lost the session; handshaking again".into(),
             );
             self.start_handshake(now, peer, Some(plaintext));
             return;
