@@ -9,6 +9,7 @@
 #
 # Usage: bench/floods.sh [--floods dtls-handshake,tcp,tls,ws,wss,dedup,separate,upload,observe-non,observe-con]
 #          [--duration 10] [--settle 30] [--rate N] [--ips 1] [--port 25683]
+#          [--set section.key=value ...]
 #          [--server-cpus 1] [--client-cpus 0] [--out bench/results] [--ready-timeout 30]
 #          [-- extra flood options, e.g. --connections 3000]
 # Environment: COBALT=/path/to/cobalt and FLOOD=/path/to/flood skip the cargo build.
@@ -16,7 +17,9 @@
 # Ports: UDP --port (coap) and --port+1 (coaps); TCP --port (coap+tcp), --port+1
 # (coaps+tcp), --port+2 (coap+ws), --port+3 (coaps+ws), --port+4 (metrics).
 # --rate overrides the attack rate of every flood (default: the flood tool's per
-# mode); --ips spreads the attacker over that many addresses from 127.0.0.2.
+# mode); --ips spreads the attacker over that many addresses from 127.0.0.2; --set
+# (repeatable) changes the server's configuration from the default, e.g. to let a
+# flood build more state (the report lists the settings).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -29,6 +32,7 @@ rate=""
 ips=1
 port=25683
 extra=()
+settings=()
 
 while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
     --rate) rate=$2; shift 2 ;;
     --ips) ips=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
+    --set) settings+=(--set "$2"); shift 2 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
 done
@@ -112,7 +117,7 @@ for f in "${flood_list[@]}"; do
   legit_for "$f" >/dev/null
   start_server "cobalt" "$runs/$f.server.log" "$COBALT" serve --port "$port" --tcp "$port" \
     --dtls-psk-file "$work/psk.txt" --dtls-port "$dtls_port" --tls "$tls_port" \
-    --ws-port "$ws_port" --wss-port "$wss_port" --metrics "$h:$metrics_port"
+    --ws-port "$ws_port" --wss-port "$wss_port" --metrics "$h:$metrics_port" "${settings[@]}"
   if ! wait_ready "cobalt" ready_check; then
     record_skip "$f" "$skip_reason" ""
     stop_server
@@ -134,9 +139,10 @@ for f in "${flood_list[@]}"; do
 done
 
 report=$out_dir/floods-$stamp.md
-python3 - "$manifest" "$report" "$duration" "$settle" "$(machine_info)" "$pinning" <<'EOF'
+python3 - "$manifest" "$report" "$duration" "$settle" "$(machine_info)" "$pinning" "${settings[*]}" <<'EOF'
 import json, sys
-manifest, report, duration, settle, machine, pinning = sys.argv[1:7]
+manifest, report, duration, settle, machine, pinning, settings = sys.argv[1:8]
+config = "default configuration" + (f" with `{settings}`" if settings else "")
 
 def mib(k):
     return "-" if k is None else f"{k / 1024:.0f}"
@@ -168,7 +174,7 @@ for line in open(manifest):
 
 with open(report, "w") as out:
     out.write(f"# Floods against cobalt serve\n\n{machine}; {pinning}.\n"
-              f"Each flood ran {duration} s against a fresh `cobalt serve` (default configuration), "
+              f"Each flood ran {duration} s against a fresh `cobalt serve` ({config}), "
               f"then {settle} s of settling. Legitimate clients: successes (2.xx) / requests, "
               f"other answers and errors in brackets. RSS in MiB.\n\n")
     out.write("| flood | rate/s | attacker | legit during | legit after | RSS before | peak | end | after |\n")

@@ -34,9 +34,22 @@ struct Loop {
     uri: String,
     ready: AtomicBool,
     phases: Mutex<[Tally; 3]>,
+    /// The first message of each kind of error, to tell what went wrong.
+    first_errors: Mutex<BTreeMap<String, String>>,
 }
 
 impl Loop {
+    /// Counts an error under its kind, keeping the first message of that kind.
+    fn error(&self, phase: u8, prefix: &str, e: &Error) {
+        let name = format!("{prefix}{}", error_name(e));
+        self.first_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.clone())
+            .or_insert_with(|| e.to_string());
+        self.add(phase, &name);
+    }
+
     fn add(&self, phase: u8, what: &str) {
         let mut p = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         *p[usize::from(phase.min(2))]
@@ -93,6 +106,7 @@ pub async fn start(args: &Args) -> Legit {
                 uri: uri.clone(),
                 ready: AtomicBool::new(false),
                 phases: Default::default(),
+                first_errors: Default::default(),
             });
             let (phase, stop, make) = (legit.phase.clone(), legit.stop.clone(), make.clone());
             let task = {
@@ -153,6 +167,7 @@ impl Legit {
                     "uri": l.uri,
                     "flood": rates(&p[Phase::Flood as usize]),
                     "after": rates(&p[Phase::After as usize]),
+                    "first_errors": *l.first_errors.lock().unwrap_or_else(|e| e.into_inner()),
                 })
             })
             .collect();
@@ -235,7 +250,7 @@ async fn request_loop(
                 l.ready.store(true, Ordering::Relaxed);
             }
             Ok(resp) => l.add(p, &format!("answer {}", resp.code)),
-            Err(e) => l.add(p, &error_name(&e)),
+            Err(e) => l.error(p, "", &e),
         }
         next += interval;
         let now = Instant::now();
@@ -254,7 +269,7 @@ async fn observe_loop(l: &Loop, client: &Client, phase: &AtomicU8, stop: &Atomic
         let mut obs = match client.observe(&l.uri).await {
             Ok(o) => o,
             Err(e) => {
-                l.add(p, &format!("registration {}", error_name(&e)));
+                l.error(p, "registration ", &e);
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }
@@ -276,7 +291,7 @@ async fn observe_loop(l: &Loop, client: &Client, phase: &AtomicU8, stop: &Atomic
                 }
                 Some(Ok(n)) => l.add(p, &format!("notification {}", n.code)),
                 Some(Err(e)) => {
-                    l.add(p, &format!("observation ended, {}", error_name(&e)));
+                    l.error(p, "observation ended, ", &e);
                     break;
                 }
                 None => {

@@ -525,8 +525,8 @@ struct Session {
     /// Server: the peer proved a credential (a pre-shared key, a verified client
     /// certificate); an anonymous session gives way to an authenticated one.
     authenticated: bool,
-    /// Server, during the handshake: the random of the ClientHello that started it,
-    /// to tell a retransmission of it from a new ClientHello.
+    /// Server: the random of the ClientHello that started the session, to tell a
+    /// retransmission or late duplicate of it from a new ClientHello.
     hello_random: Option<[u8; 32]>,
     /// Client: fingerprints of the datagrams sent since the peer was last heard
     /// from, with how often each was sent again (a few; the oldest go first).
@@ -994,7 +994,6 @@ impl OpensslDtls {
         s.established = true;
         s.retransmit_at = None;
         s.authenticated = authenticated;
-        s.hello_random = None;
         if self.role == Role::Server && !authenticated {
             self.anonymous += 1;
         }
@@ -1179,15 +1178,19 @@ impl DtlsBackend for OpensslDtls {
             return Vec::new();
         }
         // A ClientHello from a peer with a session starts over (RFC 6347 §4.2.8) once
-        // its cookie checks out, unless it retransmits the hello of the handshake in
-        // progress (same random).
-        let new_hello = |s: &Session| {
-            self.role == Role::Server
-                && is_client_hello(records)
-                && (s.established || s.hello_random != hello_random(records))
-        };
+        // its cookie checks out, unless it is a copy of the hello that started this
+        // session (same random): a retransmission for the handshake in progress, a
+        // late duplicate for an established session (dropped: it must not restart it).
+        let hello = (self.role == Role::Server && is_client_hello(records))
+            .then(|| hello_random(records));
         match self.sessions.get(&peer) {
-            Some(s) if !new_hello(s) => self.advance(now, peer, Some(records)),
+            Some(s) if hello.is_some_and(|r| r == s.hello_random) && s.established => {
+                self.stats.dropped += 1;
+                Vec::new()
+            }
+            Some(s) if hello.is_none_or(|r| r == s.hello_random) => {
+                self.advance(now, peer, Some(records))
+            }
             _ if self.role == Role::Server => self.listen(now, peer, records),
             _ => {
                 self.stats.dropped += 1;

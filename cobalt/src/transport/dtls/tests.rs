@@ -270,6 +270,14 @@ fn a_new_client_hello_replaces_a_half_open_handshake() {
     s.handle_datagram(t0, addr(CLIENT), &hello2);
     assert_eq!(s.stats().handshakes_displaced, 0);
     assert_eq!(pump_at(&mut c, &mut s, addr(CLIENT), t0).0, [b"once"]);
+    // A late duplicate of it after the handshake is dropped: the session goes on.
+    s.handle_datagram(t0, addr(CLIENT), &hello2);
+    assert!(s.poll_transmit().is_none());
+    assert_eq!(send_from(&mut c, &mut s, addr(CLIENT), t0, b"still"), [b"still"]);
+    assert_eq!((s.stats().handshakes, s.stats().handshakes_displaced), (1, 0));
+    assert!(events(&mut c)
+        .iter()
+        .all(|e| matches!(e, DtlsEvent::Connected { .. })));
 }
 
 #[test]
@@ -620,4 +628,15 @@ fn connect_handshakes_without_data_and_only_once() {
     s.connect(Instant::now(), addr(41000));
     assert!(s.poll_transmit().is_none());
     assert_eq!(s.session_count(), 1);
+}
+
+#[test]
+fn a_new_client_at_the_address_of_an_established_session_replaces_it() {
+    let mut s = server(DtlsConfig::default());
+    let t0 = Instant::now();
+    let mut old = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(send_from(&mut old, &mut s, addr(CLIENT), t0, b"old"), [b"old"]);
+    let mut new = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(send_from(&mut new, &mut s, addr(CLIENT), t0, b"new"), [b"new"]);
+    assert_eq!((s.stats().sessions, s.stats().handshakes), (1, 2));
 }
