@@ -10,8 +10,11 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 sudo_cmd=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then sudo_cmd="sudo"; fi
 
-# libcoap's tools, and OpenSSL's headers with pkg-config for the `openssl` crate (DTLS).
+# libcoap's tools, OpenSSL's headers with pkg-config for the `openssl` crate (DTLS), and
+# make and a C compiler for jemalloc (the `cobalt` binary's allocator, built from source).
 missing=()
+command -v make >/dev/null 2>&1 || missing+=(make)
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
 ls /usr/bin/coap-client-* >/dev/null 2>&1 || missing+=(libcoap3-bin)
 dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)

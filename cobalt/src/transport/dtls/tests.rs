@@ -640,3 +640,4 @@ fn a_new_client_at_the_address_of_an_established_session_replaces_it() {
     assert_eq!(send_from(&mut new, &mut s, addr(CLIENT), t0, b"new"), [b"new"]);
     assert_eq!((s.stats().sessions, s.stats().handshakes), (1, 2));
 }
+
