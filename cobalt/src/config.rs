@@ -83,18 +83,33 @@ pub struct EndpointSection {
     /// Client wait for NON or separate responses; `None` (`"auto"`) derives it.
     #[serde(with = "auto_duration")]
     pub response_timeout: Option<Duration>,
-    /// Bound on deduplication entries.
-    pub max_dedup_entries: usize,
+    /// Messages remembered per peer for deduplication.
+    pub dedup_per_peer: usize,
+    /// Bytes the deduplication store may hold.
+    pub max_dedup_bytes: usize,
     /// Bound on requests being handled at once.
     pub max_server_exchanges: usize,
+    /// Bound on requests in progress per peer (IP and port).
+    pub max_exchanges_per_peer: usize,
+    /// Bound on requests in progress per IP address.
+    pub max_exchanges_per_ip: usize,
     /// Bound on outstanding client requests.
     pub max_client_exchanges: usize,
     /// Token length in bytes.
     pub token_len: usize,
-    /// Skip deduplication state for GET.
-    pub dedup_skip_idempotent: bool,
-    /// Max-Age (s) on overload 5.03 answers.
+    /// Keep no answers of safe requests for duplicates.
+    pub dedup_rerun_safe: bool,
+    /// Max-Age (s) on 5.03 and 4.29 answers.
     pub overload_max_age: u32,
+    /// Amplification limit for unverified peers (RFC 9175); 0: off.
+    pub amplification_factor: usize,
+    /// How long a verified address stays verified.
+    #[serde(with = "duration")]
+    pub verified_lifetime: Duration,
+    /// Verified addresses remembered.
+    pub max_verified_peers: usize,
+    /// Address verifications in progress.
+    pub max_address_probes: usize,
 }
 
 impl Default for EndpointSection {
@@ -114,12 +129,19 @@ impl From<&EndpointConfig> for EndpointSection {
             processing_delay: c.processing_delay,
             separate_ack_delay: c.separate_ack_delay,
             response_timeout: c.response_timeout,
-            max_dedup_entries: c.max_dedup_entries,
+            dedup_per_peer: c.dedup_per_peer,
+            max_dedup_bytes: c.max_dedup_bytes,
             max_server_exchanges: c.max_server_exchanges,
+            max_exchanges_per_peer: c.max_exchanges_per_peer,
+            max_exchanges_per_ip: c.max_exchanges_per_ip,
             max_client_exchanges: c.max_client_exchanges,
             token_len: c.token_len,
-            dedup_skip_idempotent: c.dedup_skip_idempotent,
+            dedup_rerun_safe: c.dedup_rerun_safe,
             overload_max_age: c.overload_max_age,
+            amplification_factor: c.amplification_factor,
+            verified_lifetime: c.verified_lifetime,
+            max_verified_peers: c.max_verified_peers,
+            max_address_probes: c.max_address_probes,
         }
     }
 }
@@ -135,12 +157,19 @@ impl From<&EndpointSection> for EndpointConfig {
             processing_delay: s.processing_delay,
             separate_ack_delay: s.separate_ack_delay,
             response_timeout: s.response_timeout,
-            max_dedup_entries: s.max_dedup_entries,
+            dedup_per_peer: s.dedup_per_peer,
+            max_dedup_bytes: s.max_dedup_bytes,
             max_server_exchanges: s.max_server_exchanges,
+            max_exchanges_per_peer: s.max_exchanges_per_peer,
+            max_exchanges_per_ip: s.max_exchanges_per_ip,
             max_client_exchanges: s.max_client_exchanges,
             token_len: s.token_len,
-            dedup_skip_idempotent: s.dedup_skip_idempotent,
+            dedup_rerun_safe: s.dedup_rerun_safe,
             overload_max_age: s.overload_max_age,
+            amplification_factor: s.amplification_factor,
+            verified_lifetime: s.verified_lifetime,
+            max_verified_peers: s.max_verified_peers,
+            max_address_probes: s.max_address_probes,
         }
     }
 }
@@ -164,8 +193,6 @@ pub struct LimitsSection {
     pub max_upload_memory: usize,
     /// Block size exponent of responses (0–6).
     pub block_szx: u8,
-    /// Amplification limit for unverified peers (RFC 9175 Echo); 0: off.
-    pub amplification_factor: usize,
 }
 
 impl Default for LimitsSection {
@@ -184,7 +211,6 @@ impl From<&ServerLimits> for LimitsSection {
             max_uploads: l.max_uploads,
             max_upload_memory: l.max_upload_memory,
             block_szx: l.block_szx,
-            amplification_factor: l.amplification_factor,
         }
     }
 }
@@ -199,7 +225,6 @@ impl From<&LimitsSection> for ServerLimits {
             max_uploads: s.max_uploads,
             max_upload_memory: s.max_upload_memory,
             block_szx: s.block_szx,
-            amplification_factor: s.amplification_factor,
         }
     }
 }
@@ -556,12 +581,19 @@ const KEYS: &[KeyDoc] = &[
     k("endpoint", "processing_delay", "Time a receiver needs to answer a CON (PROCESSING_DELAY).", "0s to 600s"),
     k("endpoint", "separate_ack_delay", "A handler slower than this gets an empty ACK; its answer follows as a separate response.", "0s to 600s"),
     k("endpoint", "response_timeout", "Client wait for a NON response or a separate response; \"auto\": NON_LIFETIME resp. EXCHANGE_LIFETIME.", "\"auto\" or 1ms to 24h"),
-    k("endpoint", "max_dedup_entries", "Bound on deduplication entries; at the bound new requests get 5.03 with Max-Age.", "at least 1"),
-    k("endpoint", "max_server_exchanges", "Bound on requests being handled at once; at the bound new requests get 5.03.", "at least 1"),
+    k("endpoint", "dedup_per_peer", "Messages remembered per peer (IP address and port) for deduplication: its last this many, each for EXCHANGE_LIFETIME. A duplicate older than that is processed again.", "1 to 1024"),
+    k("endpoint", "max_dedup_bytes", "Bytes the deduplication store of one shard may hold (answers plus 160 bytes per message); near it the busiest peers keep only their last two messages, at it the oldest go. Nobody is refused for it.", "at least 65536"),
+    k("endpoint", "max_server_exchanges", "Requests being handled at once per shard; at the bound an IP address that already has requests in progress gets 5.03 with Max-Age, one with none still gets in (up to an eighth more).", "at least 1"),
+    k("endpoint", "max_exchanges_per_peer", "Requests in progress per peer (IP address and port); beyond it 4.29 Too Many Requests with Max-Age.", "at least 1"),
+    k("endpoint", "max_exchanges_per_ip", "Requests in progress per IP address, over all its ports; beyond it 4.29 with Max-Age.", "at least 1"),
     k("endpoint", "max_client_exchanges", "Bound on client requests outstanding or queued.", "at least 1"),
     k("endpoint", "token_len", "Length of generated tokens in bytes.", "1 to 8"),
-    k("endpoint", "dedup_skip_idempotent", "Store no deduplication state for GET (a duplicate GET runs the handler again, RFC 7252 §4.5).", "true or false"),
-    k("endpoint", "overload_max_age", "Max-Age (seconds) on 5.03 answers given under overload.", "0 to 4294967295"),
+    k("endpoint", "dedup_rerun_safe", "Keep no answers of safe requests (GET, FETCH): a duplicate arriving after the answer runs the handler again (RFC 7252 §4.5); false keeps them like other methods' answers.", "true or false"),
+    k("endpoint", "overload_max_age", "Max-Age (seconds) on 5.03 and 4.29 answers given when a bound is reached.", "0 to 4294967295"),
+    k("endpoint", "amplification_factor", "Until a peer's address is verified it gets at most this many times the bytes of its request, and no notifications (RFC 9175 §2.4); more waits for one verification round trip (a CoAP ping the peer answers with RST). 0: off. DTLS peers are verified by the handshake.", "0 to 1000"),
+    k("endpoint", "verified_lifetime", "How long a verified address stays verified after its last proof (RST to a ping, ACK, valid Echo).", "1s to 24h"),
+    k("endpoint", "max_verified_peers", "Verified addresses remembered per shard; beyond it those verified longest ago verify again.", "at least 1"),
+    k("endpoint", "max_address_probes", "Address verifications in progress per shard; beyond it an answer that needs one becomes 4.01 with Echo.", "at least 1"),
     k("limits", "max_observers", "Observers over all resources and shards; beyond it a GET with Observe is answered without registering.", "0 or more"),
     k("limits", "observe_con_every", "Every this many notifications one is confirmable (RFC 7641 §4.5).", "1 to 1000000"),
     k("limits", "observe_con_interval", "A confirmable notification at least this often.", "1s to 30d"),
@@ -569,7 +601,6 @@ const KEYS: &[KeyDoc] = &[
     k("limits", "max_uploads", "Block1 uploads in progress per shard; beyond it 5.03.", "0 or more"),
     k("limits", "max_upload_memory", "Bytes the uploads in progress of one shard may hold together; beyond it 5.03.", "1024 to 68719476736"),
     k("limits", "block_szx", "Block size exponent of responses: block size 2^(4+szx) bytes.", "0 to 6 (16 to 1024 bytes)"),
-    k("limits", "amplification_factor", "An unverified peer gets at most this many times its request's bytes in the answer to a GET or FETCH; larger answers go in smaller blocks or need an Echo round trip (RFC 9175). Default 3; 0: off.", "0 to 1000"),
     k("runtime", "shards", "Shards: threads with their own SO_REUSEPORT socket; 0: one per core.", "0 to 1024"),
     k("runtime", "recv_batch", "Datagrams read per wake-up of a shard before timers and commands get a turn (rounded up to whole recvmmsg batches of 64).", "1 to 4096"),
     k("runtime", "socket_recv_buffer", "SO_RCVBUF asked for each shard socket, in bytes (the kernel may cap it); 0: kernel default.", "0 to 1073741824"),
@@ -674,11 +705,6 @@ impl Config {
             ),
             ((1..=1 << 30).contains(&l.max_body), "limits", "max_body"),
             (l.block_szx <= 6, "limits", "block_szx"),
-            (
-                l.amplification_factor <= 1000,
-                "limits",
-                "amplification_factor",
-            ),
             (r.shards <= 1024, "runtime", "shards"),
             ((1..=4096).contains(&r.recv_batch), "runtime", "recv_batch"),
             (

@@ -22,135 +22,130 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// The values of one shard at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ShardSnapshot {
+/// Declares the per-shard values once: the [`ShardSnapshot`] struct, its field count
+/// and its conversion to and from the array of atomics a shard publishes into.
+macro_rules! shard_values {
+    ($( $(#[doc = $doc:literal])+ $field:ident, )*) => {
+        /// The values of one shard at one moment.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct ShardSnapshot {
+            $( $(#[doc = $doc])+ pub $field: u64, )*
+        }
+
+        const FIELDS: usize = [$(stringify!($field)),*].len();
+
+        impl ShardSnapshot {
+            fn to_array(self) -> [u64; FIELDS] {
+                [$(self.$field),*]
+            }
+
+            fn from_array(a: [u64; FIELDS]) -> ShardSnapshot {
+                let mut values = a.into_iter();
+                ShardSnapshot { $($field: values.next().unwrap_or(0)),* }
+            }
+        }
+    };
+}
+
+shard_values! {
     /// Datagrams received.
-    pub datagrams_in: u64,
+    datagrams_in,
     /// Datagrams sent.
-    pub datagrams_out: u64,
+    datagrams_out,
     /// New requests handed to a handler.
-    pub requests: u64,
+    requests,
     /// Responses and notifications sent with a 2.xx code.
-    pub responses_2xx: u64,
+    responses_2xx,
     /// Responses and notifications sent with a 4.xx code.
-    pub responses_4xx: u64,
+    responses_4xx,
     /// Responses and notifications sent with a 5.xx code.
-    pub responses_5xx: u64,
+    responses_5xx,
     /// Confirmable messages retransmitted.
-    pub retransmissions: u64,
+    retransmissions,
     /// Duplicate messages recognised by deduplication.
-    pub duplicates: u64,
+    duplicates,
     /// Undecodable datagrams (dropped, or answered with RST when confirmable).
-    pub format_errors: u64,
+    format_errors,
     /// Requests answered 4.02 Bad Option.
-    pub bad_options: u64,
-    /// Requests answered 5.03 because a bound was reached.
-    pub overload_rejections: u64,
+    bad_options,
+    /// Requests answered 5.03 because the total bound on requests in progress was reached.
+    overload_rejections,
+    /// Requests answered 4.29 because their peer or address had too many in progress.
+    busy_rejections,
     /// ACKs, RSTs and responses that matched nothing (dropped).
-    pub unmatched: u64,
+    unmatched,
     /// RSTs sent.
-    pub resets_sent: u64,
+    resets_sent,
     /// Deduplication entries held (gauge).
-    pub dedup_entries: u64,
+    dedup_entries,
+    /// Bytes held by the deduplication store (gauge).
+    dedup_bytes,
+    /// Deduplication entries dropped before their lifetime ended.
+    dedup_evictions,
+    /// Answers and notifications held back for an address verification.
+    parked,
+    /// Address-verification pings sent.
+    probes_sent,
+    /// Addresses verified while answers waited.
+    addresses_verified,
+    /// Address verifications that got no answer.
+    probes_failed,
+    /// Answers and notifications withheld because an address was never verified.
+    unverified,
+    /// Address verifications in progress (gauge).
+    address_probes,
+    /// Verified addresses remembered (gauge).
+    verified_peers,
     /// Requests being handled (gauge).
-    pub server_exchanges: u64,
+    server_exchanges,
     /// Observe relations (gauge).
-    pub observers: u64,
+    observers,
     /// Peers with per-peer state (gauge).
-    pub peers: u64,
+    peers,
     /// DTLS HelloVerifyRequests sent (cookie exchanges started).
-    pub dtls_hello_verify_sent: u64,
+    dtls_hello_verify_sent,
     /// DTLS handshakes completed.
-    pub dtls_handshakes: u64,
+    dtls_handshakes,
     /// DTLS handshakes that failed or timed out (wrong key, untrusted certificate, ...).
-    pub dtls_handshake_failures: u64,
+    dtls_handshake_failures,
     /// DTLS sessions evicted to make room.
-    pub dtls_evicted: u64,
+    dtls_evicted,
     /// DTLS records dropped (no session, failed decryption, garbage).
-    pub dtls_dropped: u64,
+    dtls_dropped,
     /// DTLS handshakes in progress dropped to stay within the handshake budgets.
-    pub dtls_handshakes_displaced: u64,
+    dtls_handshakes_displaced,
     /// New DTLS sessions refused: the table was full of active sessions.
-    pub dtls_refused: u64,
+    dtls_refused,
     /// Established DTLS sessions (gauge).
-    pub dtls_sessions: u64,
+    dtls_sessions,
     /// DTLS handshakes in progress (gauge).
-    pub dtls_handshaking: u64,
+    dtls_handshaking,
 }
 
 /// One shard's published values: written by the shard, read by anyone.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ShardMetrics {
     shard: usize,
     values: [AtomicU64; FIELDS],
 }
 
-const FIELDS: usize = 26;
-
-impl ShardSnapshot {
-    fn to_array(self) -> [u64; FIELDS] {
-        [
-            self.datagrams_in,
-            self.datagrams_out,
-            self.requests,
-            self.responses_2xx,
-            self.responses_4xx,
-            self.responses_5xx,
-            self.retransmissions,
-            self.duplicates,
-            self.format_errors,
-            self.bad_options,
-            self.overload_rejections,
-            self.unmatched,
-            self.resets_sent,
-            self.dedup_entries,
-            self.server_exchanges,
-            self.observers,
-            self.peers,
-            self.dtls_hello_verify_sent,
-            self.dtls_handshakes,
-            self.dtls_handshake_failures,
-            self.dtls_evicted,
-            self.dtls_dropped,
-            self.dtls_handshakes_displaced,
-            self.dtls_refused,
-            self.dtls_sessions,
-            self.dtls_handshaking,
-        ]
-    }
-
-    fn from_array(a: [u64; FIELDS]) -> ShardSnapshot {
-        ShardSnapshot {
-            datagrams_in: a[0],
-            datagrams_out: a[1],
-            requests: a[2],
-            responses_2xx: a[3],
-            responses_4xx: a[4],
-            responses_5xx: a[5],
-            retransmissions: a[6],
-            duplicates: a[7],
-            format_errors: a[8],
-            bad_options: a[9],
-            overload_rejections: a[10],
-            unmatched: a[11],
-            resets_sent: a[12],
-            dedup_entries: a[13],
-            server_exchanges: a[14],
-            observers: a[15],
-            peers: a[16],
-            dtls_hello_verify_sent: a[17],
-            dtls_handshakes: a[18],
-            dtls_handshake_failures: a[19],
-            dtls_evicted: a[20],
-            dtls_dropped: a[21],
-            dtls_handshakes_displaced: a[22],
-            dtls_refused: a[23],
-            dtls_sessions: a[24],
-            dtls_handshaking: a[25],
+impl ShardMetrics {
+    /// All zero, for shard number `shard`.
+    fn zero(shard: usize) -> ShardMetrics {
+        ShardMetrics {
+            shard,
+            values: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
+}
 
+impl Default for ShardMetrics {
+    fn default() -> Self {
+        ShardMetrics::zero(0)
+    }
+}
+
+impl ShardSnapshot {
     /// The snapshot of an endpoint's counters and state.
     pub fn from_endpoint(stats: &Stats, counts: StateCounts, observers: usize) -> ShardSnapshot {
         ShardSnapshot {
@@ -165,9 +160,19 @@ impl ShardSnapshot {
             format_errors: stats.format_errors,
             bad_options: stats.bad_options,
             overload_rejections: stats.overload_rejections,
+            busy_rejections: stats.busy_rejections,
             unmatched: stats.unmatched,
             resets_sent: stats.resets_sent,
             dedup_entries: counts.dedup_entries as u64,
+            dedup_bytes: counts.dedup_bytes as u64,
+            dedup_evictions: stats.dedup_evictions,
+            parked: stats.parked,
+            probes_sent: stats.probes_sent,
+            addresses_verified: stats.addresses_verified,
+            probes_failed: stats.probes_failed,
+            unverified: stats.unverified,
+            address_probes: counts.address_probes as u64,
+            verified_peers: counts.verified_peers as u64,
             server_exchanges: counts.server_exchanges as u64,
             observers: observers as u64,
             peers: counts.peers as u64,
@@ -266,12 +271,7 @@ impl Metrics {
     pub fn new(shards: usize) -> Metrics {
         Metrics {
             shards: (0..shards)
-                .map(|shard| {
-                    Arc::new(ShardMetrics {
-                        shard,
-                        values: Default::default(),
-                    })
-                })
+                .map(|shard| Arc::new(ShardMetrics::zero(shard)))
                 .collect(),
             stages: None,
             transports: Vec::new(),
@@ -395,9 +395,15 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "cobalt_overload_rejections_total",
-        help: "Requests answered 5.03 Service Unavailable because a state bound was reached.",
+        help: "Requests answered 5.03 Service Unavailable because the total bound on requests in progress was reached (only addresses with requests in progress are refused).",
         kind: Kind::Counter,
         series: &[(None, |s| s.overload_rejections)],
+    },
+    Family {
+        name: "cobalt_busy_rejections_total",
+        help: "Requests answered 4.29 Too Many Requests because their peer (IP and port) or IP address had too many requests in progress.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.busy_rejections)],
     },
     Family {
         name: "cobalt_resets_sent_total",
@@ -419,9 +425,45 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "cobalt_dedup_entries",
-        help: "Deduplication entries held.",
+        help: "Deduplication entries held (including requests in progress).",
         kind: Kind::Gauge,
         series: &[(None, |s| s.dedup_entries)],
+    },
+    Family {
+        name: "cobalt_dedup_bytes",
+        help: "Bytes held by the deduplication store (bounded by endpoint.max_dedup_bytes).",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.dedup_bytes)],
+    },
+    Family {
+        name: "cobalt_dedup_evictions_total",
+        help: "Deduplication entries dropped before EXCHANGE_LIFETIME: from a peer's full window or at the byte bound.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dedup_evictions)],
+    },
+    Family {
+        name: "cobalt_address_validation_total",
+        help: "Address validation against amplification (RFC 9175 §2.4): answers held back, pings sent, addresses verified, verifications failed, answers withheld.",
+        kind: Kind::Counter,
+        series: &[
+            (Some(("event", "parked")), |s| s.parked),
+            (Some(("event", "ping")), |s| s.probes_sent),
+            (Some(("event", "verified")), |s| s.addresses_verified),
+            (Some(("event", "failed")), |s| s.probes_failed),
+            (Some(("event", "withheld")), |s| s.unverified),
+        ],
+    },
+    Family {
+        name: "cobalt_address_probes",
+        help: "Address verifications in progress.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.address_probes)],
+    },
+    Family {
+        name: "cobalt_verified_peers",
+        help: "Verified addresses remembered.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.verified_peers)],
     },
     Family {
         name: "cobalt_server_exchanges",

@@ -734,13 +734,16 @@ mod observe_reregistration {
 }
 
 mod amplification {
-    use cobalt::server::{get, ServerLimits};
-    use cobalt::{Client, Server};
+    use cobalt::proto::message::{Code, Message, MessageType};
+    use cobalt::server::get;
+    use cobalt::{Client, EndpointConfig, Server};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
+    /// The client's address is verified with one ping round trip, then every block is
+    /// full size; the client (Cobalt's) answers the ping with RST as RFC 7252 §4.3 asks.
     #[tokio::test]
-    async fn an_unverified_client_answers_the_echo_challenge_and_gets_full_blocks() {
+    async fn an_unverified_client_answers_the_ping_and_gets_full_blocks() {
         let body: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
         let served = body.clone();
         let server = Server::new()
@@ -751,43 +754,53 @@ mod amplification {
                     async move { b }
                 }),
             )
-            .limits(ServerLimits {
-                amplification_factor: 1,
-                ..Default::default()
-            })
             .bind("127.0.0.1:0")
             .await
             .unwrap();
-        let seen: Arc<Mutex<Vec<(bool, cobalt::proto::message::Message)>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<(bool, Message)>>> = Arc::default();
         let log = seen.clone();
         let tracer: cobalt::runtime::Tracer = Arc::new(move |sent, _peer, bytes| {
             if let Ok(m) = cobalt::proto::message::decode(bytes) {
                 log.lock().unwrap().push((sent, m));
             }
         });
-        let client = Client::with_tracer(cobalt::EndpointConfig::default(), tracer).unwrap();
+        let client = Client::with_tracer(EndpointConfig::default(), tracer).unwrap();
         let r = client
             .get(&format!("coap://{}/big", server.local_addr()))
             .await
             .unwrap();
-        assert_eq!(r.payload, body, "byte-exact after the Echo round trip");
+        assert_eq!(
+            r.payload, body,
+            "byte-exact after the verification round trip"
+        );
         let seen = seen.lock().unwrap().clone();
-        let challenged = seen.iter().any(|(sent, m)| {
-            !sent
-                && m.code == cobalt::Code::UNAUTHORIZED
-                && m.options.contains(cobalt::proto::message::opt::ECHO)
-        });
-        assert!(challenged, "the server asked for Echo first");
-        let echoed = seen
+        let ping = seen
             .iter()
-            .any(|(sent, m)| *sent && m.options.contains(cobalt::proto::message::opt::ECHO));
-        assert!(echoed, "the client repeated the request with Echo");
-        let biggest = seen
+            .find(|(sent, m)| !sent && m.mtype == MessageType::Confirmable && m.code == Code::EMPTY)
+            .map(|(_, m)| m.mid)
+            .expect("the server pinged the client");
+        assert!(
+            seen.iter()
+                .any(|(sent, m)| *sent && m.mtype == MessageType::Reset && m.mid == ping),
+            "the client answered the ping with RST"
+        );
+        let received: Vec<&Message> = seen.iter().filter(|(s, _)| !s).map(|(_, m)| m).collect();
+        assert!(
+            received.iter().all(|m| m.code != Code::UNAUTHORIZED),
+            "no Echo needed"
+        );
+        let blocks: Vec<usize> = received
             .iter()
-            .filter(|(sent, _)| !sent)
-            .map(|(_, m)| m.payload.len())
-            .max();
-        assert_eq!(biggest, Some(1024), "verified: full-size blocks");
+            .filter(|m| m.code == Code::CONTENT)
+            .map(|m| m.payload.len())
+            .collect();
+        assert_eq!(
+            blocks,
+            [1024, 1024, 952],
+            "full-size blocks from the first one"
+        );
+        let total = server.metrics().total();
+        assert_eq!((total.probes_sent, total.addresses_verified), (1, 1));
         server.shutdown(Duration::from_secs(1)).await;
     }
 }

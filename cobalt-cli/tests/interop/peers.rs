@@ -202,12 +202,18 @@ fn start_server(
 
 /// `cobalt serve --plugtest` on `ip` (both the demo and the plugtest resources).
 pub fn start_cobalt(ip: IpAddr) -> PeerServer {
+    start_cobalt_with(ip, &[])
+}
+
+/// `cobalt serve --plugtest ARGS` on `ip`.
+pub fn start_cobalt_with(ip: IpAddr, args: &[&str]) -> PeerServer {
     start_server("cobalt serve", ip, "/benchmark", |port| {
         let mut c = Command::new(cobalt_bin());
         c.args(["serve", "--plugtest", "--bind"])
             .arg(ip.to_string())
             .arg("--port")
-            .arg(port.to_string());
+            .arg(port.to_string())
+            .args(args);
         c
     })
 }

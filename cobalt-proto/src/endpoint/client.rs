@@ -159,6 +159,8 @@ impl Endpoint {
             self.stats.unmatched += 1;
             return;
         };
+        // The ACK proves that the peer receives at its address.
+        self.verified(now, peer);
         let separate_deadline = now + self.response_timeout(self.config.exchange_lifetime());
         let Owner::Client(id) = pending.owner else {
             // A separate response of ours was acknowledged: that exchange is complete.
@@ -191,11 +193,14 @@ impl Endpoint {
     ) {
         let key = (peer, msg.mid);
         let con = msg.mtype == MessageType::Confirmable;
-        if let Some(entry) = self.dedup.get(&key) {
+        if let Some(entry) = self.dedup.get(now, &key) {
             self.stats.duplicates += 1;
-            if let DedupEntry::Reply(bytes) = entry {
-                let bytes = bytes.to_vec();
-                self.transmit(peer, bytes);
+            match entry {
+                DedupEntry::EmptyAck => {
+                    self.transmit(peer, codec::encode(&Message::empty_ack(msg.mid)))
+                }
+                DedupEntry::Reset => self.transmit(peer, codec::encode(&Message::reset(msg.mid))),
+                _ => {}
             }
             return;
         }
@@ -203,27 +208,22 @@ impl Endpoint {
             // Nobody waits for this token: reject it, which also cancels an observation
             // we no longer want (RFC 7641 §3.6).
             self.stats.unmatched += 1;
-            let bytes = codec::encode(&Message::reset(msg.mid));
-            if con && !self.dedup.is_full() {
-                self.dedup.insert(key, DedupEntry::Reply(&bytes));
+            if con {
+                self.dedup.finish(now, key, Finished::Reset);
                 self.arm_housekeeping(now);
             }
-            self.stats.resets_sent += 1;
-            self.transmit(peer, bytes);
+            self.send_reset(peer, msg.mid);
             return;
         };
-        let ack_bytes = codec::encode(&Message::empty_ack(msg.mid));
-        if !self.dedup.is_full() {
-            let entry = if con {
-                DedupEntry::Reply(&ack_bytes)
-            } else {
-                DedupEntry::Silent
-            };
-            self.dedup.insert(key, entry);
-            self.arm_housekeeping(now);
-        }
+        let how = if con {
+            Finished::EmptyAck
+        } else {
+            Finished::Silent
+        };
+        self.dedup.finish(now, key, how);
+        self.arm_housekeeping(now);
         if con {
-            self.transmit(peer, ack_bytes);
+            self.transmit(peer, codec::encode(&Message::empty_ack(msg.mid)));
         }
         let Some(ex) = self.clients.get_mut(&id) else {
             return;

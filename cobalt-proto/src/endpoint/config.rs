@@ -24,20 +24,52 @@ pub struct EndpointConfig {
     /// How long a client waits for the response to a NON request, or for a separate
     /// response after an empty ACK (default: NON_LIFETIME resp. EXCHANGE_LIFETIME when `None`).
     pub response_timeout: Option<Duration>,
-    /// Upper bound on stored deduplication entries; at the bound new confirmable requests
-    /// are answered 5.03 Service Unavailable with Max-Age instead of growing memory.
-    pub max_dedup_entries: usize,
-    /// Upper bound on requests being handled at once; at the bound new requests get 5.03.
+    /// Messages remembered for deduplication per peer (IP address and port): its last
+    /// this many, each for EXCHANGE_LIFETIME (default 8). A peer retransmits only its
+    /// outstanding confirmable messages (NSTART of them), so a few suffice; a duplicate
+    /// older than the peer's last `dedup_per_peer` messages is processed again.
+    pub dedup_per_peer: usize,
+    /// Bytes the deduplication store may hold (stored replies plus 160 bytes per
+    /// message, default 16 MiB); beyond it the oldest entries of all peers are dropped
+    /// first. Nobody is refused for it.
+    pub max_dedup_bytes: usize,
+    /// Upper bound on requests being handled at once (default 100,000). At the bound a
+    /// request from an IP address that already has requests in progress gets 5.03 with
+    /// Max-Age; an address with none still gets in, up to an eighth more.
     pub max_server_exchanges: usize,
+    /// Requests in progress per peer (IP address and port, default 32); beyond it 4.29
+    /// Too Many Requests (RFC 8516) with Max-Age.
+    pub max_exchanges_per_peer: usize,
+    /// Requests in progress per IP address over all its ports (default 10,000); beyond
+    /// it 4.29 with Max-Age.
+    pub max_exchanges_per_ip: usize,
     /// Upper bound on client requests outstanding or queued; `request` fails beyond it.
     pub max_client_exchanges: usize,
     /// Length of generated tokens in bytes (1–8, default 8).
     pub token_len: usize,
-    /// Do not store deduplication state for GET requests (idempotent, RFC 7252 §4.5
-    /// permits re-processing): saves memory, a duplicate GET runs the handler again.
-    pub dedup_skip_idempotent: bool,
-    /// Max-Age (seconds) put on 5.03 answers given under overload.
+    /// Remember nothing of answered safe requests (GET, FETCH; default true): a duplicate
+    /// that arrives after the answer runs the handler again, as RFC 7252 §4.5 permits
+    /// for idempotent requests, so the store never holds their (possibly large)
+    /// answers. A duplicate that arrives while the handler runs is still recognised.
+    /// With `false` their answers are stored like those of other methods.
+    pub dedup_rerun_safe: bool,
+    /// Max-Age (seconds) put on 5.03 and 4.29 answers given when a bound is reached.
     pub overload_max_age: u32,
+    /// Amplification limit (RFC 9175 §2.4, default 3; 0 turns it off): until a peer's
+    /// address is verified, what the endpoint sends in answer to a request is at most
+    /// this many times the request's bytes, and it sends no notification. A larger
+    /// answer waits for one verification round trip — an empty confirmable message
+    /// (CoAP ping) that the peer must answer with RST — and is then sent in full.
+    pub amplification_factor: usize,
+    /// How long a verified address stays verified after its last proof (an RST to a
+    /// ping, an ACK of a confirmable message, a valid Echo option; default 10 min).
+    pub verified_lifetime: Duration,
+    /// Verified addresses remembered (default 100,000); beyond it the ones verified
+    /// longest ago are forgotten and verify again when they need to.
+    pub max_verified_peers: usize,
+    /// Address verifications in progress (default 10,000); beyond it an answer that
+    /// needs one is replaced by 4.01 with an Echo option (RFC 9175 §2.4).
+    pub max_address_probes: usize,
 }
 
 impl Default for EndpointConfig {
@@ -51,12 +83,19 @@ impl Default for EndpointConfig {
             processing_delay: Duration::from_secs(2),
             separate_ack_delay: Duration::from_secs(1),
             response_timeout: None,
-            max_dedup_entries: 1_000_000,
+            dedup_per_peer: 8,
+            max_dedup_bytes: 16 << 20,
             max_server_exchanges: 100_000,
+            max_exchanges_per_peer: 32,
+            max_exchanges_per_ip: 10_000,
             max_client_exchanges: 100_000,
             token_len: 8,
-            dedup_skip_idempotent: false,
+            dedup_rerun_safe: true,
             overload_max_age: 2,
+            amplification_factor: 3,
+            verified_lifetime: Duration::from_secs(600),
+            max_verified_peers: 100_000,
+            max_address_probes: 10_000,
         }
     }
 }
@@ -151,8 +190,44 @@ impl EndpointConfig {
         check((1..=1024).contains(&self.nstart), "nstart", "1 to 1024")?;
         check((1..=8).contains(&self.token_len), "token_len", "1 to 8")?;
         check(
-            self.max_dedup_entries >= 1,
-            "max_dedup_entries",
+            (1..=1024).contains(&self.dedup_per_peer),
+            "dedup_per_peer",
+            "1 to 1024",
+        )?;
+        check(
+            self.max_dedup_bytes >= 64 << 10,
+            "max_dedup_bytes",
+            "at least 65536",
+        )?;
+        check(
+            self.max_exchanges_per_peer >= 1,
+            "max_exchanges_per_peer",
+            "at least 1",
+        )?;
+        check(
+            self.max_exchanges_per_ip >= 1,
+            "max_exchanges_per_ip",
+            "at least 1",
+        )?;
+        check(
+            self.amplification_factor <= 1000,
+            "amplification_factor",
+            "0 to 1000",
+        )?;
+        check(
+            self.verified_lifetime >= Duration::from_secs(1)
+                && self.verified_lifetime <= Duration::from_secs(24 * 3600),
+            "verified_lifetime",
+            "1 s to 24 h",
+        )?;
+        check(
+            self.max_verified_peers >= 1,
+            "max_verified_peers",
+            "at least 1",
+        )?;
+        check(
+            self.max_address_probes >= 1,
+            "max_address_probes",
             "at least 1",
         )?;
         check(

@@ -1,256 +1,307 @@
-//! Deduplication store (RFC 7252 §4.5): compact entries, O(1) expiry by generation
-//! rotation, and a cap.
+//! Deduplication (RFC 7252 §4.5) with memory bounded per peer and in bytes.
 //!
-//! Finished entries go into the newest of a fixed number of generations; every
-//! `lifetime / (GENERATIONS - 1)` the oldest generation is dropped whole. An entry thus
-//! lives at least `lifetime` and at most `lifetime × GENERATIONS / (GENERATIONS - 1)`,
-//! and expiry costs nothing per entry.
+//! The store remembers, per peer (IP address and port), only the last
+//! [`DedupLimits::per_peer`] messages it handled, each for at most EXCHANGE_LIFETIME.
+//! That is enough to recognise real duplicates: a peer retransmits only its outstanding
+//! confirmable messages — one at a time with NSTART = 1 (§4.7) — so the copies it sends
+//! again are among its last few messages. It is also what bounds the memory any one
+//! peer can claim, however fast it sends. On top of that the store holds at most
+//! [`DedupLimits::max_bytes`] (replies plus a fixed overhead per entry). Once three
+//! quarters of that are used, a peer that stores a new message keeps only its last two,
+//! so the peers that send most give way first; at the bound itself the oldest entries of
+//! all peers go. A flood thus weakens deduplication for old messages instead of
+//! refusing anyone.
 //!
-//! Memory per entry is kept small: an IPv4 peer and MID pack into one `u64` key, the
-//! value is a `u32` offset into the generation's byte arena, where the reply to resend
-//! is stored with a two-byte length. About 12 bytes of key and value plus the reply
-//! itself (≈ 30 bytes for a small piggybacked response). Requests still being handled
-//! live in a separate small map, since there are few of them at any time.
+//! Requests still being handled are kept apart (they are few: bounded by the
+//! endpoint's admission limits) so that a duplicate arriving meanwhile is recognised
+//! whatever the windows hold.
+//!
+//! Expiry and byte eviction share one queue of entries in insertion order: expiring
+//! or evicting costs O(1) per entry, and records left behind by entries a peer's window
+//! already dropped are compacted away once they make up half the queue.
 
 use hashbrown::HashMap;
-use hashbrown::{DefaultHashBuilder, HashTable};
-use std::hash::BuildHasher;
-use std::net::{SocketAddr, SocketAddrV6};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-const GENERATIONS: usize = 4;
-/// Value marking an entry without a reply to resend (NON, or reply dropped).
-const SILENT: u32 = u32::MAX;
+/// Bytes counted per remembered message besides its stored reply: the window slot, its
+/// records in the expiry queue and its share of the hash tables.
+pub const ENTRY_OVERHEAD: usize = 160;
+
+/// Messages a peer keeps when the store is under pressure.
+const PRESSURE_WINDOW: usize = 2;
+
+/// Key of a received message: the peer and its message ID.
+pub type DedupKey = (SocketAddr, u16);
 
 /// What the endpoint remembers about a received message ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DedupEntry<'a> {
     /// A request whose handler has not answered yet.
     InProgress(u64),
-    /// The encoded reply (piggybacked response, RST or empty ACK) to send again on a duplicate.
+    /// The encoded reply (a piggybacked response) to send again on a duplicate.
     Reply(&'a [u8]),
+    /// The message was acknowledged with an empty ACK; send it again.
+    EmptyAck,
+    /// The message was rejected with RST; send it again.
+    Reset,
     /// A message whose duplicates are ignored (NON) without reply.
     Silent,
 }
 
-/// Key of a received message: the peer and its message ID.
-pub type DedupKey = (SocketAddr, u16);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Compact {
-    V4(u64),
-    V6(SocketAddrV6, u16),
+/// What to remember about a message once it has been handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished<'a> {
+    /// The encoded piggybacked response.
+    Reply(&'a [u8]),
+    /// An empty ACK was sent.
+    EmptyAck,
+    /// An RST was sent.
+    Reset,
+    /// Nothing is sent again on a duplicate (NON).
+    Silent,
+    /// Nothing is remembered: a duplicate is handled as a new message (safe requests,
+    /// RFC 7252 §4.5 allows re-processing idempotent ones).
+    Forget,
 }
 
-fn compact(key: &DedupKey) -> Compact {
-    match key.0 {
-        SocketAddr::V4(a) => Compact::V4(
-            (u64::from(u32::from(*a.ip())) << 32) | (u64::from(a.port()) << 16) | u64::from(key.1),
-        ),
-        SocketAddr::V6(a) => Compact::V6(a, key.1),
-    }
+/// Bounds of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DedupLimits {
+    /// How long a handled message is remembered (EXCHANGE_LIFETIME).
+    pub lifetime: Duration,
+    /// Messages remembered per peer (IP address and port).
+    pub per_peer: usize,
+    /// Bytes all remembered messages may take: replies plus [`ENTRY_OVERHEAD`] each.
+    pub max_bytes: usize,
 }
 
-/// One generation. IPv4 entries live in a raw hash table probed with a hash computed
-/// once per lookup for all generations (the hasher is randomly seeded per store, so
-/// peers cannot aim at collisions); IPv6 entries in an ordinary map.
-#[derive(Debug, Default)]
-struct Generation {
-    v4: HashTable<(u64, u32)>,
-    v6: HashMap<(SocketAddrV6, u16), u32>,
-    arena: Vec<u8>,
+/// Counters of the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DedupStats {
+    /// Entries dropped from a peer's full window before their lifetime ended.
+    pub evicted_window: u64,
+    /// Entries dropped (oldest first) because the store reached its byte bound.
+    pub evicted_bytes: u64,
 }
 
-impl Generation {
-    fn get(&self, k: &Compact, hash: u64) -> Option<u32> {
-        match k {
-            Compact::V4(x) => self.v4.find(hash, |e| e.0 == *x).map(|e| e.1),
-            Compact::V6(a, m) => self.v6.get(&(*a, *m)).copied(),
-        }
-    }
+#[derive(Debug)]
+enum Stored {
+    Reply(Box<[u8]>),
+    EmptyAck,
+    Reset,
+    Silent,
+}
 
-    fn slot(&mut self, k: &Compact, hash: u64) -> Option<&mut u32> {
-        match k {
-            Compact::V4(x) => self.v4.find_mut(hash, |e| e.0 == *x).map(|e| &mut e.1),
-            Compact::V6(a, m) => self.v6.get_mut(&(*a, *m)),
-        }
-    }
+#[derive(Debug)]
+struct Slot {
+    mid: u16,
+    at: Instant,
+    stored: Stored,
+}
 
-    fn put(&mut self, k: Compact, v: u32, hash: u64, hasher: &DefaultHashBuilder) {
-        match k {
-            Compact::V4(x) => match self.v4.find_mut(hash, |e| e.0 == x) {
-                Some(e) => e.1 = v,
-                None => {
-                    self.v4
-                        .insert_unique(hash, (x, v), |e| hasher.hash_one(e.0));
-                }
-            },
-            Compact::V6(a, m) => {
-                self.v6.insert((a, m), v);
+impl Slot {
+    fn cost(&self) -> usize {
+        ENTRY_OVERHEAD
+            + match &self.stored {
+                Stored::Reply(b) => b.len(),
+                _ => 0,
             }
-        }
     }
 
-    /// Stores reply bytes; `SILENT` if they do not fit the 64 KiB length prefix.
-    fn store(&mut self, bytes: &[u8]) -> u32 {
-        let (Ok(len), Ok(at)) = (u16::try_from(bytes.len()), u32::try_from(self.arena.len()))
-        else {
-            return SILENT;
-        };
-        if at == SILENT {
-            return SILENT;
-        }
-        self.arena.extend_from_slice(&len.to_le_bytes());
-        self.arena.extend_from_slice(bytes);
-        at
-    }
-
-    fn reply(&self, at: u32) -> Option<&[u8]> {
-        let at = at as usize;
-        let len = u16::from_le_bytes([*self.arena.get(at)?, *self.arena.get(at + 1)?]) as usize;
-        self.arena.get(at + 2..at + 2 + len)
-    }
-
-    fn len(&self) -> usize {
-        self.v4.len() + self.v6.len()
-    }
-
-    fn value<'a>(&'a self, v: u32) -> DedupEntry<'a> {
-        match v {
-            SILENT => DedupEntry::Silent,
-            at => self.reply(at).map_or(DedupEntry::Silent, DedupEntry::Reply),
+    fn entry(&self) -> DedupEntry<'_> {
+        match &self.stored {
+            Stored::Reply(b) => DedupEntry::Reply(b),
+            Stored::EmptyAck => DedupEntry::EmptyAck,
+            Stored::Reset => DedupEntry::Reset,
+            Stored::Silent => DedupEntry::Silent,
         }
     }
 }
 
-/// The store.
+/// The store. See the [module documentation](self).
 #[derive(Debug)]
 pub struct DedupStore {
-    hasher: DefaultHashBuilder,
+    limits: DedupLimits,
     in_progress: HashMap<DedupKey, u64>,
-    gens: Vec<Generation>,
-    rotate_every: Duration,
-    next_rotation: Instant,
-    cap: usize,
+    windows: HashMap<SocketAddr, VecDeque<Slot>>,
+    /// Every stored entry in insertion order (plus stale records of dropped ones).
+    order: VecDeque<(Instant, SocketAddr, u16)>,
+    live: usize,
+    bytes: usize,
+    stats: DedupStats,
 }
 
 impl DedupStore {
-    /// A store whose entries live at least `lifetime`, holding at most `cap` entries.
-    pub fn new(now: Instant, lifetime: Duration, cap: usize) -> DedupStore {
-        let rotate_every = (lifetime / (GENERATIONS as u32 - 1)).max(Duration::from_millis(1));
+    /// An empty store.
+    pub fn new(limits: DedupLimits) -> DedupStore {
         DedupStore {
-            hasher: DefaultHashBuilder::default(),
+            limits,
             in_progress: HashMap::new(),
-            gens: (0..GENERATIONS).map(|_| Generation::default()).collect(),
-            rotate_every,
-            next_rotation: now + rotate_every,
-            cap,
+            windows: HashMap::new(),
+            order: VecDeque::new(),
+            live: 0,
+            bytes: 0,
+            stats: DedupStats::default(),
         }
     }
 
-    /// The entry for a key, if still remembered.
-    pub fn get(&self, key: &DedupKey) -> Option<DedupEntry<'_>> {
+    /// The entry for a key, if still remembered at `now`.
+    pub fn get(&self, now: Instant, key: &DedupKey) -> Option<DedupEntry<'_>> {
         if let Some(id) = self.in_progress.get(key) {
             return Some(DedupEntry::InProgress(*id));
         }
-        let k = compact(key);
-        let h = self.hash(&k);
-        self.gens
+        self.windows
+            .get(&key.0)?
             .iter()
-            .find_map(|g| g.get(&k, h).map(|v| g.value(v)))
+            .find(|s| s.mid == key.1 && now < s.at + self.limits.lifetime)
+            .map(Slot::entry)
     }
 
-    fn hash(&self, k: &Compact) -> u64 {
-        match k {
-            Compact::V4(x) => self.hasher.hash_one(x),
-            Compact::V6(..) => 0, // the IPv6 map hashes on its own
+    /// Notes a request whose handler is running.
+    pub fn begin(&mut self, key: DedupKey, id: u64) {
+        self.in_progress.insert(key, id);
+    }
+
+    /// Records how a message was handled (and ends its in-progress state).
+    pub fn finish(&mut self, now: Instant, key: DedupKey, how: Finished<'_>) {
+        self.in_progress.remove(&key);
+        let stored = match how {
+            Finished::Forget => return,
+            Finished::Reply(b) => Stored::Reply(b.into()),
+            Finished::EmptyAck => Stored::EmptyAck,
+            Finished::Reset => Stored::Reset,
+            Finished::Silent => Stored::Silent,
+        };
+        let slot = Slot {
+            mid: key.1,
+            at: now,
+            stored,
+        };
+        let cost = slot.cost();
+        // Under pressure (three quarters of the bytes used) a peer that stores a new
+        // message keeps only its last two: the peers that store most often give way
+        // first, and a peer with a message or two outstanding keeps them.
+        let keep = if self.bytes >= self.limits.max_bytes / 4 * 3 {
+            PRESSURE_WINDOW.min(self.limits.per_peer)
+        } else {
+            self.limits.per_peer
+        }
+        .max(1);
+        let window = self.windows.entry(key.0).or_default();
+        if let Some(pos) = window.iter().position(|s| s.mid == key.1) {
+            let old = window.remove(pos).map_or(0, |s| s.cost());
+            self.bytes -= old;
+            self.live -= 1;
+        }
+        while window.len() >= keep {
+            let Some(old) = window.pop_front() else {
+                break;
+            };
+            self.bytes -= old.cost();
+            self.live -= 1;
+            self.stats.evicted_window += 1;
+        }
+        window.push_back(slot);
+        self.order.push_back((now, key.0, key.1));
+        self.live += 1;
+        self.bytes += cost;
+        while self.bytes > self.limits.max_bytes && self.drop_oldest() {
+            self.stats.evicted_bytes += 1;
+        }
+        if self.order.len() > 2 * self.live + 64 {
+            self.compact();
         }
     }
 
-    /// Replaces the entry of a key where it is stored; returns false if absent.
-    pub fn update(&mut self, key: &DedupKey, entry: DedupEntry<'_>) -> bool {
-        if self.in_progress.remove(key).is_some() {
-            self.insert(*key, entry);
-            return true;
+    /// Forgets a request in progress without remembering anything about it.
+    pub fn abandon(&mut self, key: &DedupKey) {
+        self.in_progress.remove(key);
+    }
+
+    /// Drops the entries whose lifetime has ended and gives memory back when the
+    /// tables have emptied.
+    pub fn expire(&mut self, now: Instant) {
+        while let Some(&(at, _, _)) = self.order.front() {
+            if now < at + self.limits.lifetime {
+                break;
+            }
+            self.drop_oldest();
         }
-        let k = compact(key);
-        let h = self.hash(&k);
-        for g in &mut self.gens {
-            if g.get(&k, h).is_some() {
-                let v = match entry {
-                    DedupEntry::Reply(bytes) => g.store(bytes),
-                    DedupEntry::Silent => SILENT,
-                    DedupEntry::InProgress(id) => {
-                        if let Some(slot) = g.slot(&k, h) {
-                            *slot = SILENT;
-                        }
-                        self.in_progress.insert(*key, id);
-                        return true;
-                    }
-                };
-                if let Some(slot) = g.slot(&k, h) {
-                    *slot = v;
+        shrink_map(&mut self.windows);
+        shrink_map(&mut self.in_progress);
+        if self.order.capacity() > 4 * self.order.len() + 1024 {
+            self.order.shrink_to_fit();
+        }
+    }
+
+    /// Removes the oldest record's entry if it is still live; false when the queue is empty.
+    fn drop_oldest(&mut self) -> bool {
+        let Some((at, peer, mid)) = self.order.pop_front() else {
+            return false;
+        };
+        if let Some(window) = self.windows.get_mut(&peer) {
+            if let Some(pos) = window.iter().position(|s| s.mid == mid && s.at == at) {
+                if let Some(slot) = window.remove(pos) {
+                    self.bytes -= slot.cost();
+                    self.live -= 1;
                 }
-                return true;
+            }
+            if window.is_empty() {
+                self.windows.remove(&peer);
             }
         }
-        false
+        true
     }
 
-    /// True when no new entry may be inserted.
-    pub fn is_full(&self) -> bool {
-        self.len() >= self.cap
+    /// Drops the queue's records of entries that are no longer stored.
+    fn compact(&mut self) {
+        let windows = &self.windows;
+        self.order.retain(|(at, peer, mid)| {
+            windows
+                .get(peer)
+                .is_some_and(|w| w.iter().any(|s| s.mid == *mid && s.at == *at))
+        });
     }
 
-    /// Inserts a new entry (finished ones into the newest generation).
-    pub fn insert(&mut self, key: DedupKey, entry: DedupEntry<'_>) {
-        let k = compact(&key);
-        let h = self.hash(&k);
-        let newest = &mut self.gens[0];
-        match entry {
-            DedupEntry::InProgress(id) => {
-                self.in_progress.insert(key, id);
-            }
-            DedupEntry::Reply(bytes) => {
-                let v = newest.store(bytes);
-                newest.put(k, v, h, &self.hasher);
-            }
-            DedupEntry::Silent => newest.put(k, SILENT, h, &self.hasher),
-        }
-    }
-
-    /// Number of entries.
+    /// Remembered messages, including requests in progress.
     pub fn len(&self) -> usize {
-        self.in_progress.len() + self.gens.iter().map(Generation::len).sum::<usize>()
+        self.live + self.in_progress.len()
     }
 
-    /// True when empty.
+    /// True when nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Bytes held by reply arenas (for metrics).
-    pub fn arena_bytes(&self) -> usize {
-        self.gens.iter().map(|g| g.arena.len()).sum()
+    /// Bytes counted against [`DedupLimits::max_bytes`].
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
-    /// When the next rotation is due.
-    pub fn next_rotation(&self) -> Instant {
-        self.next_rotation
+    /// Peers with remembered messages.
+    pub fn peers(&self) -> usize {
+        self.windows.len()
     }
 
-    /// Drops expired generations; call when `next_rotation` has passed.
-    /// Requests still in progress are not affected.
-    pub fn rotate(&mut self, now: Instant) {
-        if self.gens.iter().all(|g| g.len() == 0) {
-            self.next_rotation = now + self.rotate_every;
-            return;
-        }
-        while now >= self.next_rotation {
-            self.gens.pop();
-            self.gens.insert(0, Generation::default());
-            self.next_rotation += self.rotate_every;
-        }
+    /// When the oldest entry expires, if any is stored.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.order
+            .front()
+            .map(|(at, _, _)| *at + self.limits.lifetime)
+    }
+
+    /// Eviction counters.
+    pub fn stats(&self) -> DedupStats {
+        self.stats
+    }
+}
+
+/// Gives a hash map's memory back once it holds far fewer entries than it has room for.
+pub(crate) fn shrink_map<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 4 * map.len() + 1024 {
+        map.shrink_to_fit();
     }
 }
 
@@ -258,67 +309,115 @@ impl DedupStore {
 mod tests {
     use super::*;
 
-    #[test]
-    fn entries_live_at_least_the_lifetime_and_then_go() {
-        let t0 = Instant::now();
-        let life = Duration::from_secs(30);
-        let mut d = DedupStore::new(t0, life, 10);
-        let key = ("127.0.0.1:1".parse().unwrap(), 7);
-        d.insert(key, DedupEntry::Silent);
-        let mut t = t0;
-        while t < t0 + life {
-            d.rotate(t);
-            assert!(d.get(&key).is_some(), "expired early at {:?}", t - t0);
-            t += Duration::from_millis(500);
+    fn limits(per_peer: usize, max_bytes: usize) -> DedupLimits {
+        DedupLimits {
+            lifetime: Duration::from_secs(30),
+            per_peer,
+            max_bytes,
         }
-        d.rotate(t0 + life + life / 2 + Duration::from_secs(1));
-        assert!(d.get(&key).is_none());
-        assert!(d.is_empty());
+    }
+
+    fn key(s: &str, mid: u16) -> DedupKey {
+        (s.parse().unwrap(), mid)
     }
 
     #[test]
-    fn cap_update_and_both_families() {
+    fn entries_live_the_lifetime_and_then_go() {
         let t0 = Instant::now();
-        let mut d = DedupStore::new(t0, Duration::from_secs(1), 3);
-        let a = ("127.0.0.1:1".parse().unwrap(), 1);
-        let b = ("127.0.0.1:1".parse().unwrap(), 2);
-        let c = ("[::1]:1".parse().unwrap(), 1);
-        d.insert(a, DedupEntry::InProgress(1));
-        d.insert(b, DedupEntry::Silent);
-        assert!(!d.is_full());
-        d.insert(c, DedupEntry::Reply(b"v6"));
-        assert!(d.is_full());
-        assert_eq!(d.get(&a), Some(DedupEntry::InProgress(1)));
-        assert!(d.update(&a, DedupEntry::Reply(&[1, 2, 3])));
-        assert_eq!(d.get(&a), Some(DedupEntry::Reply(&[1, 2, 3])));
-        assert!(d.update(&a, DedupEntry::Silent));
-        assert_eq!(d.get(&a), Some(DedupEntry::Silent));
-        assert_eq!(d.get(&c), Some(DedupEntry::Reply(&b"v6"[..])));
-        assert_eq!(d.get(&b), Some(DedupEntry::Silent));
-        assert!(!d.update(&("127.0.0.1:2".parse().unwrap(), 1), DedupEntry::Silent));
-        assert_eq!(d.len(), 3);
+        let mut d = DedupStore::new(limits(8, 1 << 20));
+        let k = key("127.0.0.1:1", 7);
+        d.finish(t0, k, Finished::Reply(b"abc"));
+        let life = Duration::from_secs(30);
+        assert_eq!(
+            d.get(t0 + life - Duration::from_millis(1), &k),
+            Some(DedupEntry::Reply(b"abc"))
+        );
+        assert_eq!(d.get(t0 + life, &k), None, "not after the lifetime");
+        assert_eq!(d.next_expiry(), Some(t0 + life));
+        d.expire(t0 + life);
+        assert!(d.is_empty());
+        assert_eq!((d.bytes(), d.peers()), (0, 0));
+    }
+
+    #[test]
+    fn in_progress_then_finished_or_forgotten() {
+        let t0 = Instant::now();
+        let mut d = DedupStore::new(limits(8, 1 << 20));
+        let (a, b) = (key("10.0.0.1:1", 1), key("10.0.0.1:1", 2));
+        d.begin(a, 11);
+        d.begin(b, 12);
+        assert_eq!(d.get(t0, &a), Some(DedupEntry::InProgress(11)));
+        d.finish(t0, a, Finished::EmptyAck);
+        d.finish(t0, b, Finished::Forget);
+        assert_eq!(d.get(t0, &a), Some(DedupEntry::EmptyAck));
+        assert_eq!(d.get(t0, &b), None, "a safe request is not remembered");
+        assert_eq!(d.len(), 1);
+    }
+
+    #[test]
+    fn a_peer_keeps_only_its_last_messages_and_others_are_unaffected() {
+        let t0 = Instant::now();
+        let mut d = DedupStore::new(limits(4, 1 << 20));
+        d.finish(t0, key("10.0.0.2:9", 1), Finished::Silent);
+        for mid in 0..1000u16 {
+            d.finish(t0, key("10.0.0.1:5", mid), Finished::Reply(&[1; 20]));
+        }
+        assert_eq!(d.len(), 5, "four of the flooder's, one of the other peer's");
+        assert_eq!(d.get(t0, &key("10.0.0.1:5", 995)), None);
+        assert!(d.get(t0, &key("10.0.0.1:5", 996)).is_some());
+        assert_eq!(d.get(t0, &key("10.0.0.2:9", 1)), Some(DedupEntry::Silent));
+        assert_eq!(d.stats().evicted_window, 996);
+        assert!(d.order.len() <= 2 * d.live + 64, "queue compacted");
+        assert_eq!(d.bytes(), 5 * ENTRY_OVERHEAD + 4 * 20);
+    }
+
+    #[test]
+    fn the_byte_bound_drops_the_oldest_entries_first() {
+        let t0 = Instant::now();
+        let max = 10 * (ENTRY_OVERHEAD + 100);
+        let mut d = DedupStore::new(limits(8, max));
+        for i in 0..100u16 {
+            let peer = format!("10.0.{}.{}:7", i / 200, i % 200 + 1);
+            let t = t0 + Duration::from_millis(u64::from(i));
+            d.finish(t, key(&peer, 1), Finished::Reply(&[0; 100]));
+            assert!(d.bytes() <= max);
+        }
+        assert_eq!(d.len(), 10);
+        assert!(d.get(t0, &key("10.0.0.90:7", 1)).is_none());
+        assert!(d.get(t0, &key("10.0.0.91:7", 1)).is_some());
+        assert_eq!(d.stats().evicted_bytes, 90);
+        assert_eq!(d.peers(), 10);
+    }
+
+    #[test]
+    fn storing_the_same_message_again_replaces_it() {
+        let t0 = Instant::now();
+        let mut d = DedupStore::new(limits(8, 1 << 20));
+        let k = key("[::1]:1", 3);
+        d.finish(t0, k, Finished::EmptyAck);
+        d.finish(t0, k, Finished::Reply(b"late"));
+        assert_eq!(d.get(t0, &k), Some(DedupEntry::Reply(b"late")));
+        assert_eq!(d.len(), 1);
+        assert_eq!(d.bytes(), ENTRY_OVERHEAD + 4);
+        d.expire(t0 + Duration::from_secs(30));
+        assert!(d.is_empty());
+        assert_eq!(d.bytes(), 0);
     }
 
     #[test]
     fn same_mid_from_different_ports_are_different_entries() {
         let t0 = Instant::now();
-        let mut d = DedupStore::new(t0, Duration::from_secs(1), 10);
-        d.insert(
-            ("10.0.0.1:1000".parse().unwrap(), 5),
-            DedupEntry::Reply(b"a"),
-        );
-        d.insert(
-            ("10.0.0.1:1001".parse().unwrap(), 5),
-            DedupEntry::Reply(b"b"),
+        let mut d = DedupStore::new(limits(8, 1 << 20));
+        d.finish(t0, key("10.0.0.1:1000", 5), Finished::Reply(b"a"));
+        d.finish(t0, key("10.0.0.1:1001", 5), Finished::Reply(b"b"));
+        assert_eq!(
+            d.get(t0, &key("10.0.0.1:1000", 5)),
+            Some(DedupEntry::Reply(b"a"))
         );
         assert_eq!(
-            d.get(&("10.0.0.1:1000".parse().unwrap(), 5)),
-            Some(DedupEntry::Reply(&b"a"[..]))
+            d.get(t0, &key("10.0.0.1:1001", 5)),
+            Some(DedupEntry::Reply(b"b"))
         );
-        assert_eq!(
-            d.get(&("10.0.0.1:1001".parse().unwrap(), 5)),
-            Some(DedupEntry::Reply(&b"b"[..]))
-        );
-        assert_eq!(d.get(&("10.0.0.2:1000".parse().unwrap(), 5)), None);
+        assert_eq!(d.get(t0, &key("10.0.0.2:1000", 5)), None);
     }
 }

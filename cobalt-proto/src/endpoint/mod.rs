@@ -35,17 +35,20 @@
 //! }
 //! ```
 
+mod admission;
 mod client;
 mod config;
 pub mod dedup;
 mod reliability;
 mod server;
 mod timers;
+mod validation;
 
 pub use config::{ConfigError, EndpointConfig};
 
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
-use dedup::{DedupEntry, DedupStore};
+use admission::Admission;
+use dedup::{DedupEntry, DedupLimits, DedupStore, Finished};
 use hashbrown::HashMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -147,6 +150,18 @@ pub enum Event {
         /// Why.
         reason: DeliveryFailure,
     },
+    /// A response or notification waited for its peer's address to be verified
+    /// (amplification limit, RFC 9175 §2.4) and the peer never proved it: a response was
+    /// replaced by 4.01 with an Echo option, a notification was dropped. An
+    /// observation with this token should end.
+    Unverified {
+        /// The exchange (`respond`) or notification (`notify`) that was not sent.
+        id: ExchangeId,
+        /// The peer.
+        peer: SocketAddr,
+        /// The request's or observation's token.
+        token: Token,
+    },
 }
 
 /// Why a request could not be started.
@@ -200,8 +215,25 @@ pub struct Stats {
     pub resets_sent: u64,
     /// Requests answered 4.02 Bad Option.
     pub bad_options: u64,
-    /// Requests answered 5.03 because a bound was reached.
+    /// Requests answered 5.03 because the endpoint's total bound on requests in
+    /// progress was reached.
     pub overload_rejections: u64,
+    /// Requests answered 4.29 because their peer (or its IP address) had too many
+    /// requests in progress.
+    pub busy_rejections: u64,
+    /// Deduplication entries dropped early: from a peer's full window, or oldest-first
+    /// at the byte bound.
+    pub dedup_evictions: u64,
+    /// Answers and notifications held back for an address verification.
+    pub parked: u64,
+    /// Verification pings sent (first transmissions).
+    pub probes_sent: u64,
+    /// Addresses verified by a ping's RST while answers waited.
+    pub addresses_verified: u64,
+    /// Verifications that got no answer.
+    pub probes_failed: u64,
+    /// Answers and notifications given up for lack of verification (see [`Event::Unverified`]).
+    pub unverified: u64,
     /// ACKs, RSTs and responses that matched nothing.
     pub unmatched: u64,
     /// Client requests that timed out.
@@ -238,8 +270,14 @@ pub struct StateCounts {
     pub client_exchanges: usize,
     /// Confirmable messages awaiting an ACK.
     pub pending_confirmables: usize,
-    /// Deduplication entries.
+    /// Deduplication entries (including requests in progress).
     pub dedup_entries: usize,
+    /// Bytes held by the deduplication store (see [`EndpointConfig::max_dedup_bytes`]).
+    pub dedup_bytes: usize,
+    /// Address verifications in progress.
+    pub address_probes: usize,
+    /// Verified addresses remembered.
+    pub verified_peers: usize,
     /// Peers with per-peer state (MID counter, NSTART queue).
     pub peers: usize,
 }
@@ -266,7 +304,16 @@ struct ServerExchange {
     token: Token,
     con: bool,
     acked: bool,
-    deduplicated: bool,
+    /// Keep the answer for duplicates after responding (false: a safe request re-run).
+    remember: bool,
+    /// GET or FETCH: running it again changes nothing.
+    safe: bool,
+    /// A GET or FETCH with Observe=0: its answer starts notifications.
+    registration: bool,
+    /// Bytes of the request, for the amplification limit.
+    request_len: usize,
+    /// Bytes sent for this exchange so far (empty ACKs).
+    sent: usize,
     /// The request's No-Response option (RFC 7967): response classes not to send.
     no_response: u8,
 }
@@ -306,6 +353,8 @@ struct PendingCon {
     retransmissions: u32,
     timeout: Duration,
     next_at: Instant,
+    /// Bytes its retransmissions may still take (to an unverified peer); `None`: no limit.
+    budget: Option<usize>,
 }
 
 /// The sans-IO CoAP endpoint. See the [module documentation](self).
@@ -316,6 +365,8 @@ pub struct Endpoint {
     config: EndpointConfig,
     rng: StdRng,
     dedup: DedupStore,
+    admission: Admission,
+    validation: validation::Validation,
     peers: HashMap<SocketAddr, Peer>,
     server: HashMap<ExchangeId, ServerExchange>,
     clients: HashMap<RequestId, ClientExchange>,
@@ -342,12 +393,18 @@ impl Endpoint {
     }
 
     fn with_rng(config: EndpointConfig, now: Instant, rng: StdRng) -> Endpoint {
-        let dedup = DedupStore::new(now, config.exchange_lifetime(), config.max_dedup_entries);
+        let dedup = DedupStore::new(DedupLimits {
+            lifetime: config.exchange_lifetime(),
+            per_peer: config.dedup_per_peer,
+            max_bytes: config.max_dedup_bytes,
+        });
         Endpoint {
             epoch: now,
             config,
             rng,
             dedup,
+            admission: Admission::default(),
+            validation: validation::Validation::default(),
             peers: HashMap::new(),
             server: HashMap::new(),
             clients: HashMap::new(),
@@ -368,8 +425,12 @@ impl Endpoint {
     }
 
     /// Counters since creation.
-    pub fn stats(&self) -> &Stats {
-        &self.stats
+    pub fn stats(&self) -> Stats {
+        let d = self.dedup.stats();
+        Stats {
+            dedup_evictions: d.evicted_window + d.evicted_bytes,
+            ..self.stats.clone()
+        }
     }
 
     /// How much state is held.
@@ -379,6 +440,9 @@ impl Endpoint {
             client_exchanges: self.clients.len(),
             pending_confirmables: self.pending.len(),
             dedup_entries: self.dedup.len(),
+            dedup_bytes: self.dedup.bytes(),
+            address_probes: self.validation.probes(),
+            verified_peers: self.validation.verified_count(),
             peers: self.peers.len(),
         }
     }
@@ -426,7 +490,7 @@ impl Endpoint {
             }
             (MessageType::Reset, _) => self.handle_reset(now, peer, msg.mid),
             (MessageType::Confirmable | MessageType::NonConfirmable, 0) if msg.is_request() => {
-                self.handle_request(now, peer, msg)
+                self.handle_request(now, peer, msg, bytes.len())
             }
             (MessageType::Acknowledgement, 2..=5) => {
                 let mid = msg.mid;
@@ -476,7 +540,9 @@ impl Endpoint {
         while let Some((at, timer)) = self.timers.pop_due(now) {
             match timer {
                 Timer::Retransmit(peer, mid) => self.on_retransmit_timer(now, at, peer, mid),
-                Timer::SeparateAck(id) => self.send_empty_ack_for(id),
+                Timer::SeparateAck(id) => self.ack_in_progress(id, false),
+                Timer::Probe(peer, mid) => self.on_probe_timer(now, peer, mid),
+                Timer::ParkedAck(peer, id) => self.on_parked_ack_timer(now, peer, id),
                 Timer::ClientDeadline(id) => self.on_client_deadline(now, at, id),
                 Timer::Housekeeping => self.housekeeping(now),
                 Timer::MidsFree(peer) => self.pump_peer(now, peer),
@@ -554,14 +620,16 @@ impl Endpoint {
     fn arm_housekeeping(&mut self, now: Instant) {
         if !self.housekeeping_armed {
             self.housekeeping_armed = true;
-            let at = self.dedup.next_rotation().max(now);
+            let at = now + self.config.exchange_lifetime() / 4;
             self.timers.arm(at, Timer::Housekeeping);
         }
     }
 
     fn housekeeping(&mut self, now: Instant) {
         self.housekeeping_armed = false;
-        self.dedup.rotate(now);
+        self.dedup.expire(now);
+        self.admission.shrink();
+        let validating = self.sweep_validation(now);
         let lifetime = self.config.exchange_lifetime();
         let busy: std::collections::HashSet<SocketAddr> = self
             .server
@@ -572,12 +640,15 @@ impl Endpoint {
             .collect();
         self.peers
             .retain(|addr, p| busy.contains(addr) || now < p.last_used + lifetime);
-        if !self.peers.is_empty() || !self.dedup.is_empty() {
+        dedup::shrink_map(&mut self.peers);
+        if !self.peers.is_empty() || !self.dedup.is_empty() || validating {
             self.arm_housekeeping(now);
         }
     }
 }
 
+#[cfg(test)]
+mod attack_tests;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]

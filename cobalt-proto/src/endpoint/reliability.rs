@@ -28,6 +28,7 @@ impl Endpoint {
                 retransmissions: 0,
                 timeout,
                 next_at,
+                budget: None,
             },
         );
         self.timers.arm(next_at, Timer::Retransmit(peer, mid));
@@ -46,7 +47,11 @@ impl Endpoint {
         if p.next_at != at {
             return;
         }
-        if p.retransmissions < self.config.max_retransmit {
+        let affordable = p.budget.is_none_or(|b| b >= p.bytes.len());
+        if p.retransmissions < self.config.max_retransmit && affordable {
+            if let Some(b) = &mut p.budget {
+                *b -= p.bytes.len();
+            }
             p.retransmissions += 1;
             p.timeout *= 2;
             p.next_at = now + p.timeout;
@@ -75,13 +80,25 @@ impl Endpoint {
         }
     }
 
+    /// Limits the retransmissions of a confirmable message to `budget` bytes.
+    pub(super) fn limit_retransmissions(&mut self, peer: SocketAddr, mid: u16, budget: usize) {
+        if let Some(p) = self.pending.get_mut(&(peer, mid)) {
+            p.budget = Some(budget);
+        }
+    }
+
     pub(super) fn handle_reset(&mut self, now: Instant, peer: SocketAddr, mid: u16) {
+        if self.probe_answered(now, peer, mid) {
+            return;
+        }
         let Some(p) = self.pending.remove(&(peer, mid)) else {
             // Possibly the answer to a NON notification: the application knows.
             self.stats.unmatched += 1;
             self.events.push_back(Event::UnmatchedReset { peer, mid });
             return;
         };
+        // The RST proves that the peer receives at its address.
+        self.verified(now, peer);
         match p.owner {
             Owner::Client(id) => self.fail_client(now, id, Event::Reset { id }),
             Owner::Server(id) => self.events.push_back(Event::ResponseFailed {

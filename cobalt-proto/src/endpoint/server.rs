@@ -1,54 +1,86 @@
-//! The server role: requests received, deduplicated, answered (piggybacked, separate
-//! or NON), and notifications of observations.
+//! The server role: requests received, deduplicated, admitted, answered (piggybacked,
+//! separate or NON), and notifications of observations.
 
+use super::admission::Refusal;
+use super::dedup::Finished;
+use super::validation::{encoded_len, Parked, ParkedResponse};
 use super::*;
 
 impl Endpoint {
-    pub(super) fn handle_request(&mut self, now: Instant, peer: SocketAddr, msg: Message) {
+    pub(super) fn handle_request(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        msg: Message,
+        len: usize,
+    ) {
         let key = (peer, msg.mid);
         let con = msg.mtype == MessageType::Confirmable;
-        if let Some(entry) = self.dedup.get(&key) {
+        if let Some(entry) = self.dedup.get(now, &key) {
             self.stats.duplicates += 1;
-            match entry {
+            let again = match entry {
                 DedupEntry::Reply(bytes) => {
-                    let bytes = bytes.to_vec();
-                    self.transmit(peer, bytes);
+                    let fits = self
+                        .allowance(now, peer, len, 0)
+                        .is_none_or(|left| bytes.len() <= left);
+                    fits.then(|| bytes.to_vec())
                 }
+                DedupEntry::EmptyAck => Some(codec::encode(&Message::empty_ack(msg.mid))),
+                DedupEntry::Reset => Some(codec::encode(&Message::reset(msg.mid))),
                 DedupEntry::InProgress(id) => {
-                    // The handler is still working: acknowledge now so the client stops
-                    // retransmitting, and answer separately (§5.2.2).
+                    // The handler is still working: acknowledge (again) so the client
+                    // stops retransmitting, and answer separately (§5.2.2). The copy
+                    // counts towards what the peer sent.
                     let id = ExchangeId(id);
-                    if con {
-                        self.send_empty_ack_for(id);
+                    if let Some(ex) = self.server.get_mut(&id) {
+                        ex.request_len += len;
                     }
+                    if con {
+                        self.ack_in_progress(id, true);
+                    }
+                    None
                 }
-                DedupEntry::Silent => {}
+                DedupEntry::Silent => None,
+            };
+            if let Some(bytes) = again {
+                self.transmit(peer, bytes);
             }
             return;
         }
         self.touch_peer(now, peer);
+        if let Some(echo) = msg.options.get(opt::ECHO) {
+            let echo = echo.to_vec();
+            self.check_echo(now, peer, &echo);
+        }
         if let Some(number) = msg.options.first_bad_critical() {
             self.stats.bad_options += 1;
             let mut resp = Message::new(MessageType::Acknowledgement, Code::BAD_OPTION, 0);
             resp.payload =
                 format!("Unrecognized or malformed critical option {number}").into_bytes();
-            self.answer_without_handler(now, peer, &msg, resp, true);
+            self.answer_without_handler(now, peer, (&msg, len), resp, true);
             return;
         }
-        if self.server.len() >= self.config.max_server_exchanges || self.dedup.is_full() {
-            self.stats.overload_rejections += 1;
-            let mut resp = Message::new(MessageType::Acknowledgement, Code::SERVICE_UNAVAILABLE, 0);
+        if let Err(refusal) = self.admission.admit(&self.config, peer) {
+            let code = match refusal {
+                Refusal::PeerBusy => {
+                    self.stats.busy_rejections += 1;
+                    Code::TOO_MANY_REQUESTS
+                }
+                Refusal::Overloaded => {
+                    self.stats.overload_rejections += 1;
+                    Code::SERVICE_UNAVAILABLE
+                }
+            };
+            let mut resp = Message::new(MessageType::Acknowledgement, code, 0);
             resp.options
                 .set_uint(opt::MAX_AGE, self.config.overload_max_age);
-            self.answer_without_handler(now, peer, &msg, resp, false);
+            self.answer_without_handler(now, peer, (&msg, len), resp, false);
             return;
         }
         let id = ExchangeId(self.alloc_id());
-        let deduplicated = !(self.config.dedup_skip_idempotent && msg.code == Code::GET);
-        if deduplicated {
-            self.dedup.insert(key, DedupEntry::InProgress(id.0));
-            self.arm_housekeeping(now);
-        }
+        self.dedup.begin(key, id.0);
+        self.arm_housekeeping(now);
+        let safe = matches!(msg.code, Code::GET | Code::FETCH);
         self.server.insert(
             id,
             ServerExchange {
@@ -57,7 +89,11 @@ impl Endpoint {
                 token: msg.token,
                 con,
                 acked: false,
-                deduplicated,
+                remember: !(safe && self.config.dedup_rerun_safe),
+                safe,
+                registration: safe && msg.options.observe() == Some(0),
+                request_len: len,
+                sent: 0,
                 no_response: msg
                     .options
                     .get_uint(opt::NO_RESPONSE)
@@ -76,18 +112,29 @@ impl Endpoint {
         });
     }
 
-    /// Answers a request the application never sees (bad option, overload).
+    /// Answers a request the application never sees (bad option, a bound reached);
+    /// `remember` keeps the answer for duplicates (for methods whose answers are kept).
     pub(super) fn answer_without_handler(
         &mut self,
         now: Instant,
         peer: SocketAddr,
-        req: &Message,
+        (req, req_len): (&Message, usize),
         mut resp: Message,
         remember: bool,
     ) {
-        self.stats.count_response(resp.code);
         resp.token = req.token;
-        if req.mtype == MessageType::Confirmable {
+        let con = req.mtype == MessageType::Confirmable;
+        if let Some(left) = self.allowance(now, peer, req_len, 0) {
+            if encoded_len(&resp) > left {
+                // A diagnostic payload is optional (§5.5.2); an unverified peer gets none.
+                resp.payload.clear();
+            }
+            if encoded_len(&resp) > left {
+                return;
+            }
+        }
+        self.stats.count_response(resp.code);
+        if con {
             resp.mtype = MessageType::Acknowledgement;
             resp.mid = req.mid;
         } else {
@@ -95,13 +142,14 @@ impl Endpoint {
             resp.mid = self.alloc_mid(now, peer);
         }
         let bytes = codec::encode(&resp);
-        if remember && !self.dedup.is_full() {
-            let entry = if req.mtype == MessageType::Confirmable {
-                DedupEntry::Reply(&bytes)
+        let safe = matches!(req.code, Code::GET | Code::FETCH);
+        if remember && !(safe && self.config.dedup_rerun_safe) {
+            let how = if con {
+                Finished::Reply(&bytes)
             } else {
-                DedupEntry::Silent
+                Finished::Silent
             };
-            self.dedup.insert((peer, req.mid), entry);
+            self.dedup.finish(now, (peer, req.mid), how);
             self.arm_housekeeping(now);
         }
         self.transmit(peer, bytes);
@@ -110,6 +158,11 @@ impl Endpoint {
     /// Sends the response to a request surfaced by [`Event::Request`]. The endpoint sets
     /// type, MID and token: piggybacked on the ACK when possible, otherwise a separate
     /// CON response (retransmitted until acknowledged), or NON for a NON request.
+    ///
+    /// To a peer whose address is not verified (see [`EndpointConfig::amplification_factor`])
+    /// a response larger than the request allows and an observe registration's answer
+    /// wait for one verification round trip; a separate response is retransmitted only
+    /// while the request's allowance lasts.
     pub fn respond(
         &mut self,
         now: Instant,
@@ -117,42 +170,75 @@ impl Endpoint {
         mut response: Message,
     ) -> Result<(), UnknownExchange> {
         let ex = self.server.remove(&id).ok_or(UnknownExchange(id))?;
+        self.admission.release(ex.peer);
         response.token = ex.token;
         let key = (ex.peer, ex.mid);
         if suppressed(ex.no_response, response.code) {
             // RFC 7967: the client asked not to hear about this class of response. A
             // CON request still gets its (empty) ACK, so it is not retransmitted.
-            let ack = codec::encode(&Message::empty_ack(ex.mid));
             if ex.con && !ex.acked {
-                if ex.deduplicated {
-                    self.dedup.update(&key, DedupEntry::Reply(&ack));
-                }
-                self.transmit(ex.peer, ack);
-            } else if ex.deduplicated && !ex.con {
-                self.dedup.update(&key, DedupEntry::Silent);
+                self.transmit(ex.peer, codec::encode(&Message::empty_ack(ex.mid)));
             }
+            self.dedup.finish(now, key, ex.unless_piggybacked());
             return Ok(());
+        }
+        let allowance = self.allowance(now, ex.peer, ex.request_len, ex.sent);
+        if let Some(left) = allowance {
+            if !response.code.is_success() && encoded_len(&response) > left {
+                // A diagnostic payload is optional (§5.5.2); an unverified peer gets none.
+                response.payload.clear();
+            }
+            if ex.registration || encoded_len(&response) > left {
+                // Not acknowledged yet: if the verification is quick, the answer still
+                // goes out piggybacked (see the validation module).
+                let parked = Parked::Response(ParkedResponse {
+                    id,
+                    token: ex.token,
+                    mid: ex.mid,
+                    con: ex.con,
+                    acked: ex.acked,
+                    safe: ex.safe,
+                    remember: ex.remember,
+                    message: response,
+                    allowance: left,
+                });
+                if ex.acked {
+                    // A retransmission gets the empty ACK again while the answer waits.
+                    self.dedup.finish(now, key, Finished::EmptyAck);
+                } else if !ex.con {
+                    self.dedup.finish(now, key, ex.unless_piggybacked());
+                }
+                self.park(now, ex.peer, parked);
+                return Ok(());
+            }
         }
         self.stats.count_response(response.code);
         if ex.con && !ex.acked {
             response.mtype = MessageType::Acknowledgement;
             response.mid = ex.mid;
             let bytes = codec::encode(&response);
-            if ex.deduplicated {
-                self.dedup.update(&key, DedupEntry::Reply(&bytes));
-            }
+            let how = if ex.remember {
+                Finished::Reply(&bytes)
+            } else {
+                Finished::Forget
+            };
+            self.dedup.finish(now, key, how);
             self.transmit(ex.peer, bytes);
         } else if ex.con {
+            self.dedup.finish(now, key, ex.unless_piggybacked());
             response.mtype = MessageType::Confirmable;
             response.mid = self.alloc_mid(now, ex.peer);
             let bytes = codec::encode(&response);
+            let len = bytes.len();
             self.send_confirmable(now, ex.peer, response.mid, bytes, Owner::Server(id));
+            if let Some(left) = allowance {
+                // Unverified: retransmit only while the request's allowance lasts.
+                self.limit_retransmissions(ex.peer, response.mid, left - len);
+            }
         } else {
+            self.dedup.finish(now, key, ex.unless_piggybacked());
             response.mtype = MessageType::NonConfirmable;
             response.mid = self.alloc_mid(now, ex.peer);
-            if ex.deduplicated {
-                self.dedup.update(&key, DedupEntry::Silent);
-            }
             let bytes = codec::encode(&response);
             self.transmit(ex.peer, bytes);
         }
@@ -161,10 +247,12 @@ impl Endpoint {
 
     /// Sends a notification of an observation (RFC 7641) outside any exchange: a
     /// response with `token` to `peer`, confirmable or not. Returns the id under which
-    /// a failure ([`Event::ResponseFailed`]) is reported, and the message ID used (an
-    /// RST for a NON notification arrives as [`Event::UnmatchedReset`] with it).
-    /// A confirmable notification that `replaces` a still unacknowledged one takes over
-    /// its retransmission state (RFC 7641 §4.5.2), so retransmissions never restart.
+    /// a failure ([`Event::ResponseFailed`], [`Event::Unverified`]) is reported, and the
+    /// message ID used (an RST for a NON notification arrives as
+    /// [`Event::UnmatchedReset`] with it). A confirmable notification that `replaces` a
+    /// still unacknowledged one takes over its retransmission state (RFC 7641 §4.5.2),
+    /// so retransmissions never restart. To a peer whose address is not verified the
+    /// notification waits for one verification round trip (the latest one per token).
     pub fn notify(
         &mut self,
         now: Instant,
@@ -174,16 +262,41 @@ impl Endpoint {
         confirmable: bool,
         replaces: Option<(ExchangeId, u16)>,
     ) -> (ExchangeId, u16) {
-        self.stats.count_response(notification.code);
         let id = ExchangeId(self.alloc_id());
         let mid = self.alloc_mid(now, peer);
         notification.token = token;
         notification.mid = mid;
-        let bytes;
+        if !self.is_verified(now, peer) {
+            let parked = Parked::Notification {
+                id,
+                token,
+                message: notification,
+                confirmable,
+                replaces,
+            };
+            self.park(now, peer, parked);
+        } else {
+            self.send_notification(now, peer, id, notification, confirmable, replaces);
+        }
+        (id, mid)
+    }
+
+    /// Sends a notification whose token and message ID are set.
+    pub(super) fn send_notification(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        id: ExchangeId,
+        mut notification: Message,
+        confirmable: bool,
+        replaces: Option<(ExchangeId, u16)>,
+    ) {
+        self.stats.count_response(notification.code);
+        let mid = notification.mid;
         let previous = replaces.and_then(|(_, old_mid)| self.pending.remove(&(peer, old_mid)));
         if confirmable || previous.is_some() {
             notification.mtype = MessageType::Confirmable;
-            bytes = codec::encode(&notification);
+            let bytes = codec::encode(&notification);
             match previous {
                 Some(mut p) => {
                     p.bytes = bytes.clone();
@@ -196,10 +309,8 @@ impl Endpoint {
             }
         } else {
             notification.mtype = MessageType::NonConfirmable;
-            bytes = codec::encode(&notification);
-            self.transmit(peer, bytes);
+            self.transmit(peer, codec::encode(&notification));
         }
-        (id, mid)
     }
 
     /// True while a confirmable message we sent with this ID to `peer` awaits its ACK.
@@ -210,23 +321,35 @@ impl Endpoint {
     /// Acknowledges a confirmable request now, so that its response will be a separate
     /// one; for handlers that know they will be slow. No effect on NON requests.
     pub fn accept_separately(&mut self, id: ExchangeId) {
-        self.send_empty_ack_for(id);
+        self.ack_in_progress(id, false);
     }
 
-    pub(super) fn send_empty_ack_for(&mut self, id: ExchangeId) {
+    /// Sends an empty ACK for a confirmable request being handled: once, or `again`
+    /// (for a retransmission of the request).
+    pub(super) fn ack_in_progress(&mut self, id: ExchangeId, again: bool) {
         let Some(ex) = self.server.get_mut(&id) else {
             return;
         };
-        if !ex.con || ex.acked {
+        if !ex.con || (ex.acked && !again) {
             return;
         }
         ex.acked = true;
-        let (peer, mid, dedup) = (ex.peer, ex.mid, ex.deduplicated);
-        let bytes = codec::encode(&Message::empty_ack(mid));
-        if dedup {
-            self.dedup.update(&(peer, mid), DedupEntry::Reply(&bytes));
+        ex.sent += 4;
+        let (peer, mid) = (ex.peer, ex.mid);
+        self.transmit(peer, codec::encode(&Message::empty_ack(mid)));
+    }
+}
+
+impl ServerExchange {
+    /// What a duplicate of the request gets once it is answered other than by a
+    /// piggybacked response: an empty ACK again (CON), nothing (NON), or a new run of
+    /// the handler (a safe request whose answer is not kept).
+    fn unless_piggybacked(&self) -> Finished<'static> {
+        match (self.remember, self.con) {
+            (false, _) => Finished::Forget,
+            (true, false) => Finished::Silent,
+            (true, true) => Finished::EmptyAck,
         }
-        self.transmit(peer, bytes);
     }
 }
 

@@ -73,10 +73,16 @@ fn server_request(p: &mut Pair) -> ExchangeId {
     }
 }
 
+fn post(path: &str) -> Message {
+    let mut m = get(path);
+    m.code = Code::POST;
+    m
+}
+
 #[test]
 fn duplicate_con_gets_same_response_without_running_the_handler_again() {
     let mut p = Pair::new();
-    p.client.request(p.now, p.s, get("/x")).unwrap();
+    p.client.request(p.now, p.s, post("/x")).unwrap();
     let req = p.client_sends().remove(0);
     p.deliver_to_server(&req);
     let id = server_request(&mut p);
@@ -89,9 +95,50 @@ fn duplicate_con_gets_same_response_without_running_the_handler_again() {
 }
 
 #[test]
+fn a_duplicate_of_an_answered_safe_request_runs_again_unless_configured_otherwise() {
+    for rerun in [true, false] {
+        let mut p = Pair::new();
+        p.server = Endpoint::with_seed(
+            EndpointConfig {
+                dedup_rerun_safe: rerun,
+                ..Default::default()
+            },
+            p.now,
+            2,
+        );
+        p.client.request(p.now, p.s, get("/x")).unwrap();
+        let req = p.client_sends().remove(0);
+        p.deliver_to_server(&req);
+        let id = server_request(&mut p);
+        // While the handler runs, a duplicate is recognised either way (empty ACK).
+        p.deliver_to_server(&req);
+        assert_eq!(p.server.poll_event(), None);
+        let ack = p.server_sends();
+        assert_eq!(codec::decode(&ack[0]).unwrap().code, Code::EMPTY);
+        p.server.respond(p.now, id, content("one")).unwrap();
+        assert_eq!(p.server_sends().len(), 1, "the separate response");
+        p.deliver_to_server(&req);
+        if rerun {
+            let id = server_request(&mut p);
+            p.server.respond(p.now, id, content("two")).unwrap();
+            let again = codec::decode(&p.server_sends()[0]).unwrap();
+            assert_eq!(
+                (again.code, &again.payload[..]),
+                (Code::CONTENT, &b"two"[..])
+            );
+            assert_eq!(p.server.state_counts().dedup_entries, 0, "nothing kept");
+        } else {
+            assert_eq!(p.server.poll_event(), None);
+            assert_eq!(p.server_sends(), ack, "the empty ACK again");
+            assert_eq!(p.server.state_counts().dedup_entries, 1);
+        }
+    }
+}
+
+#[test]
 fn duplicate_non_is_dropped() {
     let mut p = Pair::new();
-    let mut m = get("/x");
+    let mut m = post("/x");
     m.mtype = MessageType::NonConfirmable;
     p.client.request(p.now, p.s, m).unwrap();
     let req = p.client_sends().remove(0);
@@ -360,7 +407,9 @@ fn observe_request_keeps_receiving_notifications_until_cancelled() {
 fn state_is_released_after_the_lifetimes() {
     let mut p = Pair::new();
     for i in 0..10 {
-        p.client.request(p.now, p.s, get(&format!("/{i}"))).unwrap();
+        p.client
+            .request(p.now, p.s, post(&format!("/{i}")))
+            .unwrap();
         let req = p.client_sends().remove(0);
         p.deliver_to_server(&req);
         let id = server_request(&mut p);
@@ -369,7 +418,8 @@ fn state_is_released_after_the_lifetimes() {
         p.deliver_to_client(&resp);
         assert!(p.client.poll_event().is_some());
     }
-    assert_eq!(p.server.state_counts().dedup_entries, 10);
+    // The server remembers the client's last `dedup_per_peer` (8) messages.
+    assert_eq!(p.server.state_counts().dedup_entries, 8);
     let life = p.server.config().exchange_lifetime();
     for _ in 0..10 {
         p.advance(life / 4);
@@ -396,14 +446,20 @@ fn responses_are_counted_by_code_class() {
     p.server.respond(p.now, id, not_found).unwrap();
     // 4.02 answered without a handler
     m.mid = 3;
+    m.code = Code::POST;
     m.options.push(9, vec![1]);
     p.deliver_to_server(&codec::encode(&m));
     // a duplicate is not a new response
     p.deliver_to_server(&codec::encode(&m));
-    // 2.05 notification
+    // 2.05 notification, to a verified peer (the CoAP ping's RST verifies it)
     let token = Token::new(&[7]).unwrap();
     p.server
         .notify(p.now, p.c, token, content("n"), false, None);
+    assert_eq!(p.server.stats().responses_2xx, 1, "not before verification");
+    let ping = p.server_sends().pop().unwrap();
+    p.deliver_to_client(&ping);
+    let rst = p.client_sends().remove(0);
+    p.deliver_to_server(&rst);
     let s = p.server.stats();
     assert_eq!(
         (s.responses_2xx, s.responses_4xx, s.responses_5xx),

@@ -26,6 +26,10 @@ pub(crate) enum Timer {
     Housekeeping,
     /// Message IDs to this peer may be used again: send what is queued.
     MidsFree(SocketAddr),
+    /// Send the address-verification ping with this MID again, or give up.
+    Probe(SocketAddr, u16),
+    /// Acknowledge the request of a parked answer that still waits for verification.
+    ParkedAck(SocketAddr, ExchangeId),
 }
 
 /// Deadlines in time order.

@@ -65,7 +65,7 @@ fn a_changed_config_renders_and_parses_back() {
     c.endpoint.ack_timeout = Duration::from_millis(1500);
     c.endpoint.ack_random_factor = 1.25;
     c.endpoint.response_timeout = Some(Duration::from_secs(90));
-    c.endpoint.dedup_skip_idempotent = true;
+    c.endpoint.dedup_rerun_safe = false;
     c.limits.block_szx = 2;
     c.runtime.shards = 3;
     c.server.bind = "127.0.0.1".parse().unwrap();
@@ -131,7 +131,7 @@ fn env_overrides_file_and_set_overrides_env() {
             ("COBALT_SERVER_PORT", "6001"),
             ("COBALT_SERVER_BIND", "127.0.0.1"),
             ("COBALT_LOG_LEVEL", "warn"),
-            ("COBALT_ENDPOINT_DEDUP_SKIP_IDEMPOTENT", "true"),
+            ("COBALT_ENDPOINT_DEDUP_RERUN_SAFE", "false"),
             ("COBALT_REQUIRE_PEERS", "1"),
             ("COBALT_CONFIG", "elsewhere.toml"),
             ("PATH", "/bin"),
@@ -145,7 +145,7 @@ fn env_overrides_file_and_set_overrides_env() {
         .unwrap();
     assert_eq!(c.endpoint.ack_timeout, Duration::from_secs(4));
     assert_eq!(c.endpoint.nstart, 2);
-    assert!(c.endpoint.dedup_skip_idempotent);
+    assert!(!c.endpoint.dedup_rerun_safe);
     assert_eq!(c.endpoint.response_timeout, Some(Duration::from_secs(30)));
     assert_eq!(c.server.port, 6002);
     assert_eq!(c.server.bind, "127.0.0.1".parse::<IpAddr>().unwrap());

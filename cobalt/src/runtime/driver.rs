@@ -196,7 +196,7 @@ impl Driver {
             let observers = self.server.as_ref().map_or(0, ServerShard::observer_count);
             let counts = self.endpoint.state_counts();
             let mut snapshot =
-                ShardSnapshot::from_endpoint(self.endpoint.stats(), counts, observers);
+                ShardSnapshot::from_endpoint(&self.endpoint.stats(), counts, observers);
             if let Some(dtls) = &self.dtls {
                 snapshot = snapshot.with_dtls(&dtls.stats());
             }
@@ -362,6 +362,12 @@ impl Driver {
                 Event::UnmatchedReset { peer, mid } => {
                     if let Some(server) = &mut self.server {
                         server.on_unmatched_reset(peer, mid);
+                    }
+                }
+                Event::Unverified { peer, token, .. } => {
+                    tracing::debug!(%peer, "address not verified; answer or notification withheld");
+                    if let Some(server) = &mut self.server {
+                        server.on_unverified(peer, token);
                     }
                 }
             }

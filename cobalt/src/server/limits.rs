@@ -25,14 +25,6 @@ pub struct ServerLimits {
     pub max_upload_memory: usize,
     /// Block size exponent for responses (0–6: 16–1024 bytes). Default 6.
     pub block_szx: u8,
-    /// Amplification limit (RFC 9175 §2.4): an unverified peer gets at most this many
-    /// times the bytes of its request in the answer to a GET or FETCH — in smaller
-    /// Block2 blocks, or, when even 16-byte blocks do not fit, as 4.01 with an Echo
-    /// option that the client repeats to prove its address. Default 3 (RFC 9175's
-    /// figure); 0 turns the check off. Clients that never answer Echo (aiocoap 0.4.17)
-    /// still get large resources, in small blocks, until they prove their address.
-    /// DTLS peers are exempt: the cookie exchange has verified them.
-    pub amplification_factor: usize,
 }
 
 impl Default for ServerLimits {
@@ -45,7 +37,6 @@ impl Default for ServerLimits {
             max_uploads: 1000,
             max_upload_memory: 64 << 20,
             block_szx: 6,
-            amplification_factor: 3,
         }
     }
 }

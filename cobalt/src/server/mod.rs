@@ -14,7 +14,6 @@
 //! # Ok(()) }
 //! ```
 
-mod echo;
 mod executor;
 mod handler;
 mod intake;
@@ -270,14 +269,14 @@ impl Server {
         self
     }
 
-    /// The limits of a shard. DTLS peers have proven their address in the cookie
-    /// exchange, so the amplification limit does not apply to them.
-    fn shard_limits(&self, dtls: bool) -> ServerLimits {
-        let mut limits = self.limits.clone();
+    /// The endpoint configuration of a shard. DTLS peers have proven their address in
+    /// the cookie exchange, so the amplification limit does not apply to them.
+    fn shard_config(&self, dtls: bool) -> EndpointConfig {
+        let mut config = self.config.clone();
         if dtls {
-            limits.amplification_factor = 0;
+            config.amplification_factor = 0;
         }
-        limits
+        config
     }
 
     /// Fails, saying that `what` needs them, unless [`Server::psk`] or
@@ -494,8 +493,8 @@ impl Server {
             let (tx, handle) = spawn_driver(
                 format!("cobalt-shard-{i}"),
                 io,
-                self.config.clone(),
-                Some((tree.clone(), self.shard_limits(secure))),
+                self.shard_config(secure),
+                Some((tree.clone(), self.limits.clone())),
                 None,
                 self.recv_batch,
                 Some(metrics.shards()[i].clone()),
@@ -561,8 +560,8 @@ impl Server {
             let (tx, handle) = spawn_driver(
                 format!("cobalt-dtls-{i}"),
                 DriverIo::Owned(socket),
-                self.config.clone(),
-                Some((tree.clone(), self.shard_limits(true))),
+                self.shard_config(true),
+                Some((tree.clone(), self.limits.clone())),
                 None,
                 self.recv_batch,
                 slots.get(i).cloned(),

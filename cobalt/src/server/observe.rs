@@ -264,6 +264,7 @@ impl Relations {
     }
 
     /// Whether `peer` observes anything here.
+    #[cfg(test)]
     pub fn is_observer(&self, peer: SocketAddr) -> bool {
         self.by_peer.contains_key(&peer)
     }

@@ -1,7 +1,6 @@
 //! The server role of one shard: dispatch into the resource tree, Block1 reassembly,
 //! Block2 slicing, and the observation relations of the peers this shard owns.
 
-use super::echo::EchoGuard;
 use super::intake::{intake, Intake, StreamedBlock};
 use super::limits::ServerLimits;
 use super::observe::{Change, Observable, Relation, RelationKey, Relations};
@@ -10,7 +9,7 @@ use super::upload::{acknowledge_block, Uploads};
 use super::{BoxFuture, Executor, Request, Response};
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
-use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
+use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, Token};
 use futures_util::FutureExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -44,8 +43,6 @@ pub(crate) struct ReplyContext {
     block2: Option<BlockValue>,
     /// Echo this in Block1 (the last block of an upload).
     block1: Option<BlockValue>,
-    /// For the amplification check: the peer, the method and the request's size.
-    origin: (SocketAddr, Code, usize),
     /// The peer and key of a finished upload, to keep a large answer for follow-ups.
     upload: Option<(SocketAddr, Vec<u8>)>,
     /// Register an observer if the response is a success.
@@ -59,7 +56,6 @@ pub(crate) struct ServerShard {
     observables: HashMap<u64, Observable>,
     relations: Relations,
     uploads: Uploads,
-    echo: Option<EchoGuard>,
     completions: mpsc::UnboundedSender<Completion>,
     client: Option<crate::Client>,
 }
@@ -84,8 +80,6 @@ impl ServerShard {
                 limits.max_upload_memory,
                 idle_timeout,
             ),
-            echo: (limits.amplification_factor > 0)
-                .then(|| EchoGuard::new(limits.amplification_factor, 100_000)),
             tree,
             limits,
             observables,
@@ -110,10 +104,6 @@ impl ServerShard {
         request: Message,
     ) {
         let observe = request.options.observe();
-        let origin = (peer, request.code, request_size(&request));
-        if let Some(g) = &mut self.echo {
-            g.observe_request(now, peer, &request);
-        }
         if request.code == Code::GET && observe != Some(0) {
             // A GET with the token of an observation, without Observe=0, ends it (RFC 7641 §3.6).
             self.end_relation(&(peer, request.token));
@@ -148,7 +138,6 @@ impl ServerShard {
             Ok(x) => x,
             Err(resp) => {
                 let ctx = ReplyContext {
-                    origin,
                     block2,
                     block1,
                     upload,
@@ -159,7 +148,6 @@ impl ServerShard {
             }
         };
         let ctx = ReplyContext {
-            origin,
             block2,
             block1,
             upload,
@@ -216,7 +204,6 @@ impl ServerShard {
             last: block.last,
         };
         let ctx = ReplyContext {
-            origin: (peer, Code::PUT, 0),
             block2,
             block1: block.block,
             upload: None,
@@ -295,21 +282,8 @@ impl ServerShard {
                 self.uploads.keep_answer(now, peer, key, full.clone());
             }
         }
-        let msg = match &self.echo {
-            Some(g) => {
-                let relations = &self.relations;
-                let observer = || relations.is_observer(ctx.origin.0);
-                g.answer(
-                    now,
-                    ctx.origin,
-                    &block_req,
-                    full,
-                    self.limits.block_szx,
-                    observer,
-                )
-            }
-            None => slice_response(&block_req, full, self.limits.block_szx),
-        };
+        // The endpoint holds back what an unverified peer may not get yet (RFC 9175 §2.4).
+        let msg = slice_response(&block_req, full, self.limits.block_szx);
         let _ = ep.respond(now, id, msg);
     }
 
@@ -407,6 +381,12 @@ impl ServerShard {
         }
     }
 
+    /// An answer or notification for `(peer, token)` could not be sent because the
+    /// peer's address was never verified: an observation with that token ends.
+    pub(crate) fn on_unverified(&mut self, peer: SocketAddr, token: Token) {
+        self.end_relation(&(peer, token));
+    }
+
     /// A confirmable notification (or separate response) was not acknowledged.
     pub(crate) fn on_delivery_failed(&mut self, id: ExchangeId) {
         if let Some(key) = self.relations.find_by_last(|_, (eid, _)| eid == id) {
@@ -431,12 +411,6 @@ impl ServerShard {
             }
         }
     }
-}
-
-/// The encoded size of a request as received (header, token, options, payload).
-fn request_size(m: &Message) -> usize {
-    4 + m.token.len()
-        + cobalt_proto::message::codec::options_and_payload_len(&m.options, &m.payload)
 }
 
 /// Polls a handler once on the shard's thread; a handler that is not ready is

@@ -1,0 +1,129 @@
+//! Admission of new requests: bounds on the requests in progress per peer (IP address
+//! and port), per IP address and in total, so that one peer's flood is refused without
+//! refusing anyone else.
+//!
+//! A peer over its own bound, or an address over its bound, gets 4.29 Too Many
+//! Requests (RFC 8516). At the total bound only addresses that already have requests in
+//! progress are refused (5.03): an address with none still gets in, up to an eighth
+//! more, so a flood from some addresses cannot lock out the others.
+
+use super::dedup::shrink_map;
+use super::EndpointConfig;
+use hashbrown::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The peer or its address is over its own bound: 4.29.
+    PeerBusy,
+    /// The endpoint is at its total bound: 5.03.
+    Overloaded,
+}
+
+/// Counts of requests in progress.
+#[derive(Debug, Default)]
+pub(crate) struct Admission {
+    per_peer: HashMap<SocketAddr, u32>,
+    per_ip: HashMap<IpAddr, u32>,
+    total: usize,
+}
+
+impl Admission {
+    /// Counts a new request from `peer` in, or says why not.
+    pub(crate) fn admit(&mut self, cfg: &EndpointConfig, peer: SocketAddr) -> Result<(), Refusal> {
+        let of_peer = self.per_peer.get(&peer).copied().unwrap_or(0) as usize;
+        let of_ip = self.per_ip.get(&peer.ip()).copied().unwrap_or(0) as usize;
+        if of_peer >= cfg.max_exchanges_per_peer || of_ip >= cfg.max_exchanges_per_ip {
+            return Err(Refusal::PeerBusy);
+        }
+        let bound = cfg.max_server_exchanges;
+        if self.total >= bound && (of_ip > 0 || self.total >= bound + bound / 8) {
+            return Err(Refusal::Overloaded);
+        }
+        *self.per_peer.entry(peer).or_insert(0) += 1;
+        *self.per_ip.entry(peer.ip()).or_insert(0) += 1;
+        self.total += 1;
+        Ok(())
+    }
+
+    /// A request of `peer` was answered (or dropped).
+    pub(crate) fn release(&mut self, peer: SocketAddr) {
+        if let Some(n) = self.per_peer.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&peer);
+            }
+        }
+        if let Some(n) = self.per_ip.get_mut(&peer.ip()) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_ip.remove(&peer.ip());
+            }
+        }
+        self.total = self.total.saturating_sub(1);
+    }
+
+    /// Gives memory back after a flood.
+    pub(crate) fn shrink(&mut self) {
+        shrink_map(&mut self.per_peer);
+        shrink_map(&mut self.per_ip);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(total: usize, peer: usize, ip: usize) -> EndpointConfig {
+        EndpointConfig {
+            max_server_exchanges: total,
+            max_exchanges_per_peer: peer,
+            max_exchanges_per_ip: ip,
+            ..Default::default()
+        }
+    }
+
+    fn at(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_peer_and_an_address_have_their_own_bounds() {
+        let c = cfg(100, 2, 3);
+        let mut a = Admission::default();
+        assert_eq!(a.admit(&c, at("10.0.0.1:1")), Ok(()));
+        assert_eq!(a.admit(&c, at("10.0.0.1:1")), Ok(()));
+        assert_eq!(a.admit(&c, at("10.0.0.1:1")), Err(Refusal::PeerBusy));
+        assert_eq!(a.admit(&c, at("10.0.0.1:2")), Ok(()));
+        assert_eq!(
+            a.admit(&c, at("10.0.0.1:3")),
+            Err(Refusal::PeerBusy),
+            "address full"
+        );
+        assert_eq!(a.admit(&c, at("10.0.0.2:1")), Ok(()), "others unaffected");
+        a.release(at("10.0.0.1:1"));
+        assert_eq!(a.admit(&c, at("10.0.0.1:3")), Ok(()));
+    }
+
+    #[test]
+    fn at_the_total_bound_only_busy_addresses_are_refused() {
+        let c = cfg(8, 100, 100);
+        let mut a = Admission::default();
+        for port in 0..8 {
+            a.admit(&c, SocketAddr::from(([10, 0, 0, 1], port)))
+                .unwrap();
+        }
+        assert_eq!(a.admit(&c, at("10.0.0.1:99")), Err(Refusal::Overloaded));
+        assert_eq!(a.admit(&c, at("10.0.0.2:1")), Ok(()), "a newcomer gets in");
+        assert_eq!(a.admit(&c, at("10.0.0.2:2")), Err(Refusal::Overloaded));
+        // The reserve is an eighth of the bound: one more newcomer here, then none.
+        assert_eq!(a.admit(&c, at("10.0.0.3:1")), Err(Refusal::Overloaded));
+        for port in 0..8 {
+            a.release(SocketAddr::from(([10, 0, 0, 1], port)));
+        }
+        a.release(at("10.0.0.2:1"));
+        assert_eq!(a.total, 0);
+        assert!(a.per_peer.is_empty() && a.per_ip.is_empty());
+    }
+}
