@@ -789,7 +789,11 @@ impl Config {
                 "max_handshakes_per_ip",
             ),
             (secs(d.stale_after, 1, 30 * 86_400), "dtls", "stale_after"),
-            (secs(d.handshake_timeout, 1, 600), "dtls", "handshake_timeout"),
+            (
+                secs(d.handshake_timeout, 1, 600),
+                "dtls",
+                "handshake_timeout",
+            ),
             (secs(d.idle_timeout, 1, 30 * 86_400), "dtls", "idle_timeout"),
             (
                 LOG_LEVELS.contains(&self.log.level.as_str()),

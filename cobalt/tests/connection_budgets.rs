@@ -4,13 +4,15 @@
 //! attacker's connections close. Loopback has all of 127/8: the attacker is 127.0.0.2,
 //! the legitimate clients 127.0.0.1.
 
+mod stream;
+
 use cobalt::server::get;
 use cobalt::transport::dtls::{ClientPsk, DtlsClientAuth, PskStore};
 use cobalt::transport::tcp::TcpServerLimits;
 use cobalt::transport::tls::{Alpn, TlsConnector};
 use cobalt::{Client, Code, Server, ServerHandle};
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::{TcpSocket, TcpStream};
 
 const ATTACKER: [u8; 4] = [127, 0, 0, 2];
@@ -30,15 +32,6 @@ fn counter(server: &ServerHandle, name: &str, transport: &str) -> u64 {
         .find_map(|l| l.strip_prefix(&key))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {key} in\n{text}"))
-}
-
-/// Waits (polling) until `check` holds, failing after `limit` with `what`.
-async fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn hello() -> Server {
@@ -65,34 +58,31 @@ async fn one_address_over_its_connection_budget_is_refused_while_others_connect(
     for _ in 0..10 {
         attacker.push(connect_from(ATTACKER, addr).await);
     }
-    wait_for("6 refused, 4 kept", Duration::from_secs(5), || {
-        refused() == 6 && open() == 4
-    })
-    .await;
+    stream::eventually("6 refused, 4 kept", || refused() == 6 && open() == 4).await;
     // Other addresses still connect, each on a new connection, and are served.
     for _ in 0..5 {
         let r = Client::new()
             .get(&format!("coap+tcp://{addr}/hello"))
             .await
             .unwrap();
-        assert_eq!((r.code, r.text_payload().as_str()), (Code::CONTENT, "hello"));
+        assert_eq!(
+            (r.code, r.text_payload().as_str()),
+            (Code::CONTENT, "hello")
+        );
     }
     assert_eq!(refused(), 6, "nobody else was refused");
-    assert_eq!(counter(&server, "cobalt_connections_refused_total", "tcp"), 0);
+    assert_eq!(
+        counter(&server, "cobalt_connections_refused_total", "tcp"),
+        0
+    );
     // The attacker's places come back when its connections close.
     drop(attacker);
-    wait_for("every connection closed", Duration::from_secs(10), || {
-        open() == 0
-    })
-    .await;
+    stream::eventually("every connection closed", || open() == 0).await;
     let mut again = Vec::new();
     for _ in 0..4 {
         again.push(connect_from(ATTACKER, addr).await);
     }
-    wait_for("4 new connections kept", Duration::from_secs(5), || {
-        open() == 4
-    })
-    .await;
+    stream::eventually("4 new connections kept", || open() == 4).await;
     assert_eq!(refused(), 6);
     server.shutdown(Duration::ZERO).await;
 }
@@ -121,10 +111,7 @@ async fn one_address_cannot_hold_every_tls_handshake() {
     for _ in 0..8 {
         stalled.push(connect_from(ATTACKER, tls).await);
     }
-    wait_for("5 refused, 3 waiting", Duration::from_secs(5), || {
-        refused() == 5 && open() == 3
-    })
-    .await;
+    stream::eventually("5 refused, 3 waiting", || refused() == 5 && open() == 3).await;
     // Clients from another address complete their handshakes and are served.
     for _ in 0..3 {
         let r = Client::new()
@@ -137,10 +124,7 @@ async fn one_address_cannot_hold_every_tls_handshake() {
     // A finished handshake gives its place back: with its three stalled handshakes
     // gone, the attacker's address completes more TLS connections than that budget.
     drop(stalled);
-    wait_for("the stalled handshakes closed", Duration::from_secs(10), || {
-        open() == 0
-    })
-    .await;
+    stream::eventually("the stalled handshakes closed", || open() == 0).await;
     let auth = DtlsClientAuth::Psk(ClientPsk::new("alice", "secretPSK"));
     let connector = TlsConnector::new(Some(&auth), Alpn::Coap).unwrap();
     let mut done = Vec::new();

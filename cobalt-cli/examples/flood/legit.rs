@@ -140,8 +140,15 @@ impl Legit {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        for l in self.loops.iter().filter(|l| !l.ready.load(Ordering::Relaxed)) {
-            eprintln!("flood: legitimate {} {} not served before the flood", l.kind, l.uri);
+        for l in self
+            .loops
+            .iter()
+            .filter(|l| !l.ready.load(Ordering::Relaxed))
+        {
+            eprintln!(
+                "flood: legitimate {} {} not served before the flood",
+                l.kind, l.uri
+            );
         }
     }
 

@@ -73,7 +73,10 @@ pub enum Mode {
 
 /// Command line.
 #[derive(Debug, Parser)]
-#[command(name = "flood", about = "Floods a CoAP server while legitimate clients run beside")]
+#[command(
+    name = "flood",
+    about = "Floods a CoAP server while legitimate clients run beside"
+)]
 pub struct Args {
     /// The attack.
     #[arg(value_enum)]
@@ -241,7 +244,10 @@ fn main() {
     let report = rt.block_on(run(&args, target, path));
     eprintln!("{}", summary(&report));
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
     }
     // Attack tasks may still hold sockets; don't wait for them.
     rt.shutdown_timeout(Duration::from_millis(200));

@@ -39,6 +39,7 @@
 //! spaces around both parts are trimmed; a `#` after whitespace starts a comment.
 //! Identities are at most 128 bytes, keys 1 to 64 bytes.
 
+use super::per_ip::IpCounts;
 use cobalt_proto::endpoint::Transmit;
 use foreign_types::ForeignTypeRef;
 use openssl::error::ErrorStack;
@@ -49,7 +50,6 @@ use openssl::ssl::{
     ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions, SslRef,
     SslStream, SslVersion,
 };
-use super::per_ip::IpCounts;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -1181,8 +1181,8 @@ impl DtlsBackend for OpensslDtls {
         // its cookie checks out, unless it is a copy of the hello that started this
         // session (same random): a retransmission for the handshake in progress, a
         // late duplicate for an established session (dropped: it must not restart it).
-        let hello = (self.role == Role::Server && is_client_hello(records))
-            .then(|| hello_random(records));
+        let hello =
+            (self.role == Role::Server && is_client_hello(records)).then(|| hello_random(records));
         match self.sessions.get(&peer) {
             Some(s) if hello.is_some_and(|r| r == s.hello_random) && s.established => {
                 self.stats.dropped += 1;

@@ -181,9 +181,15 @@ mod tests {
         let (a, b): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap());
         let p1 = budget.try_acquire(a).unwrap();
         let _p2 = budget.try_acquire(a).unwrap();
-        assert!(budget.try_acquire(a).is_none(), "a third for the same address");
+        assert!(
+            budget.try_acquire(a).is_none(),
+            "a third for the same address"
+        );
         let mapped: IpAddr = "::ffff:127.0.0.2".parse().unwrap();
-        assert!(budget.try_acquire(mapped).is_none(), "the same address, mapped");
+        assert!(
+            budget.try_acquire(mapped).is_none(),
+            "the same address, mapped"
+        );
         assert!(budget.try_acquire(b).is_some(), "another address");
         drop(p1);
         assert_eq!(budget.held(a), 1);

@@ -211,7 +211,10 @@ fn half_open_flood_never_displaces_established_sessions() {
     let mut s = server(config.clone());
     let t0 = Instant::now();
     let mut legit = client("alice", "secretPSK", DtlsConfig::default());
-    assert_eq!(send_from(&mut legit, &mut s, addr(CLIENT), t0, b"before"), [b"before"]);
+    assert_eq!(
+        send_from(&mut legit, &mut s, addr(CLIENT), t0, b"before"),
+        [b"before"]
+    );
     // 100 half-open handshakes from one address: it keeps its budget, no more.
     for port in 0..100 {
         half_open(&mut s, at([127, 0, 0, 2], 20_000 + port), t0);
@@ -226,7 +229,10 @@ fn half_open_flood_never_displaces_established_sessions() {
     assert_eq!(st.handshakes_displaced, 300 - 8);
     assert!(s.handshakes_per_ip.busiest().is_some_and(|(_, n)| n <= 4));
     // The established session was never touched and carries data both ways.
-    assert_eq!(send_from(&mut legit, &mut s, addr(CLIENT), t0, b"during"), [b"during"]);
+    assert_eq!(
+        send_from(&mut legit, &mut s, addr(CLIENT), t0, b"during"),
+        [b"during"]
+    );
     s.encrypt(t0, addr(CLIENT), b"answer");
     assert_eq!(pump_at(&mut legit, &mut s, addr(CLIENT), t0).1, [b"answer"]);
     // A new client (another address) completes its handshake during the flood.
@@ -255,7 +261,10 @@ fn a_new_client_hello_replaces_a_half_open_handshake() {
     let got = send_from(&mut c, &mut s, addr(CLIENT), t0, b"after restart");
     assert_eq!(got, [b"after restart"]);
     let st = s.stats();
-    assert_eq!((st.sessions, st.handshaking, st.handshakes_displaced), (1, 0, 1));
+    assert_eq!(
+        (st.sessions, st.handshaking, st.handshakes_displaced),
+        (1, 0, 1)
+    );
 
     // A retransmitted ClientHello (same random) continues the handshake instead.
     let mut s = server(DtlsConfig::default());
@@ -273,8 +282,14 @@ fn a_new_client_hello_replaces_a_half_open_handshake() {
     // A late duplicate of it after the handshake is dropped: the session goes on.
     s.handle_datagram(t0, addr(CLIENT), &hello2);
     assert!(s.poll_transmit().is_none());
-    assert_eq!(send_from(&mut c, &mut s, addr(CLIENT), t0, b"still"), [b"still"]);
-    assert_eq!((s.stats().handshakes, s.stats().handshakes_displaced), (1, 0));
+    assert_eq!(
+        send_from(&mut c, &mut s, addr(CLIENT), t0, b"still"),
+        [b"still"]
+    );
+    assert_eq!(
+        (s.stats().handshakes, s.stats().handshakes_displaced),
+        (1, 0)
+    );
     assert!(events(&mut c)
         .iter()
         .all(|e| matches!(e, DtlsEvent::Connected { .. })));
@@ -291,8 +306,14 @@ fn a_full_table_refuses_newcomers_until_a_session_is_stale() {
     let t0 = Instant::now();
     let mut first = client("alice", "secretPSK", DtlsConfig::default());
     let mut second = client("alice", "secretPSK", DtlsConfig::default());
-    assert_eq!(send_from(&mut first, &mut s, addr(CLIENT), t0, b"1").len(), 1);
-    assert_eq!(send_from(&mut second, &mut s, addr(CLIENT + 1), t0, b"2").len(), 1);
+    assert_eq!(
+        send_from(&mut first, &mut s, addr(CLIENT), t0, b"1").len(),
+        1
+    );
+    assert_eq!(
+        send_from(&mut second, &mut s, addr(CLIENT + 1), t0, b"2").len(),
+        1
+    );
     // Both are active: a third is refused with an alert, nobody is evicted.
     let t1 = t0 + Duration::from_secs(1);
     let mut third = client("alice", "secretPSK", DtlsConfig::default());
@@ -307,10 +328,16 @@ fn a_full_table_refuses_newcomers_until_a_session_is_stale() {
     // The first keeps talking, the second falls silent past stale_after: a newcomer
     // takes the silent one's place.
     let t2 = t0 + Duration::from_secs(30);
-    assert_eq!(send_from(&mut first, &mut s, addr(CLIENT), t2, b"1").len(), 1);
+    assert_eq!(
+        send_from(&mut first, &mut s, addr(CLIENT), t2, b"1").len(),
+        1
+    );
     let t3 = t0 + Duration::from_secs(61);
     let mut fourth = client("alice", "secretPSK", DtlsConfig::default());
-    assert_eq!(send_from(&mut fourth, &mut s, addr(CLIENT + 3), t3, b"4"), [b"4"]);
+    assert_eq!(
+        send_from(&mut fourth, &mut s, addr(CLIENT + 3), t3, b"4"),
+        [b"4"]
+    );
     assert_eq!(s.stats().evicted, 1);
     assert!(s.cipher(addr(CLIENT)).is_some(), "the active one stays");
     assert!(s.cipher(addr(CLIENT + 1)).is_none(), "the stale one went");
@@ -340,16 +367,25 @@ fn anonymous_sessions_give_way_to_authenticated_ones() {
     };
     let t0 = Instant::now();
     let mut psk = client("alice", "secretPSK", DtlsConfig::default());
-    assert_eq!(send_from(&mut psk, &mut s, addr(CLIENT), t0, b"psk").len(), 1);
+    assert_eq!(
+        send_from(&mut psk, &mut s, addr(CLIENT), t0, b"psk").len(),
+        1
+    );
     let mut anon = anonymous();
-    assert_eq!(send_from(&mut anon, &mut s, addr(CLIENT + 1), t0, b"anon").len(), 1);
+    assert_eq!(
+        send_from(&mut anon, &mut s, addr(CLIENT + 1), t0, b"anon").len(),
+        1
+    );
     // Another anonymous client may not push anyone out...
     let mut anon2 = anonymous();
     assert!(send_from(&mut anon2, &mut s, addr(CLIENT + 2), t0, b"anon2").is_empty());
     assert_eq!(s.stats().refused, 1);
     // ...an authenticated one takes the anonymous one's place, never the PSK peer's.
     let mut psk2 = client("alice", "secretPSK", DtlsConfig::default());
-    assert_eq!(send_from(&mut psk2, &mut s, addr(CLIENT + 3), t0, b"psk2").len(), 1);
+    assert_eq!(
+        send_from(&mut psk2, &mut s, addr(CLIENT + 3), t0, b"psk2").len(),
+        1
+    );
     assert!(s.cipher(addr(CLIENT)).is_some());
     assert!(s.cipher(addr(CLIENT + 1)).is_none());
     assert!(s.cipher(addr(CLIENT + 3)).is_some());
@@ -364,13 +400,19 @@ fn a_client_handshakes_again_when_the_server_lost_the_session() {
     let mut c = client("alice", "secretPSK", DtlsConfig::default());
     let mut s = server(DtlsConfig::default());
     let t0 = Instant::now();
-    assert_eq!(send_from(&mut c, &mut s, addr(CLIENT), t0, b"hello"), [b"hello"]);
+    assert_eq!(
+        send_from(&mut c, &mut s, addr(CLIENT), t0, b"hello"),
+        [b"hello"]
+    );
     // Datagrams that expect no answer (ACKs), then silence: no new handshake.
     for ack in [&b"ack 1"[..], b"ack 2", b"ack 3"] {
         assert_eq!(send_from(&mut c, &mut s, addr(CLIENT), t0, ack).len(), 1);
     }
     let t1 = t0 + Duration::from_secs(60);
-    assert_eq!(send_from(&mut c, &mut s, addr(CLIENT), t1, b"req 1"), [b"req 1"]);
+    assert_eq!(
+        send_from(&mut c, &mut s, addr(CLIENT), t1, b"req 1"),
+        [b"req 1"]
+    );
     s.encrypt(t1, addr(CLIENT), b"answer 1");
     pump_at(&mut c, &mut s, addr(CLIENT), t1);
     assert_eq!(s.stats().handshakes, 1);
@@ -382,7 +424,10 @@ fn a_client_handshakes_again_when_the_server_lost_the_session() {
     assert!(send_from(&mut c, &mut s, addr(CLIENT), t3, b"req 2").is_empty());
     // ...the second retransmission goes over a new handshake.
     let t4 = t2 + Duration::from_secs(9);
-    assert_eq!(send_from(&mut c, &mut s, addr(CLIENT), t4, b"req 2"), [b"req 2"]);
+    assert_eq!(
+        send_from(&mut c, &mut s, addr(CLIENT), t4, b"req 2"),
+        [b"req 2"]
+    );
     assert_eq!(s.stats().handshakes, 1);
     let ev = events(&mut c);
     assert!(
@@ -390,7 +435,9 @@ fn a_client_handshakes_again_when_the_server_lost_the_session() {
         "{ev:?}"
     );
     assert!(
-        ev.iter().any(|e| matches!(e, DtlsEvent::Closed { reason, .. } if reason.contains("lost the session"))),
+        ev.iter().any(
+            |e| matches!(e, DtlsEvent::Closed { reason, .. } if reason.contains("lost the session"))
+        ),
         "{ev:?}"
     );
 }
@@ -635,9 +682,42 @@ fn a_new_client_at_the_address_of_an_established_session_replaces_it() {
     let mut s = server(DtlsConfig::default());
     let t0 = Instant::now();
     let mut old = client("alice", "secretPSK", DtlsConfig::default());
-    assert_eq!(send_from(&mut old, &mut s, addr(CLIENT), t0, b"old"), [b"old"]);
+    assert_eq!(
+        send_from(&mut old, &mut s, addr(CLIENT), t0, b"old"),
+        [b"old"]
+    );
     let mut new = client("alice", "secretPSK", DtlsConfig::default());
-    assert_eq!(send_from(&mut new, &mut s, addr(CLIENT), t0, b"new"), [b"new"]);
+    assert_eq!(
+        send_from(&mut new, &mut s, addr(CLIENT), t0, b"new"),
+        [b"new"]
+    );
     assert_eq!((s.stats().sessions, s.stats().handshakes), (1, 2));
 }
 
+#[test]
+fn tables_give_their_memory_back_when_a_flood_expires() {
+    let config = DtlsConfig {
+        max_handshakes: 1000,
+        max_handshakes_per_ip: 1000,
+        ..DtlsConfig::default()
+    };
+    let mut s = server(config.clone());
+    let t0 = Instant::now();
+    for i in 0..600u16 {
+        half_open(&mut s, at([127, 0, 2, (i % 200) as u8], 20_000 + i), t0);
+    }
+    assert_eq!(s.stats().handshaking, 600);
+    let grown = (s.sessions.capacity(), s.handshaking.capacity());
+    s.handle_timeout(t0 + config.handshake_timeout);
+    assert_eq!(s.stats().handshaking, 0);
+    assert!(s.handshakes_per_ip.is_empty());
+    let now = (s.sessions.capacity(), s.handshaking.capacity());
+    assert!(
+        now.0 < grown.0 && now.0 <= 256,
+        "sessions: {grown:?} -> {now:?}"
+    );
+    assert!(
+        now.1 < grown.1 && now.1 <= 256,
+        "handshakes: {grown:?} -> {now:?}"
+    );
+}
