@@ -721,13 +721,16 @@ impl TcpPool {
         let (tx, rx) = mpsc::channel(buffered);
         let mut deregister = message.clone();
         deregister.options.set_uint(opt::OBSERVE, 1);
-        let commands = self.sender(peer, host);
-        commands
-            .send(ClientCommand::Observe {
-                key,
-                message,
-                notifications: tx,
-            })
+        let commands = self
+            .send(
+                peer,
+                host,
+                ClientCommand::Observe {
+                    key,
+                    message,
+                    notifications: tx,
+                },
+            )
             .map_err(|_| {
                 Error::Connection(format!(
                     "{} connection to {peer} closed before the observation could be registered",
@@ -756,7 +759,7 @@ impl TcpPool {
     ) -> Result<T> {
         for _ in 0..2 {
             let (tx, rx) = oneshot::channel();
-            if self.sender(peer, host).send(command(tx)).is_err() {
+            if self.send(peer, host, command(tx)).is_err() {
                 continue;
             }
             if let Ok(result) = rx.await {
@@ -769,13 +772,24 @@ impl TcpPool {
         )))
     }
 
-    fn sender(&self, peer: SocketAddr, host: &str) -> mpsc::UnboundedSender<ClientCommand> {
+    /// Hands `command` to the pooled connection to `peer`, opening one if there is
+    /// none; returns the connection's command channel, or `Err` when the connection
+    /// closed meanwhile (the caller tries again, and gets a new one). A new
+    /// connection gets the command before its task starts, so that a connection that
+    /// fails at once (a refused TLS handshake) still answers it with the reason.
+    fn send(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        command: ClientCommand,
+    ) -> std::result::Result<mpsc::UnboundedSender<ClientCommand>, ()> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         conns.retain(|_, tx| !tx.is_closed());
         if let Some(tx) = conns.get(&peer) {
-            return tx.clone();
+            return tx.send(command).map(|()| tx.clone()).map_err(|_| ());
         }
         let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(command);
         let config = self.config();
         let host = host.to_string();
         let tls = self.tls.clone();
@@ -822,7 +836,7 @@ impl TcpPool {
             }
         }
         conns.insert(peer, tx.clone());
-        tx
+        Ok(tx)
     }
 }
 
