@@ -64,7 +64,7 @@ fn forged_requests() -> Vec<Message> {
     out.push(stray);
     // A slow handler: empty ACK, then a separate response (retransmitted if not acked).
     let mut slow = next(Code::GET, Con, "separate");
-    slow.options.push(opt::URI_QUERY, b"delay=200".to_vec());
+    slow.options.push(opt::URI_QUERY, b"delay=200");
     out.push(slow);
     // A POST and its duplicates.
     let mut post = next(Code::POST, Con, "echo");
@@ -148,11 +148,21 @@ fn real_clients_fetch_four_kibibytes_in_a_handful_of_round_trips() {
     )
     .ok();
     let log = r.stdout.clone() + &r.stderr;
-    let requests = log.lines().filter(|l| l.contains("t:CON c:GET")).count();
+    // Distinct requests: a retransmission (a loaded machine) keeps its message ID.
+    let mut mids: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("t:CON c:GET"))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("i:")))
+        .collect();
+    mids.dedup();
+    let requests = mids.len();
     let pings_answered = log.lines().filter(|l| l.contains("t:RST")).count();
     assert!(log.contains("line 0072:"), "the whole body: {log}");
     assert_eq!(requests, 4, "four 1 KiB blocks: {log}");
-    assert_eq!(pings_answered, 1, "one verification round trip: {log}");
+    assert!(
+        (1..=2).contains(&pings_answered),
+        "one verification round trip (its ping maybe retransmitted): {log}"
+    );
 
     let aiocoap = need!("aiocoap-client", peers::aiocoap_client());
     let before = std::time::Instant::now();

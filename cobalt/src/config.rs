@@ -174,23 +174,41 @@ impl From<&EndpointSection> for EndpointConfig {
     }
 }
 
-/// `[limits]`: the fields of [`ServerLimits`].
+/// `[limits]`: the fields of [`ServerLimits`] (see there for the defaults).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsSection {
-    /// Observers over all resources and shards.
+    /// Observe relations over all resources, shards and connections.
     pub max_observers: usize,
+    /// Observe relations one client IP address may hold.
+    pub max_observers_per_ip: usize,
     /// Every this many notifications one is confirmable.
     pub observe_con_every: u32,
     /// A confirmable notification at least this often.
     #[serde(with = "duration")]
     pub observe_con_interval: Duration,
+    /// Least time between two notifications to one observer over UDP.
+    #[serde(with = "duration")]
+    pub observe_min_interval: Duration,
+    /// Observers a UDP shard notifies per turn of its loop.
+    pub observe_batch: usize,
     /// Largest request body reassembled from Block1 blocks (bytes).
     pub max_body: usize,
-    /// Block1 uploads in progress per shard.
+    /// Block1 uploads in progress per shard or listener.
     pub max_uploads: usize,
-    /// Bytes all uploads of one shard may hold together.
+    /// Uploads in progress one client IP address may hold per shard or listener.
+    pub max_uploads_per_ip: usize,
+    /// Uploads in progress one client address and port may hold.
+    pub max_uploads_per_peer: usize,
+    /// Bytes all uploads of one shard or listener may hold together.
     pub max_upload_memory: usize,
+    /// Bytes the uploads of one client IP address may hold per shard or listener.
+    pub max_upload_memory_per_ip: usize,
+    /// An upload with no block for this long is dropped.
+    #[serde(with = "duration")]
+    pub upload_idle_timeout: Duration,
+    /// Max-Age (s) of 4.29 and 5.03 answers when a bound of this section is reached.
+    pub refusal_max_age: u32,
     /// Block size exponent of responses (0–6).
     pub block_szx: u8,
 }
@@ -205,11 +223,19 @@ impl From<&ServerLimits> for LimitsSection {
     fn from(l: &ServerLimits) -> Self {
         LimitsSection {
             max_observers: l.max_observers,
+            max_observers_per_ip: l.max_observers_per_ip,
             observe_con_every: l.observe_con_every,
             observe_con_interval: l.observe_con_interval,
+            observe_min_interval: l.observe_min_interval,
+            observe_batch: l.observe_batch,
             max_body: l.max_body,
             max_uploads: l.max_uploads,
+            max_uploads_per_ip: l.max_uploads_per_ip,
+            max_uploads_per_peer: l.max_uploads_per_peer,
             max_upload_memory: l.max_upload_memory,
+            max_upload_memory_per_ip: l.max_upload_memory_per_ip,
+            upload_idle_timeout: l.upload_idle_timeout,
+            refusal_max_age: l.refusal_max_age,
             block_szx: l.block_szx,
         }
     }
@@ -219,11 +245,19 @@ impl From<&LimitsSection> for ServerLimits {
     fn from(s: &LimitsSection) -> Self {
         ServerLimits {
             max_observers: s.max_observers,
+            max_observers_per_ip: s.max_observers_per_ip,
             observe_con_every: s.observe_con_every,
             observe_con_interval: s.observe_con_interval,
+            observe_min_interval: s.observe_min_interval,
+            observe_batch: s.observe_batch,
             max_body: s.max_body,
             max_uploads: s.max_uploads,
+            max_uploads_per_ip: s.max_uploads_per_ip,
+            max_uploads_per_peer: s.max_uploads_per_peer,
             max_upload_memory: s.max_upload_memory,
+            max_upload_memory_per_ip: s.max_upload_memory_per_ip,
+            upload_idle_timeout: s.upload_idle_timeout,
+            refusal_max_age: s.refusal_max_age,
             block_szx: s.block_szx,
         }
     }
@@ -594,12 +628,20 @@ const KEYS: &[KeyDoc] = &[
     k("endpoint", "verified_lifetime", "How long a verified address stays verified after its last proof (RST to a ping, ACK, valid Echo).", "1s to 24h"),
     k("endpoint", "max_verified_peers", "Verified addresses remembered per shard; beyond it those verified longest ago verify again.", "at least 1"),
     k("endpoint", "max_address_probes", "Address verifications in progress per shard; beyond it an answer that needs one becomes 4.01 with Echo.", "at least 1"),
-    k("limits", "max_observers", "Observers over all resources and shards; beyond it a GET with Observe is answered without registering.", "0 or more"),
+    k("limits", "max_observers", "Observe relations over all resources, shards and connections; near it, registrations from addresses holding at least what is still free get 5.03 with Max-Age (others keep registering).", "0 or more"),
+    k("limits", "max_observers_per_ip", "Observe relations one client IP address may hold over every transport; beyond it a registration gets 4.29 with Max-Age.", "1 to 100000000"),
     k("limits", "observe_con_every", "Every this many notifications one is confirmable (RFC 7641 §4.5).", "1 to 1000000"),
     k("limits", "observe_con_interval", "A confirmable notification at least this often.", "1s to 30d"),
+    k("limits", "observe_min_interval", "Least time between two notifications to one observer over UDP; changes in between are coalesced into one notification of the latest state (RFC 7641 §4.5.1). 0: no pacing beyond holding notifications while a confirmable one is unacknowledged.", "0s to 1h"),
+    k("limits", "observe_batch", "Observers a UDP shard notifies per turn of its loop before it reads its socket again.", "1 to 65536"),
     k("limits", "max_body", "Largest request body reassembled from Block1 blocks, in bytes; larger uploads get 4.13.", "1 to 1073741824"),
-    k("limits", "max_uploads", "Block1 uploads in progress per shard; beyond it 5.03.", "0 or more"),
-    k("limits", "max_upload_memory", "Bytes the uploads in progress of one shard may hold together; beyond it 5.03.", "1024 to 68719476736"),
+    k("limits", "max_uploads", "Block1 uploads in progress per shard (UDP) or listener (TCP, TLS, WebSockets); near it, addresses holding at least what is still free get 5.03 with Max-Age, and at it the heaviest address's oldest upload makes room for an address holding less.", "0 or more"),
+    k("limits", "max_uploads_per_ip", "Uploads in progress one client IP address may hold per shard or listener; beyond it 4.29 with Max-Age.", "1 to 1000000"),
+    k("limits", "max_uploads_per_peer", "Uploads in progress one client address and port may hold per shard or listener; beyond it 4.29 with Max-Age.", "1 to limits.max_uploads_per_ip"),
+    k("limits", "max_upload_memory", "Bytes the uploads in progress (and answers kept for their Block2 follow-ups) of one shard or listener may hold together; near it, addresses holding at least what is still free get 5.03 with Max-Age.", "1024 to 68719476736"),
+    k("limits", "max_upload_memory_per_ip", "Bytes the uploads in progress of one client IP address may hold per shard or listener; beyond it 4.29 with Max-Age.", "limits.max_body to limits.max_upload_memory"),
+    k("limits", "upload_idle_timeout", "An upload that receives no block for this long is dropped, on a timer of its own (looked for every quarter of it); its next block gets 4.08.", "1s to 1h"),
+    k("limits", "refusal_max_age", "Max-Age (seconds) of the 4.29 and 5.03 answers given when a bound of this section is reached.", "0 to 86400"),
     k("limits", "block_szx", "Block size exponent of responses: block size 2^(4+szx) bytes.", "0 to 6 (16 to 1024 bytes)"),
     k("runtime", "shards", "Shards: threads with their own SO_REUSEPORT socket; 0: one per core.", "0 to 1024"),
     k("runtime", "recv_batch", "Datagrams read per wake-up of a shard before timers and commands get a turn (rounded up to whole recvmmsg batches of 64).", "1 to 4096"),
@@ -703,7 +745,48 @@ impl Config {
                 "limits",
                 "observe_con_interval",
             ),
+            (
+                (1..=100_000_000).contains(&l.max_observers_per_ip),
+                "limits",
+                "max_observers_per_ip",
+            ),
+            (
+                l.observe_min_interval <= Duration::from_secs(3600),
+                "limits",
+                "observe_min_interval",
+            ),
+            (
+                (1..=65_536).contains(&l.observe_batch),
+                "limits",
+                "observe_batch",
+            ),
             ((1..=1 << 30).contains(&l.max_body), "limits", "max_body"),
+            (
+                (1..=1_000_000).contains(&l.max_uploads_per_ip),
+                "limits",
+                "max_uploads_per_ip",
+            ),
+            (
+                (1..=l.max_uploads_per_ip).contains(&l.max_uploads_per_peer),
+                "limits",
+                "max_uploads_per_peer",
+            ),
+            (
+                (1024..=64 << 30).contains(&l.max_upload_memory),
+                "limits",
+                "max_upload_memory",
+            ),
+            (
+                (l.max_body..=l.max_upload_memory).contains(&l.max_upload_memory_per_ip),
+                "limits",
+                "max_upload_memory_per_ip",
+            ),
+            (
+                secs(l.upload_idle_timeout, 1, 3600),
+                "limits",
+                "upload_idle_timeout",
+            ),
+            (l.refusal_max_age <= 86_400, "limits", "refusal_max_age"),
             (l.block_szx <= 6, "limits", "block_szx"),
             (r.shards <= 1024, "runtime", "shards"),
             ((1..=4096).contains(&r.recv_batch), "runtime", "recv_batch"),

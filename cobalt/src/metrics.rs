@@ -112,6 +112,17 @@ shard_values! {
     dtls_evicted,
     /// DTLS records dropped (no session, failed decryption, garbage).
     dtls_dropped,
+    /// GET handler runs that produced notifications (one may serve many observers).
+    notify_productions,
+    /// Notifications held back (an unacknowledged CON, or pacing) and sent later with
+    /// the state then current.
+    notify_deferred,
+    /// Observers queued for a notification (gauge).
+    notify_backlog,
+    /// Block1 uploads in progress (gauge).
+    uploads,
+    /// Bytes held by uploads in progress and kept answers (gauge).
+    upload_bytes,
     /// DTLS handshakes in progress dropped to stay within the handshake budgets.
     dtls_handshakes_displaced,
     /// New DTLS sessions refused: the table was full of active sessions.
@@ -120,6 +131,24 @@ shard_values! {
     dtls_sessions,
     /// DTLS handshakes in progress (gauge).
     dtls_handshaking,
+}
+
+/// Refusals and dropped state of the server role over a whole server (every shard and
+/// listener): the bounds of `[limits]` at work.
+#[derive(Debug, Default)]
+pub struct LimitCounters {
+    /// Observe registrations answered 4.29: the address holds its share.
+    pub observe_refused_peer: AtomicU64,
+    /// Observe registrations answered 5.03: the server-wide bound.
+    pub observe_refused_server: AtomicU64,
+    /// Uploads (or blocks of one) answered 4.29: the address or port holds its share.
+    pub upload_refused_peer: AtomicU64,
+    /// Uploads (or blocks of one) answered 5.03: a shard's or listener's bound.
+    pub upload_refused_server: AtomicU64,
+    /// Uploads dropped after `upload_idle_timeout` without a block.
+    pub uploads_expired: AtomicU64,
+    /// Uploads dropped at a bound to make room for an address holding less.
+    pub uploads_evicted: AtomicU64,
 }
 
 /// One shard's published values: written by the shard, read by anyone.
@@ -131,7 +160,7 @@ pub struct ShardMetrics {
 
 impl ShardMetrics {
     /// All zero, for shard number `shard`.
-    fn zero(shard: usize) -> ShardMetrics {
+    fn new(shard: usize) -> ShardMetrics {
         ShardMetrics {
             shard,
             values: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -141,7 +170,7 @@ impl ShardMetrics {
 
 impl Default for ShardMetrics {
     fn default() -> Self {
-        ShardMetrics::zero(0)
+        ShardMetrics::new(0)
     }
 }
 
@@ -178,6 +207,23 @@ impl ShardSnapshot {
             peers: counts.peers as u64,
             ..ShardSnapshot::default()
         }
+    }
+
+    /// Adds the server role's fan-out and upload figures (for server shards).
+    pub fn with_server_role(
+        mut self,
+        productions: u64,
+        deferred: u64,
+        backlog: usize,
+        uploads: usize,
+        upload_bytes: usize,
+    ) -> ShardSnapshot {
+        self.notify_productions = productions;
+        self.notify_deferred = deferred;
+        self.notify_backlog = backlog as u64;
+        self.uploads = uploads as u64;
+        self.upload_bytes = upload_bytes as u64;
+        self
     }
 
     /// Adds a DTLS layer's counters (for shards that serve `coaps://`).
@@ -262,6 +308,7 @@ impl ShardMetrics {
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
     shards: Vec<Arc<ShardMetrics>>,
+    limits: Option<Arc<LimitCounters>>,
     stages: Option<Arc<crate::runtime::StageCounters>>,
     transports: Vec<(&'static str, Arc<crate::transport::tcp::TcpCounters>)>,
 }
@@ -271,11 +318,23 @@ impl Metrics {
     pub fn new(shards: usize) -> Metrics {
         Metrics {
             shards: (0..shards)
-                .map(|shard| Arc::new(ShardMetrics::zero(shard)))
+                .map(|shard| Arc::new(ShardMetrics::new(shard)))
                 .collect(),
+            limits: None,
             stages: None,
             transports: Vec::new(),
         }
+    }
+
+    /// Also reports the server role's refusals and dropped uploads.
+    pub(crate) fn with_limits(mut self, counters: Arc<LimitCounters>) -> Metrics {
+        self.limits = Some(counters);
+        self
+    }
+
+    /// The server role's refusals and dropped uploads, if reported.
+    pub fn limits(&self) -> Option<&LimitCounters> {
+        self.limits.as_deref()
     }
 
     /// Also reports a TCP or WebSocket listener's counters under `transport="name"`.
@@ -320,8 +379,53 @@ impl Metrics {
                 "# HELP cobalt_stage_overload_total Datagrams refused by the receiver stage because a worker queue was full (CON requests answered 5.03).\n# TYPE cobalt_stage_overload_total counter\ncobalt_stage_overload_total {n}"
             );
         }
+        if let Some(l) = &self.limits {
+            render_limits(&mut out, l);
+        }
         render_transports(&mut out, &self.transports);
         out
+    }
+}
+
+/// The server role's refusals and dropped uploads.
+fn render_limits(out: &mut String, l: &LimitCounters) {
+    let v = |c: &AtomicU64| c.load(Relaxed);
+    let refusals = [
+        (
+            "cobalt_observe_refused_total",
+            "Observe registrations refused: 4.29 (reason=\"peer\": the address holds max_observers_per_ip) or 5.03 (reason=\"server\": near max_observers).",
+            v(&l.observe_refused_peer),
+            v(&l.observe_refused_server),
+        ),
+        (
+            "cobalt_upload_refused_total",
+            "Uploads or blocks refused: 4.29 (reason=\"peer\": the address or port holds its share) or 5.03 (reason=\"server\": near a shard's or listener's bound).",
+            v(&l.upload_refused_peer),
+            v(&l.upload_refused_server),
+        ),
+    ];
+    for (name, help, peer, server) in refusals {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{reason=\"peer\"}} {peer}\n{name}{{reason=\"server\"}} {server}"
+        );
+    }
+    for (name, help, value) in [
+        (
+            "cobalt_uploads_expired_total",
+            "Uploads dropped after upload_idle_timeout without a block.",
+            v(&l.uploads_expired),
+        ),
+        (
+            "cobalt_uploads_evicted_total",
+            "Uploads dropped at a bound to make room for an address holding less.",
+            v(&l.uploads_evicted),
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
     }
 }
 
@@ -482,6 +586,36 @@ const FAMILIES: &[Family] = &[
         help: "Peers with per-peer state (message ID counter, NSTART queue).",
         kind: Kind::Gauge,
         series: &[(None, |s| s.peers)],
+    },
+    Family {
+        name: "cobalt_notify_productions_total",
+        help: "GET handler runs that produced notifications (one run serves every observer that registered the same request, unless the handler reads the peer).",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.notify_productions)],
+    },
+    Family {
+        name: "cobalt_notify_deferred_total",
+        help: "Notifications held back while the observer's confirmable one was unacknowledged or its pacing interval ran, then sent with the state current then.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.notify_deferred)],
+    },
+    Family {
+        name: "cobalt_notify_backlog",
+        help: "Observers queued for a notification (worked off observe_batch per turn of the shard's loop).",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.notify_backlog)],
+    },
+    Family {
+        name: "cobalt_uploads",
+        help: "Block1 uploads in progress.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.uploads)],
+    },
+    Family {
+        name: "cobalt_upload_bytes",
+        help: "Bytes held by uploads in progress and by answers kept for their Block2 follow-ups.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.upload_bytes)],
     },
     Family {
         name: "cobalt_dtls_hello_verify_sent_total",

@@ -732,11 +732,13 @@ async fn uploads_of_all_connections_share_one_memory_budget() {
     let block = |token, num: u32| put_block(token, num, true, 6, 1024, num as u8);
     let mut a = RawPeer::connect(server.local_addr()).await;
     a.send_csm(1152).await;
-    for num in 0..4 {
+    for num in 0..2 {
         a.send(&block(num as u8, num)).await;
         assert_eq!(a.recv_non_csm().await.unwrap().code, Code::CONTINUE);
     }
-    // Another connection: 4096 + 1024 bytes fit in 6000, 4096 + 2048 do not.
+    // Another connection from the same address: 2048 + 1024 bytes of 6000 are taken
+    // as long as the address holds less than what would be left free; 2048 + 2048
+    // are not (5.03: the listener's bound is near and this address holds most).
     let mut b = RawPeer::connect(server.local_addr()).await;
     b.send_csm(1152).await;
     b.send(&block(1, 0)).await;

@@ -148,8 +148,10 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     crate::init_logging(&config.log.level);
     let (mut server, demo) = demo::routes(Server::new());
+    let mut plugtest = None;
     if args.plugtest {
-        server = plugtest::routes(server);
+        let (with_plugtest, resources) = plugtest::routes(server);
+        (server, plugtest) = (with_plugtest, Some(resources));
     }
     let addr = config.server.socket_addr();
     if let Some(port) = args.tcp {
@@ -217,6 +219,9 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         None => None,
     };
     demo.start_ticker();
+    if let Some(p) = &plugtest {
+        p.start_ticker();
+    }
     eprintln!(
         "cobalt: serving CoAP on {} (Ctrl-C to stop)",
         handle.local_addr()

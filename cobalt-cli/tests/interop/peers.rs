@@ -123,6 +123,13 @@ impl ChildGuard {
         ChildGuard { child }
     }
 
+    /// The child's stdout, if it was piped and not taken yet (for `californium.rs`,
+    /// which not every test crate that includes this file includes).
+    #[allow(dead_code)]
+    pub fn take_stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.stdout.take()
+    }
+
     /// `Some(status)` if the process already ended.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()

@@ -542,7 +542,6 @@ impl Endpoint {
                 Timer::Retransmit(peer, mid) => self.on_retransmit_timer(now, at, peer, mid),
                 Timer::SeparateAck(id) => self.ack_in_progress(id, false),
                 Timer::Probe(peer, mid) => self.on_probe_timer(now, peer, mid),
-                Timer::ParkedAck(peer, id) => self.on_parked_ack_timer(now, peer, id),
                 Timer::ClientDeadline(id) => self.on_client_deadline(now, at, id),
                 Timer::Housekeeping => self.housekeeping(now),
                 Timer::MidsFree(peer) => self.pump_peer(now, peer),
@@ -650,7 +649,7 @@ impl Endpoint {
 #[cfg(test)]
 mod attack_tests;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 #[cfg(test)]
 mod sim_block_observe_tests;
 #[cfg(test)]

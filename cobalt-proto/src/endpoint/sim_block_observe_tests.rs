@@ -64,7 +64,7 @@ fn block2_downloads_are_byte_exact_or_fail_cleanly() {
                             // the Echo value (RFC 9175), for the block we are at.
                             let echo = response.options.get(opt::ECHO).expect("Echo");
                             let mut again = get_block(got[c].len() as u32 / 256);
-                            again.options.set(opt::ECHO, echo.to_vec());
+                            again.options.set(opt::ECHO, echo);
                             sim.nodes[c].request(now, server, again).unwrap();
                             echoed += 1;
                         }

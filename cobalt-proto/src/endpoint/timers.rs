@@ -28,8 +28,6 @@ pub(crate) enum Timer {
     MidsFree(SocketAddr),
     /// Send the address-verification ping with this MID again, or give up.
     Probe(SocketAddr, u16),
-    /// Acknowledge the request of a parked answer that still waits for verification.
-    ParkedAck(SocketAddr, ExchangeId),
 }
 
 /// Deadlines in time order.

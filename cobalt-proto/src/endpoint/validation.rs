@@ -12,11 +12,11 @@
 //! an RST carrying that ID. The ping is four bytes; it is retransmitted with binary
 //! backoff like any confirmable message, as often as the request's allowance pays for
 //! (after what the fallback below needs), at most MAX_RETRANSMIT times. The request is
-//! not acknowledged meanwhile: when the RST comes back within
-//! [`EndpointConfig::separate_ack_delay`] the answer still goes out piggybacked on the
-//! ACK, as if nothing had happened but one round trip; only a slower RST turns it into
-//! an empty ACK now and a separate response later. Either way the answer goes out in
-//! full, and the address stays verified for [`EndpointConfig::verified_lifetime`]; every
+//! not acknowledged meanwhile (its retransmissions are ignored), so when the RST comes
+//! back the answer still goes out piggybacked on the ACK, in full, as if nothing had
+//! happened but one round trip — some clients (libcoap 4.3.1) cannot take a block-wise
+//! answer as a separate response. The address then stays verified for
+//! [`EndpointConfig::verified_lifetime`]; every
 //! ACK or RST for a confirmable message of ours, and every valid Echo option (RFC 9175:
 //! stateless, a timestamp and a keyed hash), proves the address again.
 //!
@@ -232,8 +232,6 @@ impl Endpoint {
                 .map_or(0, |m| encoded_len(&m));
             let sends = match &mut parked {
                 Parked::Response(r) => {
-                    // Keep room for the empty ACK that a slow verification needs.
-                    let reserve = reserve + if r.con && !r.acked { 4 } else { 0 };
                     let room = r.allowance.checked_sub(reserve).unwrap_or(r.allowance);
                     let sends = (room / 4).min(most as usize);
                     r.allowance -= 4 * sends;
@@ -249,47 +247,43 @@ impl Endpoint {
         let Some(probe) = self.validation.probes.get_mut(&peer) else {
             return;
         };
-        if let Parked::Notification { token, .. } = &parked {
-            // The latest state wins: a newer notification replaces an older one.
-            let token = *token;
-            probe
-                .parked
-                .retain(|p| !matches!(p, Parked::Notification { token: t, .. } if *t == token));
-        }
+        let parked = match parked {
+            Parked::Notification { token, message, .. }
+                if probe
+                    .parked
+                    .iter()
+                    .any(|p| matches!(p, Parked::Response(r) if r.token == token)) =>
+            {
+                // The registration's answer still waits: it goes out with this newer
+                // state instead (it is the first notification, RFC 7641 §4.1), so the
+                // client gets one answer, not an old one and a new one at once (some
+                // clients are still fetching the old one's blocks when the new arrives).
+                for p in &mut probe.parked {
+                    if let Parked::Response(r) = p {
+                        if r.token == token {
+                            r.message = message;
+                            break;
+                        }
+                    }
+                }
+                self.stats.parked += 1;
+                return;
+            }
+            Parked::Notification { token, .. } => {
+                // The latest state wins: a newer notification replaces an older one.
+                probe
+                    .parked
+                    .retain(|p| !matches!(p, Parked::Notification { token: t, .. } if *t == token));
+                parked
+            }
+            parked => parked,
+        };
         if probe.parked.len() >= MAX_PARKED {
             self.fail(now, peer, parked);
             return;
         }
         self.stats.parked += 1;
-        if let Parked::Response(r) = &parked {
-            if r.con && !r.acked {
-                let at = now + self.config.separate_ack_delay;
-                self.timers.arm(at, Timer::ParkedAck(peer, r.id));
-            }
-        }
         probe.parked.push(parked);
-    }
-
-    /// A parked answer's request has waited long enough for its ACK: acknowledge it now;
-    /// the answer will be a separate response.
-    pub(super) fn on_parked_ack_timer(&mut self, now: Instant, peer: SocketAddr, id: ExchangeId) {
-        let Some(probe) = self.validation.probes.get_mut(&peer) else {
-            return;
-        };
-        let found = probe.parked.iter_mut().find_map(|p| match p {
-            Parked::Response(r) if r.id == id && !r.acked => Some(r),
-            _ => None,
-        });
-        let Some(r) = found else {
-            return;
-        };
-        r.acked = true;
-        r.allowance = r.allowance.saturating_sub(4);
-        // Until the answer goes out a retransmitted request gets the empty ACK again,
-        // whatever its method (not a second run of the handler).
-        let mid = r.mid;
-        self.dedup.finish(now, (peer, mid), Finished::EmptyAck);
-        self.transmit(peer, codec::encode(&Message::empty_ack(mid)));
     }
 
     /// Sends a ping to `peer`, to be sent at most `max_sends` times; false if none may

@@ -130,7 +130,7 @@ pub fn decode_options_and_payload(mut rest: &[u8]) -> Result<(Options, &[u8]), D
             return Err(DecodeError::OptionNumberOverflow);
         }
         let value = rest.get(..len).ok_or(DecodeError::Truncated)?;
-        options.push_sorted(number as u16, value.to_vec());
+        options.push_sorted(number as u16, value);
         rest = &rest[len..];
     }
     Ok((options, &[]))
@@ -182,7 +182,7 @@ pub fn encode_options_and_payload(options: &Options, payload: &[u8], out: &mut V
         out.push((dn << 4) | ln);
         out.extend_from_slice(&dext[..ext_len(dn)]);
         out.extend_from_slice(&lext[..ext_len(ln)]);
-        out.extend_from_slice(&o.value);
+        out.extend_from_slice(o.value);
     }
     if !payload.is_empty() {
         out.push(0xff);

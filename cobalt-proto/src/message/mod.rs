@@ -12,7 +12,7 @@ pub use block::BlockValue;
 pub use code::{Code, MessageType};
 pub use codec::{decode, encode, encode_into, DecodeError};
 pub use model::Message;
-pub use option::{content_format, number as opt, CoapOption, Options};
+pub use option::{content_format, number as opt, OptionRef, Options};
 pub use tcp::{
     decode_tcp, decode_ws, encode_tcp, encode_ws, Signal, SignalError, TcpDecodeError, TcpMessage,
 };

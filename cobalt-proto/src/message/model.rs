@@ -102,25 +102,25 @@ pub(crate) fn fmt_options_and_payload(
         let def = option::option_def(o.number);
         match def.map(|d| d.format) {
             Some(option::OptionFormat::String) => {
-                write!(f, "\n  {name}: {}", String::from_utf8_lossy(&o.value))?
+                write!(f, "\n  {name}: {}", String::from_utf8_lossy(o.value))?
             }
             Some(option::OptionFormat::Uint)
                 if o.number == number::BLOCK1 || o.number == number::BLOCK2 =>
             {
-                match option::decode_uint(&o.value).and_then(BlockValue::decode) {
+                match option::decode_uint(o.value).and_then(BlockValue::decode) {
                     Some(b) => {
                         write!(f, "\n  {name}: {}/{}/{}", b.num, u8::from(b.more), b.size())?
                     }
                     None => write!(f, "\n  {name}: (malformed)")?,
                 }
             }
-            Some(option::OptionFormat::Uint) => match option::decode_uint(&o.value) {
+            Some(option::OptionFormat::Uint) => match option::decode_uint(o.value) {
                 Some(v) => write!(f, "\n  {name}: {v}")?,
                 None => write!(f, "\n  {name}: (malformed)")?,
             },
             _ => {
                 write!(f, "\n  {name}: 0x")?;
-                for b in &o.value {
+                for b in o.value {
                     write!(f, "{b:02x}")?;
                 }
             }

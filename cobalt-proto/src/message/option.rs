@@ -96,6 +96,7 @@ const fn def(
     }
 }
 
+use smallvec::SmallVec;
 use OptionFormat::{Empty, Opaque, String as Str, Uint};
 
 /// Every option this implementation recognizes, sorted by number.
@@ -170,70 +171,157 @@ pub fn decode_uint(value: &[u8]) -> Option<u32> {
     Some(value.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b)))
 }
 
-/// One option instance: number and raw value.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CoapOption {
+/// One option instance as stored: its number and raw value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OptionRef<'a> {
     /// Option number.
     pub number: u16,
     /// Raw value bytes.
-    pub value: Vec<u8>,
+    pub value: &'a [u8],
 }
+
+/// Bytes of an entry's header in [`Options`]' buffer: the number and the value's length.
+const ENTRY_HEADER: usize = 6;
+/// Bytes kept inline before [`Options`] allocates.
+const INLINE_BYTES: usize = 48;
 
 /// The options of a message, kept in ascending number order; repeated options keep
 /// their insertion order, as the wire format requires.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+///
+/// All options live in one byte buffer, each as its number (2 bytes), its length (4)
+/// and its value; a typical request's options (up to 48 bytes so) live inside the
+/// struct itself, so decoding them allocates nothing.
+#[derive(Clone, Default)]
 pub struct Options {
-    list: Vec<CoapOption>,
+    buf: SmallVec<[u8; INLINE_BYTES]>,
+    count: usize,
+}
+
+impl PartialEq for Options {
+    fn eq(&self, other: &Options) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Options {}
+
+impl std::hash::Hash for Options {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.count.hash(state);
+        for o in self.iter() {
+            o.hash(state);
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(|o| (o.number, o.value)))
+            .finish()
+    }
+}
+
+/// The options of a buffer in order, with where each entry starts.
+struct Entries<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = (usize, OptionRef<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let start = self.at;
+        let header = self.buf.get(start..start + ENTRY_HEADER)?;
+        let number = u16::from_be_bytes([header[0], header[1]]);
+        let len = u32::from_be_bytes([header[2], header[3], header[4], header[5]]) as usize;
+        let value = self
+            .buf
+            .get(start + ENTRY_HEADER..start + ENTRY_HEADER + len)?;
+        self.at = start + ENTRY_HEADER + len;
+        Some((start, OptionRef { number, value }))
+    }
 }
 
 impl Options {
     /// No options.
     pub fn new() -> Options {
-        Options { list: Vec::new() }
+        Options::default()
+    }
+
+    fn entries(&self) -> Entries<'_> {
+        Entries {
+            buf: &self.buf,
+            at: 0,
+        }
+    }
+
+    fn entry_bytes(number: u16, value: &[u8]) -> impl Iterator<Item = u8> + '_ {
+        let len = u32::try_from(value.len()).unwrap_or(u32::MAX);
+        number
+            .to_be_bytes()
+            .into_iter()
+            .chain(len.to_be_bytes())
+            .chain(value.iter().copied())
     }
 
     /// Adds an option after any existing ones with the same number.
-    pub fn push(&mut self, number: u16, value: impl Into<Vec<u8>>) {
-        let at = self.list.partition_point(|o| o.number <= number);
-        self.list.insert(
-            at,
-            CoapOption {
-                number,
-                value: value.into(),
-            },
-        );
+    pub fn push(&mut self, number: u16, value: impl AsRef<[u8]>) {
+        let value = value.as_ref();
+        let at = self
+            .entries()
+            .find(|(_, o)| o.number > number)
+            .map_or(self.buf.len(), |(start, _)| start);
+        if at == self.buf.len() {
+            self.buf.extend(Options::entry_bytes(number, value));
+        } else {
+            self.buf
+                .insert_many(at, Options::entry_bytes(number, value));
+        }
+        self.count += 1;
     }
 
     /// Replaces all options with this number by one with `value`.
-    pub fn set(&mut self, number: u16, value: impl Into<Vec<u8>>) {
+    pub fn set(&mut self, number: u16, value: impl AsRef<[u8]>) {
         self.remove(number);
         self.push(number, value);
     }
 
     /// Sets a uint-valued option.
     pub fn set_uint(&mut self, number: u16, value: u32) {
-        self.set(number, encode_uint(value));
+        let bytes = value.to_be_bytes();
+        let skip = bytes.iter().take_while(|b| **b == 0).count();
+        self.set(number, &bytes[skip..]);
     }
 
     /// Removes every option with this number.
     pub fn remove(&mut self, number: u16) {
-        self.list.retain(|o| o.number != number);
+        let Some(first) = self.entries().find(|(_, o)| o.number == number) else {
+            return;
+        };
+        let end = self
+            .entries()
+            .skip_while(|(_, o)| o.number <= number)
+            .map(|(start, _)| start)
+            .next()
+            .unwrap_or(self.buf.len());
+        let removed = self.entries().filter(|(_, o)| o.number == number).count();
+        self.buf.drain(first.0..end);
+        self.count -= removed;
     }
 
     /// The first value of an option.
     pub fn get(&self, number: u16) -> Option<&[u8]> {
-        self.list
-            .iter()
-            .find(|o| o.number == number)
-            .map(|o| o.value.as_slice())
+        self.get_all(number).next()
     }
 
     /// Every value of an option, in order.
     pub fn get_all(&self, number: u16) -> impl Iterator<Item = &[u8]> {
-        self.list
-            .iter()
-            .filter(move |o| o.number == number)
-            .map(|o| o.value.as_slice())
+        self.iter()
+            .skip_while(move |o| o.number < number)
+            .take_while(move |o| o.number == number)
+            .map(|o| o.value)
     }
 
     /// The first value of a uint option, if present and at most four bytes long.
@@ -243,28 +331,29 @@ impl Options {
 
     /// True if the option is present.
     pub fn contains(&self, number: u16) -> bool {
-        self.list.iter().any(|o| o.number == number)
+        self.get(number).is_some()
     }
 
     /// All options in wire order.
-    pub fn iter(&self) -> impl Iterator<Item = &CoapOption> {
-        self.list.iter()
+    pub fn iter(&self) -> impl Iterator<Item = OptionRef<'_>> {
+        self.entries().map(|(_, o)| o)
     }
 
     /// Number of option instances.
     pub fn len(&self) -> usize {
-        self.list.len()
+        self.count
     }
 
     /// True when there are no options.
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.count == 0
     }
 
     /// Appends an option known to sort at the end (used by the decoder).
-    pub(crate) fn push_sorted(&mut self, number: u16, value: Vec<u8>) {
-        debug_assert!(self.list.last().is_none_or(|o| o.number <= number));
-        self.list.push(CoapOption { number, value });
+    pub(crate) fn push_sorted(&mut self, number: u16, value: &[u8]) {
+        debug_assert!(self.iter().last().is_none_or(|o| o.number <= number));
+        self.buf.extend(Options::entry_bytes(number, value));
+        self.count += 1;
     }
 
     /// The first critical option this implementation does not recognize, or whose value
@@ -275,12 +364,16 @@ impl Options {
     }
 
     fn unusable(&self) -> impl Iterator<Item = u16> + '_ {
-        self.list.iter().enumerate().filter_map(move |(i, o)| {
+        let mut previous = None;
+        self.iter().filter_map(move |o| {
+            let repeated_number = previous == Some(o.number);
+            previous = Some(o.number);
             let Some(def) = option_def(o.number) else {
                 return Some(o.number);
             };
-            let bad_len = o.value.len() < def.min_len || o.value.len() > def.max_len;
-            let repeated = !def.repeatable && i > 0 && self.list[i - 1].number == o.number;
+            let len = o.value.len();
+            let bad_len = len < def.min_len || len > def.max_len;
+            let repeated = !def.repeatable && repeated_number;
             (bad_len || repeated).then_some(o.number)
         })
     }
@@ -435,6 +528,39 @@ mod tests {
         let numbers: Vec<u16> = o.iter().map(|o| o.number).collect();
         assert_eq!(numbers, vec![1, 11, 11, 15]);
         assert_eq!(o.uri_path_string(), "/x/y");
+    }
+
+    #[test]
+    fn set_remove_and_get_keep_the_order() {
+        let mut o = Options::new();
+        o.push(number::URI_PATH, "a");
+        o.push(number::ETAG, [1, 2]);
+        o.push(number::URI_PATH, "b");
+        o.push(number::ETAG, [3]);
+        o.set_uint(number::CONTENT_FORMAT, 50);
+        o.push(number::SIZE1, vec![0; 300]);
+        assert_eq!(
+            o.get_all(number::ETAG).collect::<Vec<_>>(),
+            [&[1u8, 2][..], &[3]]
+        );
+        assert_eq!(o.uri_path_string(), "/a/b");
+        o.set(number::URI_PATH, "c");
+        assert_eq!(o.uri_path_string(), "/c");
+        o.remove(number::ETAG);
+        assert!(!o.contains(number::ETAG));
+        assert_eq!(o.len(), 3);
+        let numbers: Vec<u16> = o.iter().map(|o| o.number).collect();
+        assert_eq!(
+            numbers,
+            [number::URI_PATH, number::CONTENT_FORMAT, number::SIZE1]
+        );
+        assert_eq!(o.get_uint(number::CONTENT_FORMAT), Some(50));
+        assert_eq!(o.get(number::SIZE1).map(<[u8]>::len), Some(300));
+        o.remove(number::SIZE1);
+        o.remove(number::URI_PATH);
+        o.remove(number::CONTENT_FORMAT);
+        assert!(o.is_empty() && o.buf.is_empty());
+        assert_eq!(o, Options::new());
     }
 
     #[test]

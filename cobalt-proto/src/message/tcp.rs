@@ -424,7 +424,7 @@ impl Signal {
             } => {
                 for a in alternative_addresses {
                     m.options
-                        .push(signal_option::ALTERNATIVE_ADDRESS, a.as_bytes().to_vec());
+                        .push(signal_option::ALTERNATIVE_ADDRESS, a.as_bytes());
                 }
                 if let Some(h) = hold_off {
                     m.options.push(signal_option::HOLD_OFF, encode_uint(*h));
@@ -802,7 +802,7 @@ mod tests {
         );
         // Uri-Path (11) is critical and meaningless on a signal.
         let mut m = TcpMessage::new(signal_code::PING);
-        m.options.push(number::URI_PATH, b"x".to_vec());
+        m.options.push(number::URI_PATH, b"x");
         assert_eq!(
             Signal::from_message(&m),
             Err(SignalError::UnknownCriticalOption(11))

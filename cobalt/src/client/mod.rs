@@ -388,7 +388,7 @@ impl RequestBuilder {
     }
 
     /// Adds an option (repeatable options accumulate).
-    pub fn option(mut self, number: u16, value: impl Into<Vec<u8>>) -> RequestBuilder {
+    pub fn option(mut self, number: u16, value: impl AsRef<[u8]>) -> RequestBuilder {
         self.message.options.push(number, value);
         self
     }

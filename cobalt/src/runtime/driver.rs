@@ -5,7 +5,7 @@
 
 use crate::metrics::{ShardMetrics, ShardSnapshot};
 use crate::runtime::io::{Inbound, Input, ShardIo};
-use crate::server::observe::Change;
+use crate::server::observe::ChangeInbox;
 use crate::server::shard::{Completion, ServerShard};
 use crate::server::tree::ResourceTree;
 use crate::server::ServerLimits;
@@ -53,8 +53,6 @@ pub(crate) enum Command {
         message: Message,
         reply: ReplyTo,
     },
-    /// An observable resource changed.
-    Notify(Change),
     /// Stop: answer what is in progress (up to the grace period), then exit.
     Shutdown { grace: Duration },
 }
@@ -69,14 +67,19 @@ pub type Tracer = Arc<dyn Fn(bool, SocketAddr, &[u8]) + Send + Sync>;
 /// or every response and CSM it receives (`false`); for `cobalt -v`.
 pub type StreamTracer = Arc<dyn Fn(bool, SocketAddr, &TcpMessage) + Send + Sync>;
 
-/// What a server shard's driver needs: the tree, the limits, a sender to its own
-/// command queue, and whether its socket is IPv6.
+/// What a server shard's driver needs: the tree, the limits, the inbox its observable
+/// resources post their changes to, a sender to its own command queue, and whether
+/// its socket is IPv6.
 type ShardSetup = (
     Arc<ResourceTree>,
     ServerLimits,
+    Arc<ChangeInbox>,
     Option<mpsc::UnboundedSender<Command>>,
     bool,
 );
+
+/// What a server shard serves: the tree, the limits and its changes inbox.
+pub(crate) type ServerRole = (Arc<ResourceTree>, ServerLimits, Arc<ChangeInbox>);
 
 pub(crate) struct Driver {
     tracer: Option<Tracer>,
@@ -95,6 +98,8 @@ pub(crate) struct Driver {
     metrics: Option<Arc<ShardMetrics>>,
     /// CoAP over DTLS (`coaps`): every datagram passes through this session table.
     dtls: Option<Box<dyn DtlsBackend>>,
+    /// The peers of the datagrams of the batch just handled.
+    heard: Vec<SocketAddr>,
 }
 
 impl Driver {
@@ -105,15 +110,14 @@ impl Driver {
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> Driver {
         let (done_tx, completions) = mpsc::unbounded_channel();
-        let lifetime = config.exchange_lifetime();
         let config_copy = config.clone();
         Driver {
             tracer: None,
             io,
             endpoint: Endpoint::new(config, Instant::now()),
-            server: server.map(|(tree, limits, own, v6)| {
+            server: server.map(|(tree, limits, inbox, own, v6)| {
                 let client = own.map(|tx| crate::Client::for_shard(tx, v6, config_copy.clone()));
-                ServerShard::new(tree, limits, lifetime, done_tx, client)
+                ServerShard::new(tree, limits, inbox, done_tx, client)
             }),
             commands,
             completions,
@@ -124,6 +128,7 @@ impl Driver {
             recv_rounds: RECV_ROUNDS,
             metrics: None,
             dtls: None,
+            heard: Vec::new(),
         }
     }
 
@@ -145,9 +150,21 @@ impl Driver {
                 break;
             }
             let timeout = min_deadline(
-                self.endpoint.poll_timeout(),
-                self.dtls.as_ref().and_then(|d| d.poll_timeout()),
+                min_deadline(
+                    self.endpoint.poll_timeout(),
+                    self.dtls.as_ref().and_then(|d| d.poll_timeout()),
+                ),
+                self.server.as_ref().and_then(ServerShard::poll_timeout),
             );
+            // Notifications to send: a turn of them competes with reading the socket.
+            let notify = self.server.as_ref().is_some_and(ServerShard::has_work);
+            let inbox = self.server.as_ref().map(ServerShard::inbox);
+            let changed = async {
+                match &inbox {
+                    Some(inbox) => inbox.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
             let sleep = async {
                 match timeout {
                     Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -175,11 +192,27 @@ impl Driver {
                         server.on_completion(&mut self.endpoint, Instant::now(), done);
                     }
                 }
+                _ = changed => {
+                    if let Some(server) = &mut self.server {
+                        server.take_changes();
+                    }
+                }
+                _ = std::future::ready(()), if notify => {
+                    if let Some(server) = &mut self.server {
+                        server.step(&mut self.endpoint, Instant::now());
+                    }
+                    // Let the runtime poll its I/O and timers: without a turn of its
+                    // own it would not learn that the socket became readable.
+                    tokio::task::yield_now().await;
+                }
                 _ = sleep => {
                     let now = Instant::now();
                     self.endpoint.handle_timeout(now);
                     if let Some(d) = &mut self.dtls {
                         d.handle_timeout(now);
+                    }
+                    if let Some(server) = &mut self.server {
+                        server.handle_timeout(now);
                     }
                 }
                 _ = drain_deadline => {}
@@ -197,6 +230,16 @@ impl Driver {
             let counts = self.endpoint.state_counts();
             let mut snapshot =
                 ShardSnapshot::from_endpoint(&self.endpoint.stats(), counts, observers);
+            if let Some(server) = &self.server {
+                let (fanout, backlog, uploads) = server.stats();
+                snapshot = snapshot.with_server_role(
+                    fanout.productions,
+                    fanout.deferred,
+                    backlog,
+                    uploads.uploads,
+                    uploads.bytes,
+                );
+            }
             if let Some(dtls) = &self.dtls {
                 snapshot = snapshot.with_dtls(&dtls.stats());
             }
@@ -215,16 +258,17 @@ impl Driver {
         for _ in 0..self.recv_rounds {
             let n = match socket.try_io(Interest::READABLE, || mmsg::recv_batch(fd, rbuf)) {
                 Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     tracing::debug!(error = %e, "receive failed");
-                    return;
+                    break;
                 }
             };
             for i in 0..n {
                 let Some((peer, bytes, truncated)) = rbuf.get(i) else {
                     continue;
                 };
+                self.heard.push(peer);
                 feed(
                     &mut self.endpoint,
                     self.dtls.as_mut(),
@@ -236,9 +280,19 @@ impl Driver {
                 );
             }
             if n < mmsg::BATCH {
-                return;
+                break;
             }
         }
+        self.after_batch();
+    }
+
+    /// Observers waiting for the ACK of a notification from the peers just heard may
+    /// get their next one.
+    fn after_batch(&mut self) {
+        if let Some(server) = &mut self.server {
+            server.on_heard(&self.endpoint, &self.heard);
+        }
+        self.heard.clear();
     }
 
     /// Takes a datagram from a receiver thread, and whatever else is queued (bounded).
@@ -247,6 +301,7 @@ impl Driver {
         let mut next = Some(first);
         let mut taken = 0;
         while let Some(d) = next.take() {
+            self.heard.push(d.peer);
             feed(
                 &mut self.endpoint,
                 self.dtls.as_mut(),
@@ -263,6 +318,7 @@ impl Driver {
                 }
             }
         }
+        self.after_batch();
     }
 
     fn command(&mut self, cmd: Command) {
@@ -309,11 +365,6 @@ impl Driver {
                     message,
                     reply,
                 });
-            }
-            Command::Notify(change) => {
-                if let Some(server) = &mut self.server {
-                    server.on_change(&mut self.endpoint, now, change);
-                }
             }
             Command::Shutdown { grace } => self.draining = Some(now + grace),
         }
@@ -481,15 +532,13 @@ impl Driver {
         let fd = socket.as_raw_fd();
         let mut sent = 0;
         while sent < self.outbox.len() {
-            let batch: Vec<(SocketAddr, &[u8])> = self.outbox[sent..]
-                .iter()
-                .take(mmsg::BATCH)
-                .map(|t| (t.peer, t.bytes.as_slice()))
-                .collect();
-            match socket.try_io(Interest::WRITABLE, || mmsg::send_batch(fd, &batch)) {
+            let batch = || {
+                let pending = self.outbox[sent..].iter();
+                mmsg::send_batch(fd, pending.map(|t| (t.peer, t.bytes.as_slice())))
+            };
+            match socket.try_io(Interest::WRITABLE, batch) {
                 Ok(n) => sent += n.max(1),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    drop(batch);
                     let _ = socket.writable().await;
                 }
                 Err(e) => {
@@ -566,7 +615,7 @@ pub(crate) fn spawn_driver(
     name: String,
     io: DriverIo,
     config: EndpointConfig,
-    server: Option<(Arc<ResourceTree>, ServerLimits)>,
+    server: Option<ServerRole>,
     tracer: Option<Tracer>,
     recv_batch: Option<usize>,
     metrics: Option<Arc<ShardMetrics>>,
@@ -595,7 +644,7 @@ pub(crate) fn spawn_driver(
                 },
                 DriverIo::Staged(io, _) => io,
             };
-            let server = server.map(|(tree, limits)| (tree, limits, own, v6));
+            let server = server.map(|(tree, limits, inbox)| (tree, limits, inbox, own, v6));
             let mut driver = Driver::new(io, config, server, rx);
             driver.tracer = tracer;
             driver.recv_rounds = recv_batch.map_or(RECV_ROUNDS, |n| n.div_ceil(mmsg::BATCH).max(1));

@@ -229,12 +229,8 @@ fn send_loop(socket: StdSocket, queue: Arc<Mutex<std::sync::mpsc::Receiver<Vec<T
         };
         let mut sent = 0;
         while sent < batch.len() {
-            let slice: Vec<(SocketAddr, &[u8])> = batch[sent..]
-                .iter()
-                .take(mmsg::BATCH)
-                .map(|t| (t.peer, t.bytes.as_slice()))
-                .collect();
-            match mmsg::send_batch(fd, &slice) {
+            let pending = batch[sent..].iter();
+            match mmsg::send_batch(fd, pending.map(|t| (t.peer, t.bytes.as_slice()))) {
                 Ok(n) => sent += n.max(1),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_micros(50))

@@ -3,26 +3,59 @@
 use std::time::Duration;
 
 /// Bounds and policies of the server role. `Default` gives the documented defaults.
+///
+/// Bounds on what peers can make the server hold follow one convention: a peer over
+/// its own budget gets 4.29 Too Many Requests (RFC 8516), a server-wide bound gets
+/// 5.03 Service Unavailable, both with Max-Age [`ServerLimits::refusal_max_age`], and
+/// near a server-wide bound only the peers holding at least what is still free are
+/// refused, so the others keep being served.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerLimits {
-    /// Observers over all resources and shards; beyond it a GET with Observe=0 is
-    /// answered normally, without Observe, so the client knows it is not registered
-    /// (RFC 7641 §4.1). Default 100,000.
+    /// Observe relations over all resources, shards and connections of a server;
+    /// near it, registrations from addresses that hold at least what is still free
+    /// get 5.03. Default 100,000.
     pub max_observers: usize,
+    /// Observe relations one client IP address may hold (over UDP, DTLS, TCP, TLS and
+    /// WebSockets together); beyond it a registration gets 4.29. Default 1,000.
+    pub max_observers_per_ip: usize,
     /// Every this many notifications one is confirmable, to learn whether the observer
     /// is still there (RFC 7641 §4.5). Default 20.
     pub observe_con_every: u32,
     /// A confirmable notification at least this often. Default 24 h.
     pub observe_con_interval: Duration,
+    /// Least time between two notifications to one observer over UDP; changes in
+    /// between are coalesced into one notification of the latest state when it has
+    /// passed (RFC 7641 §4.5.1 suggests one per round trip). Default 0: no pacing
+    /// beyond holding notifications while a confirmable one is unacknowledged.
+    pub observe_min_interval: Duration,
+    /// Observers a UDP shard notifies per turn of its loop before it reads its socket
+    /// again. Default 256.
+    pub observe_batch: usize,
     /// Largest request body reassembled from Block1 blocks; larger uploads get 4.13
     /// with Size1. Default 1 MiB.
     pub max_body: usize,
-    /// Block1 uploads in progress per shard; beyond it 5.03. Default 1,000.
+    /// Block1 uploads in progress per shard (UDP) or listener (TCP, TLS, WebSockets);
+    /// near it, peers holding at least what is still free get 5.03. Default 1,000.
     pub max_uploads: usize,
+    /// Uploads in progress one client IP address may hold in a shard or listener;
+    /// beyond it 4.29. Default 32.
+    pub max_uploads_per_ip: usize,
+    /// Uploads in progress one client address and port may hold in a shard or
+    /// listener; beyond it 4.29. Default 4.
+    pub max_uploads_per_peer: usize,
     /// Bytes that the uploads in progress (and the large answers kept for their Block2
-    /// follow-ups) of one shard may hold together; beyond it new blocks get 5.03.
-    /// Default 64 MiB.
+    /// follow-ups) of one shard or listener may hold together; near it, peers holding
+    /// at least what is still free get 5.03. Default 64 MiB.
     pub max_upload_memory: usize,
+    /// Bytes the uploads in progress and kept answers of one client IP address may
+    /// hold in a shard or listener; beyond it 4.29. At least `max_body`. Default 4 MiB.
+    pub max_upload_memory_per_ip: usize,
+    /// An upload that receives no block for this long is dropped (its next block gets
+    /// 4.08), on a timer of its own. Default 60 s.
+    pub upload_idle_timeout: Duration,
+    /// Max-Age (seconds) of the 4.29 and 5.03 answers given when one of the bounds
+    /// above is reached. Default 10.
+    pub refusal_max_age: u32,
     /// Block size exponent for responses (0–6: 16–1024 bytes). Default 6.
     pub block_szx: u8,
 }
@@ -31,11 +64,19 @@ impl Default for ServerLimits {
     fn default() -> Self {
         ServerLimits {
             max_observers: 100_000,
+            max_observers_per_ip: 1000,
             observe_con_every: 20,
             observe_con_interval: Duration::from_secs(24 * 3600),
+            observe_min_interval: Duration::ZERO,
+            observe_batch: 256,
             max_body: 1 << 20,
             max_uploads: 1000,
+            max_uploads_per_ip: 32,
+            max_uploads_per_peer: 4,
             max_upload_memory: 64 << 20,
+            max_upload_memory_per_ip: 4 << 20,
+            upload_idle_timeout: Duration::from_secs(60),
+            refusal_max_age: 10,
             block_szx: 6,
         }
     }

@@ -14,7 +14,9 @@
 //! # Ok(()) }
 //! ```
 
+mod budget;
 mod executor;
+mod fanout;
 mod handler;
 mod intake;
 mod limits;
@@ -23,8 +25,10 @@ mod request;
 pub(crate) mod shard;
 pub(crate) mod stream;
 mod stream_observe;
+mod tables;
 pub(crate) mod tree;
 mod upload;
+mod validate;
 
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
@@ -47,6 +51,7 @@ use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::tcp_connection::Framing;
+use observe::ChangeInbox;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
@@ -365,6 +370,7 @@ impl Server {
         let streams = self.start_streams(&tree).await?;
         Ok(ServerHandle {
             local_addr: streams[0].1.local_addr,
+            limit_counters: tree.budgets().counters.clone(),
             commands: Vec::new(),
             threads: Vec::new(),
             stage_threads: None,
@@ -482,41 +488,33 @@ impl Server {
             metrics = metrics.with_stages(self.stage_counters.clone());
         }
         let tree = Arc::new(std::mem::take(&mut self.tree));
-        let mut commands = Vec::new();
-        let mut threads = Vec::new();
+        let mut started = Started::default();
         for (i, io) in ios.into_iter().enumerate() {
             let dtls = if secure {
                 Some(self.dtls_layer()?)
             } else {
                 None
             };
-            let (tx, handle) = spawn_driver(
-                format!("cobalt-shard-{i}"),
-                io,
-                self.shard_config(secure),
-                Some((tree.clone(), self.limits.clone())),
-                None,
-                self.recv_batch,
-                Some(metrics.shards()[i].clone()),
-                dtls,
-            )?;
-            commands.push(tx);
-            threads.push(handle);
+            let slot = metrics.shards()[i].clone();
+            let name = format!("cobalt-shard-{i}");
+            self.spawn_shard(name, io, &tree, secure, Some(slot), dtls, &mut started)?;
         }
         let dtls_local_addr = match self.dtls_addr.filter(|_| !secure) {
             Some(addr) => Some(self.spawn_dtls_shards(
                 addr,
                 shards,
                 &tree,
-                &mut commands,
-                &mut threads,
+                &mut started,
                 &metrics.shards()[metrics.shards().len() - dtls_shards..],
             )?),
             None => None,
         };
         for o in tree.observables() {
-            o.attach(commands.clone());
+            o.attach(started.inboxes.clone());
         }
+        let Started {
+            commands, threads, ..
+        } = started;
         tracing::info!(%local_addr, workers = commands.len(), staged = stage_threads.is_some(), "CoAP server listening");
         let streams = match self.start_streams(&tree).await {
             Ok(streams) => streams,
@@ -531,6 +529,7 @@ impl Server {
         };
         Ok(ServerHandle {
             local_addr,
+            limit_counters: tree.budgets().counters.clone(),
             commands,
             threads,
             stage_threads,
@@ -550,35 +549,65 @@ impl Server {
         addr: SocketAddr,
         shards: usize,
         tree: &Arc<ResourceTree>,
-        commands: &mut Vec<mpsc::UnboundedSender<Command>>,
-        threads: &mut Vec<std::thread::JoinHandle<()>>,
+        started: &mut Started,
         slots: &[Arc<crate::metrics::ShardMetrics>],
     ) -> Result<SocketAddr> {
         let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
         let local_addr = sockets[0].local_addr()?;
         for (i, socket) in sockets.into_iter().enumerate() {
-            let (tx, handle) = spawn_driver(
-                format!("cobalt-dtls-{i}"),
-                DriverIo::Owned(socket),
-                self.shard_config(true),
-                Some((tree.clone(), self.limits.clone())),
-                None,
-                self.recv_batch,
-                slots.get(i).cloned(),
-                Some(self.dtls_layer()?),
-            )?;
-            commands.push(tx);
-            threads.push(handle);
+            let io = DriverIo::Owned(socket);
+            let dtls = Some(self.dtls_layer()?);
+            let name = format!("cobalt-dtls-{i}");
+            self.spawn_shard(name, io, tree, true, slots.get(i).cloned(), dtls, started)?;
         }
         tracing::info!(%local_addr, "CoAP over DTLS listening");
         Ok(local_addr)
     }
+
+    /// Starts one server shard (with its changes inbox) on its own thread.
+    #[allow(clippy::too_many_arguments)]
+    fn spawn_shard(
+        &self,
+        name: String,
+        io: DriverIo,
+        tree: &Arc<ResourceTree>,
+        dtls_peers: bool,
+        slot: Option<Arc<crate::metrics::ShardMetrics>>,
+        dtls: Option<Box<dyn DtlsBackend>>,
+        started: &mut Started,
+    ) -> Result<()> {
+        let inbox = Arc::new(ChangeInbox::default());
+        let (tx, handle) = spawn_driver(
+            name,
+            io,
+            self.shard_config(dtls_peers),
+            Some((tree.clone(), self.limits.clone(), inbox.clone())),
+            None,
+            self.recv_batch,
+            slot,
+            dtls,
+        )?;
+        started.commands.push(tx);
+        started.inboxes.push(inbox);
+        started.threads.push(handle);
+        Ok(())
+    }
+}
+
+/// The shards started so far: their command queues, changes inboxes and threads.
+#[derive(Default)]
+struct Started {
+    commands: Vec<mpsc::UnboundedSender<Command>>,
+    inboxes: Vec<Arc<ChangeInbox>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// A running server.
 #[derive(Debug)]
 pub struct ServerHandle {
     local_addr: SocketAddr,
+    /// Refusals and dropped uploads over every shard and listener.
+    limit_counters: Arc<crate::metrics::LimitCounters>,
     commands: Vec<mpsc::UnboundedSender<Command>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     stage_threads: Option<StageThreads>,
@@ -597,7 +626,10 @@ impl ServerHandle {
     /// The shards' counters, updated after every batch a shard processes; serve them
     /// with [`crate::metrics::serve_metrics`].
     pub fn metrics(&self) -> Metrics {
-        let mut m = self.metrics.clone();
+        let mut m = self
+            .metrics
+            .clone()
+            .with_limits(self.limit_counters.clone());
         for (scheme, l) in &self.streams {
             m = m.with_transport(scheme.label(), l.counters.clone());
         }

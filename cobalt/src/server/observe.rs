@@ -1,15 +1,16 @@
 //! Server-side observe (RFC 7641): the [`Observable`] handle a resource's owner calls
 //! `changed()` on, and the per-shard registry of observation relations.
 //!
-//! A change reaches the UDP shards through their command queues, and the CoAP over
-//! TCP / WebSocket connections that hold relations of the resource through their
-//! [`ChangeInbox`]: a connection subscribes while it has at least one relation of the
-//! resource and unsubscribes when the last one ends or the connection closes. An inbox
-//! coalesces changes per resource (notifications are produced from the current state,
-//! so only the latest change matters), so a slow connection holds at most one pending
-//! entry per observed resource, however often the resource changes.
+//! A change reaches every consumer that may hold relations of the resource through its
+//! [`ChangeInbox`]: each UDP shard has one, and each CoAP over TCP / WebSocket
+//! connection subscribes one while it has at least one relation of the resource (and
+//! unsubscribes when the last one ends or the connection closes). An inbox coalesces
+//! changes per resource: notifications are produced from the current state, so only
+//! the latest change matters (RFC 7641 §4.5 lets a server skip states), and a consumer
+//! that falls behind holds at most one pending entry per observed resource, however
+//! often the resource changes.
 
-use crate::runtime::driver::Command;
+use super::tables::shrink_when_sparse;
 use cobalt_proto::endpoint::ExchangeId;
 use cobalt_proto::message::{Message, Token};
 use std::collections::HashMap;
@@ -17,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use cobalt_proto::observe::SEQ_MASK;
 
@@ -26,23 +27,69 @@ static NEXT_OBSERVABLE: AtomicU64 = AtomicU64::new(1);
 /// Chooses which observers a notification goes to.
 pub type ObserverFilter = Arc<dyn Fn(SocketAddr) -> bool + Send + Sync>;
 
-/// What a change asks the shards to do.
-#[derive(Clone)]
-pub(crate) struct Change {
-    /// The observable that changed.
-    pub observable: u64,
-    /// Only observers for which this returns true are notified (all when `None`).
-    pub filter: Option<ObserverFilter>,
+/// Different filters kept for one pending change; beyond it every observer is
+/// notified (a notification shows the current state, so an extra one is harmless).
+const MAX_FILTERS: usize = 16;
+
+/// The changes of one resource not yet taken by a consumer, merged.
+#[derive(Clone, Default)]
+pub(crate) struct PendingChange {
+    /// Observers to notify: those any of these filters accepts; `None`: all.
+    pub filters: Option<Vec<ObserverFilter>>,
     /// Send as CON even if the policy would send NON.
     pub confirmable: bool,
     /// The resource is gone: send 4.04 and end every relation.
     pub deleted: bool,
 }
 
+impl std::fmt::Debug for PendingChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingChange")
+            .field("filters", &self.filters.as_ref().map(Vec::len))
+            .field("confirmable", &self.confirmable)
+            .field("deleted", &self.deleted)
+            .finish()
+    }
+}
+
+impl PendingChange {
+    /// Adds a later change: deletion and CON stick, filters add up.
+    pub fn merge(&mut self, later: PendingChange) {
+        self.deleted |= later.deleted;
+        self.confirmable |= later.confirmable;
+        self.filters = match (self.filters.take(), later.filters) {
+            (Some(mut mine), Some(theirs)) => {
+                for f in theirs {
+                    if !mine.iter().any(|m| Arc::ptr_eq(m, &f)) {
+                        mine.push(f);
+                    }
+                }
+                (mine.len() <= MAX_FILTERS).then_some(mine)
+            }
+            _ => None,
+        };
+    }
+
+    /// Whether the observer at `peer` is to be notified.
+    pub fn selects(&self, peer: SocketAddr) -> bool {
+        self.filters
+            .as_ref()
+            .is_none_or(|fs| fs.iter().any(|f| f(peer)))
+    }
+}
+
 /// A handle to an observable resource. Attach it with
 /// [`MethodRouter::observable`](super::MethodRouter::observable); call
 /// [`Observable::changed`] whenever the resource's state changes and every observer
 /// gets a notification produced by the resource's GET handler.
+///
+/// Changes are coalesced: when the resource changes faster than its observers can be
+/// notified, states in between are skipped (RFC 7641 §4.5) and every observer ends
+/// with a notification of the latest state. Where the GET handler's answer does not
+/// depend on who asks, it runs once per change for all observers that asked the same
+/// (the same options apart from token, Observe, Block2 and Echo), not once per
+/// observer; a handler that calls [`Request::peer`](super::Request::peer) runs for
+/// each observer.
 ///
 /// The sequence number is taken from one counter per resource, so notifications are
 /// ordered by the resource, whichever shard sends them (thesis §5.4).
@@ -55,32 +102,38 @@ struct Inner {
     id: u64,
     seq: AtomicU32,
     observers: AtomicUsize,
-    shards: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
+    /// The inboxes of the UDP (and DTLS) shards.
+    shards: OnceLock<Vec<Arc<ChangeInbox>>>,
     /// Stream connections with relations of this resource: by connection id, the
     /// peer (for filters) and the connection's inbox.
     streams: Mutex<HashMap<u64, (SocketAddr, Arc<ChangeInbox>)>>,
 }
 
-/// Changes waiting for one stream connection (`coap+tcp`, `coap+ws`): per observable,
-/// whether it was deleted. Bounded by the number of resources the connection observes.
+/// Changes waiting for one consumer (a UDP shard, or a `coap+tcp` / `coap+ws`
+/// connection), merged per observable. Bounded by the number of observable resources.
 #[derive(Debug, Default)]
 pub(crate) struct ChangeInbox {
-    pending: Mutex<HashMap<u64, bool>>,
+    pending: Mutex<HashMap<u64, PendingChange>>,
     wake: Notify,
 }
 
 impl ChangeInbox {
-    /// Records a change of `observable` (deletion wins over a later change) and wakes
-    /// the connection.
-    fn post(&self, observable: u64, deleted: bool) {
+    /// Records a change of `observable` (merged with one not yet taken) and wakes the
+    /// consumer.
+    fn post(&self, observable: u64, change: PendingChange) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        *pending.entry(observable).or_insert(false) |= deleted;
+        match pending.entry(observable) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().merge(change),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(change);
+            }
+        }
         drop(pending);
         self.wake.notify_one();
     }
 
-    /// Takes the pending changes: (observable, deleted).
-    pub(crate) fn take(&self) -> Vec<(u64, bool)> {
+    /// Takes the pending changes.
+    pub(crate) fn take(&self) -> Vec<(u64, PendingChange)> {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         pending.drain().collect()
     }
@@ -154,7 +207,8 @@ impl Observable {
         self.inner.id
     }
 
-    pub(crate) fn attach(&self, shards: Vec<mpsc::UnboundedSender<Command>>) {
+    /// Sends this resource's changes to the UDP shards' inboxes from now on.
+    pub(crate) fn attach(&self, shards: Vec<Arc<ChangeInbox>>) {
         let _ = self.inner.shards.set(shards);
     }
 
@@ -165,7 +219,9 @@ impl Observable {
 
     /// Stops sending changes to a stream connection.
     pub(crate) fn unsubscribe(&self, conn: u64) {
-        self.streams().remove(&conn);
+        let mut streams = self.streams();
+        streams.remove(&conn);
+        shrink_when_sparse(&mut streams);
     }
 
     fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (SocketAddr, Arc<ChangeInbox>)>> {
@@ -196,20 +252,26 @@ impl Observable {
             self.streams().values().cloned().collect();
         for (peer, inbox) in streams {
             if filter.as_ref().is_none_or(|f| f(peer)) {
-                inbox.post(self.inner.id, deleted);
+                inbox.post(
+                    self.inner.id,
+                    PendingChange {
+                        filters: None,
+                        confirmable,
+                        deleted,
+                    },
+                );
             }
         }
         let Some(shards) = self.inner.shards.get() else {
             return;
         };
-        let change = Change {
-            observable: self.inner.id,
-            filter,
+        let change = PendingChange {
+            filters: filter.map(|f| vec![f]),
             confirmable,
             deleted,
         };
         for s in shards {
-            let _ = s.send(Command::Notify(change.clone()));
+            s.post(self.inner.id, change.clone());
         }
     }
 }
@@ -221,46 +283,66 @@ pub(crate) struct Relation {
     pub request: Message,
     /// Notifications sent since the last confirmable one.
     pub since_con: u32,
-    /// When the last confirmable notification went out.
+    /// When the last confirmable notification went out (or the relation began).
     pub last_con: Instant,
-    /// Id and MID of the last notification (to match RST and failures, and to replace
-    /// an unacknowledged CON).
+    /// When the last notification went out.
+    pub last_sent: Option<Instant>,
+    /// Id and MID of the last notification (to match RST and failures, and to hold
+    /// the next one while a confirmable one is unacknowledged).
     pub last: Option<(ExchangeId, u16)>,
+    /// The resource's change (its shard-local version) that the last notification, or
+    /// the registration's answer, showed.
+    pub version: u64,
+    /// The observer is owed the current state: its last confirmable notification is
+    /// unacknowledged, or its pacing interval has not passed. `Some(con)`: the next one
+    /// must be confirmable when `con`.
+    pub owed: Option<bool>,
+}
+
+impl Relation {
+    /// A relation registered at `now` by `request`, having seen `version`.
+    pub fn new(request: Message, now: Instant, version: u64) -> Relation {
+        Relation {
+            request,
+            since_con: 0,
+            last_con: now,
+            last_sent: None,
+            last: None,
+            version,
+            owed: None,
+        }
+    }
 }
 
 /// Key of a relation: the observer's address and the token it registered with.
 pub(crate) type RelationKey = (SocketAddr, Token);
 
-/// The relations a shard owns, by observable.
+/// The relations a shard owns, by observable, with the indexes that find one by its
+/// key, by its observer's address and by its last notification in constant time. The
+/// tables shrink when they empty.
 #[derive(Debug, Default)]
 pub(crate) struct Relations {
     by_resource: HashMap<u64, HashMap<RelationKey, Relation>>,
-    /// Relations per observer address.
-    by_peer: HashMap<SocketAddr, usize>,
+    /// Which observable each relation belongs to.
+    owner: HashMap<RelationKey, u64>,
+    /// The tokens of each observer address.
+    by_peer: HashMap<SocketAddr, Vec<Token>>,
+    /// The relation of each last notification.
+    by_exchange: HashMap<ExchangeId, RelationKey>,
 }
 
 impl Relations {
-    /// Adds or replaces a relation; true if it is new.
+    /// Adds a relation, or replaces the one with the same key (of whichever
+    /// observable); true if it is new.
     pub fn insert(&mut self, observable: u64, key: RelationKey, relation: Relation) -> bool {
-        let new = self
-            .by_resource
+        let new = self.remove(&key).is_none();
+        self.by_resource
             .entry(observable)
             .or_default()
-            .insert(key, relation)
-            .is_none();
-        if new {
-            *self.by_peer.entry(key.0).or_default() += 1;
-        }
+            .insert(key, relation);
+        self.owner.insert(key, observable);
+        self.by_peer.entry(key.0).or_default().push(key.1);
         new
-    }
-
-    fn forget_peer(&mut self, peer: SocketAddr) {
-        if let Some(n) = self.by_peer.get_mut(&peer) {
-            *n -= 1;
-            if *n == 0 {
-                self.by_peer.remove(&peer);
-            }
-        }
     }
 
     /// Whether `peer` observes anything here.
@@ -269,53 +351,120 @@ impl Relations {
         self.by_peer.contains_key(&peer)
     }
 
-    /// Removes a relation wherever it is; returns the observable it belonged to.
-    pub fn remove(&mut self, key: &RelationKey) -> Option<u64> {
-        let mut found = None;
-        for (obs, rels) in self.by_resource.iter_mut() {
-            if rels.remove(key).is_some() {
-                found = Some(*obs);
-                break;
-            }
-        }
-        if let Some(obs) = found {
-            self.forget_peer(key.0);
-            if self.by_resource.get(&obs).is_some_and(HashMap::is_empty) {
-                self.by_resource.remove(&obs);
-            }
-        }
-        found
+    /// Whether a relation with this key exists.
+    pub fn contains(&self, key: &RelationKey) -> bool {
+        self.owner.contains_key(key)
     }
 
-    /// Finds the relation whose last notification matches.
-    pub fn find_by_last(
+    /// Removes a relation wherever it is; returns its observable and the relation.
+    pub fn remove(&mut self, key: &RelationKey) -> Option<(u64, Relation)> {
+        let obs = self.owner.remove(key)?;
+        shrink_when_sparse(&mut self.owner);
+        let rels = self.by_resource.get_mut(&obs)?;
+        let rel = rels.remove(key)?;
+        if rels.is_empty() {
+            self.by_resource.remove(&obs);
+            shrink_when_sparse(&mut self.by_resource);
+        } else {
+            shrink_when_sparse(rels);
+        }
+        self.unindex(key, &rel);
+        Some((obs, rel))
+    }
+
+    fn unindex(&mut self, key: &RelationKey, rel: &Relation) {
+        if let Some(tokens) = self.by_peer.get_mut(&key.0) {
+            tokens.retain(|t| *t != key.1);
+            if tokens.is_empty() {
+                self.by_peer.remove(&key.0);
+                shrink_when_sparse(&mut self.by_peer);
+            }
+        }
+        if let Some((id, _)) = rel.last {
+            self.by_exchange.remove(&id);
+            shrink_when_sparse(&mut self.by_exchange);
+        }
+    }
+
+    /// The relation with `key` and its observable.
+    pub fn get_mut(&mut self, key: &RelationKey) -> Option<(u64, &mut Relation)> {
+        let obs = *self.owner.get(key)?;
+        let rel = self.by_resource.get_mut(&obs)?.get_mut(key)?;
+        Some((obs, rel))
+    }
+
+    /// The relation with `key` and its observable.
+    #[cfg(test)]
+    pub fn get(&self, key: &RelationKey) -> Option<(u64, &Relation)> {
+        let obs = *self.owner.get(key)?;
+        Some((obs, self.by_resource.get(&obs)?.get(key)?))
+    }
+
+    /// Records the last notification sent on a relation.
+    pub fn set_last(&mut self, key: &RelationKey, last: (ExchangeId, u16)) {
+        let Some((_, rel)) = self.get_mut(key) else {
+            return;
+        };
+        let old = rel.last.replace(last);
+        if let Some((id, _)) = old {
+            self.by_exchange.remove(&id);
+        }
+        self.by_exchange.insert(last.0, *key);
+    }
+
+    /// The relation whose last notification was the exchange `id`.
+    pub fn by_exchange(&self, id: ExchangeId) -> Option<RelationKey> {
+        self.by_exchange.get(&id).copied()
+    }
+
+    /// The relation of `peer` whose last notification had the message ID `mid`.
+    pub fn by_peer_mid(&self, peer: SocketAddr, mid: u16) -> Option<RelationKey> {
+        self.by_peer
+            .get(&peer)?
+            .iter()
+            .map(|t| (peer, *t))
+            .find(|k| {
+                self.owner
+                    .get(k)
+                    .and_then(|o| self.by_resource.get(o)?.get(k))
+                    .is_some_and(|r| r.last.is_some_and(|(_, m)| m == mid))
+            })
+    }
+
+    /// The keys of one observable's relations that `pick` accepts.
+    pub fn keys_of(
         &self,
-        pred: impl Fn(&RelationKey, (ExchangeId, u16)) -> bool,
-    ) -> Option<RelationKey> {
+        observable: u64,
+        pick: impl Fn(&RelationKey) -> bool,
+    ) -> Vec<RelationKey> {
         self.by_resource
-            .values()
-            .flat_map(|m| m.iter())
-            .find(|(k, r)| r.last.is_some_and(|l| pred(k, l)))
-            .map(|(k, _)| *k)
-    }
-
-    /// The relations of one observable.
-    pub fn of(&mut self, observable: u64) -> Option<&mut HashMap<RelationKey, Relation>> {
-        self.by_resource.get_mut(&observable)
+            .get(&observable)
+            .map(|m| m.keys().filter(|k| pick(k)).copied().collect())
+            .unwrap_or_default()
     }
 
     /// Removes and returns every relation of one observable.
-    pub fn take_all(&mut self, observable: u64) -> HashMap<RelationKey, Relation> {
+    pub fn take_all(&mut self, observable: u64) -> Vec<(RelationKey, Relation)> {
         let all = self.by_resource.remove(&observable).unwrap_or_default();
-        for key in all.keys() {
-            self.forget_peer(key.0);
+        shrink_when_sparse(&mut self.by_resource);
+        let all: Vec<(RelationKey, Relation)> = all.into_iter().collect();
+        for (key, rel) in &all {
+            self.owner.remove(key);
+            self.unindex(key, rel);
         }
+        shrink_when_sparse(&mut self.owner);
         all
     }
 
     /// Number of relations in this shard.
     pub fn len(&self) -> usize {
-        self.by_resource.values().map(HashMap::len).sum()
+        self.owner.len()
+    }
+
+    /// The capacity of the largest index (for tests of memory coming back).
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.owner.capacity().max(self.by_peer.capacity())
     }
 }
 
@@ -325,16 +474,15 @@ mod tests {
     use cobalt_proto::message::{Code, MessageType};
 
     fn rel() -> Relation {
-        Relation {
-            request: Message::new(MessageType::Confirmable, Code::GET, 1),
-            since_con: 0,
-            last_con: Instant::now(),
-            last: None,
-        }
+        Relation::new(
+            Message::new(MessageType::Confirmable, Code::GET, 1),
+            Instant::now(),
+            0,
+        )
     }
 
     #[test]
-    fn insert_replace_remove() {
+    fn insert_replace_remove_and_find() {
         let mut r = Relations::default();
         let key = ("127.0.0.1:1".parse().unwrap(), Token::new(&[1]).unwrap());
         assert!(r.insert(7, key, rel()));
@@ -343,12 +491,56 @@ mod tests {
         assert!(r.is_observer(key.0));
         let other = (key.0, Token::new(&[2]).unwrap());
         assert!(r.insert(8, other, rel()));
-        assert_eq!(r.remove(&key), Some(7));
-        assert_eq!(r.remove(&key), None);
+        r.set_last(&other, (ExchangeId(5), 42));
+        assert_eq!(r.by_exchange(ExchangeId(5)), Some(other));
+        assert_eq!(r.by_peer_mid(key.0, 42), Some(other));
+        assert_eq!(r.by_peer_mid(key.0, 43), None);
+        assert_eq!(r.remove(&key).map(|(o, _)| o), Some(7));
+        assert!(r.remove(&key).is_none());
         assert!(r.is_observer(key.0), "still observes 8");
+        assert_eq!(r.keys_of(8, |_| true), [other]);
         assert_eq!(r.take_all(8).len(), 1);
         assert!(!r.is_observer(key.0));
+        assert_eq!(r.by_exchange(ExchangeId(5)), None);
         assert_eq!(r.len(), 0);
+        // A token moved to another resource leaves the first.
+        assert!(r.insert(7, key, rel()));
+        assert!(!r.insert(8, key, rel()));
+        assert!(r.keys_of(7, |_| true).is_empty());
+        assert_eq!(r.get_mut(&key).map(|(o, _)| o), Some(8));
+    }
+
+    #[test]
+    fn the_tables_give_memory_back_when_they_empty() {
+        let mut r = Relations::default();
+        let keys: Vec<RelationKey> = (0..20_000u32)
+            .map(|i| {
+                let peer = SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 5683));
+                (peer, Token::new(&i.to_be_bytes()).unwrap())
+            })
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            r.insert(1, *k, rel());
+            r.set_last(k, (ExchangeId(i as u64), 1));
+        }
+        assert!(r.capacity() >= 20_000);
+        for k in &keys {
+            r.remove(k);
+        }
+        assert_eq!(r.len(), 0);
+        assert!(
+            r.capacity() <= 64,
+            "capacity {} after the flood",
+            r.capacity()
+        );
+    }
+
+    fn taken(inbox: &ChangeInbox) -> Vec<(u64, bool)> {
+        inbox
+            .take()
+            .into_iter()
+            .map(|(o, c)| (o, c.deleted))
+            .collect()
     }
 
     #[tokio::test]
@@ -367,19 +559,44 @@ mod tests {
         }
         o.changed_for(|peer| peer.ip().is_loopback());
         a.changed().await;
-        assert_eq!(a.take(), [(o.id(), false)], "100 changes, one entry");
-        assert_eq!(b.take(), [(o.id(), false)]);
+        assert_eq!(taken(&a), [(o.id(), false)], "100 changes, one entry");
+        assert_eq!(taken(&b), [(o.id(), false)]);
         o.changed_for(|peer| peer.ip().is_loopback());
         assert!(b.take().is_empty(), "filtered out");
         o.deleted();
         o.changed();
-        assert_eq!(a.take(), [(o.id(), true)], "deletion is not overwritten");
-        assert_eq!(b.take(), [(o.id(), true)]);
+        assert_eq!(taken(&a), [(o.id(), true)], "deletion is not overwritten");
+        assert_eq!(taken(&b), [(o.id(), true)]);
         o.unsubscribe(1);
         o.unsubscribe(2);
         assert_eq!(o.subscribers(), 0);
         o.changed();
         assert!(a.take().is_empty() && b.take().is_empty());
+    }
+
+    #[test]
+    fn shard_inboxes_merge_filters_until_there_are_too_many() {
+        let o = Observable::new();
+        let shard = Arc::new(ChangeInbox::default());
+        o.attach(vec![shard.clone()]);
+        let near: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let far: SocketAddr = "192.0.2.1:1".parse().unwrap();
+        o.changed_for(move |p| p == near);
+        o.changed_for(move |p| p == near);
+        let [(id, change)] = <[_; 1]>::try_from(shard.take()).unwrap();
+        assert_eq!(id, o.id());
+        assert!(change.selects(near) && !change.selects(far), "{change:?}");
+        assert!(!change.confirmable);
+        o.changed_for(move |p| p == near);
+        o.changed_confirmable();
+        let [(_, change)] = <[_; 1]>::try_from(shard.take()).unwrap();
+        assert!(change.selects(far), "an unfiltered change selects all");
+        assert!(change.confirmable);
+        for _ in 0..=MAX_FILTERS {
+            o.changed_for(move |p| p == near);
+        }
+        let [(_, change)] = <[_; 1]>::try_from(shard.take()).unwrap();
+        assert!(change.selects(far), "too many filters: all observers");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 
 use cobalt_proto::message::{content_format, opt, Code, Message, Options};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// A request as a handler sees it.
 #[derive(Debug, Clone)]
@@ -10,6 +12,8 @@ pub struct Request {
     peer: SocketAddr,
     message: Message,
     pub(crate) client: Option<crate::Client>,
+    /// Set when the handler asks for the peer (its answer then depends on who asks).
+    peer_read: Option<Arc<AtomicBool>>,
 }
 
 impl Request {
@@ -19,7 +23,14 @@ impl Request {
             peer,
             message,
             client: None,
+            peer_read: None,
         }
+    }
+
+    /// Sets `flag` when the handler asks for [`Request::peer`].
+    pub(crate) fn watch_peer(mut self, flag: Arc<AtomicBool>) -> Request {
+        self.peer_read = Some(flag);
+        self
     }
 
     /// A client whose requests go out on the socket of the shard that received this
@@ -31,7 +42,14 @@ impl Request {
     }
 
     /// Who sent it.
+    ///
+    /// For a notification, a handler that asks this is run for each observer; one that
+    /// does not may run once for all observers that registered with the same request
+    /// ([`Observable`](super::Observable)).
     pub fn peer(&self) -> SocketAddr {
+        if let Some(flag) = &self.peer_read {
+            flag.store(true, Ordering::Relaxed);
+        }
         self.peer
     }
 
@@ -164,7 +182,7 @@ impl Response {
     }
 
     /// Sets an arbitrary option value (replacing earlier ones).
-    pub fn with_option(mut self, number: u16, value: impl Into<Vec<u8>>) -> Response {
+    pub fn with_option(mut self, number: u16, value: impl AsRef<[u8]>) -> Response {
         self.options.set(number, value);
         self
     }

@@ -1,17 +1,17 @@
 //! The server role of one shard: dispatch into the resource tree, Block1 reassembly,
 //! Block2 slicing, and the observation relations of the peers this shard owns.
 
+use super::fanout::{FanOut, FanOutStats, Producer, Production};
 use super::intake::{intake, Intake, StreamedBlock};
 use super::limits::ServerLimits;
-use super::observe::{Change, Observable, Relation, RelationKey, Relations};
+use super::observe::{ChangeInbox, Observable};
 use super::tree::ResourceTree;
-use super::upload::{acknowledge_block, Uploads};
+use super::upload::{acknowledge_block, UploadStats, Uploads};
 use super::{BoxFuture, Executor, Request, Response};
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, Token};
 use futures_util::FutureExt;
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -28,12 +28,10 @@ pub(crate) enum Completion {
         response: Response,
         ctx: ReplyContext,
     },
-    /// A notification for an observer.
+    /// A notification produced on an executor.
     Notification {
-        observable: u64,
-        key: RelationKey,
+        production: Production,
         response: Response,
-        confirmable: bool,
     },
 }
 
@@ -45,45 +43,43 @@ pub(crate) struct ReplyContext {
     block1: Option<BlockValue>,
     /// The peer and key of a finished upload, to keep a large answer for follow-ups.
     upload: Option<(SocketAddr, Vec<u8>)>,
-    /// Register an observer if the response is a success.
-    register: Option<(Observable, SocketAddr, Message)>,
+    /// Register an observer if the response is a success: the resource, the peer,
+    /// the request and the version of the resource's state when the handler started.
+    register: Option<(Observable, SocketAddr, Message, u64)>,
 }
 
 /// The server role of a shard.
 pub(crate) struct ServerShard {
     tree: Arc<ResourceTree>,
     limits: ServerLimits,
-    observables: HashMap<u64, Observable>,
-    relations: Relations,
+    observers: FanOut,
+    inbox: Arc<ChangeInbox>,
     uploads: Uploads,
     completions: mpsc::UnboundedSender<Completion>,
     client: Option<crate::Client>,
 }
 
 impl ServerShard {
+    /// The server role of a shard serving `tree`, whose observable resources post
+    /// their changes to `inbox`.
     pub(crate) fn new(
         tree: Arc<ResourceTree>,
         limits: ServerLimits,
-        idle_timeout: std::time::Duration,
+        inbox: Arc<ChangeInbox>,
         completions: mpsc::UnboundedSender<Completion>,
         client: Option<crate::Client>,
     ) -> ServerShard {
-        let observables = tree
-            .observables()
-            .into_iter()
-            .map(|o| (o.id(), o))
-            .collect();
+        let budgets = tree.budgets();
         ServerShard {
-            uploads: Uploads::new(
-                limits.max_body,
-                limits.max_uploads,
-                limits.max_upload_memory,
-                idle_timeout,
+            uploads: Uploads::new(&limits, budgets.counters.clone()),
+            observers: FanOut::new(
+                tree.observables(),
+                budgets.observers.clone(),
+                limits.clone(),
             ),
+            inbox,
             tree,
             limits,
-            observables,
-            relations: Relations::default(),
             completions,
             client,
         }
@@ -91,7 +87,63 @@ impl ServerShard {
 
     /// Observe relations held by this shard (for metrics).
     pub(crate) fn observer_count(&self) -> usize {
-        self.relations.len()
+        self.observers.len()
+    }
+
+    /// The fan-out's counters and backlog, and the uploads' (for metrics).
+    pub(crate) fn stats(&self) -> (FanOutStats, usize, UploadStats) {
+        (
+            self.observers.stats(),
+            self.observers.backlog(),
+            self.uploads.stats(),
+        )
+    }
+
+    /// Where this shard's observable resources post their changes.
+    pub(crate) fn inbox(&self) -> Arc<ChangeInbox> {
+        self.inbox.clone()
+    }
+
+    /// Takes the changes posted to the inbox.
+    pub(crate) fn take_changes(&mut self) {
+        self.observers.on_changes(self.inbox.take());
+    }
+
+    /// Whether notifications wait to be sent: call [`ServerShard::step`].
+    pub(crate) fn has_work(&self) -> bool {
+        self.observers.has_work()
+    }
+
+    /// Sends up to `observe_batch` notifications (running GET handlers as needed).
+    pub(crate) fn step(&mut self, ep: &mut Endpoint, now: Instant) {
+        let mut runner = Runner {
+            tree: &self.tree,
+            client: &self.client,
+            completions: &self.completions,
+        };
+        self.observers
+            .step(ep, &mut runner, now, self.limits.observe_batch.max(1));
+    }
+
+    /// Datagrams from `peers` were handled: observers waiting for an ACK may go on.
+    pub(crate) fn on_heard(&mut self, ep: &Endpoint, peers: &[SocketAddr]) {
+        for p in peers {
+            self.observers.on_heard(ep, *p);
+        }
+    }
+
+    /// The next time [`ServerShard::handle_timeout`] has something to do.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match (self.observers.poll_timeout(), self.uploads.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Paced observers that are due get their notification; idle uploads expire.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        self.observers.handle_timeout(now);
+        self.uploads.expire(now);
     }
 
     /// A new request from the endpoint.
@@ -106,7 +158,7 @@ impl ServerShard {
         let observe = request.options.observe();
         if request.code == Code::GET && observe != Some(0) {
             // A GET with the token of an observation, without Observe=0, ends it (RFC 7641 §3.6).
-            self.end_relation(&(peer, request.token));
+            self.observers.end(&(peer, request.token));
         }
         let szx = self.limits.block_szx;
         let (request, block1, upload) = match intake(
@@ -134,28 +186,26 @@ impl ServerShard {
         let block2 = request.block2();
         let registration =
             (request.code == Code::GET && observe == Some(0)).then(|| request.clone());
-        let routed = match self.tree.route(self.request(peer, request)) {
-            Ok(x) => x,
-            Err(resp) => {
-                let ctx = ReplyContext {
-                    block2,
-                    block1,
-                    upload,
-                    register: None,
-                };
-                self.finish_reply(ep, now, id, resp, ctx);
-                return;
-            }
-        };
-        let ctx = ReplyContext {
+        let token = request.token;
+        let mut ctx = ReplyContext {
             block2,
             block1,
             upload,
-            register: routed
-                .observable
-                .zip(registration)
-                .map(|(o, r)| (o, peer, r)),
+            register: None,
         };
+        let routed = match self.tree.route(self.request(peer, request)) {
+            Ok(x) => x,
+            Err(resp) => return self.finish_reply(ep, now, id, resp, ctx),
+        };
+        if let Some((o, r)) = routed.observable.zip(registration) {
+            // Refused at once when the budget has no room: no handler run.
+            if let Err(refusal) = self.observers.check(&(peer, token)) {
+                let resp = refusal.response("observers", self.limits.refusal_max_age);
+                return self.finish_reply(ep, now, id, resp, ctx);
+            }
+            let version = self.observers.version(o.id());
+            ctx.register = Some((o, peer, r, version));
+        }
         self.run(ep, now, routed.future, &routed.executor, move |response| {
             Completion::Reply { id, response, ctx }
         });
@@ -172,18 +222,9 @@ impl ServerShard {
         executor: &Executor,
         then: impl FnOnce(Response) -> Completion + Send + 'static,
     ) {
-        let pending = if executor.is_inline() {
-            match run_inline(fut) {
-                Ok(resp) => return self.on_completion(ep, now, then(resp)),
-                Err(pending) => pending,
-            }
-        } else {
-            guarded(fut)
-        };
-        let done = self.completions.clone();
-        executor.spawn(pending, move |response| {
-            let _ = done.send(then(response));
-        });
+        if let Some(resp) = run_handler(fut, executor, &self.completions, then) {
+            self.on_completion(ep, now, resp);
+        }
     }
 
     /// One block of an upload to a streaming handler (checked for order by
@@ -231,11 +272,9 @@ impl ServerShard {
                 self.finish_reply(ep, now, id, response, ctx)
             }
             Completion::Notification {
-                observable,
-                key,
+                production,
                 response,
-                confirmable,
-            } => self.send_notification(ep, now, observable, key, response, confirmable),
+            } => self.observers.produced(ep, now, production, response),
         }
     }
 
@@ -247,22 +286,20 @@ impl ServerShard {
         mut response: Response,
         ctx: ReplyContext,
     ) {
-        if let Some((observable, peer, request)) = ctx.register {
-            if response.code.is_success() && observable.observer_count() < self.limits.max_observers
-            {
+        if let Some((observable, peer, request, version)) = ctx.register {
+            if response.code.is_success() {
                 let key = (peer, request.token);
-                let relation = Relation {
-                    request,
-                    since_con: 0,
-                    last_con: now,
-                    last: None,
-                };
-                if self.relations.insert(observable.id(), key, relation) {
-                    observable.observer_added();
+                match self
+                    .observers
+                    .register(&observable, key, request, now, version)
+                {
+                    Ok(()) => response
+                        .options
+                        .set(opt::OBSERVE, encode_uint(observable.current_seq())),
+                    Err(refusal) => {
+                        response = refusal.response("observers", self.limits.refusal_max_age)
+                    }
                 }
-                response
-                    .options
-                    .set(opt::OBSERVE, encode_uint(observable.current_seq()));
             }
         }
         // A streamed block that was taken asks for the next one with 2.31.
@@ -287,130 +324,81 @@ impl ServerShard {
         let _ = ep.respond(now, id, msg);
     }
 
-    /// An observable changed: produce a notification for each of its observers here.
-    pub(crate) fn on_change(&mut self, ep: &mut Endpoint, now: Instant, change: Change) {
-        let Some(observable) = self.observables.get(&change.observable).cloned() else {
-            return;
-        };
-        if change.deleted {
-            for ((peer, token), rel) in self.relations.take_all(change.observable) {
-                observable.observer_removed();
-                let gone = Response::new(Code::NOT_FOUND).into_message();
-                let replaces = rel.last.filter(|(_, mid)| ep.is_unacknowledged(peer, *mid));
-                ep.notify(now, peer, token, gone, true, replaces);
-            }
-            return;
-        }
-        let client = self.client.clone();
-        let Some(relations) = self.relations.of(change.observable) else {
-            return;
-        };
-        let mut work: Vec<(RelationKey, BoxFuture, Executor)> = Vec::new();
-        for (key, rel) in relations.iter() {
-            if change.filter.as_ref().is_some_and(|f| !f(key.0)) {
-                continue;
-            }
-            let mut req = rel.request.clone();
-            req.options.remove(opt::BLOCK2);
-            let mut request = Request::new(key.0, req);
-            request.client = client.clone();
-            match self.tree.route(request) {
-                Ok(r) => work.push((*key, r.future, r.executor)),
-                Err(resp) => work.push((*key, Box::pin(async move { resp }), Executor::Inline)),
-            }
-        }
-        let (observable, confirmable) = (change.observable, change.confirmable);
-        for (key, fut, executor) in work {
-            self.run(ep, now, fut, &executor, move |response| {
-                Completion::Notification {
-                    observable,
-                    key,
-                    response,
-                    confirmable,
-                }
-            });
-        }
+    /// A confirmable notification (or separate response) was not acknowledged.
+    pub(crate) fn on_delivery_failed(&mut self, id: ExchangeId) {
+        self.observers.on_delivery_failed(id);
     }
 
-    fn send_notification(
-        &mut self,
-        ep: &mut Endpoint,
-        now: Instant,
-        observable: u64,
-        key: RelationKey,
-        mut response: Response,
-        confirmable: bool,
-    ) {
-        let Some(handle) = self.observables.get(&observable).cloned() else {
-            return;
-        };
-        let limits = &self.limits;
-        let Some(rel) = self.relations.of(observable).and_then(|m| m.get_mut(&key)) else {
-            return;
-        };
-        let (peer, token) = key;
-        let success = response.code.is_success();
-        if success {
-            response
-                .options
-                .set(opt::OBSERVE, encode_uint(handle.current_seq()));
-        }
-        let con = confirmable
-            || !success
-            || rel.since_con + 1 >= limits.observe_con_every
-            || now.duration_since(rel.last_con) >= limits.observe_con_interval;
-        let replaces = rel.last.filter(|(_, mid)| ep.is_unacknowledged(peer, *mid));
-        // A notification carries the first block; the client fetches the rest (RFC 7959 §3.4).
-        let first_block = Message::new(
-            cobalt_proto::message::MessageType::Confirmable,
-            Code::GET,
-            0,
-        );
-        let msg = slice_response(&first_block, response.into_message(), limits.block_szx);
-        let last = ep.notify(now, peer, token, msg, con, replaces);
-        rel.last = Some(last);
-        if con {
-            rel.since_con = 0;
-            rel.last_con = now;
-        } else {
-            rel.since_con += 1;
-        }
-        if !success {
-            // An error notification ends the relation (RFC 7641 §4.2).
-            self.end_relation(&key);
-        }
+    /// An RST matched no pending CON: it may reject a NON notification.
+    pub(crate) fn on_unmatched_reset(&mut self, peer: SocketAddr, mid: u16) {
+        self.observers.on_unmatched_reset(peer, mid);
     }
 
     /// An answer or notification for `(peer, token)` could not be sent because the
     /// peer's address was never verified: an observation with that token ends.
     pub(crate) fn on_unverified(&mut self, peer: SocketAddr, token: Token) {
-        self.end_relation(&(peer, token));
+        self.observers.end(&(peer, token));
     }
+}
 
-    /// A confirmable notification (or separate response) was not acknowledged.
-    pub(crate) fn on_delivery_failed(&mut self, id: ExchangeId) {
-        if let Some(key) = self.relations.find_by_last(|_, (eid, _)| eid == id) {
-            self.end_relation(&key);
-        }
-    }
+/// Runs GET handlers for notifications the way the shard runs every handler.
+struct Runner<'a> {
+    tree: &'a ResourceTree,
+    client: &'a Option<crate::Client>,
+    completions: &'a mpsc::UnboundedSender<Completion>,
+}
 
-    /// An RST matched no pending CON: it may reject a NON notification.
-    pub(crate) fn on_unmatched_reset(&mut self, peer: SocketAddr, mid: u16) {
-        if let Some(key) = self
-            .relations
-            .find_by_last(|k, (_, m)| k.0 == peer && m == mid)
-        {
-            self.end_relation(&key);
-        }
-    }
-
-    fn end_relation(&mut self, key: &RelationKey) {
-        if let Some(obs) = self.relations.remove(key) {
-            if let Some(o) = self.observables.get(&obs) {
-                o.observer_removed();
+impl Producer for Runner<'_> {
+    fn produce(
+        &mut self,
+        peer: SocketAddr,
+        request: Message,
+        production: Production,
+    ) -> Option<(Response, Production)> {
+        let mut req = Request::new(peer, request).watch_peer(production.peer_read.clone());
+        req.client = self.client.clone();
+        let (fut, executor) = match self.tree.route(req) {
+            Ok(r) => (r.future, r.executor),
+            Err(resp) => return Some((resp, production)),
+        };
+        let ready = run_handler(fut, &executor, self.completions, move |response| {
+            Completion::Notification {
+                production,
+                response,
             }
+        });
+        match ready {
+            Some(Completion::Notification {
+                production,
+                response,
+            }) => Some((response, production)),
+            _ => None,
         }
     }
+}
+
+/// Runs a handler: inline on this thread when it is ready at once (returning the
+/// completion `then` makes of its answer), otherwise on its executor (or as a task
+/// here), its completion coming back through `completions`.
+fn run_handler(
+    fut: BoxFuture,
+    executor: &Executor,
+    completions: &mpsc::UnboundedSender<Completion>,
+    then: impl FnOnce(Response) -> Completion + Send + 'static,
+) -> Option<Completion> {
+    let pending = if executor.is_inline() {
+        match run_inline(fut) {
+            Ok(resp) => return Some(then(resp)),
+            Err(pending) => pending,
+        }
+    } else {
+        guarded(fut)
+    };
+    let done = completions.clone();
+    executor.spawn(pending, move |response| {
+        let _ = done.send(then(response));
+    });
+    None
 }
 
 /// Polls a handler once on the shard's thread; a handler that is not ready is

@@ -30,7 +30,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 /// What one listener's connections share.
@@ -39,9 +39,10 @@ pub(crate) struct StreamShared {
     pub tree: Arc<ResourceTree>,
     /// Observers, uploads, block size.
     pub limits: ServerLimits,
-    /// Uploads in progress and kept answers of all connections: one memory budget
-    /// (`limits.max_upload_memory`) for the listener, however many connections it has.
-    pub uploads: Mutex<Uploads>,
+    /// Uploads in progress and kept answers of all connections: one set of budgets
+    /// (`limits.max_uploads`, `max_upload_memory`, per address) for the listener,
+    /// however many connections it has. Idle ones expire on a timer task.
+    pub uploads: Arc<Mutex<Uploads>>,
     /// Largest BERT block sent, in bytes.
     pub max_bert_block: usize,
     /// Observe relations on all connections of the listener (a gauge for metrics).
@@ -56,18 +57,15 @@ impl StreamShared {
         bert: bool,
         max_bert_block: usize,
     ) -> StreamShared {
-        let lifetime = cobalt_proto::endpoint::EndpointConfig::default().exchange_lifetime();
-        let uploads = Uploads::new(
-            limits.max_body,
-            limits.max_uploads,
-            limits.max_upload_memory,
-            lifetime,
-        )
-        .with_bert(bert);
+        let uploads = Uploads::new(&limits, tree.budgets().counters.clone()).with_bert(bert);
+        let uploads = Arc::new(Mutex::new(uploads));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(expire_uploads(Arc::downgrade(&uploads)));
+        }
         StreamShared {
             tree,
             limits,
-            uploads: Mutex::new(uploads),
+            uploads,
             max_bert_block,
             observers: Arc::default(),
         }
@@ -75,6 +73,23 @@ impl StreamShared {
 
     fn uploads(&self) -> MutexGuard<'_, Uploads> {
         self.uploads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Drops the listener's idle uploads on their timer, until the listener is gone.
+async fn expire_uploads(uploads: Weak<Mutex<Uploads>>) {
+    loop {
+        let next = {
+            let Some(uploads) = uploads.upgrade() else {
+                return;
+            };
+            let mut u = uploads.lock().unwrap_or_else(|e| e.into_inner());
+            u.expire(Instant::now());
+            u.poll_timeout()
+        };
+        // Nothing held: look again in a second (the timer starts with the first upload).
+        let wake = next.unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(1));
+        tokio::time::sleep_until(wake.into()).await;
     }
 }
 
@@ -127,7 +142,8 @@ pub(crate) struct StreamServer {
 impl StreamServer {
     /// The server side of a new connection with `peer`.
     pub(crate) fn new(shared: Arc<StreamShared>, peer: SocketAddr) -> StreamServer {
-        let relations = StreamRelations::new(peer, shared.observers.clone());
+        let budget = shared.tree.budgets().observers.clone();
+        let relations = StreamRelations::new(peer, shared.observers.clone(), budget);
         StreamServer {
             inbox: relations.inbox(),
             shared,
@@ -241,7 +257,8 @@ impl StreamServer {
     /// Resources observed here changed: start a notification for each relation (4.04
     /// and the end of the relation for a deleted resource).
     pub(crate) fn on_changes(&mut self, conn: &mut TcpConnection, handlers: &mut Handlers) {
-        for (observable, deleted) in self.inbox.take() {
+        for (observable, change) in self.inbox.take() {
+            let deleted = change.deleted;
             for (token, _) in self.relations.of(observable) {
                 if deleted {
                     self.relations.end(&token);
@@ -324,18 +341,19 @@ impl StreamServer {
     ) {
         let mut registered = false;
         if let Some((observable, request)) = ctx.register {
-            if response.code.is_success()
-                && self.relations.register(
-                    &observable,
-                    token,
-                    request,
-                    self.shared.limits.max_observers,
-                )
-            {
-                response
-                    .options
-                    .set(opt::OBSERVE, encode_uint(observable.current_seq()));
-                registered = true;
+            if response.code.is_success() {
+                let limits = &self.shared.limits;
+                match self.relations.register(&observable, token, request, limits) {
+                    Ok(()) => {
+                        response
+                            .options
+                            .set(opt::OBSERVE, encode_uint(observable.current_seq()));
+                        registered = true;
+                    }
+                    Err(refusal) => {
+                        response = refusal.response("observers", limits.refusal_max_age)
+                    }
+                }
             }
         }
         let full = acknowledge_block(response, ctx.block1).into_message();

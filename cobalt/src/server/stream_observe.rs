@@ -7,6 +7,8 @@
 //! removes every relation from the resources' observer counts and unsubscribes the
 //! connection's inbox, so nothing is left behind.
 
+use super::budget::{ObserverBudget, Refusal};
+use super::limits::ServerLimits;
 use super::observe::{ChangeInbox, Observable};
 use cobalt_proto::message::{Message, Token};
 use std::collections::HashMap;
@@ -33,18 +35,25 @@ pub(crate) struct StreamRelations {
     by_token: HashMap<Token, StreamRelation>,
     /// The listener's count of relations, kept equal to the sum of `by_token`'s.
     gauge: Arc<AtomicU64>,
+    /// The server's relations per address and in total.
+    budget: Arc<ObserverBudget>,
 }
 
 impl StreamRelations {
     /// No relations yet, for a connection with `peer`; `gauge` counts the relations of
-    /// every connection of the listener.
-    pub(crate) fn new(peer: SocketAddr, gauge: Arc<AtomicU64>) -> StreamRelations {
+    /// every connection of the listener, `budget` those of the server.
+    pub(crate) fn new(
+        peer: SocketAddr,
+        gauge: Arc<AtomicU64>,
+        budget: Arc<ObserverBudget>,
+    ) -> StreamRelations {
         StreamRelations {
             conn: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
             peer,
             inbox: Arc::new(ChangeInbox::default()),
             by_token: HashMap::new(),
             gauge,
+            budget,
         }
     }
 
@@ -53,20 +62,23 @@ impl StreamRelations {
         self.inbox.clone()
     }
 
-    /// Registers `token` as an observer of `observable` unless the resource already
-    /// has `max_observers` (then the GET is answered without Observe, RFC 7641 §4.1).
-    /// A relation with the same token is replaced.
+    /// Registers `token` as an observer of `observable`, replacing a relation with the
+    /// same token, unless the peer's address holds `max_observers_per_ip` relations
+    /// already (4.29) or the server is near `max_observers` and the address holds at
+    /// least what is left (5.03).
     pub(crate) fn register(
         &mut self,
         observable: &Observable,
         token: Token,
         request: Message,
-        max_observers: usize,
-    ) -> bool {
+        limits: &ServerLimits,
+    ) -> Result<(), Refusal> {
         self.end(&token);
-        if observable.observer_count() >= max_observers {
-            return false;
-        }
+        self.budget.admit(
+            self.peer.ip(),
+            limits.max_observers_per_ip,
+            limits.max_observers,
+        )?;
         if !self.observes(observable.id()) {
             observable.subscribe(self.conn, self.peer, self.inbox.clone());
         }
@@ -79,7 +91,7 @@ impl StreamRelations {
                 request,
             },
         );
-        true
+        Ok(())
     }
 
     /// Ends the relation with `token`, if any; true if there was one.
@@ -87,8 +99,10 @@ impl StreamRelations {
         let Some(rel) = self.by_token.remove(token) else {
             return false;
         };
+        super::tables::shrink_when_sparse(&mut self.by_token);
         rel.observable.observer_removed();
         self.gauge.fetch_sub(1, Ordering::Relaxed);
+        self.budget.release(self.peer.ip());
         if !self.observes(rel.observable.id()) {
             rel.observable.unsubscribe(self.conn);
         }
@@ -140,6 +154,7 @@ impl Drop for StreamRelations {
         for (_, rel) in self.by_token.drain() {
             rel.observable.observer_removed();
             self.gauge.fetch_sub(1, Ordering::Relaxed);
+            self.budget.release(self.peer.ip());
             rel.observable.unsubscribe(self.conn);
         }
     }
@@ -158,20 +173,39 @@ mod tests {
         Message::new(MessageType::Confirmable, Code::GET, 0)
     }
 
+    fn limits(per_ip: usize, total: usize) -> ServerLimits {
+        ServerLimits {
+            max_observers_per_ip: per_ip,
+            max_observers: total,
+            ..ServerLimits::default()
+        }
+    }
+
+    fn relations(
+        peer: &str,
+        gauge: &Arc<AtomicU64>,
+        budget: &Arc<ObserverBudget>,
+    ) -> StreamRelations {
+        StreamRelations::new(peer.parse().unwrap(), gauge.clone(), budget.clone())
+    }
+
     #[test]
     fn counts_and_subscriptions_follow_the_relations() {
         let (a, b) = (Observable::new(), Observable::new());
         let gauge = Arc::new(AtomicU64::new(0));
-        let mut rels = StreamRelations::new("127.0.0.1:9".parse().unwrap(), gauge.clone());
-        assert!(rels.register(&a, token(1), get(), 10));
-        assert!(rels.register(&a, token(2), get(), 10));
-        assert!(rels.register(&b, token(3), get(), 10));
+        let budget = Arc::new(ObserverBudget::default());
+        let l = limits(10, 100);
+        let mut rels = relations("127.0.0.1:9", &gauge, &budget);
+        assert!(rels.register(&a, token(1), get(), &l).is_ok());
+        assert!(rels.register(&a, token(2), get(), &l).is_ok());
+        assert!(rels.register(&b, token(3), get(), &l).is_ok());
         assert!(
-            rels.register(&a, token(2), get(), 10),
+            rels.register(&a, token(2), get(), &l).is_ok(),
             "same token replaces"
         );
         assert_eq!((a.observer_count(), b.observer_count()), (2, 1));
         assert_eq!(gauge.load(Ordering::Relaxed), 3);
+        assert_eq!(budget.total(), 3);
         assert_eq!((a.subscribers(), b.subscribers()), (1, 1));
         assert_eq!(rels.of(a.id()).len(), 2);
         assert!(rels.get(&token(3), b.id()).is_some());
@@ -185,18 +219,36 @@ mod tests {
         drop(rels);
         assert_eq!((b.observer_count(), b.subscribers()), (0, 0));
         assert_eq!(gauge.load(Ordering::Relaxed), 0);
+        assert_eq!(budget.total(), 0, "the budget is given back");
     }
 
     #[test]
-    fn max_observers_is_respected() {
+    fn one_address_is_bounded_and_others_are_served() {
         let a = Observable::new();
         let gauge = Arc::new(AtomicU64::new(0));
-        let mut one = StreamRelations::new("127.0.0.1:9".parse().unwrap(), gauge.clone());
-        let mut two = StreamRelations::new("127.0.0.1:10".parse().unwrap(), gauge);
-        assert!(one.register(&a, token(1), get(), 1));
-        assert!(!two.register(&a, token(1), get(), 1));
-        assert_eq!((a.observer_count(), a.subscribers(), two.len()), (1, 1, 0));
+        let budget = Arc::new(ObserverBudget::default());
+        let l = limits(2, 100);
+        // Two connections from one address share its budget.
+        let mut one = relations("192.0.2.1:9", &gauge, &budget);
+        let mut two = relations("192.0.2.1:10", &gauge, &budget);
+        assert!(one.register(&a, token(1), get(), &l).is_ok());
+        assert!(two.register(&a, token(1), get(), &l).is_ok());
+        assert_eq!(
+            two.register(&a, token(2), get(), &l),
+            Err(Refusal::PeerBudget)
+        );
+        assert_eq!((a.observer_count(), two.len()), (2, 1));
+        // Another address is served.
+        let mut other = relations("192.0.2.2:9", &gauge, &budget);
+        assert!(other.register(&a, token(1), get(), &l).is_ok());
+        // Near the server-wide bound the heavy address is refused first.
+        let tight = limits(10, 6);
+        assert_eq!(
+            one.register(&a, token(3), get(), &tight),
+            Err(Refusal::ServerBound)
+        );
+        assert!(other.register(&a, token(2), get(), &tight).is_ok());
         drop(one);
-        assert!(two.register(&a, token(1), get(), 1));
+        assert!(two.register(&a, token(2), get(), &l).is_ok());
     }
 }

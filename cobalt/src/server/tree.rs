@@ -1,6 +1,7 @@
 //! The resource tree: paths to resources, dispatch with 4.04/4.05, and the
 //! `/.well-known/core` listing generated from it.
 
+use super::budget::Budgets;
 use super::executor::Executor;
 use super::handler::{BoxFuture, BoxedChunkHandler, MethodRouter};
 use super::observe::Observable;
@@ -8,6 +9,7 @@ use super::request::{IntoResponse, Request, Response};
 use cobalt_proto::link_format::{self, Link};
 use cobalt_proto::message::{content_format, Code};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Path of the discovery resource (RFC 6690 §4).
 pub const WELL_KNOWN_CORE: &str = "/.well-known/core";
@@ -34,6 +36,9 @@ pub(crate) struct Routed {
 pub struct ResourceTree {
     root: Node,
     links: Vec<Link>,
+    /// What the peers of a server that serves this tree hold, over all its shards and
+    /// listeners.
+    budgets: Arc<Budgets>,
 }
 
 impl ResourceTree {
@@ -83,6 +88,12 @@ impl ResourceTree {
             executor = node.executor.as_ref().or(executor);
         }
         node.resource.as_ref().map(|r| (r, executor))
+    }
+
+    /// The observe-relation budget and the refusal counters shared by every shard and
+    /// listener serving this tree.
+    pub(crate) fn budgets(&self) -> Arc<Budgets> {
+        self.budgets.clone()
     }
 
     /// The links of every visible resource, in path order.
@@ -147,7 +158,7 @@ impl ResourceTree {
     /// when the request is a GET to an observable resource.
     pub(crate) fn route(&self, req: Request) -> Result<Routed, Response> {
         let found = self.find(req.options().uri_path());
-        if found.is_none() && req.path() == WELL_KNOWN_CORE {
+        if found.is_none() && is_well_known_core(req.options().uri_path()) {
             return Err(self.well_known_core(&req));
         }
         let Some((resource, executor)) = found else {
@@ -176,4 +187,10 @@ impl ResourceTree {
         Response::content(link_format::encode(&owned).into_bytes())
             .with_content_format(content_format::LINK_FORMAT)
     }
+}
+
+/// Whether Uri-Path is the two segments `.well-known` and `core` (RFC 6690 §4); one
+/// segment `.well-known/core` is another path (RFC 7252 §6.4 escapes its `/`).
+fn is_well_known_core<'a>(mut path: impl Iterator<Item = &'a str>) -> bool {
+    path.next() == Some(".well-known") && path.next() == Some("core") && path.next().is_none()
 }

@@ -5,11 +5,17 @@
 //! (a non-final BERT block must be a multiple of 1024 bytes, every block must start
 //! where the body received so far ends).
 
+use super::budget::{count_upload, fair_share_exceeded, Refusal};
+use super::limits::ServerLimits;
 use super::request::Response;
+use super::tables::shrink_when_sparse;
+use crate::metrics::LimitCounters;
 use cobalt_proto::blockwise::{check_block, BlockError, BERT_SZX};
 use cobalt_proto::message::{opt, BlockValue, Code, Message};
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What to do with a request that carries Block1.
@@ -17,11 +23,14 @@ use std::time::{Duration, Instant};
 pub(crate) enum UploadStep {
     /// More blocks expected: answer with this (2.31 Continue) now.
     Continue(Response),
-    /// The upload cannot go on: answer with this (4.08, 4.13, 5.03).
+    /// The upload cannot go on: answer with this (4.08, 4.13, 4.29, 5.03).
     Reject(Response),
     /// The last block arrived: run the handler with this body; echo `last` in Block1.
     Complete { body: Vec<u8>, last: BlockValue },
 }
+
+/// An upload (or kept answer) is identified by the peer and [`upload_key`].
+type Key = (SocketAddr, Vec<u8>);
 
 #[derive(Debug)]
 struct Upload {
@@ -30,43 +39,140 @@ struct Upload {
     touched: Instant,
 }
 
+/// A streamed upload: only the next expected offset is kept, never the body.
+#[derive(Debug)]
+struct Streamed {
+    next: usize,
+    touched: Instant,
+}
+
+/// What one address (or one address and port) holds.
+#[derive(Debug, Default, Clone, Copy)]
+struct Holding {
+    uploads: usize,
+    bytes: usize,
+}
+
+/// Who holds how much: per IP address, per address and port, and in total.
+#[derive(Debug, Default)]
+struct Ledger {
+    per_ip: HashMap<IpAddr, Holding>,
+    per_peer: HashMap<SocketAddr, usize>,
+    total: Holding,
+}
+
+impl Ledger {
+    fn ip(&self, ip: IpAddr) -> Holding {
+        self.per_ip.get(&ip).copied().unwrap_or_default()
+    }
+
+    fn peer(&self, peer: SocketAddr) -> usize {
+        self.per_peer.get(&peer).copied().unwrap_or(0)
+    }
+
+    /// Adds (or, negative, gives back) uploads and bytes of `peer`.
+    fn add(&mut self, peer: SocketAddr, uploads: isize, bytes: isize) {
+        let apply = |v: &mut usize, d: isize| *v = v.saturating_add_signed(d);
+        let h = self.per_ip.entry(peer.ip()).or_default();
+        apply(&mut h.uploads, uploads);
+        apply(&mut h.bytes, bytes);
+        if h.uploads == 0 && h.bytes == 0 {
+            self.per_ip.remove(&peer.ip());
+            shrink_when_sparse(&mut self.per_ip);
+        }
+        if uploads != 0 {
+            let n = self.per_peer.entry(peer).or_default();
+            apply(n, uploads);
+            if *n == 0 {
+                self.per_peer.remove(&peer);
+                shrink_when_sparse(&mut self.per_peer);
+            }
+        }
+        apply(&mut self.total.uploads, uploads);
+        apply(&mut self.total.bytes, bytes);
+    }
+
+    /// The address holding the most uploads (`by_bytes`: bytes).
+    fn heaviest(&self, by_bytes: bool) -> Option<(IpAddr, usize)> {
+        self.per_ip
+            .iter()
+            .map(|(ip, h)| (*ip, if by_bytes { h.bytes } else { h.uploads }))
+            .max_by_key(|(_, n)| *n)
+    }
+}
+
+/// The bounds of [`Uploads`], from [`ServerLimits`].
+#[derive(Debug, Clone)]
+struct Bounds {
+    max_body: usize,
+    max_uploads: usize,
+    per_ip: usize,
+    per_peer: usize,
+    max_memory: usize,
+    memory_per_ip: usize,
+    idle_timeout: Duration,
+    max_age: u32,
+}
+
+/// Uploads held now, for the metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UploadStats {
+    /// Uploads in progress.
+    pub uploads: usize,
+    /// Bytes held by them and by kept answers.
+    pub bytes: usize,
+}
+
 /// Uploads in progress in one shard (or one TCP or WebSocket listener, shared by its
 /// connections), and the responses of finished uploads whose later Block2 blocks the
 /// client may still ask for.
+///
+/// Bounded per client address and port, per IP address and in total, in uploads and
+/// in bytes ([`ServerLimits`]): a peer over its own budget gets 4.29, and near a
+/// total bound the peers holding at least what is still free get 5.03 — or, at the
+/// bound itself, the heaviest address's oldest upload is dropped to make room for a
+/// peer that holds less. Uploads idle for `upload_idle_timeout` are dropped by
+/// [`Uploads::expire`], which the owner calls on a timer ([`Uploads::poll_timeout`]).
 #[derive(Debug)]
 pub(crate) struct Uploads {
-    map: HashMap<(SocketAddr, Vec<u8>), Upload>,
+    map: HashMap<Key, Upload>,
     /// After an upload the client asks for the rest of a large response with Block2
     /// requests that carry no body (RFC 7959 §3.3); those must not run the handler
     /// again, so the whole response is kept for them.
-    answers: HashMap<(SocketAddr, Vec<u8>), (Instant, Message)>,
-    /// Streamed uploads: only the next expected offset is kept, never the body.
-    streams: HashMap<(SocketAddr, Vec<u8>), (usize, Instant)>,
-    max_body: usize,
-    max_uploads: usize,
-    /// Bytes all uploads and kept answers of this shard may hold together.
-    max_memory: usize,
-    idle_timeout: Duration,
+    answers: HashMap<Key, (Instant, Message)>,
+    /// Streamed uploads.
+    streams: HashMap<Key, Streamed>,
+    ledger: Ledger,
+    bounds: Bounds,
     /// BERT blocks (SZX 7) are accepted (the server announced BERT in its CSM).
     bert: bool,
+    counters: Arc<LimitCounters>,
+    /// When idle uploads are looked for next (while any are held).
+    next_sweep: Option<Instant>,
 }
 
 impl Uploads {
-    pub(crate) fn new(
-        max_body: usize,
-        max_uploads: usize,
-        max_memory: usize,
-        idle_timeout: Duration,
-    ) -> Uploads {
+    /// No uploads yet, within `limits`; refusals, expiries and evictions are counted
+    /// in `counters`.
+    pub(crate) fn new(limits: &ServerLimits, counters: Arc<LimitCounters>) -> Uploads {
         Uploads {
             map: HashMap::new(),
             answers: HashMap::new(),
             streams: HashMap::new(),
-            max_body,
-            max_uploads,
-            max_memory,
-            idle_timeout,
+            ledger: Ledger::default(),
+            bounds: Bounds {
+                max_body: limits.max_body,
+                max_uploads: limits.max_uploads,
+                per_ip: limits.max_uploads_per_ip,
+                per_peer: limits.max_uploads_per_peer,
+                max_memory: limits.max_upload_memory,
+                memory_per_ip: limits.max_upload_memory_per_ip,
+                idle_timeout: limits.upload_idle_timeout,
+                max_age: limits.refusal_max_age,
+            },
             bert: false,
+            counters,
+            next_sweep: None,
         }
     }
 
@@ -77,17 +183,200 @@ impl Uploads {
         self
     }
 
+    /// Whether BERT blocks (SZX 7) are accepted.
+    pub(crate) fn bert(&self) -> bool {
+        self.bert
+    }
+
     /// Forgets the uploads and kept answers of `peer` (its connection closed).
     pub(crate) fn forget_peer(&mut self, peer: SocketAddr) {
-        self.map.retain(|(p, _), _| *p != peer);
-        self.answers.retain(|(p, _), _| *p != peer);
-        self.streams.retain(|(p, _), _| *p != peer);
+        let keys: Vec<Key> = self
+            .map
+            .keys()
+            .chain(self.streams.keys())
+            .chain(self.answers.keys())
+            .filter(|(p, _)| *p == peer)
+            .cloned()
+            .collect();
+        for k in keys {
+            self.drop_key(&k);
+        }
+    }
+
+    /// Uploads held now.
+    pub(crate) fn stats(&self) -> UploadStats {
+        UploadStats {
+            uploads: self.ledger.total.uploads,
+            bytes: self.ledger.total.bytes,
+        }
     }
 
     /// Number of uploads in progress.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.map.len() + self.streams.len()
+    }
+
+    /// When [`Uploads::expire`] has something to look at.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.next_sweep
+    }
+
+    /// Drops uploads and kept answers idle for `upload_idle_timeout` (looked for every
+    /// quarter of it, so one goes between 1 and 1.25 times the timeout after its last
+    /// block).
+    pub(crate) fn expire(&mut self, now: Instant) {
+        if self.next_sweep.is_none_or(|t| t > now) {
+            return;
+        }
+        let timeout = self.bounds.idle_timeout;
+        let idle = |t: Instant| now.saturating_duration_since(t) >= timeout;
+        let stale: Vec<Key> = self
+            .map
+            .iter()
+            .filter(|(_, u)| idle(u.touched))
+            .map(|(k, _)| k.clone())
+            .chain(
+                self.streams
+                    .iter()
+                    .filter(|(_, s)| idle(s.touched))
+                    .map(|(k, _)| k.clone()),
+            )
+            .collect();
+        self.counters
+            .uploads_expired
+            .fetch_add(stale.len() as u64, Ordering::Relaxed);
+        let old_answers: Vec<Key> = self
+            .answers
+            .iter()
+            .filter(|(_, (t, _))| idle(*t))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in stale.iter().chain(&old_answers) {
+            self.drop_key(k);
+        }
+        self.next_sweep = None;
+        self.schedule_sweep(now);
+    }
+
+    /// Sets the next sweep if something is held and none is set.
+    fn schedule_sweep(&mut self, now: Instant) {
+        let held = !(self.map.is_empty() && self.streams.is_empty() && self.answers.is_empty());
+        if !held {
+            self.next_sweep = None;
+        } else if self.next_sweep.is_none() {
+            let every = (self.bounds.idle_timeout / 4).max(Duration::from_millis(10));
+            self.next_sweep = Some(now + every);
+        }
+    }
+
+    /// Removes whatever is held under `key` (upload, streamed upload, kept answer).
+    fn drop_key(&mut self, key: &Key) {
+        if let Some(u) = self.map.remove(key) {
+            self.ledger.add(key.0, -1, -(u.body.len() as isize));
+            shrink_when_sparse(&mut self.map);
+        }
+        if self.streams.remove(key).is_some() {
+            self.ledger.add(key.0, -1, 0);
+            shrink_when_sparse(&mut self.streams);
+        }
+        self.drop_answer(key);
+    }
+
+    fn drop_upload(&mut self, key: &Key) {
+        if let Some(u) = self.map.remove(key) {
+            self.ledger.add(key.0, -1, -(u.body.len() as isize));
+            shrink_when_sparse(&mut self.map);
+        }
+    }
+
+    fn drop_answer(&mut self, key: &Key) {
+        if let Some((_, m)) = self.answers.remove(key) {
+            self.ledger.add(key.0, 0, -(m.payload.len() as isize));
+            shrink_when_sparse(&mut self.answers);
+        }
+    }
+
+    /// Room for one more upload of `peer`: refused past its own budgets (4.29), or
+    /// near the total bound while it holds at least what is free (5.03); at the bound
+    /// itself a peer holding less than the heaviest address gets that address's
+    /// oldest upload's place.
+    fn admit(&mut self, peer: SocketAddr) -> Result<(), Refusal> {
+        let b = self.bounds.clone();
+        let mine = self.ledger.ip(peer.ip());
+        let refusal = if self.ledger.peer(peer) >= b.per_peer || mine.uploads >= b.per_ip {
+            Some(Refusal::PeerBudget)
+        } else if fair_share_exceeded(mine.uploads, 1, self.ledger.total.uploads, b.max_uploads)
+            && !(self.ledger.total.uploads >= b.max_uploads && self.evict(peer.ip(), false))
+        {
+            Some(Refusal::ServerBound)
+        } else {
+            None
+        };
+        match refusal {
+            Some(r) => {
+                count_upload(&self.counters, r);
+                Err(r)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Room for `more` bytes of `peer`, like [`Uploads::admit`] for bytes.
+    fn admit_bytes(&mut self, peer: SocketAddr, more: usize) -> Result<(), Refusal> {
+        let b = self.bounds.clone();
+        let mine = self.ledger.ip(peer.ip());
+        if mine.bytes + more > b.memory_per_ip {
+            count_upload(&self.counters, Refusal::PeerBudget);
+            return Err(Refusal::PeerBudget);
+        }
+        let max = b.max_memory;
+        while fair_share_exceeded(mine.bytes, more, self.ledger.total.bytes, max) {
+            // At the bound, heavier addresses make room; otherwise this one is heavy.
+            if self.ledger.total.bytes + more <= max || !self.evict(peer.ip(), true) {
+                count_upload(&self.counters, Refusal::ServerBound);
+                return Err(Refusal::ServerBound);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the oldest upload (or kept answer, `by_bytes`) of the address holding
+    /// the most, if that is more than `ip` holds; true if one was dropped.
+    fn evict(&mut self, ip: IpAddr, by_bytes: bool) -> bool {
+        let Some((heavy, held)) = self.ledger.heaviest(by_bytes) else {
+            return false;
+        };
+        let mine = self.ledger.ip(ip);
+        if held <= if by_bytes { mine.bytes } else { mine.uploads } {
+            return false;
+        }
+        let answers = self
+            .answers
+            .iter()
+            .filter(|_| by_bytes)
+            .map(|(k, (t, _))| (k, *t));
+        let oldest = self
+            .map
+            .iter()
+            .map(|(k, u)| (k, u.touched))
+            .chain(self.streams.iter().map(|(k, s)| (k, s.touched)))
+            .chain(answers)
+            .filter(|(k, _)| k.0.ip() == heavy)
+            .min_by_key(|(_, t)| *t)
+            .map(|(k, _)| k.clone());
+        let Some(key) = oldest else {
+            return false;
+        };
+        self.drop_key(&key);
+        self.counters
+            .uploads_evicted
+            .fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    fn refused(&self, r: Refusal) -> Response {
+        r.response("uploads", self.bounds.max_age)
     }
 
     /// Feeds one request carrying `block`.
@@ -99,7 +388,7 @@ impl Uploads {
         block: BlockValue,
     ) -> UploadStep {
         if let Some(size1) = req.options.get_uint(opt::SIZE1) {
-            if size1 as usize > self.max_body {
+            if size1 as usize > self.bounds.max_body {
                 return UploadStep::Reject(self.too_large());
             }
         }
@@ -114,17 +403,10 @@ impl Uploads {
                     last: block,
                 };
             }
-            if !self.map.contains_key(&key) && self.map.len() >= self.max_uploads {
-                let timeout = self.idle_timeout;
-                self.map
-                    .retain(|_, u| now.duration_since(u.touched) < timeout);
-                if self.map.len() >= self.max_uploads {
-                    return UploadStep::Reject(
-                        Response::new(Code::SERVICE_UNAVAILABLE)
-                            .with_max_age(5)
-                            .with_payload("too many uploads in progress; retry later"),
-                    );
-                }
+            // Starting again replaces an upload with the same key.
+            self.drop_upload(&key);
+            if let Err(r) = self.admit(peer) {
+                return UploadStep::Reject(self.refused(r));
             }
             self.map.insert(
                 key.clone(),
@@ -134,6 +416,8 @@ impl Uploads {
                     touched: now,
                 },
             );
+            self.ledger.add(peer, 1, 0);
+            self.schedule_sweep(now);
         }
         let Some(up) = self.map.get_mut(&key) else {
             return UploadStep::Reject(incomplete(
@@ -143,31 +427,29 @@ impl Uploads {
         // Blocks must come in order and (except the last) be full-sized; a client may
         // lower the size during the transfer (§2.5), which renumbers the blocks.
         if block.szx > up.szx {
-            self.map.remove(&key);
+            self.drop_upload(&key);
             return UploadStep::Reject(incomplete("block of a larger size than before"));
         }
         if let Err(e) = check_block(block, req.payload.len(), up.body.len(), self.bert) {
-            self.map.remove(&key);
+            self.drop_upload(&key);
             return UploadStep::Reject(incomplete(&e.to_string()));
         }
-        if up.body.len() + req.payload.len() > self.max_body {
-            self.map.remove(&key);
+        if up.body.len() + req.payload.len() > self.bounds.max_body {
+            self.drop_upload(&key);
             return UploadStep::Reject(self.too_large());
         }
-        if self.held() + req.payload.len() > self.max_memory {
-            self.map.remove(&key);
-            return UploadStep::Reject(
-                Response::new(Code::SERVICE_UNAVAILABLE)
-                    .with_max_age(5)
-                    .with_payload("the server holds too much upload data now; retry later"),
-            );
+        if let Err(r) = self.admit_bytes(peer, req.payload.len()) {
+            self.drop_upload(&key);
+            return UploadStep::Reject(self.refused(r));
         }
         let Some(up) = self.map.get_mut(&key) else {
-            return UploadStep::Reject(incomplete("upload vanished"));
+            // Evicted to make room for itself: only when it is its address's oldest.
+            return UploadStep::Reject(incomplete("upload dropped to make room"));
         };
         up.body.extend_from_slice(&req.payload);
         up.szx = block.szx;
         up.touched = now;
+        self.ledger.add(peer, 0, req.payload.len() as isize);
         if block.more {
             let ack = BlockValue {
                 more: true,
@@ -177,15 +459,20 @@ impl Uploads {
                 Response::new(Code::CONTINUE).with_option(opt::BLOCK1, encode(ack)),
             );
         }
-        let up = self.map.remove(&key).map(|u| u.body).unwrap_or_default();
-        UploadStep::Complete {
-            body: up,
-            last: block,
-        }
+        let body = match self.map.remove(&key) {
+            Some(u) => {
+                self.ledger.add(peer, -1, -(u.body.len() as isize));
+                shrink_when_sparse(&mut self.map);
+                u.body
+            }
+            None => Vec::new(),
+        };
+        UploadStep::Complete { body, last: block }
     }
 
     /// Checks that a block of a streamed upload comes in order; returns its offset, or
-    /// the answer that ends the upload (4.08 for a gap, 5.03 when too many are open).
+    /// the answer that ends the upload (4.08 for a gap, 4.29 or 5.03 when the peer or
+    /// the server has too many open).
     pub(crate) fn stream_block(
         &mut self,
         now: Instant,
@@ -198,54 +485,43 @@ impl Uploads {
         }
         let key = (peer, upload_key(req));
         if block.num == 0 {
-            if let Err(e) = check_block(block, req.payload.len(), 0, self.bert) {
-                self.streams.remove(&key);
-                return Err(incomplete(&e.to_string()));
+            if self.streams.remove(&key).is_some() {
+                self.ledger.add(peer, -1, 0);
             }
+            check_block(block, req.payload.len(), 0, self.bert)
+                .map_err(|e| incomplete(&e.to_string()))?;
             if block.more {
-                if !self.streams.contains_key(&key) && self.streams.len() >= self.max_uploads {
-                    let timeout = self.idle_timeout;
-                    self.streams
-                        .retain(|_, (_, t)| now.duration_since(*t) < timeout);
-                    if self.streams.len() >= self.max_uploads {
-                        return Err(Response::new(Code::SERVICE_UNAVAILABLE)
-                            .with_max_age(5)
-                            .with_payload("too many uploads in progress; retry later"));
-                    }
+                if let Err(r) = self.admit(peer) {
+                    return Err(self.refused(r));
                 }
-                self.streams.insert(key, (req.payload.len(), now));
+                let next = req.payload.len();
+                self.streams.insert(key, Streamed { next, touched: now });
+                self.ledger.add(peer, 1, 0);
+                self.schedule_sweep(now);
             }
             return Ok(0);
         }
-        let Some(expected) = self.streams.get(&key).map(|(o, _)| *o) else {
+        let Some(expected) = self.streams.get(&key).map(|s| s.next) else {
             return Err(incomplete(
                 "no upload in progress for this block; start with block 0",
             ));
         };
         if let Err(e) = check_block(block, req.payload.len(), expected, self.bert) {
-            self.streams.remove(&key);
+            self.drop_key(&key);
             return Err(incomplete(&e.to_string()));
         }
         if block.more {
-            self.streams
-                .insert(key, (block.offset() + req.payload.len(), now));
-        } else {
-            self.streams.remove(&key);
+            let next = block.offset() + req.payload.len();
+            self.streams.insert(key, Streamed { next, touched: now });
+        } else if self.streams.remove(&key).is_some() {
+            self.ledger.add(peer, -1, 0);
+            shrink_when_sparse(&mut self.streams);
         }
         Ok(block.offset())
     }
 
-    /// Bytes held by uploads in progress and kept answers.
-    fn held(&self) -> usize {
-        self.map.values().map(|u| u.body.len()).sum::<usize>()
-            + self
-                .answers
-                .values()
-                .map(|(_, m)| m.payload.len())
-                .sum::<usize>()
-    }
-
-    /// Keeps the whole response of an upload that was answered in blocks.
+    /// Keeps the whole response of an upload that was answered in blocks, if the
+    /// budgets have room (otherwise the client's follow-ups run the handler again).
     pub(crate) fn keep_answer(
         &mut self,
         now: Instant,
@@ -253,18 +529,20 @@ impl Uploads {
         key: Vec<u8>,
         response: Message,
     ) {
-        if self.answers.len() >= self.max_uploads {
-            let timeout = self.idle_timeout;
-            self.answers
-                .retain(|_, (t, _)| now.duration_since(*t) < timeout);
-            if self.answers.len() >= self.max_uploads {
-                return;
-            }
+        let key = (peer, key);
+        self.drop_answer(&key);
+        let b = &self.bounds;
+        let (mine, total) = (self.ledger.ip(peer.ip()), self.ledger.total);
+        let n = response.payload.len();
+        if self.answers.len() >= b.max_uploads
+            || mine.bytes + n > b.memory_per_ip
+            || fair_share_exceeded(mine.bytes, n, total.bytes, b.max_memory)
+        {
+            return;
         }
-        if self.held() + response.payload.len() > self.max_memory {
-            return; // the client's follow-ups will run the handler again instead
-        }
-        self.answers.insert((peer, key), (now, response));
+        self.ledger.add(peer, 0, n as isize);
+        self.answers.insert(key, (now, response));
+        self.schedule_sweep(now);
     }
 
     /// The block a Block2 follow-up of an upload asks for, cut by `slice` from the
@@ -282,22 +560,24 @@ impl Uploads {
             return None;
         }
         let key = (peer, upload_key(req));
-        let (at, resp) = self.answers.get(&key)?;
-        if now.duration_since(*at) >= self.idle_timeout {
-            self.answers.remove(&key);
+        let (at, resp) = self.answers.get_mut(&key)?;
+        if now.duration_since(*at) >= self.bounds.idle_timeout {
+            self.drop_answer(&key);
             return None;
         }
+        *at = now;
         let out = slice(req, resp.clone());
         if !out.block2().is_some_and(|b| b.more) {
-            self.answers.remove(&key);
+            self.drop_answer(&key);
         }
         Some(out)
     }
 
     fn too_large(&self) -> Response {
+        let max = self.bounds.max_body;
         Response::new(Code::REQUEST_ENTITY_TOO_LARGE)
-            .with_option(opt::SIZE1, encode_u32(self.max_body as u32))
-            .with_payload(format!("request body larger than {} bytes", self.max_body))
+            .with_option(opt::SIZE1, encode_u32(max as u32))
+            .with_payload(format!("request body larger than {max} bytes"))
     }
 }
 
@@ -362,9 +642,24 @@ mod tests {
         "127.0.0.1:9".parse().unwrap()
     }
 
+    /// A table with these bounds and no per-address ones.
+    fn table(max_body: usize, max_uploads: usize, memory: usize, idle: Duration) -> Uploads {
+        let limits = ServerLimits {
+            max_body,
+            max_uploads,
+            max_upload_memory: memory,
+            max_upload_memory_per_ip: memory,
+            max_uploads_per_ip: usize::MAX,
+            max_uploads_per_peer: usize::MAX,
+            upload_idle_timeout: idle,
+            ..ServerLimits::default()
+        };
+        Uploads::new(&limits, Arc::default())
+    }
+
     #[test]
     fn in_order_blocks_reassemble() {
-        let mut u = Uploads::new(1000, 10, 1 << 20, Duration::from_secs(60));
+        let mut u = table(1000, 10, 1 << 20, Duration::from_secs(60));
         let now = Instant::now();
         let data: Vec<u8> = (0..40).collect();
         let (m, b) = put(0, true, 0, &data[..16]);
@@ -389,7 +684,7 @@ mod tests {
 
     #[test]
     fn gaps_and_oversize_are_rejected() {
-        let mut u = Uploads::new(40, 10, 1 << 20, Duration::from_secs(60));
+        let mut u = table(40, 10, 1 << 20, Duration::from_secs(60));
         let now = Instant::now();
         let (m, b) = put(0, true, 0, &[0; 16]);
         u.handle(now, peer(), &m, b);
@@ -427,7 +722,7 @@ mod tests {
 
     #[test]
     fn kept_answer_serves_block2_follow_ups_until_the_last_block() {
-        let mut u = Uploads::new(1000, 10, 1 << 20, Duration::from_secs(60));
+        let mut u = table(1000, 10, 1 << 20, Duration::from_secs(60));
         let now = Instant::now();
         let (m, _) = put(0, false, 0, b"x");
         let mut resp = Message::new(MessageType::Acknowledgement, Code::CHANGED, 0);
@@ -456,49 +751,172 @@ mod tests {
 
     #[test]
     fn all_uploads_together_stay_within_the_memory_budget() {
-        let mut u = Uploads::new(1000, 10, 40, Duration::from_secs(60));
+        let mut u = table(1000, 10, 40, Duration::from_secs(60));
         let now = Instant::now();
-        let other: SocketAddr = "127.0.0.1:10".parse().unwrap();
-        for (p, expect_ok) in [(peer(), true), (other, true)] {
+        let other: SocketAddr = "192.0.2.1:10".parse().unwrap();
+        for p in [peer(), other] {
             let (m, b) = put(0, true, 0, &[0; 16]);
-            assert_eq!(
-                matches!(u.handle(now, p, &m, b), UploadStep::Continue(_)),
-                expect_ok
-            );
+            assert!(matches!(u.handle(now, p, &m, b), UploadStep::Continue(_)));
         }
-        // 32 bytes held; 16 more would pass 40.
+        // 32 bytes held; 16 more would pass 40, and nobody holds more than this peer.
         let (m, b) = put(1, true, 0, &[0; 16]);
         assert!(
-            matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::SERVICE_UNAVAILABLE)
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::SERVICE_UNAVAILABLE && r.options.max_age() == 10)
+        );
+        assert_eq!(
+            u.stats(),
+            UploadStats {
+                uploads: 1,
+                bytes: 16
+            }
         );
     }
 
     #[test]
-    fn upload_cap_evicts_idle_ones_first() {
-        let mut u = Uploads::new(1000, 1, 1 << 20, Duration::from_secs(10));
+    fn idle_uploads_expire_on_their_own_timer() {
+        let mut u = table(1000, 10, 1 << 20, Duration::from_secs(8));
         let t0 = Instant::now();
+        assert_eq!(u.poll_timeout(), None, "nothing held, no timer");
         let (m, b) = put(0, true, 0, &[0; 16]);
         u.handle(t0, peer(), &m, b);
-        let other: SocketAddr = "127.0.0.1:10".parse().unwrap();
+        let due = u.poll_timeout().expect("a timer once something is held");
+        assert_eq!(due, t0 + Duration::from_secs(2));
+        u.expire(due);
+        assert_eq!(u.len(), 1, "not idle long enough");
+        let mut now = due;
+        while u.len() > 0 {
+            now = u.poll_timeout().unwrap();
+            u.expire(now);
+        }
+        assert!(now >= t0 + Duration::from_secs(8) && now <= t0 + Duration::from_secs(10));
+        assert_eq!(u.poll_timeout(), None);
+        assert_eq!(u.counters.uploads_expired.load(Ordering::Relaxed), 1);
+        assert_eq!(u.stats(), UploadStats::default());
+        let (m, b) = put(1, true, 0, &[0; 16]);
         assert!(
-            matches!(u.handle(t0, other, &m, b), UploadStep::Reject(r) if r.code == Code::SERVICE_UNAVAILABLE)
+            matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::REQUEST_ENTITY_INCOMPLETE)
         );
-        assert!(matches!(
-            u.handle(t0 + Duration::from_secs(11), other, &m, b),
-            UploadStep::Continue(_)
-        ));
+    }
+
+    fn limited(per_peer: usize, per_ip: usize, total: usize) -> Uploads {
+        let limits = ServerLimits {
+            max_body: 4096,
+            max_uploads: total,
+            max_uploads_per_ip: per_ip,
+            max_uploads_per_peer: per_peer,
+            max_upload_memory: 1 << 20,
+            max_upload_memory_per_ip: 1 << 20,
+            upload_idle_timeout: Duration::from_secs(60),
+            ..ServerLimits::default()
+        };
+        Uploads::new(&limits, Arc::default())
+    }
+
+    fn start(u: &mut Uploads, now: Instant, from: SocketAddr, tag: u16) -> Code {
+        let (mut m, b) = put(0, true, 0, &[7; 16]);
+        m.options.set(opt::REQUEST_TAG, tag.to_be_bytes());
+        match u.handle(now, from, &m, b) {
+            UploadStep::Continue(r) | UploadStep::Reject(r) => r.code,
+            UploadStep::Complete { .. } => Code::CHANGED,
+        }
+    }
+
+    #[test]
+    fn an_attacker_is_bounded_per_port_and_per_address_and_others_upload() {
+        let mut u = limited(4, 32, 1000);
+        let now = Instant::now();
+        let attacker = |port: u16| SocketAddr::from(([192, 0, 2, 66], port));
+        // 2,000 one-block uploads from one port: 4 taken, the rest 4.29.
+        let codes: Vec<Code> = (0..2000)
+            .map(|t| start(&mut u, now, attacker(1), t))
+            .collect();
+        assert_eq!(codes.iter().filter(|c| **c == Code::CONTINUE).count(), 4);
+        assert!(codes[4..].iter().all(|c| *c == Code::TOO_MANY_REQUESTS));
+        // From many ports: 32 for the address in all.
+        for port in 2..2000 {
+            start(&mut u, now, attacker(port), 0);
+        }
+        assert_eq!(u.len(), 32);
+        assert_eq!(u.stats().bytes, 32 * 16);
+        // Someone else uploads meanwhile, to the end.
+        let legit: SocketAddr = "198.51.100.7:5683".parse().unwrap();
+        assert_eq!(start(&mut u, now, legit, 1), Code::CONTINUE);
+        let (mut m, b) = put(1, false, 0, b"end");
+        m.options.set(opt::REQUEST_TAG, 1u16.to_be_bytes());
+        match u.handle(now, legit, &m, b) {
+            UploadStep::Complete { body, .. } => assert_eq!(body.len(), 19),
+            other => panic!("{other:?}"),
+        }
+        // The attacker's uploads expire and the memory comes back.
+        let later = now + Duration::from_secs(80);
+        u.expire(u.poll_timeout().unwrap().max(later));
+        assert_eq!(u.len(), 0);
+        assert_eq!(u.stats(), UploadStats::default());
+        assert!(u.map.capacity() <= 64 && u.ledger.per_peer.capacity() <= 64);
+        assert!(u.counters.upload_refused_peer.load(Ordering::Relaxed) > 1900);
+    }
+
+    #[test]
+    fn at_the_bound_heavy_addresses_are_refused_and_light_ones_get_room() {
+        let mut u = limited(1000, 1000, 100);
+        let t0 = Instant::now();
+        let from = |ip: u8, port: u16| SocketAddr::from(([192, 0, 2, ip], port));
+        // One address alone stops at half the bound (fair share).
+        let mut taken = 0;
+        while start(&mut u, t0, from(1, taken), 0) == Code::CONTINUE {
+            taken += 1;
+        }
+        assert_eq!(taken, 50);
+        // Near the bound an address holding a few is refused while it holds at least
+        // what is left; addresses holding nothing fill it up.
+        let t = t0 + Duration::from_secs(1);
+        let mut second = 0;
+        while start(&mut u, t, from(2, second), 0) == Code::CONTINUE {
+            second += 1;
+        }
+        assert_eq!(second, 25);
+        for ip in 3..=27 {
+            assert_eq!(start(&mut u, t, from(ip, 1), 0), Code::CONTINUE, "{ip}");
+        }
+        assert_eq!(u.len(), 100);
+        // The heavy address is refused 5.03 ...
+        assert_eq!(start(&mut u, t, from(1, 999), 0), Code::SERVICE_UNAVAILABLE);
+        // ... a light one gets the place of the heavy address's oldest upload.
+        assert_eq!(start(&mut u, t, from(28, 1), 0), Code::CONTINUE);
+        assert_eq!(u.len(), 100);
+        assert_eq!(u.ledger.ip(from(1, 0).ip()).uploads, 49);
+        assert_eq!(u.counters.uploads_evicted.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn the_bytes_of_one_address_are_bounded() {
+        let limits = ServerLimits {
+            max_body: 64,
+            max_upload_memory: 1 << 20,
+            max_upload_memory_per_ip: 64,
+            ..ServerLimits::default()
+        };
+        let mut u = Uploads::new(&limits, Arc::default());
+        let now = Instant::now();
+        let attacker = |port| SocketAddr::from(([192, 0, 2, 66], port));
+        for port in 1..=4 {
+            assert_eq!(start(&mut u, now, attacker(port), 0), Code::CONTINUE);
+        }
+        assert_eq!(start(&mut u, now, attacker(5), 0), Code::TOO_MANY_REQUESTS);
+        assert_eq!(u.stats().bytes, 64);
+        assert_eq!(start(&mut u, now, peer(), 0), Code::CONTINUE);
     }
 
     #[test]
     fn bert_blocks_are_taken_only_when_announced_and_checked() {
         let now = Instant::now();
         let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
-        let mut plain = Uploads::new(1 << 20, 10, 1 << 20, Duration::from_secs(60));
+        let mut plain = table(1 << 20, 10, 1 << 20, Duration::from_secs(60));
         let (m, b) = put(0, true, 7, &data[..2048]);
         assert!(
             matches!(plain.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::BAD_REQUEST)
         );
-        let mut u = Uploads::new(1 << 20, 10, 1 << 20, Duration::from_secs(60)).with_bert(true);
+        let mut u = table(1 << 20, 10, 1 << 20, Duration::from_secs(60)).with_bert(true);
         let (m, b) = put(0, true, 7, &data[..2048]);
         assert!(
             matches!(u.handle(now, peer(), &m, b), UploadStep::Continue(r)

@@ -125,28 +125,45 @@ fn socket_addr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
 
 /// Sends datagrams without blocking; returns how many went out (a prefix of `msgs`).
 #[cfg(target_os = "linux")]
-pub fn send_batch(fd: RawFd, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
-    let n = msgs.len().min(BATCH);
-    let addrs: Vec<SockAddr> = msgs[..n].iter().map(|(a, _)| SockAddr::from(*a)).collect();
-    // SAFETY: the iovecs point at the caller's byte slices and the names at `addrs`,
-    // all alive for the duration of the call; the kernel only reads them.
-    unsafe {
-        let mut iov: [libc::iovec; BATCH] = std::mem::zeroed();
-        let mut hdrs: [libc::mmsghdr; BATCH] = std::mem::zeroed();
-        for i in 0..n {
-            iov[i].iov_base = msgs[i].1.as_ptr() as *mut libc::c_void;
-            iov[i].iov_len = msgs[i].1.len();
-            hdrs[i].msg_hdr.msg_name = addrs[i].as_ptr() as *mut libc::c_void;
-            hdrs[i].msg_hdr.msg_namelen = addrs[i].len();
-            hdrs[i].msg_hdr.msg_iov = &mut iov[i];
-            hdrs[i].msg_hdr.msg_iovlen = 1;
+pub fn send_batch<'a>(
+    fd: RawFd,
+    msgs: impl IntoIterator<Item = (SocketAddr, &'a [u8])>,
+) -> io::Result<usize> {
+    // SAFETY: all-zero bytes are valid values of these plain C structs.
+    let (mut names, mut iov, mut hdrs): (
+        [libc::sockaddr_storage; BATCH],
+        [libc::iovec; BATCH],
+        [libc::mmsghdr; BATCH],
+    ) = unsafe { std::mem::zeroed() };
+    let mut n = 0;
+    for (addr, bytes) in msgs.into_iter().take(BATCH) {
+        let name = SockAddr::from(addr);
+        // SAFETY: `name` holds `name.len()` valid bytes of a socket address, which fit
+        // a sockaddr_storage; the iovec points at the caller's bytes, alive for the call.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                name.as_ptr().cast::<u8>(),
+                (&mut names[n] as *mut libc::sockaddr_storage).cast::<u8>(),
+                name.len() as usize,
+            );
         }
-        let sent = libc::sendmmsg(fd, hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT);
-        if sent < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(sent as usize)
+        iov[n].iov_base = bytes.as_ptr() as *mut libc::c_void;
+        iov[n].iov_len = bytes.len();
+        hdrs[n].msg_hdr.msg_namelen = name.len();
+        n += 1;
     }
+    for i in 0..n {
+        hdrs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        hdrs[i].msg_hdr.msg_iov = &mut iov[i];
+        hdrs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: the headers point at `names` and `iov`, alive for the duration of the
+    // call; the kernel only reads them and the bytes.
+    let sent = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -164,8 +181,11 @@ pub fn recv_batch_blocking(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn send_batch(fd: RawFd, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
-    let _ = (fd, msgs);
+pub fn send_batch<'a>(
+    fd: RawFd,
+    msgs: impl IntoIterator<Item = (SocketAddr, &'a [u8])>,
+) -> io::Result<usize> {
+    let _ = (fd, msgs.into_iter());
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "batched I/O needs Linux",
@@ -184,7 +204,10 @@ mod tests {
         let to = rx.local_addr().unwrap();
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 10 + i as usize]).collect();
         let msgs: Vec<(SocketAddr, &[u8])> = payloads.iter().map(|p| (to, p.as_slice())).collect();
-        assert_eq!(send_batch(tx.as_raw_fd(), &msgs).unwrap(), 10);
+        assert_eq!(
+            send_batch(tx.as_raw_fd(), msgs.iter().copied()).unwrap(),
+            10
+        );
         let big = vec![7u8; SLOT + 100];
         tx.send_to(&big, to).unwrap();
         let mut batch = RecvBatch::default();

@@ -11,6 +11,7 @@ macro_rules! shared_cases {
             observe_in_order_then_cancel: observe_in_order_then_cancel();
             dropping_an_observation_deregisters: dropping_an_observation_deregisters();
             deleted_sends_4_04_and_max_observers_holds: deleted_sends_4_04_and_max_observers_holds();
+            an_address_is_held_to_its_observer_budget: an_address_is_held_to_its_observer_budget();
             large_notifications_are_completed_with_bert: large_notifications_are_completed(true);
             large_notifications_are_completed_without_bert: large_notifications_are_completed(false);
             uploads_larger_than_the_server_accepts: uploads_larger_than_the_server_accepts();
@@ -171,8 +172,8 @@ pub async fn dropping_an_observation_deregisters(t: Transport) {
     server.shutdown(Duration::ZERO).await;
 }
 
-/// `deleted()` sends 4.04 and ends the relation; beyond `max_observers` a GET with
-/// Observe=0 is answered without Observe.
+/// `deleted()` sends 4.04 and ends the relation; at `max_observers` a GET with
+/// Observe=0 is answered 5.03 with Max-Age and registers nothing.
 pub async fn deleted_sends_4_04_and_max_observers_holds(t: Transport) {
     let value = Value::new(b"here");
     let server = t
@@ -198,8 +199,9 @@ pub async fn deleted_sends_4_04_and_max_observers_holds(t: Transport) {
         .is_some());
     let mut second = client.observe(&t.uri(&server, "/obs")).await.unwrap();
     let r = second.next().await.unwrap().unwrap();
-    assert_eq!(r.payload, b"here");
-    assert!(r.options.observe().is_none(), "beyond max_observers");
+    assert_eq!(r.code, Code::SERVICE_UNAVAILABLE, "at max_observers");
+    assert_eq!(r.options.max_age(), limits_max_age());
+    assert!(r.options.observe().is_none());
     assert!(second.next().await.is_none(), "not registered");
     assert_eq!(value.observable.observer_count(), 1);
     value.observable.deleted();
@@ -208,6 +210,47 @@ pub async fn deleted_sends_4_04_and_max_observers_holds(t: Transport) {
     assert!(obs.next().await.is_none());
     assert_eq!(value.observable.observer_count(), 0);
     server.shutdown(Duration::ZERO).await;
+}
+
+/// Beyond `max_observers_per_ip` a registration gets 4.29 with Max-Age; the relations
+/// the address holds go on, and a relation that ends makes room again.
+pub async fn an_address_is_held_to_its_observer_budget(t: Transport) {
+    let value = Value::new(b"a");
+    let limits = ServerLimits {
+        max_observers_per_ip: 2,
+        ..ServerLimits::default()
+    };
+    let server = t
+        .bind(
+            Server::new().route("/obs", value.resource()).limits(limits),
+            TcpServerLimits::default(),
+        )
+        .await;
+    let client = Client::new();
+    let uri = t.uri(&server, "/obs");
+    let mut a = client.observe(&uri).await.unwrap();
+    let mut b = client.observe(&uri).await.unwrap();
+    for o in [&mut a, &mut b] {
+        assert!(o.next().await.unwrap().unwrap().options.observe().is_some());
+    }
+    let mut c = client.observe(&uri).await.unwrap();
+    let refused = c.next().await.unwrap().unwrap();
+    assert_eq!(refused.code, Code::TOO_MANY_REQUESTS);
+    assert_eq!(refused.options.max_age(), limits_max_age());
+    assert!(refused.options.observe().is_none());
+    assert_eq!(value.observable.observer_count(), 2);
+    value.set(b"b");
+    assert_eq!(a.next().await.unwrap().unwrap().payload, b"b");
+    drop(a);
+    let o = value.observable.clone();
+    eventually("the dropped relation ends", || o.observer_count() == 1).await;
+    let mut d = client.observe(&uri).await.unwrap();
+    assert!(d.next().await.unwrap().unwrap().options.observe().is_some());
+    server.shutdown(Duration::ZERO).await;
+}
+
+fn limits_max_age() -> u32 {
+    ServerLimits::default().refusal_max_age
 }
 
 /// A notification larger than the client's Max-Message-Size comes as a first block

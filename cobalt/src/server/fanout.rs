@@ -1,0 +1,762 @@
+//! The observers of one UDP shard and their notifications: changes become rounds of
+//! notifications, worked off a bounded amount at a time so that the shard goes on
+//! reading its socket however many observers a resource has.
+//!
+//! - **Coalescing.** A change starts a *round* over the resource's observers; changes
+//!   that arrive during a round are merged into one next round. Each notification is
+//!   produced from the state current when it is produced, so observers skip states
+//!   that were overtaken (RFC 7641 §4.5 allows it) and every observer ends with the
+//!   latest one. An observer that already got a state at least as new as the one a
+//!   round was started for is skipped.
+//! - **Produced once.** Within a round the GET handler runs once per group of
+//!   observers whose registrations asked the same (method, options apart from token,
+//!   Observe, Block2, Size2 and Echo, and payload: see [`notification_key`]); its answer
+//!   is sent to each of them. A handler that asks for the peer's address
+//!   ([`Request::peer`](super::Request::peer)) is taken to answer differently per
+//!   observer and runs for each one.
+//! - **Bounded work.** [`FanOut::step`] visits at most a given number of observers;
+//!   the shard's loop calls it between reads of its socket.
+//! - **Pacing per observer.** While an observer's last confirmable notification is
+//!   unacknowledged it gets nothing new: it is *owed* the current state, which it gets
+//!   once the ACK has come (produced then, so it is the newest state — RFC 7641
+//!   §4.5.2). The same when `observe_min_interval` has not passed since its last
+//!   notification. An observer that never acknowledges costs nothing after its
+//!   confirmable notification times out, which ends the relation.
+
+use super::budget::{ObserverBudget, Refusal};
+use super::limits::ServerLimits;
+use super::observe::{Observable, PendingChange, Relation, RelationKey, Relations};
+use super::request::Response;
+use cobalt_proto::blockwise::slice_response;
+use cobalt_proto::endpoint::{Endpoint, ExchangeId};
+use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, MessageType};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Observers visited per resource before the next resource with a round gets a turn.
+const SLICE: usize = 64;
+
+/// Options that do not change what a GET handler answers to a registration: the
+/// observation itself, the block asked for (every observer gets the first block of the
+/// same representation) and the address check.
+const NOT_KEY: [u16; 4] = [opt::OBSERVE, opt::BLOCK2, opt::SIZE2, opt::ECHO];
+
+/// What identifies the answer a registering request gets from a handler that does
+/// not look at the peer: the method, the options other than [`NOT_KEY`] (URI, Accept,
+/// ETag, queries, ...) and the payload.
+pub(crate) fn notification_key(request: &Message) -> Vec<u8> {
+    let mut k = vec![request.code.0];
+    for o in request.options.iter() {
+        if NOT_KEY.contains(&o.number) {
+            continue;
+        }
+        k.extend_from_slice(&o.number.to_be_bytes());
+        k.extend_from_slice(&(o.value.len() as u32).to_be_bytes());
+        k.extend_from_slice(o.value);
+    }
+    k.push(0xff);
+    k.extend_from_slice(&request.payload);
+    k
+}
+
+/// What a notification being produced elsewhere (on an executor) belongs to; it comes
+/// back with the handler's answer to [`FanOut::produced`].
+#[derive(Debug)]
+pub(crate) struct Production {
+    observable: u64,
+    round: u64,
+    /// The group of observers that may share the answer.
+    group: Vec<u8>,
+    /// The observer it was produced for, and whether that one's must be confirmable.
+    key: RelationKey,
+    con: bool,
+    /// The state's version and sequence number when the handler was started.
+    stamp: Stamp,
+    /// Set if the handler asked for the peer's address.
+    pub(crate) peer_read: Arc<AtomicBool>,
+}
+
+/// Runs GET handlers for notifications: the shard, which knows the tree and the
+/// executors.
+pub(crate) trait Producer {
+    /// Runs the GET handler on `request` from `peer`; the answer if it is ready at
+    /// once (after which `production.peer_read` says whether it read the peer),
+    /// otherwise `None`: it will come back to [`FanOut::produced`] with `production`.
+    fn produce(
+        &mut self,
+        peer: SocketAddr,
+        request: Message,
+        production: Production,
+    ) -> Option<(Response, Production)>;
+}
+
+/// Which state a notification shows: the resource's shard-local version and the
+/// Observe sequence number, both taken when its handler started (the state it read is
+/// at least that new). A notification keeps the number of its production, however
+/// late it is sent, so an observer never takes an older state for a newer one.
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    version: u64,
+    seq: u32,
+}
+
+/// An answer shared by a group within a round.
+enum Produced {
+    /// Being produced; these observers wait for it.
+    Running(Vec<(RelationKey, bool)>),
+    /// Produced: the answer (without Observe) and the state it shows.
+    Ready(Response, Stamp),
+    /// The handler read the peer: every observer gets its own.
+    PerObserver,
+}
+
+/// One pass over (some of) a resource's observers.
+struct Round {
+    id: u64,
+    /// Observers that got a version at least this new are skipped.
+    version: u64,
+    /// To visit: observer, confirmable asked, and whether it is owed (retried).
+    queue: VecDeque<(RelationKey, bool, bool)>,
+    produced: HashMap<Vec<u8>, Produced>,
+    /// Productions under way.
+    running: usize,
+    /// Changes that came during the round: another full round follows.
+    next: Option<PendingChange>,
+}
+
+/// An owed observer waiting for its pacing interval.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Due(Instant, u64);
+
+/// Counters of the fan-out, for the metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FanOutStats {
+    /// GET handler runs that produced notifications.
+    pub productions: u64,
+    /// Notifications held back (an unacknowledged CON, or pacing) and sent later with
+    /// the state then current.
+    pub deferred: u64,
+    /// Observe registrations refused (4.29 or 5.03).
+    pub refused: u64,
+}
+
+/// The observers of one shard and the notifications on their way to them.
+pub(crate) struct FanOut {
+    relations: Relations,
+    observables: HashMap<u64, Observable>,
+    budget: Arc<ObserverBudget>,
+    limits: ServerLimits,
+    /// Changes taken per observable (the shard-local version of its state).
+    versions: HashMap<u64, u64>,
+    rounds: HashMap<u64, Round>,
+    /// Observables with a round, in turn order.
+    turn: VecDeque<u64>,
+    /// Owed observers waiting for the ACK of their last CON, by address.
+    blocked: HashMap<SocketAddr, Vec<cobalt_proto::message::Token>>,
+    /// Owed observers waiting for their pacing interval.
+    paced: BinaryHeap<Reverse<Due>>,
+    paced_keys: HashMap<u64, RelationKey>,
+    /// Observers of deleted resources still to be told 4.04, with their last
+    /// notification (replaced if unacknowledged).
+    farewells: VecDeque<(RelationKey, Option<(ExchangeId, u16)>)>,
+    next_id: u64,
+    stats: FanOutStats,
+}
+
+impl FanOut {
+    /// No observers yet, for the observable resources `observables`.
+    pub(crate) fn new(
+        observables: Vec<Observable>,
+        budget: Arc<ObserverBudget>,
+        limits: ServerLimits,
+    ) -> FanOut {
+        FanOut {
+            relations: Relations::default(),
+            observables: observables.into_iter().map(|o| (o.id(), o)).collect(),
+            budget,
+            limits,
+            versions: HashMap::new(),
+            rounds: HashMap::new(),
+            turn: VecDeque::new(),
+            blocked: HashMap::new(),
+            paced: BinaryHeap::new(),
+            paced_keys: HashMap::new(),
+            farewells: VecDeque::new(),
+            next_id: 0,
+            stats: FanOutStats::default(),
+        }
+    }
+
+    /// Relations held.
+    pub(crate) fn len(&self) -> usize {
+        self.relations.len()
+    }
+
+    /// Counters so far.
+    pub(crate) fn stats(&self) -> FanOutStats {
+        self.stats
+    }
+
+    /// Observers queued in rounds and farewells (a gauge).
+    pub(crate) fn backlog(&self) -> usize {
+        self.rounds.values().map(|r| r.queue.len()).sum::<usize>() + self.farewells.len()
+    }
+
+    /// The current version of `observable`'s state (give it to [`FanOut::register`]
+    /// for a registration whose handler starts now).
+    pub(crate) fn version(&self, observable: u64) -> u64 {
+        self.versions.get(&observable).copied().unwrap_or(0)
+    }
+
+    /// Whether a registration with `key` would be admitted now (one with the key of a
+    /// relation replaces it, so it always is); a refusal is counted.
+    pub(crate) fn check(&mut self, key: &RelationKey) -> Result<(), Refusal> {
+        if self.relations.contains(key) {
+            return Ok(());
+        }
+        let l = &self.limits;
+        let checked = self
+            .budget
+            .check(key.0.ip(), l.max_observers_per_ip, l.max_observers);
+        self.stats.refused += u64::from(checked.is_err());
+        checked
+    }
+
+    /// Registers `key` as an observer of `observable` with `request`, having seen
+    /// `version`; a relation with the same key is replaced. Refused (and counted) when
+    /// the peer's or the server's budget has no room.
+    pub(crate) fn register(
+        &mut self,
+        observable: &Observable,
+        key: RelationKey,
+        request: Message,
+        now: Instant,
+        version: u64,
+    ) -> Result<(), Refusal> {
+        if !self.relations.contains(&key) {
+            let l = &self.limits;
+            if let Err(r) = self
+                .budget
+                .admit(key.0.ip(), l.max_observers_per_ip, l.max_observers)
+            {
+                self.stats.refused += 1;
+                return Err(r);
+            }
+            observable.observer_added();
+        }
+        self.observables
+            .entry(observable.id())
+            .or_insert_with(|| observable.clone());
+        let relation = Relation::new(request, now, version);
+        self.relations.insert(observable.id(), key, relation);
+        Ok(())
+    }
+
+    /// Ends the relation with `key`, if any.
+    pub(crate) fn end(&mut self, key: &RelationKey) {
+        if let Some((obs, _)) = self.relations.remove(key) {
+            self.forget(obs, key);
+        }
+    }
+
+    fn forget(&mut self, obs: u64, key: &RelationKey) {
+        if let Some(o) = self.observables.get(&obs) {
+            o.observer_removed();
+        }
+        self.budget.release(key.0.ip());
+        if let Some(tokens) = self.blocked.get_mut(&key.0) {
+            tokens.retain(|t| *t != key.1);
+            if tokens.is_empty() {
+                self.blocked.remove(&key.0);
+                super::tables::shrink_when_sparse(&mut self.blocked);
+            }
+        }
+    }
+
+    /// A confirmable notification was not acknowledged: the relation ends.
+    pub(crate) fn on_delivery_failed(&mut self, id: ExchangeId) {
+        if let Some(key) = self.relations.by_exchange(id) {
+            self.end(&key);
+        }
+    }
+
+    /// An RST that matched no pending CON: it may reject a NON notification.
+    pub(crate) fn on_unmatched_reset(&mut self, peer: SocketAddr, mid: u16) {
+        if let Some(key) = self.relations.by_peer_mid(peer, mid) {
+            self.end(&key);
+        }
+    }
+
+    /// Takes changes: starts a round for each resource, or merges into the next round
+    /// of one that has a round going; a deleted resource's observers are ended and
+    /// queued for their 4.04.
+    pub(crate) fn on_changes(&mut self, changes: Vec<(u64, PendingChange)>) {
+        for (obs, change) in changes {
+            *self.versions.entry(obs).or_default() += 1;
+            if change.deleted {
+                self.delete(obs);
+                continue;
+            }
+            match self.rounds.get_mut(&obs) {
+                Some(round) => match &mut round.next {
+                    Some(next) => next.merge(change),
+                    None => round.next = Some(change),
+                },
+                None => self.start_round(obs, &change),
+            }
+        }
+    }
+
+    fn delete(&mut self, obs: u64) {
+        if self.rounds.remove(&obs).is_some() {
+            self.turn.retain(|o| *o != obs);
+        }
+        for (key, rel) in self.relations.take_all(obs) {
+            self.forget(obs, &key);
+            self.farewells.push_back((key, rel.last));
+        }
+    }
+
+    /// Starts a full round over the observers `change` selects.
+    fn start_round(&mut self, obs: u64, change: &PendingChange) {
+        let queue: VecDeque<(RelationKey, bool, bool)> = self
+            .relations
+            .keys_of(obs, |k| change.selects(k.0))
+            .into_iter()
+            .map(|k| (k, change.confirmable, false))
+            .collect();
+        if queue.is_empty() {
+            return;
+        }
+        self.add_round(obs, queue);
+    }
+
+    fn add_round(&mut self, obs: u64, queue: VecDeque<(RelationKey, bool, bool)>) {
+        self.next_id += 1;
+        let round = Round {
+            id: self.next_id,
+            version: self.version(obs),
+            queue,
+            produced: HashMap::new(),
+            running: 0,
+            next: None,
+        };
+        self.rounds.insert(obs, round);
+        self.turn.push_back(obs);
+    }
+
+    /// Puts an owed observer back in line for the current state.
+    fn retry(&mut self, key: RelationKey) {
+        let Some((obs, rel)) = self.relations.get_mut(&key) else {
+            return;
+        };
+        let Some(con) = rel.owed else {
+            return;
+        };
+        match self.rounds.get_mut(&obs) {
+            Some(round) => {
+                round.queue.push_back((key, con, true));
+                self.settle(obs);
+            }
+            None => self.add_round(obs, VecDeque::from([(key, con, true)])),
+        }
+    }
+
+    /// Whether notifications are waiting to be worked on (a round in turn has
+    /// observers queued, or farewells are due).
+    pub(crate) fn has_work(&self) -> bool {
+        !self.farewells.is_empty() || !self.turn.is_empty()
+    }
+
+    /// The observers of `peer` that wait for an ACK: those whose CON has been
+    /// acknowledged get back in line. Call after datagrams from `peer` were handled.
+    pub(crate) fn on_heard(&mut self, ep: &Endpoint, peer: SocketAddr) {
+        let Some(tokens) = self.blocked.get(&peer) else {
+            return;
+        };
+        let mut free = Vec::new();
+        let mut still = Vec::new();
+        for t in tokens {
+            let key = (peer, *t);
+            match self.relations.get_mut(&key) {
+                Some((_, rel)) if rel.owed.is_some() => {
+                    if rel
+                        .last
+                        .is_some_and(|(_, mid)| ep.is_unacknowledged(peer, mid))
+                    {
+                        still.push(*t);
+                    } else {
+                        free.push(key);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if still.is_empty() {
+            self.blocked.remove(&peer);
+        } else {
+            self.blocked.insert(peer, still);
+        }
+        for key in free {
+            self.retry(key);
+        }
+    }
+
+    /// When the next paced observer is due.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.paced.peek().map(|Reverse(Due(at, _))| *at)
+    }
+
+    /// Paced observers that are due get back in line.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        while let Some(Reverse(Due(at, id))) = self.paced.peek() {
+            if *at > now {
+                break;
+            }
+            let id = *id;
+            self.paced.pop();
+            if let Some(key) = self.paced_keys.remove(&id) {
+                self.retry(key);
+            }
+        }
+        super::tables::shrink_when_sparse(&mut self.paced_keys);
+        if self.paced.is_empty() {
+            self.paced.shrink_to_fit();
+        }
+    }
+
+    /// Works off up to `budget` observers: farewells first, then the rounds in turn.
+    pub(crate) fn step(
+        &mut self,
+        ep: &mut Endpoint,
+        producer: &mut dyn Producer,
+        now: Instant,
+        budget: usize,
+    ) {
+        let mut spent = 0;
+        while spent < budget {
+            let Some((key, last)) = self.farewells.pop_front() else {
+                break;
+            };
+            let gone = Response::new(Code::NOT_FOUND).into_message();
+            let replaces = last.filter(|(_, mid)| ep.is_unacknowledged(key.0, *mid));
+            ep.notify(now, key.0, key.1, gone, true, replaces);
+            spent += 1;
+        }
+        let mut in_turn = 0;
+        while spent < budget {
+            let Some(&obs) = self.turn.front() else {
+                break;
+            };
+            let item = self.rounds.get_mut(&obs).and_then(|r| r.queue.pop_front());
+            match item {
+                Some((key, con, retried)) => {
+                    spent += 1;
+                    in_turn += 1;
+                    self.visit(ep, producer, now, obs, key, con, retried);
+                    if in_turn >= SLICE {
+                        in_turn = 0;
+                        self.turn.rotate_left(1);
+                    }
+                }
+                None => {
+                    in_turn = 0;
+                    self.finish_or_park(obs);
+                }
+            }
+        }
+    }
+
+    /// A round whose queue is empty leaves the turn; it ends unless something is
+    /// being produced for it.
+    fn finish_or_park(&mut self, obs: u64) {
+        self.turn.pop_front();
+        self.settle(obs);
+    }
+
+    /// Ends `obs`'s round if its queue is empty and nothing is being produced for it
+    /// (another round starts if changes came meanwhile); a round with a queue is put
+    /// in turn.
+    fn settle(&mut self, obs: u64) {
+        let Some(round) = self.rounds.get_mut(&obs) else {
+            return;
+        };
+        if !round.queue.is_empty() {
+            if !self.turn.contains(&obs) {
+                self.turn.push_back(obs);
+            }
+            return;
+        }
+        if round.running > 0 {
+            return; // settled again when a production comes back
+        }
+        let next = round.next.take();
+        self.rounds.remove(&obs);
+        self.turn.retain(|o| *o != obs);
+        super::tables::shrink_when_sparse(&mut self.rounds);
+        if let Some(change) = next {
+            self.start_round(obs, &change);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn visit(
+        &mut self,
+        ep: &mut Endpoint,
+        producer: &mut dyn Producer,
+        now: Instant,
+        obs: u64,
+        key: RelationKey,
+        con: bool,
+        retried: bool,
+    ) {
+        let Some(round) = self.rounds.get(&obs) else {
+            return;
+        };
+        let (round_id, round_version) = (round.id, round.version);
+        let stamp = Stamp {
+            version: self.version(obs),
+            seq: self
+                .observables
+                .get(&obs)
+                .map_or(0, Observable::current_seq),
+        };
+        let Some((owner, rel)) = self.relations.get_mut(&key) else {
+            return;
+        };
+        if owner != obs {
+            return;
+        }
+        if let Some(owed_con) = &mut rel.owed {
+            if !retried {
+                // Already in line for the state current when it is let through.
+                *owed_con |= con;
+                return;
+            }
+        } else if rel.version >= round_version && !con {
+            return; // has this state already
+        }
+        if self.hold(ep, now, key, con) {
+            return;
+        }
+        let Some((_, rel)) = self.relations.get_mut(&key) else {
+            return;
+        };
+        let con = con || rel.owed.unwrap_or(false);
+        let group = notification_key(&rel.request);
+        let round = self.rounds.get_mut(&obs).expect("looked up above");
+        match round.produced.get_mut(&group) {
+            Some(Produced::Ready(resp, stamp)) => {
+                let (resp, stamp) = (resp.clone(), *stamp);
+                self.deliver(ep, now, obs, key, con, resp, stamp);
+                return;
+            }
+            Some(Produced::Running(waiting)) => {
+                waiting.push((key, con));
+                return;
+            }
+            Some(Produced::PerObserver) | None => {}
+        }
+        let shared = !matches!(round.produced.get(&group), Some(Produced::PerObserver));
+        let mut request = rel.request.clone();
+        request.options.remove(opt::BLOCK2);
+        let production = Production {
+            observable: obs,
+            round: round_id,
+            group: group.clone(),
+            key,
+            con,
+            stamp,
+            peer_read: Arc::default(),
+        };
+        self.stats.productions += 1;
+        match producer.produce(key.0, request, production) {
+            Some((resp, production)) => {
+                let per_observer = production
+                    .peer_read
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                if shared {
+                    let entry = if per_observer {
+                        Produced::PerObserver
+                    } else {
+                        Produced::Ready(resp.clone(), production.stamp)
+                    };
+                    round.produced.insert(group, entry);
+                }
+                self.deliver(ep, now, obs, key, con, resp, production.stamp);
+            }
+            None => {
+                round.running += 1;
+                if shared {
+                    round.produced.insert(group, Produced::Running(Vec::new()));
+                }
+            }
+        }
+    }
+
+    /// Holds the notification for `key` back if its last CON is unacknowledged or its
+    /// pacing interval has not passed: it is owed the state then current.
+    fn hold(&mut self, ep: &Endpoint, now: Instant, key: RelationKey, con: bool) -> bool {
+        let min_interval = self.limits.observe_min_interval;
+        let Some((_, rel)) = self.relations.get_mut(&key) else {
+            return true;
+        };
+        let unacked = rel
+            .last
+            .is_some_and(|(_, mid)| ep.is_unacknowledged(key.0, mid));
+        let due = rel
+            .last_sent
+            .map(|t| t + min_interval)
+            .filter(|due| *due > now);
+        if !unacked && due.is_none() {
+            return false;
+        }
+        let newly = rel.owed.is_none();
+        rel.owed = Some(rel.owed.unwrap_or(false) | con);
+        self.stats.deferred += u64::from(newly);
+        if unacked {
+            let tokens = self.blocked.entry(key.0).or_default();
+            if !tokens.contains(&key.1) {
+                tokens.push(key.1);
+            }
+        } else if let Some(due) = due {
+            self.next_id += 1;
+            self.paced.push(Reverse(Due(due, self.next_id)));
+            self.paced_keys.insert(self.next_id, key);
+        }
+        true
+    }
+
+    /// A notification produced elsewhere came back: it goes to the observer it was
+    /// produced for, and the observers that waited for it go back in line (to get it,
+    /// or, if the handler read the peer, their own).
+    pub(crate) fn produced(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        production: Production,
+        response: Response,
+    ) {
+        let per_observer = production
+            .peer_read
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if let Some(round) = self
+            .rounds
+            .get_mut(&production.observable)
+            .filter(|r| r.id == production.round)
+        {
+            round.running = round.running.saturating_sub(1);
+            let waiting = match round.produced.remove(&production.group) {
+                Some(Produced::Running(w)) => w,
+                Some(other) => {
+                    round.produced.insert(production.group.clone(), other);
+                    Vec::new()
+                }
+                None => Vec::new(),
+            };
+            let entry = if per_observer {
+                Produced::PerObserver
+            } else {
+                Produced::Ready(response.clone(), production.stamp)
+            };
+            round.produced.insert(production.group.clone(), entry);
+            for (key, con) in waiting.into_iter().rev() {
+                round.queue.push_front((key, con, false));
+            }
+            self.settle(production.observable);
+        }
+        self.deliver(
+            ep,
+            now,
+            production.observable,
+            production.key,
+            production.con,
+            response,
+            production.stamp,
+        );
+    }
+
+    /// Sends `response` to the observer `key` of `observable` as a notification of
+    /// the state `stamp` (nothing if the relation has ended or now observes another
+    /// resource).
+    #[allow(clippy::too_many_arguments)]
+    fn deliver(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        observable: u64,
+        key: RelationKey,
+        con: bool,
+        mut response: Response,
+        stamp: Stamp,
+    ) {
+        let Some((obs, rel)) = self.relations.get_mut(&key) else {
+            return;
+        };
+        if obs != observable {
+            return;
+        }
+        let l = &self.limits;
+        let (peer, token) = key;
+        let success = response.code.is_success();
+        if success {
+            response.options.set(opt::OBSERVE, encode_uint(stamp.seq));
+        }
+        let con = con
+            || rel.owed.unwrap_or(false)
+            || !success
+            || rel.since_con + 1 >= l.observe_con_every
+            || now.duration_since(rel.last_con) >= l.observe_con_interval;
+        // Only an error (which ends the relation) replaces an unacknowledged CON.
+        let replaces = rel
+            .last
+            .filter(|(_, mid)| !success && ep.is_unacknowledged(peer, *mid));
+        // A notification carries the first block, of the size the observer asked for
+        // if smaller; the client fetches the rest (RFC 7959 §3.4).
+        let mut first_block = Message::new(MessageType::Confirmable, Code::GET, 0);
+        if let Some(b) = rel.request.block2() {
+            let first = BlockValue {
+                num: 0,
+                more: false,
+                ..b
+            };
+            first_block.options.set_uint(opt::BLOCK2, first.encode());
+        }
+        let msg = slice_response(&first_block, response.into_message(), l.block_szx);
+        let last = ep.notify(now, peer, token, msg, con, replaces);
+        rel.owed = None;
+        rel.version = rel.version.max(stamp.version);
+        rel.last_sent = Some(now);
+        if con {
+            rel.since_con = 0;
+            rel.last_con = now;
+        } else {
+            rel.since_con += 1;
+        }
+        self.relations.set_last(&key, last);
+        if !success {
+            // An error notification ends the relation (RFC 7641 §4.2).
+            self.end(&key);
+        }
+    }
+
+    /// The message ID of the last notification to `key` (for tests).
+    #[cfg(test)]
+    pub(crate) fn last_mid(&self, key: &RelationKey) -> Option<u16> {
+        self.relations.get(key)?.1.last.map(|(_, mid)| mid)
+    }
+
+    /// The capacity of the relation tables (for tests of memory coming back).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.relations.capacity()
+    }
+}
+
+#[cfg(test)]
+#[path = "fanout_tests.rs"]
+mod tests;

@@ -1,0 +1,420 @@
+//! The fan-out on a sans-IO endpoint with explicit time: coalescing, sharing, bounded
+//! work per step, pacing, and the memory and budget coming back.
+
+use super::*;
+use crate::metrics::LimitCounters;
+use cobalt_proto::endpoint::{EndpointConfig, Event};
+use cobalt_proto::message::{codec, Token};
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// A GET handler over a shared state: answers "s<state>" (with the Accept value when
+/// there is one); reads the peer when `per_peer`; is left pending when `defer`.
+struct Handler {
+    state: Rc<Cell<u32>>,
+    runs: usize,
+    per_peer: bool,
+    defer: bool,
+    pending: Vec<Production>,
+}
+
+impl Handler {
+    fn new(state: &Rc<Cell<u32>>) -> Handler {
+        Handler {
+            state: state.clone(),
+            runs: 0,
+            per_peer: false,
+            defer: false,
+            pending: Vec::new(),
+        }
+    }
+
+    fn answer(&self, request: &Message) -> Response {
+        let accept = request
+            .options
+            .accept()
+            .map_or(String::new(), |a| format!("/{a}"));
+        Response::content(format!("s{}{accept}", self.state.get()))
+    }
+}
+
+impl Producer for Handler {
+    fn produce(
+        &mut self,
+        _peer: SocketAddr,
+        request: Message,
+        production: Production,
+    ) -> Option<(Response, Production)> {
+        self.runs += 1;
+        if self.per_peer {
+            production.peer_read.store(true, Ordering::Relaxed);
+        }
+        if self.defer {
+            self.pending.push(production);
+            return None;
+        }
+        Some((self.answer(&request), production))
+    }
+}
+
+fn peer(i: u32) -> SocketAddr {
+    SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 5683))
+}
+
+fn key(i: u32) -> RelationKey {
+    (peer(i), Token::new(&i.to_be_bytes()).unwrap())
+}
+
+fn registration(accept: Option<u16>) -> Message {
+    let mut m = Message::new(MessageType::Confirmable, Code::GET, 1);
+    m.options.set_uri_path("/state");
+    m.options.set_uint(opt::OBSERVE, 0);
+    if let Some(a) = accept {
+        m.options.set_uint(opt::ACCEPT, u32::from(a));
+    }
+    m
+}
+
+struct Setup {
+    fan: FanOut,
+    ep: Endpoint,
+    obs: Observable,
+    inbox: Arc<super::super::observe::ChangeInbox>,
+    budget: Arc<ObserverBudget>,
+    now: Instant,
+}
+
+fn setup(limits: ServerLimits, observers: u32, accept: impl Fn(u32) -> Option<u16>) -> Setup {
+    let now = Instant::now();
+    let obs = Observable::new();
+    let inbox = Arc::new(super::super::observe::ChangeInbox::default());
+    obs.attach(vec![inbox.clone()]);
+    let budget = Arc::new(ObserverBudget::new(Arc::new(LimitCounters::default())));
+    let mut fan = FanOut::new(vec![obs.clone()], budget.clone(), limits);
+    for i in 0..observers {
+        let req = registration(accept(i));
+        fan.register(&obs, key(i), req, now, 0).unwrap();
+    }
+    Setup {
+        fan,
+        // Address validation is the endpoint's (and tested there): these observers
+        // count as verified.
+        ep: Endpoint::new(
+            EndpointConfig {
+                amplification_factor: 0,
+                ..EndpointConfig::default()
+            },
+            now,
+        ),
+        obs,
+        inbox,
+        budget,
+        now,
+    }
+}
+
+/// What the observers got: per peer, the notifications (type, payload); and the last
+/// Observe number and message ID each got.
+#[derive(Default)]
+struct Seen {
+    got: HashMap<SocketAddr, Vec<(MessageType, String)>>,
+    last: HashMap<SocketAddr, (u32, u16)>,
+}
+
+impl std::ops::Deref for Seen {
+    type Target = HashMap<SocketAddr, Vec<(MessageType, String)>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.got
+    }
+}
+
+impl Seen {
+    fn new() -> Seen {
+        Seen::default()
+    }
+}
+
+/// Takes what the endpoint sends, checking that each observer's notifications have
+/// rising Observe numbers (so that a client takes each for newer than the last);
+/// a retransmission repeats its number.
+fn drain(ep: &mut Endpoint, seen: &mut Seen) -> usize {
+    let mut n = 0;
+    while let Some(t) = ep.poll_transmit() {
+        let m = codec::decode(&t.bytes).unwrap();
+        if let Some(seq) = m.options.observe() {
+            let prev = seen.last.insert(t.peer, (seq, m.mid));
+            assert!(
+                prev.is_none_or(|(p, mid)| seq > p || mid == m.mid),
+                "{}: {prev:?} then {seq}",
+                t.peer
+            );
+        }
+        seen.got
+            .entry(t.peer)
+            .or_default()
+            .push((m.mtype, String::from_utf8_lossy(&m.payload).into_owned()));
+        n += 1;
+    }
+    n
+}
+
+impl Setup {
+    fn change(&mut self) {
+        self.obs.changed();
+        self.fan.on_changes(self.inbox.take());
+    }
+
+    /// Steps until there is no work, returning the largest number of datagrams one
+    /// step produced.
+    fn run(&mut self, h: &mut Handler, budget: usize, seen: &mut Seen) -> usize {
+        let mut most = 0;
+        while self.fan.has_work() {
+            self.fan.step(&mut self.ep, h, self.now, budget);
+            most = most.max(drain(&mut self.ep, seen));
+        }
+        most
+    }
+}
+
+fn non_con() -> ServerLimits {
+    ServerLimits {
+        observe_con_every: 1_000_000,
+        ..ServerLimits::default()
+    }
+}
+
+#[test]
+fn a_burst_skips_states_and_every_observer_ends_with_the_latest() {
+    let mut s = setup(non_con(), 1000, |_| None);
+    let state = Rc::new(Cell::new(0));
+    let mut h = Handler::new(&state);
+    let mut seen = Seen::new();
+    // 100 changes come in while the shard works a step of 64 at a time.
+    for v in 1..=100 {
+        state.set(v);
+        s.change();
+        s.fan.step(&mut s.ep, &mut h, s.now, 64);
+        drain(&mut s.ep, &mut seen);
+    }
+    s.run(&mut h, 64, &mut seen);
+    assert_eq!(seen.len(), 1000);
+    let total: usize = seen.values().map(Vec::len).sum();
+    for got in seen.values() {
+        assert_eq!(
+            got.last().unwrap().1,
+            "s100",
+            "every observer ends with the latest"
+        );
+    }
+    // 1000 observers × 100 states would be 100,000 notifications.
+    assert!(total < 10_000, "{total} notifications: states are skipped");
+    // One handler run per round, not per observer.
+    assert!(h.runs <= 20, "{} handler runs", h.runs);
+    assert_eq!(s.fan.stats().productions, h.runs as u64);
+    assert_eq!(s.fan.backlog(), 0);
+}
+
+#[test]
+fn work_per_step_is_bounded_however_many_observers() {
+    let mut s = setup(non_con(), 10_000, |_| None);
+    let state = Rc::new(Cell::new(1));
+    let mut h = Handler::new(&state);
+    s.change();
+    assert_eq!(s.fan.backlog(), 10_000);
+    let mut seen = Seen::new();
+    let mut steps = 0;
+    while s.fan.has_work() {
+        s.fan.step(&mut s.ep, &mut h, s.now, 256);
+        assert!(drain(&mut s.ep, &mut seen) <= 256);
+        steps += 1;
+    }
+    assert!(steps >= 10_000 / 256, "{steps} steps");
+    assert_eq!(seen.len(), 10_000);
+    assert_eq!(h.runs, 1, "the handler ran once for 10,000 observers");
+}
+
+#[test]
+fn the_handler_runs_per_request_variant_and_per_observer_when_it_reads_the_peer() {
+    // Two Accept values: two productions per change.
+    let mut s = setup(non_con(), 100, |i| Some((i % 2) as u16 * 50));
+    let state = Rc::new(Cell::new(7));
+    let mut h = Handler::new(&state);
+    s.change();
+    let mut seen = Seen::new();
+    s.run(&mut h, 1000, &mut seen);
+    assert_eq!(h.runs, 2);
+    assert_eq!(seen[&peer(0)].last().unwrap().1, "s7/0");
+    assert_eq!(seen[&peer(1)].last().unwrap().1, "s7/50");
+    // A handler that reads the peer runs for each observer.
+    let mut h = Handler::new(&state);
+    h.per_peer = true;
+    s.change();
+    s.run(&mut h, 1000, &mut seen);
+    assert_eq!(h.runs, 100);
+}
+
+#[test]
+fn a_handler_on_an_executor_runs_once_and_its_answer_reaches_every_waiting_observer() {
+    let mut s = setup(non_con(), 300, |_| None);
+    let state = Rc::new(Cell::new(3));
+    let mut h = Handler::new(&state);
+    h.defer = true;
+    s.change();
+    let mut seen = Seen::new();
+    s.run(&mut h, 64, &mut seen);
+    assert!(seen.is_empty(), "nothing until the answer comes");
+    assert_eq!((h.runs, h.pending.len()), (1, 1));
+    let production = h.pending.pop().unwrap();
+    s.fan
+        .produced(&mut s.ep, s.now, production, Response::content("s3"));
+    s.run(&mut h, 64, &mut seen);
+    assert_eq!(seen.len(), 300);
+    assert!(seen.values().all(|v| v.len() == 1 && v[0].1 == "s3"));
+    assert_eq!(h.runs, 1);
+}
+
+#[test]
+fn an_unacknowledged_con_holds_the_next_notification_which_then_has_the_latest_state() {
+    let limits = ServerLimits {
+        observe_con_every: 1, // every notification confirmable
+        ..ServerLimits::default()
+    };
+    let mut s = setup(limits, 2, |_| None);
+    let state = Rc::new(Cell::new(1));
+    let mut h = Handler::new(&state);
+    let mut seen = Seen::new();
+    s.change();
+    s.run(&mut h, 100, &mut seen);
+    let (slow, quick) = (peer(0), peer(1));
+    assert_eq!(seen[&slow], [(MessageType::Confirmable, "s1".to_string())]);
+    // The quick observer acknowledges each CON; the slow one does not, yet.
+    let last_mid = |s: &Setup, i: u32| s.fan.last_mid(&key(i)).expect("sent one");
+    for v in 2..=5 {
+        let mid = last_mid(&s, 1);
+        s.ep.handle_datagram(s.now, quick, &codec::encode(&Message::empty_ack(mid)));
+        s.fan.on_heard(&s.ep, quick);
+        state.set(v);
+        s.change();
+        s.run(&mut h, 100, &mut seen);
+    }
+    assert_eq!(seen[&quick].len(), 5, "the quick observer got every state");
+    assert_eq!(
+        seen[&slow].len(),
+        1,
+        "nothing new while its CON is unacknowledged"
+    );
+    assert_eq!(s.fan.stats().deferred, 1);
+    // Its ACK comes: it gets the latest state, once.
+    let mid = last_mid(&s, 0);
+    s.ep.handle_datagram(s.now, slow, &codec::encode(&Message::empty_ack(mid)));
+    s.fan.on_heard(&s.ep, slow);
+    s.run(&mut h, 100, &mut seen);
+    assert_eq!(seen[&slow].len(), 2);
+    assert_eq!(seen[&slow][1], (MessageType::Confirmable, "s5".to_string()));
+}
+
+#[test]
+fn pacing_holds_notifications_to_the_interval_and_sends_the_latest_when_it_passes() {
+    let limits = ServerLimits {
+        observe_min_interval: Duration::from_secs(1),
+        ..non_con()
+    };
+    let mut s = setup(limits, 1, |_| None);
+    let state = Rc::new(Cell::new(1));
+    let mut h = Handler::new(&state);
+    let mut seen = Seen::new();
+    s.change();
+    s.run(&mut h, 10, &mut seen);
+    for v in 2..=9 {
+        s.now += Duration::from_millis(100);
+        state.set(v);
+        s.change();
+        s.run(&mut h, 10, &mut seen);
+    }
+    assert_eq!(seen[&peer(0)].len(), 1, "held for the interval");
+    let due = s
+        .fan
+        .poll_timeout()
+        .expect("a timer for the held notification");
+    assert_eq!(
+        due,
+        s.now - Duration::from_millis(800) + Duration::from_secs(1)
+    );
+    s.now = due;
+    s.fan.handle_timeout(s.now);
+    s.run(&mut h, 10, &mut seen);
+    let got = &seen[&peer(0)];
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].1, "s9");
+    assert_eq!(s.fan.poll_timeout(), None);
+}
+
+#[test]
+fn an_observer_that_never_acknowledges_is_dropped_and_its_budget_given_back() {
+    let limits = ServerLimits {
+        observe_con_every: 1,
+        ..ServerLimits::default()
+    };
+    let mut s = setup(limits, 3, |_| None);
+    assert_eq!(s.obs.observer_count(), 3);
+    let state = Rc::new(Cell::new(1));
+    let mut h = Handler::new(&state);
+    let mut seen = Seen::new();
+    s.change();
+    s.run(&mut h, 10, &mut seen);
+    // Nobody acknowledges: the retransmissions run out (virtual time).
+    for _ in 0..200 {
+        let Some(t) = s.ep.poll_timeout() else { break };
+        s.now = s.now.max(t);
+        s.ep.handle_timeout(s.now);
+        while let Some(ev) = s.ep.poll_event() {
+            if let Event::ResponseFailed { id, .. } = ev {
+                s.fan.on_delivery_failed(id);
+            }
+        }
+        drain(&mut s.ep, &mut seen);
+    }
+    assert_eq!(s.fan.len(), 0);
+    assert_eq!(s.obs.observer_count(), 0);
+    assert_eq!(s.budget.total(), 0);
+}
+
+#[test]
+fn a_deleted_resource_tells_its_observers_a_step_at_a_time_and_the_tables_shrink() {
+    let mut s = setup(non_con(), 5000, |_| None);
+    let peak = s.fan.capacity();
+    assert!(peak >= 5000);
+    s.obs.deleted();
+    s.fan.on_changes(s.inbox.take());
+    assert_eq!(s.fan.len(), 0, "relations end at once");
+    assert_eq!(s.budget.total(), 0);
+    assert!(s.fan.capacity() <= 64, "capacity {}", s.fan.capacity());
+    let mut h = Handler::new(&Rc::new(Cell::new(0)));
+    let mut seen = Seen::new();
+    let most = s.run(&mut h, 500, &mut seen);
+    assert!(most <= 500);
+    assert_eq!(seen.len(), 5000);
+    assert!(seen
+        .values()
+        .all(|v| v.len() == 1 && v[0].0 == MessageType::Confirmable));
+    assert_eq!(h.runs, 0);
+}
+
+#[test]
+fn the_notification_key_ignores_what_does_not_change_the_answer() {
+    let mut a = registration(Some(0));
+    let mut b = registration(Some(0));
+    a.token = Token::new(&[1]).unwrap();
+    b.token = Token::new(&[2, 3]).unwrap();
+    b.options.set_uint(opt::BLOCK2, 2);
+    b.options.set(opt::ECHO, vec![9; 8]);
+    assert_eq!(notification_key(&a), notification_key(&b));
+    let c = registration(Some(50));
+    assert_ne!(notification_key(&a), notification_key(&c));
+    let mut d = registration(Some(0));
+    d.options.set(opt::ETAG, vec![1]);
+    assert_ne!(notification_key(&a), notification_key(&d));
+}

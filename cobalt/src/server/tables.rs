@@ -1,0 +1,50 @@
+//! Tables that give their memory back: a hash map keeps the capacity of its largest
+//! size, so after a flood of observers or uploads the memory would stay taken.
+//! [`shrink_when_sparse`], called after removals, shrinks a map once it is used to less
+//! than a quarter of its capacity, to twice its size (so the cost of rehashing stays
+//! proportional to the removals that made it worth it).
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+/// Capacities up to this are kept whatever the use.
+const KEEP: usize = 64;
+
+/// Shrinks `map` to twice its length when it uses less than a quarter of its capacity
+/// (and holds more than a few entries' worth).
+pub(crate) fn shrink_when_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+    let cap = map.capacity();
+    if cap > KEEP && map.len() * 4 < cap {
+        map.shrink_to((map.len() * 2).max(KEEP / 2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_map_emptied_after_a_flood_gives_its_capacity_back() {
+        let mut m: HashMap<u32, [u8; 64]> = HashMap::new();
+        for i in 0..100_000 {
+            m.insert(i, [0; 64]);
+        }
+        let peak = m.capacity();
+        for i in 0..100_000 {
+            m.remove(&i);
+            shrink_when_sparse(&mut m);
+        }
+        assert!(peak >= 100_000);
+        assert!(
+            m.capacity() <= KEEP,
+            "capacity {} after emptying",
+            m.capacity()
+        );
+        // Small maps are left alone.
+        let mut small: HashMap<u32, u32> = (0..10).map(|i| (i, i)).collect();
+        let cap = small.capacity();
+        small.clear();
+        shrink_when_sparse(&mut small);
+        assert_eq!(small.capacity(), cap);
+    }
+}
