@@ -13,9 +13,12 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 sudo_cmd=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then sudo_cmd="sudo"; fi
 
-# libcoap's tools. (No libssl-dev: the default build compiles OpenSSL from source, and
-# scripts/check-openssl.sh checks that it needs no system OpenSSL.)
+# libcoap's tools, and make and a C compiler for OpenSSL and jemalloc (built from
+# source for the `cobalt` binary). No libssl-dev: the default build compiles OpenSSL
+# itself, and scripts/check-openssl.sh checks that it needs no system OpenSSL.
 missing=()
+command -v make >/dev/null 2>&1 || missing+=(make)
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
 ls /usr/bin/coap-client-* >/dev/null 2>&1 || missing+=(libcoap3-bin)
 command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)

@@ -1,5 +1,6 @@
 //! The `cobalt` command: argument parsing only; each command lives in its own module.
 
+mod alloc;
 mod bench;
 mod dtls_args;
 mod exit;

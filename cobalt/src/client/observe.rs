@@ -35,7 +35,7 @@ pub struct Reregistration {
 }
 
 /// A callback told about each re-registration.
-struct Hook(Box<dyn FnMut(&Reregistration) + Send>);
+struct Hook(Box<dyn FnMut(&Reregistration) + Send + Sync>);
 
 impl std::fmt::Debug for Hook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -141,7 +141,7 @@ impl Observation {
     /// connection), e.g. to tell a person what is going on.
     pub fn on_reregister(
         mut self,
-        hook: impl FnMut(&Reregistration) + Send + 'static,
+        hook: impl FnMut(&Reregistration) + Send + Sync + 'static,
     ) -> Observation {
         self.on_reregister = Some(Hook(Box::new(hook)));
         self

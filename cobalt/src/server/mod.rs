@@ -196,6 +196,7 @@ impl Server {
         };
         self.tcp_limits = config.connection_limits();
         self.ws_limits = config.connection_limits();
+        self.dtls_config = config.dtls_config();
         self
     }
 
