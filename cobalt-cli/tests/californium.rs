@@ -98,6 +98,31 @@ fn cobalt_download_follows_a_californium_server_answering_smaller_blocks() {
     assert_eq!(asked.len(), 5000usize.div_ceil(256), "{lines:#?}");
 }
 
+/// `cobalt observe --count N` ends its relation on a Californium server: the server
+/// sees the GET with Observe=1 (RFC 7641 §3.6) and its observer count drops to 0, so it
+/// does not go on sending confirmable notifications to a port nobody reads.
+#[test]
+fn cobalt_observe_count_cancels_the_relation_on_a_californium_server() {
+    let Some(cf) = need_californium() else { return };
+    let server = cf.server(&["--tick-ms", "200"]);
+    let r = peers::run(
+        std::process::Command::new(peers::cobalt_bin())
+            .args(["observe", "--count", "3"])
+            .arg(server.uri("/obs")),
+        CF_LIMIT,
+    )
+    .ok();
+    assert_eq!(r.stdout.lines().count(), 3, "{r:#?}");
+    let events = &server.events;
+    events.wait_for("the relation", CF_LIMIT, |l| l == "RELATIONS /obs 1");
+    events.wait_for("the cancel", CF_LIMIT, |l| {
+        l.starts_with("REQUEST ")
+            && field(l, "path") == Some("/obs")
+            && field(l, "observe") == Some("1")
+    });
+    events.wait_for("the relation to end", CF_LIMIT, |l| l == "RELATIONS /obs 0");
+}
+
 // ---------------------------------------------------------------------------
 // Californium client -> cobalt serve --plugtest
 // ---------------------------------------------------------------------------
