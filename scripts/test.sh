@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 export COBALT_REQUIRE_PEERS=1
 cargo fmt --all -- --check
+# Imports point one way: no new cycle between the modules of a crate.
+python3 scripts/check-module-cycles.py
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
 # Plain CoAP without OpenSSL (the `openssl` feature off): lints, and the refusal of

@@ -39,12 +39,14 @@ mod admission;
 mod client;
 mod config;
 pub mod dedup;
+mod ids;
 mod reliability;
 mod server;
 mod timers;
 mod validation;
 
 pub use config::{ConfigError, EndpointConfig};
+pub use ids::{ExchangeId, RequestId};
 
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
 use admission::Admission;
@@ -76,14 +78,6 @@ pub fn overload_reply(datagram: &[u8], max_age: u32) -> Option<Vec<u8>> {
     resp.options.set_uint(opt::MAX_AGE, max_age);
     Some(codec::encode(&resp))
 }
-
-/// Identifies a request received by this endpoint (server role) until it is answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ExchangeId(pub u64);
-
-/// Identifies a request sent by this endpoint (client role).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RequestId(pub u64);
 
 /// A datagram to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
