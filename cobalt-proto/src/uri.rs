@@ -5,8 +5,9 @@ use crate::message::{opt, Options};
 use std::fmt;
 use std::net::IpAddr;
 
-/// URI schemes Cobalt knows about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The URI schemes of CoAP, one per transport: the one type that names a transport
+/// everywhere (URIs, listeners, metrics, the command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scheme {
     /// `coap` over UDP (default port 5683).
     Coap,
@@ -45,6 +46,31 @@ impl Scheme {
         }
     }
 
+    /// Every scheme, datagram ones first.
+    pub const ALL: [Scheme; 6] = [
+        Scheme::Coap,
+        Scheme::Coaps,
+        Scheme::CoapTcp,
+        Scheme::CoapsTcp,
+        Scheme::CoapWs,
+        Scheme::CoapsWs,
+    ];
+
+    /// True for the schemes secured by DTLS or TLS.
+    pub fn is_secure(self) -> bool {
+        matches!(self, Scheme::Coaps | Scheme::CoapsTcp | Scheme::CoapsWs)
+    }
+
+    /// True for CoAP over UDP or DTLS (RFC 7252); false for the RFC 8323 transports.
+    pub fn is_datagram(self) -> bool {
+        matches!(self, Scheme::Coap | Scheme::Coaps)
+    }
+
+    /// True for CoAP over WebSockets (`coap+ws`, `coaps+ws`).
+    pub fn is_websocket(self) -> bool {
+        matches!(self, Scheme::CoapWs | Scheme::CoapsWs)
+    }
+
     fn parse(s: &str) -> Option<Scheme> {
         Some(match s.to_ascii_lowercase().as_str() {
             "coap" => Scheme::Coap,
@@ -54,6 +80,24 @@ impl Scheme {
             "coap+ws" => Scheme::CoapWs,
             "coaps+ws" => Scheme::CoapsWs,
             _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Scheme {
+    type Err = UriError;
+
+    fn from_str(s: &str) -> Result<Scheme, UriError> {
+        Scheme::parse(s).ok_or_else(|| UriError {
+            uri: s.to_string(),
+            reason: "not a CoAP scheme (coap, coaps, coap+tcp, coaps+tcp, coap+ws, coaps+ws)"
+                .into(),
         })
     }
 }

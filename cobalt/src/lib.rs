@@ -71,7 +71,10 @@ pub use client::{Client, Observation, RequestBuilder};
 pub use cobalt_proto as proto;
 pub use cobalt_proto::endpoint::EndpointConfig;
 pub use cobalt_proto::message::{content_format, Code};
-pub use error::{Error, Result};
+pub use error::{
+    BlockError, ConnectionError, ConnectionErrorKind, CredentialsError, Error, HandshakeFailure,
+    Result, Unsupported,
+};
 pub use server::{Request, Response, Server, ServerHandle};
 
 /// The README's examples, compiled as doctests so they cannot rot.

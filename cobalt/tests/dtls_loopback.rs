@@ -71,10 +71,11 @@ async fn wrong_key_is_a_clear_error_not_a_timeout() {
         "{:?}",
         start.elapsed()
     );
-    let Error::Dtls { peer, reason } = &err else {
+    let Error::Dtls { peer, kind, reason } = &err else {
         panic!("expected a DTLS error, got {err:?}");
     };
     assert_eq!(*peer, addr);
+    assert_eq!(*kind, cobalt::HandshakeFailure::KeysDiffer, "{err}");
     assert!(reason.contains("decrypt error"), "{err}");
     assert!(err.to_string().contains("DTLS handshake"), "{err}");
 
@@ -84,6 +85,16 @@ async fn wrong_key_is_a_clear_error_not_a_timeout() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("unknown psk identity"), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Dtls {
+                kind: cobalt::HandshakeFailure::UnknownIdentity,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     // Both failures are counted for the metrics exporter.
     let mut failures = 0;
     for _ in 0..50 {

@@ -5,6 +5,7 @@
 //! UDP, DTLS, TCP and WebSockets.
 
 use super::MAX_BODY;
+use crate::error::BlockError;
 use crate::server::Response;
 use crate::{Error, Result};
 use cobalt_proto::blockwise::{check_block, next_block2, upload_continues, BlockSize};
@@ -31,7 +32,7 @@ where
     loop {
         let (block, range) = size
             .block_at(body.len(), offset)
-            .ok_or_else(|| Error::BlockTransfer("body needs too many blocks".into()))?;
+            .ok_or(Error::BlockTransfer(BlockError::TooManyBlocks))?;
         let mut req = template.clone();
         req.options.set_uint(opt::BLOCK1, block.encode());
         if offset == 0 {
@@ -48,11 +49,10 @@ where
         }
         let ack = resp.block1();
         let Some((next, next_size)) = upload_continues(size, block, range, ack) else {
-            return Err(Error::BlockTransfer(format!(
-                "the server acknowledged block {} while block {} was sent",
-                ack.map_or(0, |a| a.num),
-                block.num
-            )));
+            return Err(Error::BlockTransfer(BlockError::WrongAcknowledgement {
+                sent: block.num,
+                acknowledged: ack.map_or(0, |a| a.num),
+            }));
         };
         size = next_size;
         offset = next;
@@ -83,29 +83,27 @@ where
     let mut whole = Response::from_message(first);
     while block.more {
         if whole.payload.len() > MAX_BODY {
-            return Err(Error::BlockTransfer(format!(
-                "representation larger than {MAX_BODY} bytes"
-            )));
+            return Err(Error::BlockTransfer(BlockError::TooLarge {
+                limit: MAX_BODY,
+            }));
         }
         let next = next_block2(whole.payload.len(), block)
-            .ok_or_else(|| Error::BlockTransfer("too many blocks".into()))?;
+            .ok_or(Error::BlockTransfer(BlockError::TooManyBlocks))?;
         let mut req = request.clone();
         req.options.set_uint(opt::BLOCK2, next.encode());
         let part = exchange(req).await?;
         if !part.code.is_success() {
-            return Err(Error::BlockTransfer(format!(
-                "server answered {} to block {}",
-                part.code, next.num
-            )));
+            return Err(Error::BlockTransfer(BlockError::Refused {
+                code: part.code,
+                block: next.num,
+            }));
         }
         if part.options.get(opt::ETAG).map(<[u8]>::to_vec) != etag {
-            return Err(Error::BlockTransfer(
-                "the representation changed during the transfer (ETag differs)".into(),
-            ));
+            return Err(Error::BlockTransfer(BlockError::Changed));
         }
         block = part
             .block2()
-            .ok_or_else(|| Error::BlockTransfer("a block response lacks Block2".into()))?;
+            .ok_or(Error::BlockTransfer(BlockError::MissingBlock2))?;
         checked(block, &part, whole.payload.len(), bert)?;
         whole.payload.extend_from_slice(&part.payload);
     }
@@ -114,8 +112,12 @@ where
 }
 
 fn checked(block: BlockValue, part: &Message, received: usize, bert: bool) -> Result<()> {
-    check_block(block, part.payload.len(), received, bert)
-        .map_err(|e| Error::BlockTransfer(format!("block {}: {e}", block.num)))
+    check_block(block, part.payload.len(), received, bert).map_err(|error| {
+        Error::BlockTransfer(BlockError::Invalid {
+            block: block.num,
+            error,
+        })
+    })
 }
 
 #[cfg(test)]
@@ -248,8 +250,12 @@ mod tests {
             let mut g = seen.lock().unwrap();
             let (body, blocks) = &mut *g;
             blocks.push(b);
-            let r = check_block(b, req.payload.len(), body.len(), b.szx == 7)
-                .map_err(|e| Error::BlockTransfer(e.to_string()));
+            let r = check_block(b, req.payload.len(), body.len(), b.szx == 7).map_err(|error| {
+                Error::BlockTransfer(BlockError::Invalid {
+                    block: b.num,
+                    error,
+                })
+            });
             body.extend_from_slice(&req.payload);
             let ack = match numbering {
                 AckNum::Echoed => BlockValue::new(b.num, b.more, szx.min(b.szx)),

@@ -15,6 +15,7 @@ mod observe;
 
 pub use observe::{Observation, Reregistration, MAX_REREGISTRATIONS};
 
+use crate::error::{SetupError, Unsupported};
 use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::StreamTracer;
 use crate::runtime::Tracer;
@@ -267,7 +268,7 @@ impl Client {
             return Ok(tx.clone());
         }
         let layer = OpensslDtls::client_with(auth, DtlsConfig::default())
-            .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
+            .map_err(|e| e.into_error("DTLS", Scheme::Coaps))?;
         let socket = client_socket(peer)?;
         let (tx, _thread) = spawn_driver(
             "cobalt-client-dtls".into(),
@@ -298,8 +299,13 @@ impl Client {
         if let Some(pool) = pools.get(&key) {
             return Ok(pool.clone());
         }
+        let scheme = if ws {
+            Scheme::CoapsWs
+        } else {
+            Scheme::CoapsTcp
+        };
         let connector = TlsConnector::new(auth, Alpn::for_framing(framing))
-            .map_err(|e| Error::Unsupported(format!("cannot set up TLS: {e}")))?;
+            .map_err(|e| e.into_error("TLS", scheme))?;
         let pool =
             Arc::new(TcpPool::secure(framing, connector).traced(self.inner.stream_tracer.clone()));
         pool.set_config(self.inner.tcp.config());
@@ -398,9 +404,9 @@ impl RequestBuilder {
     /// server chooses the download block size.
     pub fn block_size(mut self, bytes: usize) -> Result<RequestBuilder> {
         let szx = BlockValue::szx_for_size(bytes).ok_or_else(|| {
-            Error::Unsupported(format!(
+            Error::Unsupported(Unsupported::Argument(format!(
                 "block size {bytes} is not one of 16, 32, 64, 128, 256, 512, 1024"
-            ))
+            )))
         })?;
         self.block_szx = Some(szx);
         if let Some(b) = BlockValue::new(0, false, szx) {
@@ -437,19 +443,17 @@ impl RequestBuilder {
                     .take()
                     .map(Arc::new)
                     .or_else(|| self.client.auth.clone())
-                    .ok_or_else(|| {
-                        Error::Unsupported(
-                            "coaps:// needs a pre-shared key or certificates: RequestBuilder::psk, Client::with_psk or Client::with_x509"
-                                .into(),
-                        )
-                    })?;
+                    .ok_or(Error::Unsupported(Unsupported::NoCredentials {
+                        scheme: Scheme::Coaps,
+                        how: "RequestBuilder::psk, Client::with_psk or Client::with_x509",
+                    }))?;
                 self.client.secure = Some(auth);
             }
             other => {
-                return Err(Error::Unsupported(format!(
-                    "{}:// is not a datagram scheme",
-                    other.as_str()
-                )))
+                return Err(Error::Unsupported(Unsupported::Scheme {
+                    scheme: other,
+                    what: "is not a datagram scheme",
+                }))
             }
         }
         let peer = self.client.socket_peer(resolve(&uri).await?);

@@ -525,8 +525,10 @@ impl Driver {
             match ev {
                 DtlsEvent::HandshakeFailed { peer, reason } => {
                     tracing::debug!(%peer, %reason, "DTLS handshake failed");
+                    let kind = crate::error::HandshakeFailure::from_reason(&reason);
                     self.fail_peer(Instant::now(), peer, |peer| Error::Dtls {
                         peer,
+                        kind,
                         reason: reason.clone(),
                     });
                 }

@@ -1160,24 +1160,11 @@ pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
     } else {
         reasons.join("; ")
     };
-    let hint = if text.contains("unknown psk identity") {
-        " (the server does not know this PSK identity)"
-    } else if text.contains("decrypt error") || text.contains("bad record mac") {
-        " (the keys differ: wrong PSK?)"
-    } else if text.contains("certificate verify failed") || text.contains("unknown ca") {
-        " (the certificate does not chain to a trusted CA, or names another host)"
-    } else if text.contains("peer did not return a certificate") {
-        " (this server requires a client certificate)"
-    } else if text.contains("internal error") {
-        " (the server refused a new session: it may hold as many as it keeps)"
-    } else if text.contains("no shared cipher") || text.contains("handshake failure") {
-        " (no common cipher suite or credentials)"
-    } else if text.contains("wrong version number") || text.contains("packet length too long") {
-        " (the server does not speak TLS on this port: use coap+tcp:// or coap+ws:// there)"
-    } else {
-        ""
-    };
-    format!("{text}{hint}")
+    let hint = crate::error::HandshakeFailure::from_reason(&text).hint();
+    if hint.is_empty() {
+        return text;
+    }
+    format!("{text} ({hint})")
 }
 
 #[cfg(feature = "openssl")]

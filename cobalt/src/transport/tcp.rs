@@ -11,6 +11,7 @@
 use super::per_ip::{IpBudget, IpPermit};
 use super::stream_client::{ClientCommand, Exchanges, PeerSettings, StreamObservation};
 use super::tls::{HandshakeError, TlsAcceptor, TlsConnector};
+use crate::error::{ConnectionError, ConnectionErrorKind};
 use crate::runtime::StreamTracer;
 use crate::server::stream::{Handlers, StreamServer, StreamShared};
 use crate::server::tree::ResourceTree;
@@ -19,6 +20,7 @@ use crate::{Error, Result};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
 use cobalt_proto::message::{decode_tcp, decode_ws, opt, Message, MessageType, Signal, TcpMessage};
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
+use cobalt_proto::uri::Scheme;
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -226,7 +228,7 @@ pub(crate) struct Transport {
 
 impl Transport {
     /// The URI scheme served.
-    pub(crate) fn scheme(&self) -> &'static str {
+    pub(crate) fn scheme(&self) -> Scheme {
         scheme(self.framing, self.tls.is_some())
     }
 }
@@ -553,7 +555,7 @@ pub(crate) type TracerSlot = Arc<Mutex<Option<StreamTracer>>>;
 /// Who a client connection talks to, and who watches its messages.
 struct Remote {
     peer: SocketAddr,
-    scheme: &'static str,
+    scheme: Scheme,
     tracer: Option<StreamTracer>,
 }
 
@@ -647,7 +649,7 @@ impl TcpPool {
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
-    fn scheme(&self) -> &'static str {
+    fn scheme(&self) -> Scheme {
         scheme(self.framing, self.tls.is_some())
     }
 
@@ -732,14 +734,17 @@ impl TcpPool {
                 },
             )
             .map_err(|_| {
-                Error::Connection(format!(
-                    "{} connection to {peer} closed before the observation could be registered",
-                    self.scheme()
-                ))
+                Error::Connection(ConnectionError {
+                    scheme: self.scheme(),
+                    peer,
+                    kind: ConnectionErrorKind::ClosedBeforeSend,
+                })
             })?;
         Ok((
             rx,
             StreamObservation {
+                scheme: self.scheme(),
+                peer,
                 commands,
                 key,
                 deregister,
@@ -766,10 +771,11 @@ impl TcpPool {
                 return result;
             }
         }
-        Err(Error::Connection(format!(
-            "{} connection to {peer} closed before the request could be sent",
-            self.scheme()
-        )))
+        Err(Error::Connection(ConnectionError {
+            scheme: self.scheme(),
+            peer,
+            kind: ConnectionErrorKind::ClosedBeforeSend,
+        }))
     }
 
     /// Hands `command` to the pooled connection to `peer`, opening one if there is
@@ -841,7 +847,7 @@ impl TcpPool {
 }
 
 /// Opens the TCP connection under a client connection.
-async fn connect_tcp(peer: SocketAddr, scheme: &str) -> std::io::Result<TcpStream> {
+async fn connect_tcp(peer: SocketAddr, scheme: Scheme) -> std::io::Result<TcpStream> {
     let stream = TcpStream::connect(peer).await.map_err(|e| {
         std::io::Error::new(
             e.kind(),
@@ -886,27 +892,26 @@ impl<A: Link, B: Link> Link for Either<A, B> {
 }
 
 /// The URI scheme of a framing, with or without TLS, for messages.
-fn scheme(framing: Framing, tls: bool) -> &'static str {
+fn scheme(framing: Framing, tls: bool) -> Scheme {
     match (framing, tls) {
-        (Framing::Stream, false) => "coap+tcp",
-        (Framing::Stream, true) => "coaps+tcp",
-        (Framing::WebSocket, false) => "coap+ws",
-        (Framing::WebSocket, true) => "coaps+ws",
+        (Framing::Stream, false) => Scheme::CoapTcp,
+        (Framing::Stream, true) => Scheme::CoapsTcp,
+        (Framing::WebSocket, false) => Scheme::CoapWs,
+        (Framing::WebSocket, true) => Scheme::CoapsWs,
     }
 }
 
 /// The error of requests on a connection that closed; `before_csm` when the server's
 /// CSM never came, which over plain TCP is what a TLS port does.
-fn closed_error(scheme: &str, peer: SocketAddr, reason: &CloseReason, before_csm: bool) -> Error {
-    let hint = match (scheme, reason) {
-        ("coap+tcp", CloseReason::PeerClosed) if before_csm => {
-            " before sending its CSM (is it a TLS port? then use coaps+tcp://)"
-        }
-        _ => "",
-    };
-    Error::Connection(format!(
-        "{scheme} connection to {peer} closed: {reason}{hint}"
-    ))
+fn closed_error(scheme: Scheme, peer: SocketAddr, reason: &CloseReason, before_csm: bool) -> Error {
+    Error::Connection(ConnectionError {
+        scheme,
+        peer,
+        kind: ConnectionErrorKind::Closed {
+            reason: reason.to_string(),
+            before_csm: before_csm && *reason == CloseReason::PeerClosed,
+        },
+    })
 }
 
 /// Connects (`connect`: TCP, and for WebSockets the upgrade) and then serves one
@@ -944,7 +949,7 @@ async fn client_conn<L, C>(
         }
     };
     let mut conn = TcpConnection::with_framing(config, L::FRAMING, Instant::now(), rand::random());
-    let mut exchanges = Exchanges::default();
+    let mut exchanges = Exchanges::new(scheme, peer);
     // Commands held back until the server's CSM says how large a message may be.
     let mut deferred: Vec<ClientCommand> = Vec::new();
     let mut close_reason = None;

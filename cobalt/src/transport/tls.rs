@@ -279,6 +279,7 @@ impl HandshakeError {
         match e.get_ref().and_then(|x| x.downcast_ref::<HandshakeError>()) {
             Some(h) => crate::Error::Tls {
                 peer: h.peer,
+                kind: crate::error::HandshakeFailure::from_reason(&h.reason),
                 reason: h.reason.clone(),
             },
             None => crate::Error::Io(io::Error::new(e.kind(), e.to_string())),

@@ -25,6 +25,16 @@ impl std::fmt::Display for Unavailable {
 
 impl std::error::Error for Unavailable {}
 
+impl crate::error::SetupError for Unavailable {
+    fn into_error(self, _what: &'static str, scheme: cobalt_proto::uri::Scheme) -> crate::Error {
+        crate::Error::Unsupported(crate::error::Unsupported::Feature {
+            scheme,
+            needs:
+                "the `openssl` feature (on by default; `vendored-openssl` needs no system OpenSSL)",
+        })
+    }
+}
+
 /// DTLS through OpenSSL, which this build lacks: it cannot be constructed.
 pub struct OpensslDtls(Infallible);
 
