@@ -42,7 +42,7 @@ def load(manifest):
 
 
 # Step fields summed over repetitions; every other number is the median.
-SUMMED = ("sent", "completed", "lost", "errors", "resets")
+SUMMED = ("sent", "completed", "non_2xx", "lost", "errors", "resets")
 
 
 def merge_repetitions(runs):
@@ -101,9 +101,9 @@ def markdown(args, runs, skipped):
     ratio_head = f" req/s ÷ {args.baseline} | CPU/req ÷ {args.baseline} |" if base is not None else ""
     out.append(
         f"| {args.label_header} | clients | req/s | p50 latency (ms) | p99 latency (ms) | "
-        f"server CPU µs/req | server CPU % | RSS (MiB) | lost | errors | bench CPU % |{ratio_head}"
+        f"server CPU µs/req | server CPU % | RSS (MiB) | non-2.xx | lost | errors | bench CPU % |{ratio_head}"
     )
-    out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|" + ("--:|--:|" if base is not None else ""))
+    out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|" + ("--:|--:|" if base is not None else ""))
     starred = False
     for label, _desc, data in runs:
         for s in data.get("steps", []):
@@ -121,7 +121,7 @@ def markdown(args, runs, skipped):
                 rps += " *"
                 starred = True
             out.append(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{}".format(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{}".format(
                     label,
                     s["clients"],
                     rps,
@@ -130,6 +130,7 @@ def markdown(args, runs, skipped):
                     fmt(s.get("server_cpu_us_per_req"), ".1f"),
                     fmt(s.get("server_cpu_percent"), ".0f"),
                     fmt(None if rss is None else rss / 1024, ".1f"),
+                    s.get("non_2xx", 0),
                     s.get("lost", 0),
                     s.get("errors", 0) + s.get("resets", 0),
                     fmt(s.get("client_cpu_percent"), ".0f"),
@@ -143,6 +144,11 @@ def markdown(args, runs, skipped):
             "thread on one core) or other load on the shared machine limited this row, so its "
             "req/s understates the server; compare CPU µs/req instead."
         )
+    out.append("")
+    out.append(
+        "*req/s* counts 2.xx answers only; *non-2.xx* counts the other answers (e.g. 5.03 "
+        "from an overloaded server), which are never counted as completed."
+    )
     out.append("")
     out.append(
         "*bench CPU %* is the load generator's own CPU use over the measured window "

@@ -1,20 +1,31 @@
 //! The `cobalt` command: argument parsing only; each command lives in its own module.
 
+mod alloc;
 mod bench;
 mod dtls_args;
 mod exit;
+mod flags;
+mod manual;
+mod render;
 mod request;
 mod serve;
+mod sink;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use cobalt::Code;
+
+/// `cobalt --version`: the crate version and the git revision it was built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("COBALT_GIT_REV"), ")");
 
 /// Cobalt: a CoAP client like curl, a demo server, and CoAPBench.
 ///
-/// Exit codes: 0 success, 2 bad arguments or URI, 3 timeout/reset/unreachable,
-/// 4 the server answered 4.xx, 5 the server answered 5.xx, 6 unintelligible answer.
+/// Exit codes (every command): 0 success (2.xx), 1 local failure (port in use, file
+/// descriptors, output file), 2 bad arguments, URI or configuration, 3 timeout, reset, port not
+/// open, unreachable host, failed handshake or lost observation, 4 the server answered
+/// 4.xx, 5 the server answered 5.xx, 6 unintelligible answer, 130 bench interrupted.
+/// `bench` fails (3, 4 or 5) when no request completed with 2.xx.
 #[derive(Debug, Parser)]
-#[command(name = "cobalt", version, about, long_about)]
+#[command(name = "cobalt", version = VERSION, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,14 +45,35 @@ enum Command {
     Put(request::RequestArgs),
     /// DELETE a resource.
     Delete(request::RequestArgs),
+    /// FETCH (RFC 8132): GET with a request body (-p), e.g. a query in JSON or CBOR.
+    Fetch(request::RequestArgs),
+    /// PATCH (RFC 8132): change part of a resource with the payload (-p).
+    Patch(request::RequestArgs),
+    /// iPATCH (RFC 8132): an idempotent PATCH.
+    #[command(name = "ipatch")]
+    Ipatch(request::RequestArgs),
     /// List a server's resources (GET /.well-known/core, query filters allowed).
-    Discover(request::RequestArgs),
+    Discover(request::DiscoverArgs),
     /// Observe a resource and print each notification (RFC 7641).
     Observe(request::ObserveArgs),
     /// Run the demo server (/benchmark, /time, /echo, /separate; --plugtest for more).
     Serve(serve::ServeArgs),
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
+    /// Print a shell completion script: `cobalt completions bash > /etc/bash_completion.d/cobalt`
+    /// (zsh: into a directory of $fpath as `_cobalt`; fish: ~/.config/fish/completions/cobalt.fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `cobalt man | man -l -`; with --dir, write
+    /// cobalt.1 and one page per subcommand (cobalt-get.1, ...) there.
+    Man {
+        /// Write the pages into this directory instead of printing cobalt.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Raw floor responder for `cobalt bench`: answers every request with 2.05 "hello world".
     #[command(name = "bench-responder", hide = true)]
     BenchResponder(bench::responder::ResponderArgs),
@@ -77,6 +109,18 @@ fn main() {
         init_logging(cli.log_level.as_deref().unwrap_or("warn"));
     }
     match cli.command {
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "cobalt", &mut out);
+            std::process::exit(match sink::write_stdout(&out) {
+                Ok(_) => exit::OK,
+                Err((code, message)) => {
+                    eprintln!("cobalt: {message}");
+                    code
+                }
+            })
+        }
+        Command::Man { dir } => std::process::exit(manual::run(Cli::command(), dir.as_deref())),
         Command::Bench(args) => std::process::exit(bench::run(args)),
         Command::BenchResponder(args) => std::process::exit(bench::responder::main(args)),
         Command::BenchHttpResponder(args) => std::process::exit(bench::http_responder::main(args)),
@@ -99,12 +143,17 @@ fn main() {
             Command::Post(a) => request::run(Code::POST, a).await,
             Command::Put(a) => request::run(Code::PUT, a).await,
             Command::Delete(a) => request::run(Code::DELETE, a).await,
+            Command::Fetch(a) => request::run(Code::FETCH, a).await,
+            Command::Patch(a) => request::run(Code::PATCH, a).await,
+            Command::Ipatch(a) => request::run(Code::IPATCH, a).await,
             Command::Discover(a) => request::discover(a).await,
             Command::Observe(a) => request::observe(a).await,
             Command::Serve(a) => serve::run(a, cli.log_level.as_deref()).await,
-            Command::Bench(_) | Command::BenchResponder(_) | Command::BenchHttpResponder(_) => {
-                unreachable!("handled above")
-            }
+            Command::Bench(_)
+            | Command::BenchResponder(_)
+            | Command::BenchHttpResponder(_)
+            | Command::Completions { .. }
+            | Command::Man { .. } => unreachable!("handled above"),
         }
     });
     if let Err((code, message)) = result {

@@ -1,13 +1,16 @@
-//! `cobalt get|post|put|delete|discover|observe`: the curl-like client.
+//! `cobalt get|post|put|delete|fetch|patch|ipatch|discover|observe`: the curl-like
+//! client.
 
 use crate::dtls_args::DtlsArgs;
-use crate::exit;
+use crate::flags::{Hex, RawOption};
+use crate::sink::Output;
+use crate::{exit, render, sink};
 use clap::Args;
 use cobalt::proto::link_format;
-use cobalt::proto::message::{content_format, Code};
+use cobalt::proto::message::{content_format, opt, Code};
 use cobalt::transport::dtls::DtlsClientAuth;
-use cobalt::{Client, Error, Response};
-use std::io::Write;
+use cobalt::{Client, Error, Observation, Response};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Options shared by every request command.
@@ -18,12 +21,40 @@ pub struct RequestArgs {
     /// Request payload; `@FILE` reads it from a file, `@-` from standard input.
     #[arg(short, long)]
     pub payload: Option<String>,
-    /// Content-Format of the payload: a number or a name (text/plain, json, cbor, ...).
-    #[arg(short = 't', long)]
-    pub content_format: Option<String>,
-    /// Accept: the Content-Format wanted in the response.
-    #[arg(short = 'A', long)]
-    pub accept: Option<String>,
+    /// Content-Format of the payload: a number (0 to 65535) or a media type from the
+    /// IANA registry (text/plain, json, cbor, senml+json, senml+cbor, link-format, ...).
+    #[arg(short = 't', long, value_parser = crate::flags::content_format)]
+    pub content_format: Option<u16>,
+    /// Accept: the Content-Format wanted in the response (as for -t).
+    #[arg(short = 'A', long, value_parser = crate::flags::content_format)]
+    pub accept: Option<u16>,
+    /// Add an option (repeatable), like libcoap's -O: NUM,VALUE or NAME,VALUE, e.g.
+    /// `-O 2049,text`, `-O Max-Age,60`. VALUE `0x` and hex digits is bytes, a number is
+    /// encoded as one for uint options, else text; `-O NUM` sends it empty.
+    #[arg(short = 'O', long = "option", value_name = "NUM,VALUE", value_parser = crate::flags::coap_option)]
+    pub options: Vec<RawOption>,
+    /// ETag (hex, e.g. 0x1f2e; repeatable): asks whether a stored representation is
+    /// still valid (answered 2.03 Valid).
+    #[arg(long, value_name = "HEX", value_parser = crate::flags::hex)]
+    pub etag: Vec<Hex>,
+    /// If-Match (hex; repeatable): act only if the resource's ETag is one of these;
+    /// `--if-match ''` for "if it exists".
+    #[arg(long, value_name = "HEX", value_parser = crate::flags::hex)]
+    pub if_match: Vec<Hex>,
+    /// If-None-Match: act only if the resource does not exist yet.
+    #[arg(long)]
+    pub if_none_match: bool,
+    /// Show the response code and options before the payload (like curl -i).
+    #[arg(short, long)]
+    pub include: bool,
+    /// Write the answer to FILE instead of standard output; `-o -` prints it on
+    /// standard output even when it is binary and that is a terminal.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Pretty-print JSON and CBOR payloads (CBOR in diagnostic notation), by their
+    /// Content-Format.
+    #[arg(long)]
+    pub pretty: bool,
     /// Send a non-confirmable request.
     #[arg(long)]
     pub non: bool,
@@ -34,8 +65,10 @@ pub struct RequestArgs {
     /// support it); the server's choice for downloads.
     #[arg(short = 'b', long)]
     pub block_size: Option<usize>,
-    /// Give up after this many seconds overall.
-    #[arg(long, default_value_t = 30.0)]
+    /// Give up after this many seconds overall (for `observe`: waiting for the first
+    /// answer). 0: no overall limit, only the protocol's own (about 93 s of
+    /// retransmissions for a confirmable request over UDP, 60 s over TCP). At most 1e6.
+    #[arg(long, default_value_t = 30.0, value_parser = crate::flags::timeout)]
     pub timeout: f64,
     /// Show the request and response messages on standard error.
     #[arg(short, long)]
@@ -54,18 +87,21 @@ pub struct RequestArgs {
 pub struct ObserveArgs {
     #[command(flatten)]
     pub request: RequestArgs,
-    /// Stop after this many notifications (default: until Ctrl-C).
-    #[arg(short = 'n', long)]
-    pub count: Option<usize>,
+    /// Stop after this many notifications, at least 1 (default: until Ctrl-C); the
+    /// registration's answer counts as the first.
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
 }
 
-fn parse_cf(what: &str, v: &str) -> Result<u16, (i32, String)> {
-    content_format::parse(v).ok_or_else(|| {
-        (
-            exit::USAGE,
-            format!("unknown {what} '{v}': use a number or text/plain, link-format, xml, octet-stream, json, cbor"),
-        )
-    })
+/// `cobalt discover` options.
+#[derive(Debug, Args)]
+pub struct DiscoverArgs {
+    #[command(flatten)]
+    pub request: RequestArgs,
+    /// Print the link-format document as the server sent it, instead of one link per
+    /// line.
+    #[arg(long)]
+    pub raw: bool,
 }
 
 fn read_payload(p: &str) -> Result<Vec<u8>, (i32, String)> {
@@ -91,17 +127,31 @@ fn build(
     method: Code,
     args: &RequestArgs,
 ) -> Result<cobalt::RequestBuilder, (i32, String)> {
-    let mut b = client
-        .request(method, &args.uri)
-        .timeout(Duration::from_secs_f64(args.timeout.max(0.001)));
+    let mut b = client.request(method, &args.uri);
+    if args.timeout > 0.0 {
+        // In range: checked by `flags::timeout` when parsing.
+        b = b.timeout(Duration::from_secs_f64(args.timeout));
+    }
     if let Some(p) = &args.payload {
         b = b.payload(read_payload(p)?);
     }
-    if let Some(cf) = &args.content_format {
-        b = b.content_format(parse_cf("content format", cf)?);
+    if let Some(cf) = args.content_format {
+        b = b.content_format(cf);
     }
-    if let Some(a) = &args.accept {
-        b = b.accept(parse_cf("accept format", a)?);
+    if let Some(a) = args.accept {
+        b = b.accept(a);
+    }
+    for Hex(tag) in &args.etag {
+        b = b.option(opt::ETAG, tag.clone());
+    }
+    for Hex(tag) in &args.if_match {
+        b = b.option(opt::IF_MATCH, tag.clone());
+    }
+    if args.if_none_match {
+        b = b.option(opt::IF_NONE_MATCH, Vec::new());
+    }
+    for o in &args.options {
+        b = b.option(o.number, o.value.clone());
     }
     if args.non {
         b = b.non_confirmable();
@@ -109,6 +159,14 @@ fn build(
     match args.dtls.client_auth().map_err(|e| (exit::USAGE, e))? {
         Some(DtlsClientAuth::Psk(p)) => b = b.psk(p.identity, p.key),
         Some(DtlsClientAuth::X509(x)) => b = b.x509(x),
+        None if args.uri.trim().to_ascii_lowercase().starts_with("coaps://") => {
+            return Err((
+                exit::USAGE,
+                "coaps:// needs credentials: --psk-identity ID --psk-key KEY, or --ca FILE \
+                 (with --cert FILE --key FILE when the server wants a client certificate)"
+                    .into(),
+            ))
+        }
         None => {}
     }
     if let Some(size) = args.block_size {
@@ -160,17 +218,59 @@ pub(crate) fn error_exit(e: &Error) -> (i32, String) {
     (code, e.to_string())
 }
 
-/// Writes a payload to stdout. Like curl, it goes out byte-exact; only a terminal
-/// (or, with `one_per_line`, each observe notification) gets a final newline.
-fn print_payload(r: &Response, one_per_line: bool) {
-    use std::io::IsTerminal;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(&r.payload);
-    let newline = one_per_line || out.is_terminal();
-    if newline && !r.payload.is_empty() && !r.payload.ends_with(b"\n") {
-        let _ = out.write_all(b"\n");
+/// Writes a response to `out`: with `-i` its code and options first, with `--pretty`
+/// JSON and CBOR pretty-printed. Like curl, the payload goes out byte-exact; only a
+/// terminal, a pretty-printed payload or (`one_per_line`) an observe notification gets
+/// a final newline, and binary data is not written to a terminal (exit code 1 with a
+/// hint). Returns false when the reader has gone away (see [`sink::write_stdout`]).
+fn print_response(
+    out: &mut Output,
+    r: &Response,
+    args: &RequestArgs,
+    one_per_line: bool,
+) -> Result<bool, (i32, String)> {
+    let mut bytes = Vec::new();
+    if args.include {
+        bytes.extend_from_slice(render::head(r.code, &r.options).as_bytes());
     }
-    let _ = out.flush();
+    let cf = r
+        .options
+        .get_uint(opt::CONTENT_FORMAT)
+        .and_then(|v| u16::try_from(v).ok());
+    let pretty = args
+        .pretty
+        .then(|| render::pretty(cf, &r.payload))
+        .flatten();
+    let body = match &pretty {
+        Some(text) => text.as_bytes(),
+        None if out.is_terminal() && render::is_binary(&r.payload) => {
+            let what = match cf.map(|n| (n, content_format::name(n))) {
+                Some((n, Some(name))) => format!(" ({name}, Content-Format {n})"),
+                Some((n, None)) => format!(" (Content-Format {n})"),
+                None => String::new(),
+            };
+            return Err((
+                exit::FAILURE,
+                format!(
+                    "the answer is {} bytes of binary data{what}, not shown on the terminal: \
+                     save it with -o FILE, or print it anyway with -o -{}",
+                    r.payload.len(),
+                    if cf.is_some_and(content_format::is_cbor) {
+                        ", or read it with --pretty"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        None => &r.payload[..],
+    };
+    bytes.extend_from_slice(body);
+    let newline = one_per_line || pretty.is_some() || out.is_terminal();
+    if newline && !body.is_empty() && !body.ends_with(b"\n") {
+        bytes.push(b'\n');
+    }
+    out.write(&bytes)
 }
 
 fn response_status(r: &Response) -> Result<(), (i32, String)> {
@@ -184,16 +284,21 @@ fn response_status(r: &Response) -> Result<(), (i32, String)> {
 /// Runs one request command.
 pub async fn run(method: Code, args: RequestArgs) -> Result<(), (i32, String)> {
     let client = client_for(&args);
-    let response = build(&client, method, &args)?
-        .send()
-        .await
-        .map_err(|e| error_exit(&e))?;
-    print_payload(&response, false);
+    let request = build(&client, method, &args)?;
+    let mut out = Output::open(args.output.as_deref())?;
+    let response = request.send().await.map_err(|e| error_exit(&e))?;
+    print_response(&mut out, &response, &args, false)?;
     response_status(&response)
 }
 
-/// `cobalt discover`: GET /.well-known/core and list the links, one per line.
-pub async fn discover(mut args: RequestArgs) -> Result<(), (i32, String)> {
+/// `cobalt discover`: GET /.well-known/core and list the links, one per line, with
+/// their attributes as the server wrote them (quoted values stay quoted), or the
+/// document itself with `--raw`.
+pub async fn discover(args: DiscoverArgs) -> Result<(), (i32, String)> {
+    let DiscoverArgs {
+        request: mut args,
+        raw,
+    } = args;
     let uri =
         cobalt::proto::uri::CoapUri::parse(&args.uri).map_err(|e| (exit::USAGE, e.to_string()))?;
     if uri.path.is_empty() {
@@ -211,65 +316,177 @@ pub async fn discover(mut args: RequestArgs) -> Result<(), (i32, String)> {
         args.uri = format!("{base}/.well-known/core{query}");
     }
     let client = client_for(&args);
-    let response = build(&client, Code::GET, &args)?
-        .send()
-        .await
-        .map_err(|e| error_exit(&e))?;
-    response_status(&response)?;
+    let request = build(&client, Code::GET, &args)?;
+    let mut out = Output::open(args.output.as_deref())?;
+    let response = request.send().await.map_err(|e| error_exit(&e))?;
+    if raw || response.code.class() != 2 {
+        print_response(&mut out, &response, &args, false)?;
+        return response_status(&response);
+    }
     let text = response.text_payload();
-    match link_format::parse(&text) {
+    let mut listing = if args.include {
+        render::head(response.code, &response.options)
+    } else {
+        String::new()
+    };
+    let result = match link_format::parse(&text) {
         Ok(links) => {
             for l in links {
-                let attrs: Vec<String> = l
-                    .attrs
-                    .iter()
-                    .map(|(k, v)| match v {
-                        Some(v) => format!("{k}={v}"),
-                        None => k.clone(),
-                    })
-                    .collect();
-                println!("{}\t{}", l.target, attrs.join(" "));
+                listing.push_str(&l.target);
+                listing.push('\t');
+                listing.push_str(&attributes(&l.attrs));
+                listing.push('\n');
             }
             Ok(())
         }
         Err(e) => {
-            println!("{text}");
+            listing.push_str(&text);
+            listing.push('\n');
             Err((
                 exit::PROTOCOL,
                 format!("the server's link-format does not parse: {e}"),
             ))
         }
-    }
+    };
+    // A reader that goes away early ends it quietly.
+    out.write(listing.as_bytes())?;
+    result
 }
 
-/// `cobalt observe`: print each notification until Ctrl-C or `--count`.
+/// A link's attributes as link-format writes them: `key=value`, the value quoted
+/// unless it is a plain token (RFC 6690 §2: ptoken characters only).
+fn attributes(attrs: &[(String, Option<String>)]) -> String {
+    let ptoken = |v: &str| {
+        !v.is_empty()
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'()*+-./:<=>?@[]^_`{|}~".contains(&b))
+    };
+    attrs
+        .iter()
+        .map(|(k, v)| match v {
+            Some(v) if ptoken(v) => format!("{k}={v}"),
+            Some(v) => format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")),
+            None => k.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// How long `observe` waits, on its way out, for the server to answer the GET with
+/// Observe=1 that ends the relation.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// `cobalt observe`: prints each notification until `--count`, Ctrl-C, SIGTERM or a
+/// closed standard output, then ends the relation with the server (GET with
+/// Observe=1, RFC 7641 §3.6) instead of leaving it to time out.
 pub async fn observe(args: ObserveArgs) -> Result<(), (i32, String)> {
     let req = &args.request;
     let client = client_for(req);
-    let mut obs = build(&client, Code::GET, req)?
+    let obs = build(&client, Code::GET, req)?
         .observe()
         .await
-        .map_err(|e| error_exit(&e))?;
-    let mut seen = 0usize;
+        .map_err(|e| error_exit(&e))?
+        .on_reregister(|r| {
+            eprintln!(
+                "cobalt: {}; registering again (attempt {} of {})",
+                r.reason, r.attempt, r.max
+            )
+        });
+    let first_wait = (req.timeout > 0.0).then(|| Duration::from_secs_f64(req.timeout));
+    let mut out = Output::open(req.output.as_deref())?;
+    let (obs, result) = print_notifications(obs, &mut out, &args, first_wait).await;
+    if let Some(obs) = obs {
+        deregister(obs).await;
+    }
+    result
+}
+
+/// Prints notifications until `count`, a stop signal or the end of the relation.
+/// Returns the observation while its relation is still up (to be cancelled), and the
+/// command's result.
+async fn print_notifications(
+    mut obs: Observation,
+    out: &mut Output,
+    args: &ObserveArgs,
+    first_wait: Option<Duration>,
+) -> (Option<Observation>, Result<(), (i32, String)>) {
+    let count = args.count;
+    let stop = stop_requested();
+    tokio::pin!(stop);
+    let mut seen = 0u64;
     loop {
-        let next = tokio::select! {
-            n = obs.next() => n,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-        };
-        match next {
-            Some(Ok(r)) => {
-                print_payload(&r, true);
-                response_status(&r)?;
-                seen += 1;
-                if args.count.is_some_and(|n| seen >= n) {
-                    return Ok(());
-                }
-                if r.options.observe().is_none() {
-                    return Err((exit::PROTOCOL, "the server does not support observing this resource (no Observe option in the response)".into()));
-                }
+        let next = async {
+            match first_wait.filter(|_| seen == 0) {
+                Some(t) => tokio::time::timeout(t, obs.next())
+                    .await
+                    .unwrap_or(Some(Err(Error::Deadline(t)))),
+                None => obs.next().await,
             }
-            Some(Err(e)) => return Err(error_exit(&e)),
-            None => return Err((exit::NETWORK, "the observation ended".into())),
+        };
+        let next = tokio::select! {
+            n = next => n,
+            () = &mut stop => return (Some(obs), Ok(())),
+        };
+        let r = match next {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => return (None, Err(error_exit(&e))),
+            None => return (None, Err((exit::NETWORK, "the observation ended".into()))),
+        };
+        // A response without Observe ends the relation (an error, or no observe support).
+        let observing = r.options.observe().is_some();
+        let live = |obs| observing.then_some(obs);
+        match print_response(out, &r, &args.request, true) {
+            Ok(true) => {}
+            Ok(false) => return (live(obs), Ok(())), // the reader has gone away
+            Err(e) => return (live(obs), Err(e)),
         }
+        if let Err(e) = response_status(&r) {
+            return (live(obs), Err(e));
+        }
+        seen += 1;
+        if count.is_some_and(|n| seen >= n) {
+            return (live(obs), Ok(()));
+        }
+        if !observing {
+            return (None, Err((exit::PROTOCOL, "the server does not support observing this resource (no Observe option in the response)".into())));
+        }
+    }
+}
+
+/// Resolves on Ctrl-C, SIGTERM or a closed standard output.
+async fn stop_requested() {
+    let terminate = async {
+        #[cfg(unix)]
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            term.recv().await;
+            return;
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+        () = sink::stdout_closed() => {}
+    }
+}
+
+/// Ends the relation proactively, waiting at most [`CANCEL_WAIT`] (or until another
+/// Ctrl-C) for the server's answer; a failure is only noted on stderr.
+async fn deregister(obs: Observation) {
+    let note = tokio::select! {
+        r = tokio::time::timeout(CANCEL_WAIT, obs.cancel()) => match r {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(format!("could not end the observation: {e}")),
+            Err(_) => Some(format!(
+                "the server did not answer the request ending the observation within {}s",
+                CANCEL_WAIT.as_secs()
+            )),
+        },
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    if let Some(note) = note {
+        eprintln!("cobalt: note: {note}");
     }
 }

@@ -83,7 +83,7 @@ fn a_silent_victim_gets_at_most_three_times_what_it_sent_while_an_honest_client_
     victim
         .set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();
-    let honest = cobalt::client::blocking::Client::new().unwrap();
+    let honest = cobalt::client::blocking::Client::new();
     let mut sent = 0;
     let mut received = 0;
     let mut answers: Vec<Message> = Vec::new();
@@ -148,11 +148,21 @@ fn real_clients_fetch_four_kibibytes_in_a_handful_of_round_trips() {
     )
     .ok();
     let log = r.stdout.clone() + &r.stderr;
-    let requests = log.lines().filter(|l| l.contains("t:CON c:GET")).count();
+    // Distinct requests: a retransmission (a loaded machine) keeps its message ID.
+    let mut mids: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("t:CON c:GET"))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("i:")))
+        .collect();
+    mids.dedup();
+    let requests = mids.len();
     let pings_answered = log.lines().filter(|l| l.contains("t:RST")).count();
     assert!(log.contains("line 0072:"), "the whole body: {log}");
     assert_eq!(requests, 4, "four 1 KiB blocks: {log}");
-    assert_eq!(pings_answered, 1, "one verification round trip: {log}");
+    assert!(
+        (1..=2).contains(&pings_answered),
+        "one verification round trip (its ping maybe retransmitted): {log}"
+    );
 
     let aiocoap = need!("aiocoap-client", peers::aiocoap_client());
     let before = std::time::Instant::now();

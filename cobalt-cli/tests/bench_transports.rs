@@ -2,6 +2,7 @@
 //! coaps+ws:// (TLS with the same PSK) against a real `cobalt serve --tcp --ws --tls
 //! --dtls-psk-file`, through the binary, checking the JSON report; and a wrong PSK,
 //! which must fail with the reason.
+#![cfg(feature = "openssl")]
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -9,7 +10,7 @@ use std::process::Stdio;
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, KillOnDrop};
+use binary::{cobalt, psk_file, KillOnDrop};
 
 /// The server's addresses, as it prints them.
 struct Addresses {
@@ -90,7 +91,7 @@ fn check(report: &serde_json::Value, scheme: &str, new_session: bool) {
     assert_eq!(step["clients"], 3, "{report}");
     assert!(step["completed"].as_u64().unwrap() > 0, "{report}");
     assert!(step["requests_per_s"].as_f64().unwrap() > 0.0, "{report}");
-    for zero in ["lost", "errors", "resets"] {
+    for zero in ["lost", "errors", "resets", "non_2xx"] {
         assert_eq!(step[zero], 0, "{zero}: {report}");
     }
     let (p50, p99) = (
@@ -102,10 +103,7 @@ fn check(report: &serde_json::Value, scheme: &str, new_session: bool) {
 
 #[test]
 fn bench_over_tcp_websockets_dtls_and_tls() {
-    let dir = std::env::temp_dir().join(format!("cobalt-bench-transports-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let keys = dir.join("keys.txt");
-    std::fs::write(&keys, "alice:secretPSK\n").unwrap();
+    let (dir, keys) = psk_file("bench-transports");
     let (_server, at) = start_server(&keys);
     let psk = ["--psk-identity", "alice", "--psk-key", "secretPSK"];
 
@@ -128,16 +126,30 @@ fn bench_over_tcp_websockets_dtls_and_tls() {
     let wss = format!("coaps+ws://{}/benchmark", at.wss);
     check(&bench(&wss, &psk), "coaps+ws", false);
 
-    let wrong = cobalt()
-        .args(["bench", &coaps, "-c", "2", "-d", "1", "-q"])
-        .args(["--psk-identity", "alice", "--psk-key", "not-the-key"])
-        .output()
-        .unwrap();
-    assert!(!wrong.status.success(), "{wrong:?}");
+    // A wrong key: the reason, and one exit-code table — a failed handshake is 3 for
+    // `bench` as for `get`, over DTLS and TLS.
+    let wrong_key = ["--psk-identity", "alice", "--psk-key", "not-the-key"];
+    let wrong_bench = |uri: &str| {
+        cobalt()
+            .args(["bench", uri, "-c", "2", "-d", "1", "-q"])
+            .args(wrong_key)
+            .output()
+            .unwrap()
+    };
+    let wrong = wrong_bench(&coaps);
+    assert_eq!(wrong.status.code(), Some(3), "{wrong:?}");
     let err = String::from_utf8_lossy(&wrong.stderr);
     assert!(
         err.contains("DTLS handshake") && err.contains("wrong PSK"),
         "{err}"
     );
+    let tls_wrong = wrong_bench(&tls);
+    assert_eq!(tls_wrong.status.code(), Some(3), "{tls_wrong:?}");
+    let get = cobalt()
+        .args(["get", &coaps])
+        .args(wrong_key)
+        .output()
+        .unwrap();
+    assert_eq!(get.status.code(), Some(3), "{get:?}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -283,3 +283,88 @@ fn cobalt_observes_a_large_aiocoap_resource_whole() {
         "{values:?}"
     );
 }
+
+/// Waits (up to 10 s) until `done` holds, re-evaluating it every 100 ms.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `cobalt observe --count 2` against libcoap's server ends the relation with a GET
+/// carrying Observe=1, which libcoap logs (`-v 7`) as removing the subscription.
+#[test]
+fn cobalt_observe_cancels_its_relation_with_libcoap() {
+    let Some(bin) = peers::libcoap_server() else {
+        return;
+    };
+    let log = std::env::temp_dir().join(format!("cobalt-libcoap-obs-{}.log", std::process::id()));
+    let server = peers::start_libcoap_server_logging(&bin, &["-v", "7"], &log);
+    let r = peers::run(
+        Command::new(peers::cobalt_bin())
+            .args(["observe", "--count", "2"])
+            .arg(server.uri("/time")),
+        COMMAND_LIMIT,
+    )
+    .ok();
+    assert_eq!(r.stdout.lines().count(), 2, "{r:#?}");
+    eventually("libcoap removed the subscription", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("Observe:1, Uri-Path:time") && text.contains("removed subscription")
+    });
+    drop(server);
+    std::fs::remove_file(&log).ok();
+}
+
+/// The same against aiocoap's server, whose `/observers` tells how many observers
+/// `/counter` has. (aiocoap also drops an observer on an ICMP error, so `-v` shows
+/// that the GET with Observe=1 went out and was answered without Observe.)
+#[test]
+fn cobalt_observe_cancels_its_relation_with_aiocoap() {
+    let Some(server) = aiocoap_server() else {
+        return;
+    };
+    let observers = || {
+        cobalt::client::blocking::Client::new()
+            .get(&server.uri("/observers"))
+            .map(|r| r.text_payload())
+            .unwrap_or_default()
+    };
+    eventually("no observer at first", || observers() == "0");
+    let r = peers::run(
+        Command::new(peers::cobalt_bin())
+            .args(["observe", "-v", "--count", "2"])
+            .arg(server.uri("/counter")),
+        COMMAND_LIMIT,
+    )
+    .ok();
+    assert_eq!(r.stdout.lines().count(), 2, "{r:#?}");
+    // -v prints each message as a head line and indented option lines.
+    let mut messages: Vec<String> = Vec::new();
+    for line in r.stderr.lines() {
+        if line.starts_with(">   ") || line.starts_with("<   ") {
+            if let Some(m) = messages.last_mut() {
+                m.push_str(line);
+                m.push('\n');
+            }
+        } else {
+            messages.push(format!("{line}\n"));
+        }
+    }
+    let cancel = messages
+        .iter()
+        .position(|m| m.starts_with("> ") && m.contains("Observe: 1"))
+        .unwrap_or_else(|| panic!("no deregistration sent: {r:#?}"));
+    let answer = messages[cancel..]
+        .iter()
+        .find(|m| m.starts_with("< ") && m.contains(" ACK "))
+        .unwrap_or_else(|| panic!("the deregistration was not answered: {r:#?}"));
+    assert!(answer.contains("2.05 Content"), "{answer}");
+    assert!(
+        !answer.contains("Observe:"),
+        "answered without Observe: {answer}"
+    );
+    eventually("aiocoap dropped the observer", || observers() == "0");
+}

@@ -1,13 +1,12 @@
 //! `cobalt serve` configuration and metrics, through the real binary.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::Stdio;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, KillOnDrop};
+use binary::{cobalt, local_serve, serve_printing};
 
 #[test]
 fn print_config_shows_the_effective_configuration_and_parses_back() {
@@ -75,44 +74,14 @@ fn bad_configuration_exits_2_naming_the_key() {
 
 #[test]
 fn serve_with_metrics_answers_get_metrics() {
-    let mut child = KillOnDrop(
-        cobalt()
-            .args([
-                "serve",
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--shards",
-                "1",
-                "--metrics",
-                "127.0.0.1:0",
-                "--log-level",
-                "warn",
-            ])
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let mut command = local_serve();
+    command.args(["--metrics", "127.0.0.1:0", "--log-level", "warn"]);
+    let (child, found) = serve_printing(
+        command,
+        &["cobalt: serving CoAP on ", "cobalt: metrics on http://"],
     );
-    let mut stderr = BufReader::new(child.0.stderr.take().unwrap());
-    let mut metrics_addr = None;
-    let mut coap_addr = None;
-    for _ in 0..10 {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        if let Some(rest) = line.trim().strip_prefix("cobalt: serving CoAP on ") {
-            coap_addr = rest.split(' ').next().map(str::to_string);
-        }
-        if let Some(rest) = line.trim().strip_prefix("cobalt: metrics on http://") {
-            metrics_addr = rest.strip_suffix("/metrics").map(str::to_string);
-            break;
-        }
-    }
-    let coap_addr = coap_addr.expect("the server prints its address");
-    let metrics_addr = metrics_addr.expect("the server prints its metrics address");
+    let coap_addr = &found[0];
+    let metrics_addr = found[1].trim_end_matches("/metrics");
 
     let get = cobalt()
         .args(["get", &format!("coap://{coap_addr}/benchmark")])
@@ -125,7 +94,7 @@ fn serve_with_metrics_answers_get_metrics() {
 
     let mut body = String::new();
     for _ in 0..100 {
-        let mut s = std::net::TcpStream::connect(&metrics_addr).unwrap();
+        let mut s = std::net::TcpStream::connect(metrics_addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();

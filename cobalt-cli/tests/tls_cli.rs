@@ -1,5 +1,6 @@
 //! `cobalt serve --cert --key --tls --ws` and `cobalt get coaps+tcp://...` /
 //! `coaps+ws://...` through the real binary.
+#![cfg(feature = "openssl")]
 
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -86,4 +87,60 @@ fn tls_without_credentials_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--cert"), "{err}");
+}
+
+/// The mistakes a user makes with TLS get the hint DTLS gives: a wrong PSK says the
+/// keys differ, TLS to a plain port and plain TCP to a TLS port say which is which.
+#[test]
+fn tls_mistakes_name_the_fix() {
+    let (dir, keys) = binary::psk_file("tls-mistakes");
+    let mut serve = binary::local_serve();
+    serve
+        .args([
+            "--tcp",
+            "0",
+            "--tls",
+            "0",
+            "--dtls-port",
+            "0",
+            "--dtls-psk-file",
+        ])
+        .arg(&keys);
+    let (_server, at) = binary::serve_printing(
+        serve,
+        &[
+            "cobalt: serving CoAP over TCP on ",
+            "cobalt: serving CoAP over TLS on ",
+        ],
+    );
+    let (tcp, tls) = (&at[0], &at[1]);
+    let run = |uri: String, key: &str| {
+        let out = cobalt()
+            .args(["get", &uri, "--psk-identity", "alice", "--psk-key", key])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{uri}: {out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let wrong = run(format!("coaps+tcp://{tls}/benchmark"), "not-the-key");
+    assert!(
+        wrong.contains("TLS handshake") && wrong.contains("the keys differ: wrong PSK?"),
+        "{wrong}"
+    );
+    let plain_port = run(format!("coaps+tcp://{tcp}/benchmark"), "secretPSK");
+    assert!(
+        plain_port.contains("does not speak TLS on this port"),
+        "{plain_port}"
+    );
+    let out = cobalt()
+        .args(["get", &format!("coap+tcp://{tls}/benchmark")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is it a TLS port? then use coaps+tcp://"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -86,6 +86,45 @@ impl BlockSize {
     }
 }
 
+/// How a Block1 upload goes on after the server answered 2.31 Continue to the block
+/// `sent` (of `size`, carrying the bytes `range` of the body) with the Block1 option
+/// `ack` (RFC 7959 §2.3, §2.5). The block sent counts whole, at the size it was sent,
+/// even when the server asks for smaller blocks from now on: in RFC 7959 Figure 6
+/// `0/1/128` acknowledged with `0/1/32` goes on with `4/1/32`. A server asking for
+/// larger blocks is not followed (§2.3: the same size or smaller). The acknowledgement
+/// names the block sent by its number (as in Figure 6) or by its offset at the new
+/// size (as Californium does: `3/1/1024` acknowledged with `6/1/512`); a BERT block
+/// (RFC 8323 §6) is acknowledged as a whole the same way. Returns the offset of the
+/// next block and the size to send it in, or `None` when `ack` names another block.
+pub fn upload_continues(
+    size: BlockSize,
+    sent: BlockValue,
+    range: Range<usize>,
+    ack: Option<BlockValue>,
+) -> Option<(usize, BlockSize)> {
+    let Some(ack) = ack else {
+        return Some((range.end, size));
+    };
+    if ack.num != sent.num && ack.offset() != range.start {
+        return None;
+    }
+    let next = if ack.szx < size.szx() {
+        BlockSize::Szx(ack.szx)
+    } else {
+        size
+    };
+    Some((range.end, next))
+}
+
+/// The Block2 option of the request for what follows the `received` bytes of a
+/// representation whose latest block was `last`: at that block's size, since a
+/// server may answer with smaller blocks than asked for, and the client follows
+/// (RFC 7959 §2.4). `None` if the block number does not fit in the option.
+pub fn next_block2(received: usize, last: BlockValue) -> Option<BlockValue> {
+    let num = u32::try_from(received / last.size()).ok()?;
+    BlockValue::new(num, false, last.szx)
+}
+
 /// Why a received block cannot continue a body being reassembled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockError {
@@ -195,6 +234,9 @@ pub fn slice_response_sized(request: &Message, mut response: Message, size: Bloc
     }
     response
 }
+
+#[cfg(test)]
+mod sim_tests;
 
 #[cfg(test)]
 mod tests {
@@ -362,6 +404,65 @@ mod tests {
             check_block(b(1, false, 4), 257, 256, false),
             Err(BlockError::WrongSize)
         );
+    }
+
+    #[test]
+    fn upload_continues_after_the_whole_block_sent() {
+        let b = |num, szx| BlockValue::new(num, true, szx).unwrap();
+        let s6 = BlockSize::Szx(6);
+        // Acknowledged as sent, or without Block1: the next block at the same size.
+        assert_eq!(
+            upload_continues(s6, b(2, 6), 2048..3072, Some(b(2, 6))),
+            Some((3072, s6))
+        );
+        assert_eq!(
+            upload_continues(s6, b(2, 6), 2048..3072, None),
+            Some((3072, s6))
+        );
+        // Smaller, named by number (RFC 7959 Figure 6) or by offset (Californium).
+        let s5 = BlockSize::Szx(5);
+        assert_eq!(
+            upload_continues(s6, b(2, 6), 2048..3072, Some(b(2, 5))),
+            Some((3072, s5))
+        );
+        assert_eq!(
+            upload_continues(s6, b(2, 6), 2048..3072, Some(b(4, 5))),
+            Some((3072, s5))
+        );
+        // A server asking for larger blocks is not followed.
+        let s4 = BlockSize::Szx(4);
+        assert_eq!(
+            upload_continues(s4, b(1, 4), 256..512, Some(b(1, 6))),
+            Some((512, s4))
+        );
+        // BERT: acknowledged whole, then 1024-byte blocks if asked.
+        let bert = BlockSize::Bert { units: 3 };
+        assert_eq!(
+            upload_continues(bert, b(3, 7), 3072..6144, Some(b(3, 7))),
+            Some((6144, bert))
+        );
+        assert_eq!(
+            upload_continues(bert, b(3, 7), 3072..6144, Some(b(3, 6))),
+            Some((6144, s6))
+        );
+        // Another block.
+        assert_eq!(
+            upload_continues(s6, b(2, 6), 2048..3072, Some(b(1, 6))),
+            None
+        );
+        assert_eq!(
+            upload_continues(s6, b(2, 6), 2048..3072, Some(b(3, 5))),
+            None
+        );
+    }
+
+    #[test]
+    fn next_block2_keeps_the_size_of_the_latest_block() {
+        let b = |num, szx| BlockValue::new(num, true, szx).unwrap();
+        assert_eq!(next_block2(1024, b(0, 6)), BlockValue::new(1, false, 6));
+        assert_eq!(next_block2(1280, b(4, 4)), BlockValue::new(5, false, 4));
+        assert_eq!(next_block2(4096, b(0, 7)), BlockValue::new(4, false, 7));
+        assert_eq!(next_block2(16 << 20, b(0, 0)), None);
     }
 
     fn block_sizes() -> impl Strategy<Value = BlockSize> {

@@ -5,8 +5,9 @@ use crate::message::{opt, Options};
 use std::fmt;
 use std::net::IpAddr;
 
-/// URI schemes Cobalt knows about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The URI schemes of CoAP, one per transport: the one type that names a transport
+/// everywhere (URIs, listeners, metrics, the command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scheme {
     /// `coap` over UDP (default port 5683).
     Coap,
@@ -45,6 +46,31 @@ impl Scheme {
         }
     }
 
+    /// Every scheme, datagram ones first.
+    pub const ALL: [Scheme; 6] = [
+        Scheme::Coap,
+        Scheme::Coaps,
+        Scheme::CoapTcp,
+        Scheme::CoapsTcp,
+        Scheme::CoapWs,
+        Scheme::CoapsWs,
+    ];
+
+    /// True for the schemes secured by DTLS or TLS.
+    pub fn is_secure(self) -> bool {
+        matches!(self, Scheme::Coaps | Scheme::CoapsTcp | Scheme::CoapsWs)
+    }
+
+    /// True for CoAP over UDP or DTLS (RFC 7252); false for the RFC 8323 transports.
+    pub fn is_datagram(self) -> bool {
+        matches!(self, Scheme::Coap | Scheme::Coaps)
+    }
+
+    /// True for CoAP over WebSockets (`coap+ws`, `coaps+ws`).
+    pub fn is_websocket(self) -> bool {
+        matches!(self, Scheme::CoapWs | Scheme::CoapsWs)
+    }
+
     fn parse(s: &str) -> Option<Scheme> {
         Some(match s.to_ascii_lowercase().as_str() {
             "coap" => Scheme::Coap,
@@ -54,6 +80,24 @@ impl Scheme {
             "coap+ws" => Scheme::CoapWs,
             "coaps+ws" => Scheme::CoapsWs,
             _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Scheme {
+    type Err = UriError;
+
+    fn from_str(s: &str) -> Result<Scheme, UriError> {
+        Scheme::parse(s).ok_or_else(|| UriError {
+            uri: s.to_string(),
+            reason: "not a CoAP scheme (coap, coaps, coap+tcp, coaps+tcp, coap+ws, coaps+ws)"
+                .into(),
         })
     }
 }
@@ -80,8 +124,11 @@ impl std::error::Error for UriError {}
 pub struct CoapUri {
     /// Scheme.
     pub scheme: Scheme,
-    /// Host as written (without brackets for IPv6 literals).
+    /// Host as written (without brackets, and without the zone, for IPv6 literals).
     pub host: String,
+    /// The zone of a link-local IPv6 literal (RFC 6874: `coap://[fe80::1%25eth0]/`
+    /// gives `eth0`): an interface name or index.
+    pub zone: Option<String>,
     /// Port (the scheme's default when absent).
     pub port: u16,
     /// Path segments, percent-decoded.
@@ -121,6 +168,7 @@ impl CoapUri {
         if host.is_empty() {
             return Err(err("missing host"));
         }
+        let (host, zone) = split_zone(host).map_err(|r| err(&r))?;
         let port = match port {
             Some(p) => p
                 .parse::<u16>()
@@ -154,6 +202,7 @@ impl CoapUri {
         Ok(CoapUri {
             scheme,
             host: host.to_string(),
+            zone,
             port,
             path: segments,
             query: items,
@@ -188,10 +237,10 @@ impl CoapUri {
 
 impl fmt::Display for CoapUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
+        let host = match (&self.zone, self.host.contains(':')) {
+            (Some(zone), _) => format!("[{}%25{zone}]", self.host),
+            (None, true) => format!("[{}]", self.host),
+            (None, false) => self.host.clone(),
         };
         write!(
             f,
@@ -208,13 +257,28 @@ impl fmt::Display for CoapUri {
     }
 }
 
+/// Splits the zone off an IPv6 literal: `fe80::1%25eth0` (RFC 6874), or `fe80::1%eth0`
+/// as people also write it.
+fn split_zone(host: &str) -> Result<(&str, Option<String>), String> {
+    let Some((addr, zone)) = host.split_once('%') else {
+        return Ok((host, None));
+    };
+    let zone = zone.strip_prefix("25").unwrap_or(zone);
+    let zone = percent_decode(zone)?;
+    if zone.is_empty() {
+        return Err("empty IPv6 zone after '%25'".into());
+    }
+    Ok((addr, Some(zone)))
+}
+
 fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
     if let Some(rest) = authority.strip_prefix('[') {
         let (host, after) = rest
             .split_once(']')
             .ok_or("unterminated IPv6 literal (missing ']')")?;
-        if host.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(format!("'{host}' is not an IPv6 address"));
+        let addr = host.split_once('%').map_or(host, |(a, _)| a);
+        if addr.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("'{addr}' is not an IPv6 address"));
         }
         return match after {
             "" => Ok((host, None)),
@@ -255,6 +319,24 @@ fn percent_decode(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv6_zones_per_rfc_6874() {
+        let u = CoapUri::parse("coap://[fe80::1%25eth0]:5690/x").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.zone.as_deref()),
+            ("fe80::1", Some("eth0"))
+        );
+        assert_eq!(u.ip(), Some("fe80::1".parse().unwrap()));
+        assert_eq!(u.to_string(), "coap://[fe80::1%25eth0]:5690/x");
+        let u = CoapUri::parse("coap://[fe80::1%eth1]/").unwrap();
+        assert_eq!(u.zone.as_deref(), Some("eth1"));
+        let u = CoapUri::parse("coap://[fe80::1%252]/").unwrap();
+        assert_eq!(u.zone.as_deref(), Some("2"));
+        assert_eq!(CoapUri::parse("coap://[::1]/").unwrap().zone, None);
+        assert!(CoapUri::parse("coap://[fe80::1%25]/").is_err());
+        assert!(CoapUri::parse("coap://[nonsense%25eth0]/").is_err());
+    }
 
     #[test]
     fn parses_the_usual_forms() {

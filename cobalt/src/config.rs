@@ -28,6 +28,7 @@
 //! ```
 
 use crate::server::ServerLimits;
+use crate::transport::dtls::DtlsConfig;
 use crate::transport::tcp::TcpServerLimits;
 use cobalt_proto::congestion::Algorithm;
 use cobalt_proto::endpoint::EndpointConfig;
@@ -52,6 +53,8 @@ pub struct Config {
     pub server: ServerSection,
     /// CoAP over TCP, TLS and WebSockets: connection limits and timers.
     pub connections: ConnectionsSection,
+    /// CoAP over DTLS: session and handshake budgets, timers.
+    pub dtls: DtlsSection,
     /// Logging.
     pub log: LogSection,
 }
@@ -276,6 +279,10 @@ impl From<&LimitsSection> for ServerLimits {
 pub struct ConnectionsSection {
     /// Connections served at once per listener.
     pub max_connections: usize,
+    /// Connections served at once per source address.
+    pub max_connections_per_ip: usize,
+    /// TLS handshakes and WebSocket upgrades in progress per source address.
+    pub max_handshakes_per_ip: usize,
     /// Largest message accepted (announced in the CSM), in bytes.
     pub max_message_size: u32,
     /// Announce BERT (RFC 8323 §6).
@@ -315,6 +322,8 @@ impl From<&TcpServerLimits> for ConnectionsSection {
         let c = &l.connection;
         ConnectionsSection {
             max_connections: l.max_connections,
+            max_connections_per_ip: l.max_connections_per_ip,
+            max_handshakes_per_ip: l.max_handshakes_per_ip,
             max_message_size: c.max_message_size,
             bert: c.block_wise_transfer,
             max_bert_block: l.max_bert_block,
@@ -334,6 +343,8 @@ impl From<&ConnectionsSection> for TcpServerLimits {
         let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
         TcpServerLimits {
             max_connections: s.max_connections,
+            max_connections_per_ip: s.max_connections_per_ip,
+            max_handshakes_per_ip: s.max_handshakes_per_ip,
             connection: TcpConfig {
                 max_message_size: s.max_message_size,
                 block_wise_transfer: s.bert,
@@ -347,6 +358,60 @@ impl From<&ConnectionsSection> for TcpServerLimits {
             write_timeout: s.write_timeout,
             handshake_timeout: s.handshake_timeout,
             max_bert_block: s.max_bert_block,
+        }
+    }
+}
+
+/// `[dtls]`: the session table limits of [`DtlsConfig`] (per DTLS shard).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DtlsSection {
+    /// Established sessions per shard.
+    pub max_sessions: usize,
+    /// Handshakes in progress per shard.
+    pub max_handshakes: usize,
+    /// Handshakes in progress per source address.
+    pub max_handshakes_per_ip: usize,
+    /// Silence after which a session may be replaced when the table is full.
+    #[serde(with = "duration")]
+    pub stale_after: Duration,
+    /// Time for a handshake.
+    #[serde(with = "duration")]
+    pub handshake_timeout: Duration,
+    /// Silence after which a session is dropped.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for DtlsSection {
+    fn default() -> Self {
+        DtlsSection::from(&DtlsConfig::default())
+    }
+}
+
+impl From<&DtlsConfig> for DtlsSection {
+    fn from(c: &DtlsConfig) -> Self {
+        DtlsSection {
+            max_sessions: c.max_sessions,
+            max_handshakes: c.max_handshakes,
+            max_handshakes_per_ip: c.max_handshakes_per_ip,
+            stale_after: c.stale_after,
+            handshake_timeout: c.handshake_timeout,
+            idle_timeout: c.idle_timeout,
+        }
+    }
+}
+
+impl From<&DtlsSection> for DtlsConfig {
+    fn from(s: &DtlsSection) -> Self {
+        DtlsConfig {
+            max_sessions: s.max_sessions,
+            max_handshakes: s.max_handshakes,
+            max_handshakes_per_ip: s.max_handshakes_per_ip,
+            stale_after: s.stale_after,
+            handshake_timeout: s.handshake_timeout,
+            idle_timeout: s.idle_timeout,
+            ..DtlsConfig::default()
         }
     }
 }
@@ -528,7 +593,7 @@ const fn k(
 }
 
 /// The sections, in file order, with their description.
-const SECTIONS: [(&str, &str); 6] = [
+const SECTIONS: [(&str, &str); 7] = [
     (
         "endpoint",
         "Protocol parameters of RFC 7252 §4.8 and bounds on the endpoint's state.",
@@ -542,6 +607,10 @@ const SECTIONS: [(&str, &str); 6] = [
     (
         "connections",
         "CoAP over TCP, TLS and WebSockets (each listener): connection limits and timers.",
+    ),
+    (
+        "dtls",
+        "CoAP over DTLS (each shard's session table): session and handshake budgets, timers.",
     ),
     ("log", "Logging to stderr."),
 ];
@@ -594,6 +663,8 @@ const KEYS: &[KeyDoc] = &[
     k("server", "port", "UDP port; 0: any free port.", "0 to 65535"),
     k("server", "metrics_addr", "Address of the Prometheus endpoint (GET /metrics over HTTP), e.g. \"127.0.0.1:9100\"; \"\": none.", "\"\" or IP:port"),
     k("connections", "max_connections", "Connections served at once per listener; further ones are refused.", "1 to 1000000"),
+    k("connections", "max_connections_per_ip", "Connections served at once per listener from one source address (IPv4 address or IPv6 /64); its further ones are refused while other addresses still connect.", "1 to 1000000"),
+    k("connections", "max_handshakes_per_ip", "TLS handshakes and WebSocket upgrades in progress per listener from one source address; its further connections are refused until one finishes.", "1 to 1000000"),
     k("connections", "max_message_size", "Largest message accepted, in bytes (announced as Max-Message-Size in the CSM); larger frames end the connection.", "1152 to 67108864"),
     k("connections", "bert", "Announce BERT (RFC 8323 §6): block-wise transfers of many 1024-byte blocks per message with peers that announce it too.", "true or false"),
     k("connections", "max_bert_block", "Largest BERT block sent, in bytes.", "1024 to 67108864"),
@@ -604,6 +675,12 @@ const KEYS: &[KeyDoc] = &[
     k("connections", "handshake_timeout", "Time for the TLS handshake and for the WebSocket upgrade request.", "1s to 600s"),
     k("connections", "write_timeout", "Time a write may block on a peer that does not read before the connection is dropped.", "1s to 600s"),
     k("connections", "max_inbound_requests", "Requests of one connection handled at once; beyond it 5.03.", "1 to 65536"),
+    k("dtls", "max_sessions", "Established DTLS sessions per shard. When full, a new session takes the place of one silent for stale_after, or an authenticated peer that of an anonymous one; otherwise it is refused.", "1 to 10000000"),
+    k("dtls", "max_handshakes", "DTLS handshakes in progress (after the cookie exchange) per shard; beyond it the oldest handshake of the address with the most gives way. They never displace established sessions.", "1 to 1000000"),
+    k("dtls", "max_handshakes_per_ip", "DTLS handshakes in progress per source address (IPv4 address or IPv6 /64); beyond it that address's oldest handshake gives way.", "1 to 1000000"),
+    k("dtls", "stale_after", "An established session silent this long may be replaced by a new one when the table is full.", "1s to 30d"),
+    k("dtls", "handshake_timeout", "A DTLS handshake not finished within this is dropped.", "1s to 600s"),
+    k("dtls", "idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d"),
     k("log", "level", "Most verbose level logged to stderr; the RUST_LOG variable, when set, wins.", "off, error, warn, info, debug, trace"),
 ];
 
@@ -651,6 +728,11 @@ impl Config {
         TcpServerLimits::from(&self.connections)
     }
 
+    /// The session table limits of the DTLS shards.
+    pub fn dtls_config(&self) -> DtlsConfig {
+        DtlsConfig::from(&self.dtls)
+    }
+
     /// Checks every value; the error names the key, the value and the allowed range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Err(e) = self.endpoint_config().validate() {
@@ -659,6 +741,7 @@ impl Config {
         let l = &self.limits;
         let r = &self.runtime;
         let c = &self.connections;
+        let d = &self.dtls;
         let secs = |d: Duration, min: u64, max: u64| {
             d >= Duration::from_secs(min) && d <= Duration::from_secs(max)
         };
@@ -735,6 +818,16 @@ impl Config {
                 "max_connections",
             ),
             (
+                (1..=1_000_000).contains(&c.max_connections_per_ip),
+                "connections",
+                "max_connections_per_ip",
+            ),
+            (
+                (1..=1_000_000).contains(&c.max_handshakes_per_ip),
+                "connections",
+                "max_handshakes_per_ip",
+            ),
+            (
                 (1152..=64 << 20).contains(&c.max_message_size),
                 "connections",
                 "max_message_size",
@@ -775,6 +868,28 @@ impl Config {
                 "connections",
                 "max_inbound_requests",
             ),
+            (
+                (1..=10_000_000).contains(&d.max_sessions),
+                "dtls",
+                "max_sessions",
+            ),
+            (
+                (1..=1_000_000).contains(&d.max_handshakes),
+                "dtls",
+                "max_handshakes",
+            ),
+            (
+                (1..=1_000_000).contains(&d.max_handshakes_per_ip),
+                "dtls",
+                "max_handshakes_per_ip",
+            ),
+            (secs(d.stale_after, 1, 30 * 86_400), "dtls", "stale_after"),
+            (
+                secs(d.handshake_timeout, 1, 600),
+                "dtls",
+                "handshake_timeout",
+            ),
+            (secs(d.idle_timeout, 1, 30 * 86_400), "dtls", "idle_timeout"),
             (
                 LOG_LEVELS.contains(&self.log.level.as_str()),
                 "log",
@@ -917,7 +1032,7 @@ impl ConfigLoader {
 
     /// Applies the variables named `COBALT_<SECTION>_<KEY>` (case-insensitive after
     /// the prefix), where SECTION is one of `endpoint`, `limits`, `runtime`, `server`,
-    /// `log`. Other variables are ignored; an unknown KEY in a known section is an error.
+    /// `connections`, `dtls`, `log`. Other variables are ignored; an unknown KEY in a known section is an error.
     pub fn env(
         mut self,
         vars: impl IntoIterator<Item = (String, String)>,

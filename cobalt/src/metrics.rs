@@ -123,6 +123,14 @@ shard_values! {
     uploads,
     /// Bytes held by uploads in progress and kept answers (gauge).
     upload_bytes,
+    /// DTLS handshakes in progress dropped to stay within the handshake budgets.
+    dtls_handshakes_displaced,
+    /// New DTLS sessions refused: the table was full of active sessions.
+    dtls_refused,
+    /// Established DTLS sessions (gauge).
+    dtls_sessions,
+    /// DTLS handshakes in progress (gauge).
+    dtls_handshaking,
 }
 
 /// Refusals and dropped state of the server role over a whole server (every shard and
@@ -225,6 +233,10 @@ impl ShardSnapshot {
         self.dtls_handshake_failures = d.handshake_failures;
         self.dtls_evicted = d.evicted;
         self.dtls_dropped = d.dropped;
+        self.dtls_handshakes_displaced = d.handshakes_displaced;
+        self.dtls_refused = d.refused;
+        self.dtls_sessions = d.sessions;
+        self.dtls_handshaking = d.handshaking;
         self
     }
 
@@ -635,6 +647,30 @@ const FAMILIES: &[Family] = &[
         kind: Kind::Counter,
         series: &[(None, |s| s.dtls_dropped)],
     },
+    Family {
+        name: "cobalt_dtls_handshakes_displaced_total",
+        help: "DTLS handshakes in progress dropped to stay within max_handshakes / max_handshakes_per_ip, or replaced by a new ClientHello from the same address.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dtls_handshakes_displaced)],
+    },
+    Family {
+        name: "cobalt_dtls_refused_total",
+        help: "New DTLS sessions refused because the session table was full of active sessions.",
+        kind: Kind::Counter,
+        series: &[(None, |s| s.dtls_refused)],
+    },
+    Family {
+        name: "cobalt_dtls_sessions",
+        help: "Established DTLS sessions.",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.dtls_sessions)],
+    },
+    Family {
+        name: "cobalt_dtls_handshakes_in_progress",
+        help: "DTLS handshakes in progress (after the cookie exchange).",
+        kind: Kind::Gauge,
+        series: &[(None, |s| s.dtls_handshaking)],
+    },
 ];
 
 /// Renders snapshots (index = shard number) in the Prometheus text format 0.0.4.
@@ -678,6 +714,7 @@ fn render_transports(
     const FAMILIES: &[Connections] = &[
         ("cobalt_connections_accepted_total", "Connections accepted.", |c| &c.accepted),
         ("cobalt_connections_refused_total", "Connections refused: max_connections were open.", |c| &c.refused),
+        ("cobalt_connections_refused_per_ip_total", "Connections refused because their source address held max_connections_per_ip connections or max_handshakes_per_ip handshakes.", |c| &c.refused_per_ip),
         ("cobalt_connections_protocol_errors_total", "Connections aborted for a protocol error (bad or missing CSM, oversized frame, malformed message).", |c| &c.protocol_errors),
         ("cobalt_connections_timeouts_total", "Connections closed because the TLS handshake, the CSM or a frame took too long, or a keep-alive Ping went unanswered (silent, slow or vanished peers).", |c| &c.timeouts),
         ("cobalt_connections_idle_closed_total", "Connections released for being idle.", |c| &c.idle_closed),
@@ -689,6 +726,15 @@ fn render_transports(
             let v = field(c).load(std::sync::atomic::Ordering::Relaxed);
             let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
         }
+    }
+    let name = "cobalt_connections_open";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Connections open on a TCP, TLS or WebSocket listener.\n# TYPE {name} gauge"
+    );
+    for (transport, c) in transports {
+        let v = c.open.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
     }
     let name = "cobalt_connection_observers";
     let _ = writeln!(

@@ -7,6 +7,7 @@
 //! A test whose peer program is missing is skipped with a note, unless
 //! `COBALT_REQUIRE_PEERS=1`, in which case it fails (`scripts/install-test-deps.sh`
 //! installs the peers). The programs are looked up on `PATH`.
+#![cfg(feature = "openssl")]
 
 mod common;
 

@@ -1,4 +1,7 @@
 //! CoAP over DTLS (`coaps://`) between a Cobalt server and client on loopback.
+#![cfg(feature = "openssl")]
+
+mod stream;
 
 use cobalt::server::{get, post, Request};
 use cobalt::transport::dtls::{DtlsConfig, PskStore};
@@ -68,10 +71,11 @@ async fn wrong_key_is_a_clear_error_not_a_timeout() {
         "{:?}",
         start.elapsed()
     );
-    let Error::Dtls { peer, reason } = &err else {
+    let Error::Dtls { peer, kind, reason } = &err else {
         panic!("expected a DTLS error, got {err:?}");
     };
     assert_eq!(*peer, addr);
+    assert_eq!(*kind, cobalt::HandshakeFailure::KeysDiffer, "{err}");
     assert!(reason.contains("decrypt error"), "{err}");
     assert!(err.to_string().contains("DTLS handshake"), "{err}");
 
@@ -81,6 +85,16 @@ async fn wrong_key_is_a_clear_error_not_a_timeout() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("unknown psk identity"), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Dtls {
+                kind: cobalt::HandshakeFailure::UnknownIdentity,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     // Both failures are counted for the metrics exporter.
     let mut failures = 0;
     for _ in 0..50 {
@@ -275,20 +289,9 @@ async fn a_restarted_server_is_reached_again_after_one_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_over_dtls() {
-    use cobalt::server::Observable;
-    use std::sync::{Arc, Mutex};
-    let obs = Observable::new();
-    let value = Arc::new(Mutex::new("v0".to_string()));
-    let read = value.clone();
+    let value = stream::Value::new(b"v0");
     let server = Server::new()
-        .route(
-            "/value",
-            get(move || {
-                let v = read.lock().unwrap().clone();
-                async move { v }
-            })
-            .observable(&obs),
-        )
+        .route("/value", value.resource())
         .dtls_psk(keys())
         .shards(1)
         .bind_dtls("127.0.0.1:0")
@@ -301,14 +304,13 @@ async fn observe_over_dtls() {
         .unwrap();
     assert_eq!(o.next().await.unwrap().unwrap().text_payload(), "v0");
     for i in 1..=3 {
-        *value.lock().unwrap() = format!("v{i}");
-        obs.changed();
+        value.set(format!("v{i}").as_bytes());
         let n = o.next().await.unwrap().unwrap();
         assert_eq!(n.text_payload(), format!("v{i}"));
     }
     let last = o.cancel().await.unwrap();
     assert!(last.options.observe().is_none());
-    assert_eq!(obs.observer_count(), 0);
+    assert_eq!(value.observable.observer_count(), 0);
     server.shutdown(Duration::ZERO).await;
 }
 
@@ -376,4 +378,177 @@ async fn server_handshake_rate() {
         f64::from(n) / elapsed.as_secs_f64()
     );
     server.shutdown(Duration::ZERO).await;
+}
+
+/// Half-open handshakes against `server` from the source addresses `from`, one
+/// socket (port) each: a ClientHello, the cookie sent back, the server's flight
+/// received and never answered. Returns how many reached the server's flight.
+fn half_open_flood(server: std::net::SocketAddr, from: &[std::net::IpAddr], each: usize) -> usize {
+    use cobalt::transport::dtls::{ClientPsk, DtlsBackend, OpensslDtls};
+    let mut reached = 0;
+    let mut sockets = Vec::new();
+    for ip in from {
+        for _ in 0..each {
+            let socket = std::net::UdpSocket::bind((*ip, 0)).unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            let mut c =
+                OpensslDtls::client(ClientPsk::new("attacker", "no key"), DtlsConfig::default())
+                    .unwrap();
+            c.connect(Instant::now(), server);
+            let mut buf = [0u8; 2048];
+            // ClientHello, HelloVerifyRequest, ClientHello with the cookie, server flight.
+            for step in 0..2 {
+                while let Some(t) = c.poll_transmit() {
+                    socket.send_to(&t.bytes, server).unwrap();
+                }
+                let Ok(n) = socket.recv(&mut buf) else { break };
+                if step == 0 {
+                    c.handle_datagram(Instant::now(), server, &buf[..n]);
+                } else {
+                    reached += 1;
+                }
+            }
+            sockets.push(socket); // keep the port: no ICMP, the handshake stays half-open
+        }
+    }
+    reached
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_handshake_flood_beside_an_authenticated_observer() {
+    use std::net::IpAddr;
+    let value = stream::Value::new(b"v0");
+    let limits = DtlsConfig {
+        max_handshakes: 16,
+        max_handshakes_per_ip: 4,
+        handshake_timeout: Duration::from_secs(2),
+        ..DtlsConfig::default()
+    };
+    let server = server()
+        .route("/value", value.resource())
+        .dtls_config(limits)
+        .shards(1)
+        .bind_dtls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let dtls = {
+        let m = server.metrics();
+        move || m.total()
+    };
+    let client = Client::new().with_psk("alice", "secretPSK");
+    let mut o = client
+        .observe(&format!("coaps://{addr}/value"))
+        .await
+        .unwrap();
+    assert_eq!(o.next().await.unwrap().unwrap().text_payload(), "v0");
+    // The attacker: 40 half-open handshakes from one address, 3 each from 20 others.
+    let one: Vec<IpAddr> = vec!["127.0.0.2".parse().unwrap()];
+    let many: Vec<IpAddr> = (10..30)
+        .map(|i| format!("127.0.1.{i}").parse().unwrap())
+        .collect();
+    let flood = tokio::task::spawn_blocking(move || {
+        half_open_flood(addr, &one, 40) + half_open_flood(addr, &many, 3)
+    });
+    // Beside it, the observer is notified of every change and GETs are answered.
+    let mut served = 0;
+    let mut round = 0;
+    while !flood.is_finished() || round < 3 {
+        round += 1;
+        value.set(format!("v{round}").as_bytes());
+        let n = tokio::time::timeout(Duration::from_secs(5), o.next())
+            .await
+            .expect("a notification during the flood")
+            .unwrap()
+            .unwrap();
+        assert_eq!(n.text_payload(), format!("v{round}"));
+        let r = client.get(&format!("coaps://{addr}/hello")).await.unwrap();
+        assert_eq!(r.code, Code::CONTENT);
+        served += 1;
+        let st = dtls();
+        assert!(
+            st.dtls_handshaking <= 16,
+            "{} handshakes",
+            st.dtls_handshaking
+        );
+        assert_eq!(st.dtls_sessions, 1, "the observer's session stays");
+    }
+    let reached = flood.await.unwrap();
+    assert!(
+        reached >= 90,
+        "the flood reached the server: {reached} half-open handshakes"
+    );
+    assert!(served >= 3);
+    // A new client still gets a session during and after the flood.
+    let fresh = Client::new().with_psk("alice", "secretPSK");
+    assert_eq!(
+        fresh
+            .get(&format!("coaps://{addr}/hello"))
+            .await
+            .unwrap()
+            .code,
+        Code::CONTENT
+    );
+    assert!(dtls().dtls_handshakes_displaced >= 80);
+    // The half-open handshakes time out and give their places back.
+    stream::eventually("half-open handshakes expire", || {
+        dtls().dtls_handshaking == 0
+    })
+    .await;
+    assert_eq!(dtls().dtls_sessions, 2);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observation_over_coaps_recovers_after_a_server_restart() {
+    use cobalt::server::Observable;
+    let serve = |obs: &Observable, value: &'static str| {
+        server().shards(1).route(
+            "/value",
+            get(move || async move { cobalt::Response::text(value).with_max_age(1) })
+                .observable(obs),
+        )
+    };
+    let first_obs = Observable::new();
+    let first = serve(&first_obs, "first")
+        .bind_dtls("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = first.local_addr();
+    let config = cobalt::EndpointConfig {
+        ack_timeout: Duration::from_millis(300),
+        ack_random_factor: 1.0,
+        ..cobalt::EndpointConfig::default()
+    };
+    let client = Client::with_config(config)
+        .unwrap()
+        .with_psk("alice", "secretPSK");
+    let mut o = client
+        .observe(&format!("coaps://{addr}/value"))
+        .await
+        .unwrap();
+    assert_eq!(o.next().await.unwrap().unwrap().text_payload(), "first");
+    first.shutdown(Duration::ZERO).await;
+    // A new server on the same port knows nothing of the session or the relation.
+    let second_obs = Observable::new();
+    let second = serve(&second_obs, "second").bind_dtls(addr).await.unwrap();
+    // Max-Age passes without a notification: the client registers again; its
+    // retransmissions go unanswered, so it handshakes again and is served.
+    let n = tokio::time::timeout(Duration::from_secs(30), o.next())
+        .await
+        .expect("the observation recovers")
+        .unwrap()
+        .unwrap();
+    assert_eq!(n.text_payload(), "second");
+    assert_eq!(second_obs.observer_count(), 1);
+    second_obs.changed();
+    let n = tokio::time::timeout(Duration::from_secs(10), o.next())
+        .await
+        .expect("notifications from the new server")
+        .unwrap()
+        .unwrap();
+    assert_eq!(n.text_payload(), "second");
+    second.shutdown(Duration::ZERO).await;
 }

@@ -5,6 +5,7 @@
 //!
 //! A test whose peer is missing is skipped with a note, unless
 //! `COBALT_REQUIRE_PEERS=1`, in which case it fails.
+#![cfg(feature = "openssl")]
 
 mod common;
 

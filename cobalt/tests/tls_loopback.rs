@@ -2,6 +2,7 @@
 //! Cobalt server and client on loopback: certificates, client certificates, PSK, and
 //! the failures a user must see clearly (untrusted, expired, wrong key), plus peers
 //! that do not speak TLS or never finish the handshake.
+#![cfg(feature = "openssl")]
 
 use cobalt::server::{get, post, Observable, Request};
 use cobalt::transport::dtls::{test_pki, PskStore, X509Credentials};
@@ -59,6 +60,24 @@ fn handshake_failures(server: &cobalt::server::ServerHandle, transport: &str) ->
         .find_map(|l| l.strip_prefix(&key))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {key} in\n{text}"))
+}
+
+/// Waits (up to 10 s) until the server has counted at least `n` failed handshakes on
+/// `transport`: it counts a failure when its side of the handshake ends, which may be
+/// after the client has seen its error.
+async fn handshake_failures_reach(server: &cobalt::server::ServerHandle, transport: &str, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = handshake_failures(server, transport);
+        if now >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{now} handshake failures counted on {transport}, expected {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +207,7 @@ async fn client_certificates_required_when_the_server_has_a_ca() {
         matches!(err, Error::Tls { .. } | Error::Connection(_)),
         "expected a TLS failure, got {err:?}"
     );
-    assert!(handshake_failures(&server, "tls") >= 1);
+    handshake_failures_reach(&server, "tls", 1).await;
     server.shutdown(Duration::ZERO).await;
 }
 
@@ -263,7 +282,7 @@ async fn pre_shared_keys_over_tls() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Tls { .. }), "{err:?}");
-    assert!(handshake_failures(&server, "tls") >= 3);
+    handshake_failures_reach(&server, "tls", 3).await;
     server.shutdown(Duration::ZERO).await;
 }
 
@@ -297,12 +316,17 @@ async fn peers_that_do_not_finish_the_handshake_are_closed() {
         .unwrap();
     let mut rest = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(20), plain.read_to_end(&mut rest)).await;
-    assert!(handshake_failures(&server, "tls") >= 1);
-    let text = server.metrics().render_prometheus();
-    assert!(
-        text.contains("cobalt_connections_timeouts_total{transport=\"tls\"} 1"),
-        "{text}"
-    );
+    handshake_failures_reach(&server, "tls", 1).await;
+    let timeouts = "cobalt_connections_timeouts_total{transport=\"tls\"} 1";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !server.metrics().render_prometheus().contains(timeouts) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            server.metrics().render_prometheus()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // And it still serves others.
     let client = Client::new().with_x509(verify_only(&pki));
     let r = client

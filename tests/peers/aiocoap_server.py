@@ -18,6 +18,8 @@ Resources:
   /large   GET  -> 3000 bytes of deterministic text (served in Block2 blocks)
   /counter GET, observable -> "count N", N increasing every 0.5 s
   /big-counter GET, observable -> 2000 bytes starting "count N", every 1 s
+  /observers GET -> the number of observers of /counter, e.g. "1" (to check that a
+                   client ended its relation)
   /.well-known/core -> link-format listing of the above
 """
 
@@ -80,8 +82,10 @@ class Counter(resource.ObservableResource):
         self.size = size
         self.period = period
         self.task = None
+        self.observers = 0
 
     def update_observation_count(self, count):
+        self.observers = count
         if count and self.task is None:
             self.task = asyncio.get_running_loop().create_task(self.tick())
         elif not count and self.task is not None:
@@ -102,6 +106,17 @@ class Counter(resource.ObservableResource):
 
     async def render_get(self, request):
         return aiocoap.Message(payload=self.body(), content_format=0)
+
+
+class Observers(resource.Resource):
+    """How many observers a Counter has."""
+
+    def __init__(self, counter: Counter):
+        super().__init__()
+        self.counter = counter
+
+    async def render_get(self, request):
+        return aiocoap.Message(payload=b"%d" % self.counter.observers, content_format=0)
 
 
 async def main() -> None:
@@ -130,7 +145,9 @@ async def main() -> None:
     site.add_resource(["echo"], Echo())
     site.add_resource(["slow"], Slow())
     site.add_resource(["large"], Large())
-    site.add_resource(["counter"], Counter(0.5))
+    counter = Counter(0.5)
+    site.add_resource(["counter"], counter)
+    site.add_resource(["observers"], Observers(counter))
     site.add_resource(["big-counter"], Counter(1.0, size=2000))
 
     await aiocoap.Context.create_server_context(

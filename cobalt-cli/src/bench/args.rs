@@ -3,7 +3,6 @@
 
 use clap::{Args, Subcommand, ValueEnum};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::Duration;
 
 /// Largest concurrency accepted in one step.
 pub const MAX_CLIENTS: usize = 1_000_000;
@@ -122,7 +121,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub csv: bool,
 
-    /// Write an SVG plot of throughput and p50/p99 latency against concurrency.
+    /// Write an SVG plot against concurrency: 2.xx throughput and other answers per
+    /// second, p50/p99 latency and (with --server-pid) the server's CPU µs per request
+    /// on a log scale. The file is created before the run, so a bad path fails first.
+    /// `cobalt bench plot a.json b.json` overlays the --json reports of several runs.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
 
@@ -136,6 +138,22 @@ pub struct BenchArgs {
 pub enum BenchCommand {
     /// Run as a remote load generator that a coordinator drives with `--workers`.
     Worker(super::distributed::WorkerArgs),
+    /// Overlay the `--json` reports of several runs in one SVG figure (throughput,
+    /// latency and server CPU per request against concurrency), e.g. to compare
+    /// servers: `cobalt bench plot cobalt.json libcoap.json -o compare.svg`.
+    Plot(PlotArgs),
+}
+
+/// `cobalt bench plot` options.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// `cobalt bench --json` reports; each is named in the legend by its file name
+    /// (without `.json`).
+    #[arg(required = true, value_name = "REPORT.json")]
+    pub reports: Vec<std::path::PathBuf>,
+    /// Where to write the SVG.
+    #[arg(short, long, value_name = "FILE.svg")]
+    pub output: std::path::PathBuf,
 }
 
 /// CoAP request methods the benchmark can send.
@@ -315,6 +333,8 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
     if host.is_empty() {
         return Err(format!("invalid URI {uri:?}: missing host"));
     }
+    // An IPv6 zone (RFC 6874: `fe80::1%25eth0`) as the resolver takes it: `fe80::1%eth0`.
+    let host = host.replacen("%25", "%", 1);
     let port = match port {
         None | Some("") => scheme.default_port(),
         Some(p) => p
@@ -351,7 +371,7 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
     Ok(Target {
         scheme,
         raw_path,
-        host: host.to_string(),
+        host,
         port,
         path,
         query,
@@ -431,16 +451,6 @@ fn parse_count(n: &str, whole: &str) -> Result<usize, String> {
     }
 }
 
-/// Converts a seconds argument into a duration, rejecting negative, NaN and absurd values.
-pub fn seconds(name: &str, v: f64, allow_zero: bool) -> Result<Duration, String> {
-    if !v.is_finite() || v < 0.0 || (!allow_zero && v == 0.0) || v > 1e6 {
-        return Err(format!(
-            "invalid --{name} {v}: expected a positive number of seconds"
-        ));
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,6 +480,14 @@ mod tests {
         assert_eq!(t.raw_path, "/?x=1");
         let t = parse_uri("HTTP://h:8080/a/b?c").unwrap();
         assert_eq!((t.port, t.raw_path.as_str()), (8080, "/a/b?c"));
+    }
+
+    #[test]
+    fn uri_with_an_ipv6_zone() {
+        let t = parse_uri("coap://[fe80::1%25lo]:5683/x").unwrap();
+        assert_eq!(t.host, "fe80::1%lo");
+        let a = t.resolve().unwrap();
+        assert!(matches!(a, SocketAddr::V6(v6) if v6.scope_id() == 1), "{a}");
     }
 
     #[test]
@@ -534,17 +552,5 @@ mod tests {
         ] {
             assert!(parse_sweep(bad).is_err(), "{bad:?} accepted");
         }
-    }
-
-    #[test]
-    fn seconds_validation() {
-        assert!(seconds("d", 0.0, false).is_err());
-        assert!(seconds("d", 0.0, true).is_ok());
-        assert!(seconds("d", f64::NAN, true).is_err());
-        assert!(seconds("d", -1.0, true).is_err());
-        assert_eq!(
-            seconds("d", 1.5, false).unwrap(),
-            Duration::from_millis(1500)
-        );
     }
 }

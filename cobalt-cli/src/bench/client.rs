@@ -10,7 +10,7 @@
 //! (separate response); anything else on the socket is a stray or duplicate and ignored.
 
 use super::pacing::Pacing;
-use super::stats::Recorder;
+use super::stats::{AnswerCode, Recorder};
 use super::sys::{errno, interrupted, now_ns};
 use cobalt_proto::congestion::{Attempt, Controller, Params};
 use std::net::{SocketAddr, UdpSocket};
@@ -48,8 +48,10 @@ pub struct StepShared {
     pub end_ns: AtomicU64,
     /// Set by a thread whose setup failed, so that the others stop at once.
     pub abort: AtomicBool,
-    /// Completed requests so far (warm-up included), for progress output.
+    /// Completed (2.xx) requests so far (warm-up included), for progress output.
     pub progress: AtomicU64,
+    /// Other answers (4.xx, 5.xx, ...) so far, for progress output.
+    pub progress_other: AtomicU64,
     /// Set to end the step early (besides Ctrl-C), e.g. when a coordinator goes away.
     pub stop: std::sync::Arc<AtomicBool>,
 }
@@ -313,8 +315,8 @@ impl<'a> Worker<'a> {
         }
         self.dispatch(start);
         let mut next_scan = start + scan_every;
-        let mut reported = 0u64;
-        let mut done = 0u64;
+        let (mut reported, mut reported_other) = (0u64, 0u64);
+        let (mut done, mut other) = (0u64, 0u64);
         let mut waiter = Waiter::new();
         loop {
             let now = now_ns();
@@ -338,8 +340,13 @@ impl<'a> Worker<'a> {
             let t_rx = now_ns();
             for ev in &events[..n] {
                 let idx = ev.u64 as usize;
-                if idx < self.clients.len() && self.on_readable(idx, t_rx) {
-                    done += 1;
+                if idx >= self.clients.len() {
+                    continue;
+                }
+                match self.on_readable(idx, t_rx) {
+                    Some(true) => done += 1,
+                    Some(false) => other += 1,
+                    None => {}
                 }
             }
             if done != reported {
@@ -347,6 +354,12 @@ impl<'a> Worker<'a> {
                     .progress
                     .fetch_add(done - reported, Ordering::Relaxed);
                 reported = done;
+            }
+            if other != reported_other {
+                self.shared
+                    .progress_other
+                    .fetch_add(other - reported_other, Ordering::Relaxed);
+                reported_other = other;
             }
         }
     }
@@ -470,8 +483,8 @@ impl<'a> Worker<'a> {
     }
 
     /// Reads one datagram (or pending socket error) of client `i`, received at `t_rx`;
-    /// returns true when it completed the outstanding request.
-    fn on_readable(&mut self, i: usize, t_rx: u64) -> bool {
+    /// when it answered the outstanding request, returns whether with a success (2.xx).
+    fn on_readable(&mut self, i: usize, t_rx: u64) -> Option<bool> {
         let fd = self.clients[i].sock.as_raw_fd();
         // SAFETY: `rbuf` is a writable buffer of the given length.
         let n = unsafe { libc::recv(fd, self.rbuf.as_mut_ptr().cast(), self.rbuf.len(), 0) };
@@ -486,21 +499,22 @@ impl<'a> Worker<'a> {
                 // timeout, where it counts as lost.
                 self.rec.errors += 1;
             }
-            return false;
+            return None;
         }
         let c = &self.clients[i];
         match classify(&self.rbuf[..n as usize], c.mid, &c.token, c.outstanding) {
-            Reply::Response { ack_mid } => {
+            Reply::Response { ack_mid, code } => {
                 if let Some(mid) = ack_mid {
                     self.send_empty_ack(i, mid);
                 }
                 self.answered(i);
+                let code = AnswerCode::Coap(code);
                 if self.in_window(t_rx) {
                     let intended = self.clients[i].intended;
-                    self.rec.complete(t_rx.saturating_sub(intended));
+                    self.rec.answer(code, t_rx.saturating_sub(intended));
                 }
                 self.finish(i, t_rx);
-                return true;
+                return Some(code.is_success());
             }
             Reply::Reset => {
                 self.answered(i);
@@ -524,16 +538,16 @@ impl<'a> Worker<'a> {
             }
             Reply::Ignore => {}
         }
-        false
+        None
     }
 }
 
 /// What a datagram means to the client that received it.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Reply {
-    /// The response to the outstanding request; `ack_mid` is set for a CON (separate)
-    /// response, which must be acknowledged.
-    Response { ack_mid: Option<u16> },
+    /// The response to the outstanding request, with its `code`; `ack_mid` is set for
+    /// a CON (separate) response, which must be acknowledged.
+    Response { ack_mid: Option<u16>, code: u8 },
     /// An RST for the outstanding request.
     Reset,
     /// Not a CoAP message.
@@ -566,7 +580,10 @@ pub(super) fn classify(d: &[u8], mid: u16, token: &[u8], outstanding: bool) -> R
             if code == 0 {
                 Reply::Ignore // empty ACK: a separate response follows
             } else if is_response && token_ok {
-                Reply::Response { ack_mid: None }
+                Reply::Response {
+                    ack_mid: None,
+                    code,
+                }
             } else {
                 Reply::Stray { ack_mid: None }
             }
@@ -577,7 +594,7 @@ pub(super) fn classify(d: &[u8], mid: u16, token: &[u8], outstanding: bool) -> R
         0 | 1 if is_response => {
             let ack_mid = (mtype == 0).then_some(their_mid);
             if token_ok {
-                Reply::Response { ack_mid }
+                Reply::Response { ack_mid, code }
             } else {
                 Reply::Stray { ack_mid }
             }
@@ -625,7 +642,18 @@ mod tests {
         // Piggybacked ACK 2.05 with same MID and token.
         assert_eq!(
             classify(&msg(2, 0x45, 77, &tok), &c),
-            Reply::Response { ack_mid: None }
+            Reply::Response {
+                ack_mid: None,
+                code: 0x45
+            }
+        );
+        // An error answer is a response too (counted by its code, not as completed).
+        assert_eq!(
+            classify(&msg(2, 0xa3, 77, &tok), &c),
+            Reply::Response {
+                ack_mid: None,
+                code: 0xa3
+            }
         );
         // ACK with the right MID but another token: stray.
         assert_eq!(
@@ -641,12 +669,18 @@ mod tests {
         assert_eq!(classify(&[0x60, 0, 0, 77], &c), Reply::Ignore);
         assert_eq!(
             classify(&msg(0, 0x45, 999, &tok), &c),
-            Reply::Response { ack_mid: Some(999) }
+            Reply::Response {
+                ack_mid: Some(999),
+                code: 0x45
+            }
         );
         // NON response to a NON request.
         assert_eq!(
             classify(&msg(1, 0x45, 5, &tok), &c),
-            Reply::Response { ack_mid: None }
+            Reply::Response {
+                ack_mid: None,
+                code: 0x45
+            }
         );
         // RST.
         assert_eq!(classify(&[0x70, 0, 0, 77], &c), Reply::Reset);

@@ -9,8 +9,8 @@
 //! warm-up absorbs the small skew between machines.
 
 use super::args::{BenchArgs, Method};
-use super::stats::{Recorder, ServerUsage, StepResult};
-use super::{measure_step, procfs, sys, Config};
+use super::stats::{AnswerCode, Recorder, ServerUsage, StepResult};
+use super::{measure_step, procfs, sys, Config, StepError};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -75,8 +75,11 @@ pub struct StepReply {
     pub error: Option<String>,
     /// Requests sent in the window.
     pub sent: u64,
-    /// Requests answered.
+    /// Requests answered with 2.xx.
     pub completed: u64,
+    /// Other answers, by code.
+    #[serde(default)]
+    pub other_codes: Vec<(AnswerCode, u64)>,
     /// Requests timed out.
     pub lost: u64,
     /// Socket errors and malformed responses.
@@ -100,6 +103,7 @@ impl StepReply {
             error: None,
             sent: rec.sent,
             completed: rec.completed,
+            other_codes: rec.other_codes.iter().map(|(c, n)| (*c, *n)).collect(),
             lost: rec.lost,
             errors: rec.errors,
             resets: rec.resets,
@@ -124,6 +128,9 @@ impl StepReply {
     fn add_to(&self, rec: &mut Recorder) {
         rec.sent += self.sent;
         rec.completed += self.completed;
+        for (code, n) in &self.other_codes {
+            *rec.other_codes.entry(*code).or_default() += n;
+        }
         rec.lost += self.lost;
         rec.errors += self.errors;
         rec.resets += self.resets;
@@ -380,10 +387,17 @@ pub fn run_exec_everywhere(workers: &[SocketAddr], command: &str, duration_s: f6
     });
     let mut code = 0;
     for (w, reply) in replies {
-        println!("=== worker {w} ===");
+        let output = match &reply {
+            Ok(r) => r.output.as_deref().unwrap_or_default(),
+            Err(_) => "",
+        };
+        if !crate::sink::write_stdout(format!("=== worker {w} ===\n{output}").as_bytes())
+            .unwrap_or(false)
+        {
+            return code; // nobody reads the output any more
+        }
         match reply {
             Ok(r) => {
-                print!("{}", r.output.unwrap_or_default());
                 if let Some(e) = r.error {
                     eprintln!("cobalt bench: worker {w}: {e}");
                     code = 1;
@@ -438,7 +452,7 @@ pub fn run_request(
     cfg.stop = stop;
     match measure_step(&cfg, req.clients) {
         Ok(m) => StepReply::from_recorder(&m.rec, m.duration_s, m.partial),
-        Err(e) => StepReply::failed(e),
+        Err(e) => StepReply::failed(e.message),
     }
 }
 
@@ -449,7 +463,7 @@ pub fn run_step(
     template: &StepRequest,
     workers: &[SocketAddr],
     clients: usize,
-) -> Result<StepResult, String> {
+) -> Result<StepResult, StepError> {
     let n = workers.len();
     let shares: Vec<usize> = (0..n)
         .map(|i| clients / n + usize::from(i < clients % n))
@@ -487,9 +501,11 @@ pub fn run_step(
     let mut duration: f64 = 0.0;
     let mut partial = false;
     for (addr, r) in replies {
-        let reply = r.map_err(|e| format!("worker {addr}: {e}"))?;
+        // A worker that cannot be reached, or whose step could not run against the
+        // server, is a network failure for the exit code.
+        let reply = r.map_err(|e| StepError::network(format!("worker {addr}: {e}")))?;
         if let Some(e) = reply.error {
-            return Err(format!("worker {addr}: {e}"));
+            return Err(StepError::network(format!("worker {addr}: {e}")));
         }
         reply.add_to(&mut rec);
         duration = duration.max(reply.duration_s);
@@ -594,6 +610,8 @@ mod tests {
         for v in [10_000u64, 20_000, 30_000, 1_000_000] {
             rec.complete(v);
         }
+        rec.answer(AnswerCode::Coap(0xa3), 5);
+        rec.answer(AnswerCode::Http(404), 5);
         let reply = StepReply::from_recorder(&rec, 1.0, false);
         let text = serde_json::to_string(&reply).unwrap();
         let back: StepReply = serde_json::from_str(&text).unwrap();
@@ -602,6 +620,8 @@ mod tests {
         back.add_to(&mut merged);
         back.add_to(&mut merged);
         assert_eq!((merged.sent, merged.completed), (10, 8));
+        assert_eq!(merged.other_codes[&AnswerCode::Coap(0xa3)], 2);
+        assert_eq!(merged.other(), 4);
         assert_eq!(merged.latency.len(), 8);
         assert_eq!(
             merged.latency.value_at_quantile(0.5),

@@ -98,8 +98,8 @@ impl DtlsClient {
         let mut outcome = None;
         for d in self.dtls.handle_datagram(now, self.peer, &self.buf[..len]) {
             let ack = match classify(&d, self.mid, token, outcome.is_none()) {
-                Reply::Response { ack_mid } => {
-                    outcome = Some(Outcome::Completed);
+                Reply::Response { ack_mid, code } => {
+                    outcome = Some(Outcome::Answered(code));
                     ack_mid
                 }
                 Reply::Reset => {

@@ -11,7 +11,7 @@
 use super::args::Target;
 use super::client::{StepShared, Waiter};
 use super::pacing::Pacing;
-use super::stats::Recorder;
+use super::stats::{AnswerCode, Recorder};
 use super::sys::{errno, now_ns};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -59,6 +59,8 @@ pub enum Parse {
         len: usize,
         /// The server will not take another request on this connection.
         close: bool,
+        /// The final status code (only 2xx counts as completed).
+        status: u16,
     },
     /// Not a valid HTTP/1.x response.
     Invalid,
@@ -135,13 +137,18 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Parse {
             continue;
         }
         if status == 204 || status == 304 {
-            return Parse::Complete { len: body, close };
+            return Parse::Complete {
+                len: body,
+                close,
+                status,
+            };
         }
         if chunked {
             return match chunked_len(&buf[body..]) {
                 Ok(Some(n)) => Parse::Complete {
                     len: body + n,
                     close,
+                    status,
                 },
                 Ok(None) if !eof && buf.len() <= MAX_RESPONSE => Parse::Incomplete,
                 _ => Parse::Invalid,
@@ -152,6 +159,7 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Parse {
                 Parse::Complete {
                     len: body + n,
                     close,
+                    status,
                 }
             } else if eof {
                 Parse::Invalid
@@ -164,6 +172,7 @@ pub fn parse_response(buf: &[u8], eof: bool) -> Parse {
             Parse::Complete {
                 len: buf.len(),
                 close: true,
+                status,
             }
         } else if buf.len() > MAX_RESPONSE {
             Parse::Invalid
@@ -368,7 +377,7 @@ impl HttpWorker<'_> {
         }
         self.dispatch(start);
         let mut next_scan = start + scan_every;
-        let mut reported = 0u64;
+        let (mut reported, mut reported_other) = (0u64, 0u64);
         let mut waiter = Waiter::new();
         loop {
             let now = now_ns();
@@ -404,6 +413,13 @@ impl HttpWorker<'_> {
                     .progress
                     .fetch_add(done - reported, Ordering::Relaxed);
                 reported = done;
+            }
+            let other = self.rec.other();
+            if other != reported_other {
+                self.shared
+                    .progress_other
+                    .fetch_add(other - reported_other, Ordering::Relaxed);
+                reported_other = other;
             }
         }
     }
@@ -714,11 +730,12 @@ impl HttpWorker<'_> {
         }
         match parse_response(&c.buf, eof) {
             Parse::Incomplete => {}
-            Parse::Complete { len, close } => {
+            Parse::Complete { len, close, status } => {
                 let extra = c.buf.len() > len;
                 let sent = c.intended;
                 if self.in_window(t) {
-                    self.rec.complete(t.saturating_sub(sent));
+                    self.rec
+                        .answer(AnswerCode::Http(status), t.saturating_sub(sent));
                 }
                 if close || eof || !self.keepalive || extra {
                     self.close(i, !eof);
@@ -767,7 +784,8 @@ mod tests {
             parse_response(r, false),
             Parse::Complete {
                 len: r.len(),
-                close: false
+                close: false,
+                status: 200
             }
         );
         assert_eq!(parse_response(&r[..r.len() - 1], false), Parse::Incomplete);
@@ -778,7 +796,8 @@ mod tests {
             parse_response(r, false),
             Parse::Complete {
                 len: r.len(),
-                close: true
+                close: true,
+                status: 200
             }
         );
         let r = b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 1\r\n\r\nxEXTRA";
@@ -786,7 +805,8 @@ mod tests {
             parse_response(r, false),
             Parse::Complete {
                 len: r.len() - 5,
-                close: true
+                close: true,
+                status: 404
             }
         );
     }
@@ -798,7 +818,8 @@ mod tests {
             parse_response(r, false),
             Parse::Complete {
                 len: r.len(),
-                close: false
+                close: false,
+                status: 200
             }
         );
         for cut in [50, r.len() - 1, r.len() - 3] {
@@ -810,7 +831,8 @@ mod tests {
             parse_response(r, true),
             Parse::Complete {
                 len: r.len(),
-                close: true
+                close: true,
+                status: 200
             }
         );
         let r = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n";
@@ -818,7 +840,8 @@ mod tests {
             parse_response(r, false),
             Parse::Complete {
                 len: r.len(),
-                close: false
+                close: false,
+                status: 204
             }
         );
     }

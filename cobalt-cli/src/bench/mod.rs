@@ -27,14 +27,19 @@
 //! taskset -c 0 cobalt bench coap://127.0.0.1:5690/ -c 1,10,100,1000 --server-pid $!
 //! ```
 //!
-//! Counting rules: `completed` requests got a matching response (piggybacked ACK,
-//! or separate response matched by token, which is acknowledged); `lost` ones had no
+//! Counting rules: `completed` requests got a matching 2.xx response (piggybacked
+//! ACK, or separate response matched by token, which is acknowledged; HTTP: 2xx), and
+//! only they count towards requests/s and latency; a matching answer with any other
+//! code (5.03 from an overloaded server, 4.04, ...) ends its exchange and is counted
+//! in `non_2xx`, by code, in every output format and the plot. `lost` ones had no
 //! answer within `--timeout` and are never retransmitted; `resets` got an RST;
 //! `errors` counts socket errors (an ICMP port unreachable also leaves its request to
 //! time out as lost) and malformed answers (which end the exchange). Stray and
 //! duplicate datagrams are ignored. Over sessions, a connection that breaks is an error
 //! that ends its exchange, and the client reconnects ([`session`]). Ctrl-C stops the
-//! run and prints what was measured.
+//! run and prints what was measured (exit code 130). A run in which no request
+//! completed warns and exits non-zero (see [`verdict`]); a step that cannot run exits
+//! 3 when the server is to blame (refused connection, failed handshake) and 1 otherwise.
 
 mod args;
 mod client;
@@ -56,7 +61,9 @@ mod sys;
 
 pub use args::BenchArgs;
 
-use args::{parse_sweep, parse_uri, seconds, BenchCommand, Scheme, Target};
+use crate::exit;
+use crate::flags::seconds;
+use args::{parse_sweep, parse_uri, BenchCommand, Scheme, Target};
 use client::{run_thread, StepShared};
 use cobalt::transport::dtls::DtlsClientAuth;
 use cobalt::transport::tls::{Alpn, TlsConnector};
@@ -64,7 +71,7 @@ use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
 use cobalt_proto::tcp_connection::Framing;
 use output::{Format, RunInfo};
 use stats::{Recorder, ServerUsage, StepResult};
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -72,6 +79,42 @@ use sys::{interrupted, now_ns};
 
 /// File descriptors kept in reserve beyond one per client and one per thread.
 const FD_RESERVE: u64 = 64;
+
+/// Why a step could not run, with the exit code it means (see [`crate::exit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepError {
+    /// [`exit::NETWORK`] when the server could not be reached or set up with (refused
+    /// connection, failed handshake, unreachable worker), else [`exit::FAILURE`].
+    pub exit: i32,
+    /// What failed and what to check.
+    pub message: String,
+}
+
+impl StepError {
+    /// The server (or a worker) could not be reached or refused the session.
+    pub fn network(message: impl Into<String>) -> StepError {
+        StepError {
+            exit: exit::NETWORK,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for StepError {
+    /// A failure on this machine (sockets, threads, file descriptors).
+    fn from(message: String) -> StepError {
+        StepError {
+            exit: exit::FAILURE,
+            message,
+        }
+    }
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 /// A validated benchmark configuration.
 #[derive(Debug, Clone)]
@@ -261,7 +304,9 @@ pub fn request_template(
     };
     let mut m = Message::new(mtype, code, 0);
     m.token = Token::new(&[0; 8]).unwrap_or(Token::EMPTY);
-    if t.host.parse::<std::net::IpAddr>().is_err() {
+    // An IP literal (with or without an IPv6 zone) is no Uri-Host.
+    let literal = t.host.split('%').next().unwrap_or(&t.host);
+    if literal.parse::<std::net::IpAddr>().is_err() {
         m.options.push(opt::URI_HOST, t.host.as_bytes());
     }
     for seg in &t.path {
@@ -278,8 +323,10 @@ pub fn request_template(
 
 /// Runs the benchmark; returns the process exit code.
 pub fn run(mut args: BenchArgs) -> i32 {
-    if let Some(BenchCommand::Worker(w)) = args.command.take() {
-        return distributed::worker_main(w);
+    match args.command.take() {
+        Some(BenchCommand::Worker(w)) => return distributed::worker_main(w),
+        Some(BenchCommand::Plot(p)) => return plot_reports(&p),
+        None => {}
     }
     let cfg = match Config::from_args(&args) {
         Ok(c) => c,
@@ -320,6 +367,16 @@ pub fn run(mut args: BenchArgs) -> i32 {
         );
         return 1;
     }
+    // Create the plot's file now: a path that cannot be written fails before the run.
+    let mut plot_file = match args.plot.as_deref().map(std::fs::File::create) {
+        None => None,
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            let path = args.plot.as_deref().unwrap_or(std::path::Path::new(""));
+            eprintln!("cobalt bench: cannot write {}: {e}", path.display());
+            return exit::FAILURE;
+        }
+    };
     sys::install_sigint_handler();
     let info = RunInfo {
         uri: cfg.uri.clone(),
@@ -343,15 +400,15 @@ pub fn run(mut args: BenchArgs) -> i32 {
         server_pid: cfg.server_pid,
     };
     let with_server = cfg.server_pid.is_some();
-    let mut out = std::io::stdout().lock();
+    let mut code = exit::OK;
+    // Whether stdout still has a reader; a closed one ends the run quietly.
+    let mut reader = true;
     if let Some(h) = output::header(format, with_server) {
-        let _ = writeln!(out, "{h}");
-        let _ = out.flush();
+        emit(&h, &mut reader, &mut code);
     }
     let mut results = Vec::new();
-    let mut code = 0;
     for (i, &clients) in cfg.steps.iter().enumerate() {
-        if interrupted() {
+        if interrupted() || !reader || code != exit::OK {
             break;
         }
         if i > 0 && !sleep_interruptible(cfg.cooldown) {
@@ -369,35 +426,137 @@ pub fn run(mut args: BenchArgs) -> i32 {
         match result {
             Ok(r) => {
                 if let Some(line) = output::row(format, &r, with_server) {
-                    let _ = writeln!(out, "{line}");
-                    let _ = out.flush();
+                    emit(&line, &mut reader, &mut code);
                 }
                 results.push(r);
             }
             Err(e) => {
                 eprintln!("cobalt bench: {e}");
-                code = 1;
+                code = e.exit;
                 break;
             }
         }
     }
     if interrupted() {
         eprintln!("cobalt bench: interrupted, results are partial");
-        code = 130;
+        code = exit::INTERRUPTED;
+    } else if reader {
+        let (verdict, warnings) = verdict(&results);
+        for w in warnings {
+            eprintln!("cobalt bench: warning: {w}");
+        }
+        if code == exit::OK {
+            code = verdict;
+        }
     }
-    if format == Format::Json {
-        let _ = writeln!(out, "{}", output::json(&info, &results, interrupted()));
+    if format == Format::Json && reader {
+        emit(
+            &output::json(&info, &results, interrupted()),
+            &mut reader,
+            &mut code,
+        );
     }
-    if let Some(path) = &args.plot {
-        if !results.is_empty() {
-            let svg = plot::svg(&info, &results);
-            if let Err(e) = std::fs::write(path, svg) {
-                eprintln!("cobalt bench: cannot write {}: {e}", path.display());
-                code = code.max(1);
-            }
+    if let (Some(path), Some(file)) = (&args.plot, plot_file.as_mut()) {
+        let run = plot::Run {
+            label: info.uri.clone(),
+            info: &info,
+            steps: &results,
+        };
+        if let Err(e) = std::io::Write::write_all(file, plot::svg(&[run]).as_bytes()) {
+            eprintln!("cobalt bench: cannot write {}: {e}", path.display());
+            code = code.max(exit::FAILURE);
         }
     }
     code
+}
+
+/// `cobalt bench plot`: one figure from several `--json` reports; returns the exit code.
+fn plot_reports(args: &args::PlotArgs) -> i32 {
+    let mut reports = Vec::new();
+    for path in &args.reports {
+        match plot::read_report(path) {
+            Ok(r) => {
+                let label = path
+                    .file_stem()
+                    .map_or_else(|| r.info.uri.clone(), |s| s.to_string_lossy().into_owned());
+                reports.push((label, r));
+            }
+            Err(e) => {
+                eprintln!("cobalt bench plot: {e}");
+                return exit::USAGE;
+            }
+        }
+    }
+    let runs: Vec<plot::Run> = reports
+        .iter()
+        .map(|(label, r)| plot::Run {
+            label: label.clone(),
+            info: &r.info,
+            steps: &r.steps,
+        })
+        .collect();
+    match std::fs::write(&args.output, plot::svg(&runs)) {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!(
+                "cobalt bench plot: cannot write {}: {e}",
+                args.output.display()
+            );
+            exit::FAILURE
+        }
+    }
+}
+
+/// Prints one line of results; a closed stdout clears `reader`, another failure sets
+/// `code`.
+fn emit(text: &str, reader: &mut bool, code: &mut i32) {
+    match crate::sink::write_stdout(format!("{text}\n").as_bytes()) {
+        Ok(open) => *reader &= open,
+        Err((c, message)) => {
+            eprintln!("cobalt bench: {message}");
+            *code = c;
+        }
+    }
+}
+
+/// The exit code the results call for, and warnings for stderr: answers other than
+/// 2.xx (never counted as completed) and steps that completed nothing. A run in which
+/// no request completed fails: with the class of its most frequent answer (4.xx: 4,
+/// 5.xx: 5, anything else: 6), or 3 when nothing was answered at all.
+fn verdict(results: &[StepResult]) -> (i32, Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut codes: std::collections::BTreeMap<&str, u64> = Default::default();
+    for r in results {
+        let step = format!("[{} clients]", r.clients);
+        if r.non_2xx > 0 {
+            warnings.push(format!(
+                "{step} {} answers were not 2.xx ({}); they are not counted as completed",
+                r.non_2xx,
+                output::codes_text(r, ": ")
+            ));
+        }
+        if r.completed == 0 {
+            warnings.push(format!(
+                "{step} no request completed ({} sent, {} lost, {} errors, {} resets, {} other answers)",
+                r.sent, r.lost, r.errors, r.resets, r.non_2xx
+            ));
+        }
+        for (code, n) in &r.non_2xx_codes {
+            *codes.entry(code).or_default() += n;
+        }
+    }
+    if results.is_empty() || results.iter().any(|r| r.completed > 0) {
+        return (exit::OK, warnings);
+    }
+    let code = match codes.iter().max_by_key(|(_, n)| **n) {
+        None => exit::NETWORK,
+        Some((code, _)) => match code.as_bytes().first() {
+            Some(b'4') => exit::CLIENT_ERROR,
+            Some(b'5') => exit::SERVER_ERROR,
+            _ => exit::PROTOCOL,
+        },
+    };
+    (code, warnings)
 }
 
 /// Sleeps for `d` unless Ctrl-C comes first; returns false when interrupted.
@@ -416,7 +575,7 @@ fn sleep_interruptible(d: Duration) -> bool {
 }
 
 /// Runs one step with `clients` virtual clients.
-pub fn run_step(cfg: &Config, clients: usize) -> Result<StepResult, String> {
+pub fn run_step(cfg: &Config, clients: usize) -> Result<StepResult, StepError> {
     let m = measure_step(cfg, clients)?;
     let mut r = StepResult::from_recorder(clients, m.duration_s, &m.rec, m.usage, m.partial);
     r.client_cpu_percent = (m.duration_s > 0.0).then(|| m.own_cpu_s * 100.0 / m.duration_s);
@@ -438,7 +597,7 @@ pub struct Measured {
 }
 
 /// Runs one step with `clients` virtual clients and returns the merged recorder.
-pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
+pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, StepError> {
     let threads = cfg.threads.clamp(1, clients.max(1));
     let shared = StepShared {
         target: cfg.target,
@@ -451,6 +610,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
         end_ns: AtomicU64::new(0),
         abort: AtomicBool::new(false),
         progress: AtomicU64::new(0),
+        progress_other: AtomicU64::new(0),
         stop: cfg.stop.clone(),
     };
     let mut seed = random_seed();
@@ -467,11 +627,15 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
                 std::thread::Builder::new()
                     .name(format!("bench-{t}"))
                     .spawn_scoped(s, move || match cfg.scheme {
-                        Scheme::Coap => run_thread(shared, share, seed, interval),
-                        Scheme::Http => http::run_thread(shared, share, cfg.keepalive, interval),
+                        Scheme::Coap => Ok(run_thread(shared, share, seed, interval)?),
+                        Scheme::Http => {
+                            Ok(http::run_thread(shared, share, cfg.keepalive, interval)?)
+                        }
                         _ => run_session_thread(cfg, shared, share, seed, interval),
                     })
-                    .map_err(|e| format!("cannot start a load-generator thread: {e}"))
+                    .map_err(|e| {
+                        StepError::from(format!("cannot start a load-generator thread: {e}"))
+                    })
             })
             .collect();
         let spawned = handles.iter().filter(|h| h.is_ok()).count();
@@ -501,9 +665,11 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, String> {
         let mut first_err = None;
         for h in handles {
             let res = match h {
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|_| Err("a load-generator thread panicked".into())),
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(StepError::from(
+                        "a load-generator thread panicked".to_string(),
+                    ))
+                }),
                 Err(e) => Err(e),
             };
             match res {
@@ -533,7 +699,7 @@ fn run_session_thread(
     clients: usize,
     seed: u64,
     interval: Option<u64>,
-) -> Result<Recorder, String> {
+) -> Result<Recorder, StepError> {
     use session::{run_thread, Share};
     use stream::{Frames, PlainTcp, StreamClient, StreamSetup, Tls, WebSocket};
     type Tcp = <PlainTcp as stream::Dial>::Stream;
@@ -553,7 +719,10 @@ fn run_session_thread(
         Scheme::Coaps => {
             let setup = dtls::DtlsSetup {
                 target: cfg.target,
-                auth: cfg.dtls.clone().ok_or("coaps:// needs credentials")?,
+                auth: cfg
+                    .dtls
+                    .clone()
+                    .ok_or_else(|| "coaps:// needs credentials".to_string())?,
                 template: cfg.template.clone(),
             };
             run_thread::<dtls::DtlsClient>(&share, &setup)
@@ -572,7 +741,7 @@ fn run_session_thread(
                 Framing::Stream
             };
             let connector = TlsConnector::new(cfg.dtls.as_ref(), Alpn::for_framing(framing))
-                .map_err(|e| format!("cannot set up TLS: {e}"))?;
+                .map_err(|e| StepError::from(format!("cannot set up TLS: {e}")))?;
             let tls = Tls {
                 connector,
                 host: cfg.host.clone(),
@@ -585,10 +754,7 @@ fn run_session_thread(
                 run_thread::<StreamClient<Tls, Frames<Secure>>>(&share, &setup)
             }
         }
-        other => Err(format!(
-            "{}:// is not supported by cobalt bench yet",
-            other.name()
-        )),
+        other => Err(format!("{}:// is not supported by cobalt bench yet", other.name()).into()),
     }
 }
 
@@ -638,6 +804,7 @@ fn monitor(
     let mut own_start = 0.0;
     let mut last_tick = now_ns();
     let mut last_count = 0u64;
+    let mut last_other = 0u64;
     let mut printed = false;
     loop {
         let now = now_ns();
@@ -651,8 +818,10 @@ fn monitor(
         }
         if cfg.progress && now >= last_tick + 1_000_000_000 {
             let count = shared.progress.load(Ordering::Relaxed);
-            let rate = (count - last_count) as f64 * 1e9 / (now - last_tick) as f64;
-            let line = if now < measure_start {
+            let other = shared.progress_other.load(Ordering::Relaxed);
+            let per_s = |n: u64| n as f64 * 1e9 / (now - last_tick) as f64;
+            let rate = per_s(count - last_count);
+            let mut line = if now < measure_start {
                 format!(
                     "[{clients} clients] warming up, {:.1}s left  {rate:.0} req/s",
                     (measure_start - now) as f64 / 1e9
@@ -664,6 +833,12 @@ fn monitor(
                     (end - measure_start) as f64 / 1e9
                 )
             };
+            if other > last_other {
+                line.push_str(&format!(
+                    " 2.xx, {:.0}/s other answers (not counted)",
+                    per_s(other - last_other)
+                ));
+            }
             if tty {
                 eprint!("\r\x1b[K{line}");
             } else {
@@ -672,6 +847,7 @@ fn monitor(
             printed = true;
             last_tick = now;
             last_count = count;
+            last_other = other;
         }
         let mut wake = end.min(last_tick + 1_000_000_000);
         if !started && measure_start > now {
@@ -1024,7 +1200,8 @@ mod tests {
             .local_addr()
             .unwrap();
         let e = distributed::run_step(&cfg, &template, &[gone], 1).unwrap_err();
-        assert!(e.contains("cannot connect"), "{e}");
+        assert!(e.message.contains("cannot connect"), "{e}");
+        assert_eq!(e.exit, exit::NETWORK);
     }
 
     #[test]
@@ -1044,41 +1221,31 @@ mod tests {
     #[test]
     fn separate_and_duplicate_responses() {
         // Empty ACK first, then the response as CON, sent twice (a retransmission).
-        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let addr = sock.local_addr().unwrap();
-        sock.set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let server = std::thread::spawn(move || {
-            let mut buf = [0u8; 1500];
-            let mut my_mid = 1000u16;
-            let mut acks = 0u64;
-            while !stop2.load(Ordering::Relaxed) {
-                let Ok((n, from)) = sock.recv_from(&mut buf) else {
-                    continue;
-                };
-                let Ok(req) = cobalt_proto::message::decode(&buf[..n]) else {
-                    continue;
-                };
-                if req.mtype == MessageType::Acknowledgement {
-                    acks += 1;
-                    continue;
-                }
-                let _ = sock.send_to(&encode(&Message::empty_ack(req.mid)), from);
-                my_mid = my_mid.wrapping_add(1);
-                let mut resp = Message::new(MessageType::Confirmable, Code::CONTENT, my_mid);
-                resp.token = req.token;
-                resp.payload = b"late".to_vec();
-                let bytes = encode(&resp);
-                let _ = sock.send_to(&bytes, from);
-                let _ = sock.send_to(&bytes, from);
+        let acks = Arc::new(AtomicU64::new(0));
+        let seen = acks.clone();
+        let mut my_mid = 1000u16;
+        let (addr, server) = test_server(stop.clone(), move |sock, d, from| {
+            let Ok(req) = cobalt_proto::message::decode(d) else {
+                return;
+            };
+            if req.mtype == MessageType::Acknowledgement {
+                seen.fetch_add(1, Ordering::Relaxed);
+                return;
             }
-            acks
+            let _ = sock.send_to(&encode(&Message::empty_ack(req.mid)), from);
+            my_mid = my_mid.wrapping_add(1);
+            let mut resp = Message::new(MessageType::Confirmable, Code::CONTENT, my_mid);
+            resp.token = req.token;
+            resp.payload = b"late".to_vec();
+            let bytes = encode(&resp);
+            let _ = sock.send_to(&bytes, from);
+            let _ = sock.send_to(&bytes, from);
         });
         let r = run_step(&config(addr, 2000), 4).unwrap();
         stop.store(true, Ordering::Relaxed);
-        let acks = server.join().unwrap();
+        server.join().unwrap();
+        let acks = acks.load(Ordering::Relaxed);
         assert!(r.completed > 0, "{r:?}");
         assert_eq!((r.lost, r.errors, r.resets), (0, 0, 0), "{r:?}");
         // Both copies of every CON response are acknowledged (bar the last few in
@@ -1086,33 +1253,122 @@ mod tests {
         assert!(acks + 8 >= 2 * r.completed, "{acks} acks for {r:?}");
     }
 
-    #[test]
-    fn garbage_and_resets_are_counted() {
-        // A server that answers every request with garbage, then with RST.
+    /// A UDP server on loopback that hands every datagram to `on_datagram` until
+    /// `stop`; returns its address and thread.
+    fn test_server(
+        stop: Arc<AtomicBool>,
+        mut on_datagram: impl FnMut(&UdpSocket, &[u8], SocketAddr) + Send + 'static,
+    ) -> (SocketAddr, std::thread::JoinHandle<()>) {
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         let addr = sock.local_addr().unwrap();
         sock.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
         let server = std::thread::spawn(move || {
             let mut buf = [0u8; 1500];
-            let mut n_req = 0u64;
-            while !stop2.load(Ordering::Relaxed) {
-                let Ok((n, from)) = sock.recv_from(&mut buf) else {
-                    continue;
-                };
-                if n < 4 {
-                    continue;
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    on_datagram(&sock, &buf[..n], from);
                 }
-                n_req += 1;
-                let reply: Vec<u8> = if n_req.is_multiple_of(2) {
-                    vec![0x70, 0, buf[2], buf[3]]
-                } else {
-                    vec![0xff, 0x00, 0x01]
-                };
-                let _ = sock.send_to(&reply, from);
             }
+        });
+        (addr, server)
+    }
+
+    /// A server that answers the `n`-th request with 5.03 when `n % every == 0`, else
+    /// 2.05, piggybacked.
+    fn answering_503(
+        every: u64,
+        stop: Arc<AtomicBool>,
+    ) -> (SocketAddr, std::thread::JoinHandle<()>) {
+        let mut n_req = 0u64;
+        test_server(stop, move |sock, d, from| {
+            let Ok(req) = cobalt_proto::message::decode(d) else {
+                return;
+            };
+            n_req += 1;
+            let code = if n_req.is_multiple_of(every) {
+                Code::SERVICE_UNAVAILABLE
+            } else {
+                Code::CONTENT
+            };
+            let mut resp = Message::new(MessageType::Acknowledgement, code, req.mid);
+            resp.token = req.token;
+            let _ = sock.send_to(&encode(&resp), from);
+        })
+    }
+
+    #[test]
+    fn only_2xx_answers_complete() {
+        // Every answer 5.03: nothing completes, every answer is counted by its code.
+        let stop = Arc::new(AtomicBool::new(false));
+        let (addr, server) = answering_503(1, stop.clone());
+        let r = run_step(&config(addr, 2000), 4).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        assert_eq!((r.completed, r.requests_per_s), (0, 0.0), "{r:?}");
+        assert!(r.non_2xx > 0, "{r:?}");
+        assert_eq!(r.non_2xx_codes.get("5.03"), Some(&r.non_2xx), "{r:?}");
+        assert_eq!(r.p50_us, 0.0, "no latency for refusals: {r:?}");
+        assert_eq!(verdict(&[r]).0, exit::SERVER_ERROR);
+
+        // Every second answer 5.03: about half complete, the rest are listed.
+        let stop = Arc::new(AtomicBool::new(false));
+        let (addr, server) = answering_503(2, stop.clone());
+        let r = run_step(&config(addr, 2000), 4).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        assert!(r.completed > 0 && r.non_2xx > 0, "{r:?}");
+        assert!(r.completed.abs_diff(r.non_2xx) <= 8, "{r:?}");
+        let (code, warnings) = verdict(&[r]);
+        assert_eq!(code, exit::OK);
+        assert!(
+            warnings.len() == 1 && warnings[0].contains("5.03: "),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn the_verdict_follows_the_answers() {
+        let step = |completed: u64, codes: &[(&str, u64)], lost: u64| {
+            let mut r = StepResult::from_recorder(10, 1.0, &Recorder::new(), None, false);
+            r.completed = completed;
+            r.lost = lost;
+            r.non_2xx_codes = codes.iter().map(|(c, n)| (c.to_string(), *n)).collect();
+            r.non_2xx = codes.iter().map(|(_, n)| n).sum();
+            r
+        };
+        assert_eq!(verdict(&[]), (exit::OK, vec![]));
+        assert_eq!(verdict(&[step(5, &[], 0)]), (exit::OK, vec![]));
+        // One step completed something: success, but the empty step is reported.
+        let (code, warnings) = verdict(&[step(0, &[], 9), step(5, &[], 0)]);
+        assert_eq!(code, exit::OK);
+        assert!(warnings[0].contains("no request completed"), "{warnings:?}");
+        // Nothing completed: the most frequent answer's class, or 3 without answers.
+        assert_eq!(verdict(&[step(0, &[], 9)]).0, exit::NETWORK);
+        assert_eq!(
+            verdict(&[step(0, &[("4.04", 9), ("5.03", 2)], 0)]).0,
+            exit::CLIENT_ERROR
+        );
+        assert_eq!(verdict(&[step(0, &[("503", 3)], 0)]).0, exit::SERVER_ERROR);
+        assert_eq!(verdict(&[step(0, &[("302", 3)], 0)]).0, exit::PROTOCOL);
+    }
+
+    #[test]
+    fn garbage_and_resets_are_counted() {
+        // A server that answers every request with garbage, then with RST.
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut n_req = 0u64;
+        let (addr, server) = test_server(stop.clone(), move |sock, d, from| {
+            if d.len() < 4 {
+                return;
+            }
+            n_req += 1;
+            let reply: Vec<u8> = if n_req.is_multiple_of(2) {
+                vec![0x70, 0, d[2], d[3]]
+            } else {
+                vec![0xff, 0x00, 0x01]
+            };
+            let _ = sock.send_to(&reply, from);
         });
         let cfg = config(addr, 300);
         let r = run_step(&cfg, 4).unwrap();

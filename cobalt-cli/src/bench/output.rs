@@ -2,7 +2,7 @@
 //! printed as each step finishes; JSON is one document at the end.
 
 use super::stats::StepResult;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How results are printed on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,7 +16,7 @@ pub enum Format {
 }
 
 /// What was benchmarked, for the JSON report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunInfo {
     /// Target URI as given.
     pub uri: String,
@@ -24,13 +24,16 @@ pub struct RunInfo {
     pub target: String,
     /// Request method.
     pub method: String,
-    /// The URI scheme: coap, coaps, coap+tcp, coap+ws or http.
+    /// The URI scheme: coap, coaps, coap+tcp, coap+ws or http (absent from reports
+    /// written before it was added).
+    #[serde(default)]
     pub scheme: String,
     /// "CON" or "NON" for CoAP over UDP and DTLS; "RFC 8323 (no message type)" over TCP
     /// and WebSockets; "HTTP/1.1 keep-alive" or "HTTP/1.1 close" for HTTP.
     pub message_type: String,
     /// A new DTLS session or connection for every request (`--new-session`): each
     /// completed request is one handshake, and its latency includes the handshake.
+    #[serde(default)]
     pub new_session: bool,
     /// Measured seconds per step.
     pub duration_s: f64,
@@ -97,17 +100,29 @@ pub const CSV_COLUMNS: &[&str] = &[
     "server_rss_kb",
     "partial",
     "client_cpu_percent",
+    "non_2xx",
+    "non_2xx_codes",
 ];
+
+/// Non-2.xx answers by code, e.g. `5.03=120 4.04=3` (no commas, so it fits a CSV cell).
+pub fn codes_text(s: &StepResult, sep: &str) -> String {
+    s.non_2xx_codes
+        .iter()
+        .map(|(code, n)| format!("{code}{sep}{n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// The line printed before the first row, if the format has one.
 pub fn header(format: Format, with_server: bool) -> Option<String> {
     match format {
         Format::Table => {
             let mut h = format!(
-                "{:>7} {:>11} {:>10} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                "{:>7} {:>11} {:>10} {:>8} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
                 "clients",
                 "req/s",
                 "completed",
+                "non-2xx",
                 "lost",
                 "errors",
                 "resets",
@@ -139,10 +154,11 @@ pub fn row(format: Format, s: &StepResult, with_server: bool) -> Option<String> 
     match format {
         Format::Table => {
             let mut r = format!(
-                "{:>7} {:>11.0} {:>10} {:>7} {:>7} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                "{:>7} {:>11.0} {:>10} {:>8} {:>7} {:>7} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
                 s.clients,
                 s.requests_per_s,
                 s.completed,
+                s.non_2xx,
                 s.lost,
                 s.errors,
                 s.resets,
@@ -165,13 +181,16 @@ pub fn row(format: Format, s: &StepResult, with_server: bool) -> Option<String> 
                     s.server_rss_kb.map(|v| v.to_string()).unwrap_or_else(na),
                 ));
             }
+            if s.non_2xx > 0 {
+                r.push_str(&format!("  [{}]", codes_text(s, ": ")));
+            }
             if s.partial {
                 r.push_str(&format!("  (interrupted after {:.1}s)", s.duration_s));
             }
             Some(r)
         }
         Format::Csv => Some(format!(
-            "{},{:.3},{:.1},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{}",
+            "{},{:.3},{:.1},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{},{},{}",
             s.clients,
             s.duration_s,
             s.requests_per_s,
@@ -190,7 +209,9 @@ pub fn row(format: Format, s: &StepResult, with_server: bool) -> Option<String> 
             opt_f(s.server_cpu_percent, 2),
             s.server_rss_kb.map(|v| v.to_string()).unwrap_or_default(),
             s.partial,
-            opt_f(s.client_cpu_percent, 1)
+            opt_f(s.client_cpu_percent, 1),
+            s.non_2xx,
+            codes_text(s, "=")
         )),
         Format::Json => None,
     }
@@ -209,7 +230,7 @@ pub fn json(info: &RunInfo, steps: &[StepResult], interrupted: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::stats::{Recorder, ServerUsage, StepResult};
+    use crate::bench::stats::{AnswerCode, Recorder, ServerUsage, StepResult};
 
     fn step(server: bool) -> StepResult {
         let mut r = Recorder::new();
@@ -218,6 +239,10 @@ mod tests {
         for i in 1..=10 {
             r.complete(i * 10_000);
         }
+        for _ in 0..3 {
+            r.answer(AnswerCode::Coap(0xa3), 1_000);
+        }
+        r.answer(AnswerCode::Coap(0x84), 1_000);
         let usage = server.then_some(ServerUsage {
             cpu_s: 0.001,
             rss_kb: Some(2048),
@@ -240,14 +265,17 @@ mod tests {
         let r = row(Format::Csv, &step(false), false).unwrap();
         assert_eq!(r.split(',').count(), cols);
         assert!(r.starts_with("10,1.000,10.0,11,10,1,0,0,"), "{r}");
-        assert!(r.ends_with(",,,,false,"), "{r}");
+        assert!(r.ends_with(",,,,false,,4,4.04=1 5.03=3"), "{r}");
         let r = row(Format::Csv, &step(true), true).unwrap();
         assert_eq!(r.split(',').count(), cols);
-        assert!(r.ends_with(",100.000,0.10,2048,false,"), "{r}");
+        assert!(
+            r.ends_with(",100.000,0.10,2048,false,,4,4.04=1 5.03=3"),
+            "{r}"
+        );
         let mut busy = step(false);
         busy.client_cpu_percent = Some(97.0);
         let r = row(Format::Csv, &busy, false).unwrap();
-        assert!(r.ends_with(",false,97.0"), "{r}");
+        assert!(r.ends_with(",false,97.0,4,4.04=1 5.03=3"), "{r}");
     }
 
     #[test]
@@ -268,6 +296,9 @@ mod tests {
         assert_eq!(s["clients"], 10);
         assert_eq!(s["completed"], 10);
         assert_eq!(s["lost"], 1);
+        assert_eq!(s["non_2xx"], 4);
+        assert_eq!(s["non_2xx_codes"]["5.03"], 3);
+        assert_eq!(s["non_2xx_codes"]["4.04"], 1);
         assert_eq!(s["server_rss_kb"], 2048);
         let doc = json(&info(), &[step(false)], true);
         let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
@@ -282,6 +313,10 @@ mod tests {
         let r = row(Format::Table, &step(true), true).unwrap();
         assert!(r.trim_start().starts_with("10 "));
         assert!(r.contains("100.00") && r.contains("2048"));
+        // Completed counts 2.xx only; the other answers are listed by code.
+        assert!(r.contains("[4.04: 1 5.03: 3]"), "{r}");
+        let cols: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!((cols[2], cols[3]), ("10", "4"), "{r}");
         assert!(header(Format::Json, false).is_none());
         assert!(row(Format::Json, &step(false), false).is_none());
     }

@@ -18,8 +18,9 @@
 
 use super::client::{splitmix, StepShared};
 use super::pacing::Pacing;
-use super::stats::Recorder;
+use super::stats::{AnswerCode, Recorder};
 use super::sys::now_ns;
+use super::StepError;
 use futures_util::stream::{self, FuturesUnordered, StreamExt, TryStreamExt};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,8 +38,8 @@ const MIN_TICK_NS: u64 = 50_000;
 /// How one exchange ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Outcome {
-    /// The matching response arrived.
-    Completed,
+    /// The matching response arrived, with this code (only 2.xx completes the request).
+    Answered(u8),
     /// The server answered with RST (CoAP over DTLS).
     Reset,
     /// The answer was malformed: an error that ends the exchange.
@@ -112,7 +113,10 @@ pub(super) struct Share<'a> {
 }
 
 /// Runs one thread's share of a step; see the module docs.
-pub(super) fn run_thread<S: Session>(share: &Share, setup: &S::Setup) -> Result<Recorder, String> {
+pub(super) fn run_thread<S: Session>(
+    share: &Share,
+    setup: &S::Setup,
+) -> Result<Recorder, StepError> {
     let Share {
         shared,
         clients,
@@ -123,11 +127,12 @@ pub(super) fn run_thread<S: Session>(share: &Share, setup: &S::Setup) -> Result<
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start a load-generator runtime: {e}"));
-    let sessions = rt
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|rt| rt.block_on(open_all::<S>(shared, setup, clients, seed)));
+        .map_err(|e| StepError::from(format!("cannot start a load-generator runtime: {e}")));
+    // A session that cannot be set up is the server's (or the network's) doing.
+    let sessions = rt.as_ref().map_err(Clone::clone).and_then(|rt| {
+        rt.block_on(open_all::<S>(shared, setup, clients, seed))
+            .map_err(StepError::network)
+    });
     if sessions.is_err() {
         shared.abort.store(true, Ordering::SeqCst);
     }
@@ -162,7 +167,9 @@ pub(super) fn run_thread<S: Session>(share: &Share, setup: &S::Setup) -> Result<
                 .spawn_scoped(s, move || self::tick(tick, start, interval, done));
             if let Err(e) = ticker {
                 shared.abort.store(true, Ordering::SeqCst);
-                return Err(format!("cannot start the schedule's ticker thread: {e}"));
+                return Err(StepError::from(format!(
+                    "cannot start the schedule's ticker thread: {e}"
+                )));
             }
         }
         rt.block_on(thread.run(sessions, start));
@@ -317,15 +324,22 @@ impl<T> Thread<'_, T> {
     /// Counts an exchange that ended at `t` (outside the window it only shows in the
     /// progress line).
     fn record(&self, outcome: &Outcome, intended: u64, t: u64) {
-        if *outcome == Outcome::Completed {
-            self.shared.progress.fetch_add(1, Ordering::Relaxed);
+        if let Outcome::Answered(code) = outcome {
+            let counter = if AnswerCode::Coap(*code).is_success() {
+                &self.shared.progress
+            } else {
+                &self.shared.progress_other
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
         }
         if !self.in_window(t) {
             return;
         }
         let mut rec = self.rec.borrow_mut();
         match outcome {
-            Outcome::Completed => rec.complete(t.saturating_sub(intended)),
+            Outcome::Answered(code) => {
+                rec.answer(AnswerCode::Coap(*code), t.saturating_sub(intended))
+            }
             Outcome::Reset => rec.resets += 1,
             Outcome::Lost => rec.lost += 1,
             Outcome::Garbage | Outcome::Broken | Outcome::Unreachable => rec.errors += 1,

@@ -273,9 +273,10 @@ fn nothing_listening_fails_the_set_up_with_the_reason() {
         .unwrap();
     let e = run_step(&tcp_config(port, 500, &[]), 2).unwrap_err();
     assert!(
-        e.contains("cannot connect") && e.contains("cobalt serve --tcp"),
+        e.message.contains("cannot connect") && e.message.contains("cobalt serve --tcp"),
         "{e}"
     );
+    assert_eq!(e.exit, crate::exit::NETWORK, "{e}");
 }
 
 /// A single-threaded coaps server over [`OpensslDtls`] that answers every CON request
@@ -357,9 +358,11 @@ fn a_wrong_psk_fails_the_set_up_with_the_reason() {
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
     assert!(
-        e.contains("DTLS handshake") && e.contains("wrong PSK"),
+        e.message.contains("DTLS handshake") && e.message.contains("wrong PSK"),
         "{e}"
     );
+    // The same exit code as `cobalt get` with a wrong key.
+    assert_eq!(e.exit, crate::exit::NETWORK, "{e}");
 }
 
 #[test]

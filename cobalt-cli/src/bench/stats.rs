@@ -2,18 +2,52 @@
 //! into a [`StepResult`] per concurrency step.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Highest latency the histogram tracks, in nanoseconds (one hour); larger values saturate.
 const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
+
+/// The code of an answer: a CoAP response code (the byte, class and detail) or an
+/// HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AnswerCode {
+    /// A CoAP response code, e.g. `0xa3` for 5.03.
+    Coap(u8),
+    /// An HTTP status, e.g. 503.
+    Http(u16),
+}
+
+impl AnswerCode {
+    /// 2.xx (CoAP) or 2xx (HTTP): the only answers that count as completed requests.
+    pub fn is_success(self) -> bool {
+        match self {
+            AnswerCode::Coap(c) => c >> 5 == 2,
+            AnswerCode::Http(s) => (200..300).contains(&s),
+        }
+    }
+}
+
+impl std::fmt::Display for AnswerCode {
+    /// `5.03` for CoAP, `503` for HTTP.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AnswerCode::Coap(c) => write!(f, "{}.{:02}", c >> 5, c & 0x1f),
+            AnswerCode::Http(s) => write!(f, "{s}"),
+        }
+    }
+}
 
 /// What one load-generator thread counted during the measured window.
 #[derive(Debug, Clone)]
 pub struct Recorder {
     /// Requests sent.
     pub sent: u64,
-    /// Requests answered with a matching response.
+    /// Requests answered with a success (CoAP 2.xx, HTTP 2xx).
     pub completed: u64,
+    /// Requests answered with any other code, by code (e.g. 5.03 from an overloaded
+    /// server). They are not completed and their latency is not recorded.
+    pub other_codes: BTreeMap<AnswerCode, u64>,
     /// Requests unanswered after the timeout.
     pub lost: u64,
     /// Socket errors (e.g. ICMP port unreachable) and malformed datagrams.
@@ -36,6 +70,7 @@ impl Recorder {
         Recorder {
             sent: 0,
             completed: 0,
+            other_codes: BTreeMap::new(),
             lost: 0,
             errors: 0,
             resets: 0,
@@ -52,10 +87,29 @@ impl Recorder {
         self.latency.saturating_record(ns.max(1));
     }
 
+    /// Records an answer with `code` that took `ns` nanoseconds: a success completes
+    /// the request, anything else is counted by its code.
+    #[inline]
+    pub fn answer(&mut self, code: AnswerCode, ns: u64) {
+        if code.is_success() {
+            self.complete(ns);
+        } else {
+            *self.other_codes.entry(code).or_default() += 1;
+        }
+    }
+
+    /// Answers that were not a success, all codes together.
+    pub fn other(&self) -> u64 {
+        self.other_codes.values().sum()
+    }
+
     /// Adds another recorder's counts into this one.
     pub fn merge(&mut self, other: &Recorder) {
         self.sent += other.sent;
         self.completed += other.completed;
+        for (code, n) in &other.other_codes {
+            *self.other_codes.entry(*code).or_default() += n;
+        }
         self.lost += other.lost;
         self.errors += other.errors;
         self.resets += other.resets;
@@ -79,18 +133,24 @@ pub struct ServerUsage {
 }
 
 /// The result of one concurrency step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepResult {
     /// Virtual clients.
     pub clients: usize,
     /// Measured seconds (shorter than requested when interrupted).
     pub duration_s: f64,
-    /// Completed requests per second.
+    /// Completed (2.xx) requests per second.
     pub requests_per_s: f64,
     /// Requests sent during the measured window.
     pub sent: u64,
-    /// Requests answered.
+    /// Requests answered with 2.xx (HTTP: 2xx).
     pub completed: u64,
+    /// Requests answered with any other code (4.xx, 5.xx, ...): not completed.
+    #[serde(default)]
+    pub non_2xx: u64,
+    /// [`StepResult::non_2xx`] by code, e.g. `{"5.03": 1234}` (HTTP: `{"503": 1234}`).
+    #[serde(default)]
+    pub non_2xx_codes: BTreeMap<String, u64>,
     /// Requests unanswered after the timeout.
     pub lost: u64,
     /// Socket errors and malformed datagrams.
@@ -160,6 +220,12 @@ impl StepResult {
             requests_per_s,
             sent: rec.sent,
             completed: rec.completed,
+            non_2xx: rec.other(),
+            non_2xx_codes: rec
+                .other_codes
+                .iter()
+                .map(|(c, n)| (c.to_string(), *n))
+                .collect(),
             lost: rec.lost,
             errors: rec.errors,
             resets: rec.resets,

@@ -348,8 +348,8 @@ impl<D: Dial, C: Carrier<Stream = D::Stream>> Session for StreamClient<D, C> {
             let mut outcome = None;
             while let Some(ev) = self.conn.poll_event() {
                 match ev {
-                    TcpEvent::Response { token: t, .. } if t == token => {
-                        outcome = outcome.or(Some(Outcome::Completed));
+                    TcpEvent::Response { token: t, message } if t == token => {
+                        outcome = outcome.or(Some(Outcome::Answered(message.code.0)));
                     }
                     TcpEvent::Closed { .. } => outcome = Some(Outcome::Broken),
                     _ => {}

@@ -13,17 +13,25 @@ use clap::Args;
 use cobalt::config::{Config, ConfigError};
 use cobalt::metrics::serve_metrics;
 use cobalt::Server;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// `cobalt serve` options.
+///
+/// Ports: CoAP over UDP on --port (5683); --tcp without a number uses the same port
+/// number over TCP; DTLS (with credentials) uses the next port, 5684 (--dtls-port);
+/// --tls without a number uses the DTLS port number over TCP; WebSockets use 8080
+/// (--ws-port) and secure WebSockets 8443 (--wss-port). Port 0 picks a free port (the
+/// server prints the one it got).
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (IPv4 or IPv6; `::` serves both families) [config: server.bind, default ::].
-    #[arg(long)]
-    pub bind: Option<IpAddr>,
-    /// UDP port [config: server.port, default 5683].
+    /// Address to listen on: an IPv4 or IPv6 address (`::` serves both families), an
+    /// IPv6 address with a zone (`fe80::1%eth0`), or a host name [config: server.bind,
+    /// default ::].
+    #[arg(long, value_parser = crate::flags::bind_addr)]
+    pub bind: Option<crate::flags::BindAddr>,
+    /// UDP port; 0 picks a free one [config: server.port, default 5683].
     #[arg(short, long)]
     pub port: Option<u16>,
     /// Also serve the ETSI CoAP plugtest resources (/test, /seg1/seg2/seg3, /query, ...).
@@ -42,10 +50,10 @@ pub struct ServeArgs {
     /// Override one setting, e.g. `--set endpoint.ack_timeout=3s` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Also serve CoAP over TCP (RFC 8323, `coap+tcp://`) on this TCP port (5683 is
-    /// the standard one; the UDP and TCP ports may be the same number).
-    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "5683")]
-    pub tcp: Option<u16>,
+    /// Also serve CoAP over TCP (RFC 8323, `coap+tcp://`) on this TCP port; without a
+    /// number on the UDP port's number (5683 by default, the standard port).
+    #[arg(long, value_name = "PORT", num_args = 0..=1)]
+    pub tcp: Option<Option<u16>>,
     /// Also serve CoAP over DTLS (`coaps://`, PSK) with the keys in FILE, one
     /// `identity:key` per line (key: `0x` and hex digits, or text; `#` comments); with
     /// --tls these keys are accepted over TLS too.
@@ -76,14 +84,16 @@ pub struct ServeArgs {
         requires = "cert"
     )]
     pub ca: Option<PathBuf>,
-    /// UDP port for CoAP over DTLS (with --dtls-psk-file or --cert).
-    #[arg(long, value_name = "PORT", default_value_t = cobalt::transport::dtls::DEFAULT_PORT)]
-    pub dtls_port: u16,
-    /// Also serve CoAP over TLS (RFC 8323, `coaps+tcp://`) on this TCP port (5684 is the
-    /// standard one), with --cert/--key and/or --dtls-psk-file. With --ws, also serves
-    /// `coaps+ws://` on --wss-port.
-    #[arg(long, value_name = "PORT", num_args = 0..=1, default_missing_value = "5684")]
-    pub tls: Option<u16>,
+    /// UDP port for CoAP over DTLS (with --dtls-psk-file or --cert); default: the UDP
+    /// port + 1 (5684, the standard port), or 0 (a free one) when --port is 0.
+    #[arg(long, value_name = "PORT")]
+    pub dtls_port: Option<u16>,
+    /// Also serve CoAP over TLS (RFC 8323, `coaps+tcp://`) on this TCP port; without a
+    /// number on the DTLS port's number (5684 by default, the standard port). Needs
+    /// --cert/--key and/or --dtls-psk-file. With --ws, also serves `coaps+ws://` on
+    /// --wss-port.
+    #[arg(long, value_name = "PORT", num_args = 0..=1)]
+    pub tls: Option<Option<u16>>,
     /// TCP port of CoAP over secure WebSockets (`coaps+ws://`, implies it). Default 8443
     /// (the standard port, 443, needs root).
     #[arg(long, value_name = "PORT")]
@@ -97,9 +107,32 @@ pub struct ServeArgs {
     /// TCP port of --ws (implies --ws). Default 8080.
     #[arg(long, value_name = "PORT")]
     pub ws_port: Option<u16>,
-    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100 [config: server.metrics_addr].
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100 or
+    /// localhost:9100 [config: server.metrics_addr].
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::flags::host_port)]
     pub metrics: Option<SocketAddr>,
+}
+
+/// The ports of the transports besides UDP, from the flags and the UDP port (see
+/// [`ServeArgs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ports {
+    tcp: Option<u16>,
+    dtls: u16,
+    tls: Option<u16>,
+}
+
+impl Ports {
+    fn new(args: &ServeArgs, udp: u16) -> Ports {
+        let dtls = args
+            .dtls_port
+            .unwrap_or(if udp == 0 { 0 } else { udp.saturating_add(1) });
+        Ports {
+            tcp: args.tcp.map(|p| p.unwrap_or(udp)),
+            dtls,
+            tls: args.tls.map(|p| p.unwrap_or(dtls)),
+        }
+    }
 }
 
 /// The effective configuration: defaults < file < environment < `--set` < flags.
@@ -117,7 +150,7 @@ pub fn load_config(args: &ServeArgs, log_level: Option<&str>) -> Result<Config, 
         loader = loader.set_arg(s, "--set")?;
     }
     let flags = [
-        ("server.bind", args.bind.map(|b| b.to_string()), "--bind"),
+        ("server.bind", args.bind.map(|b| b.ip.to_string()), "--bind"),
         ("server.port", args.port.map(|p| p.to_string()), "--port"),
         (
             "runtime.shards",
@@ -143,17 +176,26 @@ pub fn load_config(args: &ServeArgs, log_level: Option<&str>) -> Result<Config, 
 pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, String)> {
     let config = load_config(&args, log_level).map_err(|e| (exit::USAGE, e.to_string()))?;
     if args.print_config {
-        print!("{}", config.to_toml());
+        // A reader that goes away early (`| head`) ends it quietly.
+        crate::sink::write_stdout(config.to_toml().as_bytes())?;
         return Ok(());
     }
     crate::init_logging(&config.log.level);
     let (mut server, demo) = demo::routes(Server::new());
+    let mut plugtest = None;
     if args.plugtest {
-        server = plugtest::routes(server);
+        let (with_plugtest, resources) = plugtest::routes(server);
+        (server, plugtest) = (with_plugtest, Some(resources));
     }
-    let addr = config.server.socket_addr();
-    if let Some(port) = args.tcp {
-        server = server.tcp(std::net::SocketAddr::new(addr.ip(), port));
+    // The configured address, with the zone --bind gave it.
+    let bind = crate::flags::BindAddr {
+        ip: config.server.bind,
+        scope_id: args.bind.map_or(0, |b| b.scope_id),
+    };
+    let addr = bind.with_port(config.server.port);
+    let ports = Ports::new(&args, config.server.port);
+    if let Some(port) = ports.tcp {
+        server = server.tcp(bind.with_port(port));
     }
     if let Some(file) = &args.dtls_psk_file {
         let keys = cobalt::transport::dtls::PskStore::load(file).map_err(|e| (exit::USAGE, e))?;
@@ -172,16 +214,26 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         // Check the files now, for a clear message.
         cobalt::transport::dtls::OpensslDtls::server_with(None, Some(&creds), Default::default())
             .map_err(|e| (exit::USAGE, format!("unusable --cert/--key/--ca: {e}")))?;
+        #[cfg(feature = "openssl")]
+        cobalt::transport::dtls::check_certificate(&creds)
+            .map_err(|e| (exit::USAGE, format!("--cert/--key cannot serve DTLS: {e}")))?;
         server = server.x509(creds);
     }
     let credentials = args.dtls_psk_file.is_some() || args.cert.is_some();
+    if credentials && !cfg!(feature = "openssl") {
+        return Err((
+            exit::USAGE,
+            "--dtls-psk-file and --cert need DTLS and TLS, which this build lacks: rebuild \
+             with the `openssl` feature (on by default)"
+                .into(),
+        ));
+    }
     if credentials {
-        server = server.dtls(std::net::SocketAddr::new(addr.ip(), args.dtls_port));
+        server = server.dtls(bind.with_port(ports.dtls));
     }
     let ws = args.ws || args.ws_port.is_some();
     if ws {
-        let port = args.ws_port.unwrap_or(8080);
-        server = server.ws(std::net::SocketAddr::new(addr.ip(), port));
+        server = server.ws(bind.with_port(args.ws_port.unwrap_or(8080)));
     }
     let wss = args.wss_port.or((ws && args.tls.is_some()).then_some(8443));
     if (args.tls.is_some() || wss.is_some()) && !credentials {
@@ -191,15 +243,15 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
                 .into(),
         ));
     }
-    if let Some(port) = args.tls {
-        server = server.tls(std::net::SocketAddr::new(addr.ip(), port));
+    if let Some(port) = ports.tls {
+        server = server.tls(bind.with_port(port));
     }
     if let Some(port) = wss {
-        server = server.wss(std::net::SocketAddr::new(addr.ip(), port));
+        server = server.wss(bind.with_port(port));
     }
     let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
         (
-            exit::NETWORK,
+            exit::FAILURE,
             format!("cannot listen on {addr}: {e} (is another server using the port? try --port)"),
         )
     })?;
@@ -209,7 +261,7 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
                 .await
                 .map_err(|e| {
                     (
-                        exit::NETWORK,
+                        exit::FAILURE,
                         format!("cannot serve metrics on {metrics_addr}: {e}"),
                     )
                 })?,
@@ -217,6 +269,9 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         None => None,
     };
     demo.start_ticker();
+    if let Some(p) = &plugtest {
+        p.start_ticker();
+    }
     eprintln!(
         "cobalt: serving CoAP on {} (Ctrl-C to stop)",
         handle.local_addr()
@@ -329,6 +384,44 @@ mod tests {
             Some("127.0.0.1:9100".parse().unwrap())
         );
         assert_eq!(c.log.level, "debug");
+    }
+
+    #[test]
+    fn other_transports_follow_the_udp_port() {
+        let ports = |argv: &[&str], udp| Ports::new(&args(argv), udp);
+        assert_eq!(
+            ports(&["--tcp", "--tls"], 5683),
+            Ports {
+                tcp: Some(5683),
+                dtls: 5684,
+                tls: Some(5684)
+            }
+        );
+        assert_eq!(
+            ports(&["--tcp", "--tls"], 6000),
+            Ports {
+                tcp: Some(6000),
+                dtls: 6001,
+                tls: Some(6001)
+            }
+        );
+        assert_eq!(
+            ports(&["--tcp", "7000", "--dtls-port", "7100", "--tls"], 0),
+            Ports {
+                tcp: Some(7000),
+                dtls: 7100,
+                tls: Some(7100)
+            }
+        );
+        assert_eq!(
+            ports(&["--tcp"], 0),
+            Ports {
+                tcp: Some(0),
+                dtls: 0,
+                tls: None
+            }
+        );
+        assert_eq!(ports(&[], 65535).dtls, 65535, "no overflow");
     }
 
     #[test]

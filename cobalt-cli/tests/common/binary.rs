@@ -2,7 +2,6 @@
 #![allow(dead_code)] // each test file uses a part
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// Kills the process (a server) when the test ends, passed or failed.
@@ -22,27 +21,93 @@ pub fn cobalt() -> Command {
     c
 }
 
-/// Starts a server (`command`, e.g. `cobalt().args(["serve", ...])`) and waits until it
-/// prints a line containing `ready` on stderr; its stderr is drained from then on, so
-/// that it never blocks on a full pipe.
-pub fn serve_until(mut command: Command, ready: &str) -> KillOnDrop {
+/// `cobalt serve` on 127.0.0.1, a free port, one shard; add flags with `.args(..)`.
+pub fn local_serve() -> Command {
+    local_serve_shards(1)
+}
+
+/// `cobalt serve` on 127.0.0.1, a free port, `shards` shards.
+pub fn local_serve_shards(shards: usize) -> Command {
+    let mut c = cobalt();
+    c.args(["serve", "--bind", "127.0.0.1", "--port", "0", "--shards"])
+        .arg(shards.to_string());
+    c
+}
+
+/// A fresh directory for this test process named after `what`, holding `keys.txt`
+/// with the PSK `alice:secretPSK`; returns the directory and the file.
+pub fn psk_file(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("cobalt-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.txt");
+    std::fs::write(&keys, "alice:secretPSK\n").unwrap();
+    (dir, keys)
+}
+
+/// Stderr lines of a started server.
+pub type Lines = Box<dyn Iterator<Item = String> + Send>;
+
+/// Starts a server with its stderr piped (stdout discarded).
+pub fn spawn_server(mut command: Command) -> (KillOnDrop, Lines) {
     let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let server = KillOnDrop(child);
-    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    (KillOnDrop(child), Box::new(lines))
+}
+
+/// Starts a server (`command`, e.g. `cobalt().args(["serve", ...])`) and waits until it
+/// prints a line containing `ready` on stderr; its stderr is drained from then on, so
+/// that it never blocks on a full pipe.
+pub fn serve_until(command: Command, ready: &str) -> KillOnDrop {
+    let (server, mut lines) = spawn_server(command);
     let up = lines.by_ref().any(|l| l.contains(ready));
     assert!(up, "the server never printed {ready:?}");
     std::thread::spawn(move || lines.for_each(drop));
     server
 }
 
+/// Starts a server (`command`) and waits until it has printed a stderr line starting
+/// with each of `prefixes` (e.g. `"cobalt: serving CoAP on "`); returns it and, for
+/// each prefix, the first word after it (the address). Its stderr is drained from then on.
+pub fn serve_printing(command: Command, prefixes: &[&str]) -> (KillOnDrop, Vec<String>) {
+    let (server, mut lines) = spawn_server(command);
+    let mut found: Vec<Option<String>> = vec![None; prefixes.len()];
+    for line in lines.by_ref() {
+        for (i, prefix) in prefixes.iter().enumerate() {
+            if let Some(rest) = line.trim().strip_prefix(prefix) {
+                found[i] = rest.split(' ').next().map(str::to_string);
+            }
+        }
+        if found.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    let found = found
+        .into_iter()
+        .zip(prefixes)
+        .map(|(f, p)| f.unwrap_or_else(|| panic!("the server never printed {p:?}")))
+        .collect();
+    (server, found)
+}
+
+/// Reads what is left of a child's stderr.
+pub fn rest_of_stderr(child: &mut Child) -> String {
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    err
+}
+
+#[cfg(feature = "openssl")]
 /// Writes a fresh CA (`cn` names it) and the server and client certificates it issued
 /// to `dir`: ca.pem, server.pem, server.key, client.pem, client.key.
-pub fn write_test_pki(dir: &Path, cn: &str) {
+pub fn write_test_pki(dir: &std::path::Path, cn: &str) {
     let pki = cobalt::transport::dtls::test_pki::generate(cn).unwrap();
     std::fs::create_dir_all(dir).unwrap();
     for (name, pem) in [

@@ -123,6 +123,13 @@ impl ChildGuard {
         ChildGuard { child }
     }
 
+    /// The child's stdout, if it was piped and not taken yet (for `californium.rs`,
+    /// which not every test crate that includes this file includes).
+    #[allow(dead_code)]
+    pub fn take_stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.stdout.take()
+    }
+
     /// `Some(status)` if the process already ended.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
@@ -165,7 +172,7 @@ fn start_server(
     probe_path: &str,
     make: impl Fn(u16) -> Command,
 ) -> PeerServer {
-    let client = cobalt::client::blocking::Client::new().expect("blocking client");
+    let client = cobalt::client::blocking::Client::new();
     for _attempt in 0..3 {
         let port = free_udp_port(ip);
         let mut cmd = make(port);
@@ -232,6 +239,22 @@ pub fn start_libcoap_server(bin: &Path) -> PeerServer {
 /// is bound — no request is sent to it first, so e.g. `-l 1` (drop the first datagram
 /// it sends) applies to the test's own first exchange.
 pub fn start_libcoap_server_quietly(bin: &Path, extra: &[&str]) -> PeerServer {
+    start_libcoap_server_bound(bin, extra, Stdio::null)
+}
+
+/// [`start_libcoap_server_quietly`] writing its log (stdout, e.g. with `-v 7`) to `log`.
+#[allow(dead_code)] // interop_observe.rs uses it, interop.rs does not
+pub fn start_libcoap_server_logging(bin: &Path, extra: &[&str], log: &Path) -> PeerServer {
+    start_libcoap_server_bound(bin, extra, || {
+        Stdio::from(std::fs::File::create(log).expect("create the log file"))
+    })
+}
+
+fn start_libcoap_server_bound(
+    bin: &Path,
+    extra: &[&str],
+    stdout: impl Fn() -> Stdio,
+) -> PeerServer {
     for _attempt in 0..3 {
         let port = free_udp_port(V4);
         let mut cmd = Command::new(bin);
@@ -239,7 +262,7 @@ pub fn start_libcoap_server_quietly(bin: &Path, extra: &[&str]) -> PeerServer {
             .args(["-A", "127.0.0.1", "-p"])
             .arg(port.to_string())
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout())
             .stderr(Stdio::null());
         let mut child = ChildGuard::spawn("coap-server-notls", &mut cmd);
         let addr = SocketAddr::new(V4, port);

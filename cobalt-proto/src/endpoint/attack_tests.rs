@@ -265,6 +265,37 @@ fn a_slow_verification_still_ends_in_a_piggybacked_answer() {
     assert_eq!(resp.payload.len(), 1024);
 }
 
+/// A notification produced while the registration's answer waits for verification
+/// goes out as that answer: one message with the newer state, not two at once.
+#[test]
+fn a_registration_answer_waiting_for_verification_carries_the_latest_state() {
+    let client = addr("198.51.100.5:40000");
+    let mut b = Bench::new(EndpointConfig::default());
+    let mut reg = request(Code::GET, MessageType::Confirmable, 1, "obs");
+    reg.options.set_uint(opt::OBSERVE, 0);
+    b.send(client, &reg);
+    b.serve(|_| {
+        let mut m = content(5);
+        m.options.set_uint(opt::OBSERVE, 2);
+        m
+    });
+    let ping = b.drain().remove(0).1;
+    let mut newer = content(7);
+    newer.options.set_uint(opt::OBSERVE, 3);
+    b.server
+        .notify(b.now, client, reg.token, newer, false, None);
+    assert!(b.drain().is_empty(), "nothing before verification");
+    b.send(client, &Message::reset(ping.mid));
+    let out = b.drain();
+    assert_eq!(out.len(), 1, "{out:?}");
+    let m = &out[0].1;
+    assert_eq!(
+        (m.mtype, m.mid, m.token),
+        (MessageType::Acknowledgement, 1, reg.token)
+    );
+    assert_eq!((m.options.observe(), m.payload.len()), (Some(3), 7));
+}
+
 /// A client that does not answer pings but repeats the Echo value of a 4.01 (RFC 9175).
 #[test]
 fn an_echo_round_trip_verifies_too() {

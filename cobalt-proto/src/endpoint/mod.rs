@@ -39,6 +39,7 @@ mod admission;
 mod client;
 mod config;
 pub mod dedup;
+mod ids;
 mod pacing;
 mod reliability;
 mod server;
@@ -46,6 +47,7 @@ mod timers;
 mod validation;
 
 pub use config::{ConfigError, EndpointConfig};
+pub use ids::{ExchangeId, RequestId};
 
 use crate::congestion::{Attempt, PeerTable};
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
@@ -78,14 +80,6 @@ pub fn overload_reply(datagram: &[u8], max_age: u32) -> Option<Vec<u8>> {
     resp.options.set_uint(opt::MAX_AGE, max_age);
     Some(codec::encode(&resp))
 }
-
-/// Identifies a request received by this endpoint (server role) until it is answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ExchangeId(pub u64);
-
-/// Identifies a request sent by this endpoint (client role).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RequestId(pub u64);
 
 /// A datagram to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -661,7 +655,7 @@ impl Endpoint {
 #[cfg(test)]
 mod attack_tests;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 #[cfg(test)]
 mod sim_block_observe_tests;
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! those deadlines arrive in order and live in a FIFO: O(1) to arm and to expire, which
 //! matters at hundreds of thousands of requests per second.
 
-use super::{ExchangeId, RequestId};
+use super::ids::{ExchangeId, RequestId};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;

@@ -247,13 +247,37 @@ impl Endpoint {
         let Some(probe) = self.validation.probes.get_mut(&peer) else {
             return;
         };
-        if let Parked::Notification { token, .. } = &parked {
-            // The latest state wins: a newer notification replaces an older one.
-            let token = *token;
-            probe
-                .parked
-                .retain(|p| !matches!(p, Parked::Notification { token: t, .. } if *t == token));
-        }
+        let parked = match parked {
+            Parked::Notification { token, message, .. }
+                if probe
+                    .parked
+                    .iter()
+                    .any(|p| matches!(p, Parked::Response(r) if r.token == token)) =>
+            {
+                // The registration's answer still waits: it goes out with this newer
+                // state instead (it is the first notification, RFC 7641 §4.1), so the
+                // client gets one answer, not an old one and a new one at once (some
+                // clients are still fetching the old one's blocks when the new arrives).
+                for p in &mut probe.parked {
+                    if let Parked::Response(r) = p {
+                        if r.token == token {
+                            r.message = message;
+                            break;
+                        }
+                    }
+                }
+                self.stats.parked += 1;
+                return;
+            }
+            Parked::Notification { token, .. } => {
+                // The latest state wins: a newer notification replaces an older one.
+                probe
+                    .parked
+                    .retain(|p| !matches!(p, Parked::Notification { token: t, .. } if *t == token));
+                parked
+            }
+            parked => parked,
+        };
         if probe.parked.len() >= MAX_PARKED {
             self.fail(now, peer, parked);
             return;

@@ -99,32 +99,11 @@ pub(crate) fn fmt_options_and_payload(
 ) -> fmt::Result {
     for o in options.iter() {
         let name = option::option_name(o.number);
-        let def = option::option_def(o.number);
-        match def.map(|d| d.format) {
-            Some(option::OptionFormat::String) => {
-                write!(f, "\n  {name}: {}", String::from_utf8_lossy(o.value))?
-            }
-            Some(option::OptionFormat::Uint)
-                if o.number == number::BLOCK1 || o.number == number::BLOCK2 =>
-            {
-                match option::decode_uint(o.value).and_then(BlockValue::decode) {
-                    Some(b) => {
-                        write!(f, "\n  {name}: {}/{}/{}", b.num, u8::from(b.more), b.size())?
-                    }
-                    None => write!(f, "\n  {name}: (malformed)")?,
-                }
-            }
-            Some(option::OptionFormat::Uint) => match option::decode_uint(o.value) {
-                Some(v) => write!(f, "\n  {name}: {v}")?,
-                None => write!(f, "\n  {name}: (malformed)")?,
-            },
-            _ => {
-                write!(f, "\n  {name}: 0x")?;
-                for b in o.value {
-                    write!(f, "{b:02x}")?;
-                }
-            }
-        }
+        write!(
+            f,
+            "\n  {name}: {}",
+            option::display_value(o.number, o.value)
+        )?;
     }
     if !payload.is_empty() {
         match std::str::from_utf8(payload) {

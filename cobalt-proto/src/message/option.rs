@@ -156,6 +156,39 @@ pub fn option_name(number: u16) -> String {
     }
 }
 
+/// An option's value for a person (`cobalt -v`, `cobalt get -i`): the text of a string
+/// option, the number of a uint option (`NUM/M/SIZE` for Block1 and Block2, the media
+/// type after a Content-Format or Accept number), `0x` and hex digits otherwise.
+pub fn display_value(number: u16, value: &[u8]) -> String {
+    use std::fmt::Write;
+    match option_def(number).map(|d| d.format) {
+        Some(OptionFormat::String) => String::from_utf8_lossy(value).into_owned(),
+        Some(OptionFormat::Uint) => match decode_uint(value) {
+            None => "(malformed)".into(),
+            Some(v) if number == number::BLOCK1 || number == number::BLOCK2 => {
+                match super::BlockValue::decode(v) {
+                    Some(b) => format!("{}/{}/{}", b.num, u8::from(b.more), b.size()),
+                    None => "(malformed)".into(),
+                }
+            }
+            Some(v) if number == number::CONTENT_FORMAT || number == number::ACCEPT => {
+                match u16::try_from(v).ok().and_then(content_format::name) {
+                    Some(name) => format!("{v} ({name})"),
+                    None => v.to_string(),
+                }
+            }
+            Some(v) => v.to_string(),
+        },
+        _ => {
+            let mut hex = String::from("0x");
+            for b in value {
+                let _ = write!(hex, "{b:02x}");
+            }
+            hex
+        }
+    }
+}
+
 /// Encodes an unsigned integer as an option value: big-endian, no leading zero bytes (§3.2).
 pub fn encode_uint(value: u32) -> Vec<u8> {
     let bytes = value.to_be_bytes();
@@ -456,8 +489,10 @@ impl Options {
     }
 }
 
-/// Well-known Content-Format numbers (RFC 7252 §12.3 and the IANA registry).
+/// CoAP Content-Format numbers and their media types, from the IANA "CoAP
+/// Content-Formats" registry (RFC 7252 §12.3 and the RFCs that registered more).
 pub mod content_format {
+
     /// text/plain; charset=utf-8
     pub const TEXT_PLAIN: u16 = 0;
     /// application/link-format
@@ -473,35 +508,148 @@ pub mod content_format {
     /// application/cbor
     pub const CBOR: u16 = 60;
 
-    /// Parses a media type name or a number into a Content-Format number.
+    /// The registered Content-Formats this crate knows: number and media type (with
+    /// parameters as registered).
+    pub const REGISTRY: &[(u16, &str)] = &[
+        (0, "text/plain;charset=utf-8"),
+        (16, "application/cose;cose-type=\"cose-encrypt0\""),
+        (17, "application/cose;cose-type=\"cose-mac0\""),
+        (18, "application/cose;cose-type=\"cose-sign1\""),
+        (19, "application/ace+cbor"),
+        (21, "image/gif"),
+        (22, "image/jpeg"),
+        (23, "image/png"),
+        (40, "application/link-format"),
+        (41, "application/xml"),
+        (42, "application/octet-stream"),
+        (47, "application/exi"),
+        (50, "application/json"),
+        (51, "application/json-patch+json"),
+        (52, "application/merge-patch+json"),
+        (60, "application/cbor"),
+        (61, "application/cwt"),
+        (62, "application/multipart-core"),
+        (63, "application/cbor-seq"),
+        (96, "application/cose;cose-type=\"cose-encrypt\""),
+        (97, "application/cose;cose-type=\"cose-mac\""),
+        (98, "application/cose;cose-type=\"cose-sign\""),
+        (101, "application/cose-key"),
+        (102, "application/cose-key-set"),
+        (110, "application/senml+json"),
+        (111, "application/sensml+json"),
+        (112, "application/senml+cbor"),
+        (113, "application/sensml+cbor"),
+        (114, "application/senml-exi"),
+        (115, "application/sensml-exi"),
+        (256, "application/coap-group+json"),
+        (
+            280,
+            "application/pkcs7-mime;smime-type=server-generated-key",
+        ),
+        (281, "application/pkcs7-mime;smime-type=certs-only"),
+        (284, "application/pkcs8"),
+        (285, "application/csrattrs"),
+        (286, "application/pkcs10"),
+        (287, "application/pkix-cert"),
+        (310, "application/senml+xml"),
+        (311, "application/sensml+xml"),
+        (320, "application/senml-etch+json"),
+        (322, "application/senml-etch+cbor"),
+        (340, "application/yang-data+cbor"),
+        (432, "application/td+json"),
+        (10000, "application/vnd.ocf+cbor"),
+        (10001, "application/oscore"),
+        (10002, "application/javascript"),
+        (11542, "application/vnd.oma.lwm2m+tlv"),
+        (11543, "application/vnd.oma.lwm2m+json"),
+        (11544, "application/vnd.oma.lwm2m+cbor"),
+        (20000, "text/css"),
+        (30000, "image/svg+xml"),
+    ];
+
+    /// Parses a Content-Format: a number (0 to 65535), a registered media type
+    /// (`application/senml+json`, `text/plain;charset=utf-8`; case and spaces around
+    /// `;` do not matter), or the part after the slash (`senml+json`, `cbor`,
+    /// `link-format`), or `text`/`binary` for text/plain and octet-stream.
     pub fn parse(s: &str) -> Option<u16> {
+        let s = s.trim();
         if let Ok(n) = s.parse::<u16>() {
             return Some(n);
         }
-        Some(match s {
-            "text/plain" | "text" => TEXT_PLAIN,
-            "application/link-format" | "link-format" => LINK_FORMAT,
-            "application/xml" | "xml" => XML,
-            "application/octet-stream" | "octet-stream" | "binary" => OCTET_STREAM,
-            "application/exi" | "exi" => EXI,
-            "application/json" | "json" => JSON,
-            "application/cbor" | "cbor" => CBOR,
-            _ => return None,
+        let wanted: String = s
+            .to_ascii_lowercase()
+            .split(';')
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(";");
+        match wanted.as_str() {
+            "text" | "text/plain" | "plain" => return Some(TEXT_PLAIN),
+            "binary" => return Some(OCTET_STREAM),
+            _ => {}
+        }
+        REGISTRY
+            .iter()
+            .find(|(_, name)| {
+                let name = name.to_ascii_lowercase();
+                name == wanted || name.split_once('/').is_some_and(|(_, sub)| sub == wanted)
+            })
+            .map(|(n, _)| *n)
+    }
+
+    /// The media type of a Content-Format number, if registered.
+    pub fn name(n: u16) -> Option<&'static str> {
+        REGISTRY
+            .binary_search_by_key(&n, |(number, _)| *number)
+            .ok()
+            .map(|i| REGISTRY[i].1)
+    }
+
+    /// Whether the media type is JSON (`application/json` or a `+json` type).
+    pub fn is_json(n: u16) -> bool {
+        name(n).is_some_and(|m| {
+            let m = m.split(';').next().unwrap_or(m);
+            m.ends_with("/json") || m.ends_with("+json")
         })
     }
 
-    /// The media type name of a Content-Format number, if known.
-    pub fn name(n: u16) -> Option<&'static str> {
-        Some(match n {
-            TEXT_PLAIN => "text/plain",
-            LINK_FORMAT => "application/link-format",
-            XML => "application/xml",
-            OCTET_STREAM => "application/octet-stream",
-            EXI => "application/exi",
-            JSON => "application/json",
-            CBOR => "application/cbor",
-            _ => return None,
+    /// Whether the media type is CBOR (`application/cbor` or a `+cbor` type).
+    pub fn is_cbor(n: u16) -> bool {
+        name(n).is_some_and(|m| {
+            let m = m.split(';').next().unwrap_or(m);
+            m.ends_with("/cbor") || m.ends_with("+cbor")
         })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn names_numbers_and_ranges() {
+            assert!(REGISTRY.windows(2).all(|w| w[0].0 < w[1].0), "sorted");
+            for (n, s) in [
+                (0, "text/plain"),
+                (0, "text/plain; charset=utf-8"),
+                (0, "text"),
+                (40, "link-format"),
+                (50, "JSON"),
+                (60, "cbor"),
+                (110, "senml+json"),
+                (112, "application/senml+cbor"),
+                (42, "binary"),
+                (65535, "65535"),
+                (11543, "vnd.oma.lwm2m+json"),
+            ] {
+                assert_eq!(parse(s), Some(n), "{s}");
+            }
+            for bad in ["65536", "-1", "nonsense", "", "application/"] {
+                assert_eq!(parse(bad), None, "{bad}");
+            }
+            assert_eq!(name(112), Some("application/senml+cbor"));
+            assert_eq!(name(9999), None);
+            assert!(is_json(50) && is_json(110) && !is_json(60));
+            assert!(is_cbor(60) && is_cbor(112) && is_cbor(11544) && !is_cbor(50));
+        }
     }
 }
 

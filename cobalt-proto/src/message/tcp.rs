@@ -58,7 +58,7 @@ impl fmt::Display for TcpMessage {
             // Signaling options have their own numbers (RFC 8323 §5): show the signal.
             let class = format!("{}.{:02}", self.code.class(), self.code.detail());
             return match Signal::from_message(self) {
-                Ok(signal) => write!(f, "{class} token={} {signal:?}", self.token),
+                Ok(signal) => write!(f, "{class} {signal} token={}", self.token),
                 Err(e) => write!(f, "{class} token={} (malformed: {e})", self.token),
             };
         }
@@ -383,6 +383,57 @@ impl fmt::Display for SignalError {
 
 impl std::error::Error for SignalError {}
 
+impl fmt::Display for Signal {
+    /// The signal's name and its options by name, e.g. `CSM Max-Message-Size: 1152,
+    /// Block-Wise-Transfer` (RFC 8323 §5), as `cobalt -v` shows it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut options: Vec<String> = Vec::new();
+        let mut value = |name: &str, v: Option<String>| {
+            if let Some(v) = v {
+                options.push(format!("{name}: {v}"));
+            }
+        };
+        let diagnostic = |d: &String| (!d.is_empty()).then(|| d.clone());
+        let (name, flag) = match self {
+            Signal::Csm {
+                max_message_size,
+                block_wise_transfer,
+            } => {
+                value("Max-Message-Size", max_message_size.map(|n| n.to_string()));
+                ("CSM", block_wise_transfer.then_some("Block-Wise-Transfer"))
+            }
+            Signal::Ping { custody } => ("Ping", custody.then_some("Custody")),
+            Signal::Pong { custody } => ("Pong", custody.then_some("Custody")),
+            Signal::Release {
+                alternative_addresses,
+                hold_off,
+                diagnostic: d,
+            } => {
+                for a in alternative_addresses {
+                    value("Alternative-Address", Some(a.clone()));
+                }
+                value("Hold-Off", hold_off.map(|s| s.to_string()));
+                value("diagnostic", diagnostic(d));
+                ("Release", None)
+            }
+            Signal::Abort {
+                bad_csm_option,
+                diagnostic: d,
+            } => {
+                value("Bad-CSM-Option", bad_csm_option.map(|n| n.to_string()));
+                value("diagnostic", diagnostic(d));
+                ("Abort", None)
+            }
+        };
+        options.extend(flag.map(str::to_string));
+        f.write_str(name)?;
+        if !options.is_empty() {
+            write!(f, " {}", options.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
 impl Signal {
     /// The signaling code of this signal.
     pub fn code(&self) -> Code {
@@ -534,9 +585,36 @@ mod tests {
             block_wise_transfer: true,
         }
         .to_message();
-        let text = csm.to_string();
-        assert!(text.starts_with("7.01 token="), "{text}");
-        assert!(text.contains("Csm") && text.contains("1152"), "{text}");
+        assert_eq!(
+            csm.to_string(),
+            "7.01 CSM Max-Message-Size: 1152, Block-Wise-Transfer token=(empty)"
+        );
+        let release = Signal::Release {
+            alternative_addresses: vec!["coap+tcp://b".into()],
+            hold_off: Some(5),
+            diagnostic: "bye".into(),
+        };
+        assert_eq!(
+            release.to_string(),
+            "Release Alternative-Address: coap+tcp://b, Hold-Off: 5, diagnostic: bye"
+        );
+        for (signal, text) in [
+            (Signal::Ping { custody: true }, "Ping Custody"),
+            (Signal::Pong { custody: false }, "Pong"),
+            (
+                Signal::Abort {
+                    bad_csm_option: Some(2),
+                    diagnostic: String::new(),
+                },
+                "Abort Bad-CSM-Option: 2",
+            ),
+        ] {
+            assert_eq!(signal.to_string(), text);
+            assert!(
+                !signal.to_message().to_string().contains('{'),
+                "no Rust debug output"
+            );
+        }
         let mut get = TcpMessage::new(Code::GET);
         get.options.set_uri_path("a");
         assert!(get.to_string().contains("Uri-Path: a"), "{get}");

@@ -13,8 +13,9 @@ pub mod blocking;
 mod blockwise;
 mod observe;
 
-pub use observe::Observation;
+pub use observe::{Observation, Reregistration, MAX_REREGISTRATIONS};
 
+use crate::error::{SetupError, Unsupported};
 use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::StreamTracer;
 use crate::runtime::Tracer;
@@ -22,7 +23,7 @@ use crate::server::Response;
 use crate::transport::dtls::{ClientPsk, DtlsClientAuth, DtlsConfig, OpensslDtls, X509Credentials};
 use crate::transport::tcp::{TcpPool, TracerSlot, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::tls::{Alpn, TlsConnector};
-use crate::transport::udp::{any_for, bind_shard_sockets};
+use crate::transport::udp::{any_for, bind_shard_sockets, report_unreachable};
 use crate::{Error, Result};
 use blockwise::{fetch_rest_via, upload_via};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
@@ -254,7 +255,7 @@ impl Client {
         if let Some(tx) = slot.as_ref().filter(|tx| !tx.is_closed()) {
             return Ok(tx.clone());
         }
-        let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
+        let socket = client_socket(peer)?;
         let (tx, _thread) = spawn_driver(
             "cobalt-client".into(),
             DriverIo::Owned(socket),
@@ -281,8 +282,8 @@ impl Client {
             return Ok(tx.clone());
         }
         let layer = OpensslDtls::client_with(auth, DtlsConfig::default())
-            .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
-        let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
+            .map_err(|e| e.into_error("DTLS", Scheme::Coaps))?;
+        let socket = client_socket(peer)?;
         let (tx, _thread) = spawn_driver(
             "cobalt-client-dtls".into(),
             DriverIo::Owned(socket),
@@ -312,8 +313,13 @@ impl Client {
         if let Some(pool) = pools.get(&key) {
             return Ok(pool.clone());
         }
+        let scheme = if ws {
+            Scheme::CoapsWs
+        } else {
+            Scheme::CoapsTcp
+        };
         let connector = TlsConnector::new(auth, Alpn::for_framing(framing))
-            .map_err(|e| Error::Unsupported(format!("cannot set up TLS: {e}")))?;
+            .map_err(|e| e.into_error("TLS", scheme))?;
         let pool =
             Arc::new(TcpPool::secure(framing, connector).traced(self.inner.stream_tracer.clone()));
         pool.set_config(self.inner.tcp.config());
@@ -412,9 +418,9 @@ impl RequestBuilder {
     /// server chooses the download block size.
     pub fn block_size(mut self, bytes: usize) -> Result<RequestBuilder> {
         let szx = BlockValue::szx_for_size(bytes).ok_or_else(|| {
-            Error::Unsupported(format!(
+            Error::Unsupported(Unsupported::Argument(format!(
                 "block size {bytes} is not one of 16, 32, 64, 128, 256, 512, 1024"
-            ))
+            )))
         })?;
         self.block_szx = Some(szx);
         if let Some(b) = BlockValue::new(0, false, szx) {
@@ -451,19 +457,17 @@ impl RequestBuilder {
                     .take()
                     .map(Arc::new)
                     .or_else(|| self.client.auth.clone())
-                    .ok_or_else(|| {
-                        Error::Unsupported(
-                            "coaps:// needs a pre-shared key or certificates: RequestBuilder::psk, Client::with_psk or Client::with_x509"
-                                .into(),
-                        )
-                    })?;
+                    .ok_or(Error::Unsupported(Unsupported::NoCredentials {
+                        scheme: Scheme::Coaps,
+                        how: "RequestBuilder::psk, Client::with_psk or Client::with_x509",
+                    }))?;
                 self.client.secure = Some(auth);
             }
             other => {
-                return Err(Error::Unsupported(format!(
-                    "{}:// is not a datagram scheme",
-                    other.as_str()
-                )))
+                return Err(Error::Unsupported(Unsupported::Scheme {
+                    scheme: other,
+                    what: "is not a datagram scheme",
+                }))
             }
         }
         let peer = self.client.socket_peer(resolve(&uri).await?);
@@ -648,9 +652,37 @@ impl Drop for CancelGuard {
     }
 }
 
+/// The interface index of an IPv6 zone: a number, or an interface name.
+fn zone_index(zone: &str) -> Option<u32> {
+    if let Ok(n) = zone.parse() {
+        return Some(n);
+    }
+    let name = std::ffi::CString::new(zone).ok()?;
+    // SAFETY: a valid NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    (index != 0).then_some(index)
+}
+
+/// A client's UDP socket for peers of `peer`'s address family, reporting ICMP errors
+/// so that a request to a closed port fails at once ([`Error::Unreachable`]).
+fn client_socket(peer: &SocketAddr) -> Result<std::net::UdpSocket> {
+    let socket = bind_shard_sockets(any_for(peer), 1)?.remove(0);
+    if let Err(e) = report_unreachable(&socket) {
+        tracing::debug!(error = %e, "ICMP errors will not be reported");
+    }
+    Ok(socket)
+}
+
 async fn resolve(uri: &CoapUri) -> Result<SocketAddr> {
     if let Some(ip) = uri.ip() {
-        return Ok(SocketAddr::new(ip, uri.port));
+        let mut addr = SocketAddr::new(ip, uri.port);
+        if let (SocketAddr::V6(a), Some(zone)) = (&mut addr, &uri.zone) {
+            a.set_scope_id(zone_index(zone).ok_or_else(|| Error::Resolve {
+                host: format!("{}%{zone}", uri.host),
+                reason: format!("no network interface '{zone}'"),
+            })?);
+        }
+        return Ok(addr);
     }
     let mut addrs = tokio::net::lookup_host((uri.host.as_str(), uri.port))
         .await

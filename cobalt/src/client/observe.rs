@@ -18,6 +18,31 @@ use tokio::sync::{mpsc, oneshot};
 /// How long past a notification's Max-Age the client waits before re-registering.
 const REREGISTER_GRACE: Duration = Duration::from_secs(5);
 
+/// Re-registrations in a row without a notification before an observation gives up
+/// (see [`Observation::max_reregistrations`]).
+pub const MAX_REREGISTRATIONS: u32 = 3;
+
+/// Why and how often an [`Observation`] registered again; see
+/// [`Observation::on_reregister`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reregistration {
+    /// What happened, in words (e.g. "no notification from 192.0.2.1:5683 for 65 s").
+    pub reason: String,
+    /// This attempt's number since the last notification, from 1.
+    pub attempt: u32,
+    /// Attempts allowed before the observation ends with [`Error::ObservationLost`].
+    pub max: u32,
+}
+
+/// A callback told about each re-registration.
+struct Hook(Box<dyn FnMut(&Reregistration) + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
+}
+
 /// Where an observation's messages go.
 #[derive(Debug, Clone)]
 pub(crate) enum Route {
@@ -52,7 +77,10 @@ enum Handle {
 ///   and WebSockets, which deliver in order, every notification is passed on.
 /// - A notification larger than one block is completed block by block (RFC 7959 §3.4;
 ///   BERT blocks over TCP and WebSockets).
-/// - If nothing arrives for Max-Age plus a few seconds, the client registers again.
+/// - If nothing arrives for Max-Age plus a few seconds, the client registers again; after
+///   [`MAX_REREGISTRATIONS`] such attempts in a row without a notification (the server
+///   went away, or forgot the relation) the observation ends with
+///   [`Error::ObservationLost`]. [`Observation::on_reregister`] is told about each.
 /// - Over TCP and WebSockets, when the connection is lost the client registers again
 ///   once on a new connection; if that fails, or the new connection is lost before a
 ///   notification arrives, the observation ends with the error.
@@ -75,6 +103,10 @@ pub struct Observation {
     ended: bool,
     /// Registered again after a lost connection, and no notification since.
     recovering: bool,
+    /// Silent re-registrations since the last notification.
+    reregistrations: u32,
+    max_reregistrations: u32,
+    on_reregister: Option<Hook>,
 }
 
 impl Observation {
@@ -90,7 +122,46 @@ impl Observation {
             max_age: Duration::from_secs(60),
             ended: false,
             recovering: false,
+            reregistrations: 0,
+            max_reregistrations: MAX_REREGISTRATIONS,
+            on_reregister: None,
         })
+    }
+
+    /// How many times in a row the client registers again when nothing arrives for
+    /// Max-Age (plus a grace of a few seconds) before the observation ends with
+    /// [`Error::ObservationLost`]. Default [`MAX_REREGISTRATIONS`]; 0 ends it at the
+    /// first silence.
+    pub fn max_reregistrations(mut self, n: u32) -> Observation {
+        self.max_reregistrations = n;
+        self
+    }
+
+    /// Calls `hook` whenever the client registers again (a silent relation, a lost
+    /// connection), e.g. to tell a person what is going on.
+    pub fn on_reregister(
+        mut self,
+        hook: impl FnMut(&Reregistration) + Send + Sync + 'static,
+    ) -> Observation {
+        self.on_reregister = Some(Hook(Box::new(hook)));
+        self
+    }
+
+    /// The server this observation talks to.
+    fn peer(&self) -> SocketAddr {
+        match &self.route {
+            Route::Datagram { peer } | Route::Stream { peer, .. } => *peer,
+        }
+    }
+
+    fn report(&mut self, reason: String, attempt: u32, max: u32) {
+        if let Some(Hook(hook)) = &mut self.on_reregister {
+            hook(&Reregistration {
+                reason,
+                attempt,
+                max,
+            });
+        }
     }
 
     /// The next fresh notification; `None` once the relation has ended.
@@ -99,7 +170,15 @@ impl Observation {
             let wait = self.max_age + REREGISTER_GRACE;
             let item = match tokio::time::timeout(wait, self.rx.recv()).await {
                 Err(_) => {
+                    let peer = self.peer();
+                    if self.reregistrations >= self.max_reregistrations {
+                        let attempts = self.reregistrations;
+                        return Some(self.end(Error::ObservationLost { peer, attempts }));
+                    }
+                    self.reregistrations += 1;
                     tracing::debug!(route = ?self.route, "no notification within Max-Age; registering again");
+                    let reason = format!("no notification from {peer} for {} s", wait.as_secs());
+                    self.report(reason, self.reregistrations, self.max_reregistrations);
                     if let Err(e) = self.reregister() {
                         return Some(self.end(e));
                     }
@@ -114,6 +193,8 @@ impl Observation {
                 None | Some(Err(Error::Connection(_))) if stream && !self.recovering => {
                     tracing::debug!(route = ?self.route, "connection lost; registering again");
                     self.recovering = true;
+                    let reason = format!("the connection to {} was lost", self.peer());
+                    self.report(reason, 1, 1);
                     if let Err(e) = self.reregister() {
                         return Some(self.end(e));
                     }
@@ -146,6 +227,7 @@ impl Observation {
             }
             self.last = Some((seq, now));
             self.recovering = false;
+            self.reregistrations = 0;
             self.max_age = Duration::from_secs(u64::from(msg.options.max_age()));
             return Some(self.fetch_rest(msg).await);
         }

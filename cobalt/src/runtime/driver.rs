@@ -10,7 +10,7 @@ use crate::server::shard::{Completion, ServerShard};
 use crate::server::tree::ResourceTree;
 use crate::server::ServerLimits;
 use crate::transport::dtls::{DtlsBackend, DtlsEvent};
-use crate::transport::mmsg;
+use crate::transport::{mmsg, udp};
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
 use cobalt_proto::message::Message;
@@ -179,7 +179,12 @@ impl Driver {
             };
             tokio::select! {
                 input = self.io.next(), if self.draining.is_none() && inputs_open => match input {
-                    Input::Readable => self.receive_batches(),
+                    Input::Readable { errors } => {
+                        if errors {
+                            self.take_socket_errors();
+                        }
+                        self.receive_batches();
+                    }
                     Input::Datagram(d) => self.receive_handed_over(d),
                     Input::Closed => inputs_open = false,
                 },
@@ -255,10 +260,17 @@ impl Driver {
             return;
         };
         let fd = socket.as_raw_fd();
+        let mut icmp = false;
         for _ in 0..self.recv_rounds {
             let n = match socket.try_io(Interest::READABLE, || mmsg::recv_batch(fd, rbuf)) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                // A pending ICMP error is reported instead of the datagrams: read it
+                // from the error queue, then the datagrams.
+                Err(e) if udp::is_unreachable(&e) && !icmp => {
+                    icmp = true;
+                    continue;
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "receive failed");
                     break;
@@ -283,7 +295,48 @@ impl Driver {
                 break;
             }
         }
+        if icmp {
+            self.take_socket_errors();
+        }
         self.after_batch();
+    }
+
+    /// Reads the ICMP errors queued on a client socket and fails the requests to each
+    /// unreachable peer at once ("port not open") instead of at their timeout.
+    fn take_socket_errors(&mut self) {
+        let ShardIo::Socket { socket, .. } = &self.io else {
+            return;
+        };
+        let fd = socket.as_raw_fd();
+        let mut errors = Vec::new();
+        // Returns WouldBlock once the queue is empty, which clears the error readiness.
+        let _ = socket.try_io(Interest::ERROR, || udp::take_errors(fd, &mut errors));
+        let now = Instant::now();
+        for (peer, e) in errors {
+            let reason = udp::describe_unreachable(&e);
+            tracing::debug!(%peer, %reason, "ICMP error");
+            if let Some(d) = &mut self.dtls {
+                d.forget(peer);
+            }
+            self.fail_peer(now, peer, |peer| Error::Unreachable {
+                peer,
+                reason: reason.clone(),
+            });
+        }
+    }
+
+    /// Ends every request waiting on `peer` with `err`.
+    fn fail_peer(&mut self, now: Instant, peer: SocketAddr, err: impl Fn(SocketAddr) -> Error) {
+        let ids: Vec<RequestId> = self
+            .waiting
+            .iter()
+            .filter(|(_, (_, p, _))| *p == peer)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.endpoint.cancel(now, id);
+            self.fail(id, &err);
+        }
     }
 
     /// Observers waiting for the ACK of a notification from the peers just heard may
@@ -472,17 +525,12 @@ impl Driver {
             match ev {
                 DtlsEvent::HandshakeFailed { peer, reason } => {
                     tracing::debug!(%peer, %reason, "DTLS handshake failed");
-                    let ids: Vec<RequestId> = self
-                        .waiting
-                        .iter()
-                        .filter(|(_, (_, p, _))| *p == peer)
-                        .map(|(id, _)| *id)
-                        .collect();
-                    for id in ids {
-                        self.endpoint.cancel(Instant::now(), id);
-                        let reason = reason.clone();
-                        self.fail(id, |peer| Error::Dtls { peer, reason });
-                    }
+                    let kind = crate::error::HandshakeFailure::from_reason(&reason);
+                    self.fail_peer(Instant::now(), peer, |peer| Error::Dtls {
+                        peer,
+                        kind,
+                        reason: reason.clone(),
+                    });
                 }
                 DtlsEvent::Connected { peer } => tracing::debug!(%peer, "DTLS session up"),
                 DtlsEvent::Closed { peer, reason } => {
@@ -531,6 +579,7 @@ impl Driver {
         };
         let fd = socket.as_raw_fd();
         let mut sent = 0;
+        let mut icmp = false;
         while sent < self.outbox.len() {
             let batch = || {
                 let pending = self.outbox[sent..].iter();
@@ -541,6 +590,9 @@ impl Driver {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     let _ = socket.writable().await;
                 }
+                // A pending ICMP error (about any earlier datagram) is reported by this
+                // send, which then sent nothing: send the same datagram again, once.
+                Err(e) if udp::is_unreachable(&e) && !icmp => icmp = true,
                 Err(e) => {
                     // One bad destination (e.g. unreachable) must not stall the rest.
                     tracing::debug!(peer = %self.outbox[sent].peer, error = %e, "send failed");
@@ -549,6 +601,9 @@ impl Driver {
             }
         }
         self.outbox.clear();
+        if icmp {
+            self.take_socket_errors();
+        }
     }
 }
 

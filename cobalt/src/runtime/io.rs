@@ -36,8 +36,9 @@ pub(crate) enum ShardIo {
 
 /// What woke the shard up.
 pub(crate) enum Input {
-    /// The owned socket has datagrams.
-    Readable,
+    /// The owned socket has datagrams, or (`errors`) ICMP errors in its error queue
+    /// (client sockets, see [`crate::transport::udp::report_unreachable`]).
+    Readable { errors: bool },
     /// A datagram from a receiver thread.
     Datagram(Inbound),
     /// No more input will come.
@@ -55,10 +56,18 @@ impl ShardIo {
     /// Waits for input.
     pub(crate) async fn next(&mut self) -> Input {
         match self {
-            ShardIo::Socket { socket, .. } => match socket.readable().await {
-                Ok(()) => Input::Readable,
-                Err(_) => Input::Closed,
-            },
+            ShardIo::Socket { socket, .. } => {
+                // A pending socket error wakes only ERROR interest, not READABLE.
+                match socket
+                    .ready(tokio::io::Interest::READABLE | tokio::io::Interest::ERROR)
+                    .await
+                {
+                    Ok(ready) => Input::Readable {
+                        errors: ready.is_error(),
+                    },
+                    Err(_) => Input::Closed,
+                }
+            }
             ShardIo::Staged { inbound, .. } => match inbound.recv().await {
                 Some(d) => Input::Datagram(d),
                 None => Input::Closed,

@@ -1,11 +1,13 @@
 //! What happens to a request before a handler runs, the same over UDP (a shard) and
-//! over TCP or WebSockets (a connection): a Block2 follow-up of a finished upload is
+//! over TCP or WebSockets (a connection): a request no resource may see is refused
+//! (proxy requests, a reserved block size; see [`refusal`]), a Block2 follow-up of a finished upload is
 //! answered from the kept response, a block for a streaming upload handler is checked
 //! for order, and Block1 blocks are reassembled into the body.
 
 use super::handler::BoxedChunkHandler;
 use super::tree::ResourceTree;
 use super::upload::{upload_key, UploadStep, Uploads};
+use super::validate::refusal;
 use super::Executor;
 use cobalt_proto::message::{opt, BlockValue, Message};
 use std::net::SocketAddr;
@@ -31,7 +33,7 @@ pub(crate) struct StreamedBlock {
 /// What to do with a request.
 pub(crate) enum Intake {
     /// Answer at once with this (a kept answer's block, 2.31 Continue, 4.00, 4.08,
-    /// 4.13 with Size1, 5.03).
+    /// 4.13 with Size1, 5.03, 5.05).
     Answer(Message),
     /// Hand one block to a streaming upload handler.
     Streamed(StreamedBlock),
@@ -55,6 +57,9 @@ pub(crate) fn intake(
     mut request: Message,
     slice: impl FnOnce(&Message, Message) -> Message,
 ) -> Intake {
+    if let Some(refused) = refusal(&request, uploads.bert()) {
+        return Intake::Answer(refused.into_message());
+    }
     if let Some(block) = uploads.answer_for(now, peer, &request, slice) {
         return Intake::Answer(block);
     }

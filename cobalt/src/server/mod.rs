@@ -28,6 +28,7 @@ mod stream_observe;
 mod tables;
 pub(crate) mod tree;
 mod upload;
+mod validate;
 
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
@@ -40,6 +41,7 @@ pub use request::{IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
 use crate::config::Config;
+use crate::error::{SetupError, Unsupported};
 use crate::metrics::Metrics;
 use crate::runtime::driver::{spawn_driver, Command, DriverIo};
 use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
@@ -50,6 +52,7 @@ use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::tcp_connection::Framing;
+use cobalt_proto::uri::Scheme;
 use observe::ChangeInbox;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -101,6 +104,16 @@ impl StreamScheme {
 
     fn secure(self) -> bool {
         matches!(self, StreamScheme::Tls | StreamScheme::Wss)
+    }
+
+    /// The URI scheme.
+    fn uri_scheme(self) -> Scheme {
+        match self {
+            StreamScheme::Tcp => Scheme::CoapTcp,
+            StreamScheme::Tls => Scheme::CoapsTcp,
+            StreamScheme::Ws => Scheme::CoapWs,
+            StreamScheme::Wss => Scheme::CoapsWs,
+        }
     }
 
     /// The label of the listener's metrics.
@@ -195,6 +208,7 @@ impl Server {
         };
         self.tcp_limits = config.connection_limits();
         self.ws_limits = config.connection_limits();
+        self.dtls_config = config.dtls_config();
         self
     }
 
@@ -284,24 +298,25 @@ impl Server {
 
     /// Fails, saying that `what` needs them, unless [`Server::psk`] or
     /// [`Server::x509`] gave credentials.
-    fn require_credentials(&self, what: &str) -> Result<()> {
+    fn require_credentials(&self, scheme: Scheme) -> Result<()> {
         if self.psk_keys.is_none() && self.x509.is_none() {
-            return Err(Error::Unsupported(format!(
-                "credentials are needed for {what}: call Server::psk or Server::x509"
-            )));
+            return Err(Error::Unsupported(Unsupported::NoCredentials {
+                scheme,
+                how: "call Server::psk or Server::x509",
+            }));
         }
         Ok(())
     }
 
     /// A DTLS session table for one shard.
     fn dtls_layer(&self) -> Result<Box<dyn DtlsBackend>> {
-        self.require_credentials("coaps")?;
+        self.require_credentials(Scheme::Coaps)?;
         let layer = OpensslDtls::server_with(
             self.psk_keys.clone(),
             self.x509.as_deref(),
             self.dtls_config.clone(),
         )
-        .map_err(|e| Error::Unsupported(format!("cannot set up DTLS: {e}")))?;
+        .map_err(|e| e.into_error("DTLS", Scheme::Coaps))?;
         Ok(Box::new(layer))
     }
 
@@ -362,7 +377,10 @@ impl Server {
         let addr = addr
             .to_socket_addrs()?
             .next()
-            .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
+            .ok_or_else(|| Error::Resolve {
+                host: "the bind address".into(),
+                reason: "it resolved to no address".into(),
+            })?;
         self.streams = vec![(scheme, addr)];
         let tree = Arc::new(std::mem::take(&mut self.tree));
         let streams = self.start_streams(&tree).await?;
@@ -405,10 +423,11 @@ impl Server {
         tree: &Arc<ResourceTree>,
     ) -> Result<TcpListenerHandle> {
         let tls = if scheme.secure() {
-            self.require_credentials("coaps+tcp and coaps+ws")?;
+            let uri_scheme = scheme.uri_scheme();
+            self.require_credentials(uri_scheme)?;
             let alpn = Alpn::for_framing(scheme.framing());
             let acceptor = TlsAcceptor::new(self.x509.as_deref(), self.psk_keys.clone(), alpn)
-                .map_err(|e| Error::Unsupported(format!("cannot set up TLS: {e}")))?;
+                .map_err(|e| e.into_error("TLS", uri_scheme))?;
             Some(acceptor)
         } else {
             None
@@ -436,7 +455,7 @@ impl Server {
                 format!("cannot listen for {name} on {addr}: {e}"),
             ))
         })?;
-        tracing::info!(local_addr = %listener.local_addr, scheme = name, "CoAP listening");
+        tracing::info!(local_addr = %listener.local_addr, scheme = %name, "CoAP listening");
         Ok(listener)
     }
 
@@ -450,7 +469,10 @@ impl Server {
         let addr = addr
             .to_socket_addrs()?
             .next()
-            .ok_or_else(|| Error::Unsupported("bind address resolved to nothing".into()))?;
+            .ok_or_else(|| Error::Resolve {
+                host: "the bind address".into(),
+                reason: "it resolved to no address".into(),
+            })?;
         let shards = self
             .shards
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

@@ -156,9 +156,41 @@ impl ResourceTree {
 
     /// Like [`ResourceTree::dispatch`], also returning the resource's observable handle
     /// when the request is a GET to an observable resource.
+    ///
+    /// With `debug` enabled for the target `cobalt::access` (`cobalt serve --log-level
+    /// debug`), every routed request is logged when its answer is ready: peer, method,
+    /// path, code and the microseconds from routing to answer. Requests refused before
+    /// routing (4.02, 4.29, 5.03, duplicates) are not.
     pub(crate) fn route(&self, req: Request) -> Result<Routed, Response> {
+        if !tracing::enabled!(target: "cobalt::access", tracing::Level::DEBUG) {
+            return self.route_quietly(req);
+        }
+        let (peer, method, path) = (req.peer(), req.method(), req.path());
+        let started = std::time::Instant::now();
+        let log = move |code: Code| {
+            let us = started.elapsed().as_micros();
+            tracing::debug!(target: "cobalt::access", "{peer} {method} {path} {code} {us}µs");
+        };
+        match self.route_quietly(req) {
+            Ok(mut routed) => {
+                let future = routed.future;
+                routed.future = Box::pin(async move {
+                    let response = future.await;
+                    log(response.code);
+                    response
+                });
+                Ok(routed)
+            }
+            Err(response) => {
+                log(response.code);
+                Err(response)
+            }
+        }
+    }
+
+    fn route_quietly(&self, req: Request) -> Result<Routed, Response> {
         let found = self.find(req.options().uri_path());
-        if found.is_none() && req.path() == WELL_KNOWN_CORE {
+        if found.is_none() && is_well_known_core(req.options().uri_path()) {
             return Err(self.well_known_core(&req));
         }
         let Some((resource, executor)) = found else {
@@ -187,4 +219,10 @@ impl ResourceTree {
         Response::content(link_format::encode(&owned).into_bytes())
             .with_content_format(content_format::LINK_FORMAT)
     }
+}
+
+/// Whether Uri-Path is the two segments `.well-known` and `core` (RFC 6690 §4); one
+/// segment `.well-known/core` is another path (RFC 7252 §6.4 escapes its `/`).
+fn is_well_known_core<'a>(mut path: impl Iterator<Item = &'a str>) -> bool {
+    path.next() == Some(".well-known") && path.next() == Some("core") && path.next().is_none()
 }

@@ -183,6 +183,11 @@ impl Uploads {
         self
     }
 
+    /// Whether BERT blocks (SZX 7) are accepted.
+    pub(crate) fn bert(&self) -> bool {
+        self.bert
+    }
+
     /// Forgets the uploads and kept answers of `peer` (its connection closed).
     pub(crate) fn forget_peer(&mut self, peer: SocketAddr) {
         let keys: Vec<Key> = self

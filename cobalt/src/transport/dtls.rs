@@ -39,20 +39,30 @@
 //! spaces around both parts are trimmed; a `#` after whitespace starts a comment.
 //! Identities are at most 128 bytes, keys 1 to 64 bytes.
 
+#[cfg(feature = "openssl")]
+use super::per_ip::IpCounts;
 use cobalt_proto::endpoint::Transmit;
+#[cfg(feature = "openssl")]
 use foreign_types::ForeignTypeRef;
-use openssl::error::ErrorStack;
-use openssl::hash::MessageDigest;
-use openssl::pkey::{PKey, Private};
-use openssl::sign::Signer;
-use openssl::ssl::{
-    ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions, SslRef,
-    SslStream, SslVersion,
+#[cfg(feature = "openssl")]
+use openssl::{
+    error::ErrorStack,
+    hash::MessageDigest,
+    pkey::{PKey, Private},
+    sign::Signer,
+    ssl::{
+        ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode, SslOptions, SslRef,
+        SslStream, SslVersion,
+    },
 };
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
+#[cfg(feature = "openssl")]
+use std::collections::VecDeque;
+#[cfg(feature = "openssl")]
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
+#[cfg(feature = "openssl")]
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -70,11 +80,50 @@ pub const MAX_IDENTITY: usize = 128;
 pub const MAX_KEY: usize = 64;
 
 /// Limits and timers of a session table.
+///
+/// A server keeps two budgets: handshakes in progress (after the cookie exchange: the
+/// peer proved its address, not yet its credentials; about 50 KB each in OpenSSL) and
+/// established sessions. A handshake never displaces an established session:
+///
+/// - When [`DtlsConfig::max_handshakes_per_ip`] handshakes from one address are in
+///   progress, its next handshake replaces its oldest one; when
+///   [`DtlsConfig::max_handshakes`] are in progress, the oldest handshake of the address
+///   with the most gives way. A new ClientHello (epoch 0, valid cookie) from an
+///   address with a handshake in progress replaces that handshake (RFC 6347 §4.2.8).
+/// - When [`DtlsConfig::max_sessions`] sessions are established, a new session takes
+///   the place of the one heard from least recently if that one has been silent for
+///   [`DtlsConfig::stale_after`]; otherwise a session whose peer authenticated (a
+///   pre-shared key, or a client certificate the server verified) may take the place
+///   of an anonymous one (a certificate-only server's clients); otherwise the new
+///   session is refused with a fatal `internal_error` alert. So a flood of handshakes,
+///   or of anonymous sessions, never pushes out peers that authenticated and are active.
+///
+/// A client (which only has the sessions it opened) evicts the least recently used
+/// session when it has `max_sessions`, and starts a new handshake when a datagram has
+/// been retransmitted [`DtlsConfig::rehandshake_after_resends`] times without a word
+/// back: the server may have lost the session (restart, eviction), and DTLS 1.2 has
+/// no way to say so.
 #[derive(Debug, Clone)]
 pub struct DtlsConfig {
-    /// Sessions kept at most (handshaking and established); a new one evicts the
-    /// least recently heard-from. Default 10 000.
+    /// Established sessions kept at most (per table: per shard on a server). Default
+    /// 10 000.
     pub max_sessions: usize,
+    /// Server: handshakes in progress (after the cookie exchange) kept at most per
+    /// table. Default 256 (about 13 MB of OpenSSL state).
+    pub max_handshakes: usize,
+    /// Server: handshakes in progress kept at most per source address (IPv4 address,
+    /// or IPv6 /64). Default 32.
+    pub max_handshakes_per_ip: usize,
+    /// Server: an established session silent for this long may be replaced by a new
+    /// one when the table is full (default 30 min, like Californium's stale
+    /// connection threshold).
+    pub stale_after: Duration,
+    /// Client: when the same datagram (a CoAP retransmission) is sent this many times
+    /// again with nothing heard from the server since its first sending, the server
+    /// is presumed to have lost the session, and a new handshake carries it (default
+    /// 2: a confirmable request's second retransmission, 6 to 9 s after the request
+    /// with the RFC 7252 defaults; the first may be an ordinary loss).
+    pub rehandshake_after_resends: u32,
     /// A handshake not finished within this is dropped (default 20 s).
     pub handshake_timeout: Duration,
     /// The largest datagram OpenSSL builds for handshake flights (default 1400).
@@ -93,6 +142,10 @@ impl Default for DtlsConfig {
     fn default() -> Self {
         DtlsConfig {
             max_sessions: 10_000,
+            max_handshakes: 256,
+            max_handshakes_per_ip: 32,
+            stale_after: Duration::from_secs(30 * 60),
+            rehandshake_after_resends: 2,
             handshake_timeout: Duration::from_secs(20),
             mtu: 1400,
             max_pending: 16,
@@ -285,6 +338,7 @@ pub enum DtlsClientAuth {
     X509(X509Credentials),
 }
 
+#[cfg(feature = "openssl")]
 /// Loads this side's certificate chain and key, and the CA store for the peer's
 /// certificate, into a context (DTLS or TLS).
 pub(crate) fn load_x509(
@@ -313,6 +367,78 @@ pub(crate) fn load_x509(
     Ok(())
 }
 
+/// Checks that certificate credentials can serve this table's suites: the DTLS
+/// certificate suites are ECDHE-ECDSA only ([`CIPHERS`]), so the key must be an EC key
+/// on P-256. The error names the key found and says what to use instead, so a server
+/// refuses such a certificate at start rather than failing every handshake.
+#[cfg(feature = "openssl")]
+pub fn check_certificate(creds: &X509Credentials) -> Result<(), String> {
+    use openssl::nid::Nid;
+    use openssl::pkey::Id;
+    let key = PKey::private_key_from_pem(&creds.key_pem)
+        .map_err(|e| format!("the private key does not parse as PEM: {e}"))?;
+    let found = match key.id() {
+        Id::EC => match key.ec_key().ok().and_then(|k| k.group().curve_name()) {
+            Some(Nid::X9_62_PRIME256V1) => return Ok(()),
+            Some(nid) => format!(
+                "an EC key on {}",
+                nid.short_name().unwrap_or("another curve")
+            ),
+            None => "an EC key on an unnamed curve".into(),
+        },
+        Id::RSA => format!("an RSA key ({} bits)", key.bits()),
+        Id::ED25519 => "an Ed25519 key".into(),
+        _ => "a key of another type".into(),
+    };
+    Err(format!(
+        "it has {found}, but the DTLS certificate suites (ECDHE-ECDSA with AES-128-CCM8 or \
+         -GCM) need an EC key on P-256: make one with `openssl ecparam -name prime256v1 \
+         -genkey -noout -out server.key` and a certificate for it"
+    ))
+}
+
+#[cfg(all(test, feature = "openssl"))]
+mod certificate_check {
+    use super::*;
+
+    #[test]
+    fn only_p256_keys_serve_the_dtls_suites() {
+        let pki = test_pki::generate("check").unwrap();
+        assert_eq!(check_certificate(&pki.server), Ok(()));
+        let rsa = openssl::rsa::Rsa::generate(2048).unwrap();
+        let rsa = X509Credentials {
+            key_pem: PKey::from_rsa(rsa)
+                .unwrap()
+                .private_key_to_pem_pkcs8()
+                .unwrap(),
+            ..pki.server.clone()
+        };
+        let e = check_certificate(&rsa).unwrap_err();
+        assert!(
+            e.contains("RSA key (2048 bits)") && e.contains("prime256v1"),
+            "{e}"
+        );
+        let group = openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::SECP384R1).unwrap();
+        let p384 = X509Credentials {
+            key_pem: PKey::from_ec_key(openssl::ec::EcKey::generate(&group).unwrap())
+                .unwrap()
+                .private_key_to_pem_pkcs8()
+                .unwrap(),
+            ..pki.server
+        };
+        let e = check_certificate(&p384).unwrap_err();
+        assert!(e.contains("secp384r1"), "{e}");
+        let garbage = X509Credentials {
+            key_pem: b"not a key".to_vec(),
+            ..p384
+        };
+        assert!(check_certificate(&garbage)
+            .unwrap_err()
+            .contains("does not parse"));
+    }
+}
+
+#[cfg(feature = "openssl")]
 /// Makes a (D)TLS server context look pre-shared keys up in `keys` by identity.
 pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
     b.set_psk_server_callback(move |_ssl, identity, psk| {
@@ -328,6 +454,7 @@ pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
     });
 }
 
+#[cfg(feature = "openssl")]
 /// Makes a (D)TLS client context authenticate with `psk`.
 pub(crate) fn set_psk_client(b: &mut SslContextBuilder, psk: ClientPsk) {
     b.set_psk_client_callback(move |_ssl, _hint, identity, key| {
@@ -342,6 +469,7 @@ pub(crate) fn set_psk_client(b: &mut SslContextBuilder, psk: ClientPsk) {
     });
 }
 
+#[cfg(feature = "openssl")]
 /// Makes a client session check that the server's certificate names `name` (a host
 /// name, also sent as SNI, or an IP address), or without a name the address `peer`.
 pub(crate) fn expect_peer_name(
@@ -383,7 +511,7 @@ pub enum DtlsEvent {
     },
 }
 
-/// Counters of a session table.
+/// Counters of a session table, and its sizes now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DtlsStats {
     /// HelloVerifyRequests sent (cookie exchanges started).
@@ -394,8 +522,17 @@ pub struct DtlsStats {
     pub handshake_failures: u64,
     /// Sessions evicted to make room, or dropped for being idle.
     pub evicted: u64,
+    /// Handshakes in progress dropped to stay within the handshake budgets (or
+    /// replaced by a new ClientHello from the same address).
+    pub handshakes_displaced: u64,
+    /// New sessions refused because the table was full of active sessions.
+    pub refused: u64,
     /// Records that could not be used (no session, decryption failure, garbage).
     pub dropped: u64,
+    /// Established sessions now (a gauge).
+    pub sessions: u64,
+    /// Handshakes in progress now (a gauge).
+    pub handshaking: u64,
 }
 
 /// A DTLS implementation as the shard driver uses it: sans-IO, one table of sessions
@@ -425,6 +562,7 @@ pub trait DtlsBackend: Send {
     fn stats(&self) -> DtlsStats;
 }
 
+#[cfg(feature = "openssl")]
 /// A datagram-preserving in-memory channel between OpenSSL and the table: each
 /// `read` returns one whole received datagram, each `write` is one datagram to send.
 #[derive(Debug, Default)]
@@ -433,6 +571,7 @@ struct Channel {
     outgoing: Vec<Vec<u8>>,
 }
 
+#[cfg(feature = "openssl")]
 impl Read for Channel {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self.incoming.take() {
@@ -446,6 +585,7 @@ impl Read for Channel {
     }
 }
 
+#[cfg(feature = "openssl")]
 impl Write for Channel {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // OpenSSL writes a bounded amount per call (one flight, one record).
@@ -461,15 +601,27 @@ impl Write for Channel {
     }
 }
 
+#[cfg(feature = "openssl")]
 struct Session {
     stream: SslStream<Channel>,
     established: bool,
     started: Instant,
+    /// When a record from the peer last arrived.
     last_seen: Instant,
     pending: VecDeque<Vec<u8>>,
     retransmit_at: Option<Instant>,
+    /// Server: the peer proved a credential (a pre-shared key, a verified client
+    /// certificate); an anonymous session gives way to an authenticated one.
+    authenticated: bool,
+    /// Server: the random of the ClientHello that started the session, to tell a
+    /// retransmission or late duplicate of it from a new ClientHello.
+    hello_random: Option<[u8; 32]>,
+    /// Client: fingerprints of the datagrams sent since the peer was last heard
+    /// from, with how often each was sent again (a few; the oldest go first).
+    unanswered: VecDeque<(u64, u32)>,
 }
 
+#[cfg(feature = "openssl")]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Role {
     Server,
@@ -477,21 +629,27 @@ enum Role {
 }
 
 // Not bound by openssl-sys: declared here (OpenSSL 1.1.0+ signatures).
+#[cfg(feature = "openssl")]
 extern "C" {
     fn DTLSv1_listen(s: *mut openssl_sys::SSL, client: *mut libc::c_void) -> libc::c_int;
     fn BIO_ADDR_new() -> *mut libc::c_void;
     fn BIO_ADDR_free(a: *mut libc::c_void);
 }
 
+#[cfg(feature = "openssl")]
 const DTLS_CTRL_GET_TIMEOUT: libc::c_int = 73;
+#[cfg(feature = "openssl")]
 const DTLS_CTRL_HANDLE_TIMEOUT: libc::c_int = 74;
 
+#[cfg(feature = "openssl")]
 /// An owned `BIO_ADDR` for `DTLSv1_listen` to write the (unknown) peer into.
 struct BioAddr(*mut libc::c_void);
 
 // SAFETY: the BIO_ADDR is plain memory owned by this value and used from one thread at a time.
+#[cfg(feature = "openssl")]
 unsafe impl Send for BioAddr {}
 
+#[cfg(feature = "openssl")]
 impl Drop for BioAddr {
     fn drop(&mut self) {
         if !self.0.is_null() {
@@ -501,12 +659,14 @@ impl Drop for BioAddr {
     }
 }
 
+#[cfg(feature = "openssl")]
 /// The peer of an SSL, for the cookie callbacks.
 fn peer_index() -> Option<openssl::ex_data::Index<Ssl, SocketAddr>> {
     static INDEX: OnceLock<Option<openssl::ex_data::Index<Ssl, SocketAddr>>> = OnceLock::new();
     *INDEX.get_or_init(|| Ssl::new_ex_index().ok())
 }
 
+#[cfg(feature = "openssl")]
 fn cookie_for(key: &PKey<Private>, peer: &SocketAddr, out: &mut [u8]) -> Result<usize, ErrorStack> {
     let mut signer = Signer::new(MessageDigest::sha256(), key)?;
     match peer {
@@ -520,13 +680,22 @@ fn cookie_for(key: &PKey<Private>, peer: &SocketAddr, out: &mut [u8]) -> Result<
     Ok(n)
 }
 
+#[cfg(feature = "openssl")]
 /// The OpenSSL implementation of [`DtlsBackend`].
 pub struct OpensslDtls {
     ctx: SslContext,
     role: Role,
     config: DtlsConfig,
     sessions: HashMap<SocketAddr, Session>,
-    handshaking: HashSet<SocketAddr>,
+    /// The sessions whose handshake is in progress, with when it started.
+    handshaking: HashMap<SocketAddr, Instant>,
+    /// Server: handshakes in progress per source address.
+    handshakes_per_ip: IpCounts,
+    /// Server: established sessions whose peer did not authenticate.
+    anonymous: usize,
+    /// Server: no established session can be stale before this (a lower bound from
+    /// the last scan, since sessions only get fresher), to scan rarely when full.
+    no_stale_before: Option<Instant>,
     listener: Option<SslStream<Channel>>,
     bio_addr: BioAddr,
     transmits: VecDeque<Transmit>,
@@ -540,6 +709,7 @@ pub struct OpensslDtls {
     next_idle_sweep: Option<Instant>,
 }
 
+#[cfg(feature = "openssl")]
 impl std::fmt::Debug for OpensslDtls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpensslDtls")
@@ -550,16 +720,22 @@ impl std::fmt::Debug for OpensslDtls {
     }
 }
 
+#[cfg(feature = "openssl")]
 fn base_context(method: SslMethod, ciphers: &str) -> Result<SslContextBuilder, ErrorStack> {
     let mut b = SslContext::builder(method)?;
     b.set_min_proto_version(Some(SslVersion::DTLS1_2))?;
     b.set_max_proto_version(Some(SslVersion::DTLS1_2))?;
+    // OpenSSL 3.2 and later (the vendored build) rate the CCM_8 suites, RFC 7252's
+    // mandatory ones, at 64 bits, below the default security level: level 0 keeps them
+    // for any configured cipher list, which alone decides what is offered.
+    b.set_security_level(0);
     b.set_cipher_list(ciphers)?;
     b.set_options(SslOptions::NO_QUERY_MTU | SslOptions::NO_TICKET);
     b.set_mode(SslMode::RELEASE_BUFFERS);
     Ok(b)
 }
 
+#[cfg(feature = "openssl")]
 impl OpensslDtls {
     /// A server table that accepts the identities in `keys`.
     pub fn server(keys: Arc<PskStore>, config: DtlsConfig) -> Result<OpensslDtls, ErrorStack> {
@@ -642,7 +818,10 @@ impl OpensslDtls {
             role,
             config,
             sessions: HashMap::new(),
-            handshaking: HashSet::new(),
+            handshaking: HashMap::new(),
+            handshakes_per_ip: IpCounts::new(),
+            anonymous: 0,
+            no_stale_before: None,
             listener: None,
             // SAFETY: plain allocation; a null result is checked before use.
             bio_addr: BioAddr(unsafe { BIO_ADDR_new() }),
@@ -662,12 +841,16 @@ impl OpensslDtls {
         if self.next_idle_sweep.is_some_and(|at| now < at) {
             return;
         }
-        let before = self.sessions.len();
-        let handshaking = &self.handshaking;
-        self.sessions.retain(|p, s| {
-            handshaking.contains(p) || now.saturating_duration_since(s.last_seen) < idle
-        });
-        self.stats.evicted += (before - self.sessions.len()) as u64;
+        let idle_peers: Vec<SocketAddr> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.established && now.saturating_duration_since(s.last_seen) >= idle)
+            .map(|(p, _)| *p)
+            .collect();
+        self.stats.evicted += idle_peers.len() as u64;
+        for peer in idle_peers {
+            self.end_session(peer, format!("idle for {idle:?}"));
+        }
         self.next_idle_sweep = (!self.sessions.is_empty()).then(|| now + idle / 4);
     }
 
@@ -778,22 +961,37 @@ impl OpensslDtls {
         let Some(stream) = self.listener.take() else {
             return Vec::new();
         };
-        if let Some(old) = self.sessions.remove(&peer) {
-            self.handshaking.remove(&peer);
-            if old.established {
-                self.events.push_back(DtlsEvent::Closed {
-                    peer,
-                    reason: "the peer started a new handshake".into(),
-                });
-            }
+        if self.sessions.contains_key(&peer) {
+            let was_handshake = self.handshaking.contains_key(&peer);
+            self.stats.handshakes_displaced += u64::from(was_handshake);
+            self.end_session(peer, "the peer started a new handshake".into());
+        }
+        if !self.may_admit(now) {
+            // Every place is held by an active, authenticated session.
+            self.stats.refused += 1;
+            tracing::debug!(%peer, "DTLS handshake refused: the session table is full");
+            self.transmits.push_back(Transmit {
+                peer,
+                bytes: plaintext_alert(INTERNAL_ERROR),
+            });
+            return Vec::new();
         }
         self.open_session(now, peer, stream);
+        if let Some(s) = self.sessions.get_mut(&peer) {
+            s.hello_random = hello_random(records);
+        }
         self.advance(now, peer, None)
     }
 
     /// Adds a session whose handshake is starting, making room for it first.
     fn open_session(&mut self, now: Instant, peer: SocketAddr, stream: SslStream<Channel>) {
-        self.make_room();
+        match self.role {
+            Role::Server => {
+                self.make_room_for_handshake(peer);
+                self.handshakes_per_ip.add(peer.ip());
+            }
+            Role::Client => self.make_room_lru(),
+        }
         self.sessions.insert(
             peer,
             Session {
@@ -803,39 +1001,12 @@ impl OpensslDtls {
                 last_seen: now,
                 pending: VecDeque::new(),
                 retransmit_at: None,
+                authenticated: false,
+                hello_random: None,
+                unanswered: VecDeque::new(),
             },
         );
-        self.handshaking.insert(peer);
-    }
-
-    /// Evicts the least recently heard-from session when the table is full.
-    fn make_room(&mut self) {
-        while self.sessions.len() >= self.config.max_sessions.max(1) {
-            let Some(stalest) = self
-                .sessions
-                .iter()
-                .min_by_key(|(_, s)| s.last_seen)
-                .map(|(p, _)| *p)
-            else {
-                return;
-            };
-            if let Some(s) = self.sessions.remove(&stalest) {
-                self.handshaking.remove(&stalest);
-                self.stats.evicted += 1;
-                let reason = "evicted: too many DTLS sessions".to_string();
-                self.events.push_back(if s.established {
-                    DtlsEvent::Closed {
-                        peer: stalest,
-                        reason,
-                    }
-                } else {
-                    DtlsEvent::HandshakeFailed {
-                        peer: stalest,
-                        reason,
-                    }
-                });
-            }
-        }
+        self.handshaking.insert(peer, now);
     }
 
     /// Feeds `records` (if any) to the peer's session and runs it as far as it goes.
@@ -849,20 +1020,10 @@ impl OpensslDtls {
             s.stream.get_mut().incoming = Some(r.to_vec());
         }
         let mut failure = None;
+        let mut completed = false;
         if !s.established {
             match s.stream.do_handshake() {
-                Ok(()) => {
-                    s.established = true;
-                    s.retransmit_at = None;
-                    self.handshaking.remove(&peer);
-                    self.stats.handshakes += 1;
-                    self.events.push_back(DtlsEvent::Connected { peer });
-                    while let Some(p) = s.pending.pop_front() {
-                        if let Err(e) = s.stream.ssl_write(&p) {
-                            tracing::debug!(%peer, error = %e, "DTLS write failed");
-                        }
-                    }
-                }
+                Ok(()) => completed = true,
                 Err(e) if is_retry(&e) => {
                     if self.role == Role::Server && records.is_some_and(finished_in) {
                         // The peer's Finished arrived (after its ChangeCipherSpec) but
@@ -884,10 +1045,19 @@ impl OpensslDtls {
                 Err(e) => failure = Some(describe(&e)),
             }
         }
+        if completed && !self.establish(now, peer) {
+            return out; // refused: the session is gone
+        }
+        let Some(s) = self.sessions.get_mut(&peer) else {
+            return out;
+        };
         if failure.is_none() && s.established && records.is_some() {
             loop {
                 match s.stream.ssl_read(&mut self.buf) {
-                    Ok(n) if n > 0 => out.push(self.buf[..n].to_vec()),
+                    Ok(n) if n > 0 => {
+                        out.push(self.buf[..n].to_vec());
+                        s.unanswered.clear();
+                    }
                     Ok(_) => {}
                     Err(e) if is_retry(&e) => break,
                     Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
@@ -909,26 +1079,71 @@ impl OpensslDtls {
         out
     }
 
-    fn fail(&mut self, peer: SocketAddr, reason: String) {
-        let _ = ErrorStack::get();
-        if let Some(s) = self.sessions.remove(&peer) {
-            self.handshaking.remove(&peer);
-            if s.established {
-                self.events.push_back(DtlsEvent::Closed { peer, reason });
-            } else {
-                self.stats.handshake_failures += 1;
-                tracing::debug!(%peer, %reason, "DTLS handshake failed");
-                self.events
-                    .push_back(DtlsEvent::HandshakeFailed { peer, reason });
+    /// A handshake completed: the session becomes established (on a server, if the
+    /// session budget has room for it, see [`DtlsConfig`]) and sends what waited for
+    /// it. Returns `false` when the session was refused (and is gone).
+    fn establish(&mut self, now: Instant, peer: SocketAddr) -> bool {
+        let authenticated = self.role == Role::Server
+            && self
+                .sessions
+                .get(&peer)
+                .is_some_and(|s| is_authenticated(s.stream.ssl()));
+        if self.role == Role::Server && !self.make_room_for_session(now, authenticated) {
+            self.refuse_established(peer);
+            return false;
+        }
+        self.forget_handshake(peer);
+        let Some(s) = self.sessions.get_mut(&peer) else {
+            return false;
+        };
+        s.established = true;
+        s.retransmit_at = None;
+        s.authenticated = authenticated;
+        if self.role == Role::Server && !authenticated {
+            self.anonymous += 1;
+        }
+        self.stats.handshakes += 1;
+        self.events.push_back(DtlsEvent::Connected { peer });
+        while let Some(p) = s.pending.pop_front() {
+            if let Err(e) = s.stream.ssl_write(&p) {
+                tracing::debug!(%peer, error = %e, "DTLS write failed");
             }
         }
+        true
+    }
+
+    /// Server: a handshake completed but every place is held by an active session
+    /// that may not be displaced: the new session is closed (close_notify) at once.
+    fn refuse_established(&mut self, peer: SocketAddr) {
+        if let Some(s) = self.sessions.get_mut(&peer) {
+            let _ = s.stream.shutdown();
+            let _ = ErrorStack::get();
+            s.stream.get_mut().incoming = None;
+            Self::drain(&mut self.transmits, peer, &mut s.stream);
+        }
+        self.stats.refused += 1;
+        self.end_session(
+            peer,
+            "refused: the session table is full of active sessions".into(),
+        );
+    }
+
+    fn fail(&mut self, peer: SocketAddr, reason: String) {
+        let _ = ErrorStack::get();
+        if self.handshaking.contains_key(&peer) {
+            self.stats.handshake_failures += 1;
+            tracing::debug!(%peer, %reason, "DTLS handshake failed");
+        }
+        self.end_session(peer, reason);
     }
 }
 
+#[cfg(feature = "openssl")]
 fn is_retry(e: &openssl::ssl::Error) -> bool {
     e.code() == ErrorCode::WANT_READ || e.code() == ErrorCode::WANT_WRITE
 }
 
+#[cfg(feature = "openssl")]
 /// OpenSSL's reasons, with a hint for the common PSK and certificate mistakes.
 pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
     let reasons: Vec<String> = e
@@ -945,24 +1160,20 @@ pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
     } else {
         reasons.join("; ")
     };
-    let hint = if text.contains("unknown psk identity") {
-        " (the server does not know this PSK identity)"
-    } else if text.contains("decrypt error") || text.contains("bad record mac") {
-        " (the keys differ: wrong PSK?)"
-    } else if text.contains("certificate verify failed") || text.contains("unknown ca") {
-        " (the certificate does not chain to a trusted CA, or names another host)"
-    } else if text.contains("peer did not return a certificate") {
-        " (this server requires a client certificate)"
-    } else if text.contains("no shared cipher") || text.contains("handshake failure") {
-        " (no common cipher suite or credentials)"
-    } else {
-        ""
-    };
-    format!("{text}{hint}")
+    let hint = crate::error::HandshakeFailure::from_reason(&text).hint();
+    if hint.is_empty() {
+        return text;
+    }
+    format!("{text} ({hint})")
 }
 
+#[cfg(feature = "openssl")]
 const DECRYPT_ERROR: u8 = 51;
+/// The alert a server refusing a new session sends (no alert says "full").
+#[cfg(feature = "openssl")]
+const INTERNAL_ERROR: u8 = 80;
 
+#[cfg(feature = "openssl")]
 /// A fatal alert in epoch 0 (unprotected, as before ChangeCipherSpec). The sequence
 /// number is far above any the handshake used so the peer's replay window takes it.
 fn plaintext_alert(description: u8) -> Vec<u8> {
@@ -972,6 +1183,7 @@ fn plaintext_alert(description: u8) -> Vec<u8> {
     r
 }
 
+#[cfg(feature = "openssl")]
 /// Whether a datagram holds a ChangeCipherSpec followed by a handshake record in a
 /// later epoch (the client's Finished).
 fn finished_in(records: &[u8]) -> bool {
@@ -990,11 +1202,61 @@ fn finished_in(records: &[u8]) -> bool {
     false
 }
 
+/// Fingerprints of unanswered datagrams a client session remembers.
+#[cfg(feature = "openssl")]
+const UNANSWERED_KEPT: usize = 8;
+
+/// Client, before sending `plaintext` over an established session: whether the server
+/// seems to have lost the session. That is the case when the same datagram (a CoAP
+/// retransmission) goes out for the `rehandshake_after_resends`-th time again and
+/// nothing has been heard from the server since it first went out. Otherwise counts
+/// the datagram.
+#[cfg(feature = "openssl")]
+fn presumed_lost(s: &mut Session, plaintext: &[u8], config: &DtlsConfig) -> bool {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    plaintext.hash(&mut h);
+    let fingerprint = h.finish();
+    if let Some((_, resends)) = s.unanswered.iter_mut().find(|(f, _)| *f == fingerprint) {
+        *resends += 1;
+        return *resends >= config.rehandshake_after_resends.max(1);
+    }
+    if s.unanswered.len() >= UNANSWERED_KEPT {
+        s.unanswered.pop_front();
+    }
+    s.unanswered.push_back((fingerprint, 0));
+    false
+}
+
+/// The client random of the epoch-0 ClientHello a datagram starts with.
+#[cfg(feature = "openssl")]
+fn hello_random(records: &[u8]) -> Option<[u8; 32]> {
+    if !is_client_hello(records) {
+        return None;
+    }
+    // Record header (13), handshake header (12), client_version (2), then the random.
+    records.get(27..59)?.try_into().ok()
+}
+
+/// Whether the peer of a completed server handshake proved a credential: a
+/// pre-shared key (PSK suites), or a client certificate that verified.
+#[cfg(feature = "openssl")]
+fn is_authenticated(ssl: &SslRef) -> bool {
+    let psk = ssl
+        .current_cipher()
+        .is_some_and(|c| c.name().contains("PSK"));
+    let certificate = ssl.peer_certificate().is_some()
+        && ssl.verify_result() == openssl::x509::X509VerifyResult::OK;
+    psk || certificate
+}
+
+#[cfg(feature = "openssl")]
 /// Whether a datagram starts with an epoch-0 ClientHello record.
 fn is_client_hello(records: &[u8]) -> bool {
     records.len() > 13 && records[0] == 22 && records[3] == 0 && records[4] == 0 && records[13] == 1
 }
 
+#[cfg(feature = "openssl")]
 fn dtls_timeout(ssl: &SslRef) -> Option<Duration> {
     let mut tv = libc::timeval {
         tv_sec: 0,
@@ -1015,16 +1277,25 @@ fn dtls_timeout(ssl: &SslRef) -> Option<Duration> {
     })
 }
 
+#[cfg(feature = "openssl")]
 impl DtlsBackend for OpensslDtls {
     fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, records: &[u8]) -> Vec<Vec<u8>> {
         if records.len() < 13 {
             self.stats.dropped += 1;
             return Vec::new();
         }
+        // A ClientHello from a peer with a session starts over (RFC 6347 §4.2.8) once
+        // its cookie checks out, unless it is a copy of the hello that started this
+        // session (same random): a retransmission for the handshake in progress, a
+        // late duplicate for an established session (dropped: it must not restart it).
+        let hello =
+            (self.role == Role::Server && is_client_hello(records)).then(|| hello_random(records));
         match self.sessions.get(&peer) {
-            Some(s)
-                if !(s.established && self.role == Role::Server && is_client_hello(records)) =>
-            {
+            Some(s) if hello.is_some_and(|r| r == s.hello_random) && s.established => {
+                self.stats.dropped += 1;
+                Vec::new()
+            }
+            Some(s) if hello.is_none_or(|r| r == s.hello_random) => {
                 self.advance(now, peer, Some(records))
             }
             _ if self.role == Role::Server => self.listen(now, peer, records),
@@ -1054,6 +1325,15 @@ impl DtlsBackend for OpensslDtls {
             s.pending.push_back(plaintext.to_vec());
             return;
         }
+        if self.role == Role::Client && presumed_lost(s, plaintext, &self.config) {
+            tracing::debug!(%peer, "DTLS session presumed lost by the server; handshaking again");
+            self.end_session(
+                peer,
+                "a datagram retransmitted without an answer: the server may have lost the session; handshaking again".into(),
+            );
+            self.start_handshake(now, peer, Some(plaintext));
+            return;
+        }
         if let Err(e) = s.stream.ssl_write(plaintext) {
             tracing::debug!(%peer, error = %e, "DTLS write failed");
             let _ = ErrorStack::get();
@@ -1072,7 +1352,7 @@ impl DtlsBackend for OpensslDtls {
     fn poll_timeout(&self) -> Option<Instant> {
         let handshakes = self
             .handshaking
-            .iter()
+            .keys()
             .filter_map(|p| self.sessions.get(p))
             .map(|s| {
                 let limit = s.started + self.config.handshake_timeout;
@@ -1087,7 +1367,7 @@ impl DtlsBackend for OpensslDtls {
         self.sweep_idle(now);
         let due: Vec<SocketAddr> = self
             .handshaking
-            .iter()
+            .keys()
             .filter(|p| {
                 self.sessions.get(p).is_some_and(|s| {
                     now >= s.started + self.config.handshake_timeout
@@ -1133,9 +1413,7 @@ impl DtlsBackend for OpensslDtls {
     }
 
     fn forget(&mut self, peer: SocketAddr) {
-        if self.sessions.remove(&peer).is_some() {
-            self.handshaking.remove(&peer);
-        }
+        self.remove_session(peer);
     }
 
     fn session_count(&self) -> usize {
@@ -1143,10 +1421,15 @@ impl DtlsBackend for OpensslDtls {
     }
 
     fn stats(&self) -> DtlsStats {
-        self.stats
+        DtlsStats {
+            sessions: (self.sessions.len() - self.handshaking.len()) as u64,
+            handshaking: self.handshaking.len() as u64,
+            ..self.stats
+        }
     }
 }
 
+#[cfg(feature = "openssl")]
 /// A throwaway PKI for tests and demos: a CA and EC P-256 certificates it signed,
 /// made in memory at run time.
 pub mod test_pki {
@@ -1270,5 +1553,12 @@ pub mod test_pki {
     }
 }
 
-#[cfg(test)]
+#[cfg(feature = "openssl")]
+mod budget;
+#[cfg(all(test, feature = "openssl"))]
 mod tests;
+
+#[cfg(not(feature = "openssl"))]
+mod unavailable;
+#[cfg(not(feature = "openssl"))]
+pub use unavailable::{OpensslDtls, Unavailable};

@@ -96,7 +96,7 @@ fn recv_with_flags(fd: RawFd, batch: &mut RecvBatch, flags: i32) -> io::Result<u
 
 /// The sender's address from what the kernel wrote.
 #[cfg(target_os = "linux")]
-fn socket_addr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+pub(crate) fn socket_addr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
     match i32::from(s.ss_family) {
         libc::AF_INET => {

@@ -2,6 +2,7 @@
 
 pub mod dtls;
 pub mod mmsg;
+pub mod per_ip;
 pub(crate) mod stream_client;
 pub mod tcp;
 pub mod tls;

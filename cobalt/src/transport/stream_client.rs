@@ -10,11 +10,14 @@
 //! one that finds the channel closed deregisters the same way.
 
 use super::tcp::to_message;
+use crate::error::{ConnectionError, ConnectionErrorKind};
 use crate::{Error, Result};
 use cobalt_proto::message::option::number;
 use cobalt_proto::message::{Message, TcpMessage, Token};
 use cobalt_proto::tcp_connection::TcpConnection;
+use cobalt_proto::uri::Scheme;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
@@ -98,6 +101,9 @@ impl ClientCommand {
 /// [`Observation`]: crate::client::Observation
 #[derive(Debug)]
 pub(crate) struct StreamObservation {
+    /// The connection's scheme and server, for errors.
+    pub(crate) scheme: Scheme,
+    pub(crate) peer: SocketAddr,
     pub(crate) commands: mpsc::UnboundedSender<ClientCommand>,
     pub(crate) key: u64,
     /// The GET with Observe=1 that ends it.
@@ -116,7 +122,13 @@ impl StreamObservation {
             message: self.deregister.clone(),
             reply: Some(tx),
         });
-        let closed = || Error::Connection("the observation's connection has closed".into());
+        let closed = || {
+            Error::Connection(ConnectionError {
+                scheme: self.scheme,
+                peer: self.peer,
+                kind: ConnectionErrorKind::ClosedBeforeSend,
+            })
+        };
         sent.map_err(|_| closed())?;
         rx.await.map_err(|_| closed())?.map(to_message)
     }
@@ -142,14 +154,35 @@ struct Observer {
 }
 
 /// The requests and observations of one client connection.
-#[derive(Default)]
 pub(crate) struct Exchanges {
+    scheme: Scheme,
+    peer: SocketAddr,
     waiting: HashMap<Token, Reply>,
     observers: HashMap<Token, Observer>,
     keys: HashMap<u64, Token>,
 }
 
 impl Exchanges {
+    /// No exchanges yet on a connection of `scheme` to `peer`.
+    pub(crate) fn new(scheme: Scheme, peer: SocketAddr) -> Exchanges {
+        Exchanges {
+            scheme,
+            peer,
+            waiting: HashMap::new(),
+            observers: HashMap::new(),
+            keys: HashMap::new(),
+        }
+    }
+
+    /// The error of a command the connection refused (e.g. a message too large).
+    fn refused(&self, what: &str, e: impl std::fmt::Display) -> Error {
+        Error::Connection(ConnectionError {
+            scheme: self.scheme,
+            peer: self.peer,
+            kind: ConnectionErrorKind::Refused(format!("{what}: {e}")),
+        })
+    }
+
     /// Carries out a command on an established connection.
     pub(crate) fn start(&mut self, conn: &mut TcpConnection, cmd: ClientCommand) {
         // Forget requests whose callers stopped waiting.
@@ -167,7 +200,7 @@ impl Exchanges {
                         self.waiting.insert(token, reply);
                     }
                     Err(e) => {
-                        let _ = reply.send(Err(Error::Connection(format!("request: {e}"))));
+                        let _ = reply.send(Err(self.refused("request", e)));
                     }
                 }
             }
@@ -191,8 +224,7 @@ impl Exchanges {
                         );
                     }
                     Err(e) => {
-                        let _ = notifications
-                            .try_send(Err(Error::Connection(format!("observe request: {e}"))));
+                        let _ = notifications.try_send(Err(self.refused("observe request", e)));
                     }
                 }
             }
@@ -215,7 +247,7 @@ impl Exchanges {
                         self.waiting.insert(t, reply);
                     }
                     (Err(e), Some(reply)) => {
-                        let _ = reply.send(Err(Error::Connection(format!("deregistration: {e}"))));
+                        let _ = reply.send(Err(self.refused("deregistration", e)));
                     }
                     (Ok(_), None) => {}
                     (Err(_), None) => {

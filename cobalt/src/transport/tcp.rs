@@ -8,8 +8,10 @@
 //! responses and notifications to waiting clients. The same loops serve `coap+tcp`
 //! and `coap+ws`.
 
+use super::per_ip::{IpBudget, IpPermit};
 use super::stream_client::{ClientCommand, Exchanges, PeerSettings, StreamObservation};
 use super::tls::{HandshakeError, TlsAcceptor, TlsConnector};
+use crate::error::{ConnectionError, ConnectionErrorKind};
 use crate::runtime::StreamTracer;
 use crate::server::stream::{Handlers, StreamServer, StreamShared};
 use crate::server::tree::ResourceTree;
@@ -18,6 +20,7 @@ use crate::{Error, Result};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
 use cobalt_proto::message::{decode_tcp, decode_ws, opt, Message, MessageType, Signal, TcpMessage};
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
+use cobalt_proto::uri::Scheme;
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,6 +39,14 @@ pub struct TcpServerLimits {
     /// Connections served at once; further connections are sent an Abort and closed.
     /// Default 1,024.
     pub max_connections: usize,
+    /// Connections served at once from one address (IPv4 address, or IPv6 /64; see
+    /// [`budget_key`](super::per_ip::budget_key)); its further connections are refused
+    /// like those over `max_connections`, while other addresses still connect.
+    /// Default 256.
+    pub max_connections_per_ip: usize,
+    /// TLS handshakes and WebSocket upgrades in progress at once from one address;
+    /// its further connections are refused until one finishes. Default 32.
+    pub max_handshakes_per_ip: usize,
     /// Per-connection protocol settings: Max-Message-Size, CSM/frame/idle timeouts,
     /// concurrent requests per connection.
     pub connection: TcpConfig,
@@ -59,6 +70,8 @@ impl Default for TcpServerLimits {
     fn default() -> Self {
         TcpServerLimits {
             max_connections: 1024,
+            max_connections_per_ip: 256,
+            max_handshakes_per_ip: 32,
             connection: TcpConfig::default(),
             write_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
@@ -170,6 +183,11 @@ pub struct TcpCounters {
     pub accepted: AtomicU64,
     /// Connections refused because `max_connections` were open.
     pub refused: AtomicU64,
+    /// Connections refused because their address held `max_connections_per_ip`
+    /// connections or `max_handshakes_per_ip` handshakes.
+    pub refused_per_ip: AtomicU64,
+    /// Connections open now (a gauge).
+    pub open: AtomicU64,
     /// Connections aborted by this side for a protocol error (bad or missing CSM,
     /// oversized frame, malformed message).
     pub protocol_errors: AtomicU64,
@@ -210,7 +228,7 @@ pub(crate) struct Transport {
 
 impl Transport {
     /// The URI scheme served.
-    pub(crate) fn scheme(&self) -> &'static str {
+    pub(crate) fn scheme(&self) -> Scheme {
         scheme(self.framing, self.tls.is_some())
     }
 }
@@ -242,6 +260,10 @@ pub(crate) async fn listen(
     let seen = counters.clone();
     let task = tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(tcp.max_connections.max(1)));
+        let per_ip = IpBudget::new(tcp.max_connections_per_ip.max(1));
+        let handshakes_per_ip = IpBudget::new(tcp.max_handshakes_per_ip.max(1));
+        // TLS handshakes and WebSocket upgrades come before CoAP.
+        let handshaking = transport.tls.is_some() || framing == Framing::WebSocket;
         let mut conns = JoinSet::new();
         loop {
             tokio::select! {
@@ -256,28 +278,39 @@ pub(crate) async fn listen(
                         }
                     };
                     let _ = stream.set_nodelay(true);
+                    let ip_permits = per_ip.try_acquire(peer.ip()).and_then(|conn| {
+                        if !handshaking {
+                            return Some((conn, None));
+                        }
+                        handshakes_per_ip.try_acquire(peer.ip()).map(|h| (conn, Some(h)))
+                    });
+                    let Some((ip_permit, handshake)) = ip_permits else {
+                        seen.refused_per_ip.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, "connection refused: too many from this address");
+                        refuse_connection(stream, &transport, &tcp, "too many connections from this address");
+                        continue;
+                    };
                     let Ok(permit) = permits.clone().try_acquire_owned() else {
                         seen.refused.fetch_add(1, Ordering::Relaxed);
-                        // Over TLS nothing can be said before a handshake: just close.
-                        match (framing, &transport.tls) {
-                            (_, Some(_)) => {}
-                            (Framing::Stream, None) => refuse(stream, &tcp.connection),
-                            (Framing::WebSocket, None) => super::ws::refuse(stream),
-                        }
+                        refuse_connection(stream, &transport, &tcp, "too many connections");
                         continue;
                     };
                     seen.accepted.fetch_add(1, Ordering::Relaxed);
+                    seen.open.fetch_add(1, Ordering::Relaxed);
                     let conn = ServerConn {
                         counters: seen.clone(),
                         peer,
                         shared: shared.clone(),
                         tcp: tcp.clone(),
                         stop: stop.clone(),
+                        handshake,
                     };
                     let tls = transport.tls.clone();
+                    let counters = seen.clone();
                     conns.spawn(async move {
                         conn.serve(stream, framing, tls).await;
-                        drop(permit);
+                        counters.open.fetch_sub(1, Ordering::Relaxed);
+                        drop((permit, ip_permit));
                     });
                 }
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -295,10 +328,26 @@ pub(crate) async fn listen(
     })
 }
 
+/// Closes a connection over a limit, saying why where the transport can say anything:
+/// an Abort over TCP, a 503 over WebSockets; over TLS nothing can be said before a
+/// handshake.
+fn refuse_connection(
+    stream: TcpStream,
+    transport: &Transport,
+    tcp: &TcpServerLimits,
+    why: &'static str,
+) {
+    match (transport.framing, &transport.tls) {
+        (_, Some(_)) => {}
+        (Framing::Stream, None) => refuse(stream, &tcp.connection, why),
+        (Framing::WebSocket, None) => super::ws::refuse(stream, why),
+    }
+}
+
 /// Tells a connection over the limit why it is closed, without waiting for it.
-fn refuse(stream: TcpStream, config: &TcpConfig) {
+fn refuse(stream: TcpStream, config: &TcpConfig, why: &str) {
     let mut conn = TcpConnection::new(config.clone(), Instant::now());
-    conn.abort(None, "too many connections");
+    conn.abort(None, why);
     if let Some(bytes) = conn.poll_transmit() {
         let _ = stream.try_write(&bytes);
     }
@@ -333,17 +382,25 @@ struct ServerConn {
     shared: Arc<StreamShared>,
     tcp: TcpServerLimits,
     stop: watch::Receiver<Option<Duration>>,
+    /// The address's place among handshakes in progress (TLS, WebSocket upgrade),
+    /// given back once the connection speaks CoAP.
+    handshake: Option<IpPermit>,
 }
 
 impl ServerConn {
     /// Runs the TLS handshake (if any) and the WebSocket upgrade (if any), then the
     /// connection.
-    async fn serve(self, stream: TcpStream, framing: Framing, tls: Option<TlsAcceptor>) {
+    async fn serve(mut self, stream: TcpStream, framing: Framing, tls: Option<TlsAcceptor>) {
         let Some(tls) = tls else {
             return self.serve_over(stream, framing).await;
         };
         match tokio::time::timeout(self.tcp.handshake_timeout, tls.accept(stream)).await {
-            Ok(Ok(stream)) => self.serve_over(stream, framing).await,
+            Ok(Ok(stream)) => {
+                if framing == Framing::Stream {
+                    self.handshake = None;
+                }
+                self.serve_over(stream, framing).await
+            }
             Ok(Err(e)) => {
                 self.counters
                     .handshake_failures
@@ -357,11 +414,14 @@ impl ServerConn {
         }
     }
 
-    async fn serve_over<S: Stream>(self, stream: S, framing: Framing) {
+    async fn serve_over<S: Stream>(mut self, stream: S, framing: Framing) {
         match framing {
             Framing::Stream => self.run(TcpLink::new(stream)).await,
             Framing::WebSocket => match super::ws::accept(stream, self.peer, &self.tcp).await {
-                Some(link) => self.run(link).await,
+                Some(link) => {
+                    self.handshake = None;
+                    self.run(link).await
+                }
                 None => {
                     self.counters
                         .handshake_failures
@@ -495,7 +555,7 @@ pub(crate) type TracerSlot = Arc<Mutex<Option<StreamTracer>>>;
 /// Who a client connection talks to, and who watches its messages.
 struct Remote {
     peer: SocketAddr,
-    scheme: &'static str,
+    scheme: Scheme,
     tracer: Option<StreamTracer>,
 }
 
@@ -589,7 +649,7 @@ impl TcpPool {
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
-    fn scheme(&self) -> &'static str {
+    fn scheme(&self) -> Scheme {
         scheme(self.framing, self.tls.is_some())
     }
 
@@ -663,22 +723,28 @@ impl TcpPool {
         let (tx, rx) = mpsc::channel(buffered);
         let mut deregister = message.clone();
         deregister.options.set_uint(opt::OBSERVE, 1);
-        let commands = self.sender(peer, host);
-        commands
-            .send(ClientCommand::Observe {
-                key,
-                message,
-                notifications: tx,
-            })
+        let commands = self
+            .send(
+                peer,
+                host,
+                ClientCommand::Observe {
+                    key,
+                    message,
+                    notifications: tx,
+                },
+            )
             .map_err(|_| {
-                Error::Connection(format!(
-                    "{} connection to {peer} closed before the observation could be registered",
-                    self.scheme()
-                ))
+                Error::Connection(ConnectionError {
+                    scheme: self.scheme(),
+                    peer,
+                    kind: ConnectionErrorKind::ClosedBeforeSend,
+                })
             })?;
         Ok((
             rx,
             StreamObservation {
+                scheme: self.scheme(),
+                peer,
                 commands,
                 key,
                 deregister,
@@ -698,26 +764,38 @@ impl TcpPool {
     ) -> Result<T> {
         for _ in 0..2 {
             let (tx, rx) = oneshot::channel();
-            if self.sender(peer, host).send(command(tx)).is_err() {
+            if self.send(peer, host, command(tx)).is_err() {
                 continue;
             }
             if let Ok(result) = rx.await {
                 return result;
             }
         }
-        Err(Error::Connection(format!(
-            "{} connection to {peer} closed before the request could be sent",
-            self.scheme()
-        )))
+        Err(Error::Connection(ConnectionError {
+            scheme: self.scheme(),
+            peer,
+            kind: ConnectionErrorKind::ClosedBeforeSend,
+        }))
     }
 
-    fn sender(&self, peer: SocketAddr, host: &str) -> mpsc::UnboundedSender<ClientCommand> {
+    /// Hands `command` to the pooled connection to `peer`, opening one if there is
+    /// none; returns the connection's command channel, or `Err` when the connection
+    /// closed meanwhile (the caller tries again, and gets a new one). A new
+    /// connection gets the command before its task starts, so that a connection that
+    /// fails at once (a refused TLS handshake) still answers it with the reason.
+    fn send(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        command: ClientCommand,
+    ) -> std::result::Result<mpsc::UnboundedSender<ClientCommand>, ()> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         conns.retain(|_, tx| !tx.is_closed());
         if let Some(tx) = conns.get(&peer) {
-            return tx.clone();
+            return tx.send(command).map(|()| tx.clone()).map_err(|_| ());
         }
         let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(command);
         let config = self.config();
         let host = host.to_string();
         let tls = self.tls.clone();
@@ -764,12 +842,12 @@ impl TcpPool {
             }
         }
         conns.insert(peer, tx.clone());
-        tx
+        Ok(tx)
     }
 }
 
 /// Opens the TCP connection under a client connection.
-async fn connect_tcp(peer: SocketAddr, scheme: &str) -> std::io::Result<TcpStream> {
+async fn connect_tcp(peer: SocketAddr, scheme: Scheme) -> std::io::Result<TcpStream> {
     let stream = TcpStream::connect(peer).await.map_err(|e| {
         std::io::Error::new(
             e.kind(),
@@ -814,17 +892,26 @@ impl<A: Link, B: Link> Link for Either<A, B> {
 }
 
 /// The URI scheme of a framing, with or without TLS, for messages.
-fn scheme(framing: Framing, tls: bool) -> &'static str {
+fn scheme(framing: Framing, tls: bool) -> Scheme {
     match (framing, tls) {
-        (Framing::Stream, false) => "coap+tcp",
-        (Framing::Stream, true) => "coaps+tcp",
-        (Framing::WebSocket, false) => "coap+ws",
-        (Framing::WebSocket, true) => "coaps+ws",
+        (Framing::Stream, false) => Scheme::CoapTcp,
+        (Framing::Stream, true) => Scheme::CoapsTcp,
+        (Framing::WebSocket, false) => Scheme::CoapWs,
+        (Framing::WebSocket, true) => Scheme::CoapsWs,
     }
 }
 
-fn closed_error(scheme: &str, peer: SocketAddr, reason: &CloseReason) -> Error {
-    Error::Connection(format!("{scheme} connection to {peer} closed: {reason}"))
+/// The error of requests on a connection that closed; `before_csm` when the server's
+/// CSM never came, which over plain TCP is what a TLS port does.
+fn closed_error(scheme: Scheme, peer: SocketAddr, reason: &CloseReason, before_csm: bool) -> Error {
+    Error::Connection(ConnectionError {
+        scheme,
+        peer,
+        kind: ConnectionErrorKind::Closed {
+            reason: reason.to_string(),
+            before_csm: before_csm && *reason == CloseReason::PeerClosed,
+        },
+    })
 }
 
 /// Connects (`connect`: TCP, and for WebSockets the upgrade) and then serves one
@@ -862,7 +949,7 @@ async fn client_conn<L, C>(
         }
     };
     let mut conn = TcpConnection::with_framing(config, L::FRAMING, Instant::now(), rand::random());
-    let mut exchanges = Exchanges::default();
+    let mut exchanges = Exchanges::new(scheme, peer);
     // Commands held back until the server's CSM says how large a message may be.
     let mut deferred: Vec<ClientCommand> = Vec::new();
     let mut close_reason = None;
@@ -923,9 +1010,9 @@ async fn client_conn<L, C>(
     commands.close();
     while commands.try_recv().is_ok() {}
     let reason = close_reason.unwrap_or(CloseReason::PeerClosed);
-    exchanges.close(|| closed_error(scheme, peer, &reason));
+    exchanges.close(|| closed_error(scheme, peer, &reason, false));
     for cmd in deferred {
-        cmd.fail(closed_error(scheme, peer, &reason));
+        cmd.fail(closed_error(scheme, peer, &reason, true));
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), link.close()).await;
 }

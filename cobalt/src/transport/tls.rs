@@ -15,26 +15,38 @@
 //!   [`TcpServerLimits::handshake_timeout`](super::tcp::TcpServerLimits::handshake_timeout);
 //!   failures and timeouts are counted in the listener's metrics.
 
+#[cfg(feature = "openssl")]
 use super::dtls::{
     describe, expect_peer_name, load_x509, set_psk_client, set_psk_server, ClientPsk,
     DtlsClientAuth, PskStore, X509Credentials,
 };
 use cobalt_proto::tcp_connection::Framing;
-use openssl::error::ErrorStack;
-use openssl::ssl::{
-    select_next_proto, AlpnError, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode,
-    SslOptions, SslVerifyMode, SslVersion,
+#[cfg(feature = "openssl")]
+use openssl::{
+    error::ErrorStack,
+    ssl::{
+        select_next_proto, AlpnError, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode,
+        SslOptions, SslVerifyMode, SslVersion,
+    },
 };
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::Arc;
+#[cfg(feature = "openssl")]
+use std::{pin::Pin, sync::Arc};
+#[cfg(feature = "openssl")]
 use tokio::io::{AsyncRead, AsyncWrite};
+#[cfg(feature = "openssl")]
 use tokio_openssl::SslStream;
 
 /// A TLS stream over `S` (a TCP stream), as [`TlsAcceptor::accept`] and
 /// [`TlsConnector::connect`] return it.
+#[cfg(feature = "openssl")]
 pub type TlsStream<S> = SslStream<S>;
+
+#[cfg(not(feature = "openssl"))]
+mod unavailable;
+#[cfg(not(feature = "openssl"))]
+pub use unavailable::{TlsAcceptor, TlsConnector, TlsStream};
 
 /// Cipher suites for TLS 1.2: ECDHE with AES-GCM or ChaCha20 for certificates, and the
 /// PSK suites of RFC 7925/8323 peers (plain and ECDHE). TLS 1.3 uses OpenSSL's defaults.
@@ -64,6 +76,7 @@ impl Alpn {
     }
 
     /// The protocol list in ALPN wire format.
+    #[cfg(feature = "openssl")]
     fn wire(self) -> &'static [u8] {
         match self {
             Alpn::Coap => b"\x04coap",
@@ -72,6 +85,7 @@ impl Alpn {
     }
 }
 
+#[cfg(feature = "openssl")]
 fn base_context(method: SslMethod) -> Result<SslContextBuilder, ErrorStack> {
     let mut b = SslContext::builder(method)?;
     b.set_min_proto_version(Some(SslVersion::TLS1_2))?;
@@ -83,18 +97,21 @@ fn base_context(method: SslMethod) -> Result<SslContextBuilder, ErrorStack> {
     Ok(b)
 }
 
+#[cfg(feature = "openssl")]
 /// The server's TLS context. Cheap to clone.
 #[derive(Clone)]
 pub struct TlsAcceptor {
     ctx: SslContext,
 }
 
+#[cfg(feature = "openssl")]
 impl std::fmt::Debug for TlsAcceptor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("TlsAcceptor")
     }
 }
 
+#[cfg(feature = "openssl")]
 impl TlsAcceptor {
     /// A server context with a certificate, pre-shared keys, or both. With
     /// `x509.ca_pem`, clients must present a certificate that chains to it.
@@ -137,6 +154,7 @@ impl TlsAcceptor {
     }
 }
 
+#[cfg(feature = "openssl")]
 /// The client's TLS context for one set of credentials. Cheap to clone.
 #[derive(Clone)]
 pub struct TlsConnector {
@@ -147,6 +165,7 @@ pub struct TlsConnector {
     server_name: Option<String>,
 }
 
+#[cfg(feature = "openssl")]
 impl std::fmt::Debug for TlsConnector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsConnector")
@@ -156,6 +175,7 @@ impl std::fmt::Debug for TlsConnector {
     }
 }
 
+#[cfg(feature = "openssl")]
 impl TlsConnector {
     /// A client context: with `auth` a pre-shared key or certificates (a CA to verify
     /// the server with, and optionally a client certificate); without it, the server's
@@ -259,6 +279,7 @@ impl HandshakeError {
         match e.get_ref().and_then(|x| x.downcast_ref::<HandshakeError>()) {
             Some(h) => crate::Error::Tls {
                 peer: h.peer,
+                kind: crate::error::HandshakeFailure::from_reason(&h.reason),
                 reason: h.reason.clone(),
             },
             None => crate::Error::Io(io::Error::new(e.kind(), e.to_string())),
@@ -266,6 +287,7 @@ impl HandshakeError {
     }
 }
 
+#[cfg(feature = "openssl")]
 /// The cipher suite and ALPN protocol a connection agreed on, for logs and tests.
 pub fn negotiated<S>(stream: &SslStream<S>) -> (Option<&'static str>, Option<Vec<u8>>) {
     let ssl = stream.ssl();

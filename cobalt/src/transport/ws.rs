@@ -250,11 +250,11 @@ fn refusal_response(r: &Refusal) -> String {
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Tells a connection over the limit that the server is busy, without waiting for it.
-pub(crate) fn refuse(stream: TcpStream) {
+pub(crate) fn refuse(stream: TcpStream, reason: &'static str) {
     let r = Refusal {
         status: "503 Service Unavailable",
         headers: "Retry-After: 1\r\n",
-        reason: "too many connections",
+        reason,
     };
     let _ = stream.try_write(refusal_response(&r).as_bytes());
 }

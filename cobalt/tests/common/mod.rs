@@ -88,11 +88,13 @@ impl Drop for Guarded {
 }
 
 /// A throwaway CA, server and client certificates written to a temporary directory.
+#[cfg(feature = "openssl")]
 pub struct PkiFiles {
     pub dir: PathBuf,
     pub pki: cobalt::transport::dtls::test_pki::TestPki,
 }
 
+#[cfg(feature = "openssl")]
 impl PkiFiles {
     pub fn new(tag: &str) -> PkiFiles {
         let pki = cobalt::transport::dtls::test_pki::generate("Cobalt interop CA").unwrap();
@@ -116,6 +118,7 @@ impl PkiFiles {
     }
 }
 
+#[cfg(feature = "openssl")]
 impl Drop for PkiFiles {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -18,17 +18,27 @@ fn client(identity: &str, key: &str, config: DtlsConfig) -> OpensslDtls {
 
 /// Moves records both ways until nothing is left; returns what each side decrypted.
 fn pump(c: &mut OpensslDtls, s: &mut OpensslDtls) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    pump_at(c, s, addr(CLIENT), Instant::now())
+}
+
+/// [`pump`] for a client at `from`, at `now`.
+fn pump_at(
+    c: &mut OpensslDtls,
+    s: &mut OpensslDtls,
+    from: SocketAddr,
+    now: Instant,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let (mut at_server, mut at_client) = (Vec::new(), Vec::new());
     for _ in 0..50 {
         let mut moved = false;
         while let Some(t) = c.poll_transmit() {
             assert_eq!(t.peer, addr(SERVER));
-            at_server.extend(s.handle_datagram(Instant::now(), addr(CLIENT), &t.bytes));
+            at_server.extend(s.handle_datagram(now, from, &t.bytes));
             moved = true;
         }
         while let Some(t) = s.poll_transmit() {
-            assert_eq!(t.peer, addr(CLIENT));
-            at_client.extend(c.handle_datagram(Instant::now(), addr(SERVER), &t.bytes));
+            assert_eq!(t.peer, from);
+            at_client.extend(c.handle_datagram(now, addr(SERVER), &t.bytes));
             moved = true;
         }
         if !moved {
@@ -160,36 +170,276 @@ fn a_cookie_from_another_address_is_refused() {
     assert_eq!(s.session_count(), 1);
 }
 
+fn at(ip: [u8; 4], port: u16) -> SocketAddr {
+    SocketAddr::from((ip, port))
+}
+
+/// Takes a handshake from `from` as far as a flood does: a ClientHello, the cookie
+/// sent back, the server's flight never answered.
+fn half_open(s: &mut OpensslDtls, from: SocketAddr, now: Instant) {
+    let mut c = client("alice", "secretPSK", DtlsConfig::default());
+    c.connect(now, addr(SERVER));
+    let hello = c.poll_transmit().unwrap().bytes;
+    s.handle_datagram(now, from, &hello);
+    let hvr = s.poll_transmit().expect("a HelloVerifyRequest").bytes;
+    c.handle_datagram(now, addr(SERVER), &hvr);
+    let hello2 = c.poll_transmit().unwrap().bytes;
+    s.handle_datagram(now, from, &hello2);
+    while s.poll_transmit().is_some() {}
+}
+
+/// A PSK client at `from` sends `data` at `now` (handshaking first if needed);
+/// returns what the server decrypted.
+fn send_from(
+    c: &mut OpensslDtls,
+    s: &mut OpensslDtls,
+    from: SocketAddr,
+    now: Instant,
+    data: &[u8],
+) -> Vec<Vec<u8>> {
+    c.encrypt(now, addr(SERVER), data);
+    pump_at(c, s, from, now).0
+}
+
 #[test]
-fn full_table_evicts_the_stalest() {
+fn half_open_flood_never_displaces_established_sessions() {
+    let config = DtlsConfig {
+        max_handshakes: 8,
+        max_handshakes_per_ip: 4,
+        ..DtlsConfig::default()
+    };
+    let mut s = server(config.clone());
+    let t0 = Instant::now();
+    let mut legit = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(
+        send_from(&mut legit, &mut s, addr(CLIENT), t0, b"before"),
+        [b"before"]
+    );
+    // 100 half-open handshakes from one address: it keeps its budget, no more.
+    for port in 0..100 {
+        half_open(&mut s, at([127, 0, 0, 2], 20_000 + port), t0);
+    }
+    assert_eq!(s.stats().handshaking, 4);
+    // 200 more from 50 addresses: the table keeps its budget, no address more than 4.
+    for i in 0..200u16 {
+        half_open(&mut s, at([127, 0, 1, (i % 50) as u8], 20_000 + i), t0);
+    }
+    let st = s.stats();
+    assert_eq!((st.handshaking, st.sessions), (8, 1));
+    assert_eq!(st.handshakes_displaced, 300 - 8);
+    assert!(s.handshakes_per_ip.busiest().is_some_and(|(_, n)| n <= 4));
+    // The established session was never touched and carries data both ways.
+    assert_eq!(
+        send_from(&mut legit, &mut s, addr(CLIENT), t0, b"during"),
+        [b"during"]
+    );
+    s.encrypt(t0, addr(CLIENT), b"answer");
+    assert_eq!(pump_at(&mut legit, &mut s, addr(CLIENT), t0).1, [b"answer"]);
+    // A new client (another address) completes its handshake during the flood.
+    let mut newcomer = client("alice", "secretPSK", DtlsConfig::default());
+    let from = at([127, 0, 0, 9], 30_000);
+    assert_eq!(send_from(&mut newcomer, &mut s, from, t0, b"new"), [b"new"]);
+    assert_eq!(s.stats().sessions, 2);
+    // The half-open handshakes expire and give their places back.
+    s.handle_timeout(t0 + config.handshake_timeout);
+    assert_eq!((s.stats().handshaking, s.stats().sessions), (0, 2));
+    assert!(s.handshakes_per_ip.is_empty());
+    assert!(events(&mut legit)
+        .iter()
+        .all(|e| matches!(e, DtlsEvent::Connected { .. })));
+}
+
+#[test]
+fn a_new_client_hello_replaces_a_half_open_handshake() {
+    let mut s = server(DtlsConfig::default());
+    let t0 = Instant::now();
+    half_open(&mut s, addr(CLIENT), t0);
+    assert_eq!(s.stats().handshaking, 1);
+    // The client restarted (same address, a new ClientHello): served at once instead
+    // of waiting for the abandoned handshake to time out (RFC 6347 §4.2.8).
+    let mut c = client("alice", "secretPSK", DtlsConfig::default());
+    let got = send_from(&mut c, &mut s, addr(CLIENT), t0, b"after restart");
+    assert_eq!(got, [b"after restart"]);
+    let st = s.stats();
+    assert_eq!(
+        (st.sessions, st.handshaking, st.handshakes_displaced),
+        (1, 0, 1)
+    );
+
+    // A retransmitted ClientHello (same random) continues the handshake instead.
+    let mut s = server(DtlsConfig::default());
+    let mut c = client("alice", "secretPSK", DtlsConfig::default());
+    c.encrypt(t0, addr(SERVER), b"once");
+    let hello = c.poll_transmit().unwrap().bytes;
+    s.handle_datagram(t0, addr(CLIENT), &hello);
+    let hvr = s.poll_transmit().unwrap().bytes;
+    c.handle_datagram(t0, addr(SERVER), &hvr);
+    let hello2 = c.poll_transmit().unwrap().bytes;
+    s.handle_datagram(t0, addr(CLIENT), &hello2);
+    s.handle_datagram(t0, addr(CLIENT), &hello2);
+    assert_eq!(s.stats().handshakes_displaced, 0);
+    assert_eq!(pump_at(&mut c, &mut s, addr(CLIENT), t0).0, [b"once"]);
+    // A late duplicate of it after the handshake is dropped: the session goes on.
+    s.handle_datagram(t0, addr(CLIENT), &hello2);
+    assert!(s.poll_transmit().is_none());
+    assert_eq!(
+        send_from(&mut c, &mut s, addr(CLIENT), t0, b"still"),
+        [b"still"]
+    );
+    assert_eq!(
+        (s.stats().handshakes, s.stats().handshakes_displaced),
+        (1, 0)
+    );
+    assert!(events(&mut c)
+        .iter()
+        .all(|e| matches!(e, DtlsEvent::Connected { .. })));
+}
+
+#[test]
+fn a_full_table_refuses_newcomers_until_a_session_is_stale() {
+    let config = DtlsConfig {
+        max_sessions: 2,
+        stale_after: Duration::from_secs(60),
+        ..DtlsConfig::default()
+    };
+    let mut s = server(config);
+    let t0 = Instant::now();
+    let mut first = client("alice", "secretPSK", DtlsConfig::default());
+    let mut second = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(
+        send_from(&mut first, &mut s, addr(CLIENT), t0, b"1").len(),
+        1
+    );
+    assert_eq!(
+        send_from(&mut second, &mut s, addr(CLIENT + 1), t0, b"2").len(),
+        1
+    );
+    // Both are active: a third is refused with an alert, nobody is evicted.
+    let t1 = t0 + Duration::from_secs(1);
+    let mut third = client("alice", "secretPSK", DtlsConfig::default());
+    assert!(send_from(&mut third, &mut s, addr(CLIENT + 2), t1, b"3").is_empty());
+    let st = s.stats();
+    assert_eq!((st.sessions, st.refused, st.evicted), (2, 1, 0));
+    let ev = events(&mut third);
+    let [DtlsEvent::HandshakeFailed { reason, .. }] = ev.as_slice() else {
+        panic!("expected a failure, got {ev:?}");
+    };
+    assert!(reason.contains("refused a new session"), "{reason}");
+    // The first keeps talking, the second falls silent past stale_after: a newcomer
+    // takes the silent one's place.
+    let t2 = t0 + Duration::from_secs(30);
+    assert_eq!(
+        send_from(&mut first, &mut s, addr(CLIENT), t2, b"1").len(),
+        1
+    );
+    let t3 = t0 + Duration::from_secs(61);
+    let mut fourth = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(
+        send_from(&mut fourth, &mut s, addr(CLIENT + 3), t3, b"4"),
+        [b"4"]
+    );
+    assert_eq!(s.stats().evicted, 1);
+    assert!(s.cipher(addr(CLIENT)).is_some(), "the active one stays");
+    assert!(s.cipher(addr(CLIENT + 1)).is_none(), "the stale one went");
+}
+
+#[test]
+fn anonymous_sessions_give_way_to_authenticated_ones() {
+    // A certificate without a CA: clients need no credential (anonymous); PSK
+    // clients authenticate.
+    let pki = test_pki::generate("Cobalt test CA").unwrap();
+    let server_creds = X509Credentials {
+        ca_pem: None,
+        ..pki.server.clone()
+    };
+    let keys = Arc::new(PskStore::new().with("alice", "secretPSK"));
     let config = DtlsConfig {
         max_sessions: 2,
         ..DtlsConfig::default()
     };
-    let mut s = server(config);
-    for port in [CLIENT, CLIENT + 1, CLIENT + 2] {
-        let mut c = client("alice", "secretPSK", DtlsConfig::default());
-        c.encrypt(Instant::now(), addr(SERVER), b"x");
-        for _ in 0..10 {
-            let mut moved = false;
-            while let Some(t) = c.poll_transmit() {
-                s.handle_datagram(Instant::now(), addr(port), &t.bytes);
-                moved = true;
-            }
-            while let Some(t) = s.poll_transmit() {
-                c.handle_datagram(Instant::now(), addr(SERVER), &t.bytes);
-                moved = true;
-            }
-            if !moved {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(2));
+    let mut s = OpensslDtls::server_with(Some(keys), Some(&server_creds), config).unwrap();
+    let anonymous = || {
+        let creds = X509Credentials {
+            ca_pem: Some(pki.ca_pem.clone()),
+            ..X509Credentials::default()
+        };
+        OpensslDtls::client_with(&DtlsClientAuth::X509(creds), DtlsConfig::default()).unwrap()
+    };
+    let t0 = Instant::now();
+    let mut psk = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(
+        send_from(&mut psk, &mut s, addr(CLIENT), t0, b"psk").len(),
+        1
+    );
+    let mut anon = anonymous();
+    assert_eq!(
+        send_from(&mut anon, &mut s, addr(CLIENT + 1), t0, b"anon").len(),
+        1
+    );
+    // Another anonymous client may not push anyone out...
+    let mut anon2 = anonymous();
+    assert!(send_from(&mut anon2, &mut s, addr(CLIENT + 2), t0, b"anon2").is_empty());
+    assert_eq!(s.stats().refused, 1);
+    // ...an authenticated one takes the anonymous one's place, never the PSK peer's.
+    let mut psk2 = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(
+        send_from(&mut psk2, &mut s, addr(CLIENT + 3), t0, b"psk2").len(),
+        1
+    );
+    assert!(s.cipher(addr(CLIENT)).is_some());
+    assert!(s.cipher(addr(CLIENT + 1)).is_none());
+    assert!(s.cipher(addr(CLIENT + 3)).is_some());
+    // Two authenticated, active peers: a third authenticated one is refused.
+    let mut psk3 = client("alice", "secretPSK", DtlsConfig::default());
+    assert!(send_from(&mut psk3, &mut s, addr(CLIENT + 4), t0, b"psk3").is_empty());
+    assert_eq!((s.stats().sessions, s.stats().refused), (2, 2));
+}
+
+#[test]
+fn a_client_handshakes_again_when_the_server_lost_the_session() {
+    let mut c = client("alice", "secretPSK", DtlsConfig::default());
+    let mut s = server(DtlsConfig::default());
+    let t0 = Instant::now();
+    assert_eq!(
+        send_from(&mut c, &mut s, addr(CLIENT), t0, b"hello"),
+        [b"hello"]
+    );
+    // Datagrams that expect no answer (ACKs), then silence: no new handshake.
+    for ack in [&b"ack 1"[..], b"ack 2", b"ack 3"] {
+        assert_eq!(send_from(&mut c, &mut s, addr(CLIENT), t0, ack).len(), 1);
     }
-    assert_eq!(s.session_count(), 2);
-    assert_eq!(s.stats().evicted, 1);
-    assert!(s.cipher(addr(CLIENT)).is_none(), "the oldest went");
-    assert!(s.cipher(addr(CLIENT + 2)).is_some());
+    let t1 = t0 + Duration::from_secs(60);
+    assert_eq!(
+        send_from(&mut c, &mut s, addr(CLIENT), t1, b"req 1"),
+        [b"req 1"]
+    );
+    s.encrypt(t1, addr(CLIENT), b"answer 1");
+    pump_at(&mut c, &mut s, addr(CLIENT), t1);
+    assert_eq!(s.stats().handshakes, 1);
+    // The server restarts: the request and its first retransmission get no answer...
+    let mut s = server(DtlsConfig::default());
+    let t2 = t1 + Duration::from_secs(10);
+    assert!(send_from(&mut c, &mut s, addr(CLIENT), t2, b"req 2").is_empty());
+    let t3 = t2 + Duration::from_secs(3);
+    assert!(send_from(&mut c, &mut s, addr(CLIENT), t3, b"req 2").is_empty());
+    // ...the second retransmission goes over a new handshake.
+    let t4 = t2 + Duration::from_secs(9);
+    assert_eq!(
+        send_from(&mut c, &mut s, addr(CLIENT), t4, b"req 2"),
+        [b"req 2"]
+    );
+    assert_eq!(s.stats().handshakes, 1);
+    let ev = events(&mut c);
+    assert!(
+        matches!(ev.last(), Some(DtlsEvent::Connected { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter().any(
+            |e| matches!(e, DtlsEvent::Closed { reason, .. } if reason.contains("lost the session"))
+        ),
+        "{ev:?}"
+    );
 }
 
 #[test]
@@ -254,10 +504,8 @@ fn handshake_rate() {
             let (got, _) = pump(&mut c, &mut s);
             assert_eq!(got.len(), 1);
             // Forget both sessions so the next round is a full handshake.
-            c.sessions.clear();
-            c.handshaking.clear();
-            s.sessions.clear();
-            s.handshaking.clear();
+            c.forget(addr(SERVER));
+            s.forget(addr(CLIENT));
         }
         let rate = f64::from(n) / start.elapsed().as_secs_f64();
         println!("{cipher}: {rate:.0} full handshakes/s (client and server on one thread)");
@@ -427,4 +675,49 @@ fn connect_handshakes_without_data_and_only_once() {
     s.connect(Instant::now(), addr(41000));
     assert!(s.poll_transmit().is_none());
     assert_eq!(s.session_count(), 1);
+}
+
+#[test]
+fn a_new_client_at_the_address_of_an_established_session_replaces_it() {
+    let mut s = server(DtlsConfig::default());
+    let t0 = Instant::now();
+    let mut old = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(
+        send_from(&mut old, &mut s, addr(CLIENT), t0, b"old"),
+        [b"old"]
+    );
+    let mut new = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(
+        send_from(&mut new, &mut s, addr(CLIENT), t0, b"new"),
+        [b"new"]
+    );
+    assert_eq!((s.stats().sessions, s.stats().handshakes), (1, 2));
+}
+
+#[test]
+fn tables_give_their_memory_back_when_a_flood_expires() {
+    let config = DtlsConfig {
+        max_handshakes: 1000,
+        max_handshakes_per_ip: 1000,
+        ..DtlsConfig::default()
+    };
+    let mut s = server(config.clone());
+    let t0 = Instant::now();
+    for i in 0..600u16 {
+        half_open(&mut s, at([127, 0, 2, (i % 200) as u8], 20_000 + i), t0);
+    }
+    assert_eq!(s.stats().handshaking, 600);
+    let grown = (s.sessions.capacity(), s.handshaking.capacity());
+    s.handle_timeout(t0 + config.handshake_timeout);
+    assert_eq!(s.stats().handshaking, 0);
+    assert!(s.handshakes_per_ip.is_empty());
+    let now = (s.sessions.capacity(), s.handshaking.capacity());
+    assert!(
+        now.0 < grown.0 && now.0 <= 256,
+        "sessions: {grown:?} -> {now:?}"
+    );
+    assert!(
+        now.1 < grown.1 && now.1 <= 256,
+        "handshakes: {grown:?} -> {now:?}"
+    );
 }

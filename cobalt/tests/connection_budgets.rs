@@ -1,0 +1,137 @@
+//! Per-address budgets of the TCP and TLS listeners: one address that opens more
+//! connections (or TLS handshakes) than its budget is refused, while clients from
+//! other addresses keep connecting and being served; the places come back when the
+//! attacker's connections close. Loopback has all of 127/8: the attacker is 127.0.0.2,
+//! the legitimate clients 127.0.0.1.
+
+mod stream;
+
+use cobalt::server::get;
+use cobalt::transport::dtls::{ClientPsk, DtlsClientAuth, PskStore};
+use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::transport::tls::{Alpn, TlsConnector};
+use cobalt::{Client, Code, Server, ServerHandle};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::{TcpSocket, TcpStream};
+
+const ATTACKER: [u8; 4] = [127, 0, 0, 2];
+
+/// A TCP connection to `server` from `source` (port chosen by the system).
+async fn connect_from(source: [u8; 4], server: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((source, 0))).unwrap();
+    socket.connect(server).await.unwrap()
+}
+
+/// A connection counter of the `transport` listener, from the metrics.
+fn counter(server: &ServerHandle, name: &str, transport: &str) -> u64 {
+    let text = server.metrics().render_prometheus();
+    let key = format!("{name}{{transport=\"{transport}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in\n{text}"))
+}
+
+fn hello() -> Server {
+    Server::new().route("/hello", get(|| async { "hello" }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_over_its_connection_budget_is_refused_while_others_connect() {
+    let limits = TcpServerLimits {
+        max_connections: 64,
+        max_connections_per_ip: 4,
+        ..TcpServerLimits::default()
+    };
+    let server = hello()
+        .tcp_limits(limits)
+        .bind_tcp("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let open = || counter(&server, "cobalt_connections_open", "tcp");
+    let refused = || counter(&server, "cobalt_connections_refused_per_ip_total", "tcp");
+    // The attacker opens 10 silent connections: 4 are kept, 6 refused.
+    let mut attacker = Vec::new();
+    for _ in 0..10 {
+        attacker.push(connect_from(ATTACKER, addr).await);
+    }
+    stream::eventually("6 refused, 4 kept", || refused() == 6 && open() == 4).await;
+    // Other addresses still connect, each on a new connection, and are served.
+    for _ in 0..5 {
+        let r = Client::new()
+            .get(&format!("coap+tcp://{addr}/hello"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.code, r.text_payload().as_str()),
+            (Code::CONTENT, "hello")
+        );
+    }
+    assert_eq!(refused(), 6, "nobody else was refused");
+    assert_eq!(
+        counter(&server, "cobalt_connections_refused_total", "tcp"),
+        0
+    );
+    // The attacker's places come back when its connections close.
+    drop(attacker);
+    stream::eventually("every connection closed", || open() == 0).await;
+    let mut again = Vec::new();
+    for _ in 0..4 {
+        again.push(connect_from(ATTACKER, addr).await);
+    }
+    stream::eventually("4 new connections kept", || open() == 4).await;
+    assert_eq!(refused(), 6);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_hold_every_tls_handshake() {
+    let limits = TcpServerLimits {
+        max_handshakes_per_ip: 3,
+        ..TcpServerLimits::default()
+    };
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let server = hello()
+        .psk(PskStore::new().with("alice", "secretPSK"))
+        .tcp_limits(limits)
+        .tls(any)
+        .shards(1)
+        .bind(any)
+        .await
+        .unwrap();
+    let tls = server.tls_local_addr().unwrap();
+    let open = || counter(&server, "cobalt_connections_open", "tls");
+    let refused = || counter(&server, "cobalt_connections_refused_per_ip_total", "tls");
+    // Eight connections that never send a ClientHello: three handshakes wait, the
+    // rest are closed at once.
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        stalled.push(connect_from(ATTACKER, tls).await);
+    }
+    stream::eventually("5 refused, 3 waiting", || refused() == 5 && open() == 3).await;
+    // Clients from another address complete their handshakes and are served.
+    for _ in 0..3 {
+        let r = Client::new()
+            .with_psk("alice", "secretPSK")
+            .get(&format!("coaps+tcp://{tls}/hello"))
+            .await
+            .unwrap();
+        assert_eq!(r.code, Code::CONTENT);
+    }
+    // A finished handshake gives its place back: with its three stalled handshakes
+    // gone, the attacker's address completes more TLS connections than that budget.
+    drop(stalled);
+    stream::eventually("the stalled handshakes closed", || open() == 0).await;
+    let auth = DtlsClientAuth::Psk(ClientPsk::new("alice", "secretPSK"));
+    let connector = TlsConnector::new(Some(&auth), Alpn::Coap).unwrap();
+    let mut done = Vec::new();
+    for _ in 0..5 {
+        let stream = connect_from(ATTACKER, tls).await;
+        done.push(connector.connect(stream, "127.0.0.1", tls).await.unwrap());
+    }
+    assert_eq!(refused(), 5);
+    server.shutdown(Duration::ZERO).await;
+}
