@@ -809,3 +809,80 @@ mod amplification {
         server.shutdown(Duration::from_secs(1)).await;
     }
 }
+
+/// Timers run on a saturated socket: a slow handler's request still gets its empty ACK
+/// after the separate-ACK delay (1 s) while flooders keep the server's socket readable
+/// all the time. Before, the driver ran timers only when its sleep won the race with
+/// the socket, so under full load no separate ACK, retransmission or housekeeping ran
+/// and the timer queue grew by every confirmable request (940 MB in 90 s).
+#[test]
+fn timers_run_while_the_socket_is_saturated() {
+    use std::net::UdpSocket;
+    use std::sync::atomic::AtomicBool;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(async {
+        Server::new()
+            .route("/hello", get(|| async { "hello world" }))
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(6)).await;
+                    "finally"
+                }),
+            )
+            .shards(1)
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap()
+    });
+    let addr = server.local_addr();
+    // The request goes in first (a flooded socket drops datagrams), the flood after it.
+    let legit = UdpSocket::bind("127.0.0.1:0").unwrap();
+    legit
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    // CON GET /slow, MID 0x1234, no token
+    legit
+        .send_to(
+            &[0x40, 0x01, 0x12, 0x34, 0xb4, b's', b'l', b'o', b'w'],
+            addr,
+        )
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooders: Vec<_> = (0..3u16)
+        .map(|n| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+                let mut mid = n.wrapping_mul(20_000);
+                while !stop.load(Ordering::Relaxed) {
+                    mid = mid.wrapping_add(1);
+                    // NON GET /hello
+                    let [hi, lo] = mid.to_be_bytes();
+                    let hello = [0x50, 0x01, hi, lo, 0xb5, b'h', b'e', b'l', b'l', b'o'];
+                    let _ = s.send_to(&hello, addr);
+                }
+            })
+        })
+        .collect();
+    let sent = std::time::Instant::now();
+    let mut buf = [0u8; 1500];
+    let mut acked = None;
+    while sent.elapsed() < Duration::from_secs(5) && acked.is_none() {
+        if let Ok((n, _)) = legit.recv_from(&mut buf) {
+            if buf[..n] == [0x60, 0x00, 0x12, 0x34] {
+                acked = Some(sent.elapsed());
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for f in flooders {
+        f.join().unwrap();
+    }
+    rt.block_on(server.shutdown(Duration::from_secs(1)));
+    let acked = acked.expect("no empty ACK within 5 s while the socket was saturated");
+    assert!(
+        acked >= Duration::from_millis(900),
+        "ACK came early: {acked:?}"
+    );
+}

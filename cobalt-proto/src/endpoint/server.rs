@@ -102,7 +102,7 @@ impl Endpoint {
         );
         if con {
             self.timers
-                .arm_in_order(now + self.config.separate_ack_delay, Timer::SeparateAck(id));
+                .arm_separate_ack(now + self.config.separate_ack_delay, id);
         }
         self.stats.requests += 1;
         self.events.push_back(Event::Request {

@@ -149,13 +149,17 @@ impl Driver {
             if !commands_open && self.waiting.is_empty() && self.server.is_none() {
                 break;
             }
-            let timeout = min_deadline(
-                min_deadline(
-                    self.endpoint.poll_timeout(),
-                    self.dtls.as_ref().and_then(|d| d.poll_timeout()),
-                ),
-                self.server.as_ref().and_then(ServerShard::poll_timeout),
-            );
+            let mut timeout = self.next_deadline();
+            // Timers that are due run now, not only when the sleep below wins: on a
+            // saturated socket the input branch is always ready and a freshly made
+            // sleep never gets its turn, which starved separate ACKs, retransmissions
+            // and housekeeping and let the timer queue grow without bound.
+            if timeout.is_some_and(|t| t <= Instant::now()) {
+                self.fire_timers(Instant::now());
+                self.process_events();
+                self.flush().await;
+                timeout = self.next_deadline();
+            }
             // Notifications to send: a turn of them competes with reading the socket.
             let notify = self.server.as_ref().is_some_and(ServerShard::has_work);
             let inbox = self.server.as_ref().map(ServerShard::inbox);
@@ -210,21 +214,34 @@ impl Driver {
                     // own it would not learn that the socket became readable.
                     tokio::task::yield_now().await;
                 }
-                _ = sleep => {
-                    let now = Instant::now();
-                    self.endpoint.handle_timeout(now);
-                    if let Some(d) = &mut self.dtls {
-                        d.handle_timeout(now);
-                    }
-                    if let Some(server) = &mut self.server {
-                        server.handle_timeout(now);
-                    }
-                }
+                _ = sleep => self.fire_timers(Instant::now()),
                 _ = drain_deadline => {}
             }
         }
         for (_, (_, _, reply)) in self.waiting.drain() {
             send_reply(reply, Err(Error::Shutdown));
+        }
+    }
+
+    /// The earliest deadline of the endpoint, the DTLS layer and the server role.
+    fn next_deadline(&self) -> Option<Instant> {
+        min_deadline(
+            min_deadline(
+                self.endpoint.poll_timeout(),
+                self.dtls.as_ref().and_then(|d| d.poll_timeout()),
+            ),
+            self.server.as_ref().and_then(ServerShard::poll_timeout),
+        )
+    }
+
+    /// Runs every timer due at `now`.
+    fn fire_timers(&mut self, now: Instant) {
+        self.endpoint.handle_timeout(now);
+        if let Some(d) = &mut self.dtls {
+            d.handle_timeout(now);
+        }
+        if let Some(server) = &mut self.server {
+            server.handle_timeout(now);
         }
     }
 
