@@ -53,9 +53,10 @@ pub fn unavailable() -> Option<&'static str> {
 /// switch COBALT_REQUIRE_PEERS does not cover them: a CI container without
 /// CAP_NET_ADMIN runs every other test.
 pub fn ready_for_tests() -> bool {
-    let why = unavailable().or_else(|| (!can_make_namespace()).then_some(
-        "the emulator needs to create network namespaces (CAP_NET_ADMIN)",
-    ));
+    let why = unavailable().or_else(|| {
+        (!can_make_namespace())
+            .then_some("the emulator needs to create network namespaces (CAP_NET_ADMIN)")
+    });
     let Some(why) = why else {
         return true;
     };
