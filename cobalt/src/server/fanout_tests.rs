@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::metrics::LimitCounters;
+use cobalt_proto::congestion::Algorithm;
 use cobalt_proto::endpoint::{EndpointConfig, Event};
 use cobalt_proto::message::{codec, Token};
 use std::cell::Cell;
@@ -99,11 +100,14 @@ fn setup(limits: ServerLimits, observers: u32, accept: impl Fn(u32) -> Option<u1
     }
     Setup {
         fan,
-        // Address validation is the endpoint's (and tested there): these observers
-        // count as verified.
+        // Address validation and the NON rate of the peer's congestion control
+        // (CoCoA §5) are the endpoint's, and tested there: these observers count as
+        // verified, and RFC 7252's timers (no RTO estimate) send every NON at once, so
+        // what these tests see is the fan-out's own policy.
         ep: Endpoint::new(
             EndpointConfig {
                 amplification_factor: 0,
+                congestion_control: Algorithm::Default,
                 ..EndpointConfig::default()
             },
             now,
@@ -417,4 +421,71 @@ fn the_notification_key_ignores_what_does_not_change_the_answer() {
     let mut d = registration(Some(0));
     d.options.set(opt::ETAG, vec![1]);
     assert_ne!(notification_key(&a), notification_key(&d));
+}
+
+/// Like [`drain`], and the observers acknowledge every confirmable notification (the
+/// endpoint turns 2 of every 16 NON notifications into CON under CoCoA §5).
+fn drain_and_ack(s: &mut Setup, seen: &mut Seen) {
+    let mut acks = Vec::new();
+    while let Some(t) = s.ep.poll_transmit() {
+        let m = codec::decode(&t.bytes).unwrap();
+        if m.mtype == MessageType::Confirmable {
+            acks.push((t.peer, m.mid));
+        }
+        seen.got
+            .entry(t.peer)
+            .or_default()
+            .push((m.mtype, String::from_utf8_lossy(&m.payload).into_owned()));
+    }
+    for (peer, mid) in acks {
+        s.ep.handle_datagram(s.now, peer, &codec::encode(&Message::empty_ack(mid)));
+        s.fan.on_heard(&s.ep, peer);
+    }
+}
+
+#[test]
+fn under_the_default_congestion_control_held_nons_still_end_with_the_latest_state() {
+    let mut s = setup(non_con(), 100, |_| None);
+    // The default algorithm paces NON notifications per peer (CoCoA §5).
+    s.ep = Endpoint::new(
+        EndpointConfig {
+            amplification_factor: 0,
+            ..EndpointConfig::default()
+        },
+        s.now,
+    );
+    let state = Rc::new(Cell::new(0));
+    let mut h = Handler::new(&state);
+    let mut seen = Seen::new();
+    for v in 1..=20 {
+        state.set(v);
+        s.change();
+        while s.fan.has_work() {
+            s.fan.step(&mut s.ep, &mut h, s.now, 64);
+            drain_and_ack(&mut s, &mut seen);
+        }
+    }
+    for _ in 0..60 {
+        s.now += Duration::from_secs(1);
+        s.ep.handle_timeout(s.now);
+        s.fan.handle_timeout(s.now);
+        while s.fan.has_work() {
+            s.fan.step(&mut s.ep, &mut h, s.now, 64);
+            drain_and_ack(&mut s, &mut seen);
+        }
+        drain_and_ack(&mut s, &mut seen);
+    }
+    assert_eq!(seen.len(), 100);
+    for got in seen.values() {
+        assert_eq!(
+            got.last().unwrap().1,
+            "s20",
+            "every observer ends with the latest"
+        );
+        assert!(
+            got.len() < 20,
+            "held NONs are replaced, not queued: {}",
+            got.len()
+        );
+    }
 }
