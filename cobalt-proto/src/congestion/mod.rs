@@ -34,7 +34,7 @@ pub mod non;
 mod peers;
 mod rtt;
 
-pub use peers::{CongestionStats, PeerTable};
+pub use peers::{CongestionStats, Hold, PeerTable};
 pub use rtt::RttEstimator;
 
 use rand::{Rng, RngCore};

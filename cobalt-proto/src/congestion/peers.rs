@@ -30,14 +30,23 @@ pub const MAX_HELD_BYTES: usize = 1 << 20;
 pub struct CongestionStats {
     /// Exchanges run on throw-away state because the table was full.
     pub overflow: u64,
-    /// NON notifications sent as CON to keep 2 of every 16 confirmable.
+    /// NON notifications sent as CON: to keep 2 of every 16 confirmable, or because
+    /// there was no room to hold them back.
     pub non_upgraded: u64,
     /// NON notifications held back by the NON rate.
     pub non_delayed: u64,
     /// Held NON notifications replaced by a newer one for the same token.
     pub non_superseded: u64,
-    /// NON notifications dropped because too many were held.
-    pub non_dropped: u64,
+}
+
+/// What [`PeerTable::hold`] did with a NON notification.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Held (or replacing the one held for its token); with the time to call
+    /// [`PeerTable::release_held`] when no release was pending for the peer yet.
+    Held(Option<Instant>),
+    /// No room to hold it: send these bytes as a confirmable message.
+    NoRoom(Vec<u8>),
 }
 
 #[derive(Debug)]
@@ -237,9 +246,12 @@ impl PeerTable {
     }
 
     /// Holds a NON notification for `token` that may leave at `at` (from
-    /// [`PeerTable::non_decide`]); one already held for the token is replaced, and
-    /// beyond [`MAX_HELD_PER_PEER`] the oldest is dropped. Returns when to call
-    /// [`PeerTable::release_held`] if no release is pending for the peer yet.
+    /// [`PeerTable::non_decide`]); one already held for the token is replaced. With no
+    /// room to hold it ([`MAX_HELD_PER_PEER`] other tokens held for the peer, the
+    /// table's byte bound reached, or the peer not remembered) it is handed back to be
+    /// sent as a confirmable message: dropping it could leave an observer on a stale
+    /// state for good (RFC 7641 §4.5), and a CON waits for its ACK instead of adding
+    /// to the NON rate.
     pub fn hold(
         &mut self,
         now: Instant,
@@ -247,36 +259,27 @@ impl PeerTable {
         token: Token,
         bytes: Vec<u8>,
         at: Instant,
-    ) -> Option<Instant> {
+    ) -> Hold {
         let len = bytes.len();
         let room = MAX_HELD_BYTES.saturating_sub(self.held_bytes);
         let Some(e) = self.entry(now, peer) else {
-            self.stats.non_dropped += 1;
-            return None;
+            self.stats.non_upgraded += 1;
+            return Hold::NoRoom(bytes);
         };
         if let Some(slot) = e.held.iter_mut().find(|(t, _)| *t == token) {
             let old = std::mem::replace(&mut slot.1, bytes);
             self.held_bytes = self.held_bytes + len - old.len();
             self.stats.non_superseded += 1;
-            return None;
+            return Hold::Held(None);
         }
-        if len > room {
-            self.stats.non_dropped += 1;
-            return None;
+        if len > room || e.held.len() >= MAX_HELD_PER_PEER {
+            self.stats.non_upgraded += 1;
+            return Hold::NoRoom(bytes);
         }
-        let evicted = if e.held.len() >= MAX_HELD_PER_PEER {
-            e.held.pop_front().map(|(_, old)| old.len())
-        } else {
-            None
-        };
         e.held.push_back((token, bytes));
         let arm = !std::mem::replace(&mut e.release_armed, true);
-        if let Some(freed) = evicted {
-            self.stats.non_dropped += 1;
-            self.held_bytes -= freed;
-        }
         self.held_bytes += len;
-        arm.then_some(at)
+        Hold::Held(arm.then_some(at))
     }
 
     /// The release timer of `peer` fired: the held NON notification that may leave
@@ -382,17 +385,29 @@ mod tests {
         let tok = |i: u8| Token::new(&[i]).unwrap();
         let mut arms = 0;
         for i in 0..20u8 {
-            arms += usize::from(t.hold(t0, peer(1), tok(i % 6), vec![i; 10], t0).is_some());
+            match t.hold(t0, peer(1), tok(i % 6), vec![i; 10], t0) {
+                Hold::Held(arm) => arms += usize::from(arm.is_some()),
+                Hold::NoRoom(_) => panic!("room for six tokens"),
+            }
         }
         // One release timer; six tokens, each later one replacing the one held.
         assert_eq!(arms, 1);
         assert_eq!(t.stats().non_superseded, 14);
         assert_eq!(t.held_bytes, 60);
-        // Four more tokens: eight slots, so the two oldest are dropped.
-        for i in 100..104u8 {
-            assert_eq!(t.hold(t0, peer(1), tok(i), vec![i; 10], t0), None);
+        // Four more tokens: eight slots, so the last two are handed back for CON.
+        for i in 100..102u8 {
+            assert_eq!(
+                t.hold(t0, peer(1), tok(i), vec![i; 10], t0),
+                Hold::Held(None)
+            );
         }
-        assert_eq!(t.stats().non_dropped, 2);
+        for i in 102..104u8 {
+            assert_eq!(
+                t.hold(t0, peer(1), tok(i), vec![i; 10], t0),
+                Hold::NoRoom(vec![i; 10])
+            );
+        }
+        assert_eq!(t.stats().non_upgraded, 2);
         assert_eq!(t.held_bytes, 80);
         // The first leaves at once, the next one RTO (2 s) later.
         let (first, next) = t.release_held(t0, peer(1));

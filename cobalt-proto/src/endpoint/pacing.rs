@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::congestion::non::NonDecision;
+use crate::congestion::Hold;
 
 impl Endpoint {
     /// Sends an encoded NON notification with `mid` under the NON rules; `id` owns it
@@ -15,25 +16,35 @@ impl Endpoint {
         token: Token,
         id: ExchangeId,
         mid: u16,
-        mut bytes: Vec<u8>,
+        bytes: Vec<u8>,
     ) {
         match self.congestion.non_decide(now, peer, bytes.len()) {
             NonDecision::Send => {
                 self.congestion.non_record(now, peer, false);
                 self.transmit(peer, bytes);
             }
-            NonDecision::Confirmable => {
-                // Type is bits 5–4 of the first byte; CON is 0.
-                bytes[0] &= !0x30;
-                self.congestion.non_record(now, peer, true);
-                self.send_confirmable(now, peer, mid, bytes, Owner::Server(id));
-            }
-            NonDecision::WaitUntil(at) => {
-                if let Some(at) = self.congestion.hold(now, peer, token, bytes, at) {
-                    self.timers.arm(at, Timer::NonPacer(peer));
-                }
-            }
+            NonDecision::Confirmable => self.send_non_as_con(now, peer, id, mid, bytes),
+            NonDecision::WaitUntil(at) => match self.congestion.hold(now, peer, token, bytes, at) {
+                Hold::Held(Some(at)) => self.timers.arm(at, Timer::NonPacer(peer)),
+                Hold::Held(None) => {}
+                Hold::NoRoom(bytes) => self.send_non_as_con(now, peer, id, mid, bytes),
+            },
         }
+    }
+
+    /// Sends an encoded NON notification as CON, owned by `id`.
+    fn send_non_as_con(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        id: ExchangeId,
+        mid: u16,
+        mut bytes: Vec<u8>,
+    ) {
+        // Type is bits 5–4 of the first byte; CON is 0.
+        bytes[0] &= !0x30;
+        self.congestion.non_record(now, peer, true);
+        self.send_confirmable(now, peer, mid, bytes, Owner::Server(id));
     }
 
     /// The NON rate may allow the next held notification to `peer`.
