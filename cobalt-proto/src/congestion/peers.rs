@@ -180,16 +180,36 @@ impl PeerTable {
 
     /// A confirmable message leaves for `peer` for the first time: its timing.
     pub fn begin(&mut self, now: Instant, peer: SocketAddr, rng: &mut dyn RngCore) -> Attempt {
-        self.with_controller(now, peer, |ctl, in_flight| {
+        let mut a = self.with_controller(now, peer, |ctl, in_flight| {
             let a = ctl.first_timeout(now, *in_flight, rng);
             *in_flight += 1;
             a
-        })
+        });
+        self.apply_floor(&mut a);
+        a
     }
 
     /// The timeout of `attempt` expired: the next timeout, counting the retransmission.
     pub fn backoff(&mut self, now: Instant, peer: SocketAddr, attempt: &mut Attempt) {
         self.with_controller(now, peer, |ctl, _| ctl.next_timeout(now, attempt));
+        self.apply_floor(attempt);
+    }
+
+    /// No timeout below ACK_TIMEOUT/4 (0.5 s by default), doubled per retransmission.
+    ///
+    /// The estimating algorithms learn the network's round trip, not how long the
+    /// peer's handler takes: over a LAN or loopback (RTT well under a millisecond)
+    /// their RTO would give up on a request after a few milliseconds, while a server
+    /// may take up to its separate-ACK delay (1 s in Cobalt) before it answers. The
+    /// floor keeps the give-up time at least 31 × ACK_TIMEOUT/4 (15.5 s) and never
+    /// binds on a link whose round trip is above ACK_TIMEOUT/4, such as the 002
+    /// study's (663 ms).
+    fn apply_floor(&self, attempt: &mut Attempt) {
+        let floor = (self.params.ack_timeout / 4).saturating_mul(
+            1u32.checked_shl(attempt.retransmissions)
+                .unwrap_or(u32::MAX),
+        );
+        attempt.timeout = attempt.timeout.max(floor);
     }
 
     /// The exchange of `attempt` was answered.
@@ -376,6 +396,46 @@ mod tests {
         let later = t0 + ms(200) + MIN_LIFETIME;
         t.begin(later, peer(2000), &mut Low);
         assert!(t.rto(later, peer(2000)).is_some());
+    }
+
+    #[test]
+    fn a_sub_millisecond_round_trip_never_shortens_a_timeout_below_the_floor() {
+        let t0 = Instant::now();
+        for algorithm in [
+            Algorithm::FasorK,
+            Algorithm::Fasor,
+            Algorithm::Cocoa,
+            Algorithm::Karn,
+        ] {
+            let mut t = table(algorithm, 4);
+            // Ten exchanges answered in 100 µs each: the estimate is far below 1 ms.
+            let mut now = t0;
+            for _ in 0..10 {
+                let a = t.begin(now, peer(1), &mut Low);
+                now += Duration::from_micros(100);
+                t.answered(now, peer(1), &a);
+            }
+            assert!(
+                t.rto(now, peer(1)).unwrap() < ms(10),
+                "{algorithm:?} learnt the RTT"
+            );
+            let mut a = t.begin(now, peer(1), &mut Low);
+            assert!(a.timeout >= ms(500), "{algorithm:?}: {:?}", a.timeout);
+            let mut span = a.timeout;
+            for k in 1..=4u32 {
+                t.backoff(now + span, peer(1), &mut a);
+                assert!(
+                    a.timeout >= ms(500) * (1 << k),
+                    "{algorithm:?} #{k}: {:?}",
+                    a.timeout
+                );
+                span += a.timeout;
+            }
+            assert!(
+                span >= Duration::from_millis(15_500),
+                "{algorithm:?} gives up after {span:?}"
+            );
+        }
     }
 
     #[test]
