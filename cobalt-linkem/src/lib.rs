@@ -68,7 +68,10 @@ pub fn ready_for_tests() -> bool {
 
 /// Creates and removes a throwaway network namespace.
 fn can_make_namespace() -> bool {
-    let name = format!("lemprobe{}", std::process::id());
+    // Tests of one binary run in parallel in one process: a name per call.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("lemprobe{}x{call}", std::process::id());
     let run = |args: &[&str]| {
         std::process::Command::new("ip")
             .args(args)
