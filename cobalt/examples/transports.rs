@@ -21,7 +21,7 @@ async fn main() -> cobalt::Result<()> {
     let any = |port| std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let server = Server::new()
         .route("/benchmark", get(|| async { "hello world" }))
-        .dtls_psk(PskStore::new().with("bench", "secret-key"))
+        .psk(PskStore::new().with("bench", "secret-key"))
         .dtls(any(0))
         .tcp(any(0))
         .ws(any(0))

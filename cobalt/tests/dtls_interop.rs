@@ -30,7 +30,7 @@ async fn our_server() -> ServerHandle {
             post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
         )
         .route("/big", get(|| async { "0123456789".repeat(300) }))
-        .dtls_psk(PskStore::new().with(IDENTITY, KEY))
+        .psk(PskStore::new().with(IDENTITY, KEY))
         .shards(1)
         .bind_dtls("127.0.0.1:0")
         .await
@@ -197,7 +197,7 @@ async fn libcoap_client_with_certificates_against_our_server() {
     let files = common::PkiFiles::new("x509-server");
     let server = Server::new()
         .route("/hello", get(|| async { "hello over x509" }))
-        .dtls_x509(files.pki.server.clone())
+        .x509(files.pki.server.clone())
         .shards(1)
         .bind_dtls("127.0.0.1:0")
         .await

@@ -23,7 +23,7 @@ fn server() -> Server {
             "/echo",
             post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
         )
-        .dtls_psk(keys())
+        .psk(keys())
         .shards(2)
 }
 
@@ -229,7 +229,7 @@ async fn certificates_with_a_ca_and_psk_on_one_port() {
     use cobalt::transport::dtls::test_pki;
     let pki = test_pki::generate("Cobalt loopback CA").unwrap();
     let server = server()
-        .dtls_x509(pki.server.clone())
+        .x509(pki.server.clone())
         .bind_dtls("127.0.0.1:0")
         .await
         .unwrap();
@@ -292,7 +292,7 @@ async fn observe_over_dtls() {
     let value = stream::Value::new(b"v0");
     let server = Server::new()
         .route("/value", value.resource())
-        .dtls_psk(keys())
+        .psk(keys())
         .shards(1)
         .bind_dtls("127.0.0.1:0")
         .await

@@ -199,7 +199,7 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     if let Some(file) = &args.dtls_psk_file {
         let keys = cobalt::transport::dtls::PskStore::load(file).map_err(|e| (exit::USAGE, e))?;
-        server = server.dtls_psk(keys);
+        server = server.psk(keys);
     }
     if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
         let read = |p: &std::path::Path| {

@@ -258,20 +258,6 @@ impl Server {
         self
     }
 
-    /// The pre-shared keys accepted over DTLS (`coaps`), by identity; needed by
-    /// [`Server::bind_dtls`] and [`Server::dtls`] unless certificates are given. The
-    /// same as [`Server::psk`] (TLS uses them too).
-    pub fn dtls_psk(self, keys: PskStore) -> Server {
-        self.psk(keys)
-    }
-
-    /// The certificate (and, with `ca_pem`, the CA client certificates must chain to)
-    /// for DTLS (`coaps`) with the ECDHE-ECDSA suites; may be combined with
-    /// [`Server::dtls_psk`]. The same as [`Server::x509`] (TLS uses it too).
-    pub fn dtls_x509(self, credentials: X509Credentials) -> Server {
-        self.x509(credentials)
-    }
-
     /// Sets the DTLS session limits and timers (sessions per shard, handshake timeout).
     pub fn dtls_config(mut self, config: DtlsConfig) -> Server {
         self.dtls_config = config;
@@ -280,7 +266,7 @@ impl Server {
 
     /// Also serves the same resources over CoAP over DTLS (`coaps://`, usually port
     /// 5684) on `addr`, bound by [`Server::bind`] next to the UDP socket; see
-    /// [`ServerHandle::dtls_local_addr`]. Needs [`Server::dtls_psk`] or [`Server::dtls_x509`].
+    /// [`ServerHandle::dtls_local_addr`]. Needs [`Server::psk`] or [`Server::x509`].
     pub fn dtls(mut self, addr: SocketAddr) -> Server {
         self.dtls_addr = Some(addr);
         self
@@ -321,7 +307,7 @@ impl Server {
     }
 
     /// Serves over CoAP over DTLS only (`coaps://`, RFC 7252 §9) with the keys of
-    /// [`Server::dtls_psk`]: the same shards as [`Server::bind`], each datagram passing
+    /// [`Server::psk`] or [`Server::x509`]: the same shards as [`Server::bind`], each datagram passing
     /// through the shard's DTLS session table.
     pub async fn bind_dtls(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
         self.bind_with(addr, true).await
