@@ -177,6 +177,9 @@ pub struct Attempt {
     /// The dithering factor drawn for this exchange (1 where an algorithm dithers
     /// differently or not at all).
     pub dither: f64,
+    /// The first timeout was raised to the floor of [`PeerTable`]: the exchange's
+    /// later timeouts keep to the doubled floor as well.
+    pub floored: bool,
 }
 
 impl Attempt {
@@ -188,6 +191,7 @@ impl Attempt {
             timeout,
             base,
             dither,
+            floored: false,
         }
     }
 

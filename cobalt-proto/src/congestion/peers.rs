@@ -195,21 +195,27 @@ impl PeerTable {
         self.apply_floor(attempt);
     }
 
-    /// No timeout below ACK_TIMEOUT/4 (0.5 s by default), doubled per retransmission.
+    /// No first timeout below ACK_TIMEOUT/4 (0.5 s by default); an exchange whose
+    /// first timeout was raised to it keeps to it doubled per retransmission, up to
+    /// ACK_TIMEOUT × 4 (8 s, below every algorithm's cap).
     ///
     /// The estimating algorithms learn the network's round trip, not how long the
     /// peer's handler takes: over a LAN or loopback (RTT well under a millisecond)
     /// their RTO would give up on a request after a few milliseconds, while a server
     /// may take up to its separate-ACK delay (1 s in Cobalt) before it answers. The
-    /// floor keeps the give-up time at least 31 × ACK_TIMEOUT/4 (15.5 s) and never
-    /// binds on a link whose round trip is above ACK_TIMEOUT/4, such as the 002
-    /// study's (663 ms).
+    /// floor keeps the give-up time after four retransmissions at least
+    /// 31 × ACK_TIMEOUT/4 (15.5 s) there. Exchanges that start above the floor run on
+    /// their algorithm's timers untouched: on the 002 study's link (RTT 663 ms) the
+    /// results are the same with and without it.
     fn apply_floor(&self, attempt: &mut Attempt) {
-        let floor = (self.params.ack_timeout / 4).saturating_mul(
-            1u32.checked_shl(attempt.retransmissions)
-                .unwrap_or(u32::MAX),
-        );
-        attempt.timeout = attempt.timeout.max(floor);
+        let floor = self.params.ack_timeout / 4;
+        if attempt.retransmissions == 0 {
+            attempt.floored = attempt.timeout < floor;
+        }
+        if attempt.floored {
+            let doubled = floor.saturating_mul(1u32 << attempt.retransmissions.min(4));
+            attempt.timeout = attempt.timeout.max(doubled);
+        }
     }
 
     /// The exchange of `attempt` was answered.
