@@ -11,6 +11,7 @@
 mod peers;
 
 use cobalt::server::{get, Observable, ServerLimits};
+use cobalt::Scheme;
 use cobalt::{Client, Code, EndpointConfig, Server, ServerHandle};
 use peers::{PeerServer, COMMAND_LIMIT};
 use std::process::Command;
@@ -85,7 +86,7 @@ impl ObservedServer {
         let addr = self
             .handle
             .as_ref()
-            .map(|h| h.local_addr())
+            .map(|h| h.local_addr(Scheme::Coap).unwrap())
             .expect("running");
         format!("coap://{addr}{path}")
     }

@@ -5,6 +5,7 @@
 
 use cobalt::proto::message::{content_format, opt, Code};
 use cobalt::server::{any, get, Request, Response};
+use cobalt::Scheme;
 use cobalt::Server;
 use std::process::Output;
 
@@ -74,7 +75,7 @@ fn serve() -> Serving {
                 .bind("127.0.0.1:0"),
         )
         .unwrap();
-    let base = format!("coap://{}", handle.local_addr());
+    let base = format!("coap://{}", handle.local_addr(Scheme::Coap).unwrap());
     std::mem::forget(handle); // stops with the runtime
     Serving { _rt: rt, base }
 }

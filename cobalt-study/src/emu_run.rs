@@ -12,7 +12,7 @@ use crate::workload::{client_config, plan, Next, UdpClient, PATH};
 use cobalt::proto::tcp_connection::TcpConfig;
 use cobalt::server::{get, Response};
 use cobalt::transport::tcp::TcpServerLimits;
-use cobalt::{Client, Code, Server};
+use cobalt::{Client, Code, Scheme, Server};
 use cobalt_linkem::emulator::{set_realtime, Config, DirectionReport, Emulator};
 use cobalt_linkem::log::parse_line;
 use cobalt_proto::endpoint::Endpoint;
@@ -98,7 +98,7 @@ fn start_server(
                     get(|| async { Response::content(vec![b'x'; PAYLOAD]) }),
                 )
                 .config(crate::sim_run::server_config())
-                .tcp(SERVER)
+                .listen(Scheme::CoapTcp, SERVER)
                 .tcp_limits(tcp_limits)
                 .shards(1)
                 .bind(SERVER)

@@ -10,6 +10,7 @@
 //! Run: `cargo bench -p cobalt --bench allocations` (or with `-- 100000` requests).
 
 use cobalt::server::get;
+use cobalt::Scheme;
 use cobalt::Server;
 use cobalt_proto::message::{encode, Code, Message, MessageType, Token};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -88,7 +89,9 @@ fn main() {
             .expect("bind")
     });
     let socket = UdpSocket::bind("127.0.0.1:0").expect("client socket");
-    socket.connect(server.local_addr()).expect("connect");
+    socket
+        .connect(server.local_addr(Scheme::Coap).unwrap())
+        .expect("connect");
     socket
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");

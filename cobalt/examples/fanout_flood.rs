@@ -36,6 +36,7 @@
 //! RSS until they have expired (run the server with a short
 //! `limits.upload_idle_timeout`).
 
+use cobalt::Scheme;
 use cobalt_proto::message::{codec, opt, Code, Message, MessageType, Token};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -467,7 +468,7 @@ async fn main() -> std::io::Result<()> {
     let mut args = parse_args();
     let server = if args.embedded {
         let server = embedded_server(args.handler_work).await;
-        args.server = server.local_addr();
+        args.server = server.local_addr(Scheme::Coap).unwrap();
         Some(server)
     } else {
         None

@@ -4,6 +4,7 @@
 //! `cargo run --example observe -- coap://127.0.0.1:5683/temp`.
 
 use cobalt::server::{get, post, Observable, Request};
+use cobalt::Scheme;
 use cobalt::{Code, Server};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -33,7 +34,10 @@ async fn main() -> cobalt::Result<()> {
         )
         .bind(addr.as_str())
         .await?;
-    println!("listening on coap://{}", server.local_addr());
+    println!(
+        "listening on coap://{}",
+        server.local_addr(Scheme::Coap).unwrap()
+    );
     let changes = tokio::spawn(async move {
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;

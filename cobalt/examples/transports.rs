@@ -8,6 +8,7 @@
 
 use cobalt::server::get;
 use cobalt::transport::dtls::PskStore;
+use cobalt::Scheme;
 use cobalt::{Client, Server};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,50 +23,50 @@ async fn main() -> cobalt::Result<()> {
     let server = Server::new()
         .route("/benchmark", get(|| async { "hello world" }))
         .psk(PskStore::new().with("bench", "secret-key"))
-        .dtls(any(0))
-        .tcp(any(0))
-        .ws(any(0))
-        .tls(any(0))
-        .wss(any(0))
+        .listen(Scheme::Coaps, any(0))
+        .listen(Scheme::CoapTcp, any(0))
+        .listen(Scheme::CoapWs, any(0))
+        .listen(Scheme::CoapsTcp, any(0))
+        .listen(Scheme::CoapsWs, any(0))
         .shards(1)
         .bind(any(0))
         .await?;
-    let udp = server.local_addr();
+    let udp = server.local_addr(Scheme::Coap).unwrap();
     let targets = [
         ("coap (UDP)", format!("coap://{udp}/benchmark")),
         (
             "coaps (DTLS PSK)",
             format!(
                 "coaps://{}/benchmark",
-                server.dtls_local_addr().expect("dtls")
+                server.local_addr(Scheme::Coaps).expect("dtls")
             ),
         ),
         (
             "coap+tcp",
             format!(
                 "coap+tcp://{}/benchmark",
-                server.tcp_local_addr().expect("tcp")
+                server.local_addr(Scheme::CoapTcp).expect("tcp")
             ),
         ),
         (
             "coaps+tcp (TLS PSK)",
             format!(
                 "coaps+tcp://{}/benchmark",
-                server.tls_local_addr().expect("tls")
+                server.local_addr(Scheme::CoapsTcp).expect("tls")
             ),
         ),
         (
             "coap+ws",
             format!(
                 "coap+ws://{}/benchmark",
-                server.ws_local_addr().expect("ws")
+                server.local_addr(Scheme::CoapWs).expect("ws")
             ),
         ),
         (
             "coaps+ws (TLS PSK)",
             format!(
                 "coaps+ws://{}/benchmark",
-                server.wss_local_addr().expect("wss")
+                server.local_addr(Scheme::CoapsWs).expect("wss")
             ),
         ),
     ];

@@ -71,6 +71,7 @@ pub use client::{Client, Observation, RequestBuilder};
 pub use cobalt_proto as proto;
 pub use cobalt_proto::endpoint::EndpointConfig;
 pub use cobalt_proto::message::{content_format, Code};
+pub use cobalt_proto::uri::Scheme;
 pub use error::{
     BlockError, ConnectionError, ConnectionErrorKind, CredentialsError, Error, HandshakeFailure,
     Result, Unsupported,

@@ -2,6 +2,7 @@
 //! reported at once as [`Error::Unreachable`] ("port not open", from the kernel's ICMP
 //! error) instead of after the retransmissions, over UDP and DTLS, IPv4 and IPv6.
 
+use cobalt::Scheme;
 use cobalt::{Client, Error};
 use std::time::Duration;
 
@@ -58,7 +59,10 @@ async fn a_closed_port_is_reported_at_once_not_as_a_timeout() {
         .await
         .unwrap();
     let r = client
-        .get(&format!("coap://{}/x", server.local_addr()))
+        .get(&format!(
+            "coap://{}/x",
+            server.local_addr(Scheme::Coap).unwrap()
+        ))
         .await
         .unwrap();
     assert_eq!(r.text_payload(), "here");

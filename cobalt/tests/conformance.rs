@@ -11,6 +11,7 @@
 use cobalt::proto::message::{opt, BlockValue};
 use cobalt::server::get;
 use cobalt::transport::dtls::PskStore;
+use cobalt::Scheme;
 use cobalt::{Client, Code, Response, Server, ServerHandle};
 use std::time::Duration;
 
@@ -20,11 +21,11 @@ async fn server() -> ServerHandle {
         .route("/hello", get(|| async { "hello" }))
         .route("/big", get(|| async { "x".repeat(3000) }))
         .psk(PskStore::new().with("alice", "secretPSK"))
-        .dtls(any)
-        .tcp(any)
-        .tls(any)
-        .ws(any)
-        .wss(any)
+        .listen(Scheme::Coaps, any)
+        .listen(Scheme::CoapTcp, any)
+        .listen(Scheme::CoapsTcp, any)
+        .listen(Scheme::CoapWs, any)
+        .listen(Scheme::CoapsWs, any)
         .shards(1)
         .bind(any)
         .await
@@ -34,12 +35,12 @@ async fn server() -> ServerHandle {
 /// Every transport's base URI.
 fn bases(s: &ServerHandle) -> Vec<String> {
     vec![
-        format!("coap://{}", s.local_addr()),
-        format!("coaps://{}", s.dtls_local_addr().unwrap()),
-        format!("coap+tcp://{}", s.tcp_local_addr().unwrap()),
-        format!("coaps+tcp://{}", s.tls_local_addr().unwrap()),
-        format!("coap+ws://{}", s.ws_local_addr().unwrap()),
-        format!("coaps+ws://{}", s.wss_local_addr().unwrap()),
+        format!("coap://{}", s.local_addr(Scheme::Coap).unwrap()),
+        format!("coaps://{}", s.local_addr(Scheme::Coaps).unwrap()),
+        format!("coap+tcp://{}", s.local_addr(Scheme::CoapTcp).unwrap()),
+        format!("coaps+tcp://{}", s.local_addr(Scheme::CoapsTcp).unwrap()),
+        format!("coap+ws://{}", s.local_addr(Scheme::CoapWs).unwrap()),
+        format!("coaps+ws://{}", s.local_addr(Scheme::CoapsWs).unwrap()),
     ]
 }
 
@@ -136,7 +137,7 @@ async fn a_block_past_the_end_is_4_02_for_a_peer_that_never_proved_its_address()
     get.options.set_uri_path("/big");
     get.options
         .set_uint(opt::BLOCK2, BlockValue::new(9, false, 6).unwrap().encode());
-    sock.send_to(&encode(&get), server.local_addr())
+    sock.send_to(&encode(&get), server.local_addr(Scheme::Coap).unwrap())
         .await
         .unwrap();
     let mut buf = [0u8; 1500];

@@ -10,6 +10,7 @@ use cobalt::server::get;
 use cobalt::transport::dtls::{ClientPsk, DtlsClientAuth, PskStore};
 use cobalt::transport::tcp::TcpServerLimits;
 use cobalt::transport::tls::{Alpn, TlsConnector};
+use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -47,10 +48,11 @@ async fn one_address_over_its_connection_budget_is_refused_while_others_connect(
     };
     let server = hello()
         .tcp_limits(limits)
-        .bind_tcp("127.0.0.1:0")
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapTcp).unwrap();
     let open = || counter(&server, "cobalt_connections_open", "tcp");
     let refused = || counter(&server, "cobalt_connections_refused_per_ip_total", "tcp");
     // The attacker opens 10 silent connections: 4 are kept, 6 refused.
@@ -97,12 +99,12 @@ async fn one_address_cannot_hold_every_tls_handshake() {
     let server = hello()
         .psk(PskStore::new().with("alice", "secretPSK"))
         .tcp_limits(limits)
-        .tls(any)
+        .listen(Scheme::CoapsTcp, any)
         .shards(1)
         .bind(any)
         .await
         .unwrap();
-    let tls = server.tls_local_addr().unwrap();
+    let tls = server.local_addr(Scheme::CoapsTcp).unwrap();
     let open = || counter(&server, "cobalt_connections_open", "tls");
     let refused = || counter(&server, "cobalt_connections_refused_per_ip_total", "tls");
     // Eight connections that never send a ClientHello: three handshakes wait, the

@@ -13,6 +13,7 @@ mod common;
 
 use cobalt::server::{get, post, Request};
 use cobalt::transport::dtls::PskStore;
+use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -32,7 +33,8 @@ async fn our_server() -> ServerHandle {
         .route("/big", get(|| async { "0123456789".repeat(300) }))
         .psk(PskStore::new().with(IDENTITY, KEY))
         .shards(1)
-        .bind_dtls("127.0.0.1:0")
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
         .await
         .unwrap()
 }
@@ -53,7 +55,7 @@ async fn libcoap_client_against_our_dtls_server() {
         return;
     };
     let server = our_server().await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
     let limit = Duration::from_secs(10);
     let out = common::run(
         client.clone(),
@@ -199,10 +201,11 @@ async fn libcoap_client_with_certificates_against_our_server() {
         .route("/hello", get(|| async { "hello over x509" }))
         .x509(files.pki.server.clone())
         .shards(1)
-        .bind_dtls("127.0.0.1:0")
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
     let args: Vec<String> = vec![
         "-c".into(),
         files.path("client.pem"),

@@ -5,6 +5,7 @@ mod stream;
 
 use cobalt::server::{get, post, Request};
 use cobalt::transport::dtls::{DtlsConfig, PskStore};
+use cobalt::Scheme;
 use cobalt::{Client, Code, Error, Server};
 use std::time::{Duration, Instant};
 
@@ -29,9 +30,13 @@ fn server() -> Server {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psk_request_over_dtls() {
-    let server = server().bind_dtls("127.0.0.1:0").await.unwrap();
-    let addr = server.local_addr();
-    assert_eq!(server.dtls_local_addr(), Some(addr));
+    let server = server()
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
+    assert_eq!(server.local_addr(Scheme::Coaps), Some(addr));
     let client = Client::new().with_psk("alice", "secretPSK");
     let r = client.get(&format!("coaps://{addr}/hello")).await.unwrap();
     assert_eq!(r.code, Code::CONTENT);
@@ -58,8 +63,12 @@ async fn psk_request_over_dtls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_key_is_a_clear_error_not_a_timeout() {
-    let server = server().bind_dtls("127.0.0.1:0").await.unwrap();
-    let addr = server.local_addr();
+    let server = server()
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
     let start = Instant::now();
     let err = Client::new()
         .with_psk("alice", "wrong")
@@ -119,19 +128,23 @@ async fn coaps_without_a_key_is_refused() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("pre-shared key"), "{err}");
-    let err = Server::new().bind_dtls("127.0.0.1:0").await.unwrap_err();
+    let err = Server::new()
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("Server::psk"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_and_dtls_side_by_side() {
     let server = server()
-        .dtls("127.0.0.1:0".parse().unwrap())
+        .listen(Scheme::Coaps, "127.0.0.1:0")
         .bind("127.0.0.1:0")
         .await
         .unwrap();
-    let plain = server.local_addr();
-    let secure = server.dtls_local_addr().unwrap();
+    let plain = server.local_addr(Scheme::Coap).unwrap();
+    let secure = server.local_addr(Scheme::Coaps).unwrap();
     assert_ne!(plain, secure);
     let client = Client::new().with_psk("alice", "secretPSK");
     let a = client.get(&format!("coap://{plain}/hello")).await.unwrap();
@@ -169,10 +182,11 @@ async fn client_hello_flood_from_many_ports_does_not_stop_service() {
             ..DtlsConfig::default()
         })
         .shards(1)
-        .bind_dtls("127.0.0.1:0")
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
     // A minimal DTLS 1.2 ClientHello record without a cookie (PSK-AES128-CCM8).
     let hello = client_hello();
     let mut sockets = Vec::new();
@@ -230,10 +244,11 @@ async fn certificates_with_a_ca_and_psk_on_one_port() {
     let pki = test_pki::generate("Cobalt loopback CA").unwrap();
     let server = server()
         .x509(pki.server.clone())
-        .bind_dtls("127.0.0.1:0")
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
     let uri = format!("coaps://{addr}/hello");
     let r = Client::new()
         .with_x509(pki.client.clone())
@@ -264,8 +279,13 @@ async fn certificates_with_a_ca_and_psk_on_one_port() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_server_is_reached_again_after_one_timeout() {
-    let first = server().shards(1).bind_dtls("127.0.0.1:0").await.unwrap();
-    let addr = first.local_addr();
+    let first = server()
+        .shards(1)
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap();
+    let addr = first.local_addr(Scheme::Coaps).unwrap();
     let config = cobalt::EndpointConfig {
         ack_timeout: Duration::from_millis(100),
         ack_random_factor: 1.0,
@@ -279,7 +299,12 @@ async fn a_restarted_server_is_reached_again_after_one_timeout() {
     client.get(&uri).await.unwrap();
     first.shutdown(Duration::ZERO).await;
     // The new server knows nothing of the old session.
-    let second = server().shards(1).bind_dtls(addr).await.unwrap();
+    let second = server()
+        .shards(1)
+        .listen(Scheme::Coaps, addr)
+        .start()
+        .await
+        .unwrap();
     let err = client.get(&uri).await.unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
     let r = client.get(&uri).await.unwrap();
@@ -294,12 +319,16 @@ async fn observe_over_dtls() {
         .route("/value", value.resource())
         .psk(keys())
         .shards(1)
-        .bind_dtls("127.0.0.1:0")
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
     let client = Client::new().with_psk("alice", "secretPSK");
     let mut o = client
-        .observe(&format!("coaps://{}/value", server.local_addr()))
+        .observe(&format!(
+            "coaps://{}/value",
+            server.local_addr(Scheme::Coaps).unwrap()
+        ))
         .await
         .unwrap();
     assert_eq!(o.next().await.unwrap().unwrap().text_payload(), "v0");
@@ -323,10 +352,14 @@ async fn dtls_in_single_socket_mode() {
             workers: 2,
             queue: 64,
         })
-        .bind_dtls("127.0.0.1:0")
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let uri = format!("coaps://{}/hello", server.local_addr());
+    let uri = format!(
+        "coaps://{}/hello",
+        server.local_addr(Scheme::Coaps).unwrap()
+    );
     for (id, key) in [("alice", "secretPSK"), ("alice", "secretPSK")] {
         let r = Client::new().with_psk(id, key).get(&uri).await.unwrap();
         assert_eq!(r.text_payload(), "hello over dtls");
@@ -342,8 +375,13 @@ async fn dtls_in_single_socket_mode() {
 #[ignore]
 async fn server_handshake_rate() {
     use cobalt::transport::dtls::{ClientPsk, DtlsBackend, OpensslDtls};
-    let server = server().shards(1).bind_dtls("127.0.0.1:0").await.unwrap();
-    let addr = server.local_addr();
+    let server = server()
+        .shards(1)
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
     let n = 2000u32;
     let elapsed = tokio::task::spawn_blocking(move || {
         let psk = ClientPsk::new("alice", "secretPSK");
@@ -430,10 +468,11 @@ async fn half_open_handshake_flood_beside_an_authenticated_observer() {
         .route("/value", value.resource())
         .dtls_config(limits)
         .shards(1)
-        .bind_dtls("127.0.0.1:0")
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
     let dtls = {
         let m = server.metrics();
         move || m.total()
@@ -513,10 +552,11 @@ async fn an_observation_over_coaps_recovers_after_a_server_restart() {
     };
     let first_obs = Observable::new();
     let first = serve(&first_obs, "first")
-        .bind_dtls("127.0.0.1:0")
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let addr = first.local_addr();
+    let addr = first.local_addr(Scheme::Coaps).unwrap();
     let config = cobalt::EndpointConfig {
         ack_timeout: Duration::from_millis(300),
         ack_random_factor: 1.0,
@@ -533,7 +573,11 @@ async fn an_observation_over_coaps_recovers_after_a_server_restart() {
     first.shutdown(Duration::ZERO).await;
     // A new server on the same port knows nothing of the session or the relation.
     let second_obs = Observable::new();
-    let second = serve(&second_obs, "second").bind_dtls(addr).await.unwrap();
+    let second = serve(&second_obs, "second")
+        .listen(Scheme::Coaps, addr)
+        .start()
+        .await
+        .unwrap();
     // Max-Age passes without a notification: the client registers again; its
     // retransmissions go unanswered, so it handshakes again and is served.
     let n = tokio::time::timeout(Duration::from_secs(30), o.next())

@@ -7,6 +7,7 @@
 //! a condition with a deadline.
 
 use cobalt::server::{get, put, Observable, Request, ServerLimits};
+use cobalt::Scheme;
 use cobalt::{Client, Code, Response, Server, ServerHandle};
 use cobalt_proto::message::{codec, opt, Message, MessageType, Token};
 use std::collections::HashMap;
@@ -161,11 +162,11 @@ async fn a_shard_answers_other_clients_while_a_large_fan_out_is_under_way() {
     };
     // The GET handler reads the peer: it runs for every observer, one per turn.
     let srv = server(limits, &obs, &value, true).await;
-    let mut observers = Raw::bind([127, 0, 0, 3], srv.local_addr()).await;
+    let mut observers = Raw::bind([127, 0, 0, 3], srv.local_addr(Scheme::Coap).unwrap()).await;
     let answers = observers.register(&tokens(20_000), "/obs").await;
     assert_eq!(codes(&answers)[&Code::CONTENT], 20_000);
     let client = Client::new();
-    let hello = format!("coap://{}/hello", srv.local_addr());
+    let hello = format!("coap://{}/hello", srv.local_addr(Scheme::Coap).unwrap());
     assert_eq!(client.get(&hello).await.unwrap().code, Code::CONTENT);
 
     *value.lock().unwrap() = 1;
@@ -186,7 +187,7 @@ async fn a_shard_answers_other_clients_while_a_large_fan_out_is_under_way() {
 async fn a_burst_of_changes_skips_states_and_every_observer_ends_with_the_latest() {
     let (obs, value) = (Observable::new(), Arc::new(Mutex::new(0)));
     let srv = server(ServerLimits::default(), &obs, &value, false).await;
-    let mut observers = Raw::bind([127, 0, 0, 4], srv.local_addr()).await;
+    let mut observers = Raw::bind([127, 0, 0, 4], srv.local_addr(Scheme::Coap).unwrap()).await;
     let ts = tokens(100);
     let answers = observers.register(&ts, "/obs").await;
     assert_eq!(codes(&answers)[&Code::CONTENT], 100);
@@ -236,7 +237,7 @@ async fn one_address_cannot_take_the_observe_relations_of_everyone() {
     };
     let srv = server(limits, &obs, &value, false).await;
     // One address: 50 relations, then 4.29 with Max-Age.
-    let mut a = Raw::bind([127, 0, 0, 2], srv.local_addr()).await;
+    let mut a = Raw::bind([127, 0, 0, 2], srv.local_addr(Scheme::Coap).unwrap()).await;
     let answers = a.register(&tokens(500), "/obs").await;
     let c = codes(&answers);
     assert_eq!(
@@ -249,14 +250,17 @@ async fn one_address_cannot_take_the_observe_relations_of_everyone() {
         .filter(|m| m.code == Code::TOO_MANY_REQUESTS)
         .all(|m| m.options.max_age() == 10 && m.options.observe().is_none()));
     // A second one, near the server-wide bound: 5.03 once it holds its share.
-    let mut b = Raw::bind([127, 0, 0, 5], srv.local_addr()).await;
+    let mut b = Raw::bind([127, 0, 0, 5], srv.local_addr(Scheme::Coap).unwrap()).await;
     let c = codes(&b.register(&tokens(500), "/obs").await);
     assert_eq!(c[&Code::CONTENT], 35, "{c:?}");
     assert_eq!(c[&Code::SERVICE_UNAVAILABLE], 465, "{c:?}");
     // The legitimate client still registers and is notified.
     let client = Client::new();
     let mut o = client
-        .observe(&format!("coap://{}/obs", srv.local_addr()))
+        .observe(&format!(
+            "coap://{}/obs",
+            srv.local_addr(Scheme::Coap).unwrap()
+        ))
         .await
         .unwrap();
     assert!(o.next().await.unwrap().unwrap().options.observe().is_some());
@@ -304,10 +308,12 @@ async fn one_address_cannot_block_uploads_for_everyone() {
         ..ServerLimits::default()
     };
     let srv = server(limits, &obs, &value, false).await;
-    // 2,000 one-block uploads from 50 ports of one address.
+    // 2,000 one-block uploads from 50 ports of one address. The address never holds
+    // more than 32 at once; an upload that idles out (on a slow machine the flood can
+    // outlast the idle timeout) makes room for one more.
     let mut codes: HashMap<Code, usize> = HashMap::new();
     for port in 0..50u16 {
-        let mut raw = Raw::bind([127, 0, 0, 2], srv.local_addr()).await;
+        let mut raw = Raw::bind([127, 0, 0, 2], srv.local_addr(Scheme::Coap).unwrap()).await;
         for tag in 0..40u16 {
             let token = Token::new(&tag.to_be_bytes()).unwrap();
             raw.send(Code::PUT, &token, "/upload", |m| {
@@ -318,17 +324,20 @@ async fn one_address_cannot_block_uploads_for_everyone() {
             .await;
             let answer = raw.recv(Duration::from_secs(5)).await.expect("an answer");
             *codes.entry(answer.code).or_default() += 1;
+            let held = srv.metrics().total().uploads;
+            assert!(held <= 32, "{held} uploads held for one address");
         }
     }
-    assert_eq!(codes[&Code::CONTINUE], 32, "{codes:?}");
-    assert_eq!(codes[&Code::TOO_MANY_REQUESTS], 2000 - 32, "{codes:?}");
+    let started = codes[&Code::CONTINUE];
+    assert!(started >= 32, "{codes:?}");
+    assert_eq!(started + codes[&Code::TOO_MANY_REQUESTS], 2000, "{codes:?}");
     let m = srv.metrics().total();
-    assert_eq!((m.uploads, m.upload_bytes), (32, 32 * 64));
+    assert!(m.uploads <= 32 && m.upload_bytes == m.uploads * 64, "{m:?}");
     // The legitimate client uploads 5,000 bytes block by block meanwhile.
     let client = Client::new();
     let r = client
         .put(
-            &format!("coap://{}/upload", srv.local_addr()),
+            &format!("coap://{}/upload", srv.local_addr(Scheme::Coap).unwrap()),
             vec![b'y'; 5000],
         )
         .await
@@ -346,6 +355,6 @@ async fn one_address_cannot_block_uploads_for_everyone() {
         .unwrap()
         .uploads_expired
         .load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(expired, 32);
+    assert_eq!(expired as usize, started);
     srv.shutdown(Duration::ZERO).await;
 }

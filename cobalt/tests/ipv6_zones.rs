@@ -3,6 +3,7 @@
 //! without a link-local address.
 
 use cobalt::server::get;
+use cobalt::Scheme;
 use cobalt::{Client, Server};
 use std::net::{Ipv6Addr, SocketAddrV6};
 
@@ -32,7 +33,7 @@ async fn a_zoned_link_local_uri_reaches_its_interface() {
         .bind(SocketAddrV6::new(addr, 0, 0, index))
         .await
         .unwrap();
-    let port = server.local_addr().port();
+    let port = server.local_addr(Scheme::Coap).unwrap().port();
     let client = Client::new();
     for zone in [name.clone(), index.to_string()] {
         let uri = format!("coap://[{addr}%25{zone}]:{port}/x");

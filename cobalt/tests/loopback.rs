@@ -1,6 +1,7 @@
 //! Server and client talking over real UDP sockets on loopback.
 
 use cobalt::server::{get, post, Request};
+use cobalt::Scheme;
 use cobalt::{Client, Code, Error, Server};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -39,9 +40,50 @@ async fn demo_server() -> cobalt::ServerHandle {
 }
 
 #[tokio::test]
+async fn start_says_what_is_wrong_with_the_listeners_and_leaves_nothing_bound() {
+    let err = Server::new().start().await.unwrap_err();
+    assert!(err.to_string().contains("Server::listen"), "{err}");
+    let err = Server::new()
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("coap+tcp is listed twice"),
+        "{err}"
+    );
+    let err = Server::new().bind("127.0.0.1").await.unwrap_err();
+    assert!(matches!(err, Error::Resolve { .. }), "{err:?}");
+    assert!(err.to_string().contains("coap address"), "{err}");
+    // A secure listener without credentials fails before the UDP port is bound.
+    let addr = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let err = Server::new()
+        .listen(Scheme::CoapsTcp, "127.0.0.1:0")
+        .bind(addr)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("coaps+tcp"), "{err}");
+    let server = Server::new()
+        .bind(addr)
+        .await
+        .expect("the port is still free");
+    assert_eq!(server.local_addr(Scheme::Coap), Some(addr));
+    assert_eq!(server.local_addr(Scheme::CoapTcp), None);
+    assert_eq!(
+        server.listeners().collect::<Vec<_>>(),
+        [(Scheme::Coap, addr)]
+    );
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
 async fn get_post_not_found_method_not_allowed() {
     let server = demo_server().await;
-    let base = format!("coap://{}", server.local_addr());
+    let base = format!("coap://{}", server.local_addr(Scheme::Coap).unwrap());
     let client = Client::new();
 
     let r = client.get(&format!("{base}/hello")).await.unwrap();
@@ -87,7 +129,7 @@ async fn large_post_goes_up_in_block1_and_comes_back_in_block2() {
     let body: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
     let r = client
         .post(
-            &format!("coap://{}/echo", server.local_addr()),
+            &format!("coap://{}/echo", server.local_addr(Scheme::Coap).unwrap()),
             body.clone(),
         )
         .await
@@ -107,7 +149,10 @@ async fn slow_handler_is_answered_separately() {
     let server = demo_server().await;
     let client = Client::new();
     let r = client
-        .get(&format!("coap://{}/slow", server.local_addr()))
+        .get(&format!(
+            "coap://{}/slow",
+            server.local_addr(Scheme::Coap).unwrap()
+        ))
         .await
         .unwrap();
     assert_eq!(r.text_payload(), "finally");
@@ -118,7 +163,7 @@ async fn slow_handler_is_answered_separately() {
 async fn panicking_handler_answers_5_00_and_server_keeps_serving() {
     let server = demo_server().await;
     let client = Client::new();
-    let base = format!("coap://{}", server.local_addr());
+    let base = format!("coap://{}", server.local_addr(Scheme::Coap).unwrap());
     let r = client.get(&format!("{base}/panic")).await.unwrap();
     assert_eq!(r.code, Code::INTERNAL_SERVER_ERROR);
     let r = client.get(&format!("{base}/hello")).await.unwrap();
@@ -130,7 +175,7 @@ async fn panicking_handler_answers_5_00_and_server_keeps_serving() {
 async fn many_concurrent_requests_each_run_once() {
     let server = demo_server().await;
     let client = Client::new();
-    let uri = format!("coap://{}/count", server.local_addr());
+    let uri = format!("coap://{}/count", server.local_addr(Scheme::Coap).unwrap());
     let mut tasks = Vec::new();
     for _ in 0..20 {
         let (c, u) = (client.clone(), uri.clone());
@@ -172,7 +217,10 @@ fn blocking_client_works_outside_async() {
     let server = rt.block_on(demo_server());
     let client = cobalt::client::blocking::Client::new();
     let r = client
-        .get(&format!("coap://{}/hello", server.local_addr()))
+        .get(&format!(
+            "coap://{}/hello",
+            server.local_addr(Scheme::Coap).unwrap()
+        ))
         .unwrap();
     assert_eq!(r.text_payload(), "hello world");
     rt.block_on(server.shutdown(Duration::from_secs(1)));
@@ -180,6 +228,7 @@ fn blocking_client_works_outside_async() {
 
 mod observe_and_blocks {
     use cobalt::server::{get, put, Observable, Request, ServerLimits};
+    use cobalt::Scheme;
     use cobalt::{Client, Code, Response, Server};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -230,7 +279,10 @@ mod observe_and_blocks {
         let srv = server(&obs, value.clone()).await;
         let client = Client::new();
         let mut o = client
-            .observe(&format!("coap://{}/value", srv.local_addr()))
+            .observe(&format!(
+                "coap://{}/value",
+                srv.local_addr(Scheme::Coap).unwrap()
+            ))
             .await
             .unwrap();
         let first = o.next().await.unwrap().unwrap();
@@ -260,7 +312,7 @@ mod observe_and_blocks {
         let value = Arc::new(Mutex::new("x".to_string()));
         let srv = server(&obs, value).await;
         let client = Client::new();
-        let uri = format!("coap://{}/value", srv.local_addr());
+        let uri = format!("coap://{}/value", srv.local_addr(Scheme::Coap).unwrap());
         let mut o = client.observe(&uri).await.unwrap();
         o.next().await.unwrap().unwrap();
         drop(o);
@@ -289,7 +341,7 @@ mod observe_and_blocks {
         let obs = Observable::new();
         let srv = server(&obs, Arc::new(Mutex::new(String::new()))).await;
         let client = Client::new();
-        let base = format!("coap://{}", srv.local_addr());
+        let base = format!("coap://{}", srv.local_addr(Scheme::Coap).unwrap());
         let r = client.get(&format!("{base}/big")).await.unwrap();
         assert_eq!(r.payload, big(5000));
         let r = client
@@ -329,6 +381,7 @@ mod observe_and_blocks {
 
 mod executors_and_shard_clients {
     use cobalt::server::{get, Executor, Request};
+    use cobalt::Scheme;
     use cobalt::{Client, Code, Server};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -350,13 +403,13 @@ mod executors_and_shard_clients {
             )
             .executor("/api", pool)
             .shards(1)
-            .tcp("127.0.0.1:0".parse().unwrap())
+            .listen(Scheme::CoapTcp, "127.0.0.1:0")
             .bind("127.0.0.1:0")
             .await
             .unwrap();
         let c = Client::new();
-        let udp = format!("coap://{}", server.local_addr());
-        let tcp = format!("coap+tcp://{}", server.tcp_local_addr().unwrap());
+        let udp = format!("coap://{}", server.local_addr(Scheme::Coap).unwrap());
+        let tcp = format!("coap+tcp://{}", server.local_addr(Scheme::CoapTcp).unwrap());
         for base in [udp, tcp] {
             let name = |p: &'static str| {
                 let (c, base) = (c.clone(), base.clone());
@@ -405,7 +458,7 @@ mod executors_and_shard_clients {
             .bind("127.0.0.1:0")
             .await
             .unwrap();
-        let uri = format!("coap://{}/locked", server.local_addr());
+        let uri = format!("coap://{}/locked", server.local_addr(Scheme::Coap).unwrap());
         let mut tasks = Vec::new();
         for _ in 0..8 {
             let (c, u) = (Client::new(), uri.clone());
@@ -425,7 +478,7 @@ mod executors_and_shard_clients {
             .bind("127.0.0.1:0")
             .await
             .unwrap();
-        let backend_uri = format!("coap://{}/value", backend.local_addr());
+        let backend_uri = format!("coap://{}/value", backend.local_addr(Scheme::Coap).unwrap());
         let front = Server::new()
             .route(
                 "/proxy",
@@ -446,7 +499,7 @@ mod executors_and_shard_clients {
         let r = Client::new()
             .get(&format!(
                 "coap://127.0.0.1:{}/proxy",
-                front.local_addr().port()
+                front.local_addr(Scheme::Coap).unwrap().port()
             ))
             .await
             .unwrap();
@@ -459,6 +512,7 @@ mod executors_and_shard_clients {
 mod single_socket_mode {
     use cobalt::runtime::Stages;
     use cobalt::server::{get, post, Request};
+    use cobalt::Scheme;
     use cobalt::{Client, Code, Server};
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
@@ -486,7 +540,7 @@ mod single_socket_mode {
             .bind("127.0.0.1:0")
             .await
             .unwrap();
-        let base = format!("coap://{}", server.local_addr());
+        let base = format!("coap://{}", server.local_addr(Scheme::Coap).unwrap());
         let mut tasks = Vec::new();
         for _ in 0..30 {
             let uri = format!("{base}/count");
@@ -525,7 +579,7 @@ mod single_socket_mode {
             .bind("127.0.0.1:0")
             .await
             .unwrap();
-        let uri = format!("coap://{}/stall", server.local_addr());
+        let uri = format!("coap://{}/stall", server.local_addr(Scheme::Coap).unwrap());
         let mut tasks = Vec::new();
         for _ in 0..6 {
             let u = uri.clone();
@@ -559,6 +613,7 @@ mod single_socket_mode {
 
 mod hostile_input {
     use cobalt::server::get;
+    use cobalt::Scheme;
     use cobalt::{Client, Code, Server};
     use std::time::Duration;
 
@@ -578,7 +633,7 @@ mod hostile_input {
             .bind("127.0.0.1:0")
             .await
             .unwrap();
-        let to = server.local_addr();
+        let to = server.local_addr(Scheme::Coap).unwrap();
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut sent = 0u64;
@@ -631,6 +686,7 @@ mod hostile_input {
 
 mod streaming_uploads {
     use cobalt::server::{MethodRouter, UploadChunk};
+    use cobalt::Scheme;
     use cobalt::{Client, Code, Response, Server};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -662,7 +718,10 @@ mod streaming_uploads {
             .unwrap();
         let body = vec![7u8; 5000];
         let r = Client::new()
-            .request(Code::PUT, &format!("coap://{}/sink", server.local_addr()))
+            .request(
+                Code::PUT,
+                &format!("coap://{}/sink", server.local_addr(Scheme::Coap).unwrap()),
+            )
             .payload(body)
             .block_size(256)
             .unwrap()
@@ -741,6 +800,7 @@ mod observe_reregistration {
 mod amplification {
     use cobalt::proto::message::{Code, Message, MessageType};
     use cobalt::server::get;
+    use cobalt::Scheme;
     use cobalt::{Client, EndpointConfig, Server};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -771,7 +831,10 @@ mod amplification {
         });
         let client = Client::with_tracer(EndpointConfig::default(), tracer).unwrap();
         let r = client
-            .get(&format!("coap://{}/big", server.local_addr()))
+            .get(&format!(
+                "coap://{}/big",
+                server.local_addr(Scheme::Coap).unwrap()
+            ))
             .await
             .unwrap();
         assert_eq!(
@@ -835,7 +898,7 @@ fn timers_run_while_the_socket_is_saturated() {
             .await
             .unwrap()
     });
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::Coap).unwrap();
     // The request goes in first (a flooded socket drops datagrams), the flood after it.
     let legit = UdpSocket::bind("127.0.0.1:0").unwrap();
     legit

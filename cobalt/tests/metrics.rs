@@ -3,6 +3,7 @@
 use cobalt::config::Config;
 use cobalt::metrics::serve_metrics;
 use cobalt::server::{get, Observable};
+use cobalt::Scheme;
 use cobalt::{Client, Code, Server};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -80,7 +81,7 @@ async fn counters_rise_with_traffic_and_are_served_over_http() {
     assert_eq!(before["cobalt_requests_total"], 0);
     assert_eq!(before.len(), 47, "{before:?}");
 
-    let base = format!("coap://{}", server.local_addr());
+    let base = format!("coap://{}", server.local_addr(Scheme::Coap).unwrap());
     let client = Client::new();
     for _ in 0..5 {
         let r = client.get(&format!("{base}/hello")).await.unwrap();
@@ -95,8 +96,11 @@ async fn counters_rise_with_traffic_and_are_served_over_http() {
     assert!(first.options.observe().is_some(), "registered");
     // A malformed NON (token length 9): dropped and counted.
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.send_to(&[0x59, 0x01, 0, 1], server.local_addr())
-        .unwrap();
+    udp.send_to(
+        &[0x59, 0x01, 0, 1],
+        server.local_addr(Scheme::Coap).unwrap(),
+    )
+    .unwrap();
 
     let deadline = Instant::now() + Duration::from_secs(5);
     let t = loop {

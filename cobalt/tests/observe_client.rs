@@ -1,6 +1,7 @@
 //! The client side of an observation against a server that goes away: bounded
 //! re-registrations that are reported, then [`Error::ObservationLost`].
 
+use cobalt::Scheme;
 use cobalt::{Client, Error};
 use std::sync::{Arc, Mutex};
 
@@ -76,7 +77,7 @@ fn the_blocking_client_observes_with_an_iterator() {
         )
         .unwrap();
     let client = cobalt::client::blocking::Client::new();
-    let uri = format!("coap://{}/temp", server.local_addr());
+    let uri = format!("coap://{}/temp", server.local_addr(Scheme::Coap).unwrap());
     let mut obs = client.observe(&uri).unwrap();
     let first = obs.next().unwrap().unwrap();
     assert_eq!(first.text_payload(), "t=0");

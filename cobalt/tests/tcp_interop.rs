@@ -13,6 +13,7 @@ mod common;
 mod stream;
 
 use cobalt::server::{get, post, Request};
+use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use common::{aiocoap, peer, run, text, Guarded};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -29,7 +30,8 @@ async fn our_server() -> ServerHandle {
             post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
         )
         .route("/big", get(|| async { "0123456789".repeat(300) }))
-        .bind_tcp("127.0.0.1:0")
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap()
 }
@@ -40,7 +42,7 @@ async fn libcoap_client_against_our_server() {
         return;
     };
     let server = our_server().await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapTcp).unwrap();
     let out = run(
         client.clone(),
         vec![
@@ -250,7 +252,7 @@ async fn aiocoap_client_against_our_server() {
         return;
     };
     let server = our_server().await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapTcp).unwrap();
     let out = run(
         client.clone(),
         vec![format!("coap+tcp://{addr}/hello")],

@@ -10,6 +10,7 @@ use cobalt::proto::message::{decode_tcp, encode_tcp, opt, TcpMessage, Token};
 use cobalt::proto::tcp_connection::TcpConfig;
 use cobalt::server::{get, post, Request};
 use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::Scheme;
 use cobalt::{Client, Code, Error, Server, ServerHandle};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -40,7 +41,8 @@ fn demo() -> Server {
 async fn tcp_server(limits: TcpServerLimits) -> ServerHandle {
     demo()
         .tcp_limits(limits)
-        .bind_tcp("127.0.0.1:0")
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap()
 }
@@ -49,12 +51,12 @@ async fn tcp_server(limits: TcpServerLimits) -> ServerHandle {
 async fn same_tree_over_udp_and_tcp() {
     let server = demo()
         .shards(1)
-        .tcp("127.0.0.1:0".parse().unwrap())
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
         .bind("127.0.0.1:0")
         .await
         .unwrap();
-    let tcp = server.tcp_local_addr().unwrap();
-    let udp = server.local_addr();
+    let tcp = server.local_addr(Scheme::CoapTcp).unwrap();
+    let udp = server.local_addr(Scheme::Coap).unwrap();
     let client = Client::new();
     let r = client.get(&format!("coap://{udp}/hello")).await.unwrap();
     assert_eq!(r.text_payload(), "hello world");
@@ -89,7 +91,7 @@ async fn same_tree_over_udp_and_tcp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_bodies_and_concurrent_requests_on_one_connection() {
     let server = tcp_server(TcpServerLimits::default()).await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapTcp).unwrap();
     let client = Client::new();
     // 100 kB in one message each way: no block-wise transfer over TCP.
     let body: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
@@ -141,14 +143,18 @@ async fn client_reports_refused_connection_and_reconnects() {
     assert!(matches!(err, Error::Io(_)), "{err:?}");
     // A server restarted between requests: the pool opens a new connection.
     let server = tcp_server(TcpServerLimits::default()).await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapTcp).unwrap();
     let r = client
         .get(&format!("coap+tcp://{addr}/hello"))
         .await
         .unwrap();
     assert_eq!(r.code, Code::CONTENT);
     server.shutdown(Duration::ZERO).await;
-    let server = demo().bind_tcp(addr).await.expect("rebind the same port");
+    let server = demo()
+        .listen(Scheme::CoapTcp, addr)
+        .start()
+        .await
+        .expect("rebind the same port");
     tokio::time::sleep(Duration::from_millis(50)).await;
     let r = client
         .get(&format!("coap+tcp://{addr}/hello"))
@@ -233,7 +239,7 @@ fn get_msg(path: &str, token: u8) -> TcpMessage {
 #[tokio::test]
 async fn server_aborts_when_first_message_is_not_csm() {
     let server = tcp_server(TcpServerLimits::default()).await;
-    let mut peer = RawPeer::connect(server.local_addr()).await;
+    let mut peer = RawPeer::connect(server.local_addr(Scheme::CoapTcp).unwrap()).await;
     peer.send(&get_msg("hello", 1)).await;
     let m = peer.recv_non_csm().await.unwrap();
     assert_eq!(m.code, signal_code::ABORT);
@@ -253,12 +259,12 @@ async fn silent_and_slow_peers_are_dropped() {
     };
     let server = tcp_server(limits).await;
     // Connects and says nothing.
-    let mut silent = RawPeer::connect(server.local_addr()).await;
+    let mut silent = RawPeer::connect(server.local_addr(Scheme::CoapTcp).unwrap()).await;
     let m = silent.recv_non_csm().await.unwrap();
     assert_eq!(m.code, signal_code::ABORT);
     assert!(silent.recv().await.is_none());
     // Sends its CSM, then a request one byte at a time, too slowly.
-    let mut slow = RawPeer::connect(server.local_addr()).await;
+    let mut slow = RawPeer::connect(server.local_addr(Scheme::CoapTcp).unwrap()).await;
     slow.send_csm(1152).await;
     let mut frame = Vec::new();
     encode_tcp(&get_msg("hello", 2), &mut frame);
@@ -291,7 +297,7 @@ async fn oversized_frame_is_aborted_and_connection_limit_holds() {
         ..TcpServerLimits::default()
     };
     let server = tcp_server(limits).await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapTcp).unwrap();
     let mut first = RawPeer::connect(addr).await;
     first.send_csm(1152).await;
     let csm = first.recv().await.unwrap();
@@ -338,7 +344,7 @@ async fn oversized_frame_is_aborted_and_connection_limit_holds() {
 #[tokio::test]
 async fn response_larger_than_peer_limit_goes_in_blocks_and_ping_is_answered() {
     let server = tcp_server(TcpServerLimits::default()).await;
-    let mut peer = RawPeer::connect(server.local_addr()).await;
+    let mut peer = RawPeer::connect(server.local_addr(Scheme::CoapTcp).unwrap()).await;
     peer.send_csm(1152).await;
     let _ = peer.recv().await.unwrap();
     let mut ping = Signal::Ping { custody: true }.to_message();
@@ -369,7 +375,7 @@ async fn response_larger_than_peer_limit_goes_in_blocks_and_ping_is_answered() {
 #[tokio::test]
 async fn shutdown_releases_connections() {
     let server = tcp_server(TcpServerLimits::default()).await;
-    let mut peer = RawPeer::connect(server.local_addr()).await;
+    let mut peer = RawPeer::connect(server.local_addr(Scheme::CoapTcp).unwrap()).await;
     peer.send_csm(1152).await;
     let _ = peer.recv().await.unwrap();
     peer.send(&get_msg("slow", 1)).await;
@@ -391,7 +397,7 @@ async fn shutdown_releases_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_gets_answer_across_server_release() {
     let server = tcp_server(TcpServerLimits::default()).await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapTcp).unwrap();
     let client = Client::new();
     let slow = {
         let c = client.clone();
@@ -415,7 +421,7 @@ async fn client_gets_answer_across_server_release() {
 fn blocking_client_over_tcp() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = rt.block_on(tcp_server(TcpServerLimits::default()));
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapTcp).unwrap();
     let client = cobalt::client::blocking::Client::new();
     for _ in 0..3 {
         let r = client.get(&format!("coap+tcp://{addr}/hello")).unwrap();
@@ -444,7 +450,7 @@ fn observe_msg(path: &str, token: u8, observe: Option<u32>) -> TcpMessage {
 async fn raw_observers_deregister_and_closing_the_connection_ends_relations() {
     let value = stream::Value::new(b"a");
     let server = value.serve(stream::Transport::Tcp).await;
-    let mut peer = RawPeer::connect(server.local_addr()).await;
+    let mut peer = RawPeer::connect(server.local_addr(Scheme::CoapTcp).unwrap()).await;
     peer.send_csm(1152).await;
     for token in 1..=3 {
         peer.send(&observe_msg("obs", token, Some(0))).await;
@@ -492,11 +498,12 @@ async fn bert_goes_only_to_peers_that_announced_it() {
                 async move { d }
             }),
         )
-        .bind_tcp("127.0.0.1:0")
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
     for (peer_bert, szx, len) in [(true, 7, 4096), (false, 6, 1024)] {
-        let mut peer = RawPeer::connect(server2.local_addr()).await;
+        let mut peer = RawPeer::connect(server2.local_addr(Scheme::CoapTcp).unwrap()).await;
         peer.send_csm_with(5000, peer_bert).await;
         let mut body = Vec::new();
         let mut num = 0u32;
@@ -536,7 +543,8 @@ async fn upload_server(limits: cobalt::server::ServerLimits) -> ServerHandle {
     Server::new()
         .route("/up", stream::put_store())
         .limits(limits)
-        .bind_tcp("127.0.0.1:0")
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap()
 }
@@ -559,7 +567,7 @@ async fn hostile_block1_input_gets_4_xx_not_a_panic() {
         ..Default::default()
     })
     .await;
-    let mut peer = RawPeer::connect(server.local_addr()).await;
+    let mut peer = RawPeer::connect(server.local_addr(Scheme::CoapTcp).unwrap()).await;
     peer.send_csm_with(1 << 20, true).await;
     let put = |token, num, more, szx, len| put_block(token, num, more, szx, len, 0x55);
     let cases = [
@@ -601,10 +609,11 @@ async fn hostile_block1_input_gets_4_xx_not_a_panic() {
             },
             ..TcpServerLimits::default()
         })
-        .bind_tcp("127.0.0.1:0")
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let mut peer = RawPeer::connect(plain.local_addr()).await;
+    let mut peer = RawPeer::connect(plain.local_addr(Scheme::CoapTcp).unwrap()).await;
     peer.send_csm_with(1 << 20, true).await;
     let csm = peer.recv().await.unwrap();
     assert_eq!(
@@ -729,7 +738,7 @@ async fn uploads_of_all_connections_share_one_memory_budget() {
     })
     .await;
     let block = |token, num: u32| put_block(token, num, true, 6, 1024, num as u8);
-    let mut a = RawPeer::connect(server.local_addr()).await;
+    let mut a = RawPeer::connect(server.local_addr(Scheme::CoapTcp).unwrap()).await;
     a.send_csm(1152).await;
     for num in 0..2 {
         a.send(&block(num as u8, num)).await;
@@ -738,7 +747,7 @@ async fn uploads_of_all_connections_share_one_memory_budget() {
     // Another connection from the same address: 2048 + 1024 bytes of 6000 are taken
     // as long as the address holds less than what would be left free; 2048 + 2048
     // are not (5.03: the listener's bound is near and this address holds most).
-    let mut b = RawPeer::connect(server.local_addr()).await;
+    let mut b = RawPeer::connect(server.local_addr(Scheme::CoapTcp).unwrap()).await;
     b.send_csm(1152).await;
     b.send(&block(1, 0)).await;
     assert_eq!(b.recv_non_csm().await.unwrap().code, Code::CONTINUE);

@@ -11,6 +11,7 @@ mod common;
 
 use cobalt::server::{get, post, Request};
 use cobalt::transport::dtls::{PskStore, X509Credentials};
+use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use common::PkiFiles;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -36,7 +37,8 @@ async fn our_server(files: &PkiFiles, require_client_cert: bool) -> ServerHandle
         .x509(creds)
         .psk(PskStore::new().with(IDENTITY, KEY))
         .shards(1)
-        .bind_tls("127.0.0.1:0")
+        .listen(Scheme::CoapsTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap()
 }
@@ -63,7 +65,7 @@ async fn libcoap_client_with_certificates_against_our_tls_server() {
     };
     let files = PkiFiles::new("tls-server");
     let server = our_server(&files, true).await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapsTcp).unwrap();
     let (cert, key, ca) = (
         files.path("client.pem"),
         files.path("client.key"),
@@ -98,7 +100,7 @@ async fn libcoap_client_with_psk_against_our_tls_server() {
     };
     let files = PkiFiles::new("tls-psk-server");
     let server = our_server(&files, false).await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapsTcp).unwrap();
     let psk = ["-u", IDENTITY, "-k", KEY, "-m", "get"];
     let out = common::run(
         client.clone(),
@@ -229,8 +231,8 @@ async fn aiocoap_client_over_tls_and_secure_websockets_against_our_server() {
     let server = Server::new()
         .route("/hello", get(|| async { "hello over tls" }))
         .x509(creds)
-        .tls(any)
-        .wss(any)
+        .listen(Scheme::CoapsTcp, any)
+        .listen(Scheme::CoapsWs, any)
         .shards(1)
         .bind(any)
         .await
@@ -240,11 +242,11 @@ async fn aiocoap_client_over_tls_and_secure_websockets_against_our_server() {
     for uri in [
         format!(
             "coaps+tcp://localhost:{}/hello",
-            server.tls_local_addr().unwrap().port()
+            server.local_addr(Scheme::CoapsTcp).unwrap().port()
         ),
         format!(
             "coaps+ws://localhost:{}/hello",
-            server.wss_local_addr().unwrap().port()
+            server.local_addr(Scheme::CoapsWs).unwrap().port()
         ),
     ] {
         let mut command = Command::new(&client);

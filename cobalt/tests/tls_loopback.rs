@@ -8,6 +8,7 @@ use cobalt::server::{get, post, Observable, Request};
 use cobalt::transport::dtls::{test_pki, PskStore, X509Credentials};
 use cobalt::transport::tcp::TcpServerLimits;
 use cobalt::transport::tls::{negotiated, Alpn, TlsConnector};
+use cobalt::Scheme;
 use cobalt::{Client, Code, Error, Server, ServerHandle};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,11 +43,11 @@ fn verify_only(pki: &test_pki::TestPki) -> X509Credentials {
 /// `server`'s resources over UDP, and over TLS and secure WebSockets with
 /// certificate-only credentials from `pki`.
 async fn over_tls_and_wss(server: Server, pki: &test_pki::TestPki) -> ServerHandle {
-    let any = "127.0.0.1:0".parse().unwrap();
+    let any = "127.0.0.1:0";
     server
         .x509(server_only(pki))
-        .tls(any)
-        .wss(any)
+        .listen(Scheme::CoapsTcp, any)
+        .listen(Scheme::CoapsWs, any)
         .shards(1)
         .bind(any)
         .await
@@ -84,8 +85,8 @@ async fn handshake_failures_reach(server: &cobalt::server::ServerHandle, transpo
 async fn certificate_verified_request_over_tls_and_wss() {
     let pki = test_pki::generate("tls loopback").unwrap();
     let server = over_tls_and_wss(resources(), &pki).await;
-    let tls = server.tls_local_addr().unwrap();
-    let wss = server.wss_local_addr().unwrap();
+    let tls = server.local_addr(Scheme::CoapsTcp).unwrap();
+    let wss = server.local_addr(Scheme::CoapsWs).unwrap();
     let client = Client::new().with_x509(verify_only(&pki));
     for uri in [
         format!("coaps+tcp://{tls}"),
@@ -129,11 +130,17 @@ async fn observe_over_tls_and_wss() {
     let client = Client::new().with_x509(verify_only(&pki));
     for (uri, label) in [
         (
-            format!("coaps+tcp://{}/temp", server.tls_local_addr().unwrap()),
+            format!(
+                "coaps+tcp://{}/temp",
+                server.local_addr(Scheme::CoapsTcp).unwrap()
+            ),
             "tls",
         ),
         (
-            format!("coaps+ws://{}/temp", server.wss_local_addr().unwrap()),
+            format!(
+                "coaps+ws://{}/temp",
+                server.local_addr(Scheme::CoapsWs).unwrap()
+            ),
             "wss",
         ),
     ] {
@@ -165,10 +172,11 @@ async fn alpn_coap_is_negotiated() {
     let pki = test_pki::generate("alpn").unwrap();
     let server = resources()
         .x509(server_only(&pki))
-        .bind_tls("127.0.0.1:0")
+        .listen(Scheme::CoapsTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapsTcp).unwrap();
     let auth = cobalt::transport::dtls::DtlsClientAuth::X509(verify_only(&pki));
     let connector = TlsConnector::new(Some(&auth), Alpn::Coap).unwrap();
     let tcp = TcpStream::connect(addr).await.unwrap();
@@ -187,10 +195,14 @@ async fn client_certificates_required_when_the_server_has_a_ca() {
     let pki = test_pki::generate("mutual").unwrap();
     let server = resources()
         .x509(pki.server.clone())
-        .bind_tls("127.0.0.1:0")
+        .listen(Scheme::CoapsTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let uri = format!("coaps+tcp://{}/hello", server.local_addr());
+    let uri = format!(
+        "coaps+tcp://{}/hello",
+        server.local_addr(Scheme::CoapsTcp).unwrap()
+    );
     let r = Client::new()
         .with_x509(pki.client.clone())
         .get(&uri)
@@ -216,10 +228,14 @@ async fn client_certificates_required_when_the_server_has_a_ca() {
 async fn tls_failure(server: X509Credentials, client: X509Credentials) -> String {
     let server = resources()
         .x509(server)
-        .bind_tls("127.0.0.1:0")
+        .listen(Scheme::CoapsTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let uri = format!("coaps+tcp://{}/hello", server.local_addr());
+    let uri = format!(
+        "coaps+tcp://{}/hello",
+        server.local_addr(Scheme::CoapsTcp).unwrap()
+    );
     let err = Client::new().with_x509(client).get(&uri).await.unwrap_err();
     server.shutdown(Duration::ZERO).await;
     let text = err.to_string();
@@ -262,8 +278,16 @@ async fn untrusted_expired_and_misnamed_certificates_are_clear_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pre_shared_keys_over_tls() {
     let keys = PskStore::new().with("alice", "secretPSK");
-    let server = resources().psk(keys).bind_tls("127.0.0.1:0").await.unwrap();
-    let uri = format!("coaps+tcp://{}/hello", server.local_addr());
+    let server = resources()
+        .psk(keys)
+        .listen(Scheme::CoapsTcp, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap();
+    let uri = format!(
+        "coaps+tcp://{}/hello",
+        server.local_addr(Scheme::CoapsTcp).unwrap()
+    );
     let r = Client::new()
         .with_psk("alice", "secretPSK")
         .get(&uri)
@@ -296,10 +320,11 @@ async fn peers_that_do_not_finish_the_handshake_are_closed() {
     let server = resources()
         .x509(server_only(&pki))
         .tcp_limits(limits)
-        .bind_tls("127.0.0.1:0")
+        .listen(Scheme::CoapsTcp, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapsTcp).unwrap();
     // Silent: connects and sends nothing; the server closes it.
     let mut silent = TcpStream::connect(addr).await.unwrap();
     let mut buf = [0u8; 64];

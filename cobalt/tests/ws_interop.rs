@@ -13,6 +13,7 @@ mod common;
 mod stream;
 
 use cobalt::server::{get, post, Request};
+use cobalt::Scheme;
 use cobalt::{Client, Code, Server};
 use common::{aiocoap, run, text, Guarded};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -59,10 +60,11 @@ async fn aiocoap_client_against_our_ws_server() {
             post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
         )
         .route("/big", get(|| async { "0123456789".repeat(300) }))
-        .bind_ws("127.0.0.1:0")
+        .listen(Scheme::CoapWs, "127.0.0.1:0")
+        .start()
         .await
         .unwrap();
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapWs).unwrap();
     let out = run(
         client.clone(),
         vec![format!("coap+ws://{addr}/hello")],

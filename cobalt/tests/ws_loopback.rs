@@ -11,6 +11,7 @@ use cobalt::proto::message::{TcpMessage, Token};
 use cobalt::proto::tcp_connection::TcpConfig;
 use cobalt::server::{get, post, Request};
 use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
@@ -42,7 +43,8 @@ fn demo() -> Server {
 async fn ws_server(limits: TcpServerLimits) -> ServerHandle {
     demo()
         .ws_limits(limits)
-        .bind_ws("127.0.0.1:0")
+        .listen(Scheme::CoapWs, "127.0.0.1:0")
+        .start()
         .await
         .unwrap()
 }
@@ -51,13 +53,13 @@ async fn ws_server(limits: TcpServerLimits) -> ServerHandle {
 async fn same_tree_over_udp_tcp_and_ws() {
     let server = demo()
         .shards(1)
-        .tcp("127.0.0.1:0".parse().unwrap())
-        .ws("127.0.0.1:0".parse().unwrap())
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .listen(Scheme::CoapWs, "127.0.0.1:0")
         .bind("127.0.0.1:0")
         .await
         .unwrap();
-    let ws = server.ws_local_addr().unwrap();
-    let tcp = server.tcp_local_addr().unwrap();
+    let ws = server.local_addr(Scheme::CoapWs).unwrap();
+    let tcp = server.local_addr(Scheme::CoapTcp).unwrap();
     let client = Client::new();
     let r = client.get(&format!("coap+ws://{ws}/hello")).await.unwrap();
     assert_eq!(
@@ -142,7 +144,7 @@ async fn bad_upgrade_requests_are_refused() {
         ..TcpServerLimits::default()
     })
     .await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapWs).unwrap();
     let r = raw_exchange(
         addr,
         UPGRADE.replace("/.well-known/coap", "/chat").as_bytes(),
@@ -258,7 +260,7 @@ async fn read_until_close(ws: &mut Ws) -> (Vec<TcpMessage>, Option<u16>) {
 #[tokio::test]
 async fn raw_ws_exchange_ping_and_release() {
     let server = ws_server(TcpServerLimits::default()).await;
-    let mut ws = raw_ws(server.local_addr()).await;
+    let mut ws = raw_ws(server.local_addr(Scheme::CoapWs).unwrap()).await;
     ws.send(Message::Binary(csm().into())).await.unwrap();
     let mut get = TcpMessage::new(Code::GET);
     get.token = Token::new(&[9, 9]).unwrap();
@@ -315,7 +317,7 @@ async fn oversized_frame_is_refused() {
         ..TcpServerLimits::default()
     })
     .await;
-    let mut ws = raw_ws(server.local_addr()).await;
+    let mut ws = raw_ws(server.local_addr(Scheme::CoapWs).unwrap()).await;
     ws.send(Message::Binary(csm().into())).await.unwrap();
     let mut big = TcpMessage::new(Code::POST);
     big.options.set_uri_path("echo");
@@ -339,7 +341,10 @@ async fn oversized_frame_is_refused() {
     let client = Client::new();
     let r = client
         .post(
-            &format!("coap+ws://{}/echo", server.local_addr()),
+            &format!(
+                "coap+ws://{}/echo",
+                server.local_addr(Scheme::CoapWs).unwrap()
+            ),
             vec![3u8; 1500],
         )
         .await
@@ -351,14 +356,14 @@ async fn oversized_frame_is_refused() {
 #[tokio::test]
 async fn text_messages_and_bad_first_message_close_the_connection() {
     let server = ws_server(TcpServerLimits::default()).await;
-    let mut ws = raw_ws(server.local_addr()).await;
+    let mut ws = raw_ws(server.local_addr(Scheme::CoapWs).unwrap()).await;
     ws.send(Message::Binary(csm().into())).await.unwrap();
     ws.send(Message::Text("GET /hello".into())).await.unwrap();
     let (_, code) = read_until_close(&mut ws).await;
     assert_eq!(code, Some(1003));
 
     // First message not a CSM: Abort.
-    let mut ws = raw_ws(server.local_addr()).await;
+    let mut ws = raw_ws(server.local_addr(Scheme::CoapWs).unwrap()).await;
     let mut get = TcpMessage::new(Code::GET);
     get.options.set_uri_path("hello");
     ws.send(Message::Binary(ws_bytes(&get).into()))
@@ -379,7 +384,7 @@ async fn connection_limit_answers_503() {
         ..TcpServerLimits::default()
     })
     .await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapWs).unwrap();
     let mut first = raw_ws(addr).await;
     first.send(Message::Binary(csm().into())).await.unwrap();
     let r = raw_exchange(addr, UPGRADE.as_bytes()).await;
@@ -402,7 +407,7 @@ async fn connection_limit_answers_503() {
 #[tokio::test]
 async fn shutdown_releases_ws_connections() {
     let server = ws_server(TcpServerLimits::default()).await;
-    let mut ws = raw_ws(server.local_addr()).await;
+    let mut ws = raw_ws(server.local_addr(Scheme::CoapWs).unwrap()).await;
     ws.send(Message::Binary(csm().into())).await.unwrap();
     let stop = tokio::spawn(server.shutdown(Duration::from_millis(100)));
     let (msgs, _) = read_until_close(&mut ws).await;
@@ -456,7 +461,7 @@ async fn slow_websocket_messages_are_cut_off() {
         ..TcpServerLimits::default()
     })
     .await;
-    let addr = server.local_addr();
+    let addr = server.local_addr(Scheme::CoapWs).unwrap();
     // Complete messages, however spaced, are fine: CSM then a GET 600 ms later.
     let mut s = raw_upgraded(addr).await;
     s.write_all(&client_frame(&csm())).await.unwrap();
@@ -504,7 +509,7 @@ mod shared {
 async fn closing_a_websocket_ends_its_relations() {
     let value = stream::Value::new(b"a");
     let server = value.serve(stream::Transport::Ws).await;
-    let mut ws = raw_ws(server.local_addr()).await;
+    let mut ws = raw_ws(server.local_addr(Scheme::CoapWs).unwrap()).await;
     ws.send(Message::Binary(csm().into())).await.unwrap();
     for token in 1..=2u8 {
         let mut get = TcpMessage::new(Code::GET);

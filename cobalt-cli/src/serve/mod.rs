@@ -12,6 +12,7 @@ use crate::exit;
 use clap::Args;
 use cobalt::config::{Config, ConfigError};
 use cobalt::metrics::serve_metrics;
+use cobalt::Scheme;
 use cobalt::Server;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -195,7 +196,7 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     let addr = bind.with_port(config.server.port);
     let ports = Ports::new(&args, config.server.port);
     if let Some(port) = ports.tcp {
-        server = server.tcp(bind.with_port(port));
+        server = server.listen(Scheme::CoapTcp, bind.with_port(port));
     }
     if let Some(file) = &args.dtls_psk_file {
         let keys = cobalt::transport::dtls::PskStore::load(file).map_err(|e| (exit::USAGE, e))?;
@@ -229,11 +230,11 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         ));
     }
     if credentials {
-        server = server.dtls(bind.with_port(ports.dtls));
+        server = server.listen(Scheme::Coaps, bind.with_port(ports.dtls));
     }
     let ws = args.ws || args.ws_port.is_some();
     if ws {
-        server = server.ws(bind.with_port(args.ws_port.unwrap_or(8080)));
+        server = server.listen(Scheme::CoapWs, bind.with_port(args.ws_port.unwrap_or(8080)));
     }
     let wss = args.wss_port.or((ws && args.tls.is_some()).then_some(8443));
     if (args.tls.is_some() || wss.is_some()) && !credentials {
@@ -244,10 +245,10 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         ));
     }
     if let Some(port) = ports.tls {
-        server = server.tls(bind.with_port(port));
+        server = server.listen(Scheme::CoapsTcp, bind.with_port(port));
     }
     if let Some(port) = wss {
-        server = server.wss(bind.with_port(port));
+        server = server.listen(Scheme::CoapsWs, bind.with_port(port));
     }
     let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
         (
@@ -274,21 +275,21 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     eprintln!(
         "cobalt: serving CoAP on {} (Ctrl-C to stop)",
-        handle.local_addr()
+        handle.local_addr(Scheme::Coap).unwrap()
     );
-    if let Some(tcp) = handle.tcp_local_addr() {
+    if let Some(tcp) = handle.local_addr(Scheme::CoapTcp) {
         eprintln!("cobalt: serving CoAP over TCP on {tcp}");
     }
-    if let Some(dtls) = handle.dtls_local_addr() {
+    if let Some(dtls) = handle.local_addr(Scheme::Coaps) {
         eprintln!("cobalt: serving CoAP over DTLS on {dtls}");
     }
-    if let Some(ws) = handle.ws_local_addr() {
+    if let Some(ws) = handle.local_addr(Scheme::CoapWs) {
         eprintln!("cobalt: serving CoAP over WebSockets on ws://{ws}/.well-known/coap");
     }
-    if let Some(tls) = handle.tls_local_addr() {
+    if let Some(tls) = handle.local_addr(Scheme::CoapsTcp) {
         eprintln!("cobalt: serving CoAP over TLS on {tls}");
     }
-    if let Some(wss) = handle.wss_local_addr() {
+    if let Some(wss) = handle.local_addr(Scheme::CoapsWs) {
         eprintln!("cobalt: serving CoAP over secure WebSockets on wss://{wss}/.well-known/coap");
     }
     if let Some(exporter) = &_exporter {

@@ -1,15 +1,18 @@
-//! The server: a resource tree served by one or more shards.
+//! The server: a resource tree served over any of the six CoAP transports.
 //!
 //! ```no_run
 //! use cobalt::server::{get, post, Request, Server};
+//! use cobalt::Scheme;
 //!
 //! # async fn demo() -> cobalt::Result<()> {
 //! let server = Server::new()
 //!     .route("/hello", get(|| async { "hello world" }).rt("greeting"))
 //!     .route("/echo", post(|req: Request| async move { req.payload().to_vec() }))
-//!     .bind("127.0.0.1:5683")
+//!     .listen(Scheme::Coap, "127.0.0.1:5683")
+//!     .listen(Scheme::CoapTcp, "127.0.0.1:5683")
+//!     .start()
 //!     .await?;
-//! println!("listening on {}", server.local_addr());
+//! println!("coap+tcp on {:?}", server.local_addr(Scheme::CoapTcp));
 //! server.wait().await;
 //! # Ok(()) }
 //! ```
@@ -74,57 +77,41 @@ pub struct Server {
     psk_keys: Option<Arc<PskStore>>,
     x509: Option<Arc<X509Credentials>>,
     dtls_config: DtlsConfig,
-    dtls_addr: Option<SocketAddr>,
     ws_limits: TcpServerLimits,
-    /// Connection-oriented listeners to start next to UDP: coap+tcp, coaps+tcp,
-    /// coap+ws, coaps+ws.
-    streams: Vec<(StreamScheme, SocketAddr)>,
+    /// The listeners [`Server::start`] opens, in the order given (an address that did
+    /// not resolve is reported by `start`).
+    listeners: Vec<(Scheme, std::io::Result<SocketAddr>)>,
 }
 
-/// A connection-oriented way of serving CoAP (RFC 8323).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StreamScheme {
-    /// `coap+tcp`.
-    Tcp,
-    /// `coaps+tcp`.
-    Tls,
-    /// `coap+ws`.
-    Ws,
-    /// `coaps+ws`.
-    Wss,
+/// How a connection-oriented scheme (RFC 8323) frames its messages.
+fn stream_framing(scheme: Scheme) -> Framing {
+    if scheme.is_websocket() {
+        Framing::WebSocket
+    } else {
+        Framing::Stream
+    }
 }
 
-impl StreamScheme {
-    fn framing(self) -> Framing {
-        match self {
-            StreamScheme::Tcp | StreamScheme::Tls => Framing::Stream,
-            StreamScheme::Ws | StreamScheme::Wss => Framing::WebSocket,
-        }
+/// The `transport` label of a connection-oriented listener's metrics.
+fn metric_label(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::CoapTcp => "tcp",
+        Scheme::CoapsTcp => "tls",
+        Scheme::CoapWs => "ws",
+        Scheme::CoapsWs => "wss",
+        Scheme::Coap => "udp",
+        Scheme::Coaps => "dtls",
     }
+}
 
-    fn secure(self) -> bool {
-        matches!(self, StreamScheme::Tls | StreamScheme::Wss)
-    }
-
-    /// The URI scheme.
-    fn uri_scheme(self) -> Scheme {
-        match self {
-            StreamScheme::Tcp => Scheme::CoapTcp,
-            StreamScheme::Tls => Scheme::CoapsTcp,
-            StreamScheme::Ws => Scheme::CoapWs,
-            StreamScheme::Wss => Scheme::CoapsWs,
-        }
-    }
-
-    /// The label of the listener's metrics.
-    fn label(self) -> &'static str {
-        match self {
-            StreamScheme::Tcp => "tcp",
-            StreamScheme::Tls => "tls",
-            StreamScheme::Ws => "ws",
-            StreamScheme::Wss => "wss",
-        }
-    }
+/// The first address `addr` resolves to.
+fn resolve(addr: impl ToSocketAddrs) -> std::io::Result<SocketAddr> {
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolved to no address",
+        )
+    })
 }
 
 impl Server {
@@ -195,7 +182,7 @@ impl Server {
 
     /// Applies a [`Config`]: endpoint parameters, limits, runtime settings (shards,
     /// receive batch, socket buffers) and the limits of the TCP, TLS and WebSocket
-    /// listeners (`[connections]`). The address to bind is `config.server`:
+    /// listeners (`[connections]`). The address to serve is `config.server`:
     /// `server.with_config(&config).bind(config.server.socket_addr())`.
     pub fn with_config(mut self, config: &Config) -> Server {
         self.config = config.endpoint_config();
@@ -212,29 +199,22 @@ impl Server {
         self
     }
 
-    /// Also serves the same resources over CoAP over TCP (RFC 8323, `coap+tcp://`) on
-    /// `addr`, bound by [`Server::bind`] next to the UDP socket; see
-    /// [`ServerHandle::tcp_local_addr`].
-    pub fn tcp(mut self, addr: SocketAddr) -> Server {
-        self.streams.push((StreamScheme::Tcp, addr));
-        self
-    }
-
-    /// Also serves the same resources over CoAP over TLS (RFC 8323 §8.2,
-    /// `coaps+tcp://`, usually port 5684) on `addr`, with the credentials of
-    /// [`Server::x509`] and/or [`Server::psk`] and the limits of [`Server::tcp_limits`];
-    /// see [`ServerHandle::tls_local_addr`].
-    pub fn tls(mut self, addr: SocketAddr) -> Server {
-        self.streams.push((StreamScheme::Tls, addr));
-        self
-    }
-
-    /// Also serves the same resources over CoAP over secure WebSockets (`coaps+ws://`,
-    /// TLS under [`Server::ws`]'s protocol) on `addr`, with the credentials of
-    /// [`Server::x509`] and/or [`Server::psk`] and the limits of [`Server::ws_limits`];
-    /// see [`ServerHandle::wss_local_addr`].
-    pub fn wss(mut self, addr: SocketAddr) -> Server {
-        self.streams.push((StreamScheme::Wss, addr));
+    /// Serves the resources over `scheme` on `addr` once [`Server::start`] runs; call
+    /// it once per scheme. The transports:
+    ///
+    /// - [`Scheme::Coap`]: UDP (RFC 7252), one `SO_REUSEPORT` socket per shard (or
+    ///   [`Server::single_socket`]).
+    /// - [`Scheme::Coaps`]: DTLS 1.2 (RFC 7252 §9) on as many shards, with the keys of
+    ///   [`Server::psk`] and/or [`Server::x509`] and the limits of [`Server::dtls_config`].
+    /// - [`Scheme::CoapTcp`] and [`Scheme::CoapsTcp`]: TCP and TLS (RFC 8323, TLS as in
+    ///   §8.2, ALPN `coap`), limits from [`Server::tcp_limits`].
+    /// - [`Scheme::CoapWs`] and [`Scheme::CoapsWs`]: WebSockets (RFC 8323 §4, upgrades on
+    ///   `/.well-known/coap` with subprotocol `coap`), limits from [`Server::ws_limits`].
+    ///
+    /// The connection-oriented schemes run on the current tokio runtime, one task per
+    /// connection; the handlers of every scheme run on their resource's executor.
+    pub fn listen(mut self, scheme: Scheme, addr: impl ToSocketAddrs) -> Server {
+        self.listeners.push((scheme, resolve(addr)));
         self
     }
 
@@ -261,14 +241,6 @@ impl Server {
     /// Sets the DTLS session limits and timers (sessions per shard, handshake timeout).
     pub fn dtls_config(mut self, config: DtlsConfig) -> Server {
         self.dtls_config = config;
-        self
-    }
-
-    /// Also serves the same resources over CoAP over DTLS (`coaps://`, usually port
-    /// 5684) on `addr`, bound by [`Server::bind`] next to the UDP socket; see
-    /// [`ServerHandle::dtls_local_addr`]. Needs [`Server::psk`] or [`Server::x509`].
-    pub fn dtls(mut self, addr: SocketAddr) -> Server {
-        self.dtls_addr = Some(addr);
         self
     }
 
@@ -306,22 +278,6 @@ impl Server {
         Ok(Box::new(layer))
     }
 
-    /// Serves over CoAP over DTLS only (`coaps://`, RFC 7252 §9) with the keys of
-    /// [`Server::psk`] or [`Server::x509`]: the same shards as [`Server::bind`], each datagram passing
-    /// through the shard's DTLS session table.
-    pub async fn bind_dtls(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
-        self.bind_with(addr, true).await
-    }
-
-    /// Also serves the same resources over CoAP over WebSockets (RFC 8323 §4,
-    /// `coap+ws://`) on `addr`, bound by [`Server::bind`] next to the UDP socket:
-    /// HTTP/1.1 upgrades on `/.well-known/coap` with subprotocol `coap`; see
-    /// [`ServerHandle::ws_local_addr`].
-    pub fn ws(mut self, addr: SocketAddr) -> Server {
-        self.streams.push((StreamScheme::Ws, addr));
-        self
-    }
-
     /// Sets the limits of the WebSocket side (connections, Max-Message-Size, which is
     /// also the WebSocket frame and message size limit, upgrade and idle timeouts).
     pub fn ws_limits(mut self, limits: TcpServerLimits) -> Server {
@@ -329,66 +285,14 @@ impl Server {
         self
     }
 
-    /// Serves over CoAP over WebSockets only (RFC 8323 §4, `coap+ws://`), on the
-    /// current tokio runtime: one task per connection, handlers run on that task.
-    /// [`ServerHandle::local_addr`] is then the WebSocket (TCP) address.
-    pub async fn bind_ws(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
-        self.bind_stream(StreamScheme::Ws, addr).await
-    }
-
-    /// Serves over CoAP over TCP only (RFC 8323, `coap+tcp://`), on the current tokio
-    /// runtime: one task per connection, handlers run on that task.
-    /// [`ServerHandle::local_addr`] is then the TCP address.
-    pub async fn bind_tcp(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
-        self.bind_stream(StreamScheme::Tcp, addr).await
-    }
-
-    /// Serves over CoAP over TLS only (RFC 8323 §8.2, `coaps+tcp://`), like
-    /// [`Server::bind_tcp`] with TLS; needs [`Server::x509`] or [`Server::psk`].
-    pub async fn bind_tls(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
-        self.bind_stream(StreamScheme::Tls, addr).await
-    }
-
-    /// Serves over CoAP over secure WebSockets only (`coaps+ws://`), like
-    /// [`Server::bind_ws`] with TLS; needs [`Server::x509`] or [`Server::psk`].
-    pub async fn bind_wss(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
-        self.bind_stream(StreamScheme::Wss, addr).await
-    }
-
-    async fn bind_stream(
-        mut self,
-        scheme: StreamScheme,
-        addr: impl ToSocketAddrs,
-    ) -> Result<ServerHandle> {
-        let addr = addr
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| Error::Resolve {
-                host: "the bind address".into(),
-                reason: "it resolved to no address".into(),
-            })?;
-        self.streams = vec![(scheme, addr)];
-        let tree = Arc::new(std::mem::take(&mut self.tree));
-        let streams = self.start_streams(&tree).await?;
-        Ok(ServerHandle {
-            local_addr: streams[0].1.local_addr,
-            limit_counters: tree.budgets().counters.clone(),
-            commands: Vec::new(),
-            threads: Vec::new(),
-            stage_threads: None,
-            metrics: Metrics::new(0),
-            streams,
-            dtls_local_addr: None,
-        })
-    }
-
     /// Starts the connection-oriented listeners; on failure stops those already started.
     async fn start_streams(
         &self,
+        streams: &[(Scheme, SocketAddr)],
         tree: &Arc<ResourceTree>,
-    ) -> Result<Vec<(StreamScheme, TcpListenerHandle)>> {
-        let mut started: Vec<(StreamScheme, TcpListenerHandle)> = Vec::new();
-        for &(scheme, addr) in &self.streams {
+    ) -> Result<Vec<(Scheme, TcpListenerHandle)>> {
+        let mut started: Vec<(Scheme, TcpListenerHandle)> = Vec::new();
+        for &(scheme, addr) in streams {
             match self.start_stream(scheme, addr, tree).await {
                 Ok(l) => started.push((scheme, l)),
                 Err(e) => {
@@ -404,28 +308,25 @@ impl Server {
 
     async fn start_stream(
         &self,
-        scheme: StreamScheme,
+        scheme: Scheme,
         addr: SocketAddr,
         tree: &Arc<ResourceTree>,
     ) -> Result<TcpListenerHandle> {
-        let tls = if scheme.secure() {
-            let uri_scheme = scheme.uri_scheme();
-            self.require_credentials(uri_scheme)?;
-            let alpn = Alpn::for_framing(scheme.framing());
+        let framing = stream_framing(scheme);
+        let tls = if scheme.is_secure() {
+            self.require_credentials(scheme)?;
+            let alpn = Alpn::for_framing(framing);
             let acceptor = TlsAcceptor::new(self.x509.as_deref(), self.psk_keys.clone(), alpn)
-                .map_err(|e| e.into_error("TLS", uri_scheme))?;
+                .map_err(|e| e.into_error("TLS", scheme))?;
             Some(acceptor)
         } else {
             None
         };
-        let limits = match scheme.framing() {
+        let limits = match framing {
             Framing::Stream => self.tcp_limits.clone(),
             Framing::WebSocket => self.ws_limits.clone(),
         };
-        let transport = Transport {
-            framing: scheme.framing(),
-            tls,
-        };
+        let transport = Transport { framing, tls };
         let name = transport.scheme();
         let listener = crate::transport::tcp::listen(
             addr,
@@ -445,129 +346,156 @@ impl Server {
         Ok(listener)
     }
 
-    /// Binds the UDP address and starts serving.
+    /// Serves over UDP (`coap://`) on `addr`, next to the listeners given with
+    /// [`Server::listen`], and starts: `server.listen(Scheme::Coap, addr).start()`.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
-        self.bind_with(addr, false).await
+        self.listen(Scheme::Coap, addr).start().await
     }
 
-    async fn bind_with(mut self, addr: impl ToSocketAddrs, secure: bool) -> Result<ServerHandle> {
+    /// Opens every listener given with [`Server::listen`] and starts serving. Fails,
+    /// saying which, when none was given, a scheme was given twice, an address does not
+    /// resolve or cannot be bound, or a secure scheme has no credentials; nothing is
+    /// left running then.
+    pub async fn start(mut self) -> Result<ServerHandle> {
         self.config.validate()?;
-        let addr = addr
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| Error::Resolve {
-                host: "the bind address".into(),
-                reason: "it resolved to no address".into(),
-            })?;
-        let shards = self
-            .shards
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let (ios, local_addr, stage_threads) = match self.stages {
-            None => {
-                let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
-                let local_addr = sockets[0].local_addr()?;
-                (
-                    sockets.into_iter().map(DriverIo::Owned).collect::<Vec<_>>(),
-                    local_addr,
-                    None,
-                )
-            }
-            Some(stages) => {
-                let socket = bind_shard_sockets_with(addr, 1, self.buffers)?.remove(0);
-                let local_addr = socket.local_addr()?;
-                let (ios, threads) = start_stages(socket, stages, self.stage_counters.clone())?;
-                let ios = ios
-                    .into_iter()
-                    .map(|io| DriverIo::Staged(io, local_addr))
-                    .collect();
-                (ios, local_addr, Some(threads))
-            }
-        };
-        // DTLS shards next to plain ones publish into the slots after the plain shards'.
-        let dtls_shards = if self.dtls_addr.is_some() && !secure {
-            shards
-        } else {
-            0
-        };
-        let mut metrics = Metrics::new(ios.len() + dtls_shards);
+        let listeners = self.resolved_listeners()?;
+        let (datagram, streams): (Vec<_>, Vec<_>) =
+            listeners.into_iter().partition(|(s, _)| s.is_datagram());
+        let bound = self.bind_datagram(&datagram)?;
+        let stage_threads = bound.stage_threads;
+        let mut metrics = Metrics::new(bound.sockets.iter().map(|b| b.ios.len()).sum());
         if stage_threads.is_some() {
             metrics = metrics.with_stages(self.stage_counters.clone());
         }
         let tree = Arc::new(std::mem::take(&mut self.tree));
         let mut started = Started::default();
-        for (i, io) in ios.into_iter().enumerate() {
-            let dtls = if secure {
-                Some(self.dtls_layer()?)
+        let mut listening = Vec::new();
+        let mut slots = metrics.shards().iter().cloned();
+        for socket in bound.sockets {
+            let secure = socket.scheme == Scheme::Coaps;
+            let prefix = if secure {
+                "cobalt-dtls"
             } else {
-                None
+                "cobalt-shard"
             };
-            let slot = metrics.shards()[i].clone();
-            let name = format!("cobalt-shard-{i}");
-            self.spawn_shard(name, io, &tree, secure, Some(slot), dtls, &mut started)?;
+            for (i, (io, dtls)) in socket.ios.into_iter().zip(socket.layers).enumerate() {
+                let name = format!("{prefix}-{i}");
+                let slot = slots.next();
+                if let Err(e) = self.spawn_shard(name, io, &tree, secure, slot, dtls, &mut started)
+                {
+                    started.stop();
+                    return Err(e);
+                }
+            }
+            tracing::info!(local_addr = %socket.local_addr, scheme = %socket.scheme, shards = started.commands.len(), "CoAP listening");
+            listening.push((socket.scheme, socket.local_addr));
         }
-        let dtls_local_addr = match self.dtls_addr.filter(|_| !secure) {
-            Some(addr) => Some(self.spawn_dtls_shards(
-                addr,
-                shards,
-                &tree,
-                &mut started,
-                &metrics.shards()[metrics.shards().len() - dtls_shards..],
-            )?),
-            None => None,
-        };
         for o in tree.observables() {
             o.attach(started.inboxes.clone());
         }
-        let Started {
-            commands, threads, ..
-        } = started;
-        tracing::info!(%local_addr, workers = commands.len(), staged = stage_threads.is_some(), "CoAP server listening");
-        let streams = match self.start_streams(&tree).await {
+        let streams = match self.start_streams(&streams, &tree).await {
             Ok(streams) => streams,
             Err(e) => {
-                for c in &commands {
-                    let _ = c.send(Command::Shutdown {
-                        grace: Duration::ZERO,
-                    });
-                }
+                started.stop();
                 return Err(e);
             }
         };
+        let Started {
+            commands, threads, ..
+        } = started;
         Ok(ServerHandle {
-            local_addr,
+            datagram: listening,
             limit_counters: tree.budgets().counters.clone(),
             commands,
             threads,
             stage_threads,
             metrics,
             streams,
-            dtls_local_addr: if secure {
-                Some(local_addr)
-            } else {
-                dtls_local_addr
-            },
         })
     }
 
-    /// Starts `shards` DTLS shards on `addr` next to the plain ones.
-    fn spawn_dtls_shards(
-        &self,
-        addr: SocketAddr,
-        shards: usize,
-        tree: &Arc<ResourceTree>,
-        started: &mut Started,
-        slots: &[Arc<crate::metrics::ShardMetrics>],
-    ) -> Result<SocketAddr> {
-        let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
-        let local_addr = sockets[0].local_addr()?;
-        for (i, socket) in sockets.into_iter().enumerate() {
-            let io = DriverIo::Owned(socket);
-            let dtls = Some(self.dtls_layer()?);
-            let name = format!("cobalt-dtls-{i}");
-            self.spawn_shard(name, io, tree, true, slots.get(i).cloned(), dtls, started)?;
+    /// The listeners with their addresses, or why they cannot all be opened.
+    fn resolved_listeners(&mut self) -> Result<Vec<(Scheme, SocketAddr)>> {
+        let mut resolved: Vec<(Scheme, SocketAddr)> = Vec::new();
+        for (scheme, addr) in std::mem::take(&mut self.listeners) {
+            if resolved.iter().any(|(s, _)| *s == scheme) {
+                return Err(Error::Unsupported(Unsupported::Argument(format!(
+                    "{scheme} is listed twice: give Server::listen one address per scheme"
+                ))));
+            }
+            let addr = addr.map_err(|e| Error::Resolve {
+                host: format!("the {scheme} address"),
+                reason: e.to_string(),
+            })?;
+            if scheme.is_secure() {
+                self.require_credentials(scheme)?;
+            }
+            resolved.push((scheme, addr));
         }
-        tracing::info!(%local_addr, "CoAP over DTLS listening");
-        Ok(local_addr)
+        if resolved.is_empty() {
+            return Err(Error::Unsupported(Unsupported::Argument(
+                "the server has nothing to listen on: call Server::listen(scheme, address) \
+                 or Server::bind(address)"
+                    .into(),
+            )));
+        }
+        Ok(resolved)
+    }
+
+    /// Binds the datagram listeners' sockets (the first in single-socket mode when
+    /// [`Server::single_socket`] asked for it) and makes each DTLS shard's session
+    /// table, so that nothing starts when one of them fails.
+    fn bind_datagram(&self, listeners: &[(Scheme, SocketAddr)]) -> Result<BoundDatagram> {
+        let shards = self
+            .shards
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let mut bound = BoundDatagram::default();
+        for (k, &(scheme, addr)) in listeners.iter().enumerate() {
+            let (ios, local_addr) = match self.stages.filter(|_| k == 0) {
+                None => {
+                    let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
+                    let local_addr = sockets[0].local_addr()?;
+                    (
+                        sockets.into_iter().map(DriverIo::Owned).collect(),
+                        local_addr,
+                    )
+                }
+                Some(stages) => {
+                    let socket = bind_shard_sockets_with(addr, 1, self.buffers)?.remove(0);
+                    let local_addr = socket.local_addr()?;
+                    let (ios, threads) = start_stages(socket, stages, self.stage_counters.clone())?;
+                    bound.stage_threads = Some(threads);
+                    let ios: Vec<DriverIo> = ios
+                        .into_iter()
+                        .map(|io| DriverIo::Staged(io, local_addr))
+                        .collect();
+                    (ios, local_addr)
+                }
+            };
+            let layers = (0..ios.len())
+                .map(|_| {
+                    (scheme == Scheme::Coaps)
+                        .then(|| self.dtls_layer())
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>>>();
+            let layers = match layers {
+                Ok(layers) => layers,
+                Err(e) => {
+                    if let Some(s) = bound.stage_threads.take() {
+                        s.stop();
+                    }
+                    return Err(e);
+                }
+            };
+            bound.sockets.push(BoundSocket {
+                scheme,
+                local_addr,
+                ios,
+                layers,
+            });
+        }
+        Ok(bound)
     }
 
     /// Starts one server shard (with its changes inbox) on its own thread.
@@ -600,6 +528,22 @@ impl Server {
     }
 }
 
+/// The datagram listeners' sockets, bound but not yet served.
+#[derive(Default)]
+struct BoundDatagram {
+    sockets: Vec<BoundSocket>,
+    stage_threads: Option<StageThreads>,
+}
+
+/// One datagram listener: a socket per shard (or the staged workers' queues) and, for
+/// DTLS, each shard's session table.
+struct BoundSocket {
+    scheme: Scheme,
+    local_addr: SocketAddr,
+    ios: Vec<DriverIo>,
+    layers: Vec<Option<Box<dyn DtlsBackend>>>,
+}
+
 /// The shards started so far: their command queues, changes inboxes and threads.
 #[derive(Default)]
 struct Started {
@@ -608,18 +552,29 @@ struct Started {
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
+impl Started {
+    /// Stops the shards started so far (when a later listener fails to start).
+    fn stop(&self) {
+        for c in &self.commands {
+            let _ = c.send(Command::Shutdown {
+                grace: Duration::ZERO,
+            });
+        }
+    }
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct ServerHandle {
-    local_addr: SocketAddr,
+    /// The datagram listeners (`coap`, `coaps`) with their bound addresses.
+    datagram: Vec<(Scheme, SocketAddr)>,
     /// Refusals and dropped uploads over every shard and listener.
     limit_counters: Arc<crate::metrics::LimitCounters>,
     commands: Vec<mpsc::UnboundedSender<Command>>,
     threads: Vec<std::thread::JoinHandle<()>>,
     stage_threads: Option<StageThreads>,
     metrics: Metrics,
-    streams: Vec<(StreamScheme, TcpListenerHandle)>,
-    dtls_local_addr: Option<SocketAddr>,
+    streams: Vec<(Scheme, TcpListenerHandle)>,
 }
 
 impl std::fmt::Debug for StageThreads {
@@ -637,66 +592,37 @@ impl ServerHandle {
             .clone()
             .with_limits(self.limit_counters.clone());
         for (scheme, l) in &self.streams {
-            m = m.with_transport(scheme.label(), l.counters.clone());
+            m = m.with_transport(metric_label(*scheme), l.counters.clone());
         }
         m
     }
 
-    /// The bound address (with the real port when 0 was asked for).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+    /// The address `scheme` is served on (with the real port when 0 was asked for), or
+    /// `None` when the server does not listen on `scheme`.
+    pub fn local_addr(&self, scheme: Scheme) -> Option<SocketAddr> {
+        self.listeners().find(|(s, _)| *s == scheme).map(|(_, a)| a)
     }
 
-    /// The CoAP-over-TCP address, when serving over TCP too ([`Server::tcp`],
-    /// [`Server::bind_tcp`]).
-    pub fn tcp_local_addr(&self) -> Option<SocketAddr> {
-        self.stream_addr(StreamScheme::Tcp)
-    }
-
-    /// The CoAP-over-TLS (`coaps+tcp`) address, when serving over TLS too
-    /// ([`Server::tls`], [`Server::bind_tls`]).
-    pub fn tls_local_addr(&self) -> Option<SocketAddr> {
-        self.stream_addr(StreamScheme::Tls)
-    }
-
-    /// The CoAP-over-secure-WebSockets (`coaps+ws`) address ([`Server::wss`],
-    /// [`Server::bind_wss`]).
-    pub fn wss_local_addr(&self) -> Option<SocketAddr> {
-        self.stream_addr(StreamScheme::Wss)
-    }
-
-    fn stream_addr(&self, scheme: StreamScheme) -> Option<SocketAddr> {
-        self.streams
-            .iter()
-            .find(|(s, _)| *s == scheme)
-            .map(|(_, l)| l.local_addr)
-    }
-
-    /// The CoAP-over-DTLS (`coaps`) address, when serving over DTLS
-    /// ([`Server::dtls`], [`Server::bind_dtls`]).
-    pub fn dtls_local_addr(&self) -> Option<SocketAddr> {
-        self.dtls_local_addr
-    }
-
-    /// The CoAP-over-WebSockets address, when serving over WebSockets too
-    /// ([`Server::ws`], [`Server::bind_ws`]).
-    pub fn ws_local_addr(&self) -> Option<SocketAddr> {
-        self.stream_addr(StreamScheme::Ws)
+    /// Every scheme served, with its address, in the order [`Server::listen`] gave them
+    /// (datagram schemes first).
+    pub fn listeners(&self) -> impl Iterator<Item = (Scheme, SocketAddr)> + '_ {
+        let streams = self.streams.iter().map(|(s, l)| (*s, l.local_addr));
+        self.datagram.iter().copied().chain(streams)
     }
 
     /// Graceful shutdown: stop reading, let handlers in progress answer for up to
     /// `grace`, then stop every shard (and release every TCP connection).
     pub async fn shutdown(self, grace: Duration) {
-        tracing::info!(local_addr = %self.local_addr, ?grace, "CoAP server shutting down");
+        let local_addr = self.listeners().next().map(|(_, a)| a);
+        tracing::info!(?local_addr, ?grace, "CoAP server shutting down");
         for c in &self.commands {
             let _ = c.send(Command::Shutdown { grace });
         }
         for (_, l) in &self.streams {
             l.shutdown(grace);
         }
-        let local_addr = self.local_addr;
         self.wait().await;
-        tracing::info!(%local_addr, "CoAP server stopped");
+        tracing::info!(?local_addr, "CoAP server stopped");
     }
 
     /// Waits until every shard (and the TCP listener) has stopped.

@@ -32,6 +32,7 @@ use cobalt::proto::tcp_connection::TcpConfig;
 use cobalt::server::ServerLimits;
 use cobalt::server::{get, put, MethodRouter, Observable, Request, Response, UploadChunk};
 use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,14 +55,30 @@ impl Transport {
 
     pub async fn bind(self, server: Server, limits: TcpServerLimits) -> ServerHandle {
         match self {
-            Transport::Tcp => server.tcp_limits(limits).bind_tcp("127.0.0.1:0").await,
-            Transport::Ws => server.ws_limits(limits).bind_ws("127.0.0.1:0").await,
+            Transport::Tcp => {
+                server
+                    .tcp_limits(limits)
+                    .listen(Scheme::CoapTcp, "127.0.0.1:0")
+                    .start()
+                    .await
+            }
+            Transport::Ws => {
+                server
+                    .ws_limits(limits)
+                    .listen(Scheme::CoapWs, "127.0.0.1:0")
+                    .start()
+                    .await
+            }
         }
         .unwrap()
     }
 
     pub fn uri(self, server: &ServerHandle, path: &str) -> String {
-        format!("{}://{}{path}", self.scheme(), server.local_addr())
+        format!(
+            "{}://{}{path}",
+            self.scheme(),
+            server.local_addr(self.scheme().parse().unwrap()).unwrap()
+        )
     }
 }
 
@@ -544,7 +561,10 @@ impl Observed {
     }
 
     pub fn uri(&self, scheme: &str, path: &str) -> String {
-        format!("{scheme}://{}{path}", self.server.local_addr())
+        format!(
+            "{scheme}://{}{path}",
+            self.server.local_addr(scheme.parse().unwrap()).unwrap()
+        )
     }
 
     pub async fn stop(self) {
