@@ -10,6 +10,11 @@ cargo fmt --all -- --check
 # Imports point one way: no new cycle between the modules of a crate.
 python3 scripts/check-module-cycles.py
 cargo clippy --workspace --all-targets -- -D warnings
+# The API documentation (the guide is the `cobalt` crate's documentation) builds
+# without warnings: no broken links, none to private items. The libraries and the
+# `cobalt` binary separately, as both are named `cobalt`.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --lib -q
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p cobalt-cli -q
 # The link emulator's tests need root and network namespaces: required where the
 # machine allows them, reported as skipped (with why) where it does not.
 if [ "$(id -u)" = 0 ] && ip netns add cobalt-ci-probe 2>/dev/null; then

@@ -3,7 +3,7 @@
 //! `cobalt bench coaps://...`.
 
 use clap::Args;
-use cobalt::transport::dtls::{parse_key, ClientPsk, DtlsClientAuth, X509Credentials};
+use cobalt::transport::credentials::{parse_key, ClientCredentials, ClientPsk, X509Credentials};
 use std::path::{Path, PathBuf};
 
 /// How a client authenticates to a `coaps://` (DTLS), `coaps+tcp://` or `coaps+ws://`
@@ -61,10 +61,10 @@ impl DtlsArgs {
 
     /// The credentials the flags name (reading the PEM files), or `None` without any;
     /// the error is a one-line message naming the flag.
-    pub fn client_auth(&self) -> Result<Option<DtlsClientAuth>, String> {
+    pub fn client_auth(&self) -> Result<Option<ClientCredentials>, String> {
         if let (Some(id), Some(key)) = (&self.psk_identity, &self.psk_key) {
             let key = parse_key(key).map_err(|e| format!("--psk-key: {e}"))?;
-            return Ok(Some(DtlsClientAuth::Psk(ClientPsk::new(
+            return Ok(Some(ClientCredentials::Psk(ClientPsk::new(
                 id.as_bytes(),
                 key,
             ))));
@@ -75,7 +75,7 @@ impl DtlsArgs {
         let read =
             |p: &Path| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
         let read_opt = |p: &Option<PathBuf>| p.as_deref().map(read).transpose();
-        Ok(Some(DtlsClientAuth::X509(X509Credentials {
+        Ok(Some(ClientCredentials::X509(X509Credentials {
             cert_chain_pem: read_opt(&self.cert)?.unwrap_or_default(),
             key_pem: read_opt(&self.key)?.unwrap_or_default(),
             ca_pem: read_opt(&self.ca)?,
@@ -98,7 +98,7 @@ mod tests {
         assert!(a.given());
         assert_eq!(
             a.client_auth().unwrap(),
-            Some(DtlsClientAuth::Psk(ClientPsk::new("alice", vec![1, 2])))
+            Some(ClientCredentials::Psk(ClientPsk::new("alice", vec![1, 2])))
         );
         let bad = DtlsArgs {
             psk_key: Some("0xzz".into()),

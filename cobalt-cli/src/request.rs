@@ -8,7 +8,7 @@ use crate::{exit, render, sink};
 use clap::Args;
 use cobalt::proto::link_format;
 use cobalt::proto::message::{content_format, opt, Code};
-use cobalt::transport::dtls::DtlsClientAuth;
+use cobalt::transport::credentials::ClientCredentials;
 use cobalt::{Client, Error, Observation, Response};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +17,8 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub struct RequestArgs {
     /// Target, e.g. coap://127.0.0.1/hello or coap://[::1]:5683/path?query
+    // The text is also the `--help` line, where brackets must stay unescaped.
+    #[allow(rustdoc::broken_intra_doc_links)]
     pub uri: String,
     /// Request payload; `@FILE` reads it from a file, `@-` from standard input.
     #[arg(short, long)]
@@ -157,8 +159,8 @@ fn build(
         b = b.non_confirmable();
     }
     match args.dtls.client_auth().map_err(|e| (exit::USAGE, e))? {
-        Some(DtlsClientAuth::Psk(p)) => b = b.psk(p.identity, p.key),
-        Some(DtlsClientAuth::X509(x)) => b = b.x509(x),
+        Some(ClientCredentials::Psk(p)) => b = b.psk(p.identity, p.key),
+        Some(ClientCredentials::X509(x)) => b = b.x509(x),
         None if args.uri.trim().to_ascii_lowercase().starts_with("coaps://") => {
             return Err((
                 exit::USAGE,

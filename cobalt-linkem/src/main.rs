@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Emulates a constrained link between two network namespaces (needs root).
 ///
-/// Defaults are the link of the 002 study: 60 kbit/s and 200 ms from the client side
+/// Defaults are the link of the congestion study: 60 kbit/s and 200 ms from the client side
 /// (10.78.1.2) to the server side (10.78.2.1), 30 kbit/s and 400 ms back, MTU 296, a
 /// drop-tail queue of 2,500 bytes each way, and 10-20 ms of extra delay for the rest
 /// of the path. Run programs on either side with `ip netns exec NAME ...`; the names

@@ -1,4 +1,4 @@
-//! Validation of the emulator on the 002 paper's link (needs root, TUN and iproute2;
+//! Validation of the emulator on the congestion-control paper's link (needs root, TUN and iproute2;
 //! skipped elsewhere unless COBALT_REQUIRE_NETNS=1 or COBALT_REQUIRE_PEERS=1 is set,
 //! as in CI, which then fails instead).
 //!

@@ -12,7 +12,7 @@
 //! * [`encode`] writes links as link-format text.
 //! * [`parse`] reads link-format text. It is linear in the input, does not recurse and
 //!   returns a [`LinkFormatError`] (never panics) on malformed input.
-//! * [`matches`], [`filter`] and [`filter_by_query`] implement the RFC 6690 §4.1
+//! * [`matches()`], [`filter`] and [`filter_by_query`] implement the RFC 6690 §4.1
 //!   query filtering used by `GET /.well-known/core?rt=temp*`.
 //!
 //! ```
@@ -537,7 +537,7 @@ fn value_matches(value: &str, pattern: &str, split: bool) -> bool {
     test(value) || (split && value.split_ascii_whitespace().any(test))
 }
 
-/// Whether `link` matches one query item `name=value` or `name` (see [`matches`]).
+/// Whether `link` matches one query item `name=value` or `name` (see [`matches()`]).
 /// The item is split at its first `=`; an empty item matches every link.
 pub fn matches_query_item(link: &Link, item: &str) -> bool {
     if item.is_empty() {

@@ -1,4 +1,4 @@
-//! The 002 study reproduced and extended: flow completion times of CoAP clients over
+//! The CoAP congestion-control study (UDP against TCP on a constrained link) reproduced and extended: flow completion times of CoAP clients over
 //! the paper's constrained link with Default CoAP, CoCoA, CoCoA-strong and FASOR over
 //! UDP and CoAP over TCP, over the emulated link ([`emu_run`], real time, kernel UDP
 //! and TCP) and in virtual time ([`sim_run`], the `cobalt-proto` simulator, UDP only),

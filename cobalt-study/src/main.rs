@@ -1,4 +1,4 @@
-//! `cobalt-study`: runs the 002 study (or a named part of it) over the emulated link
+//! `cobalt-study`: runs the congestion study (or a named part of it) over the emulated link
 //! and/or in virtual time, resuming where an earlier run stopped, and writes its
 //! tables and plots.
 
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// CoAP congestion control on a constrained link: the 002 study.
+/// CoAP congestion control on a constrained link: the congestion study.
 #[derive(Debug, Parser)]
 #[command(name = "cobalt-study", version)]
 struct Cli {

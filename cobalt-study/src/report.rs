@@ -253,7 +253,7 @@ pub fn markdown(summaries: &[Summary], results: &[RunResult]) -> String {
     );
     let _ = writeln!(
         out,
-        "Pooled over every client of every replication. `paper` rows are the 002 paper's Table I.\n"
+        "Pooled over every client of every replication. `paper` rows are the congestion-control paper's Table I.\n"
     );
     let _ = writeln!(
         out,

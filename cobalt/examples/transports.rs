@@ -7,7 +7,7 @@
 //! A throughput comparison of the stacks, not of the machine: read the ratios.
 
 use cobalt::server::get;
-use cobalt::transport::dtls::PskStore;
+use cobalt::transport::credentials::PskStore;
 use cobalt::Scheme;
 use cobalt::{Client, Server};
 use std::sync::atomic::{AtomicU64, Ordering};

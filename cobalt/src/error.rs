@@ -89,7 +89,7 @@ pub enum Error {
     },
     /// Keys or certificates could not be read or used.
     #[error("{0}")]
-    Credentials(CredentialsError),
+    Credentials(#[from] CredentialsError),
     /// An observation fell silent and registering again did not bring a notification
     /// back ([`Observation::max_reregistrations`](crate::Observation::max_reregistrations)).
     #[error("no notification from {peer} after registering again {attempts} times: the server went away or no longer serves the resource")]

@@ -2,7 +2,7 @@
 //!
 //! ```no_run
 //! use cobalt::server::{get, post, Observable, Request};
-//! use cobalt::{Client, Code, Server};
+//! use cobalt::{Client, Code, Scheme, Server};
 //!
 //! # async fn demo() -> cobalt::Result<()> {
 //! // A server: resources are async handlers; `temp` can be observed (RFC 7641).
@@ -11,8 +11,9 @@
 //!     .route("/hello", get(|| async { "hello world" }))
 //!     .route("/echo", post(|r: Request| async move { (Code::CHANGED, r.payload().to_vec()) }))
 //!     .route("/temp", get(|| async { "21.5" }).observable(&temp))
-//!     .tcp("[::]:5683".parse().unwrap()) // also coap+tcp://
-//!     .bind("[::]:5683")
+//!     .listen(Scheme::Coap, "[::]:5683")
+//!     .listen(Scheme::CoapTcp, "[::]:5683")
+//!     .start()
 //!     .await?;
 //!
 //! // A client: one for every scheme; errors say what happened and what to try.
@@ -28,35 +29,339 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Transports
+//! This page is the guide: [serving](#serving), [requests](#requests),
+//! [observe](#observe), [block-wise transfers](#block-wise-transfers),
+//! [where handlers run](#where-handlers-run), [transports and credentials](#transports-and-credentials),
+//! [protection](#protection), [configuration](#configuration) and the
+//! [architecture](#architecture). The `cobalt` command (`cobalt-cli`) is built on this
+//! crate; `examples/` holds a minimal server, client and observer to copy from.
+//!
+//! # Serving
+//!
+//! A [`Server`] is a resource tree ([`Server::route`]) and the listeners it is served on
+//! ([`Server::listen`], one per [`Scheme`]); [`Server::start`] opens them all, or fails
+//! saying which one cannot be opened and leaves nothing running. [`Server::bind`] is the
+//! plain UDP case: `listen(Scheme::Coap, addr).start()`.
+//!
+//! ```no_run
+//! use cobalt::server::{get, post, Request};
+//! use cobalt::{Code, Scheme, Server};
+//!
+//! # async fn run() -> cobalt::Result<()> {
+//! let server = Server::new()
+//!     .route("/hello", get(|| async { "hello world" }).rt("greeting"))
+//!     .route("/echo", post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }))
+//!     .bind("[::]:5683")
+//!     .await?;
+//! assert!(server.local_addr(Scheme::Coap).is_some());
+//! assert_eq!(server.local_addr(Scheme::CoapTcp), None);
+//! server.wait().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Handlers are async functions of nothing, of the [`Request`], or of its parts, answering
+//! anything [`server::IntoResponse`]: a string, bytes, a `(Code, body)` pair or a
+//! [`Response`]. A handler that is ready on its first poll is answered inline, piggybacked
+//! on the ACK, without leaving the shard's thread; one that takes longer than
+//! `separate_ack_delay` (1 s) gets an empty ACK and its answer goes out later as a
+//! confirmable separate response. A handler that panics is answered 5.00 and the server
+//! keeps serving. Unknown paths get 4.04, other methods 4.05, and
+//! `/.well-known/core` (RFC 6690) is generated from the tree, with query filters.
+//!
+//! [`ServerHandle::shutdown`] stops reading, lets handlers in progress answer for a grace
+//! period, and releases every socket and connection.
+//!
+//! # Requests
+//!
+//! [`Client`] is async; [`client::blocking::Client`] has the same constructors
+//! (`Client::new()`, `Client::with_config(..)?`), the same requests, and an `observe(uri)?`
+//! that returns an iterator of notifications.
+//!
+//! ```no_run
+//! # async fn run() -> cobalt::Result<()> {
+//! let client = cobalt::Client::new();
+//! let r = client.get("coap://127.0.0.1/hello").await?;
+//! println!("{} {}", r.code, r.text_payload());
+//! let r = client
+//!     .request(cobalt::Code::POST, "coap://127.0.0.1/echo")
+//!     .payload("hi")
+//!     .non_confirmable()
+//!     .timeout(std::time::Duration::from_secs(5))
+//!     .send()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Errors are typed ([`Error`]) so a program can match them: `Timeout { peer,
+//! retransmissions }`, `Reset`, `Deadline`, `Unreachable`, `BadUri`, `Resolve`,
+//! [`Error::BlockTransfer`] ([`BlockError`]), [`Error::Connection`] ([`ConnectionError`]),
+//! [`Error::Tls`]/[`Error::Dtls`] ([`HandshakeFailure`]), [`Error::Credentials`]
+//! (including a bad PSK file), `ObservationLost`, [`Error::Unsupported`]. Each message
+//! says what happened and what to try, and `Error`'s `Debug` is that message, so a `main`
+//! returning [`Result`] prints `Error: <what happened and what to try>`. The client's UDP
+//! sockets ask the kernel for ICMP errors (`IP_RECVERR`/`IPV6_RECVERR`), so a request to a
+//! port where nothing listens fails at once with `Unreachable` instead of after 93 s of
+//! retransmissions.
+//!
+//! A single UDP client endpoint may send at most 65,536 messages to one server within
+//! EXCHANGE_LIFETIME (RFC 7252 §4.4: message IDs must not be reused); beyond that the
+//! client queues requests until IDs are free again. Spread heavy traffic to one server
+//! over several clients.
+//!
+//! # Observe
+//!
+//! Both sides of RFC 7641:
+//!
+//! ```no_run
+//! use cobalt::server::{get, Observable};
+//! # async fn run() -> cobalt::Result<()> {
+//! let temp = Observable::new();
+//! let server = cobalt::Server::new()
+//!     .route("/temp", get(|| async { "21.5" }).observable(&temp))
+//!     .bind("[::]:5683")
+//!     .await?;
+//! temp.changed(); // every observer gets the GET handler's new answer
+//! temp.changed_for(|peer| peer.ip().is_loopback()); // only some observers
+//!
+//! let mut obs = cobalt::Client::new().observe("coap://127.0.0.1/temp").await?;
+//! while let Some(n) = obs.next().await {
+//!     println!("{}", n?.text_payload());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Notifications carry one sequence counter per resource (the resource decides the order,
+//! 24-bit wrap); they are NON except every `observe_con_every`-th (20) or once per
+//! `observe_con_interval` (24 h), or when asked ([`server::Observable::changed_confirmable`]).
+//! Observers go away on RST, on a confirmable notification that is not acknowledged, on
+//! GET with Observe=1, and when the resource is [`deleted`](server::Observable::deleted)
+//! (they get 4.04).
+//!
+//! The client drops stale notifications (RFC 7641 §3.4), fetches the rest of a
+//! notification larger than one block, re-registers when nothing arrives for Max-Age + 5 s
+//! (at most 3 times in a row, [`Observation::max_reregistrations`], then it ends with
+//! `Error::ObservationLost`; [`Observation::on_reregister`] hears about each attempt), and
+//! [`cancel`](Observation::cancel)s with Observe=1; a dropped [`Observation`] answers the
+//! next notification with RST over UDP and deregisters over TCP.
+//!
+//! **Fan-out.** `changed()` reaches each shard's (or connection's) inbox, which keeps one
+//! pending change per resource. A change starts a *round* over the resource's observers;
+//! changes during a round make one more round after it. Each notification is produced
+//! from the state current when it is produced, so under a burst of changes the states in
+//! between are skipped (RFC 7641 §4.5) and every observer ends with the latest. The GET
+//! handler runs once per round for all observers whose registrations asked the same,
+//! unless it calls [`Request::peer`] (then once per observer). A shard sends at most
+//! `observe_batch` (256) notifications per turn of its loop and reads its socket between
+//! turns, so a resource with 10,000 observers does not stop it from serving others. Per
+//! observer, nothing new is sent while its last confirmable notification is
+//! unacknowledged, nor sooner than `observe_min_interval` after the last one.
+//!
+//! **Bounds.** Relations are bounded per client IP address (`max_observers_per_ip`, 1,000,
+//! over all transports together: 4.29 Too Many Requests with Max-Age) and per server
+//! (`max_observers`, 100,000: near it, an address that holds at least what is still free
+//! gets 5.03 with Max-Age). A refused registration gets no relation.
+//!
+//! Over `coap+tcp://` and `coap+ws://` (RFC 8323 §7) the same `Observable` and
+//! `Client::observe` work: a relation belongs to its connection and ends with it, and a
+//! notification larger than the peer's Max-Message-Size carries the first block.
+//!
+//! # Block-wise transfers
+//!
+//! RFC 7959: responses larger than a block are cut on the client's Block2 request (any
+//! block number: random access; the client's size or the server's `block_szx`); the client
+//! reassembles them and checks the ETag. Uploads are sent in Block1 blocks
+//! ([`RequestBuilder::block_size`] or 1024 bytes) and reassembled by the server before the
+//! handler runs, in order, up to `max_body` (4.13 with Size1 beyond, 4.08 for a gap;
+//! Request-Tag keeps concurrent uploads apart). A server that asks for smaller blocks
+//! (2.31 with a smaller SZX) is followed at the block number its size implies.
+//!
+//! Uploads in progress are bounded per peer (`max_uploads_per_peer`, 4), per IP address
+//! (`max_uploads_per_ip`, 32, and `max_upload_memory_per_ip`, 4 MiB; 4.29 with Max-Age) and
+//! in total (`max_uploads`, 1,000, and `max_upload_memory`, 64 MiB; 5.03 near them for the
+//! addresses holding most). An upload that receives no block for `upload_idle_timeout`
+//! (60 s) is dropped on a timer of its own.
+//!
+//! Uploads too large to buffer can be consumed block by block:
+//!
+//! ```no_run
+//! use cobalt::server::{MethodRouter, UploadChunk};
+//! use cobalt::{Code, Server};
+//! # async fn run() -> cobalt::Result<()> {
+//! let server = Server::new()
+//!     .route(
+//!         "/firmware",
+//!         MethodRouter::default().stream_upload(Code::PUT, |chunk: UploadChunk| async move {
+//!             println!("{} bytes", chunk.data().len());
+//!             if chunk.last { Code::CHANGED } else { Code::CONTINUE }
+//!         }),
+//!     )
+//!     .bind("[::]:5683")
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Over `coap+tcp://` and `coap+ws://` a body goes in one message when it fits the peer's
+//! Max-Message-Size (from its CSM), else block-wise; where both sides announced
+//! Block-Wise-Transfer, BERT (RFC 8323 §6) is used: SZX 7 blocks that are multiples of
+//! 1024 bytes, as large as the peer's Max-Message-Size allows (the server caps them at
+//! `max_bert_block`, 64 KiB).
+//!
+//! # Where handlers run
+//!
+//! The paper's per-resource business-logic stage: each resource runs its handlers on an
+//! [`server::Executor`] (inline on the shard by default; children inherit the nearest
+//! ancestor's choice).
+//!
+//! ```no_run
+//! use cobalt::server::{get, Executor};
+//! # async fn run() -> cobalt::Result<()> {
+//! let server = cobalt::Server::new()
+//!     .route("/fast", get(|| async { "inline on the shard thread" }))
+//!     .route("/db/query", get(|| async { "runs on the blocking pool" }))
+//!     .executor("/db", Executor::blocking(4)?) // children inherit
+//!     .route("/counter", get(|| async { "one at a time" }).executor(Executor::exclusive()?))
+//!     .bind("[::]:5683")
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A handler can ask other CoAP services with [`Request::client`]: those requests go out
+//! on the socket of the shard that received the request, so their responses come back to
+//! it, and awaiting them resumes on the resource's executor. Over TCP, TLS and WebSockets
+//! inline handlers run on the connection's task and the others on their executor.
+//!
+//! # Transports and credentials
 //!
 //! | URI scheme | transport | server | client |
 //! |---|---|---|---|
-//! | `coap://` | UDP (RFC 7252), one `SO_REUSEPORT` socket per shard | [`Server::bind`] | [`Client`] |
-//! | `coaps://` | DTLS 1.2 with a PSK or certificates (RFC 7252 §9) | [`Server::dtls`], [`Server::bind_dtls`] | [`Client::with_psk`], [`Client::with_x509`] |
-//! | `coap+tcp://` | TCP (RFC 8323) | [`Server::tcp`] | a pooled connection per server |
-//! | `coaps+tcp://` | TLS 1.2/1.3 (RFC 8323 §8.2) | [`Server::tls`] | as `coaps://`, or the system's CAs |
-//! | `coap+ws://` | WebSockets (RFC 8323 §4) | [`Server::ws`] | a pooled WebSocket per server |
-//! | `coaps+ws://` | secure WebSockets | [`Server::wss`] | as `coaps+tcp://` |
+//! | `coap://` | UDP (RFC 7252), one `SO_REUSEPORT` socket per shard | [`Scheme::Coap`] | [`Client`] |
+//! | `coaps://` | DTLS 1.2 with a PSK or certificates (RFC 7252 §9) | [`Scheme::Coaps`] | [`Client::with_psk`], [`Client::with_x509`] |
+//! | `coap+tcp://` | TCP (RFC 8323) | [`Scheme::CoapTcp`] | a pooled connection per server |
+//! | `coaps+tcp://` | TLS 1.2/1.3 (RFC 8323 §8.2), ALPN `coap` | [`Scheme::CoapsTcp`] | as `coaps://`, or the system's CAs |
+//! | `coap+ws://` | WebSockets (RFC 8323 §4) | [`Scheme::CoapWs`] | a pooled WebSocket per server |
+//! | `coaps+ws://` | secure WebSockets | [`Scheme::CoapsWs`] | as `coaps+tcp://` |
 //!
-//! Block-wise transfers (RFC 7959, BERT over TCP), observe, separate responses and
-//! deduplication work over each. The [blocking client](client::blocking) does the same
-//! from synchronous code.
+//! Block-wise transfers, observe, separate responses and deduplication work over each.
+//! The secure schemes share one set of credentials ([`transport::credentials`]):
+//! pre-shared keys ([`Server::psk`], from a key file with
+//! [`PskStore::load`](transport::credentials::PskStore::load)) and certificates
+//! ([`Server::x509`]); a client without credentials verifies a TLS server against the
+//! system's CAs and the URI's host, like curl.
 //!
-//! # Features
+//! ```no_run
+//! use cobalt::transport::credentials::PskStore;
+//! use cobalt::{Scheme, Server};
+//! # async fn run() -> cobalt::Result<()> {
+//! let keys = PskStore::load("keys.txt")?; // one `identity:key` per line
+//! let server = Server::new()
+//!     .psk(keys)
+//!     .listen(Scheme::Coaps, "[::]:5684")
+//!     .listen(Scheme::CoapsTcp, "[::]:5684")
+//!     .start()
+//!     .await?;
+//! let client = cobalt::Client::new().with_psk("alice", "secretPSK");
+//! let r = client.get("coaps://127.0.0.1/hello").await?;
+//! # Ok(()) }
+//! ```
 //!
-//! - `vendored-openssl` (default): DTLS and TLS through OpenSSL built from source.
-//! - `openssl`: DTLS and TLS through the system's OpenSSL (libssl-dev).
-//! - neither (`default-features = false`): plain CoAP with no C dependency; `coaps://`,
-//!   `coaps+tcp://` and `coaps+ws://` fail with [`Error::Unsupported`] naming the feature.
+//! The WebSocket listener accepts HTTP/1.1 upgrades on `/.well-known/coap` with
+//! subprotocol `coap` and answers anything else with an HTTP error (404, 400, 405, 426,
+//! 431, 503 over its connection budgets). The limits of the connection-oriented listeners
+//! are [`Server::tcp_limits`] and [`Server::ws_limits`] (connections in total and per
+//! address, Max-Message-Size, which is also the WebSocket frame limit, handshake, idle
+//! and write timeouts), those of DTLS [`Server::dtls_config`] (sessions, handshakes in
+//! total and per address). DTLS Connection ID (RFC 9146) is not available: OpenSSL does
+//! not implement it.
 //!
-//! # Structure
+//! Cargo features: `vendored-openssl` (default) builds OpenSSL from source for DTLS and
+//! TLS; `openssl` uses the system's (libssl-dev); with neither (`default-features =
+//! false`) the crate is plain CoAP with no C dependency, and the secure schemes fail with
+//! [`Error::Unsupported`] naming the feature.
 //!
-//! The protocol itself lives in the sans-IO crate [`cobalt_proto`]; this crate adds the
-//! connectors ([`transport`]), the shard threads that drive endpoints ([`runtime`]),
-//! the [`Server`] with its resource tree, and the [`Client`]. A server's settings can
-//! come from one TOML file with environment and command-line overrides ([`config`]);
-//! its counters are exported in the Prometheus format ([`metrics`]).
+//! # Protection
+//!
+//! Everything from the network is treated as hostile: no state an unverified peer can
+//! grow cheaply, no answer larger than three times what an unverified address sent, and
+//! one peer's abuse does not deny service to others.
+//!
+//! - **Amplification** (RFC 9175 §2.4, `amplification_factor` 3; 0 turns it off): until
+//!   an address is verified it gets at most 3 times the bytes of each request. A larger
+//!   answer waits for one verification round trip (a CoAP ping, which every
+//!   implementation answers with RST); the address then stays verified for
+//!   `verified_lifetime` (10 min). An address that never answers gets 4.01 with Echo for a
+//!   safe request. DTLS peers are exempt: the cookie exchange verified them.
+//! - **Bounds per peer, no global lockout.** Requests in progress are bounded per peer
+//!   (`max_exchanges_per_peer`, 32), per IP address (`max_exchanges_per_ip`, 10,000) and
+//!   per shard (`max_server_exchanges`, 100,000): 4.29 with Max-Age over one's own bound,
+//!   and at the shard's bound only addresses that already have requests in progress get
+//!   5.03. Connections, DTLS handshakes and sessions have the same per-address budgets.
+//! - **Deduplication and at-most-once.** A request with a non-safe method (POST, PUT,
+//!   DELETE, PATCH, iPATCH) runs its handler at most once for all copies of it (same peer
+//!   address and port, same message ID) that arrive within EXCHANGE_LIFETIME (247 s) of its
+//!   answer, as long as it is among that peer's last `dedup_per_peer` (8) messages and the
+//!   store has not had to drop it for `max_dedup_bytes` (16 MiB per shard, counted in
+//!   `cobalt_dedup_evictions_total`). A duplicate CON gets the stored reply again, a
+//!   duplicate NON is dropped; a copy arriving while its handler runs is always
+//!   recognised. A safe request (GET, FETCH) may run again when a copy arrives after its
+//!   answer (RFC 7252 §4.5); `dedup_rerun_safe = false` keeps those answers too. A peer
+//!   retransmits only its outstanding confirmable messages, so a real duplicate is among
+//!   its last few. Nobody is ever refused because of deduplication, and expiry is O(1)
+//!   per entry.
+//!
+//! # Configuration
+//!
+//! All RFC 7252 §4.8 parameters are fields of [`EndpointConfig`] (defaults in parentheses):
+//! `ack_timeout` (2 s), `ack_random_factor` (1.5), `max_retransmit` (4), `nstart` (1),
+//! `max_latency` (100 s), `processing_delay` (2 s); derived: EXCHANGE_LIFETIME 247 s,
+//! NON_LIFETIME 145 s. Server-role limits are [`server::ServerLimits`]. A whole server's
+//! settings can come from one TOML file with environment and `--set` overrides
+//! ([`config::Config`]: defaults < file < `COBALT_<SECTION>_<KEY>` < flags); out-of-range
+//! values are refused naming the key and the range.
+//!
+//! ```no_run
+//! use cobalt::config::Config;
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::load(Some(std::path::Path::new("cobalt.toml")))?;
+//! let server = cobalt::Server::new()
+//!     .with_config(&config)
+//!     .bind(config.server.socket_addr())
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Confirmable messages are retransmitted on the timers of a per-peer congestion
+//! controller (`congestion_control`): `default` (RFC 7252), `cocoa`, `cocoa-strong`,
+//! `fasor`, `fasor-k` (the default: FASOR keeping the backed-off timer after
+//! retransmissions, Karn's rule) and `karn`. The choice and its measurements are in
+//! `bench/congestion/` (the CoAP congestion-control study's constrained link, emulated
+//! and in virtual time).
+//!
+//! The counters of every shard and listener are exported in the Prometheus text format
+//! ([`metrics`]).
+//!
+//! # Architecture
+//!
+//! The protocol lives in the sans-IO crate [`cobalt_proto`] (no I/O, no threads, no
+//! clock): the message codec, the [`Endpoint`](cobalt_proto::endpoint::Endpoint) with its
+//! exchanges, deduplication, reliability, congestion control and notifications, and the
+//! RFC 8323 connection machine. This crate adds the connectors ([`transport`]), the shard
+//! threads that drive endpoints ([`runtime`]), the [`Server`] with its resource tree, and
+//! the [`Client`].
+//!
+//! **Shards.** By default the server runs one shard per core: a thread with its own
+//! `SO_REUSEPORT` socket on the server port, its own endpoint, and the exchanges, dedup
+//! entries, uploads and observe relations of the peers the kernel hashes to it. A request
+//! goes socket → endpoint → handler → endpoint → socket on that thread (batches of up to 64
+//! datagrams per `recvmmsg`/`sendmmsg`); only a handler that is not ready on its first poll
+//! becomes a task, on the same thread. **Single-socket mode**
+//! ([`Server::single_socket`]) is the paper's stage design for systems without
+//! `SO_REUSEPORT`: receiver threads hash each datagram's sender to a protocol worker, and
+//! a full worker queue answers 5.03 with Max-Age.
+//!
+//! **Timers.** Each endpoint keeps a FIFO for the one timer every confirmable request arms
+//! (the separate-ACK deadline, always the same delay, so O(1) to arm and expire) and a heap
+//! for retransmissions; moot timers are skipped when they fire. Due timers fire on every
+//! turn of a shard's loop, however busy its socket.
 #![warn(missing_docs)]
 
 pub mod client;

@@ -10,7 +10,7 @@
 
 use cobalt::proto::message::{opt, BlockValue};
 use cobalt::server::get;
-use cobalt::transport::dtls::PskStore;
+use cobalt::transport::credentials::PskStore;
 use cobalt::Scheme;
 use cobalt::{Client, Code, Response, Server, ServerHandle};
 use std::time::Duration;

@@ -7,7 +7,7 @@
 mod stream;
 
 use cobalt::server::get;
-use cobalt::transport::dtls::{ClientPsk, DtlsClientAuth, PskStore};
+use cobalt::transport::credentials::{ClientCredentials, ClientPsk, PskStore};
 use cobalt::transport::tcp::TcpServerLimits;
 use cobalt::transport::tls::{Alpn, TlsConnector};
 use cobalt::Scheme;
@@ -127,7 +127,7 @@ async fn one_address_cannot_hold_every_tls_handshake() {
     // gone, the attacker's address completes more TLS connections than that budget.
     drop(stalled);
     stream::eventually("the stalled handshakes closed", || open() == 0).await;
-    let auth = DtlsClientAuth::Psk(ClientPsk::new("alice", "secretPSK"));
+    let auth = ClientCredentials::Psk(ClientPsk::new("alice", "secretPSK"));
     let connector = TlsConnector::new(Some(&auth), Alpn::Coap).unwrap();
     let mut done = Vec::new();
     for _ in 0..5 {

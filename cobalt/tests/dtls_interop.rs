@@ -12,7 +12,7 @@
 mod common;
 
 use cobalt::server::{get, post, Request};
-use cobalt::transport::dtls::PskStore;
+use cobalt::transport::credentials::PskStore;
 use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use std::net::{SocketAddr, UdpSocket};

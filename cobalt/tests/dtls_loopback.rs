@@ -4,7 +4,8 @@
 mod stream;
 
 use cobalt::server::{get, post, Request};
-use cobalt::transport::dtls::{DtlsConfig, PskStore};
+use cobalt::transport::credentials::PskStore;
+use cobalt::transport::dtls::DtlsConfig;
 use cobalt::Scheme;
 use cobalt::{Client, Code, Error, Server};
 use std::time::{Duration, Instant};
@@ -374,7 +375,8 @@ async fn dtls_in_single_socket_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn server_handshake_rate() {
-    use cobalt::transport::dtls::{ClientPsk, DtlsBackend, OpensslDtls};
+    use cobalt::transport::credentials::ClientPsk;
+    use cobalt::transport::dtls::{DtlsBackend, OpensslDtls};
     let server = server()
         .shards(1)
         .listen(Scheme::Coaps, "127.0.0.1:0")
@@ -422,7 +424,8 @@ async fn server_handshake_rate() {
 /// socket (port) each: a ClientHello, the cookie sent back, the server's flight
 /// received and never answered. Returns how many reached the server's flight.
 fn half_open_flood(server: std::net::SocketAddr, from: &[std::net::IpAddr], each: usize) -> usize {
-    use cobalt::transport::dtls::{ClientPsk, DtlsBackend, OpensslDtls};
+    use cobalt::transport::credentials::ClientPsk;
+    use cobalt::transport::dtls::{DtlsBackend, OpensslDtls};
     let mut reached = 0;
     let mut sockets = Vec::new();
     for ip in from {

@@ -10,7 +10,7 @@
 mod common;
 
 use cobalt::server::{get, post, Request};
-use cobalt::transport::dtls::{PskStore, X509Credentials};
+use cobalt::transport::credentials::{PskStore, X509Credentials};
 use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use common::PkiFiles;

@@ -5,7 +5,8 @@
 #![cfg(feature = "openssl")]
 
 use cobalt::server::{get, post, Observable, Request};
-use cobalt::transport::dtls::{test_pki, PskStore, X509Credentials};
+use cobalt::transport::credentials::{PskStore, X509Credentials};
+use cobalt::transport::dtls::test_pki;
 use cobalt::transport::tcp::TcpServerLimits;
 use cobalt::transport::tls::{negotiated, Alpn, TlsConnector};
 use cobalt::Scheme;
@@ -177,7 +178,7 @@ async fn alpn_coap_is_negotiated() {
         .await
         .unwrap();
     let addr = server.local_addr(Scheme::CoapsTcp).unwrap();
-    let auth = cobalt::transport::dtls::DtlsClientAuth::X509(verify_only(&pki));
+    let auth = cobalt::transport::credentials::ClientCredentials::X509(verify_only(&pki));
     let connector = TlsConnector::new(Some(&auth), Alpn::Coap).unwrap();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let tls = connector.connect(tcp, "127.0.0.1", addr).await.unwrap();

@@ -72,7 +72,7 @@ pub async fn start(args: &Args) -> Legit {
     let stop = Arc::new(AtomicBool::new(false));
     let psk = match (&args.psk_identity, &args.psk_key) {
         (Some(id), Some(key)) => {
-            let key = cobalt::transport::dtls::parse_key(key).unwrap_or_else(|e| {
+            let key = cobalt::transport::credentials::parse_key(key).unwrap_or_else(|e| {
                 eprintln!("flood: --psk-key: {e}");
                 std::process::exit(2)
             });

@@ -203,9 +203,9 @@ pub enum Scheme {
     CoapTcp,
     /// `coap+ws://`: CoAP over WebSockets (RFC 8323 §4).
     CoapWs,
-    /// `coaps+tcp://`: CoAP over TLS (RFC 8323 §3); not benchmarked yet.
+    /// `coaps+tcp://`: CoAP over TLS (RFC 8323 §8.2).
     CoapsTcp,
-    /// `coaps+ws://`: CoAP over secure WebSockets (RFC 8323 §4); not benchmarked yet.
+    /// `coaps+ws://`: CoAP over secure WebSockets (RFC 8323 §4 and §8.2).
     CoapsWs,
     /// `http://`: HTTP/1.1 over TCP.
     Http,

@@ -12,7 +12,8 @@
 
 use super::client::{classify, splitmix, Reply, TOKEN_AT, TOKEN_LEN};
 use super::session::{Outcome, Session};
-use cobalt::transport::dtls::{DtlsBackend, DtlsClientAuth, DtlsConfig, DtlsEvent, OpensslDtls};
+use cobalt::transport::credentials::ClientCredentials;
+use cobalt::transport::dtls::{DtlsBackend, DtlsConfig, DtlsEvent, OpensslDtls};
 use std::net::SocketAddr;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
@@ -23,7 +24,7 @@ pub(super) struct DtlsSetup {
     /// The server.
     pub target: SocketAddr,
     /// The credentials.
-    pub auth: DtlsClientAuth,
+    pub auth: ClientCredentials,
     /// The CoAP request, with MID 0 and a zero 8-byte token patched per request.
     pub template: Vec<u8>,
 }

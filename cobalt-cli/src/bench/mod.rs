@@ -65,7 +65,7 @@ use crate::exit;
 use crate::flags::seconds;
 use args::{parse_sweep, parse_uri, BenchCommand, Scheme, Target};
 use client::{run_thread, StepShared};
-use cobalt::transport::dtls::DtlsClientAuth;
+use cobalt::transport::credentials::ClientCredentials;
 use cobalt::transport::tls::{Alpn, TlsConnector};
 use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
 use cobalt_proto::tcp_connection::Framing;
@@ -128,7 +128,7 @@ pub struct Config {
     /// The URI's host (for the WebSocket upgrade's Host header).
     pub host: String,
     /// `coaps://`: how clients authenticate.
-    pub dtls: Option<DtlsClientAuth>,
+    pub dtls: Option<ClientCredentials>,
     /// `coaps://`, `coap+tcp://`, `coap+ws://`: a new session or connection per request.
     pub new_session: bool,
     /// HTTP: one connection per client (true) or per request.

@@ -4,7 +4,8 @@
 //! silent, or hang up.
 
 use super::{parse_args, run_step, Config, Scheme};
-use cobalt::transport::dtls::{DtlsBackend, DtlsClientAuth, DtlsConfig, OpensslDtls, PskStore};
+use cobalt::transport::credentials::{ClientCredentials, PskStore};
+use cobalt::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
 use cobalt_proto::message::{decode, encode, Code, Message, MessageType, TcpMessage};
 use cobalt_proto::tcp_connection::{TcpConfig, TcpConnection, TcpEvent};
 use std::io::{Read, Write};
@@ -42,7 +43,7 @@ fn each_scheme_gets_its_settings() {
         (c.scheme, c.target.port(), c.new_session),
         (Scheme::Coaps, 5684, false)
     );
-    let Some(DtlsClientAuth::Psk(psk)) = c.dtls else {
+    let Some(ClientCredentials::Psk(psk)) = c.dtls else {
         panic!("no PSK in {c:?}");
     };
     assert_eq!(

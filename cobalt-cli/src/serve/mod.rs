@@ -199,14 +199,15 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         server = server.listen(Scheme::CoapTcp, bind.with_port(port));
     }
     if let Some(file) = &args.dtls_psk_file {
-        let keys = cobalt::transport::dtls::PskStore::load(file).map_err(|e| (exit::USAGE, e))?;
+        let keys = cobalt::transport::credentials::PskStore::load(file)
+            .map_err(|e| (exit::USAGE, e.to_string()))?;
         server = server.psk(keys);
     }
     if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(|e| (exit::USAGE, format!("cannot read {}: {e}", p.display())))
         };
-        let creds = cobalt::transport::dtls::X509Credentials {
+        let creds = cobalt::transport::credentials::X509Credentials {
             cert_chain_pem: read(cert)?,
             key_pem: read(key)?,
             ca_pem: args.ca.as_deref().map(read).transpose()?,
@@ -216,7 +217,7 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
         cobalt::transport::dtls::OpensslDtls::server_with(None, Some(&creds), Default::default())
             .map_err(|e| (exit::USAGE, format!("unusable --cert/--key/--ca: {e}")))?;
         #[cfg(feature = "openssl")]
-        cobalt::transport::dtls::check_certificate(&creds)
+        cobalt::transport::credentials::check_certificate(&creds)
             .map_err(|e| (exit::USAGE, format!("--cert/--key cannot serve DTLS: {e}")))?;
         server = server.x509(creds);
     }

@@ -1,13 +1,13 @@
 //! Default CoAP (RFC 7252 §4.2): the initial timeout of every exchange is uniform in
 //! [ACK_TIMEOUT, ACK_TIMEOUT × ACK_RANDOM_FACTOR) and doubles on each retransmission.
 //! Nothing is learnt from answers, so every exchange starts from scratch (the property
-//! the 002 study blames for spurious retransmissions under heavy queueing).
+//! the congestion study blames for spurious retransmissions under heavy queueing).
 
 use super::{Attempt, Controller, Params};
 use rand::RngCore;
 use std::time::{Duration, Instant};
 
-/// The longest timeout between two transmissions: the 60 s backoff limit of the 002
+/// The longest timeout between two transmissions: the 60 s backoff limit of the congestion-control
 /// study. With RFC 7252's parameters (MAX_RETRANSMIT 4) it is never reached (≤ 48 s).
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 

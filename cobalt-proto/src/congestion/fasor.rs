@@ -37,7 +37,7 @@
 //!   4K, ... (a failed probe points at congestion: keep backing off);
 //! - SLOW_FAST: K, 2K, 4K, ... (an exchange given up also leads here).
 //!
-//! Timers are capped at 120 s (Linux TCP's largest RTO). In the 002 study's virtual-time
+//! Timers are capped at 120 s (Linux TCP's largest RTO). In the congestion study's virtual-time
 //! runs this keeps FASOR's recovery from random losses within CoCoA's and takes the
 //! heavily congested cases where FASOR alone gains little over Default CoAP
 //! (`bench/congestion/`).

@@ -1,5 +1,5 @@
 //! Karn: TCP's retransmission timer (RFC 6298 with Karn's algorithm) applied to CoAP
-//! exchanges, the behaviour that lets CoAP over TCP scale in the 002 study.
+//! exchanges, the behaviour that lets CoAP over TCP scale in the congestion study.
 //!
 //! - RTO = SRTT + max(G, 4·RTTVAR) from unambiguous samples only (exchanges answered
 //!   without retransmission, RFC 6298 §3 / RFC 8085 §3.1.1), initially 2 s

@@ -61,7 +61,7 @@ struct Entry {
     release_armed: bool,
 }
 
-/// The congestion state of every peer. See the [module documentation](self).
+/// The congestion state of every peer. See the [module documentation](crate::congestion).
 #[derive(Debug)]
 pub struct PeerTable {
     factory: SharedFactory,
@@ -77,7 +77,7 @@ pub struct PeerTable {
 
 impl PeerTable {
     /// An empty table whose controllers come from `factory`. State lives at least
-    /// `lifetime` (raised to [`MIN_LIFETIME`]) after its last use.
+    /// `lifetime` (raised to `MIN_LIFETIME`, 255 s,) after its last use.
     pub fn new(
         factory: SharedFactory,
         params: Params,
@@ -205,7 +205,7 @@ impl PeerTable {
     /// may take up to its separate-ACK delay (1 s in Cobalt) before it answers. The
     /// floor keeps the give-up time after four retransmissions at least
     /// 31 × ACK_TIMEOUT/4 (15.5 s) there. Exchanges that start above the floor run on
-    /// their algorithm's timers untouched: on the 002 study's link (RTT 663 ms) the
+    /// their algorithm's timers untouched: on the congestion study's link (RTT 663 ms) the
     /// results are the same with and without it.
     fn apply_floor(&self, attempt: &mut Attempt) {
         let floor = self.params.ack_timeout / 4;
@@ -273,7 +273,7 @@ impl PeerTable {
 
     /// Holds a NON notification for `token` that may leave at `at` (from
     /// [`PeerTable::non_decide`]); one already held for the token is replaced. With no
-    /// room to hold it ([`MAX_HELD_PER_PEER`] other tokens held for the peer, the
+    /// room to hold it (`MAX_HELD_PER_PEER` other tokens held for the peer, the
     /// table's byte bound reached, or the peer not remembered) it is handed back to be
     /// sent as a confirmable message: dropping it could leave an observer on a stale
     /// state for good (RFC 7641 §4.5), and a CON waits for its ACK instead of adding

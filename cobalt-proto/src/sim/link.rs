@@ -50,7 +50,7 @@ pub struct GilbertElliott {
 }
 
 impl GilbertElliott {
-    /// The 002 paper's medium profile: 0 % / 50 % loss, good 400 ms mean in
+    /// The congestion-control paper's medium profile: 0 % / 50 % loss, good 400 ms mean in
     /// [60, 1200] ms, bad 100 ms mean in [30, 300] ms (≈ 10 % overall).
     pub fn medium() -> GilbertElliott {
         GilbertElliott {
@@ -65,7 +65,7 @@ impl GilbertElliott {
         }
     }
 
-    /// The 002 paper's high profile: 2 % / 80 % loss, same periods (≈ 18 % overall).
+    /// The congestion-control paper's high profile: 2 % / 80 % loss, same periods (≈ 18 % overall).
     pub fn high() -> GilbertElliott {
         GilbertElliott {
             p_good: 0.02,
@@ -74,7 +74,7 @@ impl GilbertElliott {
         }
     }
 
-    /// The long-run fraction of time in the bad state: E[bad] / (E[good] + E[bad]),
+    /// The long-run fraction of time in the bad state: `E[bad] / (E[good] + E[bad])`,
     /// with E[clamp(X, a, b)] = a + m·(e^(−a/m) − e^(−b/m)) for X ~ Exp(mean m).
     pub fn bad_fraction(&self) -> f64 {
         let mean = |m: Duration, a: Duration, b: Duration| {
@@ -167,12 +167,12 @@ pub struct LinkConfig {
     pub down: DirectionConfig,
 }
 
-/// The buffers of the 002 study, in bytes: about one bandwidth-delay product, and two
+/// The buffers of the congestion study, in bytes: about one bandwidth-delay product, and two
 /// bufferbloated ones ("infinite").
 pub const PAPER_BUFFERS: [usize; 3] = [2_500, 28_200, 1_410_000];
 
 impl LinkConfig {
-    /// The 002 paper's link: 60 kbit/s and 200 ms up, 30 kbit/s and 400 ms down, MTU
+    /// The congestion-control paper's link: 60 kbit/s and 200 ms up, 30 kbit/s and 400 ms down, MTU
     /// 296, a drop-tail queue of `buffer` bytes in each direction, and the 10–20 ms
     /// rest of the path (after the uplink, before the downlink's queue); `loss` on the
     /// radio link in both directions (independent processes).

@@ -7,7 +7,7 @@
 //! same seed is the same run. Networks: [`net::LossyNet`] (independent loss,
 //! duplication, random delay and so reordering) and [`net::Bottleneck`] (devices
 //! behind one constrained [`link`] with a rate, a drop-tail byte queue, delays and a
-//! Gilbert–Elliott loss process, the link of the 002 study).
+//! Gilbert–Elliott loss process, the link of the congestion study).
 //!
 //! ```
 //! use cobalt_proto::endpoint::{EndpointConfig, Event};

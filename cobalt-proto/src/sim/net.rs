@@ -164,7 +164,7 @@ pub struct Bottleneck {
 impl Bottleneck {
     /// The link `cfg` between every node whose IP address is in `hosts` (the fixed
     /// side) and every other node; datagrams count `headers` more bytes
-    /// ([`UDP_IPV4_HEADERS`] for the 002 study). Randomness follows from `seed`.
+    /// ([`UDP_IPV4_HEADERS`] for the congestion study). Randomness follows from `seed`.
     pub fn new(
         cfg: LinkConfig,
         hosts: impl IntoIterator<Item = IpAddr>,

@@ -20,7 +20,8 @@ use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
 use crate::runtime::StreamTracer;
 use crate::runtime::Tracer;
 use crate::server::Response;
-use crate::transport::dtls::{ClientPsk, DtlsClientAuth, DtlsConfig, OpensslDtls, X509Credentials};
+use crate::transport::credentials::{ClientCredentials, ClientPsk, X509Credentials};
+use crate::transport::dtls::{DtlsConfig, OpensslDtls};
 use crate::transport::tcp::{TcpPool, TracerSlot, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets, report_unreachable};
@@ -49,17 +50,17 @@ use tokio::sync::{mpsc, oneshot};
 pub struct Client {
     inner: Arc<Inner>,
     /// The credentials for `coaps://` requests made through this handle.
-    auth: Option<Arc<DtlsClientAuth>>,
+    auth: Option<Arc<ClientCredentials>>,
     /// Set on the handle a `coaps://` request runs on: its driver is a DTLS one.
-    secure: Option<Arc<DtlsClientAuth>>,
+    secure: Option<Arc<ClientCredentials>>,
 }
 
 /// DTLS drivers by address family (`true` = IPv4) and credentials.
-type DtlsDrivers = HashMap<(bool, DtlsClientAuth), mpsc::UnboundedSender<Command>>;
+type DtlsDrivers = HashMap<(bool, ClientCredentials), mpsc::UnboundedSender<Command>>;
 
 /// Connection pools of `coaps+tcp` and `coaps+ws` (`true`) by credentials (none:
 /// the system's trusted CAs).
-type TlsPools = HashMap<(bool, Option<DtlsClientAuth>), Arc<TcpPool>>;
+type TlsPools = HashMap<(bool, Option<ClientCredentials>), Arc<TcpPool>>;
 
 struct Inner {
     config: EndpointConfig,
@@ -140,17 +141,17 @@ impl Client {
     /// `coaps://` requests (DTLS 1.2 with TLS_PSK_WITH_AES_128_CCM_8 or
     /// TLS_PSK_WITH_AES_128_GCM_SHA256).
     pub fn with_psk(&self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Client {
-        self.with_dtls_auth(DtlsClientAuth::Psk(ClientPsk::new(identity, key)))
+        self.with_dtls_auth(ClientCredentials::Psk(ClientPsk::new(identity, key)))
     }
 
     /// This client (sharing its sockets and state) using certificates for `coaps://`
     /// requests (DTLS 1.2 with the ECDHE-ECDSA suites): the server's certificate must
     /// chain to `credentials.ca_pem`; a client certificate is presented if given.
     pub fn with_x509(&self, credentials: X509Credentials) -> Client {
-        self.with_dtls_auth(DtlsClientAuth::X509(credentials))
+        self.with_dtls_auth(ClientCredentials::X509(credentials))
     }
 
-    fn with_dtls_auth(&self, auth: DtlsClientAuth) -> Client {
+    fn with_dtls_auth(&self, auth: ClientCredentials) -> Client {
         Client {
             inner: self.inner.clone(),
             auth: Some(Arc::new(auth)),
@@ -274,7 +275,7 @@ impl Client {
     fn dtls_driver_for(
         &self,
         peer: &SocketAddr,
-        auth: &DtlsClientAuth,
+        auth: &ClientCredentials,
     ) -> Result<mpsc::UnboundedSender<Command>> {
         let mut drivers = self.inner.dtls.lock().unwrap_or_else(|e| e.into_inner());
         let key = (peer.is_ipv4(), auth.clone());
@@ -377,7 +378,7 @@ pub struct RequestBuilder {
     message: Message,
     timeout: Option<Duration>,
     block_szx: Option<u8>,
-    auth: Option<DtlsClientAuth>,
+    auth: Option<ClientCredentials>,
 }
 
 impl RequestBuilder {
@@ -431,13 +432,13 @@ impl RequestBuilder {
 
     /// The pre-shared key for a `coaps://` request (overrides [`Client::with_psk`]).
     pub fn psk(mut self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> RequestBuilder {
-        self.auth = Some(DtlsClientAuth::Psk(ClientPsk::new(identity, key)));
+        self.auth = Some(ClientCredentials::Psk(ClientPsk::new(identity, key)));
         self
     }
 
     /// Certificates for a `coaps://` request (overrides [`Client::with_x509`]).
     pub fn x509(mut self, credentials: X509Credentials) -> RequestBuilder {
-        self.auth = Some(DtlsClientAuth::X509(credentials));
+        self.auth = Some(ClientCredentials::X509(credentials));
         self
     }
 

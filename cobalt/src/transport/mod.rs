@@ -1,5 +1,6 @@
 //! Connectors: bytes in, bytes out.
 
+pub mod credentials;
 pub mod dtls;
 pub mod mmsg;
 pub mod per_ip;

@@ -2,9 +2,9 @@
 //! accepted connection, and the client's pool of connections, one per origin.
 //!
 //! Every connection is driven by the sans-IO [`TcpConnection`] of `cobalt-proto`: the
-//! tasks here only move bytes between it and a [`Link`] (a tokio [`TcpStream`] here,
+//! tasks here only move bytes between it and a `Link` (a tokio [`TcpStream`] here,
 //! a WebSocket in [`super::ws`]), let the server role of the connection
-//! ([`StreamServer`]: handlers, uploads, observe relations) answer requests, and hand
+//! (`StreamServer`: handlers, uploads, observe relations) answer requests, and hand
 //! responses and notifications to waiting clients. The same loops serve `coap+tcp`
 //! and `coap+ws`.
 

@@ -16,10 +16,12 @@
 //!   failures and timeouts are counted in the listener's metrics.
 
 #[cfg(feature = "openssl")]
-use super::dtls::{
-    describe, expect_peer_name, load_x509, set_psk_client, set_psk_server, ClientPsk,
-    DtlsClientAuth, PskStore, X509Credentials,
+use super::credentials::{
+    expect_peer_name, load_x509, set_psk_client, set_psk_server, ClientCredentials, ClientPsk,
+    PskStore, X509Credentials,
 };
+#[cfg(feature = "openssl")]
+use super::dtls::describe;
 use cobalt_proto::tcp_connection::Framing;
 #[cfg(feature = "openssl")]
 use openssl::{
@@ -180,19 +182,19 @@ impl TlsConnector {
     /// A client context: with `auth` a pre-shared key or certificates (a CA to verify
     /// the server with, and optionally a client certificate); without it, the server's
     /// certificate is verified against the system's trusted CAs.
-    pub fn new(auth: Option<&DtlsClientAuth>, alpn: Alpn) -> Result<TlsConnector, ErrorStack> {
+    pub fn new(auth: Option<&ClientCredentials>, alpn: Alpn) -> Result<TlsConnector, ErrorStack> {
         let mut b = base_context(SslMethod::tls_client())?;
         b.set_alpn_protos(alpn.wire())?;
         let mut server_name = None;
         let verify_name = match auth {
-            Some(DtlsClientAuth::Psk(psk)) => {
+            Some(ClientCredentials::Psk(psk)) => {
                 set_psk_client(&mut b, ClientPsk::clone(psk));
                 // An empty trust store: a server that answers with a certificate
                 // instead of using the key fails verification.
                 b.set_verify_cert_store(openssl::x509::store::X509StoreBuilder::new()?.build())?;
                 false
             }
-            Some(DtlsClientAuth::X509(x)) => {
+            Some(ClientCredentials::X509(x)) => {
                 server_name.clone_from(&x.server_name);
                 load_x509(&mut b, x)?;
                 if x.ca_pem.is_none() {

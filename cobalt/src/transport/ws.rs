@@ -1,5 +1,5 @@
 //! CoAP over WebSockets (RFC 8323 §4, `coap+ws://`): the HTTP/1.1 upgrade of the
-//! server side, the client's upgrade, and the [`Link`] that carries one CoAP message
+//! server side, the client's upgrade, and the `Link` that carries one CoAP message
 //! per binary WebSocket message.
 //!
 //! The connection loops, the request dispatch and the client pool are those of

@@ -2,8 +2,8 @@
 //! exist, so that the rest of the crate is the same in every build, but cannot be
 //! made — their constructors return [`Unavailable`], which says how to get them.
 
-use super::{ClientPsk, DtlsBackend, DtlsClientAuth, DtlsConfig, DtlsEvent, DtlsStats};
-use super::{PskStore, X509Credentials};
+use super::{DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
+use crate::transport::credentials::{ClientCredentials, ClientPsk, PskStore, X509Credentials};
 use cobalt_proto::endpoint::Transmit;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -61,7 +61,7 @@ impl OpensslDtls {
 
     /// Always [`Unavailable`].
     pub fn client_with(
-        _auth: &DtlsClientAuth,
+        _auth: &ClientCredentials,
         _config: DtlsConfig,
     ) -> Result<OpensslDtls, Unavailable> {
         Err(Unavailable)

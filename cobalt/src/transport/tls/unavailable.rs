@@ -3,7 +3,8 @@
 //! [`Unavailable`].
 
 use super::Alpn;
-use crate::transport::dtls::{DtlsClientAuth, PskStore, Unavailable, X509Credentials};
+use crate::transport::credentials::{ClientCredentials, PskStore, X509Credentials};
+use crate::transport::dtls::Unavailable;
 use std::convert::Infallible;
 use std::io;
 use std::marker::PhantomData;
@@ -51,7 +52,10 @@ impl std::fmt::Debug for TlsConnector {
 
 impl TlsConnector {
     /// Always [`Unavailable`].
-    pub fn new(_auth: Option<&DtlsClientAuth>, _alpn: Alpn) -> Result<TlsConnector, Unavailable> {
+    pub fn new(
+        _auth: Option<&ClientCredentials>,
+        _alpn: Alpn,
+    ) -> Result<TlsConnector, Unavailable> {
         Err(Unavailable)
     }
 

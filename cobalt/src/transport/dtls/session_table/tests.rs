@@ -1,4 +1,5 @@
 use super::*;
+use crate::transport::dtls::test_pki;
 
 fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -363,7 +364,7 @@ fn anonymous_sessions_give_way_to_authenticated_ones() {
             ca_pem: Some(pki.ca_pem.clone()),
             ..X509Credentials::default()
         };
-        OpensslDtls::client_with(&DtlsClientAuth::X509(creds), DtlsConfig::default()).unwrap()
+        OpensslDtls::client_with(&ClientCredentials::X509(creds), DtlsConfig::default()).unwrap()
     };
     let t0 = Instant::now();
     let mut psk = client("alice", "secretPSK", DtlsConfig::default());
@@ -470,24 +471,6 @@ fn handshake_to_nowhere_retransmits_then_fails() {
 }
 
 #[test]
-fn key_file_format() {
-    let store =
-        PskStore::parse("# keys\n\nalice:secretPSK\n  bob : 0x00ff10  # hex\nc3:0Xab\n").unwrap();
-    assert_eq!(store.len(), 3);
-    assert_eq!(store.get(b"alice"), Some(&b"secretPSK"[..]));
-    assert_eq!(store.get(b"bob"), Some(&[0, 255, 16][..]));
-    assert_eq!(store.get(b"c3"), Some(&[0xab][..]));
-    assert!(PskStore::parse("nocolon").unwrap_err().contains("line 1"));
-    assert!(PskStore::parse("a:0x123").is_err());
-    assert!(PskStore::parse("a:0xzz").is_err());
-    assert!(PskStore::parse(":key").is_err());
-    assert!(PskStore::parse("a:").is_err());
-}
-
-/// Full PSK handshakes (cookie exchange included) per second, client and server on
-/// this thread. Reported, not asserted:
-/// `cargo test --release -p cobalt --lib handshake_rate -- --ignored --nocapture`.
-#[test]
 #[ignore]
 fn handshake_rate() {
     for cipher in ["PSK-AES128-CCM8", "PSK-AES128-GCM-SHA256"] {
@@ -522,7 +505,8 @@ fn x509_pair(
         ciphers: cipher.into(),
         ..DtlsConfig::default()
     };
-    let c = OpensslDtls::client_with(&DtlsClientAuth::X509(client_creds.clone()), config).unwrap();
+    let c =
+        OpensslDtls::client_with(&ClientCredentials::X509(client_creds.clone()), config).unwrap();
     (s, c)
 }
 

@@ -1,50 +1,15 @@
-//! CoAP over DTLS 1.2 (RFC 7252 §9, `coaps://`): a sans-IO table of DTLS sessions,
-//! one per peer, between a shard's socket and its [`Endpoint`](cobalt_proto::endpoint::Endpoint).
-//!
-//! - Records come in through [`DtlsBackend::handle_datagram`], which returns the
-//!   decrypted CoAP datagrams for the endpoint; what the endpoint sends goes through
-//!   [`DtlsBackend::encrypt`]. Records to send (handshake flights, alerts, application
-//!   data) wait in [`DtlsBackend::poll_transmit`].
-//! - Handshake retransmission runs on [`DtlsBackend::poll_timeout`] and
-//!   [`DtlsBackend::handle_timeout`]; a handshake that does not finish within
-//!   [`DtlsConfig::handshake_timeout`] is dropped.
-//! - A server keeps no state for a peer until it has answered a ClientHello with a
-//!   HelloVerifyRequest and the peer has returned the cookie (stateless cookie
-//!   exchange, RFC 6347 §4.2.1). The cookie is an HMAC-SHA256 of the peer's address
-//!   under a per-table random secret.
-//! - At most [`DtlsConfig::max_sessions`] sessions are kept; a new one evicts the one
-//!   that was heard from least recently.
-//!
-//! [`OpensslDtls`] implements [`DtlsBackend`] with OpenSSL (libssl): each session is an
-//! `SSL` over an in-memory channel that keeps datagram boundaries, so OpenSSL does
-//! all the record protection. Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (the one
-//! RFC 7252 mandates), `TLS_PSK_WITH_AES_128_GCM_SHA256`, and for certificates
-//! `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8` / `..._GCM_SHA256`.
-//!
-//! Not available: the DTLS Connection ID (RFC 9146) — OpenSSL has no support for it
-//! (openssl#18724), so a peer whose address changes (NAT rebinding) needs a new
-//! handshake.
-//!
-//! # PSK key files
-//!
-//! [`PskStore::parse`] and [`PskStore::load`] read one `identity:key` per line:
-//!
-//! ```text
-//! # comments and blank lines are ignored
-//! sensor-17:0x000102030405060708090a0b0c0d0e0f   # 0x then hex digits: raw key bytes
-//! Client_identity:secretPSK                      # anything else: the text's bytes
-//! ```
-//!
-//! The identity ends at the first `:` (so it cannot contain one) and leading/trailing
-//! spaces around both parts are trimmed; a `#` after whitespace starts a comment.
-//! Identities are at most 128 bytes, keys 1 to 64 bytes.
+//! The OpenSSL DTLS backend: the session table of a shard (one `SSL` per peer over an
+//! in-memory channel that keeps datagram boundaries), the stateless cookie exchange
+//! and the session and handshake budgets.
 
-#[cfg(feature = "openssl")]
-use super::per_ip::IpCounts;
+use super::{DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
+use crate::transport::credentials::{
+    expect_peer_name, load_x509, set_psk_client, set_psk_server, ClientCredentials, ClientPsk,
+    PskStore, X509Credentials,
+};
+use crate::transport::per_ip::IpCounts;
 use cobalt_proto::endpoint::Transmit;
-#[cfg(feature = "openssl")]
 use foreign_types::ForeignTypeRef;
-#[cfg(feature = "openssl")]
 use openssl::{
     error::ErrorStack,
     hash::MessageDigest,
@@ -56,513 +21,12 @@ use openssl::{
     },
 };
 use std::collections::HashMap;
-#[cfg(feature = "openssl")]
 use std::collections::VecDeque;
-#[cfg(feature = "openssl")]
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::path::Path;
-#[cfg(feature = "openssl")]
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The default port of `coaps` (RFC 7252 §12.7).
-pub const DEFAULT_PORT: u16 = 5684;
-
-/// The cipher suites offered and accepted (OpenSSL names). `@SECLEVEL=0` keeps the
-/// CCM_8 suites, which OpenSSL 3.1 and later put below the default security level.
-pub const CIPHERS: &str = "PSK-AES128-CCM8:PSK-AES128-GCM-SHA256:\
-ECDHE-ECDSA-AES128-CCM8:ECDHE-ECDSA-AES128-GCM-SHA256:@SECLEVEL=0";
-
-/// Longest PSK identity accepted.
-pub const MAX_IDENTITY: usize = 128;
-/// Longest PSK accepted.
-pub const MAX_KEY: usize = 64;
-
-/// Limits and timers of a session table.
-///
-/// A server keeps two budgets: handshakes in progress (after the cookie exchange: the
-/// peer proved its address, not yet its credentials; about 50 KB each in OpenSSL) and
-/// established sessions. A handshake never displaces an established session:
-///
-/// - When [`DtlsConfig::max_handshakes_per_ip`] handshakes from one address are in
-///   progress, its next handshake replaces its oldest one; when
-///   [`DtlsConfig::max_handshakes`] are in progress, the oldest handshake of the address
-///   with the most gives way. A new ClientHello (epoch 0, valid cookie) from an
-///   address with a handshake in progress replaces that handshake (RFC 6347 §4.2.8).
-/// - When [`DtlsConfig::max_sessions`] sessions are established, a new session takes
-///   the place of the one heard from least recently if that one has been silent for
-///   [`DtlsConfig::stale_after`]; otherwise a session whose peer authenticated (a
-///   pre-shared key, or a client certificate the server verified) may take the place
-///   of an anonymous one (a certificate-only server's clients); otherwise the new
-///   session is refused with a fatal `internal_error` alert. So a flood of handshakes,
-///   or of anonymous sessions, never pushes out peers that authenticated and are active.
-///
-/// A client (which only has the sessions it opened) evicts the least recently used
-/// session when it has `max_sessions`, and starts a new handshake when a datagram has
-/// been retransmitted [`DtlsConfig::rehandshake_after_resends`] times without a word
-/// back: the server may have lost the session (restart, eviction), and DTLS 1.2 has
-/// no way to say so.
-#[derive(Debug, Clone)]
-pub struct DtlsConfig {
-    /// Established sessions kept at most (per table: per shard on a server). Default
-    /// 10 000.
-    pub max_sessions: usize,
-    /// Server: handshakes in progress (after the cookie exchange) kept at most per
-    /// table. Default 256 (about 13 MB of OpenSSL state).
-    pub max_handshakes: usize,
-    /// Server: handshakes in progress kept at most per source address (IPv4 address,
-    /// or IPv6 /64). Default 32.
-    pub max_handshakes_per_ip: usize,
-    /// Server: an established session silent for this long may be replaced by a new
-    /// one when the table is full (default 30 min, like Californium's stale
-    /// connection threshold).
-    pub stale_after: Duration,
-    /// Client: when the same datagram (a CoAP retransmission) is sent this many times
-    /// again with nothing heard from the server since its first sending, the server
-    /// is presumed to have lost the session, and a new handshake carries it (default
-    /// 2: a confirmable request's second retransmission, 6 to 9 s after the request
-    /// with the RFC 7252 defaults; the first may be an ordinary loss).
-    pub rehandshake_after_resends: u32,
-    /// A handshake not finished within this is dropped (default 20 s).
-    pub handshake_timeout: Duration,
-    /// The largest datagram OpenSSL builds for handshake flights (default 1400).
-    pub mtu: u32,
-    /// CoAP datagrams a client queues per peer while its handshake runs (default 16;
-    /// the oldest is dropped beyond).
-    pub max_pending: usize,
-    /// The OpenSSL cipher list (default [`CIPHERS`]).
-    pub ciphers: String,
-    /// An established session not heard from for this long is dropped; the peer
-    /// handshakes again when it comes back (default 1 h).
-    pub idle_timeout: Duration,
-}
-
-impl Default for DtlsConfig {
-    fn default() -> Self {
-        DtlsConfig {
-            max_sessions: 10_000,
-            max_handshakes: 256,
-            max_handshakes_per_ip: 32,
-            stale_after: Duration::from_secs(30 * 60),
-            rehandshake_after_resends: 2,
-            handshake_timeout: Duration::from_secs(20),
-            mtu: 1400,
-            max_pending: 16,
-            ciphers: CIPHERS.to_string(),
-            idle_timeout: Duration::from_secs(3600),
-        }
-    }
-}
-
-/// Pre-shared keys of a server, by identity.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct PskStore {
-    keys: HashMap<Vec<u8>, Vec<u8>>,
-}
-
-impl std::fmt::Debug for PskStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PskStore")
-            .field("identities", &self.keys.len())
-            .finish()
-    }
-}
-
-impl PskStore {
-    /// An empty store.
-    pub fn new() -> PskStore {
-        PskStore::default()
-    }
-
-    /// Adds (or replaces) the key of `identity`.
-    pub fn insert(&mut self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) {
-        self.keys.insert(identity.into(), key.into());
-    }
-
-    /// Adds a key, builder style.
-    pub fn with(mut self, identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> PskStore {
-        self.insert(identity, key);
-        self
-    }
-
-    /// The key of `identity`.
-    pub fn get(&self, identity: &[u8]) -> Option<&[u8]> {
-        self.keys.get(identity).map(Vec::as_slice)
-    }
-
-    /// Number of identities.
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// Whether the store has no identity.
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
-    /// Parses `identity:key` lines (see the [module docs](self) for the format).
-    pub fn parse(text: &str) -> Result<PskStore, String> {
-        let mut store = PskStore::new();
-        for (n, raw) in text.lines().enumerate() {
-            let line = strip_comment(raw).trim();
-            if line.is_empty() {
-                continue;
-            }
-            let (identity, key) = line
-                .split_once(':')
-                .ok_or_else(|| format!("line {}: expected identity:key", n + 1))?;
-            let (identity, key) = (identity.trim(), key.trim());
-            let key = parse_key(key).map_err(|e| format!("line {}: {e}", n + 1))?;
-            if identity.is_empty() || identity.len() > MAX_IDENTITY {
-                return Err(format!(
-                    "line {}: the identity must be 1 to {MAX_IDENTITY} bytes",
-                    n + 1
-                ));
-            }
-            store.insert(identity.as_bytes(), key);
-        }
-        Ok(store)
-    }
-
-    /// Reads a key file (see [`PskStore::parse`]).
-    pub fn load(path: impl AsRef<Path>) -> Result<PskStore, String> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read PSK file {}: {e}", path.display()))?;
-        PskStore::parse(&text).map_err(|e| format!("PSK file {}: {e}", path.display()))
-    }
-}
-
-fn strip_comment(line: &str) -> &str {
-    if line.trim_start().starts_with('#') {
-        return "";
-    }
-    match line.find(" #").or_else(|| line.find("\t#")) {
-        Some(i) => &line[..i],
-        None => line,
-    }
-}
-
-/// A key as written in a key file or on the command line: `0x` and hex digits for
-/// raw bytes, otherwise the text's bytes.
-pub fn parse_key(key: &str) -> Result<Vec<u8>, String> {
-    let bytes = match key.strip_prefix("0x").or_else(|| key.strip_prefix("0X")) {
-        Some(hex) => decode_hex(hex)?,
-        None => key.as_bytes().to_vec(),
-    };
-    if bytes.is_empty() || bytes.len() > MAX_KEY {
-        return Err(format!("the key must be 1 to {MAX_KEY} bytes"));
-    }
-    Ok(bytes)
-}
-
-fn decode_hex(hex: &str) -> Result<Vec<u8>, String> {
-    if !hex.len().is_multiple_of(2) {
-        return Err("odd number of hex digits in the key".into());
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| {
-            hex.get(i..i + 2)
-                .and_then(|d| u8::from_str_radix(d, 16).ok())
-                .ok_or_else(|| format!("'{hex}' is not hexadecimal"))
-        })
-        .collect()
-}
-
-/// A client's pre-shared key.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ClientPsk {
-    /// The identity sent to the server.
-    pub identity: Vec<u8>,
-    /// The key.
-    pub key: Vec<u8>,
-}
-
-impl std::fmt::Debug for ClientPsk {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientPsk")
-            .field("identity", &String::from_utf8_lossy(&self.identity))
-            .field("key", &"<redacted>")
-            .finish()
-    }
-}
-
-impl ClientPsk {
-    /// A PSK from an identity and key bytes.
-    pub fn new(identity: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> ClientPsk {
-        ClientPsk {
-            identity: identity.into(),
-            key: key.into(),
-        }
-    }
-}
-
-/// X.509 credentials in PEM: this side's certificate (chain) and key, and the CA
-/// certificates the peer's certificate must chain to.
-///
-/// A server with `ca_pem` requires a client certificate; a client verifies the
-/// server's certificate against `ca_pem` and checks that it names `server_name` (or,
-/// without one, the server's IP address).
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
-pub struct X509Credentials {
-    /// This side's certificate, then any intermediates (PEM). Optional for a client.
-    pub cert_chain_pem: Vec<u8>,
-    /// The private key of the certificate (PEM; EC P-256 for the ECDHE-ECDSA suites).
-    pub key_pem: Vec<u8>,
-    /// Trusted CA certificates for the peer's certificate (PEM).
-    pub ca_pem: Option<Vec<u8>>,
-    /// The name the server's certificate must carry (client side); without it the
-    /// server's IP address must be in its subjectAltName.
-    pub server_name: Option<String>,
-}
-
-impl std::fmt::Debug for X509Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("X509Credentials")
-            .field("cert_chain_pem", &self.cert_chain_pem.len())
-            .field("key_pem", &"<redacted>")
-            .field("ca", &self.ca_pem.is_some())
-            .field("server_name", &self.server_name)
-            .finish()
-    }
-}
-
-/// How a client authenticates a DTLS session.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum DtlsClientAuth {
-    /// A pre-shared key.
-    Psk(ClientPsk),
-    /// Certificates.
-    X509(X509Credentials),
-}
-
-#[cfg(feature = "openssl")]
-/// Loads this side's certificate chain and key, and the CA store for the peer's
-/// certificate, into a context (DTLS or TLS).
-pub(crate) fn load_x509(
-    b: &mut SslContextBuilder,
-    creds: &X509Credentials,
-) -> Result<(), ErrorStack> {
-    if !creds.cert_chain_pem.is_empty() {
-        let mut chain = openssl::x509::X509::stack_from_pem(&creds.cert_chain_pem)?.into_iter();
-        if let Some(leaf) = chain.next() {
-            b.set_certificate(&leaf)?;
-        }
-        for extra in chain {
-            b.add_extra_chain_cert(extra)?;
-        }
-        let key = PKey::private_key_from_pem(&creds.key_pem)?;
-        b.set_private_key(&key)?;
-        b.check_private_key()?;
-    }
-    if let Some(ca) = &creds.ca_pem {
-        let mut store = openssl::x509::store::X509StoreBuilder::new()?;
-        for cert in openssl::x509::X509::stack_from_pem(ca)? {
-            store.add_cert(cert)?;
-        }
-        b.set_verify_cert_store(store.build())?;
-    }
-    Ok(())
-}
-
-/// Checks that certificate credentials can serve this table's suites: the DTLS
-/// certificate suites are ECDHE-ECDSA only ([`CIPHERS`]), so the key must be an EC key
-/// on P-256. The error names the key found and says what to use instead, so a server
-/// refuses such a certificate at start rather than failing every handshake.
-#[cfg(feature = "openssl")]
-pub fn check_certificate(creds: &X509Credentials) -> Result<(), String> {
-    use openssl::nid::Nid;
-    use openssl::pkey::Id;
-    let key = PKey::private_key_from_pem(&creds.key_pem)
-        .map_err(|e| format!("the private key does not parse as PEM: {e}"))?;
-    let found = match key.id() {
-        Id::EC => match key.ec_key().ok().and_then(|k| k.group().curve_name()) {
-            Some(Nid::X9_62_PRIME256V1) => return Ok(()),
-            Some(nid) => format!(
-                "an EC key on {}",
-                nid.short_name().unwrap_or("another curve")
-            ),
-            None => "an EC key on an unnamed curve".into(),
-        },
-        Id::RSA => format!("an RSA key ({} bits)", key.bits()),
-        Id::ED25519 => "an Ed25519 key".into(),
-        _ => "a key of another type".into(),
-    };
-    Err(format!(
-        "it has {found}, but the DTLS certificate suites (ECDHE-ECDSA with AES-128-CCM8 or \
-         -GCM) need an EC key on P-256: make one with `openssl ecparam -name prime256v1 \
-         -genkey -noout -out server.key` and a certificate for it"
-    ))
-}
-
-#[cfg(all(test, feature = "openssl"))]
-mod certificate_check {
-    use super::*;
-
-    #[test]
-    fn only_p256_keys_serve_the_dtls_suites() {
-        let pki = test_pki::generate("check").unwrap();
-        assert_eq!(check_certificate(&pki.server), Ok(()));
-        let rsa = openssl::rsa::Rsa::generate(2048).unwrap();
-        let rsa = X509Credentials {
-            key_pem: PKey::from_rsa(rsa)
-                .unwrap()
-                .private_key_to_pem_pkcs8()
-                .unwrap(),
-            ..pki.server.clone()
-        };
-        let e = check_certificate(&rsa).unwrap_err();
-        assert!(
-            e.contains("RSA key (2048 bits)") && e.contains("prime256v1"),
-            "{e}"
-        );
-        let group = openssl::ec::EcGroup::from_curve_name(openssl::nid::Nid::SECP384R1).unwrap();
-        let p384 = X509Credentials {
-            key_pem: PKey::from_ec_key(openssl::ec::EcKey::generate(&group).unwrap())
-                .unwrap()
-                .private_key_to_pem_pkcs8()
-                .unwrap(),
-            ..pki.server
-        };
-        let e = check_certificate(&p384).unwrap_err();
-        assert!(e.contains("secp384r1"), "{e}");
-        let garbage = X509Credentials {
-            key_pem: b"not a key".to_vec(),
-            ..p384
-        };
-        assert!(check_certificate(&garbage)
-            .unwrap_err()
-            .contains("does not parse"));
-    }
-}
-
-#[cfg(feature = "openssl")]
-/// Makes a (D)TLS server context look pre-shared keys up in `keys` by identity.
-pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
-    b.set_psk_server_callback(move |_ssl, identity, psk| {
-        let key = identity.and_then(|id| keys.get(id));
-        match key {
-            Some(k) if k.len() <= psk.len() => {
-                psk[..k.len()].copy_from_slice(k);
-                Ok(k.len())
-            }
-            // Unknown identity: OpenSSL answers with an unknown_psk_identity alert.
-            _ => Err(ErrorStack::get()),
-        }
-    });
-}
-
-#[cfg(feature = "openssl")]
-/// Makes a (D)TLS client context authenticate with `psk`.
-pub(crate) fn set_psk_client(b: &mut SslContextBuilder, psk: ClientPsk) {
-    b.set_psk_client_callback(move |_ssl, _hint, identity, key| {
-        // The identity is written as a NUL-terminated string.
-        if psk.identity.len() >= identity.len() || psk.key.len() > key.len() {
-            return Err(ErrorStack::get());
-        }
-        identity[..psk.identity.len()].copy_from_slice(&psk.identity);
-        identity[psk.identity.len()] = 0;
-        key[..psk.key.len()].copy_from_slice(&psk.key);
-        Ok(psk.key.len())
-    });
-}
-
-#[cfg(feature = "openssl")]
-/// Makes a client session check that the server's certificate names `name` (a host
-/// name, also sent as SNI, or an IP address), or without a name the address `peer`.
-pub(crate) fn expect_peer_name(
-    ssl: &mut SslRef,
-    name: Option<&str>,
-    peer: SocketAddr,
-) -> Result<(), ErrorStack> {
-    match name.map(|n| (n, n.parse::<std::net::IpAddr>())) {
-        Some((_, Ok(ip))) => ssl.param_mut().set_ip(ip),
-        Some((host, Err(_))) => {
-            ssl.set_hostname(host)?;
-            ssl.param_mut().set_host(host)
-        }
-        None => ssl.param_mut().set_ip(peer.ip()),
-    }
-}
-
-/// What happened to a session, for the driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DtlsEvent {
-    /// The handshake with `peer` completed.
-    Connected {
-        /// The peer.
-        peer: SocketAddr,
-    },
-    /// The handshake with `peer` failed; its session is gone.
-    HandshakeFailed {
-        /// The peer.
-        peer: SocketAddr,
-        /// Why, in words (OpenSSL's reason and a hint).
-        reason: String,
-    },
-    /// An established session ended (close_notify, fatal alert, eviction).
-    Closed {
-        /// The peer.
-        peer: SocketAddr,
-        /// Why.
-        reason: String,
-    },
-}
-
-/// Counters of a session table, and its sizes now.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DtlsStats {
-    /// HelloVerifyRequests sent (cookie exchanges started).
-    pub hello_verify_sent: u64,
-    /// Handshakes completed.
-    pub handshakes: u64,
-    /// Handshakes that failed or timed out.
-    pub handshake_failures: u64,
-    /// Sessions evicted to make room, or dropped for being idle.
-    pub evicted: u64,
-    /// Handshakes in progress dropped to stay within the handshake budgets (or
-    /// replaced by a new ClientHello from the same address).
-    pub handshakes_displaced: u64,
-    /// New sessions refused because the table was full of active sessions.
-    pub refused: u64,
-    /// Records that could not be used (no session, decryption failure, garbage).
-    pub dropped: u64,
-    /// Established sessions now (a gauge).
-    pub sessions: u64,
-    /// Handshakes in progress now (a gauge).
-    pub handshaking: u64,
-}
-
-/// A DTLS implementation as the shard driver uses it: sans-IO, one table of sessions
-/// keyed by peer address. See the [module docs](self).
-pub trait DtlsBackend: Send {
-    /// Handles one received datagram of DTLS records from `peer`; returns the CoAP
-    /// datagrams it carried (none during a handshake).
-    fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, records: &[u8]) -> Vec<Vec<u8>>;
-    /// Protects one CoAP datagram for `peer`. A client starts a handshake if it has no
-    /// session and queues the datagram until it completes; a server drops datagrams
-    /// for peers it has no session with.
-    fn encrypt(&mut self, now: Instant, peer: SocketAddr, plaintext: &[u8]);
-    /// The next datagram of records to send.
-    fn poll_transmit(&mut self) -> Option<Transmit>;
-    /// The next session event.
-    fn poll_event(&mut self) -> Option<DtlsEvent>;
-    /// When [`DtlsBackend::handle_timeout`] must run next.
-    fn poll_timeout(&self) -> Option<Instant>;
-    /// Retransmits handshake flights and drops handshakes that took too long.
-    fn handle_timeout(&mut self, now: Instant);
-    /// Drops the session with `peer` (e.g. after a request over it timed out: the
-    /// server may have lost it), so that the next datagram starts a new handshake.
-    fn forget(&mut self, peer: SocketAddr);
-    /// Sessions kept (handshaking or established).
-    fn session_count(&self) -> usize;
-    /// The counters.
-    fn stats(&self) -> DtlsStats;
-}
-
-#[cfg(feature = "openssl")]
 /// A datagram-preserving in-memory channel between OpenSSL and the table: each
 /// `read` returns one whole received datagram, each `write` is one datagram to send.
 #[derive(Debug, Default)]
@@ -571,7 +35,6 @@ struct Channel {
     outgoing: Vec<Vec<u8>>,
 }
 
-#[cfg(feature = "openssl")]
 impl Read for Channel {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self.incoming.take() {
@@ -585,7 +48,6 @@ impl Read for Channel {
     }
 }
 
-#[cfg(feature = "openssl")]
 impl Write for Channel {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         // OpenSSL writes a bounded amount per call (one flight, one record).
@@ -601,7 +63,6 @@ impl Write for Channel {
     }
 }
 
-#[cfg(feature = "openssl")]
 struct Session {
     stream: SslStream<Channel>,
     established: bool,
@@ -621,7 +82,6 @@ struct Session {
     unanswered: VecDeque<(u64, u32)>,
 }
 
-#[cfg(feature = "openssl")]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Role {
     Server,
@@ -629,27 +89,21 @@ enum Role {
 }
 
 // Not bound by openssl-sys: declared here (OpenSSL 1.1.0+ signatures).
-#[cfg(feature = "openssl")]
 extern "C" {
     fn DTLSv1_listen(s: *mut openssl_sys::SSL, client: *mut libc::c_void) -> libc::c_int;
     fn BIO_ADDR_new() -> *mut libc::c_void;
     fn BIO_ADDR_free(a: *mut libc::c_void);
 }
 
-#[cfg(feature = "openssl")]
 const DTLS_CTRL_GET_TIMEOUT: libc::c_int = 73;
-#[cfg(feature = "openssl")]
 const DTLS_CTRL_HANDLE_TIMEOUT: libc::c_int = 74;
 
-#[cfg(feature = "openssl")]
 /// An owned `BIO_ADDR` for `DTLSv1_listen` to write the (unknown) peer into.
 struct BioAddr(*mut libc::c_void);
 
 // SAFETY: the BIO_ADDR is plain memory owned by this value and used from one thread at a time.
-#[cfg(feature = "openssl")]
 unsafe impl Send for BioAddr {}
 
-#[cfg(feature = "openssl")]
 impl Drop for BioAddr {
     fn drop(&mut self) {
         if !self.0.is_null() {
@@ -659,14 +113,12 @@ impl Drop for BioAddr {
     }
 }
 
-#[cfg(feature = "openssl")]
 /// The peer of an SSL, for the cookie callbacks.
 fn peer_index() -> Option<openssl::ex_data::Index<Ssl, SocketAddr>> {
     static INDEX: OnceLock<Option<openssl::ex_data::Index<Ssl, SocketAddr>>> = OnceLock::new();
     *INDEX.get_or_init(|| Ssl::new_ex_index().ok())
 }
 
-#[cfg(feature = "openssl")]
 fn cookie_for(key: &PKey<Private>, peer: &SocketAddr, out: &mut [u8]) -> Result<usize, ErrorStack> {
     let mut signer = Signer::new(MessageDigest::sha256(), key)?;
     match peer {
@@ -680,7 +132,6 @@ fn cookie_for(key: &PKey<Private>, peer: &SocketAddr, out: &mut [u8]) -> Result<
     Ok(n)
 }
 
-#[cfg(feature = "openssl")]
 /// The OpenSSL implementation of [`DtlsBackend`].
 pub struct OpensslDtls {
     ctx: SslContext,
@@ -709,7 +160,6 @@ pub struct OpensslDtls {
     next_idle_sweep: Option<Instant>,
 }
 
-#[cfg(feature = "openssl")]
 impl std::fmt::Debug for OpensslDtls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpensslDtls")
@@ -720,7 +170,6 @@ impl std::fmt::Debug for OpensslDtls {
     }
 }
 
-#[cfg(feature = "openssl")]
 fn base_context(method: SslMethod, ciphers: &str) -> Result<SslContextBuilder, ErrorStack> {
     let mut b = SslContext::builder(method)?;
     b.set_min_proto_version(Some(SslVersion::DTLS1_2))?;
@@ -735,7 +184,6 @@ fn base_context(method: SslMethod, ciphers: &str) -> Result<SslContextBuilder, E
     Ok(b)
 }
 
-#[cfg(feature = "openssl")]
 impl OpensslDtls {
     /// A server table that accepts the identities in `keys`.
     pub fn server(keys: Arc<PskStore>, config: DtlsConfig) -> Result<OpensslDtls, ErrorStack> {
@@ -789,12 +237,12 @@ impl OpensslDtls {
 
     /// A client table authenticating with `auth`.
     pub fn client_with(
-        auth: &DtlsClientAuth,
+        auth: &ClientCredentials,
         config: DtlsConfig,
     ) -> Result<OpensslDtls, ErrorStack> {
         match auth {
-            DtlsClientAuth::Psk(psk) => OpensslDtls::client(psk.clone(), config),
-            DtlsClientAuth::X509(x) => {
+            ClientCredentials::Psk(psk) => OpensslDtls::client(psk.clone(), config),
+            ClientCredentials::X509(x) => {
                 let mut b = base_context(SslMethod::dtls_client(), &config.ciphers)?;
                 load_x509(&mut b, x)?;
                 b.set_verify(openssl::ssl::SslVerifyMode::PEER);
@@ -1138,12 +586,10 @@ impl OpensslDtls {
     }
 }
 
-#[cfg(feature = "openssl")]
 fn is_retry(e: &openssl::ssl::Error) -> bool {
     e.code() == ErrorCode::WANT_READ || e.code() == ErrorCode::WANT_WRITE
 }
 
-#[cfg(feature = "openssl")]
 /// OpenSSL's reasons, with a hint for the common PSK and certificate mistakes.
 pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
     let reasons: Vec<String> = e
@@ -1167,13 +613,10 @@ pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
     format!("{text} ({hint})")
 }
 
-#[cfg(feature = "openssl")]
 const DECRYPT_ERROR: u8 = 51;
 /// The alert a server refusing a new session sends (no alert says "full").
-#[cfg(feature = "openssl")]
 const INTERNAL_ERROR: u8 = 80;
 
-#[cfg(feature = "openssl")]
 /// A fatal alert in epoch 0 (unprotected, as before ChangeCipherSpec). The sequence
 /// number is far above any the handshake used so the peer's replay window takes it.
 fn plaintext_alert(description: u8) -> Vec<u8> {
@@ -1183,7 +626,6 @@ fn plaintext_alert(description: u8) -> Vec<u8> {
     r
 }
 
-#[cfg(feature = "openssl")]
 /// Whether a datagram holds a ChangeCipherSpec followed by a handshake record in a
 /// later epoch (the client's Finished).
 fn finished_in(records: &[u8]) -> bool {
@@ -1203,7 +645,6 @@ fn finished_in(records: &[u8]) -> bool {
 }
 
 /// Fingerprints of unanswered datagrams a client session remembers.
-#[cfg(feature = "openssl")]
 const UNANSWERED_KEPT: usize = 8;
 
 /// Client, before sending `plaintext` over an established session: whether the server
@@ -1211,7 +652,6 @@ const UNANSWERED_KEPT: usize = 8;
 /// retransmission) goes out for the `rehandshake_after_resends`-th time again and
 /// nothing has been heard from the server since it first went out. Otherwise counts
 /// the datagram.
-#[cfg(feature = "openssl")]
 fn presumed_lost(s: &mut Session, plaintext: &[u8], config: &DtlsConfig) -> bool {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -1229,7 +669,6 @@ fn presumed_lost(s: &mut Session, plaintext: &[u8], config: &DtlsConfig) -> bool
 }
 
 /// The client random of the epoch-0 ClientHello a datagram starts with.
-#[cfg(feature = "openssl")]
 fn hello_random(records: &[u8]) -> Option<[u8; 32]> {
     if !is_client_hello(records) {
         return None;
@@ -1240,7 +679,6 @@ fn hello_random(records: &[u8]) -> Option<[u8; 32]> {
 
 /// Whether the peer of a completed server handshake proved a credential: a
 /// pre-shared key (PSK suites), or a client certificate that verified.
-#[cfg(feature = "openssl")]
 fn is_authenticated(ssl: &SslRef) -> bool {
     let psk = ssl
         .current_cipher()
@@ -1250,13 +688,11 @@ fn is_authenticated(ssl: &SslRef) -> bool {
     psk || certificate
 }
 
-#[cfg(feature = "openssl")]
 /// Whether a datagram starts with an epoch-0 ClientHello record.
 fn is_client_hello(records: &[u8]) -> bool {
     records.len() > 13 && records[0] == 22 && records[3] == 0 && records[4] == 0 && records[13] == 1
 }
 
-#[cfg(feature = "openssl")]
 fn dtls_timeout(ssl: &SslRef) -> Option<Duration> {
     let mut tv = libc::timeval {
         tv_sec: 0,
@@ -1277,7 +713,6 @@ fn dtls_timeout(ssl: &SslRef) -> Option<Duration> {
     })
 }
 
-#[cfg(feature = "openssl")]
 impl DtlsBackend for OpensslDtls {
     fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, records: &[u8]) -> Vec<Vec<u8>> {
         if records.len() < 13 {
@@ -1429,136 +864,6 @@ impl DtlsBackend for OpensslDtls {
     }
 }
 
-#[cfg(feature = "openssl")]
-/// A throwaway PKI for tests and demos: a CA and EC P-256 certificates it signed,
-/// made in memory at run time.
-pub mod test_pki {
-    use super::X509Credentials;
-    use openssl::asn1::Asn1Time;
-    use openssl::bn::BigNum;
-    use openssl::ec::{EcGroup, EcKey};
-    use openssl::error::ErrorStack;
-    use openssl::hash::MessageDigest;
-    use openssl::nid::Nid;
-    use openssl::pkey::{PKey, Private};
-    use openssl::x509::extension::{
-        BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
-    };
-    use openssl::x509::{X509NameBuilder, X509};
-
-    /// A CA and the certificates it issued.
-    #[derive(Debug, Clone)]
-    pub struct TestPki {
-        /// The CA certificate (PEM).
-        pub ca_pem: Vec<u8>,
-        /// A server certificate for `localhost` and 127.0.0.1 / ::1, trusting the CA for
-        /// client certificates.
-        pub server: X509Credentials,
-        /// A client certificate, trusting the CA for the server's.
-        pub client: X509Credentials,
-    }
-
-    fn ec_key() -> Result<PKey<Private>, ErrorStack> {
-        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
-        PKey::from_ec_key(EcKey::generate(&group)?)
-    }
-
-    /// Validity of the certificates: from `.0` to `.1` days from now.
-    type Days = (i64, i64);
-
-    fn certificate(
-        cn: &str,
-        key: &PKey<Private>,
-        issuer: Option<(&X509, &PKey<Private>)>,
-        valid: Days,
-    ) -> Result<X509, ErrorStack> {
-        let mut name = X509NameBuilder::new()?;
-        name.append_entry_by_text("CN", cn)?;
-        let name = name.build();
-        let mut b = X509::builder()?;
-        b.set_version(2)?;
-        let mut serial = BigNum::new()?;
-        serial.rand(64, openssl::bn::MsbOption::MAYBE_ZERO, false)?;
-        let serial = serial.to_asn1_integer()?;
-        b.set_serial_number(&serial)?;
-        b.set_subject_name(&name)?;
-        b.set_issuer_name(issuer.map_or(&name, |(c, _)| c.subject_name()))?;
-        b.set_pubkey(key)?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let day = 24 * 3600;
-        let from = Asn1Time::from_unix(now + valid.0 * day)?;
-        let until = Asn1Time::from_unix(now + valid.1 * day)?;
-        b.set_not_before(&from)?;
-        b.set_not_after(&until)?;
-        match issuer {
-            None => {
-                b.append_extension(BasicConstraints::new().critical().ca().build()?)?;
-                b.append_extension(KeyUsage::new().key_cert_sign().crl_sign().build()?)?;
-            }
-            Some((ca, _)) => {
-                let san = SubjectAlternativeName::new()
-                    .dns("localhost")
-                    .ip("127.0.0.1")
-                    .ip("::1")
-                    .build(&b.x509v3_context(Some(ca), None))?;
-                b.append_extension(san)?;
-                b.append_extension(
-                    ExtendedKeyUsage::new()
-                        .server_auth()
-                        .client_auth()
-                        .build()?,
-                )?;
-            }
-        }
-        let signer = issuer.map_or(key, |(_, k)| k);
-        b.sign(signer, MessageDigest::sha256())?;
-        Ok(b.build())
-    }
-
-    /// Makes a fresh CA (`cn` names it) with one server and one client certificate,
-    /// valid for 30 days.
-    pub fn generate(cn: &str) -> Result<TestPki, ErrorStack> {
-        generate_valid(cn, (0, 30))
-    }
-
-    /// Like [`generate`], but the server and client certificates expired yesterday.
-    pub fn generate_expired(cn: &str) -> Result<TestPki, ErrorStack> {
-        generate_valid(cn, (-30, -1))
-    }
-
-    fn generate_valid(cn: &str, valid: Days) -> Result<TestPki, ErrorStack> {
-        let ca_key = ec_key()?;
-        let ca = certificate(cn, &ca_key, None, (-1, 30))?;
-        let ca_pem = ca.to_pem()?;
-        let mut issued = Vec::new();
-        for who in ["server", "client"] {
-            let key = ec_key()?;
-            let cert = certificate(&format!("{cn} {who}"), &key, Some((&ca, &ca_key)), valid)?;
-            issued.push(X509Credentials {
-                cert_chain_pem: cert.to_pem()?,
-                key_pem: key.private_key_to_pem_pkcs8()?,
-                ca_pem: Some(ca_pem.clone()),
-                server_name: None,
-            });
-        }
-        let client = issued.pop().unwrap_or_default();
-        let server = issued.pop().unwrap_or_default();
-        Ok(TestPki {
-            ca_pem,
-            server,
-            client,
-        })
-    }
-}
-
-#[cfg(feature = "openssl")]
 mod budget;
-#[cfg(all(test, feature = "openssl"))]
+#[cfg(test)]
 mod tests;
-
-#[cfg(not(feature = "openssl"))]
-mod unavailable;
-#[cfg(not(feature = "openssl"))]
-pub use unavailable::{OpensslDtls, Unavailable};

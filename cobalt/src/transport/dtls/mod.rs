@@ -1,0 +1,327 @@
+//! CoAP over DTLS 1.2 (RFC 7252 §9, `coaps://`): a sans-IO table of DTLS sessions,
+//! one per peer, between a shard's socket and its [`Endpoint`](cobalt_proto::endpoint::Endpoint).
+//!
+//! - Records come in through [`DtlsBackend::handle_datagram`], which returns the
+//!   decrypted CoAP datagrams for the endpoint; what the endpoint sends goes through
+//!   [`DtlsBackend::encrypt`]. Records to send (handshake flights, alerts, application
+//!   data) wait in [`DtlsBackend::poll_transmit`].
+//! - Handshake retransmission runs on [`DtlsBackend::poll_timeout`] and
+//!   [`DtlsBackend::handle_timeout`]; a handshake that does not finish within
+//!   [`DtlsConfig::handshake_timeout`] is dropped.
+//! - A server keeps no state for a peer until it has answered a ClientHello with a
+//!   HelloVerifyRequest and the peer has returned the cookie (stateless cookie
+//!   exchange, RFC 6347 §4.2.1). The cookie is an HMAC-SHA256 of the peer's address
+//!   under a per-table random secret.
+//! - At most [`DtlsConfig::max_sessions`] sessions are kept; a new one evicts the one
+//!   that was heard from least recently.
+//!
+//! [`OpensslDtls`] implements [`DtlsBackend`] with OpenSSL (libssl): each session is an
+//! `SSL` over an in-memory channel that keeps datagram boundaries, so OpenSSL does
+//! all the record protection. Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (the one
+//! RFC 7252 mandates), `TLS_PSK_WITH_AES_128_GCM_SHA256`, and for certificates
+//! `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8` / `..._GCM_SHA256`.
+//!
+//! Not available: the DTLS Connection ID (RFC 9146) — OpenSSL has no support for it
+//! (openssl#18724), so a peer whose address changes (NAT rebinding) needs a new
+//! handshake.
+//!
+//! The credentials it uses are in [`credentials`](super::credentials), shared with TLS.
+
+use cobalt_proto::endpoint::Transmit;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+#[cfg(feature = "openssl")]
+mod session_table;
+#[cfg(feature = "openssl")]
+pub(crate) use self::session_table::describe;
+#[cfg(feature = "openssl")]
+pub use self::session_table::OpensslDtls;
+
+/// The default port of `coaps` (RFC 7252 §12.7).
+pub const DEFAULT_PORT: u16 = 5684;
+
+/// The cipher suites offered and accepted (OpenSSL names). `@SECLEVEL=0` keeps the
+/// CCM_8 suites, which OpenSSL 3.1 and later put below the default security level.
+pub const CIPHERS: &str = "PSK-AES128-CCM8:PSK-AES128-GCM-SHA256:\
+ECDHE-ECDSA-AES128-CCM8:ECDHE-ECDSA-AES128-GCM-SHA256:@SECLEVEL=0";
+
+/// Limits and timers of a session table.
+///
+/// A server keeps two budgets: handshakes in progress (after the cookie exchange: the
+/// peer proved its address, not yet its credentials; about 50 KB each in OpenSSL) and
+/// established sessions. A handshake never displaces an established session:
+///
+/// - When [`DtlsConfig::max_handshakes_per_ip`] handshakes from one address are in
+///   progress, its next handshake replaces its oldest one; when
+///   [`DtlsConfig::max_handshakes`] are in progress, the oldest handshake of the address
+///   with the most gives way. A new ClientHello (epoch 0, valid cookie) from an
+///   address with a handshake in progress replaces that handshake (RFC 6347 §4.2.8).
+/// - When [`DtlsConfig::max_sessions`] sessions are established, a new session takes
+///   the place of the one heard from least recently if that one has been silent for
+///   [`DtlsConfig::stale_after`]; otherwise a session whose peer authenticated (a
+///   pre-shared key, or a client certificate the server verified) may take the place
+///   of an anonymous one (a certificate-only server's clients); otherwise the new
+///   session is refused with a fatal `internal_error` alert. So a flood of handshakes,
+///   or of anonymous sessions, never pushes out peers that authenticated and are active.
+///
+/// A client (which only has the sessions it opened) evicts the least recently used
+/// session when it has `max_sessions`, and starts a new handshake when a datagram has
+/// been retransmitted [`DtlsConfig::rehandshake_after_resends`] times without a word
+/// back: the server may have lost the session (restart, eviction), and DTLS 1.2 has
+/// no way to say so.
+#[derive(Debug, Clone)]
+pub struct DtlsConfig {
+    /// Established sessions kept at most (per table: per shard on a server). Default
+    /// 10 000.
+    pub max_sessions: usize,
+    /// Server: handshakes in progress (after the cookie exchange) kept at most per
+    /// table. Default 256 (about 13 MB of OpenSSL state).
+    pub max_handshakes: usize,
+    /// Server: handshakes in progress kept at most per source address (IPv4 address,
+    /// or IPv6 /64). Default 32.
+    pub max_handshakes_per_ip: usize,
+    /// Server: an established session silent for this long may be replaced by a new
+    /// one when the table is full (default 30 min, like Californium's stale
+    /// connection threshold).
+    pub stale_after: Duration,
+    /// Client: when the same datagram (a CoAP retransmission) is sent this many times
+    /// again with nothing heard from the server since its first sending, the server
+    /// is presumed to have lost the session, and a new handshake carries it (default
+    /// 2: a confirmable request's second retransmission, 6 to 9 s after the request
+    /// with the RFC 7252 defaults; the first may be an ordinary loss).
+    pub rehandshake_after_resends: u32,
+    /// A handshake not finished within this is dropped (default 20 s).
+    pub handshake_timeout: Duration,
+    /// The largest datagram OpenSSL builds for handshake flights (default 1400).
+    pub mtu: u32,
+    /// CoAP datagrams a client queues per peer while its handshake runs (default 16;
+    /// the oldest is dropped beyond).
+    pub max_pending: usize,
+    /// The OpenSSL cipher list (default [`CIPHERS`]).
+    pub ciphers: String,
+    /// An established session not heard from for this long is dropped; the peer
+    /// handshakes again when it comes back (default 1 h).
+    pub idle_timeout: Duration,
+}
+
+impl Default for DtlsConfig {
+    fn default() -> Self {
+        DtlsConfig {
+            max_sessions: 10_000,
+            max_handshakes: 256,
+            max_handshakes_per_ip: 32,
+            stale_after: Duration::from_secs(30 * 60),
+            rehandshake_after_resends: 2,
+            handshake_timeout: Duration::from_secs(20),
+            mtu: 1400,
+            max_pending: 16,
+            ciphers: CIPHERS.to_string(),
+            idle_timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What happened to a session, for the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DtlsEvent {
+    /// The handshake with `peer` completed.
+    Connected {
+        /// The peer.
+        peer: SocketAddr,
+    },
+    /// The handshake with `peer` failed; its session is gone.
+    HandshakeFailed {
+        /// The peer.
+        peer: SocketAddr,
+        /// Why, in words (OpenSSL's reason and a hint).
+        reason: String,
+    },
+    /// An established session ended (close_notify, fatal alert, eviction).
+    Closed {
+        /// The peer.
+        peer: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Counters of a session table, and its sizes now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DtlsStats {
+    /// HelloVerifyRequests sent (cookie exchanges started).
+    pub hello_verify_sent: u64,
+    /// Handshakes completed.
+    pub handshakes: u64,
+    /// Handshakes that failed or timed out.
+    pub handshake_failures: u64,
+    /// Sessions evicted to make room, or dropped for being idle.
+    pub evicted: u64,
+    /// Handshakes in progress dropped to stay within the handshake budgets (or
+    /// replaced by a new ClientHello from the same address).
+    pub handshakes_displaced: u64,
+    /// New sessions refused because the table was full of active sessions.
+    pub refused: u64,
+    /// Records that could not be used (no session, decryption failure, garbage).
+    pub dropped: u64,
+    /// Established sessions now (a gauge).
+    pub sessions: u64,
+    /// Handshakes in progress now (a gauge).
+    pub handshaking: u64,
+}
+
+/// A DTLS implementation as the shard driver uses it: sans-IO, one table of sessions
+/// keyed by peer address. See the [module docs](self).
+pub trait DtlsBackend: Send {
+    /// Handles one received datagram of DTLS records from `peer`; returns the CoAP
+    /// datagrams it carried (none during a handshake).
+    fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, records: &[u8]) -> Vec<Vec<u8>>;
+    /// Protects one CoAP datagram for `peer`. A client starts a handshake if it has no
+    /// session and queues the datagram until it completes; a server drops datagrams
+    /// for peers it has no session with.
+    fn encrypt(&mut self, now: Instant, peer: SocketAddr, plaintext: &[u8]);
+    /// The next datagram of records to send.
+    fn poll_transmit(&mut self) -> Option<Transmit>;
+    /// The next session event.
+    fn poll_event(&mut self) -> Option<DtlsEvent>;
+    /// When [`DtlsBackend::handle_timeout`] must run next.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Retransmits handshake flights and drops handshakes that took too long.
+    fn handle_timeout(&mut self, now: Instant);
+    /// Drops the session with `peer` (e.g. after a request over it timed out: the
+    /// server may have lost it), so that the next datagram starts a new handshake.
+    fn forget(&mut self, peer: SocketAddr);
+    /// Sessions kept (handshaking or established).
+    fn session_count(&self) -> usize;
+    /// The counters.
+    fn stats(&self) -> DtlsStats;
+}
+
+#[cfg(feature = "openssl")]
+/// A throwaway PKI for tests and demos: a CA and EC P-256 certificates it signed,
+/// made in memory at run time.
+pub mod test_pki {
+    use crate::transport::credentials::X509Credentials;
+    use openssl::asn1::Asn1Time;
+    use openssl::bn::BigNum;
+    use openssl::ec::{EcGroup, EcKey};
+    use openssl::error::ErrorStack;
+    use openssl::hash::MessageDigest;
+    use openssl::nid::Nid;
+    use openssl::pkey::{PKey, Private};
+    use openssl::x509::extension::{
+        BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
+    };
+    use openssl::x509::{X509NameBuilder, X509};
+
+    /// A CA and the certificates it issued.
+    #[derive(Debug, Clone)]
+    pub struct TestPki {
+        /// The CA certificate (PEM).
+        pub ca_pem: Vec<u8>,
+        /// A server certificate for `localhost` and 127.0.0.1 / ::1, trusting the CA for
+        /// client certificates.
+        pub server: X509Credentials,
+        /// A client certificate, trusting the CA for the server's.
+        pub client: X509Credentials,
+    }
+
+    fn ec_key() -> Result<PKey<Private>, ErrorStack> {
+        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
+        PKey::from_ec_key(EcKey::generate(&group)?)
+    }
+
+    /// Validity of the certificates: from `.0` to `.1` days from now.
+    type Days = (i64, i64);
+
+    fn certificate(
+        cn: &str,
+        key: &PKey<Private>,
+        issuer: Option<(&X509, &PKey<Private>)>,
+        valid: Days,
+    ) -> Result<X509, ErrorStack> {
+        let mut name = X509NameBuilder::new()?;
+        name.append_entry_by_text("CN", cn)?;
+        let name = name.build();
+        let mut b = X509::builder()?;
+        b.set_version(2)?;
+        let mut serial = BigNum::new()?;
+        serial.rand(64, openssl::bn::MsbOption::MAYBE_ZERO, false)?;
+        let serial = serial.to_asn1_integer()?;
+        b.set_serial_number(&serial)?;
+        b.set_subject_name(&name)?;
+        b.set_issuer_name(issuer.map_or(&name, |(c, _)| c.subject_name()))?;
+        b.set_pubkey(key)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let day = 24 * 3600;
+        let from = Asn1Time::from_unix(now + valid.0 * day)?;
+        let until = Asn1Time::from_unix(now + valid.1 * day)?;
+        b.set_not_before(&from)?;
+        b.set_not_after(&until)?;
+        match issuer {
+            None => {
+                b.append_extension(BasicConstraints::new().critical().ca().build()?)?;
+                b.append_extension(KeyUsage::new().key_cert_sign().crl_sign().build()?)?;
+            }
+            Some((ca, _)) => {
+                let san = SubjectAlternativeName::new()
+                    .dns("localhost")
+                    .ip("127.0.0.1")
+                    .ip("::1")
+                    .build(&b.x509v3_context(Some(ca), None))?;
+                b.append_extension(san)?;
+                b.append_extension(
+                    ExtendedKeyUsage::new()
+                        .server_auth()
+                        .client_auth()
+                        .build()?,
+                )?;
+            }
+        }
+        let signer = issuer.map_or(key, |(_, k)| k);
+        b.sign(signer, MessageDigest::sha256())?;
+        Ok(b.build())
+    }
+
+    /// Makes a fresh CA (`cn` names it) with one server and one client certificate,
+    /// valid for 30 days.
+    pub fn generate(cn: &str) -> Result<TestPki, ErrorStack> {
+        generate_valid(cn, (0, 30))
+    }
+
+    /// Like [`generate`], but the server and client certificates expired yesterday.
+    pub fn generate_expired(cn: &str) -> Result<TestPki, ErrorStack> {
+        generate_valid(cn, (-30, -1))
+    }
+
+    fn generate_valid(cn: &str, valid: Days) -> Result<TestPki, ErrorStack> {
+        let ca_key = ec_key()?;
+        let ca = certificate(cn, &ca_key, None, (-1, 30))?;
+        let ca_pem = ca.to_pem()?;
+        let mut issued = Vec::new();
+        for who in ["server", "client"] {
+            let key = ec_key()?;
+            let cert = certificate(&format!("{cn} {who}"), &key, Some((&ca, &ca_key)), valid)?;
+            issued.push(X509Credentials {
+                cert_chain_pem: cert.to_pem()?,
+                key_pem: key.private_key_to_pem_pkcs8()?,
+                ca_pem: Some(ca_pem.clone()),
+                server_name: None,
+            });
+        }
+        let client = issued.pop().unwrap_or_default();
+        let server = issued.pop().unwrap_or_default();
+        Ok(TestPki {
+            ca_pem,
+            server,
+            client,
+        })
+    }
+}
+
+#[cfg(not(feature = "openssl"))]
+mod unavailable;
+#[cfg(not(feature = "openssl"))]
+pub use unavailable::{OpensslDtls, Unavailable};
