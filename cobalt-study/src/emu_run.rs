@@ -11,7 +11,7 @@ use crate::sim_run::{CLIENT_IP, SERVER};
 use crate::workload::{client_config, plan, Next, UdpClient, PATH};
 use cobalt::proto::tcp_connection::TcpConfig;
 use cobalt::server::{get, Response};
-use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::transport::limits::TcpServerLimits;
 use cobalt::{Client, Code, Scheme, Server};
 use cobalt_linkem::emulator::{set_realtime, Config, DirectionReport, Emulator};
 use cobalt_linkem::log::parse_line;

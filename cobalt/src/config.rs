@@ -29,7 +29,7 @@
 
 use crate::server::ServerLimits;
 use crate::transport::dtls::DtlsConfig;
-use crate::transport::tcp::TcpServerLimits;
+use crate::transport::limits::TcpServerLimits;
 use cobalt_proto::congestion::Algorithm;
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::tcp_connection::TcpConfig;

@@ -344,9 +344,13 @@
 //! The protocol lives in the sans-IO crate [`cobalt_proto`] (no I/O, no threads, no
 //! clock): the message codec, the [`Endpoint`](cobalt_proto::endpoint::Endpoint) with its
 //! exchanges, deduplication, reliability, congestion control and notifications, and the
-//! RFC 8323 connection machine. This crate adds the connectors ([`transport`]), the shard
-//! threads that drive endpoints ([`runtime`]), the [`Server`] with its resource tree, and
-//! the [`Client`].
+//! RFC 8323 connection machine. This crate adds the connectors ([`transport`]: bytes in,
+//! bytes out, nothing of resources), the shard threads that drive endpoints
+//! ([`runtime`]: a socket, an endpoint and a clock, generic over the service they run),
+//! the [`Server`] with its resource tree (which wires the shards' server role and the
+//! connection listeners to the transports), and the [`Client`]. The modules import one
+//! way: the resource tree, handlers, executors and [`server::Observable`] use no
+//! transport or runtime module.
 //!
 //! **Shards.** By default the server runs one shard per core: a thread with its own
 //! `SO_REUSEPORT` socket on the server port, its own endpoint, and the exchanges, dedup
@@ -368,6 +372,7 @@ pub mod client;
 pub mod config;
 mod error;
 pub mod metrics;
+mod response;
 pub mod runtime;
 pub mod server;
 pub mod transport;

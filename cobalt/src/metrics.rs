@@ -310,7 +310,7 @@ pub struct Metrics {
     shards: Vec<Arc<ShardMetrics>>,
     limits: Option<Arc<LimitCounters>>,
     stages: Option<Arc<crate::runtime::StageCounters>>,
-    transports: Vec<(&'static str, Arc<crate::transport::tcp::TcpCounters>)>,
+    transports: Vec<(&'static str, Arc<TcpCounters>)>,
 }
 
 impl Metrics {
@@ -341,7 +341,7 @@ impl Metrics {
     pub(crate) fn with_transport(
         mut self,
         name: &'static str,
-        counters: Arc<crate::transport::tcp::TcpCounters>,
+        counters: Arc<TcpCounters>,
     ) -> Metrics {
         self.transports.push((name, counters));
         self
@@ -385,6 +385,33 @@ impl Metrics {
         render_transports(&mut out, &self.transports);
         out
     }
+}
+
+/// What a TCP or WebSocket listener has seen, for the metrics exporter.
+#[derive(Debug, Default)]
+pub struct TcpCounters {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections refused because `max_connections` were open.
+    pub refused: AtomicU64,
+    /// Connections refused because their address held `max_connections_per_ip`
+    /// connections or `max_handshakes_per_ip` handshakes.
+    pub refused_per_ip: AtomicU64,
+    /// Connections open now (a gauge).
+    pub open: AtomicU64,
+    /// Connections aborted by this side for a protocol error (bad or missing CSM,
+    /// oversized frame, malformed message).
+    pub protocol_errors: AtomicU64,
+    /// Connections closed because the TLS handshake, the CSM or a frame took too long,
+    /// or the peer answered no keep-alive Ping (slow, silent or vanished peers).
+    pub timeouts: AtomicU64,
+    /// Connections released for being idle.
+    pub idle_closed: AtomicU64,
+    /// TLS handshakes that failed (wrong key, untrusted certificate, not TLS) and
+    /// WebSocket upgrades refused or abandoned.
+    pub handshake_failures: AtomicU64,
+    /// Observe relations held on the listener's connections now (a gauge).
+    pub observers: Arc<AtomicU64>,
 }
 
 /// The server role's refusals and dropped uploads.
@@ -700,14 +727,11 @@ pub fn render_prometheus(shards: &[ShardSnapshot]) -> String {
 type Connections = (
     &'static str,
     &'static str,
-    fn(&crate::transport::tcp::TcpCounters) -> &std::sync::atomic::AtomicU64,
+    fn(&TcpCounters) -> &std::sync::atomic::AtomicU64,
 );
 
 /// The connection counters of the TCP and WebSocket listeners.
-fn render_transports(
-    out: &mut String,
-    transports: &[(&'static str, Arc<crate::transport::tcp::TcpCounters>)],
-) {
+fn render_transports(out: &mut String, transports: &[(&'static str, Arc<TcpCounters>)]) {
     if transports.is_empty() {
         return;
     }

@@ -8,7 +8,7 @@ mod stream;
 
 use cobalt::server::get;
 use cobalt::transport::credentials::{ClientCredentials, ClientPsk, PskStore};
-use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::transport::limits::TcpServerLimits;
 use cobalt::transport::tls::{Alpn, TlsConnector};
 use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};

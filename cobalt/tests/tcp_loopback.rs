@@ -9,7 +9,7 @@ use cobalt::proto::message::tcp::{signal_code, Signal};
 use cobalt::proto::message::{decode_tcp, encode_tcp, opt, TcpMessage, Token};
 use cobalt::proto::tcp_connection::TcpConfig;
 use cobalt::server::{get, post, Request};
-use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::transport::limits::TcpServerLimits;
 use cobalt::Scheme;
 use cobalt::{Client, Code, Error, Server, ServerHandle};
 use std::net::SocketAddr;

@@ -7,7 +7,7 @@
 use cobalt::server::{get, post, Observable, Request};
 use cobalt::transport::credentials::{PskStore, X509Credentials};
 use cobalt::transport::dtls::test_pki;
-use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::transport::limits::TcpServerLimits;
 use cobalt::transport::tls::{negotiated, Alpn, TlsConnector};
 use cobalt::Scheme;
 use cobalt::{Client, Code, Error, Server, ServerHandle};

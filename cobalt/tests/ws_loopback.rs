@@ -10,7 +10,7 @@ use cobalt::proto::message::tcp::{decode_ws, encode_ws, signal_code, Signal};
 use cobalt::proto::message::{TcpMessage, Token};
 use cobalt::proto::tcp_connection::TcpConfig;
 use cobalt::server::{get, post, Request};
-use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::transport::limits::TcpServerLimits;
 use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use futures_util::{SinkExt, StreamExt};

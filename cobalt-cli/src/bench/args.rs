@@ -137,7 +137,7 @@ pub struct BenchArgs {
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Run as a remote load generator that a coordinator drives with `--workers`.
-    Worker(super::distributed::WorkerArgs),
+    Worker(WorkerArgs),
     /// Overlay the `--json` reports of several runs in one SVG figure (throughput,
     /// latency and server CPU per request against concurrency), e.g. to compare
     /// servers: `cobalt bench plot cobalt.json libcoap.json -o compare.svg`.
@@ -553,4 +553,16 @@ mod tests {
             assert!(parse_sweep(bad).is_err(), "{bad:?} accepted");
         }
     }
+}
+
+/// Arguments of `cobalt bench worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Address to accept coordinator connections on, e.g. 0.0.0.0:7000.
+    #[arg(long)]
+    pub listen: String,
+    /// Let coordinators run third-party load tools here (`cobalt bench --exec`). Anyone
+    /// who can reach the listening address can then run commands as this user.
+    #[arg(long)]
+    pub allow_exec: bool,
 }

@@ -8,10 +8,11 @@
 //! the histogram's precision. Workers start a step when its request arrives; the
 //! warm-up absorbs the small skew between machines.
 
+use super::args::WorkerArgs;
 use super::args::{BenchArgs, Method};
 use super::stats::{AnswerCode, Recorder, ServerUsage, StepResult};
 use super::{measure_step, procfs, sys, Config, StepError};
-use clap::{Args, ValueEnum};
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -19,18 +20,6 @@ use std::time::Duration;
 
 /// Largest control line accepted, in bytes (histograms are a few hundred KiB at most).
 const MAX_LINE: u64 = 64 * 1024 * 1024;
-
-/// Arguments of `cobalt bench worker`.
-#[derive(Debug, Args)]
-pub struct WorkerArgs {
-    /// Address to accept coordinator connections on, e.g. 0.0.0.0:7000.
-    #[arg(long)]
-    pub listen: String,
-    /// Let coordinators run third-party load tools here (`cobalt bench --exec`). Anyone
-    /// who can reach the listening address can then run commands as this user.
-    #[arg(long)]
-    pub allow_exec: bool,
-}
 
 /// Largest output of a third-party tool sent back, in bytes.
 const MAX_EXEC_OUTPUT: usize = 1 << 20;

@@ -50,6 +50,34 @@ pub struct TcpMessage {
     pub payload: Vec<u8>,
 }
 
+/// A message received over TCP or WebSockets as the datagram layer's model: a
+/// confirmable message with message ID 0 (neither means anything over a reliable
+/// transport, RFC 8323 §3.2), so the same request handling serves both.
+impl From<TcpMessage> for super::Message {
+    fn from(m: TcpMessage) -> super::Message {
+        super::Message {
+            mtype: super::MessageType::Confirmable,
+            code: m.code,
+            mid: 0,
+            token: m.token,
+            options: m.options,
+            payload: m.payload,
+        }
+    }
+}
+
+/// The message to send over TCP or WebSockets: the type and message ID are dropped.
+impl From<super::Message> for TcpMessage {
+    fn from(m: super::Message) -> TcpMessage {
+        TcpMessage {
+            code: m.code,
+            token: m.token,
+            options: m.options,
+            payload: m.payload,
+        }
+    }
+}
+
 /// A multi-line, human-readable rendering used by `cobalt -v`: the code (a method,
 /// response or signal such as 7.01 CSM), the token, options and payload.
 impl fmt::Display for TcpMessage {
@@ -577,6 +605,18 @@ impl Signal {
 mod tests {
     use super::super::option::number;
     use super::*;
+
+    #[test]
+    fn converts_to_and_from_the_datagram_model() {
+        let mut m = TcpMessage::new(Code::GET);
+        m.token = Token::new(&[1, 2]).unwrap();
+        m.options.set_uri_path("a/b");
+        m.payload = b"x".to_vec();
+        let d = super::super::Message::from(m.clone());
+        assert_eq!(d.mtype, super::super::MessageType::Confirmable);
+        assert_eq!((d.mid, &d.token, &d.payload), (0, &m.token, &m.payload));
+        assert_eq!(TcpMessage::from(d), m);
+    }
 
     #[test]
     fn display_shows_signals_by_name() {

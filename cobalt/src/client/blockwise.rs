@@ -4,13 +4,15 @@
 //! exchange of one request for one response as a function, so the same code runs over
 //! UDP, DTLS, TCP and WebSockets.
 
-use super::MAX_BODY;
 use crate::error::BlockError;
 use crate::server::Response;
 use crate::{Error, Result};
 use cobalt_proto::blockwise::{check_block, next_block2, upload_continues, BlockSize};
 use cobalt_proto::message::{opt, BlockValue, Code, Message};
 use std::future::Future;
+
+/// Largest body the client reassembles from blocks (16 MiB).
+pub const MAX_BODY: usize = 16 << 20;
 
 /// Uploads a body in Block1 blocks of `size` (BERT blocks included), following the
 /// server if it asks for smaller blocks (RFC 7959 §2.5: the block it acknowledged

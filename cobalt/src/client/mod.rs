@@ -11,12 +11,15 @@
 
 pub mod blocking;
 mod blockwise;
+pub use blockwise::MAX_BODY;
 mod observe;
 
 pub use observe::{Observation, Reregistration, MAX_REREGISTRATIONS};
 
 use crate::error::{SetupError, Unsupported};
-use crate::runtime::driver::{spawn_driver, Command, DriverIo, ReplyTo};
+use crate::runtime::command::{Command, ReplyTo};
+use crate::runtime::driver::{spawn_driver, DriverIo};
+use crate::runtime::service::NoService;
 use crate::runtime::StreamTracer;
 use crate::runtime::Tracer;
 use crate::server::Response;
@@ -257,7 +260,7 @@ impl Client {
             return Ok(tx.clone());
         }
         let socket = client_socket(peer)?;
-        let (tx, _thread) = spawn_driver(
+        let (tx, _thread) = spawn_driver::<NoService>(
             "cobalt-client".into(),
             DriverIo::Owned(socket),
             self.inner.config.clone(),
@@ -285,7 +288,7 @@ impl Client {
         let layer = OpensslDtls::client_with(auth, DtlsConfig::default())
             .map_err(|e| e.into_error("DTLS", Scheme::Coaps))?;
         let socket = client_socket(peer)?;
-        let (tx, _thread) = spawn_driver(
+        let (tx, _thread) = spawn_driver::<NoService>(
             "cobalt-client-dtls".into(),
             DriverIo::Owned(socket),
             self.inner.config.clone(),
@@ -571,9 +574,6 @@ impl RequestBuilder {
 fn is_stream(scheme: Scheme) -> bool {
     !matches!(scheme, Scheme::Coap | Scheme::Coaps)
 }
-
-/// Largest body the client reassembles from blocks (16 MiB).
-pub const MAX_BODY: usize = 16 << 20;
 
 /// One request/response exchange through the driver. A 4.01 carrying an Echo option
 /// (a server's amplification check, RFC 9175 §2.4) is answered transparently by

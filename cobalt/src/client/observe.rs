@@ -4,7 +4,7 @@
 
 use super::blockwise::fetch_rest_via;
 use super::{fetch_rest, CancelGuard, Client};
-use crate::runtime::driver::{Command, ReplyTo};
+use crate::runtime::command::{Command, ReplyTo};
 use crate::server::Response;
 use crate::transport::stream_client::StreamObservation;
 use crate::{Error, Result};

@@ -4,90 +4,35 @@
 //! poll become tasks (on the same thread), whose responses come back via a queue.
 
 use crate::metrics::{ShardMetrics, ShardSnapshot};
+use crate::runtime::command::{Command, ReplyTo};
 use crate::runtime::io::{Inbound, Input, ShardIo};
-use crate::server::observe::ChangeInbox;
-use crate::server::shard::{Completion, ServerShard};
-use crate::server::tree::ResourceTree;
-use crate::server::ServerLimits;
+use crate::runtime::service::{MakeService, Service, ServiceLinks};
+use crate::runtime::trace::Tracer;
 use crate::transport::dtls::{DtlsBackend, DtlsEvent};
 use crate::transport::{mmsg, udp};
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
 use cobalt_proto::message::Message;
-use cobalt_proto::message::TcpMessage;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
-use tokio::sync::{mpsc, oneshot};
-
-/// Where the result of a client request goes.
-pub(crate) enum ReplyTo {
-    /// A single response.
-    Once(oneshot::Sender<Result<Message, Error>>),
-    /// Every response (observe notifications) until cancelled. Bounded: when the
-    /// observer does not keep up, newer notifications are dropped (an observer only
-    /// needs the latest state eventually, RFC 7641 §1.3), so memory stays bounded.
-    Stream(mpsc::Sender<Result<Message, Error>>),
-}
-
-/// What the application asks of a shard.
-pub(crate) enum Command {
-    /// Send a request; `key` lets the caller cancel it.
-    Request {
-        key: u64,
-        peer: SocketAddr,
-        message: Message,
-        reply: ReplyTo,
-    },
-    /// Forget a request (timeout in the caller, dropped observation).
-    Cancel { key: u64 },
-    /// End an observation proactively: GET with Observe=1 and the relation's token
-    /// (RFC 7641 §3.6); the response goes to `reply` under `new_key`.
-    Deregister {
-        key: u64,
-        new_key: u64,
-        message: Message,
-        reply: ReplyTo,
-    },
-    /// Stop: answer what is in progress (up to the grace period), then exit.
-    Shutdown { grace: Duration },
-}
+use tokio::sync::mpsc;
 
 /// Receive batches per wake-up before timers and commands get a turn.
 const RECV_ROUNDS: usize = 4;
 
-/// Sees every datagram a driver sends (`true`) or receives (`false`); for `cobalt -v`.
-pub type Tracer = Arc<dyn Fn(bool, SocketAddr, &[u8]) + Send + Sync>;
-
-/// Sees every CoAP message a client's TCP, TLS or WebSocket connection sends (`true`)
-/// or every response and CSM it receives (`false`); for `cobalt -v`.
-pub type StreamTracer = Arc<dyn Fn(bool, SocketAddr, &TcpMessage) + Send + Sync>;
-
-/// What a server shard's driver needs: the tree, the limits, the inbox its observable
-/// resources post their changes to, a sender to its own command queue, and whether
-/// its socket is IPv6.
-type ShardSetup = (
-    Arc<ResourceTree>,
-    ServerLimits,
-    Arc<ChangeInbox>,
-    Option<mpsc::UnboundedSender<Command>>,
-    bool,
-);
-
-/// What a server shard serves: the tree, the limits and its changes inbox.
-pub(crate) type ServerRole = (Arc<ResourceTree>, ServerLimits, Arc<ChangeInbox>);
-
-pub(crate) struct Driver {
+/// A shard: its socket, its endpoint and, for a server, the [`Service`] it runs.
+pub(crate) struct Driver<S: Service> {
     tracer: Option<Tracer>,
     io: ShardIo,
     endpoint: Endpoint,
-    server: Option<ServerShard>,
+    server: Option<S>,
     commands: mpsc::UnboundedReceiver<Command>,
-    completions: mpsc::UnboundedReceiver<Completion>,
+    completions: mpsc::UnboundedReceiver<S::Completion>,
     waiting: HashMap<RequestId, (u64, SocketAddr, ReplyTo)>,
     keys: HashMap<u64, RequestId>,
     draining: Option<Instant>,
@@ -102,23 +47,19 @@ pub(crate) struct Driver {
     heard: Vec<SocketAddr>,
 }
 
-impl Driver {
+impl<S: Service> Driver<S> {
     pub(crate) fn new(
         io: ShardIo,
         config: EndpointConfig,
-        server: Option<ShardSetup>,
+        server: Option<(MakeService<S>, mpsc::UnboundedSender<Command>, bool)>,
         commands: mpsc::UnboundedReceiver<Command>,
-    ) -> Driver {
-        let (done_tx, completions) = mpsc::unbounded_channel();
-        let config_copy = config.clone();
+    ) -> Driver<S> {
+        let (done, completions) = mpsc::unbounded_channel();
         Driver {
             tracer: None,
             io,
             endpoint: Endpoint::new(config, Instant::now()),
-            server: server.map(|(tree, limits, inbox, own, v6)| {
-                let client = own.map(|tx| crate::Client::for_shard(tx, v6, config_copy.clone()));
-                ServerShard::new(tree, limits, inbox, done_tx, client)
-            }),
+            server: server.map(|(make, commands, v6)| make(ServiceLinks { done, commands, v6 })),
             commands,
             completions,
             waiting: HashMap::new(),
@@ -161,8 +102,8 @@ impl Driver {
                 timeout = self.next_deadline();
             }
             // Notifications to send: a turn of them competes with reading the socket.
-            let notify = self.server.as_ref().is_some_and(ServerShard::has_work);
-            let inbox = self.server.as_ref().map(ServerShard::inbox);
+            let notify = self.server.as_ref().is_some_and(S::has_work);
+            let inbox = self.server.as_ref().map(S::changes);
             let changed = async {
                 match &inbox {
                     Some(inbox) => inbox.changed().await,
@@ -230,7 +171,7 @@ impl Driver {
                 self.endpoint.poll_timeout(),
                 self.dtls.as_ref().and_then(|d| d.poll_timeout()),
             ),
-            self.server.as_ref().and_then(ServerShard::poll_timeout),
+            self.server.as_ref().and_then(S::poll_timeout),
         )
     }
 
@@ -248,19 +189,12 @@ impl Driver {
     /// Publishes the endpoint's counters and state sizes for the metrics exporter.
     fn publish_metrics(&self) {
         if let Some(m) = &self.metrics {
-            let observers = self.server.as_ref().map_or(0, ServerShard::observer_count);
+            let observers = self.server.as_ref().map_or(0, S::observer_count);
             let counts = self.endpoint.state_counts();
             let mut snapshot =
                 ShardSnapshot::from_endpoint(&self.endpoint.stats(), counts, observers);
             if let Some(server) = &self.server {
-                let (fanout, backlog, uploads) = server.stats();
-                snapshot = snapshot.with_server_role(
-                    fanout.productions,
-                    fanout.deferred,
-                    backlog,
-                    uploads.uploads,
-                    uploads.bytes,
-                );
+                snapshot = server.report(snapshot);
             }
             if let Some(dtls) = &self.dtls {
                 snapshot = snapshot.with_dtls(&dtls.stats());
@@ -683,11 +617,11 @@ pub(crate) enum DriverIo {
 
 /// Starts a driver on its own thread with a current-thread runtime.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn spawn_driver(
+pub(crate) fn spawn_driver<S: Service>(
     name: String,
     io: DriverIo,
     config: EndpointConfig,
-    server: Option<ServerRole>,
+    server: Option<MakeService<S>>,
     tracer: Option<Tracer>,
     recv_batch: Option<usize>,
     metrics: Option<Arc<ShardMetrics>>,
@@ -699,11 +633,11 @@ pub(crate) fn spawn_driver(
         .build()?;
     // A server shard keeps a sender to itself so that its handlers' client requests
     // go out on the shard's own socket and come back to it.
-    let own = server.is_some().then(|| tx.clone());
     let v6 = match &io {
         DriverIo::Owned(s) => s.local_addr()?.is_ipv6(),
         DriverIo::Staged(_, local) => local.is_ipv6(),
     };
+    let server = server.map(|make| (make, tx.clone(), v6));
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         rt.block_on(async move {
             let io = match io {
@@ -716,7 +650,6 @@ pub(crate) fn spawn_driver(
                 },
                 DriverIo::Staged(io, _) => io,
             };
-            let server = server.map(|(tree, limits, inbox)| (tree, limits, inbox, own, v6));
             let mut driver = Driver::new(io, config, server, rx);
             driver.tracer = tracer;
             driver.recv_rounds = recv_batch.map_or(RECV_ROUNDS, |n| n.div_ceil(mmsg::BATCH).max(1));

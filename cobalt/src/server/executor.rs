@@ -3,8 +3,7 @@
 //! a resource (and every resource below it, unless they choose otherwise) can run on
 //! its own async pool, on a pool of threads that may block, or one request at a time.
 
-use super::handler::BoxFuture;
-use super::request::Response;
+use super::request::{BoxFuture, Response};
 use std::io;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;

@@ -1,13 +1,9 @@
 //! Handlers and per-method routing of one resource.
 
-use super::request::{IntoResponse, Request, Response};
+use super::request::{BoxFuture, IntoResponse, Request};
 use cobalt_proto::message::Code;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-
-/// The future a handler returns, boxed.
-pub type BoxFuture = Pin<Box<dyn Future<Output = Response> + Send + 'static>>;
 
 /// A type-erased handler.
 pub type BoxedHandler = Arc<dyn Fn(Request) -> BoxFuture + Send + Sync>;

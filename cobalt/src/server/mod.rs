@@ -23,6 +23,7 @@ mod fanout;
 mod handler;
 mod intake;
 mod limits;
+mod listener;
 pub(crate) mod observe;
 mod request;
 pub(crate) mod shard;
@@ -35,29 +36,33 @@ mod validate;
 
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
-    any, delete, fetch, get, ipatch, patch, post, put, BoxFuture, BoxedChunkHandler, Handler,
-    MethodRouter, UploadChunk,
+    any, delete, fetch, get, ipatch, patch, post, put, BoxedChunkHandler, Handler, MethodRouter,
+    UploadChunk,
 };
 pub use limits::ServerLimits;
 pub use observe::{Observable, ObserverFilter};
-pub use request::{IntoResponse, Request, Response};
+pub use request::{BoxFuture, IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
 use crate::config::Config;
 use crate::error::{SetupError, Unsupported};
 use crate::metrics::Metrics;
-use crate::runtime::driver::{spawn_driver, Command, DriverIo};
+use crate::runtime::command::Command;
+use crate::runtime::driver::{spawn_driver, DriverIo};
 use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
+use crate::runtime::service::{MakeService, ServiceLinks};
 use crate::transport::credentials::{PskStore, X509Credentials};
 use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
-use crate::transport::tcp::{TcpListenerHandle, TcpServerLimits, Transport};
+use crate::transport::limits::TcpServerLimits;
 use crate::transport::tls::{Alpn, TlsAcceptor};
 use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::Scheme;
+use listener::{TcpListenerHandle, Transport};
 use observe::ChangeInbox;
+use shard::ServerShard;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
@@ -329,20 +334,14 @@ impl Server {
         };
         let transport = Transport { framing, tls };
         let name = transport.scheme();
-        let listener = crate::transport::tcp::listen(
-            addr,
-            tree.clone(),
-            self.limits.clone(),
-            limits,
-            transport,
-        )
-        .await
-        .map_err(|e| {
-            Error::Io(std::io::Error::new(
-                e.kind(),
-                format!("cannot listen for {name} on {addr}: {e}"),
-            ))
-        })?;
+        let listener = listener::listen(addr, tree.clone(), self.limits.clone(), limits, transport)
+            .await
+            .map_err(|e| {
+                Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot listen for {name} on {addr}: {e}"),
+                ))
+            })?;
         tracing::info!(local_addr = %listener.local_addr, scheme = %name, "CoAP listening");
         Ok(listener)
     }
@@ -512,11 +511,18 @@ impl Server {
         started: &mut Started,
     ) -> Result<()> {
         let inbox = Arc::new(ChangeInbox::default());
+        let config = self.shard_config(dtls_peers);
+        let (tree, limits, changes) = (tree.clone(), self.limits.clone(), inbox.clone());
+        let client_config = config.clone();
+        let make: MakeService<ServerShard> = Box::new(move |links: ServiceLinks<_>| {
+            let client = crate::Client::for_shard(links.commands, links.v6, client_config);
+            ServerShard::new(tree, limits, changes, links.done, Some(client))
+        });
         let (tx, handle) = spawn_driver(
             name,
             io,
-            self.shard_config(dtls_peers),
-            Some((tree.clone(), self.limits.clone(), inbox.clone())),
+            config,
+            Some(make),
             None,
             self.recv_batch,
             slot,

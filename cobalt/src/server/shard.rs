@@ -8,6 +8,8 @@ use super::observe::{ChangeInbox, Observable};
 use super::tree::ResourceTree;
 use super::upload::{acknowledge_block, UploadStats, Uploads};
 use super::{BoxFuture, Executor, Request, Response};
+use crate::metrics::ShardSnapshot;
+use crate::runtime::service::Service;
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, Token};
@@ -85,13 +87,8 @@ impl ServerShard {
         }
     }
 
-    /// Observe relations held by this shard (for metrics).
-    pub(crate) fn observer_count(&self) -> usize {
-        self.observers.len()
-    }
-
     /// The fan-out's counters and backlog, and the uploads' (for metrics).
-    pub(crate) fn stats(&self) -> (FanOutStats, usize, UploadStats) {
+    fn stats(&self) -> (FanOutStats, usize, UploadStats) {
         (
             self.observers.stats(),
             self.observers.backlog(),
@@ -99,23 +96,132 @@ impl ServerShard {
         )
     }
 
+    /// Runs a handler: inline on this thread when it is ready at once, otherwise on its
+    /// executor (or as a task here); either way its response comes back as the
+    /// completion `then` makes of it.
+    fn run(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        fut: BoxFuture,
+        executor: &Executor,
+        then: impl FnOnce(Response) -> Completion + Send + 'static,
+    ) {
+        if let Some(resp) = run_handler(fut, executor, &self.completions, then) {
+            self.on_completion(ep, now, resp);
+        }
+    }
+
+    /// One block of an upload to a streaming handler (checked for order by
+    /// [`intake`]): handed to the handler without buffering, answered 2.31 Continue (or
+    /// the final response).
+    fn on_streamed_block(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        id: ExchangeId,
+        peer: SocketAddr,
+        block: StreamedBlock,
+    ) {
+        let block2 = block.request.block2();
+        let chunk = super::UploadChunk {
+            request: self.request(peer, block.request),
+            offset: block.offset,
+            last: block.last,
+        };
+        let ctx = ReplyContext {
+            block2,
+            block1: block.block,
+            upload: None,
+            register: None,
+        };
+        self.run(
+            ep,
+            now,
+            (block.handler)(chunk),
+            &block.executor,
+            move |response| Completion::Reply { id, response, ctx },
+        );
+    }
+
+    fn request(&self, peer: SocketAddr, message: Message) -> Request {
+        let mut r = Request::new(peer, message);
+        r.client = self.client.clone();
+        r
+    }
+
+    fn finish_reply(
+        &mut self,
+        ep: &mut Endpoint,
+        now: Instant,
+        id: ExchangeId,
+        mut response: Response,
+        ctx: ReplyContext,
+    ) {
+        if let Some((observable, peer, request, version)) = ctx.register {
+            if response.code.is_success() {
+                let key = (peer, request.token);
+                match self
+                    .observers
+                    .register(&observable, key, request, now, version)
+                {
+                    Ok(()) => response
+                        .options
+                        .set(opt::OBSERVE, encode_uint(observable.current_seq())),
+                    Err(refusal) => {
+                        response = refusal.response("observers", self.limits.refusal_max_age)
+                    }
+                }
+            }
+        }
+        // A streamed block that was taken asks for the next one with 2.31.
+        let response = acknowledge_block(response, ctx.block1);
+        let mut block_req = Message::new(
+            cobalt_proto::message::MessageType::Confirmable,
+            Code::GET,
+            0,
+        );
+        if let Some(b) = ctx.block2 {
+            block_req.options.set(opt::BLOCK2, encode_uint(b.encode()));
+        }
+        let full = response.into_message();
+        let block_size = 1usize << (self.limits.block_szx.min(6) + 4);
+        if let Some((peer, key)) = ctx.upload {
+            if full.payload.len() > block_size {
+                self.uploads.keep_answer(now, peer, key, full.clone());
+            }
+        }
+        // The endpoint holds back what an unverified peer may not get yet (RFC 9175 §2.4).
+        let msg = slice_response(&block_req, full, self.limits.block_szx);
+        let _ = ep.respond(now, id, msg);
+    }
+}
+
+impl Service for ServerShard {
+    type Completion = Completion;
+
+    /// Observe relations held by this shard (for metrics).
+    fn observer_count(&self) -> usize {
+        self.observers.len()
+    }
+
     /// Where this shard's observable resources post their changes.
-    pub(crate) fn inbox(&self) -> Arc<ChangeInbox> {
+    fn changes(&self) -> Arc<ChangeInbox> {
         self.inbox.clone()
     }
 
     /// Takes the changes posted to the inbox.
-    pub(crate) fn take_changes(&mut self) {
+    fn take_changes(&mut self) {
         self.observers.on_changes(self.inbox.take());
     }
 
-    /// Whether notifications wait to be sent: call [`ServerShard::step`].
-    pub(crate) fn has_work(&self) -> bool {
+    /// Whether notifications wait to be sent: call `step`.
+    fn has_work(&self) -> bool {
         self.observers.has_work()
     }
 
     /// Sends up to `observe_batch` notifications (running GET handlers as needed).
-    pub(crate) fn step(&mut self, ep: &mut Endpoint, now: Instant) {
+    fn step(&mut self, ep: &mut Endpoint, now: Instant) {
         let mut runner = Runner {
             tree: &self.tree,
             client: &self.client,
@@ -126,14 +232,14 @@ impl ServerShard {
     }
 
     /// Datagrams from `peers` were handled: observers waiting for an ACK may go on.
-    pub(crate) fn on_heard(&mut self, ep: &Endpoint, peers: &[SocketAddr]) {
+    fn on_heard(&mut self, ep: &Endpoint, peers: &[SocketAddr]) {
         for p in peers {
             self.observers.on_heard(ep, *p);
         }
     }
 
-    /// The next time [`ServerShard::handle_timeout`] has something to do.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+    /// The next time `handle_timeout` has something to do.
+    fn poll_timeout(&self) -> Option<Instant> {
         match (self.observers.poll_timeout(), self.uploads.poll_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -141,13 +247,13 @@ impl ServerShard {
     }
 
     /// Paced observers that are due get their notification; idle uploads expire.
-    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Instant) {
         self.observers.handle_timeout(now);
         self.uploads.expire(now);
     }
 
     /// A new request from the endpoint.
-    pub(crate) fn on_request(
+    fn on_request(
         &mut self,
         ep: &mut Endpoint,
         now: Instant,
@@ -211,62 +317,8 @@ impl ServerShard {
         });
     }
 
-    /// Runs a handler: inline on this thread when it is ready at once, otherwise on its
-    /// executor (or as a task here); either way its response comes back as the
-    /// completion `then` makes of it.
-    fn run(
-        &mut self,
-        ep: &mut Endpoint,
-        now: Instant,
-        fut: BoxFuture,
-        executor: &Executor,
-        then: impl FnOnce(Response) -> Completion + Send + 'static,
-    ) {
-        if let Some(resp) = run_handler(fut, executor, &self.completions, then) {
-            self.on_completion(ep, now, resp);
-        }
-    }
-
-    /// One block of an upload to a streaming handler (checked for order by
-    /// [`intake`]): handed to the handler without buffering, answered 2.31 Continue (or
-    /// the final response).
-    fn on_streamed_block(
-        &mut self,
-        ep: &mut Endpoint,
-        now: Instant,
-        id: ExchangeId,
-        peer: SocketAddr,
-        block: StreamedBlock,
-    ) {
-        let block2 = block.request.block2();
-        let chunk = super::UploadChunk {
-            request: self.request(peer, block.request),
-            offset: block.offset,
-            last: block.last,
-        };
-        let ctx = ReplyContext {
-            block2,
-            block1: block.block,
-            upload: None,
-            register: None,
-        };
-        self.run(
-            ep,
-            now,
-            (block.handler)(chunk),
-            &block.executor,
-            move |response| Completion::Reply { id, response, ctx },
-        );
-    }
-
-    fn request(&self, peer: SocketAddr, message: Message) -> Request {
-        let mut r = Request::new(peer, message);
-        r.client = self.client.clone();
-        r
-    }
-
     /// A handler's late answer.
-    pub(crate) fn on_completion(&mut self, ep: &mut Endpoint, now: Instant, c: Completion) {
+    fn on_completion(&mut self, ep: &mut Endpoint, now: Instant, c: Completion) {
         match c {
             Completion::Reply { id, response, ctx } => {
                 self.finish_reply(ep, now, id, response, ctx)
@@ -278,66 +330,31 @@ impl ServerShard {
         }
     }
 
-    fn finish_reply(
-        &mut self,
-        ep: &mut Endpoint,
-        now: Instant,
-        id: ExchangeId,
-        mut response: Response,
-        ctx: ReplyContext,
-    ) {
-        if let Some((observable, peer, request, version)) = ctx.register {
-            if response.code.is_success() {
-                let key = (peer, request.token);
-                match self
-                    .observers
-                    .register(&observable, key, request, now, version)
-                {
-                    Ok(()) => response
-                        .options
-                        .set(opt::OBSERVE, encode_uint(observable.current_seq())),
-                    Err(refusal) => {
-                        response = refusal.response("observers", self.limits.refusal_max_age)
-                    }
-                }
-            }
-        }
-        // A streamed block that was taken asks for the next one with 2.31.
-        let response = acknowledge_block(response, ctx.block1);
-        let mut block_req = Message::new(
-            cobalt_proto::message::MessageType::Confirmable,
-            Code::GET,
-            0,
-        );
-        if let Some(b) = ctx.block2 {
-            block_req.options.set(opt::BLOCK2, encode_uint(b.encode()));
-        }
-        let full = response.into_message();
-        let block_size = 1usize << (self.limits.block_szx.min(6) + 4);
-        if let Some((peer, key)) = ctx.upload {
-            if full.payload.len() > block_size {
-                self.uploads.keep_answer(now, peer, key, full.clone());
-            }
-        }
-        // The endpoint holds back what an unverified peer may not get yet (RFC 9175 §2.4).
-        let msg = slice_response(&block_req, full, self.limits.block_szx);
-        let _ = ep.respond(now, id, msg);
-    }
-
     /// A confirmable notification (or separate response) was not acknowledged.
-    pub(crate) fn on_delivery_failed(&mut self, id: ExchangeId) {
+    fn on_delivery_failed(&mut self, id: ExchangeId) {
         self.observers.on_delivery_failed(id);
     }
 
     /// An RST matched no pending CON: it may reject a NON notification.
-    pub(crate) fn on_unmatched_reset(&mut self, peer: SocketAddr, mid: u16) {
+    fn on_unmatched_reset(&mut self, peer: SocketAddr, mid: u16) {
         self.observers.on_unmatched_reset(peer, mid);
     }
 
     /// An answer or notification for `(peer, token)` could not be sent because the
     /// peer's address was never verified: an observation with that token ends.
-    pub(crate) fn on_unverified(&mut self, peer: SocketAddr, token: Token) {
+    fn on_unverified(&mut self, peer: SocketAddr, token: Token) {
         self.observers.end(&(peer, token));
+    }
+
+    fn report(&self, snapshot: ShardSnapshot) -> ShardSnapshot {
+        let (fanout, backlog, uploads) = self.stats();
+        snapshot.with_server_role(
+            fanout.productions,
+            fanout.deferred,
+            backlog,
+            uploads.uploads,
+            uploads.bytes,
+        )
     }
 }
 

@@ -18,7 +18,6 @@ use super::stream_observe::StreamRelations;
 use super::tree::ResourceTree;
 use super::upload::{acknowledge_block, Uploads};
 use super::{BoxFuture, Executor, Request, Response, ServerLimits, UploadChunk};
-use crate::transport::tcp::{from_message, to_message};
 use cobalt_proto::blockwise::{slice_response_sized, BlockSize};
 use cobalt_proto::message::option::encode_uint;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType, TcpMessage, Token};
@@ -176,7 +175,7 @@ impl StreamServer {
         // A new request with a relation's token ends it (RFC 7641 §3.6, §4.1); a GET
         // with Observe=0 registers again when it is answered.
         self.relations.end(&token);
-        let request = to_message(message);
+        let request = Message::from(message);
         let observe = request.options.observe();
         let step = {
             let shared = &self.shared;
@@ -187,12 +186,12 @@ impl StreamServer {
                 now,
                 self.peer,
                 request,
-                |req, kept| to_message(self.cut(conn, req.block2(), kept)),
+                |req, kept| Message::from(self.cut(conn, req.block2(), kept)),
             )
         };
         let (request, block1, upload) = match step {
             Intake::Answer(msg) => {
-                self.respond(conn, token, from_message(msg));
+                self.respond(conn, token, TcpMessage::from(msg));
                 return;
             }
             Intake::Streamed(block) => {
@@ -394,7 +393,7 @@ impl StreamServer {
     /// and no block was asked for, else the block asked for (`asked`, or the first),
     /// of the largest size that fits — BERT when both ends announced it.
     fn cut(&self, conn: &TcpConnection, asked: Option<BlockValue>, msg: Message) -> TcpMessage {
-        let whole = from_message(msg);
+        let whole = TcpMessage::from(msg);
         let limit = conn.peer_max_message_size() as usize;
         if asked.is_none() && conn.frame_len(&whole) <= limit {
             return whole;
@@ -410,7 +409,7 @@ impl StreamServer {
         if let Some(b) = asked {
             request.options.set_uint(opt::BLOCK2, b.encode());
         }
-        from_message(slice_response_sized(&request, to_message(whole), size))
+        TcpMessage::from(slice_response_sized(&request, Message::from(whole), size))
     }
 }
 

@@ -3,8 +3,9 @@
 
 use super::budget::Budgets;
 use super::executor::Executor;
-use super::handler::{BoxFuture, BoxedChunkHandler, MethodRouter};
+use super::handler::{BoxedChunkHandler, MethodRouter};
 use super::observe::Observable;
+use super::request::BoxFuture;
 use super::request::{IntoResponse, Request, Response};
 use cobalt_proto::link_format::{self, Link};
 use cobalt_proto::message::{content_format, Code};

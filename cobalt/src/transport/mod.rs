@@ -2,6 +2,8 @@
 
 pub mod credentials;
 pub mod dtls;
+pub mod limits;
+pub(crate) mod link;
 pub mod mmsg;
 pub mod per_ip;
 pub(crate) mod stream_client;

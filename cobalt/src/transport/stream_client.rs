@@ -9,7 +9,6 @@
 //! observation's channel full is dropped (the next one brings the current state);
 //! one that finds the channel closed deregisters the same way.
 
-use super::tcp::to_message;
 use crate::error::{ConnectionError, ConnectionErrorKind};
 use crate::{Error, Result};
 use cobalt_proto::message::option::number;
@@ -130,7 +129,7 @@ impl StreamObservation {
             })
         };
         sent.map_err(|_| closed())?;
-        rx.await.map_err(|_| closed())?.map(to_message)
+        rx.await.map_err(|_| closed())?.map(Message::from)
     }
 }
 
@@ -281,7 +280,7 @@ impl Exchanges {
             return; // deregistered, or a late answer nobody waits for
         };
         let last = !message.options.contains(number::OBSERVE);
-        match observer.notifications.try_send(Ok(to_message(message))) {
+        match observer.notifications.try_send(Ok(Message::from(message))) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 tracing::debug!(%token, "observer not keeping up; notification dropped");

@@ -12,7 +12,7 @@
 //!   address). A client without credentials trusts the system's CA store, like curl.
 //!   A PSK client never accepts a certificate it cannot verify instead of the key.
 //! * The server's handshake must finish within
-//!   [`TcpServerLimits::handshake_timeout`](super::tcp::TcpServerLimits::handshake_timeout);
+//!   [`TcpServerLimits::handshake_timeout`](super::limits::TcpServerLimits::handshake_timeout);
 //!   failures and timeouts are counted in the listener's metrics.
 
 #[cfg(feature = "openssl")]

@@ -13,9 +13,9 @@
 //! * not a WebSocket upgrade, or a WebSocket version other than 13: 426;
 //! * an unparseable request: 400; a request head over 8 KiB: 431;
 //! * a request head not complete within
-//!   [`TcpServerLimits::handshake_timeout`](super::tcp::TcpServerLimits::handshake_timeout):
+//!   [`TcpServerLimits::handshake_timeout`](super::limits::TcpServerLimits::handshake_timeout):
 //!   the connection is closed (slowloris);
-//! * over [`TcpServerLimits::max_connections`](super::tcp::TcpServerLimits::max_connections): 503.
+//! * over [`TcpServerLimits::max_connections`](super::limits::TcpServerLimits::max_connections): 503.
 //!
 //! WebSocket messages and frames above the connection's Max-Message-Size (plus the
 //! 14 bytes of slack the TCP transport allows too) are refused from their header:
@@ -25,7 +25,8 @@
 //! (slowloris after the upgrade); a silent connection is left to the CSM and idle
 //! timeouts of the CoAP layer.
 
-use super::tcp::{Input, Link, Stream, TcpServerLimits};
+use super::limits::TcpServerLimits;
+use super::link::{Input, Link, Stream};
 use cobalt_proto::tcp_connection::{Framing, TcpConfig};
 use futures_util::{SinkExt, StreamExt};
 use std::future::Future;

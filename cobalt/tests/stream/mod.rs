@@ -31,7 +31,7 @@ use cobalt::proto::message::opt;
 use cobalt::proto::tcp_connection::TcpConfig;
 use cobalt::server::ServerLimits;
 use cobalt::server::{get, put, MethodRouter, Observable, Request, Response, UploadChunk};
-use cobalt::transport::tcp::TcpServerLimits;
+use cobalt::transport::limits::TcpServerLimits;
 use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use std::sync::atomic::{AtomicUsize, Ordering};

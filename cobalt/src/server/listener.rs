@@ -1,0 +1,321 @@
+//! The server's connection-oriented listeners (`coap+tcp`, `coaps+tcp`, `coap+ws`,
+//! `coaps+ws`, RFC 8323): one task per accepted connection, where the sans-IO
+//! `TcpConnection` of `cobalt-proto` runs over a [`Link`](crate::transport::link::Link)
+//! and the connection's server role ([`StreamServer`]: handlers, uploads, observe
+//! relations) answers its requests.
+
+use super::stream::{Handlers, StreamServer, StreamShared};
+use super::tree::ResourceTree;
+use super::ServerLimits;
+use crate::metrics::TcpCounters;
+use crate::transport::limits::TcpServerLimits;
+use crate::transport::link::{flush, handle_input, sleep_until, Link, Stream, TcpLink};
+use crate::transport::per_ip::{IpBudget, IpPermit};
+use crate::transport::tcp::scheme;
+use crate::transport::tls::TlsAcceptor;
+use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
+use cobalt_proto::uri::Scheme;
+use futures_util::StreamExt;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+/// A running TCP listener of a server.
+#[derive(Debug)]
+pub(crate) struct TcpListenerHandle {
+    pub(crate) local_addr: SocketAddr,
+    pub(crate) counters: Arc<TcpCounters>,
+    shutdown: watch::Sender<Option<Duration>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TcpListenerHandle {
+    /// Stops accepting; connections finish their handlers for up to `grace`, then
+    /// send Release and close.
+    pub(crate) fn shutdown(&self, grace: Duration) {
+        let _ = self.shutdown.send(Some(grace));
+    }
+
+    /// Waits until the listener and all its connections have stopped.
+    pub(crate) async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// Counts a connection's close under its reason, where the reason has a counter.
+fn count_close(counters: &TcpCounters, reason: &CloseReason) {
+    let counter = match reason {
+        CloseReason::LocalAbort(_) => &counters.protocol_errors,
+        CloseReason::CsmTimeout | CloseReason::FrameTimeout | CloseReason::KeepaliveTimeout => {
+            &counters.timeouts
+        }
+        CloseReason::IdleTimeout => &counters.idle_closed,
+        _ => return,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What a listener serves: the framing, and whether TLS runs under it.
+#[derive(Debug, Clone)]
+pub(crate) struct Transport {
+    /// Stream framing (`coap+tcp`) or WebSocket messages (`coap+ws`).
+    pub framing: Framing,
+    /// TLS under the framing (`coaps+tcp`, `coaps+ws`).
+    pub tls: Option<TlsAcceptor>,
+}
+
+impl Transport {
+    /// The URI scheme served.
+    pub(crate) fn scheme(&self) -> Scheme {
+        scheme(self.framing, self.tls.is_some())
+    }
+}
+
+/// Binds `addr` and serves `tree` over `coap+tcp` (stream framing) or `coap+ws`
+/// (WebSocket framing, after an HTTP upgrade), with TLS under either when
+/// `transport.tls` is set, on the current tokio runtime.
+pub(crate) async fn listen(
+    addr: SocketAddr,
+    tree: Arc<ResourceTree>,
+    limits: ServerLimits,
+    tcp: TcpServerLimits,
+    transport: Transport,
+) -> std::io::Result<TcpListenerHandle> {
+    let framing = transport.framing;
+    let listener = TcpListener::bind(addr).await?;
+    let local_addr = listener.local_addr()?;
+    let (shutdown, mut stop) = watch::channel(None);
+    let shared = Arc::new(StreamShared::new(
+        tree,
+        limits,
+        tcp.connection.block_wise_transfer,
+        tcp.max_bert_block,
+    ));
+    let counters = Arc::new(TcpCounters {
+        observers: shared.observers.clone(),
+        ..TcpCounters::default()
+    });
+    let seen = counters.clone();
+    let task = tokio::spawn(async move {
+        let permits = Arc::new(Semaphore::new(tcp.max_connections.max(1)));
+        let per_ip = IpBudget::new(tcp.max_connections_per_ip.max(1));
+        let handshakes_per_ip = IpBudget::new(tcp.max_handshakes_per_ip.max(1));
+        // TLS handshakes and WebSocket upgrades come before CoAP.
+        let handshaking = transport.tls.is_some() || framing == Framing::WebSocket;
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(x) => x,
+                        Err(e) => {
+                            // EMFILE and the like: back off instead of spinning.
+                            tracing::warn!(error = %e, "TCP accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let ip_permits = per_ip.try_acquire(peer.ip()).and_then(|conn| {
+                        if !handshaking {
+                            return Some((conn, None));
+                        }
+                        handshakes_per_ip.try_acquire(peer.ip()).map(|h| (conn, Some(h)))
+                    });
+                    let Some((ip_permit, handshake)) = ip_permits else {
+                        seen.refused_per_ip.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, "connection refused: too many from this address");
+                        refuse_connection(stream, &transport, &tcp, "too many connections from this address");
+                        continue;
+                    };
+                    let Ok(permit) = permits.clone().try_acquire_owned() else {
+                        seen.refused.fetch_add(1, Ordering::Relaxed);
+                        refuse_connection(stream, &transport, &tcp, "too many connections");
+                        continue;
+                    };
+                    seen.accepted.fetch_add(1, Ordering::Relaxed);
+                    seen.open.fetch_add(1, Ordering::Relaxed);
+                    let conn = ServerConn {
+                        counters: seen.clone(),
+                        peer,
+                        shared: shared.clone(),
+                        tcp: tcp.clone(),
+                        stop: stop.clone(),
+                        handshake,
+                    };
+                    let tls = transport.tls.clone();
+                    let counters = seen.clone();
+                    conns.spawn(async move {
+                        conn.serve(stream, framing, tls).await;
+                        counters.open.fetch_sub(1, Ordering::Relaxed);
+                        drop((permit, ip_permit));
+                    });
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                _ = stop.changed() => break,
+            }
+        }
+        drop(listener);
+        while conns.join_next().await.is_some() {}
+    });
+    Ok(TcpListenerHandle {
+        local_addr,
+        counters,
+        shutdown,
+        task,
+    })
+}
+
+/// Closes a connection over a limit, saying why where the transport can say anything:
+/// an Abort over TCP, a 503 over WebSockets; over TLS nothing can be said before a
+/// handshake.
+fn refuse_connection(
+    stream: TcpStream,
+    transport: &Transport,
+    tcp: &TcpServerLimits,
+    why: &'static str,
+) {
+    match (transport.framing, &transport.tls) {
+        (_, Some(_)) => {}
+        (Framing::Stream, None) => refuse(stream, &tcp.connection, why),
+        (Framing::WebSocket, None) => crate::transport::ws::refuse(stream, why),
+    }
+}
+
+/// Tells a connection over the limit why it is closed, without waiting for it.
+fn refuse(stream: TcpStream, config: &TcpConfig, why: &str) {
+    let mut conn = TcpConnection::new(config.clone(), Instant::now());
+    conn.abort(None, why);
+    if let Some(bytes) = conn.poll_transmit() {
+        let _ = stream.try_write(&bytes);
+    }
+}
+
+struct ServerConn {
+    counters: Arc<TcpCounters>,
+    peer: SocketAddr,
+    shared: Arc<StreamShared>,
+    tcp: TcpServerLimits,
+    stop: watch::Receiver<Option<Duration>>,
+    /// The address's place among handshakes in progress (TLS, WebSocket upgrade),
+    /// given back once the connection speaks CoAP.
+    handshake: Option<IpPermit>,
+}
+
+impl ServerConn {
+    /// Runs the TLS handshake (if any) and the WebSocket upgrade (if any), then the
+    /// connection.
+    async fn serve(mut self, stream: TcpStream, framing: Framing, tls: Option<TlsAcceptor>) {
+        let Some(tls) = tls else {
+            return self.serve_over(stream, framing).await;
+        };
+        match tokio::time::timeout(self.tcp.handshake_timeout, tls.accept(stream)).await {
+            Ok(Ok(stream)) => {
+                if framing == Framing::Stream {
+                    self.handshake = None;
+                }
+                self.serve_over(stream, framing).await
+            }
+            Ok(Err(e)) => {
+                self.counters
+                    .handshake_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed");
+            }
+            Err(_) => {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(peer = %self.peer, "TLS handshake not completed in time");
+            }
+        }
+    }
+
+    async fn serve_over<S: Stream>(mut self, stream: S, framing: Framing) {
+        match framing {
+            Framing::Stream => self.run(TcpLink::new(stream)).await,
+            Framing::WebSocket => {
+                match crate::transport::ws::accept(stream, self.peer, &self.tcp).await {
+                    Some(link) => {
+                        self.handshake = None;
+                        self.run(link).await
+                    }
+                    None => {
+                        self.counters
+                            .handshake_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn run<L: Link>(mut self, mut link: L) {
+        let mut conn = TcpConnection::with_framing(
+            self.tcp.connection.clone(),
+            L::FRAMING,
+            Instant::now(),
+            rand::random(),
+        );
+        let mut server = StreamServer::new(self.shared.clone(), self.peer);
+        let changes = server.inbox();
+        let mut handlers = Handlers::new();
+        let mut drain_until: Option<tokio::time::Instant> = None;
+        if self.stop.borrow().is_some() {
+            drain_until = Some(tokio::time::Instant::now());
+        }
+        loop {
+            // Events first: they may queue responses.
+            while let Some(ev) = conn.poll_event() {
+                match ev {
+                    TcpEvent::Request { token, message } => {
+                        server.on_request(&mut conn, &mut handlers, token, message)
+                    }
+                    TcpEvent::Closed { reason, .. } => {
+                        count_close(&self.counters, &reason);
+                        tracing::debug!(peer = %self.peer, %reason, framing = ?L::FRAMING, relations = server.relations(), "connection closed");
+                    }
+                    _ => {}
+                }
+            }
+            if !conn.is_closed() {
+                server.on_changes(&mut conn, &mut handlers);
+            }
+            if !flush(&mut conn, &mut link, self.tcp.write_timeout, |_| {}).await
+                || conn.is_closed()
+            {
+                break;
+            }
+            if let Some(until) = drain_until {
+                if handlers.is_empty() || tokio::time::Instant::now() >= until {
+                    conn.release();
+                    let _ = flush(&mut conn, &mut link, self.tcp.write_timeout, |_| {}).await;
+                    break;
+                }
+            }
+            let timer = conn
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std)
+                .into_iter()
+                .chain(drain_until)
+                .min();
+            tokio::select! {
+                input = link.recv(), if drain_until.is_none() => handle_input(&mut conn, input),
+                Some(done) = handlers.next(), if !handlers.is_empty() => {
+                    server.on_done(&mut conn, &mut handlers, done);
+                }
+                _ = changes.changed() => {}
+                _ = sleep_until(timer) => conn.handle_timeout(Instant::now()),
+                _ = self.stop.changed(), if drain_until.is_none() => {
+                    let grace = self.stop.borrow().unwrap_or_default();
+                    drain_until = Some(tokio::time::Instant::now() + grace);
+                }
+            }
+        }
+        // Dropping the server role ends the connection's relations and uploads.
+        drop(server);
+        let _ = tokio::time::timeout(self.tcp.write_timeout, link.close()).await;
+    }
+}
