@@ -1,9 +1,9 @@
 //! The server role of one CoAP-over-TCP or -WebSocket connection (RFC 8323): dispatch
 //! into the resource tree, Block1 reassembly in the listener's shared [`Uploads`],
 //! Block2 slicing (BERT where both ends announced it), and the connection's observe
-//! relations. The connection loop in `transport::tcp` feeds it events and runs the
-//! handler futures it hands out; it never touches the transport itself, so every
-//! [`Link`](crate::transport::tcp) (TCP, WebSocket, TLS) gets the same behaviour.
+//! relations. The connection loop in [`super::listener`] feeds it events and runs the
+//! handler futures it hands out; it never touches the transport itself, so every link
+//! (TCP, WebSocket, TLS under either) gets the same behaviour.
 //!
 //! Handlers run on their resource's executor: inline ones on the connection's task,
 //! the others on their pool or threads, the answer coming back to the connection. At

@@ -2,8 +2,8 @@
 //! server side, the client's upgrade, and the `Link` that carries one CoAP message
 //! per binary WebSocket message.
 //!
-//! The connection loops, the request dispatch and the client pool are those of
-//! [`super::tcp`]; only the transport differs. WebSocket framing (masking, control
+//! The connection loops are those of CoAP over TCP (the client's in [`super::tcp`], the
+//! server's in the server's listener); only the transport differs. WebSocket framing (masking, control
 //! frames, fragmentation, the frame size limit) is `tokio-tungstenite`'s; the server's
 //! upgrade request is parsed here so that every refusal gets a proper HTTP status:
 //!
