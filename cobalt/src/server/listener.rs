@@ -11,10 +11,8 @@ use crate::metrics::TcpCounters;
 use crate::transport::limits::TcpServerLimits;
 use crate::transport::link::{flush, handle_input, sleep_until, Link, Stream, TcpLink};
 use crate::transport::per_ip::{IpBudget, IpPermit};
-use crate::transport::tcp::scheme;
 use crate::transport::tls::TlsAcceptor;
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
-use cobalt_proto::uri::Scheme;
 use futures_util::StreamExt;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -66,13 +64,6 @@ pub(crate) struct Transport {
     pub framing: Framing,
     /// TLS under the framing (`coaps+tcp`, `coaps+ws`).
     pub tls: Option<TlsAcceptor>,
-}
-
-impl Transport {
-    /// The URI scheme served.
-    pub(crate) fn scheme(&self) -> Scheme {
-        scheme(self.framing, self.tls.is_some())
-    }
 }
 
 /// Binds `addr` and serves `tree` over `coap+tcp` (stream framing) or `coap+ws`

@@ -333,16 +333,15 @@ impl Server {
             Framing::WebSocket => self.ws_limits.clone(),
         };
         let transport = Transport { framing, tls };
-        let name = transport.scheme();
         let listener = listener::listen(addr, tree.clone(), self.limits.clone(), limits, transport)
             .await
             .map_err(|e| {
                 Error::Io(std::io::Error::new(
                     e.kind(),
-                    format!("cannot listen for {name} on {addr}: {e}"),
+                    format!("cannot listen for {scheme} on {addr}: {e}"),
                 ))
             })?;
-        tracing::info!(local_addr = %listener.local_addr, scheme = %name, "CoAP listening");
+        tracing::info!(local_addr = %listener.local_addr, %scheme, "CoAP listening");
         Ok(listener)
     }
 
@@ -451,51 +450,62 @@ impl Server {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let mut bound = BoundDatagram::default();
         for (k, &(scheme, addr)) in listeners.iter().enumerate() {
-            let (ios, local_addr) = match self.stages.filter(|_| k == 0) {
-                None => {
-                    let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
-                    let local_addr = sockets[0].local_addr()?;
-                    (
-                        sockets.into_iter().map(DriverIo::Owned).collect(),
-                        local_addr,
-                    )
-                }
-                Some(stages) => {
-                    let socket = bind_shard_sockets_with(addr, 1, self.buffers)?.remove(0);
-                    let local_addr = socket.local_addr()?;
-                    let (ios, threads) = start_stages(socket, stages, self.stage_counters.clone())?;
-                    bound.stage_threads = Some(threads);
-                    let ios: Vec<DriverIo> = ios
-                        .into_iter()
-                        .map(|io| DriverIo::Staged(io, local_addr))
-                        .collect();
-                    (ios, local_addr)
-                }
-            };
-            let layers = (0..ios.len())
-                .map(|_| {
-                    (scheme == Scheme::Coaps)
-                        .then(|| self.dtls_layer())
-                        .transpose()
-                })
-                .collect::<Result<Vec<_>>>();
-            let layers = match layers {
-                Ok(layers) => layers,
+            let staged = self.stages.filter(|_| k == 0);
+            match self.bind_socket(scheme, addr, shards, staged, &mut bound.stage_threads) {
+                Ok(socket) => bound.sockets.push(socket),
                 Err(e) => {
-                    if let Some(s) = bound.stage_threads.take() {
-                        s.stop();
+                    if let Some(threads) = bound.stage_threads.take() {
+                        threads.stop();
                     }
                     return Err(e);
                 }
-            };
-            bound.sockets.push(BoundSocket {
-                scheme,
-                local_addr,
-                ios,
-                layers,
-            });
+            }
         }
         Ok(bound)
+    }
+
+    /// Binds one datagram listener: a socket per shard, or one socket behind the
+    /// `staged` receiver and sender threads (kept in `stage_threads`).
+    fn bind_socket(
+        &self,
+        scheme: Scheme,
+        addr: SocketAddr,
+        shards: usize,
+        staged: Option<Stages>,
+        stage_threads: &mut Option<StageThreads>,
+    ) -> Result<BoundSocket> {
+        let (ios, local_addr) = match staged {
+            None => {
+                let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
+                let local_addr = sockets[0].local_addr()?;
+                let ios = sockets.into_iter().map(DriverIo::Owned).collect();
+                (ios, local_addr)
+            }
+            Some(stages) => {
+                let socket = bind_shard_sockets_with(addr, 1, self.buffers)?.remove(0);
+                let local_addr = socket.local_addr()?;
+                let (ios, threads) = start_stages(socket, stages, self.stage_counters.clone())?;
+                *stage_threads = Some(threads);
+                let ios: Vec<DriverIo> = ios
+                    .into_iter()
+                    .map(|io| DriverIo::Staged(io, local_addr))
+                    .collect();
+                (ios, local_addr)
+            }
+        };
+        let layers = (0..ios.len())
+            .map(|_| {
+                (scheme == Scheme::Coaps)
+                    .then(|| self.dtls_layer())
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(BoundSocket {
+            scheme,
+            local_addr,
+            ios,
+            layers,
+        })
     }
 
     /// Starts one server shard (with its changes inbox) on its own thread.

@@ -390,7 +390,7 @@ impl<A: Link, B: Link> Link for Either<A, B> {
 }
 
 /// The URI scheme of a framing, with or without TLS, for messages.
-pub(crate) fn scheme(framing: Framing, tls: bool) -> Scheme {
+fn scheme(framing: Framing, tls: bool) -> Scheme {
     match (framing, tls) {
         (Framing::Stream, false) => Scheme::CoapTcp,
         (Framing::Stream, true) => Scheme::CoapsTcp,
