@@ -8,10 +8,9 @@
 # background load of a shared machine falls on both alike. Server and generator are
 # pinned to one CPU each. The report gives, per transport and client count, the medians
 # of the rounds: 2.xx answers per second and the server's CPU µs per request for A and
-# B, and B's CPU per request over A's. Writes bench/results/ab-<date>.md. Every client
-# comes from 127.0.0.1, so the servers allow 1,000 DTLS handshakes in progress per
-# address and 1,000 WebSocket upgrades in progress per address (default 32 each), for
-# the clients' sessions and connections to be set up at once.
+# B, and B's CPU per request over A's. Writes bench/results/ab-<date>.md. The servers
+# allow 1,000 handshakes in progress per address (see four_transports_serve_args in
+# bench/lib.sh): every client comes from 127.0.0.1.
 #
 # Usage: bench/ab.sh --a PATH --b PATH [--clients 10,100] [--duration 5] [--rounds 3]
 #          [--schemes coap,coaps,coap+tcp,coap+ws] [--port 5683] [--dtls-port 5684]
@@ -57,20 +56,9 @@ check_port_free udp "$port"
 check_port_free tcp "$port"
 make_workdir ab
 
-psk_identity=cobalt-ab
-psk_key=0x$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-printf '%s:%s\n' "$psk_identity" "$psk_key" >"$work/psk.txt"
-psk=(--psk-identity "$psk_identity" --psk-key "$psk_key")
+throwaway_psk cobalt-ab
 host=127.0.0.1
-uri_of() {
-  case $1 in
-    coap) echo "coap://$host:$port/benchmark" ;;
-    coaps) echo "coaps://$host:$dtls_port/benchmark" ;;
-    coap+tcp) echo "coap+tcp://$host:$port/benchmark" ;;
-    coap+ws) echo "coap+ws://$host:$ws_port/benchmark" ;;
-    *) die "unknown scheme $1 (coap, coaps, coap+tcp, coap+ws)" ;;
-  esac
-}
+four_transports_serve_args
 ready_check() {
   "$COBALT" get "$(uri_of coap)" --timeout 1 &&
     "$COBALT" get "$(uri_of coap+tcp)" --timeout 1 &&
@@ -84,19 +72,15 @@ for round in $(seq 1 "$rounds"); do
   for side in a b; do
     if [ "$side" = a ]; then bin=$a label=$label_a; else bin=$b label=$label_b; fi
     log "round $round of $rounds: $label ($bin)"
-    start_server "$label" "$work/server.log" "$bin" serve --bind "$host" --port "$port" \
-      --shards 1 --tcp "$port" --ws-port "$ws_port" --dtls-port "$dtls_port" \
-      --dtls-psk-file "$work/psk.txt" --log-level error \
-      --set dtls.max_handshakes_per_ip=1000 --set connections.max_handshakes_per_ip=1000
+    start_server "$label" "$work/server.log" "$bin" "${serve_args[@]}"
     skip_reason=""
     wait_ready "$label" ready_check || die "$label did not come up: $skip_reason; log: $(log_tail "$work/server.log")"
     for scheme in "${scheme_list[@]}"; do
-      extra=()
-      [ "$scheme" = coaps ] && extra=("${psk[@]}")
+      scheme_options "$scheme"
       for c in "${client_list[@]}"; do
         clients=$c
         json=$work/$side-$(printf '%s' "$scheme" | tr -c 'A-Za-z0-9' '_')-$c-$round.json
-        run_bench "$label $scheme" "$(uri_of "$scheme")" "$json" --threads 1 "${extra[@]}" ||
+        run_bench "$label $scheme" "$(uri_of "$scheme")" "$json" --threads 1 "${scheme_opts[@]}" ||
           die "cobalt bench failed for $label $scheme: see above"
         printf '%s\t%s\t%s\t%s\n' "$side" "$scheme" "$c" "$json" >>"$manifest"
       done

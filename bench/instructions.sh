@@ -5,7 +5,8 @@
 # user-space instructions the server executes per request does not. For each build and
 # transport, starts `cobalt serve --shards 1` under valgrind's callgrind, drives it with
 # `cobalt bench -c CLIENTS -d SECONDS` (of build A) and reads the instructions callgrind
-# counted (user space only: the kernel's UDP/TCP path is not in it). A server started
+# counted (user space only: the kernel's UDP/TCP path is not in it), per 2.xx answer.
+# Server and generator are pinned to one CPU each. A server started
 # and stopped without load gives the start-up cost, which is subtracted. Rounds
 # alternate A and B. Needs valgrind (Debian: valgrind).
 #
@@ -20,6 +21,10 @@ schemes=coap,coaps,coap+tcp,coap+ws
 clients=10
 seconds=10
 rounds=2
+host=127.0.0.1
+port=5683
+dtls_port=5684
+ws_port=8080
 a="" b="" label_a=A label_b=B
 while [ $# -gt 0 ]; do
   case $1 in
@@ -41,47 +46,33 @@ done
 [ -x "$b" ] || die "--b must name a cobalt binary (got '${b}')"
 command -v valgrind >/dev/null || die "valgrind not found (Debian: apt-get install valgrind)"
 command -v python3 >/dev/null || die "python3 is needed to write the report"
-check_port_free udp 5683
-check_port_free tcp 5683
+setup_pinning
+check_port_free udp "$port"
+check_port_free tcp "$port"
 make_workdir instructions
-key=0x$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-printf 'cobalt-ir:%s\n' "$key" >"$work/psk.txt"
+throwaway_psk cobalt-ir
+four_transports_serve_args
 
 # count BIN SCHEME SECONDS: prints "INSTRUCTIONS REQUESTS" (SECONDS 0: no load).
 count() {
-  local bin=$1 scheme=$2 secs=$3 uri psk=() pid i reqs=0
-  case $scheme in
-    coap) uri=coap://127.0.0.1:5683/benchmark ;;
-    coaps) uri=coaps://127.0.0.1:5684/benchmark psk=(--psk-identity cobalt-ir --psk-key "$key") ;;
-    coap+tcp) uri=coap+tcp://127.0.0.1:5683/benchmark ;;
-    coap+ws) uri=coap+ws://127.0.0.1:8080/benchmark ;;
-    *) die "unknown scheme $scheme (coap, coaps, coap+tcp, coap+ws)" ;;
-  esac
-  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" --log-file="$work/vg.log" \
-    "$bin" serve --bind 127.0.0.1 --port 5683 --shards 1 --tcp 5683 --ws-port 8080 \
-    --dtls-port 5684 --dtls-psk-file "$work/psk.txt" --log-level error \
-    --set dtls.max_handshakes_per_ip=1000 --set connections.max_handshakes_per_ip=1000 \
-    >"$work/server.log" 2>&1 &
-  pid=$!
-  server_pid=$pid # stopped by cleanup on an early exit
-  for i in $(seq 1 240); do
-    "$a" get "$uri" --timeout 1 "${psk[@]}" >/dev/null 2>&1 && break
-    kill -0 "$pid" 2>/dev/null || die "the server under valgrind exited: $(log_tail "$work/server.log")"
-    sleep 0.25
-  done
+  local bin=$1 scheme=$2 secs=$3 uri reqs=0
+  uri=$(uri_of "$scheme")
+  scheme_options "$scheme"
+  start_server callgrind "$work/server.log" valgrind --tool=callgrind \
+    --callgrind-out-file="$work/cg.out" --log-file="$work/vg.log" "$bin" "${serve_args[@]}"
+  skip_reason=""
+  ready() { "$a" get "$uri" --timeout 1 "${scheme_opts[@]}"; }
+  wait_ready callgrind ready || die "the server under valgrind did not come up: $skip_reason; log: $(log_tail "$work/server.log")"
   if [ "$secs" != 0 ]; then
-    "$a" bench "$uri" -c "$clients" -d "$secs" --warmup 0 --timeout 30 --json -q "${psk[@]}" >"$work/b.json"
-    reqs=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['steps'][0]['completed'])" "$work/b.json")
+    pin_client "$a" bench "$uri" -c "$clients" -d "$secs" --warmup 0 --timeout 30 --json -q \
+      "${scheme_opts[@]}" >"$work/b.json"
+    # Only 2.xx answers count.
+    reqs=$(python3 -c "import json,sys; s = json.load(open(sys.argv[1]))['steps'][0]; print(s['completed'] - s['non_2xx'])" "$work/b.json")
   fi
   # Under valgrind the server answers before its signal handler is set: a SIGINT at
-  # once would end it without callgrind's counts.
+  # once would end it without callgrind's counts; its shutdown is slow too.
   sleep 2
-  kill -INT "$pid"
-  for i in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-  kill -9 "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  server_pid=""
-  : "$i"
+  stop_server 60
   echo "$(awk '/^summary:/ {print $2; exit}' "$work/cg.out") $reqs"
 }
 
@@ -125,7 +116,7 @@ for scheme in dict.fromkeys(s for s, _ in runs):
 with open(report, "w") as f:
     f.write(f"# Instructions per request: {la} against {lb}\n\n{machine}.\n\n")
     f.write(f"- {la}: `{pa}`\n- {lb}: `{pb}`\n- command: `{command}`\n")
-    f.write("- user-space instructions of `cobalt serve --shards 1` under callgrind per completed request "
+    f.write("- user-space instructions of `cobalt serve --shards 1` under callgrind per 2.xx answer "
             "(CON GET /benchmark), the start-up cost of an unloaded server subtracted; the kernel's part is not counted.\n\n")
     f.write(f"| transport | {la} (each round) | {lb} (each round) | {lb} ÷ {la} |\n|---|---|---|---|\n")
     f.write("\n".join(rows) + "\n")

@@ -64,13 +64,14 @@ start_server() {
   server_pid=$!
 }
 
-# Stops the current server: SIGINT, then SIGTERM, then SIGKILL, a few seconds apart.
+# stop_server [SECONDS]: stops the current server: SIGINT, then SIGTERM, then SIGKILL,
+# SECONDS apart (default 3; a server under valgrind needs longer).
 stop_server() {
   [ -n "${server_pid:-}" ] || return 0
   local sig i
   for sig in INT TERM KILL; do
     kill -"$sig" "$server_pid" 2>/dev/null || break
-    for i in $(seq 1 30); do
+    for i in $(seq 1 $((${1:-3} * 10))); do
       kill -0 "$server_pid" 2>/dev/null || break 2
       sleep 0.1
     done
@@ -99,6 +100,42 @@ wait_ready() {
   skip_reason="did not answer within ${ready_timeout}s"
   log "$name: $skip_reason"
   return 1
+}
+
+# throwaway_psk IDENTITY: a random pre-shared key for this run only, in the server's key
+# file $work/psk.txt and in the client options psk=(--psk-identity .. --psk-key ..).
+throwaway_psk() {
+  psk_identity=$1
+  psk_key=0x$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  printf '%s:%s\n' "$psk_identity" "$psk_key" >"$work/psk.txt"
+  psk=(--psk-identity "$psk_identity" --psk-key "$psk_key")
+}
+
+# The two-build scripts (ab.sh, instructions.sh) serve coap and coap+tcp on $port, coaps
+# on $dtls_port (keys of throwaway_psk) and coap+ws on $ws_port from one shard at $host.
+# Every client comes from $host, so 1,000 DTLS handshakes and WebSocket upgrades may be
+# in progress per address (default 32 each) for their sessions to be set up at once.
+four_transports_serve_args() {
+  serve_args=(serve --bind "$host" --port "$port" --shards 1 --tcp "$port" --ws-port "$ws_port"
+    --dtls-port "$dtls_port" --dtls-psk-file "$work/psk.txt" --log-level error
+    --set dtls.max_handshakes_per_ip=1000 --set connections.max_handshakes_per_ip=1000)
+}
+
+# uri_of SCHEME: /benchmark over one of the four transports of four_transports_serve_args.
+uri_of() {
+  case $1 in
+    coap) echo "coap://$host:$port/benchmark" ;;
+    coaps) echo "coaps://$host:$dtls_port/benchmark" ;;
+    coap+tcp) echo "coap+tcp://$host:$port/benchmark" ;;
+    coap+ws) echo "coap+ws://$host:$ws_port/benchmark" ;;
+    *) die "unknown scheme $1 (coap, coaps, coap+tcp, coap+ws)" ;;
+  esac
+}
+
+# The client options SCHEME needs: the PSK for coaps, none otherwise.
+scheme_options() {
+  scheme_opts=()
+  if [ "$1" = coaps ]; then scheme_opts=("${psk[@]}"); fi
 }
 
 # Last line of a log file, flattened for a markdown table cell.

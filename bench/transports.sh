@@ -60,10 +60,7 @@ check_port_free tcp "$wss_port"
 make_workdir transports
 
 # A throwaway key for this run only.
-psk_identity=cobalt-bench
-psk_key=0x$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-printf '%s:%s\n' "$psk_identity" "$psk_key" >"$work/psk.txt"
-psk=(--psk-identity "$psk_identity" --psk-key "$psk_key")
+throwaway_psk cobalt-bench
 
 host=127.0.0.1
 udp_uri="coap://$host:$port/benchmark"
