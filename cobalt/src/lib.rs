@@ -368,6 +368,7 @@
 //! turn of a shard's loop, however busy its socket.
 #![warn(missing_docs)]
 
+pub(crate) mod changes;
 pub mod client;
 pub mod config;
 mod error;

@@ -1,14 +1,20 @@
-//! What a shard's driver serves besides its own requests: the application side of a
-//! datagram shard (the server role: resources, uploads, observe relations), seen by the
-//! driver as events in and work out. The driver owns the socket, the endpoint and the
-//! clock; a [`Service`] owns what the application keeps per shard.
+//! What a driver serves: the application side (the server role: resources, uploads,
+//! observe relations), seen by the driver as events in and work out. A datagram
+//! shard's driver owns the socket, the endpoint and the clock, and a [`Service`] what
+//! the application keeps per shard; a stream connection's driver owns the link and the
+//! RFC 8323 connection, and a [`StreamService`] what the application keeps per
+//! connection.
 
 use super::command::Command;
+use crate::changes::ChangeInbox;
 use crate::metrics::ShardSnapshot;
-use crate::server::observe::ChangeInbox;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
-use cobalt_proto::message::{Message, Token};
+use cobalt_proto::message::{Message, TcpMessage, Token};
+use cobalt_proto::tcp_connection::TcpConnection;
+use futures_util::stream::FuturesUnordered;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -128,4 +134,39 @@ impl Service for NoService {
     fn report(&self, _: ShardSnapshot) -> ShardSnapshot {
         match *self {}
     }
+}
+
+/// Work a [`StreamService`] started and the connection's driver runs to completion
+/// (handlers on the connection's task, or waiting for a pool or thread to finish).
+pub(crate) type Work<C> = FuturesUnordered<Pin<Box<dyn Future<Output = C> + Send>>>;
+
+/// The application side of one stream connection (`coap+tcp`, `coap+ws`, with or
+/// without TLS). Every method runs on the connection's task; the driver calls
+/// [`StreamService::on_changes`] whenever [`StreamService::changes`] wakes, and waits
+/// for the [`Work`] to finish before a graceful close.
+pub(crate) trait StreamService: Send + 'static {
+    /// What a piece of [`Work`] ends with.
+    type Completion: Send + 'static;
+
+    /// A request from the peer.
+    fn on_request(
+        &mut self,
+        conn: &mut TcpConnection,
+        work: &mut Work<Self::Completion>,
+        token: Token,
+        message: TcpMessage,
+    );
+    /// A piece of [`Work`] finished.
+    fn on_completion(
+        &mut self,
+        conn: &mut TcpConnection,
+        work: &mut Work<Self::Completion>,
+        done: Self::Completion,
+    );
+    /// Where the application posts changes this connection should act on.
+    fn changes(&self) -> Arc<ChangeInbox>;
+    /// Acts on the changes posted to [`StreamService::changes`].
+    fn on_changes(&mut self, conn: &mut TcpConnection, work: &mut Work<Self::Completion>);
+    /// Observe relations held on the connection (for its log line when it closes).
+    fn relations(&self) -> usize;
 }

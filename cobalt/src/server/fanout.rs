@@ -25,8 +25,9 @@
 
 use super::budget::{ObserverBudget, Refusal};
 use super::limits::ServerLimits;
-use super::observe::{Observable, PendingChange, Relation, RelationKey, Relations};
+use super::observe::{Observable, Relation, RelationKey, Relations};
 use super::request::Response;
+use crate::changes::PendingChange;
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, MessageType};

@@ -82,7 +82,7 @@ struct Setup {
     fan: FanOut,
     ep: Endpoint,
     obs: Observable,
-    inbox: Arc<super::super::observe::ChangeInbox>,
+    inbox: Arc<crate::changes::ChangeInbox>,
     budget: Arc<ObserverBudget>,
     now: Instant,
 }
@@ -90,7 +90,7 @@ struct Setup {
 fn setup(limits: ServerLimits, observers: u32, accept: impl Fn(u32) -> Option<u16>) -> Setup {
     let now = Instant::now();
     let obs = Observable::new();
-    let inbox = Arc::new(super::super::observe::ChangeInbox::default());
+    let inbox = Arc::new(crate::changes::ChangeInbox::default());
     obs.attach(vec![inbox.clone()]);
     let budget = Arc::new(ObserverBudget::new(Arc::new(LimitCounters::default())));
     let mut fan = FanOut::new(vec![obs.clone()], budget.clone(), limits);

@@ -23,7 +23,6 @@ mod fanout;
 mod handler;
 mod intake;
 mod limits;
-mod listener;
 pub(crate) mod observe;
 mod request;
 pub(crate) mod shard;
@@ -44,12 +43,15 @@ pub use observe::{Observable, ObserverFilter};
 pub use request::{BoxFuture, IntoResponse, Request, Response};
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
+use crate::changes::ChangeInbox;
 use crate::config::Config;
 use crate::error::{SetupError, Unsupported};
 use crate::metrics::Metrics;
+use crate::metrics::TcpCounters;
 use crate::runtime::command::Command;
 use crate::runtime::driver::{spawn_driver, DriverIo};
 use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
+use crate::runtime::listener::{self, TcpListenerHandle, Transport};
 use crate::runtime::service::{MakeService, ServiceLinks};
 use crate::transport::credentials::{PskStore, X509Credentials};
 use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
@@ -60,12 +62,11 @@ use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::Scheme;
-use listener::{TcpListenerHandle, Transport};
-use observe::ChangeInbox;
 use shard::ServerShard;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
+use stream::{StreamServer, StreamShared};
 use tokio::sync::mpsc;
 
 /// A server under construction: resources and settings, then [`Server::bind`].
@@ -333,7 +334,18 @@ impl Server {
             Framing::WebSocket => self.ws_limits.clone(),
         };
         let transport = Transport { framing, tls };
-        let listener = listener::listen(addr, tree.clone(), self.limits.clone(), limits, transport)
+        let shared = Arc::new(StreamShared::new(
+            tree.clone(),
+            self.limits.clone(),
+            limits.connection.block_wise_transfer,
+            limits.max_bert_block,
+        ));
+        let counters = Arc::new(TcpCounters {
+            observers: shared.observers.clone(),
+            ..TcpCounters::default()
+        });
+        let make = move |peer| StreamServer::new(shared.clone(), peer);
+        let listener = listener::listen(addr, make, limits, transport, counters)
             .await
             .map_err(|e| {
                 Error::Io(std::io::Error::new(

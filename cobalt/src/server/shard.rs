@@ -4,10 +4,11 @@
 use super::fanout::{FanOut, FanOutStats, Producer, Production};
 use super::intake::{intake, Intake, StreamedBlock};
 use super::limits::ServerLimits;
-use super::observe::{ChangeInbox, Observable};
+use super::observe::Observable;
 use super::tree::ResourceTree;
 use super::upload::{acknowledge_block, UploadStats, Uploads};
 use super::{BoxFuture, Executor, Request, Response};
+use crate::changes::ChangeInbox;
 use crate::metrics::ShardSnapshot;
 use crate::runtime::service::Service;
 use cobalt_proto::blockwise::slice_response;

@@ -1,7 +1,8 @@
 //! The server role of one CoAP-over-TCP or -WebSocket connection (RFC 8323): dispatch
 //! into the resource tree, Block1 reassembly in the listener's shared [`Uploads`],
 //! Block2 slicing (BERT where both ends announced it), and the connection's observe
-//! relations. The connection loop in [`super::listener`] feeds it events and runs the
+//! relations, as the [`StreamService`] of its connection: the stream driver
+//! (`runtime::listener`) feeds it events and runs the
 //! handler futures it hands out; it never touches the transport itself, so every link
 //! (TCP, WebSocket, TLS under either) gets the same behaviour.
 //!
@@ -12,17 +13,18 @@
 //! meanwhile produces one more notification afterwards, from the state then current.
 
 use super::intake::{intake, Intake};
-use super::observe::{ChangeInbox, Observable};
+use super::observe::Observable;
 use super::shard::guarded;
 use super::stream_observe::StreamRelations;
 use super::tree::ResourceTree;
 use super::upload::{acknowledge_block, Uploads};
 use super::{BoxFuture, Executor, Request, Response, ServerLimits, UploadChunk};
+use crate::changes::ChangeInbox;
+use crate::runtime::service::{StreamService, Work};
 use cobalt_proto::blockwise::{slice_response_sized, BlockSize};
 use cobalt_proto::message::option::encode_uint;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType, TcpMessage, Token};
 use cobalt_proto::tcp_connection::{SendError, TcpConnection};
-use futures_util::stream::FuturesUnordered;
 use futures_util::FutureExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -100,10 +102,10 @@ pub(crate) struct Done {
 }
 
 /// A running handler.
-pub(crate) type Pending = Pin<Box<dyn Future<Output = Done> + Send>>;
+type Pending = Pin<Box<dyn Future<Output = Done> + Send>>;
 
-/// The handlers running on one connection.
-pub(crate) type Handlers = FuturesUnordered<Pending>;
+/// The handlers running on one connection, run by its driver.
+type Handlers = Work<Done>;
 
 enum Job {
     /// The response to a request.
@@ -151,20 +153,20 @@ impl StreamServer {
             producing: HashMap::new(),
         }
     }
+}
 
-    /// Where the resources this connection observes post their changes; call
-    /// [`StreamServer::on_changes`] when it wakes.
-    pub(crate) fn inbox(&self) -> Arc<ChangeInbox> {
+impl StreamService for StreamServer {
+    type Completion = Done;
+
+    fn changes(&self) -> Arc<ChangeInbox> {
         self.inbox.clone()
     }
 
-    /// Observe relations on this connection.
-    pub(crate) fn relations(&self) -> usize {
+    fn relations(&self) -> usize {
         self.relations.len()
     }
 
-    /// A request from the peer.
-    pub(crate) fn on_request(
+    fn on_request(
         &mut self,
         conn: &mut TcpConnection,
         handlers: &mut Handlers,
@@ -234,13 +236,7 @@ impl StreamServer {
         }
     }
 
-    /// A handler finished.
-    pub(crate) fn on_done(
-        &mut self,
-        conn: &mut TcpConnection,
-        handlers: &mut Handlers,
-        done: Done,
-    ) {
+    fn on_completion(&mut self, conn: &mut TcpConnection, handlers: &mut Handlers, done: Done) {
         match done.job {
             Job::Reply(ctx) => self.finish_reply(conn, done.token, done.response, ctx),
             Job::Notification { observable, asked } => {
@@ -255,7 +251,7 @@ impl StreamServer {
 
     /// Resources observed here changed: start a notification for each relation (4.04
     /// and the end of the relation for a deleted resource).
-    pub(crate) fn on_changes(&mut self, conn: &mut TcpConnection, handlers: &mut Handlers) {
+    fn on_changes(&mut self, conn: &mut TcpConnection, handlers: &mut Handlers) {
         for (observable, change) in self.inbox.take() {
             let deleted = change.deleted;
             for (token, _) in self.relations.of(observable) {
@@ -268,7 +264,9 @@ impl StreamServer {
             }
         }
     }
+}
 
+impl StreamServer {
     /// Runs the GET handler for a notification of the relation with `token`, unless
     /// one is running already (then it runs once more when that one is done).
     fn produce(&mut self, handlers: &mut Handlers, token: Token, observable: u64) {

@@ -9,7 +9,8 @@
 
 use super::budget::{ObserverBudget, Refusal};
 use super::limits::ServerLimits;
-use super::observe::{ChangeInbox, Observable};
+use super::observe::Observable;
+use crate::changes::ChangeInbox;
 use cobalt_proto::message::{Message, Token};
 use std::collections::HashMap;
 use std::net::SocketAddr;

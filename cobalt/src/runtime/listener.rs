@@ -1,12 +1,11 @@
-//! The server's connection-oriented listeners (`coap+tcp`, `coaps+tcp`, `coap+ws`,
-//! `coaps+ws`, RFC 8323): one task per accepted connection, where the sans-IO
-//! `TcpConnection` of `cobalt-proto` runs over a [`Link`](crate::transport::link::Link)
-//! and the connection's server role ([`StreamServer`]: handlers, uploads, observe
-//! relations) answers its requests.
+//! The connection-oriented listeners (`coap+tcp`, `coaps+tcp`, `coap+ws`, `coaps+ws`,
+//! RFC 8323) and the stream driver: one task per accepted connection, where the
+//! sans-IO `TcpConnection` of `cobalt-proto` runs over a
+//! [`Link`](crate::transport::link::Link) and a [`StreamService`] made for the
+//! connection (the server role: handlers, uploads, observe relations) answers its
+//! requests. The driver knows nothing of resources; the service nothing of sockets.
 
-use super::stream::{Handlers, StreamServer, StreamShared};
-use super::tree::ResourceTree;
-use super::ServerLimits;
+use super::service::{StreamService, Work};
 use crate::metrics::TcpCounters;
 use crate::transport::limits::TcpServerLimits;
 use crate::transport::link::{flush, handle_input, sleep_until, Link, Stream, TcpLink};
@@ -66,30 +65,21 @@ pub(crate) struct Transport {
     pub tls: Option<TlsAcceptor>,
 }
 
-/// Binds `addr` and serves `tree` over `coap+tcp` (stream framing) or `coap+ws`
-/// (WebSocket framing, after an HTTP upgrade), with TLS under either when
-/// `transport.tls` is set, on the current tokio runtime.
-pub(crate) async fn listen(
+/// Binds `addr` and serves over `coap+tcp` (stream framing) or `coap+ws` (WebSocket
+/// framing, after an HTTP upgrade), with TLS under either when `transport.tls` is set,
+/// on the current tokio runtime. Each connection gets the service `make(peer)` makes;
+/// the listener counts what it sees in `counters`.
+pub(crate) async fn listen<S: StreamService>(
     addr: SocketAddr,
-    tree: Arc<ResourceTree>,
-    limits: ServerLimits,
+    make: impl Fn(SocketAddr) -> S + Send + 'static,
     tcp: TcpServerLimits,
     transport: Transport,
+    counters: Arc<TcpCounters>,
 ) -> std::io::Result<TcpListenerHandle> {
     let framing = transport.framing;
     let listener = TcpListener::bind(addr).await?;
     let local_addr = listener.local_addr()?;
     let (shutdown, mut stop) = watch::channel(None);
-    let shared = Arc::new(StreamShared::new(
-        tree,
-        limits,
-        tcp.connection.block_wise_transfer,
-        tcp.max_bert_block,
-    ));
-    let counters = Arc::new(TcpCounters {
-        observers: shared.observers.clone(),
-        ..TcpCounters::default()
-    });
     let seen = counters.clone();
     let task = tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(tcp.max_connections.max(1)));
@@ -133,7 +123,7 @@ pub(crate) async fn listen(
                     let conn = ServerConn {
                         counters: seen.clone(),
                         peer,
-                        shared: shared.clone(),
+                        service: make(peer),
                         tcp: tcp.clone(),
                         stop: stop.clone(),
                         handshake,
@@ -186,10 +176,12 @@ fn refuse(stream: TcpStream, config: &TcpConfig, why: &str) {
     }
 }
 
-struct ServerConn {
+/// One accepted connection, before and while it speaks CoAP.
+struct ServerConn<S> {
     counters: Arc<TcpCounters>,
     peer: SocketAddr,
-    shared: Arc<StreamShared>,
+    /// What answers the connection's requests.
+    service: S,
     tcp: TcpServerLimits,
     stop: watch::Receiver<Option<Duration>>,
     /// The address's place among handshakes in progress (TLS, WebSocket upgrade),
@@ -197,7 +189,7 @@ struct ServerConn {
     handshake: Option<IpPermit>,
 }
 
-impl ServerConn {
+impl<S: StreamService> ServerConn<S> {
     /// Runs the TLS handshake (if any) and the WebSocket upgrade (if any), then the
     /// connection.
     async fn serve(mut self, stream: TcpStream, framing: Framing, tls: Option<TlsAcceptor>) {
@@ -224,7 +216,7 @@ impl ServerConn {
         }
     }
 
-    async fn serve_over<S: Stream>(mut self, stream: S, framing: Framing) {
+    async fn serve_over<T: Stream>(mut self, stream: T, framing: Framing) {
         match framing {
             Framing::Stream => self.run(TcpLink::new(stream)).await,
             Framing::WebSocket => {
@@ -250,9 +242,9 @@ impl ServerConn {
             Instant::now(),
             rand::random(),
         );
-        let mut server = StreamServer::new(self.shared.clone(), self.peer);
-        let changes = server.inbox();
-        let mut handlers = Handlers::new();
+        let server = &mut self.service;
+        let changes = server.changes();
+        let mut work = Work::new();
         let mut drain_until: Option<tokio::time::Instant> = None;
         if self.stop.borrow().is_some() {
             drain_until = Some(tokio::time::Instant::now());
@@ -262,7 +254,7 @@ impl ServerConn {
             while let Some(ev) = conn.poll_event() {
                 match ev {
                     TcpEvent::Request { token, message } => {
-                        server.on_request(&mut conn, &mut handlers, token, message)
+                        server.on_request(&mut conn, &mut work, token, message)
                     }
                     TcpEvent::Closed { reason, .. } => {
                         count_close(&self.counters, &reason);
@@ -272,7 +264,7 @@ impl ServerConn {
                 }
             }
             if !conn.is_closed() {
-                server.on_changes(&mut conn, &mut handlers);
+                server.on_changes(&mut conn, &mut work);
             }
             if !flush(&mut conn, &mut link, self.tcp.write_timeout, |_| {}).await
                 || conn.is_closed()
@@ -280,7 +272,7 @@ impl ServerConn {
                 break;
             }
             if let Some(until) = drain_until {
-                if handlers.is_empty() || tokio::time::Instant::now() >= until {
+                if work.is_empty() || tokio::time::Instant::now() >= until {
                     conn.release();
                     let _ = flush(&mut conn, &mut link, self.tcp.write_timeout, |_| {}).await;
                     break;
@@ -294,8 +286,8 @@ impl ServerConn {
                 .min();
             tokio::select! {
                 input = link.recv(), if drain_until.is_none() => handle_input(&mut conn, input),
-                Some(done) = handlers.next(), if !handlers.is_empty() => {
-                    server.on_done(&mut conn, &mut handlers, done);
+                Some(done) = work.next(), if !work.is_empty() => {
+                    server.on_completion(&mut conn, &mut work, done);
                 }
                 _ = changes.changed() => {}
                 _ = sleep_until(timer) => conn.handle_timeout(Instant::now()),
@@ -305,8 +297,8 @@ impl ServerConn {
                 }
             }
         }
-        // Dropping the server role ends the connection's relations and uploads.
-        drop(server);
+        // Dropping the service ends the connection's relations and uploads.
+        drop(self.service);
         let _ = tokio::time::timeout(self.tcp.write_timeout, link.close()).await;
     }
 }

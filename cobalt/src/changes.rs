@@ -1,0 +1,99 @@
+//! Changes of observable resources on their way to the consumers that notify
+//! observers: a UDP shard, or a CoAP over TCP / WebSocket connection. An observable
+//! resource posts into every consumer's [`ChangeInbox`]; the consumer's driver wakes up
+//! and takes what is pending. This is the small surface between the resource side
+//! (`server::observe`) and the drivers (`runtime`): neither imports the other for it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+
+/// Chooses which observers a notification goes to.
+pub type ObserverFilter = Arc<dyn Fn(SocketAddr) -> bool + Send + Sync>;
+
+/// Different filters kept for one pending change; beyond it every observer is
+/// notified (a notification shows the current state, so an extra one is harmless).
+pub(crate) const MAX_FILTERS: usize = 16;
+
+/// The changes of one resource not yet taken by a consumer, merged.
+#[derive(Clone, Default)]
+pub(crate) struct PendingChange {
+    /// Observers to notify: those any of these filters accepts; `None`: all.
+    pub filters: Option<Vec<ObserverFilter>>,
+    /// Send as CON even if the policy would send NON.
+    pub confirmable: bool,
+    /// The resource is gone: send 4.04 and end every relation.
+    pub deleted: bool,
+}
+
+impl std::fmt::Debug for PendingChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingChange")
+            .field("filters", &self.filters.as_ref().map(Vec::len))
+            .field("confirmable", &self.confirmable)
+            .field("deleted", &self.deleted)
+            .finish()
+    }
+}
+
+impl PendingChange {
+    /// Adds a later change: deletion and CON stick, filters add up.
+    pub fn merge(&mut self, later: PendingChange) {
+        self.deleted |= later.deleted;
+        self.confirmable |= later.confirmable;
+        self.filters = match (self.filters.take(), later.filters) {
+            (Some(mut mine), Some(theirs)) => {
+                for f in theirs {
+                    if !mine.iter().any(|m| Arc::ptr_eq(m, &f)) {
+                        mine.push(f);
+                    }
+                }
+                (mine.len() <= MAX_FILTERS).then_some(mine)
+            }
+            _ => None,
+        };
+    }
+
+    /// Whether the observer at `peer` is to be notified.
+    pub fn selects(&self, peer: SocketAddr) -> bool {
+        self.filters
+            .as_ref()
+            .is_none_or(|fs| fs.iter().any(|f| f(peer)))
+    }
+}
+
+/// Changes waiting for one consumer (a UDP shard, or a `coap+tcp` / `coap+ws`
+/// connection), merged per observable. Bounded by the number of observable resources.
+#[derive(Debug, Default)]
+pub(crate) struct ChangeInbox {
+    pending: Mutex<HashMap<u64, PendingChange>>,
+    wake: Notify,
+}
+
+impl ChangeInbox {
+    /// Records a change of `observable` (merged with one not yet taken) and wakes the
+    /// consumer.
+    pub(crate) fn post(&self, observable: u64, change: PendingChange) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        match pending.entry(observable) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().merge(change),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(change);
+            }
+        }
+        drop(pending);
+        self.wake.notify_one();
+    }
+
+    /// Takes the pending changes.
+    pub(crate) fn take(&self) -> Vec<(u64, PendingChange)> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.drain().collect()
+    }
+
+    /// Resolves when a change has been posted since the last call resolved.
+    pub(crate) async fn changed(&self) {
+        self.wake.notified().await
+    }
+}
