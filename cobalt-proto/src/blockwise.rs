@@ -1,5 +1,6 @@
 //! Block-wise transfer (RFC 7959) and its BERT extension for reliable transports
-//! (RFC 8323 §6), the parts that are pure functions of messages.
+//! (RFC 8323 §6): the parts that are pure functions of messages, and the server's
+//! Block1 reassembly with its bounds ([`uploads`]).
 //!
 //! BERT ("Block-wise Extension for Reliable Transport") uses the reserved size
 //! exponent 7: a block then carries any multiple of 1024 bytes (the last block any
@@ -234,6 +235,8 @@ pub fn slice_response_sized(request: &Message, mut response: Message, size: Bloc
     }
     response
 }
+
+pub mod uploads;
 
 #[cfg(test)]
 mod sim_tests;

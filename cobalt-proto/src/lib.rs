@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod blockwise;
+pub mod budget;
 pub mod congestion;
 pub mod endpoint;
 pub mod link_format;
@@ -15,5 +16,6 @@ pub mod message;
 pub mod observe;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod tables;
 pub mod tcp_connection;
 pub mod uri;

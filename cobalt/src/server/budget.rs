@@ -1,57 +1,22 @@
 //! Budgets of state that peers create in the server role, and who is refused when one
 //! runs out.
 //!
-//! The convention (the same for every kind of state): a peer over its own budget gets
-//! **4.29 Too Many Requests** (RFC 8516), and a server-wide bound gets **5.03 Service
-//! Unavailable** — both with Max-Age, the time after which to try again — and only the
-//! peers that cause it are refused. Near a server-wide bound a peer is refused while it
-//! holds at least as much as is still free ([`fair_share_exceeded`]): heavy holders stop
-//! first, and the room that is left stays open to peers that hold little. With `k`
-//! peers growing as fast as they can, each ends up with at most `bound / (k + 1)`, and
-//! as much stays free for everyone else.
+//! The convention and the fair-share rule are `cobalt_proto::budget`'s ([`Refusal`],
+//! [`fair_share_exceeded`]); this module keeps the server-wide observer budget and the
+//! counters of refusals.
 //!
 //! [`ObserverBudget`] keeps the observe relations (RFC 7641) of one server per client
 //! IP address and in total, over all its UDP shards and TCP, TLS and WebSocket
 //! connections; the uploads in progress keep their own per-peer ledger
-//! ([`super::upload`]).
+//! (`cobalt_proto::blockwise::uploads`), counting here.
 
-use super::request::Response;
 use crate::metrics::LimitCounters;
-use cobalt_proto::message::Code;
+use cobalt_proto::blockwise::uploads::UploadCounters;
+pub(crate) use cobalt_proto::budget::{fair_share_exceeded, Refusal};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-
-/// Why a peer's request for more state was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The peer is over its own budget: 4.29.
-    PeerBudget,
-    /// A server-wide bound is reached (and the peer holds at least its share): 5.03.
-    ServerBound,
-}
-
-impl Refusal {
-    /// The answer: 4.29 or 5.03 with Max-Age `max_age` and a short payload that says
-    /// what ran out (`what`, e.g. "observers").
-    pub(crate) fn response(self, what: &str, max_age: u32) -> Response {
-        // Short: the answer goes to a peer whose address may be unverified.
-        let (code, text) = match self {
-            Refusal::PeerBudget => (Code::TOO_MANY_REQUESTS, format!("too many {what} here")),
-            Refusal::ServerBound => (Code::SERVICE_UNAVAILABLE, format!("server full: {what}")),
-        };
-        Response::new(code).with_max_age(max_age).with_payload(text)
-    }
-}
-
-/// True when a peer holding `held` must not get `more` while `used` of `bound` are
-/// taken: the bound would be passed, or the peer already holds at least what would be
-/// left free.
-pub(crate) fn fair_share_exceeded(held: usize, more: usize, used: usize, bound: usize) -> bool {
-    let free = bound.saturating_sub(used);
-    more > free || (held > 0 && held >= free - more)
-}
 
 /// What the peers of one server hold beyond single exchanges, shared by its shards and
 /// listeners: the observe-relation budget, and the counters of refusals and dropped
@@ -83,13 +48,21 @@ fn count_observe(c: &LimitCounters, r: Refusal) {
     n.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Counts a refused upload (or block of one).
-pub(crate) fn count_upload(c: &LimitCounters, r: Refusal) {
-    let n = match r {
-        Refusal::PeerBudget => &c.upload_refused_peer,
-        Refusal::ServerBound => &c.upload_refused_server,
-    };
-    n.fetch_add(1, Ordering::Relaxed);
+/// An upload table counts its refusals and drops in the server's counters.
+impl UploadCounters for LimitCounters {
+    fn refused(&self, refusal: Refusal) {
+        let n = match refusal {
+            Refusal::PeerBudget => &self.upload_refused_peer,
+            Refusal::ServerBound => &self.upload_refused_server,
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+    fn expired(&self, n: u64) {
+        self.uploads_expired.fetch_add(n, Ordering::Relaxed);
+    }
+    fn evicted(&self) {
+        self.uploads_evicted.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The observe relations of one server, per client IP address and in total.
@@ -163,7 +136,7 @@ impl ObserverBudget {
         *n -= 1;
         if *n == 0 {
             held.per_ip.remove(&ip);
-            super::tables::shrink_when_sparse(&mut held.per_ip);
+            cobalt_proto::tables::shrink_when_sparse(&mut held.per_ip);
         }
         held.total = held.total.saturating_sub(1);
     }
@@ -187,20 +160,6 @@ mod tests {
 
     fn ip(n: u8) -> IpAddr {
         IpAddr::from([192, 0, 2, n])
-    }
-
-    #[test]
-    fn fair_share_keeps_room_for_light_peers() {
-        // 100 slots, nothing used: anyone gets one.
-        assert!(!fair_share_exceeded(0, 1, 0, 100));
-        // 60 used, this peer holds 40 of them: 40 left, it holds as much: refused.
-        assert!(fair_share_exceeded(40, 1, 60, 100));
-        // A peer holding nothing gets in until the very end.
-        assert!(!fair_share_exceeded(0, 1, 99, 100));
-        assert!(fair_share_exceeded(0, 1, 100, 100));
-        // Bytes: 10 more for a peer holding 5, with 20 free: 10 left after, 5 < 10.
-        assert!(!fair_share_exceeded(5, 10, 80, 100));
-        assert!(fair_share_exceeded(11, 10, 80, 100));
     }
 
     #[test]
@@ -239,10 +198,5 @@ mod tests {
         assert_eq!(b.check(ip(1), 3, 1000), Err(Refusal::PeerBudget));
         assert_eq!(b.counters.observe_refused_peer.load(Ordering::Relaxed), 2);
         assert!(b.admit(ip(2), 3, 1000).is_ok(), "another address is served");
-        let r = Refusal::PeerBudget.response("observers", 7);
-        assert_eq!(r.code, Code::TOO_MANY_REQUESTS);
-        assert_eq!(r.options.max_age(), 7);
-        let r = Refusal::ServerBound.response("uploads", 7);
-        assert_eq!(r.code, Code::SERVICE_UNAVAILABLE);
     }
 }

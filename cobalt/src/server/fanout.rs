@@ -273,7 +273,7 @@ impl FanOut {
             tokens.retain(|t| *t != key.1);
             if tokens.is_empty() {
                 self.blocked.remove(&key.0);
-                super::tables::shrink_when_sparse(&mut self.blocked);
+                cobalt_proto::tables::shrink_when_sparse(&mut self.blocked);
             }
         }
     }
@@ -424,7 +424,7 @@ impl FanOut {
                 self.retry(key);
             }
         }
-        super::tables::shrink_when_sparse(&mut self.paced_keys);
+        cobalt_proto::tables::shrink_when_sparse(&mut self.paced_keys);
         if self.paced.is_empty() {
             self.paced.shrink_to_fit();
         }
@@ -498,7 +498,7 @@ impl FanOut {
         let next = round.next.take();
         self.rounds.remove(&obs);
         self.turn.retain(|o| *o != obs);
-        super::tables::shrink_when_sparse(&mut self.rounds);
+        cobalt_proto::tables::shrink_when_sparse(&mut self.rounds);
         if let Some(change) = next {
             self.start_round(obs, &change);
         }

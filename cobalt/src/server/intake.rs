@@ -6,10 +6,10 @@
 
 use super::handler::BoxedChunkHandler;
 use super::tree::ResourceTree;
-use super::upload::{upload_key, UploadStep, Uploads};
 use super::validate::refusal;
-use super::Executor;
-use cobalt_proto::message::{opt, BlockValue, Message};
+use super::{Executor, Response};
+use cobalt_proto::blockwise::uploads::{upload_key, UploadStep, Uploads};
+use cobalt_proto::message::{opt, BlockValue, Code, Message};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -68,7 +68,7 @@ pub(crate) fn intake(
         let offset = match block {
             Some(b) => match uploads.stream_block(now, peer, &request, b) {
                 Ok(offset) => offset,
-                Err(resp) => return Intake::Answer(resp.into_message()),
+                Err(answer) => return Intake::Answer(answer),
             },
             None => 0,
         };
@@ -90,7 +90,7 @@ pub(crate) fn intake(
         };
     };
     match uploads.handle(now, peer, &request, block) {
-        UploadStep::Continue(r) | UploadStep::Reject(r) => Intake::Answer(r.into_message()),
+        UploadStep::Continue(answer) | UploadStep::Reject(answer) => Intake::Answer(answer),
         UploadStep::Complete { body, last } => {
             let key = upload_key(&request);
             request.payload = body;
@@ -102,4 +102,17 @@ pub(crate) fn intake(
             }
         }
     }
+}
+
+/// The response to a request that carried `block1`: the acknowledgement of a block
+/// taken by a streaming handler becomes 2.31 Continue, and the block is echoed in
+/// Block1 (RFC 7959 §2.3).
+pub(crate) fn acknowledge_block(mut response: Response, block1: Option<BlockValue>) -> Response {
+    if let Some(b) = block1 {
+        if b.more && response.code.is_success() {
+            response = Response::new(Code::CONTINUE);
+        }
+        response.options.set_uint(opt::BLOCK1, b.encode());
+    }
+    response
 }

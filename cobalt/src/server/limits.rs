@@ -1,5 +1,6 @@
 //! Server-side limits and policies beyond the endpoint's protocol parameters.
 
+use cobalt_proto::blockwise::uploads::UploadLimits;
 use std::time::Duration;
 
 /// Bounds and policies of the server role. `Default` gives the documented defaults.
@@ -62,6 +63,8 @@ pub struct ServerLimits {
 
 impl Default for ServerLimits {
     fn default() -> Self {
+        // The upload bounds' defaults are the upload table's own.
+        let uploads = UploadLimits::default();
         ServerLimits {
             max_observers: 100_000,
             max_observers_per_ip: 1000,
@@ -69,15 +72,31 @@ impl Default for ServerLimits {
             observe_con_interval: Duration::from_secs(24 * 3600),
             observe_min_interval: Duration::ZERO,
             observe_batch: 256,
-            max_body: 1 << 20,
-            max_uploads: 1000,
-            max_uploads_per_ip: 32,
-            max_uploads_per_peer: 4,
-            max_upload_memory: 64 << 20,
-            max_upload_memory_per_ip: 4 << 20,
-            upload_idle_timeout: Duration::from_secs(60),
-            refusal_max_age: 10,
+            max_body: uploads.max_body,
+            max_uploads: uploads.max_uploads,
+            max_uploads_per_ip: uploads.max_uploads_per_ip,
+            max_uploads_per_peer: uploads.max_uploads_per_peer,
+            max_upload_memory: uploads.max_upload_memory,
+            max_upload_memory_per_ip: uploads.max_upload_memory_per_ip,
+            upload_idle_timeout: uploads.upload_idle_timeout,
+            refusal_max_age: uploads.refusal_max_age,
             block_szx: 6,
+        }
+    }
+}
+
+impl ServerLimits {
+    /// The bounds of a shard's or listener's Block1 upload table.
+    pub(crate) fn uploads(&self) -> UploadLimits {
+        UploadLimits {
+            max_body: self.max_body,
+            max_uploads: self.max_uploads,
+            max_uploads_per_ip: self.max_uploads_per_ip,
+            max_uploads_per_peer: self.max_uploads_per_peer,
+            max_upload_memory: self.max_upload_memory,
+            max_upload_memory_per_ip: self.max_upload_memory_per_ip,
+            upload_idle_timeout: self.upload_idle_timeout,
+            refusal_max_age: self.refusal_max_age,
         }
     }
 }

@@ -28,9 +28,7 @@ mod request;
 pub(crate) mod shard;
 pub(crate) mod stream;
 mod stream_observe;
-mod tables;
 pub(crate) mod tree;
-mod upload;
 mod validate;
 
 pub use executor::{AsyncPool, Executor, ThreadPool};

@@ -10,11 +10,11 @@
 //! that falls behind holds at most one pending entry per observed resource, however
 //! often the resource changes.
 
-use super::tables::shrink_when_sparse;
 pub use crate::changes::ObserverFilter;
 use crate::changes::{ChangeInbox, PendingChange};
 use cobalt_proto::endpoint::ExchangeId;
 use cobalt_proto::message::{Message, Token};
+use cobalt_proto::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -2,16 +2,16 @@
 //! Block2 slicing, and the observation relations of the peers this shard owns.
 
 use super::fanout::{FanOut, FanOutStats, Producer, Production};
-use super::intake::{intake, Intake, StreamedBlock};
+use super::intake::{acknowledge_block, intake, Intake, StreamedBlock};
 use super::limits::ServerLimits;
 use super::observe::Observable;
 use super::tree::ResourceTree;
-use super::upload::{acknowledge_block, UploadStats, Uploads};
 use super::{BoxFuture, Executor, Request, Response};
 use crate::changes::ChangeInbox;
 use crate::metrics::ShardSnapshot;
 use crate::runtime::service::Service;
 use cobalt_proto::blockwise::slice_response;
+use cobalt_proto::blockwise::uploads::{UploadStats, Uploads};
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, Token};
 use futures_util::FutureExt;
@@ -74,7 +74,7 @@ impl ServerShard {
     ) -> ServerShard {
         let budgets = tree.budgets();
         ServerShard {
-            uploads: Uploads::new(&limits, budgets.counters.clone()),
+            uploads: Uploads::new(limits.uploads(), budgets.counters.clone()),
             observers: FanOut::new(
                 tree.observables(),
                 budgets.observers.clone(),
@@ -170,7 +170,9 @@ impl ServerShard {
                         .options
                         .set(opt::OBSERVE, encode_uint(observable.current_seq())),
                     Err(refusal) => {
-                        response = refusal.response("observers", self.limits.refusal_max_age)
+                        response = Response::from_message(
+                            refusal.answer("observers", self.limits.refusal_max_age),
+                        )
                     }
                 }
             }
@@ -307,7 +309,9 @@ impl Service for ServerShard {
         if let Some((o, r)) = routed.observable.zip(registration) {
             // Refused at once when the budget has no room: no handler run.
             if let Err(refusal) = self.observers.check(&(peer, token)) {
-                let resp = refusal.response("observers", self.limits.refusal_max_age);
+                let resp = Response::from_message(
+                    refusal.answer("observers", self.limits.refusal_max_age),
+                );
                 return self.finish_reply(ep, now, id, resp, ctx);
             }
             let version = self.observers.version(o.id());

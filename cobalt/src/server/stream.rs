@@ -12,15 +12,15 @@
 //! notification per relation is being produced at a time: a change that arrives
 //! meanwhile produces one more notification afterwards, from the state then current.
 
-use super::intake::{intake, Intake};
+use super::intake::{acknowledge_block, intake, Intake};
 use super::observe::Observable;
 use super::shard::guarded;
 use super::stream_observe::StreamRelations;
 use super::tree::ResourceTree;
-use super::upload::{acknowledge_block, Uploads};
 use super::{BoxFuture, Executor, Request, Response, ServerLimits, UploadChunk};
 use crate::changes::ChangeInbox;
 use crate::runtime::service::{StreamService, Work};
+use cobalt_proto::blockwise::uploads::Uploads;
 use cobalt_proto::blockwise::{slice_response_sized, BlockSize};
 use cobalt_proto::message::option::encode_uint;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType, TcpMessage, Token};
@@ -58,7 +58,8 @@ impl StreamShared {
         bert: bool,
         max_bert_block: usize,
     ) -> StreamShared {
-        let uploads = Uploads::new(&limits, tree.budgets().counters.clone()).with_bert(bert);
+        let uploads =
+            Uploads::new(limits.uploads(), tree.budgets().counters.clone()).with_bert(bert);
         let uploads = Arc::new(Mutex::new(uploads));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(expire_uploads(Arc::downgrade(&uploads)));
@@ -348,7 +349,9 @@ impl StreamServer {
                         registered = true;
                     }
                     Err(refusal) => {
-                        response = refusal.response("observers", limits.refusal_max_age)
+                        response = Response::from_message(
+                            refusal.answer("observers", limits.refusal_max_age),
+                        )
                     }
                 }
             }

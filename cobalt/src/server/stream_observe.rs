@@ -100,7 +100,7 @@ impl StreamRelations {
         let Some(rel) = self.by_token.remove(token) else {
             return false;
         };
-        super::tables::shrink_when_sparse(&mut self.by_token);
+        cobalt_proto::tables::shrink_when_sparse(&mut self.by_token);
         rel.observable.observer_removed();
         self.gauge.fetch_sub(1, Ordering::Relaxed);
         self.budget.release(self.peer.ip());

@@ -12,7 +12,7 @@ const KEEP: usize = 64;
 
 /// Shrinks `map` to twice its length when it uses less than a quarter of its capacity
 /// (and holds more than a few entries' worth).
-pub(crate) fn shrink_when_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+pub fn shrink_when_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
     let cap = map.capacity();
     if cap > KEEP && map.len() * 4 < cap {
         map.shrink_to((map.len() * 2).max(KEEP / 2));

@@ -5,28 +5,84 @@
 //! (a non-final BERT block must be a multiple of 1024 bytes, every block must start
 //! where the body received so far ends).
 
-use super::budget::{count_upload, fair_share_exceeded, Refusal};
-use super::limits::ServerLimits;
-use super::request::Response;
-use super::tables::shrink_when_sparse;
-use crate::metrics::LimitCounters;
-use cobalt_proto::blockwise::{check_block, BlockError, BERT_SZX};
-use cobalt_proto::message::{opt, BlockValue, Code, Message};
+//!
+//! The same table serves a datagram shard and the connections of a stream listener:
+//! it is fed requests with an explicit `now` and answers with messages whose type and
+//! message ID are the caller's to set.
+
+use super::{check_block, BlockError, BERT_SZX};
+use crate::budget::{fair_share_exceeded, Refusal};
+use crate::message::{opt, BlockValue, Code, Message, MessageType};
+use crate::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The bounds of an [`Uploads`] table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadLimits {
+    /// Largest body reassembled; larger uploads get 4.13 with Size1.
+    pub max_body: usize,
+    /// Uploads in progress in the table; near it, peers holding at least what is still
+    /// free get 5.03.
+    pub max_uploads: usize,
+    /// Uploads one client IP address may hold; beyond it 4.29.
+    pub max_uploads_per_ip: usize,
+    /// Uploads one client address and port may hold; beyond it 4.29.
+    pub max_uploads_per_peer: usize,
+    /// Bytes the uploads and kept answers may hold together; near it, peers holding at
+    /// least what is still free get 5.03.
+    pub max_upload_memory: usize,
+    /// Bytes the uploads and kept answers of one IP address may hold; beyond it 4.29.
+    pub max_upload_memory_per_ip: usize,
+    /// An upload without a block for this long is dropped.
+    pub upload_idle_timeout: Duration,
+    /// Max-Age (seconds) of the 4.29 and 5.03 answers.
+    pub refusal_max_age: u32,
+}
+
+impl Default for UploadLimits {
+    /// 1 MiB bodies; 1,000 uploads, 32 per IP address and 4 per address and port;
+    /// 64 MiB in all and 4 MiB per IP address; 60 s idle; Max-Age 10 s.
+    fn default() -> Self {
+        UploadLimits {
+            max_body: 1 << 20,
+            max_uploads: 1000,
+            max_uploads_per_ip: 32,
+            max_uploads_per_peer: 4,
+            max_upload_memory: 64 << 20,
+            max_upload_memory_per_ip: 4 << 20,
+            upload_idle_timeout: Duration::from_secs(60),
+            refusal_max_age: 10,
+        }
+    }
+}
+
+/// Where an [`Uploads`] table counts what it refuses and drops (for metrics).
+pub trait UploadCounters: Send + Sync + std::fmt::Debug {
+    /// An upload, or a block of one, was refused.
+    fn refused(&self, refusal: Refusal);
+    /// `n` uploads were dropped after the idle timeout.
+    fn expired(&self, n: u64);
+    /// An upload was dropped at a bound to make room for an address holding less.
+    fn evicted(&self);
+}
+
 /// What to do with a request that carries Block1.
 #[derive(Debug)]
-pub(crate) enum UploadStep {
+pub enum UploadStep {
     /// More blocks expected: answer with this (2.31 Continue) now.
-    Continue(Response),
+    Continue(Message),
     /// The upload cannot go on: answer with this (4.08, 4.13, 4.29, 5.03).
-    Reject(Response),
+    Reject(Message),
     /// The last block arrived: run the handler with this body; echo `last` in Block1.
-    Complete { body: Vec<u8>, last: BlockValue },
+    Complete {
+        /// The whole body.
+        body: Vec<u8>,
+        /// The last block, echoed in Block1 of the answer.
+        last: BlockValue,
+    },
 }
 
 /// An upload (or kept answer) is identified by the peer and [`upload_key`].
@@ -101,22 +157,9 @@ impl Ledger {
     }
 }
 
-/// The bounds of [`Uploads`], from [`ServerLimits`].
-#[derive(Debug, Clone)]
-struct Bounds {
-    max_body: usize,
-    max_uploads: usize,
-    per_ip: usize,
-    per_peer: usize,
-    max_memory: usize,
-    memory_per_ip: usize,
-    idle_timeout: Duration,
-    max_age: u32,
-}
-
 /// Uploads held now, for the metrics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct UploadStats {
+pub struct UploadStats {
     /// Uploads in progress.
     pub uploads: usize,
     /// Bytes held by them and by kept answers.
@@ -128,13 +171,13 @@ pub(crate) struct UploadStats {
 /// client may still ask for.
 ///
 /// Bounded per client address and port, per IP address and in total, in uploads and
-/// in bytes ([`ServerLimits`]): a peer over its own budget gets 4.29, and near a
+/// in bytes ([`UploadLimits`]): a peer over its own budget gets 4.29, and near a
 /// total bound the peers holding at least what is still free get 5.03 — or, at the
 /// bound itself, the heaviest address's oldest upload is dropped to make room for a
 /// peer that holds less. Uploads idle for `upload_idle_timeout` are dropped by
 /// [`Uploads::expire`], which the owner calls on a timer ([`Uploads::poll_timeout`]).
 #[derive(Debug)]
-pub(crate) struct Uploads {
+pub struct Uploads {
     map: HashMap<Key, Upload>,
     /// After an upload the client asks for the rest of a large response with Block2
     /// requests that carry no body (RFC 7959 §3.3); those must not run the handler
@@ -143,10 +186,10 @@ pub(crate) struct Uploads {
     /// Streamed uploads.
     streams: HashMap<Key, Streamed>,
     ledger: Ledger,
-    bounds: Bounds,
+    bounds: UploadLimits,
     /// BERT blocks (SZX 7) are accepted (the server announced BERT in its CSM).
     bert: bool,
-    counters: Arc<LimitCounters>,
+    counters: Arc<dyn UploadCounters>,
     /// When idle uploads are looked for next (while any are held).
     next_sweep: Option<Instant>,
 }
@@ -154,22 +197,13 @@ pub(crate) struct Uploads {
 impl Uploads {
     /// No uploads yet, within `limits`; refusals, expiries and evictions are counted
     /// in `counters`.
-    pub(crate) fn new(limits: &ServerLimits, counters: Arc<LimitCounters>) -> Uploads {
+    pub fn new(limits: UploadLimits, counters: Arc<dyn UploadCounters>) -> Uploads {
         Uploads {
             map: HashMap::new(),
             answers: HashMap::new(),
             streams: HashMap::new(),
             ledger: Ledger::default(),
-            bounds: Bounds {
-                max_body: limits.max_body,
-                max_uploads: limits.max_uploads,
-                per_ip: limits.max_uploads_per_ip,
-                per_peer: limits.max_uploads_per_peer,
-                max_memory: limits.max_upload_memory,
-                memory_per_ip: limits.max_upload_memory_per_ip,
-                idle_timeout: limits.upload_idle_timeout,
-                max_age: limits.refusal_max_age,
-            },
+            bounds: limits,
             bert: false,
             counters,
             next_sweep: None,
@@ -178,18 +212,18 @@ impl Uploads {
 
     /// Accepts BERT blocks (RFC 8323 §6) too: for a CoAP-over-TCP or -WebSocket
     /// listener that announces Block-Wise-Transfer.
-    pub(crate) fn with_bert(mut self, bert: bool) -> Uploads {
+    pub fn with_bert(mut self, bert: bool) -> Uploads {
         self.bert = bert;
         self
     }
 
     /// Whether BERT blocks (SZX 7) are accepted.
-    pub(crate) fn bert(&self) -> bool {
+    pub fn bert(&self) -> bool {
         self.bert
     }
 
     /// Forgets the uploads and kept answers of `peer` (its connection closed).
-    pub(crate) fn forget_peer(&mut self, peer: SocketAddr) {
+    pub fn forget_peer(&mut self, peer: SocketAddr) {
         let keys: Vec<Key> = self
             .map
             .keys()
@@ -204,32 +238,31 @@ impl Uploads {
     }
 
     /// Uploads held now.
-    pub(crate) fn stats(&self) -> UploadStats {
+    pub fn stats(&self) -> UploadStats {
         UploadStats {
             uploads: self.ledger.total.uploads,
             bytes: self.ledger.total.bytes,
         }
     }
 
-    /// Number of uploads in progress.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
+    /// Number of uploads in progress (reassembled or streamed).
+    pub fn in_progress(&self) -> usize {
         self.map.len() + self.streams.len()
     }
 
     /// When [`Uploads::expire`] has something to look at.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.next_sweep
     }
 
     /// Drops uploads and kept answers idle for `upload_idle_timeout` (looked for every
     /// quarter of it, so one goes between 1 and 1.25 times the timeout after its last
     /// block).
-    pub(crate) fn expire(&mut self, now: Instant) {
+    pub fn expire(&mut self, now: Instant) {
         if self.next_sweep.is_none_or(|t| t > now) {
             return;
         }
-        let timeout = self.bounds.idle_timeout;
+        let timeout = self.bounds.upload_idle_timeout;
         let idle = |t: Instant| now.saturating_duration_since(t) >= timeout;
         let stale: Vec<Key> = self
             .map
@@ -243,9 +276,9 @@ impl Uploads {
                     .map(|(k, _)| k.clone()),
             )
             .collect();
-        self.counters
-            .uploads_expired
-            .fetch_add(stale.len() as u64, Ordering::Relaxed);
+        if !stale.is_empty() {
+            self.counters.expired(stale.len() as u64);
+        }
         let old_answers: Vec<Key> = self
             .answers
             .iter()
@@ -265,7 +298,7 @@ impl Uploads {
         if !held {
             self.next_sweep = None;
         } else if self.next_sweep.is_none() {
-            let every = (self.bounds.idle_timeout / 4).max(Duration::from_millis(10));
+            let every = (self.bounds.upload_idle_timeout / 4).max(Duration::from_millis(10));
             self.next_sweep = Some(now + every);
         }
     }
@@ -304,7 +337,9 @@ impl Uploads {
     fn admit(&mut self, peer: SocketAddr) -> Result<(), Refusal> {
         let b = self.bounds.clone();
         let mine = self.ledger.ip(peer.ip());
-        let refusal = if self.ledger.peer(peer) >= b.per_peer || mine.uploads >= b.per_ip {
+        let refusal = if self.ledger.peer(peer) >= b.max_uploads_per_peer
+            || mine.uploads >= b.max_uploads_per_ip
+        {
             Some(Refusal::PeerBudget)
         } else if fair_share_exceeded(mine.uploads, 1, self.ledger.total.uploads, b.max_uploads)
             && !(self.ledger.total.uploads >= b.max_uploads && self.evict(peer.ip(), false))
@@ -315,7 +350,7 @@ impl Uploads {
         };
         match refusal {
             Some(r) => {
-                count_upload(&self.counters, r);
+                self.counters.refused(r);
                 Err(r)
             }
             None => Ok(()),
@@ -326,15 +361,15 @@ impl Uploads {
     fn admit_bytes(&mut self, peer: SocketAddr, more: usize) -> Result<(), Refusal> {
         let b = self.bounds.clone();
         let mine = self.ledger.ip(peer.ip());
-        if mine.bytes + more > b.memory_per_ip {
-            count_upload(&self.counters, Refusal::PeerBudget);
+        if mine.bytes + more > b.max_upload_memory_per_ip {
+            self.counters.refused(Refusal::PeerBudget);
             return Err(Refusal::PeerBudget);
         }
-        let max = b.max_memory;
+        let max = b.max_upload_memory;
         while fair_share_exceeded(mine.bytes, more, self.ledger.total.bytes, max) {
             // At the bound, heavier addresses make room; otherwise this one is heavy.
             if self.ledger.total.bytes + more <= max || !self.evict(peer.ip(), true) {
-                count_upload(&self.counters, Refusal::ServerBound);
+                self.counters.refused(Refusal::ServerBound);
                 return Err(Refusal::ServerBound);
             }
         }
@@ -369,18 +404,16 @@ impl Uploads {
             return false;
         };
         self.drop_key(&key);
-        self.counters
-            .uploads_evicted
-            .fetch_add(1, Ordering::Relaxed);
+        self.counters.evicted();
         true
     }
 
-    fn refused(&self, r: Refusal) -> Response {
-        r.response("uploads", self.bounds.max_age)
+    fn refused(&self, r: Refusal) -> Message {
+        r.answer("uploads", self.bounds.refusal_max_age)
     }
 
     /// Feeds one request carrying `block`.
-    pub(crate) fn handle(
+    pub fn handle(
         &mut self,
         now: Instant,
         peer: SocketAddr,
@@ -455,9 +488,9 @@ impl Uploads {
                 more: true,
                 ..block
             };
-            return UploadStep::Continue(
-                Response::new(Code::CONTINUE).with_option(opt::BLOCK1, encode(ack)),
-            );
+            let mut cont = answer(Code::CONTINUE);
+            cont.options.set_uint(opt::BLOCK1, ack.encode());
+            return UploadStep::Continue(cont);
         }
         let body = match self.map.remove(&key) {
             Some(u) => {
@@ -473,13 +506,13 @@ impl Uploads {
     /// Checks that a block of a streamed upload comes in order; returns its offset, or
     /// the answer that ends the upload (4.08 for a gap, 4.29 or 5.03 when the peer or
     /// the server has too many open).
-    pub(crate) fn stream_block(
+    pub fn stream_block(
         &mut self,
         now: Instant,
         peer: SocketAddr,
         req: &Message,
         block: BlockValue,
-    ) -> Result<usize, Response> {
+    ) -> Result<usize, Message> {
         if block.szx == BERT_SZX && !self.bert {
             return Err(bert_refused());
         }
@@ -522,21 +555,15 @@ impl Uploads {
 
     /// Keeps the whole response of an upload that was answered in blocks, if the
     /// budgets have room (otherwise the client's follow-ups run the handler again).
-    pub(crate) fn keep_answer(
-        &mut self,
-        now: Instant,
-        peer: SocketAddr,
-        key: Vec<u8>,
-        response: Message,
-    ) {
+    pub fn keep_answer(&mut self, now: Instant, peer: SocketAddr, key: Vec<u8>, response: Message) {
         let key = (peer, key);
         self.drop_answer(&key);
         let b = &self.bounds;
         let (mine, total) = (self.ledger.ip(peer.ip()), self.ledger.total);
         let n = response.payload.len();
         if self.answers.len() >= b.max_uploads
-            || mine.bytes + n > b.memory_per_ip
-            || fair_share_exceeded(mine.bytes, n, total.bytes, b.max_memory)
+            || mine.bytes + n > b.max_upload_memory_per_ip
+            || fair_share_exceeded(mine.bytes, n, total.bytes, b.max_upload_memory)
         {
             return;
         }
@@ -548,7 +575,7 @@ impl Uploads {
     /// The block a Block2 follow-up of an upload asks for, cut by `slice` from the
     /// kept response, if there is one; the response is forgotten once its last block
     /// has been sent.
-    pub(crate) fn answer_for(
+    pub fn answer_for(
         &mut self,
         now: Instant,
         peer: SocketAddr,
@@ -561,7 +588,7 @@ impl Uploads {
         }
         let key = (peer, upload_key(req));
         let (at, resp) = self.answers.get_mut(&key)?;
-        if now.duration_since(*at) >= self.bounds.idle_timeout {
+        if now.duration_since(*at) >= self.bounds.upload_idle_timeout {
             self.drop_answer(&key);
             return None;
         }
@@ -573,45 +600,34 @@ impl Uploads {
         Some(out)
     }
 
-    fn too_large(&self) -> Response {
+    fn too_large(&self) -> Message {
         let max = self.bounds.max_body;
-        Response::new(Code::REQUEST_ENTITY_TOO_LARGE)
-            .with_option(opt::SIZE1, encode_u32(max as u32))
-            .with_payload(format!("request body larger than {max} bytes"))
+        let mut m = answer(Code::REQUEST_ENTITY_TOO_LARGE);
+        m.options.set_uint(opt::SIZE1, max as u32);
+        m.payload = format!("request body larger than {max} bytes").into_bytes();
+        m
     }
 }
 
-fn incomplete(why: &str) -> Response {
-    Response::new(Code::REQUEST_ENTITY_INCOMPLETE).with_payload(why)
+/// An answer with `code`; its type and message ID are the caller's to set.
+fn answer(code: Code) -> Message {
+    Message::new(MessageType::Acknowledgement, code, 0)
 }
 
-fn bert_refused() -> Response {
-    Response::new(Code::BAD_REQUEST).with_payload(BlockError::BertNotAnnounced.to_string())
+fn incomplete(why: &str) -> Message {
+    let mut m = answer(Code::REQUEST_ENTITY_INCOMPLETE);
+    m.payload = why.as_bytes().to_vec();
+    m
 }
 
-/// The response to a request that carried `block1`: the acknowledgement of a block
-/// taken by a streaming handler becomes 2.31 Continue, and the block is echoed in
-/// Block1 (RFC 7959 §2.3).
-pub(crate) fn acknowledge_block(mut response: Response, block1: Option<BlockValue>) -> Response {
-    if let Some(b) = block1 {
-        if b.more && response.code.is_success() {
-            response = Response::new(Code::CONTINUE);
-        }
-        response.options.set(opt::BLOCK1, encode(b));
-    }
-    response
-}
-
-fn encode(b: BlockValue) -> Vec<u8> {
-    encode_u32(b.encode())
-}
-
-fn encode_u32(v: u32) -> Vec<u8> {
-    cobalt_proto::message::option::encode_uint(v)
+fn bert_refused() -> Message {
+    let mut m = answer(Code::BAD_REQUEST);
+    m.payload = BlockError::BertNotAnnounced.to_string().into_bytes();
+    m
 }
 
 /// What distinguishes concurrent uploads from one peer: method, path and Request-Tag (RFC 9175).
-pub(crate) fn upload_key(req: &Message) -> Vec<u8> {
+pub fn upload_key(req: &Message) -> Vec<u8> {
     let mut k = vec![req.code.0];
     for seg in req.options.get_all(opt::URI_PATH) {
         k.push(b'/');
@@ -627,7 +643,38 @@ pub(crate) fn upload_key(req: &Message) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cobalt_proto::message::MessageType;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// What a table counted.
+    #[derive(Debug, Default)]
+    struct Counted {
+        refused_peer: AtomicU64,
+        refused_server: AtomicU64,
+        expired: AtomicU64,
+        evicted: AtomicU64,
+    }
+
+    impl UploadCounters for Counted {
+        fn refused(&self, refusal: Refusal) {
+            let n = match refusal {
+                Refusal::PeerBudget => &self.refused_peer,
+                Refusal::ServerBound => &self.refused_server,
+            };
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        fn expired(&self, n: u64) {
+            self.expired.fetch_add(n, Ordering::Relaxed);
+        }
+        fn evicted(&self) {
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A table within `limits`, and what it counts.
+    fn counted(limits: UploadLimits) -> (Uploads, Arc<Counted>) {
+        let counted = Arc::new(Counted::default());
+        (Uploads::new(limits, counted.clone()), counted)
+    }
 
     fn put(num: u32, more: bool, szx: u8, payload: &[u8]) -> (Message, BlockValue) {
         let mut m = Message::new(MessageType::Confirmable, Code::PUT, num as u16);
@@ -643,8 +690,13 @@ mod tests {
     }
 
     /// A table with these bounds and no per-address ones.
-    fn table(max_body: usize, max_uploads: usize, memory: usize, idle: Duration) -> Uploads {
-        let limits = ServerLimits {
+    fn table(
+        max_body: usize,
+        max_uploads: usize,
+        memory: usize,
+        idle: Duration,
+    ) -> (Uploads, Arc<Counted>) {
+        let limits = UploadLimits {
             max_body,
             max_uploads,
             max_upload_memory: memory,
@@ -652,14 +704,14 @@ mod tests {
             max_uploads_per_ip: usize::MAX,
             max_uploads_per_peer: usize::MAX,
             upload_idle_timeout: idle,
-            ..ServerLimits::default()
+            ..UploadLimits::default()
         };
-        Uploads::new(&limits, Arc::default())
+        counted(limits)
     }
 
     #[test]
     fn in_order_blocks_reassemble() {
-        let mut u = table(1000, 10, 1 << 20, Duration::from_secs(60));
+        let (mut u, _) = table(1000, 10, 1 << 20, Duration::from_secs(60));
         let now = Instant::now();
         let data: Vec<u8> = (0..40).collect();
         let (m, b) = put(0, true, 0, &data[..16]);
@@ -679,12 +731,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(u.len(), 0);
+        assert_eq!(u.in_progress(), 0);
     }
 
     #[test]
     fn gaps_and_oversize_are_rejected() {
-        let mut u = table(40, 10, 1 << 20, Duration::from_secs(60));
+        let (mut u, _) = table(40, 10, 1 << 20, Duration::from_secs(60));
         let now = Instant::now();
         let (m, b) = put(0, true, 0, &[0; 16]);
         u.handle(now, peer(), &m, b);
@@ -722,7 +774,7 @@ mod tests {
 
     #[test]
     fn kept_answer_serves_block2_follow_ups_until_the_last_block() {
-        let mut u = table(1000, 10, 1 << 20, Duration::from_secs(60));
+        let (mut u, _) = table(1000, 10, 1 << 20, Duration::from_secs(60));
         let now = Instant::now();
         let (m, _) = put(0, false, 0, b"x");
         let mut resp = Message::new(MessageType::Acknowledgement, Code::CHANGED, 0);
@@ -737,7 +789,7 @@ mod tests {
             );
             f
         };
-        let slice = |r: &Message, m| cobalt_proto::blockwise::slice_response(r, m, 0);
+        let slice = |r: &Message, m| crate::blockwise::slice_response(r, m, 0);
         let first = u.answer_for(now, peer(), &follow(1), slice).unwrap();
         assert_eq!(first.payload, resp.payload[16..32]);
         let last = u.answer_for(now, peer(), &follow(2), slice).unwrap();
@@ -751,7 +803,7 @@ mod tests {
 
     #[test]
     fn all_uploads_together_stay_within_the_memory_budget() {
-        let mut u = table(1000, 10, 40, Duration::from_secs(60));
+        let (mut u, _) = table(1000, 10, 40, Duration::from_secs(60));
         let now = Instant::now();
         let other: SocketAddr = "192.0.2.1:10".parse().unwrap();
         for p in [peer(), other] {
@@ -774,7 +826,7 @@ mod tests {
 
     #[test]
     fn idle_uploads_expire_on_their_own_timer() {
-        let mut u = table(1000, 10, 1 << 20, Duration::from_secs(8));
+        let (mut u, c) = table(1000, 10, 1 << 20, Duration::from_secs(8));
         let t0 = Instant::now();
         assert_eq!(u.poll_timeout(), None, "nothing held, no timer");
         let (m, b) = put(0, true, 0, &[0; 16]);
@@ -782,15 +834,15 @@ mod tests {
         let due = u.poll_timeout().expect("a timer once something is held");
         assert_eq!(due, t0 + Duration::from_secs(2));
         u.expire(due);
-        assert_eq!(u.len(), 1, "not idle long enough");
+        assert_eq!(u.in_progress(), 1, "not idle long enough");
         let mut now = due;
-        while u.len() > 0 {
+        while u.in_progress() > 0 {
             now = u.poll_timeout().unwrap();
             u.expire(now);
         }
         assert!(now >= t0 + Duration::from_secs(8) && now <= t0 + Duration::from_secs(10));
         assert_eq!(u.poll_timeout(), None);
-        assert_eq!(u.counters.uploads_expired.load(Ordering::Relaxed), 1);
+        assert_eq!(c.expired.load(Ordering::Relaxed), 1);
         assert_eq!(u.stats(), UploadStats::default());
         let (m, b) = put(1, true, 0, &[0; 16]);
         assert!(
@@ -798,8 +850,8 @@ mod tests {
         );
     }
 
-    fn limited(per_peer: usize, per_ip: usize, total: usize) -> Uploads {
-        let limits = ServerLimits {
+    fn limited(per_peer: usize, per_ip: usize, total: usize) -> (Uploads, Arc<Counted>) {
+        let limits = UploadLimits {
             max_body: 4096,
             max_uploads: total,
             max_uploads_per_ip: per_ip,
@@ -807,9 +859,9 @@ mod tests {
             max_upload_memory: 1 << 20,
             max_upload_memory_per_ip: 1 << 20,
             upload_idle_timeout: Duration::from_secs(60),
-            ..ServerLimits::default()
+            ..UploadLimits::default()
         };
-        Uploads::new(&limits, Arc::default())
+        counted(limits)
     }
 
     fn start(u: &mut Uploads, now: Instant, from: SocketAddr, tag: u16) -> Code {
@@ -823,7 +875,7 @@ mod tests {
 
     #[test]
     fn an_attacker_is_bounded_per_port_and_per_address_and_others_upload() {
-        let mut u = limited(4, 32, 1000);
+        let (mut u, c) = limited(4, 32, 1000);
         let now = Instant::now();
         let attacker = |port: u16| SocketAddr::from(([192, 0, 2, 66], port));
         // 2,000 one-block uploads from one port: 4 taken, the rest 4.29.
@@ -836,7 +888,7 @@ mod tests {
         for port in 2..2000 {
             start(&mut u, now, attacker(port), 0);
         }
-        assert_eq!(u.len(), 32);
+        assert_eq!(u.in_progress(), 32);
         assert_eq!(u.stats().bytes, 32 * 16);
         // Someone else uploads meanwhile, to the end.
         let legit: SocketAddr = "198.51.100.7:5683".parse().unwrap();
@@ -850,15 +902,15 @@ mod tests {
         // The attacker's uploads expire and the memory comes back.
         let later = now + Duration::from_secs(80);
         u.expire(u.poll_timeout().unwrap().max(later));
-        assert_eq!(u.len(), 0);
+        assert_eq!(u.in_progress(), 0);
         assert_eq!(u.stats(), UploadStats::default());
         assert!(u.map.capacity() <= 64 && u.ledger.per_peer.capacity() <= 64);
-        assert!(u.counters.upload_refused_peer.load(Ordering::Relaxed) > 1900);
+        assert!(c.refused_peer.load(Ordering::Relaxed) > 1900);
     }
 
     #[test]
     fn at_the_bound_heavy_addresses_are_refused_and_light_ones_get_room() {
-        let mut u = limited(1000, 1000, 100);
+        let (mut u, c) = limited(1000, 1000, 100);
         let t0 = Instant::now();
         let from = |ip: u8, port: u16| SocketAddr::from(([192, 0, 2, ip], port));
         // One address alone stops at half the bound (fair share).
@@ -878,25 +930,25 @@ mod tests {
         for ip in 3..=27 {
             assert_eq!(start(&mut u, t, from(ip, 1), 0), Code::CONTINUE, "{ip}");
         }
-        assert_eq!(u.len(), 100);
+        assert_eq!(u.in_progress(), 100);
         // The heavy address is refused 5.03 ...
         assert_eq!(start(&mut u, t, from(1, 999), 0), Code::SERVICE_UNAVAILABLE);
         // ... a light one gets the place of the heavy address's oldest upload.
         assert_eq!(start(&mut u, t, from(28, 1), 0), Code::CONTINUE);
-        assert_eq!(u.len(), 100);
+        assert_eq!(u.in_progress(), 100);
         assert_eq!(u.ledger.ip(from(1, 0).ip()).uploads, 49);
-        assert_eq!(u.counters.uploads_evicted.load(Ordering::Relaxed), 1);
+        assert_eq!(c.evicted.load(Ordering::Relaxed), 1);
     }
 
     #[test]
     fn the_bytes_of_one_address_are_bounded() {
-        let limits = ServerLimits {
+        let limits = UploadLimits {
             max_body: 64,
             max_upload_memory: 1 << 20,
             max_upload_memory_per_ip: 64,
-            ..ServerLimits::default()
+            ..UploadLimits::default()
         };
-        let mut u = Uploads::new(&limits, Arc::default());
+        let (mut u, _) = counted(limits);
         let now = Instant::now();
         let attacker = |port| SocketAddr::from(([192, 0, 2, 66], port));
         for port in 1..=4 {
@@ -911,12 +963,13 @@ mod tests {
     fn bert_blocks_are_taken_only_when_announced_and_checked() {
         let now = Instant::now();
         let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
-        let mut plain = table(1 << 20, 10, 1 << 20, Duration::from_secs(60));
+        let (mut plain, _) = table(1 << 20, 10, 1 << 20, Duration::from_secs(60));
         let (m, b) = put(0, true, 7, &data[..2048]);
         assert!(
             matches!(plain.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::BAD_REQUEST)
         );
-        let mut u = table(1 << 20, 10, 1 << 20, Duration::from_secs(60)).with_bert(true);
+        let (u, _) = table(1 << 20, 10, 1 << 20, Duration::from_secs(60));
+        let mut u = u.with_bert(true);
         let (m, b) = put(0, true, 7, &data[..2048]);
         assert!(
             matches!(u.handle(now, peer(), &m, b), UploadStep::Continue(r)
@@ -940,7 +993,7 @@ mod tests {
         assert!(
             matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::REQUEST_ENTITY_INCOMPLETE)
         );
-        assert_eq!(u.len(), 0);
+        assert_eq!(u.in_progress(), 0);
         // A hostile NUM far past the body received is a gap, not an allocation.
         let (m, b) = put(0, true, 7, &data[..1024]);
         u.handle(now, peer(), &m, b);
@@ -949,6 +1002,6 @@ mod tests {
             matches!(u.handle(now, peer(), &m, b), UploadStep::Reject(r) if r.code == Code::REQUEST_ENTITY_INCOMPLETE)
         );
         u.forget_peer(peer());
-        assert_eq!(u.len(), 0);
+        assert_eq!(u.in_progress(), 0);
     }
 }
