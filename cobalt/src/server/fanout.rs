@@ -25,12 +25,13 @@
 
 use super::budget::{ObserverBudget, Refusal};
 use super::limits::ServerLimits;
-use super::observe::{Observable, Relation, RelationKey, Relations};
+use super::observe::Observable;
 use super::request::Response;
 use crate::changes::PendingChange;
 use cobalt_proto::blockwise::slice_response;
 use cobalt_proto::endpoint::{Endpoint, ExchangeId};
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, MessageType};
+use cobalt_proto::observe::relations::{Relation, RelationKey, Relations};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -147,7 +148,7 @@ pub(crate) struct FanOutStats {
 
 /// The observers of one shard and the notifications on their way to them.
 pub(crate) struct FanOut {
-    relations: Relations,
+    relations: Relations<ExchangeId>,
     observables: HashMap<u64, Observable>,
     budget: Arc<ObserverBudget>,
     limits: ServerLimits,
@@ -707,11 +708,7 @@ impl FanOut {
         if success {
             response.options.set(opt::OBSERVE, encode_uint(stamp.seq));
         }
-        let con = con
-            || rel.owed.unwrap_or(false)
-            || !success
-            || rel.since_con + 1 >= l.observe_con_every
-            || now.duration_since(rel.last_con) >= l.observe_con_interval;
+        let con = rel.next_is_confirmable(&l.con_policy(), now, con, success);
         // Only an error (which ends the relation) replaces an unacknowledged CON.
         let replaces = rel
             .last
@@ -729,15 +726,7 @@ impl FanOut {
         }
         let msg = slice_response(&first_block, response.into_message(), l.block_szx);
         let last = ep.notify(now, peer, token, msg, con, replaces);
-        rel.owed = None;
-        rel.version = rel.version.max(stamp.version);
-        rel.last_sent = Some(now);
-        if con {
-            rel.since_con = 0;
-            rel.last_con = now;
-        } else {
-            rel.since_con += 1;
-        }
+        rel.sent(now, con, stamp.version);
         self.relations.set_last(&key, last);
         if !success {
             // An error notification ends the relation (RFC 7641 §4.2).

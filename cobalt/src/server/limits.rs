@@ -1,6 +1,7 @@
 //! Server-side limits and policies beyond the endpoint's protocol parameters.
 
 use cobalt_proto::blockwise::uploads::UploadLimits;
+use cobalt_proto::observe::relations::ConPolicy;
 use std::time::Duration;
 
 /// Bounds and policies of the server role. `Default` gives the documented defaults.
@@ -65,11 +66,12 @@ impl Default for ServerLimits {
     fn default() -> Self {
         // The upload bounds' defaults are the upload table's own.
         let uploads = UploadLimits::default();
+        let con = ConPolicy::default();
         ServerLimits {
             max_observers: 100_000,
             max_observers_per_ip: 1000,
-            observe_con_every: 20,
-            observe_con_interval: Duration::from_secs(24 * 3600),
+            observe_con_every: con.every,
+            observe_con_interval: con.interval,
             observe_min_interval: Duration::ZERO,
             observe_batch: 256,
             max_body: uploads.max_body,
@@ -86,6 +88,14 @@ impl Default for ServerLimits {
 }
 
 impl ServerLimits {
+    /// When notifications are confirmable.
+    pub(crate) fn con_policy(&self) -> ConPolicy {
+        ConPolicy {
+            every: self.observe_con_every,
+            interval: self.observe_con_interval,
+        }
+    }
+
     /// The bounds of a shard's or listener's Block1 upload table.
     pub(crate) fn uploads(&self) -> UploadLimits {
         UploadLimits {

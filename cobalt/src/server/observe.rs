@@ -1,5 +1,6 @@
 //! Server-side observe (RFC 7641): the [`Observable`] handle a resource's owner calls
-//! `changed()` on, and the per-shard registry of observation relations.
+//! `changed()` on. The relations themselves and the rule for confirmable notifications
+//! are `cobalt_proto::observe::relations`'s.
 //!
 //! A change reaches every consumer that may hold relations of the resource through its
 //! [`ChangeInbox`]: each UDP shard has one, and each CoAP over TCP / WebSocket
@@ -12,14 +13,11 @@
 
 pub use crate::changes::ObserverFilter;
 use crate::changes::{ChangeInbox, PendingChange};
-use cobalt_proto::endpoint::ExchangeId;
-use cobalt_proto::message::{Message, Token};
 use cobalt_proto::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
 
 use cobalt_proto::observe::SEQ_MASK;
 
@@ -188,265 +186,10 @@ impl Observable {
     }
 }
 
-/// One observer of one resource.
-#[derive(Debug)]
-pub(crate) struct Relation {
-    /// The registering GET; notifications are the GET handler's answers to it.
-    pub request: Message,
-    /// Notifications sent since the last confirmable one.
-    pub since_con: u32,
-    /// When the last confirmable notification went out (or the relation began).
-    pub last_con: Instant,
-    /// When the last notification went out.
-    pub last_sent: Option<Instant>,
-    /// Id and MID of the last notification (to match RST and failures, and to hold
-    /// the next one while a confirmable one is unacknowledged).
-    pub last: Option<(ExchangeId, u16)>,
-    /// The resource's change (its shard-local version) that the last notification, or
-    /// the registration's answer, showed.
-    pub version: u64,
-    /// The observer is owed the current state: its last confirmable notification is
-    /// unacknowledged, or its pacing interval has not passed. `Some(con)`: the next one
-    /// must be confirmable when `con`.
-    pub owed: Option<bool>,
-}
-
-impl Relation {
-    /// A relation registered at `now` by `request`, having seen `version`.
-    pub fn new(request: Message, now: Instant, version: u64) -> Relation {
-        Relation {
-            request,
-            since_con: 0,
-            last_con: now,
-            last_sent: None,
-            last: None,
-            version,
-            owed: None,
-        }
-    }
-}
-
-/// Key of a relation: the observer's address and the token it registered with.
-pub(crate) type RelationKey = (SocketAddr, Token);
-
-/// The relations a shard owns, by observable, with the indexes that find one by its
-/// key, by its observer's address and by its last notification in constant time. The
-/// tables shrink when they empty.
-#[derive(Debug, Default)]
-pub(crate) struct Relations {
-    by_resource: HashMap<u64, HashMap<RelationKey, Relation>>,
-    /// Which observable each relation belongs to.
-    owner: HashMap<RelationKey, u64>,
-    /// The tokens of each observer address.
-    by_peer: HashMap<SocketAddr, Vec<Token>>,
-    /// The relation of each last notification.
-    by_exchange: HashMap<ExchangeId, RelationKey>,
-}
-
-impl Relations {
-    /// Adds a relation, or replaces the one with the same key (of whichever
-    /// observable); true if it is new.
-    pub fn insert(&mut self, observable: u64, key: RelationKey, relation: Relation) -> bool {
-        let new = self.remove(&key).is_none();
-        self.by_resource
-            .entry(observable)
-            .or_default()
-            .insert(key, relation);
-        self.owner.insert(key, observable);
-        self.by_peer.entry(key.0).or_default().push(key.1);
-        new
-    }
-
-    /// Whether `peer` observes anything here.
-    #[cfg(test)]
-    pub fn is_observer(&self, peer: SocketAddr) -> bool {
-        self.by_peer.contains_key(&peer)
-    }
-
-    /// Whether a relation with this key exists.
-    pub fn contains(&self, key: &RelationKey) -> bool {
-        self.owner.contains_key(key)
-    }
-
-    /// Removes a relation wherever it is; returns its observable and the relation.
-    pub fn remove(&mut self, key: &RelationKey) -> Option<(u64, Relation)> {
-        let obs = self.owner.remove(key)?;
-        shrink_when_sparse(&mut self.owner);
-        let rels = self.by_resource.get_mut(&obs)?;
-        let rel = rels.remove(key)?;
-        if rels.is_empty() {
-            self.by_resource.remove(&obs);
-            shrink_when_sparse(&mut self.by_resource);
-        } else {
-            shrink_when_sparse(rels);
-        }
-        self.unindex(key, &rel);
-        Some((obs, rel))
-    }
-
-    fn unindex(&mut self, key: &RelationKey, rel: &Relation) {
-        if let Some(tokens) = self.by_peer.get_mut(&key.0) {
-            tokens.retain(|t| *t != key.1);
-            if tokens.is_empty() {
-                self.by_peer.remove(&key.0);
-                shrink_when_sparse(&mut self.by_peer);
-            }
-        }
-        if let Some((id, _)) = rel.last {
-            self.by_exchange.remove(&id);
-            shrink_when_sparse(&mut self.by_exchange);
-        }
-    }
-
-    /// The relation with `key` and its observable.
-    pub fn get_mut(&mut self, key: &RelationKey) -> Option<(u64, &mut Relation)> {
-        let obs = *self.owner.get(key)?;
-        let rel = self.by_resource.get_mut(&obs)?.get_mut(key)?;
-        Some((obs, rel))
-    }
-
-    /// The relation with `key` and its observable.
-    #[cfg(test)]
-    pub fn get(&self, key: &RelationKey) -> Option<(u64, &Relation)> {
-        let obs = *self.owner.get(key)?;
-        Some((obs, self.by_resource.get(&obs)?.get(key)?))
-    }
-
-    /// Records the last notification sent on a relation.
-    pub fn set_last(&mut self, key: &RelationKey, last: (ExchangeId, u16)) {
-        let Some((_, rel)) = self.get_mut(key) else {
-            return;
-        };
-        let old = rel.last.replace(last);
-        if let Some((id, _)) = old {
-            self.by_exchange.remove(&id);
-        }
-        self.by_exchange.insert(last.0, *key);
-    }
-
-    /// The relation whose last notification was the exchange `id`.
-    pub fn by_exchange(&self, id: ExchangeId) -> Option<RelationKey> {
-        self.by_exchange.get(&id).copied()
-    }
-
-    /// The relation of `peer` whose last notification had the message ID `mid`.
-    pub fn by_peer_mid(&self, peer: SocketAddr, mid: u16) -> Option<RelationKey> {
-        self.by_peer
-            .get(&peer)?
-            .iter()
-            .map(|t| (peer, *t))
-            .find(|k| {
-                self.owner
-                    .get(k)
-                    .and_then(|o| self.by_resource.get(o)?.get(k))
-                    .is_some_and(|r| r.last.is_some_and(|(_, m)| m == mid))
-            })
-    }
-
-    /// The keys of one observable's relations that `pick` accepts.
-    pub fn keys_of(
-        &self,
-        observable: u64,
-        pick: impl Fn(&RelationKey) -> bool,
-    ) -> Vec<RelationKey> {
-        self.by_resource
-            .get(&observable)
-            .map(|m| m.keys().filter(|k| pick(k)).copied().collect())
-            .unwrap_or_default()
-    }
-
-    /// Removes and returns every relation of one observable.
-    pub fn take_all(&mut self, observable: u64) -> Vec<(RelationKey, Relation)> {
-        let all = self.by_resource.remove(&observable).unwrap_or_default();
-        shrink_when_sparse(&mut self.by_resource);
-        let all: Vec<(RelationKey, Relation)> = all.into_iter().collect();
-        for (key, rel) in &all {
-            self.owner.remove(key);
-            self.unindex(key, rel);
-        }
-        shrink_when_sparse(&mut self.owner);
-        all
-    }
-
-    /// Number of relations in this shard.
-    pub fn len(&self) -> usize {
-        self.owner.len()
-    }
-
-    /// The capacity of the largest index (for tests of memory coming back).
-    #[cfg(test)]
-    pub fn capacity(&self) -> usize {
-        self.owner.capacity().max(self.by_peer.capacity())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::changes::MAX_FILTERS;
-    use cobalt_proto::message::{Code, MessageType};
-
-    fn rel() -> Relation {
-        Relation::new(
-            Message::new(MessageType::Confirmable, Code::GET, 1),
-            Instant::now(),
-            0,
-        )
-    }
-
-    #[test]
-    fn insert_replace_remove_and_find() {
-        let mut r = Relations::default();
-        let key = ("127.0.0.1:1".parse().unwrap(), Token::new(&[1]).unwrap());
-        assert!(r.insert(7, key, rel()));
-        assert!(!r.insert(7, key, rel()), "same token re-registers");
-        assert_eq!(r.len(), 1);
-        assert!(r.is_observer(key.0));
-        let other = (key.0, Token::new(&[2]).unwrap());
-        assert!(r.insert(8, other, rel()));
-        r.set_last(&other, (ExchangeId(5), 42));
-        assert_eq!(r.by_exchange(ExchangeId(5)), Some(other));
-        assert_eq!(r.by_peer_mid(key.0, 42), Some(other));
-        assert_eq!(r.by_peer_mid(key.0, 43), None);
-        assert_eq!(r.remove(&key).map(|(o, _)| o), Some(7));
-        assert!(r.remove(&key).is_none());
-        assert!(r.is_observer(key.0), "still observes 8");
-        assert_eq!(r.keys_of(8, |_| true), [other]);
-        assert_eq!(r.take_all(8).len(), 1);
-        assert!(!r.is_observer(key.0));
-        assert_eq!(r.by_exchange(ExchangeId(5)), None);
-        assert_eq!(r.len(), 0);
-        // A token moved to another resource leaves the first.
-        assert!(r.insert(7, key, rel()));
-        assert!(!r.insert(8, key, rel()));
-        assert!(r.keys_of(7, |_| true).is_empty());
-        assert_eq!(r.get_mut(&key).map(|(o, _)| o), Some(8));
-    }
-
-    #[test]
-    fn the_tables_give_memory_back_when_they_empty() {
-        let mut r = Relations::default();
-        let keys: Vec<RelationKey> = (0..20_000u32)
-            .map(|i| {
-                let peer = SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 5683));
-                (peer, Token::new(&i.to_be_bytes()).unwrap())
-            })
-            .collect();
-        for (i, k) in keys.iter().enumerate() {
-            r.insert(1, *k, rel());
-            r.set_last(k, (ExchangeId(i as u64), 1));
-        }
-        assert!(r.capacity() >= 20_000);
-        for k in &keys {
-            r.remove(k);
-        }
-        assert_eq!(r.len(), 0);
-        assert!(
-            r.capacity() <= 64,
-            "capacity {} after the flood",
-            r.capacity()
-        );
-    }
 
     fn taken(inbox: &ChangeInbox) -> Vec<(u64, bool)> {
         inbox

@@ -1,4 +1,7 @@
-//! Observe (RFC 7641) rules that are pure functions.
+//! Observe (RFC 7641): the rules that are pure functions, and the server's relation
+//! table with its confirmable-notification policy ([`relations`]).
+
+pub mod relations;
 
 use std::time::{Duration, Instant};
 
