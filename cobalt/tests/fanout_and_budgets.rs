@@ -110,9 +110,10 @@ fn codes(answers: &HashMap<Token, Message>) -> HashMap<Code, usize> {
     c
 }
 
-/// Waits for `what` to hold, up to 10 s.
+/// Waits for `what` to hold, up to 60 s: a check that it happens, not of how fast (a
+/// debug build on a loaded machine sends a 20,000-observer fan-out at ~2,000/s).
 async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
