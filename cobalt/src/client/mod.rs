@@ -24,7 +24,7 @@ use crate::runtime::StreamTracer;
 use crate::runtime::Tracer;
 use crate::server::Response;
 use crate::transport::credentials::{ClientCredentials, ClientPsk, X509Credentials};
-use crate::transport::dtls::{DtlsConfig, OpensslDtls};
+use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
 use crate::transport::tcp::{TcpPool, TracerSlot, DEFAULT_RESPONSE_TIMEOUT};
 use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets, report_unreachable};
@@ -259,18 +259,30 @@ impl Client {
         if let Some(tx) = slot.as_ref().filter(|tx| !tx.is_closed()) {
             return Ok(tx.clone());
         }
+        let tx = self.spawn_driver("cobalt-client", peer, None)?;
+        *slot = Some(tx.clone());
+        Ok(tx)
+    }
+
+    /// Starts a client driver (a thread with its own socket for `peer`'s address
+    /// family, with DTLS under the endpoint when `dtls` is given).
+    fn spawn_driver(
+        &self,
+        name: &str,
+        peer: &SocketAddr,
+        dtls: Option<Box<dyn DtlsBackend>>,
+    ) -> Result<mpsc::UnboundedSender<Command>> {
         let socket = client_socket(peer)?;
         let (tx, _thread) = spawn_driver::<NoService>(
-            "cobalt-client".into(),
+            name.into(),
             DriverIo::Owned(socket),
             self.inner.config.clone(),
             None,
             self.inner.tracer.clone(),
             None,
             None,
-            None,
+            dtls,
         )?;
-        *slot = Some(tx.clone());
         Ok(tx)
     }
 
@@ -287,17 +299,7 @@ impl Client {
         }
         let layer = OpensslDtls::client_with(auth, DtlsConfig::default())
             .map_err(|e| e.into_error("DTLS", Scheme::Coaps))?;
-        let socket = client_socket(peer)?;
-        let (tx, _thread) = spawn_driver::<NoService>(
-            "cobalt-client-dtls".into(),
-            DriverIo::Owned(socket),
-            self.inner.config.clone(),
-            None,
-            self.inner.tracer.clone(),
-            None,
-            None,
-            Some(Box::new(layer)),
-        )?;
+        let tx = self.spawn_driver("cobalt-client-dtls", peer, Some(Box::new(layer)))?;
         drivers.retain(|_, tx| !tx.is_closed());
         drivers.insert(key, tx.clone());
         Ok(tx)
