@@ -123,6 +123,18 @@ impl Ctx<'_> {
     }
 }
 
+/// The address of node `i` by the simulation's convention: node 0, the server, at
+/// 10.0.0.1:5683, the others at 10.1.x.y, port 40000 + `i`.
+pub fn node_addr(i: usize) -> SocketAddr {
+    match i {
+        0 => SocketAddr::from(([10, 0, 0, 1], 5683)),
+        i => SocketAddr::from((
+            [10, 1, (i / 250 % 256) as u8, (i % 250) as u8 + 1],
+            40000u16.wrapping_add(i as u16),
+        )),
+    }
+}
+
 fn nanos_since(start: Instant, t: Instant) -> Nanos {
     u64::try_from(t.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
 }
@@ -199,6 +211,16 @@ impl<N: Network> Sim<N> {
         let seed = rand::Rng::random(&mut self.rng);
         let endpoint = Endpoint::with_seed(config, self.now(), seed);
         self.add_endpoint(addr, endpoint)
+    }
+
+    /// Adds `n` nodes with `config`, each at the address [`node_addr`] gives its index;
+    /// returns their indices.
+    pub fn add_nodes(&mut self, n: usize, config: &EndpointConfig) -> std::ops::Range<usize> {
+        let first = self.nodes.len();
+        for i in first..first + n {
+            self.add_node(node_addr(i), config.clone());
+        }
+        first..first + n
     }
 
     /// Adds a node at `addr` running `endpoint`; returns its index.
@@ -412,6 +434,19 @@ impl<N: Network> Sim<N> {
         self.dispatch();
         self.flush();
         Some(now)
+    }
+
+    /// Steps until `done` holds (checked before every step), nothing is left before
+    /// `horizon` or an application stops the simulation; returns whether `done` held.
+    pub fn run_until(&mut self, horizon: Instant, mut done: impl FnMut(&mut Self) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.step(horizon).is_none() {
+                return false;
+            }
+        }
     }
 
     /// Steps until nothing is left before `horizon` or an application stops the
