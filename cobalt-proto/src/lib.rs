@@ -13,6 +13,7 @@ pub mod endpoint;
 pub mod link_format;
 pub mod message;
 pub mod observe;
+pub mod session;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod tcp_connection;
