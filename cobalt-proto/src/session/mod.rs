@@ -309,4 +309,6 @@ impl Session for Endpoint {
 }
 
 #[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
 mod tests;

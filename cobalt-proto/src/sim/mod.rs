@@ -301,9 +301,18 @@ impl<N: Network> Sim<N> {
     /// Adds `n` nodes with `config`, each at the address [`node_addr`] gives its index;
     /// returns their indices.
     pub fn add_nodes(&mut self, n: usize, config: &EndpointConfig) -> std::ops::Range<usize> {
+        self.add_conventional(n, |sim, addr| sim.add_node(addr, config.clone()))
+    }
+
+    /// Adds `n` nodes with `add`, at the addresses [`node_addr`] gives their indices.
+    fn add_conventional(
+        &mut self,
+        n: usize,
+        mut add: impl FnMut(&mut Self, SocketAddr) -> usize,
+    ) -> std::ops::Range<usize> {
         let first = self.nodes.len();
         for i in first..first + n {
-            self.add_node(node_addr(i), config.clone());
+            add(self, node_addr(i));
         }
         first..first + n
     }
@@ -328,11 +337,7 @@ impl<N: Network> Sim<N> {
     /// Adds `n` stream nodes with `config`, each at the address [`node_addr`] gives its
     /// index; returns their indices.
     pub fn add_stream_nodes(&mut self, n: usize, config: &TcpConfig) -> std::ops::Range<usize> {
-        let first = self.nodes.len();
-        for i in first..first + n {
-            self.add_stream_node(node_addr(i), config.clone());
-        }
-        first..first + n
+        self.add_conventional(n, |sim, addr| sim.add_stream_node(addr, config.clone()))
     }
 
     fn push(&mut self, addr: SocketAddr, transport: Transport) -> usize {

@@ -50,6 +50,17 @@ fn next(sim: &mut Sim<LossyNet>, i: usize, horizon: Instant) -> Option<SessionEv
     }
 }
 
+/// The client sends GET `path`; steps until the server has it. Returns the request's
+/// ids at the client and at the server.
+fn one_request(sim: &mut Sim<LossyNet>, path: &str, horizon: Instant) -> (Outbound, Inbound) {
+    let (server, now) = (sim.addr(0), sim.now());
+    let id = sim.session(1).request(now, server, get(path)).unwrap();
+    match next(sim, 0, horizon) {
+        Some(SessionEvent::Request { id: sid, .. }) => (id, sid),
+        other => panic!("no request but {other:?}"),
+    }
+}
+
 fn all(sim: &mut Sim<LossyNet>, i: usize) -> Vec<SessionEvent> {
     std::iter::from_fn(|| sim.session(i).poll_event())
         .filter(|e| {
@@ -118,12 +129,9 @@ fn requests_and_responses_matched_by_token_in_any_split() {
 #[test]
 fn release_closes_both_sides_and_leaves_nothing() {
     let mut sim = pair(4, TcpConfig::default(), 5);
-    let (server, client, now) = (sim.addr(0), sim.addr(1), sim.now());
-    let horizon = now + Duration::from_secs(60);
-    let id = sim.session(1).request(now, server, get("x")).unwrap();
-    let Some(SessionEvent::Request { id: sid, .. }) = next(&mut sim, 0, horizon) else {
-        panic!("no request")
-    };
+    let (server, client) = (sim.addr(0), sim.addr(1));
+    let horizon = sim.now() + Duration::from_secs(60);
+    let (id, sid) = one_request(&mut sim, "x", horizon);
     let now = sim.now();
     let ok = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
     sim.session(0).respond(now, sid, ok).unwrap();
@@ -165,14 +173,10 @@ fn release_closes_both_sides_and_leaves_nothing() {
 #[test]
 fn a_peer_abort_fails_the_outstanding_requests() {
     let mut sim = pair(5, TcpConfig::default(), 3);
-    let (server, now) = (sim.addr(0), sim.now());
-    let horizon = now + Duration::from_secs(60);
-    let id = sim.session(1).request(now, server, get("x")).unwrap();
-    let Some(SessionEvent::Request { peer, .. }) = next(&mut sim, 0, horizon) else {
-        panic!("no request")
-    };
+    let (client, horizon) = (sim.addr(1), sim.now() + Duration::from_secs(60));
+    let (id, _) = one_request(&mut sim, "x", horizon);
     sim.stream(0)
-        .connection_mut(peer)
+        .connection_mut(client)
         .unwrap()
         .abort(None, "going away");
     let reason = CloseReason::PeerAbort {
@@ -192,19 +196,38 @@ fn a_peer_abort_fails_the_outstanding_requests() {
 }
 
 #[test]
+fn a_reset_stream_fails_the_outstanding_requests_at_once() {
+    let mut sim = pair(8, TcpConfig::default(), 3);
+    let horizon = sim.now() + Duration::from_secs(60);
+    let (id, sid) = one_request(&mut sim, "x", horizon);
+    // The answer is written as the stream is reset: it never arrives.
+    let at = sim.now();
+    let ok = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
+    sim.session(0).respond(at, sid, ok).unwrap();
+    sim.reset_stream(0, 1);
+    assert_eq!(
+        next(&mut sim, 1, horizon),
+        Some(SessionEvent::Failed {
+            id,
+            reason: Failure::Closed(CloseReason::PeerClosed)
+        })
+    );
+    sim.run(horizon);
+    assert_eq!(sim.stream_ref(0).connections(), 0);
+    assert_eq!(sim.stream_ref(1).connections(), 0);
+    assert!(sim.streams().is_empty());
+}
+
+#[test]
 fn an_idle_connection_is_released_but_not_while_a_request_is_handled() {
     let no_pings = TcpConfig {
         keepalive: None,
         ..TcpConfig::default()
     };
     let mut sim = pair(6, no_pings, 9);
-    let (server, start) = (sim.addr(0), sim.now());
-    sim.session(1).request(start, server, get("x")).unwrap();
     // The server takes 400 s, longer than the idle timeout, to answer.
-    let answer_at = start + Duration::from_secs(400);
-    let Some(SessionEvent::Request { id, .. }) = next(&mut sim, 0, answer_at) else {
-        panic!("no request")
-    };
+    let answer_at = sim.now() + Duration::from_secs(400);
+    let (_, id) = one_request(&mut sim, "x", answer_at);
     sim.wake(0, answer_at);
     assert_eq!(sim.run(answer_at), answer_at);
     assert_eq!(sim.stream_ref(0).connections(), 1, "closed while handling");
@@ -252,13 +275,9 @@ fn an_idle_connection_is_released_but_not_while_a_request_is_handled() {
 #[test]
 fn keepalive_pings_keep_a_slow_answer_alive() {
     let mut sim = pair(7, TcpConfig::default(), 16);
-    let (server, start) = (sim.addr(0), sim.now());
-    let id = sim.session(1).request(start, server, get("slow")).unwrap();
     // The server takes 100 s; the client pings every 30 s of silence.
-    let answer_at = start + Duration::from_secs(100);
-    let Some(SessionEvent::Request { id: sid, .. }) = next(&mut sim, 0, answer_at) else {
-        panic!("no request")
-    };
+    let answer_at = sim.now() + Duration::from_secs(100);
+    let (id, sid) = one_request(&mut sim, "slow", answer_at);
     sim.wake(0, answer_at);
     assert_eq!(sim.run(answer_at), answer_at);
     let pongs = all(&mut sim, 1)
