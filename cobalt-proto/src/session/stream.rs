@@ -84,7 +84,8 @@ impl StreamEndpoint {
     }
 
     /// A stream from `peer` was accepted. An earlier connection from the same address
-    /// ends as if its stream had closed.
+    /// ends as if its stream had closed. (How many streams to accept is the caller's
+    /// to bound.)
     pub fn accept(&mut self, now: Instant, peer: SocketAddr) {
         let conn = TcpConnection::with_token_seed(self.config.clone(), now, self.rng.random());
         if let Some(mut old) = self.conns.insert(peer, conn) {
@@ -129,7 +130,9 @@ impl StreamEndpoint {
 
     /// What to do with the streams next.
     pub fn poll_transmit(&mut self) -> Option<StreamTransmit> {
-        self.collect();
+        if self.out.is_empty() {
+            self.collect();
+        }
         self.out.pop_front()
     }
 
@@ -252,7 +255,9 @@ impl Session for StreamEndpoint {
     }
 
     fn poll_event(&mut self) -> Option<SessionEvent> {
-        self.collect();
+        if self.events.is_empty() {
+            self.collect();
+        }
         self.events.pop_front()
     }
 }

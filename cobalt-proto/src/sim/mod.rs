@@ -143,8 +143,9 @@ impl Ctx<'_> {
         *self.wake = Some(nanos_since(self.start, at.max(self.now)));
     }
 
-    /// Replaces this node's endpoint and moves it to `addr` (a device that starts over
-    /// with a new socket); datagrams still on their way to the old address are lost.
+    /// Replaces this node's endpoint (or stream connections, making it a datagram node)
+    /// and moves it to `addr` (a device that starts over with a new socket); datagrams
+    /// still on their way to the old address are lost.
     pub fn rebind(&mut self, addr: SocketAddr, endpoint: Endpoint) {
         *self.addr = addr;
         *self.transport = Transport::Datagram(Box::new(endpoint));
@@ -365,8 +366,8 @@ impl<N: Network> Sim<N> {
         self.nodes.is_empty()
     }
 
-    /// Runs `app` on node `i`: it receives the node's endpoint events from now on
-    /// (without an application they stay in the endpoint for the caller).
+    /// Runs `app` on node `i`: it receives the node's session events from now on
+    /// (without an application they stay in the session for the caller).
     pub fn set_app(&mut self, i: usize, app: Box<dyn Application>) {
         self.nodes[i].app = Some(app);
         self.mark(i);
@@ -444,7 +445,8 @@ impl<N: Network> Sim<N> {
         self.streams.reset(self.now, a, b);
     }
 
-    /// Calls `f` with every datagram's fate (delivered or dropped) from now on.
+    /// Calls `f` with every datagram's fate (delivered or dropped) from now on (the
+    /// bytes of streams are not datagrams).
     pub fn observe(&mut self, f: Observer) {
         self.observer = Some(f);
     }
