@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::message::{Message, MessageType};
-use crate::session::{Failure, Inbound, Outbound, SessionError, SessionEvent};
+use crate::session::{Failure, Inbound, Observation, Outbound, SessionError, SessionEvent};
 use crate::sim::net::{LossyConfig, LossyNet};
 use crate::sim::stream::StreamConfig;
 use crate::sim::Sim;
@@ -300,4 +300,85 @@ fn keepalive_pings_keep_a_slow_answer_alive() {
         next(&mut sim, 1, horizon),
         Some(SessionEvent::Response { id: r, .. }) if r == id
     ));
+}
+
+fn notification(seq: u32, payload: &[u8]) -> Message {
+    let mut n = Message::new(MessageType::NonConfirmable, Code::CONTENT, 0);
+    n.options.set_uint(number::OBSERVE, seq);
+    n.payload = payload.to_vec();
+    n
+}
+
+#[test]
+fn a_served_observation_notifies_until_an_error() {
+    let mut sim = pair(9, TcpConfig::default(), 4);
+    let (server, client, now) = (sim.addr(0), sim.addr(1), sim.now());
+    let horizon = now + Duration::from_secs(60);
+    let mut reg = get("obs");
+    reg.options.set_uint(number::OBSERVE, 0);
+    let id = sim.session(1).request(now, server, reg).unwrap();
+    let Some(SessionEvent::Request {
+        id: sid, request, ..
+    }) = next(&mut sim, 0, horizon)
+    else {
+        panic!("no request")
+    };
+    let mut obs = Observation::new(client, &request);
+    // Without a registering response there is nothing to notify.
+    let token = request.token;
+    assert_eq!(
+        sim.session(0)
+            .notify(now, &mut obs, notification(2, b"x"), false),
+        Err(SessionError::Send(SendError::UnknownToken(token)))
+    );
+    let mut first = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
+    first.options.set_uint(number::OBSERVE, 1);
+    let now = sim.now();
+    sim.session(0).respond(now, sid, first).unwrap();
+    let served = |sim: &Sim<LossyNet>| {
+        let conn = sim.stream_ref(0).connection(client).unwrap();
+        conn.served_observations()
+    };
+    assert_eq!(served(&sim), 1);
+    for seq in 2..5u32 {
+        let n = notification(seq, &[seq as u8]);
+        sim.session(0).notify(now, &mut obs, n, false).unwrap();
+    }
+    let get_again = Message::new(MessageType::NonConfirmable, Code::GET, 0);
+    assert_eq!(
+        sim.session(0).notify(now, &mut obs, get_again, false),
+        Err(SessionError::Send(SendError::WrongCode(Code::GET)))
+    );
+    // An error notification is the last one, at both ends.
+    let gone = Message::new(MessageType::NonConfirmable, Code::NOT_FOUND, 0);
+    sim.session(0).notify(now, &mut obs, gone, false).unwrap();
+    assert_eq!(served(&sim), 0);
+    assert_eq!(
+        sim.session(0)
+            .notify(now, &mut obs, notification(6, b"late"), false),
+        Err(SessionError::Send(SendError::UnknownToken(token)))
+    );
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        match next(&mut sim, 1, horizon) {
+            Some(SessionEvent::Response { id: r, response }) if r == id => got.push((
+                response.code,
+                response.options.get_uint(number::OBSERVE),
+                response.payload,
+            )),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        got,
+        [
+            (Code::CONTENT, Some(1), vec![]),
+            (Code::CONTENT, Some(2), vec![2]),
+            (Code::CONTENT, Some(3), vec![3]),
+            (Code::CONTENT, Some(4), vec![4]),
+            (Code::NOT_FOUND, None, vec![]),
+        ]
+    );
+    let conn = sim.stream_ref(1).connection(server).unwrap();
+    assert_eq!(conn.outstanding_requests(), 0);
 }

@@ -539,59 +539,6 @@ fn notification(seq: u32, payload: &[u8]) -> TcpMessage {
 }
 
 #[test]
-fn served_observation_notifies_until_an_error() {
-    let now = t0();
-    let (mut a, mut b) = established(now);
-    // Without a registering response there is nothing to notify.
-    assert_eq!(
-        b.notify(now, Token::new(&[7]).unwrap(), notification(2, b"x")),
-        Err(SendError::UnknownToken(Token::new(&[7]).unwrap()))
-    );
-    let (token, st) = observed(now, &mut a, &mut b);
-    assert_eq!(b.served_observations(), 1);
-    for seq in 2..5u32 {
-        b.notify(now, st, notification(seq, &[seq as u8])).unwrap();
-    }
-    pump(now, &mut a, &mut b);
-    let got: Vec<(Token, u32, Vec<u8>)> = events(&mut a)
-        .into_iter()
-        .map(|e| match e {
-            TcpEvent::Response { token, message } => (
-                token,
-                message.options.get_uint(number::OBSERVE).unwrap(),
-                message.payload,
-            ),
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    assert_eq!(
-        got,
-        [
-            (token, 2, vec![2]),
-            (token, 3, vec![3]),
-            (token, 4, vec![4])
-        ]
-    );
-    assert_eq!(
-        b.notify(now, st, TcpMessage::new(Code::GET)),
-        Err(SendError::WrongCode(Code::GET))
-    );
-    // An error notification is the last one, at both ends.
-    b.notify(now, st, TcpMessage::new(Code::NOT_FOUND)).unwrap();
-    assert_eq!(b.served_observations(), 0);
-    assert_eq!(
-        b.notify(now, st, notification(6, b"late")),
-        Err(SendError::UnknownToken(st))
-    );
-    pump(now, &mut a, &mut b);
-    assert!(matches!(
-        a.poll_event(),
-        Some(TcpEvent::Response { message, .. }) if message.code == Code::NOT_FOUND
-    ));
-    assert_eq!(a.outstanding_requests(), 0);
-}
-
-#[test]
 fn a_response_without_observe_registers_nothing() {
     let now = t0();
     let (mut a, mut b) = established(now);
