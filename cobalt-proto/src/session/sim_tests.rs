@@ -578,6 +578,10 @@ fn block_observe_and_echo_over_a_stream_link_all_complete() {
             );
         }
         assert!(sim.streams().is_empty(), "seed {seed}: every stream closed");
+        // The same seed gives the same run.
+        let (again, report_again) = run(Link::Stream, seed);
+        assert_eq!(again.elapsed(), sim.elapsed(), "seed {seed}");
+        assert_eq!(report_again.borrow().observations, report.observations);
     }
 }
 
