@@ -3,8 +3,10 @@
 //! This crate holds no sockets, threads or clocks: the [`message`] codec, the
 //! [`endpoint`] state machine (fed datagrams, timeouts and application commands with an
 //! explicit `now`), its pluggable [`congestion`] control, the RFC 8323 [`tcp_connection`]
-//! state machine and the RFC 6690 [`link_format`]. With the feature `sim`, a
-//! deterministic virtual-time simulator for endpoints and links (`sim`).
+//! state machine, the [`session`] surface applications use over either, and the RFC
+//! 6690 [`link_format`]. With the feature `sim`, a deterministic virtual-time simulator
+//! that runs applications on datagram and stream nodes over lossy networks,
+//! constrained links and chunking byte streams (`sim`).
 #![warn(missing_docs)]
 
 pub mod blockwise;
@@ -14,6 +16,7 @@ pub mod endpoint;
 pub mod link_format;
 pub mod message;
 pub mod observe;
+pub mod session;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod tables;

@@ -1080,4 +1080,6 @@ impl TcpConnection {
 }
 
 #[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
 mod tests;

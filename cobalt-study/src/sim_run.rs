@@ -7,6 +7,7 @@ use crate::retx::{analyse, Pkt};
 use crate::workload::{client_config, plan, Next, UdpClient};
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event};
 use cobalt_proto::message::{Code, Message, MessageType};
+use cobalt_proto::session::SessionEvent;
 use cobalt_proto::sim::link::{DirectionStats, Fate};
 use cobalt_proto::sim::net::{Bottleneck, UDP_IPV4_HEADERS};
 use cobalt_proto::sim::{Application, Ctx, Sim};
@@ -44,10 +45,10 @@ pub fn response() -> Message {
 struct Server;
 
 impl Application for Server {
-    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
-        if let Event::Request { id, .. } = event {
+    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: SessionEvent) {
+        if let SessionEvent::Request { id, .. } = event {
             let now = ctx.now();
-            let _ = ctx.endpoint().respond(now, id, response());
+            let _ = ctx.session().respond(now, id, response());
         }
     }
 }
@@ -79,8 +80,12 @@ impl Client {
 }
 
 impl Application for Client {
-    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
+    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: SessionEvent) {
         let now = ctx.now();
+        // The clients are datagram nodes: every event is the endpoint's own.
+        let Ok(event) = Event::try_from(event) else {
+            return;
+        };
         match self.udp.on_event(now, ctx.endpoint(), event) {
             Next::Wait => {}
             Next::NewSession => {

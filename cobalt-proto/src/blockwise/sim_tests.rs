@@ -11,17 +11,18 @@
 //! any state afterwards.
 
 use super::*;
-use crate::endpoint::sim::{NetConfig, Sim};
-use crate::endpoint::{Event, StateCounts};
+use crate::endpoint::{EndpointConfig, Event, StateCounts};
 use crate::message::MessageType;
+use crate::sim::net::{LossyConfig, LossyNet};
+use crate::sim::Sim;
 use std::time::Duration;
 
 fn body(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 % 251) as u8).collect()
 }
 
-fn hostile() -> NetConfig {
-    NetConfig {
+fn hostile() -> LossyConfig {
+    LossyConfig {
         loss: 0.15,
         duplicate: 0.1,
         max_delay_ms: 800,
@@ -40,36 +41,37 @@ fn transfer(
     mut server: impl FnMut(&Message) -> Message,
     mut client: impl FnMut(&Message) -> Option<Message>,
 ) -> bool {
-    let mut sim = Sim::new(seed, hostile(), 2);
-    let to = sim.addrs[0];
-    let horizon = sim.now + Duration::from_secs(3000);
-    let now = sim.now;
+    let mut sim = Sim::new(LossyNet::new(hostile(), seed), seed);
+    sim.add_nodes(2, &EndpointConfig::default());
+    let to = sim.addr(0);
+    let horizon = sim.now() + Duration::from_secs(3000);
+    let now = sim.now();
     let mut last = first.clone();
-    sim.nodes[1].request(now, to, first).unwrap();
+    sim.endpoint(1).request(now, to, first).unwrap();
     let mut outcome = None;
-    while let Some(now) = sim.advance(None, horizon) {
-        while let Some(ev) = sim.nodes[0].poll_event() {
+    while let Some(now) = sim.step(horizon) {
+        while let Some(ev) = sim.endpoint(0).poll_event() {
             match ev {
                 Event::Request { id, request, .. } => {
                     let answer = server(&request);
-                    sim.nodes[0].respond(now, id, answer).unwrap();
+                    sim.endpoint(0).respond(now, id, answer).unwrap();
                 }
                 // Duplicated RSTs to the validation pings; answers never verified.
                 Event::UnmatchedReset { .. } | Event::Unverified { .. } => {}
                 other => panic!("server got {other:?}"),
             }
         }
-        while let Some(ev) = sim.nodes[1].poll_event() {
+        while let Some(ev) = sim.endpoint(1).poll_event() {
             match ev {
                 Event::Response { response, .. } if response.code == Code::UNAUTHORIZED => {
                     let echo = response.options.get(opt::ECHO).expect("Echo");
                     last.options.set(opt::ECHO, echo);
-                    sim.nodes[1].request(now, to, last.clone()).unwrap();
+                    sim.endpoint(1).request(now, to, last.clone()).unwrap();
                 }
                 Event::Response { response, .. } => match client(&response) {
                     Some(next) => {
                         last = next.clone();
-                        sim.nodes[1].request(now, to, next).unwrap();
+                        sim.endpoint(1).request(now, to, next).unwrap();
                     }
                     None => outcome = Some(true),
                 },
@@ -78,8 +80,12 @@ fn transfer(
             }
         }
     }
-    for n in &sim.nodes {
-        assert_eq!(n.state_counts(), StateCounts::default(), "seed {seed}");
+    for n in 0..sim.len() {
+        assert_eq!(
+            sim.endpoint_ref(n).state_counts(),
+            StateCounts::default(),
+            "seed {seed}"
+        );
     }
     outcome.expect("every transfer ends")
 }

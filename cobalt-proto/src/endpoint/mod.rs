@@ -655,8 +655,6 @@ impl Endpoint {
 #[cfg(test)]
 mod attack_tests;
 #[cfg(test)]
-pub(crate) mod sim;
-#[cfg(test)]
 mod sim_block_observe_tests;
 #[cfg(test)]
 mod sim_tests;

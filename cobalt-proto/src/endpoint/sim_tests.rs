@@ -7,9 +7,10 @@
 //! - a response carries what the handler produced for that very request;
 //! - once the lifetimes have passed, no state is left in any endpoint.
 
-use super::sim::{NetConfig, Sim};
 use super::*;
 use crate::message::{Code, Message, MessageType};
+use crate::sim::net::{LossyConfig, LossyNet};
+use crate::sim::Sim;
 
 #[derive(Default)]
 struct Outcome {
@@ -21,12 +22,13 @@ struct Outcome {
 
 fn run(
     seed: u64,
-    net: NetConfig,
+    net: LossyConfig,
     clients: usize,
     requests_each: usize,
-) -> (Outcome, Sim, Vec<Vec<RequestId>>) {
-    let mut sim = Sim::new(seed, net, clients + 1);
-    let start = sim.now;
+) -> (Outcome, Sim<LossyNet>, Vec<Vec<RequestId>>) {
+    let mut sim = Sim::new(LossyNet::new(net, seed), seed);
+    sim.add_nodes(clients + 1, &EndpointConfig::default());
+    let start = sim.now();
     let mut out = Outcome::default();
     let mut ids: Vec<Vec<RequestId>> = vec![Vec::new(); clients + 1];
     let mut expected: HashMap<(usize, RequestId), Vec<u8>> = HashMap::new();
@@ -39,8 +41,8 @@ fn run(
             }
             m.options.set_uri_path("/counter");
             m.payload = format!("c{c}-r{r}").into_bytes();
-            let server = sim.addrs[0];
-            let id = sim.nodes[c].request(start, server, m.clone()).unwrap();
+            let server = sim.addr(0);
+            let id = sim.endpoint(c).request(start, server, m.clone()).unwrap();
             expected.insert((c, id), m.payload);
             ids[c].push(id);
         }
@@ -48,18 +50,18 @@ fn run(
     // The server answers some requests late: (due, exchange, payload).
     let mut late: Vec<(Instant, ExchangeId, Vec<u8>)> = Vec::new();
     let horizon = start + Duration::from_secs(2000);
-    while let Some(now) = sim.advance(late.iter().map(|l| l.0).min(), horizon) {
+    while let Some(now) = sim.step(horizon) {
         // Server application.
-        while let Some(ev) = sim.nodes[0].poll_event() {
+        while let Some(ev) = sim.endpoint(0).poll_event() {
             if let Event::Request { id, request, .. } = ev {
                 *out.executions.entry(request.payload.clone()).or_default() += 1;
-                if sim.rng.random_bool(0.3) {
-                    let delay = Duration::from_millis(sim.rng.random_range(500..4000));
+                if sim.rng().random_bool(0.3) {
+                    let delay = Duration::from_millis(sim.rng().random_range(500..4000));
                     late.push((now + delay, id, request.payload));
                 } else {
                     let mut resp = Message::new(MessageType::Acknowledgement, Code::CHANGED, 0);
                     resp.payload = request.payload;
-                    sim.nodes[0].respond(now, id, resp).unwrap();
+                    sim.endpoint(0).respond(now, id, resp).unwrap();
                 }
             }
         }
@@ -67,15 +69,18 @@ fn run(
             if *due <= now {
                 let mut resp = Message::new(MessageType::Acknowledgement, Code::CHANGED, 0);
                 resp.payload = payload.clone();
-                sim.nodes[0].respond(now, *id, resp).unwrap();
+                sim.endpoint(0).respond(now, *id, resp).unwrap();
                 false
             } else {
                 true
             }
         });
+        if let Some(due) = late.iter().map(|l| l.0).min() {
+            sim.wake(0, due);
+        }
         // Client applications.
-        for c in 1..sim.nodes.len() {
-            while let Some(ev) = sim.nodes[c].poll_event() {
+        for c in 1..sim.len() {
+            while let Some(ev) = sim.endpoint(c).poll_event() {
                 match ev {
                     Event::Response { id, response } => {
                         assert_eq!(
@@ -98,7 +103,7 @@ fn run(
     (out, sim, ids)
 }
 
-fn check(out: &Outcome, sim: &Sim, ids: &[Vec<RequestId>]) {
+fn check(out: &Outcome, sim: &Sim<LossyNet>, ids: &[Vec<RequestId>]) {
     for (payload, n) in &out.executions {
         assert!(
             *n <= 1,
@@ -116,9 +121,9 @@ fn check(out: &Outcome, sim: &Sim, ids: &[Vec<RequestId>]) {
             );
         }
     }
-    for (i, node) in sim.nodes.iter().enumerate() {
+    for i in 0..sim.len() {
         assert_eq!(
-            node.state_counts(),
+            sim.endpoint_ref(i).state_counts(),
             StateCounts::default(),
             "node {i} leaked state"
         );
@@ -127,7 +132,7 @@ fn check(out: &Outcome, sim: &Sim, ids: &[Vec<RequestId>]) {
 
 #[test]
 fn perfect_network_completes_everything() {
-    let net = NetConfig {
+    let net = LossyConfig {
         loss: 0.0,
         duplicate: 0.0,
         max_delay_ms: 20,
@@ -141,7 +146,7 @@ fn perfect_network_completes_everything() {
 #[test]
 fn lossy_duplicating_reordering_network_keeps_the_invariants() {
     for seed in 0..25 {
-        let net = NetConfig {
+        let net = LossyConfig {
             loss: 0.25,
             duplicate: 0.2,
             max_delay_ms: 1500,
@@ -155,7 +160,7 @@ fn lossy_duplicating_reordering_network_keeps_the_invariants() {
 #[test]
 fn heavy_duplication_never_reruns_handlers() {
     for seed in 100..110 {
-        let net = NetConfig {
+        let net = LossyConfig {
             loss: 0.0,
             duplicate: 0.9,
             max_delay_ms: 3000,

@@ -4,6 +4,7 @@ use super::link::{LinkConfig, LossModel};
 use super::net::{Bottleneck, LossyConfig, LossyNet, UDP_IPV4_HEADERS};
 use super::*;
 use crate::message::{Code, Message, MessageType};
+use crate::session::SessionEvent;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -20,12 +21,12 @@ fn server_config() -> EndpointConfig {
 struct Server;
 
 impl Application for Server {
-    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
-        if let Event::Request { id, .. } = event {
+    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: SessionEvent) {
+        if let SessionEvent::Request { id, .. } = event {
             let mut r = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
             r.payload = vec![b'x'; 60];
             let now = ctx.now();
-            ctx.endpoint().respond(now, id, r).unwrap();
+            ctx.session().respond(now, id, r).unwrap();
         }
     }
 }
@@ -48,13 +49,13 @@ impl Client {
         let mut get = Message::new(MessageType::Confirmable, Code::GET, 0);
         get.options.set_uri_path("r");
         let now = ctx.now();
-        ctx.endpoint().request(now, self.server, get).unwrap();
+        ctx.session().request(now, self.server, get).unwrap();
     }
 }
 
 impl Application for Client {
-    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: Event) {
-        if let Event::Response { response, .. } = event {
+    fn on_event(&mut self, ctx: &mut Ctx<'_>, event: SessionEvent) {
+        if let SessionEvent::Response { response, .. } = event {
             assert_eq!(response.payload.len(), 60);
             self.done.borrow_mut().push((ctx.node(), ctx.now()));
             if let Some(addr) = self.move_to.take() {
@@ -203,7 +204,7 @@ fn a_rebound_node_talks_from_its_new_address() {
 fn an_application_can_stop_the_simulation() {
     struct Stopper;
     impl Application for Stopper {
-        fn on_event(&mut self, _: &mut Ctx<'_>, _: Event) {}
+        fn on_event(&mut self, _: &mut Ctx<'_>, _: SessionEvent) {}
         fn on_wake(&mut self, ctx: &mut Ctx<'_>) {
             ctx.stop();
         }

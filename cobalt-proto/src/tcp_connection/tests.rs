@@ -98,47 +98,6 @@ fn csm_is_sent_first_and_exchanged() {
 }
 
 #[test]
-fn request_response_matched_by_token() {
-    let now = t0();
-    let (mut client, mut server) = pair(now);
-    // Requests may follow the CSM at once, before the peer's CSM arrives.
-    let t1 = client.request(now, get("a")).unwrap();
-    let t2 = client.request(now, get("b")).unwrap();
-    assert_ne!(t1, t2);
-    pump(now, &mut client, &mut server);
-    let reqs: Vec<(Token, String)> = events(&mut server)
-        .into_iter()
-        .filter_map(|e| match e {
-            TcpEvent::Request { token, message } => {
-                Some((token, message.options.uri_path_string()))
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(reqs, [(t1, "/a".to_string()), (t2, "/b".to_string())]);
-    // Answer out of order.
-    for (token, path) in reqs.iter().rev() {
-        let mut r = TcpMessage::new(Code::CONTENT);
-        r.payload = path.as_bytes().to_vec();
-        server.respond(now, *token, r).unwrap();
-    }
-    assert_eq!(
-        server.respond(now, t1, TcpMessage::new(Code::CONTENT)),
-        Err(SendError::UnknownToken(t1))
-    );
-    pump(now, &mut client, &mut server);
-    let resps: Vec<(Token, Vec<u8>)> = events(&mut client)
-        .into_iter()
-        .filter_map(|e| match e {
-            TcpEvent::Response { token, message } => Some((token, message.payload)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(resps, [(t2, b"/b".to_vec()), (t1, b"/a".to_vec())]);
-    assert_eq!(client.outstanding_requests(), 0);
-}
-
-#[test]
 fn split_and_coalesced_delivery() {
     let now = t0();
     let (mut a, mut b) = pair(now);
@@ -206,31 +165,6 @@ fn peer_sees_abort() {
         }]
     );
     assert_eq!(a.request(now, get("y")), Err(SendError::Closed));
-}
-
-#[test]
-fn release_closes_both_sides() {
-    let now = t0();
-    let (mut a, mut b) = established(now);
-    a.release();
-    pump(now, &mut a, &mut b);
-    assert!(matches!(
-        events(&mut a)[..],
-        [TcpEvent::Closed {
-            reason: CloseReason::LocalRelease,
-            ..
-        }]
-    ));
-    assert!(matches!(
-        events(&mut b)[..],
-        [
-            TcpEvent::ReleaseReceived { .. },
-            TcpEvent::Closed {
-                reason: CloseReason::PeerRelease { .. },
-                ..
-            }
-        ]
-    ));
 }
 
 fn frame(m: &TcpMessage) -> Vec<u8> {
@@ -418,39 +352,6 @@ fn established_with(now: Instant, config: TcpConfig) -> (TcpConnection, TcpConne
 }
 
 #[test]
-fn idle_connection_is_released() {
-    let now = t0();
-    let no_pings = TcpConfig {
-        keepalive: None,
-        ..TcpConfig::default()
-    };
-    let (mut a, mut b) = established_with(now, no_pings);
-    let deadline = a.poll_timeout().unwrap();
-    assert_eq!(deadline, now + Duration::from_secs(300));
-    // Not while a request is outstanding.
-    a.request(now, get("x")).unwrap();
-    assert_eq!(a.poll_timeout(), None);
-    pump(now, &mut a, &mut b);
-    let Some(TcpEvent::Request { token, .. }) = b.poll_event() else {
-        panic!("no request")
-    };
-    b.handle_timeout(now + Duration::from_secs(400));
-    assert!(!b.is_closed(), "closed while handling a request");
-    let later = now + Duration::from_secs(400);
-    b.respond(later, token, TcpMessage::new(Code::CONTENT))
-        .unwrap();
-    pump(later, &mut a, &mut b);
-    a.handle_timeout(later + Duration::from_secs(300));
-    assert!(matches!(
-        events(&mut a).last(),
-        Some(TcpEvent::Closed {
-            reason: CloseReason::IdleTimeout,
-            ..
-        })
-    ));
-}
-
-#[test]
 fn ping_pong_echoes_custody_and_token() {
     let now = t0();
     let (mut a, mut b) = established(now);
@@ -635,59 +536,6 @@ fn notification(seq: u32, payload: &[u8]) -> TcpMessage {
     n.options.set_uint(number::OBSERVE, seq);
     n.payload = payload.to_vec();
     n
-}
-
-#[test]
-fn served_observation_notifies_until_an_error() {
-    let now = t0();
-    let (mut a, mut b) = established(now);
-    // Without a registering response there is nothing to notify.
-    assert_eq!(
-        b.notify(now, Token::new(&[7]).unwrap(), notification(2, b"x")),
-        Err(SendError::UnknownToken(Token::new(&[7]).unwrap()))
-    );
-    let (token, st) = observed(now, &mut a, &mut b);
-    assert_eq!(b.served_observations(), 1);
-    for seq in 2..5u32 {
-        b.notify(now, st, notification(seq, &[seq as u8])).unwrap();
-    }
-    pump(now, &mut a, &mut b);
-    let got: Vec<(Token, u32, Vec<u8>)> = events(&mut a)
-        .into_iter()
-        .map(|e| match e {
-            TcpEvent::Response { token, message } => (
-                token,
-                message.options.get_uint(number::OBSERVE).unwrap(),
-                message.payload,
-            ),
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    assert_eq!(
-        got,
-        [
-            (token, 2, vec![2]),
-            (token, 3, vec![3]),
-            (token, 4, vec![4])
-        ]
-    );
-    assert_eq!(
-        b.notify(now, st, TcpMessage::new(Code::GET)),
-        Err(SendError::WrongCode(Code::GET))
-    );
-    // An error notification is the last one, at both ends.
-    b.notify(now, st, TcpMessage::new(Code::NOT_FOUND)).unwrap();
-    assert_eq!(b.served_observations(), 0);
-    assert_eq!(
-        b.notify(now, st, notification(6, b"late")),
-        Err(SendError::UnknownToken(st))
-    );
-    pump(now, &mut a, &mut b);
-    assert!(matches!(
-        a.poll_event(),
-        Some(TcpEvent::Response { message, .. }) if message.code == Code::NOT_FOUND
-    ));
-    assert_eq!(a.outstanding_requests(), 0);
 }
 
 #[test]
@@ -1087,33 +935,6 @@ proptest! {
             prop_assert!(decode_ws(&out, usize::MAX).is_ok());
         }
     }
-}
-
-#[test]
-fn keepalive_pings_a_silent_peer_while_requests_are_outstanding() {
-    let now = t0();
-    let (mut a, mut b) = established(now);
-    // Idle: no pings, only the idle deadline.
-    assert_eq!(a.poll_timeout(), Some(now + Duration::from_secs(300)));
-    a.request(now, get("x")).unwrap();
-    pump(now, &mut a, &mut b);
-    assert_eq!(a.poll_timeout(), Some(now + Duration::from_secs(30)));
-    // 30 s of silence: a Ping; the peer's Pong keeps the connection.
-    let t = now + Duration::from_secs(30);
-    a.handle_timeout(t);
-    let sent = frames(&a.poll_transmit().expect("a keep-alive Ping"));
-    assert_eq!(
-        Signal::from_message(&sent[0]),
-        Ok(Signal::Ping { custody: false })
-    );
-    let mut v = Vec::new();
-    encode_tcp(&sent[0], &mut v);
-    b.handle_bytes(t, &v);
-    let pong = b.poll_transmit().unwrap();
-    a.handle_bytes(t, &pong);
-    a.handle_timeout(t + Duration::from_secs(30) - Duration::from_millis(1));
-    assert!(!a.is_closed());
-    assert_eq!(a.poll_timeout(), Some(t + Duration::from_secs(30)));
 }
 
 #[test]

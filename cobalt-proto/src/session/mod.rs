@@ -1,0 +1,314 @@
+//! One application-facing surface over both kinds of CoAP transport: a [`Session`]
+//! sends requests, answers the peer's, notifies observers and reports what happened
+//! as [`SessionEvent`]s, whether it is the datagram [`Endpoint`] (UDP, DTLS) or a
+//! node's RFC 8323 stream connections ([`stream::StreamEndpoint`], TCP, TLS,
+//! WebSockets). Application code written against it runs over either.
+//!
+//! Requests and responses are [`Message`]s: over a stream the type and message ID are
+//! dropped (RFC 8323 §3.2) and received messages read as confirmable ones with ID 0.
+//! What only one kind of transport has (an unmatched RST, a peer's CSM, a Pong) comes
+//! through as it is: [`SessionEvent::Endpoint`], [`SessionEvent::Connection`].
+
+pub mod stream;
+
+use crate::endpoint::{Endpoint, Event, ExchangeId, RequestError, RequestId, UnknownExchange};
+use crate::message::{Message, Token};
+use crate::tcp_connection::{CloseReason, SendError, TcpEvent};
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+/// A request received from a peer, until it is answered ([`Session::respond`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Inbound {
+    /// On the datagram endpoint.
+    Datagram(ExchangeId),
+    /// On the connection to `peer`, under the request's token.
+    Stream {
+        /// The peer.
+        peer: SocketAddr,
+        /// The request's token.
+        token: Token,
+    },
+}
+
+/// A request sent with [`Session::request`]; its responses (every notification, for an
+/// observation) come under this id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outbound {
+    /// On the datagram endpoint.
+    Datagram(RequestId),
+    /// On the connection to `peer`, under the request's token.
+    Stream {
+        /// The peer.
+        peer: SocketAddr,
+        /// The request's token.
+        token: Token,
+    },
+}
+
+/// Why a request ended without (further) response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// No acknowledgement or no response in time (datagram).
+    Timeout {
+        /// Retransmissions sent before giving up.
+        retransmissions: u32,
+    },
+    /// The peer rejected it with RST (datagram).
+    Reset,
+    /// Its connection closed (stream).
+    Closed(CloseReason),
+}
+
+/// What a [`Session`] tells the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// A new request (never a duplicate); answer it with [`Session::respond`].
+    Request {
+        /// Pass this to `respond`.
+        id: Inbound,
+        /// Who sent it.
+        peer: SocketAddr,
+        /// The request.
+        request: Message,
+    },
+    /// A response to one of our requests (for an observation, one per notification).
+    Response {
+        /// The request it answers.
+        id: Outbound,
+        /// The response.
+        response: Message,
+    },
+    /// One of our requests ended without (further) response.
+    Failed {
+        /// The request.
+        id: Outbound,
+        /// Why.
+        reason: Failure,
+    },
+    /// Another event of the datagram endpoint ([`Event::UnmatchedReset`],
+    /// [`Event::ResponseFailed`], [`Event::Unverified`]).
+    Endpoint(Event),
+    /// Another event of the connection to `peer` ([`TcpEvent::PeerSettings`],
+    /// [`TcpEvent::Pong`], [`TcpEvent::ReleaseReceived`], [`TcpEvent::Closed`], which
+    /// follows the `Failed` of the requests it left outstanding).
+    Connection {
+        /// The peer.
+        peer: SocketAddr,
+        /// The event.
+        event: TcpEvent,
+    },
+}
+
+impl From<Event> for SessionEvent {
+    fn from(event: Event) -> SessionEvent {
+        match event {
+            Event::Request { id, peer, request } => SessionEvent::Request {
+                id: Inbound::Datagram(id),
+                peer,
+                request,
+            },
+            Event::Response { id, response } => SessionEvent::Response {
+                id: Outbound::Datagram(id),
+                response,
+            },
+            Event::Timeout {
+                id,
+                retransmissions,
+            } => SessionEvent::Failed {
+                id: Outbound::Datagram(id),
+                reason: Failure::Timeout { retransmissions },
+            },
+            Event::Reset { id } => SessionEvent::Failed {
+                id: Outbound::Datagram(id),
+                reason: Failure::Reset,
+            },
+            other => SessionEvent::Endpoint(other),
+        }
+    }
+}
+
+/// The datagram endpoint's own event, back from the session's view; `Err` gives back
+/// an event of a stream session.
+impl TryFrom<SessionEvent> for Event {
+    type Error = SessionEvent;
+
+    fn try_from(event: SessionEvent) -> Result<Event, SessionEvent> {
+        Ok(match event {
+            SessionEvent::Request {
+                id: Inbound::Datagram(id),
+                peer,
+                request,
+            } => Event::Request { id, peer, request },
+            SessionEvent::Response {
+                id: Outbound::Datagram(id),
+                response,
+            } => Event::Response { id, response },
+            SessionEvent::Failed {
+                id: Outbound::Datagram(id),
+                reason: Failure::Timeout { retransmissions },
+            } => Event::Timeout {
+                id,
+                retransmissions,
+            },
+            SessionEvent::Failed {
+                id: Outbound::Datagram(id),
+                reason: Failure::Reset,
+            } => Event::Reset { id },
+            SessionEvent::Endpoint(event) => event,
+            other => return Err(other),
+        })
+    }
+}
+
+/// The server's side of an observation: where its notifications go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Observation {
+    peer: SocketAddr,
+    token: Token,
+    /// The datagram endpoint's last notification (a confirmable one is replaced by
+    /// the next, RFC 7641 §4.5.2).
+    last: Option<(ExchangeId, u16)>,
+}
+
+impl Observation {
+    /// The observation that `request` (from `peer`, carrying Observe=0) registers once
+    /// it is answered with a success response carrying Observe.
+    pub fn new(peer: SocketAddr, request: &Message) -> Observation {
+        Observation {
+            peer,
+            token: request.token,
+            last: None,
+        }
+    }
+
+    /// The observer.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+}
+
+/// Why a [`Session`] could not do what it was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionError {
+    /// The datagram endpoint refused the request.
+    Request(RequestError),
+    /// The datagram exchange is not (or no longer) awaiting a response.
+    UnknownExchange(ExchangeId),
+    /// The connection refused the message.
+    Send(SendError),
+    /// No connection to this peer (it closed, or never was).
+    NotConnected(SocketAddr),
+    /// The id belongs to the other kind of session.
+    WrongSession,
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SessionError::Request(e) => write!(f, "{e}"),
+            SessionError::UnknownExchange(id) => write!(f, "{}", UnknownExchange(*id)),
+            SessionError::Send(e) => write!(f, "{e}"),
+            SessionError::NotConnected(peer) => write!(f, "no connection to {peer}"),
+            SessionError::WrongSession => write!(f, "the id belongs to another kind of session"),
+        }
+    }
+}
+
+impl std::error::Error for SessionError {}
+
+/// What applications do with a CoAP transport, datagram or stream alike.
+pub trait Session {
+    /// Sends `request` to `peer` (over a stream, on the connection to it, opened if
+    /// there is none). A request with Observe=0 stays registered and receives every
+    /// notification under the returned id until [`Session::cancel`].
+    fn request(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        request: Message,
+    ) -> Result<Outbound, SessionError>;
+
+    /// Answers the peer's request `id`. A success response carrying Observe to a
+    /// request with Observe=0 registers an [`Observation`].
+    fn respond(&mut self, now: Instant, id: Inbound, response: Message)
+        -> Result<(), SessionError>;
+
+    /// Sends a notification of `observation`; `confirmable` asks for a confirmable one
+    /// where the transport has types (a stream is reliable anyway).
+    fn notify(
+        &mut self,
+        now: Instant,
+        observation: &mut Observation,
+        notification: Message,
+        confirmable: bool,
+    ) -> Result<(), SessionError>;
+
+    /// Forgets one of our requests or observations: no more responses or
+    /// notifications come for it.
+    fn cancel(&mut self, now: Instant, id: Outbound);
+
+    /// The next event.
+    fn poll_event(&mut self) -> Option<SessionEvent>;
+}
+
+impl Session for Endpoint {
+    fn request(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        request: Message,
+    ) -> Result<Outbound, SessionError> {
+        Endpoint::request(self, now, peer, request)
+            .map(Outbound::Datagram)
+            .map_err(SessionError::Request)
+    }
+
+    fn respond(
+        &mut self,
+        now: Instant,
+        id: Inbound,
+        response: Message,
+    ) -> Result<(), SessionError> {
+        let Inbound::Datagram(id) = id else {
+            return Err(SessionError::WrongSession);
+        };
+        Endpoint::respond(self, now, id, response).map_err(|e| SessionError::UnknownExchange(e.0))
+    }
+
+    fn notify(
+        &mut self,
+        now: Instant,
+        observation: &mut Observation,
+        notification: Message,
+        confirmable: bool,
+    ) -> Result<(), SessionError> {
+        let sent = Endpoint::notify(
+            self,
+            now,
+            observation.peer,
+            observation.token,
+            notification,
+            confirmable,
+            observation.last,
+        );
+        observation.last = Some(sent);
+        Ok(())
+    }
+
+    fn cancel(&mut self, now: Instant, id: Outbound) {
+        if let Outbound::Datagram(id) = id {
+            Endpoint::cancel(self, now, id);
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<SessionEvent> {
+        Endpoint::poll_event(self).map(SessionEvent::from)
+    }
+}
+
+#[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,263 @@
+//! A node's RFC 8323 connections, one per peer address, as one [`Session`]: the
+//! stream counterpart of the datagram [`Endpoint`](crate::endpoint::Endpoint).
+//!
+//! Sans-IO like the rest: the caller opens the streams [`StreamEndpoint`] asks for
+//! ([`StreamTransmit::Connect`]), hands over accepted ones ([`StreamEndpoint::accept`]),
+//! feeds what it reads ([`StreamEndpoint::handle_bytes`], [`StreamEndpoint::handle_eof`])
+//! and the passing of time, and writes and closes what it is told to
+//! ([`StreamEndpoint::poll_transmit`]). A connection that closes is forgotten once its
+//! last bytes and events are out, so an idle node holds nothing.
+
+use super::{Failure, Inbound, Observation, Outbound, Session, SessionError, SessionEvent};
+use crate::message::Message;
+use crate::tcp_connection::{TcpConfig, TcpConnection, TcpEvent};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+/// What a [`StreamEndpoint`] wants done with its streams, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamTransmit {
+    /// Open a stream to this peer (a request needs a connection).
+    Connect(SocketAddr),
+    /// Write these bytes to the stream of this peer.
+    Data(SocketAddr, Vec<u8>),
+    /// Close the stream of this peer once what was written before is out.
+    Close(SocketAddr),
+}
+
+/// A node's stream connections by peer address. See the [module documentation](self).
+#[derive(Debug)]
+pub struct StreamEndpoint {
+    config: TcpConfig,
+    rng: StdRng,
+    conns: BTreeMap<SocketAddr, TcpConnection>,
+    out: VecDeque<StreamTransmit>,
+    events: VecDeque<SessionEvent>,
+}
+
+impl StreamEndpoint {
+    /// No connections yet; new ones use `config`, and their tokens follow from `seed`.
+    pub fn new(config: TcpConfig, seed: u64) -> StreamEndpoint {
+        StreamEndpoint {
+            config,
+            rng: StdRng::seed_from_u64(seed),
+            conns: BTreeMap::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The configuration of new connections.
+    pub fn config(&self) -> &TcpConfig {
+        &self.config
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// The connection to `peer`, to look at it.
+    pub fn connection(&self, peer: SocketAddr) -> Option<&TcpConnection> {
+        self.conns.get(&peer)
+    }
+
+    /// The connection to `peer`, for what only a connection does (Ping, Release,
+    /// Abort); what it then sends or reports comes out of the next poll.
+    pub fn connection_mut(&mut self, peer: SocketAddr) -> Option<&mut TcpConnection> {
+        self.conns.get_mut(&peer)
+    }
+
+    /// The connection to `peer`, opened (and [`StreamTransmit::Connect`] queued) if
+    /// there is none.
+    pub fn connect(&mut self, now: Instant, peer: SocketAddr) -> &mut TcpConnection {
+        if !self.conns.contains_key(&peer) {
+            self.out.push_back(StreamTransmit::Connect(peer));
+        }
+        let (config, rng) = (&self.config, &mut self.rng);
+        self.conns
+            .entry(peer)
+            .or_insert_with(|| TcpConnection::with_token_seed(config.clone(), now, rng.random()))
+    }
+
+    /// A stream from `peer` was accepted. An earlier connection from the same address
+    /// ends as if its stream had closed. (How many streams to accept is the caller's
+    /// to bound.)
+    pub fn accept(&mut self, now: Instant, peer: SocketAddr) {
+        let conn = TcpConnection::with_token_seed(self.config.clone(), now, self.rng.random());
+        if let Some(mut old) = self.conns.insert(peer, conn) {
+            // Its stream is gone: only its events remain to report.
+            old.handle_eof();
+            while let Some(event) = old.poll_event() {
+                self.events.extend(session_events(peer, event));
+            }
+        }
+    }
+
+    /// Bytes read from the stream of `peer` (ignored without a connection to it).
+    pub fn handle_bytes(&mut self, now: Instant, peer: SocketAddr, bytes: &[u8]) {
+        if let Some(conn) = self.conns.get_mut(&peer) {
+            conn.handle_bytes(now, bytes);
+        }
+    }
+
+    /// The stream of `peer` ended (closed or reset by the peer, or refused).
+    pub fn handle_eof(&mut self, peer: SocketAddr) {
+        if let Some(conn) = self.conns.get_mut(&peer) {
+            conn.handle_eof();
+        }
+    }
+
+    /// Handles the passing of time on every connection.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for conn in self.conns.values_mut() {
+            if conn.poll_timeout().is_some_and(|t| t <= now) {
+                conn.handle_timeout(now);
+            }
+        }
+    }
+
+    /// When [`StreamEndpoint::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .filter_map(TcpConnection::poll_timeout)
+            .min()
+    }
+
+    /// What to do with the streams next.
+    pub fn poll_transmit(&mut self) -> Option<StreamTransmit> {
+        if self.out.is_empty() {
+            self.collect();
+        }
+        self.out.pop_front()
+    }
+
+    /// Moves every connection's bytes and events out, and forgets closed connections.
+    fn collect(&mut self) {
+        let peers: Vec<SocketAddr> = self.conns.keys().copied().collect();
+        for peer in peers {
+            let Some(mut conn) = self.conns.remove(&peer) else {
+                continue;
+            };
+            self.drain(peer, &mut conn);
+            if !conn.is_closed() {
+                self.conns.insert(peer, conn);
+            }
+        }
+    }
+
+    /// Moves `conn`'s bytes and events out; a closed one's stream is closed after them.
+    fn drain(&mut self, peer: SocketAddr, conn: &mut TcpConnection) {
+        while let Some(bytes) = conn.poll_transmit() {
+            self.out.push_back(StreamTransmit::Data(peer, bytes));
+        }
+        while let Some(event) = conn.poll_event() {
+            self.events.extend(session_events(peer, event));
+        }
+        if conn.is_closed() {
+            self.out.push_back(StreamTransmit::Close(peer));
+        }
+    }
+
+    fn open(&mut self, peer: SocketAddr) -> Result<&mut TcpConnection, SessionError> {
+        self.conns
+            .get_mut(&peer)
+            .ok_or(SessionError::NotConnected(peer))
+    }
+}
+
+/// The session's view of a connection event.
+fn session_events(peer: SocketAddr, event: TcpEvent) -> Vec<SessionEvent> {
+    match event {
+        TcpEvent::Request { token, message } => vec![SessionEvent::Request {
+            id: Inbound::Stream { peer, token },
+            peer,
+            request: message.into(),
+        }],
+        TcpEvent::Response { token, message } => vec![SessionEvent::Response {
+            id: Outbound::Stream { peer, token },
+            response: message.into(),
+        }],
+        TcpEvent::Closed {
+            reason,
+            outstanding,
+        } => {
+            let mut out: Vec<SessionEvent> = outstanding
+                .iter()
+                .map(|&token| SessionEvent::Failed {
+                    id: Outbound::Stream { peer, token },
+                    reason: Failure::Closed(reason.clone()),
+                })
+                .collect();
+            out.push(SessionEvent::Connection {
+                peer,
+                event: TcpEvent::Closed {
+                    reason,
+                    outstanding,
+                },
+            });
+            out
+        }
+        event => vec![SessionEvent::Connection { peer, event }],
+    }
+}
+
+impl Session for StreamEndpoint {
+    fn request(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        request: Message,
+    ) -> Result<Outbound, SessionError> {
+        let token = self
+            .connect(now, peer)
+            .request(now, request.into())
+            .map_err(SessionError::Send)?;
+        Ok(Outbound::Stream { peer, token })
+    }
+
+    fn respond(
+        &mut self,
+        now: Instant,
+        id: Inbound,
+        response: Message,
+    ) -> Result<(), SessionError> {
+        let Inbound::Stream { peer, token } = id else {
+            return Err(SessionError::WrongSession);
+        };
+        self.open(peer)?
+            .respond(now, token, response.into())
+            .map_err(SessionError::Send)
+    }
+
+    fn notify(
+        &mut self,
+        now: Instant,
+        observation: &mut Observation,
+        notification: Message,
+        _confirmable: bool,
+    ) -> Result<(), SessionError> {
+        self.open(observation.peer)?
+            .notify(now, observation.token, notification.into())
+            .map_err(SessionError::Send)
+    }
+
+    fn cancel(&mut self, _now: Instant, id: Outbound) {
+        if let Outbound::Stream { peer, token } = id {
+            if let Some(conn) = self.conns.get_mut(&peer) {
+                conn.cancel(token);
+            }
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<SessionEvent> {
+        if self.events.is_empty() {
+            self.collect();
+        }
+        self.events.pop_front()
+    }
+}
