@@ -5,20 +5,25 @@
 //! coalesces them into reads. Each client, one after the other:
 //! - downloads a body with Block2, which arrives byte-exact (or the download fails
 //!   with a timeout);
-//! - uploads a body with Block1, which the server reassembles byte-exact, running the
-//!   upload's handler once, never twice;
+//! - uploads a body with Block1, which the server reassembles byte-exact in the
+//!   server's own upload table ([`Uploads`]), running the upload's handler once, never
+//!   twice;
 //! - observes a resource: the notifications it surfaces after the RFC 7641 §3.4
-//!   freshness rule are in order, until the server's last one;
+//!   freshness rule are in order, until the server's last one; the server sends them
+//!   NON or CON by the relation policy of [`Relation`];
 //! - POSTs to a resource that requires a fresh Echo (RFC 9175 §2.3): the first try is
 //!   challenged, a repeat with the Echo value runs the handler (once), a repeat after
 //!   the Echo went stale is challenged again.
 //!
-//! After the lifetimes no endpoint and no connection keeps any state.
+//! After the lifetimes no endpoint, no connection and no upload table keeps any state.
 
 use super::{Observation, Outbound, SessionEvent};
+use crate::blockwise::uploads::{UploadCounters, UploadLimits, UploadStep, Uploads};
 use crate::blockwise::{check_block, next_block2, slice_response, upload_continues, BlockSize};
+use crate::budget::Refusal;
 use crate::endpoint::{EndpointConfig, StateCounts};
 use crate::message::{opt, BlockValue, Code, Message, MessageType};
+use crate::observe::relations::{ConPolicy, Relation};
 use crate::observe::{is_fresh, SEQ_MASK};
 use crate::sim::net::{LossyConfig, LossyNet};
 use crate::sim::stream::StreamConfig;
@@ -60,6 +65,8 @@ struct Report {
     post_runs: HashMap<Vec<u8>, u32>,
     /// Echo values refused as stale.
     stale_refused: u32,
+    /// Uploads the server's table still holds (after its last expiry).
+    uploads_held: usize,
     failed: u32,
     clients_done: usize,
 }
@@ -70,40 +77,65 @@ fn ack(code: Code) -> Message {
     Message::new(MessageType::Acknowledgement, code, 0)
 }
 
+/// The upload table's refusals: none are expected here (one upload per client).
+#[derive(Debug)]
+struct NoRefusals;
+
+impl UploadCounters for NoRefusals {
+    fn refused(&self, refusal: Refusal) {
+        panic!("upload refused: {refusal:?}");
+    }
+    fn expired(&self, _: u64) {}
+    fn evicted(&self) {
+        panic!("upload evicted");
+    }
+}
+
+/// One observer: the session's observation and its relation (for the CON policy).
+type Observer = (Observation, Relation<()>, u32);
+
 struct Server {
     start: Instant,
     body: Vec<u8>,
-    uploads: HashMap<SocketAddr, Vec<u8>>,
-    observers: Vec<(Observation, u32)>,
+    uploads: Uploads,
+    observers: Vec<Observer>,
+    /// A CON every 5 notifications.
+    policy: ConPolicy,
     seq: u32,
-    waking: bool,
+    /// When the observed resource changes next (while it has observers).
+    next_change: Option<Instant>,
     report: Shared,
 }
 
 impl Server {
-    fn upload(&mut self, peer: SocketAddr, request: &Message) -> Message {
+    fn upload(&mut self, now: Instant, peer: SocketAddr, request: &Message) -> Message {
         let Some(b) = request.block1() else {
             return ack(Code::BAD_REQUEST);
         };
-        let received = self.uploads.entry(peer).or_default();
-        if b.num == 0 {
-            received.clear();
-        }
-        if check_block(b, request.payload.len(), received.len(), false).is_err() {
-            return ack(Code::REQUEST_ENTITY_INCOMPLETE);
-        }
-        received.extend_from_slice(&request.payload);
-        let mut resp = if b.more {
-            ack(Code::CONTINUE)
-        } else {
-            // The handler runs with the whole body.
-            let body = self.uploads.remove(&peer).unwrap_or_default();
-            let mut report = self.report.borrow_mut();
-            report.upload_runs.entry(peer).or_default().push(body);
-            ack(Code::CHANGED)
+        let resp = match self.uploads.handle(now, peer, request, b) {
+            UploadStep::Continue(answer) | UploadStep::Reject(answer) => answer,
+            UploadStep::Complete { body, last } => {
+                // The handler runs with the whole body.
+                let mut report = self.report.borrow_mut();
+                report.upload_runs.entry(peer).or_default().push(body);
+                let mut resp = ack(Code::CHANGED);
+                resp.options.set_uint(opt::BLOCK1, last.encode());
+                resp
+            }
         };
-        resp.options.set_uint(opt::BLOCK1, b.encode());
+        self.report.borrow_mut().uploads_held = self.uploads.in_progress();
         resp
+    }
+
+    /// Wakes the node for the next change or the upload table's next expiry.
+    fn schedule(&self, ctx: &mut Ctx<'_>) {
+        let next = self
+            .next_change
+            .into_iter()
+            .chain(self.uploads.poll_timeout());
+        if let Some(at) = next.min() {
+            ctx.wake_at(at);
+        }
     }
 
     /// RFC 9175 §2.3: the request runs only with an Echo value we issued recently.
@@ -138,10 +170,11 @@ impl Server {
     }
 
     fn observe(&mut self, ctx: &mut Ctx<'_>, peer: SocketAddr, request: &Message) -> Message {
-        self.observers.push((Observation::new(peer, request), 0));
-        if !self.waking {
-            self.waking = true;
-            ctx.wake_at(ctx.now() + CHANGE_EVERY);
+        let relation = Relation::new(request.clone(), ctx.now(), 0);
+        self.observers
+            .push((Observation::new(peer, request), relation, 0));
+        if self.next_change.is_none() {
+            self.next_change = Some(ctx.now() + CHANGE_EVERY);
         }
         let mut resp = ack(Code::CONTENT);
         resp.options.set_uint(opt::OBSERVE, self.seq);
@@ -163,19 +196,33 @@ impl Application for Server {
                 full.payload = self.body.clone();
                 slice_response(&request, full, 4)
             }
-            "/upload" => self.upload(peer, &request),
+            "/upload" => self.upload(now, peer, &request),
             "/obs" => self.observe(ctx, peer, &request),
             "/echo" => self.post(now, &request),
             _ => ack(Code::NOT_FOUND),
         };
         ctx.session().respond(now, id, resp).unwrap();
+        self.schedule(ctx);
     }
 
     fn on_wake(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now();
+        self.uploads.expire(now);
+        self.report.borrow_mut().uploads_held = self.uploads.in_progress();
+        if self.next_change.is_some_and(|t| t <= now) {
+            self.change(ctx);
+        }
+        self.schedule(ctx);
+    }
+}
+
+impl Server {
+    /// The observed resource changes: every observer is notified, CON by the policy.
+    fn change(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now();
         self.seq = (self.seq + 1) & SEQ_MASK;
         let seq = self.seq;
-        for (obs, sent) in &mut self.observers {
+        for (obs, relation, sent) in &mut self.observers {
             *sent += 1;
             let mut n = Message::new(MessageType::NonConfirmable, Code::CONTENT, 0);
             n.payload = seq.to_be_bytes().to_vec();
@@ -184,14 +231,12 @@ impl Application for Server {
             if !last {
                 n.options.set_uint(opt::OBSERVE, seq);
             }
-            let con = last || *sent % 5 == 0;
+            let con = relation.next_is_confirmable(&self.policy, now, last, true);
+            relation.sent(now, con, u64::from(*sent));
             ctx.session().notify(now, obs, n, con).unwrap();
         }
-        self.observers.retain(|(_, sent)| *sent < NOTIFICATIONS);
-        self.waking = !self.observers.is_empty();
-        if self.waking {
-            ctx.wake_at(now + CHANGE_EVERY);
-        }
+        self.observers.retain(|(_, _, sent)| *sent < NOTIFICATIONS);
+        self.next_change = (!self.observers.is_empty()).then_some(now + CHANGE_EVERY);
     }
 }
 
@@ -490,10 +535,20 @@ fn run(link: Link, seed: u64) -> (Sim<LossyNet>, Shared) {
     let server = Server {
         start: sim.now(),
         body: download_body(),
-        uploads: HashMap::new(),
+        uploads: Uploads::new(
+            UploadLimits {
+                upload_idle_timeout: Duration::from_secs(60),
+                ..UploadLimits::default()
+            },
+            std::sync::Arc::new(NoRefusals),
+        ),
         observers: Vec::new(),
+        policy: ConPolicy {
+            every: 5,
+            ..ConPolicy::default()
+        },
         seq: SEQ_MASK - 10, // crosses the 24-bit wrap
-        waking: false,
+        next_change: None,
         report: report.clone(),
     };
     sim.set_app(0, Box::new(server));
@@ -542,6 +597,7 @@ fn check(link: Link, seed: u64, sim: &Sim<LossyNet>, report: &Report) {
         }
     }
     // Nothing left.
+    assert_eq!(report.uploads_held, 0, "{ctx}: uploads left in the table");
     for i in 0..sim.len() {
         match link {
             Link::Datagram => assert_eq!(
