@@ -163,7 +163,7 @@ pub mod duration {
         d.deserialize_any(Visitor)
     }
 
-    struct Visitor;
+    pub(super) struct Visitor;
 
     impl de::Visitor<'_> for Visitor {
         type Value = Duration;
@@ -195,6 +195,8 @@ pub mod duration {
 /// Serde for an optional [`Duration`] that is derived when unset: `"auto"` is `None`.
 #[cfg(feature = "serde")]
 pub mod auto_duration {
+    use super::duration::Visitor as Inner;
+    use serde::de;
     use serde::{Deserializer, Serializer};
     use std::time::Duration;
 
@@ -208,7 +210,36 @@ pub mod auto_duration {
 
     /// Reads `"auto"` as `None`, anything else as [`duration`](super::duration) does.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        super::optional(d, "auto")
+        d.deserialize_any(Visitor)
+    }
+
+    struct Visitor;
+
+    impl de::Visitor<'_> for Visitor {
+        type Value = Option<Duration>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("\"auto\" or a duration such as \"2s\"")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            if v == "auto" {
+                return Ok(None);
+            }
+            Inner.visit_str(v).map(Some)
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Inner.visit_i64(v).map(Some)
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Inner.visit_u64(v).map(Some)
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Inner.visit_f64(v).map(Some)
+        }
     }
 }
 
@@ -228,46 +259,6 @@ pub mod zero_is_none {
         let d = super::duration::deserialize(d)?;
         Ok((!d.is_zero()).then_some(d))
     }
-}
-
-/// Reads a duration, or `None` for the word `none`.
-#[cfg(feature = "serde")]
-fn optional<'de, D: serde::Deserializer<'de>>(
-    d: D,
-    none: &'static str,
-) -> Result<Option<std::time::Duration>, D::Error> {
-    use serde::de;
-    struct Visitor(&'static str);
-
-    impl de::Visitor<'_> for Visitor {
-        type Value = Option<Duration>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "\"{}\" or a duration such as \"2s\"", self.0)
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            if v == self.0 {
-                return Ok(None);
-            }
-            parse_duration(v).map(Some).map_err(E::custom)
-        }
-
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-            u64::try_from(v)
-                .map(|s| Some(Duration::from_secs(s)))
-                .map_err(|_| E::custom("a duration cannot be negative"))
-        }
-
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            Ok(Some(Duration::from_secs(v)))
-        }
-
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-            secs_to_duration(v).map(Some).map_err(E::custom)
-        }
-    }
-    d.deserialize_any(Visitor(none))
 }
 
 #[cfg(test)]
