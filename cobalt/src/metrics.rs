@@ -221,16 +221,15 @@ fn render<T>(
         let _ = writeln!(out, "# TYPE {} {kind}", f.name);
         for (labels, value) in f.series {
             for (label, v) in values {
-                let mut all: Vec<String> = source
-                    .map(|s| format!("{s}=\"{label}\""))
-                    .into_iter()
-                    .collect();
-                all.extend(labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")));
-                let _ = if all.is_empty() {
-                    writeln!(out, "{} {}", f.name, value(v))
-                } else {
-                    writeln!(out, "{}{{{}}} {}", f.name, all.join(","), value(v))
-                };
+                out.push_str(f.name);
+                let source = source.map(|s| (s, label.as_str()));
+                for (i, (k, v)) in source.iter().chain(labels.iter()).enumerate() {
+                    let _ = write!(out, "{}{k}=\"{v}\"", if i == 0 { '{' } else { ',' });
+                }
+                if source.is_some() || !labels.is_empty() {
+                    out.push('}');
+                }
+                let _ = writeln!(out, " {}", value(v));
             }
         }
     }
