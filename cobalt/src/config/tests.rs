@@ -453,22 +453,20 @@ fn observe_and_upload_budgets_reach_the_server_limits() {
     assert_eq!(l.max_observers_per_ip, 7);
     assert_eq!(l.observe_min_interval, Duration::from_millis(250));
     assert_eq!(l.observe_batch, 64);
-    assert_eq!((l.max_uploads_per_ip, l.max_uploads_per_peer), (9, 3));
-    assert_eq!(l.max_upload_memory_per_ip, 2 << 20);
-    assert_eq!(l.upload_idle_timeout, Duration::from_secs(90));
-    assert_eq!(l.refusal_max_age, 30);
+    let u = &l.uploads;
+    assert_eq!((u.max_uploads_per_ip, u.max_uploads_per_peer), (9, 3));
+    assert_eq!(u.max_upload_memory_per_ip, 2 << 20);
+    assert_eq!(u.upload_idle_timeout, Duration::from_secs(90));
+    assert_eq!(u.refusal_max_age, 30);
     for (bad, allowed) in [
         ("limits.max_observers_per_ip=0", "1 to 100000000"),
         ("limits.observe_batch=0", "1 to 65536"),
         ("limits.observe_min_interval=2h", "0s to 1h"),
         ("limits.max_uploads_per_ip=0", "1 to 1000000"),
-        (
-            "limits.max_uploads_per_peer=100",
-            "1 to limits.max_uploads_per_ip",
-        ),
+        ("limits.max_uploads_per_peer=100", "1 to max_uploads_per_ip"),
         (
             "limits.max_upload_memory_per_ip=1000",
-            "limits.max_body to limits.max_upload_memory",
+            "max_body to max_upload_memory",
         ),
         ("limits.upload_idle_timeout=0", "1s to 1h"),
         ("limits.refusal_max_age=100000", "0 to 86400"),

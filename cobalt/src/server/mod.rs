@@ -31,6 +31,8 @@ mod stream_observe;
 pub(crate) mod tree;
 mod validate;
 
+pub use cobalt_proto::blockwise::uploads::UploadLimits;
+pub use cobalt_proto::observe::relations::ConPolicy;
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, BoxedChunkHandler, Handler, MethodRouter,
