@@ -3,10 +3,10 @@
 //! `"1m30s"`, or a plain number of seconds) with, under the feature `serde`, the serde
 //! helpers that read and write it.
 //!
-//! A settings type lists its parameters once, in the order of its configuration file
-//! section, each with its key, what it does, the values allowed and whether its current
-//! value is one of them; its `validate` is [`check`] of that list, and the commented
-//! configuration file is written from it.
+//! A settings type ([`Settings`]) lists its parameters once, in the order of its
+//! configuration file section, each with its key, what it does, the values allowed and
+//! whether its current value is one of them; its `validate` is [`check`] of that list,
+//! and the commented configuration file is written from it.
 
 use std::time::Duration;
 
@@ -61,6 +61,20 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// A settings type: its parameters, each with its key, what it does and the values
+/// allowed, checked against the current values.
+pub trait Settings {
+    /// Every parameter with what it does, the values allowed and whether the current
+    /// value is one of them, in configuration file order.
+    fn params(&self) -> Vec<Param>;
+
+    /// Checks every value; the error names the first key whose value is not allowed,
+    /// and the values allowed.
+    fn validate(&self) -> Result<(), ConfigError> {
+        check(&self.params())
+    }
+}
 
 /// The first parameter whose value is not allowed, as an error.
 pub fn check(params: &[Param]) -> Result<(), ConfigError> {

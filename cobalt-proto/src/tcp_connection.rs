@@ -66,7 +66,7 @@ use crate::message::tcp::{
     TcpMessage, DEFAULT_MAX_MESSAGE_SIZE,
 };
 use crate::message::{Code, Token};
-use crate::settings::{check, within, ConfigError, Param};
+use crate::settings::{within, Param, Settings};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -139,15 +139,10 @@ impl Default for TcpConfig {
     }
 }
 
-impl TcpConfig {
-    /// Checks the server-side values; the error names the key and the allowed range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check(&self.params())
-    }
-
+impl Settings for TcpConfig {
     /// The server-side parameters with what they do and the values allowed, by their
     /// configuration keys.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         let secs = Duration::from_secs;
         vec![
             Param::new("max_message_size", "Largest message accepted, in bytes (announced as Max-Message-Size in the CSM); larger frames end the connection.", "1152 to 67108864", (1152..=64 << 20).contains(&self.max_message_size)),

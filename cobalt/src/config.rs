@@ -31,6 +31,7 @@ use crate::server::ServerLimits;
 use crate::transport::dtls::DtlsConfig;
 use crate::transport::limits::TcpServerLimits;
 use cobalt_proto::endpoint::EndpointConfig;
+pub use cobalt_proto::settings::Settings;
 pub use cobalt_proto::settings::{format_duration, parse_duration};
 use cobalt_proto::settings::{ConfigError as RangeError, Param};
 use serde::{Deserialize, Serialize};
@@ -121,9 +122,11 @@ impl ServerSection {
     pub fn socket_addr(&self) -> SocketAddr {
         SocketAddr::new(self.bind, self.port)
     }
+}
 
+impl Settings for ServerSection {
     /// Every parameter with what it does and the values allowed, in file order.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         vec![
             Param::new("bind", "IP address to listen on; \"::\" serves IPv4 and IPv6.", "an IPv4 or IPv6 address", true),
             Param::new("port", "UDP port; 0: any free port.", "0 to 65535", true),
@@ -132,9 +135,9 @@ impl ServerSection {
     }
 }
 
-impl RuntimeSection {
+impl Settings for RuntimeSection {
     /// Every parameter with what it does and the values allowed, in file order.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         vec![
             Param::new("shards", "Shards: threads with their own SO_REUSEPORT socket; 0: one per core.", "0 to 1024", self.shards <= 1024),
             Param::new("recv_batch", "Datagrams read per wake-up of a shard before timers and commands get a turn (rounded up to whole recvmmsg batches of 64).", "1 to 4096", (1..=4096).contains(&self.recv_batch)),
@@ -155,9 +158,9 @@ pub struct LogSection {
     pub level: String,
 }
 
-impl LogSection {
+impl Settings for LogSection {
     /// Every parameter with what it does and the values allowed.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         vec![Param::new(
             "level",
             "Most verbose level logged to stderr; the RUST_LOG variable, when set, wins.",

@@ -13,7 +13,7 @@
 use super::{check_block, BlockError, BERT_SZX};
 use crate::budget::{fair_share_exceeded, Refusal};
 use crate::message::{opt, BlockValue, Code, Message, MessageType};
-use crate::settings::{check, within, ConfigError, Param};
+use crate::settings::{within, Param, Settings};
 use crate::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -67,14 +67,9 @@ impl Default for UploadLimits {
     }
 }
 
-impl UploadLimits {
-    /// Checks every value; the error names the key and the allowed range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check(&self.params())
-    }
-
+impl Settings for UploadLimits {
     /// Every parameter with what it does and the values allowed, in file order.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         let secs = Duration::from_secs;
         vec![
             Param::new("max_body", "Largest request body reassembled from Block1 blocks, in bytes; larger uploads get 4.13.", "1 to 1073741824", (1..=1 << 30).contains(&self.max_body)),

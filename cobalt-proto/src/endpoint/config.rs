@@ -1,7 +1,7 @@
 //! Protocol parameters of the endpoint (RFC 7252 §4.8), all configurable.
 
 use crate::congestion::{Algorithm, Params, PeerTable};
-use crate::settings::{check, within, ConfigError, Param};
+use crate::settings::{within, Param, Settings};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -161,14 +161,11 @@ impl EndpointConfig {
             self.exchange_lifetime(),
         )
     }
+}
 
-    /// Checks every value; the error names the key and the allowed range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check(&self.params())
-    }
-
+impl Settings for EndpointConfig {
     /// Every parameter with what it does and the values allowed, in file order.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         let secs = Duration::from_secs;
         let at_least_1 = "at least 1";
         vec![

@@ -10,7 +10,7 @@
 //! found out.
 
 use crate::message::{Message, Token};
-use crate::settings::{check, within, ConfigError, Param};
+use crate::settings::{within, Param, Settings};
 use crate::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -38,14 +38,9 @@ pub struct ConPolicy {
     pub interval: Duration,
 }
 
-impl ConPolicy {
-    /// Checks every value; the error names the key and the allowed range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check(&self.params())
-    }
-
+impl Settings for ConPolicy {
     /// Both parameters with what they do and the values allowed.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         let secs = Duration::from_secs;
         vec![
             Param::new(

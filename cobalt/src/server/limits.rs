@@ -2,7 +2,7 @@
 
 use cobalt_proto::blockwise::uploads::UploadLimits;
 use cobalt_proto::observe::relations::ConPolicy;
-use cobalt_proto::settings::{check, ConfigError, Param};
+use cobalt_proto::settings::{Param, Settings};
 use std::time::Duration;
 
 /// Bounds and policies of the server role. `Default` gives the documented defaults.
@@ -61,15 +61,10 @@ impl Default for ServerLimits {
     }
 }
 
-impl ServerLimits {
-    /// Checks every value; the error names the key and the allowed range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check(&self.params())
-    }
-
+impl Settings for ServerLimits {
     /// Every parameter (those of [`ConPolicy::params`] and [`UploadLimits::params`]
     /// among them) with what it does and the values allowed, in file order.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         let mut params = vec![
             Param::new("max_observers", "Observe relations over all resources, shards and connections; near it, registrations from addresses holding at least what is still free get 5.03 with Max-Age (others keep registering).", "0 or more", true),
             Param::new("max_observers_per_ip", "Observe relations one client IP address may hold over every transport; beyond it a registration gets 4.29 with Max-Age.", "1 to 100000000", (1..=100_000_000).contains(&self.max_observers_per_ip)),

@@ -60,6 +60,7 @@ use crate::transport::tls::{Alpn, TlsAcceptor};
 use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
+use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::Scheme;
 use shard::ServerShard;

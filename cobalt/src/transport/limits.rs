@@ -1,6 +1,6 @@
 //! The limits of the connection-oriented listeners (TCP, TLS, WebSockets).
 
-use cobalt_proto::settings::{check, within, ConfigError, Param};
+use cobalt_proto::settings::{within, Param, Settings};
 use cobalt_proto::tcp_connection::TcpConfig;
 use std::time::Duration;
 
@@ -57,15 +57,10 @@ impl Default for TcpServerLimits {
     }
 }
 
-impl TcpServerLimits {
-    /// Checks every value; the error names the key and the allowed range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check(&self.params())
-    }
-
+impl Settings for TcpServerLimits {
     /// Every parameter (those of [`TcpConfig::params`] among them) with what it does
     /// and the values allowed, in file order.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         let secs = Duration::from_secs;
         let mut params = vec![
             Param::new("max_connections", "Connections served at once per listener; further ones are refused.", "1 to 1000000", (1..=1_000_000).contains(&self.max_connections)),

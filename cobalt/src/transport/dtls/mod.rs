@@ -28,7 +28,7 @@
 //! The credentials it uses are in [`credentials`](super::credentials), shared with TLS.
 
 use cobalt_proto::endpoint::Transmit;
-use cobalt_proto::settings::{check, within, ConfigError, Param};
+use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -134,16 +134,10 @@ impl Default for DtlsConfig {
     }
 }
 
-impl DtlsConfig {
-    /// Checks the server's session table limits; the error names the key and the
-    /// allowed range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check(&self.params())
-    }
-
+impl Settings for DtlsConfig {
     /// The server's session table limits with what they do and the values allowed,
     /// in file order.
-    pub fn params(&self) -> Vec<Param> {
+    fn params(&self) -> Vec<Param> {
         let secs = Duration::from_secs;
         vec![
             Param::new("max_sessions", "Established DTLS sessions per shard. When full, a new session takes the place of one silent for stale_after, or an authenticated peer that of an anonymous one; otherwise it is refused.", "1 to 10000000", (1..=10_000_000).contains(&self.max_sessions)),
