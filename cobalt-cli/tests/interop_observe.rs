@@ -183,7 +183,10 @@ fn aiocoap_observes_cobalt_and_the_silent_observer_is_dropped() {
         return;
     };
     let limits = ServerLimits {
-        observe_con_every: 2,
+        con: cobalt::server::ConPolicy {
+            every: 2,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let config = EndpointConfig {

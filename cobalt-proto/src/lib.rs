@@ -6,7 +6,9 @@
 //! state machine, the [`session`] surface applications use over either, and the RFC
 //! 6690 [`link_format`]. With the feature `sim`, a deterministic virtual-time simulator
 //! that runs applications on datagram and stream nodes over lossy networks,
-//! constrained links and chunking byte streams (`sim`).
+//! constrained links and chunking byte streams (`sim`). The
+//! [`settings`] types' parameters are checked in one place each; with the feature
+//! `serde` they read and write configuration files.
 #![warn(missing_docs)]
 
 pub mod blockwise;
@@ -17,6 +19,7 @@ pub mod link_format;
 pub mod message;
 pub mod observe;
 pub mod session;
+pub mod settings;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod tables;

@@ -66,12 +66,21 @@ use crate::message::tcp::{
     TcpMessage, DEFAULT_MAX_MESSAGE_SIZE,
 };
 use crate::message::{Code, Token};
+use crate::settings::{within, Param, Settings};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// Settings of one connection. `Default` gives the documented defaults.
+/// Settings of one connection. `Default` gives the documented defaults; the allowed
+/// values are those of [`TcpConfig::params`]. With the feature `serde` the server-side
+/// ones read and write a configuration file (`block_wise_transfer` as `bert`, the
+/// optional durations as 0 for none); the client-side ones keep their defaults there.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields, default)
+)]
 pub struct TcpConfig {
     /// Largest message this side accepts; announced in the CSM. Frames up to this size
     /// plus a framing header (14 bytes) are accepted, larger ones abort the connection
@@ -79,31 +88,38 @@ pub struct TcpConfig {
     pub max_message_size: u32,
     /// Announce Block-Wise-Transfer, i.e. BERT support (RFC 8323 §6), in the CSM.
     /// Default `true` (libcoap 4.3 and aiocoap 0.4 announce and handle it too).
+    #[cfg_attr(feature = "serde", serde(rename = "bert"))]
     pub block_wise_transfer: bool,
     /// How long the peer has to deliver its CSM after the connection starts; then the
     /// connection is aborted. Default 10 s.
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::duration"))]
     pub csm_timeout: Duration,
     /// How long a frame may take from its first byte to its last; a slower peer is
     /// aborted (slowloris defence). Default 30 s.
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::duration"))]
     pub frame_timeout: Duration,
     /// Close (with Release) a connection on which no complete message has been received
     /// and no request or response sent for this long while nothing is outstanding. Default 5 min; `None`: never.
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::zero_is_none"))]
     pub idle_timeout: Option<Duration>,
     /// Requests from the peer being handled at once; beyond it new requests are
     /// answered 5.03 directly. Default 256.
     pub max_inbound_requests: usize,
     /// Requests (and observations) of ours outstanding at once; [`TcpConnection::request`]
     /// fails beyond it. Default 256.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub max_outbound_requests: usize,
     /// Keep-alive (RFC 8323 §5.4): while requests or observations are outstanding and
     /// nothing has been received for this long, send a Ping; if nothing arrives for as
     /// long again, the peer is gone (a dead host, a NAT that dropped the mapping) and
     /// the connection closes with [`CloseReason::KeepaliveTimeout`], failing what was
     /// outstanding instead of waiting forever. Default 30 s; `None`: no pings.
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::zero_is_none"))]
     pub keepalive: Option<Duration>,
     /// Length in bytes of the tokens of requests this side sends: 1 to 8 (default 4;
     /// other values are taken as the nearest). Short tokens save bytes on slow links;
     /// with 1 or 2 bytes at most 255 or 65,535 requests are outstanding at once.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub token_len: usize,
 }
 
@@ -120,6 +136,23 @@ impl Default for TcpConfig {
             token_len: 4,
             keepalive: Some(Duration::from_secs(30)),
         }
+    }
+}
+
+impl Settings for TcpConfig {
+    /// The server-side parameters with what they do and the values allowed, by their
+    /// configuration keys.
+    fn params(&self) -> Vec<Param> {
+        let secs = Duration::from_secs;
+        vec![
+            Param::new("max_message_size", "Largest message accepted, in bytes (announced as Max-Message-Size in the CSM); larger frames end the connection.", "1152 to 67108864", (1152..=64 << 20).contains(&self.max_message_size)),
+            Param::new("bert", "Announce BERT (RFC 8323 §6): block-wise transfers of many 1024-byte blocks per message with peers that announce it too.", "true or false", true),
+            Param::new("csm_timeout", "Time the peer has to send its CSM after connecting.", "1s to 600s", within(self.csm_timeout, secs(1), secs(600))),
+            Param::new("frame_timeout", "Time a message may take from its first byte to its last (slowloris defence).", "1s to 600s", within(self.frame_timeout, secs(1), secs(600))),
+            Param::new("idle_timeout", "Release a connection with nothing outstanding after this long; 0: never.", "0s to 30d", self.idle_timeout.is_none_or(|d| d <= secs(30 * 86_400))),
+            Param::new("keepalive", "Ping a silent peer while requests or observations are outstanding after this long, and close if nothing answers for as long again; 0: no pings.", "0s to 24h", self.keepalive.is_none_or(|d| d <= secs(86_400))),
+            Param::new("max_inbound_requests", "Requests of one connection handled at once; beyond it 5.03.", "1 to 65536", (1..=65_536).contains(&self.max_inbound_requests)),
+        ]
     }
 }
 

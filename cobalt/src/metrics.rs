@@ -22,140 +22,224 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Declares the per-shard values once: the [`ShardSnapshot`] struct, its field count
-/// and its conversion to and from the array of atomics a shard publishes into.
-macro_rules! shard_values {
-    ($( $(#[doc = $doc:literal])+ $field:ident, )*) => {
-        /// The values of one shard at one moment.
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-        pub struct ShardSnapshot {
-            $( $(#[doc = $doc])+ pub $field: u64, )*
+/// A metric's value as a struct holds it: a number (snapshots) or an atomic (live
+/// counters).
+trait Value {
+    fn get(&self) -> u64;
+    fn set(&mut self, v: u64);
+}
+
+impl Value for u64 {
+    fn get(&self) -> u64 {
+        *self
+    }
+    fn set(&mut self, v: u64) {
+        *self = v;
+    }
+}
+
+impl Value for AtomicU64 {
+    fn get(&self) -> u64 {
+        self.load(Relaxed)
+    }
+    fn set(&mut self, v: u64) {
+        *self.get_mut() = v;
+    }
+}
+
+impl Value for Arc<AtomicU64> {
+    fn get(&self) -> u64 {
+        self.load(Relaxed)
+    }
+    fn set(&mut self, v: u64) {
+        self.store(v, Relaxed);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// One series of a family: its labels and where its value comes from.
+type Series<T> = (&'static [(&'static str, &'static str)], fn(&T) -> u64);
+
+/// A metric family read from a `T`: name, help, type and series.
+struct Family<T: 'static> {
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    series: &'static [Series<T>],
+}
+
+/// Declares a struct of metric values and its metric families in one table: each
+/// line is a family (`Counter` or `Gauge`, name, help) with its series, a field each
+/// (of the struct's value type unless one is given) with its labels. The struct gets
+/// `FAMILIES`, `FIELDS`, `values` and `from_values`.
+macro_rules! metric_values {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident($ty:ty) {
+            $( $kind:ident $metric:literal $help:literal {
+                $( $field:ident $(($lk:literal = $lv:literal))? $(: $fty:ty)? ),+ $(,)?
+            } )*
+        }
+    ) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $( $(
+                #[doc = concat!("`", $metric, $("{", $lk, "=\"", $lv, "\"}",)? "`: ", $help)]
+                pub $field: metric_values!(@type $ty $(, $fty)?),
+            )+ )*
         }
 
-        const FIELDS: usize = [$(stringify!($field)),*].len();
+        impl $name {
+            /// Every metric family read from it, in output order.
+            const FAMILIES: &'static [Family<$name>] = &[$(
+                Family {
+                    name: $metric,
+                    help: $help,
+                    kind: Kind::$kind,
+                    series: &[$( (&[$(($lk, $lv))?], |s: &$name| Value::get(&s.$field)) ),+],
+                },
+            )*];
 
-        impl ShardSnapshot {
-            fn to_array(self) -> [u64; FIELDS] {
-                [$(self.$field),*]
+            /// How many values it holds.
+            pub const FIELDS: usize = [$($(stringify!($field)),+),*].len();
+
+            /// Every value, in output order.
+            pub fn values(&self) -> [u64; $name::FIELDS] {
+                [$($(Value::get(&self.$field)),+),*]
             }
 
-            fn from_array(a: [u64; FIELDS]) -> ShardSnapshot {
-                let mut values = a.into_iter();
-                ShardSnapshot { $($field: values.next().unwrap_or(0)),* }
+            /// The values of [`values`](Self::values), back in their fields.
+            pub fn from_values(values: [u64; $name::FIELDS]) -> $name {
+                let mut s = $name::default();
+                let mut values = values.into_iter();
+                $($( Value::set(&mut s.$field, values.next().unwrap_or(0)); )+)*
+                s
             }
         }
     };
+    (@type $ty:ty) => { $ty };
+    (@type $ty:ty, $fty:ty) => { $fty };
 }
 
-shard_values! {
-    /// Datagrams received.
-    datagrams_in,
-    /// Datagrams sent.
-    datagrams_out,
-    /// New requests handed to a handler.
-    requests,
-    /// Responses and notifications sent with a 2.xx code.
-    responses_2xx,
-    /// Responses and notifications sent with a 4.xx code.
-    responses_4xx,
-    /// Responses and notifications sent with a 5.xx code.
-    responses_5xx,
-    /// Confirmable messages retransmitted.
-    retransmissions,
-    /// Duplicate messages recognised by deduplication.
-    duplicates,
-    /// Undecodable datagrams (dropped, or answered with RST when confirmable).
-    format_errors,
-    /// Requests answered 4.02 Bad Option.
-    bad_options,
-    /// Requests answered 5.03 because the total bound on requests in progress was reached.
-    overload_rejections,
-    /// Requests answered 4.29 because their peer or address had too many in progress.
-    busy_rejections,
-    /// ACKs, RSTs and responses that matched nothing (dropped).
-    unmatched,
-    /// RSTs sent.
-    resets_sent,
-    /// Deduplication entries held (gauge).
-    dedup_entries,
-    /// Bytes held by the deduplication store (gauge).
-    dedup_bytes,
-    /// Deduplication entries dropped before their lifetime ended.
-    dedup_evictions,
-    /// Answers and notifications held back for an address verification.
-    parked,
-    /// Address-verification pings sent.
-    probes_sent,
-    /// Addresses verified while answers waited.
-    addresses_verified,
-    /// Address verifications that got no answer.
-    probes_failed,
-    /// Answers and notifications withheld because an address was never verified.
-    unverified,
-    /// Address verifications in progress (gauge).
-    address_probes,
-    /// Verified addresses remembered (gauge).
-    verified_peers,
-    /// Requests being handled (gauge).
-    server_exchanges,
-    /// Observe relations (gauge).
-    observers,
-    /// Peers with per-peer state (gauge).
-    peers,
-    /// DTLS HelloVerifyRequests sent (cookie exchanges started).
-    dtls_hello_verify_sent,
-    /// DTLS handshakes completed.
-    dtls_handshakes,
-    /// DTLS handshakes that failed or timed out (wrong key, untrusted certificate, ...).
-    dtls_handshake_failures,
-    /// DTLS sessions evicted to make room.
-    dtls_evicted,
-    /// DTLS records dropped (no session, failed decryption, garbage).
-    dtls_dropped,
-    /// GET handler runs that produced notifications (one may serve many observers).
-    notify_productions,
-    /// Notifications held back (an unacknowledged CON, or pacing) and sent later with
-    /// the state then current.
-    notify_deferred,
-    /// Observers queued for a notification (gauge).
-    notify_backlog,
-    /// Block1 uploads in progress (gauge).
-    uploads,
-    /// Bytes held by uploads in progress and kept answers (gauge).
-    upload_bytes,
-    /// DTLS handshakes in progress dropped to stay within the handshake budgets.
-    dtls_handshakes_displaced,
-    /// New DTLS sessions refused: the table was full of active sessions.
-    dtls_refused,
-    /// Established DTLS sessions (gauge).
-    dtls_sessions,
-    /// DTLS handshakes in progress (gauge).
-    dtls_handshaking,
+metric_values! {
+    /// The values of one shard at one moment.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct ShardSnapshot(u64) {
+        Counter "cobalt_requests_total" "Requests received and handed to a handler (duplicates and rejected requests excluded)." { requests }
+        Counter "cobalt_responses_total" "Responses and notifications sent, by code class." { responses_2xx ("class" = "2xx"), responses_4xx ("class" = "4xx"), responses_5xx ("class" = "5xx") }
+        Counter "cobalt_retransmissions_total" "Confirmable messages retransmitted for lack of an ACK." { retransmissions }
+        Counter "cobalt_duplicates_total" "Duplicate messages recognised by deduplication (answered from the stored reply or dropped)." { duplicates }
+        Counter "cobalt_format_errors_total" "Undecodable datagrams (dropped; confirmable ones are answered with RST)." { format_errors }
+        Counter "cobalt_unmatched_total" "ACKs, RSTs and responses that matched no exchange (dropped)." { unmatched }
+        Counter "cobalt_bad_options_total" "Requests answered 4.02 Bad Option (unrecognized critical option)." { bad_options }
+        Counter "cobalt_overload_rejections_total" "Requests answered 5.03 Service Unavailable because the total bound on requests in progress was reached (only addresses with requests in progress are refused)." { overload_rejections }
+        Counter "cobalt_busy_rejections_total" "Requests answered 4.29 Too Many Requests because their peer (IP and port) or IP address had too many requests in progress." { busy_rejections }
+        Counter "cobalt_resets_sent_total" "RST messages sent." { resets_sent }
+        Counter "cobalt_datagrams_received_total" "UDP datagrams received." { datagrams_in }
+        Counter "cobalt_datagrams_sent_total" "UDP datagrams sent." { datagrams_out }
+        Gauge "cobalt_dedup_entries" "Deduplication entries held (including requests in progress)." { dedup_entries }
+        Gauge "cobalt_dedup_bytes" "Bytes held by the deduplication store (bounded by endpoint.max_dedup_bytes)." { dedup_bytes }
+        Counter "cobalt_dedup_evictions_total" "Deduplication entries dropped before EXCHANGE_LIFETIME: from a peer's full window or at the byte bound." { dedup_evictions }
+        Counter "cobalt_address_validation_total" "Address validation against amplification (RFC 9175 §2.4): answers held back, pings sent, addresses verified, verifications failed, answers withheld." { parked ("event" = "parked"), probes_sent ("event" = "ping"), addresses_verified ("event" = "verified"), probes_failed ("event" = "failed"), unverified ("event" = "withheld") }
+        Gauge "cobalt_address_probes" "Address verifications in progress." { address_probes }
+        Gauge "cobalt_verified_peers" "Verified addresses remembered." { verified_peers }
+        Gauge "cobalt_server_exchanges" "Requests being handled (received and not yet answered)." { server_exchanges }
+        Gauge "cobalt_observers" "Observe relations (RFC 7641) registered." { observers }
+        Gauge "cobalt_peers" "Peers with per-peer state (message ID counter, NSTART queue)." { peers }
+        Counter "cobalt_notify_productions_total" "GET handler runs that produced notifications (one run serves every observer that registered the same request, unless the handler reads the peer)." { notify_productions }
+        Counter "cobalt_notify_deferred_total" "Notifications held back while the observer's confirmable one was unacknowledged or its pacing interval ran, then sent with the state current then." { notify_deferred }
+        Gauge "cobalt_notify_backlog" "Observers queued for a notification (worked off observe_batch per turn of the shard's loop)." { notify_backlog }
+        Gauge "cobalt_uploads" "Block1 uploads in progress." { uploads }
+        Gauge "cobalt_upload_bytes" "Bytes held by uploads in progress and by answers kept for their Block2 follow-ups." { upload_bytes }
+        Counter "cobalt_dtls_hello_verify_sent_total" "DTLS HelloVerifyRequests sent: cookie exchanges started, no state kept." { dtls_hello_verify_sent }
+        Counter "cobalt_dtls_handshakes_total" "DTLS handshakes completed." { dtls_handshakes }
+        Counter "cobalt_dtls_handshake_failures_total" "DTLS handshakes that failed or timed out (wrong key, untrusted certificate)." { dtls_handshake_failures }
+        Counter "cobalt_dtls_evicted_total" "DTLS sessions evicted to stay within the session cap." { dtls_evicted }
+        Counter "cobalt_dtls_dropped_total" "DTLS records dropped: no session, failed decryption or garbage." { dtls_dropped }
+        Counter "cobalt_dtls_handshakes_displaced_total" "DTLS handshakes in progress dropped to stay within max_handshakes / max_handshakes_per_ip, or replaced by a new ClientHello from the same address." { dtls_handshakes_displaced }
+        Counter "cobalt_dtls_refused_total" "New DTLS sessions refused because the session table was full of active sessions." { dtls_refused }
+        Gauge "cobalt_dtls_sessions" "Established DTLS sessions." { dtls_sessions }
+        Gauge "cobalt_dtls_handshakes_in_progress" "DTLS handshakes in progress (after the cookie exchange)." { dtls_handshaking }
+    }
 }
 
-/// Refusals and dropped state of the server role over a whole server (every shard and
-/// listener): the bounds of `[limits]` at work.
-#[derive(Debug, Default)]
-pub struct LimitCounters {
-    /// Observe registrations answered 4.29: the address holds its share.
-    pub observe_refused_peer: AtomicU64,
-    /// Observe registrations answered 5.03: the server-wide bound.
-    pub observe_refused_server: AtomicU64,
-    /// Uploads (or blocks of one) answered 4.29: the address or port holds its share.
-    pub upload_refused_peer: AtomicU64,
-    /// Uploads (or blocks of one) answered 5.03: a shard's or listener's bound.
-    pub upload_refused_server: AtomicU64,
-    /// Uploads dropped after `upload_idle_timeout` without a block.
-    pub uploads_expired: AtomicU64,
-    /// Uploads dropped at a bound to make room for an address holding less.
-    pub uploads_evicted: AtomicU64,
+metric_values! {
+    /// Counters of the receiver and sender stages (single-socket mode).
+    #[derive(Debug, Default)]
+    pub struct StageCounters(AtomicU64) {
+        Counter "cobalt_stage_overload_total" "Datagrams refused by the receiver stage because a worker queue was full (CON requests answered 5.03)." { overload }
+    }
+}
+
+metric_values! {
+    /// Refusals and dropped state of the server role over a whole server (every shard
+    /// and listener): the bounds of `[limits]` at work.
+    #[derive(Debug, Default)]
+    pub struct LimitCounters(AtomicU64) {
+        Counter "cobalt_observe_refused_total" "Observe registrations refused: 4.29 (reason=\"peer\": the address holds max_observers_per_ip) or 5.03 (reason=\"server\": near max_observers)." { observe_refused_peer ("reason" = "peer"), observe_refused_server ("reason" = "server") }
+        Counter "cobalt_upload_refused_total" "Uploads or blocks refused: 4.29 (reason=\"peer\": the address or port holds its share) or 5.03 (reason=\"server\": near a shard's or listener's bound)." { upload_refused_peer ("reason" = "peer"), upload_refused_server ("reason" = "server") }
+        Counter "cobalt_uploads_expired_total" "Uploads dropped after upload_idle_timeout without a block." { uploads_expired }
+        Counter "cobalt_uploads_evicted_total" "Uploads dropped at a bound to make room for an address holding less." { uploads_evicted }
+    }
+}
+
+metric_values! {
+    /// What a TCP or WebSocket listener has seen, for the metrics exporter.
+    #[derive(Debug, Default)]
+    pub struct TcpCounters(AtomicU64) {
+        Counter "cobalt_connections_accepted_total" "Connections accepted." { accepted }
+        Counter "cobalt_connections_refused_total" "Connections refused: max_connections were open." { refused }
+        Counter "cobalt_connections_refused_per_ip_total" "Connections refused because their source address held max_connections_per_ip connections or max_handshakes_per_ip handshakes." { refused_per_ip }
+        Counter "cobalt_connections_protocol_errors_total" "Connections aborted for a protocol error (bad or missing CSM, oversized frame, malformed message)." { protocol_errors }
+        Counter "cobalt_connections_timeouts_total" "Connections closed because the TLS handshake, the CSM or a frame took too long, or a keep-alive Ping went unanswered (silent, slow or vanished peers)." { timeouts }
+        Counter "cobalt_connections_idle_closed_total" "Connections released for being idle." { idle_closed }
+        Counter "cobalt_connections_handshake_failures_total" "TLS handshakes that failed (wrong key, untrusted certificate, not TLS) and WebSocket upgrades refused or abandoned." { handshake_failures }
+        Gauge "cobalt_connections_open" "Connections open on a TCP, TLS or WebSocket listener." { open }
+        Gauge "cobalt_connection_observers" "Observe relations held on the connections of a TCP, TLS or WebSocket listener." { observers: Arc<AtomicU64> }
+    }
+}
+
+/// Writes `families` in the Prometheus text format, each series once per source: a
+/// `T` and the value of the label `source` names (`shard="0"`), if any.
+fn render<T>(
+    out: &mut String,
+    families: &[Family<T>],
+    source: Option<&str>,
+    values: &[(String, &T)],
+) {
+    for f in families {
+        let kind = match f.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+        let _ = writeln!(out, "# TYPE {} {kind}", f.name);
+        for (labels, value) in f.series {
+            for (label, v) in values {
+                out.push_str(f.name);
+                let source = source.map(|s| (s, label.as_str()));
+                for (i, (k, v)) in source.iter().chain(labels.iter()).enumerate() {
+                    let _ = write!(out, "{}{k}=\"{v}\"", if i == 0 { '{' } else { ',' });
+                }
+                if source.is_some() || !labels.is_empty() {
+                    out.push('}');
+                }
+                let _ = writeln!(out, " {}", value(v));
+            }
+        }
+    }
 }
 
 /// One shard's published values: written by the shard, read by anyone.
 #[derive(Debug)]
 pub struct ShardMetrics {
     shard: usize,
-    values: [AtomicU64; FIELDS],
+    values: [AtomicU64; ShardSnapshot::FIELDS],
 }
 
 impl ShardMetrics {
@@ -242,13 +326,13 @@ impl ShardSnapshot {
 
     /// Field-wise sum (counters and gauges over all shards).
     pub fn sum<'a>(snapshots: impl IntoIterator<Item = &'a ShardSnapshot>) -> ShardSnapshot {
-        let mut total = [0u64; FIELDS];
+        let mut total = [0u64; ShardSnapshot::FIELDS];
         for s in snapshots {
-            for (t, v) in total.iter_mut().zip(s.to_array()) {
+            for (t, v) in total.iter_mut().zip(s.values()) {
                 *t += v;
             }
         }
-        ShardSnapshot::from_array(total)
+        ShardSnapshot::from_values(total)
     }
 }
 
@@ -258,7 +342,7 @@ impl ShardMetrics {
     pub fn publish(&self, snapshot: ShardSnapshot) {
         let shard = self.shard;
         let old = self.snapshot();
-        for (slot, v) in self.values.iter().zip(snapshot.to_array()) {
+        for (slot, v) in self.values.iter().zip(snapshot.values()) {
             slot.store(v, Relaxed);
         }
         let new_format_errors = snapshot.format_errors.saturating_sub(old.format_errors);
@@ -296,11 +380,11 @@ impl ShardMetrics {
 
     /// The values last published.
     pub fn snapshot(&self) -> ShardSnapshot {
-        let mut a = [0u64; FIELDS];
+        let mut a = [0u64; ShardSnapshot::FIELDS];
         for (v, slot) in a.iter_mut().zip(&self.values) {
             *v = slot.load(Relaxed);
         }
-        ShardSnapshot::from_array(a)
+        ShardSnapshot::from_values(a)
     }
 }
 
@@ -309,7 +393,7 @@ impl ShardMetrics {
 pub struct Metrics {
     shards: Vec<Arc<ShardMetrics>>,
     limits: Option<Arc<LimitCounters>>,
-    stages: Option<Arc<crate::runtime::StageCounters>>,
+    stages: Option<Arc<StageCounters>>,
     transports: Vec<(&'static str, Arc<TcpCounters>)>,
 }
 
@@ -348,7 +432,7 @@ impl Metrics {
     }
 
     /// Also reports the receiver stages' counters (single-socket mode).
-    pub(crate) fn with_stages(mut self, stages: Arc<crate::runtime::StageCounters>) -> Metrics {
+    pub(crate) fn with_stages(mut self, stages: Arc<StageCounters>) -> Metrics {
         self.stages = Some(stages);
         self
     }
@@ -373,402 +457,40 @@ impl Metrics {
     pub fn render_prometheus(&self) -> String {
         let mut out = render_prometheus(&self.snapshot());
         if let Some(stages) = &self.stages {
-            let n = stages.overload.load(std::sync::atomic::Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "# HELP cobalt_stage_overload_total Datagrams refused by the receiver stage because a worker queue was full (CON requests answered 5.03).\n# TYPE cobalt_stage_overload_total counter\ncobalt_stage_overload_total {n}"
+            let one = [(String::new(), &**stages)];
+            render(&mut out, StageCounters::FAMILIES, None, &one);
+        }
+        if let Some(limits) = &self.limits {
+            let one = [(String::new(), &**limits)];
+            render(&mut out, LimitCounters::FAMILIES, None, &one);
+        }
+        if !self.transports.is_empty() {
+            let transports: Vec<(String, &TcpCounters)> = self
+                .transports
+                .iter()
+                .map(|(name, c)| (name.to_string(), &**c))
+                .collect();
+            render(
+                &mut out,
+                TcpCounters::FAMILIES,
+                Some("transport"),
+                &transports,
             );
         }
-        if let Some(l) = &self.limits {
-            render_limits(&mut out, l);
-        }
-        render_transports(&mut out, &self.transports);
         out
     }
 }
 
-/// What a TCP or WebSocket listener has seen, for the metrics exporter.
-#[derive(Debug, Default)]
-pub struct TcpCounters {
-    /// Connections accepted.
-    pub accepted: AtomicU64,
-    /// Connections refused because `max_connections` were open.
-    pub refused: AtomicU64,
-    /// Connections refused because their address held `max_connections_per_ip`
-    /// connections or `max_handshakes_per_ip` handshakes.
-    pub refused_per_ip: AtomicU64,
-    /// Connections open now (a gauge).
-    pub open: AtomicU64,
-    /// Connections aborted by this side for a protocol error (bad or missing CSM,
-    /// oversized frame, malformed message).
-    pub protocol_errors: AtomicU64,
-    /// Connections closed because the TLS handshake, the CSM or a frame took too long,
-    /// or the peer answered no keep-alive Ping (slow, silent or vanished peers).
-    pub timeouts: AtomicU64,
-    /// Connections released for being idle.
-    pub idle_closed: AtomicU64,
-    /// TLS handshakes that failed (wrong key, untrusted certificate, not TLS) and
-    /// WebSocket upgrades refused or abandoned.
-    pub handshake_failures: AtomicU64,
-    /// Observe relations held on the listener's connections now (a gauge).
-    pub observers: Arc<AtomicU64>,
-}
-
-/// The server role's refusals and dropped uploads.
-fn render_limits(out: &mut String, l: &LimitCounters) {
-    let v = |c: &AtomicU64| c.load(Relaxed);
-    let refusals = [
-        (
-            "cobalt_observe_refused_total",
-            "Observe registrations refused: 4.29 (reason=\"peer\": the address holds max_observers_per_ip) or 5.03 (reason=\"server\": near max_observers).",
-            v(&l.observe_refused_peer),
-            v(&l.observe_refused_server),
-        ),
-        (
-            "cobalt_upload_refused_total",
-            "Uploads or blocks refused: 4.29 (reason=\"peer\": the address or port holds its share) or 5.03 (reason=\"server\": near a shard's or listener's bound).",
-            v(&l.upload_refused_peer),
-            v(&l.upload_refused_server),
-        ),
-    ];
-    for (name, help, peer, server) in refusals {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{reason=\"peer\"}} {peer}\n{name}{{reason=\"server\"}} {server}"
-        );
-    }
-    for (name, help, value) in [
-        (
-            "cobalt_uploads_expired_total",
-            "Uploads dropped after upload_idle_timeout without a block.",
-            v(&l.uploads_expired),
-        ),
-        (
-            "cobalt_uploads_evicted_total",
-            "Uploads dropped at a bound to make room for an address holding less.",
-            v(&l.uploads_evicted),
-        ),
-    ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-        );
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Counter,
-    Gauge,
-}
-
-/// One series of a family: an optional extra label and where its value comes from.
-type Series = (
-    Option<(&'static str, &'static str)>,
-    fn(&ShardSnapshot) -> u64,
-);
-
-/// A metric: name, help, type, an optional extra label and where its value comes from.
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    kind: Kind,
-    series: &'static [Series],
-}
-
-/// Every metric exposed, in output order (the README lists them).
-const FAMILIES: &[Family] = &[
-    Family {
-        name: "cobalt_requests_total",
-        help: "Requests received and handed to a handler (duplicates and rejected requests excluded).",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.requests)],
-    },
-    Family {
-        name: "cobalt_responses_total",
-        help: "Responses and notifications sent, by code class.",
-        kind: Kind::Counter,
-        series: &[
-            (Some(("class", "2xx")), |s| s.responses_2xx),
-            (Some(("class", "4xx")), |s| s.responses_4xx),
-            (Some(("class", "5xx")), |s| s.responses_5xx),
-        ],
-    },
-    Family {
-        name: "cobalt_retransmissions_total",
-        help: "Confirmable messages retransmitted for lack of an ACK.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.retransmissions)],
-    },
-    Family {
-        name: "cobalt_duplicates_total",
-        help: "Duplicate messages recognised by deduplication (answered from the stored reply or dropped).",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.duplicates)],
-    },
-    Family {
-        name: "cobalt_format_errors_total",
-        help: "Undecodable datagrams (dropped; confirmable ones are answered with RST).",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.format_errors)],
-    },
-    Family {
-        name: "cobalt_unmatched_total",
-        help: "ACKs, RSTs and responses that matched no exchange (dropped).",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.unmatched)],
-    },
-    Family {
-        name: "cobalt_bad_options_total",
-        help: "Requests answered 4.02 Bad Option (unrecognized critical option).",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.bad_options)],
-    },
-    Family {
-        name: "cobalt_overload_rejections_total",
-        help: "Requests answered 5.03 Service Unavailable because the total bound on requests in progress was reached (only addresses with requests in progress are refused).",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.overload_rejections)],
-    },
-    Family {
-        name: "cobalt_busy_rejections_total",
-        help: "Requests answered 4.29 Too Many Requests because their peer (IP and port) or IP address had too many requests in progress.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.busy_rejections)],
-    },
-    Family {
-        name: "cobalt_resets_sent_total",
-        help: "RST messages sent.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.resets_sent)],
-    },
-    Family {
-        name: "cobalt_datagrams_received_total",
-        help: "UDP datagrams received.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.datagrams_in)],
-    },
-    Family {
-        name: "cobalt_datagrams_sent_total",
-        help: "UDP datagrams sent.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.datagrams_out)],
-    },
-    Family {
-        name: "cobalt_dedup_entries",
-        help: "Deduplication entries held (including requests in progress).",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.dedup_entries)],
-    },
-    Family {
-        name: "cobalt_dedup_bytes",
-        help: "Bytes held by the deduplication store (bounded by endpoint.max_dedup_bytes).",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.dedup_bytes)],
-    },
-    Family {
-        name: "cobalt_dedup_evictions_total",
-        help: "Deduplication entries dropped before EXCHANGE_LIFETIME: from a peer's full window or at the byte bound.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.dedup_evictions)],
-    },
-    Family {
-        name: "cobalt_address_validation_total",
-        help: "Address validation against amplification (RFC 9175 §2.4): answers held back, pings sent, addresses verified, verifications failed, answers withheld.",
-        kind: Kind::Counter,
-        series: &[
-            (Some(("event", "parked")), |s| s.parked),
-            (Some(("event", "ping")), |s| s.probes_sent),
-            (Some(("event", "verified")), |s| s.addresses_verified),
-            (Some(("event", "failed")), |s| s.probes_failed),
-            (Some(("event", "withheld")), |s| s.unverified),
-        ],
-    },
-    Family {
-        name: "cobalt_address_probes",
-        help: "Address verifications in progress.",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.address_probes)],
-    },
-    Family {
-        name: "cobalt_verified_peers",
-        help: "Verified addresses remembered.",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.verified_peers)],
-    },
-    Family {
-        name: "cobalt_server_exchanges",
-        help: "Requests being handled (received and not yet answered).",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.server_exchanges)],
-    },
-    Family {
-        name: "cobalt_observers",
-        help: "Observe relations (RFC 7641) registered.",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.observers)],
-    },
-    Family {
-        name: "cobalt_peers",
-        help: "Peers with per-peer state (message ID counter, NSTART queue).",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.peers)],
-    },
-    Family {
-        name: "cobalt_notify_productions_total",
-        help: "GET handler runs that produced notifications (one run serves every observer that registered the same request, unless the handler reads the peer).",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.notify_productions)],
-    },
-    Family {
-        name: "cobalt_notify_deferred_total",
-        help: "Notifications held back while the observer's confirmable one was unacknowledged or its pacing interval ran, then sent with the state current then.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.notify_deferred)],
-    },
-    Family {
-        name: "cobalt_notify_backlog",
-        help: "Observers queued for a notification (worked off observe_batch per turn of the shard's loop).",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.notify_backlog)],
-    },
-    Family {
-        name: "cobalt_uploads",
-        help: "Block1 uploads in progress.",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.uploads)],
-    },
-    Family {
-        name: "cobalt_upload_bytes",
-        help: "Bytes held by uploads in progress and by answers kept for their Block2 follow-ups.",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.upload_bytes)],
-    },
-    Family {
-        name: "cobalt_dtls_hello_verify_sent_total",
-        help: "DTLS HelloVerifyRequests sent: cookie exchanges started, no state kept.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.dtls_hello_verify_sent)],
-    },
-    Family {
-        name: "cobalt_dtls_handshakes_total",
-        help: "DTLS handshakes completed.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.dtls_handshakes)],
-    },
-    Family {
-        name: "cobalt_dtls_handshake_failures_total",
-        help: "DTLS handshakes that failed or timed out (wrong key, untrusted certificate).",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.dtls_handshake_failures)],
-    },
-    Family {
-        name: "cobalt_dtls_evicted_total",
-        help: "DTLS sessions evicted to stay within the session cap.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.dtls_evicted)],
-    },
-    Family {
-        name: "cobalt_dtls_dropped_total",
-        help: "DTLS records dropped: no session, failed decryption or garbage.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.dtls_dropped)],
-    },
-    Family {
-        name: "cobalt_dtls_handshakes_displaced_total",
-        help: "DTLS handshakes in progress dropped to stay within max_handshakes / max_handshakes_per_ip, or replaced by a new ClientHello from the same address.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.dtls_handshakes_displaced)],
-    },
-    Family {
-        name: "cobalt_dtls_refused_total",
-        help: "New DTLS sessions refused because the session table was full of active sessions.",
-        kind: Kind::Counter,
-        series: &[(None, |s| s.dtls_refused)],
-    },
-    Family {
-        name: "cobalt_dtls_sessions",
-        help: "Established DTLS sessions.",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.dtls_sessions)],
-    },
-    Family {
-        name: "cobalt_dtls_handshakes_in_progress",
-        help: "DTLS handshakes in progress (after the cookie exchange).",
-        kind: Kind::Gauge,
-        series: &[(None, |s| s.dtls_handshaking)],
-    },
-];
-
 /// Renders snapshots (index = shard number) in the Prometheus text format 0.0.4.
 pub fn render_prometheus(shards: &[ShardSnapshot]) -> String {
-    let mut out = String::with_capacity(256 + FAMILIES.len() * shards.len() * 48);
-    for f in FAMILIES {
-        let kind = match f.kind {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-        };
-        let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
-        let _ = writeln!(out, "# TYPE {} {kind}", f.name);
-        for (label, value) in f.series {
-            for (i, s) in shards.iter().enumerate() {
-                let _ = match label {
-                    Some((k, v)) => {
-                        writeln!(out, "{}{{shard=\"{i}\",{k}=\"{v}\"}} {}", f.name, value(s))
-                    }
-                    None => writeln!(out, "{}{{shard=\"{i}\"}} {}", f.name, value(s)),
-                };
-            }
-        }
-    }
+    let mut out = String::with_capacity(256 + ShardSnapshot::FIELDS * (shards.len() * 48 + 128));
+    let shards: Vec<(String, &ShardSnapshot)> = shards
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i.to_string(), s))
+        .collect();
+    render(&mut out, ShardSnapshot::FAMILIES, Some("shard"), &shards);
     out
-}
-
-type Connections = (
-    &'static str,
-    &'static str,
-    fn(&TcpCounters) -> &std::sync::atomic::AtomicU64,
-);
-
-/// The connection counters of the TCP and WebSocket listeners.
-fn render_transports(out: &mut String, transports: &[(&'static str, Arc<TcpCounters>)]) {
-    if transports.is_empty() {
-        return;
-    }
-    const FAMILIES: &[Connections] = &[
-        ("cobalt_connections_accepted_total", "Connections accepted.", |c| &c.accepted),
-        ("cobalt_connections_refused_total", "Connections refused: max_connections were open.", |c| &c.refused),
-        ("cobalt_connections_refused_per_ip_total", "Connections refused because their source address held max_connections_per_ip connections or max_handshakes_per_ip handshakes.", |c| &c.refused_per_ip),
-        ("cobalt_connections_protocol_errors_total", "Connections aborted for a protocol error (bad or missing CSM, oversized frame, malformed message).", |c| &c.protocol_errors),
-        ("cobalt_connections_timeouts_total", "Connections closed because the TLS handshake, the CSM or a frame took too long, or a keep-alive Ping went unanswered (silent, slow or vanished peers).", |c| &c.timeouts),
-        ("cobalt_connections_idle_closed_total", "Connections released for being idle.", |c| &c.idle_closed),
-        ("cobalt_connections_handshake_failures_total", "TLS handshakes that failed (wrong key, untrusted certificate, not TLS) and WebSocket upgrades refused or abandoned.", |c| &c.handshake_failures),
-    ];
-    for (name, help, field) in FAMILIES {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (transport, c) in transports {
-            let v = field(c).load(std::sync::atomic::Ordering::Relaxed);
-            let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
-        }
-    }
-    let name = "cobalt_connections_open";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Connections open on a TCP, TLS or WebSocket listener.\n# TYPE {name} gauge"
-    );
-    for (transport, c) in transports {
-        let v = c.open.load(std::sync::atomic::Ordering::Relaxed);
-        let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
-    }
-    let name = "cobalt_connection_observers";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Observe relations held on the connections of a TCP, TLS or WebSocket listener.\n# TYPE {name} gauge"
-    );
-    for (transport, c) in transports {
-        let v = c.observers.load(std::sync::atomic::Ordering::Relaxed);
-        let _ = writeln!(out, "{name}{{transport=\"{transport}\"}} {v}");
-    }
 }
 
 /// Largest HTTP request accepted by the metrics endpoint.
@@ -984,13 +706,77 @@ mod tests {
                 "{line}"
             );
         }
-        for f in FAMILIES {
+        for f in ShardSnapshot::FAMILIES {
             assert_eq!(text.matches(&format!("# TYPE {} ", f.name)).count(), 1);
             assert_eq!(text.matches(&format!("# HELP {} ", f.name)).count(), 1);
             if f.kind == Kind::Counter {
                 assert!(f.name.ends_with("_total"), "{}", f.name);
             }
         }
+    }
+
+    #[test]
+    fn every_family_is_named_once_and_every_counter_ends_in_total() {
+        fn names<T>(families: &[Family<T>]) -> Vec<(&'static str, Kind, usize)> {
+            families
+                .iter()
+                .map(|f| (f.name, f.kind, f.series.len()))
+                .collect()
+        }
+        let mut all = names(ShardSnapshot::FAMILIES);
+        all.extend(names(StageCounters::FAMILIES));
+        all.extend(names(LimitCounters::FAMILIES));
+        all.extend(names(TcpCounters::FAMILIES));
+        let mut unique: Vec<_> = all.iter().map(|(n, _, _)| *n).collect();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len());
+        for (name, kind, _) in &all {
+            assert!(name.starts_with("cobalt_"), "{name}");
+            assert_eq!(name.ends_with("_total"), *kind == Kind::Counter, "{name}");
+        }
+        // Every field is one series.
+        let series = |f: &[(&str, Kind, usize)]| f.iter().map(|x| x.2).sum::<usize>();
+        assert_eq!(
+            series(&names(ShardSnapshot::FAMILIES)),
+            ShardSnapshot::FIELDS
+        );
+        assert_eq!(series(&names(TcpCounters::FAMILIES)), TcpCounters::FIELDS);
+        assert_eq!(
+            series(&names(LimitCounters::FAMILIES)),
+            LimitCounters::FIELDS
+        );
+    }
+
+    #[test]
+    fn server_wide_counters_render_with_their_labels() {
+        let limits = Arc::new(LimitCounters::default());
+        limits.observe_refused_peer.store(5, Relaxed);
+        limits.uploads_evicted.store(7, Relaxed);
+        let tcp = Arc::new(TcpCounters::default());
+        tcp.open.store(2, Relaxed);
+        tcp.observers.store(9, Relaxed);
+        let stages = Arc::new(StageCounters::default());
+        stages.overload.store(11, Relaxed);
+        let text = Metrics::new(1).render_prometheus();
+        assert!(!text.contains("transport=") && !text.contains("reason="));
+        let text = Metrics::new(1)
+            .with_limits(limits)
+            .with_transport("tcp", tcp)
+            .with_transport("ws", Arc::default())
+            .with_stages(stages)
+            .render_prometheus();
+        for line in [
+            "# TYPE cobalt_stage_overload_total counter\ncobalt_stage_overload_total 11\n",
+            "cobalt_observe_refused_total{reason=\"peer\"} 5\ncobalt_observe_refused_total{reason=\"server\"} 0\n",
+            "# TYPE cobalt_uploads_evicted_total counter\ncobalt_uploads_evicted_total 7\n",
+            "# TYPE cobalt_connections_open gauge\ncobalt_connections_open{transport=\"tcp\"} 2\ncobalt_connections_open{transport=\"ws\"} 0\n",
+            "cobalt_connection_observers{transport=\"tcp\"} 9\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        let s = sample()[0];
+        assert_eq!(ShardSnapshot::from_values(s.values()), s);
     }
 
     #[test]

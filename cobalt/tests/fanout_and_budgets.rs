@@ -6,7 +6,7 @@
 //! client (127.0.0.1), so that per-address budgets tell them apart. Every wait is for
 //! a condition with a deadline.
 
-use cobalt::server::{get, put, Observable, Request, ServerLimits};
+use cobalt::server::{get, put, Observable, Request, ServerLimits, UploadLimits};
 use cobalt::Scheme;
 use cobalt::{Client, Code, Response, Server, ServerHandle};
 use cobalt_proto::message::{codec, opt, Message, MessageType, Token};
@@ -302,9 +302,12 @@ async fn one_address_cannot_take_the_observe_relations_of_everyone() {
 async fn one_address_cannot_block_uploads_for_everyone() {
     let (obs, value) = (Observable::new(), Arc::new(Mutex::new(0)));
     let limits = ServerLimits {
-        max_uploads_per_peer: 4,
-        max_uploads_per_ip: 32,
-        upload_idle_timeout: Duration::from_secs(1),
+        uploads: UploadLimits {
+            max_uploads_per_peer: 4,
+            max_uploads_per_ip: 32,
+            upload_idle_timeout: Duration::from_secs(1),
+            ..UploadLimits::default()
+        },
         block_szx: 2,
         ..ServerLimits::default()
     };

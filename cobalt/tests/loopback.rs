@@ -263,7 +263,10 @@ mod observe_and_blocks {
                 }),
             )
             .limits(ServerLimits {
-                max_body: 10_000,
+                uploads: cobalt::server::UploadLimits {
+                    max_body: 10_000,
+                    ..Default::default()
+                },
                 ..Default::default()
             })
             .shards(1)

@@ -563,7 +563,10 @@ fn put_block(token: u8, num: u32, more: bool, szx: u32, len: usize, fill: u8) ->
 #[tokio::test]
 async fn hostile_block1_input_gets_4_xx_not_a_panic() {
     let server = upload_server(cobalt::server::ServerLimits {
-        max_body: 8192,
+        uploads: cobalt::server::UploadLimits {
+            max_body: 8192,
+            ..Default::default()
+        },
         ..Default::default()
     })
     .await;
@@ -733,7 +736,10 @@ async fn observation_registers_again_once_after_a_lost_connection() {
 #[tokio::test]
 async fn uploads_of_all_connections_share_one_memory_budget() {
     let server = upload_server(cobalt::server::ServerLimits {
-        max_upload_memory: 6000,
+        uploads: cobalt::server::UploadLimits {
+            max_upload_memory: 6000,
+            ..Default::default()
+        },
         ..Default::default()
     })
     .await;

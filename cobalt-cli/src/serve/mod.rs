@@ -341,7 +341,7 @@ mod tests {
         assert_eq!(c.server.socket_addr(), "[::]:5683".parse().unwrap());
         assert_eq!(c.runtime.shards, 0);
         assert_eq!(c.server.metrics_addr, None);
-        assert_eq!(c.endpoint_config(), cobalt::EndpointConfig::default());
+        assert_eq!(c.endpoint, cobalt::EndpointConfig::default());
     }
 
     #[test]

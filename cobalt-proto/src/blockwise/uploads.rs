@@ -13,14 +13,21 @@
 use super::{check_block, BlockError, BERT_SZX};
 use crate::budget::{fair_share_exceeded, Refusal};
 use crate::message::{opt, BlockValue, Code, Message, MessageType};
+use crate::settings::{within, Param, Settings};
 use crate::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The bounds of an [`Uploads`] table.
+/// The bounds of an [`Uploads`] table; the allowed values are those of
+/// [`UploadLimits::params`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields, default)
+)]
 pub struct UploadLimits {
     /// Largest body reassembled; larger uploads get 4.13 with Size1.
     pub max_body: usize,
@@ -37,6 +44,7 @@ pub struct UploadLimits {
     /// Bytes the uploads and kept answers of one IP address may hold; beyond it 4.29.
     pub max_upload_memory_per_ip: usize,
     /// An upload without a block for this long is dropped.
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::duration"))]
     pub upload_idle_timeout: Duration,
     /// Max-Age (seconds) of the 4.29 and 5.03 answers.
     pub refusal_max_age: u32,
@@ -56,6 +64,23 @@ impl Default for UploadLimits {
             upload_idle_timeout: Duration::from_secs(60),
             refusal_max_age: 10,
         }
+    }
+}
+
+impl Settings for UploadLimits {
+    /// Every parameter with what it does and the values allowed, in file order.
+    fn params(&self) -> Vec<Param> {
+        let secs = Duration::from_secs;
+        vec![
+            Param::new("max_body", "Largest request body reassembled from Block1 blocks, in bytes; larger uploads get 4.13.", "1 to 1073741824", (1..=1 << 30).contains(&self.max_body)),
+            Param::new("max_uploads", "Block1 uploads in progress per shard (UDP) or listener (TCP, TLS, WebSockets); near it, addresses holding at least what is still free get 5.03 with Max-Age, and at it the heaviest address's oldest upload makes room for an address holding less.", "0 or more", true),
+            Param::new("max_uploads_per_ip", "Uploads in progress one client IP address may hold per shard or listener; beyond it 4.29 with Max-Age.", "1 to 1000000", (1..=1_000_000).contains(&self.max_uploads_per_ip)),
+            Param::new("max_uploads_per_peer", "Uploads in progress one client address and port may hold per shard or listener; beyond it 4.29 with Max-Age.", "1 to max_uploads_per_ip", (1..=self.max_uploads_per_ip).contains(&self.max_uploads_per_peer)),
+            Param::new("max_upload_memory", "Bytes the uploads in progress (and answers kept for their Block2 follow-ups) of one shard or listener may hold together; near it, addresses holding at least what is still free get 5.03 with Max-Age.", "1024 to 68719476736", (1024..=64 << 30).contains(&self.max_upload_memory)),
+            Param::new("max_upload_memory_per_ip", "Bytes the uploads in progress of one client IP address may hold per shard or listener; beyond it 4.29 with Max-Age.", "max_body to max_upload_memory", (self.max_body..=self.max_upload_memory).contains(&self.max_upload_memory_per_ip)),
+            Param::new("upload_idle_timeout", "An upload that receives no block for this long is dropped, on a timer of its own (looked for every quarter of it); its next block gets 4.08.", "1s to 1h", within(self.upload_idle_timeout, secs(1), secs(3600))),
+            Param::new("refusal_max_age", "Max-Age (seconds) of the 4.29 and 5.03 answers given when a bound of this section is reached.", "0 to 86400", self.refusal_max_age <= 86_400),
+        ]
     }
 }
 

@@ -131,6 +131,23 @@ impl FromStr for Algorithm {
     }
 }
 
+/// An algorithm is written by its [name](Algorithm::name).
+#[cfg(feature = "serde")]
+impl serde::Serialize for Algorithm {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// An algorithm is read from its [name](Algorithm::name).
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Algorithm {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Algorithm, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// The endpoint's transmission parameters an algorithm may use (RFC 7252 §4.8).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Params {

@@ -1,13 +1,22 @@
 //! Protocol parameters of the endpoint (RFC 7252 §4.8), all configurable.
 
 use crate::congestion::{Algorithm, Params, PeerTable};
+use crate::settings::{within, Param, Settings};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Transmission and state parameters. `Default` gives the RFC 7252 values.
+/// Transmission and state parameters. `Default` gives the RFC 7252 values; the
+/// allowed values are those of [`EndpointConfig::params`]. With the feature `serde` it
+/// is the `[endpoint]` section of a configuration file (durations as `"2s"`).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields, default)
+)]
 pub struct EndpointConfig {
     /// Initial retransmission timeout base (ACK_TIMEOUT, default 2 s).
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::duration"))]
     pub ack_timeout: Duration,
     /// Randomisation of the initial timeout (ACK_RANDOM_FACTOR, default 1.5, must be ≥ 1).
     pub ack_random_factor: f64,
@@ -16,15 +25,19 @@ pub struct EndpointConfig {
     /// Outstanding interactions per peer (NSTART, default 1); further requests queue.
     pub nstart: usize,
     /// Maximum one-way latency assumed by the lifetimes (MAX_LATENCY, default 100 s).
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::duration"))]
     pub max_latency: Duration,
     /// Time a receiver needs to answer a CON (PROCESSING_DELAY, default = ACK_TIMEOUT).
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::duration"))]
     pub processing_delay: Duration,
     /// How long a request handler may take before the server sends an empty ACK and
     /// answers later with a separate response (default 1 s, below ACK_TIMEOUT so the
     /// client does not retransmit).
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::duration"))]
     pub separate_ack_delay: Duration,
     /// How long a client waits for the response to a NON request, or for a separate
     /// response after an empty ACK (default: NON_LIFETIME resp. EXCHANGE_LIFETIME when `None`).
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::auto_duration"))]
     pub response_timeout: Option<Duration>,
     /// Messages remembered for deduplication per peer (IP address and port): its last
     /// this many, each for EXCHANGE_LIFETIME (default 8). A peer retransmits only its
@@ -65,6 +78,7 @@ pub struct EndpointConfig {
     pub amplification_factor: usize,
     /// How long a verified address stays verified after its last proof (an RST to a
     /// ping, an ACK of a confirmable message, a valid Echo option; default 10 min).
+    #[cfg_attr(feature = "serde", serde(with = "crate::settings::duration"))]
     pub verified_lifetime: Duration,
     /// Verified addresses remembered (default 100,000); beyond it the ones verified
     /// longest ago are forgotten and verify again when they need to.
@@ -110,27 +124,6 @@ impl Default for EndpointConfig {
     }
 }
 
-/// Why a configuration was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The offending field.
-    pub key: &'static str,
-    /// What values are allowed.
-    pub allowed: &'static str,
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "invalid value for `{}`: allowed {}",
-            self.key, self.allowed
-        )
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
 impl EndpointConfig {
     /// MAX_TRANSMIT_SPAN: ACK_TIMEOUT × (2^MAX_RETRANSMIT − 1) × ACK_RANDOM_FACTOR.
     pub fn max_transmit_span(&self) -> Duration {
@@ -168,108 +161,38 @@ impl EndpointConfig {
             self.exchange_lifetime(),
         )
     }
+}
 
-    /// Checks every value; the error names the key and the allowed range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let check = |ok: bool, key, allowed| {
-            if ok {
-                Ok(())
-            } else {
-                Err(ConfigError { key, allowed })
-            }
-        };
-        check(
-            !self.ack_timeout.is_zero() && self.ack_timeout <= Duration::from_secs(600),
-            "ack_timeout",
-            "1 ms to 600 s",
-        )?;
-        check(
-            (1.0..=10.0).contains(&self.ack_random_factor),
-            "ack_random_factor",
-            "1.0 to 10.0",
-        )?;
-        check(self.max_retransmit <= 20, "max_retransmit", "0 to 20")?;
-        check(
-            self.max_latency <= Duration::from_secs(3600),
-            "max_latency",
-            "0 s to 3600 s",
-        )?;
-        check(
-            self.processing_delay <= Duration::from_secs(600),
-            "processing_delay",
-            "0 s to 600 s",
-        )?;
-        check(
-            self.separate_ack_delay <= Duration::from_secs(600),
-            "separate_ack_delay",
-            "0 s to 600 s",
-        )?;
-        check(
-            self.response_timeout.is_none_or(|t| {
-                t >= Duration::from_millis(1) && t <= Duration::from_secs(24 * 3600)
-            }),
-            "response_timeout",
-            "1 ms to 24 h (or unset: derived from the lifetimes)",
-        )?;
-        check((1..=1024).contains(&self.nstart), "nstart", "1 to 1024")?;
-        check((1..=8).contains(&self.token_len), "token_len", "1 to 8")?;
-        check(
-            (1..=1024).contains(&self.dedup_per_peer),
-            "dedup_per_peer",
-            "1 to 1024",
-        )?;
-        check(
-            self.max_dedup_bytes >= 64 << 10,
-            "max_dedup_bytes",
-            "at least 65536",
-        )?;
-        check(
-            self.max_exchanges_per_peer >= 1,
-            "max_exchanges_per_peer",
-            "at least 1",
-        )?;
-        check(
-            self.max_exchanges_per_ip >= 1,
-            "max_exchanges_per_ip",
-            "at least 1",
-        )?;
-        check(
-            self.amplification_factor <= 1000,
-            "amplification_factor",
-            "0 to 1000",
-        )?;
-        check(
-            self.verified_lifetime >= Duration::from_secs(1)
-                && self.verified_lifetime <= Duration::from_secs(24 * 3600),
-            "verified_lifetime",
-            "1 s to 24 h",
-        )?;
-        check(
-            self.max_verified_peers >= 1,
-            "max_verified_peers",
-            "at least 1",
-        )?;
-        check(
-            self.max_address_probes >= 1,
-            "max_address_probes",
-            "at least 1",
-        )?;
-        check(
-            self.max_server_exchanges >= 1,
-            "max_server_exchanges",
-            "at least 1",
-        )?;
-        check(
-            self.max_client_exchanges >= 1,
-            "max_client_exchanges",
-            "at least 1",
-        )?;
-        check(
-            self.max_congestion_peers >= 1,
-            "max_congestion_peers",
-            "at least 1",
-        )?;
-        Ok(())
+impl Settings for EndpointConfig {
+    /// Every parameter with what it does and the values allowed, in file order.
+    fn params(&self) -> Vec<Param> {
+        let secs = Duration::from_secs;
+        let at_least_1 = "at least 1";
+        vec![
+            Param::new("ack_timeout", "Initial retransmission timeout of a confirmable message (ACK_TIMEOUT).", "1ms to 600s", within(self.ack_timeout, Duration::from_millis(1), secs(600))),
+            Param::new("ack_random_factor", "Randomisation of the initial timeout (ACK_RANDOM_FACTOR).", "1.0 to 10.0", (1.0..=10.0).contains(&self.ack_random_factor)),
+            Param::new("max_retransmit", "Retransmissions of a confirmable message before giving up (MAX_RETRANSMIT).", "0 to 20", self.max_retransmit <= 20),
+            Param::new("nstart", "Outstanding interactions per peer (NSTART); further requests queue.", "1 to 1024", (1..=1024).contains(&self.nstart)),
+            Param::new("max_latency", "Maximum one-way latency assumed by the lifetimes (MAX_LATENCY).", "0s to 3600s", self.max_latency <= secs(3600)),
+            Param::new("processing_delay", "Time a receiver needs to answer a CON (PROCESSING_DELAY).", "0s to 600s", self.processing_delay <= secs(600)),
+            Param::new("separate_ack_delay", "A handler slower than this gets an empty ACK; its answer follows as a separate response.", "0s to 600s", self.separate_ack_delay <= secs(600)),
+            Param::new("response_timeout", "Client wait for a NON response or a separate response; \"auto\": NON_LIFETIME resp. EXCHANGE_LIFETIME.", "\"auto\" or 1ms to 24h", self.response_timeout.is_none_or(|t| within(t, Duration::from_millis(1), secs(24 * 3600)))),
+            Param::new("dedup_per_peer", "Messages remembered per peer (IP address and port) for deduplication: its last this many, each for EXCHANGE_LIFETIME. A duplicate older than that is processed again.", "1 to 1024", (1..=1024).contains(&self.dedup_per_peer)),
+            Param::new("max_dedup_bytes", "Bytes the deduplication store of one shard may hold (answers plus 160 bytes per message); near it the busiest peers keep only their last two messages, at it the oldest go. Nobody is refused for it.", "at least 65536", self.max_dedup_bytes >= 64 << 10),
+            Param::new("max_server_exchanges", "Requests being handled at once per shard; at the bound an IP address that already has requests in progress gets 5.03 with Max-Age, one with none still gets in (up to an eighth more).", at_least_1, self.max_server_exchanges >= 1),
+            Param::new("max_exchanges_per_peer", "Requests in progress per peer (IP address and port); beyond it 4.29 Too Many Requests with Max-Age.", at_least_1, self.max_exchanges_per_peer >= 1),
+            Param::new("max_exchanges_per_ip", "Requests in progress per IP address, over all its ports; beyond it 4.29 with Max-Age.", at_least_1, self.max_exchanges_per_ip >= 1),
+            Param::new("max_client_exchanges", "Bound on client requests outstanding or queued.", at_least_1, self.max_client_exchanges >= 1),
+            Param::new("token_len", "Length of generated tokens in bytes.", "1 to 8", (1..=8).contains(&self.token_len)),
+            Param::new("dedup_rerun_safe", "Keep no answers of safe requests (GET, FETCH): a duplicate arriving after the answer runs the handler again (RFC 7252 §4.5); false keeps them like other methods' answers.", "true or false", true),
+            Param::new("overload_max_age", "Max-Age (seconds) on 5.03 and 4.29 answers given when a bound is reached.", "0 to 4294967295", true),
+            Param::new("amplification_factor", "Until a peer's address is verified it gets at most this many times the bytes of its request, and no notifications (RFC 9175 §2.4); more waits for one verification round trip (a CoAP ping the peer answers with RST). 0: off. DTLS peers are verified by the handshake.", "0 to 1000", self.amplification_factor <= 1000),
+            Param::new("verified_lifetime", "How long a verified address stays verified after its last proof (RST to a ping, ACK, valid Echo).", "1s to 24h", within(self.verified_lifetime, secs(1), secs(24 * 3600))),
+            Param::new("max_verified_peers", "Verified addresses remembered per shard; beyond it those verified longest ago verify again.", at_least_1, self.max_verified_peers >= 1),
+            Param::new("max_address_probes", "Address verifications in progress per shard; beyond it an answer that needs one becomes 4.01 with Echo.", at_least_1, self.max_address_probes >= 1),
+            Param::new("congestion_control", "Retransmission timeouts of confirmable messages: \"default\" (RFC 7252: 2-3 s, doubled per retransmission), \"cocoa\" (draft-ietf-core-cocoa-03 RTT estimation), \"cocoa-strong\" (CoCoA without ambiguous samples), \"fasor\" (draft-ietf-core-fasor-02), \"fasor-k\" (FASOR keeping the backed-off timer until an unambiguous sample, as TCP does; the default) or \"karn\" (RFC 6298 with Karn's retention). See bench/congestion/ for the study behind the choice.", "default, cocoa, cocoa-strong, fasor, fasor-k, karn", true),
+            Param::new("max_congestion_peers", "Bound on peers with congestion state (RTO estimates, NON pacing), kept at least 255 s after last use; beyond it new peers run on fresh state that is not kept.", at_least_1, self.max_congestion_peers >= 1),
+        ]
     }
 }
 

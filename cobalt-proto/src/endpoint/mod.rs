@@ -46,7 +46,8 @@ mod server;
 mod timers;
 mod validation;
 
-pub use config::{ConfigError, EndpointConfig};
+pub use crate::settings::ConfigError;
+pub use config::EndpointConfig;
 pub use ids::{ExchangeId, RequestId};
 
 use crate::congestion::{Attempt, PeerTable};

@@ -10,19 +10,53 @@
 //! found out.
 
 use crate::message::{Message, Token};
+use crate::settings::{within, Param, Settings};
 use crate::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// When notifications are sent confirmable.
+/// When notifications are sent confirmable; the allowed values are those of
+/// [`ConPolicy::params`]. With the feature `serde` its keys are `observe_con_every`
+/// and `observe_con_interval`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields, default)
+)]
 pub struct ConPolicy {
     /// Every this many notifications one is confirmable.
+    #[cfg_attr(feature = "serde", serde(rename = "observe_con_every"))]
     pub every: u32,
     /// A notification is confirmable when the last confirmable one is this old.
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "observe_con_interval", with = "crate::settings::duration")
+    )]
     pub interval: Duration,
+}
+
+impl Settings for ConPolicy {
+    /// Both parameters with what they do and the values allowed.
+    fn params(&self) -> Vec<Param> {
+        let secs = Duration::from_secs;
+        vec![
+            Param::new(
+                "observe_con_every",
+                "Every this many notifications one is confirmable (RFC 7641 §4.5).",
+                "1 to 1000000",
+                (1..=1_000_000).contains(&self.every),
+            ),
+            Param::new(
+                "observe_con_interval",
+                "A confirmable notification at least this often.",
+                "1s to 30d",
+                within(self.interval, secs(1), secs(30 * 86_400)),
+            ),
+        ]
+    }
 }
 
 impl Default for ConPolicy {

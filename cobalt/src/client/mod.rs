@@ -33,6 +33,7 @@ use blockwise::{fetch_rest_via, upload_via};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
+use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::{Framing, TcpConfig};
 use cobalt_proto::uri::{CoapUri, Scheme};
 use std::collections::HashMap;

@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Duration;
 
 fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
     vars.iter()
@@ -10,9 +11,10 @@ fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
 fn defaults_are_the_library_defaults() {
     let c = Config::default();
     c.validate().unwrap();
-    assert_eq!(c.endpoint_config(), EndpointConfig::default());
-    assert_eq!(c.server_limits(), ServerLimits::default());
-    assert_eq!(c.connection_limits(), TcpServerLimits::default());
+    assert_eq!(c.endpoint, EndpointConfig::default());
+    assert_eq!(c.limits, ServerLimits::default());
+    assert_eq!(c.connections, TcpServerLimits::default());
+    assert_eq!(c.dtls, DtlsConfig::default());
     assert_eq!(c.server.socket_addr(), "[::]:5683".parse().unwrap());
     assert_eq!(c.server.metrics_addr, None);
     assert_eq!(c.runtime.shards, 0);
@@ -37,26 +39,88 @@ fn default_toml_parses_back_to_the_defaults() {
 
 #[test]
 fn every_key_is_documented_and_every_documented_key_exists() {
-    let table = Config::default().to_table();
-    let mut from_structs: Vec<String> = table
+    let c = Config::default();
+    let table = c.to_table();
+    let sections = c.sections();
+    assert_eq!(
+        table.keys().collect::<Vec<_>>(),
+        {
+            let mut names: Vec<_> = sections.iter().map(|(s, _, _)| s.to_string()).collect();
+            names.sort();
+            names
+        }
         .iter()
-        .flat_map(|(section, keys)| {
-            keys.as_table()
-                .unwrap()
-                .keys()
-                .map(move |k| format!("{section}.{k}"))
-        })
-        .collect();
-    let mut documented: Vec<String> = KEYS
-        .iter()
-        .map(|d| format!("{}.{}", d.section, d.key))
-        .collect();
-    from_structs.sort();
-    documented.sort();
-    assert_eq!(from_structs, documented);
-    for d in KEYS {
-        assert!(SECTIONS.iter().any(|(s, _)| *s == d.section));
+        .collect::<Vec<_>>()
+    );
+    for (section, _, params) in sections {
+        let mut serialized: Vec<&String> = table[section].as_table().unwrap().keys().collect();
+        let mut documented: Vec<&str> = params.iter().map(|p| p.key).collect();
+        serialized.sort();
+        documented.sort();
+        assert_eq!(serialized, documented, "[{section}]");
+        for p in params {
+            assert!(p.ok, "{section}.{} default is allowed", p.key);
+        }
     }
+}
+
+#[test]
+fn every_key_can_be_set_from_the_environment_and_the_command_line() {
+    // The key list and each key's type come from the sections' serde, so every key
+    // takes its own default written as text.
+    let table = Config::default().to_table();
+    let mut vars = Vec::new();
+    for (section, keys) in &table {
+        for (key, value) in keys.as_table().unwrap() {
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Config::loader()
+                .set(&format!("{section}.{key}"), &text, "--set")
+                .unwrap();
+            vars.push((
+                format!("COBALT_{}_{}", section, key).to_ascii_uppercase(),
+                text,
+            ));
+        }
+    }
+    assert_eq!(vars.len(), 65);
+    let c = Config::loader().env(vars).unwrap().build().unwrap();
+    assert_eq!(c, Config::default());
+}
+
+#[test]
+fn the_settings_types_own_the_ranges() {
+    // A value refused by a settings type's own `validate` is refused by the file with
+    // the same allowed range, named by section.
+    let endpoint = EndpointConfig {
+        ack_timeout: Duration::ZERO,
+        ..EndpointConfig::default()
+    };
+    let e = endpoint.validate().unwrap_err();
+    assert_eq!((e.key, e.allowed), ("ack_timeout", "1ms to 600s"));
+    let c = Config {
+        endpoint,
+        ..Config::default()
+    };
+    assert_eq!(
+        c.validate().unwrap_err().to_string(),
+        "invalid value for `endpoint.ack_timeout`: \"0s\"; allowed 1ms to 600s"
+    );
+    let mut connections = TcpServerLimits::default();
+    connections.connection.keepalive = Some(Duration::from_secs(2 * 86_400));
+    assert_eq!(connections.validate().unwrap_err().key, "keepalive");
+    let dtls = DtlsConfig {
+        max_sessions: 0,
+        ..DtlsConfig::default()
+    };
+    assert_eq!(dtls.validate().unwrap_err().key, "max_sessions");
+    let limits = ServerLimits {
+        block_szx: 7,
+        ..ServerLimits::default()
+    };
+    assert_eq!(limits.validate().unwrap_err().key, "block_szx");
 }
 
 #[test]
@@ -278,35 +342,16 @@ fn values_of_the_wrong_type_name_the_key() {
 }
 
 #[test]
-fn durations_parse_and_format() {
-    let ok = [
-        ("2s", Duration::from_secs(2)),
-        ("1500ms", Duration::from_millis(1500)),
-        ("1m30s", Duration::from_secs(90)),
-        ("0.5s", Duration::from_millis(500)),
-        ("2", Duration::from_secs(2)),
-        ("0.25", Duration::from_millis(250)),
-        ("24h", Duration::from_secs(86_400)),
-        ("1d", Duration::from_secs(86_400)),
-        ("10us", Duration::from_micros(10)),
-        ("7ns", Duration::from_nanos(7)),
-    ];
-    for (text, d) in ok {
-        assert_eq!(parse_duration(text), Ok(d), "{text}");
-        assert_eq!(parse_duration(&format_duration(d)), Ok(d));
-    }
-    for bad in ["", "s", "2x", "-1s", "1.2.3s", "-5"] {
-        assert!(parse_duration(bad).is_err(), "{bad}");
-    }
-    assert_eq!(format_duration(Duration::from_secs(86_400)), "24h");
-    assert_eq!(format_duration(Duration::from_secs(7200)), "2h");
-    assert_eq!(format_duration(Duration::from_secs(100)), "100s");
-    assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
-    assert_eq!(format_duration(Duration::ZERO), "0s");
-    // In a file, a bare number is seconds.
-    let c = Config::from_toml("[endpoint]\nack_timeout = 3\nseparate_ack_delay = 0.5").unwrap();
+fn durations_in_a_file_take_units_or_seconds() {
+    let c = Config::from_toml(
+        "[endpoint]\nack_timeout = 3\nseparate_ack_delay = 0.5\nmax_latency = \"1m30s\"",
+    )
+    .unwrap();
     assert_eq!(c.endpoint.ack_timeout, Duration::from_secs(3));
     assert_eq!(c.endpoint.separate_ack_delay, Duration::from_millis(500));
+    assert_eq!(c.endpoint.max_latency, Duration::from_secs(90));
+    assert_eq!(format_duration(c.endpoint.max_latency), "90s");
+    assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
 }
 
 #[test]
@@ -321,12 +366,21 @@ fn connection_settings_reach_the_listeners() {
         .unwrap()
         .build()
         .unwrap();
-    let l = c.connection_limits();
+    let l = &c.connections;
     assert_eq!(l.max_connections, 10);
     assert_eq!(l.connection.idle_timeout, None, "0 means never");
     assert_eq!(l.connection.keepalive, Some(Duration::from_secs(5)));
     assert!(!l.connection.block_wise_transfer);
     assert_eq!(l.handshake_timeout, Duration::from_secs(2));
+    let e = Config::from_toml("[connections]\nbert = true\nkeepalve = \"5s\"\n").unwrap_err();
+    assert!(
+        matches!(e, ConfigError::Parse { .. }) && e.to_string().contains("keepalve"),
+        "{e}"
+    );
+    let e = Config::loader()
+        .set("connections.block_wise_transfer", "true", "--set")
+        .unwrap_err();
+    assert!(matches!(e, ConfigError::UnknownKey { .. }), "{e}");
     for bad in [
         "connections.max_connections=0",
         "connections.max_message_size=100",
@@ -347,7 +401,7 @@ fn connection_settings_reach_the_listeners() {
 fn congestion_control_is_set_by_name_from_every_source() {
     use cobalt_proto::congestion::Algorithm;
     let c = Config::from_toml("[endpoint]\ncongestion_control = \"cocoa\"\n").unwrap();
-    assert_eq!(c.endpoint_config().congestion_control, Algorithm::Cocoa);
+    assert_eq!(c.endpoint.congestion_control, Algorithm::Cocoa);
     let c = Config::loader()
         .env(env(&[(
             "COBALT_ENDPOINT_CONGESTION_CONTROL",
@@ -395,26 +449,24 @@ fn observe_and_upload_budgets_reach_the_server_limits() {
         .unwrap()
         .build()
         .unwrap();
-    let l = c.server_limits();
+    let l = &c.limits;
     assert_eq!(l.max_observers_per_ip, 7);
     assert_eq!(l.observe_min_interval, Duration::from_millis(250));
     assert_eq!(l.observe_batch, 64);
-    assert_eq!((l.max_uploads_per_ip, l.max_uploads_per_peer), (9, 3));
-    assert_eq!(l.max_upload_memory_per_ip, 2 << 20);
-    assert_eq!(l.upload_idle_timeout, Duration::from_secs(90));
-    assert_eq!(l.refusal_max_age, 30);
+    let u = &l.uploads;
+    assert_eq!((u.max_uploads_per_ip, u.max_uploads_per_peer), (9, 3));
+    assert_eq!(u.max_upload_memory_per_ip, 2 << 20);
+    assert_eq!(u.upload_idle_timeout, Duration::from_secs(90));
+    assert_eq!(u.refusal_max_age, 30);
     for (bad, allowed) in [
         ("limits.max_observers_per_ip=0", "1 to 100000000"),
         ("limits.observe_batch=0", "1 to 65536"),
         ("limits.observe_min_interval=2h", "0s to 1h"),
         ("limits.max_uploads_per_ip=0", "1 to 1000000"),
-        (
-            "limits.max_uploads_per_peer=100",
-            "1 to limits.max_uploads_per_ip",
-        ),
+        ("limits.max_uploads_per_peer=100", "1 to max_uploads_per_ip"),
         (
             "limits.max_upload_memory_per_ip=1000",
-            "limits.max_body to limits.max_upload_memory",
+            "max_body to max_upload_memory",
         ),
         ("limits.upload_idle_timeout=0", "1s to 1h"),
         ("limits.refusal_max_age=100000", "0 to 86400"),

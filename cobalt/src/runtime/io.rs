@@ -3,11 +3,12 @@
 //! threads hand datagrams to protocol workers, sender threads send their answers —
 //! over one shared socket, for systems without `SO_REUSEPORT`.
 
+pub use crate::metrics::StageCounters;
 use crate::transport::mmsg;
 use cobalt_proto::endpoint::Transmit;
 use std::net::{SocketAddr, UdpSocket as StdSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::UdpSocket;
@@ -99,13 +100,6 @@ impl Default for Stages {
             queue: 4096,
         }
     }
-}
-
-/// Counters of the stages.
-#[derive(Debug, Default)]
-pub struct StageCounters {
-    /// Datagrams refused because a worker's queue was full.
-    pub overload: AtomicU64,
 }
 
 /// The running receiver and sender threads.

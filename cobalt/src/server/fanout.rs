@@ -708,7 +708,7 @@ impl FanOut {
         if success {
             response.options.set(opt::OBSERVE, encode_uint(stamp.seq));
         }
-        let con = rel.next_is_confirmable(&l.con_policy(), now, con, success);
+        let con = rel.next_is_confirmable(&l.con, now, con, success);
         // Only an error (which ends the relation) replaces an unacknowledged CON.
         let replaces = rel
             .last

@@ -6,6 +6,7 @@ use crate::metrics::LimitCounters;
 use cobalt_proto::congestion::Algorithm;
 use cobalt_proto::endpoint::{EndpointConfig, Event};
 use cobalt_proto::message::{codec, Token};
+use cobalt_proto::observe::relations::ConPolicy;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -185,7 +186,10 @@ impl Setup {
 
 fn non_con() -> ServerLimits {
     ServerLimits {
-        observe_con_every: 1_000_000,
+        con: ConPolicy {
+            every: 1_000_000,
+            ..ConPolicy::default()
+        },
         ..ServerLimits::default()
     }
 }
@@ -283,7 +287,10 @@ fn a_handler_on_an_executor_runs_once_and_its_answer_reaches_every_waiting_obser
 #[test]
 fn an_unacknowledged_con_holds_the_next_notification_which_then_has_the_latest_state() {
     let limits = ServerLimits {
-        observe_con_every: 1, // every notification confirmable
+        con: ConPolicy {
+            every: 1, // every notification confirmable
+            ..ConPolicy::default()
+        },
         ..ServerLimits::default()
     };
     let mut s = setup(limits, 2, |_| None);
@@ -359,7 +366,10 @@ fn pacing_holds_notifications_to_the_interval_and_sends_the_latest_when_it_passe
 #[test]
 fn an_observer_that_never_acknowledges_is_dropped_and_its_budget_given_back() {
     let limits = ServerLimits {
-        observe_con_every: 1,
+        con: ConPolicy {
+            every: 1,
+            ..ConPolicy::default()
+        },
         ..ServerLimits::default()
     };
     let mut s = setup(limits, 3, |_| None);

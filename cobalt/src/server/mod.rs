@@ -31,6 +31,8 @@ mod stream_observe;
 pub(crate) mod tree;
 mod validate;
 
+pub use cobalt_proto::blockwise::uploads::UploadLimits;
+pub use cobalt_proto::observe::relations::ConPolicy;
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, BoxedChunkHandler, Handler, MethodRouter,
@@ -58,6 +60,7 @@ use crate::transport::tls::{Alpn, TlsAcceptor};
 use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
+use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::Scheme;
 use shard::ServerShard;
@@ -190,17 +193,17 @@ impl Server {
     /// listeners (`[connections]`). The address to serve is `config.server`:
     /// `server.with_config(&config).bind(config.server.socket_addr())`.
     pub fn with_config(mut self, config: &Config) -> Server {
-        self.config = config.endpoint_config();
-        self.limits = config.server_limits();
+        self.config = config.endpoint.clone();
+        self.limits = config.limits.clone();
         self.shards = (config.runtime.shards > 0).then_some(config.runtime.shards);
         self.recv_batch = Some(config.runtime.recv_batch.max(1));
         self.buffers = SocketBuffers {
             recv: config.runtime.socket_recv_buffer,
             send: config.runtime.socket_send_buffer,
         };
-        self.tcp_limits = config.connection_limits();
-        self.ws_limits = config.connection_limits();
-        self.dtls_config = config.dtls_config();
+        self.tcp_limits = config.connections.clone();
+        self.ws_limits = config.connections.clone();
+        self.dtls_config = config.dtls.clone();
         self
     }
 

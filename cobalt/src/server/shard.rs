@@ -74,7 +74,7 @@ impl ServerShard {
     ) -> ServerShard {
         let budgets = tree.budgets();
         ServerShard {
-            uploads: Uploads::new(limits.uploads(), budgets.counters.clone()),
+            uploads: Uploads::new(limits.uploads.clone(), budgets.counters.clone()),
             observers: FanOut::new(
                 tree.observables(),
                 budgets.observers.clone(),
@@ -171,7 +171,7 @@ impl ServerShard {
                         .set(opt::OBSERVE, encode_uint(observable.current_seq())),
                     Err(refusal) => {
                         response = Response::from_message(
-                            refusal.answer("observers", self.limits.refusal_max_age),
+                            refusal.answer("observers", self.limits.uploads.refusal_max_age),
                         )
                     }
                 }
@@ -310,7 +310,7 @@ impl Service for ServerShard {
             // Refused at once when the budget has no room: no handler run.
             if let Err(refusal) = self.observers.check(&(peer, token)) {
                 let resp = Response::from_message(
-                    refusal.answer("observers", self.limits.refusal_max_age),
+                    refusal.answer("observers", self.limits.uploads.refusal_max_age),
                 );
                 return self.finish_reply(ep, now, id, resp, ctx);
             }

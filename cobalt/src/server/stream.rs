@@ -41,7 +41,7 @@ pub(crate) struct StreamShared {
     /// Observers, uploads, block size.
     pub limits: ServerLimits,
     /// Uploads in progress and kept answers of all connections: one set of budgets
-    /// (`limits.max_uploads`, `max_upload_memory`, per address) for the listener,
+    /// (`limits.uploads.max_uploads`, `max_upload_memory`, per address) for the listener,
     /// however many connections it has. Idle ones expire on a timer task.
     pub uploads: Arc<Mutex<Uploads>>,
     /// Largest BERT block sent, in bytes.
@@ -59,7 +59,7 @@ impl StreamShared {
         max_bert_block: usize,
     ) -> StreamShared {
         let uploads =
-            Uploads::new(limits.uploads(), tree.budgets().counters.clone()).with_bert(bert);
+            Uploads::new(limits.uploads.clone(), tree.budgets().counters.clone()).with_bert(bert);
         let uploads = Arc::new(Mutex::new(uploads));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(expire_uploads(Arc::downgrade(&uploads)));
@@ -350,7 +350,7 @@ impl StreamServer {
                     }
                     Err(refusal) => {
                         response = Response::from_message(
-                            refusal.answer("observers", limits.refusal_max_age),
+                            refusal.answer("observers", limits.uploads.refusal_max_age),
                         )
                     }
                 }

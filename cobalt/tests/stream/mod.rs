@@ -267,7 +267,7 @@ pub async fn an_address_is_held_to_its_observer_budget(t: Transport) {
 }
 
 fn limits_max_age() -> u32 {
-    ServerLimits::default().refusal_max_age
+    ServerLimits::default().uploads.refusal_max_age
 }
 
 /// A notification larger than the client's Max-Message-Size comes as a first block
@@ -462,7 +462,10 @@ pub async fn too_large_uploads_get_4_13(t: Transport) {
             Server::new()
                 .route("/store", store(Arc::default()))
                 .limits(ServerLimits {
-                    max_body: 10_000,
+                    uploads: cobalt::server::UploadLimits {
+                        max_body: 10_000,
+                        ..Default::default()
+                    },
                     ..ServerLimits::default()
                 }),
             TcpServerLimits {

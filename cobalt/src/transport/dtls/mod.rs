@@ -28,6 +28,7 @@
 //! The credentials it uses are in [`credentials`](super::credentials), shared with TLS.
 
 use cobalt_proto::endpoint::Transmit;
+use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -70,7 +71,11 @@ ECDHE-ECDSA-AES128-CCM8:ECDHE-ECDSA-AES128-GCM-SHA256:@SECLEVEL=0";
 /// been retransmitted [`DtlsConfig::rehandshake_after_resends`] times without a word
 /// back: the server may have lost the session (restart, eviction), and DTLS 1.2 has
 /// no way to say so.
-#[derive(Debug, Clone)]
+///
+/// The allowed values are those of [`DtlsConfig::params`]; the server-side session
+/// table limits are the `[dtls]` section of a configuration file.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct DtlsConfig {
     /// Established sessions kept at most (per table: per shard on a server). Default
     /// 10 000.
@@ -84,24 +89,31 @@ pub struct DtlsConfig {
     /// Server: an established session silent for this long may be replaced by a new
     /// one when the table is full (default 30 min, like Californium's stale
     /// connection threshold).
+    #[serde(with = "cobalt_proto::settings::duration")]
     pub stale_after: Duration,
     /// Client: when the same datagram (a CoAP retransmission) is sent this many times
     /// again with nothing heard from the server since its first sending, the server
     /// is presumed to have lost the session, and a new handshake carries it (default
     /// 2: a confirmable request's second retransmission, 6 to 9 s after the request
     /// with the RFC 7252 defaults; the first may be an ordinary loss).
+    #[serde(skip)]
     pub rehandshake_after_resends: u32,
     /// A handshake not finished within this is dropped (default 20 s).
+    #[serde(with = "cobalt_proto::settings::duration")]
     pub handshake_timeout: Duration,
     /// The largest datagram OpenSSL builds for handshake flights (default 1400).
+    #[serde(skip)]
     pub mtu: u32,
     /// CoAP datagrams a client queues per peer while its handshake runs (default 16;
     /// the oldest is dropped beyond).
+    #[serde(skip)]
     pub max_pending: usize,
     /// The OpenSSL cipher list (default [`CIPHERS`]).
+    #[serde(skip)]
     pub ciphers: String,
     /// An established session not heard from for this long is dropped; the peer
     /// handshakes again when it comes back (default 1 h).
+    #[serde(with = "cobalt_proto::settings::duration")]
     pub idle_timeout: Duration,
 }
 
@@ -119,6 +131,22 @@ impl Default for DtlsConfig {
             ciphers: CIPHERS.to_string(),
             idle_timeout: Duration::from_secs(3600),
         }
+    }
+}
+
+impl Settings for DtlsConfig {
+    /// The server's session table limits with what they do and the values allowed,
+    /// in file order.
+    fn params(&self) -> Vec<Param> {
+        let secs = Duration::from_secs;
+        vec![
+            Param::new("max_sessions", "Established DTLS sessions per shard. When full, a new session takes the place of one silent for stale_after, or an authenticated peer that of an anonymous one; otherwise it is refused.", "1 to 10000000", (1..=10_000_000).contains(&self.max_sessions)),
+            Param::new("max_handshakes", "DTLS handshakes in progress (after the cookie exchange) per shard; beyond it the oldest handshake of the address with the most gives way. They never displace established sessions.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes)),
+            Param::new("max_handshakes_per_ip", "DTLS handshakes in progress per source address (IPv4 address or IPv6 /64); beyond it that address's oldest handshake gives way.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes_per_ip)),
+            Param::new("stale_after", "An established session silent this long may be replaced by a new one when the table is full.", "1s to 30d", within(self.stale_after, secs(1), secs(30 * 86_400))),
+            Param::new("handshake_timeout", "A DTLS handshake not finished within this is dropped.", "1s to 600s", within(self.handshake_timeout, secs(1), secs(600))),
+            Param::new("idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d", within(self.idle_timeout, secs(1), secs(30 * 86_400))),
+        ]
     }
 }
 
