@@ -5,15 +5,15 @@
 //!   observing a Cobalt server (in this process, so the observer count can be checked);
 //! * Cobalt's client observing aiocoap's observable resources.
 
-#[allow(unused)]
-#[macro_use]
-#[path = "interop/peers.rs"]
-mod peers;
-
+use crate::aiocoap_server;
 use cobalt::server::{get, Observable, ServerLimits};
 use cobalt::Scheme;
 use cobalt::{Client, Code, EndpointConfig, Server, ServerHandle};
-use peers::{PeerServer, COMMAND_LIMIT};
+use cobalt_test_support::need;
+use cobalt_test_support::peers::libcoap::{self, Port};
+use cobalt_test_support::peers::{aiocoap, repo_root, COMMAND_LIMIT};
+use cobalt_test_support::ports::V4;
+use cobalt_test_support::process;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -125,11 +125,9 @@ fn increasing(v: &[u64]) -> bool {
 
 #[test]
 fn libcoap_client_observes_cobalt_and_the_relation_ends_with_it() {
-    let Some(bin) = peers::libcoap_client() else {
-        return;
-    };
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = ObservedServer::start();
-    let r = peers::run(
+    let r = process::run(
         Command::new(&bin)
             .args(["-B", "5", "-s", "2"])
             .arg(server.uri("/obs")),
@@ -147,11 +145,9 @@ fn libcoap_client_observes_cobalt_and_the_relation_ends_with_it() {
 
 #[test]
 fn libcoap_client_observes_a_large_cobalt_resource_whole() {
-    let Some(bin) = peers::libcoap_client() else {
-        return;
-    };
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = ObservedServer::start();
-    let r = peers::run(
+    let r = process::run(
         Command::new(&bin)
             .args(["-B", "5", "-s", "2"])
             .arg(server.uri("/big")),
@@ -179,9 +175,7 @@ fn libcoap_client_observes_a_large_cobalt_resource_whole() {
 /// confirmable and retransmission gives up quickly, so the observer goes in seconds.
 #[test]
 fn aiocoap_observes_cobalt_and_the_silent_observer_is_dropped() {
-    let Some(python) = peers::aiocoap_python() else {
-        return;
-    };
+    let python = need!("aiocoap", aiocoap::python());
     let limits = ServerLimits {
         observe_con_every: 2,
         ..Default::default()
@@ -192,8 +186,8 @@ fn aiocoap_observes_cobalt_and_the_silent_observer_is_dropped() {
         ..Default::default()
     };
     let server = ObservedServer::start_with(limits, config);
-    let script = peers::repo_root().join("tests/peers/aiocoap_observe.py");
-    let r = peers::run(
+    let script = repo_root().join("tests/peers/aiocoap_observe.py");
+    let r = process::run(
         Command::new(&python)
             .arg(&script)
             .arg(server.uri("/obs"))
@@ -220,11 +214,6 @@ fn aiocoap_observes_cobalt_and_the_silent_observer_is_dropped() {
         0,
         "the unacknowledged CON notification removed the observer"
     );
-}
-
-fn aiocoap_server() -> Option<PeerServer> {
-    let python = peers::aiocoap_python()?;
-    Some(peers::start_aiocoap_server(&python))
 }
 
 fn counts(text: &str) -> Option<u64> {
@@ -266,8 +255,8 @@ fn cobalt_observes_a_large_aiocoap_resource_whole() {
     let Some(server) = aiocoap_server() else {
         return;
     };
-    let r = peers::run(
-        Command::new(peers::cobalt_bin())
+    let r = process::run(
+        crate::binary::cobalt()
             .args(["observe", "-n", "3", "--timeout", "20"])
             .arg(server.uri("/big-counter")),
         COMMAND_LIMIT,
@@ -298,13 +287,11 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 /// carrying Observe=1, which libcoap logs (`-v 7`) as removing the subscription.
 #[test]
 fn cobalt_observe_cancels_its_relation_with_libcoap() {
-    let Some(bin) = peers::libcoap_server() else {
-        return;
-    };
+    let bin = need!(libcoap::SERVER, libcoap::tool(libcoap::SERVER));
     let log = std::env::temp_dir().join(format!("cobalt-libcoap-obs-{}.log", std::process::id()));
-    let server = peers::start_libcoap_server_logging(&bin, &["-v", "7"], &log);
-    let r = peers::run(
-        Command::new(peers::cobalt_bin())
+    let server = libcoap::server(&bin, V4, &["-v", "7"], Port::CoapQuiet, Some(&log));
+    let r = process::run(
+        crate::binary::cobalt()
             .args(["observe", "--count", "2"])
             .arg(server.uri("/time")),
         COMMAND_LIMIT,
@@ -334,8 +321,8 @@ fn cobalt_observe_cancels_its_relation_with_aiocoap() {
             .unwrap_or_default()
     };
     eventually("no observer at first", || observers() == "0");
-    let r = peers::run(
-        Command::new(peers::cobalt_bin())
+    let r = process::run(
+        crate::binary::cobalt()
             .args(["observe", "-v", "--count", "2"])
             .arg(server.uri("/counter")),
         COMMAND_LIMIT,
