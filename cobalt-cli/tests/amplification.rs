@@ -143,10 +143,7 @@ fn a_silent_victim_gets_at_most_three_times_what_it_sent_while_an_honest_client_
 #[test]
 fn real_clients_fetch_four_kibibytes_in_a_handful_of_round_trips() {
     let server = start_cobalt(V4);
-    let libcoap = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
+    let libcoap = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let r = process::run(
         Command::new(&libcoap).args(["-B", "5", "-v", "7", &server.uri("/large")]),
         COMMAND_LIMIT,

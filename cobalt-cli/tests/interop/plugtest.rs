@@ -188,10 +188,7 @@ fn numbered_text(len: usize) -> Vec<u8> {
 
 #[test]
 fn td_coap_core_01_to_13_with_libcoap() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = crate::binary::start_cobalt(V4);
     let test = server.uri("/test");
     // CORE_01-04 (CON) and CORE_05-08 (NON): GET, POST, PUT, DELETE on /test.
@@ -280,10 +277,7 @@ fn td_coap_core_01_to_13_with_libcoap() {
 fn td_coap_core_14_15_lossy_with_libcoap() {
     // The client loses its first datagram (`-l 1`): the request is retransmitted with
     // the same MID and answered once, piggybacked (CORE_14) or separately (CORE_15).
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = crate::binary::start_cobalt(V4);
     for (name, path) in [
         ("TD_COAP_CORE_14", "/test"),
@@ -307,10 +301,7 @@ fn td_coap_core_14_15_lossy_with_libcoap() {
 
 #[test]
 fn td_coap_link_01_02_with_libcoap() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = crate::binary::start_cobalt(V4);
     // LINK_01: the whole listing, in link-format.
     let wkc = server.uri("/.well-known/core");
@@ -345,10 +336,7 @@ fn td_coap_link_01_02_with_libcoap() {
 
 #[test]
 fn td_coap_block_02_to_05_with_libcoap() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = crate::binary::start_cobalt(V4);
     // BLOCK_02: late negotiation: no Block2 in the first request, then every request
     // asks for the next block.
@@ -510,10 +498,7 @@ fn td_coap_block_01_early_negotiation_is_honoured_by_every_client() {
 fn td_coap_obs_01_with_libcoap() {
     // Observe /obs: the response and then confirmable notifications with increasing
     // Observe values, each acknowledged by the client.
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = crate::binary::start_cobalt(V4);
     let (sent, received) = td(&bin, "TD_COAP_OBS_01", &["-s", "4", &server.uri("/obs")]);
     assert_eq!(sent[0].option("Observe"), Some("0"), "{sent:?}");

@@ -13,10 +13,11 @@ use cobalt::proto::message::{decode, Message, MessageType};
 use cobalt::{Client, Code, Response};
 use cobalt_test_support::need;
 use cobalt_test_support::peers::libcoap::{self, Port};
-use cobalt_test_support::peers::{aiocoap, COMMAND_LIMIT};
+use cobalt_test_support::peers::{aiocoap, require, PeerServer, COMMAND_LIMIT};
 use cobalt_test_support::ports::{V4, V6};
 use cobalt_test_support::process::{self, Ran};
-use std::path::Path;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -128,40 +129,52 @@ fn seen_lock(seen: &Seen) -> std::sync::MutexGuard<'_, Vec<(bool, Message)>> {
     seen.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// libcoap's client, or `None` after the skip note.
+fn find_libcoap_client() -> Option<PathBuf> {
+    require(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT))
+}
+
+/// `aiocoap-client`, or `None` after the skip note.
+fn find_aiocoap_client() -> Option<PathBuf> {
+    require("aiocoap-client", aiocoap::client())
+}
+
+/// A client program that was found, and `cobalt serve` on `ip` for it to talk to.
+fn with_cobalt(client: Option<PathBuf>, ip: IpAddr) -> Option<(PathBuf, PeerServer)> {
+    client.map(|bin| (bin, crate::binary::start_cobalt(ip)))
+}
+
+/// A client program (run by `run`) GETs `/benchmark` from `cobalt serve` on `ip`.
+fn gets_benchmark(client: Option<PathBuf>, run: fn(&Path, &[&str]) -> Ran, ip: IpAddr) {
+    let Some((bin, server)) = with_cobalt(client, ip) else {
+        return;
+    };
+    if ip == V6 {
+        assert!(server.uri("").starts_with("coap://[::1]:"));
+    }
+    let r = run(&bin, &[&server.uri("/benchmark")]).ok();
+    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+}
+
 // ---------------------------------------------------------------------------
 // libcoap coap-client -> cobalt serve
 // ---------------------------------------------------------------------------
 
 #[test]
 fn libcoap_client_gets_benchmark() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V4);
-    let r = coap_client(&bin, &[&server.uri("/benchmark")]).ok();
-    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+    gets_benchmark(find_libcoap_client(), coap_client, V4);
 }
 
 #[test]
 fn libcoap_client_gets_benchmark_over_ipv6() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V6);
-    assert!(server.uri("").starts_with("coap://[::1]:"));
-    let r = coap_client(&bin, &[&server.uri("/benchmark")]).ok();
-    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+    gets_benchmark(find_libcoap_client(), coap_client, V6);
 }
 
 #[test]
 fn libcoap_client_put_and_post_are_echoed() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/echo");
     for (method, payload) in [("put", "put from libcoap"), ("post", "post from libcoap")] {
         let r = coap_client(&bin, &["-v", "7", "-m", method, "-e", payload, &uri]).ok();
@@ -186,11 +199,9 @@ fn numbered_text(len: usize) -> String {
 
 #[test]
 fn libcoap_client_uploads_in_block1_blocks() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/echo");
     // 300 bytes in 64-byte Block1 blocks: five 2.31 Continue, then the 2.04 echo.
     let small = numbered_text(300);
@@ -212,22 +223,18 @@ fn libcoap_client_uploads_in_block1_blocks() {
 
 #[test]
 fn libcoap_client_delete_test_is_deleted() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let r = coap_client(&bin, &["-v", "7", "-m", "delete", &server.uri("/test")]).ok();
     assert!(libcoap_logged(&r, "ACK", "2.02").is_some(), "{r:#?}");
 }
 
 #[test]
 fn libcoap_client_non_request_gets_non_response() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let r = coap_client(&bin, &["-N", "-v", "7", &server.uri("/benchmark")]).ok();
     assert!(libcoap_logged(&r, "NON", "GET").is_some(), "{r:#?}");
     let line = libcoap_logged(&r, "NON", "2.05").unwrap_or_default();
@@ -237,11 +244,9 @@ fn libcoap_client_non_request_gets_non_response() {
 
 #[test]
 fn libcoap_client_receives_separate_response() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let r = coap_client(&bin, &["-v", "7", &server.uri("/separate?delay=1200")]).ok();
     let out = &r.stdout;
     let ack = out.find("v:1 t:ACK c:0.00 ");
@@ -255,11 +260,9 @@ fn libcoap_client_receives_separate_response() {
 
 #[test]
 fn libcoap_client_discovers_resources_whole_and_in_blocks() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/.well-known/core");
     let whole = coap_client(&bin, &[&uri]).ok();
     assert!(whole.stdout.contains("</benchmark>"), "{whole:#?}");
@@ -273,11 +276,9 @@ fn libcoap_client_discovers_resources_whole_and_in_blocks() {
 
 #[test]
 fn libcoap_client_plugtest_options() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     // Uri-Query and a long Uri-Path.
     let r = coap_client(&bin, &[&server.uri("/query?first=1&second=2")]).ok();
     assert_eq!(r.stdout.trim_end(), "Query: first=1&second=2");
@@ -324,11 +325,9 @@ fn libcoap_client_plugtest_options() {
 
 #[test]
 fn libcoap_client_reports_not_found() {
-    let bin = need!(
-        "coap-client-notls (libcoap)",
-        libcoap::tool(libcoap::CLIENT)
-    );
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     // libcoap prints the error code on stderr and still exits 0.
     let r = coap_client(&bin, &[&server.uri("/no/such/resource")]);
     assert!(r.stderr.contains("4.04"), "{r:#?}");
@@ -341,24 +340,19 @@ fn libcoap_client_reports_not_found() {
 
 #[test]
 fn aiocoap_client_gets_benchmark() {
-    let bin = need!("aiocoap-client", aiocoap::client());
-    let server = crate::binary::start_cobalt(V4);
-    let r = aiocoap_client(&bin, &[&server.uri("/benchmark")]).ok();
-    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+    gets_benchmark(find_aiocoap_client(), aiocoap_client, V4);
 }
 
 #[test]
 fn aiocoap_client_gets_benchmark_over_ipv6() {
-    let bin = need!("aiocoap-client", aiocoap::client());
-    let server = crate::binary::start_cobalt(V6);
-    let r = aiocoap_client(&bin, &[&server.uri("/benchmark")]).ok();
-    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+    gets_benchmark(find_aiocoap_client(), aiocoap_client, V6);
 }
 
 #[test]
 fn aiocoap_client_put_and_post_are_echoed() {
-    let bin = need!("aiocoap-client", aiocoap::client());
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/echo");
     for (method, payload) in [("PUT", "put from aiocoap"), ("POST", "post from aiocoap")] {
         let r = aiocoap_client(&bin, &["-v", "-m", method, "--payload", payload, &uri]).ok();
@@ -369,8 +363,9 @@ fn aiocoap_client_put_and_post_are_echoed() {
 
 #[test]
 fn aiocoap_client_uploads_in_block1_blocks() {
-    let bin = need!("aiocoap-client", aiocoap::client());
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/echo");
     let small = numbered_text(300);
     let r = aiocoap_client(
@@ -396,32 +391,36 @@ fn aiocoap_client_uploads_in_block1_blocks() {
 
 #[test]
 fn aiocoap_client_delete_test_is_deleted() {
-    let bin = need!("aiocoap-client", aiocoap::client());
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &["-v", "-m", "DELETE", &server.uri("/test")]).ok();
     assert!(r.stderr.contains("2.02 Deleted"), "{r:#?}");
 }
 
 #[test]
 fn aiocoap_client_non_request() {
-    let bin = need!("aiocoap-client", aiocoap::client());
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &["--non", &server.uri("/benchmark")]).ok();
     assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
 }
 
 #[test]
 fn aiocoap_client_receives_separate_response() {
-    let bin = need!("aiocoap-client", aiocoap::client());
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &[&server.uri("/separate?delay=1200")]).ok();
     assert_eq!(r.stdout.trim_end(), "answered after 1200 ms", "{r:#?}");
 }
 
 #[test]
 fn aiocoap_client_discovers_resources_in_blocks() {
-    let bin = need!("aiocoap-client", aiocoap::client());
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &[&server.uri("/.well-known/core")]).ok();
     let own = blocking(Code::GET, &server.uri("/.well-known/core"), "");
     assert!(own.payload.len() > 1024, "listing too short to need Block2");
@@ -432,8 +431,9 @@ fn aiocoap_client_discovers_resources_in_blocks() {
 
 #[test]
 fn aiocoap_client_reports_not_found() {
-    let bin = need!("aiocoap-client", aiocoap::client());
-    let server = crate::binary::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &[&server.uri("/no/such/resource")]);
     assert_eq!(r.code(), Some(1), "{r:#?}");
     assert!(r.stderr.contains("4.04 Not Found"), "{r:#?}");
@@ -536,10 +536,7 @@ fn cobalt_receives_separate_response_from_libcoap_server() {
 
 #[test]
 fn cobalt_retransmits_when_libcoap_server_loses_a_response() {
-    let bin = need!(
-        "coap-server-notls (libcoap)",
-        libcoap::tool(libcoap::SERVER)
-    );
+    let bin = need!(libcoap::SERVER, libcoap::tool(libcoap::SERVER));
     // `-l 1`: the server fails to send its first datagram, the answer to our PUT.
     let server = libcoap::server(&bin, V4, &["-l", "1", "-d", "5"], Port::CoapQuiet, None);
     let uri = server.uri("/lossy");
@@ -563,10 +560,7 @@ fn cobalt_retransmits_when_libcoap_server_loses_a_response() {
 
 #[test]
 fn cobalt_cli_retransmits_to_libcoap_server_under_every_congestion_control() {
-    let bin = need!(
-        "coap-server-notls (libcoap)",
-        libcoap::tool(libcoap::SERVER)
-    );
+    let bin = need!(libcoap::SERVER, libcoap::tool(libcoap::SERVER));
     for cc in ["default", "cocoa", "cocoa-strong", "fasor"] {
         // `-l 1`: the server fails to send its first datagram, the answer to our PUT.
         let server = libcoap::server(&bin, V4, &["-l", "1", "-d", "5"], Port::CoapQuiet, None);

@@ -69,3 +69,17 @@ pub fn server(bin: &Path, ip: IpAddr, args: &[&str], port: Port, log: Option<&Pa
         c
     })
 }
+
+/// The options that give a libcoap tool `files`' certificate and key of `who`
+/// (`"server"` or `"client"`) and make it trust (`-C`) and require (`-R`) the CA.
+#[cfg(feature = "pki")]
+pub fn pki_args(files: &crate::pki::PkiFiles, who: &str) -> Vec<String> {
+    let (cert, key, ca) = (
+        files.path(&format!("{who}.pem")),
+        files.path(&format!("{who}.key")),
+        files.path("ca.pem"),
+    );
+    ["-c", &cert, "-j", &key, "-C", &ca, "-R", &ca]
+        .map(String::from)
+        .to_vec()
+}

@@ -23,7 +23,7 @@ mod tls;
 mod ws;
 
 use cobalt::server::{get, post, Request};
-use cobalt::{Code, Server};
+use cobalt::{Client, Code, Response, Scheme, Server, ServerHandle};
 use cobalt_test_support::process::{self, Ran};
 use std::path::Path;
 use std::process::Command;
@@ -47,6 +47,37 @@ fn our_server(hello: &'static str) -> Server {
             post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
         )
         .route("/big", get(|| async { big() }))
+}
+
+/// Starts `server` on 127.0.0.1 (a free port) for `scheme`; its `SCHEME://ADDR`.
+async fn start_on(server: Server, scheme: Scheme) -> (ServerHandle, String) {
+    let server = server.listen(scheme, "127.0.0.1:0").start().await.unwrap();
+    let base = format!("{scheme}://{}", server.local_addr(scheme).unwrap());
+    (server, base)
+}
+
+/// GET `uri` with `client`, bounded by [`LIMIT`].
+async fn fetch(client: &Client, uri: &str) -> Response {
+    let sent = client.request(Code::GET, uri).timeout(LIMIT).send().await;
+    sent.unwrap_or_else(|e| panic!("GET {uri}: {e}"))
+}
+
+/// Observes `uri` (a resource of a peer that changes on its own) with `client` until
+/// three 2.05 notifications came, which must show at least two states, then cancels:
+/// the answer to the cancelling GET has no Observe option.
+async fn observe_changes_then_cancel(client: &Client, uri: &str) {
+    let mut obs = client.observe(uri).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let n = obs.next().await.unwrap().unwrap();
+        assert_eq!(n.code, Code::CONTENT, "{n:?}");
+        assert!(n.options.observe().is_some(), "{n:?}");
+        seen.push(n.text_payload());
+    }
+    seen.dedup();
+    assert!(seen.len() >= 2, "{seen:?}");
+    let r = obs.cancel().await.unwrap();
+    assert!(r.options.observe().is_none(), "deregistered");
 }
 
 /// Runs `cmd` off the async threads, bounded by [`LIMIT`] (see

@@ -6,43 +6,39 @@
 
 use crate::observed::{self, bert_blocks, ticks, Observed};
 use crate::stream::{self, Transport};
-use crate::{gets_posts_and_gets_big, our_server, run, Tool};
+use crate::{
+    fetch, gets_posts_and_gets_big, observe_changes_then_cancel, our_server, run, start_on, Tool,
+};
 use cobalt::proto::message::TcpMessage;
 use cobalt::proto::tcp_connection::TcpConfig;
-use cobalt::{Client, Code, Scheme, ServerHandle};
+use cobalt::{Client, Code, Scheme};
 use cobalt_test_support::need;
 use cobalt_test_support::peers::aiocoap;
 use cobalt_test_support::peers::libcoap::{self, Port};
 use cobalt_test_support::ports::V4;
 use cobalt_test_support::temp::TempDir;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-async fn our_tcp_server() -> ServerHandle {
-    our_server("hello world")
-        .listen(Scheme::CoapTcp, "127.0.0.1:0")
-        .start()
-        .await
-        .unwrap()
+/// A client program (`tool`, at `client`) against our server over coap+tcp.
+async fn against_our_server(tool: Tool, client: &Path) {
+    let (server, base) = start_on(our_server("hello world"), Scheme::CoapTcp).await;
+    // /big: 3000 bytes, more than libcoap's default Max-Message-Size, so in blocks.
+    gets_posts_and_gets_big(tool, client, &[], &base, "hello world").await;
+    server.shutdown(Duration::ZERO).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn libcoap_client_against_our_server() {
     let client = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
-    let server = our_tcp_server().await;
-    let base = format!("coap+tcp://{}", server.local_addr(Scheme::CoapTcp).unwrap());
-    // /big: 3000 bytes, more than libcoap's default Max-Message-Size, so in blocks.
-    gets_posts_and_gets_big(Tool::Libcoap, &client, &[], &base, "hello world").await;
-    server.shutdown(Duration::ZERO).await;
+    against_our_server(Tool::Libcoap, &client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aiocoap_client_against_our_server() {
     let client = need!("aiocoap-client", aiocoap::client());
-    let server = our_tcp_server().await;
-    let base = format!("coap+tcp://{}", server.local_addr(Scheme::CoapTcp).unwrap());
-    gets_posts_and_gets_big(Tool::Aiocoap, &client, &[], &base, "hello world").await;
-    server.shutdown(Duration::ZERO).await;
+    against_our_server(Tool::Aiocoap, &client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,22 +46,20 @@ async fn our_client_against_libcoap_server() {
     let program = need!(libcoap::SERVER, libcoap::tool(libcoap::SERVER));
     let server = libcoap::server(&program, V4, &[], Port::CoapTcp, None);
     let client = Client::new();
-    let get = |path: &str| {
-        client
-            .request(Code::GET, &server.scheme_uri("coap+tcp", path))
-            .timeout(Duration::from_secs(5))
-            .send()
-    };
+    let at = |path: &str| server.scheme_uri("coap+tcp", path);
     // libcoap's example server describes itself at the root and serves /time.
-    let r = get("/").await.unwrap();
+    let r = fetch(&client, &at("/")).await;
     assert_eq!(r.code, Code::CONTENT, "{}", r.text_payload());
     assert!(r.text_payload().contains("libcoap"), "{}", r.text_payload());
-    let r = get("/.well-known/core").await.unwrap();
+    let r = fetch(&client, &at("/.well-known/core")).await;
     assert_eq!(r.code, Code::CONTENT);
     assert!(r.text_payload().contains("</time>"), "{}", r.text_payload());
     // Several requests reuse the pooled connection.
     for _ in 0..3 {
-        assert_eq!(get("/nonexistent").await.unwrap().code, Code::NOT_FOUND);
+        assert_eq!(
+            fetch(&client, &at("/nonexistent")).await.code,
+            Code::NOT_FOUND
+        );
     }
 }
 
@@ -103,13 +97,7 @@ async fn our_client_connects_ahead_to_libcoap_server_with_one_byte_tokens() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!((csm(true), csm(false)), (1, 1));
-    let r = client
-        .request(Code::GET, &uri)
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.code, Code::CONTENT);
+    assert_eq!(fetch(&client, &uri).await.code, Code::CONTENT);
     // The request went over that connection, with a one-byte token libcoap echoed.
     assert_eq!((csm(true), csm(false)), (1, 1));
     let requests: Vec<usize> = seen
@@ -133,20 +121,18 @@ async fn our_client_against_aiocoap_fileserver() {
     dir.write("big.txt", &big);
     let server = aiocoap::fileserver(&program, dir.path());
     let client = Client::new();
-    let get = |path: &str| {
-        client
-            .request(Code::GET, &server.scheme_uri("coap+tcp", path))
-            .timeout(Duration::from_secs(10))
-            .send()
-    };
-    let r = get("/greeting.txt").await.unwrap();
+    let at = |path: &str| server.scheme_uri("coap+tcp", path);
+    let r = fetch(&client, &at("/greeting.txt")).await;
     assert_eq!(
         (r.code, r.text_payload().as_str()),
         (Code::CONTENT, "hello from aiocoap")
     );
-    let r = get("/big.txt").await.unwrap();
+    let r = fetch(&client, &at("/big.txt")).await;
     assert_eq!((r.code, r.text_payload()), (Code::CONTENT, big));
-    assert_eq!(get("/missing.txt").await.unwrap().code, Code::NOT_FOUND);
+    assert_eq!(
+        fetch(&client, &at("/missing.txt")).await.code,
+        Code::NOT_FOUND
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,21 +195,7 @@ async fn our_client_observes_libcoap_and_uses_bert_with_it() {
     );
     let client = Client::new();
     // libcoap's /time changes every second.
-    let mut obs = client
-        .observe(&server.scheme_uri("coap+tcp", "/time"))
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
-        let n = obs.next().await.unwrap().unwrap();
-        assert_eq!(n.code, Code::CONTENT);
-        assert!(n.options.observe().is_some());
-        seen.push(n.text_payload());
-    }
-    seen.dedup();
-    assert!(seen.len() >= 2, "{seen:?}");
-    let r = obs.cancel().await.unwrap();
-    assert!(r.options.observe().is_none(), "deregistered");
+    observe_changes_then_cancel(&client, &server.scheme_uri("coap+tcp", "/time")).await;
     let data = stream::body(30_000);
     let uri = server.scheme_uri("coap+tcp", "/example_data");
     let r = client
@@ -234,13 +206,7 @@ async fn our_client_observes_libcoap_and_uses_bert_with_it() {
         .await
         .unwrap();
     assert!(r.code.is_success(), "{:?}", r.code);
-    let r = client
-        .request(Code::GET, &uri)
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.payload, data);
+    assert_eq!(fetch(&client, &uri).await.payload, data);
     drop(server);
     let log = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(

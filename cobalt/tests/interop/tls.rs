@@ -4,12 +4,12 @@
 //! our CA through `SSL_CERT_FILE`) over TLS and secure WebSockets, both directions.
 
 use crate::common::TestCredentials;
-use crate::{gets_posts_and_gets_big, our_server, run, run_command, Tool, LIMIT};
+use crate::{fetch, gets_posts_and_gets_big, our_server, run, run_command, Tool, LIMIT};
 use cobalt::transport::credentials::{PskStore, X509Credentials};
 use cobalt::{Client, Code, Scheme, ServerHandle};
 use cobalt_test_support::need;
 use cobalt_test_support::peers::aiocoap::{self, Serve};
-use cobalt_test_support::peers::libcoap::{self, Port};
+use cobalt_test_support::peers::libcoap::{self, Port, CLIENT_OPENSSL, SERVER_OPENSSL};
 use cobalt_test_support::pki::PkiFiles;
 use cobalt_test_support::ports::V4;
 use cobalt_test_support::psk::{IDENTITY, KEY};
@@ -49,18 +49,11 @@ fn tls_base(server: &ServerHandle) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn libcoap_client_with_certificates_against_our_tls_server() {
-    let client = need!(
-        libcoap::CLIENT_OPENSSL,
-        libcoap::tool(libcoap::CLIENT_OPENSSL)
-    );
+    let client = need!(CLIENT_OPENSSL, libcoap::tool(CLIENT_OPENSSL));
     let files = PkiFiles::new("tls-server");
     let server = our_tls_server(&files, true, &[Scheme::CoapsTcp]).await;
-    let (cert, key, ca) = (
-        files.path("client.pem"),
-        files.path("client.key"),
-        files.path("ca.pem"),
-    );
-    let pki = ["-c", &cert, "-j", &key, "-C", &ca, "-R", &ca];
+    let pki = libcoap::pki_args(&files, "client");
+    let pki: Vec<&str> = pki.iter().map(String::as_str).collect();
     gets_posts_and_gets_big(
         Tool::Libcoap,
         &client,
@@ -74,10 +67,7 @@ async fn libcoap_client_with_certificates_against_our_tls_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn libcoap_client_with_psk_against_our_tls_server() {
-    let client = need!(
-        libcoap::CLIENT_OPENSSL,
-        libcoap::tool(libcoap::CLIENT_OPENSSL)
-    );
+    let client = need!(CLIENT_OPENSSL, libcoap::tool(CLIENT_OPENSSL));
     let files = PkiFiles::new("tls-psk-server");
     let server = our_tls_server(&files, false, &[Scheme::CoapsTcp]).await;
     let uri = format!("{}/hello", tls_base(&server));
@@ -93,40 +83,21 @@ async fn libcoap_client_with_psk_against_our_tls_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_client_against_libcoap_tls_server() {
-    let program = need!(
-        libcoap::SERVER_OPENSSL,
-        libcoap::tool(libcoap::SERVER_OPENSSL)
-    );
+    let program = need!(SERVER_OPENSSL, libcoap::tool(SERVER_OPENSSL));
     let files = PkiFiles::new("tls-client");
-    let (cert, key, ca) = (
-        files.path("server.pem"),
-        files.path("server.key"),
-        files.path("ca.pem"),
-    );
-    let args = [
-        "-c", &cert, "-j", &key, "-C", &ca, "-R", &ca, "-k", KEY, "-h", IDENTITY,
-    ];
+    let pki = libcoap::pki_args(&files, "server");
+    let psk = ["-k", KEY, "-h", IDENTITY];
+    let args: Vec<&str> = pki.iter().map(String::as_str).chain(psk).collect();
     let server = libcoap::server(&program, V4, &args, Port::CoapsTcp, None);
     let uri = server.scheme_uri("coaps+tcp", "/");
-    // Certificates both ways (libcoap asks for a client certificate with -C/-R).
-    let r = Client::new()
-        .with_x509(TestCredentials::from_pki(&files.pki).client)
-        .request(Code::GET, &uri)
-        .timeout(LIMIT)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.code, Code::CONTENT);
-    assert!(r.text_payload().contains("libcoap"), "{}", r.text_payload());
+    // Certificates both ways (libcoap asks for a client certificate with -C/-R), and
     // PSK.
-    let r = Client::new()
-        .with_psk(IDENTITY, KEY)
-        .request(Code::GET, &uri)
-        .timeout(LIMIT)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.text_payload().contains("libcoap"), "{}", r.text_payload());
+    let x509 = Client::new().with_x509(TestCredentials::from_pki(&files.pki).client);
+    for client in [x509, Client::new().with_psk(IDENTITY, KEY)] {
+        let r = fetch(&client, &uri).await;
+        assert_eq!(r.code, Code::CONTENT);
+        assert!(r.text_payload().contains("libcoap"), "{}", r.text_payload());
+    }
     // A CA that did not sign libcoap's certificate: a clear TLS error.
     let other = PkiFiles::new("tls-other");
     let err = Client::new()
@@ -175,12 +146,7 @@ async fn our_client_against_aiocoap_tls_and_wss_servers() {
         let server = aiocoap::server(&python, serve, Some((&cert, &key)));
         // By name: the certificate names localhost.
         let base = format!("{scheme}://localhost:{}", server.addr.port());
-        let r = client
-            .request(Code::GET, &format!("{base}/hello"))
-            .timeout(LIMIT)
-            .send()
-            .await
-            .unwrap();
+        let r = fetch(&client, &format!("{base}/hello")).await;
         assert_eq!(
             (r.code, r.text_payload().as_str()),
             (Code::CONTENT, "hello from aiocoap"),

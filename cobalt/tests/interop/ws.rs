@@ -8,7 +8,7 @@
 
 use crate::observed;
 use crate::stream::{self, Transport};
-use crate::{gets_posts_and_gets_big, our_server, Tool};
+use crate::{gets_posts_and_gets_big, observe_changes_then_cancel, our_server, start_on, Tool};
 use cobalt::{Client, Code, Scheme};
 use cobalt_test_support::need;
 use cobalt_test_support::peers::aiocoap::{self, Serve};
@@ -20,12 +20,7 @@ async fn aiocoap_client_against_our_ws_server() {
     if aiocoap::ws_python().is_none() {
         return;
     }
-    let server = our_server("hello world")
-        .listen(Scheme::CoapWs, "127.0.0.1:0")
-        .start()
-        .await
-        .unwrap();
-    let base = format!("coap+ws://{}", server.local_addr(Scheme::CoapWs).unwrap());
+    let (server, base) = start_on(our_server("hello world"), Scheme::CoapWs).await;
     gets_posts_and_gets_big(Tool::Aiocoap, &client, &[], &base, "hello world").await;
     server.shutdown(Duration::ZERO).await;
 }
@@ -69,20 +64,7 @@ async fn our_client_against_aiocoap_ws_server() {
     let r = send(Code::GET, "/missing", b"").await.unwrap();
     assert_eq!(r.code, Code::NOT_FOUND);
     // Observe over coap+ws: aiocoap's /counter ticks every 0.5 s.
-    let mut obs = client
-        .observe(&server.scheme_uri("coap+ws", "/counter"))
-        .await
-        .unwrap();
-    let mut counts = Vec::new();
-    while counts.len() < 3 {
-        let n = obs.next().await.unwrap().unwrap();
-        assert!(n.options.observe().is_some(), "{n:?}");
-        counts.push(n.text_payload());
-    }
-    counts.dedup();
-    assert!(counts.len() >= 2, "{counts:?}");
-    let r = obs.cancel().await.unwrap();
-    assert!(r.options.observe().is_none(), "deregistered");
+    observe_changes_then_cancel(&client, &server.scheme_uri("coap+ws", "/counter")).await;
     // Block1 in 256-byte blocks, reassembled by aiocoap and echoed.
     let body: Vec<u8> = stream::body(5000).iter().map(|b| b'a' + b % 26).collect();
     let r = client
