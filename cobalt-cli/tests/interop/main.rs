@@ -18,6 +18,7 @@ mod observe;
 mod plugtest;
 mod udp;
 
+use cobalt::{Observation, Response};
 use cobalt_test_support::peers::aiocoap::{self, Serve};
 use cobalt_test_support::peers::libcoap::{self, Port};
 use cobalt_test_support::peers::{require, PeerServer, COMMAND_LIMIT};
@@ -25,6 +26,7 @@ use cobalt_test_support::ports::V4;
 use cobalt_test_support::process::{self, Ran};
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 /// libcoap's example server on 127.0.0.1, allowing 10 resources created by PUT
 /// (`-d 10`); `None` (after the skip note) if it is not installed.
@@ -45,6 +47,20 @@ fn coap_client(bin: &Path, args: &[&str]) -> Ran {
         Command::new(bin).arg("-B").arg("5").args(args),
         COMMAND_LIMIT,
     )
+}
+
+/// The next `n` notifications of `obs`, each within 10 s.
+async fn notifications(obs: &mut Observation, n: usize) -> Vec<Response> {
+    let mut got = Vec::with_capacity(n);
+    while got.len() < n {
+        let next = tokio::time::timeout(Duration::from_secs(10), obs.next())
+            .await
+            .expect("a notification within 10 s")
+            .expect("the observation goes on")
+            .expect("a notification");
+        got.push(next);
+    }
+    got
 }
 
 /// A single-threaded runtime for the async client.

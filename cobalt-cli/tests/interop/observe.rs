@@ -5,7 +5,7 @@
 //!   observing a Cobalt server (in this process, so the observer count can be checked);
 //! * Cobalt's client observing aiocoap's observable resources.
 
-use crate::aiocoap_server;
+use crate::{aiocoap_server, coap_client, notifications};
 use cobalt::server::{get, Observable, ServerLimits};
 use cobalt::Scheme;
 use cobalt::{Client, Code, EndpointConfig, Server, ServerHandle};
@@ -127,12 +127,7 @@ fn increasing(v: &[u64]) -> bool {
 fn libcoap_client_observes_cobalt_and_the_relation_ends_with_it() {
     let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = ObservedServer::start();
-    let r = process::run(
-        Command::new(&bin)
-            .args(["-B", "5", "-s", "2"])
-            .arg(server.uri("/obs")),
-        COMMAND_LIMIT,
-    );
+    let r = coap_client(&bin, &["-s", "2", &server.uri("/obs")]);
     let seen = ticks(&r.stdout);
     assert!(seen.len() >= 3, "notifications printed: {r:#?}");
     assert!(increasing(&seen), "{seen:?}");
@@ -147,12 +142,7 @@ fn libcoap_client_observes_cobalt_and_the_relation_ends_with_it() {
 fn libcoap_client_observes_a_large_cobalt_resource_whole() {
     let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = ObservedServer::start();
-    let r = process::run(
-        Command::new(&bin)
-            .args(["-B", "5", "-s", "2"])
-            .arg(server.uri("/big")),
-        COMMAND_LIMIT,
-    );
+    let r = coap_client(&bin, &["-s", "2", &server.uri("/big")]);
     let seen = ticks(&r.stdout);
     assert!(seen.len() >= 2, "{r:#?}");
     // Every notification is printed whole: 2000 bytes each.
@@ -233,12 +223,7 @@ fn cobalt_observes_aiocoap_in_order_and_cancels() {
             .await
             .expect("register");
         let mut values = Vec::new();
-        while values.len() < 4 {
-            let n = tokio::time::timeout(Duration::from_secs(10), obs.next())
-                .await
-                .expect("a notification within 10 s")
-                .expect("relation alive")
-                .expect("notification");
+        for n in notifications(&mut obs, 4).await {
             assert_eq!(n.code, Code::CONTENT);
             assert!(n.options.observe().is_some(), "registered");
             values.push(counts(&n.text_payload()).expect("count N"));

@@ -747,12 +747,7 @@ fn td_coap_obs_13_large_notifications_with_cobalt_and_californium() {
     rt.block_on(async {
         let mut obs = cobalt::Client::new().observe(&uri).await.expect("observe");
         let mut ticks = Vec::new();
-        while ticks.len() < 3 {
-            let n = tokio::time::timeout(Duration::from_secs(10), obs.next())
-                .await
-                .expect("a notification within 10 s")
-                .expect("the observation goes on")
-                .expect("a notification");
+        for n in crate::notifications(&mut obs, 3).await {
             assert_eq!((n.code, n.payload.len()), (Code::CONTENT, 2500));
             let text = String::from_utf8_lossy(&n.payload).into_owned();
             ticks.push(text.split(' ').nth(1).unwrap_or_default().to_string());

@@ -591,16 +591,7 @@ fn cobalt_observes_libcoap_server_time() {
     let client = Client::new();
     let got = runtime().block_on(async {
         let mut obs = client.observe(&server.uri("/time")).await.expect("observe");
-        let mut got = Vec::new();
-        while got.len() < 2 {
-            let next = tokio::time::timeout(Duration::from_secs(10), obs.next())
-                .await
-                .expect("a notification within 10 s")
-                .expect("observation still open")
-                .expect("notification");
-            got.push(next);
-        }
-        got
+        crate::notifications(&mut obs, 2).await
     });
     assert!(got.iter().all(|r| r.code == Code::CONTENT));
     let (first, second) = (
