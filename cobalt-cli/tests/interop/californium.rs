@@ -13,11 +13,18 @@
 use crate::runtime;
 use cobalt::{Client, Code};
 use cobalt_test_support::peers::californium::{
-    self, field, letters, payload_of, unescape, CF_LIMIT,
+    self, field, letters, payload_of, unescape, Californium, CF_LIMIT,
 };
+use cobalt_test_support::peers::PeerServer;
 use cobalt_test_support::ports::V4;
 use cobalt_test_support::process;
 use std::time::Duration;
+
+/// The Californium peer and `cobalt serve` on 127.0.0.1 for it; `None` after the skip
+/// note if the peer is missing.
+fn californium_and_cobalt() -> Option<(Californium, PeerServer)> {
+    californium::need().map(|cf| (cf, crate::binary::start_cobalt(V4)))
+}
 
 /// The Block1 (or Block2) values of the requests for `path` the Californium server
 /// saw, in order.
@@ -130,10 +137,9 @@ fn notifications(lines: &[String]) -> Vec<&String> {
 fn californium_observes_obs_with_con_and_obs_non_with_non_notifications() {
     // TD_COAP_OBS_01 (CON notifications) and TD_COAP_OBS_02 (NON), each cancelled
     // with a GET with Observe=1 (Californium's proactive cancel).
-    let Some(cf) = californium::need() else {
+    let Some((cf, server)) = californium_and_cobalt() else {
         return;
     };
-    let server = crate::binary::start_cobalt(V4);
     let mut con = cf.spawn(&[
         "observe",
         &server.uri("/obs"),
@@ -199,10 +205,9 @@ fn californium_sees_obs_put_and_delete_end_or_update_observations() {
     // TD_COAP_OBS_09 (a PUT with the same Content-Format is notified), TD_COAP_OBS_08
     // (a PUT changing the Content-Format ends the observation) on /obs, and
     // TD_COAP_OBS_07 (DELETE ends it) on /obs-non; both come back for the next test.
-    let Some(cf) = californium::need() else {
+    let Some((cf, server)) = californium_and_cobalt() else {
         return;
     };
-    let server = crate::binary::start_cobalt(V4);
     let observe = |path: &str| {
         cf.spawn(&[
             "observe",
@@ -281,10 +286,9 @@ fn californium_sees_obs_put_and_delete_end_or_update_observations() {
 
 #[test]
 fn californium_obs_reset_ends_every_observation() {
-    let Some(cf) = californium::need() else {
+    let Some((cf, server)) = californium_and_cobalt() else {
         return;
     };
-    let server = crate::binary::start_cobalt(V4);
     let obs = cf.spawn(&[
         "observe",
         &server.uri("/obs"),
@@ -326,10 +330,9 @@ fn californium_obs_reset_ends_every_observation() {
 #[test]
 fn californium_posts_large_and_gets_large_back_in_one_exchange() {
     // TD_COAP_BLOCK_05: Block1 up, Block2 down (RFC 7959 §3.3).
-    let Some(cf) = californium::need() else {
+    let Some((cf, server)) = californium_and_cobalt() else {
         return;
     };
-    let server = crate::binary::start_cobalt(V4);
     let lines = cf.run(&[
         "request",
         "POST",
@@ -373,10 +376,9 @@ fn californium_posts_large_and_gets_large_back_in_one_exchange() {
 fn californium_gets_multi_format_in_every_format() {
     // TD_COAP_CORE_20 (text/plain, application/xml) and JSON and CBOR as Californium's
     // plugtest client asks for them; 4.06 for a format the resource does not have.
-    let Some(cf) = californium::need() else {
+    let Some((cf, server)) = californium_and_cobalt() else {
         return;
     };
-    let server = crate::binary::start_cobalt(V4);
     let uri = server.uri("/multi-format");
     let runs: Vec<(&str, std::thread::JoinHandle<Vec<String>>)> = ["0", "41", "50", "60", "42"]
         .into_iter()
@@ -422,10 +424,9 @@ fn californium_gets_multi_format_in_every_format() {
 fn californium_creates_create1_twice_in_a_row() {
     // TD_COAP_CORE_23: PUT with If-None-Match creates, the second gets 4.12, and after
     // that the resource is gone again so the test can run again.
-    let Some(cf) = californium::need() else {
+    let Some((cf, server)) = californium_and_cobalt() else {
         return;
     };
-    let server = crate::binary::start_cobalt(V4);
     let uri = server.uri("/create1");
     let codes: Vec<String> = (0..3)
         .map(|_| {
@@ -455,10 +456,9 @@ fn californium_gets_large_separate_in_separate_responses() {
     // A large answer that comes late: an empty ACK, then the first block as a separate
     // CON response, and the rest asked for block by block (libcoap 4.3.1's client does
     // not continue such a transfer after the first block; Californium's does).
-    let Some(cf) = californium::need() else {
+    let Some((cf, server)) = californium_and_cobalt() else {
         return;
     };
-    let server = crate::binary::start_cobalt(V4);
     let lines = cf.run(&["request", "GET", &server.uri("/large-separate")]);
     let first = lines.iter().find(|l| l.starts_with("RECV "));
     assert_eq!(
