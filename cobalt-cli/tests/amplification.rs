@@ -4,13 +4,15 @@
 //! bytes it sent, while an honest client beside it gets full-size answers; and real
 //! clients (libcoap, aiocoap) fetch a 4 KiB resource in a handful of round trips.
 
-#[macro_use]
-#[allow(unused)]
-#[path = "interop/peers.rs"]
-mod peers;
+#[path = "common/binary.rs"]
+mod binary;
 
+use binary::{start_cobalt, start_cobalt_with};
 use cobalt::proto::message::{encode, opt, BlockValue, Code, Message, MessageType, Token};
-use peers::{COMMAND_LIMIT, V4};
+use cobalt_test_support::need;
+use cobalt_test_support::peers::{aiocoap, libcoap, COMMAND_LIMIT};
+use cobalt_test_support::ports::V4;
+use cobalt_test_support::process;
 use std::net::UdpSocket;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -78,7 +80,7 @@ fn forged_requests() -> Vec<Message> {
 #[test]
 fn a_silent_victim_gets_at_most_three_times_what_it_sent_while_an_honest_client_is_served() {
     // Short timers so that the verification gives up within the test.
-    let server = peers::start_cobalt_with(V4, &["--set", "endpoint.ack_timeout=100ms"]);
+    let server = start_cobalt_with(V4, &["--set", "endpoint.ack_timeout=100ms"]);
     let victim = UdpSocket::bind("127.0.0.1:0").unwrap();
     victim
         .set_read_timeout(Some(Duration::from_millis(50)))
@@ -140,9 +142,9 @@ fn a_silent_victim_gets_at_most_three_times_what_it_sent_while_an_honest_client_
 /// 4 KiB resource arrives in four requests and one extra round trip.
 #[test]
 fn real_clients_fetch_four_kibibytes_in_a_handful_of_round_trips() {
-    let server = peers::start_cobalt(V4);
-    let libcoap = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let r = peers::run(
+    let server = start_cobalt(V4);
+    let libcoap = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
+    let r = process::run(
         Command::new(&libcoap).args(["-B", "5", "-v", "7", &server.uri("/large")]),
         COMMAND_LIMIT,
     )
@@ -164,9 +166,9 @@ fn real_clients_fetch_four_kibibytes_in_a_handful_of_round_trips() {
         "one verification round trip (its ping maybe retransmitted): {log}"
     );
 
-    let aiocoap = need!("aiocoap-client", peers::aiocoap_client());
+    let aiocoap = need!("aiocoap-client", aiocoap::client());
     let before = std::time::Instant::now();
-    let r = peers::run(
+    let r = process::run(
         Command::new(&aiocoap).arg(server.uri("/large")),
         COMMAND_LIMIT,
     )

@@ -10,7 +10,9 @@ use std::process::Stdio;
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, psk_file, KillOnDrop};
+use binary::{cobalt, ChildGuard};
+use cobalt_test_support::psk;
+use cobalt_test_support::temp::TempDir;
 
 /// The server's addresses, as it prints them.
 struct Addresses {
@@ -21,7 +23,7 @@ struct Addresses {
     wss: String,
 }
 
-fn start_server(keys: &std::path::Path) -> (KillOnDrop, Addresses) {
+fn start_server(keys: &std::path::Path) -> (ChildGuard, Addresses) {
     let mut child = cobalt()
         .arg("serve")
         .args(["--bind", "127.0.0.1", "--shards", "1", "--port", "0"])
@@ -35,7 +37,7 @@ fn start_server(keys: &std::path::Path) -> (KillOnDrop, Addresses) {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let server = KillOnDrop(child);
+    let server = ChildGuard::new(child);
     let (mut tcp, mut dtls, mut ws, mut tls, mut wss) = (None, None, None, None, None);
     let mut lines = BufReader::new(stderr).lines();
     for line in lines.by_ref() {
@@ -103,7 +105,8 @@ fn check(report: &serde_json::Value, scheme: &str, new_session: bool) {
 
 #[test]
 fn bench_over_tcp_websockets_dtls_and_tls() {
-    let (dir, keys) = psk_file("bench-transports");
+    let dir = TempDir::new("bench-transports");
+    let keys = psk::keys_file(&dir);
     let (_server, at) = start_server(&keys);
     let psk = ["--psk-identity", "alice", "--psk-key", "secretPSK"];
 
@@ -151,5 +154,4 @@ fn bench_over_tcp_websockets_dtls_and_tls() {
         .output()
         .unwrap();
     assert_eq!(get.status.code(), Some(3), "{get:?}");
-    std::fs::remove_dir_all(&dir).ok();
 }

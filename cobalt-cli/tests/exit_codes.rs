@@ -91,8 +91,11 @@ fn bench_with_no_answer_at_all_exits_3() {
 #[cfg(feature = "openssl")]
 #[test]
 fn serve_refuses_a_port_another_server_serves() {
-    use binary::{local_serve_shards, psk_file, serve_printing};
-    let (dir, keys) = psk_file("port-in-use");
+    use binary::{local_serve_shards, serve_printing};
+    use cobalt_test_support::psk;
+    use cobalt_test_support::temp::TempDir;
+    let dir = TempDir::new("port-in-use");
+    let keys = psk::keys_file(&dir);
     let mut first = local_serve_shards(2);
     first
         .args(["--dtls-port", "0", "--dtls-psk-file"])
@@ -120,7 +123,6 @@ fn serve_refuses_a_port_another_server_serves() {
         );
         assert!(err.contains("in use"), "{err}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A request to a port where nothing listens fails at once with "port not open" (the

@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, local_serve, psk_file, rest_of_stderr, serve_printing, KillOnDrop};
+use binary::{cobalt, local_serve, rest_of_stderr, serve_printing, ChildGuard};
+use cobalt_test_support::psk;
+use cobalt_test_support::temp::TempDir;
 
 /// `cobalt serve` on loopback with metrics (and `extra` flags); returns it, its CoAP
 /// address and its metrics address.
-fn serve(extra: &[&str], prefixes: &[&str]) -> (KillOnDrop, Vec<String>) {
+fn serve(extra: &[&str], prefixes: &[&str]) -> (ChildGuard, Vec<String>) {
     let mut c = local_serve();
     c.args(["--metrics", "127.0.0.1:0"]).args(extra);
     let mut wanted = vec!["cobalt: serving CoAP on ", "cobalt: metrics on http://"];
@@ -122,7 +124,8 @@ fn observe_ends_the_relation_on_count_ctrl_c_and_closed_stdout() {
 
 #[test]
 fn observe_over_tcp_websockets_and_dtls_sends_the_deregistering_get() {
-    let (dir, keys) = psk_file("observe-cli");
+    let dir = TempDir::new("observe-cli");
+    let keys = psk::keys_file(&dir);
     let keys = keys.to_str().unwrap();
     let (_server, at) = serve(
         &[
@@ -166,7 +169,6 @@ fn observe_over_tcp_websockets_and_dtls_sends_the_deregistering_get() {
             "{uri}: the deregistration was not answered:\n{err}"
         );
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

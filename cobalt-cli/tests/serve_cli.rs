@@ -9,10 +9,10 @@ use std::time::Duration;
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, local_serve, serve_printing, spawn_server, KillOnDrop};
+use binary::{cobalt, local_serve, serve_printing, spawn_server, ChildGuard};
 
 /// Starts `command` (a server) and returns it with a channel of its stderr lines.
-fn with_stderr_lines(command: std::process::Command) -> (KillOnDrop, mpsc::Receiver<String>) {
+fn with_stderr_lines(command: std::process::Command) -> (ChildGuard, mpsc::Receiver<String>) {
     let (server, lines) = spawn_server(command);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || lines.map(|l| tx.send(l)).take_while(Result::is_ok).count());

@@ -8,12 +8,12 @@ use std::process::Output;
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, local_serve, serve_printing, KillOnDrop};
+use binary::{cobalt, local_serve, serve_printing, ChildGuard};
 
 /// The demo server on ephemeral ports for `coap+tcp` and `coap+ws`, with the
 /// addresses it prints.
 struct Serving {
-    _child: KillOnDrop,
+    _child: ChildGuard,
     tcp: String,
     ws: String,
 }

@@ -2,26 +2,18 @@
 //! `coaps+ws://...` through the real binary.
 #![cfg(feature = "openssl")]
 
-use std::net::{TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
 use std::process::Output;
 
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, serve_until, write_test_pki};
+use binary::{cobalt, serve_until};
+use cobalt_test_support::pki::PkiFiles;
+use cobalt_test_support::ports::{free_tcp_port, free_udp_port, V4};
+use cobalt_test_support::psk;
+use cobalt_test_support::temp::TempDir;
 
-fn free_tcp_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-fn free_udp_port() -> u16 {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().port()
-}
-
-fn get(uri: &str, ca: &Path) -> Output {
+fn get(uri: &str, ca: &str) -> Output {
     cobalt()
         .args(["get", uri, "--ca"])
         .arg(ca)
@@ -31,25 +23,23 @@ fn get(uri: &str, ca: &Path) -> Output {
 
 #[test]
 fn serve_and_get_over_tls_and_secure_websockets() {
-    let dir = std::env::temp_dir().join(format!("cobalt-tls-cli-{}", std::process::id()));
-    write_test_pki(&dir, "Cobalt TLS CLI CA");
-    let other: PathBuf = dir.join("other");
-    write_test_pki(&other, "Another CA");
-    let (tls, ws, wss) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
+    let pki = PkiFiles::new("Cobalt TLS CLI CA");
+    let other = PkiFiles::new("Another CA");
+    let (tls, ws, wss) = (free_tcp_port(V4), free_tcp_port(V4), free_tcp_port(V4));
     let mut serve = cobalt();
     serve
         .args(["serve", "--bind", "127.0.0.1", "--shards", "1"])
-        .args(["--port", &free_udp_port().to_string()])
-        .args(["--dtls-port", &free_udp_port().to_string()])
+        .args(["--port", &free_udp_port(V4).to_string()])
+        .args(["--dtls-port", &free_udp_port(V4).to_string()])
         .arg("--cert")
-        .arg(dir.join("server.pem"))
+        .arg(pki.path("server.pem"))
         .arg("--key")
-        .arg(dir.join("server.key"))
+        .arg(pki.path("server.key"))
         .args(["--tls", &tls.to_string()])
         .args(["--ws-port", &ws.to_string(), "--wss-port", &wss.to_string()]);
     let _server = serve_until(serve, "serving CoAP over secure WebSockets on");
 
-    let ca = dir.join("ca.pem");
+    let ca = pki.path("ca.pem");
     for uri in [
         format!("coaps+tcp://127.0.0.1:{tls}/benchmark"),
         format!("coaps+tcp://localhost:{tls}/benchmark"),
@@ -69,13 +59,12 @@ fn serve_and_get_over_tls_and_secure_websockets() {
     // A server certificate from a CA the client does not trust: exit 3, one clear line.
     let untrusted = get(
         &format!("coaps+tcp://127.0.0.1:{tls}/benchmark"),
-        &other.join("ca.pem"),
+        &other.path("ca.pem"),
     );
     assert_eq!(untrusted.status.code(), Some(3), "{untrusted:?}");
     let err = String::from_utf8_lossy(&untrusted.stderr);
     assert!(err.contains("TLS handshake"), "{err}");
     assert!(err.contains("trusted CA"), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -93,7 +82,8 @@ fn tls_without_credentials_is_a_usage_error() {
 /// keys differ, TLS to a plain port and plain TCP to a TLS port say which is which.
 #[test]
 fn tls_mistakes_name_the_fix() {
-    let (dir, keys) = binary::psk_file("tls-mistakes");
+    let dir = TempDir::new("tls-mistakes");
+    let keys = psk::keys_file(&dir);
     let mut serve = binary::local_serve();
     serve
         .args([
@@ -142,5 +132,4 @@ fn tls_mistakes_name_the_fix() {
         err.contains("is it a TLS port? then use coaps+tcp://"),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }

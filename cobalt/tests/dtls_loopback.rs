@@ -1,6 +1,7 @@
 //! CoAP over DTLS (`coaps://`) between a Cobalt server and client on loopback.
 #![cfg(feature = "openssl")]
 
+mod common;
 mod stream;
 
 use cobalt::server::{get, post, Request};
@@ -241,8 +242,8 @@ fn client_hello() -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_with_a_ca_and_psk_on_one_port() {
-    use cobalt::transport::dtls::test_pki;
-    let pki = test_pki::generate("Cobalt loopback CA").unwrap();
+    use common::TestCredentials;
+    let pki = TestCredentials::generate("Cobalt loopback CA");
     let server = server()
         .x509(pki.server.clone())
         .listen(Scheme::Coaps, "127.0.0.1:0")
@@ -265,7 +266,7 @@ async fn certificates_with_a_ca_and_psk_on_one_port() {
         .unwrap();
     assert_eq!(r.text_payload(), "hello over dtls");
     // A client that trusts another CA refuses the server, and says why.
-    let other = test_pki::generate("Another CA").unwrap();
+    let other = TestCredentials::generate("Another CA");
     let err = Client::new()
         .with_x509(other.client)
         .get(&uri)

@@ -4,13 +4,15 @@
 //! that do not speak TLS or never finish the handshake.
 #![cfg(feature = "openssl")]
 
+mod common;
+
 use cobalt::server::{get, post, Observable, Request};
 use cobalt::transport::credentials::{PskStore, X509Credentials};
-use cobalt::transport::dtls::test_pki;
 use cobalt::transport::limits::TcpServerLimits;
 use cobalt::transport::tls::{negotiated, Alpn, TlsConnector};
 use cobalt::Scheme;
 use cobalt::{Client, Code, Error, Server, ServerHandle};
+use common::TestCredentials;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -26,7 +28,7 @@ fn resources() -> Server {
 }
 
 /// Server credentials without a CA: client certificates are not asked for.
-fn server_only(pki: &test_pki::TestPki) -> X509Credentials {
+fn server_only(pki: &TestCredentials) -> X509Credentials {
     X509Credentials {
         ca_pem: None,
         ..pki.server.clone()
@@ -34,7 +36,7 @@ fn server_only(pki: &test_pki::TestPki) -> X509Credentials {
 }
 
 /// Client credentials that verify the server and present no certificate.
-fn verify_only(pki: &test_pki::TestPki) -> X509Credentials {
+fn verify_only(pki: &TestCredentials) -> X509Credentials {
     X509Credentials {
         ca_pem: Some(pki.ca_pem.clone()),
         ..X509Credentials::default()
@@ -43,7 +45,7 @@ fn verify_only(pki: &test_pki::TestPki) -> X509Credentials {
 
 /// `server`'s resources over UDP, and over TLS and secure WebSockets with
 /// certificate-only credentials from `pki`.
-async fn over_tls_and_wss(server: Server, pki: &test_pki::TestPki) -> ServerHandle {
+async fn over_tls_and_wss(server: Server, pki: &TestCredentials) -> ServerHandle {
     let any = "127.0.0.1:0";
     server
         .x509(server_only(pki))
@@ -84,7 +86,7 @@ async fn handshake_failures_reach(server: &cobalt::server::ServerHandle, transpo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificate_verified_request_over_tls_and_wss() {
-    let pki = test_pki::generate("tls loopback").unwrap();
+    let pki = TestCredentials::generate("tls loopback");
     let server = over_tls_and_wss(resources(), &pki).await;
     let tls = server.local_addr(Scheme::CoapsTcp).unwrap();
     let wss = server.local_addr(Scheme::CoapsWs).unwrap();
@@ -115,7 +117,7 @@ async fn certificate_verified_request_over_tls_and_wss() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_over_tls_and_wss() {
-    let pki = test_pki::generate("tls observe").unwrap();
+    let pki = TestCredentials::generate("tls observe");
     let state = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let temp = Observable::new();
     let read = state.clone();
@@ -170,7 +172,7 @@ async fn observe_over_tls_and_wss() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alpn_coap_is_negotiated() {
-    let pki = test_pki::generate("alpn").unwrap();
+    let pki = TestCredentials::generate("alpn");
     let server = resources()
         .x509(server_only(&pki))
         .listen(Scheme::CoapsTcp, "127.0.0.1:0")
@@ -193,7 +195,7 @@ async fn alpn_coap_is_negotiated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_required_when_the_server_has_a_ca() {
-    let pki = test_pki::generate("mutual").unwrap();
+    let pki = TestCredentials::generate("mutual");
     let server = resources()
         .x509(pki.server.clone())
         .listen(Scheme::CoapsTcp, "127.0.0.1:0")
@@ -249,9 +251,9 @@ async fn tls_failure(server: X509Credentials, client: X509Credentials) -> String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn untrusted_expired_and_misnamed_certificates_are_clear_errors() {
-    let pki = test_pki::generate("real").unwrap();
-    let other = test_pki::generate("other").unwrap();
-    let expired = test_pki::generate_expired("old").unwrap();
+    let pki = TestCredentials::generate("real");
+    let other = TestCredentials::generate("other");
+    let expired = TestCredentials::generate_expired("old");
     let untrusted = tls_failure(server_only(&pki), verify_only(&other)).await;
     assert!(
         untrusted.contains("certificate verify failed"),
@@ -300,7 +302,7 @@ async fn pre_shared_keys_over_tls() {
         assert!(matches!(err, Error::Tls { .. }), "{id}: {err:?}");
     }
     // A certificate-only client gets no answer from a PSK-only server.
-    let pki = test_pki::generate("psk").unwrap();
+    let pki = TestCredentials::generate("psk");
     let err = Client::new()
         .with_x509(verify_only(&pki))
         .get(&uri)
@@ -313,7 +315,7 @@ async fn pre_shared_keys_over_tls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peers_that_do_not_finish_the_handshake_are_closed() {
-    let pki = test_pki::generate("slow").unwrap();
+    let pki = TestCredentials::generate("slow");
     let limits = TcpServerLimits {
         handshake_timeout: Duration::from_millis(300),
         ..TcpServerLimits::default()

@@ -1,18 +1,14 @@
 //! Running the real `cobalt` binary from integration tests.
 #![allow(dead_code)] // each test file uses a part
 
+use cobalt_test_support::peers::{Listen, PeerServer};
+use cobalt_test_support::ready::Ready;
 use std::io::{BufRead, BufReader};
+use std::net::IpAddr;
 use std::process::{Child, Command, Stdio};
 
 /// Kills the process (a server) when the test ends, passed or failed.
-pub struct KillOnDrop(pub Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use cobalt_test_support::process::ChildGuard;
 
 /// A command running the `cobalt` binary under test, without the caller's RUST_LOG.
 pub fn cobalt() -> Command {
@@ -34,21 +30,11 @@ pub fn local_serve_shards(shards: usize) -> Command {
     c
 }
 
-/// A fresh directory for this test process named after `what`, holding `keys.txt`
-/// with the PSK `alice:secretPSK`; returns the directory and the file.
-pub fn psk_file(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("cobalt-{what}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let keys = dir.join("keys.txt");
-    std::fs::write(&keys, "alice:secretPSK\n").unwrap();
-    (dir, keys)
-}
-
 /// Stderr lines of a started server.
 pub type Lines = Box<dyn Iterator<Item = String> + Send>;
 
 /// Starts a server with its stderr piped (stdout discarded).
-pub fn spawn_server(mut command: Command) -> (KillOnDrop, Lines) {
+pub fn spawn_server(mut command: Command) -> (ChildGuard, Lines) {
     let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -56,13 +42,13 @@ pub fn spawn_server(mut command: Command) -> (KillOnDrop, Lines) {
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let lines = BufReader::new(stderr).lines().map_while(Result::ok);
-    (KillOnDrop(child), Box::new(lines))
+    (ChildGuard::new(child), Box::new(lines))
 }
 
 /// Starts a server (`command`, e.g. `cobalt().args(["serve", ...])`) and waits until it
 /// prints a line containing `ready` on stderr; its stderr is drained from then on, so
 /// that it never blocks on a full pipe.
-pub fn serve_until(command: Command, ready: &str) -> KillOnDrop {
+pub fn serve_until(command: Command, ready: &str) -> ChildGuard {
     let (server, mut lines) = spawn_server(command);
     let up = lines.by_ref().any(|l| l.contains(ready));
     assert!(up, "the server never printed {ready:?}");
@@ -73,7 +59,7 @@ pub fn serve_until(command: Command, ready: &str) -> KillOnDrop {
 /// Starts a server (`command`) and waits until it has printed a stderr line starting
 /// with each of `prefixes` (e.g. `"cobalt: serving CoAP on "`); returns it and, for
 /// each prefix, the first word after it (the address). Its stderr is drained from then on.
-pub fn serve_printing(command: Command, prefixes: &[&str]) -> (KillOnDrop, Vec<String>) {
+pub fn serve_printing(command: Command, prefixes: &[&str]) -> (ChildGuard, Vec<String>) {
     let (server, mut lines) = spawn_server(command);
     let mut found: Vec<Option<String>> = vec![None; prefixes.len()];
     for line in lines.by_ref() {
@@ -104,19 +90,26 @@ pub fn rest_of_stderr(child: &mut Child) -> String {
     err
 }
 
-#[cfg(feature = "openssl")]
-/// Writes a fresh CA (`cn` names it) and the server and client certificates it issued
-/// to `dir`: ca.pem, server.pem, server.key, client.pem, client.key.
-pub fn write_test_pki(dir: &std::path::Path, cn: &str) {
-    let pki = cobalt::transport::dtls::test_pki::generate(cn).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    for (name, pem) in [
-        ("ca.pem", &pki.ca_pem),
-        ("server.pem", &pki.server.cert_chain_pem),
-        ("server.key", &pki.server.key_pem),
-        ("client.pem", &pki.client.cert_chain_pem),
-        ("client.key", &pki.client.key_pem),
-    ] {
-        std::fs::write(dir.join(name), pem).unwrap();
-    }
+/// `cobalt serve --plugtest` on `ip` (both the demo and the plugtest resources).
+pub fn start_cobalt(ip: IpAddr) -> PeerServer {
+    start_cobalt_with(ip, &[])
+}
+
+/// `cobalt serve --plugtest ARGS` on `ip`, ready once it answers a CoAP ping.
+pub fn start_cobalt_with(ip: IpAddr, args: &[&str]) -> PeerServer {
+    let listen = Listen {
+        ip,
+        free: &[0],
+        at: 0,
+        ready: Ready::CoapPing,
+    };
+    PeerServer::start("cobalt serve", listen, None, |port| {
+        let mut c = cobalt();
+        c.args(["serve", "--plugtest", "--bind"])
+            .arg(ip.to_string())
+            .arg("--port")
+            .arg(port.to_string())
+            .args(args);
+        c
+    })
 }

@@ -1,196 +1,475 @@
-//! Californium as a peer: `tests/peers/californium` (californium-core from Maven
-//! Central), built by `scripts/install-test-deps.sh`. Its `CfPeer` program runs as a
-//! server or as a client and prints one event per line (`WORD key=value ...`);
-//! [`Events`] collects them while it runs. Needs `peers.rs` next to it.
+//! Interoperability with Eclipse Californium 3.13 (californium-core from Maven Central,
+//! `tests/peers/californium`) on loopback, in both directions:
+//!
+//! * Cobalt's client against a Californium server that asks for smaller blocks
+//!   (RFC 7959 §2.5 Figure 6 for Block1, §2.4 for Block2);
+//! * Californium's client against `cobalt serve --plugtest`: the resources of the
+//!   ETSI plugtest descriptions that Californium's own plugtest client exercises
+//!   (TD_COAP_CORE_20/23, TD_COAP_BLOCK_05, TD_COAP_OBS_01/02/07/08/09, `/obs-reset`).
+//!
+//! A missing peer (no `java`, or the peer not built) skips the test with a note, or
+//! fails it under `COBALT_REQUIRE_PEERS=1`; `scripts/install-test-deps.sh` installs it.
 
-use super::peers::{repo_root, require, ChildGuard};
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use crate::runtime;
+use cobalt::{Client, Code};
+use cobalt_test_support::peers::californium::{
+    self, field, letters, payload_of, unescape, Californium, CF_LIMIT,
+};
+use cobalt_test_support::peers::PeerServer;
+use cobalt_test_support::ports::V4;
+use cobalt_test_support::process;
+use std::time::Duration;
 
-/// How long a Californium client command may take (JVM start included).
-pub const CF_LIMIT: Duration = Duration::from_secs(60);
-
-/// `java` and the class path of the built peer, if both are there.
-pub fn californium() -> Option<PathBuf> {
-    let classpath = repo_root().join("tests/peers/californium/target/classpath.txt");
-    let java = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("java"))
-            .find(|j| j.is_file())
-    });
-    java.and(classpath.is_file().then_some(classpath))
+/// The Californium peer and `cobalt serve` on 127.0.0.1 for it; `None` after the skip
+/// note if the peer is missing.
+fn californium_and_cobalt() -> Option<(Californium, PeerServer)> {
+    californium::need().map(|cf| (cf, crate::binary::start_cobalt(V4)))
 }
 
-/// The Californium peer or, when it is missing, `None` after [`require`] has said so
-/// (or panicked under `COBALT_REQUIRE_PEERS=1`).
-pub fn need_californium() -> Option<Californium> {
-    require(
-        "Californium peer (java and tests/peers/californium built by Maven)",
-        californium(),
+/// The Block1 (or Block2) values of the requests for `path` the Californium server
+/// saw, in order.
+fn blocks_seen(lines: &[String], path: &str, option: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with("REQUEST ") && field(l, "path") == Some(path))
+        .filter_map(|l| field(l, option).map(str::to_string))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Cobalt client -> Californium server
+// ---------------------------------------------------------------------------
+
+#[test]
+fn cobalt_upload_follows_a_californium_server_asking_for_smaller_blocks() {
+    let Some(cf) = californium::need() else {
+        return;
+    };
+    let server = cf.server(&["--block-size", "512"]);
+    let body = letters(3000);
+    let rt = runtime();
+    let client = Client::new();
+    let r = rt
+        .block_on(client.put(&server.uri("/upload"), body.clone()))
+        .expect("PUT /upload");
+    assert_eq!(
+        (r.code, r.text_payload().as_str()),
+        (Code::CHANGED, "stored 3000 bytes"),
+        "{:#?}",
+        server.events.lines()
+    );
+    // 0/1/1024 is acknowledged with 0/1/512: the first block counts whole and the
+    // upload goes on with 2/1/512 (Californium answers 1/1/512 with 4.08).
+    let lines = server.events.lines();
+    assert_eq!(
+        blocks_seen(&lines, "/upload", "block1"),
+        ["0/1/1024", "2/1/512", "3/1/512", "4/1/512", "5/0/512"],
+        "{lines:#?}"
+    );
+    let back = rt
+        .block_on(client.get(&server.uri("/upload")))
+        .expect("GET /upload");
+    assert_eq!(back.payload, body, "the server stored the body byte-exact");
+}
+
+#[test]
+fn cobalt_download_follows_a_californium_server_answering_smaller_blocks() {
+    let Some(cf) = californium::need() else {
+        return;
+    };
+    let server = cf.server(&["--block-size", "256"]);
+    let rt = runtime();
+    let r = rt
+        .block_on(
+            Client::new()
+                .request(Code::GET, &server.uri("/large"))
+                .block_size(1024)
+                .expect("block size")
+                .send(),
+        )
+        .expect("GET /large");
+    assert_eq!(r.code, Code::CONTENT);
+    assert_eq!(r.payload, letters(5000));
+    // Asked for 1024-byte blocks, answered in 256-byte ones: the client follows.
+    let lines = server.events.lines();
+    let asked = blocks_seen(&lines, "/large", "block2");
+    assert_eq!(asked[..3], ["0/0/1024", "1/0/256", "2/0/256"], "{lines:#?}");
+    assert_eq!(asked.len(), 5000usize.div_ceil(256), "{lines:#?}");
+}
+
+/// `cobalt observe --count N` ends its relation on a Californium server: the server
+/// sees the GET with Observe=1 (RFC 7641 §3.6) and its observer count drops to 0, so it
+/// does not go on sending confirmable notifications to a port nobody reads.
+#[test]
+fn cobalt_observe_count_cancels_the_relation_on_a_californium_server() {
+    let Some(cf) = californium::need() else {
+        return;
+    };
+    let server = cf.server(&["--tick-ms", "200"]);
+    let r = process::run(
+        crate::binary::cobalt()
+            .args(["observe", "--count", "3"])
+            .arg(server.uri("/obs")),
+        CF_LIMIT,
     )
-    .map(|classpath| Californium { classpath })
+    .ok();
+    assert_eq!(r.stdout.lines().count(), 3, "{r:#?}");
+    let events = &server.events;
+    events.wait_for("the relation", CF_LIMIT, |l| l == "RELATIONS /obs 1");
+    events.wait_for("the cancel", CF_LIMIT, |l| {
+        l.starts_with("REQUEST ")
+            && field(l, "path") == Some("/obs")
+            && field(l, "observe") == Some("1")
+    });
+    events.wait_for("the relation to end", CF_LIMIT, |l| l == "RELATIONS /obs 0");
 }
 
-/// The built Californium peer.
-#[derive(Debug, Clone)]
-pub struct Californium {
-    classpath: PathBuf,
+// ---------------------------------------------------------------------------
+// Californium client -> cobalt serve --plugtest
+// ---------------------------------------------------------------------------
+
+/// The NOTIFY lines of an observation.
+fn notifications(lines: &[String]) -> Vec<&String> {
+    lines.iter().filter(|l| l.starts_with("NOTIFY ")).collect()
 }
 
-impl Californium {
-    /// `java -cp ... org.cobalt.peers.CfPeer ARGS`.
-    pub fn command(&self, args: &[&str]) -> Command {
-        let jars = std::fs::read_to_string(&self.classpath).expect("read classpath.txt");
-        let classes = repo_root().join("tests/peers/californium/target/classes");
-        let mut c = Command::new("java");
-        c.arg("-cp")
-            .arg(format!("{}:{}", classes.display(), jars.trim()))
-            .arg("org.cobalt.peers.CfPeer")
-            .args(args);
-        c
-    }
-
-    /// Starts `CfPeer ARGS` and collects what it prints.
-    pub fn spawn(&self, args: &[&str]) -> Events {
-        Events::spawn(&mut self.command(args))
-    }
-
-    /// Runs a client command to its end (bounded by [`CF_LIMIT`]); its event lines.
-    pub fn run(&self, args: &[&str]) -> Vec<String> {
-        let mut ev = self.spawn(args);
-        ev.wait_exit(CF_LIMIT);
-        ev.lines()
-    }
-
-    /// Starts the Californium server (`CfPeer server ARGS`) and waits until it is ready.
-    pub fn server(&self, args: &[&str]) -> CfServer {
-        let mut full = vec!["server"];
-        full.extend_from_slice(args);
-        let events = self.spawn(&full);
-        let ready = events.wait_for("the Californium server to start", CF_LIMIT, |l| {
-            l.starts_with("READY ")
-        });
-        let port: u16 = ready["READY ".len()..].trim().parse().expect("READY port");
-        CfServer {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            events,
+#[test]
+fn californium_observes_obs_with_con_and_obs_non_with_non_notifications() {
+    // TD_COAP_OBS_01 (CON notifications) and TD_COAP_OBS_02 (NON), each cancelled
+    // with a GET with Observe=1 (Californium's proactive cancel).
+    let Some((cf, server)) = californium_and_cobalt() else {
+        return;
+    };
+    let mut con = cf.spawn(&[
+        "observe",
+        &server.uri("/obs"),
+        "--seconds",
+        "5",
+        "--cancel",
+        "proactive",
+    ]);
+    let mut non = cf.spawn(&[
+        "observe",
+        &server.uri("/obs-non"),
+        "--non",
+        "--seconds",
+        "5",
+        "--cancel",
+        "proactive",
+    ]);
+    con.wait_exit(CF_LIMIT);
+    non.wait_exit(CF_LIMIT);
+    for (events, path, mtype) in [(&con, "/obs", "CON"), (&non, "/obs-non", "NON")] {
+        let lines = events.lines();
+        // The answer to the cancelling GET (Observe=1) comes without Observe.
+        let n: Vec<&String> = notifications(&lines)
+            .into_iter()
+            .filter(|l| field(l, "observe") != Some("-"))
+            .collect();
+        assert!(
+            n.len() >= 3,
+            "{path}: a response and notifications: {lines:#?}"
+        );
+        let observe: Vec<u32> = n
+            .iter()
+            .filter_map(|l| field(l, "observe")?.parse().ok())
+            .collect();
+        assert!(
+            observe.windows(2).all(|w| w[0] < w[1]),
+            "{path}: increasing Observe: {lines:#?}"
+        );
+        // After the first (the response to the registration), notifications come
+        // with the type the resource promises; of NON ones, the NON rule of the
+        // server's congestion control (CoCoA §5) sends 2 of every 16 as CON.
+        let later = &n[1..];
+        for l in later {
+            assert_eq!(field(l, "code"), Some("2.05"), "{path}: {l}");
+            assert!(payload_of(l).unwrap().starts_with("tick "), "{l}");
         }
-    }
-}
-
-/// A running Californium server.
-pub struct CfServer {
-    /// Where it listens.
-    pub addr: SocketAddr,
-    /// What it printed so far.
-    pub events: Events,
-}
-
-impl CfServer {
-    /// `coap://addr/path`.
-    pub fn uri(&self, path: &str) -> String {
-        format!("coap://{}{path}", self.addr)
-    }
-}
-
-/// A running (or finished) `CfPeer` and the lines it printed on stdout.
-pub struct Events {
-    child: ChildGuard,
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: Option<thread::JoinHandle<()>>,
-    shown: String,
-}
-
-impl Events {
-    fn spawn(cmd: &mut Command) -> Events {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let shown = format!("{cmd:?}");
-        let mut child = ChildGuard::spawn("Californium peer", cmd);
-        let stdout = child.take_stdout().expect("piped stdout");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let reader = thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
-            }
-        });
-        Events {
-            child,
-            lines,
-            reader: Some(reader),
-            shown,
-        }
-    }
-
-    /// Every line so far.
-    pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Waits until a line matches `pred` (checking every 20 ms), up to `limit`; the
-    /// first matching line. Panics with everything printed so far on timeout.
-    pub fn wait_for(&self, what: &str, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(l) = self.lines().into_iter().find(|l| pred(l)) {
-                return l;
-            }
+        let of = |t: &str| later.iter().filter(|l| field(l, "type") == Some(t)).count();
+        if mtype == "CON" {
+            assert_eq!(of("CON"), later.len(), "{path}: {lines:#?}");
+        } else {
+            assert!(of("NON") >= 1, "{path}: {lines:#?}");
             assert!(
-                Instant::now() < deadline,
-                "waited {limit:?} for {what}: {}\n{:#?}",
-                self.shown,
-                self.lines()
+                of("CON") <= 2 * later.len().div_ceil(16),
+                "{path}: {lines:#?}"
             );
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits for the process to exit, up to `limit`, and for its output to be read.
-    pub fn wait_exit(&mut self, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while self.child.exited().is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "{} ran longer than {limit:?}: {:#?}",
-                self.shown,
-                self.lines()
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
+            assert_eq!(of("NON") + of("CON"), later.len(), "{path}: {lines:#?}");
         }
     }
 }
 
-/// The value of `key=` in an event line (up to the next space), if present.
-pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let pat = format!(" {key}=");
-    let start = line.find(&pat)? + pat.len();
-    let rest = &line[start..];
-    Some(rest.split(' ').next().unwrap_or(rest))
+#[test]
+fn californium_sees_obs_put_and_delete_end_or_update_observations() {
+    // TD_COAP_OBS_09 (a PUT with the same Content-Format is notified), TD_COAP_OBS_08
+    // (a PUT changing the Content-Format ends the observation) on /obs, and
+    // TD_COAP_OBS_07 (DELETE ends it) on /obs-non; both come back for the next test.
+    let Some((cf, server)) = californium_and_cobalt() else {
+        return;
+    };
+    let observe = |path: &str| {
+        cf.spawn(&[
+            "observe",
+            &server.uri(path),
+            "--seconds",
+            "30",
+            "--cancel",
+            "none",
+        ])
+    };
+    let (obs, obs_non) = (observe("/obs"), observe("/obs-non"));
+    let registered = |l: &str| l.starts_with("NOTIFY ") && field(l, "code") == Some("2.05");
+    obs.wait_for("the /obs registration", CF_LIMIT, registered);
+    obs_non.wait_for("the /obs-non registration", CF_LIMIT, registered);
+    let rt = runtime();
+    let client = Client::new();
+    let put = |cf: u16, body: &str| {
+        rt.block_on(
+            client
+                .request(Code::PUT, &server.uri("/obs"))
+                .content_format(cf)
+                .payload(body)
+                .send(),
+        )
+        .expect("PUT /obs")
+        .code
+    };
+    assert_eq!(put(0, "value for TD_COAP_OBS_09"), Code::CHANGED);
+    obs.wait_for("the PUT value notified", CF_LIMIT, |l| {
+        l.starts_with("NOTIFY ") && payload_of(l).as_deref() == Some("value for TD_COAP_OBS_09")
+    });
+    assert_eq!(put(41, "<value/>"), Code::CHANGED);
+    let gone = obs.wait_for("the end of the /obs observation", CF_LIMIT, |l| {
+        l.starts_with("NOTIFY ") && field(l, "code") == Some("4.04")
+    });
+    assert_eq!(field(&gone, "type"), Some("CON"), "{gone}");
+    let deleted = rt
+        .block_on(client.delete(&server.uri("/obs-non")))
+        .expect("DELETE /obs-non");
+    assert_eq!(deleted.code, Code::DELETED);
+    obs_non.wait_for("the end of the /obs-non observation", CF_LIMIT, |l| {
+        l.starts_with("NOTIFY ") && field(l, "code") == Some("4.04")
+    });
+    // Both resources are back: a GET is answered.
+    for path in ["/obs", "/obs-non"] {
+        let r = rt.block_on(client.get(&server.uri(path))).expect("GET");
+        assert_eq!(r.code, Code::CONTENT, "{path}");
+    }
+    // Nothing is notified after the 4.04 (the relations ended): once the server has
+    // ticked twice more, the last NOTIFY of each observer is still the 4.04.
+    let tick = || {
+        let text = rt
+            .block_on(client.get(&server.uri("/obs")))
+            .expect("GET /obs")
+            .text_payload();
+        text.split(' ').nth(1).and_then(|n| n.parse::<u64>().ok())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut start = None;
+    while start.is_none_or(|s| tick().is_none_or(|n| n < s + 2)) {
+        // The stored XML value is shown until the next tick.
+        start = start.or_else(tick);
+        assert!(std::time::Instant::now() < deadline, "/obs stopped ticking");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (events, path) in [(&obs, "/obs"), (&obs_non, "/obs-non")] {
+        let lines = events.lines();
+        let last = notifications(&lines).last().map(|l| l.to_string());
+        assert_eq!(
+            last.as_deref().and_then(|l| field(l, "code")),
+            Some("4.04"),
+            "{path}: {lines:#?}"
+        );
+    }
 }
 
-/// The payload printed after ` payload=` (the rest of the line), unescaped for `\n`
-/// and `\\`.
-pub fn payload_of(line: &str) -> Option<String> {
-    let start = line.find(" payload=")? + " payload=".len();
-    Some(unescape(&line[start..]))
+#[test]
+fn californium_obs_reset_ends_every_observation() {
+    let Some((cf, server)) = californium_and_cobalt() else {
+        return;
+    };
+    let obs = cf.spawn(&[
+        "observe",
+        &server.uri("/obs"),
+        "--seconds",
+        "30",
+        "--cancel",
+        "none",
+    ]);
+    obs.wait_for("the /obs registration", CF_LIMIT, |l| {
+        l.starts_with("NOTIFY ")
+    });
+    let refused = cf.run(&[
+        "request",
+        "POST",
+        &server.uri("/obs-reset"),
+        "--payload",
+        "open",
+    ]);
+    assert!(
+        refused.iter().any(|l| l.starts_with("RESPONSE code=4.03")),
+        "{refused:#?}"
+    );
+    let reset = cf.run(&[
+        "request",
+        "POST",
+        &server.uri("/obs-reset"),
+        "--payload",
+        "sesame",
+    ]);
+    assert!(
+        reset.iter().any(|l| l.starts_with("RESPONSE code=2.04")),
+        "{reset:#?}"
+    );
+    obs.wait_for("the end of the observation", CF_LIMIT, |l| {
+        l.starts_with("NOTIFY ") && field(l, "code") == Some("4.04")
+    });
 }
 
-/// Undoes CfPeer's escaping of `\n` and `\\` (other escapes stay as printed).
-pub fn unescape(s: &str) -> String {
-    s.replace("\\n", "\n").replace("\\\\", "\\")
+#[test]
+fn californium_posts_large_and_gets_large_back_in_one_exchange() {
+    // TD_COAP_BLOCK_05: Block1 up, Block2 down (RFC 7959 §3.3).
+    let Some((cf, server)) = californium_and_cobalt() else {
+        return;
+    };
+    let lines = cf.run(&[
+        "request",
+        "POST",
+        &server.uri("/large-post"),
+        "--cf",
+        "0",
+        "--payload-size",
+        "3000",
+    ]);
+    let response = lines.iter().find(|l| l.starts_with("RESPONSE "));
+    assert_eq!(
+        response.and_then(|l| field(l, "code")),
+        Some("2.04"),
+        "{lines:#?}"
+    );
+    let payload = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("PAYLOAD "))
+        .map(unescape)
+        .unwrap_or_default();
+    assert_eq!(
+        payload.as_bytes(),
+        letters(3000).to_ascii_uppercase(),
+        "{lines:#?}"
+    );
+    let sent_block1 = lines
+        .iter()
+        .filter(|l| l.starts_with("SENT ") && field(l, "block1") != Some("-"))
+        .count();
+    let got_block2 = lines
+        .iter()
+        .filter(|l| l.starts_with("RECV ") && field(l, "block2") != Some("-"))
+        .count();
+    assert!(
+        sent_block1 > 1 && got_block2 > 1,
+        "both directions block-wise: {lines:#?}"
+    );
 }
 
-/// The bytes `CfPeer --payload-size n` sends: the letters a..z repeated.
-pub fn letters(n: usize) -> Vec<u8> {
-    (0..n).map(|i| b'a' + (i % 26) as u8).collect()
+#[test]
+fn californium_gets_multi_format_in_every_format() {
+    // TD_COAP_CORE_20 (text/plain, application/xml) and JSON and CBOR as Californium's
+    // plugtest client asks for them; 4.06 for a format the resource does not have.
+    let Some((cf, server)) = californium_and_cobalt() else {
+        return;
+    };
+    let uri = server.uri("/multi-format");
+    let runs: Vec<(&str, std::thread::JoinHandle<Vec<String>>)> = ["0", "41", "50", "60", "42"]
+        .into_iter()
+        .map(|accept| {
+            let (cf, uri) = (cf.clone(), uri.clone());
+            (
+                accept,
+                std::thread::spawn(move || cf.run(&["request", "GET", &uri, "--accept", accept])),
+            )
+        })
+        .collect();
+    for (accept, run) in runs {
+        let lines = run.join().expect("client thread");
+        let response = lines
+            .iter()
+            .find(|l| l.starts_with("RESPONSE "))
+            .unwrap_or_else(|| panic!("Accept {accept}: {lines:#?}"));
+        let payload = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("PAYLOAD "))
+            .unwrap_or_default();
+        if accept == "42" {
+            assert_eq!(field(response, "code"), Some("4.06"), "{lines:#?}");
+            continue;
+        }
+        assert_eq!(field(response, "code"), Some("2.05"), "{lines:#?}");
+        assert_eq!(field(response, "cf"), Some(accept), "{lines:#?}");
+        let expected_start = match accept {
+            "0" => "Type: CON\\nCode: GET\\nMID: ",
+            "41" => "<msg type=\"CON\" code=\"GET\" mid=\"",
+            "50" => "{\"type\":\"CON\",\"code\":\"GET\",\"mid\":",
+            // A CBOR map of 4: a4, "type" (64 74 79 70 65), "CON" (63 43 4f 4e).
+            _ => "\\xa4dtypecCONdcodecGETcmid",
+        };
+        assert!(
+            payload.starts_with(expected_start),
+            "Accept {accept}: {payload}"
+        );
+    }
+}
+
+#[test]
+fn californium_creates_create1_twice_in_a_row() {
+    // TD_COAP_CORE_23: PUT with If-None-Match creates, the second gets 4.12, and after
+    // that the resource is gone again so the test can run again.
+    let Some((cf, server)) = californium_and_cobalt() else {
+        return;
+    };
+    let uri = server.uri("/create1");
+    let codes: Vec<String> = (0..3)
+        .map(|_| {
+            let lines = cf.run(&[
+                "request",
+                "PUT",
+                &uri,
+                "--cf",
+                "0",
+                "--payload",
+                "TD_COAP_CORE_23",
+                "--if-none-match",
+            ]);
+            lines
+                .iter()
+                .find(|l| l.starts_with("RESPONSE "))
+                .and_then(|l| field(l, "code"))
+                .unwrap_or("none")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(codes, ["2.01", "4.12", "2.01"]);
+}
+
+#[test]
+fn californium_gets_large_separate_in_separate_responses() {
+    // A large answer that comes late: an empty ACK, then the first block as a separate
+    // CON response, and the rest asked for block by block (libcoap 4.3.1's client does
+    // not continue such a transfer after the first block; Californium's does).
+    let Some((cf, server)) = californium_and_cobalt() else {
+        return;
+    };
+    let lines = cf.run(&["request", "GET", &server.uri("/large-separate")]);
+    let first = lines.iter().find(|l| l.starts_with("RECV "));
+    assert_eq!(
+        first.and_then(|l| Some((field(l, "type")?, field(l, "block2")?))),
+        Some(("CON", "0/1/1024")),
+        "{lines:#?}"
+    );
+    let response = lines.iter().find(|l| l.starts_with("RESPONSE "));
+    assert_eq!(
+        response.and_then(|l| Some((field(l, "code")?, field(l, "len")?))),
+        Some(("2.05", "2048")),
+        "{lines:#?}"
+    );
 }

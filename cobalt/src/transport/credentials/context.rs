@@ -67,11 +67,11 @@ pub fn check_certificate(creds: &X509Credentials) -> Result<(), String> {
 #[cfg(all(test, feature = "openssl"))]
 mod certificate_check {
     use super::*;
-    use crate::transport::dtls::test_pki;
+    use crate::transport::credentials::test_credentials::TestCredentials;
 
     #[test]
     fn only_p256_keys_serve_the_dtls_suites() {
-        let pki = test_pki::generate("check").unwrap();
+        let pki = TestCredentials::generate("check");
         assert_eq!(check_certificate(&pki.server), Ok(()));
         let rsa = openssl::rsa::Rsa::generate(2048).unwrap();
         let rsa = X509Credentials {

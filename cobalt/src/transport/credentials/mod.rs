@@ -23,6 +23,8 @@ use std::path::Path;
 
 #[cfg(feature = "openssl")]
 mod context;
+#[cfg(all(test, feature = "openssl"))]
+pub(crate) mod test_credentials;
 #[cfg(feature = "openssl")]
 pub use self::context::check_certificate;
 #[cfg(feature = "openssl")]

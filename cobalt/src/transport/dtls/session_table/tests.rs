@@ -1,5 +1,5 @@
 use super::*;
-use crate::transport::dtls::test_pki;
+use crate::transport::credentials::test_credentials::TestCredentials;
 
 fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -348,7 +348,7 @@ fn a_full_table_refuses_newcomers_until_a_session_is_stale() {
 fn anonymous_sessions_give_way_to_authenticated_ones() {
     // A certificate without a CA: clients need no credential (anonymous); PSK
     // clients authenticate.
-    let pki = test_pki::generate("Cobalt test CA").unwrap();
+    let pki = TestCredentials::generate("Cobalt test CA");
     let server_creds = X509Credentials {
         ca_pem: None,
         ..pki.server.clone()
@@ -512,7 +512,7 @@ fn x509_pair(
 
 #[test]
 fn certificates_with_a_ca_both_suites() {
-    let pki = test_pki::generate("Cobalt test CA").unwrap();
+    let pki = TestCredentials::generate("Cobalt test CA");
     for cipher in ["ECDHE-ECDSA-AES128-CCM8", "ECDHE-ECDSA-AES128-GCM-SHA256"] {
         let (mut s, mut c) = x509_pair(&pki.server, &pki.client, cipher);
         c.encrypt(Instant::now(), addr(SERVER), b"over x509");
@@ -530,8 +530,8 @@ fn certificates_with_a_ca_both_suites() {
 
 #[test]
 fn certificate_failures_are_explained() {
-    let pki = test_pki::generate("Cobalt test CA").unwrap();
-    let other = test_pki::generate("Another CA").unwrap();
+    let pki = TestCredentials::generate("Cobalt test CA");
+    let other = TestCredentials::generate("Another CA");
     // The client does not trust the server's CA.
     let (mut s, mut c) = x509_pair(&pki.server, &other.client, "ECDHE-ECDSA-AES128-CCM8");
     c.encrypt(Instant::now(), addr(SERVER), b"x");
@@ -542,7 +542,7 @@ fn certificate_failures_are_explained() {
     };
     assert!(reason.contains("certificate verify failed"), "{reason}");
     // The server's certificate has expired.
-    let expired = test_pki::generate_expired("Old CA").unwrap();
+    let expired = TestCredentials::generate_expired("Old CA");
     let (mut s, mut c) = x509_pair(&expired.server, &expired.client, "ECDHE-ECDSA-AES128-CCM8");
     c.encrypt(Instant::now(), addr(SERVER), b"x");
     pump(&mut c, &mut s);

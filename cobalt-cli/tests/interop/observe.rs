@@ -5,15 +5,15 @@
 //!   observing a Cobalt server (in this process, so the observer count can be checked);
 //! * Cobalt's client observing aiocoap's observable resources.
 
-#[allow(unused)]
-#[macro_use]
-#[path = "interop/peers.rs"]
-mod peers;
-
+use crate::{aiocoap_server, coap_client, notifications};
 use cobalt::server::{get, Observable, ServerLimits};
 use cobalt::Scheme;
 use cobalt::{Client, Code, EndpointConfig, Server, ServerHandle};
-use peers::{PeerServer, COMMAND_LIMIT};
+use cobalt_test_support::need;
+use cobalt_test_support::peers::libcoap::{self, Port};
+use cobalt_test_support::peers::{aiocoap, repo_root, COMMAND_LIMIT};
+use cobalt_test_support::ports::V4;
+use cobalt_test_support::process;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -125,16 +125,9 @@ fn increasing(v: &[u64]) -> bool {
 
 #[test]
 fn libcoap_client_observes_cobalt_and_the_relation_ends_with_it() {
-    let Some(bin) = peers::libcoap_client() else {
-        return;
-    };
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = ObservedServer::start();
-    let r = peers::run(
-        Command::new(&bin)
-            .args(["-B", "5", "-s", "2"])
-            .arg(server.uri("/obs")),
-        COMMAND_LIMIT,
-    );
+    let r = coap_client(&bin, &["-s", "2", &server.uri("/obs")]);
     let seen = ticks(&r.stdout);
     assert!(seen.len() >= 3, "notifications printed: {r:#?}");
     assert!(increasing(&seen), "{seen:?}");
@@ -147,16 +140,9 @@ fn libcoap_client_observes_cobalt_and_the_relation_ends_with_it() {
 
 #[test]
 fn libcoap_client_observes_a_large_cobalt_resource_whole() {
-    let Some(bin) = peers::libcoap_client() else {
-        return;
-    };
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
     let server = ObservedServer::start();
-    let r = peers::run(
-        Command::new(&bin)
-            .args(["-B", "5", "-s", "2"])
-            .arg(server.uri("/big")),
-        COMMAND_LIMIT,
-    );
+    let r = coap_client(&bin, &["-s", "2", &server.uri("/big")]);
     let seen = ticks(&r.stdout);
     assert!(seen.len() >= 2, "{r:#?}");
     // Every notification is printed whole: 2000 bytes each.
@@ -179,9 +165,7 @@ fn libcoap_client_observes_a_large_cobalt_resource_whole() {
 /// confirmable and retransmission gives up quickly, so the observer goes in seconds.
 #[test]
 fn aiocoap_observes_cobalt_and_the_silent_observer_is_dropped() {
-    let Some(python) = peers::aiocoap_python() else {
-        return;
-    };
+    let python = need!("aiocoap", aiocoap::python());
     let limits = ServerLimits {
         con: cobalt::server::ConPolicy {
             every: 2,
@@ -195,8 +179,8 @@ fn aiocoap_observes_cobalt_and_the_silent_observer_is_dropped() {
         ..Default::default()
     };
     let server = ObservedServer::start_with(limits, config);
-    let script = peers::repo_root().join("tests/peers/aiocoap_observe.py");
-    let r = peers::run(
+    let script = repo_root().join("tests/peers/aiocoap_observe.py");
+    let r = process::run(
         Command::new(&python)
             .arg(&script)
             .arg(server.uri("/obs"))
@@ -225,11 +209,6 @@ fn aiocoap_observes_cobalt_and_the_silent_observer_is_dropped() {
     );
 }
 
-fn aiocoap_server() -> Option<PeerServer> {
-    let python = peers::aiocoap_python()?;
-    Some(peers::start_aiocoap_server(&python))
-}
-
 fn counts(text: &str) -> Option<u64> {
     text.strip_prefix("count ")?.split(' ').next()?.parse().ok()
 }
@@ -247,12 +226,7 @@ fn cobalt_observes_aiocoap_in_order_and_cancels() {
             .await
             .expect("register");
         let mut values = Vec::new();
-        while values.len() < 4 {
-            let n = tokio::time::timeout(Duration::from_secs(10), obs.next())
-                .await
-                .expect("a notification within 10 s")
-                .expect("relation alive")
-                .expect("notification");
+        for n in notifications(&mut obs, 4).await {
             assert_eq!(n.code, Code::CONTENT);
             assert!(n.options.observe().is_some(), "registered");
             values.push(counts(&n.text_payload()).expect("count N"));
@@ -269,8 +243,8 @@ fn cobalt_observes_a_large_aiocoap_resource_whole() {
     let Some(server) = aiocoap_server() else {
         return;
     };
-    let r = peers::run(
-        Command::new(peers::cobalt_bin())
+    let r = process::run(
+        crate::binary::cobalt()
             .args(["observe", "-n", "3", "--timeout", "20"])
             .arg(server.uri("/big-counter")),
         COMMAND_LIMIT,
@@ -301,13 +275,11 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 /// carrying Observe=1, which libcoap logs (`-v 7`) as removing the subscription.
 #[test]
 fn cobalt_observe_cancels_its_relation_with_libcoap() {
-    let Some(bin) = peers::libcoap_server() else {
-        return;
-    };
+    let bin = need!(libcoap::SERVER, libcoap::tool(libcoap::SERVER));
     let log = std::env::temp_dir().join(format!("cobalt-libcoap-obs-{}.log", std::process::id()));
-    let server = peers::start_libcoap_server_logging(&bin, &["-v", "7"], &log);
-    let r = peers::run(
-        Command::new(peers::cobalt_bin())
+    let server = libcoap::server(&bin, V4, &["-v", "7"], Port::CoapQuiet, Some(&log));
+    let r = process::run(
+        crate::binary::cobalt()
             .args(["observe", "--count", "2"])
             .arg(server.uri("/time")),
         COMMAND_LIMIT,
@@ -337,8 +309,8 @@ fn cobalt_observe_cancels_its_relation_with_aiocoap() {
             .unwrap_or_default()
     };
     eventually("no observer at first", || observers() == "0");
-    let r = peers::run(
-        Command::new(peers::cobalt_bin())
+    let r = process::run(
+        crate::binary::cobalt()
             .args(["observe", "-v", "--count", "2"])
             .arg(server.uri("/counter")),
         COMMAND_LIMIT,

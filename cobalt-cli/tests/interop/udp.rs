@@ -7,14 +7,17 @@
 //! The peers are installed by `scripts/install-test-deps.sh`. A missing peer skips the
 //! test with a note on stderr, or fails it when `COBALT_REQUIRE_PEERS=1`.
 
-#[macro_use]
-#[path = "interop/peers.rs"]
-mod peers;
-
+use crate::{aiocoap_server, coap_client, libcoap_server, runtime};
+use cobalt::client::RequestBuilder;
 use cobalt::proto::message::{decode, Message, MessageType};
 use cobalt::{Client, Code, Response};
-use peers::{PeerServer, Ran, COMMAND_LIMIT, V4, V6};
-use std::path::Path;
+use cobalt_test_support::need;
+use cobalt_test_support::peers::libcoap::{self, Port};
+use cobalt_test_support::peers::{aiocoap, require, PeerServer, COMMAND_LIMIT};
+use cobalt_test_support::ports::{V4, V6};
+use cobalt_test_support::process::{self, Ran};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,17 +26,9 @@ use std::time::Duration;
 // Helpers
 // ---------------------------------------------------------------------------
 
-/// `coap-client-notls ARGS` giving up after 5 s of waiting (`-B 5`).
-fn coap_client(bin: &Path, args: &[&str]) -> Ran {
-    peers::run(
-        Command::new(bin).arg("-B").arg("5").args(args),
-        COMMAND_LIMIT,
-    )
-}
-
 /// `aiocoap-client ARGS`, bounded by the harness limit (it has no timeout flag).
 fn aiocoap_client(bin: &Path, args: &[&str]) -> Ran {
-    peers::run(Command::new(bin).args(args), COMMAND_LIMIT)
+    process::run(Command::new(bin).args(args), COMMAND_LIMIT)
 }
 
 /// With `-v 7`, libcoap logs each message as `v:1 t:TYPE c:CODE i:MID {TOKEN} [ OPTIONS ] :: 'PAYLOAD'`.
@@ -53,10 +48,8 @@ fn libcoap_printed_body(r: &Ran, payload: &str) -> bool {
 
 /// `cobalt ARGS --timeout 15`.
 fn cobalt(args: &[&str]) -> Ran {
-    peers::run(
-        Command::new(peers::cobalt_bin())
-            .args(args)
-            .args(["--timeout", "15"]),
+    process::run(
+        crate::binary::cobalt().args(args).args(["--timeout", "15"]),
         COMMAND_LIMIT,
     )
 }
@@ -76,7 +69,13 @@ fn blocking(method: Code, uri: &str, payload: &str) -> Response {
 /// Datagrams seen by a traced client: (sent?, decoded message).
 type Seen = Arc<Mutex<Vec<(bool, Message)>>>;
 
-fn traced_client() -> (Client, Seen) {
+/// `method uri` (built further by `with`) with a client whose datagrams are traced,
+/// bounded by a 15 s timeout unless `with` sets another: the result and the datagrams.
+fn traced(
+    method: Code,
+    uri: &str,
+    with: impl FnOnce(RequestBuilder) -> RequestBuilder,
+) -> (Result<Response, cobalt::Error>, Seen) {
     let seen: Seen = Arc::default();
     let log = seen.clone();
     let tracer: cobalt::runtime::Tracer = Arc::new(move |sent, _peer, bytes| {
@@ -87,14 +86,8 @@ fn traced_client() -> (Client, Seen) {
         }
     });
     let client = Client::with_tracer(cobalt::EndpointConfig::default(), tracer).unwrap();
-    (client, seen)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
+    let request = with(client.request(method, uri).timeout(Duration::from_secs(15)));
+    (runtime().block_on(request.send()), seen)
 }
 
 /// Asserts that the exchange in `seen` was a separate response: an empty ACK, then a
@@ -136,31 +129,52 @@ fn seen_lock(seen: &Seen) -> std::sync::MutexGuard<'_, Vec<(bool, Message)>> {
     seen.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// libcoap's client, or `None` after the skip note.
+fn find_libcoap_client() -> Option<PathBuf> {
+    require(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT))
+}
+
+/// `aiocoap-client`, or `None` after the skip note.
+fn find_aiocoap_client() -> Option<PathBuf> {
+    require("aiocoap-client", aiocoap::client())
+}
+
+/// A client program that was found, and `cobalt serve` on `ip` for it to talk to.
+fn with_cobalt(client: Option<PathBuf>, ip: IpAddr) -> Option<(PathBuf, PeerServer)> {
+    client.map(|bin| (bin, crate::binary::start_cobalt(ip)))
+}
+
+/// A client program (run by `run`) GETs `/benchmark` from `cobalt serve` on `ip`.
+fn gets_benchmark(client: Option<PathBuf>, run: fn(&Path, &[&str]) -> Ran, ip: IpAddr) {
+    let Some((bin, server)) = with_cobalt(client, ip) else {
+        return;
+    };
+    if ip == V6 {
+        assert!(server.uri("").starts_with("coap://[::1]:"));
+    }
+    let r = run(&bin, &[&server.uri("/benchmark")]).ok();
+    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+}
+
 // ---------------------------------------------------------------------------
 // libcoap coap-client -> cobalt serve
 // ---------------------------------------------------------------------------
 
 #[test]
 fn libcoap_client_gets_benchmark() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
-    let r = coap_client(&bin, &[&server.uri("/benchmark")]).ok();
-    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+    gets_benchmark(find_libcoap_client(), coap_client, V4);
 }
 
 #[test]
 fn libcoap_client_gets_benchmark_over_ipv6() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V6);
-    assert!(server.base().starts_with("coap://[::1]:"));
-    let r = coap_client(&bin, &[&server.uri("/benchmark")]).ok();
-    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+    gets_benchmark(find_libcoap_client(), coap_client, V6);
 }
 
 #[test]
 fn libcoap_client_put_and_post_are_echoed() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/echo");
     for (method, payload) in [("put", "put from libcoap"), ("post", "post from libcoap")] {
         let r = coap_client(&bin, &["-v", "7", "-m", method, "-e", payload, &uri]).ok();
@@ -185,8 +199,9 @@ fn numbered_text(len: usize) -> String {
 
 #[test]
 fn libcoap_client_uploads_in_block1_blocks() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/echo");
     // 300 bytes in 64-byte Block1 blocks: five 2.31 Continue, then the 2.04 echo.
     let small = numbered_text(300);
@@ -208,16 +223,18 @@ fn libcoap_client_uploads_in_block1_blocks() {
 
 #[test]
 fn libcoap_client_delete_test_is_deleted() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let r = coap_client(&bin, &["-v", "7", "-m", "delete", &server.uri("/test")]).ok();
     assert!(libcoap_logged(&r, "ACK", "2.02").is_some(), "{r:#?}");
 }
 
 #[test]
 fn libcoap_client_non_request_gets_non_response() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let r = coap_client(&bin, &["-N", "-v", "7", &server.uri("/benchmark")]).ok();
     assert!(libcoap_logged(&r, "NON", "GET").is_some(), "{r:#?}");
     let line = libcoap_logged(&r, "NON", "2.05").unwrap_or_default();
@@ -227,8 +244,9 @@ fn libcoap_client_non_request_gets_non_response() {
 
 #[test]
 fn libcoap_client_receives_separate_response() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let r = coap_client(&bin, &["-v", "7", &server.uri("/separate?delay=1200")]).ok();
     let out = &r.stdout;
     let ack = out.find("v:1 t:ACK c:0.00 ");
@@ -242,8 +260,9 @@ fn libcoap_client_receives_separate_response() {
 
 #[test]
 fn libcoap_client_discovers_resources_whole_and_in_blocks() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/.well-known/core");
     let whole = coap_client(&bin, &[&uri]).ok();
     assert!(whole.stdout.contains("</benchmark>"), "{whole:#?}");
@@ -257,8 +276,9 @@ fn libcoap_client_discovers_resources_whole_and_in_blocks() {
 
 #[test]
 fn libcoap_client_plugtest_options() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     // Uri-Query and a long Uri-Path.
     let r = coap_client(&bin, &[&server.uri("/query?first=1&second=2")]).ok();
     assert_eq!(r.stdout.trim_end(), "Query: first=1&second=2");
@@ -305,8 +325,9 @@ fn libcoap_client_plugtest_options() {
 
 #[test]
 fn libcoap_client_reports_not_found() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_libcoap_client(), V4) else {
+        return;
+    };
     // libcoap prints the error code on stderr and still exits 0.
     let r = coap_client(&bin, &[&server.uri("/no/such/resource")]);
     assert!(r.stderr.contains("4.04"), "{r:#?}");
@@ -319,24 +340,19 @@ fn libcoap_client_reports_not_found() {
 
 #[test]
 fn aiocoap_client_gets_benchmark() {
-    let bin = need!("aiocoap-client", peers::aiocoap_client());
-    let server = peers::start_cobalt(V4);
-    let r = aiocoap_client(&bin, &[&server.uri("/benchmark")]).ok();
-    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+    gets_benchmark(find_aiocoap_client(), aiocoap_client, V4);
 }
 
 #[test]
 fn aiocoap_client_gets_benchmark_over_ipv6() {
-    let bin = need!("aiocoap-client", peers::aiocoap_client());
-    let server = peers::start_cobalt(V6);
-    let r = aiocoap_client(&bin, &[&server.uri("/benchmark")]).ok();
-    assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
+    gets_benchmark(find_aiocoap_client(), aiocoap_client, V6);
 }
 
 #[test]
 fn aiocoap_client_put_and_post_are_echoed() {
-    let bin = need!("aiocoap-client", peers::aiocoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/echo");
     for (method, payload) in [("PUT", "put from aiocoap"), ("POST", "post from aiocoap")] {
         let r = aiocoap_client(&bin, &["-v", "-m", method, "--payload", payload, &uri]).ok();
@@ -347,8 +363,9 @@ fn aiocoap_client_put_and_post_are_echoed() {
 
 #[test]
 fn aiocoap_client_uploads_in_block1_blocks() {
-    let bin = need!("aiocoap-client", peers::aiocoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let uri = server.uri("/echo");
     let small = numbered_text(300);
     let r = aiocoap_client(
@@ -374,32 +391,36 @@ fn aiocoap_client_uploads_in_block1_blocks() {
 
 #[test]
 fn aiocoap_client_delete_test_is_deleted() {
-    let bin = need!("aiocoap-client", peers::aiocoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &["-v", "-m", "DELETE", &server.uri("/test")]).ok();
     assert!(r.stderr.contains("2.02 Deleted"), "{r:#?}");
 }
 
 #[test]
 fn aiocoap_client_non_request() {
-    let bin = need!("aiocoap-client", peers::aiocoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &["--non", &server.uri("/benchmark")]).ok();
     assert_eq!(r.stdout.trim_end(), "hello world", "{r:#?}");
 }
 
 #[test]
 fn aiocoap_client_receives_separate_response() {
-    let bin = need!("aiocoap-client", peers::aiocoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &[&server.uri("/separate?delay=1200")]).ok();
     assert_eq!(r.stdout.trim_end(), "answered after 1200 ms", "{r:#?}");
 }
 
 #[test]
 fn aiocoap_client_discovers_resources_in_blocks() {
-    let bin = need!("aiocoap-client", peers::aiocoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &[&server.uri("/.well-known/core")]).ok();
     let own = blocking(Code::GET, &server.uri("/.well-known/core"), "");
     assert!(own.payload.len() > 1024, "listing too short to need Block2");
@@ -410,8 +431,9 @@ fn aiocoap_client_discovers_resources_in_blocks() {
 
 #[test]
 fn aiocoap_client_reports_not_found() {
-    let bin = need!("aiocoap-client", peers::aiocoap_client());
-    let server = peers::start_cobalt(V4);
+    let Some((bin, server)) = with_cobalt(find_aiocoap_client(), V4) else {
+        return;
+    };
     let r = aiocoap_client(&bin, &[&server.uri("/no/such/resource")]);
     assert_eq!(r.code(), Some(1), "{r:#?}");
     assert!(r.stderr.contains("4.04 Not Found"), "{r:#?}");
@@ -420,11 +442,6 @@ fn aiocoap_client_reports_not_found() {
 // ---------------------------------------------------------------------------
 // Cobalt client -> libcoap coap-server
 // ---------------------------------------------------------------------------
-
-fn libcoap_server() -> Option<PeerServer> {
-    peers::require("coap-server-notls (libcoap)", peers::libcoap_server())
-        .map(|bin| peers::start_libcoap_server(&bin))
-}
 
 #[test]
 fn cobalt_gets_from_libcoap_server() {
@@ -511,35 +528,22 @@ fn cobalt_receives_separate_response_from_libcoap_server() {
     };
     // libcoap 4.3.1's /async answers separately after its default 4 s delay (an explicit
     // ?delay=N is mis-scheduled by that version and never answered).
-    let (client, seen) = traced_client();
-    let r = runtime()
-        .block_on(
-            client
-                .request(Code::GET, &server.uri("/async"))
-                .timeout(Duration::from_secs(15))
-                .send(),
-        )
-        .expect("separate response");
+    let (r, seen) = traced(Code::GET, &server.uri("/async"), |b| b);
+    let r = r.expect("separate response");
     assert_eq!((r.code, r.text_payload().as_str()), (Code::CONTENT, "done"));
     assert_separate(&seen, "done");
 }
 
 #[test]
 fn cobalt_retransmits_when_libcoap_server_loses_a_response() {
-    let bin = need!("coap-server-notls (libcoap)", peers::libcoap_server());
+    let bin = need!(libcoap::SERVER, libcoap::tool(libcoap::SERVER));
     // `-l 1`: the server fails to send its first datagram, the answer to our PUT.
-    let server = peers::start_libcoap_server_quietly(&bin, &["-l", "1", "-d", "5"]);
-    let (client, seen) = traced_client();
+    let server = libcoap::server(&bin, V4, &["-l", "1", "-d", "5"], Port::CoapQuiet, None);
     let uri = server.uri("/lossy");
-    let r = runtime()
-        .block_on(
-            client
-                .request(Code::PUT, &uri)
-                .payload("sent twice")
-                .timeout(Duration::from_secs(20))
-                .send(),
-        )
-        .expect("response after a retransmission");
+    let (r, seen) = traced(Code::PUT, &uri, |b| {
+        b.payload("sent twice").timeout(Duration::from_secs(20))
+    });
+    let r = r.expect("response after a retransmission");
     assert!(r.code.is_success(), "{r:?}");
     let puts: Vec<u16> = seen_lock(&seen)
         .iter()
@@ -556,10 +560,10 @@ fn cobalt_retransmits_when_libcoap_server_loses_a_response() {
 
 #[test]
 fn cobalt_cli_retransmits_to_libcoap_server_under_every_congestion_control() {
-    let bin = need!("coap-server-notls (libcoap)", peers::libcoap_server());
+    let bin = need!(libcoap::SERVER, libcoap::tool(libcoap::SERVER));
     for cc in ["default", "cocoa", "cocoa-strong", "fasor"] {
         // `-l 1`: the server fails to send its first datagram, the answer to our PUT.
-        let server = peers::start_libcoap_server_quietly(&bin, &["-l", "1", "-d", "5"]);
+        let server = libcoap::server(&bin, V4, &["-l", "1", "-d", "5"], Port::CoapQuiet, None);
         let uri = server.uri("/lossy-cc");
         let r = cobalt(&["put", "--cc", cc, "-v", "-p", cc, &uri]).ok();
         let puts = r
@@ -587,16 +591,7 @@ fn cobalt_observes_libcoap_server_time() {
     let client = Client::new();
     let got = runtime().block_on(async {
         let mut obs = client.observe(&server.uri("/time")).await.expect("observe");
-        let mut got = Vec::new();
-        while got.len() < 2 {
-            let next = tokio::time::timeout(Duration::from_secs(10), obs.next())
-                .await
-                .expect("a notification within 10 s")
-                .expect("observation still open")
-                .expect("notification");
-            got.push(next);
-        }
-        got
+        crate::notifications(&mut obs, 2).await
     });
     assert!(got.iter().all(|r| r.code == Code::CONTENT));
     let (first, second) = (
@@ -617,7 +612,7 @@ fn cobalt_discovers_libcoap_server() {
     let Some(server) = libcoap_server() else {
         return;
     };
-    let r = cobalt(&["discover", &server.base()]).ok();
+    let r = cobalt(&["discover", &server.uri("")]).ok();
     let targets: Vec<&str> = r
         .stdout
         .lines()
@@ -639,16 +634,8 @@ fn cobalt_non_request_to_libcoap_server() {
     let Some(server) = libcoap_server() else {
         return;
     };
-    let (client, seen) = traced_client();
-    let r = runtime()
-        .block_on(
-            client
-                .request(Code::GET, &server.uri("/"))
-                .non_confirmable()
-                .timeout(Duration::from_secs(15))
-                .send(),
-        )
-        .expect("NON response");
+    let (r, seen) = traced(Code::GET, &server.uri("/"), |b| b.non_confirmable());
+    let r = r.expect("NON response");
     assert_eq!(r.code, Code::CONTENT);
     assert!(r.text_payload().contains("libcoap"));
     let seen = seen_lock(&seen);
@@ -675,11 +662,6 @@ fn cobalt_reports_not_found_from_libcoap_server() {
 // ---------------------------------------------------------------------------
 // Cobalt client -> aiocoap server (tests/peers/aiocoap_server.py)
 // ---------------------------------------------------------------------------
-
-fn aiocoap_server() -> Option<PeerServer> {
-    peers::require("aiocoap (Python)", peers::aiocoap_python())
-        .map(|python| peers::start_aiocoap_server(&python))
-}
 
 /// The body of the aiocoap server's `/large`, built the same way as in the script.
 fn large_body() -> Vec<u8> {
@@ -745,16 +727,8 @@ fn cobalt_non_request_to_aiocoap_server() {
     let Some(server) = aiocoap_server() else {
         return;
     };
-    let (client, seen) = traced_client();
-    let r = runtime()
-        .block_on(
-            client
-                .request(Code::GET, &server.uri("/hello"))
-                .non_confirmable()
-                .timeout(Duration::from_secs(15))
-                .send(),
-        )
-        .expect("NON response");
+    let (r, seen) = traced(Code::GET, &server.uri("/hello"), |b| b.non_confirmable());
+    let r = r.expect("NON response");
     assert_eq!(r.text_payload(), "hello from aiocoap");
     let seen = seen_lock(&seen);
     assert!(
@@ -772,15 +746,8 @@ fn cobalt_receives_separate_response_from_aiocoap_server() {
     let Some(server) = aiocoap_server() else {
         return;
     };
-    let (client, seen) = traced_client();
-    let r = runtime()
-        .block_on(
-            client
-                .request(Code::GET, &server.uri("/slow"))
-                .timeout(Duration::from_secs(15))
-                .send(),
-        )
-        .expect("separate response");
+    let (r, seen) = traced(Code::GET, &server.uri("/slow"), |b| b);
+    let r = r.expect("separate response");
     assert_eq!(r.text_payload(), "slow response");
     assert_separate(&seen, "slow response");
 }
@@ -790,15 +757,8 @@ fn cobalt_downloads_block2_from_aiocoap_server() {
     let Some(server) = aiocoap_server() else {
         return;
     };
-    let (client, seen) = traced_client();
-    let r = runtime()
-        .block_on(
-            client
-                .request(Code::GET, &server.uri("/large"))
-                .timeout(Duration::from_secs(15))
-                .send(),
-        )
-        .expect("Block2 download");
+    let (r, seen) = traced(Code::GET, &server.uri("/large"), |b| b);
+    let r = r.expect("Block2 download");
     assert_eq!(r.code, Code::CONTENT);
     assert_eq!(r.payload.len(), 3000);
     assert!(r.payload == large_body(), "payload differs from /large");
@@ -820,7 +780,7 @@ fn cobalt_discovers_aiocoap_server() {
     let Some(server) = aiocoap_server() else {
         return;
     };
-    let r = cobalt(&["discover", &server.base()]).ok();
+    let r = cobalt(&["discover", &server.uri("")]).ok();
     let targets: Vec<&str> = r
         .stdout
         .lines()

@@ -8,19 +8,16 @@
 //! TD_COAP_BLOCK_01 (early Block2 negotiation) runs with every client: libcoap,
 //! aiocoap, Californium and Cobalt's own.
 
-#[allow(unused)]
-#[macro_use]
-#[path = "interop/peers.rs"]
-mod peers;
-
-#[allow(unused)]
-#[path = "interop/californium.rs"]
-mod californium;
-
+use crate::coap_client;
 use cobalt::proto::message::{
     decode, encode, opt, option::encode_uint, Code, Message, MessageType, Token,
 };
-use peers::{PeerServer, Ran, COMMAND_LIMIT, V4};
+use cobalt_test_support::need;
+use cobalt_test_support::peers::californium;
+use cobalt_test_support::peers::libcoap;
+use cobalt_test_support::peers::{aiocoap, repo_root, require, PeerServer, COMMAND_LIMIT};
+use cobalt_test_support::ports::V4;
+use cobalt_test_support::process::{self, Ran};
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::Command;
@@ -29,14 +26,6 @@ use std::time::{Duration, Instant};
 // ---------------------------------------------------------------------------
 // coap-client and its message log
 // ---------------------------------------------------------------------------
-
-/// `coap-client-notls -B 5 ARGS`.
-fn coap_client(bin: &Path, args: &[&str]) -> Ran {
-    peers::run(
-        Command::new(bin).arg("-B").arg("5").args(args),
-        COMMAND_LIMIT,
-    )
-}
 
 /// One message in coap-client's `-v 7` log.
 #[derive(Debug, Clone)]
@@ -199,8 +188,8 @@ fn numbered_text(len: usize) -> Vec<u8> {
 
 #[test]
 fn td_coap_core_01_to_13_with_libcoap() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
+    let server = crate::binary::start_cobalt(V4);
     let test = server.uri("/test");
     // CORE_01-04 (CON) and CORE_05-08 (NON): GET, POST, PUT, DELETE on /test.
     let methods = [
@@ -288,8 +277,8 @@ fn td_coap_core_01_to_13_with_libcoap() {
 fn td_coap_core_14_15_lossy_with_libcoap() {
     // The client loses its first datagram (`-l 1`): the request is retransmitted with
     // the same MID and answered once, piggybacked (CORE_14) or separately (CORE_15).
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
+    let server = crate::binary::start_cobalt(V4);
     for (name, path) in [
         ("TD_COAP_CORE_14", "/test"),
         ("TD_COAP_CORE_15", "/separate"),
@@ -312,8 +301,8 @@ fn td_coap_core_14_15_lossy_with_libcoap() {
 
 #[test]
 fn td_coap_link_01_02_with_libcoap() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
+    let server = crate::binary::start_cobalt(V4);
     // LINK_01: the whole listing, in link-format.
     let wkc = server.uri("/.well-known/core");
     let (sent, received) = td(&bin, "TD_COAP_LINK_01", &[&wkc]);
@@ -347,8 +336,8 @@ fn td_coap_link_01_02_with_libcoap() {
 
 #[test]
 fn td_coap_block_02_to_05_with_libcoap() {
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
+    let server = crate::binary::start_cobalt(V4);
     // BLOCK_02: late negotiation: no Block2 in the first request, then every request
     // asks for the next block.
     let (sent, received) = td(&bin, "TD_COAP_BLOCK_02", &[&server.uri("/large")]);
@@ -409,7 +398,10 @@ fn early_negotiation_sizes(server: &PeerServer, size: usize) -> Vec<(&'static st
     let uri = server.uri("/large");
     let s = size.to_string();
     let mut out = Vec::new();
-    if let Some(bin) = peers::require("coap-client-notls (libcoap)", peers::libcoap_client()) {
+    if let Some(bin) = require(
+        "coap-client-notls (libcoap)",
+        libcoap::tool(libcoap::CLIENT),
+    ) {
         let (sent, received) = td(&bin, "TD_COAP_BLOCK_01", &["-b", &s, &uri]);
         let first = sent[0].option("Block2").unwrap_or_default();
         assert_eq!(first, format!("0/_/{size}"), "libcoap asks early");
@@ -419,9 +411,9 @@ fn early_negotiation_sizes(server: &PeerServer, size: usize) -> Vec<(&'static st
             .collect();
         out.push(("libcoap", sizes));
     }
-    if let Some(python) = peers::require("aiocoap", peers::aiocoap_python()) {
-        let script = peers::repo_root().join("tests/peers/aiocoap_block2.py");
-        let r = peers::run(
+    if let Some(python) = require("aiocoap", aiocoap::python()) {
+        let script = repo_root().join("tests/peers/aiocoap_block2.py");
+        let r = process::run(
             Command::new(python).arg(script).args([&uri, &s]),
             COMMAND_LIMIT,
         )
@@ -438,7 +430,7 @@ fn early_negotiation_sizes(server: &PeerServer, size: usize) -> Vec<(&'static st
         assert!(r.stdout.contains("DONE\t2.05\t4096"), "{r:#?}");
         out.push(("aiocoap", sizes));
     }
-    if let Some(cf) = californium::need_californium() {
+    if let Some(cf) = californium::need() {
         // Californium asks for its preferred size (default 512) after the first block,
         // so it is set to the size under test too.
         let lines = cf.run(&["request", "GET", &uri, "--early", &s, "--block-size", &s]);
@@ -455,8 +447,8 @@ fn early_negotiation_sizes(server: &PeerServer, size: usize) -> Vec<(&'static st
             .collect();
         out.push(("californium", sizes));
     }
-    let cobalt = peers::run(
-        Command::new(peers::cobalt_bin()).args(["get", "-v", "--block-size", &s, &uri]),
+    let cobalt = process::run(
+        crate::binary::cobalt().args(["get", "-v", "--block-size", &s, &uri]),
         COMMAND_LIMIT,
     )
     .ok();
@@ -486,7 +478,7 @@ fn early_negotiation_sizes(server: &PeerServer, size: usize) -> Vec<(&'static st
 /// trip (RFC 9175 §2.4) instead of answering it in smaller blocks than it asked for.
 #[test]
 fn td_coap_block_01_early_negotiation_is_honoured_by_every_client() {
-    let server = peers::start_cobalt(V4);
+    let server = crate::binary::start_cobalt(V4);
     for size in [64, 128, 256, 512, 1024] {
         for (client, sizes) in early_negotiation_sizes(&server, size) {
             assert!(!sizes.is_empty(), "{client} at {size}: no blocks seen");
@@ -506,8 +498,8 @@ fn td_coap_block_01_early_negotiation_is_honoured_by_every_client() {
 fn td_coap_obs_01_with_libcoap() {
     // Observe /obs: the response and then confirmable notifications with increasing
     // Observe values, each acknowledged by the client.
-    let bin = need!("coap-client-notls (libcoap)", peers::libcoap_client());
-    let server = peers::start_cobalt(V4);
+    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
+    let server = crate::binary::start_cobalt(V4);
     let (sent, received) = td(&bin, "TD_COAP_OBS_01", &["-s", "4", &server.uri("/obs")]);
     assert_eq!(sent[0].option("Observe"), Some("0"), "{sent:?}");
     let notes: Vec<&Logged> = received.iter().filter(|m| m.is("CON", "2.05")).collect();
@@ -612,7 +604,7 @@ impl Ghost {
 #[test]
 fn td_coap_obs_04_05_the_server_drops_vanished_and_rebooted_observers() {
     // Retransmissions give up after ~1 s here, so the vanished observer goes quickly.
-    let server = peers::start_cobalt_with(
+    let server = crate::binary::start_cobalt_with(
         V4,
         &[
             "--set",
@@ -680,7 +672,7 @@ fn td_coap_obs_04_05_the_server_drops_vanished_and_rebooted_observers() {
 fn td_coap_obs_07_08_09_with_cobalt() {
     // The same TDs as with Californium in californium.rs, with Cobalt's client, so
     // they are checked where no JDK is installed too.
-    let server = peers::start_cobalt(V4);
+    let server = crate::binary::start_cobalt(V4);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -744,9 +736,9 @@ fn td_coap_obs_07_08_09_with_cobalt() {
 fn td_coap_obs_13_large_notifications_with_cobalt_and_californium() {
     // Every notification of /obs-large (2500 bytes) carries its first block; the
     // observer completes it with Block2 requests (RFC 7959 §3.4).
-    let server = peers::start_cobalt(V4);
+    let server = crate::binary::start_cobalt(V4);
     let uri = server.uri("/obs-large");
-    let californium = californium::need_californium()
+    let californium = californium::need()
         .map(|cf| cf.spawn(&["observe", &uri, "--seconds", "4", "--cancel", "proactive"]));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -755,12 +747,7 @@ fn td_coap_obs_13_large_notifications_with_cobalt_and_californium() {
     rt.block_on(async {
         let mut obs = cobalt::Client::new().observe(&uri).await.expect("observe");
         let mut ticks = Vec::new();
-        while ticks.len() < 3 {
-            let n = tokio::time::timeout(Duration::from_secs(10), obs.next())
-                .await
-                .expect("a notification within 10 s")
-                .expect("the observation goes on")
-                .expect("a notification");
+        for n in crate::notifications(&mut obs, 3).await {
             assert_eq!((n.code, n.payload.len()), (Code::CONTENT, 2500));
             let text = String::from_utf8_lossy(&n.payload).into_owned();
             ticks.push(text.split(' ').nth(1).unwrap_or_default().to_string());
