@@ -184,6 +184,8 @@ fn stages(requests: u32) {
                 server.poll_transmit().expect("piggybacked answer")
             });
             assert_eq!(codec::decode(&tx.bytes).map(|m| m.code), Ok(Code::CONTENT));
+            // As a shard does once the datagram is sent.
+            server.recycle(tx.bytes);
             timers.count(|| server.handle_timeout(now));
         }
         if counted {
