@@ -124,7 +124,7 @@ impl Endpoint {
             ex.counted = true;
             ex.mid = mid;
             msg.mid = mid;
-            let bytes = codec::encode(&msg);
+            let bytes = self.spare.encode(&msg);
             if msg.mtype == MessageType::Confirmable {
                 self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
             } else {
@@ -196,10 +196,8 @@ impl Endpoint {
         if let Some(entry) = self.dedup.get(now, &key) {
             self.stats.duplicates += 1;
             match entry {
-                DedupEntry::EmptyAck => {
-                    self.transmit(peer, codec::encode(&Message::empty_ack(msg.mid)))
-                }
-                DedupEntry::Reset => self.transmit(peer, codec::encode(&Message::reset(msg.mid))),
+                DedupEntry::EmptyAck => self.transmit_message(peer, &Message::empty_ack(msg.mid)),
+                DedupEntry::Reset => self.transmit_message(peer, &Message::reset(msg.mid)),
                 _ => {}
             }
             return;
@@ -223,7 +221,7 @@ impl Endpoint {
         self.dedup.finish(now, key, how);
         self.arm_housekeeping(now);
         if con {
-            self.transmit(peer, codec::encode(&Message::empty_ack(msg.mid)));
+            self.transmit_message(peer, &Message::empty_ack(msg.mid));
         }
         let Some(ex) = self.clients.get_mut(&id) else {
             return;

@@ -43,6 +43,7 @@ mod ids;
 mod pacing;
 mod reliability;
 mod server;
+mod spare;
 mod timers;
 mod validation;
 
@@ -57,6 +58,7 @@ use dedup::{DedupEntry, DedupLimits, DedupStore, Finished};
 use hashbrown::HashMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use spare::Spare;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -374,6 +376,8 @@ pub struct Endpoint {
     timers: TimerQueue,
     housekeeping_armed: bool,
     transmits: VecDeque<Transmit>,
+    /// Buffers of sent datagrams given back for later ones.
+    spare: Spare,
     events: VecDeque<Event>,
     next_id: u64,
     stats: Stats,
@@ -414,6 +418,7 @@ impl Endpoint {
             timers: TimerQueue::default(),
             housekeeping_armed: false,
             transmits: VecDeque::new(),
+            spare: Spare::default(),
             events: VecDeque::new(),
             next_id: 1,
             stats: Stats::default(),
@@ -451,6 +456,13 @@ impl Endpoint {
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
+    }
+
+    /// Gives back the bytes of a [`Transmit`] once sent, for a later datagram to be
+    /// encoded into instead of a new allocation (optional; at most 64 buffers of up to
+    /// 2 KiB are kept).
+    pub fn recycle(&mut self, bytes: Vec<u8>) {
+        self.spare.give(bytes);
     }
 
     /// The next event for the application.
@@ -533,7 +545,7 @@ impl Endpoint {
         resp.token = token;
         resp.options.set_uint(opt::SIZE1, limit as u32);
         self.stats.count_response(resp.code);
-        self.transmit(peer, codec::encode(&resp));
+        self.transmit_message(peer, &resp);
     }
 
     /// Fires every timer due at `now`.
@@ -558,9 +570,19 @@ impl Endpoint {
         self.transmits.push_back(Transmit { peer, bytes });
     }
 
+    /// `msg` encoded into a spare buffer, if there is one.
+    fn encode(&mut self, msg: &Message) -> Vec<u8> {
+        self.spare.encode(msg)
+    }
+
+    fn transmit_message(&mut self, peer: SocketAddr, msg: &Message) {
+        let bytes = self.encode(msg);
+        self.transmit(peer, bytes);
+    }
+
     fn send_reset(&mut self, peer: SocketAddr, mid: u16) {
         self.stats.resets_sent += 1;
-        self.transmit(peer, codec::encode(&Message::reset(mid)));
+        self.transmit_message(peer, &Message::reset(mid));
     }
 
     fn alloc_id(&mut self) -> u64 {

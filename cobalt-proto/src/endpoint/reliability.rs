@@ -30,7 +30,8 @@ impl Endpoint {
     }
 
     /// The confirmable message to `peer` with `mid` is no longer pending: an answer
-    /// (`answered`) or the end of trying. Returns it.
+    /// (`answered`) or the end of trying. Returns it (its bytes go back to the spare
+    /// buffers).
     pub(super) fn finish_pending(
         &mut self,
         now: Instant,
@@ -38,7 +39,8 @@ impl Endpoint {
         mid: u16,
         answered: bool,
     ) -> Option<PendingCon> {
-        let p = self.pending.remove(&(peer, mid))?;
+        let mut p = self.pending.remove(&(peer, mid))?;
+        self.spare.give(std::mem::take(&mut p.bytes));
         if answered {
             self.congestion.answered(now, peer, &p.attempt);
         } else {
@@ -57,7 +59,8 @@ impl Endpoint {
     ) {
         let attempt = self.congestion.begin(now, peer, &mut self.rng);
         let next_at = now + attempt.timeout;
-        self.transmit(peer, bytes.clone());
+        let copy = self.spare.copy(&bytes);
+        self.transmit(peer, copy);
         self.pending.insert(
             (peer, mid),
             PendingCon {
@@ -96,7 +99,7 @@ impl Endpoint {
             }
             self.congestion.backoff(now, peer, &mut p.attempt);
             p.next_at = now + p.attempt.timeout;
-            let (next_at, bytes) = (p.next_at, p.bytes.clone());
+            let (next_at, bytes) = (p.next_at, self.spare.copy(&p.bytes));
             self.stats.retransmissions += 1;
             self.timers.arm(next_at, Timer::Retransmit(peer, mid));
             self.transmit(peer, bytes);

@@ -23,10 +23,10 @@ impl Endpoint {
                     let fits = self
                         .allowance(now, peer, len, 0)
                         .is_none_or(|left| bytes.len() <= left);
-                    fits.then(|| bytes.to_vec())
+                    fits.then(|| self.spare.copy(bytes))
                 }
-                DedupEntry::EmptyAck => Some(codec::encode(&Message::empty_ack(msg.mid))),
-                DedupEntry::Reset => Some(codec::encode(&Message::reset(msg.mid))),
+                DedupEntry::EmptyAck => Some(self.spare.encode(&Message::empty_ack(msg.mid))),
+                DedupEntry::Reset => Some(self.spare.encode(&Message::reset(msg.mid))),
                 DedupEntry::InProgress(id) => {
                     // The handler is still working: acknowledge (again) so the client
                     // stops retransmitting, and answer separately (§5.2.2). The copy
@@ -141,7 +141,7 @@ impl Endpoint {
             resp.mtype = MessageType::NonConfirmable;
             resp.mid = self.alloc_mid(now, peer);
         }
-        let bytes = codec::encode(&resp);
+        let bytes = self.encode(&resp);
         let safe = matches!(req.code, Code::GET | Code::FETCH);
         if remember && !(safe && self.config.dedup_rerun_safe) {
             let how = if con {
@@ -177,7 +177,7 @@ impl Endpoint {
             // RFC 7967: the client asked not to hear about this class of response. A
             // CON request still gets its (empty) ACK, so it is not retransmitted.
             if ex.con && !ex.acked {
-                self.transmit(ex.peer, codec::encode(&Message::empty_ack(ex.mid)));
+                self.transmit_message(ex.peer, &Message::empty_ack(ex.mid));
             }
             self.dedup.finish(now, key, ex.unless_piggybacked());
             return Ok(());
@@ -216,7 +216,7 @@ impl Endpoint {
         if ex.con && !ex.acked {
             response.mtype = MessageType::Acknowledgement;
             response.mid = ex.mid;
-            let bytes = codec::encode(&response);
+            let bytes = self.encode(&response);
             let how = if ex.remember {
                 Finished::Reply(&bytes)
             } else {
@@ -228,7 +228,7 @@ impl Endpoint {
             self.dedup.finish(now, key, ex.unless_piggybacked());
             response.mtype = MessageType::Confirmable;
             response.mid = self.alloc_mid(now, ex.peer);
-            let bytes = codec::encode(&response);
+            let bytes = self.encode(&response);
             let len = bytes.len();
             self.send_confirmable(now, ex.peer, response.mid, bytes, Owner::Server(id));
             if let Some(left) = allowance {
@@ -239,7 +239,7 @@ impl Endpoint {
             self.dedup.finish(now, key, ex.unless_piggybacked());
             response.mtype = MessageType::NonConfirmable;
             response.mid = self.alloc_mid(now, ex.peer);
-            let bytes = codec::encode(&response);
+            let bytes = self.encode(&response);
             self.transmit(ex.peer, bytes);
         }
         Ok(())
@@ -299,11 +299,12 @@ impl Endpoint {
         let previous = replaces.and_then(|(_, old_mid)| self.pending.remove(&(peer, old_mid)));
         if confirmable || previous.is_some() {
             notification.mtype = MessageType::Confirmable;
-            let bytes = codec::encode(&notification);
+            let bytes = self.encode(&notification);
             self.congestion.non_record(now, peer, true);
             match previous {
                 Some(mut p) => {
-                    p.bytes = bytes.clone();
+                    p.bytes.clear();
+                    p.bytes.extend_from_slice(&bytes);
                     p.owner = Owner::Server(id);
                     self.timers.arm(p.next_at, Timer::Retransmit(peer, mid));
                     self.pending.insert((peer, mid), p);
@@ -313,7 +314,7 @@ impl Endpoint {
             }
         } else {
             notification.mtype = MessageType::NonConfirmable;
-            let bytes = codec::encode(&notification);
+            let bytes = self.encode(&notification);
             let token = notification.token;
             self.send_non_notification(now, peer, token, id, mid, bytes);
         }
@@ -342,7 +343,7 @@ impl Endpoint {
         ex.acked = true;
         ex.sent += 4;
         let (peer, mid) = (ex.peer, ex.mid);
-        self.transmit(peer, codec::encode(&Message::empty_ack(mid)));
+        self.transmit_message(peer, &Message::empty_ack(mid));
     }
 }
 

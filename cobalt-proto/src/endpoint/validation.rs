@@ -314,7 +314,7 @@ impl Endpoint {
 
     fn send_ping(&mut self, now: Instant, peer: SocketAddr, mid: u16, wait: Duration) {
         let ping = Message::new(MessageType::Confirmable, Code::EMPTY, mid);
-        self.transmit(peer, codec::encode(&ping));
+        self.transmit_message(peer, &ping);
         self.timers.arm(now + wait, Timer::Probe(peer, mid));
         self.arm_housekeeping(now);
     }
@@ -400,7 +400,7 @@ impl Endpoint {
         if r.con && !r.acked {
             m.mtype = MessageType::Acknowledgement;
             m.mid = r.mid;
-            let bytes = codec::encode(&m);
+            let bytes = self.encode(&m);
             let how = if r.remember {
                 Finished::Reply(&bytes)
             } else {
@@ -413,11 +413,11 @@ impl Endpoint {
         m.mid = self.alloc_mid(now, peer);
         if r.con && verified {
             m.mtype = MessageType::Confirmable;
-            let bytes = codec::encode(&m);
+            let bytes = self.encode(&m);
             self.send_confirmable(now, peer, m.mid, bytes, Owner::Server(r.id));
         } else {
             m.mtype = MessageType::NonConfirmable;
-            self.transmit(peer, codec::encode(&m));
+            self.transmit_message(peer, &m);
         }
     }
 

@@ -6,7 +6,7 @@
 
 use super::code::{Code, MessageType};
 use super::model::Message;
-use super::option::Options;
+use super::option::{read_entry, Options, WireError};
 use super::token::Token;
 use std::fmt;
 
@@ -112,51 +112,34 @@ pub fn decode(buf: &[u8]) -> Result<Message, DecodeError> {
 
 /// Decodes the option sequence and payload that follow the token; shared with the
 /// RFC 8323 framing, whose messages carry the same sequence.
-pub fn decode_options_and_payload(mut rest: &[u8]) -> Result<(Options, &[u8]), DecodeError> {
-    let mut options = Options::new();
-    let mut number: u32 = 0;
-    while let Some(&first) = rest.first() {
+pub fn decode_options_and_payload(rest: &[u8]) -> Result<(Options, &[u8]), DecodeError> {
+    let (mut at, mut count, mut number) = (0, 0, 0);
+    while let Some(&first) = rest.get(at) {
         if first == 0xff {
-            if rest.len() == 1 {
+            if rest.len() == at + 1 {
                 return Err(DecodeError::EmptyPayload);
             }
-            return Ok((options, &rest[1..]));
+            return Ok((Options::from_wire(&rest[..at], count), &rest[at + 1..]));
         }
-        rest = &rest[1..];
-        let delta = read_extended(first >> 4, &mut rest)?;
-        let len = read_extended(first & 0x0f, &mut rest)? as usize;
-        number += delta;
-        if number > u32::from(u16::MAX) {
-            return Err(DecodeError::OptionNumberOverflow);
-        }
-        let value = rest.get(..len).ok_or(DecodeError::Truncated)?;
-        options.push_sorted(number as u16, value);
-        rest = &rest[len..];
+        let entry = read_entry(rest, at, number)?;
+        (at, count, number) = (entry.end(), count + 1, entry.option.number);
     }
-    Ok((options, &[]))
+    Ok((Options::from_wire(rest, count), &[]))
 }
 
-fn read_extended(nibble: u8, rest: &mut &[u8]) -> Result<u32, DecodeError> {
-    match nibble {
-        0..=12 => Ok(u32::from(nibble)),
-        13 => {
-            let b = *rest.first().ok_or(DecodeError::Truncated)?;
-            *rest = &rest[1..];
-            Ok(u32::from(b) + 13)
+impl From<WireError> for DecodeError {
+    fn from(e: WireError) -> DecodeError {
+        match e {
+            WireError::Truncated => DecodeError::Truncated,
+            WireError::ReservedNibble => DecodeError::ReservedNibble,
+            WireError::NumberOverflow => DecodeError::OptionNumberOverflow,
         }
-        14 => {
-            let b = rest.get(..2).ok_or(DecodeError::Truncated)?;
-            let v = u32::from(u16::from_be_bytes([b[0], b[1]])) + 269;
-            *rest = &rest[2..];
-            Ok(v)
-        }
-        _ => Err(DecodeError::ReservedNibble),
     }
 }
 
 /// Encodes a message, appending to `out`.
 pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
-    out.reserve(4 + msg.token.len() + msg.payload.len() + 8 * msg.options.len());
+    out.reserve(4 + msg.token.len() + options_and_payload_len(&msg.options, &msg.payload));
     out.push(0x40 | (msg.mtype.bits() << 4) | msg.token.len() as u8);
     out.push(msg.code.0);
     out.extend_from_slice(&msg.mid.to_be_bytes());
@@ -173,17 +156,7 @@ pub fn encode(msg: &Message) -> Vec<u8> {
 
 /// Encodes the option sequence and payload; shared with the RFC 8323 framing.
 pub fn encode_options_and_payload(options: &Options, payload: &[u8], out: &mut Vec<u8>) {
-    let mut last: u16 = 0;
-    for o in options.iter() {
-        let delta = u32::from(o.number - last);
-        last = o.number;
-        let (dn, dext) = nibble(delta);
-        let (ln, lext) = nibble(o.value.len() as u32);
-        out.push((dn << 4) | ln);
-        out.extend_from_slice(&dext[..ext_len(dn)]);
-        out.extend_from_slice(&lext[..ext_len(ln)]);
-        out.extend_from_slice(o.value);
-    }
+    out.extend_from_slice(options.as_wire());
     if !payload.is_empty() {
         out.push(0xff);
         out.extend_from_slice(payload);
@@ -192,38 +165,12 @@ pub fn encode_options_and_payload(options: &Options, payload: &[u8], out: &mut V
 
 /// Size in bytes of the encoded option sequence and payload.
 pub fn options_and_payload_len(options: &Options, payload: &[u8]) -> usize {
-    let mut last = 0u16;
-    let mut n = 0;
-    for o in options.iter() {
-        let (dn, _) = nibble(u32::from(o.number - last));
-        let (ln, _) = nibble(o.value.len() as u32);
-        last = o.number;
-        n += 1 + ext_len(dn) + ext_len(ln) + o.value.len();
-    }
-    n + if payload.is_empty() {
-        0
-    } else {
-        1 + payload.len()
-    }
-}
-
-fn nibble(v: u32) -> (u8, [u8; 2]) {
-    if v < 13 {
-        (v as u8, [0, 0])
-    } else if v < 269 {
-        (13, [(v - 13) as u8, 0])
-    } else {
-        let e = ((v - 269) as u16).to_be_bytes();
-        (14, e)
-    }
-}
-
-fn ext_len(n: u8) -> usize {
-    match n {
-        13 => 1,
-        14 => 2,
-        _ => 0,
-    }
+    options.as_wire().len()
+        + if payload.is_empty() {
+            0
+        } else {
+            1 + payload.len()
+        }
 }
 
 #[cfg(test)]

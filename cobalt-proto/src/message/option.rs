@@ -213,38 +213,107 @@ pub struct OptionRef<'a> {
     pub value: &'a [u8],
 }
 
-/// Bytes of an entry's header in [`Options`]' buffer: the number and the value's length.
-const ENTRY_HEADER: usize = 6;
-/// Bytes kept inline before [`Options`] allocates.
+/// Bytes of the option sequence kept inline before [`Options`] allocates.
 const INLINE_BYTES: usize = 48;
+/// The longest value the wire format can carry: a 2-byte extended length (§3.1).
+pub const MAX_VALUE_LEN: usize = 65535 + 269;
+
+/// Why bytes are not a well-formed option sequence (RFC 7252 §3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WireError {
+    /// The bytes end inside an option.
+    Truncated,
+    /// A delta or length nibble of 15.
+    ReservedNibble,
+    /// An option number beyond 65535.
+    NumberOverflow,
+}
+
+/// One option of a wire-format sequence, as read by [`read_entry`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Entry<'a> {
+    /// Where its header starts.
+    pub start: usize,
+    /// Bytes of its header (the nibble byte and any extended delta and length).
+    pub header: usize,
+    /// Its number and value.
+    pub option: OptionRef<'a>,
+}
+
+impl Entry<'_> {
+    /// Where the next entry starts.
+    pub fn end(&self) -> usize {
+        self.start + self.header + self.option.value.len()
+    }
+}
+
+/// Reads the option whose header starts at `start` in `buf`, the option before it
+/// having number `previous` (0 for the first). The byte at `start` must not be the
+/// payload marker.
+pub(crate) fn read_entry(buf: &[u8], start: usize, previous: u16) -> Result<Entry<'_>, WireError> {
+    let first = *buf.get(start).ok_or(WireError::Truncated)?;
+    let mut at = start + 1;
+    let delta = read_extended(buf, first >> 4, &mut at)?;
+    let len = read_extended(buf, first & 0x0f, &mut at)? as usize;
+    let number =
+        u16::try_from(u32::from(previous) + delta).map_err(|_| WireError::NumberOverflow)?;
+    let value = buf.get(at..at + len).ok_or(WireError::Truncated)?;
+    Ok(Entry {
+        start,
+        header: at - start,
+        option: OptionRef { number, value },
+    })
+}
+
+fn read_extended(buf: &[u8], nibble: u8, at: &mut usize) -> Result<u32, WireError> {
+    let (value, used) = match nibble {
+        0..=12 => (u32::from(nibble), 0),
+        13 => (
+            u32::from(*buf.get(*at).ok_or(WireError::Truncated)?) + 13,
+            1,
+        ),
+        14 => {
+            let b = buf.get(*at..*at + 2).ok_or(WireError::Truncated)?;
+            (u32::from(u16::from_be_bytes([b[0], b[1]])) + 269, 2)
+        }
+        _ => return Err(WireError::ReservedNibble),
+    };
+    *at += used;
+    Ok(value)
+}
+
+/// The header of an option on the wire: the nibble byte, then the extended delta and
+/// length; returns the bytes and how many of them are used. `delta` and `len` must not
+/// exceed 65535 + 269.
+fn header(delta: u32, len: u32) -> ([u8; 5], usize) {
+    fn nibble(v: u32) -> (u8, [u8; 2], usize) {
+        match v {
+            0..=12 => (v as u8, [0, 0], 0),
+            13..=268 => (13, [(v - 13) as u8, 0], 1),
+            _ => (14, ((v - 269) as u16).to_be_bytes(), 2),
+        }
+    }
+    let (dn, dext, dlen) = nibble(delta);
+    let (ln, lext, llen) = nibble(len);
+    let mut out = [(dn << 4) | ln, 0, 0, 0, 0];
+    out[1..1 + dlen].copy_from_slice(&dext[..dlen]);
+    out[1 + dlen..1 + dlen + llen].copy_from_slice(&lext[..llen]);
+    (out, 1 + dlen + llen)
+}
 
 /// The options of a message, kept in ascending number order; repeated options keep
 /// their insertion order, as the wire format requires.
 ///
-/// All options live in one byte buffer, each as its number (2 bytes), its length (4)
-/// and its value; a typical request's options (up to 48 bytes so) live inside the
-/// struct itself, so decoding them allocates nothing.
-#[derive(Clone, Default)]
+/// The options are stored as they go on the wire (RFC 7252 §3.1): deltas, lengths
+/// and values in one byte buffer, so that decoding a message copies its option bytes
+/// once and encoding copies them back. A typical request's options (up to 48 bytes on
+/// the wire) live inside the struct itself: decoding them allocates nothing.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Options {
+    /// A well-formed option sequence (the wire encoding of each delta and length is
+    /// unique, so equal options have equal bytes).
     buf: SmallVec<[u8; INLINE_BYTES]>,
     count: usize,
-}
-
-impl PartialEq for Options {
-    fn eq(&self, other: &Options) -> bool {
-        self.iter().eq(other.iter())
-    }
-}
-
-impl Eq for Options {}
-
-impl std::hash::Hash for Options {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.count.hash(state);
-        for o in self.iter() {
-            o.hash(state);
-        }
-    }
 }
 
 impl std::fmt::Debug for Options {
@@ -255,25 +324,42 @@ impl std::fmt::Debug for Options {
     }
 }
 
-/// The options of a buffer in order, with where each entry starts.
+/// Where an entry is and what its header encodes, apart from the buffer.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    start: usize,
+    header: usize,
+    number: u16,
+    len: usize,
+}
+
+impl Place {
+    fn of(e: &Entry<'_>) -> Place {
+        Place {
+            start: e.start,
+            header: e.header,
+            number: e.option.number,
+            len: e.option.value.len(),
+        }
+    }
+}
+
+/// The entries of a well-formed sequence in order.
 struct Entries<'a> {
     buf: &'a [u8],
     at: usize,
+    previous: u16,
 }
 
 impl<'a> Iterator for Entries<'a> {
-    type Item = (usize, OptionRef<'a>);
+    type Item = Entry<'a>;
 
-    fn next(&mut self) -> Option<Self::Item> {
-        let start = self.at;
-        let header = self.buf.get(start..start + ENTRY_HEADER)?;
-        let number = u16::from_be_bytes([header[0], header[1]]);
-        let len = u32::from_be_bytes([header[2], header[3], header[4], header[5]]) as usize;
-        let value = self
-            .buf
-            .get(start + ENTRY_HEADER..start + ENTRY_HEADER + len)?;
-        self.at = start + ENTRY_HEADER + len;
-        Some((start, OptionRef { number, value }))
+    fn next(&mut self) -> Option<Entry<'a>> {
+        // The buffer is well-formed: reading stops at its end only.
+        let e = read_entry(self.buf, self.at, self.previous).ok()?;
+        self.at = e.end();
+        self.previous = e.option.number;
+        Some(e)
     }
 }
 
@@ -283,34 +369,61 @@ impl Options {
         Options::default()
     }
 
+    /// Options from a well-formed wire sequence of `count` options (the decoder's).
+    pub(crate) fn from_wire(bytes: &[u8], count: usize) -> Options {
+        Options {
+            buf: SmallVec::from_slice(bytes),
+            count,
+        }
+    }
+
+    /// The options as they go on the wire (RFC 7252 §3.1), without the payload marker.
+    pub fn as_wire(&self) -> &[u8] {
+        &self.buf
+    }
+
     fn entries(&self) -> Entries<'_> {
         Entries {
             buf: &self.buf,
             at: 0,
+            previous: 0,
         }
     }
 
-    fn entry_bytes(number: u16, value: &[u8]) -> impl Iterator<Item = u8> + '_ {
-        let len = u32::try_from(value.len()).unwrap_or(u32::MAX);
-        number
-            .to_be_bytes()
-            .into_iter()
-            .chain(len.to_be_bytes())
-            .chain(value.iter().copied())
+    /// Replaces the bytes from `from` up to the end of the header of the entry at
+    /// `next` with that entry's header counted from `previous` (at most its number).
+    fn reheader(&mut self, from: usize, next: Place, previous: u16) {
+        let (h, used) = header(u32::from(next.number - previous), next.len as u32);
+        self.buf.drain(from..next.start + next.header);
+        self.buf.insert_from_slice(from, &h[..used]);
     }
 
-    /// Adds an option after any existing ones with the same number.
+    /// Adds an option after any existing ones with the same number. A value longer
+    /// than the wire format allows ([`MAX_VALUE_LEN`]) is cut to that length.
     pub fn push(&mut self, number: u16, value: impl AsRef<[u8]>) {
         let value = value.as_ref();
-        let at = self
-            .entries()
-            .find(|(_, o)| o.number > number)
-            .map_or(self.buf.len(), |(start, _)| start);
-        if at == self.buf.len() {
-            self.buf.extend(Options::entry_bytes(number, value));
-        } else {
-            self.buf
-                .insert_many(at, Options::entry_bytes(number, value));
+        let value = &value[..value.len().min(MAX_VALUE_LEN)];
+        let mut previous = 0;
+        let mut next = None;
+        for e in self.entries() {
+            if e.option.number > number {
+                next = Some(Place::of(&e));
+                break;
+            }
+            previous = e.option.number;
+        }
+        let (h, used) = header(u32::from(number - previous), value.len() as u32);
+        match next {
+            None => {
+                self.buf.extend_from_slice(&h[..used]);
+                self.buf.extend_from_slice(value);
+            }
+            Some(next) => {
+                // The next option's delta is now counted from this one.
+                self.reheader(next.start, next, number);
+                self.buf.insert_from_slice(next.start, value);
+                self.buf.insert_from_slice(next.start, &h[..used]);
+            }
         }
         self.count += 1;
     }
@@ -330,17 +443,29 @@ impl Options {
 
     /// Removes every option with this number.
     pub fn remove(&mut self, number: u16) {
-        let Some(first) = self.entries().find(|(_, o)| o.number == number) else {
+        let mut previous = 0;
+        let mut first = None;
+        let mut removed = 0;
+        let mut next = None;
+        for e in self.entries() {
+            if e.option.number == number {
+                first.get_or_insert(e.start);
+                removed += 1;
+            } else if e.option.number > number {
+                next = Some(Place::of(&e));
+                break;
+            } else {
+                previous = e.option.number;
+            }
+        }
+        let Some(first) = first else {
             return;
         };
-        let end = self
-            .entries()
-            .skip_while(|(_, o)| o.number <= number)
-            .map(|(start, _)| start)
-            .next()
-            .unwrap_or(self.buf.len());
-        let removed = self.entries().filter(|(_, o)| o.number == number).count();
-        self.buf.drain(first.0..end);
+        match next {
+            None => self.buf.truncate(first),
+            // The next option's delta is now counted from the one before the removed.
+            Some(next) => self.reheader(first, next, previous),
+        }
         self.count -= removed;
     }
 
@@ -369,7 +494,7 @@ impl Options {
 
     /// All options in wire order.
     pub fn iter(&self) -> impl Iterator<Item = OptionRef<'_>> {
-        self.entries().map(|(_, o)| o)
+        self.entries().map(|e| e.option)
     }
 
     /// Number of option instances.
@@ -380,13 +505,6 @@ impl Options {
     /// True when there are no options.
     pub fn is_empty(&self) -> bool {
         self.count == 0
-    }
-
-    /// Appends an option known to sort at the end (used by the decoder).
-    pub(crate) fn push_sorted(&mut self, number: u16, value: &[u8]) {
-        debug_assert!(self.iter().last().is_none_or(|o| o.number <= number));
-        self.buf.extend(Options::entry_bytes(number, value));
-        self.count += 1;
     }
 
     /// The first critical option this implementation does not recognize, or whose value
@@ -656,6 +774,74 @@ pub mod content_format {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// An edit of a set of options.
+    #[derive(Debug, Clone)]
+    enum Edit {
+        Push(u16, Vec<u8>),
+        Set(u16, Vec<u8>),
+        Remove(u16),
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        // Few distinct numbers (so that edits meet), some far apart (extended deltas),
+        // and values across the one- and two-byte extended lengths.
+        let number = prop_oneof![0u16..20, Just(300), Just(2000), Just(u16::MAX)];
+        let value = prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..16),
+            proptest::collection::vec(any::<u8>(), 260..300),
+        ];
+        prop_oneof![
+            (number.clone(), value.clone()).prop_map(|(n, v)| Edit::Push(n, v)),
+            (number.clone(), value).prop_map(|(n, v)| Edit::Set(n, v)),
+            number.prop_map(Edit::Remove),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn edits_behave_like_a_sorted_list(edits in proptest::collection::vec(edit(), 0..24)) {
+            let mut o = Options::new();
+            let mut model: Vec<(u16, Vec<u8>)> = Vec::new();
+            for e in edits {
+                match e {
+                    Edit::Push(n, v) => {
+                        let at = model.iter().take_while(|(m, _)| *m <= n).count();
+                        model.insert(at, (n, v.clone()));
+                        o.push(n, v);
+                    }
+                    Edit::Set(n, v) => {
+                        model.retain(|(m, _)| *m != n);
+                        let at = model.iter().take_while(|(m, _)| *m <= n).count();
+                        model.insert(at, (n, v.clone()));
+                        o.set(n, v);
+                    }
+                    Edit::Remove(n) => {
+                        model.retain(|(m, _)| *m != n);
+                        o.remove(n);
+                    }
+                }
+                let got: Vec<(u16, Vec<u8>)> =
+                    o.iter().map(|x| (x.number, x.value.to_vec())).collect();
+                prop_assert_eq!(&got, &model);
+                prop_assert_eq!(o.len(), model.len());
+                prop_assert_eq!(Options::from_wire(o.as_wire(), o.len()), o.clone());
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_longer_than_the_wire_allows_is_cut() {
+        let mut o = Options::new();
+        o.push(number::PROXY_URI, vec![b'a'; MAX_VALUE_LEN + 10]);
+        o.push(number::URI_PATH, "x");
+        assert_eq!(
+            o.get(number::PROXY_URI).map(<[u8]>::len),
+            Some(MAX_VALUE_LEN)
+        );
+        assert_eq!(o.uri_path_string(), "/x");
+    }
 
     #[test]
     fn uint_encoding_has_no_leading_zeros() {
@@ -707,7 +893,7 @@ mod tests {
         o.remove(number::SIZE1);
         o.remove(number::URI_PATH);
         o.remove(number::CONTENT_FORMAT);
-        assert!(o.is_empty() && o.buf.is_empty());
+        assert!(o.is_empty() && o.as_wire().is_empty());
         assert_eq!(o, Options::new());
     }
 

@@ -503,6 +503,7 @@ impl<S: Service> Driver<S> {
                 t(true, tx.peer, &tx.bytes);
             }
             dtls.encrypt(now, tx.peer, &tx.bytes);
+            self.endpoint.recycle(tx.bytes);
         }
         self.outbox
             .extend(std::iter::from_fn(|| dtls.poll_transmit()));
@@ -551,7 +552,10 @@ impl<S: Service> Driver<S> {
                 }
             }
         }
-        self.outbox.clear();
+        // The endpoint encodes later datagrams into these buffers.
+        for tx in self.outbox.drain(..) {
+            self.endpoint.recycle(tx.bytes);
+        }
         if icmp {
             self.take_socket_errors();
         }
