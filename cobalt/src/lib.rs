@@ -376,6 +376,7 @@ pub mod metrics;
 mod response;
 pub mod runtime;
 pub mod server;
+mod trace;
 pub mod transport;
 
 pub use client::{Client, Observation, RequestBuilder};

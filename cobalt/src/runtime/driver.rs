@@ -7,7 +7,7 @@ use crate::metrics::{ShardMetrics, ShardSnapshot};
 use crate::runtime::command::{Command, ReplyTo};
 use crate::runtime::io::{Inbound, Input, ShardIo};
 use crate::runtime::service::{MakeService, Service, ServiceLinks};
-use crate::runtime::trace::Tracer;
+use crate::trace::Tracer;
 use crate::transport::dtls::{DtlsBackend, DtlsEvent};
 use crate::transport::{mmsg, udp};
 use crate::Error;

@@ -7,8 +7,7 @@ pub(crate) mod driver;
 pub(crate) mod io;
 pub(crate) mod listener;
 pub(crate) mod service;
-mod trace;
 
 pub use io::{StageCounters, Stages};
 
-pub use trace::{StreamTracer, Tracer};
+pub use crate::trace::{StreamTracer, Tracer};

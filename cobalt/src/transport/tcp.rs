@@ -9,7 +9,7 @@ use super::link::{flush, handle_input, sleep_until, Input, Link, TcpLink};
 use super::stream_client::{ClientCommand, Exchanges, PeerSettings, StreamObservation};
 use super::tls::{HandshakeError, TlsConnector};
 use crate::error::{ConnectionError, ConnectionErrorKind};
-use crate::runtime::StreamTracer;
+use crate::trace::StreamTracer;
 use crate::{Error, Result};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
 use cobalt_proto::message::{decode_tcp, decode_ws, opt, Message, Signal, TcpMessage};

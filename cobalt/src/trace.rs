@@ -1,4 +1,6 @@
-//! Observers of the messages a client sends and receives, for `cobalt -v`.
+//! Observers of the messages a client sends and receives, for `cobalt -v` (a leaf:
+//! drivers and transports both call them). Public as `cobalt::runtime::{Tracer,
+//! StreamTracer}`.
 
 use cobalt_proto::message::TcpMessage;
 use std::net::SocketAddr;
