@@ -67,17 +67,6 @@ async fn start_says_what_is_wrong_with_the_listeners_and_leaves_nothing_bound() 
         .await
         .unwrap_err();
     assert!(err.to_string().contains("coaps+tcp"), "{err}");
-    // Limits built in code are checked like those of a configuration file.
-    let err = Server::new()
-        .limits(cobalt::server::ServerLimits {
-            block_szx: 7,
-            ..Default::default()
-        })
-        .bind(addr)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::Config(_)), "{err:?}");
-    assert!(err.to_string().contains("block_szx"), "{err}");
     let server = Server::new()
         .bind(addr)
         .await

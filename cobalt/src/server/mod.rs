@@ -366,14 +366,10 @@ impl Server {
 
     /// Opens every listener given with [`Server::listen`] and starts serving. Fails,
     /// saying which, when none was given, a scheme was given twice, an address does not
-    /// resolve or cannot be bound, a secure scheme has no credentials, or a setting is
-    /// out of its range (naming the key); nothing is left running then.
+    /// resolve or cannot be bound, or a secure scheme has no credentials; nothing is
+    /// left running then.
     pub async fn start(mut self) -> Result<ServerHandle> {
         self.config.validate()?;
-        self.limits.validate()?;
-        self.tcp_limits.validate()?;
-        self.ws_limits.validate()?;
-        self.dtls_config.validate()?;
         let listeners = self.resolved_listeners()?;
         let (datagram, streams): (Vec<_>, Vec<_>) =
             listeners.into_iter().partition(|(s, _)| s.is_datagram());
