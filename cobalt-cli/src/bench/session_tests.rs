@@ -3,9 +3,11 @@
 //! protocol cores (RFC 8323 [`TcpConnection`], [`OpensslDtls`]) that answer, stay
 //! silent, or hang up.
 
-use super::{parse_args, run_step, Config, Scheme};
+use super::{config_from_args, parse_args};
 use cobalt::transport::credentials::{ClientCredentials, PskStore};
 use cobalt::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
+use cobalt_bench::target::Scheme;
+use cobalt_bench::{run_step, Config};
 use cobalt_proto::message::{decode, encode, Code, Message, MessageType, TcpMessage};
 use cobalt_proto::tcp_connection::{TcpConfig, TcpConnection, TcpEvent};
 use std::io::{Read, Write};
@@ -15,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn config(argv: &[&str]) -> Result<Config, String> {
-    Config::from_args(&parse_args(argv))
+    config_from_args(&parse_args(argv))
 }
 
 #[test]
@@ -277,7 +279,7 @@ fn nothing_listening_fails_the_set_up_with_the_reason() {
         e.message.contains("cannot connect") && e.message.contains("cobalt serve --tcp"),
         "{e}"
     );
-    assert_eq!(e.exit, crate::exit::NETWORK, "{e}");
+    assert_eq!(e.blame, cobalt_bench::Blame::Network, "{e}");
 }
 
 /// A single-threaded coaps server over [`OpensslDtls`] that answers every CON request
@@ -363,7 +365,7 @@ fn a_wrong_psk_fails_the_set_up_with_the_reason() {
         "{e}"
     );
     // The same exit code as `cobalt get` with a wrong key.
-    assert_eq!(e.exit, crate::exit::NETWORK, "{e}");
+    assert_eq!(e.blame, cobalt_bench::Blame::Network, "{e}");
 }
 
 #[test]
@@ -389,7 +391,7 @@ fn coap_tcp_runs_on_workers_with_new_session() {
         &w,
     ];
     let args = parse_args(&argv);
-    let cfg = Config::from_args(&args).unwrap();
+    let cfg = config_from_args(&args).unwrap();
     let template = super::distributed::request_template(&args);
     assert!(template.new_session);
     let r = super::distributed::run_step(&cfg, &template, &[worker], 2).unwrap();

@@ -9,9 +9,9 @@
 //! slow server cannot hide its queueing delay (no coordinated omission). Responses are matched by MID (piggybacked ACK, RST) and token
 //! (separate response); anything else on the socket is a stray or duplicate and ignored.
 
-use super::pacing::Pacing;
-use super::stats::{AnswerCode, Recorder};
-use super::sys::{errno, interrupted, now_ns};
+use crate::pacing::Pacing;
+use crate::stats::{AnswerCode, Recorder};
+use crate::sys::{errno, interrupted, now_ns};
 use cobalt_proto::congestion::{Attempt, Controller, Params};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 /// Byte offset of the eight-byte token in the request template.
-pub(super) const TOKEN_AT: usize = 4;
+pub(crate) const TOKEN_AT: usize = 4;
 /// Token length used for every request.
-pub(super) const TOKEN_LEN: usize = 8;
+pub(crate) const TOKEN_LEN: usize = 8;
 /// Events fetched per `epoll_wait`.
 const MAX_EVENTS: usize = 512;
 /// Longest a thread sleeps in `epoll_wait` before re-checking the clock and Ctrl-C.
@@ -157,13 +157,13 @@ struct Worker<'a> {
 
 /// `epoll_wait` with a nanosecond timeout: `epoll_pwait2` where the kernel has it
 /// (Linux 5.11+), millisecond `epoll_wait` otherwise.
-pub(super) struct Waiter {
+pub(crate) struct Waiter {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     pwait2: bool,
 }
 
 impl Waiter {
-    pub(super) fn new() -> Waiter {
+    pub(crate) fn new() -> Waiter {
         Waiter {
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
             pwait2: true,
@@ -172,7 +172,7 @@ impl Waiter {
 
     /// Waits up to `timeout_ns`; returns the number of ready events (0 on timeout or
     /// signal).
-    pub(super) fn wait(
+    pub(crate) fn wait(
         &mut self,
         epfd: i32,
         events: &mut [libc::epoll_event],
@@ -207,7 +207,7 @@ impl Waiter {
 
 /// Next value of a splitmix64 generator: fast and good enough for unpredictable tokens.
 #[inline]
-pub(super) fn splitmix(state: &mut u64) -> u64 {
+pub(crate) fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -544,7 +544,7 @@ impl<'a> Worker<'a> {
 
 /// What a datagram means to the client that received it.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Reply {
+pub(crate) enum Reply {
     /// The response to the outstanding request, with its `code`; `ack_mid` is set for
     /// a CON (separate) response, which must be acknowledged.
     Response { ack_mid: Option<u16>, code: u8 },
@@ -561,7 +561,7 @@ pub(super) enum Reply {
 
 /// Classifies a datagram for a client whose last request had `mid` and `token` (and is
 /// still unanswered when `outstanding`), without allocating and without trusting it.
-pub(super) fn classify(d: &[u8], mid: u16, token: &[u8], outstanding: bool) -> Reply {
+pub(crate) fn classify(d: &[u8], mid: u16, token: &[u8], outstanding: bool) -> Reply {
     if d.len() < 4 || d[0] >> 6 != 1 {
         return Reply::Garbage;
     }

@@ -2,17 +2,17 @@
 //! same load: each virtual client owns one TCP connection (keep-alive, the default) or
 //! opens a new one per request (`--no-keepalive`, `Connection: close`).
 //!
-//! Same structure and rules as the CoAP generator in [`super::client`]: a few OS
+//! Same structure and rules as the CoAP generator in [`crate::client`]: a few OS
 //! threads, one epoll loop each over non-blocking sockets, one request in flight per
 //! client, no retries, closed loop or open loop (`--rate`). A refused connection counts
 //! as an error and its request as lost at the timeout; a malformed response, or a
 //! connection that breaks mid-response, counts as an error and ends the exchange.
 
-use super::args::Target;
-use super::client::{StepShared, Waiter};
-use super::pacing::Pacing;
-use super::stats::{AnswerCode, Recorder};
-use super::sys::{errno, now_ns};
+use crate::client::{StepShared, Waiter};
+use crate::pacing::Pacing;
+use crate::stats::{AnswerCode, Recorder};
+use crate::sys::{errno, now_ns};
+use crate::target::Target;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -291,7 +291,7 @@ struct Conn {
     want_out: bool,
 }
 
-/// Runs one thread's share of an HTTP step (see [`super::client::run_thread`]).
+/// Runs one thread's share of an HTTP step (see [`crate::client::run_thread`]).
 pub fn run_thread(
     shared: &StepShared,
     clients: usize,
@@ -761,7 +761,7 @@ impl HttpWorker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::args::parse_uri;
+    use crate::target::parse_uri;
 
     #[test]
     fn request_line_and_headers() {

@@ -4,7 +4,7 @@
 //!
 //! A step goes: set-up (connect, CSM exchange or DTLS handshake; not measured, and any
 //! failure fails the step with its reason), `ready`, wait for `go`, then the loop. As
-//! in [`super::client`], a client has one request in flight, never retransmits, and
+//! in [`crate::client`], a client has one request in flight, never retransmits, and
 //! either sends again as soon as its exchange ends (closed loop) or waits for the
 //! schedule of [`Pacing`] (open loop, `--rate`), latency counting from the intended
 //! send time.
@@ -16,11 +16,11 @@
 //! With `--new-session` every request gets a fresh connection or session, so each
 //! completed request is one handshake.
 
-use super::client::{splitmix, StepShared};
-use super::pacing::Pacing;
-use super::stats::{AnswerCode, Recorder};
-use super::sys::now_ns;
-use super::StepError;
+use crate::client::{splitmix, StepShared};
+use crate::pacing::Pacing;
+use crate::stats::{AnswerCode, Recorder};
+use crate::sys::now_ns;
+use crate::StepError;
 use futures_util::stream::{self, FuturesUnordered, StreamExt, TryStreamExt};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,7 +37,7 @@ const MIN_TICK_NS: u64 = 50_000;
 
 /// How one exchange ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     /// The matching response arrived, with this code (only 2.xx completes the request).
     Answered(u8),
     /// The server answered with RST (CoAP over DTLS).
@@ -54,7 +54,7 @@ pub(super) enum Outcome {
 }
 
 /// A virtual client's connection or session with the server.
-pub(super) trait Session: Sized {
+pub(crate) trait Session: Sized {
     /// What every client of a step shares: the server, the request, credentials.
     type Setup;
 
@@ -98,7 +98,7 @@ fn instant_at(ns: u64) -> Instant {
 }
 
 /// One generator thread's part of a step.
-pub(super) struct Share<'a> {
+pub(crate) struct Share<'a> {
     /// What every thread of the step shares.
     pub shared: &'a StepShared,
     /// Virtual clients of this thread.
@@ -106,14 +106,14 @@ pub(super) struct Share<'a> {
     /// Seeds the clients' message IDs and tokens.
     pub seed: u64,
     /// Open loop: one request every `interval_ns` from this thread (see
-    /// [`super::client::run_thread`]); `None` for the closed loop.
+    /// [`crate::client::run_thread`]); `None` for the closed loop.
     pub interval_ns: Option<u64>,
     /// `--new-session`.
     pub new_session: bool,
 }
 
 /// Runs one thread's share of a step; see the module docs.
-pub(super) fn run_thread<S: Session>(
+pub(crate) fn run_thread<S: Session>(
     share: &Share,
     setup: &S::Setup,
 ) -> Result<Recorder, StepError> {
