@@ -1,21 +1,23 @@
-//! The closed-loop load generator: one epoll loop per OS thread over that thread's share of
-//! the virtual clients, each client with its own non-blocking, connected UDP socket.
+//! The `coap://` load generator on the shared engine ([`crate::engine`]): each virtual
+//! client has its own non-blocking UDP socket connected to the server, and each thread
+//! moves its clients' datagrams either with io_uring (the default where the kernel
+//! allows it: every loop hands all pending sends and one standing receive per client to
+//! the kernel in one system call, and reaps what completed) or with one epoll set over
+//! the sockets and a `send` and a `recv` per request (`--io epoll`, and the fallback).
 //!
-//! A client has at most one request in flight; nothing is ever retransmitted. In the
-//! closed loop (the default) it sends the next request as soon as the previous one is
-//! answered, reset, rejected as garbage, or timed out. In the open loop (`--rate`) each
-//! thread has a schedule of intended send times; a due request goes out on an idle
-//! client, or waits for one, and its latency is measured from its intended time, so a
-//! slow server cannot hide its queueing delay (no coordinated omission). Responses are matched by MID (piggybacked ACK, RST) and token
-//! (separate response); anything else on the socket is a stray or duplicate and ignored.
+//! A client has at most one request in flight; nothing is retransmitted unless `--cc`
+//! asks for it. Responses are matched by MID (piggybacked ACK, RST) and token (separate
+//! response, which is acknowledged); anything else on the socket is a stray or
+//! duplicate and ignored.
 
-use crate::pacing::Pacing;
+use crate::engine::{self, Exchanges, Generator, StepShared};
+use crate::poll::{Epoll, Received, Waiter};
 use crate::stats::{AnswerCode, Recorder};
-use crate::sys::{errno, interrupted, now_ns};
+use crate::sys::{errno, now_ns};
+use crate::uring::UringUdp;
 use cobalt_proto::congestion::{Attempt, Controller, Params};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
 /// Byte offset of the eight-byte token in the request template.
@@ -24,69 +26,6 @@ pub(crate) const TOKEN_AT: usize = 4;
 pub(crate) const TOKEN_LEN: usize = 8;
 /// Events fetched per `epoll_wait`.
 const MAX_EVENTS: usize = 512;
-/// Longest a thread sleeps in `epoll_wait` before re-checking the clock and Ctrl-C.
-const MAX_WAIT_MS: u64 = 100;
-
-/// What every thread of one step shares.
-pub struct StepShared {
-    /// Server address.
-    pub target: SocketAddr,
-    /// The encoded request: version/type/TKL=8, code, MID 0, an 8-byte token, options
-    /// and payload. Each send patches in the MID and token.
-    pub template: Vec<u8>,
-    /// A request unanswered for this long counts as lost.
-    pub timeout_ns: u64,
-    /// `--cc`: retransmit on this algorithm's timers (one controller per client).
-    pub cc: Option<cobalt_proto::congestion::Algorithm>,
-    /// Threads that finished setting up their sockets (successfully or not).
-    pub ready: AtomicUsize,
-    /// Set by the coordinator once `measure_start_ns` and `end_ns` are published.
-    pub go: AtomicBool,
-    /// Start of the measured window (absolute `now_ns`), after the warm-up.
-    pub measure_start_ns: AtomicU64,
-    /// End of the step (absolute `now_ns`).
-    pub end_ns: AtomicU64,
-    /// Set by a thread whose setup failed, so that the others stop at once.
-    pub abort: AtomicBool,
-    /// Completed (2.xx) requests so far (warm-up included), for progress output.
-    pub progress: AtomicU64,
-    /// Other answers (4.xx, 5.xx, ...) so far, for progress output.
-    pub progress_other: AtomicU64,
-    /// Set to end the step early (besides Ctrl-C), e.g. when a coordinator goes away.
-    pub stop: std::sync::Arc<AtomicBool>,
-}
-
-impl StepShared {
-    /// True when the step must end now: Ctrl-C or an explicit stop.
-    #[inline]
-    pub fn stopping(&self) -> bool {
-        interrupted() || self.stop.load(Ordering::Relaxed)
-    }
-}
-
-/// Runs one thread's share (`clients` virtual clients) of a step: opens the sockets,
-/// reports `ready`, waits for `go`, then runs the epoll loop until the step ends.
-///
-/// `interval_ns` selects the open loop: one request every `interval_ns` nanoseconds
-/// from this thread.
-pub fn run_thread(
-    shared: &StepShared,
-    clients: usize,
-    seed: u64,
-    interval_ns: Option<u64>,
-) -> Result<Recorder, String> {
-    let setup = Worker::new(shared, clients, seed, interval_ns);
-    if setup.is_err() {
-        shared.abort.store(true, Ordering::SeqCst);
-    }
-    shared.ready.fetch_add(1, Ordering::SeqCst);
-    while !shared.go.load(Ordering::SeqCst) {
-        std::thread::sleep(std::time::Duration::from_micros(200));
-    }
-    let mut worker = setup?;
-    worker.run();
-    Ok(worker.rec)
-}
 
 /// `--cc`: a client's congestion controller and the timing of its outstanding request.
 struct Retransmit {
@@ -117,94 +56,6 @@ impl rand::RngCore for SplitMix<'_> {
     }
 }
 
-/// One virtual client.
-struct Client {
-    sock: UdpSocket,
-    /// `--cc` state.
-    retx: Option<Retransmit>,
-    mid: u16,
-    token: [u8; TOKEN_LEN],
-    sent_at: u64,
-    /// When the request was meant to be sent: `sent_at` in the closed loop, its slot in
-    /// the schedule in the open loop. Latency is measured from here.
-    intended: u64,
-    outstanding: bool,
-}
-
-/// The epoll file descriptor, closed on drop.
-struct Epoll(i32);
-
-impl Drop for Epoll {
-    fn drop(&mut self) {
-        // SAFETY: we own this descriptor and close it once.
-        unsafe { libc::close(self.0) };
-    }
-}
-
-struct Worker<'a> {
-    shared: &'a StepShared,
-    clients: Vec<Client>,
-    epoll: Epoll,
-    sbuf: Vec<u8>,
-    rbuf: Vec<u8>,
-    rng: u64,
-    rec: Recorder,
-    measure_start: u64,
-    end: u64,
-    /// Closed- or open-loop schedule.
-    pacing: Pacing,
-}
-
-/// `epoll_wait` with a nanosecond timeout: `epoll_pwait2` where the kernel has it
-/// (Linux 5.11+), millisecond `epoll_wait` otherwise.
-pub(crate) struct Waiter {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    pwait2: bool,
-}
-
-impl Waiter {
-    pub(crate) fn new() -> Waiter {
-        Waiter {
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            pwait2: true,
-        }
-    }
-
-    /// Waits up to `timeout_ns`; returns the number of ready events (0 on timeout or
-    /// signal).
-    pub(crate) fn wait(
-        &mut self,
-        epfd: i32,
-        events: &mut [libc::epoll_event],
-        timeout_ns: u64,
-    ) -> usize {
-        let max = events.len().min(i32::MAX as usize) as i32;
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        if self.pwait2 {
-            let ts = libc::timespec {
-                tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-                tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-            };
-            // SAFETY: `events` has `max` writable entries; `ts` outlives the call; a null
-            // sigmask means "do not change it".
-            let n = unsafe {
-                libc::epoll_pwait2(epfd, events.as_mut_ptr(), max, &ts, std::ptr::null())
-            };
-            if n >= 0 {
-                return n as usize;
-            }
-            if errno() != libc::ENOSYS {
-                return 0;
-            }
-            self.pwait2 = false;
-        }
-        let ms = timeout_ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32;
-        // SAFETY: `events` has `max` writable entries.
-        let n = unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), max, ms) };
-        n.max(0) as usize
-    }
-}
-
 /// Next value of a splitmix64 generator: fast and good enough for unpredictable tokens.
 #[inline]
 pub(crate) fn splitmix(state: &mut u64) -> u64 {
@@ -227,46 +78,50 @@ fn socket_error(e: std::io::Error, opened: usize, wanted: usize) -> String {
     }
 }
 
-impl<'a> Worker<'a> {
-    fn new(
-        shared: &'a StepShared,
-        n: usize,
-        seed: u64,
-        interval: Option<u64>,
-    ) -> Result<Worker<'a>, String> {
-        // SAFETY: epoll_create1 has no pointer arguments.
-        let efd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if efd < 0 {
-            return Err(format!(
-                "epoll_create1 failed: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        let epoll = Epoll(efd);
-        let bind: SocketAddr = if shared.target.is_ipv4() {
-            "0.0.0.0:0".parse().expect("literal address")
-        } else {
-            "[::]:0".parse().expect("literal address")
+/// Which I/O the CoAP-over-UDP generator uses (`--io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Io {
+    /// io_uring where the kernel allows it (and a thread has at most
+    /// [`AUTO_URING_MAX_CLIENTS`] clients), else epoll.
+    #[default]
+    Auto,
+    /// io_uring: the sends and receives of all of a thread's clients go to the kernel
+    /// in one system call per loop; fails where io_uring is unavailable.
+    Uring,
+    /// One epoll set over the clients' sockets, one `send` and one `recv` per request.
+    Epoll,
+}
+
+/// With [`Io::Auto`], threads with more clients than this use epoll (io_uring keeps a
+/// 4 KiB receive buffer per client).
+pub const AUTO_URING_MAX_CLIENTS: usize = 16_384;
+
+/// Runs one thread's share (`clients` virtual clients) of a `coap://` step on the
+/// shared engine ([`crate::engine::run_thread`]), over `io`.
+pub(crate) fn run_thread(
+    shared: &StepShared,
+    clients: usize,
+    seed: u64,
+    interval_ns: Option<u64>,
+    io: Io,
+) -> Result<Recorder, String> {
+    engine::run_thread(shared, interval_ns, || {
+        let socks = open_sockets(shared.target, clients)?;
+        let fds: Vec<RawFd> = socks.iter().map(|s| s.as_raw_fd()).collect();
+        let udp = match io {
+            Io::Epoll => Udp::Epoll(EpollUdp::new(fds.clone())?),
+            Io::Uring => Udp::Uring(Box::new(UringUdp::new(fds.clone(), shared.template.len())?)),
+            Io::Auto if clients <= AUTO_URING_MAX_CLIENTS => {
+                match UringUdp::new(fds.clone(), shared.template.len()) {
+                    Ok(u) => Udp::Uring(Box::new(u)),
+                    Err(_) => Udp::Epoll(EpollUdp::new(fds.clone())?),
+                }
+            }
+            Io::Auto => Udp::Epoll(EpollUdp::new(fds.clone())?),
         };
         let mut rng = seed;
-        let mut clients = Vec::with_capacity(n);
-        for i in 0..n {
-            let sock = UdpSocket::bind(bind).map_err(|e| socket_error(e, i, n))?;
-            sock.connect(shared.target)
-                .map_err(|e| format!("cannot connect to {}: {e}", shared.target))?;
-            sock.set_nonblocking(true)
-                .map_err(|e| format!("cannot make socket non-blocking: {e}"))?;
-            let mut ev = libc::epoll_event {
-                events: (libc::EPOLLIN | libc::EPOLLERR) as u32,
-                u64: i as u64,
-            };
-            // SAFETY: both descriptors are open and `ev` is a valid event.
-            if unsafe { libc::epoll_ctl(efd, libc::EPOLL_CTL_ADD, sock.as_raw_fd(), &mut ev) } != 0
-            {
-                return Err(socket_error(std::io::Error::last_os_error(), i, n));
-            }
-            clients.push(Client {
-                sock,
+        let clients = (0..clients)
+            .map(|_| Client {
                 retx: shared.cc.map(|a| Retransmit {
                     ctl: a.controller(Params::default(), Instant::now()),
                     attempt: None,
@@ -274,146 +129,68 @@ impl<'a> Worker<'a> {
                 }),
                 mid: splitmix(&mut rng) as u16,
                 token: [0; TOKEN_LEN],
-                sent_at: 0,
-                intended: 0,
-                outstanding: false,
-            });
-        }
-        Ok(Worker {
-            shared,
-            clients,
-            epoll,
-            sbuf: shared.template.clone(),
-            rbuf: vec![0; 65536],
-            rng,
-            rec: Recorder::new(),
-            measure_start: 0,
-            end: 0,
-            pacing: Pacing::new(interval),
+            })
+            .collect();
+        Ok(CoapClients {
+            udp,
+            coap: Coap {
+                fds,
+                clients,
+                sbuf: shared.template.clone(),
+                rng,
+                acks: Vec::new(),
+            },
+            cc: shared.cc.is_some(),
+            _socks: socks,
         })
-    }
+    })
+}
 
-    #[inline]
-    fn in_window(&self, t: u64) -> bool {
-        t >= self.measure_start && t < self.end
+/// Opens `n` non-blocking UDP sockets connected to `target`.
+fn open_sockets(target: SocketAddr, n: usize) -> Result<Vec<UdpSocket>, String> {
+    let bind: SocketAddr = if target.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal address")
+    } else {
+        "[::]:0".parse().expect("literal address")
+    };
+    let mut socks = Vec::with_capacity(n);
+    for i in 0..n {
+        let sock = UdpSocket::bind(bind).map_err(|e| socket_error(e, i, n))?;
+        sock.connect(target)
+            .map_err(|e| format!("cannot connect to {target}: {e}"))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| format!("cannot make socket non-blocking: {e}"))?;
+        socks.push(sock);
     }
+    Ok(socks)
+}
 
-    fn run(&mut self) {
-        self.measure_start = self.shared.measure_start_ns.load(Ordering::SeqCst);
-        self.end = self.shared.end_ns.load(Ordering::SeqCst);
-        let timeout = self.shared.timeout_ns;
-        // Scan for timeouts often enough to be within 5% of the timeout (1–50 ms).
-        let mut scan_every = (timeout / 20).clamp(1_000_000, 50_000_000);
-        if self.shared.cc.is_some() {
-            // Retransmission timers within 5 ms.
-            scan_every = scan_every.min(5_000_000);
-        }
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
-        let start = now_ns();
-        for i in self.pacing.start(self.clients.len(), start) {
-            self.send_request(i, start, start);
-        }
-        self.dispatch(start);
-        let mut next_scan = start + scan_every;
-        let (mut reported, mut reported_other) = (0u64, 0u64);
-        let (mut done, mut other) = (0u64, 0u64);
-        let mut waiter = Waiter::new();
-        loop {
-            let now = now_ns();
-            if now >= self.end || self.shared.stopping() {
-                break;
-            }
-            if now >= next_scan {
-                self.expire(now, timeout);
-                next_scan = now + scan_every;
-            }
-            self.dispatch(now);
-            let mut wake = next_scan.min(self.end);
-            if let Some(due) = self.pacing.wake() {
-                wake = wake.min(due);
-            }
-            let wait_ns = wake.saturating_sub(now).min(MAX_WAIT_MS * 1_000_000);
-            let n = waiter.wait(self.epoll.0, &mut events, wait_ns);
-            if n == 0 {
-                continue; // timeout, or EINTR from Ctrl-C
-            }
-            let t_rx = now_ns();
-            for ev in &events[..n] {
-                let idx = ev.u64 as usize;
-                if idx >= self.clients.len() {
-                    continue;
-                }
-                match self.on_readable(idx, t_rx) {
-                    Some(true) => done += 1,
-                    Some(false) => other += 1,
-                    None => {}
-                }
-            }
-            if done != reported {
-                self.shared
-                    .progress
-                    .fetch_add(done - reported, Ordering::Relaxed);
-                reported = done;
-            }
-            if other != reported_other {
-                self.shared
-                    .progress_other
-                    .fetch_add(other - reported_other, Ordering::Relaxed);
-                reported_other = other;
-            }
-        }
-    }
+/// One virtual client's CoAP state.
+struct Client {
+    /// `--cc` state.
+    retx: Option<Retransmit>,
+    mid: u16,
+    token: [u8; TOKEN_LEN],
+}
 
-    /// Open loop: sends every request that is due, as long as there are idle clients.
-    fn dispatch(&mut self, now: u64) {
-        while let Some((i, due)) = self.pacing.next_due(now) {
-            self.send_request(i, now, due);
-        }
-    }
+/// The CoAP side of one thread's clients, apart from their I/O.
+struct Coap {
+    fds: Vec<RawFd>,
+    clients: Vec<Client>,
+    /// The request template, patched with a client's MID and token before each send.
+    sbuf: Vec<u8>,
+    rng: u64,
+    /// Empty ACKs owed (client, MID), sent after the datagrams of one wait.
+    acks: Vec<(usize, u16)>,
+}
 
-    /// Called when client `i`'s exchange is over: in the closed loop it sends the next
-    /// request at once, in the open loop it waits for the schedule.
-    fn finish(&mut self, i: usize, now: u64) {
-        self.clients[i].outstanding = false;
-        if self.pacing.release(i) {
-            self.send_request(i, now, now);
-        } else {
-            self.dispatch(now);
-        }
-    }
-
-    /// Counts timed-out requests as lost and starts fresh ones; under `--cc`
-    /// retransmits those whose timer expired, until their last timer runs out.
-    fn expire(&mut self, now: u64, timeout: u64) {
-        for i in 0..self.clients.len() {
-            let c = &mut self.clients[i];
-            if !c.outstanding {
-                continue;
-            }
-            let timed_out = now.saturating_sub(c.sent_at) >= timeout;
-            let mut give_up = timed_out;
-            if let Some(r) = c.retx.as_mut().filter(|r| now >= r.due && !timed_out) {
-                match r.attempt.as_mut() {
-                    Some(a) if a.retransmissions < MAX_RETRANSMIT => {
-                        r.ctl.next_timeout(Instant::now(), a);
-                        r.due = now + a.timeout.as_nanos() as u64;
-                        self.transmit(i);
-                    }
-                    _ => give_up = true,
-                }
-            }
-            if give_up {
-                if self.in_window(now) {
-                    self.rec.lost += 1;
-                }
-                if let Some(r) = self.clients[i].retx.as_mut() {
-                    if let Some(a) = r.attempt.take() {
-                        r.ctl.on_abandon(Instant::now(), &a);
-                    }
-                }
-                self.finish(i, now);
-            }
-        }
+impl Coap {
+    /// Client `i`'s current request (its MID and token) in `sbuf`.
+    fn request(&mut self, i: usize) -> &[u8] {
+        let c = &self.clients[i];
+        self.sbuf[2..4].copy_from_slice(&c.mid.to_be_bytes());
+        self.sbuf[TOKEN_AT..TOKEN_AT + TOKEN_LEN].copy_from_slice(&c.token);
+        &self.sbuf
     }
 
     /// Under `--cc`, tells client `i`'s controller that its request was answered.
@@ -425,120 +202,196 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Sends client `i`'s current request (its MID and token); false if the socket
-    /// refused it.
-    fn transmit(&mut self, i: usize) -> bool {
-        let c = &self.clients[i];
-        self.sbuf[2..4].copy_from_slice(&c.mid.to_be_bytes());
-        self.sbuf[TOKEN_AT..TOKEN_AT + TOKEN_LEN].copy_from_slice(&c.token);
-        // SAFETY: the socket is open and `sbuf` is a valid buffer of that length.
-        let r = unsafe {
-            libc::send(
-                c.sock.as_raw_fd(),
-                self.sbuf.as_ptr().cast(),
-                self.sbuf.len(),
-                0,
-            )
+    /// Handles what client `i`'s socket delivered at `t`.
+    fn on_received(&mut self, i: usize, what: Received<'_>, t: u64, ex: &mut Exchanges) {
+        let d = match what {
+            Received::Datagram(d) => d,
+            // ICMP unreachable and friends, or a send that failed: the request stays
+            // outstanding until its timeout, where it counts as lost.
+            Received::Error => return ex.error(t),
         };
-        r >= 0
-    }
-
-    /// Sends a fresh request (new MID and token) from client `i`; `intended` is when it
-    /// was meant to go out.
-    fn send_request(&mut self, i: usize, now: u64, intended: u64) {
-        let token = splitmix(&mut self.rng).to_ne_bytes();
-        let c = &mut self.clients[i];
-        c.mid = c.mid.wrapping_add(1);
-        c.token = token;
-        let t = now_ns().max(now);
-        c.sent_at = t;
-        c.intended = intended.min(t);
-        c.outstanding = true;
-        if let Some(r) = c.retx.as_mut() {
-            let a = r
-                .ctl
-                .first_timeout(Instant::now(), 0, &mut SplitMix(&mut self.rng));
-            r.due = t + a.timeout.as_nanos() as u64;
-            r.attempt = Some(a);
-        }
-        let sent = self.transmit(i);
-        let counted = self.in_window(t);
-        if counted {
-            self.rec.sent += 1;
-        }
-        if !sent && counted {
-            // E.g. a pending ICMP error (ECONNREFUSED) or a full buffer: the request is
-            // not on the wire and will count as lost at its timeout.
-            self.rec.errors += 1;
-        }
-    }
-
-    /// Sends a 4-byte empty message (ACK) with `mid` on client `i`'s socket.
-    fn send_empty_ack(&self, i: usize, mid: u16) {
-        let m = mid.to_be_bytes();
-        let buf = [0x60u8, 0x00, m[0], m[1]];
-        // SAFETY: open socket, 4-byte stack buffer. A failure only means the server
-        // retransmits its CON response, which is then a duplicate and ignored.
-        unsafe { libc::send(self.clients[i].sock.as_raw_fd(), buf.as_ptr().cast(), 4, 0) };
-    }
-
-    /// Reads one datagram (or pending socket error) of client `i`, received at `t_rx`;
-    /// when it answered the outstanding request, returns whether with a success (2.xx).
-    fn on_readable(&mut self, i: usize, t_rx: u64) -> Option<bool> {
-        let fd = self.clients[i].sock.as_raw_fd();
-        // SAFETY: `rbuf` is a writable buffer of the given length.
-        let n = unsafe { libc::recv(fd, self.rbuf.as_mut_ptr().cast(), self.rbuf.len(), 0) };
-        if n < 0 {
-            let e = errno();
-            if e != libc::EAGAIN
-                && e != libc::EWOULDBLOCK
-                && e != libc::EINTR
-                && self.in_window(t_rx)
-            {
-                // ICMP unreachable and friends: the request stays outstanding until its
-                // timeout, where it counts as lost.
-                self.rec.errors += 1;
-            }
-            return None;
-        }
-        let c = &self.clients[i];
-        match classify(&self.rbuf[..n as usize], c.mid, &c.token, c.outstanding) {
+        let Some(c) = self.clients.get(i) else {
+            return;
+        };
+        match classify(d, c.mid, &c.token, ex.outstanding(i)) {
             Reply::Response { ack_mid, code } => {
                 if let Some(mid) = ack_mid {
-                    self.send_empty_ack(i, mid);
+                    self.acks.push((i, mid));
                 }
                 self.answered(i);
-                let code = AnswerCode::Coap(code);
-                if self.in_window(t_rx) {
-                    let intended = self.clients[i].intended;
-                    self.rec.answer(code, t_rx.saturating_sub(intended));
-                }
-                self.finish(i, t_rx);
-                return Some(code.is_success());
+                ex.answered(i, AnswerCode::Coap(code), t);
             }
             Reply::Reset => {
                 self.answered(i);
-                if self.in_window(t_rx) {
-                    self.rec.resets += 1;
-                }
-                self.finish(i, t_rx);
+                ex.reset(i, t);
             }
-            Reply::Garbage => {
-                if self.in_window(t_rx) {
-                    self.rec.errors += 1;
-                }
-                if self.clients[i].outstanding {
-                    self.finish(i, t_rx);
-                }
-            }
+            Reply::Garbage => ex.failed(i, t),
             Reply::Stray { ack_mid } => {
                 if let Some(mid) = ack_mid {
-                    self.send_empty_ack(i, mid);
+                    self.acks.push((i, mid));
                 }
             }
             Reply::Ignore => {}
         }
-        None
+    }
+
+    /// Sends the empty ACKs owed. A failure only means the server retransmits its CON
+    /// response, which is then a duplicate and ignored.
+    fn send_acks(&mut self) {
+        for (i, mid) in self.acks.drain(..) {
+            let m = mid.to_be_bytes();
+            send_now(self.fds[i], &[0x60u8, 0x00, m[0], m[1]]);
+        }
+    }
+}
+
+/// One `send` on a connected socket; false if the socket refused it.
+fn send_now(fd: RawFd, bytes: &[u8]) -> bool {
+    // SAFETY: the socket is open and `bytes` is a valid buffer of that length.
+    unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), 0) >= 0 }
+}
+
+/// The I/O of the UDP generator.
+enum Udp {
+    Epoll(EpollUdp),
+    Uring(Box<UringUdp>),
+}
+
+/// One epoll set over the clients' sockets; one `recv` per readable socket.
+struct EpollUdp {
+    fds: Vec<RawFd>,
+    epoll: Epoll,
+    waiter: Waiter,
+    events: Vec<libc::epoll_event>,
+    rbuf: Vec<u8>,
+}
+
+impl EpollUdp {
+    fn new(fds: Vec<RawFd>) -> Result<EpollUdp, String> {
+        let epoll = Epoll::new()?;
+        for (i, &fd) in fds.iter().enumerate() {
+            if !epoll.set(libc::EPOLL_CTL_ADD, fd, false, i as u64) {
+                return Err(socket_error(std::io::Error::last_os_error(), i, fds.len()));
+            }
+        }
+        Ok(EpollUdp {
+            fds,
+            epoll,
+            waiter: Waiter::new(),
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS],
+            rbuf: vec![0; 65536],
+        })
+    }
+
+    fn wait(&mut self, wait_ns: u64, mut on: impl FnMut(usize, Received<'_>, u64)) {
+        let n = self.waiter.wait(self.epoll.0, &mut self.events, wait_ns);
+        if n == 0 {
+            return; // timeout, or EINTR from Ctrl-C
+        }
+        let t = now_ns();
+        for k in 0..n {
+            let i = self.events[k].u64 as usize;
+            let Some(&fd) = self.fds.get(i) else {
+                continue;
+            };
+            // SAFETY: `rbuf` is a writable buffer of the given length.
+            let r = unsafe { libc::recv(fd, self.rbuf.as_mut_ptr().cast(), self.rbuf.len(), 0) };
+            if r >= 0 {
+                on(i, Received::Datagram(&self.rbuf[..r as usize]), t);
+            } else if !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+                on(i, Received::Error, t);
+            }
+        }
+    }
+}
+
+/// The CoAP-over-UDP clients of one thread: their CoAP state and their I/O.
+struct CoapClients {
+    udp: Udp,
+    coap: Coap,
+    cc: bool,
+    /// The sockets, closed last (after the I/O that uses their descriptors).
+    _socks: Vec<UdpSocket>,
+}
+
+impl CoapClients {
+    /// Sends client `i`'s current request; false if it did not go out.
+    fn transmit(&mut self, i: usize) -> bool {
+        let fd = self.coap.fds[i];
+        let bytes = self.coap.request(i);
+        match &mut self.udp {
+            Udp::Epoll(_) => send_now(fd, bytes),
+            Udp::Uring(u) => u.send(i, bytes),
+        }
+    }
+}
+
+impl Generator for CoapClients {
+    fn clients(&self) -> usize {
+        self.coap.clients.len()
+    }
+
+    /// Sends a fresh request (new MID and token) from client `i`.
+    fn start(&mut self, i: usize, t: u64) -> Result<bool, String> {
+        let token = splitmix(&mut self.coap.rng).to_ne_bytes();
+        let c = &mut self.coap.clients[i];
+        c.mid = c.mid.wrapping_add(1);
+        c.token = token;
+        if let Some(r) = c.retx.as_mut() {
+            let a = r
+                .ctl
+                .first_timeout(Instant::now(), 0, &mut SplitMix(&mut self.coap.rng));
+            r.due = t + a.timeout.as_nanos() as u64;
+            r.attempt = Some(a);
+        }
+        // E.g. a pending ICMP error (ECONNREFUSED) or a full buffer: the request is
+        // not on the wire and will count as lost at its timeout.
+        Ok(self.transmit(i))
+    }
+
+    /// Under `--cc`, retransmits when client `i`'s timer expired, until its last
+    /// timer runs out.
+    fn tick(&mut self, i: usize, now: u64) -> bool {
+        let Some(r) = self.coap.clients[i].retx.as_mut().filter(|r| now >= r.due) else {
+            return false;
+        };
+        match r.attempt.as_mut() {
+            Some(a) if a.retransmissions < MAX_RETRANSMIT => {
+                r.ctl.next_timeout(Instant::now(), a);
+                r.due = now + a.timeout.as_nanos() as u64;
+                self.transmit(i);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    fn lost(&mut self, i: usize) {
+        if let Some(r) = self.coap.clients[i].retx.as_mut() {
+            if let Some(a) = r.attempt.take() {
+                r.ctl.on_abandon(Instant::now(), &a);
+            }
+        }
+    }
+
+    fn poll(&mut self, wait_ns: u64, ex: &mut Exchanges) -> Result<(), String> {
+        let coap = &mut self.coap;
+        match &mut self.udp {
+            Udp::Epoll(e) => e.wait(wait_ns, |i, what, t| coap.on_received(i, what, t, ex)),
+            Udp::Uring(u) => u.wait(wait_ns, |i, what, t| coap.on_received(i, what, t, ex))?,
+        }
+        coap.send_acks();
+        Ok(())
+    }
+
+    /// Retransmission timers within 5 ms under `--cc`.
+    fn scan_every(&self, timeout_ns: u64) -> u64 {
+        let every = (timeout_ns / 20).clamp(1_000_000, 50_000_000);
+        if self.cc {
+            every.min(5_000_000)
+        } else {
+            every
+        }
     }
 }
 

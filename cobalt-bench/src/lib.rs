@@ -1,9 +1,14 @@
 //! CoAPBench, the paper's load generator (issue 4): the engine of `cobalt bench`.
 //!
 //! Closed loop (default): `-c N` virtual clients, each with its own UDP socket and at
-//! most one request in flight, driven by `--threads` OS threads that each run an epoll
-//! loop over their share of the sockets (see the `client` module). Open loop with `--rate`:
-//! requests leave on a fixed schedule and latency counts from the intended send time.
+//! most one request in flight, driven by `--threads` OS threads that each run one loop
+//! over their share of the sockets, moving the datagrams with io_uring (one system call
+//! per loop for all of them) or, where that is unavailable or `--io epoll` asks for it,
+//! with epoll (see the `client` module). Open loop with `--rate`: requests leave on a
+//! fixed schedule and latency counts from the intended send time. The `coap://` and
+//! `http://` generators share that loop, the `engine` module: pacing, timeouts,
+//! counting and progress are written once, and each protocol only says how a request
+//! starts and what its answers mean.
 //! A sweep (`-c 1,10,100` or `-c 10..100:10`) runs one step per concurrency, each with
 //! a warm-up, and prints one result line per step (table, `--csv` or `--json`;
 //! `--plot` draws an SVG). `--server-pid` adds the server's CPU time per request and
@@ -41,11 +46,13 @@
 
 mod client;
 mod dtls;
+mod engine;
 mod http;
 pub mod http_responder;
 pub mod output;
 mod pacing;
 pub mod plot;
+mod poll;
 pub mod procfs;
 pub mod responder;
 mod session;
@@ -55,7 +62,9 @@ mod step_error;
 mod stream;
 pub mod sys;
 pub mod target;
+mod uring;
 
+pub use client::{Io, AUTO_URING_MAX_CLIENTS};
 pub use http::request_bytes as http_request_bytes;
 pub use step::{measure_step, request_template, run_step, Config, Measured};
 pub use step_error::{Blame, StepError};

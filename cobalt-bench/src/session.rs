@@ -16,7 +16,8 @@
 //! With `--new-session` every request gets a fresh connection or session, so each
 //! completed request is one handshake.
 
-use crate::client::{splitmix, StepShared};
+use crate::client::splitmix;
+use crate::engine::StepShared;
 use crate::pacing::Pacing;
 use crate::stats::{AnswerCode, Recorder};
 use crate::sys::now_ns;

@@ -1,7 +1,8 @@
 //! One benchmark step: its configuration, the generator threads that run it, and the
 //! monitor that samples CPU time and prints progress while it runs.
 
-use crate::client::{run_thread, StepShared};
+use crate::client::{run_thread, Io};
+use crate::engine::StepShared;
 use crate::stats::{Recorder, ServerUsage, StepResult};
 use crate::sys::now_ns;
 use crate::target::{Scheme, Target};
@@ -53,6 +54,8 @@ pub struct Config {
     pub timeout: Duration,
     /// Load-generator threads.
     pub threads: usize,
+    /// `coap://`: the I/O of the generator threads.
+    pub io: Io,
     /// Open-loop rate in requests/s; `None` for the closed loop.
     pub rate: Option<f64>,
     /// Server process to sample.
@@ -148,7 +151,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, StepError>
                 std::thread::Builder::new()
                     .name(format!("bench-{t}"))
                     .spawn_scoped(s, move || match cfg.scheme {
-                        Scheme::Coap => Ok(run_thread(shared, share, seed, interval)?),
+                        Scheme::Coap => Ok(run_thread(shared, share, seed, interval, cfg.io)?),
                         Scheme::Http => {
                             Ok(http::run_thread(shared, share, cfg.keepalive, interval)?)
                         }
@@ -411,6 +414,7 @@ mod tests {
             cooldown: Duration::ZERO,
             timeout: Duration::from_millis(timeout_ms),
             threads: 1,
+            io: Io::Auto,
             rate: None,
             server_pid: None,
             progress: false,
@@ -432,23 +436,26 @@ mod tests {
 
     #[test]
     fn bench_against_raw_responder() {
-        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let addr = sock.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
-        let mut cfg = config(addr, 2000);
-        cfg.threads = 2;
-        let r = run_step(&cfg, 4).unwrap();
-        stop.store(true, Ordering::Relaxed);
-        let answered = server.join().unwrap();
-        assert!(r.completed > 0, "{r:?}");
-        assert_eq!(r.lost, 0, "{r:?}");
-        assert_eq!((r.errors, r.resets), (0, 0), "{r:?}");
-        assert!(answered >= r.completed);
-        // The generator's own CPU over the window is measured (it is never idle here).
-        assert!(r.client_cpu_percent.is_some_and(|c| c > 0.0), "{r:?}");
-        assert!(r.p50_us > 0.0 && r.p50_us <= r.p99_us && r.p99_us <= r.max_us);
+        for io in [Io::Epoll, Io::Uring] {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let addr = sock.local_addr().unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let stop2 = stop.clone();
+            let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
+            let mut cfg = config(addr, 2000);
+            cfg.threads = 2;
+            cfg.io = io;
+            let r = run_step(&cfg, 4).unwrap();
+            stop.store(true, Ordering::Relaxed);
+            let answered = server.join().unwrap();
+            assert!(r.completed > 0, "{io:?}: {r:?}");
+            assert_eq!(r.lost, 0, "{io:?}: {r:?}");
+            assert_eq!((r.errors, r.resets), (0, 0), "{io:?}: {r:?}");
+            assert!(answered >= r.completed);
+            // The generator's own CPU over the window is measured (it is never idle here).
+            assert!(r.client_cpu_percent.is_some_and(|c| c > 0.0), "{r:?}");
+            assert!(r.p50_us > 0.0 && r.p50_us <= r.p99_us && r.p99_us <= r.max_us);
+        }
 
         // NON requests get NON responses, matched by token.
         let stop = Arc::new(AtomicBool::new(false));

@@ -91,6 +91,14 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
 
+    /// coap:// only: how each load-generator thread moves its clients' datagrams:
+    /// `uring` hands all pending sends and a standing receive per client to the kernel
+    /// in one io_uring call per loop; `epoll` makes a send and a recv per request;
+    /// `auto` takes io_uring where the kernel allows it (and a thread has at most
+    /// 16384 clients), else epoll.
+    #[arg(long, value_enum, default_value_t = IoArg::Auto)]
+    pub io: IoArg,
+
     /// Distributed mode: run the clients on these `cobalt bench worker` machines
     /// (host:port,host:port) instead of locally.
     #[arg(long, value_name = "HOST:PORT,...")]
@@ -147,6 +155,28 @@ pub struct PlotArgs {
     /// Where to write the SVG.
     #[arg(short, long, value_name = "FILE.svg")]
     pub output: std::path::PathBuf,
+}
+
+/// `--io`: the I/O of the coap:// generator threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IoArg {
+    /// io_uring where available, else epoll.
+    Auto,
+    /// io_uring (fails where the kernel does not allow it).
+    Uring,
+    /// epoll.
+    Epoll,
+}
+
+impl IoArg {
+    /// The engine's setting.
+    pub fn io(self) -> cobalt_bench::Io {
+        match self {
+            IoArg::Auto => cobalt_bench::Io::Auto,
+            IoArg::Uring => cobalt_bench::Io::Uring,
+            IoArg::Epoll => cobalt_bench::Io::Epoll,
+        }
+    }
 }
 
 /// CoAP request methods the benchmark can send.

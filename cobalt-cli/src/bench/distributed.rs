@@ -426,6 +426,7 @@ pub fn run_request(
         method,
         payload: req.payload.clone(),
         threads: req.threads,
+        io: super::args::IoArg::Auto,
         dtls: Default::default(),
         server_pid: None,
         workers: None,

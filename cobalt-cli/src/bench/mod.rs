@@ -18,7 +18,7 @@ pub use args::BenchArgs;
 
 use crate::exit;
 use crate::flags::seconds;
-use args::BenchCommand;
+use args::{BenchCommand, IoArg};
 use cobalt_bench::output::{self, Format, RunInfo};
 use cobalt_bench::stats::StepResult;
 use cobalt_bench::sys::{self, interrupted, now_ns};
@@ -94,6 +94,7 @@ pub fn config_from_args(a: &BenchArgs) -> Result<Config, String> {
         cooldown: seconds("cooldown", a.cooldown, true)?,
         timeout: seconds("timeout", a.timeout, false)?,
         threads: a.threads,
+        io: a.io.io(),
         rate: a.rate,
         server_pid: a.server_pid,
         progress: !a.quiet,
@@ -127,6 +128,14 @@ fn check_combination(a: &BenchArgs, scheme: Scheme) -> Result<(), String> {
             "--cc applies to confirmable coap:// requests only ({name}://{} has no CoAP retransmissions)",
             if a.non { " with --non" } else { "" }
         ));
+    }
+    if a.io != IoArg::Auto && scheme != Scheme::Coap {
+        return Err(format!(
+            "--io applies to coap:// targets only ({name}:// runs on epoll or async sessions)"
+        ));
+    }
+    if a.io != IoArg::Auto && a.workers.is_some() {
+        return Err("--io runs on this machine only; it is not passed to --workers".into());
     }
     if a.new_session && !scheme.has_sessions() {
         return Err(format!(
@@ -458,6 +467,7 @@ mod tests {
             cooldown: Duration::ZERO,
             timeout: Duration::from_millis(timeout_ms),
             threads: 1,
+            io: cobalt_bench::Io::Auto,
             rate: None,
             server_pid: None,
             progress: false,
@@ -502,6 +512,14 @@ mod tests {
             ],
             &["coap://127.0.0.1/", "--dtls-ca", "/dev/null"],
             &["coap+tcp://127.0.0.1/", "--cc", "fasor"],
+            &["http://127.0.0.1/", "--io", "uring"],
+            &[
+                "coap://127.0.0.1/",
+                "--io",
+                "epoll",
+                "--workers",
+                "127.0.0.1:7000",
+            ],
             &["coap://127.0.0.1/", "--cc", "fasor", "--non"],
             &[
                 "coap://127.0.0.1/",
