@@ -442,37 +442,27 @@ mod tests {
     use super::*;
     use cobalt_bench::responder;
     use cobalt_bench::stats::Recorder;
-    use cobalt_proto::message::Code;
     use std::net::{SocketAddr, UdpSocket};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
+    /// A one-second step of CON GETs to `target`, as `cobalt bench` parses it.
     fn config(target: SocketAddr, timeout_ms: u64) -> Config {
-        let t = parse_uri(&format!("coap://{target}/bench")).unwrap();
-        Config {
-            uri: format!("coap://{target}/bench"),
-            target,
-            scheme: Scheme::Coap,
-            host: target.ip().to_string(),
-            dtls: None,
-            new_session: false,
-            keepalive: true,
-            template: request_template(&t, Code::GET, true, None),
-            confirmable: true,
-            cc: None,
-            method: "GET",
-            steps: vec![4],
-            duration: Duration::from_secs(1),
-            warmup: Duration::ZERO,
-            cooldown: Duration::ZERO,
-            timeout: Duration::from_millis(timeout_ms),
-            threads: 1,
-            io: cobalt_bench::Io::Auto,
-            rate: None,
-            server_pid: None,
-            progress: false,
-            stop: Default::default(),
-        }
+        let uri = format!("coap://{target}/bench");
+        let timeout = format!("{}", timeout_ms as f64 / 1000.0);
+        let argv = [
+            uri.as_str(),
+            "-c",
+            "4",
+            "-d",
+            "1",
+            "--warmup",
+            "0",
+            "--timeout",
+            timeout.as_str(),
+            "-q",
+        ];
+        config_from_args(&parse_args(&argv)).unwrap()
     }
 
     #[test]
