@@ -155,7 +155,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, StepError>
                         Scheme::Http => {
                             Ok(http::run_thread(shared, share, cfg.keepalive, interval)?)
                         }
-                        _ => run_session_thread(cfg, shared, share, seed, interval),
+                        _ => run_session_thread(cfg, shared, share, seed, interval, threads),
                     })
                     .map_err(|e| {
                         StepError::from(format!("cannot start a load-generator thread: {e}"))
@@ -223,8 +223,9 @@ fn run_session_thread(
     clients: usize,
     seed: u64,
     interval: Option<u64>,
+    threads: usize,
 ) -> Result<Recorder, StepError> {
-    use session::{run_thread, Share};
+    use session::{run_thread, Share, HANDSHAKES_IN_FLIGHT};
     use stream::{Frames, PlainTcp, StreamClient, StreamSetup, Tls, WebSocket};
     type Tcp = <PlainTcp as stream::Dial>::Stream;
     type Secure = <Tls as stream::Dial>::Stream;
@@ -234,6 +235,7 @@ fn run_session_thread(
         seed,
         interval_ns: interval,
         new_session: cfg.new_session,
+        handshakes: (HANDSHAKES_IN_FLIGHT / threads.max(1)).max(1),
     };
     let stream_setup = || {
         let name = cfg.scheme.name();
