@@ -151,7 +151,9 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, StepError>
                 std::thread::Builder::new()
                     .name(format!("bench-{t}"))
                     .spawn_scoped(s, move || match cfg.scheme {
-                        Scheme::Coap => Ok(run_thread(shared, share, seed, interval, cfg.io)?),
+                        Scheme::Coap(cobalt::Scheme::Coap) => {
+                            Ok(run_thread(shared, share, seed, interval, cfg.io)?)
+                        }
                         Scheme::Http => {
                             Ok(http::run_thread(shared, share, cfg.keepalive, interval)?)
                         }
@@ -242,7 +244,7 @@ fn run_session_thread(
         StreamSetup::new(PlainTcp, cfg.target, &cfg.host, name, &cfg.template)
     };
     match cfg.scheme {
-        Scheme::Coaps => {
+        Scheme::Coap(cobalt::Scheme::Coaps) => {
             let setup = dtls::DtlsSetup {
                 target: cfg.target,
                 auth: cfg
@@ -253,14 +255,14 @@ fn run_session_thread(
             };
             run_thread::<dtls::DtlsClient>(&share, &setup)
         }
-        Scheme::CoapTcp => {
+        Scheme::Coap(cobalt::Scheme::CoapTcp) => {
             run_thread::<StreamClient<PlainTcp, Frames<Tcp>>>(&share, &stream_setup()?)
         }
-        Scheme::CoapWs => {
+        Scheme::Coap(cobalt::Scheme::CoapWs) => {
             run_thread::<StreamClient<PlainTcp, WebSocket<Tcp>>>(&share, &stream_setup()?)
         }
-        Scheme::CoapsTcp | Scheme::CoapsWs => {
-            let ws = cfg.scheme == Scheme::CoapsWs;
+        Scheme::Coap(cobalt::Scheme::CoapsTcp) | Scheme::Coap(cobalt::Scheme::CoapsWs) => {
+            let ws = cfg.scheme == Scheme::Coap(cobalt::Scheme::CoapsWs);
             let framing = if ws {
                 Framing::WebSocket
             } else {
@@ -401,7 +403,7 @@ mod tests {
         Config {
             uri: format!("coap://{target}/bench"),
             target,
-            scheme: Scheme::Coap,
+            scheme: Scheme::Coap(cobalt::Scheme::Coap),
             host: target.ip().to_string(),
             dtls: None,
             new_session: false,

@@ -7,74 +7,54 @@ pub const MAX_CLIENTS: usize = 1_000_000;
 /// Most steps one sweep may have.
 pub const MAX_STEPS: usize = 1000;
 
-/// The protocol a URI selects.
+/// The protocol a URI selects: CoAP over one of its transports, or HTTP/1.1 to compare
+/// a CoAP server with an HTTP one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
-    /// `coap://`: CoAP over UDP.
-    Coap,
-    /// `coaps://`: CoAP over DTLS 1.2 (RFC 7252 §9).
-    Coaps,
-    /// `coap+tcp://`: CoAP over TCP (RFC 8323 §3).
-    CoapTcp,
-    /// `coap+ws://`: CoAP over WebSockets (RFC 8323 §4).
-    CoapWs,
-    /// `coaps+tcp://`: CoAP over TLS (RFC 8323 §8.2).
-    CoapsTcp,
-    /// `coaps+ws://`: CoAP over secure WebSockets (RFC 8323 §4 and §8.2).
-    CoapsWs,
+    /// CoAP over the transport that [`cobalt::Scheme`] names.
+    Coap(cobalt::Scheme),
     /// `http://`: HTTP/1.1 over TCP.
     Http,
 }
 
 impl Scheme {
-    /// Every scheme with its URI name.
-    const ALL: [(Scheme, &'static str); 7] = [
-        (Scheme::Coap, "coap"),
-        (Scheme::Coaps, "coaps"),
-        (Scheme::CoapTcp, "coap+tcp"),
-        (Scheme::CoapWs, "coap+ws"),
-        (Scheme::CoapsTcp, "coaps+tcp"),
-        (Scheme::CoapsWs, "coaps+ws"),
-        (Scheme::Http, "http"),
-    ];
-
     /// The URI scheme, e.g. `coap+tcp`.
     pub fn name(self) -> &'static str {
-        Scheme::ALL
-            .iter()
-            .find(|(s, _)| *s == self)
-            .map_or("coap", |(_, n)| n)
+        match self {
+            Scheme::Coap(t) => t.as_str(),
+            Scheme::Http => "http",
+        }
     }
 
     /// The scheme named `name` (case-insensitive).
     fn from_name(name: &str) -> Option<Scheme> {
-        Scheme::ALL
-            .iter()
-            .find(|(_, n)| n.eq_ignore_ascii_case(name))
-            .map(|(s, _)| *s)
+        if name.eq_ignore_ascii_case("http") {
+            return Some(Scheme::Http);
+        }
+        name.parse().ok().map(Scheme::Coap)
     }
 
     /// The port when the URI has none (RFC 7252 §6, RFC 8323 §8).
     pub fn default_port(self) -> u16 {
         match self {
-            Scheme::Coap | Scheme::CoapTcp => 5683,
-            Scheme::Coaps | Scheme::CoapsTcp => 5684,
-            Scheme::CoapWs | Scheme::Http => 80,
-            Scheme::CoapsWs => 443,
+            Scheme::Coap(t) => t.default_port(),
+            Scheme::Http => 80,
         }
     }
 
     /// CoAP over a reliable transport (RFC 8323): no message types, no message IDs.
     pub fn is_reliable(self) -> bool {
-        matches!(
-            self,
-            Scheme::CoapTcp | Scheme::CoapWs | Scheme::CoapsTcp | Scheme::CoapsWs
-        )
+        matches!(self, Scheme::Coap(t) if !t.is_datagram())
+    }
+
+    /// CoAP secured by DTLS or TLS (credentials apply).
+    pub fn is_secure(self) -> bool {
+        matches!(self, Scheme::Coap(t) if t.is_secure())
     }
 
     /// Each client has a connection or session set up before the measurement.
     pub fn has_sessions(self) -> bool {
-        self == Scheme::Coaps || self.is_reliable()
+        matches!(self, Scheme::Coap(t) if t != cobalt::Scheme::Coap)
     }
 }
 
@@ -289,7 +269,7 @@ mod tests {
         assert_eq!(t.path, vec!["a b"]);
         let t = parse_uri("coap://[::1]/").unwrap();
         assert_eq!(t.port, 5683);
-        assert_eq!(t.scheme, Scheme::Coap);
+        assert_eq!(t.scheme, Scheme::Coap(cobalt::Scheme::Coap));
         let t = parse_uri("http://example.org?x=1").unwrap();
         assert_eq!((t.scheme, t.port), (Scheme::Http, 80));
         assert_eq!(t.raw_path, "/?x=1");
@@ -325,20 +305,38 @@ mod tests {
     #[test]
     fn uri_schemes_and_default_ports() {
         for (uri, scheme, port) in [
-            ("coaps://h/x", Scheme::Coaps, 5684),
-            ("COAP+TCP://h/x", Scheme::CoapTcp, 5683),
-            ("coap+ws://h/x", Scheme::CoapWs, 80),
-            ("coaps+tcp://h/x", Scheme::CoapsTcp, 5684),
-            ("coaps+ws://h/x", Scheme::CoapsWs, 443),
-            ("coap+ws://h:8080/x", Scheme::CoapWs, 8080),
+            ("coaps://h/x", Scheme::Coap(cobalt::Scheme::Coaps), 5684),
+            (
+                "COAP+TCP://h/x",
+                Scheme::Coap(cobalt::Scheme::CoapTcp),
+                5683,
+            ),
+            ("coap+ws://h/x", Scheme::Coap(cobalt::Scheme::CoapWs), 80),
+            (
+                "coaps+tcp://h/x",
+                Scheme::Coap(cobalt::Scheme::CoapsTcp),
+                5684,
+            ),
+            ("coaps+ws://h/x", Scheme::Coap(cobalt::Scheme::CoapsWs), 443),
+            (
+                "coap+ws://h:8080/x",
+                Scheme::Coap(cobalt::Scheme::CoapWs),
+                8080,
+            ),
         ] {
             let t = parse_uri(uri).unwrap();
             assert_eq!((t.scheme, t.port), (scheme, port), "{uri}");
             assert_eq!(t.path, vec!["x"], "{uri}");
             assert!(uri.to_ascii_lowercase().starts_with(scheme.name()));
         }
-        assert!(Scheme::CoapWs.is_reliable() && !Scheme::Coaps.is_reliable());
-        assert!(Scheme::Coaps.has_sessions() && !Scheme::Coap.has_sessions());
+        assert!(
+            Scheme::Coap(cobalt::Scheme::CoapWs).is_reliable()
+                && !Scheme::Coap(cobalt::Scheme::Coaps).is_reliable()
+        );
+        assert!(
+            Scheme::Coap(cobalt::Scheme::Coaps).has_sessions()
+                && !Scheme::Coap(cobalt::Scheme::Coap).has_sessions()
+        );
         assert!(!Scheme::Http.has_sessions());
     }
 

@@ -38,7 +38,7 @@ pub fn config_from_args(a: &BenchArgs) -> Result<Config, String> {
     let target = parse_uri(uri)?;
     check_combination(a, target.scheme)?;
     let dtls = match target.scheme {
-        Scheme::Coaps => Some(a.dtls.client_auth()?.ok_or(
+        Scheme::Coap(cobalt::Scheme::Coaps) => Some(a.dtls.client_auth()?.ok_or(
             "coaps:// needs credentials: --psk-identity ID --psk-key KEY (as for \
                  `cobalt get`), or --ca FILE for certificates",
         )?),
@@ -115,7 +115,12 @@ fn check_combination(a: &BenchArgs, scheme: Scheme) -> Result<(), String> {
             "--no-keepalive applies to http:// targets only{hint}"
         ));
     }
-    if a.non && !matches!(scheme, Scheme::Coap | Scheme::Coaps) {
+    if a.non
+        && !matches!(
+            scheme,
+            Scheme::Coap(cobalt::Scheme::Coap) | Scheme::Coap(cobalt::Scheme::Coaps)
+        )
+    {
         return Err(format!(
             "--non applies to coap:// and coaps:// targets only ({name}:// has no message types)"
         ));
@@ -123,13 +128,13 @@ fn check_combination(a: &BenchArgs, scheme: Scheme) -> Result<(), String> {
     if a.cc.is_some() && a.workers.is_some() {
         return Err("--cc runs on this machine only; it is not passed to --workers".into());
     }
-    if a.cc.is_some() && (scheme != Scheme::Coap || a.non) {
+    if a.cc.is_some() && (scheme != Scheme::Coap(cobalt::Scheme::Coap) || a.non) {
         return Err(format!(
             "--cc applies to confirmable coap:// requests only ({name}://{} has no CoAP retransmissions)",
             if a.non { " with --non" } else { "" }
         ));
     }
-    if a.io != IoArg::Auto && scheme != Scheme::Coap {
+    if a.io != IoArg::Auto && scheme != Scheme::Coap(cobalt::Scheme::Coap) {
         return Err(format!(
             "--io applies to coap:// targets only ({name}:// runs on epoll or async sessions)"
         ));
@@ -148,7 +153,7 @@ fn check_combination(a: &BenchArgs, scheme: Scheme) -> Result<(), String> {
             }
         ));
     }
-    let secure = matches!(scheme, Scheme::Coaps | Scheme::CoapsTcp | Scheme::CoapsWs);
+    let secure = scheme.is_secure();
     if a.dtls.given() && !secure {
         return Err(format!(
             "--psk-identity, --psk-key, --ca, --cert and --key apply to coaps://, coaps+tcp:// \

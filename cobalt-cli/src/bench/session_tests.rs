@@ -25,13 +25,13 @@ fn each_scheme_gets_its_settings() {
     let c = config(&["coap+tcp://127.0.0.1:7000/a", "--new-session"]).unwrap();
     assert_eq!(
         (c.scheme, c.new_session, c.target.port()),
-        (Scheme::CoapTcp, true, 7000)
+        (Scheme::Coap(cobalt::Scheme::CoapTcp), true, 7000)
     );
     assert!(c.dtls.is_none());
     let c = config(&["coap+ws://localhost/a"]).unwrap();
     assert_eq!(
         (c.scheme, c.target.port(), c.host.as_str()),
-        (Scheme::CoapWs, 80, "localhost")
+        (Scheme::Coap(cobalt::Scheme::CoapWs), 80, "localhost")
     );
     let c = config(&[
         "coaps://127.0.0.1/a",
@@ -43,7 +43,7 @@ fn each_scheme_gets_its_settings() {
     .unwrap();
     assert_eq!(
         (c.scheme, c.target.port(), c.new_session),
-        (Scheme::Coaps, 5684, false)
+        (Scheme::Coap(cobalt::Scheme::Coaps), 5684, false)
     );
     let Some(ClientCredentials::Psk(psk)) = c.dtls else {
         panic!("no PSK in {c:?}");
