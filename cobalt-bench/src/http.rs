@@ -262,6 +262,20 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
+/// Sets a socket option (failures are ignored: the options only tune the connection).
+fn set_option<T>(fd: &OwnedFd, level: i32, name: i32, value: &T) {
+    // SAFETY: an open socket, and a value of the size given.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+}
+
 /// Where a connection is in its exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -381,16 +395,7 @@ impl HttpClients {
                     l_onoff: 1,
                     l_linger: 0,
                 };
-                // SAFETY: valid socket and option struct.
-                unsafe {
-                    libc::setsockopt(
-                        fd.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_LINGER,
-                        (&lg as *const libc::linger).cast(),
-                        std::mem::size_of::<libc::linger>() as libc::socklen_t,
-                    )
-                };
+                set_option(&fd, libc::SOL_SOCKET, libc::SO_LINGER, &lg);
             }
             drop(fd); // closing also removes it from the epoll set
         }
@@ -439,17 +444,12 @@ impl HttpClients {
         }
         // SAFETY: fresh descriptor we own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let one: libc::c_int = 1;
-        // SAFETY: valid socket and option value.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_NODELAY,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        set_option(
+            &fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &(1 as libc::c_int),
+        );
         let (ss, len) = sockaddr(&target);
         // SAFETY: `ss` holds a valid address of `len` bytes.
         let r = unsafe {
