@@ -20,7 +20,7 @@ needed=$(readelf -d target/debug/cobalt | grep NEEDED || true)
 if grep -Eq 'lib(ssl|crypto)\.so' <<<"$needed"; then
   fail "target/debug/cobalt links the system's OpenSSL:"$'\n'"$needed"
 fi
-for pkg in cobalt cobalt-cli; do
+for pkg in cobalt cobalt-bench cobalt-cli; do
   cargo tree -p "$pkg" -e features -i openssl-src 2>/dev/null \
     | grep -q "$pkg feature \"default\"" \
     || fail "the default features of $pkg do not build OpenSSL from source (vendored-openssl)"

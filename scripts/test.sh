@@ -26,7 +26,7 @@ fi
 cargo test --workspace
 # Plain CoAP without OpenSSL (the `openssl` feature off): lints, and the refusal of
 # coaps:// that names the feature.
-cargo clippy -p cobalt -p cobalt-cli --no-default-features --all-targets -- -D warnings
+cargo clippy -p cobalt -p cobalt-bench -p cobalt-cli --no-default-features --all-targets -- -D warnings
 cargo test -p cobalt --no-default-features --test client_errors
 cargo test -p cobalt-cli --no-default-features --test exit_codes
 # The default build needs no system OpenSSL (libssl-dev).

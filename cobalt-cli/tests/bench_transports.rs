@@ -155,3 +155,30 @@ fn bench_over_tcp_websockets_dtls_and_tls() {
         .unwrap();
     assert_eq!(get.status.code(), Some(3), "{get:?}");
 }
+
+/// A hundred clients from one address set up their sessions within the server's
+/// default budget of 32 handshakes in flight per address: the bench paces them.
+#[test]
+fn a_hundred_sessions_from_one_address_fit_the_default_handshake_budget() {
+    let (dir, keys) = psk_file("bench-handshake-budget");
+    let (_server, at) = start_server(&keys);
+    let psk = ["--psk-identity", "alice", "--psk-key", "secretPSK"];
+    for (uri, extra) in [
+        (format!("coaps://{}/benchmark", at.dtls), &psk[..]),
+        (format!("coap+ws://{}/benchmark", at.ws), &[][..]),
+    ] {
+        let out = cobalt()
+            .args(["bench", &uri, "-c", "100", "-d", "1", "--warmup", "0.2"])
+            .args(["--json", "-q"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{uri}: {out:?}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let step = &report["steps"][0];
+        assert_eq!(step["clients"], 100, "{report}");
+        assert!(step["completed"].as_u64().unwrap() > 0, "{report}");
+        assert_eq!(step["errors"], 0, "{report}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -34,12 +34,10 @@ mod conn;
 mod dtls_hello;
 mod gauges;
 mod legit;
-#[path = "../../src/bench/procfs.rs"]
-#[allow(dead_code)]
-mod procfs;
 mod udp;
 
 use clap::{Parser, ValueEnum};
+use cobalt_bench::procfs;
 use serde_json::{json, Value};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -10,9 +10,10 @@
 
 use super::args::WorkerArgs;
 use super::args::{BenchArgs, Method};
-use super::stats::{AnswerCode, Recorder, ServerUsage, StepResult};
-use super::{measure_step, procfs, sys, Config, StepError};
+use super::config_from_args;
 use clap::ValueEnum;
+use cobalt_bench::stats::{AnswerCode, Recorder, ServerUsage, StepResult};
+use cobalt_bench::{measure_step, procfs, sys, Config, StepError};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -425,6 +426,7 @@ pub fn run_request(
         method,
         payload: req.payload.clone(),
         threads: req.threads,
+        io: super::args::IoArg::Auto,
         dtls: Default::default(),
         server_pid: None,
         workers: None,
@@ -434,7 +436,7 @@ pub fn run_request(
         plot: None,
         quiet: true,
     };
-    let mut cfg = match Config::from_args(&args) {
+    let mut cfg = match config_from_args(&args) {
         Ok(c) => c,
         Err(e) => return StepReply::failed(e),
     };

@@ -3,9 +3,11 @@
 //! protocol cores (RFC 8323 [`TcpConnection`], [`OpensslDtls`]) that answer, stay
 //! silent, or hang up.
 
-use super::{parse_args, run_step, Config, Scheme};
+use super::{config_from_args, parse_args};
 use cobalt::transport::credentials::{ClientCredentials, PskStore};
 use cobalt::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
+use cobalt_bench::target::Scheme;
+use cobalt_bench::{run_step, Config};
 use cobalt_proto::message::{decode, encode, Code, Message, MessageType, TcpMessage};
 use cobalt_proto::tcp_connection::{TcpConfig, TcpConnection, TcpEvent};
 use std::io::{Read, Write};
@@ -15,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn config(argv: &[&str]) -> Result<Config, String> {
-    Config::from_args(&parse_args(argv))
+    config_from_args(&parse_args(argv))
 }
 
 #[test]
@@ -23,13 +25,13 @@ fn each_scheme_gets_its_settings() {
     let c = config(&["coap+tcp://127.0.0.1:7000/a", "--new-session"]).unwrap();
     assert_eq!(
         (c.scheme, c.new_session, c.target.port()),
-        (Scheme::CoapTcp, true, 7000)
+        (Scheme::Coap(cobalt::Scheme::CoapTcp), true, 7000)
     );
     assert!(c.dtls.is_none());
     let c = config(&["coap+ws://localhost/a"]).unwrap();
     assert_eq!(
         (c.scheme, c.target.port(), c.host.as_str()),
-        (Scheme::CoapWs, 80, "localhost")
+        (Scheme::Coap(cobalt::Scheme::CoapWs), 80, "localhost")
     );
     let c = config(&[
         "coaps://127.0.0.1/a",
@@ -41,7 +43,7 @@ fn each_scheme_gets_its_settings() {
     .unwrap();
     assert_eq!(
         (c.scheme, c.target.port(), c.new_session),
-        (Scheme::Coaps, 5684, false)
+        (Scheme::Coap(cobalt::Scheme::Coaps), 5684, false)
     );
     let Some(ClientCredentials::Psk(psk)) = c.dtls else {
         panic!("no PSK in {c:?}");
@@ -277,7 +279,7 @@ fn nothing_listening_fails_the_set_up_with_the_reason() {
         e.message.contains("cannot connect") && e.message.contains("cobalt serve --tcp"),
         "{e}"
     );
-    assert_eq!(e.exit, crate::exit::NETWORK, "{e}");
+    assert_eq!(e.blame, cobalt_bench::Blame::Network, "{e}");
 }
 
 /// A single-threaded coaps server over [`OpensslDtls`] that answers every CON request
@@ -363,7 +365,7 @@ fn a_wrong_psk_fails_the_set_up_with_the_reason() {
         "{e}"
     );
     // The same exit code as `cobalt get` with a wrong key.
-    assert_eq!(e.exit, crate::exit::NETWORK, "{e}");
+    assert_eq!(e.blame, cobalt_bench::Blame::Network, "{e}");
 }
 
 #[test]
@@ -389,7 +391,7 @@ fn coap_tcp_runs_on_workers_with_new_session() {
         &w,
     ];
     let args = parse_args(&argv);
-    let cfg = Config::from_args(&args).unwrap();
+    let cfg = config_from_args(&args).unwrap();
     let template = super::distributed::request_template(&args);
     assert!(template.new_session);
     let r = super::distributed::run_step(&cfg, &template, &[worker], 2).unwrap();

@@ -1,13 +1,21 @@
 //! Why a benchmark step could not run.
 
-use crate::exit;
+/// Who is to blame for a step that could not run (the command maps it to its exit
+/// code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The server (or a worker) could not be reached or set up with: a refused
+    /// connection, a failed handshake, an unreachable worker.
+    Network,
+    /// This machine: sockets, threads, file descriptors.
+    Local,
+}
 
-/// Why a step could not run, with the exit code it means (see [`crate::exit`]).
+/// Why a step could not run, and who is to blame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepError {
-    /// [`exit::NETWORK`] when the server could not be reached or set up with (refused
-    /// connection, failed handshake, unreachable worker), else [`exit::FAILURE`].
-    pub exit: i32,
+    /// The server's side or this machine.
+    pub blame: Blame,
     /// What failed and what to check.
     pub message: String,
 }
@@ -16,7 +24,7 @@ impl StepError {
     /// The server (or a worker) could not be reached or refused the session.
     pub fn network(message: impl Into<String>) -> StepError {
         StepError {
-            exit: exit::NETWORK,
+            blame: Blame::Network,
             message: message.into(),
         }
     }
@@ -26,7 +34,7 @@ impl From<String> for StepError {
     /// A failure on this machine (sockets, threads, file descriptors).
     fn from(message: String) -> StepError {
         StepError {
-            exit: exit::FAILURE,
+            blame: Blame::Local,
             message,
         }
     }

@@ -9,8 +9,8 @@
 //! request when the run had `--server-pid`. One run: a colour per metric; several:
 //! a colour per run and a line style per metric.
 
-use super::output::RunInfo;
-use super::stats::StepResult;
+use crate::output::RunInfo;
+use crate::stats::StepResult;
 use serde::Deserialize;
 use std::fmt::Write;
 
@@ -360,7 +360,7 @@ pub fn svg(runs: &[Run]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::stats::{AnswerCode, Recorder, ServerUsage};
+    use crate::stats::{AnswerCode, Recorder, ServerUsage};
 
     #[test]
     fn nice_numbers_and_labels() {

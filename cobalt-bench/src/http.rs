@@ -2,20 +2,20 @@
 //! same load: each virtual client owns one TCP connection (keep-alive, the default) or
 //! opens a new one per request (`--no-keepalive`, `Connection: close`).
 //!
-//! Same structure and rules as the CoAP generator in [`super::client`]: a few OS
+//! It runs on the same engine as the CoAP generator ([`crate::engine`]): a few OS
 //! threads, one epoll loop each over non-blocking sockets, one request in flight per
 //! client, no retries, closed loop or open loop (`--rate`). A refused connection counts
 //! as an error and its request as lost at the timeout; a malformed response, or a
 //! connection that breaks mid-response, counts as an error and ends the exchange.
 
-use super::args::Target;
-use super::client::{StepShared, Waiter};
-use super::pacing::Pacing;
-use super::stats::{AnswerCode, Recorder};
-use super::sys::{errno, now_ns};
+use crate::engine::StepShared;
+use crate::engine::{self, Exchanges, Generator};
+use crate::poll::{Epoll, Waiter};
+use crate::stats::{AnswerCode, Recorder};
+use crate::sys::{errno, now_ns};
+use crate::target::Target;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
 
 /// Largest response header block accepted.
 const MAX_HEAD: usize = 16 * 1024;
@@ -262,6 +262,20 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
+/// Sets a socket option (failures are ignored: the options only tune the connection).
+fn set_option<T>(fd: &OwnedFd, level: i32, name: i32, value: &T) {
+    // SAFETY: an open socket, and a value of the size given.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+}
+
 /// Where a connection is in its exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -284,180 +298,93 @@ struct Conn {
     generation: u32,
     written: usize,
     buf: Vec<u8>,
-    sent_at: u64,
-    intended: u64,
-    outstanding: bool,
     /// Epoll currently also watches for writability.
     want_out: bool,
 }
 
-/// Runs one thread's share of an HTTP step (see [`super::client::run_thread`]).
-pub fn run_thread(
+/// Runs one thread's share of an HTTP step on the shared engine
+/// ([`crate::engine::run_thread`]).
+pub(crate) fn run_thread(
     shared: &StepShared,
     clients: usize,
     keepalive: bool,
     interval_ns: Option<u64>,
 ) -> Result<Recorder, String> {
-    // SAFETY: epoll_create1 has no pointer arguments.
-    let efd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    let setup = if efd < 0 {
-        Err(format!(
-            "epoll_create1 failed: {}",
-            std::io::Error::last_os_error()
-        ))
-    } else {
-        // SAFETY: efd is a fresh descriptor we own.
-        Ok(unsafe { OwnedFd::from_raw_fd(efd) })
-    };
-    if setup.is_err() {
-        shared.abort.store(true, Ordering::SeqCst);
-    }
-    shared.ready.fetch_add(1, Ordering::SeqCst);
-    while !shared.go.load(Ordering::SeqCst) {
-        std::thread::sleep(std::time::Duration::from_micros(200));
-    }
-    let epoll = setup?;
-    let mut w = HttpWorker {
-        shared,
-        epoll,
-        conns: (0..clients)
-            .map(|_| Conn {
-                fd: None,
-                state: State::Closed,
-                generation: 0,
-                written: 0,
-                buf: Vec::new(),
-                sent_at: 0,
-                intended: 0,
-                outstanding: false,
-                want_out: false,
-            })
-            .collect(),
-        keepalive,
-        rec: Recorder::new(),
-        measure_start: shared.measure_start_ns.load(Ordering::SeqCst),
-        end: shared.end_ns.load(Ordering::SeqCst),
-        pacing: Pacing::new(interval_ns),
-        fatal: None,
-    };
-    w.run();
-    match w.fatal {
-        Some(e) => Err(e),
-        None => Ok(w.rec),
-    }
+    engine::run_thread(shared, interval_ns, || {
+        Ok(HttpClients {
+            epoll: Epoll::new()?,
+            conns: (0..clients)
+                .map(|_| Conn {
+                    fd: None,
+                    state: State::Closed,
+                    generation: 0,
+                    written: 0,
+                    buf: Vec::new(),
+                    want_out: false,
+                })
+                .collect(),
+            keepalive,
+            target: shared.target,
+            request: shared.template.clone(),
+            waiter: Waiter::new(),
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS],
+        })
+    })
 }
 
-struct HttpWorker<'a> {
-    shared: &'a StepShared,
-    epoll: OwnedFd,
+/// One thread's HTTP clients: a TCP connection each, one epoll set over them.
+struct HttpClients {
+    epoll: Epoll,
     conns: Vec<Conn>,
     keepalive: bool,
-    rec: Recorder,
-    measure_start: u64,
-    end: u64,
-    /// Closed- or open-loop schedule.
-    pacing: Pacing,
-    /// An unrecoverable setup problem (out of file descriptors).
-    fatal: Option<String>,
+    target: SocketAddr,
+    request: Vec<u8>,
+    waiter: Waiter,
+    events: Vec<libc::epoll_event>,
 }
 
-impl HttpWorker<'_> {
-    #[inline]
-    fn in_window(&self, t: u64) -> bool {
-        t >= self.measure_start && t < self.end
+impl Generator for HttpClients {
+    fn clients(&self) -> usize {
+        self.conns.len()
     }
 
-    fn run(&mut self) {
-        let timeout = self.shared.timeout_ns;
-        let scan_every = (timeout / 20).clamp(1_000_000, 50_000_000);
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; MAX_EVENTS];
-        let start = now_ns();
-        for i in self.pacing.start(self.conns.len(), start) {
-            self.start_request(i, start, start);
+    /// Reuses client `i`'s connection if it is open, else connects.
+    fn start(&mut self, i: usize, _t: u64) -> Result<bool, String> {
+        let c = &mut self.conns[i];
+        c.buf.clear();
+        c.written = 0;
+        if c.state == State::Open {
+            c.state = State::Writing;
+            return Ok(self.write_request(i));
         }
-        self.dispatch(start);
-        let mut next_scan = start + scan_every;
-        let (mut reported, mut reported_other) = (0u64, 0u64);
-        let mut waiter = Waiter::new();
-        loop {
-            let now = now_ns();
-            if now >= self.end || self.shared.stopping() || self.fatal.is_some() {
-                break;
-            }
-            if now >= next_scan {
-                self.expire(now, timeout);
-                next_scan = now + scan_every;
-            }
-            self.dispatch(now);
-            let mut wake = next_scan.min(self.end);
-            if let Some(due) = self.pacing.wake() {
-                wake = wake.min(due);
-            }
-            let wait_ns = wake.saturating_sub(now).min(100_000_000);
-            let n = waiter.wait(self.epoll.as_raw_fd(), &mut events, wait_ns);
-            let t = now_ns();
-            for ev in &events[..n] {
-                let idx = (ev.u64 & 0xffff_ffff) as usize;
-                let generation = (ev.u64 >> 32) as u32;
-                if self
-                    .conns
-                    .get(idx)
-                    .is_some_and(|c| c.generation == generation && c.fd.is_some())
-                {
-                    self.on_event(idx, t);
-                }
-            }
-            let done = self.rec.completed;
-            if done != reported {
-                self.shared
-                    .progress
-                    .fetch_add(done - reported, Ordering::Relaxed);
-                reported = done;
-            }
-            let other = self.rec.other();
-            if other != reported_other {
-                self.shared
-                    .progress_other
-                    .fetch_add(other - reported_other, Ordering::Relaxed);
-                reported_other = other;
-            }
-        }
+        self.close(i, true);
+        self.connect(i)
     }
 
-    fn dispatch(&mut self, now: u64) {
-        while let Some((i, due)) = self.pacing.next_due(now) {
-            self.start_request(i, now, due);
-        }
+    fn lost(&mut self, i: usize) {
+        self.close(i, true);
     }
 
-    fn finish(&mut self, i: usize, now: u64) {
-        self.conns[i].outstanding = false;
-        if self.pacing.release(i) {
-            self.start_request(i, now, now);
-        } else {
-            self.dispatch(now);
-        }
-    }
-
-    fn expire(&mut self, now: u64, timeout: u64) {
-        for i in 0..self.conns.len() {
-            let c = &self.conns[i];
-            if c.outstanding && now.saturating_sub(c.sent_at) >= timeout {
-                if self.in_window(now) {
-                    self.rec.lost += 1;
-                }
-                self.close(i, true);
-                self.finish(i, now);
+    fn poll(&mut self, wait_ns: u64, ex: &mut Exchanges) -> Result<(), String> {
+        let n = self.waiter.wait(self.epoll.0, &mut self.events, wait_ns);
+        let t = now_ns();
+        for k in 0..n {
+            let ev = self.events[k].u64;
+            let idx = (ev & 0xffff_ffff) as usize;
+            let generation = (ev >> 32) as u32;
+            if self
+                .conns
+                .get(idx)
+                .is_some_and(|c| c.generation == generation && c.fd.is_some())
+            {
+                self.on_event(idx, t, ex);
             }
         }
+        Ok(())
     }
+}
 
-    fn error(&mut self, t: u64) {
-        if self.in_window(t) {
-            self.rec.errors += 1;
-        }
-    }
-
+impl HttpClients {
     /// Closes client `i`'s connection; `abort` resets it instead of leaving a TIME_WAIT
     /// socket behind on this side.
     fn close(&mut self, i: usize, abort: bool) {
@@ -468,16 +395,7 @@ impl HttpWorker<'_> {
                     l_onoff: 1,
                     l_linger: 0,
                 };
-                // SAFETY: valid socket and option struct.
-                unsafe {
-                    libc::setsockopt(
-                        fd.as_raw_fd(),
-                        libc::SOL_SOCKET,
-                        libc::SO_LINGER,
-                        (&lg as *const libc::linger).cast(),
-                        std::mem::size_of::<libc::linger>() as libc::socklen_t,
-                    )
-                };
+                set_option(&fd, libc::SOL_SOCKET, libc::SO_LINGER, &lg);
             }
             drop(fd); // closing also removes it from the epoll set
         }
@@ -491,40 +409,15 @@ impl HttpWorker<'_> {
         let Some(fd) = c.fd.as_ref() else {
             return false;
         };
-        let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | if want_out { libc::EPOLLOUT } else { 0 }) as u32,
-            u64: (u64::from(c.generation) << 32) | i as u64,
-        };
         c.want_out = want_out;
-        // SAFETY: both descriptors are open; `ev` is valid.
-        unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) == 0 }
+        let token = (u64::from(c.generation) << 32) | i as u64;
+        self.epoll.set(op, fd.as_raw_fd(), want_out, token)
     }
 
-    /// Starts a request on client `i`, reusing its connection if it is open.
-    fn start_request(&mut self, i: usize, now: u64, intended: u64) {
-        let t = now_ns().max(now);
-        {
-            let c = &mut self.conns[i];
-            c.sent_at = t;
-            c.intended = intended.min(t);
-            c.outstanding = true;
-            c.buf.clear();
-            c.written = 0;
-        }
-        if self.in_window(t) {
-            self.rec.sent += 1;
-        }
-        if self.conns[i].state == State::Open {
-            self.conns[i].state = State::Writing;
-            self.write_request(i, t);
-            return;
-        }
-        self.close(i, true);
-        self.connect(i, t);
-    }
-
-    fn connect(&mut self, i: usize, t: u64) {
-        let target = self.shared.target;
+    /// Opens client `i`'s connection and, once connected, writes its request; false
+    /// when that failed (the request is lost at its timeout).
+    fn connect(&mut self, i: usize) -> Result<bool, String> {
+        let target = self.target;
         let family = if target.is_ipv4() {
             libc::AF_INET
         } else {
@@ -541,28 +434,22 @@ impl HttpWorker<'_> {
         if fd < 0 {
             let e = errno();
             if e == libc::EMFILE || e == libc::ENFILE {
-                self.fatal = Some(
-                    "out of file descriptors opening HTTP connections; raise the limit with \
-                     `ulimit -n`"
+                return Err(
+                    "out of file descriptors opening HTTP connections; raise the limit \
+                     with `ulimit -n`"
                         .into(),
                 );
             }
-            self.error(t);
-            return;
+            return Ok(false);
         }
         // SAFETY: fresh descriptor we own.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let one: libc::c_int = 1;
-        // SAFETY: valid socket and option value.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_NODELAY,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        set_option(
+            &fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &(1 as libc::c_int),
+        );
         let (ss, len) = sockaddr(&target);
         // SAFETY: `ss` holds a valid address of `len` bytes.
         let r = unsafe {
@@ -575,40 +462,39 @@ impl HttpWorker<'_> {
         let c = &mut self.conns[i];
         c.generation = c.generation.wrapping_add(1);
         c.fd = Some(fd);
-        if r == 0 {
+        let ok = if r == 0 {
             c.state = State::Writing;
-            if self.epoll_set(i, libc::EPOLL_CTL_ADD, false) {
-                self.write_request(i, t);
-            } else {
-                self.close(i, true);
-                self.error(t);
-            }
+            self.epoll_set(i, libc::EPOLL_CTL_ADD, false) && self.write_request(i)
         } else if errno() == libc::EINPROGRESS {
             c.state = State::Connecting;
-            if !self.epoll_set(i, libc::EPOLL_CTL_ADD, true) {
-                self.close(i, true);
-                self.error(t);
-            }
+            self.epoll_set(i, libc::EPOLL_CTL_ADD, true)
         } else {
             // Refused at once: the request counts as lost at its timeout.
+            false
+        };
+        if !ok {
             self.close(i, true);
-            self.error(t);
         }
+        Ok(ok)
     }
 
-    fn write_request(&mut self, i: usize, t: u64) {
-        let req = &self.shared.template;
+    /// Writes what is left of client `i`'s request; false when the connection broke
+    /// (closed; the request never left, so it counts as lost at its timeout, with no
+    /// immediate retry, which could spin on a server that resets).
+    fn write_request(&mut self, i: usize) -> bool {
         loop {
             let c = &mut self.conns[i];
-            let Some(fd) = c.fd.as_ref() else { return };
-            if c.written >= req.len() {
+            let Some(fd) = c.fd.as_ref() else {
+                return true;
+            };
+            if c.written >= self.request.len() {
                 c.state = State::Reading;
                 if c.want_out {
                     self.epoll_set(i, libc::EPOLL_CTL_MOD, false);
                 }
-                return;
+                return true;
             }
-            let rest = &req[c.written..];
+            let rest = &self.request[c.written..];
             // SAFETY: valid socket and buffer; MSG_NOSIGNAL avoids SIGPIPE.
             let n = unsafe {
                 libc::send(
@@ -623,24 +509,21 @@ impl HttpWorker<'_> {
                 continue;
             }
             let e = errno();
-            if n < 0 && (e == libc::EAGAIN || e == libc::EINTR) {
-                if e == libc::EAGAIN && !c.want_out {
-                    self.epoll_set(i, libc::EPOLL_CTL_MOD, true);
-                }
-                if e == libc::EAGAIN {
-                    return;
-                }
+            if n < 0 && e == libc::EINTR {
                 continue;
             }
-            // The connection broke: the request never left, so it counts as lost at its
-            // timeout (no immediate retry, which could spin on a server that resets).
+            if n < 0 && e == libc::EAGAIN {
+                if !c.want_out {
+                    self.epoll_set(i, libc::EPOLL_CTL_MOD, true);
+                }
+                return true;
+            }
             self.close(i, true);
-            self.error(t);
-            return;
+            return false;
         }
     }
 
-    fn on_event(&mut self, i: usize, t: u64) {
+    fn on_event(&mut self, i: usize, t: u64, ex: &mut Exchanges) {
         match self.conns[i].state {
             State::Connecting => {
                 let Some(fd) = self.conns[i].fd.as_ref() else {
@@ -661,19 +544,25 @@ impl HttpWorker<'_> {
                 if r != 0 || err != 0 {
                     // Refused or unreachable: lost at the timeout, like an ICMP error.
                     self.close(i, true);
-                    self.error(t);
+                    ex.error(t);
                     return;
                 }
                 self.conns[i].state = State::Writing;
-                self.write_request(i, t);
+                if !self.write_request(i) {
+                    ex.error(t);
+                }
             }
-            State::Writing => self.write_request(i, t),
-            State::Reading | State::Open => self.read_response(i, t),
+            State::Writing => {
+                if !self.write_request(i) {
+                    ex.error(t);
+                }
+            }
+            State::Reading | State::Open => self.read_response(i, t, ex),
             State::Closed => {}
         }
     }
 
-    fn read_response(&mut self, i: usize, t: u64) {
+    fn read_response(&mut self, i: usize, t: u64, ex: &mut Exchanges) {
         let mut eof = false;
         loop {
             let c = &mut self.conns[i];
@@ -708,22 +597,18 @@ impl HttpWorker<'_> {
                 break;
             }
             // Connection reset mid-exchange.
-            let outstanding = c.outstanding;
             self.close(i, true);
-            self.error(t);
-            if outstanding {
-                self.finish(i, t);
-            }
+            ex.failed(i, t);
             return;
         }
         let c = &self.conns[i];
-        if !c.outstanding {
+        if !ex.outstanding(i) {
             if eof || !c.buf.is_empty() {
                 // The server closed an idle keep-alive connection, or sent unsolicited bytes.
                 let junk = !c.buf.is_empty();
                 self.close(i, !eof);
                 if junk {
-                    self.error(t);
+                    ex.error(t);
                 }
             }
             return;
@@ -732,27 +617,21 @@ impl HttpWorker<'_> {
             Parse::Incomplete => {}
             Parse::Complete { len, close, status } => {
                 let extra = c.buf.len() > len;
-                let sent = c.intended;
-                if self.in_window(t) {
-                    self.rec
-                        .answer(AnswerCode::Http(status), t.saturating_sub(sent));
-                }
+                ex.answered(i, AnswerCode::Http(status), t);
                 if close || eof || !self.keepalive || extra {
                     self.close(i, !eof);
                     if extra {
-                        self.error(t);
+                        ex.error(t);
                     }
                 } else {
                     let c = &mut self.conns[i];
                     c.state = State::Open;
                     c.buf.clear();
                 }
-                self.finish(i, t);
             }
             Parse::Invalid => {
                 self.close(i, true);
-                self.error(t);
-                self.finish(i, t);
+                ex.failed(i, t);
             }
         }
     }
@@ -761,7 +640,7 @@ impl HttpWorker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::args::parse_uri;
+    use crate::target::parse_uri;
 
     #[test]
     fn request_line_and_headers() {

@@ -14,7 +14,7 @@
 //! `coaps+tcp://` and `coaps+ws://`) and over how messages ride on it ([`Carrier`]:
 //! RFC 8323 §3 frames, or WebSocket messages).
 
-use super::session::{Outcome, Session};
+use crate::session::{Outcome, Session};
 use cobalt::transport::ws::client_upgrade;
 use cobalt_proto::message::{decode, TcpMessage};
 use cobalt_proto::tcp_connection::{Framing, TcpConfig, TcpConnection, TcpEvent};
@@ -35,7 +35,7 @@ const READ_CHUNK: usize = 16 * 1024;
 const READ_CHUNK_WS: usize = 4 * 1024;
 
 /// Opens the byte stream under a connection.
-pub(super) trait Dial {
+pub(crate) trait Dial {
     /// The stream: TCP, or TLS over TCP.
     type Stream: AsyncRead + AsyncWrite + Unpin;
     /// Connects to `addr`.
@@ -44,7 +44,7 @@ pub(super) trait Dial {
 
 /// A plain TCP connection (Nagle off).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct PlainTcp;
+pub(crate) struct PlainTcp;
 
 impl Dial for PlainTcp {
     type Stream = TcpStream;
@@ -59,7 +59,7 @@ impl Dial for PlainTcp {
 /// TLS over a TCP connection (`coaps+tcp`, `coaps+ws`), with the library's client
 /// context: the handshake is part of the set-up, like the CSM.
 #[derive(Debug, Clone)]
-pub(super) struct Tls {
+pub(crate) struct Tls {
     /// The client context (credentials, ALPN).
     pub connector: cobalt::transport::tls::TlsConnector,
     /// The name the server's certificate must carry (the URI's host).
@@ -76,7 +76,7 @@ impl Dial for Tls {
 }
 
 /// How CoAP messages ride on a stream.
-pub(super) trait Carrier: Sized {
+pub(crate) trait Carrier: Sized {
     /// The framing of the [`TcpConnection`] on this carrier.
     const FRAMING: Framing;
     /// The stream it runs on.
@@ -93,7 +93,7 @@ pub(super) trait Carrier: Sized {
 }
 
 /// RFC 8323 §3 frames straight on the stream (`coap+tcp`).
-pub(super) struct Frames<S> {
+pub(crate) struct Frames<S> {
     stream: S,
     buf: Vec<u8>,
 }
@@ -126,7 +126,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Carrier for Frames<S> {
 }
 
 /// One CoAP message per binary WebSocket message (`coap+ws`, RFC 8323 §4).
-pub(super) struct WebSocket<S> {
+pub(crate) struct WebSocket<S> {
     ws: WebSocketStream<S>,
     message: Bytes,
 }
@@ -176,7 +176,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Carrier for WebSocket<S> {
 }
 
 /// What every `coap+tcp` or `coap+ws` client of a step shares.
-pub(super) struct StreamSetup<D> {
+pub(crate) struct StreamSetup<D> {
     /// Opens the stream.
     pub dial: D,
     /// The server.
@@ -190,7 +190,7 @@ pub(super) struct StreamSetup<D> {
 }
 
 impl<D> StreamSetup<D> {
-    /// The request of a CoAP-over-UDP `template` (from [`super::request_template`]) as an
+    /// The request of a CoAP-over-UDP `template` (from [`crate::request_template`]) as an
     /// RFC 8323 message without token.
     pub fn new(
         dial: D,
@@ -214,7 +214,7 @@ impl<D> StreamSetup<D> {
 }
 
 /// One virtual client: its connection.
-pub(super) struct StreamClient<D, C> {
+pub(crate) struct StreamClient<D, C> {
     link: C,
     conn: TcpConnection,
     seed: u32,
@@ -375,8 +375,8 @@ mod tests {
 
     #[test]
     fn the_request_is_reframed_without_type_mid_or_token() {
-        let t = super::super::args::parse_uri("coap+tcp://h/a/b?x=1").unwrap();
-        let template = super::super::request_template(&t, Code::POST, true, Some("hi"));
+        let t = crate::target::parse_uri("coap+tcp://h/a/b?x=1").unwrap();
+        let template = crate::request_template(&t, Code::POST, true, Some("hi"));
         let addr = SocketAddr::from(([127, 0, 0, 1], 5683));
         let s = StreamSetup::new(PlainTcp, addr, "h", "coap+tcp", &template).unwrap();
         assert_eq!(s.request.code, Code::POST);

@@ -5,7 +5,7 @@
 
 /// One generator thread's schedule.
 #[derive(Debug)]
-pub(super) struct Pacing {
+pub(crate) struct Pacing {
     /// Open loop: nanoseconds between intended sends.
     interval: Option<u64>,
     /// Open loop: intended time of the next request.
@@ -16,7 +16,7 @@ pub(super) struct Pacing {
 
 impl Pacing {
     /// A closed loop (`None`) or an open loop with one request every `interval_ns`.
-    pub(super) fn new(interval_ns: Option<u64>) -> Pacing {
+    pub(crate) fn new(interval_ns: Option<u64>) -> Pacing {
         Pacing {
             interval: interval_ns.map(|i| i.max(1)),
             next_due: 0,
@@ -25,13 +25,13 @@ impl Pacing {
     }
 
     /// True with a schedule (`--rate`), false in the closed loop.
-    pub(super) fn is_open_loop(&self) -> bool {
+    pub(crate) fn is_open_loop(&self) -> bool {
         self.interval.is_some()
     }
 
     /// Starts the schedule at `start` for `clients` clients; returns the clients that
     /// send at once (all of them in the closed loop, none in the open loop).
-    pub(super) fn start(&mut self, clients: usize, start: u64) -> std::ops::Range<usize> {
+    pub(crate) fn start(&mut self, clients: usize, start: u64) -> std::ops::Range<usize> {
         if self.interval.is_some() {
             self.idle = (0..clients as u32).rev().collect();
             self.next_due = start;
@@ -42,7 +42,7 @@ impl Pacing {
     }
 
     /// The next client whose request is due at `now`, with the request's intended time.
-    pub(super) fn next_due(&mut self, now: u64) -> Option<(usize, u64)> {
+    pub(crate) fn next_due(&mut self, now: u64) -> Option<(usize, u64)> {
         let interval = self.interval?;
         if self.next_due > now {
             return None;
@@ -56,7 +56,7 @@ impl Pacing {
 
     /// A client's exchange ended: true if it sends again at once (closed loop); in the
     /// open loop it waits for the schedule.
-    pub(super) fn release(&mut self, client: usize) -> bool {
+    pub(crate) fn release(&mut self, client: usize) -> bool {
         if self.interval.is_some() {
             self.idle.push(client as u32);
             false
@@ -66,7 +66,7 @@ impl Pacing {
     }
 
     /// When the loop must wake up for the schedule, if it must.
-    pub(super) fn wake(&self) -> Option<u64> {
+    pub(crate) fn wake(&self) -> Option<u64> {
         (self.interval.is_some() && !self.idle.is_empty()).then_some(self.next_due)
     }
 }

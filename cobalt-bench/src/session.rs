@@ -4,7 +4,7 @@
 //!
 //! A step goes: set-up (connect, CSM exchange or DTLS handshake; not measured, and any
 //! failure fails the step with its reason), `ready`, wait for `go`, then the loop. As
-//! in [`super::client`], a client has one request in flight, never retransmits, and
+//! in [`crate::client`], a client has one request in flight, never retransmits, and
 //! either sends again as soon as its exchange ends (closed loop) or waits for the
 //! schedule of [`Pacing`] (open loop, `--rate`), latency counting from the intended
 //! send time.
@@ -16,20 +16,25 @@
 //! With `--new-session` every request gets a fresh connection or session, so each
 //! completed request is one handshake.
 
-use super::client::{splitmix, StepShared};
-use super::pacing::Pacing;
-use super::stats::{AnswerCode, Recorder};
-use super::sys::now_ns;
-use super::StepError;
+use crate::client::splitmix;
+use crate::engine::StepShared;
+use crate::pacing::Pacing;
+use crate::stats::{AnswerCode, Recorder};
+use crate::sys::now_ns;
+use crate::StepError;
 use futures_util::stream::{self, FuturesUnordered, StreamExt, TryStreamExt};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::Instant;
 
-/// Set-ups one thread runs at once.
-const SETUP_CONCURRENCY: usize = 256;
+/// Handshakes (DTLS, TCP/TLS connections, WebSocket upgrades) the whole step keeps in
+/// flight at most: a `cobalt serve` takes this many at once from one address by
+/// default (`dtls.max_handshakes_per_ip`, `connections.max_handshakes_per_ip`), and
+/// every client of a step comes from one address. Each of `--threads` threads gets its
+/// share (at least one).
+pub const HANDSHAKES_IN_FLIGHT: usize = 32;
 /// Set-up gets at least this long, whatever `--timeout` says.
 const MIN_SETUP_TIME: Duration = Duration::from_secs(10);
 /// Open loop: the shortest period of the schedule's ticker thread, in nanoseconds.
@@ -37,7 +42,7 @@ const MIN_TICK_NS: u64 = 50_000;
 
 /// How one exchange ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     /// The matching response arrived, with this code (only 2.xx completes the request).
     Answered(u8),
     /// The server answered with RST (CoAP over DTLS).
@@ -54,7 +59,7 @@ pub(super) enum Outcome {
 }
 
 /// A virtual client's connection or session with the server.
-pub(super) trait Session: Sized {
+pub(crate) trait Session: Sized {
     /// What every client of a step shares: the server, the request, credentials.
     type Setup;
 
@@ -77,6 +82,9 @@ struct Thread<'a, T> {
     shared: &'a StepShared,
     setup: &'a T,
     new_session: bool,
+    /// Reconnections (`--new-session`, or after a break) in flight, bounded like the
+    /// set-up.
+    handshakes: Semaphore,
     rec: RefCell<Recorder>,
     pacing: RefCell<Pacing>,
     /// Open loop: the intended send time handed to each idle client, and its wake-up.
@@ -98,7 +106,7 @@ fn instant_at(ns: u64) -> Instant {
 }
 
 /// One generator thread's part of a step.
-pub(super) struct Share<'a> {
+pub(crate) struct Share<'a> {
     /// What every thread of the step shares.
     pub shared: &'a StepShared,
     /// Virtual clients of this thread.
@@ -106,14 +114,17 @@ pub(super) struct Share<'a> {
     /// Seeds the clients' message IDs and tokens.
     pub seed: u64,
     /// Open loop: one request every `interval_ns` from this thread (see
-    /// [`super::client::run_thread`]); `None` for the closed loop.
+    /// [`crate::client::run_thread`]); `None` for the closed loop.
     pub interval_ns: Option<u64>,
     /// `--new-session`.
     pub new_session: bool,
+    /// Handshakes this thread keeps in flight at most (its share of
+    /// [`HANDSHAKES_IN_FLIGHT`]).
+    pub handshakes: usize,
 }
 
 /// Runs one thread's share of a step; see the module docs.
-pub(super) fn run_thread<S: Session>(
+pub(crate) fn run_thread<S: Session>(
     share: &Share,
     setup: &S::Setup,
 ) -> Result<Recorder, StepError> {
@@ -123,6 +134,7 @@ pub(super) fn run_thread<S: Session>(
         seed,
         interval_ns,
         new_session,
+        handshakes,
     } = *share;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -130,7 +142,7 @@ pub(super) fn run_thread<S: Session>(
         .map_err(|e| StepError::from(format!("cannot start a load-generator runtime: {e}")));
     // A session that cannot be set up is the server's (or the network's) doing.
     let sessions = rt.as_ref().map_err(Clone::clone).and_then(|rt| {
-        rt.block_on(open_all::<S>(shared, setup, clients, seed))
+        rt.block_on(open_all::<S>(shared, setup, clients, seed, handshakes))
             .map_err(StepError::network)
     });
     if sessions.is_err() {
@@ -146,6 +158,7 @@ pub(super) fn run_thread<S: Session>(
         shared,
         setup,
         new_session,
+        handshakes: Semaphore::new(handshakes.max(1)),
         rec: RefCell::new(Recorder::new()),
         pacing: RefCell::new(Pacing::new(interval_ns)),
         slots: (0..clients)
@@ -198,13 +211,14 @@ fn tick(tick: &Notify, start: u64, interval: u64, done: &AtomicBool) {
     }
 }
 
-/// Sets up every client of a thread, a bounded number at a time; the first failure
-/// ends the set-up.
+/// Sets up every client of a thread, `handshakes` at a time; the first failure ends
+/// the set-up.
 async fn open_all<S: Session>(
     shared: &StepShared,
     setup: &S::Setup,
     clients: usize,
     seed: u64,
+    handshakes: usize,
 ) -> Result<Vec<S>, String> {
     let limit = Duration::from_nanos(shared.timeout_ns).max(MIN_SETUP_TIME);
     let deadline = Instant::now() + limit;
@@ -219,7 +233,7 @@ async fn open_all<S: Session>(
                 .await
                 .map_err(|e| format!("cannot set up client {} of {clients}: {e}", i + 1))
         })
-        .buffer_unordered(SETUP_CONCURRENCY)
+        .buffer_unordered(handshakes.max(1))
         .try_collect()
         .await
 }
@@ -358,6 +372,7 @@ impl<T> Thread<'_, T> {
             }
             let exchange = async {
                 if broken || self.new_session {
+                    let _permit = self.handshakes.acquire().await;
                     if session.reopen(self.setup, deadline).await.is_err() {
                         return Outcome::Unreachable;
                     }

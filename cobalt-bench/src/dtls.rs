@@ -4,14 +4,14 @@
 //!
 //! The handshake (cookie exchange included) runs during set-up. Requests are the
 //! same CoAP datagrams as over UDP (CON by default, `--non`), matched by MID and
-//! token with the rules of [`super::client`]; CON responses are acknowledged.
+//! token with the rules of [`crate::client`]; CON responses are acknowledged.
 //! DTLS handshake flights are retransmitted on OpenSSL's timers, as any DTLS client
 //! does; CoAP requests never are. With `--new-session` every request runs a full
 //! new handshake first, on the same socket (the server replaces the peer's old
 //! session, so its session table does not grow).
 
-use super::client::{classify, splitmix, Reply, TOKEN_AT, TOKEN_LEN};
-use super::session::{Outcome, Session};
+use crate::client::{classify, splitmix, Reply, TOKEN_AT, TOKEN_LEN};
+use crate::session::{Outcome, Session};
 use cobalt::transport::credentials::ClientCredentials;
 use cobalt::transport::dtls::{DtlsBackend, DtlsConfig, DtlsEvent, OpensslDtls};
 use std::net::SocketAddr;
@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 /// What every `coaps://` client of a step shares.
 #[derive(Debug)]
-pub(super) struct DtlsSetup {
+pub(crate) struct DtlsSetup {
     /// The server.
     pub target: SocketAddr,
     /// The credentials.
@@ -30,7 +30,7 @@ pub(super) struct DtlsSetup {
 }
 
 /// One virtual client: its socket and its single-session table.
-pub(super) struct DtlsClient {
+pub(crate) struct DtlsClient {
     sock: UdpSocket,
     dtls: OpensslDtls,
     peer: SocketAddr,

@@ -1,7 +1,7 @@
 //! Result formats: an aligned table (default), CSV and JSON. Table and CSV rows are
 //! printed as each step finishes; JSON is one document at the end.
 
-use super::stats::StepResult;
+use crate::stats::StepResult;
 use serde::{Deserialize, Serialize};
 
 /// How results are printed on stdout.
@@ -230,7 +230,7 @@ pub fn json(info: &RunInfo, steps: &[StepResult], interrupted: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::stats::{AnswerCode, Recorder, ServerUsage, StepResult};
+    use crate::stats::{AnswerCode, Recorder, ServerUsage, StepResult};
 
     fn step(server: bool) -> StepResult {
         let mut r = Recorder::new();

@@ -1,0 +1,3 @@
+module cobalt.example/bench/go-generator
+
+go 1.21
