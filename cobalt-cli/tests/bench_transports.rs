@@ -160,9 +160,10 @@ fn bench_over_tcp_websockets_dtls_and_tls() {
 /// default budget of 32 handshakes in flight per address: the bench paces them.
 #[test]
 fn a_hundred_sessions_from_one_address_fit_the_default_handshake_budget() {
-    let (dir, keys) = psk_file("bench-handshake-budget");
+    let dir = TempDir::new("bench-handshake-budget");
+    let keys = psk::keys_file(&dir);
     let (_server, at) = start_server(&keys);
-    let psk = ["--psk-identity", "alice", "--psk-key", "secretPSK"];
+    let psk = ["--psk-identity", psk::IDENTITY, "--psk-key", psk::KEY];
     for (uri, extra) in [
         (format!("coaps://{}/benchmark", at.dtls), &psk[..]),
         (format!("coap+ws://{}/benchmark", at.ws), &[][..]),
@@ -180,5 +181,4 @@ fn a_hundred_sessions_from_one_address_fit_the_default_handshake_budget() {
         assert!(step["completed"].as_u64().unwrap() > 0, "{report}");
         assert_eq!(step["errors"], 0, "{report}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
