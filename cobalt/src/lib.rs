@@ -344,13 +344,17 @@
 //! The protocol lives in the sans-IO crate [`cobalt_proto`] (no I/O, no threads, no
 //! clock): the message codec, the [`Endpoint`](cobalt_proto::endpoint::Endpoint) with its
 //! exchanges, deduplication, reliability, congestion control and notifications, and the
-//! RFC 8323 connection machine. This crate adds the connectors ([`transport`]: bytes in,
-//! bytes out, nothing of resources), the shard threads that drive endpoints
-//! ([`runtime`]: a socket, an endpoint and a clock, generic over the service they run),
-//! the [`Server`] with its resource tree (which wires the shards' server role and the
-//! connection listeners to the transports), and the [`Client`]. The modules import one
+//! RFC 8323 connection machine; the server's Block1 upload table, its observe relation
+//! table with the CON policy, and the budgets' refusal rule; and one simulator in which
+//! all of these run over lossy datagram links and chunked stream links. This crate adds
+//! the connectors ([`transport`]: bytes in, bytes out, nothing of resources), the
+//! drivers ([`runtime`]: shard threads with a socket, an endpoint and a clock, and the
+//! listeners whose tasks run RFC 8323 connections, each generic over the service it
+//! runs), the [`Server`] with its resource tree (which wires the shards' and the
+//! connections' server role to the drivers), and the [`Client`]. The modules import one
 //! way: the resource tree, handlers, executors and [`server::Observable`] use no
-//! transport or runtime module.
+//! transport or runtime module; an observable's changes reach the drivers through a
+//! leaf module both import.
 //!
 //! **Shards.** By default the server runs one shard per core: a thread with its own
 //! `SO_REUSEPORT` socket on the server port, its own endpoint, and the exchanges, dedup
