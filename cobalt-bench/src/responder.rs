@@ -9,6 +9,8 @@ use cobalt::transport::mmsg;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Largest request accepted; longer ones are truncated by the kernel and dropped.
@@ -27,6 +29,40 @@ pub trait StopFlag {
 impl StopFlag for AtomicBool {
     fn stop(&self) -> bool {
         self.load(Ordering::Relaxed)
+    }
+}
+
+/// A responder serving a loopback port on a thread of its own, until stopped: the
+/// target of a step run in-process (tests, a quick check of the generator).
+#[derive(Debug)]
+pub struct Background {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<std::io::Result<u64>>,
+}
+
+impl Background {
+    /// Binds a free port on 127.0.0.1 and starts serving it.
+    pub fn start() -> std::io::Result<Background> {
+        let sock = UdpSocket::bind("127.0.0.1:0")?;
+        let addr = sock.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || serve(&sock, &*flag));
+        Ok(Background { addr, stop, thread })
+    }
+
+    /// The address it serves.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving; returns the number of requests answered.
+    pub fn stop(self) -> std::io::Result<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the responder thread panicked")))
     }
 }
 

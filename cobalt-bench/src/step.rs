@@ -441,17 +441,12 @@ mod tests {
     #[test]
     fn bench_against_raw_responder() {
         for io in [Io::Epoll, Io::Uring] {
-            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let addr = sock.local_addr().unwrap();
-            let stop = Arc::new(AtomicBool::new(false));
-            let stop2 = stop.clone();
-            let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
-            let mut cfg = config(addr, 2000);
+            let server = responder::Background::start().unwrap();
+            let mut cfg = config(server.addr(), 2000);
             cfg.threads = 2;
             cfg.io = io;
             let r = run_step(&cfg, 4).unwrap();
-            stop.store(true, Ordering::Relaxed);
-            let answered = server.join().unwrap();
+            let answered = server.stop().unwrap();
             assert!(r.completed > 0, "{io:?}: {r:?}");
             assert_eq!(r.lost, 0, "{io:?}: {r:?}");
             assert_eq!((r.errors, r.resets), (0, 0), "{io:?}: {r:?}");
@@ -462,18 +457,13 @@ mod tests {
         }
 
         // NON requests get NON responses, matched by token.
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let addr = sock.local_addr().unwrap();
-        let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
-        let mut cfg = config(addr, 2000);
+        let server = responder::Background::start().unwrap();
+        let mut cfg = config(server.addr(), 2000);
         let t = parse_uri("coap://127.0.0.1/x").unwrap();
         cfg.template = request_template(&t, Code::GET, false, None);
         cfg.confirmable = false;
         let r = run_step(&cfg, 4).unwrap();
-        stop.store(true, Ordering::Relaxed);
-        server.join().unwrap();
+        server.stop().unwrap();
         assert!(r.completed > 0 && r.lost == 0, "{r:?}");
     }
 
@@ -526,17 +516,12 @@ mod tests {
 
     #[test]
     fn open_loop_rate_is_respected() {
-        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let addr = sock.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
-        let mut cfg = config(addr, 2000);
+        let server = responder::Background::start().unwrap();
+        let mut cfg = config(server.addr(), 2000);
         cfg.rate = Some(2000.0);
         cfg.threads = 2;
         let r = run_step(&cfg, 4).unwrap();
-        stop.store(true, Ordering::Relaxed);
-        server.join().unwrap();
+        server.stop().unwrap();
         assert!(r.completed > 0 && r.lost == 0, "{r:?}");
         // Loose bound: the schedule, not the server, limits the count (about 2000).
         assert!(r.completed <= 3000, "{r:?}");

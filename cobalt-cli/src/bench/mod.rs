@@ -447,7 +447,7 @@ mod tests {
     use super::*;
     use cobalt_bench::responder;
     use cobalt_bench::stats::Recorder;
-    use std::net::{SocketAddr, UdpSocket};
+    use std::net::SocketAddr;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
@@ -539,11 +539,8 @@ mod tests {
 
     #[test]
     fn distributed_step_over_two_workers() {
+        let server = responder::Background::start().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let target = sock.local_addr().unwrap();
-        let stop2 = stop.clone();
-        let server = std::thread::spawn(move || responder::serve(&sock, &*stop2).unwrap());
         let mut workers = Vec::new();
         for _ in 0..2 {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -553,7 +550,7 @@ mod tests {
                 distributed::serve_worker(&l, false, || stop.load(Ordering::Relaxed)).unwrap()
             });
         }
-        let cfg = config(target, 2000);
+        let cfg = config(server.addr(), 2000);
         let template = distributed::StepRequest {
             uri: cfg.uri.clone(),
             clients: 0,
@@ -571,7 +568,7 @@ mod tests {
         };
         let r = distributed::run_step(&cfg, &template, &workers, 5).unwrap();
         stop.store(true, Ordering::Relaxed);
-        server.join().unwrap();
+        server.stop().unwrap();
         assert_eq!(r.clients, 5);
         assert!(r.completed > 0 && r.lost == 0, "{r:?}");
         // A worker that is not there is a clear error, not a hang.
