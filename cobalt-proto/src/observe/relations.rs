@@ -289,6 +289,16 @@ impl<I: Copy + Eq + Hash> Relations<I> {
         all
     }
 
+    /// Whether at least one relation of `observable` is held.
+    pub fn observes(&self, observable: u64) -> bool {
+        self.by_resource.contains_key(&observable)
+    }
+
+    /// The observables with at least one relation held.
+    pub fn observed(&self) -> Vec<u64> {
+        self.by_resource.keys().copied().collect()
+    }
+
     /// Number of relations in this shard.
     pub fn len(&self) -> usize {
         self.owner.len()

@@ -11,8 +11,9 @@
 
 pub mod stream;
 
+use crate::blockwise::{slice_asked, BlockSize};
 use crate::endpoint::{Endpoint, Event, ExchangeId, RequestError, RequestId, UnknownExchange};
-use crate::message::{Message, Token};
+use crate::message::{BlockValue, Message, Token};
 use crate::tcp_connection::{CloseReason, SendError, TcpEvent};
 use std::fmt;
 use std::net::SocketAddr;
@@ -183,10 +184,37 @@ impl Observation {
         }
     }
 
+    /// The observation of `token` by `peer` whose last notification (on the datagram
+    /// endpoint) was `last`: for callers that keep their relations in their own table.
+    pub fn resume(peer: SocketAddr, token: Token, last: Option<(ExchangeId, u16)>) -> Observation {
+        Observation { peer, token, last }
+    }
+
     /// The observer.
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }
+
+    /// The token its notifications carry.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// The datagram exchange and message ID of its last notification (none over a
+    /// stream).
+    pub fn last(&self) -> Option<(ExchangeId, u16)> {
+        self.last
+    }
+}
+
+/// How large the blocks of a sliced response may be ([`Session::slice`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockLimits {
+    /// The largest block size exponent to send (0 to 6: 16 to 1024 bytes).
+    pub szx: u8,
+    /// The largest BERT block in bytes, over a connection whose both ends announced
+    /// Block-Wise-Transfer (RFC 8323 §6).
+    pub max_bert_block: usize,
 }
 
 /// Why a [`Session`] could not do what it was asked.
@@ -249,6 +277,21 @@ pub trait Session {
     /// notifications come for it.
     fn cancel(&mut self, now: Instant, id: Outbound);
 
+    /// Whether the last notification of `observation` was confirmable and still waits
+    /// for its ACK (never over a stream, which is reliable).
+    fn awaits_ack(&self, observation: &Observation) -> bool;
+
+    /// `response` as it goes to `peer`: whole when it fits and no block was `asked`
+    /// for, else the block asked for (or the first) of the largest size the transport
+    /// and `limits` allow (RFC 7959 §2.2; BERT over a stream, RFC 8323 §6).
+    fn slice(
+        &self,
+        peer: SocketAddr,
+        asked: Option<BlockValue>,
+        response: Message,
+        limits: BlockLimits,
+    ) -> Message;
+
     /// The next event.
     fn poll_event(&mut self) -> Option<SessionEvent>;
 }
@@ -301,6 +344,22 @@ impl Session for Endpoint {
         if let Outbound::Datagram(id) = id {
             Endpoint::cancel(self, now, id);
         }
+    }
+
+    fn awaits_ack(&self, observation: &Observation) -> bool {
+        observation
+            .last
+            .is_some_and(|(_, mid)| self.is_unacknowledged(observation.peer, mid))
+    }
+
+    fn slice(
+        &self,
+        _peer: SocketAddr,
+        asked: Option<BlockValue>,
+        response: Message,
+        limits: BlockLimits,
+    ) -> Message {
+        slice_asked(asked, response, BlockSize::Szx(limits.szx))
     }
 
     fn poll_event(&mut self) -> Option<SessionEvent> {

@@ -8,8 +8,11 @@
 //! ([`StreamEndpoint::poll_transmit`]). A connection that closes is forgotten once its
 //! last bytes and events are out, so an idle node holds nothing.
 
-use super::{Failure, Inbound, Observation, Outbound, Session, SessionError, SessionEvent};
-use crate::message::Message;
+use super::{
+    BlockLimits, Failure, Inbound, Observation, Outbound, Session, SessionError, SessionEvent,
+};
+use crate::blockwise::{slice_asked, BlockSize};
+use crate::message::{opt, BlockValue, Message, TcpMessage};
 use crate::tcp_connection::{TcpConfig, TcpConnection, TcpEvent};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -170,6 +173,147 @@ impl StreamEndpoint {
     }
 }
 
+/// `response` cut for `conn` ([`Session::slice`]): whole when it fits the peer's
+/// Max-Message-Size and no block was asked for, else the block asked for of the
+/// largest size that fits, BERT when both ends announced it.
+fn slice_on(
+    conn: &TcpConnection,
+    asked: Option<BlockValue>,
+    response: Message,
+    limits: BlockLimits,
+) -> Message {
+    let whole = TcpMessage::from(response);
+    let limit = conn.peer_max_message_size();
+    if asked.is_none() && conn.frame_len(&whole) <= limit as usize {
+        return Message::from(whole);
+    }
+    let room = conn
+        .framing()
+        .block_room(limit, &whole, opt::BLOCK2, opt::SIZE2);
+    let size = BlockSize::fitting(room, conn.bert(), limits.szx, limits.max_bert_block)
+        .unwrap_or(BlockSize::Szx(0));
+    slice_asked(asked, Message::from(whole), size)
+}
+
+/// One connection with a known peer as a [`Session`]: what a driver that runs each
+/// connection on its own (a task per accepted stream) gives the application. The
+/// caller moves the bytes through [`Connection::connection_mut`] as for any
+/// [`TcpConnection`]; requests, responses and notifications go through the session.
+#[derive(Debug)]
+pub struct Connection {
+    peer: SocketAddr,
+    conn: TcpConnection,
+    events: VecDeque<SessionEvent>,
+}
+
+impl Connection {
+    /// `conn`, the connection with `peer`.
+    pub fn new(peer: SocketAddr, conn: TcpConnection) -> Connection {
+        Connection {
+            peer,
+            conn,
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The peer.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The connection, to look at it.
+    pub fn connection(&self) -> &TcpConnection {
+        &self.conn
+    }
+
+    /// The connection, to move its bytes and for what only a connection does.
+    pub fn connection_mut(&mut self) -> &mut TcpConnection {
+        &mut self.conn
+    }
+
+    fn check(&self, peer: SocketAddr) -> Result<(), SessionError> {
+        if peer == self.peer {
+            Ok(())
+        } else {
+            Err(SessionError::NotConnected(peer))
+        }
+    }
+}
+
+impl Session for Connection {
+    fn request(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        request: Message,
+    ) -> Result<Outbound, SessionError> {
+        self.check(peer)?;
+        let token = self
+            .conn
+            .request(now, request.into())
+            .map_err(SessionError::Send)?;
+        Ok(Outbound::Stream { peer, token })
+    }
+
+    fn respond(
+        &mut self,
+        now: Instant,
+        id: Inbound,
+        response: Message,
+    ) -> Result<(), SessionError> {
+        let Inbound::Stream { peer, token } = id else {
+            return Err(SessionError::WrongSession);
+        };
+        self.check(peer)?;
+        self.conn
+            .respond(now, token, response.into())
+            .map_err(SessionError::Send)
+    }
+
+    fn notify(
+        &mut self,
+        now: Instant,
+        observation: &mut Observation,
+        notification: Message,
+        _confirmable: bool,
+    ) -> Result<(), SessionError> {
+        self.check(observation.peer)?;
+        self.conn
+            .notify(now, observation.token, notification.into())
+            .map_err(SessionError::Send)
+    }
+
+    fn cancel(&mut self, _now: Instant, id: Outbound) {
+        if let Outbound::Stream { peer, token } = id {
+            if peer == self.peer {
+                self.conn.cancel(token);
+            }
+        }
+    }
+
+    fn awaits_ack(&self, _observation: &Observation) -> bool {
+        false
+    }
+
+    fn slice(
+        &self,
+        _peer: SocketAddr,
+        asked: Option<BlockValue>,
+        response: Message,
+        limits: BlockLimits,
+    ) -> Message {
+        slice_on(&self.conn, asked, response, limits)
+    }
+
+    fn poll_event(&mut self) -> Option<SessionEvent> {
+        if self.events.is_empty() {
+            let event = self.conn.poll_event()?;
+            self.events.extend(session_events(self.peer, event));
+        }
+        self.events.pop_front()
+    }
+}
+
 /// The session's view of a connection event.
 fn session_events(peer: SocketAddr, event: TcpEvent) -> Vec<SessionEvent> {
     match event {
@@ -251,6 +395,23 @@ impl Session for StreamEndpoint {
             if let Some(conn) = self.conns.get_mut(&peer) {
                 conn.cancel(token);
             }
+        }
+    }
+
+    fn awaits_ack(&self, _observation: &Observation) -> bool {
+        false
+    }
+
+    fn slice(
+        &self,
+        peer: SocketAddr,
+        asked: Option<BlockValue>,
+        response: Message,
+        limits: BlockLimits,
+    ) -> Message {
+        match self.conns.get(&peer) {
+            Some(conn) => slice_on(conn, asked, response, limits),
+            None => slice_asked(asked, response, BlockSize::Szx(limits.szx)),
         }
     }
 

@@ -13,6 +13,7 @@ use crate::transport::{mmsg, udp};
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
 use cobalt_proto::message::Message;
+use cobalt_proto::session::SessionEvent;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -26,7 +27,7 @@ use tokio::sync::mpsc;
 const RECV_ROUNDS: usize = 4;
 
 /// A shard: its socket, its endpoint and, for a server, the [`Service`] it runs.
-pub(crate) struct Driver<S: Service> {
+pub(crate) struct Driver<S: Service<Endpoint>> {
     tracer: Option<Tracer>,
     io: ShardIo,
     endpoint: Endpoint,
@@ -47,11 +48,15 @@ pub(crate) struct Driver<S: Service> {
     heard: Vec<SocketAddr>,
 }
 
-impl<S: Service> Driver<S> {
+impl<S: Service<Endpoint>> Driver<S> {
     pub(crate) fn new(
         io: ShardIo,
         config: EndpointConfig,
-        server: Option<(MakeService<S>, mpsc::UnboundedSender<Command>, bool)>,
+        server: Option<(
+            MakeService<S, Endpoint>,
+            mpsc::UnboundedSender<Command>,
+            bool,
+        )>,
         commands: mpsc::UnboundedReceiver<Command>,
     ) -> Driver<S> {
         let (done, completions) = mpsc::unbounded_channel();
@@ -380,6 +385,7 @@ impl<S: Service> Driver<S> {
             match ev {
                 Event::Request { id, peer, request } => match &mut self.server {
                     Some(server) => {
+                        let id = cobalt_proto::session::Inbound::Datagram(id);
                         server.on_request(&mut self.endpoint, Instant::now(), id, peer, request)
                     }
                     None => {
@@ -404,25 +410,23 @@ impl<S: Service> Driver<S> {
                     })
                 }
                 Event::Reset { id } => self.fail(id, Error::Reset),
-                Event::ResponseFailed { id, reason } => {
-                    tracing::debug!(
-                        ?id,
-                        ?reason,
-                        "confirmable response or notification not delivered"
-                    );
-                    if let Some(server) = &mut self.server {
-                        server.on_delivery_failed(id);
+                event @ (Event::ResponseFailed { .. }
+                | Event::UnmatchedReset { .. }
+                | Event::Unverified { .. }) => {
+                    match &event {
+                        Event::ResponseFailed { id, reason } => tracing::debug!(
+                            ?id,
+                            ?reason,
+                            "confirmable response or notification not delivered"
+                        ),
+                        Event::Unverified { peer, .. } => tracing::debug!(
+                            %peer,
+                            "address not verified; answer or notification withheld"
+                        ),
+                        _ => {}
                     }
-                }
-                Event::UnmatchedReset { peer, mid } => {
                     if let Some(server) = &mut self.server {
-                        server.on_unmatched_reset(peer, mid);
-                    }
-                }
-                Event::Unverified { peer, token, .. } => {
-                    tracing::debug!(%peer, "address not verified; answer or notification withheld");
-                    if let Some(server) = &mut self.server {
-                        server.on_unverified(peer, token);
+                        server.on_event(SessionEvent::Endpoint(event));
                     }
                 }
             }
@@ -621,11 +625,11 @@ pub(crate) enum DriverIo {
 
 /// Starts a driver on its own thread with a current-thread runtime.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn spawn_driver<S: Service>(
+pub(crate) fn spawn_driver<S: Service<Endpoint>>(
     name: String,
     io: DriverIo,
     config: EndpointConfig,
-    server: Option<MakeService<S>>,
+    server: Option<MakeService<S, Endpoint>>,
     tracer: Option<Tracer>,
     recv_batch: Option<usize>,
     metrics: Option<Arc<ShardMetrics>>,

@@ -1,24 +1,26 @@
 //! The connection-oriented listeners (`coap+tcp`, `coaps+tcp`, `coap+ws`, `coaps+ws`,
 //! RFC 8323) and the stream driver: one task per accepted connection, where the
 //! sans-IO `TcpConnection` of `cobalt-proto` runs over a
-//! [`Link`](crate::transport::link::Link) and a [`StreamService`] made for the
-//! connection (the server role: handlers, uploads, observe relations) answers its
-//! requests. The driver knows nothing of resources; the service nothing of sockets.
+//! [`Link`](crate::transport::link::Link), and a [`Service`] made for the connection
+//! (the server role: handlers, uploads, observe relations) answers its requests through
+//! the connection's protocol [`Session`]. The driver knows nothing of resources; the
+//! service nothing of sockets.
 
-use super::service::{StreamService, Work};
+use super::service::Service;
 use crate::metrics::TcpCounters;
 use crate::transport::limits::TcpServerLimits;
 use crate::transport::link::{flush, handle_input, sleep_until, Link, Stream, TcpLink};
 use crate::transport::per_ip::{IpBudget, IpPermit};
 use crate::transport::tls::TlsAcceptor;
+use cobalt_proto::session::stream::Connection;
+use cobalt_proto::session::{Session, SessionEvent};
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
-use futures_util::StreamExt;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 
 /// A running TCP listener of a server.
@@ -67,11 +69,12 @@ pub(crate) struct Transport {
 
 /// Binds `addr` and serves over `coap+tcp` (stream framing) or `coap+ws` (WebSocket
 /// framing, after an HTTP upgrade), with TLS under either when `transport.tls` is set,
-/// on the current tokio runtime. Each connection gets the service `make(peer)` makes;
-/// the listener counts what it sees in `counters`.
-pub(crate) async fn listen<S: StreamService>(
+/// on the current tokio runtime. Each connection gets the service `make(peer, done)`
+/// makes, `done` taking its work finished off the connection's task; the listener
+/// counts what it sees in `counters`.
+pub(crate) async fn listen<S: Service<Connection> + Send>(
     addr: SocketAddr,
-    make: impl Fn(SocketAddr) -> S + Send + 'static,
+    make: impl Fn(SocketAddr, mpsc::UnboundedSender<S::Completion>) -> S + Send + 'static,
     tcp: TcpServerLimits,
     transport: Transport,
     counters: Arc<TcpCounters>,
@@ -120,10 +123,12 @@ pub(crate) async fn listen<S: StreamService>(
                     };
                     seen.accepted.fetch_add(1, Ordering::Relaxed);
                     seen.open.fetch_add(1, Ordering::Relaxed);
+                    let (done, completions) = mpsc::unbounded_channel();
                     let conn = ServerConn {
                         counters: seen.clone(),
                         peer,
-                        service: make(peer),
+                        service: make(peer, done),
+                        completions,
                         tcp: tcp.clone(),
                         stop: stop.clone(),
                         handshake,
@@ -177,11 +182,13 @@ fn refuse(stream: TcpStream, config: &TcpConfig, why: &str) {
 }
 
 /// One accepted connection, before and while it speaks CoAP.
-struct ServerConn<S> {
+struct ServerConn<S: Service<Connection>> {
     counters: Arc<TcpCounters>,
     peer: SocketAddr,
     /// What answers the connection's requests.
     service: S,
+    /// The service's work finished off the connection's task.
+    completions: mpsc::UnboundedReceiver<S::Completion>,
     tcp: TcpServerLimits,
     stop: watch::Receiver<Option<Duration>>,
     /// The address's place among handshakes in progress (TLS, WebSocket upgrade),
@@ -189,7 +196,7 @@ struct ServerConn<S> {
     handshake: Option<IpPermit>,
 }
 
-impl<S: StreamService> ServerConn<S> {
+impl<S: Service<Connection> + Send> ServerConn<S> {
     /// Runs the TLS handshake (if any) and the WebSocket upgrade (if any), then the
     /// connection.
     async fn serve(mut self, stream: TcpStream, framing: Framing, tls: Option<TlsAcceptor>) {
@@ -236,61 +243,77 @@ impl<S: StreamService> ServerConn<S> {
     }
 
     async fn run<L: Link>(mut self, mut link: L) {
-        let mut conn = TcpConnection::with_framing(
+        let conn = TcpConnection::with_framing(
             self.tcp.connection.clone(),
             L::FRAMING,
             Instant::now(),
             rand::random(),
         );
+        let mut session = Connection::new(self.peer, conn);
         let server = &mut self.service;
         let changes = server.changes();
-        let mut work = Work::new();
+        // The service's relations counted in the listener's gauge.
+        let mut counted = 0;
         let mut drain_until: Option<tokio::time::Instant> = None;
         if self.stop.borrow().is_some() {
             drain_until = Some(tokio::time::Instant::now());
         }
         loop {
             // Events first: they may queue responses.
-            while let Some(ev) = conn.poll_event() {
+            while let Some(ev) = session.poll_event() {
                 match ev {
-                    TcpEvent::Request { token, message } => {
-                        server.on_request(&mut conn, &mut work, token, message)
+                    SessionEvent::Request { id, peer, request } => {
+                        server.on_request(&mut session, Instant::now(), id, peer, request)
                     }
-                    TcpEvent::Closed { reason, .. } => {
+                    SessionEvent::Connection {
+                        event: TcpEvent::Closed { reason, .. },
+                        ..
+                    } => {
                         count_close(&self.counters, &reason);
-                        tracing::debug!(peer = %self.peer, %reason, framing = ?L::FRAMING, relations = server.relations(), "connection closed");
+                        tracing::debug!(peer = %self.peer, %reason, framing = ?L::FRAMING, relations = server.observer_count(), "connection closed");
                     }
-                    _ => {}
+                    other => server.on_event(other),
                 }
             }
-            if !conn.is_closed() {
-                server.on_changes(&mut conn, &mut work);
+            if !session.connection().is_closed() {
+                server.take_changes();
+                if server.has_work() {
+                    server.step(&mut session, Instant::now());
+                }
             }
-            if !flush(&mut conn, &mut link, self.tcp.write_timeout, |_| {}).await
-                || conn.is_closed()
-            {
+            counted = count_relations(&self.counters, counted, server.observer_count());
+            let conn = session.connection_mut();
+            if !flush(conn, &mut link, self.tcp.write_timeout, |_| {}).await || conn.is_closed() {
                 break;
             }
             if let Some(until) = drain_until {
-                if work.is_empty() || tokio::time::Instant::now() >= until {
+                if !server.busy() || tokio::time::Instant::now() >= until {
                     conn.release();
-                    let _ = flush(&mut conn, &mut link, self.tcp.write_timeout, |_| {}).await;
+                    let _ = flush(conn, &mut link, self.tcp.write_timeout, |_| {}).await;
                     break;
                 }
             }
-            let timer = conn
-                .poll_timeout()
+            let timer = [conn.poll_timeout(), server.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min()
                 .map(tokio::time::Instant::from_std)
                 .into_iter()
                 .chain(drain_until)
                 .min();
+            let more = server.has_work();
             tokio::select! {
-                input = link.recv(), if drain_until.is_none() => handle_input(&mut conn, input),
-                Some(done) = work.next(), if !work.is_empty() => {
-                    server.on_completion(&mut conn, &mut work, done);
+                input = link.recv(), if drain_until.is_none() => handle_input(session.connection_mut(), input),
+                Some(done) = self.completions.recv() => {
+                    server.on_completion(&mut session, Instant::now(), done);
                 }
                 _ = changes.changed() => {}
-                _ = sleep_until(timer) => conn.handle_timeout(Instant::now()),
+                _ = std::future::ready(()), if more => {}
+                _ = sleep_until(timer) => {
+                    let now = Instant::now();
+                    session.connection_mut().handle_timeout(now);
+                    server.handle_timeout(now);
+                }
                 _ = self.stop.changed(), if drain_until.is_none() => {
                     let grace = self.stop.borrow().unwrap_or_default();
                     drain_until = Some(tokio::time::Instant::now() + grace);
@@ -298,7 +321,20 @@ impl<S: StreamService> ServerConn<S> {
             }
         }
         // Dropping the service ends the connection's relations and uploads.
+        count_relations(&self.counters, counted, 0);
         drop(self.service);
         let _ = tokio::time::timeout(self.tcp.write_timeout, link.close()).await;
     }
+}
+
+/// Moves the listener's gauge of relations from `counted` of a connection's to `now`;
+/// returns `now`.
+fn count_relations(counters: &TcpCounters, counted: usize, now: usize) -> usize {
+    let gauge = &counters.observers;
+    if now > counted {
+        gauge.fetch_add((now - counted) as u64, Ordering::Relaxed);
+    } else if now < counted {
+        gauge.fetch_sub((counted - now) as u64, Ordering::Relaxed);
+    }
+    now
 }

@@ -27,17 +27,28 @@ use super::budget::{ObserverBudget, Refusal};
 use super::limits::ServerLimits;
 use super::observe::Observable;
 use super::request::Response;
-use crate::changes::PendingChange;
-use cobalt_proto::blockwise::slice_response;
-use cobalt_proto::endpoint::{Endpoint, ExchangeId};
-use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, MessageType};
+use crate::changes::{ChangeInbox, PendingChange};
+use cobalt_proto::endpoint::ExchangeId;
+use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
 use cobalt_proto::observe::relations::{Relation, RelationKey, Relations};
+use cobalt_proto::session::{BlockLimits, Observation, Session};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Where a fan-out that does not hear of every resource's changes (a stream
+/// connection's) subscribes its inbox while it holds relations of a resource.
+pub(crate) struct Subscriber {
+    /// Unique among subscribers.
+    pub id: u64,
+    /// The observer (for change filters).
+    pub peer: SocketAddr,
+    /// Where the changes go.
+    pub inbox: Arc<ChangeInbox>,
+}
 
 /// Observers visited per resource before the next resource with a round gets a turn.
 const SLICE: usize = 64;
@@ -150,8 +161,12 @@ pub(crate) struct FanOutStats {
 pub(crate) struct FanOut {
     relations: Relations<ExchangeId>,
     observables: HashMap<u64, Observable>,
+    /// Subscribed to the observables with relations here; `None`: every observable
+    /// posts its changes here anyway (a datagram shard's inbox).
+    subscriber: Option<Subscriber>,
     budget: Arc<ObserverBudget>,
     limits: ServerLimits,
+    blocks: BlockLimits,
     /// Changes taken per observable (the shard-local version of its state).
     versions: HashMap<u64, u64>,
     rounds: HashMap<u64, Round>,
@@ -170,17 +185,23 @@ pub(crate) struct FanOut {
 }
 
 impl FanOut {
-    /// No observers yet, for the observable resources `observables`.
+    /// No observers yet, for the observable resources `observables` (posting their
+    /// changes to this fan-out's inbox), or for those `subscriber` subscribes to as
+    /// they get observers here. Notifications are sliced to `blocks`.
     pub(crate) fn new(
         observables: Vec<Observable>,
+        subscriber: Option<Subscriber>,
         budget: Arc<ObserverBudget>,
         limits: ServerLimits,
+        blocks: BlockLimits,
     ) -> FanOut {
         FanOut {
             relations: Relations::default(),
             observables: observables.into_iter().map(|o| (o.id(), o)).collect(),
+            subscriber,
             budget,
             limits,
+            blocks,
             versions: HashMap::new(),
             rounds: HashMap::new(),
             turn: VecDeque::new(),
@@ -239,6 +260,14 @@ impl FanOut {
         now: Instant,
         version: u64,
     ) -> Result<(), Refusal> {
+        if self
+            .relations
+            .get(&key)
+            .is_some_and(|(owner, _)| owner != observable.id())
+        {
+            // The token now observes another resource: the old relation ends.
+            self.end(&key);
+        }
         if !self.relations.contains(&key) {
             let l = &self.limits;
             if let Err(r) = self
@@ -249,6 +278,11 @@ impl FanOut {
                 return Err(r);
             }
             observable.observer_added();
+        }
+        if let Some(sub) = &self.subscriber {
+            if !self.relations.observes(observable.id()) {
+                observable.subscribe(sub.id, sub.peer, sub.inbox.clone());
+            }
         }
         self.observables
             .entry(observable.id())
@@ -268,6 +302,11 @@ impl FanOut {
     fn forget(&mut self, obs: u64, key: &RelationKey) {
         if let Some(o) = self.observables.get(&obs) {
             o.observer_removed();
+        }
+        if let Some((sub, o)) = self.subscriber.as_ref().zip(self.observables.get(&obs)) {
+            if !self.relations.observes(obs) {
+                o.unsubscribe(sub.id);
+            }
         }
         self.budget.release(key.0.ip());
         if let Some(tokens) = self.blocked.get_mut(&key.0) {
@@ -376,7 +415,7 @@ impl FanOut {
 
     /// The observers of `peer` that wait for an ACK: those whose CON has been
     /// acknowledged get back in line. Call after datagrams from `peer` were handled.
-    pub(crate) fn on_heard(&mut self, ep: &Endpoint, peer: SocketAddr) {
+    pub(crate) fn on_heard<S: Session>(&mut self, session: &S, peer: SocketAddr) {
         let Some(tokens) = self.blocked.get(&peer) else {
             return;
         };
@@ -386,10 +425,7 @@ impl FanOut {
             let key = (peer, *t);
             match self.relations.get_mut(&key) {
                 Some((_, rel)) if rel.owed.is_some() => {
-                    if rel
-                        .last
-                        .is_some_and(|(_, mid)| ep.is_unacknowledged(peer, mid))
-                    {
+                    if session.awaits_ack(&Observation::resume(peer, *t, rel.last)) {
                         still.push(*t);
                     } else {
                         free.push(key);
@@ -432,9 +468,9 @@ impl FanOut {
     }
 
     /// Works off up to `budget` observers: farewells first, then the rounds in turn.
-    pub(crate) fn step(
+    pub(crate) fn step<S: Session>(
         &mut self,
-        ep: &mut Endpoint,
+        session: &mut S,
         producer: &mut dyn Producer,
         now: Instant,
         budget: usize,
@@ -445,8 +481,8 @@ impl FanOut {
                 break;
             };
             let gone = Response::new(Code::NOT_FOUND).into_message();
-            let replaces = last.filter(|(_, mid)| ep.is_unacknowledged(key.0, *mid));
-            ep.notify(now, key.0, key.1, gone, true, replaces);
+            let mut observation = replacing(session, key, last);
+            let _ = session.notify(now, &mut observation, gone, true);
             spent += 1;
         }
         let mut in_turn = 0;
@@ -459,7 +495,7 @@ impl FanOut {
                 Some((key, con, retried)) => {
                     spent += 1;
                     in_turn += 1;
-                    self.visit(ep, producer, now, obs, key, con, retried);
+                    self.visit(session, producer, now, obs, key, con, retried);
                     if in_turn >= SLICE {
                         in_turn = 0;
                         self.turn.rotate_left(1);
@@ -506,9 +542,9 @@ impl FanOut {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn visit(
+    fn visit<S: Session>(
         &mut self,
-        ep: &mut Endpoint,
+        session: &mut S,
         producer: &mut dyn Producer,
         now: Instant,
         obs: u64,
@@ -542,7 +578,7 @@ impl FanOut {
         } else if rel.version >= round_version && !con {
             return; // has this state already
         }
-        if self.hold(ep, now, key, con) {
+        if self.hold(session, now, key, con) {
             return;
         }
         let Some((_, rel)) = self.relations.get_mut(&key) else {
@@ -554,7 +590,7 @@ impl FanOut {
         match round.produced.get_mut(&group) {
             Some(Produced::Ready(resp, stamp)) => {
                 let (resp, stamp) = (resp.clone(), *stamp);
-                self.deliver(ep, now, obs, key, con, resp, stamp);
+                self.deliver(session, now, obs, key, con, resp, stamp);
                 return;
             }
             Some(Produced::Running(waiting)) => {
@@ -589,7 +625,7 @@ impl FanOut {
                     };
                     round.produced.insert(group, entry);
                 }
-                self.deliver(ep, now, obs, key, con, resp, production.stamp);
+                self.deliver(session, now, obs, key, con, resp, production.stamp);
             }
             None => {
                 round.running += 1;
@@ -602,14 +638,12 @@ impl FanOut {
 
     /// Holds the notification for `key` back if its last CON is unacknowledged or its
     /// pacing interval has not passed: it is owed the state then current.
-    fn hold(&mut self, ep: &Endpoint, now: Instant, key: RelationKey, con: bool) -> bool {
+    fn hold<S: Session>(&mut self, session: &S, now: Instant, key: RelationKey, con: bool) -> bool {
         let min_interval = self.limits.observe_min_interval;
         let Some((_, rel)) = self.relations.get_mut(&key) else {
             return true;
         };
-        let unacked = rel
-            .last
-            .is_some_and(|(_, mid)| ep.is_unacknowledged(key.0, mid));
+        let unacked = session.awaits_ack(&Observation::resume(key.0, key.1, rel.last));
         let due = rel
             .last_sent
             .map(|t| t + min_interval)
@@ -636,9 +670,9 @@ impl FanOut {
     /// A notification produced elsewhere came back: it goes to the observer it was
     /// produced for, and the observers that waited for it go back in line (to get it,
     /// or, if the handler read the peer, their own).
-    pub(crate) fn produced(
+    pub(crate) fn produced<S: Session>(
         &mut self,
-        ep: &mut Endpoint,
+        session: &mut S,
         now: Instant,
         production: Production,
         response: Response,
@@ -672,7 +706,7 @@ impl FanOut {
             self.settle(production.observable);
         }
         self.deliver(
-            ep,
+            session,
             now,
             production.observable,
             production.key,
@@ -686,9 +720,9 @@ impl FanOut {
     /// the state `stamp` (nothing if the relation has ended or now observes another
     /// resource).
     #[allow(clippy::too_many_arguments)]
-    fn deliver(
+    fn deliver<S: Session>(
         &mut self,
-        ep: &mut Endpoint,
+        session: &mut S,
         now: Instant,
         observable: u64,
         key: RelationKey,
@@ -703,32 +737,35 @@ impl FanOut {
             return;
         }
         let l = &self.limits;
-        let (peer, token) = key;
+        let peer = key.0;
         let success = response.code.is_success();
         if success {
             response.options.set(opt::OBSERVE, encode_uint(stamp.seq));
         }
         let con = rel.next_is_confirmable(&l.con, now, con, success);
         // Only an error (which ends the relation) replaces an unacknowledged CON.
-        let replaces = rel
-            .last
-            .filter(|(_, mid)| !success && ep.is_unacknowledged(peer, *mid));
+        let mut observation = replacing(session, key, rel.last.filter(|_| !success));
         // A notification carries the first block, of the size the observer asked for
         // if smaller; the client fetches the rest (RFC 7959 §3.4).
-        let mut first_block = Message::new(MessageType::Confirmable, Code::GET, 0);
-        if let Some(b) = rel.request.block2() {
-            let first = BlockValue {
-                num: 0,
-                more: false,
-                ..b
-            };
-            first_block.options.set_uint(opt::BLOCK2, first.encode());
-        }
-        let msg = slice_response(&first_block, response.into_message(), l.block_szx);
-        let last = ep.notify(now, peer, token, msg, con, replaces);
+        let first = rel.request.block2().map(|b| BlockValue {
+            num: 0,
+            more: false,
+            ..b
+        });
+        let msg = session.slice(peer, first, response.into_message(), self.blocks);
+        let sent = session.notify(now, &mut observation, msg, con);
         rel.sent(now, con, stamp.version);
-        self.relations.set_last(&key, last);
-        if !success {
+        if let Some(last) = observation.last() {
+            self.relations.set_last(&key, last);
+        }
+        if let Err(e) = sent {
+            // Too large for the connection, or the connection is gone: the observer
+            // is told (where it can be) and the relation ends.
+            tracing::debug!(%peer, error = %e, "notification not sent; ending the relation");
+            let failed = Response::new(Code::INTERNAL_SERVER_ERROR).into_message();
+            let _ = session.notify(now, &mut observation, failed, con);
+            self.end(&key);
+        } else if !success {
             // An error notification ends the relation (RFC 7641 §4.2).
             self.end(&key);
         }
@@ -744,6 +781,34 @@ impl FanOut {
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         self.relations.capacity()
+    }
+}
+
+/// The observation of `key` to notify next: one that replaces `last` where that was
+/// confirmable and still waits for its ACK (RFC 7641 §4.5.2).
+fn replacing<S: Session>(
+    session: &S,
+    key: RelationKey,
+    last: Option<(ExchangeId, u16)>,
+) -> Observation {
+    let observation = Observation::resume(key.0, key.1, last);
+    if session.awaits_ack(&observation) {
+        observation
+    } else {
+        Observation::resume(key.0, key.1, None)
+    }
+}
+
+impl Drop for FanOut {
+    /// The relations end with their fan-out (a stream connection closed, a shard
+    /// stopped): the resources' observer counts, the budget and the subscriptions
+    /// are given back.
+    fn drop(&mut self) {
+        for obs in self.relations.observed() {
+            for (key, _) in self.relations.take_all(obs) {
+                self.forget(obs, &key);
+            }
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 use super::*;
 use crate::metrics::LimitCounters;
 use cobalt_proto::congestion::Algorithm;
-use cobalt_proto::endpoint::{EndpointConfig, Event};
-use cobalt_proto::message::{codec, Token};
+use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event};
+use cobalt_proto::message::{codec, MessageType, Token};
 use cobalt_proto::observe::relations::ConPolicy;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -94,7 +94,11 @@ fn setup(limits: ServerLimits, observers: u32, accept: impl Fn(u32) -> Option<u1
     let inbox = Arc::new(crate::changes::ChangeInbox::default());
     obs.attach(vec![inbox.clone()]);
     let budget = Arc::new(ObserverBudget::new(Arc::new(LimitCounters::default())));
-    let mut fan = FanOut::new(vec![obs.clone()], budget.clone(), limits);
+    let blocks = BlockLimits {
+        szx: limits.block_szx,
+        max_bert_block: 0,
+    };
+    let mut fan = FanOut::new(vec![obs.clone()], None, budget.clone(), limits, blocks);
     for i in 0..observers {
         let req = registration(accept(i));
         fan.register(&obs, key(i), req, now, 0).unwrap();
@@ -498,4 +502,77 @@ fn under_the_default_congestion_control_held_nons_still_end_with_the_latest_stat
             got.len()
         );
     }
+}
+
+/// A fan-out of one stream connection: subscribed to a resource only while it holds
+/// relations of it; everything given back when it is dropped.
+#[test]
+fn a_subscriber_observes_only_while_it_holds_relations_and_gives_all_back_when_dropped() {
+    let now = Instant::now();
+    let (a, b) = (Observable::new(), Observable::new());
+    let budget = Arc::new(ObserverBudget::new(Arc::new(LimitCounters::default())));
+    let limits = ServerLimits {
+        max_observers_per_ip: 3,
+        ..ServerLimits::default()
+    };
+    let blocks = BlockLimits {
+        szx: 6,
+        max_bert_block: 0,
+    };
+    let inbox = Arc::new(crate::changes::ChangeInbox::default());
+    let subscriber = |id| Subscriber {
+        id,
+        peer: peer(1),
+        inbox: inbox.clone(),
+    };
+    let mut fan = FanOut::new(
+        Vec::new(),
+        Some(subscriber(1)),
+        budget.clone(),
+        limits.clone(),
+        blocks,
+    );
+    assert_eq!((a.subscribers(), b.subscribers()), (0, 0));
+    fan.register(&a, key(1), registration(None), now, 0)
+        .unwrap();
+    fan.register(&a, (peer(1), key(2).1), registration(None), now, 0)
+        .unwrap();
+    fan.register(&b, (peer(1), key(3).1), registration(None), now, 0)
+        .unwrap();
+    assert_eq!((a.subscribers(), b.subscribers()), (1, 1));
+    assert_eq!(
+        (a.observer_count(), b.observer_count(), budget.total()),
+        (2, 1, 3)
+    );
+    // The address's budget is full: a fourth relation is refused, another connection
+    // of the same address included.
+    let mut other = FanOut::new(
+        Vec::new(),
+        Some(subscriber(2)),
+        budget.clone(),
+        limits,
+        blocks,
+    );
+    assert_eq!(
+        other.register(&b, key(1), registration(None), now, 0),
+        Err(Refusal::PeerBudget)
+    );
+    // The same token observing another resource moves; the last relation of `a` ends
+    // its subscription.
+    fan.register(&b, key(1), registration(None), now, 0)
+        .unwrap();
+    assert_eq!((a.observer_count(), b.observer_count()), (1, 2));
+    fan.end(&(peer(1), key(2).1));
+    assert_eq!((a.subscribers(), a.observer_count()), (0, 0));
+    // A change of `b` reaches the subscribed inbox.
+    b.changed();
+    assert_eq!(inbox.take().len(), 1);
+    drop(fan);
+    assert_eq!(
+        (b.subscribers(), b.observer_count(), budget.total()),
+        (0, 0, 0)
+    );
+    assert!(other
+        .register(&b, key(1), registration(None), now, 0)
+        .is_ok());
 }

@@ -21,14 +21,15 @@ mod budget;
 mod executor;
 mod fanout;
 mod handler;
+mod handoff;
 mod intake;
 mod limits;
 pub(crate) mod observe;
 mod request;
-pub(crate) mod shard;
+pub(crate) mod role;
 pub(crate) mod stream;
-mod stream_observe;
 pub(crate) mod tree;
+mod upload_table;
 mod validate;
 
 pub use cobalt_proto::blockwise::uploads::UploadLimits;
@@ -59,15 +60,15 @@ use crate::transport::limits::TcpServerLimits;
 use crate::transport::tls::{Alpn, TlsAcceptor};
 use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
 use crate::{Error, Result};
-use cobalt_proto::endpoint::EndpointConfig;
+use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::Scheme;
-use shard::ServerShard;
+use role::{ConnectionRole, ShardRole};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
-use stream::{StreamServer, StreamShared};
+use stream::StreamShared;
 use tokio::sync::mpsc;
 
 /// A server under construction: resources and settings, then [`Server::bind`].
@@ -341,11 +342,8 @@ impl Server {
             limits.connection.block_wise_transfer,
             limits.max_bert_block,
         ));
-        let counters = Arc::new(TcpCounters {
-            observers: shared.observers.clone(),
-            ..TcpCounters::default()
-        });
-        let make = move |peer| StreamServer::new(shared.clone(), peer);
+        let counters = Arc::new(TcpCounters::default());
+        let make = move |peer, done| ConnectionRole::for_connection(&shared, peer, done);
         let listener = listener::listen(addr, make, limits, transport, counters)
             .await
             .map_err(|e| {
@@ -537,9 +535,9 @@ impl Server {
         let config = self.shard_config(dtls_peers);
         let (tree, limits, changes) = (tree.clone(), self.limits.clone(), inbox.clone());
         let client_config = config.clone();
-        let make: MakeService<ServerShard> = Box::new(move |links: ServiceLinks<_>| {
+        let make: MakeService<ShardRole, Endpoint> = Box::new(move |links: ServiceLinks<_>| {
             let client = crate::Client::for_shard(links.commands, links.v6, client_config);
-            ServerShard::new(tree, limits, changes, links.done, Some(client))
+            ShardRole::for_shard(tree, limits, changes, links.done, Some(client))
         });
         let (tx, handle) = spawn_driver(
             name,

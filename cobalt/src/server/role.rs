@@ -1,0 +1,492 @@
+//! The server role, written once over the protocol [`Session`]: dispatch into the
+//! resource tree, Block1 reassembly, Block2 slicing, and observe relations with their
+//! notifications. A datagram shard runs one over its
+//! [`Endpoint`](cobalt_proto::endpoint::Endpoint) (the relations and uploads of the
+//! peers the shard owns); a stream listener runs one per connection over its
+//! [`Connection`](cobalt_proto::session::stream::Connection) (the connection's
+//! relations; uploads shared by the listener's connections). What differs between the
+//! transports (block sizes, BERT, confirmable notifications and their ACKs) is the
+//! session's.
+
+use super::fanout::{FanOut, FanOutStats, Producer, Production, Subscriber};
+use super::handoff::run_handler;
+use super::intake::{acknowledge_block, intake, Intake, StreamedBlock};
+use super::limits::ServerLimits;
+use super::observe::Observable;
+use super::stream::StreamShared;
+use super::tree::ResourceTree;
+use super::upload_table::{ConnectionUploads, UploadTable};
+use super::{BoxFuture, Executor, Request, Response, UploadChunk};
+use crate::changes::ChangeInbox;
+use crate::metrics::ShardSnapshot;
+use crate::runtime::service::Service;
+use cobalt_proto::blockwise::uploads::Uploads;
+use cobalt_proto::endpoint::Event;
+use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
+use cobalt_proto::observe::relations::RelationKey;
+use cobalt_proto::session::{BlockLimits, Inbound, Session, SessionError, SessionEvent};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// Ids of the stream connections' change subscriptions.
+static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
+
+/// A handler's answer that was not ready at once, coming back to the role.
+pub(crate) enum Completion {
+    /// The response to a request.
+    Reply {
+        id: Inbound,
+        response: Response,
+        ctx: ReplyContext,
+    },
+    /// A notification produced on an executor.
+    Notification {
+        production: Production,
+        response: Response,
+    },
+}
+
+/// What finishing a response needs to know about its request.
+pub(crate) struct ReplyContext {
+    /// Who asked.
+    peer: SocketAddr,
+    /// The request's Block2 option, if any (for slicing).
+    block2: Option<BlockValue>,
+    /// Echo this in Block1 (the last block of an upload, or a streamed block).
+    block1: Option<BlockValue>,
+    /// The key of a finished upload, to keep a large answer for Block2 follow-ups.
+    upload: Option<Vec<u8>>,
+    /// Register an observer if the response is a success: the resource, the request
+    /// and the version of the resource's state when the handler started.
+    register: Option<(Observable, Message, u64)>,
+}
+
+/// The server role over a session, keeping its uploads in `U`.
+pub(crate) struct ServerRole<U> {
+    tree: Arc<ResourceTree>,
+    limits: ServerLimits,
+    blocks: BlockLimits,
+    observers: FanOut,
+    inbox: Arc<ChangeInbox>,
+    uploads: U,
+    completions: mpsc::UnboundedSender<Completion>,
+    client: Option<crate::Client>,
+    /// Handlers handed off the loop whose answers have not come back.
+    away: usize,
+}
+
+/// The role of a datagram shard.
+pub(crate) type ShardRole = ServerRole<Uploads>;
+
+/// The role of one stream connection.
+pub(crate) type ConnectionRole = ServerRole<ConnectionUploads>;
+
+impl ShardRole {
+    /// The role of a shard serving `tree`, whose observable resources post their
+    /// changes to `inbox`; `client` is the shard's client for handlers.
+    pub(crate) fn for_shard(
+        tree: Arc<ResourceTree>,
+        limits: ServerLimits,
+        inbox: Arc<ChangeInbox>,
+        completions: mpsc::UnboundedSender<Completion>,
+        client: Option<crate::Client>,
+    ) -> ShardRole {
+        let budgets = tree.budgets();
+        let blocks = BlockLimits {
+            szx: limits.block_szx,
+            max_bert_block: 0,
+        };
+        ServerRole {
+            uploads: Uploads::new(limits.uploads.clone(), budgets.counters.clone()),
+            observers: FanOut::new(
+                tree.observables(),
+                None,
+                budgets.observers.clone(),
+                limits.clone(),
+                blocks,
+            ),
+            blocks,
+            inbox,
+            tree,
+            limits,
+            completions,
+            client,
+            away: 0,
+        }
+    }
+}
+
+impl ConnectionRole {
+    /// The role of a new connection of a listener with `peer`: its observed resources
+    /// post their changes to an inbox of its own while it observes them.
+    pub(crate) fn for_connection(
+        shared: &StreamShared,
+        peer: SocketAddr,
+        completions: mpsc::UnboundedSender<Completion>,
+    ) -> ConnectionRole {
+        let inbox = Arc::new(ChangeInbox::default());
+        let limits = shared.limits.clone();
+        let blocks = BlockLimits {
+            szx: limits.block_szx,
+            max_bert_block: shared.max_bert_block,
+        };
+        let subscriber = Subscriber {
+            id: NEXT_SUBSCRIBER.fetch_add(1, Ordering::Relaxed),
+            peer,
+            inbox: inbox.clone(),
+        };
+        let budget = shared.tree.budgets().observers.clone();
+        ServerRole {
+            observers: FanOut::new(Vec::new(), Some(subscriber), budget, limits.clone(), blocks),
+            uploads: shared.uploads.for_peer(peer),
+            tree: shared.tree.clone(),
+            blocks,
+            inbox,
+            limits,
+            completions,
+            client: None,
+            away: 0,
+        }
+    }
+}
+
+impl<U: UploadTable> ServerRole<U> {
+    /// Runs a handler: inline when it is ready at once, otherwise on its executor (or
+    /// as a task here); either way its response comes back as the completion `then`
+    /// makes of it.
+    fn run<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        fut: BoxFuture,
+        executor: &Executor,
+        then: impl FnOnce(Response) -> Completion + Send + 'static,
+    ) {
+        match run_handler(fut, executor, &self.completions, then) {
+            Some(done) => self.complete(session, now, done),
+            None => self.away += 1,
+        }
+    }
+
+    /// One block of an upload to a streaming handler (checked for order by
+    /// [`intake`]): handed to the handler without buffering, answered 2.31 Continue (or
+    /// the final response).
+    fn on_streamed_block<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        id: Inbound,
+        peer: SocketAddr,
+        block: StreamedBlock,
+    ) {
+        let ctx = ReplyContext {
+            peer,
+            block2: block.request.block2(),
+            block1: block.block,
+            upload: None,
+            register: None,
+        };
+        let chunk = UploadChunk {
+            request: self.request(peer, block.request),
+            offset: block.offset,
+            last: block.last,
+        };
+        self.run(
+            session,
+            now,
+            (block.handler)(chunk),
+            &block.executor,
+            move |response| Completion::Reply { id, response, ctx },
+        );
+    }
+
+    fn request(&self, peer: SocketAddr, message: Message) -> Request {
+        let mut r = Request::new(peer, message);
+        r.client = self.client.clone();
+        r
+    }
+
+    /// The answer to a registration that the budget refuses (4.29 or 5.03).
+    fn refused(&self, refusal: crate::server::budget::Refusal) -> Response {
+        Response::from_message(refusal.answer("observers", self.limits.uploads.refusal_max_age))
+    }
+
+    fn finish_reply<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        id: Inbound,
+        mut response: Response,
+        ctx: ReplyContext,
+    ) {
+        let peer = ctx.peer;
+        let mut registered: Option<RelationKey> = None;
+        if let Some((observable, request, version)) = ctx.register {
+            if response.code.is_success() {
+                let key = (peer, request.token);
+                match self
+                    .observers
+                    .register(&observable, key, request, now, version)
+                {
+                    Ok(()) => {
+                        response
+                            .options
+                            .set(opt::OBSERVE, encode_uint(observable.current_seq()));
+                        registered = Some(key);
+                    }
+                    Err(refusal) => response = self.refused(refusal),
+                }
+            }
+        }
+        // A streamed block that was taken asks for the next one with 2.31.
+        let full = acknowledge_block(response, ctx.block1).into_message();
+        let kept = ctx.upload.map(|key| (key, full.clone()));
+        // The endpoint holds back what an unverified peer may not get yet (RFC 9175 §2.4).
+        let out = session.slice(peer, ctx.block2, full, self.blocks);
+        if let Some((key, full)) = kept {
+            if out.block2().is_some_and(|b| b.more) {
+                // More blocks to come: keep the whole for the client's Block2 follow-ups.
+                self.uploads.with(|u| u.keep_answer(now, peer, key, full));
+            }
+        }
+        if !respond(session, now, id, out) {
+            if let Some(key) = registered {
+                self.observers.end(&key);
+            }
+        }
+    }
+
+    /// A handler's answer, ready at once or back from an executor.
+    fn complete<S: Session>(&mut self, session: &mut S, now: Instant, done: Completion) {
+        match done {
+            Completion::Reply { id, response, ctx } => {
+                self.finish_reply(session, now, id, response, ctx)
+            }
+            Completion::Notification {
+                production,
+                response,
+            } => self.observers.produced(session, now, production, response),
+        }
+    }
+}
+
+/// Sends a response; one the transport cannot take (too large for the connection) is
+/// replaced by 5.00. True if it was sent.
+fn respond<S: Session>(session: &mut S, now: Instant, id: Inbound, msg: Message) -> bool {
+    match session.respond(now, id, msg) {
+        Ok(()) => true,
+        Err(SessionError::Send(e)) => {
+            tracing::debug!(?id, error = %e, "cannot send response; answering 5.00");
+            let mut err = Response::new(Code::INTERNAL_SERVER_ERROR);
+            err.payload = b"response too large".to_vec();
+            let _ = session.respond(now, id, err.into_message());
+            false
+        }
+        Err(e) => {
+            tracing::debug!(?id, error = %e, "response not sent");
+            false
+        }
+    }
+}
+
+impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
+    type Completion = Completion;
+
+    fn on_request(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        id: Inbound,
+        peer: SocketAddr,
+        request: Message,
+    ) {
+        let observe = request.options.observe();
+        let registers = request.code == Code::GET && observe == Some(0);
+        if !registers {
+            // Another request with the token of an observation ends it (RFC 7641 §3.6);
+            // a registration with it replaces it once answered.
+            self.observers.end(&(peer, request.token));
+        }
+        let blocks = self.blocks;
+        let tree = &self.tree;
+        let step = self.uploads.with(|uploads| {
+            intake(uploads, tree, now, peer, request, |req, kept| {
+                session.slice(peer, req.block2(), kept, blocks)
+            })
+        });
+        let (request, block1, upload) = match step {
+            Intake::Answer(msg) => {
+                respond(session, now, id, msg);
+                return;
+            }
+            Intake::Streamed(block) => {
+                self.on_streamed_block(session, now, id, peer, block);
+                return;
+            }
+            Intake::Handle {
+                request,
+                block1,
+                upload,
+            } => (request, block1, upload),
+        };
+        let registration = registers.then(|| request.clone());
+        let token = request.token;
+        let mut ctx = ReplyContext {
+            peer,
+            block2: request.block2(),
+            block1,
+            upload,
+            register: None,
+        };
+        let routed = match self.tree.route(self.request(peer, request)) {
+            Ok(x) => x,
+            Err(resp) => return self.finish_reply(session, now, id, resp, ctx),
+        };
+        if let Some((o, r)) = routed.observable.zip(registration) {
+            // Refused at once when the budget has no room: no handler run.
+            if let Err(refusal) = self.observers.check(&(peer, token)) {
+                let resp = self.refused(refusal);
+                return self.finish_reply(session, now, id, resp, ctx);
+            }
+            let version = self.observers.version(o.id());
+            ctx.register = Some((o, r, version));
+        }
+        self.run(
+            session,
+            now,
+            routed.future,
+            &routed.executor,
+            move |response| Completion::Reply { id, response, ctx },
+        );
+    }
+
+    /// A handler's late answer.
+    fn on_completion(&mut self, session: &mut S, now: Instant, done: Completion) {
+        self.away = self.away.saturating_sub(1);
+        self.complete(session, now, done);
+    }
+
+    /// An undelivered confirmable notification, an RST rejecting a NON one, or an
+    /// answer withheld from an unverified address ends the relation concerned.
+    fn on_event(&mut self, event: SessionEvent) {
+        match event {
+            SessionEvent::Endpoint(Event::ResponseFailed { id, .. }) => {
+                self.observers.on_delivery_failed(id)
+            }
+            SessionEvent::Endpoint(Event::UnmatchedReset { peer, mid }) => {
+                self.observers.on_unmatched_reset(peer, mid)
+            }
+            SessionEvent::Endpoint(Event::Unverified { peer, token, .. }) => {
+                self.observers.end(&(peer, token))
+            }
+            _ => {}
+        }
+    }
+
+    fn changes(&self) -> Arc<ChangeInbox> {
+        self.inbox.clone()
+    }
+
+    fn take_changes(&mut self) {
+        self.observers.on_changes(self.inbox.take());
+    }
+
+    fn has_work(&self) -> bool {
+        self.observers.has_work()
+    }
+
+    /// Sends up to `observe_batch` notifications (running GET handlers as needed).
+    fn step(&mut self, session: &mut S, now: Instant) {
+        let mut runner = Runner {
+            tree: &self.tree,
+            client: &self.client,
+            completions: &self.completions,
+            away: &mut self.away,
+        };
+        self.observers
+            .step(session, &mut runner, now, self.limits.observe_batch.max(1));
+    }
+
+    /// Observers waiting for an ACK from `peers` may go on.
+    fn on_heard(&mut self, session: &S, peers: &[SocketAddr]) {
+        for p in peers {
+            self.observers.on_heard(session, *p);
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match (self.observers.poll_timeout(), self.uploads.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Paced observers that are due get their notification; idle uploads expire.
+    fn handle_timeout(&mut self, now: Instant) {
+        self.observers.handle_timeout(now);
+        self.uploads.expire(now);
+    }
+
+    fn busy(&self) -> bool {
+        self.away > 0
+    }
+
+    fn observer_count(&self) -> usize {
+        self.observers.len()
+    }
+
+    fn report(&self, snapshot: ShardSnapshot) -> ShardSnapshot {
+        let fanout: FanOutStats = self.observers.stats();
+        let uploads = self.uploads.stats();
+        snapshot.with_server_role(
+            fanout.productions,
+            fanout.deferred,
+            self.observers.backlog(),
+            uploads.uploads,
+            uploads.bytes,
+        )
+    }
+}
+
+/// Runs GET handlers for notifications the way the role runs every handler.
+struct Runner<'a> {
+    tree: &'a ResourceTree,
+    client: &'a Option<crate::Client>,
+    completions: &'a mpsc::UnboundedSender<Completion>,
+    away: &'a mut usize,
+}
+
+impl Producer for Runner<'_> {
+    fn produce(
+        &mut self,
+        peer: SocketAddr,
+        request: Message,
+        production: Production,
+    ) -> Option<(Response, Production)> {
+        let mut req = Request::new(peer, request).watch_peer(production.peer_read.clone());
+        req.client = self.client.clone();
+        let (fut, executor) = match self.tree.route(req) {
+            Ok(r) => (r.future, r.executor),
+            Err(resp) => return Some((resp, production)),
+        };
+        let ready = run_handler(fut, &executor, self.completions, move |response| {
+            Completion::Notification {
+                production,
+                response,
+            }
+        });
+        match ready {
+            Some(Completion::Notification {
+                production,
+                response,
+            }) => Some((response, production)),
+            _ => {
+                *self.away += 1;
+                None
+            }
+        }
+    }
+}
