@@ -144,17 +144,18 @@
 //! [`cancel`](Observation::cancel)s with Observe=1; a dropped [`Observation`] answers the
 //! next notification with RST over UDP and deregisters over TCP.
 //!
-//! **Fan-out.** `changed()` reaches each shard's (or connection's) inbox, which keeps one
-//! pending change per resource. A change starts a *round* over the resource's observers;
+//! **Fan-out.** `changed()` reaches each shard's inbox, and the inbox of each connection
+//! that holds relations of the resource; an inbox keeps one pending change per resource. A change starts a *round* over the resource's observers;
 //! changes during a round make one more round after it. Each notification is produced
 //! from the state current when it is produced, so under a burst of changes the states in
 //! between are skipped (RFC 7641 §4.5) and every observer ends with the latest. The GET
 //! handler runs once per round for all observers whose registrations asked the same,
 //! unless it calls [`Request::peer`] (then once per observer). A shard sends at most
 //! `observe_batch` (256) notifications per turn of its loop and reads its socket between
-//! turns, so a resource with 10,000 observers does not stop it from serving others. Per
-//! observer, nothing new is sent while its last confirmable notification is
-//! unacknowledged, nor sooner than `observe_min_interval` after the last one.
+//! turns, so a resource with 10,000 observers does not stop it from serving others (a
+//! connection works the same way, between its reads). Per observer, nothing new is sent
+//! while its last confirmable notification is unacknowledged, nor sooner than
+//! `observe_min_interval` after the last one.
 //!
 //! **Bounds.** Relations are bounded per client IP address (`max_observers_per_ip`, 1,000,
 //! over all transports together: 4.29 Too Many Requests with Max-Age) and per server
@@ -350,8 +351,13 @@
 //! the connectors ([`transport`]: bytes in, bytes out, nothing of resources), the
 //! drivers ([`runtime`]: shard threads with a socket, an endpoint and a clock, and the
 //! listeners whose tasks run RFC 8323 connections, each generic over the service it
-//! runs), the [`Server`] with its resource tree (which wires the shards' and the
-//! connections' server role to the drivers), and the [`Client`]. The modules import one
+//! runs), the [`Server`] with its resource tree, and the [`Client`]. The server role
+//! (dispatch, Block1 reassembly, Block2 slicing, observe relations and their
+//! notifications) is written once against the protocol surface
+//! [`Session`](cobalt_proto::session::Session): a shard runs it over its endpoint, each
+//! stream connection over its [`Connection`](cobalt_proto::session::stream::Connection);
+//! what differs between the transports (block sizes and BERT, confirmable
+//! notifications and their ACKs) is the session's. The modules import one
 //! way: the resource tree, handlers, executors and [`server::Observable`] use no
 //! transport or runtime module; an observable's changes reach the drivers through a
 //! leaf module both import.

@@ -30,6 +30,11 @@ const OBS_MAX_AGE: u32 = 2;
 const LARGE_SEPARATE_SIZE: usize = 2048;
 /// How long `/large-separate` takes: longer than the separate-ACK delay (1 s).
 const SEPARATE_DELAY: Duration = Duration::from_millis(1500);
+/// Ticks a value stored by PUT in `/obs` stays: long enough for a confirmable
+/// notification of it to be retransmitted, or to wait for a late ACK of the one
+/// before, without the next tick overtaking it (RFC 7641 §4.5 lets a server skip
+/// states, and an observer would then never see the PUT value).
+const STORED_TICKS: u32 = 5;
 /// Size of `/obs-large`'s representation: more than one 1024-byte block.
 const OBS_LARGE_SIZE: usize = 2500;
 
@@ -227,7 +232,7 @@ fn describe(req: &Request) -> Described {
 
 /// `/obs`, `/obs-non` and `/obs-large` (TD_COAP_OBS_01–10, 13): a clock that ticks
 /// every second (for `/obs-large` padded to [`OBS_LARGE_SIZE`] bytes); a PUT
-/// replaces the value until the next tick (TD_COAP_OBS_09). A PUT that changes the
+/// replaces the value for [`STORED_TICKS`] ticks (TD_COAP_OBS_09). A PUT that changes the
 /// Content-Format (TD_COAP_OBS_08) and a DELETE (TD_COAP_OBS_07) end every
 /// observation with 4.04 Not Found; after a DELETE the resource is back at once, in
 /// its initial state, for the next test.
@@ -245,8 +250,10 @@ struct Observed {
 #[derive(Debug, Default)]
 struct ObservedState {
     ticks: u64,
-    /// A value stored by PUT and its Content-Format, shown until the next tick.
+    /// A value stored by PUT and its Content-Format, shown for [`STORED_TICKS`].
     stored: Option<(Vec<u8>, u16)>,
+    /// Ticks the stored value has still to be shown.
+    stored_ticks: u32,
 }
 
 impl Observed {
@@ -271,7 +278,10 @@ impl Observed {
         {
             let mut st = lock(&self.state);
             st.ticks += 1;
-            st.stored = None;
+            st.stored_ticks = st.stored_ticks.saturating_sub(1);
+            if st.stored_ticks == 0 {
+                st.stored = None;
+            }
         }
         self.notify();
     }
@@ -332,6 +342,7 @@ impl Observed {
                 .as_ref()
                 .map_or(content_format::TEXT_PLAIN, |(_, cf)| *cf);
             st.stored = Some((body, cf));
+            st.stored_ticks = STORED_TICKS;
             old != cf
         };
         if format_changed {

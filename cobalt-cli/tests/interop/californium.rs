@@ -268,7 +268,7 @@ fn californium_sees_obs_put_and_delete_end_or_update_observations() {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut start = None;
     while start.is_none_or(|s| tick().is_none_or(|n| n < s + 2)) {
-        // The stored XML value is shown until the next tick.
+        // The stored XML value is shown for a few ticks.
         start = start.or_else(tick);
         assert!(std::time::Instant::now() < deadline, "/obs stopped ticking");
         std::thread::sleep(Duration::from_millis(100));

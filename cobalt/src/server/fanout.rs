@@ -1,6 +1,7 @@
-//! The observers of one UDP shard and their notifications: changes become rounds of
-//! notifications, worked off a bounded amount at a time so that the shard goes on
-//! reading its socket however many observers a resource has.
+//! The observers held by one server role (a datagram shard's, or one stream
+//! connection's) and their notifications: changes become rounds of notifications,
+//! worked off a bounded amount at a time so that the driver goes on reading however
+//! many observers a resource has.
 //!
 //! - **Coalescing.** A change starts a *round* over the resource's observers; changes
 //!   that arrive during a round are merged into one next round. Each notification is
@@ -15,7 +16,7 @@
 //!   ([`Request::peer`](super::Request::peer)) is taken to answer differently per
 //!   observer and runs for each one.
 //! - **Bounded work.** [`FanOut::step`] visits at most a given number of observers;
-//!   the shard's loop calls it between reads of its socket.
+//!   the driver's loop calls it between reads.
 //! - **Pacing per observer.** While an observer's last confirmable notification is
 //!   unacknowledged it gets nothing new: it is *owed* the current state, which it gets
 //!   once the ACK has come (produced then, so it is the newest state — RFC 7641
