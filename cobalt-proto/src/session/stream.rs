@@ -36,7 +36,7 @@ pub enum StreamTransmit {
 pub struct StreamEndpoint {
     config: TcpConfig,
     rng: StdRng,
-    conns: BTreeMap<SocketAddr, TcpConnection>,
+    conns: BTreeMap<SocketAddr, Connection>,
     out: VecDeque<StreamTransmit>,
     events: VecDeque<SessionEvent>,
 }
@@ -65,13 +65,13 @@ impl StreamEndpoint {
 
     /// The connection to `peer`, to look at it.
     pub fn connection(&self, peer: SocketAddr) -> Option<&TcpConnection> {
-        self.conns.get(&peer)
+        self.conns.get(&peer).map(Connection::connection)
     }
 
     /// The connection to `peer`, for what only a connection does (Ping, Release,
     /// Abort); what it then sends or reports comes out of the next poll.
     pub fn connection_mut(&mut self, peer: SocketAddr) -> Option<&mut TcpConnection> {
-        self.conns.get_mut(&peer)
+        self.conns.get_mut(&peer).map(Connection::connection_mut)
     }
 
     /// The connection to `peer`, opened (and [`StreamTransmit::Connect`] queued) if
@@ -83,7 +83,11 @@ impl StreamEndpoint {
         let (config, rng) = (&self.config, &mut self.rng);
         self.conns
             .entry(peer)
-            .or_insert_with(|| TcpConnection::with_token_seed(config.clone(), now, rng.random()))
+            .or_insert_with(|| {
+                let conn = TcpConnection::with_token_seed(config.clone(), now, rng.random());
+                Connection::new(peer, conn)
+            })
+            .connection_mut()
     }
 
     /// A stream from `peer` was accepted. An earlier connection from the same address
@@ -91,32 +95,30 @@ impl StreamEndpoint {
     /// to bound.)
     pub fn accept(&mut self, now: Instant, peer: SocketAddr) {
         let conn = TcpConnection::with_token_seed(self.config.clone(), now, self.rng.random());
-        if let Some(mut old) = self.conns.insert(peer, conn) {
+        if let Some(mut old) = self.conns.insert(peer, Connection::new(peer, conn)) {
             // Its stream is gone: only its events remain to report.
-            old.handle_eof();
-            while let Some(event) = old.poll_event() {
-                self.events.extend(session_events(peer, event));
-            }
+            old.connection_mut().handle_eof();
+            self.events.extend(std::iter::from_fn(|| old.poll_event()));
         }
     }
 
     /// Bytes read from the stream of `peer` (ignored without a connection to it).
     pub fn handle_bytes(&mut self, now: Instant, peer: SocketAddr, bytes: &[u8]) {
-        if let Some(conn) = self.conns.get_mut(&peer) {
+        if let Some(conn) = self.connection_mut(peer) {
             conn.handle_bytes(now, bytes);
         }
     }
 
     /// The stream of `peer` ended (closed or reset by the peer, or refused).
     pub fn handle_eof(&mut self, peer: SocketAddr) {
-        if let Some(conn) = self.conns.get_mut(&peer) {
+        if let Some(conn) = self.connection_mut(peer) {
             conn.handle_eof();
         }
     }
 
     /// Handles the passing of time on every connection.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for conn in self.conns.values_mut() {
+        for conn in self.conns.values_mut().map(Connection::connection_mut) {
             if conn.poll_timeout().is_some_and(|t| t <= now) {
                 conn.handle_timeout(now);
             }
@@ -127,7 +129,7 @@ impl StreamEndpoint {
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.conns
             .values()
-            .filter_map(TcpConnection::poll_timeout)
+            .filter_map(|c| c.connection().poll_timeout())
             .min()
     }
 
@@ -147,26 +149,24 @@ impl StreamEndpoint {
                 continue;
             };
             self.drain(peer, &mut conn);
-            if !conn.is_closed() {
+            if !conn.connection().is_closed() {
                 self.conns.insert(peer, conn);
             }
         }
     }
 
     /// Moves `conn`'s bytes and events out; a closed one's stream is closed after them.
-    fn drain(&mut self, peer: SocketAddr, conn: &mut TcpConnection) {
-        while let Some(bytes) = conn.poll_transmit() {
+    fn drain(&mut self, peer: SocketAddr, conn: &mut Connection) {
+        while let Some(bytes) = conn.connection_mut().poll_transmit() {
             self.out.push_back(StreamTransmit::Data(peer, bytes));
         }
-        while let Some(event) = conn.poll_event() {
-            self.events.extend(session_events(peer, event));
-        }
-        if conn.is_closed() {
+        self.events.extend(std::iter::from_fn(|| conn.poll_event()));
+        if conn.connection().is_closed() {
             self.out.push_back(StreamTransmit::Close(peer));
         }
     }
 
-    fn open(&mut self, peer: SocketAddr) -> Result<&mut TcpConnection, SessionError> {
+    fn open(&mut self, peer: SocketAddr) -> Result<&mut Connection, SessionError> {
         self.conns
             .get_mut(&peer)
             .ok_or(SessionError::NotConnected(peer))
@@ -357,11 +357,8 @@ impl Session for StreamEndpoint {
         peer: SocketAddr,
         request: Message,
     ) -> Result<Outbound, SessionError> {
-        let token = self
-            .connect(now, peer)
-            .request(now, request.into())
-            .map_err(SessionError::Send)?;
-        Ok(Outbound::Stream { peer, token })
+        self.connect(now, peer);
+        self.open(peer)?.request(now, peer, request)
     }
 
     fn respond(
@@ -370,12 +367,10 @@ impl Session for StreamEndpoint {
         id: Inbound,
         response: Message,
     ) -> Result<(), SessionError> {
-        let Inbound::Stream { peer, token } = id else {
+        let Inbound::Stream { peer, .. } = id else {
             return Err(SessionError::WrongSession);
         };
-        self.open(peer)?
-            .respond(now, token, response.into())
-            .map_err(SessionError::Send)
+        self.open(peer)?.respond(now, id, response)
     }
 
     fn notify(
@@ -383,17 +378,16 @@ impl Session for StreamEndpoint {
         now: Instant,
         observation: &mut Observation,
         notification: Message,
-        _confirmable: bool,
+        confirmable: bool,
     ) -> Result<(), SessionError> {
         self.open(observation.peer)?
-            .notify(now, observation.token, notification.into())
-            .map_err(SessionError::Send)
+            .notify(now, observation, notification, confirmable)
     }
 
-    fn cancel(&mut self, _now: Instant, id: Outbound) {
-        if let Outbound::Stream { peer, token } = id {
-            if let Some(conn) = self.conns.get_mut(&peer) {
-                conn.cancel(token);
+    fn cancel(&mut self, now: Instant, id: Outbound) {
+        if let Outbound::Stream { peer, .. } = id {
+            if let Ok(conn) = self.open(peer) {
+                conn.cancel(now, id);
             }
         }
     }
@@ -410,7 +404,7 @@ impl Session for StreamEndpoint {
         limits: BlockLimits,
     ) -> Message {
         match self.conns.get(&peer) {
-            Some(conn) => slice_on(conn, asked, response, limits),
+            Some(conn) => conn.slice(peer, asked, response, limits),
             None => slice_asked(asked, response, BlockSize::Szx(limits.szx)),
         }
     }
