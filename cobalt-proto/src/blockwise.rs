@@ -205,6 +205,9 @@ pub fn slice_response(request: &Message, response: Message, max_szx: u8) -> Mess
 /// cut out of `response`, as [`slice_response_sized`] cuts it for a request carrying
 /// that Block2 option.
 pub fn slice_asked(asked: Option<BlockValue>, response: Message, size: BlockSize) -> Message {
+    if asked.is_none() && response.payload.len() <= size.bytes() {
+        return response;
+    }
     let mut request = Message::new(crate::message::MessageType::Confirmable, Code::GET, 0);
     if let Some(b) = asked {
         request.options.set_uint(opt::BLOCK2, b.encode());

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 /// Runs a handler: inline when it is ready at once (returning what `then` makes of
 /// its answer), otherwise on its executor (or as a task here), what `then` makes of
 /// its answer coming back through `done`.
+#[inline]
 pub(crate) fn run_handler<C: Send + 'static>(
     fut: BoxFuture,
     executor: &Executor,

@@ -60,8 +60,9 @@ pub(crate) struct ReplyContext {
     /// The key of a finished upload, to keep a large answer for Block2 follow-ups.
     upload: Option<Vec<u8>>,
     /// Register an observer if the response is a success: the resource, the request
-    /// and the version of the resource's state when the handler started.
-    register: Option<(Observable, Message, u64)>,
+    /// and the version of the resource's state when the handler started (boxed: rare,
+    /// and the context moves with every handler run).
+    register: Option<Box<(Observable, Message, u64)>>,
 }
 
 /// The server role over a session, keeping its uploads in `U`.
@@ -224,7 +225,7 @@ impl<U: UploadTable> ServerRole<U> {
     ) {
         let peer = ctx.peer;
         let mut registered: Option<RelationKey> = None;
-        if let Some((observable, request, version)) = ctx.register {
+        if let Some((observable, request, version)) = ctx.register.map(|r| *r) {
             if response.code.is_success() {
                 let key = (peer, request.token);
                 match self
@@ -352,7 +353,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
                 return self.finish_reply(session, now, id, resp, ctx);
             }
             let version = self.observers.version(o.id());
-            ctx.register = Some((o, r, version));
+            ctx.register = Some(Box::new((o, r, version)));
         }
         self.run(
             session,
