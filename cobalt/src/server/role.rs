@@ -491,3 +491,7 @@ impl Producer for Runner<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "role_tests.rs"]
+mod tests;
