@@ -13,12 +13,14 @@ use tokio::sync::mpsc;
 
 /// Runs a handler: inline when it is ready at once (returning what `then` makes of
 /// its answer), otherwise on its executor (or as a task here), what `then` makes of
-/// its answer coming back through `done`.
+/// its answer coming back through `done`, boxed (a queue allocates its slots in
+/// blocks, and there is one queue per stream connection: a pointer per slot keeps an
+/// idle connection small).
 #[inline]
 pub(crate) fn run_handler<C: Send + 'static>(
     fut: BoxFuture,
     executor: &Executor,
-    done: &mpsc::UnboundedSender<C>,
+    done: &mpsc::UnboundedSender<Box<C>>,
     then: impl FnOnce(Response) -> C + Send + 'static,
 ) -> Option<C> {
     let pending = if executor.is_inline() {
@@ -31,7 +33,7 @@ pub(crate) fn run_handler<C: Send + 'static>(
     };
     let done = done.clone();
     executor.spawn(pending, move |response| {
-        let _ = done.send(then(response));
+        let _ = done.send(Box::new(then(response)));
     });
     None
 }

@@ -73,7 +73,7 @@ pub(crate) struct ServerRole<U> {
     observers: FanOut,
     inbox: Arc<ChangeInbox>,
     uploads: U,
-    completions: mpsc::UnboundedSender<Completion>,
+    completions: mpsc::UnboundedSender<Box<Completion>>,
     client: Option<crate::Client>,
     /// Handlers handed off the loop whose answers have not come back.
     away: usize,
@@ -92,7 +92,7 @@ impl ShardRole {
         tree: Arc<ResourceTree>,
         limits: ServerLimits,
         inbox: Arc<ChangeInbox>,
-        completions: mpsc::UnboundedSender<Completion>,
+        completions: mpsc::UnboundedSender<Box<Completion>>,
         client: Option<crate::Client>,
     ) -> ShardRole {
         let budgets = tree.budgets();
@@ -126,7 +126,7 @@ impl ConnectionRole {
     pub(crate) fn for_connection(
         shared: &StreamShared,
         peer: SocketAddr,
-        completions: mpsc::UnboundedSender<Completion>,
+        completions: mpsc::UnboundedSender<Box<Completion>>,
     ) -> ConnectionRole {
         let inbox = Arc::new(ChangeInbox::default());
         let limits = shared.limits.clone();
@@ -294,7 +294,8 @@ fn respond<S: Session>(session: &mut S, now: Instant, id: Inbound, msg: Message)
 }
 
 impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
-    type Completion = Completion;
+    /// A handler's late answer, boxed on its way back (see [`run_handler`]).
+    type Completion = Box<Completion>;
 
     fn on_request(
         &mut self,
@@ -365,9 +366,9 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
     }
 
     /// A handler's late answer.
-    fn on_completion(&mut self, session: &mut S, now: Instant, done: Completion) {
+    fn on_completion(&mut self, session: &mut S, now: Instant, done: Box<Completion>) {
         self.away = self.away.saturating_sub(1);
-        self.complete(session, now, done);
+        self.complete(session, now, *done);
     }
 
     /// An undelivered confirmable notification, an RST rejecting a NON one, or an
@@ -456,7 +457,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
 struct Runner<'a> {
     tree: &'a ResourceTree,
     client: &'a Option<crate::Client>,
-    completions: &'a mpsc::UnboundedSender<Completion>,
+    completions: &'a mpsc::UnboundedSender<Box<Completion>>,
     away: &'a mut usize,
 }
 
