@@ -201,26 +201,17 @@ pub fn slice_response(request: &Message, response: Message, max_szx: u8) -> Mess
     slice_response_sized(request, response, BlockSize::Szx(max_szx))
 }
 
-/// The block `asked` for (or the first, when none was) of blocks of at most `size`
-/// cut out of `response`, as [`slice_response_sized`] cuts it for a request carrying
-/// that Block2 option.
-pub fn slice_asked(asked: Option<BlockValue>, response: Message, size: BlockSize) -> Message {
-    if asked.is_none() && response.payload.len() <= size.bytes() {
-        return response;
-    }
-    let mut request = Message::new(crate::message::MessageType::Confirmable, Code::GET, 0);
-    if let Some(b) = asked {
-        request.options.set_uint(opt::BLOCK2, b.encode());
-    }
-    slice_response_sized(&request, response, size)
-}
-
 /// Like [`slice_response`] with blocks of `size`, BERT included. A request that asks
 /// for blocks of SZX 0 to 6 gets blocks of at most that size (as asked); one that asks
 /// with SZX 7 gets BERT blocks from its NUM × 1024 on when `size` is BERT, else
 /// renumbered blocks of `size`.
-pub fn slice_response_sized(request: &Message, mut response: Message, size: BlockSize) -> Message {
-    let asked = request.block2();
+pub fn slice_response_sized(request: &Message, response: Message, size: BlockSize) -> Message {
+    slice_asked(request.block2(), response, size)
+}
+
+/// Like [`slice_response_sized`] for a request whose Block2 option is `asked` (none:
+/// the first block, or the whole response where it fits in one).
+pub fn slice_asked(asked: Option<BlockValue>, mut response: Message, size: BlockSize) -> Message {
     let size = match (asked, size) {
         (Some(b), BlockSize::Bert { .. }) if b.szx < BERT_SZX => BlockSize::Szx(b.szx),
         (Some(b), BlockSize::Szx(s)) => BlockSize::Szx(b.szx.min(s).min(MAX_UDP_SZX)),
