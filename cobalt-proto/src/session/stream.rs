@@ -77,17 +77,20 @@ impl StreamEndpoint {
     /// The connection to `peer`, opened (and [`StreamTransmit::Connect`] queued) if
     /// there is none.
     pub fn connect(&mut self, now: Instant, peer: SocketAddr) -> &mut TcpConnection {
+        self.opened(now, peer).connection_mut()
+    }
+
+    /// The session of the connection to `peer`, opened as [`StreamEndpoint::connect`]
+    /// opens it.
+    fn opened(&mut self, now: Instant, peer: SocketAddr) -> &mut Connection {
         if !self.conns.contains_key(&peer) {
             self.out.push_back(StreamTransmit::Connect(peer));
         }
         let (config, rng) = (&self.config, &mut self.rng);
-        self.conns
-            .entry(peer)
-            .or_insert_with(|| {
-                let conn = TcpConnection::with_token_seed(config.clone(), now, rng.random());
-                Connection::new(peer, conn)
-            })
-            .connection_mut()
+        self.conns.entry(peer).or_insert_with(|| {
+            let conn = TcpConnection::with_token_seed(config.clone(), now, rng.random());
+            Connection::new(peer, conn)
+        })
     }
 
     /// A stream from `peer` was accepted. An earlier connection from the same address
@@ -357,8 +360,7 @@ impl Session for StreamEndpoint {
         peer: SocketAddr,
         request: Message,
     ) -> Result<Outbound, SessionError> {
-        self.connect(now, peer);
-        self.open(peer)?.request(now, peer, request)
+        self.opened(now, peer).request(now, peer, request)
     }
 
     fn respond(
