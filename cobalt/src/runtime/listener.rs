@@ -275,11 +275,8 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
                     other => server.on_event(other),
                 }
             }
-            if !session.connection().is_closed() {
-                server.take_changes();
-                if server.has_work() {
-                    server.step(&mut session, Instant::now());
-                }
+            if !session.connection().is_closed() && server.has_work() {
+                server.step(&mut session, Instant::now());
             }
             counted = count_relations(&self.counters, counted, server.observer_count());
             let conn = session.connection_mut();
@@ -307,7 +304,8 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
                 Some(done) = self.completions.recv() => {
                     server.on_completion(&mut session, Instant::now(), done);
                 }
-                _ = changes.changed() => {}
+                // The inbox keeps the wake-up of a change posted meanwhile.
+                _ = changes.changed() => server.take_changes(),
                 _ = std::future::ready(()), if more => {}
                 _ = sleep_until(timer) => {
                     let now = Instant::now();
