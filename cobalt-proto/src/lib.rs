@@ -11,6 +11,7 @@
 //! `serde` they read and write configuration files.
 #![warn(missing_docs)]
 
+pub mod address;
 pub mod blockwise;
 pub mod budget;
 pub mod congestion;

@@ -16,7 +16,8 @@ use crate::message::{opt, BlockValue, Code, Message, MessageType};
 use crate::settings::{within, Param, Settings};
 use crate::tables::shrink_when_sparse;
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use crate::address::{AddressKey, AddressPrefix};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -134,17 +135,24 @@ struct Holding {
     bytes: usize,
 }
 
-/// Who holds how much: per IP address, per address and port, and in total.
+/// Who holds how much: per address key (IPv4 address or IPv6 prefix), per address and
+/// port, and in total.
 #[derive(Debug, Default)]
 struct Ledger {
-    per_ip: HashMap<IpAddr, Holding>,
+    /// How IPv6 addresses are counted.
+    prefix: AddressPrefix,
+    per_ip: HashMap<AddressKey, Holding>,
     per_peer: HashMap<SocketAddr, usize>,
     total: Holding,
 }
 
 impl Ledger {
-    fn ip(&self, ip: IpAddr) -> Holding {
-        self.per_ip.get(&ip).copied().unwrap_or_default()
+    fn key(&self, peer: SocketAddr) -> AddressKey {
+        AddressKey::of(peer.ip(), self.prefix)
+    }
+
+    fn ip(&self, key: AddressKey) -> Holding {
+        self.per_ip.get(&key).copied().unwrap_or_default()
     }
 
     fn peer(&self, peer: SocketAddr) -> usize {
@@ -154,11 +162,12 @@ impl Ledger {
     /// Adds (or, negative, gives back) uploads and bytes of `peer`.
     fn add(&mut self, peer: SocketAddr, uploads: isize, bytes: isize) {
         let apply = |v: &mut usize, d: isize| *v = v.saturating_add_signed(d);
-        let h = self.per_ip.entry(peer.ip()).or_default();
+        let key = self.key(peer);
+        let h = self.per_ip.entry(key).or_default();
         apply(&mut h.uploads, uploads);
         apply(&mut h.bytes, bytes);
         if h.uploads == 0 && h.bytes == 0 {
-            self.per_ip.remove(&peer.ip());
+            self.per_ip.remove(&key);
             shrink_when_sparse(&mut self.per_ip);
         }
         if uploads != 0 {
@@ -174,7 +183,7 @@ impl Ledger {
     }
 
     /// The address holding the most uploads (`by_bytes`: bytes).
-    fn heaviest(&self, by_bytes: bool) -> Option<(IpAddr, usize)> {
+    fn heaviest(&self, by_bytes: bool) -> Option<(AddressKey, usize)> {
         self.per_ip
             .iter()
             .map(|(ip, h)| (*ip, if by_bytes { h.bytes } else { h.uploads }))
@@ -239,6 +248,13 @@ impl Uploads {
     /// listener that announces Block-Wise-Transfer.
     pub fn with_bert(mut self, bert: bool) -> Uploads {
         self.bert = bert;
+        self
+    }
+
+    /// Counts IPv6 peers by `prefix` (default /64; [`crate::address`]) in the
+    /// per-address budgets. Set it before the first upload.
+    pub fn with_address_prefix(mut self, prefix: AddressPrefix) -> Uploads {
+        self.ledger.prefix = prefix;
         self
     }
 
@@ -361,13 +377,14 @@ impl Uploads {
     /// oldest upload's place.
     fn admit(&mut self, peer: SocketAddr) -> Result<(), Refusal> {
         let b = self.bounds.clone();
-        let mine = self.ledger.ip(peer.ip());
+        let key = self.ledger.key(peer);
+        let mine = self.ledger.ip(key);
         let refusal = if self.ledger.peer(peer) >= b.max_uploads_per_peer
             || mine.uploads >= b.max_uploads_per_ip
         {
             Some(Refusal::PeerBudget)
         } else if fair_share_exceeded(mine.uploads, 1, self.ledger.total.uploads, b.max_uploads)
-            && !(self.ledger.total.uploads >= b.max_uploads && self.evict(peer.ip(), false))
+            && !(self.ledger.total.uploads >= b.max_uploads && self.evict(key, false))
         {
             Some(Refusal::ServerBound)
         } else {
@@ -385,7 +402,8 @@ impl Uploads {
     /// Room for `more` bytes of `peer`, like [`Uploads::admit`] for bytes.
     fn admit_bytes(&mut self, peer: SocketAddr, more: usize) -> Result<(), Refusal> {
         let b = self.bounds.clone();
-        let mine = self.ledger.ip(peer.ip());
+        let key = self.ledger.key(peer);
+        let mine = self.ledger.ip(key);
         if mine.bytes + more > b.max_upload_memory_per_ip {
             self.counters.refused(Refusal::PeerBudget);
             return Err(Refusal::PeerBudget);
@@ -393,7 +411,7 @@ impl Uploads {
         let max = b.max_upload_memory;
         while fair_share_exceeded(mine.bytes, more, self.ledger.total.bytes, max) {
             // At the bound, heavier addresses make room; otherwise this one is heavy.
-            if self.ledger.total.bytes + more <= max || !self.evict(peer.ip(), true) {
+            if self.ledger.total.bytes + more <= max || !self.evict(key, true) {
                 self.counters.refused(Refusal::ServerBound);
                 return Err(Refusal::ServerBound);
             }
@@ -402,12 +420,12 @@ impl Uploads {
     }
 
     /// Drops the oldest upload (or kept answer, `by_bytes`) of the address holding
-    /// the most, if that is more than `ip` holds; true if one was dropped.
-    fn evict(&mut self, ip: IpAddr, by_bytes: bool) -> bool {
+    /// the most, if that is more than `key` holds; true if one was dropped.
+    fn evict(&mut self, key: AddressKey, by_bytes: bool) -> bool {
         let Some((heavy, held)) = self.ledger.heaviest(by_bytes) else {
             return false;
         };
-        let mine = self.ledger.ip(ip);
+        let mine = self.ledger.ip(key);
         if held <= if by_bytes { mine.bytes } else { mine.uploads } {
             return false;
         }
@@ -422,7 +440,7 @@ impl Uploads {
             .map(|(k, u)| (k, u.touched))
             .chain(self.streams.iter().map(|(k, s)| (k, s.touched)))
             .chain(answers)
-            .filter(|(k, _)| k.0.ip() == heavy)
+            .filter(|(k, _)| self.ledger.key(k.0) == heavy)
             .min_by_key(|(_, t)| *t)
             .map(|(k, _)| k.clone());
         let Some(key) = oldest else {
@@ -584,7 +602,7 @@ impl Uploads {
         let key = (peer, key);
         self.drop_answer(&key);
         let b = &self.bounds;
-        let (mine, total) = (self.ledger.ip(peer.ip()), self.ledger.total);
+        let (mine, total) = (self.ledger.ip(self.ledger.key(peer)), self.ledger.total);
         let n = response.payload.len();
         if self.answers.len() >= b.max_uploads
             || mine.bytes + n > b.max_upload_memory_per_ip
@@ -934,6 +952,35 @@ mod tests {
     }
 
     #[test]
+    fn addresses_rotating_inside_one_ipv6_prefix_share_one_budget() {
+        let (u, _) = limited(1000, 4, 1000);
+        let mut u = u.with_address_prefix(AddressPrefix::SUBNET);
+        let now = Instant::now();
+        let at = |s: &str| SocketAddr::new(s.parse().unwrap(), 5683);
+        for host in 1..=4 {
+            let from = at(&format!("2001:db8::{host}"));
+            assert_eq!(start(&mut u, now, from, 0), Code::CONTINUE);
+        }
+        assert_eq!(
+            start(&mut u, now, at("2001:db8::ffff:5"), 0),
+            Code::TOO_MANY_REQUESTS,
+            "the next address of the same /64"
+        );
+        assert_eq!(
+            start(&mut u, now, at("2001:db8:0:1::1"), 0),
+            Code::CONTINUE,
+            "the next /64"
+        );
+        // With /128 every address has its own budget.
+        let (u, _) = limited(1000, 4, 1000);
+        let mut u = u.with_address_prefix(AddressPrefix::HOST);
+        for host in 1..=5 {
+            let from = at(&format!("2001:db8::{host}"));
+            assert_eq!(start(&mut u, now, from, 0), Code::CONTINUE);
+        }
+    }
+
+    #[test]
     fn at_the_bound_heavy_addresses_are_refused_and_light_ones_get_room() {
         let (mut u, c) = limited(1000, 1000, 100);
         let t0 = Instant::now();
@@ -961,7 +1008,7 @@ mod tests {
         // ... a light one gets the place of the heavy address's oldest upload.
         assert_eq!(start(&mut u, t, from(28, 1), 0), Code::CONTINUE);
         assert_eq!(u.in_progress(), 100);
-        assert_eq!(u.ledger.ip(from(1, 0).ip()).uploads, 49);
+        assert_eq!(u.ledger.ip(u.ledger.key(from(1, 0))).uploads, 49);
         assert_eq!(c.evicted.load(Ordering::Relaxed), 1);
     }
 

@@ -1,5 +1,5 @@
 //! Admission of new requests: bounds on the requests in progress per peer (IP address
-//! and port), per IP address and in total, so that one peer's flood is refused without
+//! and port), per address key (IPv4 address or IPv6 prefix, [`AddressKey`]) and in total, so that one peer's flood is refused without
 //! refusing anyone else.
 //!
 //! A peer over its own bound, or an address over its bound, gets 4.29 Too Many
@@ -9,8 +9,9 @@
 
 use super::dedup::shrink_map;
 use super::EndpointConfig;
+use crate::address::AddressKey;
 use hashbrown::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 /// Why a request was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub(crate) enum Refusal {
 #[derive(Debug, Default)]
 pub(crate) struct Admission {
     per_peer: HashMap<SocketAddr, u32>,
-    per_ip: HashMap<IpAddr, u32>,
+    per_ip: HashMap<AddressKey, u32>,
     total: usize,
 }
 
@@ -33,7 +34,8 @@ impl Admission {
     /// Counts a new request from `peer` in, or says why not.
     pub(crate) fn admit(&mut self, cfg: &EndpointConfig, peer: SocketAddr) -> Result<(), Refusal> {
         let of_peer = self.per_peer.get(&peer).copied().unwrap_or(0) as usize;
-        let of_ip = self.per_ip.get(&peer.ip()).copied().unwrap_or(0) as usize;
+        let key = AddressKey::of(peer.ip(), cfg.ipv6_budget_prefix);
+        let of_ip = self.per_ip.get(&key).copied().unwrap_or(0) as usize;
         if of_peer >= cfg.max_exchanges_per_peer || of_ip >= cfg.max_exchanges_per_ip {
             return Err(Refusal::PeerBusy);
         }
@@ -42,23 +44,24 @@ impl Admission {
             return Err(Refusal::Overloaded);
         }
         *self.per_peer.entry(peer).or_insert(0) += 1;
-        *self.per_ip.entry(peer.ip()).or_insert(0) += 1;
+        *self.per_ip.entry(key).or_insert(0) += 1;
         self.total += 1;
         Ok(())
     }
 
     /// A request of `peer` was answered (or dropped).
-    pub(crate) fn release(&mut self, peer: SocketAddr) {
+    pub(crate) fn release(&mut self, cfg: &EndpointConfig, peer: SocketAddr) {
         if let Some(n) = self.per_peer.get_mut(&peer) {
             *n -= 1;
             if *n == 0 {
                 self.per_peer.remove(&peer);
             }
         }
-        if let Some(n) = self.per_ip.get_mut(&peer.ip()) {
+        let key = AddressKey::of(peer.ip(), cfg.ipv6_budget_prefix);
+        if let Some(n) = self.per_ip.get_mut(&key) {
             *n -= 1;
             if *n == 0 {
-                self.per_ip.remove(&peer.ip());
+                self.per_ip.remove(&key);
             }
         }
         self.total = self.total.saturating_sub(1);
@@ -102,7 +105,7 @@ mod tests {
             "address full"
         );
         assert_eq!(a.admit(&c, at("10.0.0.2:1")), Ok(()), "others unaffected");
-        a.release(at("10.0.0.1:1"));
+        a.release(&c, at("10.0.0.1:1"));
         assert_eq!(a.admit(&c, at("10.0.0.1:3")), Ok(()));
     }
 
@@ -120,10 +123,35 @@ mod tests {
         // The reserve is an eighth of the bound: one more newcomer here, then none.
         assert_eq!(a.admit(&c, at("10.0.0.3:1")), Err(Refusal::Overloaded));
         for port in 0..8 {
-            a.release(SocketAddr::from(([10, 0, 0, 1], port)));
+            a.release(&c, SocketAddr::from(([10, 0, 0, 1], port)));
         }
-        a.release(at("10.0.0.2:1"));
+        a.release(&c, at("10.0.0.2:1"));
         assert_eq!(a.total, 0);
         assert!(a.per_peer.is_empty() && a.per_ip.is_empty());
+    }
+
+    #[test]
+    fn addresses_rotating_inside_one_ipv6_prefix_share_one_budget() {
+        let c = cfg(1000, 100, 4);
+        let mut a = Admission::default();
+        for host in 1..=4u16 {
+            let peer = SocketAddr::new(format!("2001:db8::{host}").parse().unwrap(), 5683);
+            assert_eq!(a.admit(&c, peer), Ok(()));
+        }
+        assert_eq!(
+            a.admit(&c, at("[2001:db8::ffff:5]:5683")),
+            Err(Refusal::PeerBusy),
+            "the next address of the same /64"
+        );
+        assert_eq!(a.admit(&c, at("[2001:db8:0:1::1]:5683")), Ok(()), "the next /64");
+        let host_wide = EndpointConfig {
+            ipv6_budget_prefix: crate::address::AddressPrefix::HOST,
+            ..c.clone()
+        };
+        assert_eq!(
+            a.admit(&host_wide, at("[2001:db8::ffff:5]:5683")),
+            Ok(()),
+            "counted by the whole address with /128"
+        );
     }
 }

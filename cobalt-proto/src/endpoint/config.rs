@@ -1,5 +1,6 @@
 //! Protocol parameters of the endpoint (RFC 7252 §4.8), all configurable.
 
+use crate::address::AddressPrefix;
 use crate::congestion::{Algorithm, Params, PeerTable};
 use crate::settings::{within, Param, Settings};
 use std::sync::Arc;
@@ -55,9 +56,16 @@ pub struct EndpointConfig {
     /// Requests in progress per peer (IP address and port, default 32); beyond it 4.29
     /// Too Many Requests (RFC 8516) with Max-Age.
     pub max_exchanges_per_peer: usize,
-    /// Requests in progress per IP address over all its ports (default 10,000); beyond
-    /// it 4.29 with Max-Age.
+    /// Requests in progress per IP address (IPv6: per [`ipv6_budget_prefix`]) over all
+    /// its ports (default 10,000); beyond it 4.29 with Max-Age.
+    ///
+    /// [`ipv6_budget_prefix`]: EndpointConfig::ipv6_budget_prefix
     pub max_exchanges_per_ip: usize,
+    /// How IPv6 peers are counted by every per-address budget: by this many leading
+    /// bits of their address (default /64, what one host or subscriber usually holds;
+    /// see [`crate::address`]). IPv4 addresses are counted whole. A server applies it
+    /// to exchanges, uploads, observe relations, connections and DTLS handshakes alike.
+    pub ipv6_budget_prefix: AddressPrefix,
     /// Upper bound on client requests outstanding or queued; `request` fails beyond it.
     pub max_client_exchanges: usize,
     /// Length of generated tokens in bytes (1–8, default 8).
@@ -110,6 +118,7 @@ impl Default for EndpointConfig {
             max_server_exchanges: 100_000,
             max_exchanges_per_peer: 32,
             max_exchanges_per_ip: 10_000,
+            ipv6_budget_prefix: AddressPrefix::SUBNET,
             max_client_exchanges: 100_000,
             token_len: 8,
             dedup_rerun_safe: true,
@@ -181,7 +190,8 @@ impl Settings for EndpointConfig {
             Param::new("max_dedup_bytes", "Bytes the deduplication store of one shard may hold (answers plus 160 bytes per message); near it the busiest peers keep only their last two messages, at it the oldest go. Nobody is refused for it.", "at least 65536", self.max_dedup_bytes >= 64 << 10),
             Param::new("max_server_exchanges", "Requests being handled at once per shard; at the bound an IP address that already has requests in progress gets 5.03 with Max-Age, one with none still gets in (up to an eighth more).", at_least_1, self.max_server_exchanges >= 1),
             Param::new("max_exchanges_per_peer", "Requests in progress per peer (IP address and port); beyond it 4.29 Too Many Requests with Max-Age.", at_least_1, self.max_exchanges_per_peer >= 1),
-            Param::new("max_exchanges_per_ip", "Requests in progress per IP address, over all its ports; beyond it 4.29 with Max-Age.", at_least_1, self.max_exchanges_per_ip >= 1),
+            Param::new("max_exchanges_per_ip", "Requests in progress per IP address (IPv6: per ipv6_budget_prefix), over all its ports; beyond it 4.29 with Max-Age.", at_least_1, self.max_exchanges_per_ip >= 1),
+            Param::new("ipv6_budget_prefix", "Leading bits of an IPv6 address that make one budget, for every per-address bound of the server (exchanges, uploads, observers, connections, DTLS handshakes); IPv4 addresses count whole. 64: one /64, what a host or subscriber usually holds; 128: every address on its own.", "1 to 128", (1..=128).contains(&self.ipv6_budget_prefix.bits())),
             Param::new("max_client_exchanges", "Bound on client requests outstanding or queued.", at_least_1, self.max_client_exchanges >= 1),
             Param::new("token_len", "Length of generated tokens in bytes.", "1 to 8", (1..=8).contains(&self.token_len)),
             Param::new("dedup_rerun_safe", "Keep no answers of safe requests (GET, FETCH): a duplicate arriving after the answer runs the handler again (RFC 7252 §4.5); false keeps them like other methods' answers.", "true or false", true),

@@ -170,7 +170,7 @@ impl Endpoint {
         mut response: Message,
     ) -> Result<(), UnknownExchange> {
         let ex = self.server.remove(&id).ok_or(UnknownExchange(id))?;
-        self.admission.release(ex.peer);
+        self.admission.release(&self.config, ex.peer);
         response.token = ex.token;
         let key = (ex.peer, ex.mid);
         if suppressed(ex.no_response, response.code) {

@@ -11,6 +11,7 @@ use crate::metrics::TcpCounters;
 use crate::transport::limits::TcpServerLimits;
 use crate::transport::link::{flush, handle_input, sleep_until, Link, Stream, TcpLink};
 use crate::transport::per_ip::{IpBudget, IpPermit};
+use cobalt_proto::address::AddressPrefix;
 use crate::transport::tls::TlsAcceptor;
 use cobalt_proto::session::stream::Connection;
 use cobalt_proto::session::{Session, SessionEvent};
@@ -65,6 +66,8 @@ pub(crate) struct Transport {
     pub framing: Framing,
     /// TLS under the framing (`coaps+tcp`, `coaps+ws`).
     pub tls: Option<TlsAcceptor>,
+    /// How the per-address budgets count IPv6 peers (`ipv6_budget_prefix`).
+    pub address_prefix: AddressPrefix,
 }
 
 /// Binds `addr` and serves over `coap+tcp` (stream framing) or `coap+ws` (WebSocket
@@ -86,8 +89,9 @@ pub(crate) async fn listen<S: Service<Connection> + Send>(
     let seen = counters.clone();
     let task = tokio::spawn(async move {
         let permits = Arc::new(Semaphore::new(tcp.max_connections.max(1)));
-        let per_ip = IpBudget::new(tcp.max_connections_per_ip.max(1));
-        let handshakes_per_ip = IpBudget::new(tcp.max_handshakes_per_ip.max(1));
+        let per_ip = IpBudget::new(tcp.max_connections_per_ip.max(1), transport.address_prefix);
+        let handshakes_per_ip =
+            IpBudget::new(tcp.max_handshakes_per_ip.max(1), transport.address_prefix);
         // TLS handshakes and WebSocket upgrades come before CoAP.
         let handshaking = transport.tls.is_some() || framing == Framing::WebSocket;
         let mut conns = JoinSet::new();

@@ -6,12 +6,13 @@
 //! counters of refusals.
 //!
 //! [`ObserverBudget`] keeps the observe relations (RFC 7641) of one server per client
-//! IP address and in total, over all its UDP shards and TCP, TLS and WebSocket
+//! address key (IPv4 address or IPv6 prefix, [`AddressKey`]) and in total, over all its UDP shards and TCP, TLS and WebSocket
 //! connections; the uploads in progress keep their own per-peer ledger
 //! (`cobalt_proto::blockwise::uploads`), counting here.
 
 use crate::metrics::LimitCounters;
-use cobalt_proto::blockwise::uploads::UploadCounters;
+use cobalt_proto::address::{AddressKey, AddressPrefix};
+use cobalt_proto::blockwise::uploads::{UploadCounters, UploadLimits, Uploads};
 pub(crate) use cobalt_proto::budget::{fair_share_exceeded, Refusal};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -36,6 +37,22 @@ impl Default for Budgets {
             observers: Arc::new(ObserverBudget::new(counters.clone())),
             counters,
         }
+    }
+}
+
+impl Budgets {
+    /// Counts IPv6 peers by `prefix` in every per-address budget made here from now
+    /// on: the observe relations and the upload tables of [`Budgets::uploads`]. The
+    /// server sets it from `ipv6_budget_prefix` before it serves anyone.
+    pub(crate) fn count_ipv6_by(&self, prefix: AddressPrefix) {
+        self.observers.count_ipv6_by(prefix);
+    }
+
+    /// An empty upload table within `limits`, counting its refusals here and IPv6
+    /// peers as the observe relations do.
+    pub(crate) fn uploads(&self, limits: UploadLimits) -> Uploads {
+        Uploads::new(limits, self.counters.clone())
+            .with_address_prefix(self.observers.address_prefix())
     }
 }
 
@@ -65,7 +82,7 @@ impl UploadCounters for LimitCounters {
     }
 }
 
-/// The observe relations of one server, per client IP address and in total.
+/// The observe relations of one server, per client address key and in total.
 #[derive(Debug, Default)]
 pub(crate) struct ObserverBudget {
     held: Mutex<Held>,
@@ -75,8 +92,10 @@ pub(crate) struct ObserverBudget {
 
 #[derive(Debug, Default)]
 struct Held {
+    /// How IPv6 addresses are counted (set when the server starts).
+    prefix: AddressPrefix,
     total: usize,
-    per_ip: HashMap<IpAddr, usize>,
+    per_ip: HashMap<AddressKey, usize>,
 }
 
 impl ObserverBudget {
@@ -90,6 +109,17 @@ impl ObserverBudget {
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts IPv6 addresses by `prefix` from now on (the server sets it before it
+    /// serves anyone; relations held already stay counted under their old key).
+    pub(crate) fn count_ipv6_by(&self, prefix: AddressPrefix) {
+        self.held().prefix = prefix;
+    }
+
+    /// How IPv6 addresses are counted.
+    pub(crate) fn address_prefix(&self) -> AddressPrefix {
+        self.held().prefix
     }
 
     /// Whether `ip` may add a relation now (nothing is taken; a refusal is counted);
@@ -107,7 +137,8 @@ impl ObserverBudget {
 
     fn take(&self, ip: IpAddr, per_ip: usize, bound: usize, take: bool) -> Result<(), Refusal> {
         let mut held = self.held();
-        let mine = held.per_ip.get(&ip).copied().unwrap_or(0);
+        let key = AddressKey::of(ip, held.prefix);
+        let mine = held.per_ip.get(&key).copied().unwrap_or(0);
         let refusal = if mine >= per_ip {
             Some(Refusal::PeerBudget)
         } else if fair_share_exceeded(mine, 1, held.total, bound) {
@@ -122,7 +153,7 @@ impl ObserverBudget {
         }
         if take {
             held.total += 1;
-            *held.per_ip.entry(ip).or_default() += 1;
+            *held.per_ip.entry(key).or_default() += 1;
         }
         Ok(())
     }
@@ -130,12 +161,13 @@ impl ObserverBudget {
     /// Gives back one relation of `ip`.
     pub(crate) fn release(&self, ip: IpAddr) {
         let mut held = self.held();
-        let Some(n) = held.per_ip.get_mut(&ip) else {
+        let key = AddressKey::of(ip, held.prefix);
+        let Some(n) = held.per_ip.get_mut(&key) else {
             return;
         };
         *n -= 1;
         if *n == 0 {
-            held.per_ip.remove(&ip);
+            held.per_ip.remove(&key);
             cobalt_proto::tables::shrink_when_sparse(&mut held.per_ip);
         }
         held.total = held.total.saturating_sub(1);
@@ -150,7 +182,9 @@ impl ObserverBudget {
     /// Relations held now by `ip`.
     #[cfg(test)]
     pub(crate) fn of(&self, ip: IpAddr) -> usize {
-        self.held().per_ip.get(&ip).copied().unwrap_or(0)
+        let held = self.held();
+        let key = AddressKey::of(ip, held.prefix);
+        held.per_ip.get(&key).copied().unwrap_or(0)
     }
 }
 
@@ -186,6 +220,30 @@ mod tests {
         assert_eq!(b.of(ip(1)), 0);
         assert_eq!(b.total(), 26);
         assert!(b.admit(ip(1), per_ip, bound).is_ok());
+    }
+
+    #[test]
+    fn addresses_rotating_inside_one_ipv6_prefix_share_one_budget() {
+        let b = ObserverBudget::default();
+        let at = |s: &str| s.parse::<IpAddr>().unwrap();
+        for host in 1..=4 {
+            b.admit(at(&format!("2001:db8::{host}")), 4, 1000).unwrap();
+        }
+        assert_eq!(
+            b.admit(at("2001:db8::ffff:5"), 4, 1000),
+            Err(Refusal::PeerBudget),
+            "the next address of the same /64"
+        );
+        assert!(b.admit(at("2001:db8:0:1::1"), 4, 1000).is_ok(), "the next /64");
+        assert_eq!(b.of(at("2001:db8::77")), 4);
+        // Configurable: by /48, other /64s of the same /48 share the budget too.
+        let b = ObserverBudget::default();
+        b.count_ipv6_by(AddressPrefix::new(48));
+        for net in 1..=4 {
+            b.admit(at(&format!("2001:db8:0:{net}::1")), 4, 1000).unwrap();
+        }
+        assert!(b.admit(at("2001:db8:0:5::1"), 4, 1000).is_err());
+        assert!(b.admit(at("2001:db8:1::1"), 4, 1000).is_ok());
     }
 
     #[test]

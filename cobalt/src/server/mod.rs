@@ -278,12 +278,13 @@ impl Server {
     /// A DTLS session table for one shard.
     fn dtls_layer(&self) -> Result<Box<dyn DtlsBackend>> {
         self.require_credentials(Scheme::Coaps)?;
-        let layer = OpensslDtls::server_with(
+        let mut layer = OpensslDtls::server_with(
             self.psk_keys.clone(),
             self.x509.as_deref(),
             self.dtls_config.clone(),
         )
         .map_err(|e| e.into_error("DTLS", Scheme::Coaps))?;
+        layer.count_ipv6_by(self.config.ipv6_budget_prefix);
         Ok(Box::new(layer))
     }
 
@@ -335,7 +336,11 @@ impl Server {
             Framing::Stream => self.tcp_limits.clone(),
             Framing::WebSocket => self.ws_limits.clone(),
         };
-        let transport = Transport { framing, tls };
+        let transport = Transport {
+            framing,
+            tls,
+            address_prefix: self.config.ipv6_budget_prefix,
+        };
         let shared = Arc::new(StreamShared::new(
             tree.clone(),
             self.limits.clone(),
@@ -378,6 +383,7 @@ impl Server {
             metrics = metrics.with_stages(self.stage_counters.clone());
         }
         let tree = Arc::new(std::mem::take(&mut self.tree));
+        tree.budgets().count_ipv6_by(self.config.ipv6_budget_prefix);
         let mut started = Started::default();
         let mut listening = Vec::new();
         let mut slots = metrics.shards().iter().cloned();

@@ -101,7 +101,7 @@ impl ShardRole {
             max_bert_block: 0,
         };
         ServerRole {
-            uploads: Uploads::new(limits.uploads.clone(), budgets.counters.clone()),
+            uploads: budgets.uploads(limits.uploads.clone()),
             observers: FanOut::new(
                 tree.observables(),
                 None,

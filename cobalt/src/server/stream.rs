@@ -6,7 +6,6 @@
 use super::tree::ResourceTree;
 use super::upload_table::SharedUploads;
 use super::ServerLimits;
-use cobalt_proto::blockwise::uploads::Uploads;
 use std::sync::Arc;
 
 /// What one listener's connections share.
@@ -31,8 +30,7 @@ impl StreamShared {
         bert: bool,
         max_bert_block: usize,
     ) -> StreamShared {
-        let uploads =
-            Uploads::new(limits.uploads.clone(), tree.budgets().counters.clone()).with_bert(bert);
+        let uploads = tree.budgets().uploads(limits.uploads.clone()).with_bert(bert);
         StreamShared {
             tree,
             limits,

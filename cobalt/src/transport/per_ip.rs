@@ -2,30 +2,22 @@
 //! address may hold, so that one address reaching its budget is refused while others
 //! are still served.
 //!
-//! An address is counted by [`budget_key`]: IPv4 addresses (also when they arrive
-//! IPv4-mapped on a dual-stack socket) as they are, IPv6 addresses by their /64 prefix,
-//! since one host or one subscriber usually holds a whole /64.
+//! An address is counted by its [`AddressKey`], as every per-address budget of the
+//! server is: IPv4 addresses (also when they arrive IPv4-mapped on a dual-stack
+//! socket) as they are, IPv6 addresses by a prefix ([`AddressPrefix`], /64 unless
+//! `ipv6_budget_prefix` says otherwise), since one host or one subscriber usually
+//! holds a whole /64.
 //!
 //! [`IpCounts`] is the plain table (one owner, e.g. a DTLS shard); [`IpBudget`] shares
 //! one between tasks (TCP, TLS and WebSocket listeners) and hands out [`IpPermit`]s
 //! that give their place back when dropped. Both give their memory back when they
 //! empty (see [`shrink_when_sparse`]).
 
+use cobalt_proto::address::{AddressKey, AddressPrefix};
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-
-/// The key `ip` is counted under: IPv4 (IPv4-mapped IPv6 too) as is, IPv6 by /64.
-pub fn budget_key(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-        }
-    }
-}
 
 /// A table is shrunk only above this capacity (below, not worth a reallocation).
 const SHRINK_ABOVE: usize = 256;
@@ -44,28 +36,39 @@ pub fn shrink_when_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
 /// How many things (handshakes, connections) each address key holds.
 #[derive(Debug, Default)]
 pub struct IpCounts {
-    counts: HashMap<IpAddr, u32>,
+    /// How IPv6 addresses are counted.
+    prefix: AddressPrefix,
+    counts: HashMap<AddressKey, u32>,
 }
 
 impl IpCounts {
-    /// An empty table.
-    pub fn new() -> IpCounts {
-        IpCounts::default()
+    /// An empty table counting IPv6 addresses by `prefix`.
+    pub fn new(prefix: AddressPrefix) -> IpCounts {
+        IpCounts {
+            prefix,
+            counts: HashMap::new(),
+        }
+    }
+
+    /// The key `ip` is counted under.
+    pub fn key(&self, ip: IpAddr) -> AddressKey {
+        AddressKey::of(ip, self.prefix)
     }
 
     /// What `ip`'s key holds.
     pub fn get(&self, ip: IpAddr) -> u32 {
-        self.counts.get(&budget_key(ip)).copied().unwrap_or(0)
+        self.counts.get(&self.key(ip)).copied().unwrap_or(0)
     }
 
     /// Counts one more for `ip`'s key.
     pub fn add(&mut self, ip: IpAddr) {
-        *self.counts.entry(budget_key(ip)).or_default() += 1;
+        let key = self.key(ip);
+        *self.counts.entry(key).or_default() += 1;
     }
 
     /// Counts one less for `ip`'s key (forgetting keys that reach zero).
     pub fn remove(&mut self, ip: IpAddr) {
-        let key = budget_key(ip);
+        let key = self.key(ip);
         if let Some(n) = self.counts.get_mut(&key) {
             *n -= 1;
             if *n == 0 {
@@ -76,7 +79,7 @@ impl IpCounts {
     }
 
     /// The key holding the most (any of them on a tie), with its count.
-    pub fn busiest(&self) -> Option<(IpAddr, u32)> {
+    pub fn busiest(&self) -> Option<(AddressKey, u32)> {
         self.counts
             .iter()
             .max_by_key(|(_, n)| **n)
@@ -107,11 +110,11 @@ pub struct IpBudget {
 }
 
 impl IpBudget {
-    /// A budget of `limit` per address key.
-    pub fn new(limit: usize) -> Arc<IpBudget> {
+    /// A budget of `limit` per address key, IPv6 addresses counted by `prefix`.
+    pub fn new(limit: usize, prefix: AddressPrefix) -> Arc<IpBudget> {
         Arc::new(IpBudget {
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
-            counts: Mutex::new(IpCounts::new()),
+            counts: Mutex::new(IpCounts::new(prefix)),
         })
     }
 
@@ -163,21 +166,32 @@ impl Drop for IpPermit {
 mod tests {
     use super::*;
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
     #[test]
-    fn mapped_ipv4_and_ipv6_prefixes_share_a_key() {
-        let v4: IpAddr = "127.0.0.2".parse().unwrap();
-        let mapped: IpAddr = "::ffff:127.0.0.2".parse().unwrap();
-        assert_eq!(budget_key(mapped), v4);
-        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
-        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(budget_key(a), budget_key(b));
-        assert_ne!(budget_key(a), budget_key(c));
+    fn addresses_rotating_inside_one_ipv6_prefix_share_one_budget() {
+        let budget = IpBudget::new(4, AddressPrefix::SUBNET);
+        let held: Vec<IpPermit> = (1..=4)
+            .map(|host| budget.try_acquire(ip(&format!("2001:db8::{host}"))).unwrap())
+            .collect();
+        assert!(
+            budget.try_acquire(ip("2001:db8::ffff:5")).is_none(),
+            "the next address of the same /64"
+        );
+        assert!(budget.try_acquire(ip("2001:db8:0:1::1")).is_some(), "the next /64");
+        assert_eq!(budget.addresses(), 1, "the permit for the next /64 was dropped");
+        drop(held);
+        assert_eq!(budget.addresses(), 0);
+        let per_host = IpBudget::new(1, AddressPrefix::HOST);
+        let _a = per_host.try_acquire(ip("2001:db8::1")).unwrap();
+        assert!(per_host.try_acquire(ip("2001:db8::2")).is_some(), "/128");
     }
 
     #[test]
     fn budget_refuses_one_address_and_not_another() {
-        let budget = IpBudget::new(2);
+        let budget = IpBudget::new(2, AddressPrefix::default());
         let (a, b): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap());
         let p1 = budget.try_acquire(a).unwrap();
         let _p2 = budget.try_acquire(a).unwrap();
@@ -198,7 +212,7 @@ mod tests {
 
     #[test]
     fn counts_shrink_after_a_flood() {
-        let mut counts = IpCounts::new();
+        let mut counts = IpCounts::new(AddressPrefix::default());
         let ips: Vec<IpAddr> = (0..10_000u32)
             .map(|i| IpAddr::V4(std::net::Ipv4Addr::from(0x7f00_0000 + i)))
             .collect();

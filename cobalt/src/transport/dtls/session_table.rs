@@ -8,6 +8,7 @@ use crate::transport::credentials::{
     PskStore, X509Credentials,
 };
 use crate::transport::per_ip::IpCounts;
+use cobalt_proto::address::AddressPrefix;
 use cobalt_proto::endpoint::Transmit;
 use foreign_types::ForeignTypeRef;
 use openssl::{
@@ -267,7 +268,7 @@ impl OpensslDtls {
             config,
             sessions: HashMap::new(),
             handshaking: HashMap::new(),
-            handshakes_per_ip: IpCounts::new(),
+            handshakes_per_ip: IpCounts::new(AddressPrefix::default()),
             anonymous: 0,
             no_stale_before: None,
             listener: None,

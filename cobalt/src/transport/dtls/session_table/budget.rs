@@ -4,11 +4,20 @@
 //! gives the tables' memory back when they empty.
 
 use super::{DtlsEvent, OpensslDtls, Role, Session};
-use crate::transport::per_ip::{budget_key, shrink_when_sparse};
-use std::net::{IpAddr, SocketAddr};
+use crate::transport::per_ip::shrink_when_sparse;
+use crate::transport::per_ip::IpCounts;
+use cobalt_proto::address::{AddressKey, AddressPrefix};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 impl OpensslDtls {
+    /// Counts the handshakes of IPv6 peers by `prefix` (default /64) in the
+    /// per-address budget; called before the table serves anyone.
+    pub fn count_ipv6_by(&mut self, prefix: AddressPrefix) {
+        debug_assert!(self.handshakes_per_ip.is_empty());
+        self.handshakes_per_ip = IpCounts::new(prefix);
+    }
+
     /// Removes `peer`'s session and its place in the counts; shrinks the tables when
     /// they have become sparse (after a flood).
     pub(super) fn remove_session(&mut self, peer: SocketAddr) -> Option<Session> {
@@ -55,7 +64,7 @@ impl OpensslDtls {
     pub(super) fn make_room_for_handshake(&mut self, peer: SocketAddr) {
         let per_ip = u32::try_from(self.config.max_handshakes_per_ip.max(1)).unwrap_or(u32::MAX);
         while self.handshakes_per_ip.get(peer.ip()) >= per_ip {
-            let key = budget_key(peer.ip());
+            let key = self.handshakes_per_ip.key(peer.ip());
             if !self.displace_oldest_handshake(key, "too many handshakes from this address") {
                 break;
             }
@@ -71,11 +80,11 @@ impl OpensslDtls {
     }
 
     /// Drops the oldest handshake in progress from address key `key`.
-    fn displace_oldest_handshake(&mut self, key: IpAddr, why: &str) -> bool {
+    fn displace_oldest_handshake(&mut self, key: AddressKey, why: &str) -> bool {
         let oldest = self
             .handshaking
             .iter()
-            .filter(|(p, _)| budget_key(p.ip()) == key)
+            .filter(|(p, _)| self.handshakes_per_ip.key(p.ip()) == key)
             .min_by_key(|(_, started)| **started)
             .map(|(p, _)| *p);
         let Some(peer) = oldest else {

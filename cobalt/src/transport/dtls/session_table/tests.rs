@@ -705,3 +705,28 @@ fn tables_give_their_memory_back_when_a_flood_expires() {
         "handshakes: {grown:?} -> {now:?}"
     );
 }
+
+#[test]
+fn addresses_rotating_inside_one_ipv6_prefix_share_one_handshake_budget() {
+    let config = DtlsConfig {
+        max_handshakes_per_ip: 4,
+        ..DtlsConfig::default()
+    };
+    let mut s = server(config);
+    s.count_ipv6_by(AddressPrefix::SUBNET);
+    let t0 = Instant::now();
+    let v6 = |s: &str| SocketAddr::new(s.parse().unwrap(), 20_000);
+    for host in 1..=4 {
+        half_open(&mut s, v6(&format!("2001:db8::{host}")), t0);
+    }
+    assert_eq!(s.stats().handshaking, 4);
+    // The next address of the same /64 takes the place of its prefix's oldest.
+    half_open(&mut s, v6("2001:db8::ffff:5"), t0);
+    let st = s.stats();
+    assert_eq!((st.handshaking, st.handshakes_displaced), (4, 1));
+    // The next /64 has its own budget.
+    half_open(&mut s, v6("2001:db8:0:1::1"), t0);
+    let st = s.stats();
+    assert_eq!((st.handshaking, st.handshakes_displaced), (5, 1));
+    assert_eq!(s.handshakes_per_ip.get(v6("2001:db8::9").ip()), 4);
+}
