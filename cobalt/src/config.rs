@@ -27,9 +27,10 @@
 //! # Ok::<(), cobalt::config::ConfigError>(())
 //! ```
 
-use crate::server::ServerLimits;
+use crate::server::{ServerLimits, ServerSettings};
 use crate::transport::dtls::DtlsConfig;
 use crate::transport::limits::TcpServerLimits;
+use crate::transport::udp::SocketBuffers;
 use cobalt_proto::endpoint::EndpointConfig;
 pub use cobalt_proto::settings::Settings;
 pub use cobalt_proto::settings::{format_duration, parse_duration};
@@ -252,6 +253,24 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl Config {
+    /// The settings a server runs with, as this configuration gives them (everything
+    /// but `[server]`, the addresses, and `[log]`):
+    /// `Server::new().with_config(&config.server_settings())`.
+    pub fn server_settings(&self) -> ServerSettings {
+        ServerSettings {
+            endpoint: self.endpoint.clone(),
+            limits: self.limits.clone(),
+            shards: (self.runtime.shards > 0).then_some(self.runtime.shards),
+            recv_batch: Some(self.runtime.recv_batch.max(1)),
+            socket_buffers: SocketBuffers {
+                recv: self.runtime.socket_recv_buffer,
+                send: self.runtime.socket_send_buffer,
+            },
+            connections: self.connections.clone(),
+            dtls: self.dtls.clone(),
+        }
+    }
+
     /// A loader starting from the built-in defaults.
     pub fn loader() -> ConfigLoader {
         ConfigLoader::default()

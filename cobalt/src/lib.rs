@@ -324,7 +324,7 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = Config::load(Some(std::path::Path::new("cobalt.toml")))?;
 //! let server = cobalt::Server::new()
-//!     .with_config(&config)
+//!     .with_config(&config.server_settings())
 //!     .bind(config.server.socket_addr())
 //!     .await?;
 //! # Ok(()) }

@@ -61,7 +61,7 @@ async fn counters_rise_with_traffic_and_are_served_over_http() {
             "/panic",
             get(|| async { panic!("handler bug") as &'static str }),
         )
-        .with_config(&config)
+        .with_config(&config.server_settings())
         .bind(config.server.socket_addr())
         .await
         .unwrap();

@@ -251,7 +251,7 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     if let Some(port) = wss {
         server = server.listen(Scheme::CoapsWs, bind.with_port(port));
     }
-    let handle = server.with_config(&config).bind(addr).await.map_err(|e| {
+    let handle = server.with_config(&config.server_settings()).bind(addr).await.map_err(|e| {
         (
             exit::FAILURE,
             format!("cannot listen on {addr}: {e} (is another server using the port? try --port)"),

@@ -85,7 +85,7 @@ fn every_key_can_be_set_from_the_environment_and_the_command_line() {
             ));
         }
     }
-    assert_eq!(vars.len(), 65);
+    assert_eq!(vars.len(), 66);
     let c = Config::loader().env(vars).unwrap().build().unwrap();
     assert_eq!(c, Config::default());
 }
@@ -482,4 +482,31 @@ fn observe_and_upload_budgets_reach_the_server_limits() {
             "{bad}: {e}"
         );
     }
+}
+
+#[test]
+fn the_file_becomes_the_server_settings() {
+    let c = Config::loader()
+        .toml(
+            "[runtime]\nshards = 3\nsocket_recv_buffer = 0\n[endpoint]\nipv6_budget_prefix = 56\n",
+            "t.toml",
+        )
+        .unwrap()
+        .set("dtls.max_handshakes_per_ip", "7", "--set")
+        .unwrap()
+        .build()
+        .unwrap();
+    let s = c.server_settings();
+    assert_eq!(s.endpoint.ipv6_budget_prefix.bits(), 56);
+    assert_eq!(s.shards, Some(3));
+    assert_eq!(s.recv_batch, Some(DEFAULT_RECV_BATCH));
+    assert_eq!(s.socket_buffers.recv, 0);
+    assert_eq!(s.socket_buffers.send, DEFAULT_SOCKET_BUFFER);
+    assert_eq!(s.dtls.max_handshakes_per_ip, 7);
+    assert_eq!(s.limits, c.limits);
+    assert_eq!(s.connections, c.connections);
+    assert_eq!(Config::default().server_settings().shards, None, "0: one per core");
+    let refused = Config::loader().set("endpoint.ipv6_budget_prefix", "129", "--set");
+    let err = refused.and_then(|l| l.build()).unwrap_err().to_string();
+    assert!(err.contains("ipv6_budget_prefix"), "{err}");
 }

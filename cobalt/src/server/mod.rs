@@ -26,6 +26,7 @@ mod intake;
 mod limits;
 pub(crate) mod observe;
 mod request;
+mod settings;
 pub(crate) mod role;
 pub(crate) mod stream;
 pub(crate) mod tree;
@@ -42,10 +43,10 @@ pub use handler::{
 pub use limits::ServerLimits;
 pub use observe::{Observable, ObserverFilter};
 pub use request::{BoxFuture, IntoResponse, Request, Response};
+pub use settings::ServerSettings;
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
 use crate::changes::ChangeInbox;
-use crate::config::Config;
 use crate::error::{SetupError, Unsupported};
 use crate::metrics::Metrics;
 use crate::metrics::TcpCounters;
@@ -189,22 +190,20 @@ impl Server {
         self
     }
 
-    /// Applies a [`Config`]: endpoint parameters, limits, runtime settings (shards,
-    /// receive batch, socket buffers) and the limits of the TCP, TLS and WebSocket
-    /// listeners (`[connections]`). The address to serve is `config.server`:
-    /// `server.with_config(&config).bind(config.server.socket_addr())`.
-    pub fn with_config(mut self, config: &Config) -> Server {
-        self.config = config.endpoint.clone();
-        self.limits = config.limits.clone();
-        self.shards = (config.runtime.shards > 0).then_some(config.runtime.shards);
-        self.recv_batch = Some(config.runtime.recv_batch.max(1));
-        self.buffers = SocketBuffers {
-            recv: config.runtime.socket_recv_buffer,
-            send: config.runtime.socket_send_buffer,
-        };
-        self.tcp_limits = config.connections.clone();
-        self.ws_limits = config.connections.clone();
-        self.dtls_config = config.dtls.clone();
+    /// Applies [`ServerSettings`]: endpoint parameters, limits, runtime settings
+    /// (shards, receive batch, socket buffers), the limits of the TCP, TLS and
+    /// WebSocket listeners and the DTLS budgets. A configuration file gives them with
+    /// `Config::server_settings`, and the address to serve with its `[server]` section:
+    /// `server.with_config(&config.server_settings()).bind(config.server.socket_addr())`.
+    pub fn with_config(mut self, settings: &ServerSettings) -> Server {
+        self.config = settings.endpoint.clone();
+        self.limits = settings.limits.clone();
+        self.shards = settings.shards.filter(|n| *n > 0);
+        self.recv_batch = settings.recv_batch.map(|n| n.max(1));
+        self.buffers = settings.socket_buffers;
+        self.tcp_limits = settings.connections.clone();
+        self.ws_limits = settings.connections.clone();
+        self.dtls_config = settings.dtls.clone();
         self
     }
 
