@@ -251,12 +251,17 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     if let Some(port) = wss {
         server = server.listen(Scheme::CoapsWs, bind.with_port(port));
     }
-    let handle = server.with_config(&config.server_settings()).bind(addr).await.map_err(|e| {
-        (
+    let handle =
+        server
+            .with_config(&config.server_settings())
+            .bind(addr)
+            .await
+            .map_err(|e| {
+                (
             exit::FAILURE,
             format!("cannot listen on {addr}: {e} (is another server using the port? try --port)"),
         )
-    })?;
+            })?;
     let _exporter = match config.server.metrics_addr {
         Some(metrics_addr) => Some(
             serve_metrics(metrics_addr, handle.metrics())

@@ -11,12 +11,12 @@
 //! message ID are the caller's to set.
 
 use super::{check_block, BlockError, BERT_SZX};
+use crate::address::{AddressKey, AddressPrefix};
 use crate::budget::{fair_share_exceeded, Refusal};
 use crate::message::{opt, BlockValue, Code, Message, MessageType};
 use crate::settings::{within, Param, Settings};
 use crate::tables::shrink_when_sparse;
 use std::collections::HashMap;
-use crate::address::{AddressKey, AddressPrefix};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

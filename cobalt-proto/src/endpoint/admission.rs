@@ -143,7 +143,11 @@ mod tests {
             Err(Refusal::PeerBusy),
             "the next address of the same /64"
         );
-        assert_eq!(a.admit(&c, at("[2001:db8:0:1::1]:5683")), Ok(()), "the next /64");
+        assert_eq!(
+            a.admit(&c, at("[2001:db8:0:1::1]:5683")),
+            Ok(()),
+            "the next /64"
+        );
         let host_wide = EndpointConfig {
             ipv6_budget_prefix: crate::address::AddressPrefix::HOST,
             ..c.clone()

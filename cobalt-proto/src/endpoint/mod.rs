@@ -161,6 +161,18 @@ pub enum Event {
         /// The request's or observation's token.
         token: Token,
     },
+    /// The answer to an observe registration waited for its peer's address to be
+    /// verified (RFC 9175 §2.4), the peer proved it, and the answer went out: the
+    /// observation may start holding state now. (Until then an application should
+    /// keep no relation for it: the address may be forged.)
+    Verified {
+        /// The exchange (`respond`) whose answer was sent.
+        id: ExchangeId,
+        /// The peer, now verified.
+        peer: SocketAddr,
+        /// The registration's token.
+        token: Token,
+    },
 }
 
 /// Why a request could not be started.

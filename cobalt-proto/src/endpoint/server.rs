@@ -199,6 +199,7 @@ impl Endpoint {
                     acked: ex.acked,
                     safe: ex.safe,
                     remember: ex.remember,
+                    registration: ex.registration,
                     message: response,
                     allowance: left,
                 });

@@ -144,7 +144,9 @@ fn surfaced_notifications_are_monotonic() {
                         relation = Some((peer, request.token));
                         sim.endpoint(0).respond(now, id, resp).unwrap();
                     }
-                    Event::ResponseFailed { .. } | Event::UnmatchedReset { .. } => {}
+                    Event::ResponseFailed { .. }
+                    | Event::UnmatchedReset { .. }
+                    | Event::Verified { .. } => {}
                     other => panic!("server got {other:?}"),
                 }
             }

@@ -25,7 +25,10 @@
 //! to any other request has had its effect, so its code and options go out without the
 //! payload; each only if the request leaves room for it. A parked notification is
 //! dropped. Either way the application hears [`Event::Unverified`] so it can end an
-//! observation. A forger who tries to guess the ping's message ID has a few tries per
+//! observation. The answer to an observe registration always waits for the address to
+//! be verified, and the application hears [`Event::Verified`] when it goes out: only
+//! then does the observation hold a place (an unverified, possibly forged, address
+//! holds nothing beyond the exchange that answers it). A forger who tries to guess the ping's message ID has a few tries per
 //! ping (further RSTs end the verification), and a peer whose verification failed is not
 //! pinged again for 30 s.
 //!
@@ -78,6 +81,8 @@ pub(super) struct ParkedResponse {
     pub(super) safe: bool,
     /// Keep the answer for duplicates of the request (see [`ServerExchange`]).
     pub(super) remember: bool,
+    /// The request registers an observation ([`Event::Verified`] when it goes out).
+    pub(super) registration: bool,
     pub(super) message: Message,
     /// Bytes the request still allows to send (pings, an empty ACK, and the answer if
     /// verification fails).
@@ -371,7 +376,11 @@ impl Endpoint {
         match parked {
             Parked::Response(r) => {
                 self.stats.count_response(r.message.code);
+                let (id, token, registration) = (r.id, r.token, r.registration);
                 self.send_parked_response(now, peer, r, None);
+                if registration {
+                    self.events.push_back(Event::Verified { id, peer, token });
+                }
             }
             Parked::Notification {
                 id,

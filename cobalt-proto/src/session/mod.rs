@@ -281,6 +281,15 @@ pub trait Session {
     /// for its ACK (never over a stream, which is reliable).
     fn awaits_ack(&self, observation: &Observation) -> bool;
 
+    /// Whether `peer` has proved its address (RFC 9175 §2.4), so that what it
+    /// registers may hold state at once. Always over a stream (the handshake proves
+    /// it); over datagrams see [`Endpoint::is_verified`]: the answer to a registration
+    /// from an unverified peer waits for the proof, and [`Event::Verified`] or
+    /// [`Event::Unverified`] says how it ended.
+    fn is_verified(&self, _now: Instant, _peer: SocketAddr) -> bool {
+        true
+    }
+
     /// `response` as it goes to `peer`: whole when it fits and no block was `asked`
     /// for, else the block asked for (or the first) of the largest size the transport
     /// and `limits` allow (RFC 7959 §2.2; BERT over a stream, RFC 8323 §6).
@@ -350,6 +359,10 @@ impl Session for Endpoint {
         observation
             .last
             .is_some_and(|(_, mid)| self.is_unacknowledged(observation.peer, mid))
+    }
+
+    fn is_verified(&self, now: Instant, peer: SocketAddr) -> bool {
+        Endpoint::is_verified(self, now, peer)
     }
 
     fn slice(

@@ -505,7 +505,11 @@ fn the_file_becomes_the_server_settings() {
     assert_eq!(s.dtls.max_handshakes_per_ip, 7);
     assert_eq!(s.limits, c.limits);
     assert_eq!(s.connections, c.connections);
-    assert_eq!(Config::default().server_settings().shards, None, "0: one per core");
+    assert_eq!(
+        Config::default().server_settings().shards,
+        None,
+        "0: one per core"
+    );
     let refused = Config::loader().set("endpoint.ipv6_budget_prefix", "129", "--set");
     let err = refused.and_then(|l| l.build()).unwrap_err().to_string();
     assert!(err.contains("ipv6_budget_prefix"), "{err}");

@@ -412,7 +412,8 @@ impl<S: Service<Endpoint>> Driver<S> {
                 Event::Reset { id } => self.fail(id, Error::Reset),
                 event @ (Event::ResponseFailed { .. }
                 | Event::UnmatchedReset { .. }
-                | Event::Unverified { .. }) => {
+                | Event::Unverified { .. }
+                | Event::Verified { .. }) => {
                     match &event {
                         Event::ResponseFailed { id, reason } => tracing::debug!(
                             ?id,

@@ -234,13 +234,17 @@ mod tests {
             Err(Refusal::PeerBudget),
             "the next address of the same /64"
         );
-        assert!(b.admit(at("2001:db8:0:1::1"), 4, 1000).is_ok(), "the next /64");
+        assert!(
+            b.admit(at("2001:db8:0:1::1"), 4, 1000).is_ok(),
+            "the next /64"
+        );
         assert_eq!(b.of(at("2001:db8::77")), 4);
         // Configurable: by /48, other /64s of the same /48 share the budget too.
         let b = ObserverBudget::default();
         b.count_ipv6_by(AddressPrefix::new(48));
         for net in 1..=4 {
-            b.admit(at(&format!("2001:db8:0:{net}::1")), 4, 1000).unwrap();
+            b.admit(at(&format!("2001:db8:0:{net}::1")), 4, 1000)
+                .unwrap();
         }
         assert!(b.admit(at("2001:db8:0:5::1"), 4, 1000).is_err());
         assert!(b.admit(at("2001:db8:1::1"), 4, 1000).is_ok());

@@ -23,6 +23,11 @@
 //!   §4.5.2). The same when `observe_min_interval` has not passed since its last
 //!   notification. An observer that never acknowledges costs nothing after its
 //!   confirmable notification times out, which ends the relation.
+//! - **Verified observers only.** A registration from an address that has not proved
+//!   it receives there (RFC 9175 §2.4; the address may be forged) holds no relation and
+//!   no place in the budget: it waits, bounded, beside the exchange that answers it
+//!   ([`FanOut::await_verification`]) and becomes a relation when the endpoint has sent
+//!   that answer ([`FanOut::verified`]), or is forgotten when it could not.
 
 use super::budget::{ObserverBudget, Refusal};
 use super::limits::ServerLimits;
@@ -53,6 +58,18 @@ pub(crate) struct Subscriber {
 
 /// Observers visited per resource before the next resource with a round gets a turn.
 const SLICE: usize = 64;
+
+/// Registrations waiting for their address to be verified, per fan-out (the
+/// endpoint bounds the verifications themselves; this bounds what waits here).
+const MAX_AWAITING: usize = 4096;
+
+/// A registration whose answer waits for its peer's address to be verified.
+struct Awaiting {
+    observable: Observable,
+    request: Message,
+    since: Instant,
+    version: u64,
+}
 
 /// Options that do not change what a GET handler answers to a registration: the
 /// observation itself, the block asked for (every observer gets the first block of the
@@ -181,6 +198,8 @@ pub(crate) struct FanOut {
     /// Observers of deleted resources still to be told 4.04, with their last
     /// notification (replaced if unacknowledged).
     farewells: VecDeque<(RelationKey, Option<(ExchangeId, u16)>)>,
+    /// Registrations from addresses not yet verified: no relation, no budget.
+    awaiting: HashMap<RelationKey, Awaiting>,
     next_id: u64,
     stats: FanOutStats,
 }
@@ -210,6 +229,7 @@ impl FanOut {
             paced: BinaryHeap::new(),
             paced_keys: HashMap::new(),
             farewells: VecDeque::new(),
+            awaiting: HashMap::new(),
             next_id: 0,
             stats: FanOutStats::default(),
         }
@@ -293,8 +313,58 @@ impl FanOut {
         Ok(())
     }
 
-    /// Ends the relation with `key`, if any.
+    /// Keeps the registration `key` of `observable` aside while its answer waits for
+    /// the peer's address to be verified: it takes no relation and no place in the
+    /// budget until [`FanOut::verified`]. Refused like a registration when the budget
+    /// would refuse it now, or (5.03) when too many wait already.
+    pub(crate) fn await_verification(
+        &mut self,
+        observable: &Observable,
+        key: RelationKey,
+        request: Message,
+        now: Instant,
+        version: u64,
+    ) -> Result<(), Refusal> {
+        self.check(&key)?;
+        if self.awaiting.len() >= MAX_AWAITING && !self.awaiting.contains_key(&key) {
+            self.stats.refused += 1;
+            return Err(Refusal::ServerBound);
+        }
+        let awaiting = Awaiting {
+            observable: observable.clone(),
+            request,
+            since: now,
+            version,
+        };
+        self.awaiting.insert(key, awaiting);
+        Ok(())
+    }
+
+    /// The answer to the registration `key` went out to its now verified peer: the
+    /// relation starts (unless the budget has filled meanwhile; the client then
+    /// hears nothing more and registers again when its answer's Max-Age has passed).
+    pub(crate) fn verified(&mut self, key: &RelationKey) {
+        let Some(a) = self.awaiting.remove(key) else {
+            return;
+        };
+        cobalt_proto::tables::shrink_when_sparse(&mut self.awaiting);
+        if let Err(r) = self.register(&a.observable, *key, a.request, a.since, a.version) {
+            tracing::debug!(peer = %key.0, ?r, "verified observer refused: budget full");
+        }
+    }
+
+    /// Registrations waiting for their address to be verified.
+    #[cfg(test)]
+    pub(crate) fn awaiting(&self) -> usize {
+        self.awaiting.len()
+    }
+
+    /// Ends the relation with `key`, if any (or forgets its registration while it
+    /// waits for verification).
     pub(crate) fn end(&mut self, key: &RelationKey) {
+        if self.awaiting.remove(key).is_some() {
+            cobalt_proto::tables::shrink_when_sparse(&mut self.awaiting);
+        }
         if let Some((obs, _)) = self.relations.remove(key) {
             self.forget(obs, key);
         }

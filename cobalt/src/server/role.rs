@@ -228,10 +228,16 @@ impl<U: UploadTable> ServerRole<U> {
         if let Some((observable, request, version)) = ctx.register.map(|r| *r) {
             if response.code.is_success() {
                 let key = (peer, request.token);
-                match self
-                    .observers
-                    .register(&observable, key, request, now, version)
-                {
+                // An address not yet verified may be forged: its registration holds
+                // nothing until the endpoint has sent this answer (Event::Verified).
+                let taken = if session.is_verified(now, peer) {
+                    self.observers
+                        .register(&observable, key, request, now, version)
+                } else {
+                    self.observers
+                        .await_verification(&observable, key, request, now, version)
+                };
+                match taken {
                     Ok(()) => {
                         response
                             .options
@@ -383,6 +389,9 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             }
             SessionEvent::Endpoint(Event::Unverified { peer, token, .. }) => {
                 self.observers.end(&(peer, token))
+            }
+            SessionEvent::Endpoint(Event::Verified { peer, token, .. }) => {
+                self.observers.verified(&(peer, token))
             }
             _ => {}
         }

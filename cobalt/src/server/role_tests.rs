@@ -238,3 +238,107 @@ fn a_connection_role_answers_slices_and_notifies_over_the_stream() {
     assert_eq!(block.block2().map(|b| (b.szx, b.more)), Some((7, true)));
     assert_eq!(block.payload.len(), 2048);
 }
+
+/// A registration of `/big` under `token` from a datagram peer.
+fn register_big(token: u16) -> Message {
+    let mut m = Message::new(MessageType::Confirmable, Code::GET, token);
+    m.token = Token::new(&token.to_be_bytes()).unwrap();
+    m.options.set_uri_path("/big");
+    m.options.set_uint(opt::OBSERVE, 0);
+    m
+}
+
+/// Feeds the endpoint's events to the role.
+fn serve(ep: &mut Endpoint, role: &mut ShardRole, now: Instant) {
+    while let Some(event) = Session::poll_event(ep) {
+        match event {
+            SessionEvent::Request { id, peer, request } => {
+                role.on_request(ep, now, id, peer, request)
+            }
+            other => Service::<Endpoint>::on_event(role, other),
+        }
+    }
+}
+
+/// What the endpoint sent to `to` (everything else is dropped: forged addresses).
+fn sent_to(ep: &mut Endpoint, to: SocketAddr) -> Vec<Message> {
+    std::iter::from_fn(|| ep.poll_transmit())
+        .filter(|t| t.peer == to)
+        .map(|t| codec::decode(&t.bytes).unwrap())
+        .collect()
+}
+
+/// A client at `from` registers with `token` and answers the address check (a ping
+/// it rejects with RST, RFC 9175 §2.4); returns the answer it gets.
+fn register_verified(
+    ep: &mut Endpoint,
+    role: &mut ShardRole,
+    now: Instant,
+    from: SocketAddr,
+    token: u16,
+) -> Message {
+    ep.handle_datagram(now, from, &codec::encode(&register_big(token)));
+    serve(ep, role, now);
+    let ping = sent_to(ep, from).pop().expect("a ping");
+    assert_eq!(
+        (ping.mtype, ping.code),
+        (MessageType::Confirmable, Code::EMPTY)
+    );
+    ep.handle_datagram(now, from, &codec::encode(&Message::reset(ping.mid)));
+    serve(ep, role, now);
+    sent_to(ep, from).pop().expect("the registration's answer")
+}
+
+#[test]
+fn registrations_from_unverified_addresses_hold_no_observer_slot() {
+    let now = Instant::now();
+    let (obs, state) = (Observable::new(), Arc::new(AtomicU64::new(1)));
+    let inbox = Arc::new(ChangeInbox::default());
+    obs.attach(vec![inbox.clone()]);
+    let (done, _back) = mpsc::unbounded_channel();
+    let tree = tree(&obs, &state);
+    let limits = ServerLimits {
+        max_observers: 8,
+        max_observers_per_ip: 2,
+        ..ServerLimits::default()
+    };
+    let mut role = ShardRole::for_shard(tree.clone(), limits, inbox, done, None);
+    let mut ep = Endpoint::new(EndpointConfig::default(), now);
+    // A legitimate observer proves its address and is registered.
+    let first = register_verified(&mut ep, &mut role, now, peer(), 1);
+    assert_eq!(first.code, Code::CONTENT);
+    assert!(first.options.observe().is_some());
+    assert_eq!(Service::<Endpoint>::observer_count(&role), 1);
+    // A burst of registrations from 500 forged addresses (nobody answers the pings),
+    // two per address: none takes a relation or a place in the budget.
+    for i in 0..500u16 {
+        let forged = SocketAddr::from(([10, 9, (i >> 8) as u8, i as u8], 5683));
+        for token in [100, 101] {
+            ep.handle_datagram(now, forged, &codec::encode(&register_big(token)));
+        }
+    }
+    serve(&mut ep, &mut role, now);
+    let _ = sent_to(&mut ep, peer());
+    assert_eq!(Service::<Endpoint>::observer_count(&role), 1);
+    assert_eq!(tree.budgets().observers.total(), 1);
+    assert!(role.observers.awaiting() > 0);
+    // Another client registers during the burst and is served.
+    let other: SocketAddr = "10.0.0.2:5683".parse().unwrap();
+    let second = register_verified(&mut ep, &mut role, now, other, 2);
+    assert_eq!(second.code, Code::CONTENT, "{second:?}");
+    assert!(second.options.observe().is_some());
+    assert_eq!(Service::<Endpoint>::observer_count(&role), 2);
+    assert_eq!(tree.budgets().observers.total(), 2);
+    // The address checks fail: nothing of the burst is left.
+    let later = now + std::time::Duration::from_secs(120);
+    let mut t = now;
+    while let Some(next) = ep.poll_timeout().filter(|t| *t <= later) {
+        t = next.max(t);
+        ep.handle_timeout(t);
+        serve(&mut ep, &mut role, t);
+        while ep.poll_transmit().is_some() {}
+    }
+    assert_eq!(role.observers.awaiting(), 0);
+    assert_eq!(Service::<Endpoint>::observer_count(&role), 2);
+    assert_eq!(tree.budgets().observers.total(), 2);
+}

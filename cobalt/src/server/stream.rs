@@ -30,7 +30,10 @@ impl StreamShared {
         bert: bool,
         max_bert_block: usize,
     ) -> StreamShared {
-        let uploads = tree.budgets().uploads(limits.uploads.clone()).with_bert(bert);
+        let uploads = tree
+            .budgets()
+            .uploads(limits.uploads.clone())
+            .with_bert(bert);
         StreamShared {
             tree,
             limits,

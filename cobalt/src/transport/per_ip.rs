@@ -174,14 +174,25 @@ mod tests {
     fn addresses_rotating_inside_one_ipv6_prefix_share_one_budget() {
         let budget = IpBudget::new(4, AddressPrefix::SUBNET);
         let held: Vec<IpPermit> = (1..=4)
-            .map(|host| budget.try_acquire(ip(&format!("2001:db8::{host}"))).unwrap())
+            .map(|host| {
+                budget
+                    .try_acquire(ip(&format!("2001:db8::{host}")))
+                    .unwrap()
+            })
             .collect();
         assert!(
             budget.try_acquire(ip("2001:db8::ffff:5")).is_none(),
             "the next address of the same /64"
         );
-        assert!(budget.try_acquire(ip("2001:db8:0:1::1")).is_some(), "the next /64");
-        assert_eq!(budget.addresses(), 1, "the permit for the next /64 was dropped");
+        assert!(
+            budget.try_acquire(ip("2001:db8:0:1::1")).is_some(),
+            "the next /64"
+        );
+        assert_eq!(
+            budget.addresses(),
+            1,
+            "the permit for the next /64 was dropped"
+        );
         drop(held);
         assert_eq!(budget.addresses(), 0);
         let per_host = IpBudget::new(1, AddressPrefix::HOST);
