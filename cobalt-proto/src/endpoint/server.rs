@@ -155,6 +155,19 @@ impl Endpoint {
         self.transmit(peer, bytes);
     }
 
+    /// Answers every request surfaced by [`Event::Request`] and not answered yet with
+    /// `response` (as [`Endpoint::respond`] would), e.g. 5.03 when the server shuts
+    /// down before its handlers are done: no client is left waiting for a separate
+    /// response that will never come. Returns how many were answered.
+    pub fn respond_to_unanswered(&mut self, now: Instant, response: &Message) -> usize {
+        let mut ids: Vec<ExchangeId> = self.server.keys().copied().collect();
+        ids.sort_unstable();
+        for id in &ids {
+            let _ = self.respond(now, *id, response.clone());
+        }
+        ids.len()
+    }
+
     /// Sends the response to a request surfaced by [`Event::Request`]. The endpoint sets
     /// type, MID and token: piggybacked on the ACK when possible, otherwise a separate
     /// CON response (retransmitted until acknowledged), or NON for a NON request.

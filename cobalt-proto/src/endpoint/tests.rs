@@ -210,6 +210,46 @@ fn slow_handler_gets_empty_ack_then_separate_con_response() {
 }
 
 #[test]
+fn every_unanswered_request_can_be_answered_at_once() {
+    let mut p = Pair::new();
+    let slow = p.client.request(p.now, p.s, get("/slow")).unwrap();
+    let req = p.client_sends().remove(0);
+    p.deliver_to_server(&req);
+    let _slow_id = server_request(&mut p);
+    p.advance(p.server.config().separate_ack_delay);
+    let ack = p.server_sends().remove(0);
+    p.deliver_to_client(&ack);
+    let quick = p.client.request(p.now, p.s, get("/other")).unwrap();
+    for bytes in p.client_sends() {
+        p.deliver_to_server(&bytes);
+    }
+    let answered = server_request(&mut p);
+    p.server.respond(p.now, answered, content("ok")).unwrap();
+    for bytes in p.server_sends() {
+        p.deliver_to_client(&bytes);
+    }
+    // Only the slow request is still held: it gets the answer given.
+    let mut busy = Message::new(MessageType::Acknowledgement, Code::SERVICE_UNAVAILABLE, 0);
+    busy.payload = b"bye".to_vec();
+    assert_eq!(p.server.respond_to_unanswered(p.now, &busy), 1);
+    assert_eq!(p.server.state_counts().server_exchanges, 0);
+    for bytes in p.server_sends() {
+        p.deliver_to_client(&bytes);
+    }
+    let mut got = std::iter::from_fn(|| p.client.poll_event())
+        .filter_map(|e| match e {
+            Event::Response { id, response } => Some((id, response.code)),
+            _ => None,
+        })
+        .collect::<Vec<_>>();
+    got.sort_by_key(|(id, _)| *id);
+    let mut want = vec![(slow, Code::SERVICE_UNAVAILABLE), (quick, Code::CONTENT)];
+    want.sort_by_key(|(id, _)| *id);
+    assert_eq!(got, want);
+    assert_eq!(p.server.respond_to_unanswered(p.now, &busy), 0, "none left");
+}
+
+#[test]
 fn retransmission_uses_binary_backoff_and_times_out() {
     let mut p = Pair::new();
     let rid = p.client.request(p.now, p.s, get("/x")).unwrap();

@@ -12,7 +12,7 @@ use crate::transport::dtls::{DtlsBackend, DtlsEvent};
 use crate::transport::{mmsg, udp};
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
-use cobalt_proto::message::Message;
+use cobalt_proto::message::{Code, Message, MessageType};
 use cobalt_proto::session::SessionEvent;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -88,7 +88,17 @@ impl<S: Service<Endpoint>> Driver<S> {
             self.publish_metrics();
             if let Some(deadline) = self.draining {
                 let busy = self.endpoint.state_counts().server_exchanges > 0;
-                if !busy || Instant::now() >= deadline {
+                if busy && Instant::now() >= deadline {
+                    // The grace period is over: what the handlers did not answer gets
+                    // 5.03 rather than nothing (an empty ACK may have promised more).
+                    let n = self
+                        .endpoint
+                        .respond_to_unanswered(Instant::now(), &shutting_down());
+                    tracing::debug!(requests = n, "shutting down: unanswered requests get 5.03");
+                    self.flush().await;
+                    break;
+                }
+                if !busy {
                     break;
                 }
             }
@@ -568,6 +578,15 @@ impl<S: Service<Endpoint>> Driver<S> {
 }
 
 /// The earlier of two optional deadlines.
+/// The answer to a request whose handler has not answered when a shutdown's grace
+/// period ends (the endpoint sets type, message ID and token).
+fn shutting_down() -> Message {
+    let mut m = Message::new(MessageType::Acknowledgement, Code::SERVICE_UNAVAILABLE, 0);
+    // Short: to an address not verified only a few bytes may go (RFC 9175 §2.4).
+    m.payload = b"shutting down".to_vec();
+    m
+}
+
 fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -644,7 +644,11 @@ impl ServerHandle {
     }
 
     /// Graceful shutdown: stop reading, let handlers in progress answer for up to
-    /// `grace`, then stop every shard (and release every TCP connection).
+    /// `grace`, then stop every shard (and release every TCP connection). A datagram
+    /// request still unanswered when `grace` ends gets 5.03 "shutting down" (as a
+    /// separate response if it had its empty ACK), so no client waits for an answer
+    /// that will not come; over TCP, TLS and WebSockets the connection's Release
+    /// (RFC 8323 §5.5) ends the requests still open.
     pub async fn shutdown(self, grace: Duration) {
         let local_addr = self.listeners().next().map(|(_, a)| a);
         tracing::info!(?local_addr, ?grace, "CoAP server shutting down");
