@@ -8,6 +8,20 @@
 //! [`ConPolicy::every`]-th, or after [`ConPolicy::interval`] without a CON (RFC 7641
 //! §4.5 asks for one at least every 24 hours), so that an observer that went away is
 //! found out.
+//!
+//! The policy is a floor per relation, not the share of confirmable notifications a
+//! peer sees. The endpoint's congestion control (CoCoA §5, with every algorithm that
+//! estimates an RTO, i.e. all but `default`) counts per peer, as RFC 7641 §4.5.1 asks:
+//! NON messages outside exchanges leave to one peer at most once per RTO, up to
+//! eight more wait their turn (one per observation, the latest state winning), and
+//! the rest go confirmable, so that each is retransmitted with back-off and its
+//! observation's next notification waits for the ACK; at least 2 of every 16 such
+//! messages to a peer, and the first two to a new peer, are confirmable too. When
+//! many observations of one peer change at once most of their notifications are
+//! therefore confirmable: 100 of one peer changing together give 91 confirmable
+//! notifications of 100 with `observe_con_every` 20. Observations spread over
+//! peers, or changes further apart than the RTO, see the policy's share; with
+//! `congestion_control = "default"` nothing is paced and the policy alone decides.
 
 use crate::message::{Message, Token};
 use crate::settings::{within, Param, Settings};
@@ -27,7 +41,8 @@ use std::time::{Duration, Instant};
     serde(deny_unknown_fields, default)
 )]
 pub struct ConPolicy {
-    /// Every this many notifications one is confirmable.
+    /// Every this many notifications of a relation one is confirmable (at least: the
+    /// congestion control may make more confirmable, see the [module](self) docs).
     #[cfg_attr(feature = "serde", serde(rename = "observe_con_every"))]
     pub every: u32,
     /// A notification is confirmable when the last confirmable one is this old.
@@ -45,7 +60,7 @@ impl Settings for ConPolicy {
         vec![
             Param::new(
                 "observe_con_every",
-                "Every this many notifications one is confirmable (RFC 7641 §4.5).",
+                "Every this many notifications of an observation one is confirmable (RFC 7641 §4.5); at least: the NON pacing per peer (one NON per RTO, CoCoA) sends the notifications it cannot hold confirmable, so many observations of one peer changing at once get mostly confirmable ones.",
                 "1 to 1000000",
                 (1..=1_000_000).contains(&self.every),
             ),

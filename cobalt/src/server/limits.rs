@@ -27,7 +27,10 @@ pub struct ServerLimits {
     /// WebSockets together); beyond it a registration gets 4.29. Default 1,000.
     pub max_observers_per_ip: usize,
     /// Which notifications are confirmable, to learn whether the observer is still
-    /// there (RFC 7641 §4.5): every 20th, and one at least every 24 h by default.
+    /// there (RFC 7641 §4.5): every 20th, and one at least every 24 h by default. A
+    /// floor per observation: the endpoint's NON pacing per peer makes more of them
+    /// confirmable when many observations of one peer change at once (see
+    /// [`cobalt_proto::observe::relations`]).
     #[serde(flatten)]
     pub con: ConPolicy,
     /// Least time between two notifications to one observer over UDP; changes in

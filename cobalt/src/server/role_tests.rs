@@ -8,6 +8,7 @@ use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::message::{codec, MessageType, TcpMessage, Token};
 use cobalt_proto::session::stream::Connection;
 use cobalt_proto::tcp_connection::{TcpConfig, TcpConnection, TcpEvent};
+use std::collections::HashMap;
 
 /// Bytes of `/big`: three 1024-byte blocks, the last one short.
 const BIG: usize = 3000;
@@ -341,4 +342,97 @@ fn registrations_from_unverified_addresses_hold_no_observer_slot() {
     assert_eq!(role.observers.awaiting(), 0);
     assert_eq!(Service::<Endpoint>::observer_count(&role), 2);
     assert_eq!(tree.budgets().observers.total(), 2);
+}
+
+/// One change of `/big` observed `observations` times by each of `peers` clients
+/// (verified addresses): of the notifications the shard sends, how many go out
+/// confirmable, and how many in all (each counted once, whatever its retransmissions
+/// or the time the NON pacing holds it).
+fn confirmable_notifications(
+    congestion: cobalt_proto::congestion::Algorithm,
+    peers: u16,
+    observations: u16,
+) -> (usize, usize) {
+    let t0 = Instant::now();
+    let (obs, state) = (Observable::new(), Arc::new(AtomicU64::new(1)));
+    let inbox = Arc::new(ChangeInbox::default());
+    obs.attach(vec![inbox.clone()]);
+    let (done, _back) = mpsc::unbounded_channel();
+    let mut role = ShardRole::for_shard(
+        tree(&obs, &state),
+        ServerLimits::default(),
+        inbox,
+        done,
+        None,
+    );
+    let config = EndpointConfig {
+        amplification_factor: 0,
+        congestion_control: congestion,
+        ..EndpointConfig::default()
+    };
+    let mut ep = Endpoint::new(config, t0);
+    let clients: Vec<SocketAddr> = (0..peers)
+        .map(|p| SocketAddr::from(([10, 0, 1, p as u8], 5683)))
+        .collect();
+    for from in &clients {
+        for token in 0..observations {
+            ep.handle_datagram(t0, *from, &codec::encode(&register_big(token)));
+            serve(&mut ep, &mut role, t0);
+        }
+    }
+    while ep.poll_transmit().is_some() {}
+    assert_eq!(
+        Service::<Endpoint>::observer_count(&role),
+        usize::from(peers * observations)
+    );
+    state.store(2, Ordering::Relaxed);
+    obs.changed();
+    Service::<Endpoint>::take_changes(&mut role);
+    while Service::<Endpoint>::has_work(&role) {
+        role.step(&mut ep, t0);
+    }
+    // Each notification as first seen (held NONs leave later, at the pacing's rate).
+    let mut first_seen: HashMap<(SocketAddr, Token), MessageType> = HashMap::new();
+    let mut now = t0;
+    loop {
+        for t in std::iter::from_fn(|| ep.poll_transmit()) {
+            let m = codec::decode(&t.bytes).unwrap();
+            first_seen.entry((t.peer, m.token)).or_insert(m.mtype);
+        }
+        match ep.poll_timeout() {
+            Some(next) if next <= t0 + std::time::Duration::from_secs(120) => {
+                now = next.max(now);
+                ep.handle_timeout(now);
+            }
+            _ => break,
+        }
+    }
+    let con = first_seen
+        .values()
+        .filter(|t| **t == MessageType::Confirmable)
+        .count();
+    (con, first_seen.len())
+}
+
+#[test]
+fn many_observations_of_one_peer_are_paced_by_confirmable_notifications() {
+    use cobalt_proto::congestion::Algorithm;
+    // Not paced (RFC 7252 timers, no RTO estimate): the policy alone decides, and
+    // no notification is the 20th of its relation yet.
+    assert_eq!(
+        confirmable_notifications(Algorithm::Default, 1, 100),
+        (0, 100)
+    );
+    // Paced (the default, FASOR-K; CoCoA §5): NON notifications to one peer leave at
+    // most one per RTO, a few more wait their turn (latest state per observation),
+    // and the rest go confirmable so that the peer's ACKs pace them: 100 observations
+    // of one peer changing at once give 91 confirmable notifications of 100.
+    assert_eq!(
+        confirmable_notifications(Algorithm::FasorK, 1, 100),
+        (91, 100)
+    );
+    // The same 100 observations spread over 100 peers: only the first two messages to
+    // each new peer are confirmable (at least 2 of every 16, CoCoA §5 rule 1).
+    let (con, all) = confirmable_notifications(Algorithm::FasorK, 100, 1);
+    assert_eq!((con, all), (100, 100), "the first message to a new peer");
 }
