@@ -35,14 +35,16 @@ pub struct UploadLimits {
     /// Uploads in progress in the table; near it, peers holding at least what is still
     /// free get 5.03.
     pub max_uploads: usize,
-    /// Uploads one client IP address may hold; beyond it 4.29.
+    /// Uploads one client IP address (IPv6: one prefix, see [`crate::address`]) may
+    /// hold; beyond it 4.29.
     pub max_uploads_per_ip: usize,
     /// Uploads one client address and port may hold; beyond it 4.29.
     pub max_uploads_per_peer: usize,
     /// Bytes the uploads and kept answers may hold together; near it, peers holding at
     /// least what is still free get 5.03.
     pub max_upload_memory: usize,
-    /// Bytes the uploads and kept answers of one IP address may hold; beyond it 4.29.
+    /// Bytes the uploads and kept answers of one IP address (IPv6: one prefix) may
+    /// hold; beyond it 4.29.
     pub max_upload_memory_per_ip: usize,
     /// An upload without a block for this long is dropped.
     #[cfg_attr(feature = "serde", serde(with = "crate::settings::duration"))]
@@ -75,10 +77,10 @@ impl Settings for UploadLimits {
         vec![
             Param::new("max_body", "Largest request body reassembled from Block1 blocks, in bytes; larger uploads get 4.13.", "1 to 1073741824", (1..=1 << 30).contains(&self.max_body)),
             Param::new("max_uploads", "Block1 uploads in progress per shard (UDP) or listener (TCP, TLS, WebSockets); near it, addresses holding at least what is still free get 5.03 with Max-Age, and at it the heaviest address's oldest upload makes room for an address holding less.", "0 or more", true),
-            Param::new("max_uploads_per_ip", "Uploads in progress one client IP address may hold per shard or listener; beyond it 4.29 with Max-Age.", "1 to 1000000", (1..=1_000_000).contains(&self.max_uploads_per_ip)),
+            Param::new("max_uploads_per_ip", "Uploads in progress one client IP address (IPv6: prefix of endpoint.ipv6_budget_prefix) may hold per shard or listener; beyond it 4.29 with Max-Age.", "1 to 1000000", (1..=1_000_000).contains(&self.max_uploads_per_ip)),
             Param::new("max_uploads_per_peer", "Uploads in progress one client address and port may hold per shard or listener; beyond it 4.29 with Max-Age.", "1 to max_uploads_per_ip", (1..=self.max_uploads_per_ip).contains(&self.max_uploads_per_peer)),
             Param::new("max_upload_memory", "Bytes the uploads in progress (and answers kept for their Block2 follow-ups) of one shard or listener may hold together; near it, addresses holding at least what is still free get 5.03 with Max-Age.", "1024 to 68719476736", (1024..=64 << 30).contains(&self.max_upload_memory)),
-            Param::new("max_upload_memory_per_ip", "Bytes the uploads in progress of one client IP address may hold per shard or listener; beyond it 4.29 with Max-Age.", "max_body to max_upload_memory", (self.max_body..=self.max_upload_memory).contains(&self.max_upload_memory_per_ip)),
+            Param::new("max_upload_memory_per_ip", "Bytes the uploads in progress of one client IP address (IPv6: prefix of endpoint.ipv6_budget_prefix) may hold per shard or listener; beyond it 4.29 with Max-Age.", "max_body to max_upload_memory", (self.max_body..=self.max_upload_memory).contains(&self.max_upload_memory_per_ip)),
             Param::new("upload_idle_timeout", "An upload that receives no block for this long is dropped, on a timer of its own (looked for every quarter of it); its next block gets 4.08.", "1s to 1h", within(self.upload_idle_timeout, secs(1), secs(3600))),
             Param::new("refusal_max_age", "Max-Age (seconds) of the 4.29 and 5.03 answers given when a bound of this section is reached.", "0 to 86400", self.refusal_max_age <= 86_400),
         ]

@@ -23,8 +23,10 @@ pub struct ServerLimits {
     /// near it, registrations from addresses that hold at least what is still free
     /// get 5.03. Default 100,000.
     pub max_observers: usize,
-    /// Observe relations one client IP address may hold (over UDP, DTLS, TCP, TLS and
-    /// WebSockets together); beyond it a registration gets 4.29. Default 1,000.
+    /// Observe relations one client IP address (IPv6: one prefix of
+    /// `ipv6_budget_prefix`, see [`AddressKey`](cobalt_proto::address::AddressKey))
+    /// may hold over UDP, DTLS, TCP, TLS and WebSockets together; beyond it a
+    /// registration gets 4.29. Default 1,000.
     pub max_observers_per_ip: usize,
     /// Which notifications are confirmable, to learn whether the observer is still
     /// there (RFC 7641 §4.5): every 20th, and one at least every 24 h by default. A
@@ -70,7 +72,7 @@ impl Settings for ServerLimits {
     fn params(&self) -> Vec<Param> {
         let mut params = vec![
             Param::new("max_observers", "Observe relations over all resources, shards and connections; near it, registrations from addresses holding at least what is still free get 5.03 with Max-Age (others keep registering).", "0 or more", true),
-            Param::new("max_observers_per_ip", "Observe relations one client IP address may hold over every transport; beyond it a registration gets 4.29 with Max-Age.", "1 to 100000000", (1..=100_000_000).contains(&self.max_observers_per_ip)),
+            Param::new("max_observers_per_ip", "Observe relations one client IP address (IPv6: prefix of endpoint.ipv6_budget_prefix) may hold over every transport; beyond it a registration gets 4.29 with Max-Age.", "1 to 100000000", (1..=100_000_000).contains(&self.max_observers_per_ip)),
         ];
         params.extend(self.con.params());
         params.extend([

@@ -13,8 +13,8 @@ pub struct TcpServerLimits {
     /// Connections served at once; further connections are sent an Abort and closed.
     /// Default 1,024.
     pub max_connections: usize,
-    /// Connections served at once from one address (IPv4 address, or IPv6 /64; see
-    /// [`budget_key`](super::per_ip::budget_key)); its further connections are refused
+    /// Connections served at once from one address (IPv4 address, or IPv6 prefix:
+    /// [`AddressKey`](cobalt_proto::address::AddressKey)); its further connections are refused
     /// like those over `max_connections`, while other addresses still connect.
     /// Default 256.
     pub max_connections_per_ip: usize,
@@ -64,7 +64,7 @@ impl Settings for TcpServerLimits {
         let secs = Duration::from_secs;
         let mut params = vec![
             Param::new("max_connections", "Connections served at once per listener; further ones are refused.", "1 to 1000000", (1..=1_000_000).contains(&self.max_connections)),
-            Param::new("max_connections_per_ip", "Connections served at once per listener from one source address (IPv4 address or IPv6 /64); its further ones are refused while other addresses still connect.", "1 to 1000000", (1..=1_000_000).contains(&self.max_connections_per_ip)),
+            Param::new("max_connections_per_ip", "Connections served at once per listener from one source address (IPv4 address, or IPv6 prefix of endpoint.ipv6_budget_prefix, /64 by default); its further ones are refused while other addresses still connect.", "1 to 1000000", (1..=1_000_000).contains(&self.max_connections_per_ip)),
             Param::new("max_handshakes_per_ip", "TLS handshakes and WebSocket upgrades in progress per listener from one source address; its further connections are refused until one finishes.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes_per_ip)),
         ];
         params.extend(self.connection.params());

@@ -84,7 +84,7 @@ pub struct DtlsConfig {
     /// table. Default 256 (about 13 MB of OpenSSL state).
     pub max_handshakes: usize,
     /// Server: handshakes in progress kept at most per source address (IPv4 address,
-    /// or IPv6 /64). Default 32.
+    /// or IPv6 prefix of `ipv6_budget_prefix`, /64 by default). Default 32.
     pub max_handshakes_per_ip: usize,
     /// Server: an established session silent for this long may be replaced by a new
     /// one when the table is full (default 30 min, like Californium's stale
@@ -142,7 +142,7 @@ impl Settings for DtlsConfig {
         vec![
             Param::new("max_sessions", "Established DTLS sessions per shard. When full, a new session takes the place of one silent for stale_after, or an authenticated peer that of an anonymous one; otherwise it is refused.", "1 to 10000000", (1..=10_000_000).contains(&self.max_sessions)),
             Param::new("max_handshakes", "DTLS handshakes in progress (after the cookie exchange) per shard; beyond it the oldest handshake of the address with the most gives way. They never displace established sessions.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes)),
-            Param::new("max_handshakes_per_ip", "DTLS handshakes in progress per source address (IPv4 address or IPv6 /64); beyond it that address's oldest handshake gives way.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes_per_ip)),
+            Param::new("max_handshakes_per_ip", "DTLS handshakes in progress per source address (IPv4 address, or IPv6 prefix of endpoint.ipv6_budget_prefix, /64 by default); beyond it that address's oldest handshake gives way.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes_per_ip)),
             Param::new("stale_after", "An established session silent this long may be replaced by a new one when the table is full.", "1s to 30d", within(self.stale_after, secs(1), secs(30 * 86_400))),
             Param::new("handshake_timeout", "A DTLS handshake not finished within this is dropped.", "1s to 600s", within(self.handshake_timeout, secs(1), secs(600))),
             Param::new("idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d", within(self.idle_timeout, secs(1), secs(30 * 86_400))),
