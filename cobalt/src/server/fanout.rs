@@ -362,7 +362,9 @@ impl FanOut {
     /// Ends the relation with `key`, if any (or forgets its registration while it
     /// waits for verification).
     pub(crate) fn end(&mut self, key: &RelationKey) {
-        if self.awaiting.remove(key).is_some() {
+        // Emptiness first: every plain GET ends its token's relation (the hot path), and
+        // hashing the key (SipHash) only to find an empty table costs ~5 % of a request.
+        if !self.awaiting.is_empty() && self.awaiting.remove(key).is_some() {
             cobalt_proto::tables::shrink_when_sparse(&mut self.awaiting);
         }
         if let Some((obs, _)) = self.relations.remove(key) {
