@@ -81,6 +81,11 @@ impl OpensslDtls {
     pub fn cipher(&self, _peer: SocketAddr) -> Option<&'static str> {
         match self.0 {}
     }
+
+    /// Never called: no value exists.
+    pub fn count_ipv6_by(&mut self, _prefix: cobalt_proto::address::AddressPrefix) {
+        match self.0 {}
+    }
 }
 
 impl DtlsBackend for OpensslDtls {
