@@ -93,7 +93,7 @@ pub async fn eventually(what: &str, f: impl Fn() -> bool) {
 }
 
 /// Connections open on the server's listener of `t`, from its metrics.
-fn open_connections(t: Transport, server: &ServerHandle) -> u64 {
+pub fn open_connections(t: Transport, server: &ServerHandle) -> u64 {
     let label = match t {
         Transport::Tcp => "tcp",
         Transport::Ws => "ws",
