@@ -126,3 +126,62 @@ fn serve_and_get_over_dtls_with_certificates() {
     let err = String::from_utf8_lossy(&anonymous.stderr);
     assert!(err.contains("DTLS handshake"), "{err}");
 }
+
+/// The sum of the series of `name` in the /metrics page at `metrics` (host:port).
+fn metric(metrics: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(metrics).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Issue 28 item 4: each `cobalt get coaps://...` ends its DTLS session (close_notify)
+/// before it exits, so that runs in a row leave no session on the server until its
+/// idle timeout (an hour by default).
+#[test]
+fn get_over_dtls_leaves_no_session_on_the_server() {
+    let dir = TempDir::new("dtls-cli-close");
+    let keys = dir.write("keys.txt", "alice:secretPSK\n");
+    let mut serve = binary::local_serve();
+    serve
+        .args(["--dtls-port", "0", "--dtls-psk-file"])
+        .arg(&keys)
+        .args(["--metrics", "127.0.0.1:0"]);
+    let (_server, found) = binary::serve_printing(
+        serve,
+        &[
+            "cobalt: serving CoAP over DTLS on ",
+            "cobalt: metrics on http://",
+        ],
+    );
+    let metrics = found[1].trim_end_matches("/metrics").to_string();
+    let uri = format!("coaps://{}/benchmark", found[0]);
+    let runs = 10;
+    for _ in 0..runs {
+        let ok = cobalt()
+            .args(["get", &uri, "--psk-identity", "alice"])
+            .args(["--psk-key", "secretPSK"])
+            .output()
+            .unwrap();
+        assert!(ok.status.success(), "{ok:?}");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while metric(&metrics, "cobalt_dtls_sessions") != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} DTLS sessions left on the server",
+            metric(&metrics, "cobalt_dtls_sessions")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let handshakes = metric(&metrics, "cobalt_dtls_handshakes_total");
+    assert_eq!(handshakes, f64::from(runs), "one session per run");
+}
