@@ -74,7 +74,10 @@ async fn client_lifetimes_leave_no_dtls_session_on_the_server() {
         .start()
         .await
         .unwrap();
-    let uri = format!("coaps://{}/hello", server.local_addr(Scheme::Coaps).unwrap());
+    let uri = format!(
+        "coaps://{}/hello",
+        server.local_addr(Scheme::Coaps).unwrap()
+    );
     let dtls = {
         let m = server.metrics();
         move || m.total()

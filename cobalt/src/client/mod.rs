@@ -496,12 +496,14 @@ impl RequestBuilder {
         match uri.scheme {
             Scheme::Coap => {}
             Scheme::Coaps => {
-                let auth = client.auth.clone().ok_or(Error::Unsupported(
-                    Unsupported::NoCredentials {
-                        scheme: Scheme::Coaps,
-                        how: "RequestBuilder::psk, Client::with_psk or Client::with_x509",
-                    },
-                ))?;
+                let auth =
+                    client
+                        .auth
+                        .clone()
+                        .ok_or(Error::Unsupported(Unsupported::NoCredentials {
+                            scheme: Scheme::Coaps,
+                            how: "RequestBuilder::psk, Client::with_psk or Client::with_x509",
+                        }))?;
                 client.secure = Some(auth);
             }
             scheme => {

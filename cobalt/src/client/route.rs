@@ -54,7 +54,12 @@ impl Route {
     }
 
     /// Requests to `peer` (named `host` in the URI) over a connection of `pool`.
-    pub(crate) fn stream(client: Client, peer: SocketAddr, pool: Arc<TcpPool>, host: String) -> Route {
+    pub(crate) fn stream(
+        client: Client,
+        peer: SocketAddr,
+        pool: Arc<TcpPool>,
+        host: String,
+    ) -> Route {
         Route {
             client,
             peer,

@@ -3,8 +3,8 @@
 //! socket without changing threads; only handlers that are not ready on their first
 //! poll become tasks (on the same thread), whose responses come back via a queue.
 
-use crate::metrics::{ShardMetrics, ShardSnapshot};
 use crate::error::Unsupported;
+use crate::metrics::{ShardMetrics, ShardSnapshot};
 use crate::runtime::command::Command;
 use crate::runtime::exchanges::{ExchangeErrors, Exchanges};
 use crate::runtime::io::{Inbound, Input, ShardIo};

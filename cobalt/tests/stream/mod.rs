@@ -121,7 +121,10 @@ pub async fn the_client_releases_its_connections(t: Transport) {
         .await;
     let client = Client::new();
     let mut observation = client.observe(&t.uri(&server, "/obs")).await.unwrap();
-    assert_eq!(observation.next().await.unwrap().unwrap().text_payload(), "v0");
+    assert_eq!(
+        observation.next().await.unwrap().unwrap().text_payload(),
+        "v0"
+    );
     assert_eq!(open_connections(t, &server), 1);
     client.close().await;
     eventually("the closed client's connection is gone", || {

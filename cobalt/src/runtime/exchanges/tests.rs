@@ -93,7 +93,10 @@ fn a_datagram_response_goes_to_its_caller_and_a_timeout_fails_the_request() {
     server.respond(now, id, content(None)).unwrap();
     assert!(to_client(&mut server, &mut client, &mut exchanges, now).is_empty());
     let answer = rx.try_recv().unwrap().unwrap();
-    assert_eq!((answer.code, answer.payload.as_slice()), (Code::CONTENT, &b"21.5"[..]));
+    assert_eq!(
+        (answer.code, answer.payload.as_slice()),
+        (Code::CONTENT, &b"21.5"[..])
+    );
     assert!(exchanges.is_empty());
 
     // Unanswered: the endpoint gives up after its retransmissions, in virtual time.
