@@ -38,7 +38,6 @@ use cobalt_proto::uri::{CoapUri, Scheme};
 use route::Route;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -78,7 +77,6 @@ struct Inner {
     shard: Option<(mpsc::UnboundedSender<Command>, bool)>,
     v4: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
-    next_key: AtomicU64,
     tcp: Arc<TcpPool>,
     dtls: Mutex<DtlsDrivers>,
     ws: Arc<TcpPool>,
@@ -123,7 +121,6 @@ impl Client {
                 shard: None,
                 v4: Mutex::new(None),
                 v6: Mutex::new(None),
-                next_key: AtomicU64::new(1),
                 tcp: Arc::new(TcpPool::default().traced(stream_tracer.clone())),
                 dtls: Mutex::new(HashMap::new()),
                 ws: Arc::new(TcpPool::new(Framing::WebSocket).traced(stream_tracer.clone())),
@@ -276,7 +273,9 @@ impl Client {
         }
     }
 
-    pub(crate) fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
+    /// The datagram driver for requests to `peer` with this handle's credentials
+    /// (if `coaps`): a server shard's own, or the client's, started on first use.
+    fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
         if let Some(auth) = &self.secure {
             return self.dtls_driver_for(peer, auth);
         }
@@ -378,10 +377,6 @@ impl Client {
             .stream_tracer
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(tracer);
-    }
-
-    pub(crate) fn next_key(&self) -> u64 {
-        self.inner.next_key.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The pool of `coap+ws://` connections for [`Scheme::CoapWs`], else that of
@@ -510,12 +505,12 @@ impl RequestBuilder {
                 let peer = resolve(&uri).await?;
                 uri.apply_to(&mut self.message.options);
                 let pool = client.pool(scheme)?;
-                return Ok(Route::stream(client, peer, pool, uri.host));
+                return Ok(Route::stream(peer, pool, uri.host));
             }
         }
         let peer = client.socket_peer(resolve(&uri).await?);
         uri.apply_to(&mut self.message.options);
-        Ok(Route::datagram(client, peer))
+        Ok(Route::datagram(client.driver_for(&peer)?, peer))
     }
 
     /// Sends the request and waits for the response. A response in Block2 blocks is

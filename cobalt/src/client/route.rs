@@ -6,7 +6,6 @@
 //! Block2 downloads (RFC 7959, BERT over connections) are written once over it.
 
 use super::blockwise::{fetch_rest_via, upload_via};
-use super::Client;
 use crate::runtime::command::{Command, ReplyTo};
 use crate::server::Response;
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
@@ -14,16 +13,25 @@ use crate::{Error, Result};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
 use cobalt_proto::message::{opt, Code, Message};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+
+/// The callers' names for their requests, unique in the process (so in every
+/// transport's exchange table).
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+fn next_key() -> u64 {
+    NEXT_KEY.fetch_add(1, Ordering::Relaxed)
+}
 
 /// The transport of a [`Route`].
 #[derive(Debug, Clone)]
 enum Via {
     /// The client's datagram driver for the server's address family (with DTLS when
     /// the client handle has credentials for it).
-    Driver,
+    Driver(mpsc::UnboundedSender<Command>),
     /// The pooled connection to the server; `host` is the URI's host, named in the
     /// WebSocket upgrade request's `Host` header.
     Pool {
@@ -38,30 +46,22 @@ enum Via {
 /// [module documentation](self).
 #[derive(Debug, Clone)]
 pub(crate) struct Route {
-    client: Client,
     peer: SocketAddr,
     via: Via,
 }
 
 impl Route {
-    /// Requests to `peer` through `client`'s datagram driver.
-    pub(crate) fn datagram(client: Client, peer: SocketAddr) -> Route {
+    /// Requests to `peer` through a client's datagram driver (its `commands`).
+    pub(crate) fn datagram(commands: mpsc::UnboundedSender<Command>, peer: SocketAddr) -> Route {
         Route {
-            client,
             peer,
-            via: Via::Driver,
+            via: Via::Driver(commands),
         }
     }
 
     /// Requests to `peer` (named `host` in the URI) over a connection of `pool`.
-    pub(crate) fn stream(
-        client: Client,
-        peer: SocketAddr,
-        pool: Arc<TcpPool>,
-        host: String,
-    ) -> Route {
+    pub(crate) fn stream(peer: SocketAddr, pool: Arc<TcpPool>, host: String) -> Route {
         Route {
-            client,
             peer,
             via: Via::Pool { pool, host },
         }
@@ -84,23 +84,20 @@ impl Route {
         self.is_stream().then_some(DEFAULT_RESPONSE_TIMEOUT)
     }
 
-    /// Hands `command` to the transport (opening it if needed); `None` when the
-    /// transport closed before taking it (the caller may try once more, and gets a
-    /// new one).
-    fn send(&self, command: Command) -> Result<Option<mpsc::UnboundedSender<Command>>> {
+    /// Hands `command` to the transport (opening a connection if needed); `None` when
+    /// the transport closed before taking it (a connection's caller may try once more,
+    /// and gets a new one).
+    fn send(&self, command: Command) -> Option<mpsc::UnboundedSender<Command>> {
         match &self.via {
-            Via::Driver => {
-                let commands = self.client.driver_for(&self.peer)?;
-                Ok(commands.send(command).ok().map(|()| commands))
-            }
-            Via::Pool { pool, host } => Ok(pool.send(self.peer, host, command).ok()),
+            Via::Driver(commands) => commands.send(command).ok().map(|()| commands.clone()),
+            Via::Pool { pool, host } => pool.send(self.peer, host, command).ok(),
         }
     }
 
     /// The error of a command the transport closed before carrying out.
     pub(crate) fn closed(&self) -> Error {
         match &self.via {
-            Via::Driver => Error::Shutdown,
+            Via::Driver(_) => Error::Shutdown,
             Via::Pool { pool, .. } => pool.closed_before_send(self.peer),
         }
     }
@@ -121,7 +118,7 @@ impl Route {
     /// try on a new one.
     async fn exchange_once(&self, message: Message) -> Result<Message> {
         for _ in 0..2 {
-            let key = self.client.next_key();
+            let key = next_key();
             let (tx, rx) = oneshot::channel();
             let request = Command::Request {
                 key,
@@ -129,7 +126,7 @@ impl Route {
                 message: message.clone(),
                 reply: ReplyTo::Once(tx),
             };
-            let Some(commands) = self.send(request)? else {
+            let Some(commands) = self.send(request) else {
                 continue;
             };
             let guard = CancelGuard::new(commands, key);
@@ -150,7 +147,7 @@ impl Route {
         request: Message,
         buffered: usize,
     ) -> Result<(mpsc::Receiver<Result<Message>>, CancelGuard)> {
-        let key = self.client.next_key();
+        let key = next_key();
         let (tx, rx) = mpsc::channel(buffered);
         let register = Command::Request {
             key,
@@ -158,7 +155,7 @@ impl Route {
             message: request,
             reply: ReplyTo::Stream(tx),
         };
-        let commands = self.send(register)?.ok_or_else(|| self.closed())?;
+        let commands = self.send(register).ok_or_else(|| self.closed())?;
         Ok((rx, CancelGuard::new(commands, key)))
     }
 
@@ -196,7 +193,7 @@ impl Route {
     /// The block size to upload `request`'s body in, `None` when it goes whole.
     async fn upload_size(&self, request: &Message, asked: Option<u8>) -> Result<Option<BlockSize>> {
         match &self.via {
-            Via::Driver => {
+            Via::Driver(_) => {
                 let size = BlockSize::Szx(asked.unwrap_or(MAX_UDP_SZX));
                 Ok((request.payload.len() > size.bytes()).then_some(size))
             }
@@ -208,7 +205,7 @@ impl Route {
     /// (without Observe) for the following blocks.
     pub(crate) async fn fetch_rest(&self, request: Message, first: Message) -> Result<Response> {
         let bert = match &self.via {
-            Via::Driver => false,
+            Via::Driver(_) => false,
             Via::Pool { pool, .. } => pool.config().block_wise_transfer,
         };
         fetch_rest_via(request, first, bert, |req| self.exchange(req)).await

@@ -454,6 +454,11 @@ async fn client_conn<L, C>(
                 carry_out(&mut exchanges, &mut session, cmd);
             }
         }
+        if session.connection().is_closed() {
+            // The callers told of the close below (an observation registers again at
+            // once) must find the pool opening a new connection, not this one's queue.
+            commands.close();
+        }
         while let Some(event) = session.poll_event() {
             if let SessionEvent::Response { response, .. } = &event {
                 if remote.tracer.is_some() {
