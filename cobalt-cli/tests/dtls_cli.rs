@@ -5,7 +5,7 @@
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, serve_until};
+use binary::{cobalt, metric, serve_until};
 use cobalt_test_support::pki::PkiFiles;
 use cobalt_test_support::ports::{free_udp_port, V4};
 use cobalt_test_support::temp::TempDir;
@@ -125,22 +125,6 @@ fn serve_and_get_over_dtls_with_certificates() {
     assert!(!anonymous.status.success());
     let err = String::from_utf8_lossy(&anonymous.stderr);
     assert!(err.contains("DTLS handshake"), "{err}");
-}
-
-/// The sum of the series of `name` in the /metrics page at `metrics` (host:port).
-fn metric(metrics: &str, name: &str) -> f64 {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(metrics).unwrap();
-    conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-        .unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    conn.read_to_string(&mut body).unwrap();
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Issue 28 item 4: each `cobalt get coaps://...` ends its DTLS session (close_notify)

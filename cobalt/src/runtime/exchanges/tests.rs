@@ -44,6 +44,45 @@ fn content(observe: Option<u32>) -> Message {
     m
 }
 
+/// A request command for the server under `key`.
+fn request(key: u64, message: Message, reply: ReplyTo) -> Command {
+    Command::Request {
+        key,
+        peer: server_addr(),
+        message,
+        reply,
+    }
+}
+
+/// The deregistration (a GET with Observe=1) of observation `key`.
+fn deregister(key: u64, reply: ReplyTo) -> Command {
+    Command::Deregister {
+        key,
+        peer: server_addr(),
+        message: get(Some(1)),
+        reply,
+    }
+}
+
+/// Hands every event of `session` to `exchanges`; returns those it gave back.
+fn hand_over<S: Session>(
+    session: &mut S,
+    exchanges: &mut Exchanges<Plain>,
+    now: Instant,
+) -> Vec<SessionEvent> {
+    let events: Vec<SessionEvent> = std::iter::from_fn(|| session.poll_event()).collect();
+    events
+        .into_iter()
+        .filter_map(|e| exchanges.on_event(session, now, e))
+        .collect()
+}
+
+/// The server answers `request` (sent by `client`) with `response`.
+fn answer(client: &mut Endpoint, request: &Message, mut response: Message, now: Instant) {
+    (response.mid, response.token) = (request.mid, request.token);
+    client.handle_datagram(now, server_addr(), &encode(&response));
+}
+
 /// Moves the client endpoint's datagrams to the server and returns the requests the
 /// server saw.
 fn to_server(client: &mut Endpoint, server: &mut Endpoint, now: Instant) -> Vec<Event> {
@@ -64,11 +103,7 @@ fn to_client(
     while let Some(t) = server.poll_transmit() {
         client.handle_datagram(now, server_addr(), &t.bytes);
     }
-    let events: Vec<SessionEvent> = std::iter::from_fn(|| Session::poll_event(client)).collect();
-    events
-        .into_iter()
-        .filter_map(|e| exchanges.on_event(client, now, e))
-        .collect()
+    hand_over(client, exchanges, now)
 }
 
 #[test]
@@ -80,13 +115,8 @@ fn a_datagram_response_goes_to_its_caller_and_a_timeout_fails_the_request() {
     );
     let mut exchanges = Exchanges::new(Plain);
     let (tx, mut rx) = oneshot::channel();
-    let request = Command::Request {
-        key: 1,
-        peer: server_addr(),
-        message: get(None),
-        reply: ReplyTo::Once(tx),
-    };
-    assert!(exchanges.command(&mut client, now, request).is_none());
+    let get_temp = request(1, get(None), ReplyTo::Once(tx));
+    assert!(exchanges.command(&mut client, now, get_temp).is_none());
     let Some(Event::Request { id, .. }) = to_server(&mut client, &mut server, now).pop() else {
         panic!("the server saw no request");
     };
@@ -101,23 +131,14 @@ fn a_datagram_response_goes_to_its_caller_and_a_timeout_fails_the_request() {
 
     // Unanswered: the endpoint gives up after its retransmissions, in virtual time.
     let (tx, mut rx) = oneshot::channel();
-    let request = Command::Request {
-        key: 2,
-        peer: server_addr(),
-        message: get(None),
-        reply: ReplyTo::Once(tx),
-    };
-    exchanges.command(&mut client, now, request);
+    let unanswered = request(2, get(None), ReplyTo::Once(tx));
+    exchanges.command(&mut client, now, unanswered);
     let mut at = now;
     while let Some(t) = client.poll_timeout().filter(|_| !exchanges.is_empty()) {
         at = t;
         client.handle_timeout(at);
         while client.poll_transmit().is_some() {}
-        let events: Vec<SessionEvent> =
-            std::iter::from_fn(|| Session::poll_event(&mut client)).collect();
-        for e in events {
-            exchanges.on_event(&mut client, at, e);
-        }
+        hand_over(&mut client, &mut exchanges, at);
     }
     assert!(at > now, "the request must have been retransmitted first");
     assert!(matches!(
@@ -140,59 +161,30 @@ fn a_datagram_observation_is_deregistered_with_its_token_and_a_plain_get_once_it
     let mut client = Endpoint::new(EndpointConfig::default(), now);
     let mut exchanges = Exchanges::new(Plain);
     let (tx, mut notifications) = mpsc::channel(4);
-    let register = Command::Request {
-        key: 7,
-        peer: server_addr(),
-        message: get(Some(0)),
-        reply: ReplyTo::Stream(tx),
-    };
+    let register = request(7, get(Some(0)), ReplyTo::Stream(tx));
     exchanges.command(&mut client, now, register);
-    let request = sent(&mut client);
-    let mut notification = content(Some(1));
-    (notification.mid, notification.token) = (request.mid, request.token);
-    client.handle_datagram(now, server_addr(), &encode(&notification));
-    let events: Vec<SessionEvent> =
-        std::iter::from_fn(|| Session::poll_event(&mut client)).collect();
-    for e in events {
-        exchanges.on_event(&mut client, now, e);
-    }
+    let registration = sent(&mut client);
+    answer(&mut client, &registration, content(Some(1)), now);
+    hand_over(&mut client, &mut exchanges, now);
     let first = notifications.try_recv().unwrap().unwrap();
     assert_eq!(first.options.observe(), Some(1));
     assert!(!exchanges.is_empty(), "the relation stays registered");
 
-    let (tx, mut answer) = oneshot::channel();
-    let deregister = Command::Deregister {
-        key: 7,
-        peer: server_addr(),
-        message: get(Some(1)),
-        reply: ReplyTo::Once(tx),
-    };
-    exchanges.command(&mut client, now, deregister);
+    let (tx, mut answered) = oneshot::channel();
+    exchanges.command(&mut client, now, deregister(7, ReplyTo::Once(tx)));
     let deregistration = sent(&mut client);
-    assert_eq!(deregistration.token, request.token);
+    assert_eq!(deregistration.token, registration.token);
     assert_eq!(deregistration.options.observe(), Some(1));
 
-    let mut last = content(None);
-    (last.mid, last.token) = (deregistration.mid, deregistration.token);
-    client.handle_datagram(now, server_addr(), &encode(&last));
-    let events: Vec<SessionEvent> =
-        std::iter::from_fn(|| Session::poll_event(&mut client)).collect();
-    for e in events {
-        exchanges.on_event(&mut client, now, e);
-    }
-    assert_eq!(answer.try_recv().unwrap().unwrap().code, Code::CONTENT);
+    answer(&mut client, &deregistration, content(None), now);
+    hand_over(&mut client, &mut exchanges, now);
+    assert_eq!(answered.try_recv().unwrap().unwrap().code, Code::CONTENT);
     assert!(exchanges.is_empty());
 
     // Deregistering a relation that is gone sends the GET under a token of its own.
     let (tx, _answer) = oneshot::channel();
-    let late = Command::Deregister {
-        key: 99,
-        peer: server_addr(),
-        message: get(Some(1)),
-        reply: ReplyTo::Once(tx),
-    };
-    exchanges.command(&mut client, now, late);
-    assert_ne!(sent(&mut client).token, request.token);
+    exchanges.command(&mut client, now, deregister(99, ReplyTo::Once(tx)));
+    assert_ne!(sent(&mut client).token, registration.token);
 }
 
 /// Moves bytes between a client session and a server connection until both are quiet;
@@ -223,12 +215,7 @@ fn a_stream_observation_whose_observer_is_gone_is_deregistered_at_the_server() {
     let mut server = TcpConnection::new(TcpConfig::default(), now);
     let mut exchanges = Exchanges::new(Plain);
     let (tx, notifications) = mpsc::channel(4);
-    let register = Command::Request {
-        key: 3,
-        peer: server_addr(),
-        message: get(Some(0)),
-        reply: ReplyTo::Stream(tx),
-    };
+    let register = request(3, get(Some(0)), ReplyTo::Stream(tx));
     exchanges.command(&mut client, now, register);
     let token = pump(&mut client, &mut server, now)
         .into_iter()
@@ -243,10 +230,7 @@ fn a_stream_observation_whose_observer_is_gone_is_deregistered_at_the_server() {
         .respond(now, token, TcpMessage::from(content(Some(1))))
         .unwrap();
     pump(&mut client, &mut server, now);
-    let events: Vec<SessionEvent> = std::iter::from_fn(|| client.poll_event()).collect();
-    for e in events {
-        exchanges.on_event(&mut client, now, e);
-    }
+    hand_over(&mut client, &mut exchanges, now);
     assert!(exchanges.is_empty());
     let deregistration = pump(&mut client, &mut server, now)
         .into_iter()
@@ -270,13 +254,7 @@ fn a_closed_transport_fails_every_request_and_observation() {
         (1, get(None), ReplyTo::Once(once)),
         (2, get(Some(0)), ReplyTo::Stream(stream)),
     ] {
-        let request = Command::Request {
-            key,
-            peer: server_addr(),
-            message,
-            reply,
-        };
-        exchanges.command(&mut client, now, request);
+        exchanges.command(&mut client, now, request(key, message, reply));
     }
     exchanges.fail_all(&mut client, now, |_| Error::Shutdown);
     assert!(exchanges.is_empty());
