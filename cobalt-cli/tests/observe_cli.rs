@@ -3,7 +3,7 @@
 //! its standard output closes, over UDP and TCP; and an observation of a server that
 //! went away says so and ends with exit code 3.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
