@@ -509,7 +509,12 @@ async fn client_conn<L, C>(
             cmd = commands.recv(), if !releasing => match cmd {
                 None => session.connection_mut().release(),
                 // Nothing to release before the CSM: the link just closes.
-                Some(Command::Shutdown { .. }) if !established => break,
+                Some(Command::Shutdown { .. }) if !established => {
+                    for cmd in deferred.drain(..) {
+                        cmd.fail(Error::Shutdown);
+                    }
+                    break;
+                }
                 Some(cmd) if !established => deferred.push(cmd),
                 Some(cmd) => carry_out(&mut exchanges, &mut session, cmd),
             },
