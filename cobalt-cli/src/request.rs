@@ -283,13 +283,35 @@ fn response_status(r: &Response) -> Result<(), (i32, String)> {
     }
 }
 
+/// How long a command waits on its way out for the client to end its DTLS sessions
+/// and connections (a server that does not answer must not hold the exit up).
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// Ends what `client` opened before the process exits, which would otherwise cut it
+/// off unannounced: DTLS sessions end with close_notify (the server would keep them
+/// until its idle timeout), connections are released and closed.
+async fn close(client: &Client) {
+    let _ = tokio::time::timeout(CLOSE_WAIT, client.close()).await;
+}
+
 /// Runs one request command.
 pub async fn run(method: Code, args: RequestArgs) -> Result<(), (i32, String)> {
     let client = client_for(&args);
-    let request = build(&client, method, &args)?;
+    let result = request_and_print(&client, method, &args).await;
+    close(&client).await;
+    result
+}
+
+/// Sends the request of a request command and prints the response.
+async fn request_and_print(
+    client: &Client,
+    method: Code,
+    args: &RequestArgs,
+) -> Result<(), (i32, String)> {
+    let request = build(client, method, args)?;
     let mut out = Output::open(args.output.as_deref())?;
     let response = request.send().await.map_err(|e| error_exit(&e))?;
-    print_response(&mut out, &response, &args, false)?;
+    print_response(&mut out, &response, args, false)?;
     response_status(&response)
 }
 
@@ -318,11 +340,19 @@ pub async fn discover(args: DiscoverArgs) -> Result<(), (i32, String)> {
         args.uri = format!("{base}/.well-known/core{query}");
     }
     let client = client_for(&args);
-    let request = build(&client, Code::GET, &args)?;
+    let result = list_links(&client, &args, raw).await;
+    close(&client).await;
+    result
+}
+
+/// GETs the link-format document of `discover` and lists its links (or prints it
+/// whole with `raw`).
+async fn list_links(client: &Client, args: &RequestArgs, raw: bool) -> Result<(), (i32, String)> {
+    let request = build(client, Code::GET, args)?;
     let mut out = Output::open(args.output.as_deref())?;
     let response = request.send().await.map_err(|e| error_exit(&e))?;
     if raw || response.code.class() != 2 {
-        print_response(&mut out, &response, &args, false)?;
+        print_response(&mut out, &response, args, false)?;
         return response_status(&response);
     }
     let text = response.text_payload();
@@ -382,9 +412,16 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// closed standard output, then ends the relation with the server (GET with
 /// Observe=1, RFC 7641 §3.6) instead of leaving it to time out.
 pub async fn observe(args: ObserveArgs) -> Result<(), (i32, String)> {
+    let client = client_for(&args.request);
+    let result = observe_and_print(&client, &args).await;
+    close(&client).await;
+    result
+}
+
+/// Registers, prints the notifications and deregisters for `cobalt observe`.
+async fn observe_and_print(client: &Client, args: &ObserveArgs) -> Result<(), (i32, String)> {
     let req = &args.request;
-    let client = client_for(req);
-    let obs = build(&client, Code::GET, req)?
+    let obs = build(client, Code::GET, req)?
         .observe()
         .await
         .map_err(|e| error_exit(&e))?
@@ -396,7 +433,7 @@ pub async fn observe(args: ObserveArgs) -> Result<(), (i32, String)> {
         });
     let first_wait = (req.timeout > 0.0).then(|| Duration::from_secs_f64(req.timeout));
     let mut out = Output::open(req.output.as_deref())?;
-    let (obs, result) = print_notifications(obs, &mut out, &args, first_wait).await;
+    let (obs, result) = print_notifications(obs, &mut out, args, first_wait).await;
     if let Some(obs) = obs {
         deregister(obs).await;
     }

@@ -5,7 +5,7 @@
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, serve_until};
+use binary::{cobalt, metric, serve_until};
 use cobalt_test_support::pki::PkiFiles;
 use cobalt_test_support::ports::{free_udp_port, V4};
 use cobalt_test_support::temp::TempDir;
@@ -125,4 +125,47 @@ fn serve_and_get_over_dtls_with_certificates() {
     assert!(!anonymous.status.success());
     let err = String::from_utf8_lossy(&anonymous.stderr);
     assert!(err.contains("DTLS handshake"), "{err}");
+}
+
+/// Issue 28 item 4: each `cobalt get coaps://...` ends its DTLS session (close_notify)
+/// before it exits, so that runs in a row leave no session on the server until its
+/// idle timeout (an hour by default).
+#[test]
+fn get_over_dtls_leaves_no_session_on_the_server() {
+    let dir = TempDir::new("dtls-cli-close");
+    let keys = dir.write("keys.txt", "alice:secretPSK\n");
+    let mut serve = binary::local_serve();
+    serve
+        .args(["--dtls-port", "0", "--dtls-psk-file"])
+        .arg(&keys)
+        .args(["--metrics", "127.0.0.1:0"]);
+    let (_server, found) = binary::serve_printing(
+        serve,
+        &[
+            "cobalt: serving CoAP over DTLS on ",
+            "cobalt: metrics on http://",
+        ],
+    );
+    let metrics = found[1].trim_end_matches("/metrics").to_string();
+    let uri = format!("coaps://{}/benchmark", found[0]);
+    let runs = 10;
+    for _ in 0..runs {
+        let ok = cobalt()
+            .args(["get", &uri, "--psk-identity", "alice"])
+            .args(["--psk-key", "secretPSK"])
+            .output()
+            .unwrap();
+        assert!(ok.status.success(), "{ok:?}");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while metric(&metrics, "cobalt_dtls_sessions") != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} DTLS sessions left on the server",
+            metric(&metrics, "cobalt_dtls_sessions")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let handshakes = metric(&metrics, "cobalt_dtls_handshakes_total");
+    assert_eq!(handshakes, f64::from(runs), "one session per run");
 }

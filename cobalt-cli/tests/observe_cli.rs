@@ -3,14 +3,14 @@
 //! its standard output closes, over UDP and TCP; and an observation of a server that
 //! went away says so and ends with exit code 3.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{cobalt, local_serve, rest_of_stderr, serve_printing, ChildGuard};
+use binary::{cobalt, local_serve, metric, rest_of_stderr, serve_printing, ChildGuard};
 use cobalt_test_support::psk;
 use cobalt_test_support::temp::TempDir;
 
@@ -24,20 +24,6 @@ fn serve(extra: &[&str], prefixes: &[&str]) -> (ChildGuard, Vec<String>) {
     let (server, mut found) = serve_printing(c, &wanted);
     found[1] = found[1].trim_end_matches("/metrics").to_string();
     (server, found)
-}
-
-/// The sum of the series of `name` in the server's /metrics.
-fn metric(metrics: &str, name: &str) -> f64 {
-    let mut conn = std::net::TcpStream::connect(metrics).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    conn.read_to_string(&mut body).unwrap();
-    body.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Waits (up to 10 s) until the server's `cobalt_observers` gauge is `n`.

@@ -63,6 +63,52 @@ async fn psk_request_over_dtls() {
     server.shutdown(Duration::ZERO).await;
 }
 
+/// The client ends what it opened (issue 28 item 4): 20 client lifetimes of one
+/// request each leave no DTLS session on the server, long before its idle timeout —
+/// `Client::close` sends close_notify at once (the client stays usable), and so does
+/// dropping the last clone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_lifetimes_leave_no_dtls_session_on_the_server() {
+    let server = server()
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap();
+    let uri = format!(
+        "coaps://{}/hello",
+        server.local_addr(Scheme::Coaps).unwrap()
+    );
+    let dtls = {
+        let m = server.metrics();
+        move || m.total()
+    };
+    for lifetime in 0..20 {
+        let client = Client::new().with_psk("alice", "secretPSK");
+        assert_eq!(client.get(&uri).await.unwrap().code, Code::CONTENT);
+        if lifetime % 2 == 0 {
+            client.close().await;
+            stream::eventually("the closed client's session ends", || {
+                dtls().dtls_sessions == 0
+            })
+            .await;
+        }
+        drop(client);
+        stream::eventually("the dropped client's session ends", || {
+            dtls().dtls_sessions == 0
+        })
+        .await;
+    }
+    assert_eq!(dtls().dtls_handshakes, 20, "{:?}", dtls());
+    // A closed client opens a new session for its next request.
+    let client = Client::new().with_psk("alice", "secretPSK");
+    client.close().await;
+    assert_eq!(client.get(&uri).await.unwrap().code, Code::CONTENT);
+    assert_eq!(dtls().dtls_handshakes, 21);
+    client.close().await;
+    stream::eventually("the session ends", || dtls().dtls_sessions == 0).await;
+    server.shutdown(Duration::ZERO).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_key_is_a_clear_error_not_a_timeout() {
     let server = server()

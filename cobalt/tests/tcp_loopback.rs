@@ -431,6 +431,14 @@ fn blocking_client_over_tcp() {
         .post(&format!("coap+tcp://{addr}/echo"), b"abc".to_vec())
         .unwrap();
     assert_eq!(r.payload, b"abc");
+    // Closing releases the connection at once; the client stays usable.
+    client.close();
+    let open = || stream::open_connections(stream::Transport::Tcp, &server);
+    rt.block_on(stream::eventually("the closed connection is gone", || {
+        open() == 0
+    }));
+    let r = client.get(&format!("coap+tcp://{addr}/hello")).unwrap();
+    assert_eq!(r.text_payload(), "hello world");
     rt.block_on(server.shutdown(Duration::ZERO));
 }
 

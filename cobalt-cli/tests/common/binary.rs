@@ -113,3 +113,20 @@ pub fn start_cobalt_with(ip: IpAddr, args: &[&str]) -> PeerServer {
         c
     })
 }
+
+/// The sum of the series of `name` in the /metrics page a server serves at `metrics`
+/// (host:port).
+pub fn metric(metrics: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(metrics).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    body.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -277,6 +277,15 @@ pub trait Session {
     /// notifications come for it.
     fn cancel(&mut self, now: Instant, id: Outbound);
 
+    /// The token of one of our requests or observations while it is active (e.g. to
+    /// deregister an observation with it, RFC 7641 §3.6).
+    fn token_of(&self, id: Outbound) -> Option<Token> {
+        match id {
+            Outbound::Stream { token, .. } => Some(token),
+            Outbound::Datagram(_) => None,
+        }
+    }
+
     /// Whether the last notification of `observation` was confirmable and still waits
     /// for its ACK (never over a stream, which is reliable).
     fn awaits_ack(&self, observation: &Observation) -> bool;
@@ -352,6 +361,13 @@ impl Session for Endpoint {
     fn cancel(&mut self, now: Instant, id: Outbound) {
         if let Outbound::Datagram(id) = id {
             Endpoint::cancel(self, now, id);
+        }
+    }
+
+    fn token_of(&self, id: Outbound) -> Option<Token> {
+        match id {
+            Outbound::Datagram(id) => self.request_token(id),
+            Outbound::Stream { .. } => None,
         }
     }
 

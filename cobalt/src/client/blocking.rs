@@ -114,6 +114,16 @@ impl Client {
         )
     }
 
+    /// Ends what this client (and the clients it shares state with) opened, like
+    /// [`Client::close`](super::Client::close): DTLS sessions end with close_notify,
+    /// TCP, TLS and WebSocket connections are released and closed. Call it before a
+    /// program exits; the client stays usable.
+    pub fn close(&self) {
+        if let Ok(rt) = self.runtime() {
+            rt.block_on(self.inner.close());
+        }
+    }
+
     /// Registers as an observer of `uri` (RFC 7641), like
     /// [`Client::observe`](super::Client::observe); the notifications come from the
     /// returned iterator.

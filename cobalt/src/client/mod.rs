@@ -13,11 +13,12 @@ pub mod blocking;
 mod blockwise;
 pub use blockwise::MAX_BODY;
 mod observe;
+mod route;
 
 pub use observe::{Observation, Reregistration, MAX_REREGISTRATIONS};
 
 use crate::error::{SetupError, Unsupported};
-use crate::runtime::command::{Command, ReplyTo};
+use crate::runtime::command::Command;
 use crate::runtime::driver::{spawn_driver, DriverIo};
 use crate::runtime::service::NoService;
 use crate::server::Response;
@@ -25,27 +26,30 @@ use crate::trace::StreamTracer;
 use crate::trace::Tracer;
 use crate::transport::credentials::{ClientCredentials, ClientPsk, X509Credentials};
 use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
-use crate::transport::tcp::{TcpPool, TracerSlot, DEFAULT_RESPONSE_TIMEOUT};
+use crate::transport::tcp::{TcpPool, TracerSlot};
 use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets, report_unreachable};
 use crate::{Error, Result};
-use blockwise::{fetch_rest_via, upload_via};
-use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::{Framing, TcpConfig};
 use cobalt_proto::uri::{CoapUri, Scheme};
+use route::Route;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// An async CoAP client. Cheap to clone; clones share sockets and state. Its socket
 /// (one per address family, bound on first use) is served by a background thread
 /// that stops when the last clone is dropped.
+///
+/// The client ends what it opened: when the last clone is dropped, or at once with
+/// [`Client::close`], its DTLS sessions end with close_notify and its TCP, TLS and
+/// WebSocket connections are released and closed, so that servers need not keep
+/// them until their idle timeouts.
 ///
 /// `coaps://` requests go over DTLS 1.2 with a pre-shared key
 /// ([`Client::with_psk`] or [`RequestBuilder::psk`]); there is one DTLS socket and
@@ -73,7 +77,6 @@ struct Inner {
     shard: Option<(mpsc::UnboundedSender<Command>, bool)>,
     v4: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     v6: Mutex<Option<mpsc::UnboundedSender<Command>>>,
-    next_key: AtomicU64,
     tcp: Arc<TcpPool>,
     dtls: Mutex<DtlsDrivers>,
     ws: Arc<TcpPool>,
@@ -118,7 +121,6 @@ impl Client {
                 shard: None,
                 v4: Mutex::new(None),
                 v6: Mutex::new(None),
-                next_key: AtomicU64::new(1),
                 tcp: Arc::new(TcpPool::default().traced(stream_tracer.clone())),
                 dtls: Mutex::new(HashMap::new()),
                 ws: Arc::new(TcpPool::new(Framing::WebSocket).traced(stream_tracer.clone())),
@@ -209,6 +211,35 @@ impl Client {
         Ok(())
     }
 
+    /// Ends what this client (and its clones) opened and waits until it is done:
+    /// DTLS sessions end with close_notify, TCP, TLS and WebSocket connections are
+    /// released (RFC 8323 §5.5) and closed (TCP FIN, TLS close_notify, WebSocket
+    /// close). Requests and observations in flight end with [`Error::Shutdown`]. The
+    /// client stays usable: a later request opens anew. (A client made for a server's
+    /// handlers leaves the server's sockets alone.) Call it before a program exits,
+    /// which would otherwise cut the sessions off unannounced.
+    pub async fn close(&self) {
+        let mut drivers: Vec<mpsc::UnboundedSender<Command>> = Vec::new();
+        for slot in [&self.inner.v4, &self.inner.v6] {
+            drivers.extend(slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+        }
+        let dtls = std::mem::take(&mut *self.inner.dtls.lock().unwrap_or_else(|e| e.into_inner()));
+        drivers.extend(dtls.into_values());
+        for driver in &drivers {
+            let _ = driver.send(Command::Shutdown {
+                grace: Duration::ZERO,
+            });
+        }
+        let tls: Vec<Arc<TcpPool>> = {
+            let pools = self.inner.tls.lock().unwrap_or_else(|e| e.into_inner());
+            pools.values().cloned().collect()
+        };
+        let pools = [&self.inner.tcp, &self.inner.ws].into_iter().chain(&tls);
+        futures_util::future::join_all(pools.map(|pool| pool.close())).await;
+        // A driver lets go of its commands once its sessions are closed and it exits.
+        futures_util::future::join_all(drivers.iter().map(|d| d.closed())).await;
+    }
+
     /// Registers as an observer of `uri` (RFC 7641); notifications arrive on the
     /// returned [`Observation`] until it is dropped.
     pub async fn observe(&self, uri: &str) -> Result<Observation> {
@@ -242,7 +273,9 @@ impl Client {
         }
     }
 
-    pub(crate) fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
+    /// The datagram driver for requests to `peer` with this handle's credentials
+    /// (if `coaps`): a server shard's own, or the client's, started on first use.
+    fn driver_for(&self, peer: &SocketAddr) -> Result<mpsc::UnboundedSender<Command>> {
         if let Some(auth) = &self.secure {
             return self.dtls_driver_for(peer, auth);
         }
@@ -344,10 +377,6 @@ impl Client {
             .stream_tracer
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(tracer);
-    }
-
-    pub(crate) fn next_key(&self) -> u64 {
-        self.inner.next_key.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The pool of `coap+ws://` connections for [`Scheme::CoapWs`], else that of
@@ -454,32 +483,34 @@ impl RequestBuilder {
         self
     }
 
-    async fn prepare(mut self) -> Result<(Client, SocketAddr, Message, Option<Duration>)> {
+    /// The route to the URI's server (credentials checked, name resolved), with the
+    /// URI's options set on the request.
+    async fn route(&mut self) -> Result<Route> {
         let uri = CoapUri::parse(&self.uri)?;
+        let mut client = self.authenticated_client();
         match uri.scheme {
             Scheme::Coap => {}
             Scheme::Coaps => {
-                let auth = self
-                    .auth
-                    .take()
-                    .map(Arc::new)
-                    .or_else(|| self.client.auth.clone())
-                    .ok_or(Error::Unsupported(Unsupported::NoCredentials {
-                        scheme: Scheme::Coaps,
-                        how: "RequestBuilder::psk, Client::with_psk or Client::with_x509",
-                    }))?;
-                self.client.secure = Some(auth);
+                let auth =
+                    client
+                        .auth
+                        .clone()
+                        .ok_or(Error::Unsupported(Unsupported::NoCredentials {
+                            scheme: Scheme::Coaps,
+                            how: "RequestBuilder::psk, Client::with_psk or Client::with_x509",
+                        }))?;
+                client.secure = Some(auth);
             }
-            other => {
-                return Err(Error::Unsupported(Unsupported::Scheme {
-                    scheme: other,
-                    what: "is not a datagram scheme",
-                }))
+            scheme => {
+                let peer = resolve(&uri).await?;
+                uri.apply_to(&mut self.message.options);
+                let pool = client.pool(scheme)?;
+                return Ok(Route::stream(peer, pool, uri.host));
             }
         }
-        let peer = self.client.socket_peer(resolve(&uri).await?);
+        let peer = client.socket_peer(resolve(&uri).await?);
         uri.apply_to(&mut self.message.options);
-        Ok((self.client, peer, self.message, self.timeout))
+        Ok(Route::datagram(client.driver_for(&peer)?, peer))
     }
 
     /// Sends the request and waits for the response. A response in Block2 blocks is
@@ -492,24 +523,10 @@ impl RequestBuilder {
     /// when given; BERT answers are reassembled. Without [`RequestBuilder::timeout`] a TCP request
     /// gives up after 60 s. `coap+ws://` URIs go the same way over a pooled WebSocket
     /// per server (RFC 8323 §4, path `/.well-known/coap`, subprotocol `coap`).
-    pub async fn send(self) -> Result<Response> {
-        if CoapUri::parse(&self.uri).is_ok_and(|u| is_stream(u.scheme)) {
-            return self.send_tcp().await;
-        }
-        let szx = self.block_szx;
-        let (client, peer, message, timeout) = self.prepare().await?;
-        let exchange = async {
-            let upload_szx = szx.unwrap_or(MAX_UDP_SZX);
-            if message.payload.len() > 1 << (upload_szx + 4) {
-                let size = BlockSize::Szx(upload_szx);
-                let (last, rest) =
-                    upload_via(message, size, |req| exchange(&client, peer, req)).await?;
-                fetch_rest(&client, peer, rest, last).await
-            } else {
-                fetch_whole(&client, peer, message).await
-            }
-        };
-        match timeout {
+    pub async fn send(mut self) -> Result<Response> {
+        let route = self.route().await?;
+        let exchange = route.send_whole(self.message, self.block_szx);
+        match self.timeout.or(route.default_timeout()) {
             Some(t) => tokio::time::timeout(t, exchange)
                 .await
                 .map_err(|_| Error::Deadline(t))?,
@@ -526,134 +543,20 @@ impl RequestBuilder {
         }
     }
 
-    async fn send_tcp(mut self) -> Result<Response> {
-        let uri = CoapUri::parse(&self.uri)?;
-        let peer = resolve(&uri).await?;
-        uri.apply_to(&mut self.message.options);
-        let timeout = self.timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT);
-        let client = self.authenticated_client();
-        let pool = client.pool(uri.scheme)?;
-        let host = uri.host.as_str();
-        let exchange = async {
-            let send = |req| pool.request(peer, host, req);
-            let (first, rest) = match pool
-                .upload_size(peer, host, &self.message, self.block_szx)
-                .await?
-            {
-                Some(size) => upload_via(self.message, size, send).await?,
-                None => (send(self.message.clone()).await?, self.message),
-            };
-            fetch_rest_via(rest, first, pool.config().block_wise_transfer, send).await
-        };
-        tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| Error::Deadline(timeout))?
-    }
-
     /// Sends the request with Observe=0 and returns the stream of notifications.
     ///
     /// `coap+tcp://` and `coap+ws://` observations go over the pooled connection to
     /// the server (RFC 8323 §7); see [`Observation`] for how they end.
     pub async fn observe(mut self) -> Result<Observation> {
         self.message.options.set_uint(opt::OBSERVE, 0);
-        let uri = CoapUri::parse(&self.uri)?;
-        if is_stream(uri.scheme) {
-            let peer = resolve(&uri).await?;
-            uri.apply_to(&mut self.message.options);
-            let route = observe::Route::Stream {
-                scheme: uri.scheme,
-                peer,
-                host: uri.host.clone(),
-            };
-            let client = self.authenticated_client();
-            return Observation::register(client, route, self.message);
-        }
-        let (client, peer, message, _) = self.prepare().await?;
-        Observation::register(client, observe::Route::Datagram { peer }, message)
+        let route = self.route().await?;
+        Observation::register(route, self.message)
     }
 }
 
 /// Whether a scheme runs over a connection (RFC 8323) rather than datagrams.
 fn is_stream(scheme: Scheme) -> bool {
     !matches!(scheme, Scheme::Coap | Scheme::Coaps)
-}
-
-/// One request/response exchange through the driver. A 4.01 carrying an Echo option
-/// (a server's amplification check, RFC 9175 §2.4) is answered transparently by
-/// repeating the request once with that Echo value.
-async fn exchange(client: &Client, peer: SocketAddr, message: Message) -> Result<Message> {
-    let first = exchange_once(client, peer, message.clone()).await?;
-    match echo_challenge(&message, &first) {
-        Some(retry) => exchange_once(client, peer, retry).await,
-        None => Ok(first),
-    }
-}
-
-/// The request to repeat if `response` is an Echo challenge to `request` not yet
-/// answered with an Echo.
-pub(crate) fn echo_challenge(request: &Message, response: &Message) -> Option<Message> {
-    if response.code != Code::UNAUTHORIZED || request.options.contains(opt::ECHO) {
-        return None;
-    }
-    let echo = response.options.get(opt::ECHO)?;
-    let mut retry = request.clone();
-    retry.options.set(opt::ECHO, echo);
-    Some(retry)
-}
-
-async fn exchange_once(client: &Client, peer: SocketAddr, message: Message) -> Result<Message> {
-    let driver = client.driver_for(&peer)?;
-    let key = client.next_key();
-    let (tx, rx) = oneshot::channel();
-    driver
-        .send(Command::Request {
-            key,
-            peer,
-            message,
-            reply: ReplyTo::Once(tx),
-        })
-        .map_err(|_| Error::Shutdown)?;
-    let mut guard = CancelGuard {
-        driver,
-        key,
-        armed: true,
-    };
-    let result = rx.await;
-    guard.armed = false;
-    result.map_err(|_| Error::Shutdown)?
-}
-
-/// Sends a request and follows Block2 until the representation is complete.
-async fn fetch_whole(client: &Client, peer: SocketAddr, request: Message) -> Result<Response> {
-    let first = exchange(client, peer, request.clone()).await?;
-    fetch_rest(client, peer, request, first).await
-}
-
-/// Completes a representation whose first block is `first`, asking with `request`
-/// (without Observe) for the following blocks.
-pub(crate) async fn fetch_rest(
-    client: &Client,
-    peer: SocketAddr,
-    request: Message,
-    first: Message,
-) -> Result<Response> {
-    fetch_rest_via(request, first, false, |req| exchange(client, peer, req)).await
-}
-
-/// Tells the driver to forget a request when the caller stops waiting for it.
-#[derive(Debug)]
-pub(crate) struct CancelGuard {
-    pub(crate) driver: mpsc::UnboundedSender<Command>,
-    pub(crate) key: u64,
-    pub(crate) armed: bool,
-}
-
-impl Drop for CancelGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = self.driver.send(Command::Cancel { key: self.key });
-        }
-    }
 }
 
 /// The interface index of an IPv6 zone: a number, or an interface name.

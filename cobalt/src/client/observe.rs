@@ -1,19 +1,14 @@
 //! An observation (RFC 7641) on the client side: a stream of fresh notifications, over
 //! UDP or DTLS (through the client's driver) or over CoAP over TCP or WebSockets
-//! (through the pooled connection, RFC 8323 §7).
+//! (through the pooled connection, RFC 8323 §7) — one [`Route`] either way.
 
-use super::blockwise::fetch_rest_via;
-use super::{fetch_rest, CancelGuard, Client};
-use crate::runtime::command::{Command, ReplyTo};
+use super::route::{echo_challenge, CancelGuard, Route};
 use crate::server::Response;
-use crate::transport::stream_client::StreamObservation;
 use crate::{Error, Result};
 use cobalt_proto::message::{opt, Message};
 use cobalt_proto::observe::is_fresh;
-use cobalt_proto::uri::Scheme;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// How long past a notification's Max-Age the client waits before re-registering.
 const REREGISTER_GRACE: Duration = Duration::from_secs(5);
@@ -43,32 +38,6 @@ impl std::fmt::Debug for Hook {
     }
 }
 
-/// Where an observation's messages go.
-#[derive(Debug, Clone)]
-pub(crate) enum Route {
-    /// `coap://` or `coaps://`: through the client's driver.
-    Datagram {
-        /// The server.
-        peer: SocketAddr,
-    },
-    /// `coap+tcp://` or `coap+ws://`: through the pooled connection.
-    Stream {
-        /// Which pool.
-        scheme: Scheme,
-        /// The server.
-        peer: SocketAddr,
-        /// The URI's host (for the WebSocket upgrade).
-        host: String,
-    },
-}
-
-/// What keeps the relation alive; dropping it ends the relation.
-#[derive(Debug)]
-enum Handle {
-    Datagram(CancelGuard),
-    Stream(StreamObservation),
-}
-
 /// Notifications of an observed resource.
 ///
 /// - The first item is the registration's response.
@@ -93,11 +62,11 @@ enum Handle {
 /// [`Observation::cancel`] ends it proactively and returns the server's answer.
 #[derive(Debug)]
 pub struct Observation {
-    client: Client,
     route: Route,
     request: Message,
     rx: mpsc::Receiver<Result<Message, Error>>,
-    handle: Handle,
+    /// Keeps the relation; dropping it ends the relation.
+    guard: CancelGuard,
     last: Option<(u32, Instant)>,
     max_age: Duration,
     ended: bool,
@@ -110,14 +79,13 @@ pub struct Observation {
 }
 
 impl Observation {
-    pub(crate) fn register(client: Client, route: Route, request: Message) -> Result<Observation> {
-        let (rx, handle) = start(&client, &route, request.clone())?;
+    pub(crate) fn register(route: Route, request: Message) -> Result<Observation> {
+        let (rx, guard) = route.observe(request.clone(), BUFFERED_NOTIFICATIONS)?;
         Ok(Observation {
-            client,
             route,
             request,
             rx,
-            handle,
+            guard,
             last: None,
             max_age: Duration::from_secs(60),
             ended: false,
@@ -147,13 +115,6 @@ impl Observation {
         self
     }
 
-    /// The server this observation talks to.
-    fn peer(&self) -> SocketAddr {
-        match &self.route {
-            Route::Datagram { peer } | Route::Stream { peer, .. } => *peer,
-        }
-    }
-
     fn report(&mut self, reason: String, attempt: u32, max: u32) {
         if let Some(Hook(hook)) = &mut self.on_reregister {
             hook(&Reregistration {
@@ -170,7 +131,7 @@ impl Observation {
             let wait = self.max_age + REREGISTER_GRACE;
             let item = match tokio::time::timeout(wait, self.rx.recv()).await {
                 Err(_) => {
-                    let peer = self.peer();
+                    let peer = self.route.peer();
                     if self.reregistrations >= self.max_reregistrations {
                         let attempts = self.reregistrations;
                         return Some(self.end(Error::ObservationLost { peer, attempts }));
@@ -186,14 +147,14 @@ impl Observation {
                 }
                 Ok(item) => item,
             };
-            let stream = matches!(self.route, Route::Stream { .. });
+            let stream = self.route.is_stream();
             let msg = match item {
                 // Over a stream the channel closes, or reports the connection's end,
                 // when the connection is lost: register again on a new one, once.
                 None | Some(Err(Error::Connection(_))) if stream && !self.recovering => {
                     tracing::debug!(route = ?self.route, "connection lost; registering again");
                     self.recovering = true;
-                    let reason = format!("the connection to {} was lost", self.peer());
+                    let reason = format!("the connection to {} was lost", self.route.peer());
                     self.report(reason, 1, 1);
                     if let Err(e) = self.reregister() {
                         return Some(self.end(e));
@@ -208,7 +169,7 @@ impl Observation {
                 Some(Ok(msg)) => msg,
             };
             if self.last.is_none() {
-                if let Some(retry) = super::echo_challenge(&self.request, &msg) {
+                if let Some(retry) = echo_challenge(&self.request, &msg) {
                     // The server wants proof of our address first (RFC 9175): register again with its Echo.
                     self.request = retry;
                     if let Err(e) = self.reregister() {
@@ -241,15 +202,7 @@ impl Observation {
 
     /// Completes a notification that came in blocks.
     async fn fetch_rest(&self, first: Message) -> Result<Response> {
-        let request = self.request.clone();
-        match &self.route {
-            Route::Datagram { peer } => fetch_rest(&self.client, *peer, request, first).await,
-            Route::Stream { scheme, peer, host } => {
-                let pool = self.client.pool(*scheme)?;
-                let bert = pool.config().block_wise_transfer;
-                fetch_rest_via(request, first, bert, |req| pool.request(*peer, host, req)).await
-            }
-        }
+        self.route.fetch_rest(self.request.clone(), first).await
     }
 
     /// Turns the observation into a [`futures_core::Stream`].
@@ -262,31 +215,16 @@ impl Observation {
     pub async fn cancel(self) -> Result<Response> {
         let mut message = self.request.clone();
         message.options.set_uint(opt::OBSERVE, 1);
-        let msg = match self.handle {
-            Handle::Datagram(mut guard) => {
-                let new_key = self.client.next_key();
-                let (tx, rx) = oneshot::channel();
-                guard.armed = false;
-                guard
-                    .driver
-                    .send(Command::Deregister {
-                        key: guard.key,
-                        new_key,
-                        message,
-                        reply: ReplyTo::Once(tx),
-                    })
-                    .map_err(|_| Error::Shutdown)?;
-                rx.await.map_err(|_| Error::Shutdown)??
-            }
-            Handle::Stream(observation) => observation.cancel().await?,
-        };
-        Ok(Response::from_message(msg))
+        let answer = self.route.deregister(self.guard, message).await?;
+        Ok(Response::from_message(answer))
     }
 
     fn reregister(&mut self) -> Result<()> {
-        let (rx, handle) = start(&self.client, &self.route, self.request.clone())?;
+        let (rx, guard) = self
+            .route
+            .observe(self.request.clone(), BUFFERED_NOTIFICATIONS)?;
         self.rx = rx;
-        self.handle = handle; // dropping the old handle ends the silent relation
+        self.guard = guard; // dropping the old guard ends the silent relation
         self.last = None;
         Ok(())
     }
@@ -294,38 +232,3 @@ impl Observation {
 
 /// Notifications buffered for an observer that does not keep up.
 const BUFFERED_NOTIFICATIONS: usize = 64;
-
-fn start(
-    client: &Client,
-    route: &Route,
-    request: Message,
-) -> Result<(mpsc::Receiver<Result<Message, Error>>, Handle)> {
-    match route {
-        Route::Datagram { peer } => {
-            let driver = client.driver_for(peer)?;
-            let key = client.next_key();
-            let (tx, rx) = mpsc::channel(BUFFERED_NOTIFICATIONS);
-            driver
-                .send(Command::Request {
-                    key,
-                    peer: *peer,
-                    message: request,
-                    reply: ReplyTo::Stream(tx),
-                })
-                .map_err(|_| Error::Shutdown)?;
-            let guard = CancelGuard {
-                driver,
-                key,
-                armed: true,
-            };
-            Ok((rx, Handle::Datagram(guard)))
-        }
-        Route::Stream { scheme, peer, host } => {
-            let (rx, observation) =
-                client
-                    .pool(*scheme)?
-                    .observe(*peer, host, request, BUFFERED_NOTIFICATIONS)?;
-            Ok((rx, Handle::Stream(observation)))
-        }
-    }
-}

@@ -3,18 +3,21 @@
 //! socket without changing threads; only handlers that are not ready on their first
 //! poll become tasks (on the same thread), whose responses come back via a queue.
 
+use crate::error::Unsupported;
 use crate::metrics::{ShardMetrics, ShardSnapshot};
-use crate::runtime::command::{Command, ReplyTo};
+use crate::runtime::command::Command;
+use crate::runtime::exchanges::{ExchangeErrors, Exchanges};
 use crate::runtime::io::{Inbound, Input, ShardIo};
 use crate::runtime::service::{MakeService, Service, ServiceLinks};
 use crate::trace::Tracer;
 use crate::transport::dtls::{DtlsBackend, DtlsEvent};
 use crate::transport::{mmsg, udp};
 use crate::Error;
-use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event, RequestId};
+use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event};
 use cobalt_proto::message::{Code, Message, MessageType};
-use cobalt_proto::session::SessionEvent;
-use std::collections::HashMap;
+use cobalt_proto::session::{Failure, SessionError, SessionEvent};
+use cobalt_proto::tcp_connection::CloseReason;
+use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -34,8 +37,8 @@ pub(crate) struct Driver<S: Service<Endpoint>> {
     server: Option<S>,
     commands: mpsc::UnboundedReceiver<Command>,
     completions: mpsc::UnboundedReceiver<S::Completion>,
-    waiting: HashMap<RequestId, (u64, SocketAddr, ReplyTo)>,
-    keys: HashMap<u64, RequestId>,
+    /// The client requests and observations in flight.
+    exchanges: Exchanges<DatagramErrors>,
     draining: Option<Instant>,
     outbox: Vec<cobalt_proto::endpoint::Transmit>,
     /// Receive batches per wake-up (from `runtime.recv_batch`).
@@ -67,8 +70,7 @@ impl<S: Service<Endpoint>> Driver<S> {
             server: server.map(|(make, commands, v6)| make(ServiceLinks { done, commands, v6 })),
             commands,
             completions,
-            waiting: HashMap::new(),
-            keys: HashMap::new(),
+            exchanges: Exchanges::new(DatagramErrors),
             draining: None,
             outbox: Vec::new(),
             recv_rounds: RECV_ROUNDS,
@@ -102,7 +104,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                     break;
                 }
             }
-            if !commands_open && self.waiting.is_empty() && self.server.is_none() {
+            if !commands_open && self.exchanges.is_empty() && self.server.is_none() {
                 break;
             }
             let mut timeout = self.next_deadline();
@@ -174,8 +176,19 @@ impl<S: Service<Endpoint>> Driver<S> {
                 _ = drain_deadline => {}
             }
         }
-        for (_, (_, _, reply)) in self.waiting.drain() {
-            send_reply(reply, Err(Error::Shutdown));
+        self.exchanges
+            .fail_all(&mut self.endpoint, Instant::now(), |_| Error::Shutdown);
+        if self.server.is_none() {
+            self.close_sessions().await;
+        }
+    }
+
+    /// A client's driver ends what it opened: every DTLS session is closed with
+    /// close_notify, so that the server need not keep it until its idle timeout.
+    async fn close_sessions(&mut self) {
+        if let Some(dtls) = &mut self.dtls {
+            dtls.close_all();
+            self.flush().await;
         }
     }
 
@@ -293,16 +306,7 @@ impl<S: Service<Endpoint>> Driver<S> {
 
     /// Ends every request waiting on `peer` with `err`.
     fn fail_peer(&mut self, now: Instant, peer: SocketAddr, err: impl Fn(SocketAddr) -> Error) {
-        let ids: Vec<RequestId> = self
-            .waiting
-            .iter()
-            .filter(|(_, (_, p, _))| *p == peer)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            self.endpoint.cancel(now, id);
-            self.fail(id, &err);
-        }
+        self.exchanges.fail_peer(&mut self.endpoint, now, peer, err);
     }
 
     /// Observers waiting for the ACK of a notification from the peers just heard may
@@ -342,50 +346,21 @@ impl<S: Service<Endpoint>> Driver<S> {
 
     fn command(&mut self, cmd: Command) {
         let now = Instant::now();
-        match cmd {
-            Command::Request {
-                key,
-                peer,
-                message,
-                reply,
-            } => match self.endpoint.request(now, peer, message) {
-                Ok(id) => {
-                    self.keys.insert(key, id);
-                    self.waiting.insert(id, (key, peer, reply));
-                }
-                Err(_) => send_reply(reply, Err(Error::TooManyRequests)),
-            },
-            Command::Cancel { key } => {
-                if let Some(id) = self.keys.remove(&key) {
-                    self.waiting.remove(&id);
-                    self.endpoint.cancel(now, id);
-                }
-            }
-            Command::Deregister {
-                key,
-                new_key,
-                mut message,
-                reply,
-            } => {
-                let Some(id) = self.keys.remove(&key) else {
-                    send_reply(reply, Err(Error::Shutdown));
-                    return;
+        match self.exchanges.command(&mut self.endpoint, now, cmd) {
+            None => {}
+            Some(Command::Shutdown { grace }) => self.draining = Some(now + grace),
+            Some(Command::Settings { reply }) => {
+                let scheme = if self.dtls.is_some() {
+                    Scheme::Coaps
+                } else {
+                    Scheme::Coap
                 };
-                let Some((_, peer, _)) = self.waiting.remove(&id) else {
-                    return;
-                };
-                if let Some(token) = self.endpoint.request_token(id) {
-                    message.token = token;
-                }
-                self.endpoint.cancel(now, id);
-                self.command(Command::Request {
-                    key: new_key,
-                    peer,
-                    message,
-                    reply,
-                });
+                let _ = reply.send(Err(Error::Unsupported(Unsupported::Scheme {
+                    scheme,
+                    what: "has no connection whose settings could be asked for",
+                })));
             }
-            Command::Shutdown { grace } => self.draining = Some(now + grace),
+            Some(other) => other.fail(Error::Shutdown),
         }
     }
 
@@ -405,21 +380,21 @@ impl<S: Service<Endpoint>> Driver<S> {
                         let _ = self.endpoint.respond(Instant::now(), id, not_found);
                     }
                 },
-                Event::Response { id, response } => self.deliver(id, response),
-                Event::Timeout {
-                    id,
-                    retransmissions,
-                } => {
-                    if let (Some(d), Some((_, peer, _))) = (&mut self.dtls, self.waiting.get(&id)) {
-                        // The peer may have lost the session (restart, eviction).
-                        d.forget(*peer);
+                event @ (Event::Response { .. } | Event::Timeout { .. } | Event::Reset { .. }) => {
+                    let event = SessionEvent::from(event);
+                    if let SessionEvent::Failed {
+                        id,
+                        reason: Failure::Timeout { .. },
+                    } = &event
+                    {
+                        if let (Some(d), Some(peer)) = (&mut self.dtls, self.exchanges.peer(*id)) {
+                            // The peer may have lost the session (restart, eviction).
+                            d.forget(peer);
+                        }
                     }
-                    self.fail(id, |peer| Error::Timeout {
-                        peer,
-                        retransmissions,
-                    })
+                    self.exchanges
+                        .on_event(&mut self.endpoint, Instant::now(), event);
                 }
-                Event::Reset { id } => self.fail(id, Error::Reset),
                 event @ (Event::ResponseFailed { .. }
                 | Event::UnmatchedReset { .. }
                 | Event::Unverified { .. }
@@ -441,43 +416,6 @@ impl<S: Service<Endpoint>> Driver<S> {
                     }
                 }
             }
-        }
-    }
-
-    fn deliver(&mut self, id: RequestId, response: Message) {
-        let observing = match self.waiting.get(&id) {
-            Some((_, _, ReplyTo::Stream(tx))) => {
-                let delivered = !matches!(
-                    tx.try_send(Ok(response)),
-                    Err(mpsc::error::TrySendError::Closed(_))
-                );
-                if !delivered {
-                    // The observer went away: end the relation.
-                    self.endpoint.cancel(Instant::now(), id);
-                }
-                delivered && self.endpoint.is_request_active(id)
-            }
-            Some((_, _, ReplyTo::Once(_))) => {
-                if let Some((key, _, reply)) = self.waiting.remove(&id) {
-                    self.keys.remove(&key);
-                    send_reply(reply, Ok(response));
-                }
-                return;
-            }
-            None => return,
-        };
-        if !observing {
-            // Final response of a stream (or the receiver is gone): dropping the sender ends it.
-            if let Some((key, _, _)) = self.waiting.remove(&id) {
-                self.keys.remove(&key);
-            }
-        }
-    }
-
-    fn fail(&mut self, id: RequestId, err: impl FnOnce(SocketAddr) -> Error) {
-        if let Some((key, peer, reply)) = self.waiting.remove(&id) {
-            self.keys.remove(&key);
-            send_reply(reply, Err(err(peer)));
         }
     }
 
@@ -624,14 +562,17 @@ fn feed(
     }
 }
 
-fn send_reply(reply: ReplyTo, result: Result<Message, Error>) {
-    match reply {
-        ReplyTo::Once(tx) => {
-            let _ = tx.send(result);
-        }
-        ReplyTo::Stream(tx) => {
-            let _ = tx.try_send(result);
-        }
+/// How the datagram driver words the errors of client requests.
+#[derive(Debug)]
+struct DatagramErrors;
+
+impl ExchangeErrors for DatagramErrors {
+    fn refused(&self, _peer: SocketAddr, _what: &str, _error: SessionError) -> Error {
+        Error::TooManyRequests
+    }
+
+    fn closed(&self, _peer: SocketAddr, _reason: CloseReason) -> Error {
+        Error::Shutdown // a datagram endpoint has no connection to close
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub(crate) mod command;
 pub(crate) mod driver;
+pub(crate) mod exchanges;
 pub(crate) mod io;
 pub(crate) mod listener;
 pub(crate) mod service;

@@ -6,7 +6,6 @@ pub mod limits;
 pub(crate) mod link;
 pub mod mmsg;
 pub mod per_ip;
-pub(crate) mod stream_client;
 pub mod tcp;
 pub mod tls;
 pub mod udp;

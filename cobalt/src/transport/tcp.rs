@@ -6,23 +6,26 @@
 //! machine (`server::listener`).
 
 use super::link::{flush, handle_input, sleep_until, Input, Link, TcpLink};
-use super::stream_client::{ClientCommand, Exchanges, PeerSettings, StreamObservation};
 use super::tls::{HandshakeError, TlsConnector};
 use crate::error::{ConnectionError, ConnectionErrorKind};
+use crate::runtime::command::{Command, PeerSettings};
+use crate::runtime::exchanges::{ExchangeErrors, Exchanges};
 use crate::trace::StreamTracer;
 use crate::{Error, Result};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
 use cobalt_proto::message::{decode_tcp, decode_ws, opt, Message, Signal, TcpMessage};
+use cobalt_proto::session::stream::Connection;
+use cobalt_proto::session::{Session, SessionError, SessionEvent};
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
 use cobalt_proto::uri::Scheme;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 // ---------------------------------------------------------------------------------
 // Client side
@@ -41,10 +44,15 @@ pub(crate) struct TcpPool {
     framing: Framing,
     /// TLS under the framing (`coaps+tcp`, `coaps+ws`).
     tls: Option<TlsConnector>,
-    conns: Mutex<HashMap<SocketAddr, mpsc::UnboundedSender<ClientCommand>>>,
-    next_key: AtomicU64,
+    conns: Mutex<HashMap<SocketAddr, Opened>>,
     /// Shows the connections' messages (`cobalt -v`); shared with the client.
     tracer: TracerSlot,
+}
+
+/// A pooled connection: its task's command queue, and the task.
+struct Opened {
+    commands: mpsc::UnboundedSender<Command>,
+    task: JoinHandle<()>,
 }
 
 /// Where a client keeps its [`StreamTracer`], read when a connection opens.
@@ -113,7 +121,6 @@ impl TcpPool {
             framing,
             tls: None,
             conns: Mutex::new(HashMap::new()),
-            next_key: AtomicU64::new(1),
             tracer: TracerSlot::default(),
         }
     }
@@ -147,31 +154,23 @@ impl TcpPool {
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
-    fn scheme(&self) -> Scheme {
+    /// The URI scheme of this pool's connections.
+    pub(crate) fn scheme(&self) -> Scheme {
         scheme(self.framing, self.tls.is_some())
     }
 
-    /// Sends `request` to `peer` over the pooled connection (opening one if needed) and
-    /// waits for the response. `host` is the URI's host, named in the WebSocket
-    /// upgrade request's `Host` header.
-    pub(crate) async fn request(
-        &self,
-        peer: SocketAddr,
-        host: &str,
-        request: Message,
-    ) -> Result<Message> {
-        let message = TcpMessage::from(request);
-        self.call(peer, host, |reply| ClientCommand::Request {
-            message: message.clone(),
-            reply,
+    /// The error of a command that a connection to `peer` closed before carrying out.
+    pub(crate) fn closed_before_send(&self, peer: SocketAddr) -> Error {
+        Error::Connection(ConnectionError {
+            scheme: self.scheme(),
+            peer,
+            kind: ConnectionErrorKind::ClosedBeforeSend,
         })
-        .await
-        .map(Message::from)
     }
 
     /// The settings `peer` announced in its CSM (connecting first if needed).
     pub(crate) async fn settings(&self, peer: SocketAddr, host: &str) -> Result<PeerSettings> {
-        self.call(peer, host, |reply| ClientCommand::Settings { reply })
+        self.call(peer, host, |reply| Command::Settings { reply })
             .await
     }
 
@@ -207,50 +206,6 @@ impl TcpPool {
         ))
     }
 
-    /// Registers an observation (`request` carries Observe=0) over the pooled
-    /// connection: its notifications arrive on the returned channel.
-    pub(crate) fn observe(
-        &self,
-        peer: SocketAddr,
-        host: &str,
-        request: Message,
-        buffered: usize,
-    ) -> Result<(mpsc::Receiver<Result<Message>>, StreamObservation)> {
-        let message = TcpMessage::from(request);
-        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel(buffered);
-        let mut deregister = message.clone();
-        deregister.options.set_uint(opt::OBSERVE, 1);
-        let commands = self
-            .send(
-                peer,
-                host,
-                ClientCommand::Observe {
-                    key,
-                    message,
-                    notifications: tx,
-                },
-            )
-            .map_err(|_| {
-                Error::Connection(ConnectionError {
-                    scheme: self.scheme(),
-                    peer,
-                    kind: ConnectionErrorKind::ClosedBeforeSend,
-                })
-            })?;
-        Ok((
-            rx,
-            StreamObservation {
-                scheme: self.scheme(),
-                peer,
-                commands,
-                key,
-                deregister,
-                armed: true,
-            },
-        ))
-    }
-
     /// Hands a command to the pooled connection and waits for its answer. A
     /// connection that closes (idle Release, server restart) before carrying the
     /// command out drops it unanswered; then one fresh connection is tried.
@@ -258,7 +213,7 @@ impl TcpPool {
         &self,
         peer: SocketAddr,
         host: &str,
-        command: impl Fn(oneshot::Sender<Result<T>>) -> ClientCommand,
+        command: impl Fn(oneshot::Sender<Result<T>>) -> Command,
     ) -> Result<T> {
         for _ in 0..2 {
             let (tx, rx) = oneshot::channel();
@@ -269,11 +224,25 @@ impl TcpPool {
                 return result;
             }
         }
-        Err(Error::Connection(ConnectionError {
-            scheme: self.scheme(),
-            peer,
-            kind: ConnectionErrorKind::ClosedBeforeSend,
-        }))
+        Err(self.closed_before_send(peer))
+    }
+
+    /// Ends every pooled connection (Release, then TCP FIN, TLS close_notify or
+    /// WebSocket close) and waits until they are closed; requests in flight on them
+    /// fail with [`Error::Shutdown`]. Later requests open new connections.
+    pub(crate) async fn close(&self) {
+        let opened: Vec<Opened> = {
+            let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+            conns.drain().map(|(_, o)| o).collect()
+        };
+        for o in &opened {
+            let _ = o.commands.send(Command::Shutdown {
+                grace: Duration::ZERO,
+            });
+        }
+        for o in opened {
+            let _ = o.task.await;
+        }
     }
 
     /// Hands `command` to the pooled connection to `peer`, opening one if there is
@@ -281,15 +250,16 @@ impl TcpPool {
     /// closed meanwhile (the caller tries again, and gets a new one). A new
     /// connection gets the command before its task starts, so that a connection that
     /// fails at once (a refused TLS handshake) still answers it with the reason.
-    fn send(
+    pub(crate) fn send(
         &self,
         peer: SocketAddr,
         host: &str,
-        command: ClientCommand,
-    ) -> std::result::Result<mpsc::UnboundedSender<ClientCommand>, ()> {
+        command: Command,
+    ) -> std::result::Result<mpsc::UnboundedSender<Command>, ()> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        conns.retain(|_, tx| !tx.is_closed());
-        if let Some(tx) = conns.get(&peer) {
+        conns.retain(|_, o| !o.commands.is_closed());
+        if let Some(o) = conns.get(&peer) {
+            let tx = &o.commands;
             return tx.send(command).map(|()| tx.clone()).map_err(|_| ());
         }
         let (tx, rx) = mpsc::unbounded_channel();
@@ -307,7 +277,7 @@ impl TcpPool {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
         };
-        match self.framing {
+        let task = match self.framing {
             Framing::Stream => {
                 let connect = async move {
                     let stream = connect_tcp(peer, scheme).await?;
@@ -318,7 +288,7 @@ impl TcpPool {
                         }
                     })
                 };
-                tokio::spawn(client_conn(remote, connect, config, rx));
+                tokio::spawn(client_conn(remote, connect, config, rx))
             }
             Framing::WebSocket => {
                 let ws_config = config.clone();
@@ -336,10 +306,16 @@ impl TcpPool {
                         }
                     })
                 };
-                tokio::spawn(client_conn(remote, connect, config, rx));
+                tokio::spawn(client_conn(remote, connect, config, rx))
             }
-        }
-        conns.insert(peer, tx.clone());
+        };
+        conns.insert(
+            peer,
+            Opened {
+                commands: tx.clone(),
+                task,
+            },
+        );
         Ok(tx)
     }
 }
@@ -412,14 +388,34 @@ fn closed_error(scheme: Scheme, peer: SocketAddr, reason: &CloseReason, before_c
     })
 }
 
+/// How a client connection of `scheme` words the errors of its requests.
+struct StreamErrors {
+    scheme: Scheme,
+}
+
+impl ExchangeErrors for StreamErrors {
+    fn refused(&self, peer: SocketAddr, what: &str, error: SessionError) -> Error {
+        Error::Connection(ConnectionError {
+            scheme: self.scheme,
+            peer,
+            kind: ConnectionErrorKind::Refused(format!("{what}: {error}")),
+        })
+    }
+
+    fn closed(&self, peer: SocketAddr, reason: CloseReason) -> Error {
+        closed_error(self.scheme, peer, &reason, false)
+    }
+}
+
 /// Connects (`connect`: TCP, and for WebSockets the upgrade) and then serves one
-/// client connection until it closes or the pool is dropped; commands that arrive
-/// meanwhile are failed so callers can retry.
+/// client connection until it closes, the pool is dropped or the client closes it
+/// ([`Command::Shutdown`]); commands that arrive meanwhile are failed so callers can
+/// retry. Its requests are an [`Exchanges`] over the connection's [`Session`].
 async fn client_conn<L, C>(
     remote: Remote,
     connect: C,
     config: TcpConfig,
-    mut commands: mpsc::UnboundedReceiver<ClientCommand>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
 ) where
     L: Link,
     C: Future<Output = std::io::Result<L>>,
@@ -446,23 +442,35 @@ async fn client_conn<L, C>(
             return;
         }
     };
-    let mut conn = TcpConnection::with_framing(config, L::FRAMING, Instant::now(), rand::random());
-    let mut exchanges = Exchanges::new(scheme, peer);
+    let conn = TcpConnection::with_framing(config, L::FRAMING, Instant::now(), rand::random());
+    let mut session = Connection::new(peer, conn);
+    let mut exchanges = Exchanges::new(StreamErrors { scheme });
     // Commands held back until the server's CSM says how large a message may be.
-    let mut deferred: Vec<ClientCommand> = Vec::new();
+    let mut deferred: Vec<Command> = Vec::new();
     let mut close_reason = None;
     loop {
-        if conn.is_established() {
-            for cmd in deferred.drain(..) {
-                exchanges.start(&mut conn, cmd);
+        if session.connection().is_established() {
+            for cmd in std::mem::take(&mut deferred) {
+                carry_out(&mut exchanges, &mut session, cmd);
             }
         }
-        while let Some(ev) = conn.poll_event() {
-            match ev {
-                TcpEvent::Response { token, message } => {
-                    remote.trace(false, &message);
-                    exchanges.on_response(&mut conn, token, message)
+        if session.connection().is_closed() {
+            // The callers told of the close below (an observation registers again at
+            // once) must find the pool opening a new connection, not this one's queue.
+            commands.close();
+        }
+        while let Some(event) = session.poll_event() {
+            if let SessionEvent::Response { response, .. } = &event {
+                if remote.tracer.is_some() {
+                    remote.trace(false, &TcpMessage::from(response.clone()));
                 }
+            }
+            let Some(SessionEvent::Connection { event, .. }) =
+                exchanges.on_event(&mut session, Instant::now(), event)
+            else {
+                continue;
+            };
+            match event {
                 TcpEvent::PeerSettings {
                     max_message_size,
                     block_wise_transfer,
@@ -484,9 +492,10 @@ async fn client_conn<L, C>(
                 _ => {}
             }
         }
+        let conn = session.connection_mut();
         let framing = conn.framing();
         let trace = |bytes: &[u8]| remote.trace_output(framing, bytes);
-        if !flush(&mut conn, &mut link, Duration::from_secs(30), trace).await {
+        if !flush(conn, &mut link, Duration::from_secs(30), trace).await {
             close_reason.get_or_insert(CloseReason::PeerClosed);
             break;
         }
@@ -494,14 +503,22 @@ async fn client_conn<L, C>(
             break;
         }
         let timer = conn.poll_timeout().map(tokio::time::Instant::from_std);
+        let (established, releasing) = (conn.is_established(), conn.is_releasing());
         tokio::select! {
-            input = link.recv() => handle_input(&mut conn, input),
-            cmd = commands.recv(), if !conn.is_releasing() => match cmd {
-                None => conn.release(),
-                Some(cmd) if !conn.is_established() => deferred.push(cmd),
-                Some(cmd) => exchanges.start(&mut conn, cmd),
+            input = link.recv() => handle_input(session.connection_mut(), input),
+            cmd = commands.recv(), if !releasing => match cmd {
+                None => session.connection_mut().release(),
+                // Nothing to release before the CSM: the link just closes.
+                Some(Command::Shutdown { .. }) if !established => {
+                    for cmd in deferred.drain(..) {
+                        cmd.fail(Error::Shutdown);
+                    }
+                    break;
+                }
+                Some(cmd) if !established => deferred.push(cmd),
+                Some(cmd) => carry_out(&mut exchanges, &mut session, cmd),
             },
-            _ = sleep_until(timer) => conn.handle_timeout(Instant::now()),
+            _ = sleep_until(timer) => session.connection_mut().handle_timeout(Instant::now()),
         }
     }
     // Commands not yet carried out are dropped unanswered: their callers retry. The
@@ -510,9 +527,33 @@ async fn client_conn<L, C>(
     commands.close();
     while commands.try_recv().is_ok() {}
     let reason = close_reason.unwrap_or(CloseReason::PeerClosed);
-    exchanges.close(|| closed_error(scheme, peer, &reason, false));
+    exchanges.fail_all(&mut session, Instant::now(), |peer| {
+        closed_error(scheme, peer, &reason, false)
+    });
     for cmd in deferred {
         cmd.fail(closed_error(scheme, peer, &reason, true));
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), link.close()).await;
+}
+
+/// Carries out `cmd` on an established client connection. [`Command::Shutdown`]
+/// fails every request in flight and releases the connection (RFC 8323 §5.5), which
+/// then closes.
+fn carry_out(exchanges: &mut Exchanges<StreamErrors>, session: &mut Connection, cmd: Command) {
+    let now = Instant::now();
+    match exchanges.command(session, now, cmd) {
+        None => {}
+        Some(Command::Settings { reply }) => {
+            let conn = session.connection();
+            let _ = reply.send(Ok(PeerSettings {
+                max_message_size: conn.peer_max_message_size(),
+                bert: conn.bert(),
+            }));
+        }
+        Some(Command::Shutdown { .. }) => {
+            exchanges.fail_all(session, now, |_| Error::Shutdown);
+            session.connection_mut().release();
+        }
+        Some(other) => other.fail(Error::Shutdown),
+    }
 }

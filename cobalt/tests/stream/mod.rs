@@ -17,6 +17,7 @@ macro_rules! shared_cases {
             uploads_larger_than_the_server_accepts: uploads_larger_than_the_server_accepts();
             downloads_larger_than_the_client_accepts: downloads_larger_than_the_client_accepts();
             too_large_uploads_get_4_13: too_large_uploads_get_4_13();
+            the_client_releases_its_connections: the_client_releases_its_connections();
         );
     };
     ($t:expr => $($name:ident: $case:ident($($arg:expr),*);)*) => {$(
@@ -89,6 +90,60 @@ pub async fn eventually(what: &str, f: impl Fn() -> bool) {
         assert!(tokio::time::Instant::now() < deadline, "never: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Connections open on the server's listener of `t`, from its metrics.
+pub fn open_connections(t: Transport, server: &ServerHandle) -> u64 {
+    let label = match t {
+        Transport::Tcp => "tcp",
+        Transport::Ws => "ws",
+    };
+    let key = format!("cobalt_connections_open{{transport=\"{label}\"}} ");
+    let text = server.metrics().render_prometheus();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in\n{text}"))
+}
+
+/// The client ends what it opened: `Client::close` releases and closes its
+/// connection (an observation in flight ends with `Error::Shutdown`), the client
+/// stays usable, and dropping the last clone releases the connection it opened next.
+pub async fn the_client_releases_its_connections(t: Transport) {
+    let value = Value::new(b"v0");
+    let server = t
+        .bind(
+            Server::new()
+                .route("/hello", get(|| async { "hello" }))
+                .route("/obs", value.resource()),
+            TcpServerLimits::default(),
+        )
+        .await;
+    let client = Client::new();
+    let mut observation = client.observe(&t.uri(&server, "/obs")).await.unwrap();
+    assert_eq!(
+        observation.next().await.unwrap().unwrap().text_payload(),
+        "v0"
+    );
+    assert_eq!(open_connections(t, &server), 1);
+    client.close().await;
+    eventually("the closed client's connection is gone", || {
+        open_connections(t, &server) == 0
+    })
+    .await;
+    assert!(matches!(
+        observation.next().await,
+        Some(Err(cobalt::Error::Shutdown))
+    ));
+    let again = client.get(&t.uri(&server, "/hello")).await.unwrap();
+    assert_eq!(again.text_payload(), "hello");
+    assert_eq!(open_connections(t, &server), 1);
+    drop((client, observation));
+    eventually("the dropped client's connection is gone", || {
+        open_connections(t, &server) == 0
+    })
+    .await;
+    server.shutdown(Duration::ZERO).await;
 }
 
 /// The bytes of a body of `n` bytes that differ from block to block.

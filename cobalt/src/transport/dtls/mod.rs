@@ -219,6 +219,10 @@ pub trait DtlsBackend: Send {
     /// Drops the session with `peer` (e.g. after a request over it timed out: the
     /// server may have lost it), so that the next datagram starts a new handshake.
     fn forget(&mut self, peer: SocketAddr);
+    /// Ends every session: an established one with close_notify (queued for
+    /// [`DtlsBackend::poll_transmit`]), so that the peer can forget it at once; a
+    /// handshake in progress silently.
+    fn close_all(&mut self);
     /// Sessions kept (handshaking or established).
     fn session_count(&self) -> usize;
     /// The counters.

@@ -852,6 +852,18 @@ impl DtlsBackend for OpensslDtls {
         self.remove_session(peer);
     }
 
+    fn close_all(&mut self) {
+        let peers: Vec<SocketAddr> = self.sessions.keys().copied().collect();
+        for peer in peers {
+            if let Some(s) = self.sessions.get_mut(&peer).filter(|s| s.established) {
+                let _ = s.stream.shutdown();
+                let _ = ErrorStack::get();
+                Self::drain(&mut self.transmits, peer, &mut s.stream);
+            }
+            self.end_session(peer, "closed by this end (close_notify)".into());
+        }
+    }
+
     fn session_count(&self) -> usize {
         self.sessions.len()
     }

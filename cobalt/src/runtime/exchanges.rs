@@ -1,0 +1,318 @@
+//! The client's requests and observations in flight on one transport, written once
+//! against [`Session`]: the datagram driver (UDP, DTLS; `runtime::driver`) and a
+//! client's connection task (TCP, TLS, WebSockets; `transport::tcp`) both run an
+//! [`Exchanges`]. It carries out the [`Command`]s that concern requests, maps the
+//! callers' keys to the session's [`Outbound`] ids, and hands each response,
+//! notification and failure to the caller waiting for it.
+//!
+//! An observation ends when its caller goes away: over a datagram transport the
+//! relation is forgotten and the next notification is refused with RST (RFC 7641
+//! §3.6, reactive); a stream has no RST, so the client sends the deregistering GET
+//! (Observe=1, the relation's token) without waiting for its answer. A notification
+//! that finds the observer's channel full is dropped (the next one brings the
+//! current state).
+
+use crate::runtime::command::{Command, ReplyTo};
+use crate::Error;
+use cobalt_proto::message::{opt, Message, Token};
+use cobalt_proto::session::{Failure, Outbound, Session, SessionError, SessionEvent};
+use cobalt_proto::tcp_connection::CloseReason;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Instant;
+use tokio::sync::mpsc::error::TrySendError;
+
+/// How a transport words its errors: a request the session refused, and one whose
+/// connection closed.
+pub(crate) trait ExchangeErrors {
+    /// The error of a request (`what`) to `peer` that the session refused.
+    fn refused(&self, peer: SocketAddr, what: &str, error: SessionError) -> Error;
+
+    /// The error of a request to `peer` whose connection closed.
+    fn closed(&self, peer: SocketAddr, reason: CloseReason) -> Error;
+
+    /// The error of a request to `peer` that ended without (further) response.
+    fn failed(&self, peer: SocketAddr, reason: Failure) -> Error {
+        match reason {
+            Failure::Timeout { retransmissions } => Error::Timeout {
+                peer,
+                retransmissions,
+            },
+            Failure::Reset => Error::Reset(peer),
+            Failure::Closed(reason) => self.closed(peer, reason),
+        }
+    }
+}
+
+/// One request of ours in flight, or one observation.
+#[derive(Debug)]
+struct Pending {
+    key: u64,
+    peer: SocketAddr,
+    reply: ReplyTo,
+    /// For an observation, the GET with Observe=1 that ends it at the server.
+    deregister: Option<Message>,
+}
+
+/// The client's requests and observations in flight on one session. See the
+/// [module documentation](self).
+#[derive(Debug)]
+pub(crate) struct Exchanges<E> {
+    pending: HashMap<Outbound, Pending>,
+    keys: HashMap<u64, Outbound>,
+    errors: E,
+}
+
+impl<E: ExchangeErrors> Exchanges<E> {
+    /// No exchanges yet; errors are worded by `errors`.
+    pub(crate) fn new(errors: E) -> Exchanges<E> {
+        Exchanges {
+            pending: HashMap::new(),
+            keys: HashMap::new(),
+            errors,
+        }
+    }
+
+    /// No request or observation in flight.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// The server of request `id`, if it is one of ours.
+    pub(crate) fn peer(&self, id: Outbound) -> Option<SocketAddr> {
+        self.pending.get(&id).map(|p| p.peer)
+    }
+
+    /// Carries out a request command (request, cancel, deregistration); gives back the
+    /// others (settings, shutdown) for the transport to carry out.
+    pub(crate) fn command<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        command: Command,
+    ) -> Option<Command> {
+        match command {
+            Command::Request {
+                key,
+                peer,
+                message,
+                reply,
+            } => self.start(session, now, key, peer, message, reply, "request"),
+            Command::Cancel { key } => self.cancel(session, now, key),
+            Command::Deregister {
+                key,
+                peer,
+                message,
+                reply,
+            } => self.deregister(session, now, key, peer, message, reply),
+            other => return Some(other),
+        }
+        None
+    }
+
+    /// Sends `message` to `peer` under the caller's `key`.
+    #[allow(clippy::too_many_arguments)]
+    fn start<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        key: u64,
+        peer: SocketAddr,
+        message: Message,
+        reply: ReplyTo,
+        what: &str,
+    ) {
+        let deregister = match &reply {
+            ReplyTo::Stream(_) if message.options.observe() == Some(0) => {
+                let mut deregister = message.clone();
+                deregister.options.set_uint(opt::OBSERVE, 1);
+                Some(deregister)
+            }
+            _ => None,
+        };
+        match session.request(now, peer, message) {
+            Ok(id) => {
+                self.keys.insert(key, id);
+                self.pending.insert(
+                    id,
+                    Pending {
+                        key,
+                        peer,
+                        reply,
+                        deregister,
+                    },
+                );
+            }
+            Err(e) => reply.send(Err(self.errors.refused(peer, what, e))),
+        }
+    }
+
+    /// The caller stopped waiting for request `key`.
+    fn cancel<S: Session>(&mut self, session: &mut S, now: Instant, key: u64) {
+        if let Some(id) = self.keys.remove(&key) {
+            if let Some(pending) = self.pending.remove(&id) {
+                self.end(session, now, id, pending.peer, pending.deregister);
+            }
+        }
+    }
+
+    /// Forgets request `id`; an observation over a stream is deregistered at the
+    /// server with `deregister` (see the [module documentation](self)).
+    fn end<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        id: Outbound,
+        peer: SocketAddr,
+        deregister: Option<Message>,
+    ) {
+        match (id, deregister) {
+            (Outbound::Stream { token, .. }, Some(mut deregister)) => {
+                deregister.token = token;
+                if session.request(now, peer, deregister).is_err() {
+                    session.cancel(now, id);
+                }
+            }
+            _ => session.cancel(now, id),
+        }
+    }
+
+    /// Ends observation `key` with `message` (a GET with Observe=1 and the relation's
+    /// token); the answer goes to `reply` under the same key. When the relation has
+    /// ended already, `message` goes out as a plain request.
+    #[allow(clippy::too_many_arguments)]
+    fn deregister<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        key: u64,
+        peer: SocketAddr,
+        mut message: Message,
+        reply: ReplyTo,
+    ) {
+        message.token = Token::EMPTY;
+        if let Some(id) = self.keys.remove(&key) {
+            if let Some(token) = session.token_of(id) {
+                message.token = token;
+            }
+            self.pending.remove(&id);
+            // A connection matches the GET to its observation by the token (RFC 7641
+            // §3.6); the datagram endpoint must forget the relation before the token
+            // can go out again.
+            if let Outbound::Datagram(_) = id {
+                session.cancel(now, id);
+            }
+        }
+        self.start(session, now, key, peer, message, reply, "deregistration");
+    }
+
+    /// Takes an event of the session: a response, notification or failure of one of
+    /// our requests goes to its caller. Gives back the others.
+    pub(crate) fn on_event<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        event: SessionEvent,
+    ) -> Option<SessionEvent> {
+        match event {
+            SessionEvent::Response { id, response } => self.on_response(session, now, id, response),
+            SessionEvent::Failed { id, reason } => {
+                if let Some(pending) = self.pending.remove(&id) {
+                    self.keys.remove(&pending.key);
+                    let error = self.errors.failed(pending.peer, reason);
+                    pending.reply.send(Err(error));
+                }
+            }
+            other => return Some(other),
+        }
+        None
+    }
+
+    /// A response or notification for request `id`.
+    fn on_response<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        id: Outbound,
+        response: Message,
+    ) {
+        let Some(pending) = self.pending.get(&id) else {
+            return; // cancelled, or a late answer nobody waits for
+        };
+        let ReplyTo::Stream(notifications) = &pending.reply else {
+            if let Some(pending) = self.pending.remove(&id) {
+                self.keys.remove(&pending.key);
+                pending.reply.send(Ok(response));
+            }
+            return;
+        };
+        // A response without Observe (an error, or a server that does not observe)
+        // ends the relation.
+        let last = response.options.observe().is_none();
+        match notifications.try_send(Ok(response)) {
+            Ok(()) if !last => return,
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                tracing::debug!(?id, "observer not keeping up; notification dropped");
+                if !last {
+                    return;
+                }
+            }
+            Err(TrySendError::Closed(_)) => {
+                // The observation was dropped before its cancellation got here.
+                if let Some(pending) = self.pending.remove(&id) {
+                    self.keys.remove(&pending.key);
+                    let deregister = pending.deregister.filter(|_| !last);
+                    self.end(session, now, id, pending.peer, deregister);
+                }
+                return;
+            }
+        }
+        if let Some(pending) = self.pending.remove(&id) {
+            self.keys.remove(&pending.key);
+            session.cancel(now, id);
+        }
+    }
+
+    /// Ends every request to `peer` with the error `error` makes (an ICMP error, a
+    /// failed DTLS handshake).
+    pub(crate) fn fail_peer<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        peer: SocketAddr,
+        error: impl Fn(SocketAddr) -> Error,
+    ) {
+        let ids: Vec<Outbound> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.peer == peer)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            session.cancel(now, id);
+            if let Some(pending) = self.pending.remove(&id) {
+                self.keys.remove(&pending.key);
+                pending.reply.send(Err(error(peer)));
+            }
+        }
+    }
+
+    /// Ends every request and observation with the error `error` makes (the
+    /// transport stops or its connection closed), forgetting them in `session`.
+    pub(crate) fn fail_all<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        error: impl Fn(SocketAddr) -> Error,
+    ) {
+        self.keys.clear();
+        for (id, pending) in self.pending.drain() {
+            session.cancel(now, id);
+            pending.reply.send(Err(error(pending.peer)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
