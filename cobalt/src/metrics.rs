@@ -194,6 +194,7 @@ metric_values! {
     pub struct TcpCounters(AtomicU64) {
         Counter "cobalt_connections_accepted_total" "Connections accepted." { accepted }
         Counter "cobalt_connections_refused_total" "Connections refused: max_connections were open." { refused }
+        Counter "cobalt_connections_evicted_total" "Connections evicted (Abort, then closed) to make room for a connection from another address when max_connections were open: the idlest of the address holding the most." { evicted }
         Counter "cobalt_connections_refused_per_ip_total" "Connections refused because their source address held max_connections_per_ip connections or max_handshakes_per_ip handshakes." { refused_per_ip }
         Counter "cobalt_connections_protocol_errors_total" "Connections aborted for a protocol error (bad or missing CSM, oversized frame, malformed message)." { protocol_errors }
         Counter "cobalt_connections_timeouts_total" "Connections closed because the TLS handshake, the CSM or a frame took too long, or a keep-alive Ping went unanswered (silent, slow or vanished peers)." { timeouts }
