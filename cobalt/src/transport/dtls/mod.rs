@@ -58,13 +58,21 @@ ECDHE-ECDSA-AES128-CCM8:ECDHE-ECDSA-AES128-GCM-SHA256:@SECLEVEL=0";
 ///   [`DtlsConfig::max_handshakes`] are in progress, the oldest handshake of the address
 ///   with the most gives way. A new ClientHello (epoch 0, valid cookie) from an
 ///   address with a handshake in progress replaces that handshake (RFC 6347 §4.2.8).
+/// - When an address holds [`DtlsConfig::max_sessions_per_ip`] established sessions
+///   (the server's budget split between its shards), its new session takes the place of
+///   its own session heard from least recently (an anonymous one, if the newcomer did
+///   not authenticate).
 /// - When [`DtlsConfig::max_sessions`] sessions are established, a new session takes
 ///   the place of the one heard from least recently if that one has been silent for
-///   [`DtlsConfig::stale_after`]; otherwise a session whose peer authenticated (a
-///   pre-shared key, or a client certificate the server verified) may take the place
-///   of an anonymous one (a certificate-only server's clients); otherwise the new
-///   session is refused with a fatal `internal_error` alert. So a flood of handshakes,
-///   or of anonymous sessions, never pushes out peers that authenticated and are active.
+///   [`DtlsConfig::stale_after`]; otherwise, when the newcomer's address holds fewer
+///   sessions than the address holding the most (by more than one), that of the
+///   latter's anonymous sessions heard from least recently; otherwise a session whose
+///   peer authenticated (a pre-shared key, or a client certificate the server
+///   verified) may take the place of an anonymous one (a certificate-only server's
+///   clients); otherwise the new session is refused with a fatal `internal_error`
+///   alert. So a flood of handshakes, or of anonymous sessions, never pushes out peers
+///   that authenticated and are active, and a few addresses cannot fill the table for
+///   everyone else.
 ///
 /// A client (which only has the sessions it opened) evicts the least recently used
 /// session when it has `max_sessions`, and starts a new handshake when a datagram has
@@ -80,6 +88,12 @@ pub struct DtlsConfig {
     /// Established sessions kept at most (per table: per shard on a server). Default
     /// 10 000.
     pub max_sessions: usize,
+    /// Server: established sessions kept at most per source address (IPv4 address, or
+    /// IPv6 /64) per server, split evenly between the shards' tables (see
+    /// [`DtlsConfig::for_shard`]). Default 256: with about 60 KB of OpenSSL state per
+    /// session, one address holds at most about 15 MiB of session state, and it takes
+    /// at least 40 addresses to fill a shard's table.
+    pub max_sessions_per_ip: usize,
     /// Server: handshakes in progress (after the cookie exchange) kept at most per
     /// table. Default 256 (about 13 MB of OpenSSL state).
     pub max_handshakes: usize,
@@ -121,6 +135,7 @@ impl Default for DtlsConfig {
     fn default() -> Self {
         DtlsConfig {
             max_sessions: 10_000,
+            max_sessions_per_ip: 256,
             max_handshakes: 256,
             max_handshakes_per_ip: 32,
             stale_after: Duration::from_secs(30 * 60),
@@ -134,6 +149,19 @@ impl Default for DtlsConfig {
     }
 }
 
+impl DtlsConfig {
+    /// The configuration of one of a server's `shards` session tables: the per-address
+    /// budget [`max_sessions_per_ip`](DtlsConfig::max_sessions_per_ip), which is the
+    /// server's, split evenly (rounded up); the kernel spreads one address's source
+    /// ports over the shards.
+    pub fn for_shard(&self, shards: usize) -> DtlsConfig {
+        DtlsConfig {
+            max_sessions_per_ip: self.max_sessions_per_ip.div_ceil(shards.max(1)).max(1),
+            ..self.clone()
+        }
+    }
+}
+
 impl Settings for DtlsConfig {
     /// The server's session table limits with what they do and the values allowed,
     /// in file order.
@@ -141,6 +169,7 @@ impl Settings for DtlsConfig {
         let secs = Duration::from_secs;
         vec![
             Param::new("max_sessions", "Established DTLS sessions per shard. When full, a new session takes the place of one silent for stale_after, or an authenticated peer that of an anonymous one; otherwise it is refused.", "1 to 10000000", (1..=10_000_000).contains(&self.max_sessions)),
+            Param::new("max_sessions_per_ip", "Established DTLS sessions per source address (IPv4 address or IPv6 /64) per server, split evenly between the shards; beyond it that address's least recently heard-from session gives way.", "1 to 10000000", (1..=10_000_000).contains(&self.max_sessions_per_ip)),
             Param::new("max_handshakes", "DTLS handshakes in progress (after the cookie exchange) per shard; beyond it the oldest handshake of the address with the most gives way. They never displace established sessions.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes)),
             Param::new("max_handshakes_per_ip", "DTLS handshakes in progress per source address (IPv4 address or IPv6 /64); beyond it that address's oldest handshake gives way.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes_per_ip)),
             Param::new("stale_after", "An established session silent this long may be replaced by a new one when the table is full.", "1s to 30d", within(self.stale_after, secs(1), secs(30 * 86_400))),

@@ -142,6 +142,8 @@ pub struct OpensslDtls {
     handshaking: HashMap<SocketAddr, Instant>,
     /// Server: handshakes in progress per source address.
     handshakes_per_ip: IpCounts,
+    /// Server: established sessions per source address.
+    sessions_per_ip: IpCounts,
     /// Server: established sessions whose peer did not authenticate.
     anonymous: usize,
     /// Server: no established session can be stale before this (a lower bound from
@@ -268,6 +270,7 @@ impl OpensslDtls {
             sessions: HashMap::new(),
             handshaking: HashMap::new(),
             handshakes_per_ip: IpCounts::new(),
+            sessions_per_ip: IpCounts::new(),
             anonymous: 0,
             no_stale_before: None,
             listener: None,
@@ -414,7 +417,7 @@ impl OpensslDtls {
             self.stats.handshakes_displaced += u64::from(was_handshake);
             self.end_session(peer, "the peer started a new handshake".into());
         }
-        if !self.may_admit(now) {
+        if !self.may_admit(now, peer) {
             // Every place is held by an active, authenticated session.
             self.stats.refused += 1;
             tracing::debug!(%peer, "DTLS handshake refused: the session table is full");
@@ -536,7 +539,7 @@ impl OpensslDtls {
                 .sessions
                 .get(&peer)
                 .is_some_and(|s| is_authenticated(s.stream.ssl()));
-        if self.role == Role::Server && !self.make_room_for_session(now, authenticated) {
+        if self.role == Role::Server && !self.make_room_for_session(now, peer, authenticated) {
             self.refuse_established(peer);
             return false;
         }
@@ -547,8 +550,9 @@ impl OpensslDtls {
         s.established = true;
         s.retransmit_at = None;
         s.authenticated = authenticated;
-        if self.role == Role::Server && !authenticated {
-            self.anonymous += 1;
+        if self.role == Role::Server {
+            self.sessions_per_ip.add(peer.ip());
+            self.anonymous += usize::from(!authenticated);
         }
         self.stats.handshakes += 1;
         self.events.push_back(DtlsEvent::Connected { peer });
