@@ -567,17 +567,23 @@ impl OpensslDtls {
     /// Server: a handshake completed but every place is held by an active session
     /// that may not be displaced: the new session is closed (close_notify) at once.
     fn refuse_established(&mut self, peer: SocketAddr) {
+        self.send_close_notify(peer);
+        self.stats.refused += 1;
+        self.end_session(
+            peer,
+            "refused: the session table is full of active sessions".into(),
+        );
+    }
+
+    /// Queues a close_notify alert for `peer`'s session (which the caller then ends),
+    /// so that the peer learns the session is gone instead of finding out by silence.
+    fn send_close_notify(&mut self, peer: SocketAddr) {
         if let Some(s) = self.sessions.get_mut(&peer) {
             let _ = s.stream.shutdown();
             let _ = ErrorStack::get();
             s.stream.get_mut().incoming = None;
             Self::drain(&mut self.transmits, peer, &mut s.stream);
         }
-        self.stats.refused += 1;
-        self.end_session(
-            peer,
-            "refused: the session table is full of active sessions".into(),
-        );
     }
 
     fn fail(&mut self, peer: SocketAddr, reason: String) {

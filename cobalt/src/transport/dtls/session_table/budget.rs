@@ -145,8 +145,10 @@ impl OpensslDtls {
         true
     }
 
-    /// Ends the established session of `peer` to make room, saying `why`.
+    /// Ends the established session of `peer` to make room, saying `why` (to the
+    /// driver; the peer gets a close_notify).
     fn evict(&mut self, peer: SocketAddr, why: &str) {
+        self.send_close_notify(peer);
         self.stats.evicted += 1;
         self.end_session(peer, format!("evicted: {why}"));
     }
