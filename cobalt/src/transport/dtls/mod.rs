@@ -129,6 +129,12 @@ pub struct DtlsConfig {
     /// handshakes again when it comes back (default 1 h).
     #[serde(with = "cobalt_proto::settings::duration")]
     pub idle_timeout: Duration,
+    /// Server: an established session over which the peer has sent no CoAP message
+    /// yet is dropped when silent for this long (default 60 s): a session opened and
+    /// abandoned, or held by an attacker, costs its memory for a minute instead of
+    /// `idle_timeout`.
+    #[serde(with = "cobalt_proto::settings::duration")]
+    pub unused_timeout: Duration,
 }
 
 impl Default for DtlsConfig {
@@ -145,6 +151,7 @@ impl Default for DtlsConfig {
             max_pending: 16,
             ciphers: CIPHERS.to_string(),
             idle_timeout: Duration::from_secs(3600),
+            unused_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -175,6 +182,7 @@ impl Settings for DtlsConfig {
             Param::new("stale_after", "An established session silent this long may be replaced by a new one when the table is full.", "1s to 30d", within(self.stale_after, secs(1), secs(30 * 86_400))),
             Param::new("handshake_timeout", "A DTLS handshake not finished within this is dropped.", "1s to 600s", within(self.handshake_timeout, secs(1), secs(600))),
             Param::new("idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d", within(self.idle_timeout, secs(1), secs(30 * 86_400))),
+            Param::new("unused_timeout", "An established session over which the peer has sent no CoAP message yet is dropped when silent this long.", "1s to 30d", within(self.unused_timeout, secs(1), secs(30 * 86_400))),
         ]
     }
 }

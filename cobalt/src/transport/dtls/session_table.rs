@@ -69,6 +69,8 @@ struct Session {
     started: Instant,
     /// When a record from the peer last arrived.
     last_seen: Instant,
+    /// Server: the peer has sent application data (a CoAP message) over the session.
+    used: bool,
     pending: VecDeque<Vec<u8>>,
     retransmit_at: Option<Instant>,
     /// Server: the peer proved a credential (a pre-shared key, a verified client
@@ -285,24 +287,33 @@ impl OpensslDtls {
         }
     }
 
-    /// Drops established sessions idle for longer than `idle_timeout`; runs at most
-    /// every quarter of it, so the scan stays cheap.
+    /// Drops established sessions idle for longer than `idle_timeout`, and on a server
+    /// those the peer never sent a CoAP message over idle for longer than
+    /// `unused_timeout`; runs at most every quarter of the shorter, so the scan stays
+    /// cheap.
     fn sweep_idle(&mut self, now: Instant) {
         let idle = self.config.idle_timeout;
+        let unused = match self.role {
+            Role::Server => self.config.unused_timeout.min(idle),
+            Role::Client => idle,
+        };
         if self.next_idle_sweep.is_some_and(|at| now < at) {
             return;
         }
-        let idle_peers: Vec<SocketAddr> = self
+        let idle_peers: Vec<(SocketAddr, Duration)> = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.established && now.saturating_duration_since(s.last_seen) >= idle)
-            .map(|(p, _)| *p)
+            .filter(|(_, s)| s.established)
+            .filter_map(|(p, s)| {
+                let limit = if s.used { idle } else { unused };
+                (now.saturating_duration_since(s.last_seen) >= limit).then_some((*p, limit))
+            })
             .collect();
         self.stats.evicted += idle_peers.len() as u64;
-        for peer in idle_peers {
-            self.end_session(peer, format!("idle for {idle:?}"));
+        for (peer, limit) in idle_peers {
+            self.end_session(peer, format!("idle for {limit:?}"));
         }
-        self.next_idle_sweep = (!self.sessions.is_empty()).then(|| now + idle / 4);
+        self.next_idle_sweep = (!self.sessions.is_empty()).then(|| now + unused / 4);
     }
 
     /// Client: starts a handshake with `peer` without sending data, so that the session
@@ -450,6 +461,7 @@ impl OpensslDtls {
                 established: false,
                 started: now,
                 last_seen: now,
+                used: false,
                 pending: VecDeque::new(),
                 retransmit_at: None,
                 authenticated: false,
@@ -508,6 +520,7 @@ impl OpensslDtls {
                     Ok(n) if n > 0 => {
                         out.push(self.buf[..n].to_vec());
                         s.unanswered.clear();
+                        s.used = true;
                     }
                     Ok(_) => {}
                     Err(e) if is_retry(&e) => break,

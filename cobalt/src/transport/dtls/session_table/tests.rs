@@ -879,3 +879,35 @@ fn the_per_address_session_budget_is_split_between_shards() {
     assert_eq!(config.for_shard(0).max_sessions_per_ip, 256);
     assert_eq!(config.for_shard(2).max_sessions, config.max_sessions);
 }
+
+#[test]
+fn sessions_never_used_are_dropped_after_the_unused_timeout() {
+    let config = DtlsConfig {
+        unused_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(3600),
+        ..DtlsConfig::default()
+    };
+    let mut s = server(config);
+    let t0 = Instant::now();
+    // One client handshakes and says nothing; another sends a CoAP message.
+    let mut silent = client("alice", "secretPSK", DtlsConfig::default());
+    silent.connect(t0, addr(SERVER));
+    pump_at(&mut silent, &mut s, addr(CLIENT), t0);
+    let mut talker = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(
+        send_from(&mut talker, &mut s, addr(CLIENT + 1), t0, b"hi").len(),
+        1
+    );
+    assert_eq!(s.stats().sessions, 2);
+    s.handle_timeout(t0 + Duration::from_secs(30));
+    assert_eq!(s.stats().sessions, 2, "not silent for long enough yet");
+    let later = t0 + Duration::from_secs(61);
+    assert!(
+        s.poll_timeout().is_some_and(|t| t <= later),
+        "a sweep is due within the unused timeout"
+    );
+    s.handle_timeout(later);
+    assert!(s.cipher(addr(CLIENT)).is_none(), "the unused session went");
+    assert!(s.cipher(addr(CLIENT + 1)).is_some(), "the used one stays");
+    assert_eq!(s.stats().evicted, 1);
+}
