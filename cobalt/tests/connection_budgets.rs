@@ -16,7 +16,7 @@ use cobalt::Scheme;
 use cobalt::{Client, Code, Server, ServerHandle};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 const ATTACKER: [u8; 4] = [127, 0, 0, 2];
@@ -141,9 +141,8 @@ async fn one_address_cannot_hold_every_tls_handshake() {
     server.shutdown(Duration::ZERO).await;
 }
 
-/// A connection from `source` that sends its CSM and then says nothing.
-async fn idle_after_csm(source: [u8; 4], server: SocketAddr) -> TcpStream {
-    let mut stream = connect_from(source, server).await;
+/// Sends a CSM on `stream` (which then says nothing).
+async fn send_csm<S: AsyncWrite + Unpin>(stream: &mut S) {
     let csm = Signal::Csm {
         max_message_size: Some(1152),
         block_wise_transfer: false,
@@ -151,12 +150,18 @@ async fn idle_after_csm(source: [u8; 4], server: SocketAddr) -> TcpStream {
     let mut bytes = Vec::new();
     encode_tcp(&csm.to_message(), &mut bytes);
     stream.write_all(&bytes).await.unwrap();
+}
+
+/// A connection from `source` that sends its CSM and then says nothing.
+async fn idle_after_csm(source: [u8; 4], server: SocketAddr) -> TcpStream {
+    let mut stream = connect_from(source, server).await;
+    send_csm(&mut stream).await;
     stream
 }
 
 /// The signal that ends what the server sent on `stream` (after its CSM), if any;
 /// waits at most a second for the server to close it.
-async fn last_signal(stream: &mut TcpStream) -> Option<Signal> {
+async fn last_signal<S: AsyncRead + Unpin>(stream: &mut S) -> Option<Signal> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
     while let Ok(Ok(n @ 1..)) =
@@ -238,6 +243,69 @@ async fn idle_connections_of_a_few_addresses_give_way_to_a_new_address() {
         counter(&server, "cobalt_connections_refused_total", "tcp"),
         0,
         "no legitimate connection was refused"
+    );
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_tls_connections_give_way_to_a_new_address_with_an_abort() {
+    // The same over TLS: the attackers complete the handshake and their CSM, then idle.
+    let limits = TcpServerLimits {
+        max_connections: 6,
+        max_connections_per_ip: 3,
+        ..TcpServerLimits::default()
+    };
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let server = hello()
+        .psk(PskStore::new().with("alice", "secretPSK"))
+        .tcp_limits(limits)
+        .listen(Scheme::CoapsTcp, any)
+        .shards(1)
+        .bind(any)
+        .await
+        .unwrap();
+    let tls = server.local_addr(Scheme::CoapsTcp).unwrap();
+    let open = || counter(&server, "cobalt_connections_open", "tls");
+    let auth = ClientCredentials::Psk(ClientPsk::new("alice", "secretPSK"));
+    let connector = TlsConnector::new(Some(&auth), Alpn::Coap).unwrap();
+    let mut attackers = Vec::new();
+    for a in [2u8, 3] {
+        for _ in 0..3 {
+            let stream = connect_from([127, 0, 0, a], tls).await;
+            let mut stream = connector.connect(stream, "127.0.0.1", tls).await.unwrap();
+            send_csm(&mut stream).await;
+            attackers.push(stream);
+        }
+    }
+    stream::eventually("the listener full", || open() == 6).await;
+    for _ in 0..2 {
+        let r = Client::new()
+            .with_psk("alice", "secretPSK")
+            .get(&format!("coaps+tcp://{tls}/hello"))
+            .await
+            .unwrap();
+        assert_eq!(r.code, Code::CONTENT);
+    }
+    let evicted = counter(&server, "cobalt_connections_evicted_total", "tls");
+    assert!(evicted >= 1, "{evicted} evicted");
+    let mut reads = tokio::task::JoinSet::new();
+    for mut stream in attackers {
+        reads.spawn(async move { last_signal(&mut stream).await });
+    }
+    let mut told = 0;
+    while let Some(signal) = reads.join_next().await {
+        if let Some(Signal::Abort { diagnostic, .. }) = signal.unwrap() {
+            assert!(diagnostic.contains("evicted"), "{diagnostic}");
+            told += 1;
+        }
+    }
+    assert_eq!(
+        told, evicted,
+        "every evicted connection got an Abort over TLS"
+    );
+    assert_eq!(
+        counter(&server, "cobalt_connections_refused_total", "tls"),
+        0
     );
     server.shutdown(Duration::ZERO).await;
 }
