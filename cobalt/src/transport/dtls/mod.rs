@@ -90,9 +90,10 @@ pub struct DtlsConfig {
     pub max_sessions: usize,
     /// Server: established sessions kept at most per source address (IPv4 address, or
     /// IPv6 /64) per server, split evenly between the shards' tables (see
-    /// [`DtlsConfig::for_shard`]). Default 256: with about 60 KB of OpenSSL state per
-    /// session, one address holds at most about 15 MiB of session state, and it takes
-    /// at least 40 addresses to fill a shard's table.
+    /// [`DtlsConfig::for_shard`]). Default 128: at about 63 KB of memory per
+    /// established session, one address holds about 8 MiB of sessions (13 MiB of RSS
+    /// growth measured with its handshakes in progress and its sessions churning; see
+    /// `bench/floods.sh`), and it takes at least 79 addresses to fill a shard's table.
     pub max_sessions_per_ip: usize,
     /// Server: handshakes in progress (after the cookie exchange) kept at most per
     /// table. Default 256 (about 13 MB of OpenSSL state).
@@ -141,7 +142,7 @@ impl Default for DtlsConfig {
     fn default() -> Self {
         DtlsConfig {
             max_sessions: 10_000,
-            max_sessions_per_ip: 256,
+            max_sessions_per_ip: 128,
             max_handshakes: 256,
             max_handshakes_per_ip: 32,
             stale_after: Duration::from_secs(30 * 60),
