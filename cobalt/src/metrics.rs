@@ -159,7 +159,7 @@ metric_values! {
         Counter "cobalt_dtls_hello_verify_sent_total" "DTLS HelloVerifyRequests sent: cookie exchanges started, no state kept." { dtls_hello_verify_sent }
         Counter "cobalt_dtls_handshakes_total" "DTLS handshakes completed." { dtls_handshakes }
         Counter "cobalt_dtls_handshake_failures_total" "DTLS handshakes that failed or timed out (wrong key, untrusted certificate)." { dtls_handshake_failures }
-        Counter "cobalt_dtls_evicted_total" "DTLS sessions evicted to stay within the session cap." { dtls_evicted }
+        Counter "cobalt_dtls_evicted_total" "DTLS sessions ended to make room (max_sessions, max_sessions_per_ip) or for being silent (idle_timeout, unused_timeout); the peer handshakes again." { dtls_evicted }
         Counter "cobalt_dtls_dropped_total" "DTLS records dropped: no session, failed decryption or garbage." { dtls_dropped }
         Counter "cobalt_dtls_handshakes_displaced_total" "DTLS handshakes in progress dropped to stay within max_handshakes / max_handshakes_per_ip, or replaced by a new ClientHello from the same address." { dtls_handshakes_displaced }
         Counter "cobalt_dtls_refused_total" "New DTLS sessions refused because the session table was full of active sessions." { dtls_refused }
