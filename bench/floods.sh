@@ -23,10 +23,11 @@
 #
 # The lockouts of issue 28, from several addresses (the legitimate clients must still
 # be served, the server's memory stay bounded):
-#   bench/floods.sh --floods tcp-csm --ips 4 -- --connections 1024
-#     four addresses hold 256 connections each that sent their CSM, then idle (the
-#     listener's 1,024 places; legitimate clients from 127.0.0.1 need eviction);
-#   bench/floods.sh --floods dtls-session --ips 4 -- --connections 2000
+#   bench/floods.sh --floods tcp-csm --ips 8 -- --connections 1024
+#     eight addresses hold 128 connections each (their budget) that sent their CSM,
+#     then idle: the listener's 1,024 places; legitimate clients from 127.0.0.1 get
+#     in by eviction;
+#   bench/floods.sh --floods dtls-session --ips 4 -- --connections 1024
 #     anonymous DTLS sessions (the dtls-session server has a certificate, generated
 #     here, and no client CA) held idle from four addresses; the legitimate clients
 #     connect anonymously too. With --ips 1 --set dtls.max_sessions_per_ip=100000

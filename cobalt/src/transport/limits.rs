@@ -18,8 +18,9 @@ pub struct TcpServerLimits {
     /// Connections served at once from one address (IPv4 address, or IPv6 /64; see
     /// [`budget_key`](super::per_ip::budget_key)); its further connections are refused
     /// like those over `max_connections`, while other addresses still connect.
-    /// Default 64, a sixteenth of `max_connections`: at least 16 addresses fit before
-    /// the listener is full, and then a new address still gets in by eviction.
+    /// Default 128, an eighth of `max_connections`: at least 8 addresses fit before the
+    /// listener is full, and then a new address still gets in by eviction (a load
+    /// generator on one address with more connections needs more).
     pub max_connections_per_ip: usize,
     /// TLS handshakes and WebSocket upgrades in progress at once from one address;
     /// its further connections are refused until one finishes. Default 32.
@@ -50,7 +51,7 @@ impl Default for TcpServerLimits {
     fn default() -> Self {
         TcpServerLimits {
             max_connections: 1024,
-            max_connections_per_ip: 64,
+            max_connections_per_ip: 128,
             max_handshakes_per_ip: 32,
             connection: TcpConfig::default(),
             write_timeout: Duration::from_secs(30),
