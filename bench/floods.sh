@@ -7,7 +7,7 @@
 # flood and --settle seconds later, plus the server's gauges (cobalt serve --metrics).
 # Writes bench/results/floods-<date>.md and the raw JSON of every run next to it.
 #
-# Usage: bench/floods.sh [--floods dtls-handshake,tcp,tls,ws,wss,dedup,separate,upload,observe-non,observe-con]
+# Usage: bench/floods.sh [--floods dtls-handshake,dtls-session,tcp,tcp-csm,tls,ws,wss,dedup,separate,upload,observe-non,observe-con]
 #          [--duration 10] [--settle 30] [--rate N] [--ips 1] [--port 25683]
 #          [--set section.key=value ...]
 #          [--server-cpus 1] [--client-cpus 0] [--out bench/results] [--ready-timeout 30]
@@ -20,12 +20,25 @@
 # mode); --ips spreads the attacker over that many addresses from 127.0.0.2; --set
 # (repeatable) changes the server's configuration from the default, e.g. to let a
 # flood build more state (the report lists the settings).
+#
+# The lockouts of issue 28, from several addresses (the legitimate clients must still
+# be served, the server's memory stay bounded):
+#   bench/floods.sh --floods tcp-csm --ips 8 -- --connections 1024
+#     eight addresses hold 128 connections each (their budget) that sent their CSM,
+#     then idle: the listener's 1,024 places; legitimate clients from 127.0.0.1 get
+#     in by eviction;
+#   bench/floods.sh --floods dtls-session --ips 4 -- --connections 1024
+#     anonymous DTLS sessions (the dtls-session server has a certificate, generated
+#     here, and no client CA) held idle from four addresses; the legitimate clients
+#     connect anonymously too. With --ips 1 --set dtls.max_sessions_per_ip=100000
+#     -- --connections 1000, the RSS growth over 1,000 sessions is the memory one
+#     established session costs.
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-floods=dtls-handshake,tcp,tls,ws,wss,dedup,separate,upload,observe-non,observe-con
+floods=dtls-handshake,dtls-session,tcp,tcp-csm,tls,ws,wss,dedup,separate,upload,observe-non,observe-con
 duration=10
 settle=30
 rate=""
@@ -75,6 +88,14 @@ psk_identity=cobalt-flood
 psk_key=0x$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 printf '%s:%s\n' "$psk_identity" "$psk_key" >"$work/psk.txt"
 psk=(--psk-identity "$psk_identity" --psk-key "$psk_key")
+# A self-signed certificate for 127.0.0.1 (EC P-256, for the ECDHE-ECDSA suites): the
+# dtls-session flood's server has it and no client CA, so clients need no credential.
+if [[ ",$floods," == *,dtls-session,* ]]; then
+  command -v openssl >/dev/null || die "the dtls-session flood needs the openssl command"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+    -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null || die "openssl req failed"
+fi
 
 h=127.0.0.1
 coap=coap://$h:$port coaps=coaps://$h:$dtls_port tcp=coap+tcp://$h:$port
@@ -84,7 +105,8 @@ tls=coaps+tcp://$h:$tls_port ws=coap+ws://$h:$ws_port wss=coaps+ws://$h:$wss_por
 legit_for() {
   case $1 in
     dtls-handshake) echo "--legit $coaps/benchmark --legit-fresh $coaps/benchmark --legit-observe $coaps/obs" ;;
-    tcp) echo "--legit $tcp/benchmark --legit-fresh $tcp/benchmark" ;;
+    dtls-session) echo "--legit $coaps/benchmark --legit-fresh $coaps/benchmark --ca $work/cert.pem" ;;
+    tcp | tcp-csm) echo "--legit $tcp/benchmark --legit-fresh $tcp/benchmark" ;;
     tls) echo "--legit $tls/benchmark --legit-fresh $tls/benchmark" ;;
     ws) echo "--legit $ws/benchmark --legit-fresh $ws/benchmark" ;;
     wss) echo "--legit $wss/benchmark --legit-fresh $wss/benchmark" ;;
@@ -97,12 +119,19 @@ legit_for() {
 }
 target_for() {
   case $1 in
-    dtls-handshake) echo "$coaps" ;;
-    tcp) echo "$tcp" ;;
+    dtls-handshake | dtls-session) echo "$coaps" ;;
+    tcp | tcp-csm) echo "$tcp" ;;
     tls) echo "$tls" ;;
     ws) echo "$ws" ;;
     wss) echo "$wss" ;;
     *) echo "$coap" ;;
+  esac
+}
+
+# Server options of a flood besides the common ones: the certificate of dtls-session.
+server_args_for() {
+  case $1 in
+    dtls-session) echo "--cert $work/cert.pem --key $work/key.pem" ;;
   esac
 }
 
@@ -115,9 +144,11 @@ ready_check() {
 IFS=, read -r -a flood_list <<<"$floods"
 for f in "${flood_list[@]}"; do
   legit_for "$f" >/dev/null
+  # shellcheck disable=SC2046 # server_args_for's words are options
   start_server "cobalt" "$runs/$f.server.log" "$COBALT" serve --port "$port" --tcp "$port" \
     --dtls-psk-file "$work/psk.txt" --dtls-port "$dtls_port" --tls "$tls_port" \
-    --ws-port "$ws_port" --wss-port "$wss_port" --metrics "$h:$metrics_port" "${settings[@]}"
+    --ws-port "$ws_port" --wss-port "$wss_port" --metrics "$h:$metrics_port" "${settings[@]}" \
+    $(server_args_for "$f")
   if ! wait_ready "cobalt" ready_check; then
     record_skip "$f" "$skip_reason" ""
     stop_server

@@ -11,7 +11,7 @@ RSS and its relation gauge (cobalt_connection_observers), and at the end closes 
 connection and checks that the gauge and the resource's observers go back to zero.
 
 Usage: bench/stream-observe-soak.py [--cobalt target/release/cobalt]
-         [--connections 1000] [--ips 4] [--seconds 180] [--churn 10] [--sample 10]
+         [--connections 1000] [--ips 8] [--seconds 180] [--churn 10] [--sample 10]
          [--port 5783] [--metrics-port 9783] [--server-cpus 1] [--out bench/results]
 Writes bench/results/stream-observe-soak-<date>.md.
 """
@@ -123,7 +123,7 @@ async def main():
     p = argparse.ArgumentParser()
     p.add_argument("--cobalt", default="target/release/cobalt")
     p.add_argument("--connections", type=int, default=1000)
-    p.add_argument("--ips", type=int, default=4)
+    p.add_argument("--ips", type=int, default=8)
     p.add_argument("--seconds", type=int, default=180)
     p.add_argument("--churn", type=float, default=10)
     p.add_argument("--sample", type=float, default=10)

@@ -159,7 +159,7 @@ metric_values! {
         Counter "cobalt_dtls_hello_verify_sent_total" "DTLS HelloVerifyRequests sent: cookie exchanges started, no state kept." { dtls_hello_verify_sent }
         Counter "cobalt_dtls_handshakes_total" "DTLS handshakes completed." { dtls_handshakes }
         Counter "cobalt_dtls_handshake_failures_total" "DTLS handshakes that failed or timed out (wrong key, untrusted certificate)." { dtls_handshake_failures }
-        Counter "cobalt_dtls_evicted_total" "DTLS sessions evicted to stay within the session cap." { dtls_evicted }
+        Counter "cobalt_dtls_evicted_total" "DTLS sessions ended to make room (max_sessions, max_sessions_per_ip) or for being silent (idle_timeout, unused_timeout); the peer handshakes again." { dtls_evicted }
         Counter "cobalt_dtls_dropped_total" "DTLS records dropped: no session, failed decryption or garbage." { dtls_dropped }
         Counter "cobalt_dtls_handshakes_displaced_total" "DTLS handshakes in progress dropped to stay within max_handshakes / max_handshakes_per_ip, or replaced by a new ClientHello from the same address." { dtls_handshakes_displaced }
         Counter "cobalt_dtls_refused_total" "New DTLS sessions refused because the session table was full of active sessions." { dtls_refused }
@@ -194,6 +194,7 @@ metric_values! {
     pub struct TcpCounters(AtomicU64) {
         Counter "cobalt_connections_accepted_total" "Connections accepted." { accepted }
         Counter "cobalt_connections_refused_total" "Connections refused: max_connections were open." { refused }
+        Counter "cobalt_connections_evicted_total" "Connections evicted (Abort, then closed) to make room for a connection from another address when max_connections were open: the idlest of the address holding the most." { evicted }
         Counter "cobalt_connections_refused_per_ip_total" "Connections refused because their source address held max_connections_per_ip connections or max_handshakes_per_ip handshakes." { refused_per_ip }
         Counter "cobalt_connections_protocol_errors_total" "Connections aborted for a protocol error (bad or missing CSM, oversized frame, malformed message)." { protocol_errors }
         Counter "cobalt_connections_timeouts_total" "Connections closed because the TLS handshake, the CSM or a frame took too long, or a keep-alive Ping went unanswered (silent, slow or vanished peers)." { timeouts }

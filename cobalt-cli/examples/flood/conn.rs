@@ -3,6 +3,8 @@
 //! at most `ctx.rate` connection attempts per second.
 //!
 //! - `tcp`: connects and says nothing (no CSM).
+//! - `tcp-csm`: connects, sends a CSM (so the server counts it as speaking CoAP), then
+//!   says nothing.
 //! - `ws`: upgrades to a WebSocket, then says nothing.
 //! - `tls`, `wss`: sends a TLS ClientHello and never finishes the handshake.
 
@@ -96,6 +98,8 @@ async fn hold(
     let outcome = async {
         let hello = match mode {
             Mode::Tls | Mode::Wss => tls_client_hello(random),
+            // An empty 7.01 CSM (RFC 8323 §3.2: no length, no token; code 7.01).
+            Mode::TcpCsm => vec![0x00, 0xe1],
             Mode::Ws => format!(
                 "GET /.well-known/coap HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\n\
                  Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\

@@ -4,6 +4,7 @@
 //! counted by name.
 
 use crate::Args;
+use cobalt::transport::credentials::X509Credentials;
 use cobalt::{Client, Error};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -80,10 +81,15 @@ pub async fn start(args: &Args) -> Legit {
         }
         _ => None,
     };
+    let ca_pem = args.ca_pem();
     // A new client shares nothing with another: socket, DTLS session, connection.
-    let make: MakeClient = Arc::new(move || match &psk {
-        Some((id, key)) => Client::new().with_psk(id.clone(), key.clone()),
-        None => Client::new(),
+    let make: MakeClient = Arc::new(move || match (&ca_pem, &psk) {
+        (Some(ca), _) => Client::new().with_x509(X509Credentials {
+            ca_pem: Some(ca.clone()),
+            ..X509Credentials::default()
+        }),
+        (None, Some((id, key))) => Client::new().with_psk(id.clone(), key.clone()),
+        (None, None) => Client::new(),
     });
     let mut legit = Legit {
         loops: Vec::new(),

@@ -17,7 +17,9 @@
 //! | mode | what the attacker sends |
 //! |---|---|
 //! | `dtls-handshake` | DTLS ClientHellos; answers the HelloVerifyRequest with the cookie, waits for the server's flight, then abandons the handshake (a half-open handshake per source port) |
+//! | `dtls-session` | complete certificate handshakes without a client credential (a server with `--cert` and no `--ca`; `--ca` names what the attacker trusts), then silence: `--connections` established sessions held idle |
 //! | `tcp`, `ws` | holds `--connections` connections open from one address and says nothing (`ws`: after the HTTP upgrade) |
+//! | `tcp-csm` | the same, after sending a CSM (the connection speaks CoAP, then idles) |
 //! | `tls`, `wss` | the same with a TLS ClientHello sent and the handshake never finished |
 //! | `dedup` | confirmable GETs of /benchmark over many source ports, each with a new message ID |
 //! | `separate` | confirmable GETs of /separate?delay=30000 |
@@ -32,6 +34,7 @@
 
 mod conn;
 mod dtls_hello;
+mod dtls_session;
 mod gauges;
 mod legit;
 mod udp;
@@ -49,8 +52,12 @@ use std::time::{Duration, Instant};
 pub enum Mode {
     /// Half-open DTLS handshakes after a valid cookie.
     DtlsHandshake,
+    /// Complete anonymous DTLS sessions (certificate server), held idle.
+    DtlsSession,
     /// Silent TCP connections from one address.
     Tcp,
+    /// TCP connections that send their CSM, then nothing.
+    TcpCsm,
     /// TLS connections whose handshake never finishes.
     Tls,
     /// WebSocket connections that upgrade, then say nothing.
@@ -128,6 +135,11 @@ pub struct Args {
     /// PSK identity for coaps, coaps+tcp and coaps+ws URIs (the attacker needs none).
     #[arg(long)]
     pub psk_identity: Option<String>,
+    /// The CA certificate (PEM file) of a certificate server: the dtls-session
+    /// attacker trusts it, and so do the legitimate clients, which then connect
+    /// anonymously (without their PSK) like the attacker.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
     /// PSK (text, or 0x and hex digits).
     #[arg(long)]
     pub psk_key: Option<String>,
@@ -148,6 +160,15 @@ pub struct Args {
 }
 
 impl Args {
+    /// The contents of `--ca`, if given (exits when it cannot be read).
+    pub fn ca_pem(&self) -> Option<Vec<u8>> {
+        let path = self.ca.as_ref()?;
+        Some(std::fs::read(path).unwrap_or_else(|e| {
+            eprintln!("flood: --ca {}: {e}", path.display());
+            std::process::exit(2)
+        }))
+    }
+
     /// The attacker's source addresses.
     pub fn source_ips(&self) -> Vec<IpAddr> {
         let base = u32::from(self.source);
@@ -162,7 +183,8 @@ impl Args {
         self.rate.unwrap_or(match self.mode {
             Mode::Dedup => 20_000,
             Mode::DtlsHandshake => 1_000,
-            Mode::Tcp | Mode::Tls | Mode::Ws | Mode::Wss => 1_000,
+            Mode::DtlsSession => 200,
+            Mode::Tcp | Mode::TcpCsm | Mode::Tls | Mode::Ws | Mode::Wss => 1_000,
             Mode::Separate | Mode::Upload | Mode::ObserveNon | Mode::ObserveCon => 2_000,
         })
     }
@@ -285,10 +307,14 @@ async fn run(args: &Args, target: SocketAddr, path: String) -> Value {
             counters,
             stop,
         };
+        let ca_pem = args.ca_pem();
         tokio::spawn(async move {
             match mode {
                 Mode::DtlsHandshake => dtls_hello::flood(ctx).await,
-                Mode::Tcp | Mode::Tls | Mode::Ws | Mode::Wss => conn::flood(ctx, mode).await,
+                Mode::DtlsSession => dtls_session::flood(ctx, ca_pem.unwrap_or_default()).await,
+                Mode::Tcp | Mode::TcpCsm | Mode::Tls | Mode::Ws | Mode::Wss => {
+                    conn::flood(ctx, mode).await
+                }
                 _ => udp::flood(ctx, mode).await,
             }
         })

@@ -5,6 +5,16 @@
 //! (the server role: handlers, uploads, observe relations) answers its requests through
 //! the connection's protocol [`Session`]. The driver knows nothing of resources; the
 //! service nothing of sockets.
+//!
+//! A listener holds `max_connections` connections, at most `max_connections_per_ip` of
+//! them from one address (see [`TcpServerLimits`]). When it is full, a connection from
+//! an address holding fewer than the most-represented one takes the place of that
+//! address's connection heard from least recently, which is sent an Abort (7.05) saying
+//! why where the transport allows (after the TLS handshake and the WebSocket upgrade)
+//! and closed ([`holders`]): a few addresses holding idle connections cannot lock the
+//! others out.
+
+mod holders;
 
 use super::service::Service;
 use crate::metrics::TcpCounters;
@@ -16,12 +26,13 @@ use cobalt_proto::address::AddressPrefix;
 use cobalt_proto::session::stream::Connection;
 use cobalt_proto::session::{Session, SessionEvent};
 use cobalt_proto::tcp_connection::{CloseReason, Framing, TcpConfig, TcpConnection, TcpEvent};
+use holders::{Holders, Place, Refusal};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 /// A running TCP listener of a server.
@@ -88,8 +99,12 @@ pub(crate) async fn listen<S: Service<Connection> + Send>(
     let (shutdown, mut stop) = watch::channel(None);
     let seen = counters.clone();
     let task = tokio::spawn(async move {
-        let permits = Arc::new(Semaphore::new(tcp.max_connections.max(1)));
-        let per_ip = IpBudget::new(tcp.max_connections_per_ip.max(1), transport.address_prefix);
+        let mut holders = Holders::new(
+            tcp.max_connections,
+            tcp.max_connections_per_ip,
+            transport.address_prefix,
+            Instant::now(),
+        );
         let handshakes_per_ip =
             IpBudget::new(tcp.max_handshakes_per_ip.max(1), transport.address_prefix);
         // TLS handshakes and WebSocket upgrades come before CoAP.
@@ -108,23 +123,34 @@ pub(crate) async fn listen<S: Service<Connection> + Send>(
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    let ip_permits = per_ip.try_acquire(peer.ip()).and_then(|conn| {
-                        if !handshaking {
-                            return Some((conn, None));
+                    let handshake = match handshaking.then(|| handshakes_per_ip.try_acquire(peer.ip())) {
+                        None => None,
+                        Some(Some(permit)) => Some(permit),
+                        Some(None) => {
+                            seen.refused_per_ip.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, "connection refused: too many handshakes from this address");
+                            refuse_connection(stream, &transport, &tcp, "too many handshakes from this address");
+                            continue;
                         }
-                        handshakes_per_ip.try_acquire(peer.ip()).map(|h| (conn, Some(h)))
-                    });
-                    let Some((ip_permit, handshake)) = ip_permits else {
-                        seen.refused_per_ip.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(%peer, "connection refused: too many from this address");
-                        refuse_connection(stream, &transport, &tcp, "too many connections from this address");
-                        continue;
                     };
-                    let Ok(permit) = permits.clone().try_acquire_owned() else {
-                        seen.refused.fetch_add(1, Ordering::Relaxed);
-                        refuse_connection(stream, &transport, &tcp, "too many connections");
-                        continue;
+                    let (seat, place) = match holders.admit(peer.ip(), Instant::now()) {
+                        Ok(admitted) => admitted,
+                        Err(Refusal::AddressBudget) => {
+                            seen.refused_per_ip.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(%peer, "connection refused: too many from this address");
+                            refuse_connection(stream, &transport, &tcp, "too many connections from this address");
+                            continue;
+                        }
+                        Err(Refusal::Full) => {
+                            seen.refused.fetch_add(1, Ordering::Relaxed);
+                            refuse_connection(stream, &transport, &tcp, "too many connections");
+                            continue;
+                        }
                     };
+                    if seat.evicted {
+                        seen.evicted.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, "listener full: the idlest connection of the address holding the most evicted");
+                    }
                     seen.accepted.fetch_add(1, Ordering::Relaxed);
                     seen.open.fetch_add(1, Ordering::Relaxed);
                     let (done, completions) = mpsc::unbounded_channel();
@@ -136,16 +162,22 @@ pub(crate) async fn listen<S: Service<Connection> + Send>(
                         tcp: tcp.clone(),
                         stop: stop.clone(),
                         handshake,
+                        place,
                     };
                     let tls = transport.tls.clone();
                     let counters = seen.clone();
-                    conns.spawn(async move {
+                    let task = conns.spawn(async move {
                         conn.serve(stream, framing, tls).await;
                         counters.open.fetch_sub(1, Ordering::Relaxed);
-                        drop((permit, ip_permit));
+                    });
+                    holders.hold(task.id(), seat);
+                }
+                Some(ended) = conns.join_next_with_id(), if !conns.is_empty() => {
+                    holders.release(match ended {
+                        Ok((id, ())) => id,
+                        Err(e) => e.id(),
                     });
                 }
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
                 _ = stop.changed() => break,
             }
         }
@@ -198,6 +230,9 @@ struct ServerConn<S: Service<Connection>> {
     /// The address's place among handshakes in progress (TLS, WebSocket upgrade),
     /// given back once the connection speaks CoAP.
     handshake: Option<IpPermit>,
+    /// The connection's place in the listener: told when it is evicted, stamped when a
+    /// message arrives.
+    place: Place,
 }
 
 impl<S: Service<Connection> + Send> ServerConn<S> {
@@ -207,7 +242,13 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
         let Some(tls) = tls else {
             return self.serve_over(stream, framing).await;
         };
-        match tokio::time::timeout(self.tcp.handshake_timeout, tls.accept(stream)).await {
+        let handshake = tokio::time::timeout(self.tcp.handshake_timeout, tls.accept(stream));
+        let accepted = tokio::select! {
+            accepted = handshake => accepted,
+            // Nothing can be said before the handshake: the connection just closes.
+            _ = &mut self.place.eviction => return,
+        };
+        match accepted {
             Ok(Ok(stream)) => {
                 if framing == Framing::Stream {
                     self.handshake = None;
@@ -231,7 +272,13 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
         match framing {
             Framing::Stream => self.run(TcpLink::new(stream)).await,
             Framing::WebSocket => {
-                match crate::transport::ws::accept(stream, self.peer, &self.tcp).await {
+                let upgrade = crate::transport::ws::accept(stream, self.peer, &self.tcp);
+                let upgraded = tokio::select! {
+                    upgraded = upgrade => upgraded,
+                    // Evicted before the upgrade completed: closed without a word.
+                    _ = &mut self.place.eviction => return,
+                };
+                match upgraded {
                     Some(link) => {
                         self.handshake = None;
                         self.run(link).await
@@ -255,6 +302,8 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
         );
         let mut session = Connection::new(self.peer, conn);
         let server = &mut self.service;
+        let last_heard = self.place.last_heard.clone();
+        let mut evicted = false;
         let changes = server.changes();
         // The service's relations counted in the listener's gauge.
         let mut counted = 0;
@@ -304,7 +353,18 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
                 .min();
             let more = server.has_work();
             tokio::select! {
-                input = link.recv(), if drain_until.is_none() => handle_input(session.connection_mut(), input),
+                input = link.recv(), if drain_until.is_none() => {
+                    last_heard.stamp(Instant::now());
+                    handle_input(session.connection_mut(), input);
+                }
+                _ = &mut self.place.eviction => {
+                    tracing::debug!(peer = %self.peer, "connection evicted to make room for another address");
+                    let conn = session.connection_mut();
+                    conn.abort(None, EVICTED);
+                    let _ = flush(conn, &mut link, EVICTED_WRITE_TIMEOUT, |_| {}).await;
+                    evicted = true;
+                    break;
+                }
                 Some(done) = self.completions.recv() => {
                     server.on_completion(&mut session, Instant::now(), done);
                 }
@@ -325,9 +385,22 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
         // Dropping the service ends the connection's relations and uploads.
         count_relations(&self.counters, counted, 0);
         drop(self.service);
-        let _ = tokio::time::timeout(self.tcp.write_timeout, link.close()).await;
+        let closing = if evicted {
+            EVICTED_WRITE_TIMEOUT
+        } else {
+            self.tcp.write_timeout
+        };
+        let _ = tokio::time::timeout(closing, link.close()).await;
     }
 }
+
+/// The diagnostic of the Abort an evicted connection is sent.
+const EVICTED: &str =
+    "evicted: the server is full and this address holds the most connections; reconnect later";
+
+/// How long an evicted connection may take to be sent its Abort: its place is already
+/// another's, so it does not get the full `write_timeout`.
+const EVICTED_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Moves the listener's gauge of relations from `counted` of a connection's to `now`;
 /// returns `now`.

@@ -274,13 +274,13 @@ impl Server {
         Ok(())
     }
 
-    /// A DTLS session table for one shard.
-    fn dtls_layer(&self) -> Result<Box<dyn DtlsBackend>> {
+    /// A DTLS session table for one of `shards` shards.
+    fn dtls_layer(&self, shards: usize) -> Result<Box<dyn DtlsBackend>> {
         self.require_credentials(Scheme::Coaps)?;
         let mut layer = OpensslDtls::server_with(
             self.psk_keys.clone(),
             self.x509.as_deref(),
-            self.dtls_config.clone(),
+            self.dtls_config.for_shard(shards),
         )
         .map_err(|e| e.into_error("DTLS", Scheme::Coaps))?;
         layer.count_ipv6_by(self.config.ipv6_budget_prefix);
@@ -512,7 +512,7 @@ impl Server {
         let layers = (0..ios.len())
             .map(|_| {
                 (scheme == Scheme::Coaps)
-                    .then(|| self.dtls_layer())
+                    .then(|| self.dtls_layer(ios.len()))
                     .transpose()
             })
             .collect::<Result<Vec<_>>>()?;

@@ -10,13 +10,17 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TcpServerLimits {
-    /// Connections served at once; further connections are sent an Abort and closed.
-    /// Default 1,024.
+    /// Connections served at once. When they are all open, a connection from an
+    /// address holding fewer than the address holding the most takes the place of that
+    /// address's connection heard from least recently (which is sent an Abort, 7.05,
+    /// and closed); other connections are sent an Abort and closed. Default 1,024.
     pub max_connections: usize,
     /// Connections served at once from one address (IPv4 address, or IPv6 prefix:
     /// [`AddressKey`](cobalt_proto::address::AddressKey)); its further connections are refused
     /// like those over `max_connections`, while other addresses still connect.
-    /// Default 256.
+    /// Default 128, an eighth of `max_connections`: at least 8 addresses fit before the
+    /// listener is full, and then a new address still gets in by eviction (a load
+    /// generator on one address with more connections needs more).
     pub max_connections_per_ip: usize,
     /// TLS handshakes and WebSocket upgrades in progress at once from one address;
     /// its further connections are refused until one finishes. Default 32.
@@ -47,7 +51,7 @@ impl Default for TcpServerLimits {
     fn default() -> Self {
         TcpServerLimits {
             max_connections: 1024,
-            max_connections_per_ip: 256,
+            max_connections_per_ip: 128,
             max_handshakes_per_ip: 32,
             connection: TcpConfig::default(),
             write_timeout: Duration::from_secs(30),
@@ -63,7 +67,7 @@ impl Settings for TcpServerLimits {
     fn params(&self) -> Vec<Param> {
         let secs = Duration::from_secs;
         let mut params = vec![
-            Param::new("max_connections", "Connections served at once per listener; further ones are refused.", "1 to 1000000", (1..=1_000_000).contains(&self.max_connections)),
+            Param::new("max_connections", "Connections served at once per listener; when full, a new address takes the place of the idlest connection of the address holding the most, and other connections are refused.", "1 to 1000000", (1..=1_000_000).contains(&self.max_connections)),
             Param::new("max_connections_per_ip", "Connections served at once per listener from one source address (IPv4 address, or IPv6 prefix of endpoint.ipv6_budget_prefix, /64 by default); its further ones are refused while other addresses still connect.", "1 to 1000000", (1..=1_000_000).contains(&self.max_connections_per_ip)),
             Param::new("max_handshakes_per_ip", "TLS handshakes and WebSocket upgrades in progress per listener from one source address; its further connections are refused until one finishes.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes_per_ip)),
         ];

@@ -58,13 +58,21 @@ ECDHE-ECDSA-AES128-CCM8:ECDHE-ECDSA-AES128-GCM-SHA256:@SECLEVEL=0";
 ///   [`DtlsConfig::max_handshakes`] are in progress, the oldest handshake of the address
 ///   with the most gives way. A new ClientHello (epoch 0, valid cookie) from an
 ///   address with a handshake in progress replaces that handshake (RFC 6347 §4.2.8).
+/// - When an address holds [`DtlsConfig::max_sessions_per_ip`] established sessions
+///   (the server's budget split between its shards), its new session takes the place of
+///   its own session heard from least recently (an anonymous one, if the newcomer did
+///   not authenticate).
 /// - When [`DtlsConfig::max_sessions`] sessions are established, a new session takes
 ///   the place of the one heard from least recently if that one has been silent for
-///   [`DtlsConfig::stale_after`]; otherwise a session whose peer authenticated (a
-///   pre-shared key, or a client certificate the server verified) may take the place
-///   of an anonymous one (a certificate-only server's clients); otherwise the new
-///   session is refused with a fatal `internal_error` alert. So a flood of handshakes,
-///   or of anonymous sessions, never pushes out peers that authenticated and are active.
+///   [`DtlsConfig::stale_after`]; otherwise, when the newcomer's address holds fewer
+///   sessions than the address holding the most (by more than one), that of the
+///   latter's anonymous sessions heard from least recently; otherwise a session whose
+///   peer authenticated (a pre-shared key, or a client certificate the server
+///   verified) may take the place of an anonymous one (a certificate-only server's
+///   clients); otherwise the new session is refused with a fatal `internal_error`
+///   alert. So a flood of handshakes, or of anonymous sessions, never pushes out peers
+///   that authenticated and are active, and a few addresses cannot fill the table for
+///   everyone else.
 ///
 /// A client (which only has the sessions it opened) evicts the least recently used
 /// session when it has `max_sessions`, and starts a new handshake when a datagram has
@@ -80,6 +88,13 @@ pub struct DtlsConfig {
     /// Established sessions kept at most (per table: per shard on a server). Default
     /// 10 000.
     pub max_sessions: usize,
+    /// Server: established sessions kept at most per source address (IPv4 address, or
+    /// IPv6 /64) per server, split evenly between the shards' tables (see
+    /// [`DtlsConfig::for_shard`]). Default 128: at about 63 KB of memory per
+    /// established session, one address holds about 8 MiB of sessions (13 MiB of RSS
+    /// growth measured with its handshakes in progress and its sessions churning; see
+    /// `bench/floods.sh`), and it takes at least 79 addresses to fill a shard's table.
+    pub max_sessions_per_ip: usize,
     /// Server: handshakes in progress (after the cookie exchange) kept at most per
     /// table. Default 256 (about 13 MB of OpenSSL state).
     pub max_handshakes: usize,
@@ -115,12 +130,19 @@ pub struct DtlsConfig {
     /// handshakes again when it comes back (default 1 h).
     #[serde(with = "cobalt_proto::settings::duration")]
     pub idle_timeout: Duration,
+    /// Server: an established session over which the peer has sent no CoAP message
+    /// yet is dropped when silent for this long (default 60 s): a session opened and
+    /// abandoned, or held by an attacker, costs its memory for a minute instead of
+    /// `idle_timeout`.
+    #[serde(with = "cobalt_proto::settings::duration")]
+    pub unused_timeout: Duration,
 }
 
 impl Default for DtlsConfig {
     fn default() -> Self {
         DtlsConfig {
             max_sessions: 10_000,
+            max_sessions_per_ip: 128,
             max_handshakes: 256,
             max_handshakes_per_ip: 32,
             stale_after: Duration::from_secs(30 * 60),
@@ -130,6 +152,20 @@ impl Default for DtlsConfig {
             max_pending: 16,
             ciphers: CIPHERS.to_string(),
             idle_timeout: Duration::from_secs(3600),
+            unused_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl DtlsConfig {
+    /// The configuration of one of a server's `shards` session tables: the per-address
+    /// budget [`max_sessions_per_ip`](DtlsConfig::max_sessions_per_ip), which is the
+    /// server's, split evenly (rounded up); the kernel spreads one address's source
+    /// ports over the shards.
+    pub fn for_shard(&self, shards: usize) -> DtlsConfig {
+        DtlsConfig {
+            max_sessions_per_ip: self.max_sessions_per_ip.div_ceil(shards.max(1)).max(1),
+            ..self.clone()
         }
     }
 }
@@ -141,11 +177,13 @@ impl Settings for DtlsConfig {
         let secs = Duration::from_secs;
         vec![
             Param::new("max_sessions", "Established DTLS sessions per shard. When full, a new session takes the place of one silent for stale_after, or an authenticated peer that of an anonymous one; otherwise it is refused.", "1 to 10000000", (1..=10_000_000).contains(&self.max_sessions)),
+            Param::new("max_sessions_per_ip", "Established DTLS sessions per source address (IPv4 address or IPv6 /64) per server, split evenly between the shards; beyond it that address's least recently heard-from session gives way.", "1 to 10000000", (1..=10_000_000).contains(&self.max_sessions_per_ip)),
             Param::new("max_handshakes", "DTLS handshakes in progress (after the cookie exchange) per shard; beyond it the oldest handshake of the address with the most gives way. They never displace established sessions.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes)),
             Param::new("max_handshakes_per_ip", "DTLS handshakes in progress per source address (IPv4 address, or IPv6 prefix of endpoint.ipv6_budget_prefix, /64 by default); beyond it that address's oldest handshake gives way.", "1 to 1000000", (1..=1_000_000).contains(&self.max_handshakes_per_ip)),
             Param::new("stale_after", "An established session silent this long may be replaced by a new one when the table is full.", "1s to 30d", within(self.stale_after, secs(1), secs(30 * 86_400))),
             Param::new("handshake_timeout", "A DTLS handshake not finished within this is dropped.", "1s to 600s", within(self.handshake_timeout, secs(1), secs(600))),
             Param::new("idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d", within(self.idle_timeout, secs(1), secs(30 * 86_400))),
+            Param::new("unused_timeout", "An established session over which the peer has sent no CoAP message yet is dropped when silent this long.", "1s to 30d", within(self.unused_timeout, secs(1), secs(30 * 86_400))),
         ]
     }
 }

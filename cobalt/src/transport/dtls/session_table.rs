@@ -70,6 +70,8 @@ struct Session {
     started: Instant,
     /// When a record from the peer last arrived.
     last_seen: Instant,
+    /// Server: the peer has sent application data (a CoAP message) over the session.
+    used: bool,
     pending: VecDeque<Vec<u8>>,
     retransmit_at: Option<Instant>,
     /// Server: the peer proved a credential (a pre-shared key, a verified client
@@ -143,6 +145,8 @@ pub struct OpensslDtls {
     handshaking: HashMap<SocketAddr, Instant>,
     /// Server: handshakes in progress per source address.
     handshakes_per_ip: IpCounts,
+    /// Server: established sessions per source address.
+    sessions_per_ip: IpCounts,
     /// Server: established sessions whose peer did not authenticate.
     anonymous: usize,
     /// Server: no established session can be stale before this (a lower bound from
@@ -269,6 +273,7 @@ impl OpensslDtls {
             sessions: HashMap::new(),
             handshaking: HashMap::new(),
             handshakes_per_ip: IpCounts::new(AddressPrefix::default()),
+            sessions_per_ip: IpCounts::new(AddressPrefix::default()),
             anonymous: 0,
             no_stale_before: None,
             listener: None,
@@ -283,24 +288,33 @@ impl OpensslDtls {
         }
     }
 
-    /// Drops established sessions idle for longer than `idle_timeout`; runs at most
-    /// every quarter of it, so the scan stays cheap.
+    /// Drops established sessions idle for longer than `idle_timeout`, and on a server
+    /// those the peer never sent a CoAP message over idle for longer than
+    /// `unused_timeout`; runs at most every quarter of the shorter, so the scan stays
+    /// cheap.
     fn sweep_idle(&mut self, now: Instant) {
         let idle = self.config.idle_timeout;
+        let unused = match self.role {
+            Role::Server => self.config.unused_timeout.min(idle),
+            Role::Client => idle,
+        };
         if self.next_idle_sweep.is_some_and(|at| now < at) {
             return;
         }
-        let idle_peers: Vec<SocketAddr> = self
+        let idle_peers: Vec<(SocketAddr, Duration)> = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.established && now.saturating_duration_since(s.last_seen) >= idle)
-            .map(|(p, _)| *p)
+            .filter(|(_, s)| s.established)
+            .filter_map(|(p, s)| {
+                let limit = if s.used { idle } else { unused };
+                (now.saturating_duration_since(s.last_seen) >= limit).then_some((*p, limit))
+            })
             .collect();
         self.stats.evicted += idle_peers.len() as u64;
-        for peer in idle_peers {
-            self.end_session(peer, format!("idle for {idle:?}"));
+        for (peer, limit) in idle_peers {
+            self.end_session(peer, format!("idle for {limit:?}"));
         }
-        self.next_idle_sweep = (!self.sessions.is_empty()).then(|| now + idle / 4);
+        self.next_idle_sweep = (!self.sessions.is_empty()).then(|| now + unused / 4);
     }
 
     /// Client: starts a handshake with `peer` without sending data, so that the session
@@ -415,7 +429,7 @@ impl OpensslDtls {
             self.stats.handshakes_displaced += u64::from(was_handshake);
             self.end_session(peer, "the peer started a new handshake".into());
         }
-        if !self.may_admit(now) {
+        if !self.may_admit(now, peer) {
             // Every place is held by an active, authenticated session.
             self.stats.refused += 1;
             tracing::debug!(%peer, "DTLS handshake refused: the session table is full");
@@ -448,6 +462,7 @@ impl OpensslDtls {
                 established: false,
                 started: now,
                 last_seen: now,
+                used: false,
                 pending: VecDeque::new(),
                 retransmit_at: None,
                 authenticated: false,
@@ -506,6 +521,7 @@ impl OpensslDtls {
                     Ok(n) if n > 0 => {
                         out.push(self.buf[..n].to_vec());
                         s.unanswered.clear();
+                        s.used = true;
                     }
                     Ok(_) => {}
                     Err(e) if is_retry(&e) => break,
@@ -537,7 +553,7 @@ impl OpensslDtls {
                 .sessions
                 .get(&peer)
                 .is_some_and(|s| is_authenticated(s.stream.ssl()));
-        if self.role == Role::Server && !self.make_room_for_session(now, authenticated) {
+        if self.role == Role::Server && !self.make_room_for_session(now, peer, authenticated) {
             self.refuse_established(peer);
             return false;
         }
@@ -548,8 +564,9 @@ impl OpensslDtls {
         s.established = true;
         s.retransmit_at = None;
         s.authenticated = authenticated;
-        if self.role == Role::Server && !authenticated {
-            self.anonymous += 1;
+        if self.role == Role::Server {
+            self.sessions_per_ip.add(peer.ip());
+            self.anonymous += usize::from(!authenticated);
         }
         self.stats.handshakes += 1;
         self.events.push_back(DtlsEvent::Connected { peer });
@@ -564,17 +581,23 @@ impl OpensslDtls {
     /// Server: a handshake completed but every place is held by an active session
     /// that may not be displaced: the new session is closed (close_notify) at once.
     fn refuse_established(&mut self, peer: SocketAddr) {
+        self.send_close_notify(peer);
+        self.stats.refused += 1;
+        self.end_session(
+            peer,
+            "refused: the session table is full of active sessions".into(),
+        );
+    }
+
+    /// Queues a close_notify alert for `peer`'s session (which the caller then ends),
+    /// so that the peer learns the session is gone instead of finding out by silence.
+    fn send_close_notify(&mut self, peer: SocketAddr) {
         if let Some(s) = self.sessions.get_mut(&peer) {
             let _ = s.stream.shutdown();
             let _ = ErrorStack::get();
             s.stream.get_mut().incoming = None;
             Self::drain(&mut self.transmits, peer, &mut s.stream);
         }
-        self.stats.refused += 1;
-        self.end_session(
-            peer,
-            "refused: the session table is full of active sessions".into(),
-        );
     }
 
     fn fail(&mut self, peer: SocketAddr, reason: String) {

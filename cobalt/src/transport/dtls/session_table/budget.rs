@@ -1,29 +1,36 @@
 //! Which sessions a DTLS table keeps, and who gives way when a budget is full (see
 //! [`DtlsConfig`](super::DtlsConfig)): handshakes in progress per address and per table,
-//! established sessions per table, and the bookkeeping that keeps the counts right and
-//! gives the tables' memory back when they empty.
+//! established sessions per address and per table, and the bookkeeping that keeps the
+//! counts right and gives the tables' memory back when they empty.
+//!
+//! Finding who gives way scans the table; it runs only when a budget is full.
 
 use super::{DtlsEvent, OpensslDtls, Role, Session};
 use crate::transport::per_ip::shrink_when_sparse;
 use crate::transport::per_ip::IpCounts;
 use cobalt_proto::address::{AddressKey, AddressPrefix};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 impl OpensslDtls {
-    /// Counts the handshakes of IPv6 peers by `prefix` (default /64) in the
-    /// per-address budget; called before the table serves anyone.
+    /// Counts the handshakes and sessions of IPv6 peers by `prefix` (default /64) in
+    /// the per-address budgets; called before the table serves anyone.
     pub fn count_ipv6_by(&mut self, prefix: AddressPrefix) {
         debug_assert!(self.handshakes_per_ip.is_empty());
+        debug_assert!(self.sessions_per_ip.is_empty());
         self.handshakes_per_ip = IpCounts::new(prefix);
+        self.sessions_per_ip = IpCounts::new(prefix);
     }
 
     /// Removes `peer`'s session and its place in the counts; shrinks the tables when
     /// they have become sparse (after a flood).
     pub(super) fn remove_session(&mut self, peer: SocketAddr) -> Option<Session> {
         let s = self.sessions.remove(&peer)?;
-        if !self.forget_handshake(peer) && self.role == Role::Server && !s.authenticated {
-            self.anonymous = self.anonymous.saturating_sub(1);
+        if !self.forget_handshake(peer) && self.role == Role::Server {
+            self.sessions_per_ip.remove(peer.ip());
+            if !s.authenticated {
+                self.anonymous = self.anonymous.saturating_sub(1);
+            }
         }
         shrink_when_sparse(&mut self.sessions);
         Some(s)
@@ -95,33 +102,91 @@ impl OpensslDtls {
         true
     }
 
-    /// Server, at a ClientHello whose cookie checked out: whether a new session could
-    /// find a place once its handshake completes (room, a stale session, or an
-    /// anonymous one an authenticated peer may take the place of).
-    pub(super) fn may_admit(&mut self, now: Instant) -> bool {
+    /// Server, at a ClientHello from `peer` whose cookie checked out: whether a new
+    /// session could find a place once its handshake completes (room, a stale session,
+    /// an anonymous one an authenticated peer may take the place of, or one of an
+    /// address holding more than `peer`'s).
+    pub(super) fn may_admit(&mut self, now: Instant, peer: SocketAddr) -> bool {
         self.established_count() < self.config.max_sessions.max(1)
             || self.anonymous > 0
+            || self.busier_than(peer.ip()).is_some()
             || self.stalest_if_stale(now).is_some()
     }
 
-    /// Server, when a handshake completes: makes a place among the established
-    /// sessions, evicting a stale session or, for an `authenticated` newcomer, the
-    /// least recently heard-from anonymous one. `false`: no session may give way.
-    pub(super) fn make_room_for_session(&mut self, now: Instant, authenticated: bool) -> bool {
+    /// Server, when the handshake of `peer` completes: makes a place for its session.
+    /// Within the address's budget ([`max_sessions_per_ip`](super::DtlsConfig::max_sessions_per_ip))
+    /// its own least recently heard-from session gives way; within the table's, a stale
+    /// session, else the least recently heard-from anonymous session of the address
+    /// holding the most (when that is more than `peer`'s address holds), else for an
+    /// `authenticated` newcomer the least recently heard-from anonymous session. A
+    /// session that authenticated gives way only to staleness or to a newcomer from its
+    /// own address that authenticated too. `false`: no session may give way.
+    pub(super) fn make_room_for_session(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        authenticated: bool,
+    ) -> bool {
+        let per_ip = u32::try_from(self.config.max_sessions_per_ip.max(1)).unwrap_or(u32::MAX);
+        if self.sessions_per_ip.get(peer.ip()) >= per_ip {
+            let own = self.sessions_per_ip.key(peer.ip());
+            let Some(victim) = self.least_recent_of(own, !authenticated) else {
+                return false;
+            };
+            self.evict(victim, "too many DTLS sessions from this address");
+        }
         if self.established_count() < self.config.max_sessions.max(1) {
             return true;
         }
-        let victim = match self.stalest_if_stale(now) {
-            Some(p) => Some(p),
-            None if authenticated => self.least_recent_anonymous(),
-            None => None,
-        };
+        let victim = self
+            .stalest_if_stale(now)
+            .or_else(|| {
+                let busiest = self.busier_than(peer.ip())?;
+                self.least_recent_of(busiest, true)
+            })
+            .or_else(|| {
+                authenticated
+                    .then(|| self.least_recent_anonymous())
+                    .flatten()
+            });
         let Some(victim) = victim else {
             return false;
         };
-        self.stats.evicted += 1;
-        self.end_session(victim, "evicted: too many DTLS sessions".into());
+        self.evict(victim, "too many DTLS sessions");
         true
+    }
+
+    /// Ends the established session of `peer` to make room, saying `why` (to the
+    /// driver; the peer gets a close_notify).
+    fn evict(&mut self, peer: SocketAddr, why: &str) {
+        self.send_close_notify(peer);
+        self.stats.evicted += 1;
+        self.end_session(peer, format!("evicted: {why}"));
+    }
+
+    /// The address key holding the most established sessions, if it holds more than
+    /// one more than `ip`'s (so that two addresses do not displace each other's
+    /// sessions in turn).
+    fn busier_than(&self, ip: IpAddr) -> Option<AddressKey> {
+        let held = self.sessions_per_ip.get(ip);
+        self.sessions_per_ip
+            .busiest()
+            .filter(|(_, n)| *n > held + 1)
+            .map(|(key, _)| key)
+    }
+
+    /// The established session of address key `key` heard from least recently (only
+    /// among the anonymous ones if `anonymous_only`).
+    fn least_recent_of(&self, key: AddressKey, anonymous_only: bool) -> Option<SocketAddr> {
+        self.sessions
+            .iter()
+            .filter(|(p, s)| {
+                s.established
+                    && !(anonymous_only && s.authenticated)
+                    && self.sessions_per_ip.key(p.ip()) == key
+            })
+            .min_by_key(|(_, s)| s.last_seen)
+            .map(|(p, _)| *p)
     }
 
     /// The established session heard from least recently, if it has been silent for

@@ -1,5 +1,6 @@
 use super::*;
 use crate::transport::credentials::test_credentials::TestCredentials;
+use std::net::IpAddr;
 
 fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -38,8 +39,11 @@ fn pump_at(
             moved = true;
         }
         while let Some(t) = s.poll_transmit() {
-            assert_eq!(t.peer, from);
-            at_client.extend(c.handle_datagram(now, addr(SERVER), &t.bytes));
+            // Others' records (an evicted session's close_notify) are not this
+            // client's to read.
+            if t.peer == from {
+                at_client.extend(c.handle_datagram(now, addr(SERVER), &t.bytes));
+            }
             moved = true;
         }
         if !moved {
@@ -729,4 +733,206 @@ fn addresses_rotating_inside_one_ipv6_prefix_share_one_handshake_budget() {
     let st = s.stats();
     assert_eq!((st.handshaking, st.handshakes_displaced), (5, 1));
     assert_eq!(s.handshakes_per_ip.get(v6("2001:db8::9").ip()), 4);
+}
+
+/// A server with a certificate and no client CA (anonymous clients allowed, PSK
+/// clients authenticate), and a maker of anonymous clients that trust it.
+fn certificate_server(config: DtlsConfig) -> (OpensslDtls, impl Fn() -> OpensslDtls) {
+    let pki = TestCredentials::generate("Cobalt test CA");
+    let server_creds = X509Credentials {
+        ca_pem: None,
+        ..pki.server.clone()
+    };
+    let keys = Arc::new(PskStore::new().with("alice", "secretPSK"));
+    let s = OpensslDtls::server_with(Some(keys), Some(&server_creds), config).unwrap();
+    let trust = X509Credentials {
+        ca_pem: Some(pki.ca_pem.clone()),
+        ..X509Credentials::default()
+    };
+    let anonymous = move || {
+        let creds = ClientCredentials::X509(trust.clone());
+        OpensslDtls::client_with(&creds, DtlsConfig::default()).unwrap()
+    };
+    (s, anonymous)
+}
+
+#[test]
+fn one_address_holds_its_budget_of_anonymous_sessions_and_no_more() {
+    let config = DtlsConfig {
+        max_sessions: 100,
+        max_sessions_per_ip: 4,
+        ..DtlsConfig::default()
+    };
+    let (mut s, anonymous) = certificate_server(config);
+    let t0 = Instant::now();
+    // Issue 28's attack, scaled down: one address opens 20 anonymous sessions (each
+    // a second after the last) and leaves them idle.
+    let mut attacker = Vec::new();
+    for i in 0..20u16 {
+        let mut c = anonymous();
+        let now = t0 + Duration::from_secs(u64::from(i));
+        let got = send_from(&mut c, &mut s, at([127, 0, 0, 2], 20_000 + i), now, b"a");
+        assert_eq!(got, [b"a"], "session {i} is served");
+        attacker.push(c);
+    }
+    let st = s.stats();
+    assert_eq!((st.sessions, st.evicted), (4, 16));
+    assert_eq!(s.sessions_per_ip.get(IpAddr::from([127, 0, 0, 2])), 4);
+    // The address's newest sessions are those kept: its idlest gave way each time.
+    for port in 20_016..20_020 {
+        assert!(s.cipher(at([127, 0, 0, 2], port)).is_some(), "{port}");
+    }
+    // Another address is served beside it.
+    let mut legit = anonymous();
+    let from = at([127, 0, 0, 9], 30_000);
+    assert_eq!(
+        send_from(&mut legit, &mut s, from, t0, b"legit"),
+        [b"legit"]
+    );
+    assert_eq!(s.stats().sessions, 5);
+}
+
+#[test]
+fn a_new_address_takes_the_place_of_the_busiest_address_in_a_full_table() {
+    let config = DtlsConfig {
+        max_sessions: 7,
+        max_sessions_per_ip: 4,
+        stale_after: Duration::from_secs(3600),
+        ..DtlsConfig::default()
+    };
+    let (mut s, anonymous) = certificate_server(config);
+    let t0 = Instant::now();
+    // Two attacker addresses fill the table with idle anonymous sessions: .2 holds
+    // four (the first, at t0, heard from least recently), .3 three.
+    let mut attackers = Vec::new();
+    let mut now = t0;
+    for (ip, n) in [([127, 0, 0, 2], 4u16), ([127, 0, 0, 3], 3)] {
+        for port in 0..n {
+            let mut c = anonymous();
+            now += Duration::from_secs(1);
+            let got = send_from(&mut c, &mut s, at(ip, 20_000 + port), now, b"a");
+            assert_eq!(got.len(), 1);
+            attackers.push(c);
+        }
+    }
+    assert_eq!(s.stats().sessions, 7);
+    // A legitimate anonymous client from a new address is served: it takes the place
+    // of the idlest session of the address holding the most.
+    let t1 = t0 + Duration::from_secs(60);
+    let mut legit = anonymous();
+    let from = at([127, 0, 0, 9], 30_000);
+    assert_eq!(
+        send_from(&mut legit, &mut s, from, t1, b"legit"),
+        [b"legit"]
+    );
+    assert!(
+        s.cipher(at([127, 0, 0, 2], 20_000)).is_none(),
+        "the idlest gave way"
+    );
+    let st = s.stats();
+    assert_eq!((st.sessions, st.evicted, st.refused), (7, 1, 0));
+    // It goes on carrying data both ways.
+    assert_eq!(
+        send_from(&mut legit, &mut s, from, t1, b"again"),
+        [b"again"]
+    );
+    s.encrypt(t1, from, b"answer");
+    assert_eq!(pump_at(&mut legit, &mut s, from, t1).1, [b"answer"]);
+    // More new addresses get in the same way, until every address holds about as
+    // many as the others: then nobody is displaced for a newcomer.
+    for d in 10..15u8 {
+        let mut c = anonymous();
+        let from = at([127, 0, 0, d], 30_000);
+        let got = send_from(&mut c, &mut s, from, t1, b"new");
+        let held = |d: u8| s.sessions_per_ip.get(IpAddr::from([127, 0, 0, d]));
+        if d < 14 {
+            assert_eq!(got, [b"new"], "127.0.0.{d} served");
+        } else {
+            assert!(got.is_empty(), "127.0.0.{d} refused");
+            assert_eq!((held(2), held(3)), (1, 1), "the attackers kept one each");
+        }
+    }
+    let st = s.stats();
+    assert_eq!((st.sessions, st.evicted, st.refused), (7, 5, 1));
+    assert!(
+        s.cipher(from).is_some(),
+        "the first legitimate client stays"
+    );
+}
+
+#[test]
+fn an_anonymous_newcomer_never_displaces_authenticated_sessions() {
+    let config = DtlsConfig {
+        max_sessions: 4,
+        max_sessions_per_ip: 4,
+        ..DtlsConfig::default()
+    };
+    let (mut s, anonymous) = certificate_server(config);
+    let t0 = Instant::now();
+    let mut psk = Vec::new();
+    for port in 0..4u16 {
+        let mut c = client("alice", "secretPSK", DtlsConfig::default());
+        let from = at([127, 0, 0, 5], 20_000 + port);
+        assert_eq!(send_from(&mut c, &mut s, from, t0, b"psk").len(), 1);
+        psk.push(c);
+    }
+    // A new address, but every session of the busiest address authenticated.
+    let mut anon = anonymous();
+    let from = at([127, 0, 0, 9], 30_000);
+    assert!(send_from(&mut anon, &mut s, from, t0, b"anon").is_empty());
+    let st = s.stats();
+    assert_eq!((st.sessions, st.refused, st.evicted), (4, 1, 0));
+    // Nor does an authenticated newcomer: none of them is anonymous or stale.
+    let mut newcomer = client("alice", "secretPSK", DtlsConfig::default());
+    assert!(send_from(&mut newcomer, &mut s, from, t0, b"psk").is_empty());
+}
+
+#[test]
+fn the_per_address_session_budget_is_split_between_shards() {
+    let config = DtlsConfig {
+        max_sessions_per_ip: 256,
+        ..DtlsConfig::default()
+    };
+    assert_eq!(config.for_shard(1).max_sessions_per_ip, 256);
+    assert_eq!(config.for_shard(2).max_sessions_per_ip, 128);
+    assert_eq!(config.for_shard(3).max_sessions_per_ip, 86);
+    assert_eq!(
+        config.for_shard(1000).max_sessions_per_ip,
+        1,
+        "at least one"
+    );
+    assert_eq!(config.for_shard(0).max_sessions_per_ip, 256);
+    assert_eq!(config.for_shard(2).max_sessions, config.max_sessions);
+}
+
+#[test]
+fn sessions_never_used_are_dropped_after_the_unused_timeout() {
+    let config = DtlsConfig {
+        unused_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(3600),
+        ..DtlsConfig::default()
+    };
+    let mut s = server(config);
+    let t0 = Instant::now();
+    // One client handshakes and says nothing; another sends a CoAP message.
+    let mut silent = client("alice", "secretPSK", DtlsConfig::default());
+    silent.connect(t0, addr(SERVER));
+    pump_at(&mut silent, &mut s, addr(CLIENT), t0);
+    let mut talker = client("alice", "secretPSK", DtlsConfig::default());
+    assert_eq!(
+        send_from(&mut talker, &mut s, addr(CLIENT + 1), t0, b"hi").len(),
+        1
+    );
+    assert_eq!(s.stats().sessions, 2);
+    s.handle_timeout(t0 + Duration::from_secs(30));
+    assert_eq!(s.stats().sessions, 2, "not silent for long enough yet");
+    let later = t0 + Duration::from_secs(61);
+    assert!(
+        s.poll_timeout().is_some_and(|t| t <= later),
+        "a sweep is due within the unused timeout"
+    );
+    s.handle_timeout(later);
+    assert!(s.cipher(addr(CLIENT)).is_none(), "the unused session went");
+    assert!(s.cipher(addr(CLIENT + 1)).is_some(), "the used one stays");
+    assert_eq!(s.stats().evicted, 1);
 }
