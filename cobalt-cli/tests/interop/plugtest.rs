@@ -3,8 +3,10 @@
 //! libcoap's `examples/etsi_testcases.sh` drives a server: one `coap-client` command
 //! per TD. Where that script leaves the checks of the TD to a person reading a
 //! capture, these tests read `coap-client -v 7`'s message log and assert them.
-//! TD_COAP_OBS_04/05 (the server notices a vanished or rebooted observer) need a
-//! client that stops answering or answers RST, so a bare UDP socket plays it.
+//! The observe TDs run as a test campaign runs them, in order against one server,
+//! over UDP, DTLS and TCP (see [`observe_campaign`]). TD_COAP_OBS_04/05 (the server
+//! notices a vanished or rebooted observer) need a client that stops answering or
+//! answers RST, so a bare UDP socket plays it.
 //! TD_COAP_BLOCK_01 (early Block2 negotiation) runs with every client: libcoap,
 //! aiocoap, Californium and Cobalt's own.
 
@@ -767,10 +769,10 @@ impl Ghost {
 /// RST): the server drops both and goes on notifying a third.
 fn obs_04_05_vanished_and_rebooted_observers(server: &PeerServer) {
     // OBS_04: the client is switched off: its notifications go unacknowledged.
-    let off = Ghost::register(&server, "/obs", 4);
+    let off = Ghost::register(server, "/obs", 4);
     off.switched_off.set(true);
     // OBS_05: the client rebooted: it answers the next notification with RST.
-    let rebooted = Ghost::register(&server, "/obs", 5);
+    let rebooted = Ghost::register(server, "/obs", 5);
     let note = rebooted
         .recv(Duration::from_secs(5))
         .expect("a notification");
@@ -786,7 +788,7 @@ fn obs_04_05_vanished_and_rebooted_observers(server: &PeerServer) {
     let first = off.recv(Duration::from_secs(5)).expect("a notification");
     // A witness keeps observing; once it has had three more notifications after the
     // vanished observer's retransmissions ended, the other two must have had none.
-    let witness = Ghost::register(&server, "/obs", 6);
+    let witness = Ghost::register(server, "/obs", 6);
     // Unacknowledged, the CON is retransmitted (or replaced by the next one) until
     // the server gives up; then nothing comes for 3 s.
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -158,6 +158,15 @@ pub(crate) struct FanOutStats {
     pub refused: u64,
 }
 
+/// An observer of an ended resource, still to be told the code that ends its relation
+/// (4.04 for a deleted resource).
+struct Farewell {
+    key: RelationKey,
+    /// Its last notification (replaced if unacknowledged).
+    last: Option<(ExchangeId, u16)>,
+    code: Code,
+}
+
 /// The observers of one shard and the notifications on their way to them.
 pub(crate) struct FanOut {
     relations: Relations<ExchangeId>,
@@ -178,10 +187,8 @@ pub(crate) struct FanOut {
     /// Owed observers waiting for their pacing interval.
     paced: BinaryHeap<Reverse<Due>>,
     paced_keys: HashMap<u64, RelationKey>,
-    /// Observers of ended resources still to be told the code that ends their
-    /// relation (4.04 for a deleted one), with their last notification (replaced if
-    /// unacknowledged).
-    farewells: VecDeque<(RelationKey, Option<(ExchangeId, u16)>, Code)>,
+    /// Observers of ended resources still to be told so.
+    farewells: VecDeque<Farewell>,
     next_id: u64,
     stats: FanOutStats,
 }
@@ -361,7 +368,11 @@ impl FanOut {
         for (key, rel) in self.relations.take_all(obs) {
             self.forget(obs, &key);
             if let Ending::With(code) = ending {
-                self.farewells.push_back((key, rel.last, code));
+                self.farewells.push_back(Farewell {
+                    key,
+                    last: rel.last,
+                    code,
+                });
             }
         }
     }
@@ -481,7 +492,7 @@ impl FanOut {
     ) {
         let mut spent = 0;
         while spent < budget {
-            let Some((key, last, code)) = self.farewells.pop_front() else {
+            let Some(Farewell { key, last, code }) = self.farewells.pop_front() else {
                 break;
             };
             let gone = Response::new(code).into_message();
