@@ -4,6 +4,7 @@
 //! and takes what is pending. This is the small surface between the resource side
 //! (`server::observe`) and the drivers (`runtime`): neither imports the other for it.
 
+use cobalt_proto::message::Code;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -16,6 +17,17 @@ pub type ObserverFilter = Arc<dyn Fn(SocketAddr) -> bool + Send + Sync>;
 /// notified (a notification shows the current state, so an extra one is harmless).
 pub(crate) const MAX_FILTERS: usize = 16;
 
+/// How every relation of a resource ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// Each observer gets a last, confirmable notification with this code (an error:
+    /// RFC 7641 §4.2 ends a relation with a notification that is not 2.xx).
+    With(Code),
+    /// Nothing is sent: the observers notice when the last notification's Max-Age
+    /// runs out, as after a reboot of the server.
+    Silently,
+}
+
 /// The changes of one resource not yet taken by a consumer, merged.
 #[derive(Clone, Default)]
 pub(crate) struct PendingChange {
@@ -23,8 +35,9 @@ pub(crate) struct PendingChange {
     pub filters: Option<Vec<ObserverFilter>>,
     /// Send as CON even if the policy would send NON.
     pub confirmable: bool,
-    /// The resource is gone: send 4.04 and end every relation.
-    pub deleted: bool,
+    /// Every relation ends (after the notifications of changes before it were
+    /// superseded: a notification shows the current state).
+    pub ending: Option<Ending>,
 }
 
 impl std::fmt::Debug for PendingChange {
@@ -32,15 +45,15 @@ impl std::fmt::Debug for PendingChange {
         f.debug_struct("PendingChange")
             .field("filters", &self.filters.as_ref().map(Vec::len))
             .field("confirmable", &self.confirmable)
-            .field("deleted", &self.deleted)
+            .field("ending", &self.ending)
             .finish()
     }
 }
 
 impl PendingChange {
-    /// Adds a later change: deletion and CON stick, filters add up.
+    /// Adds a later change: the first ending and CON stick, filters add up.
     pub fn merge(&mut self, later: PendingChange) {
-        self.deleted |= later.deleted;
+        self.ending = self.ending.or(later.ending);
         self.confirmable |= later.confirmable;
         self.filters = match (self.filters.take(), later.filters) {
             (Some(mut mine), Some(theirs)) => {

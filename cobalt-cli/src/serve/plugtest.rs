@@ -143,7 +143,7 @@ pub fn routes(server: Server) -> (Server, Plugtest) {
         .route(
             "/obs-reset",
             obs_reset(plugtest.observed.clone())
-                .title("POST 'sesame' to end every observation of /obs, /obs-non and /obs-large, as after a reboot"),
+                .title("POST 'sesame' to forget every observer of /obs, /obs-non and /obs-large and restore them, as a reboot would"),
         )
         .route(
             "/path",
@@ -232,10 +232,12 @@ fn describe(req: &Request) -> Described {
 
 /// `/obs`, `/obs-non` and `/obs-large` (TD_COAP_OBS_01–10, 13): a clock that ticks
 /// every second (for `/obs-large` padded to [`OBS_LARGE_SIZE`] bytes); a PUT
-/// replaces the value for [`STORED_TICKS`] ticks (TD_COAP_OBS_09). A PUT that changes the
-/// Content-Format (TD_COAP_OBS_08) and a DELETE (TD_COAP_OBS_07) end every
-/// observation with 4.04 Not Found; after a DELETE the resource is back at once, in
-/// its initial state, for the next test.
+/// replaces the value for [`STORED_TICKS`] ticks (TD_COAP_OBS_09). The resource's
+/// format, the one its observers registered for, is text/plain: a PUT in another
+/// Content-Format (TD_COAP_OBS_08) ends every observation with 4.06 Not Acceptable,
+/// and a text/plain PUT after it is notified to whoever observes then. A DELETE
+/// (TD_COAP_OBS_07) ends every observation with 4.04 Not Found and the resource is
+/// back at once, in its initial state, for the next test.
 #[derive(Clone)]
 struct Observed {
     state: Arc<Mutex<ObservedState>>,
@@ -286,10 +288,17 @@ impl Observed {
         self.notify();
     }
 
-    /// Back to the initial state; every observation ends (4.04).
-    fn reset(&self) {
+    /// Deleted and back at once in the initial state; every observation ends (4.04).
+    fn delete(&self) {
         *lock(&self.state) = ObservedState::default();
         self.observable.deleted();
+    }
+
+    /// Back to the initial state and every observer forgotten without a word, as
+    /// after a reboot (TD_COAP_OBS_04): observers notice by Max-Age.
+    fn reboot(&self) {
+        *lock(&self.state) = ObservedState::default();
+        self.observable.forget_observers();
     }
 
     fn current(&self) -> (Vec<u8>, u16) {
@@ -319,7 +328,7 @@ impl Observed {
             async move { r }
         })
         .delete(move || {
-            delete.reset();
+            delete.delete();
             async { Code::DELETED }
         })
         .observable(&self.observable)
@@ -335,35 +344,31 @@ impl Observed {
             Ok(b) => b,
             Err(too_large) => return too_large,
         };
-        let format_changed = {
+        {
             let mut st = lock(&self.state);
-            let old = st
-                .stored
-                .as_ref()
-                .map_or(content_format::TEXT_PLAIN, |(_, cf)| *cf);
             st.stored = Some((body, cf));
             st.stored_ticks = STORED_TICKS;
-            old != cf
-        };
-        if format_changed {
-            // The observers registered for the old format: the list is cleaned.
-            self.observable.deleted();
-        } else {
+        }
+        if cf == content_format::TEXT_PLAIN {
             self.notify();
+        } else {
+            // The observers registered for text/plain: the list is cleaned.
+            self.observable.end_observations(Code::NOT_ACCEPTABLE);
         }
         Response::new(Code::CHANGED)
     }
 }
 
-/// `/obs-reset`: POST with the payload `sesame` ends every observation of the
-/// observed resources and puts them back in their initial state, as a reboot would
-/// (Californium's plugtest server has the same). Cobalt ends a relation with a 4.04
-/// notification, where a rebooted server would just fall silent.
+/// `/obs-reset`: POST with the payload `sesame` forgets every observer of the
+/// observed resources, sending nothing, and puts them back in their initial state, as
+/// a reboot would (TD_COAP_OBS_04; Californium's plugtest server has the same
+/// resource). An observer notices when its last notification's Max-Age runs out and
+/// registers again.
 fn obs_reset(observed: Vec<Observed>) -> MethodRouter {
     post(move |req: Request| {
         let r = if req.payload() == b"sesame" {
             for o in &observed {
-                o.reset();
+                o.reboot();
             }
             Response::new(Code::CHANGED)
         } else {

@@ -203,7 +203,7 @@ fn californium_observes_obs_with_con_and_obs_non_with_non_notifications() {
 #[test]
 fn californium_sees_obs_put_and_delete_end_or_update_observations() {
     // TD_COAP_OBS_09 (a PUT with the same Content-Format is notified), TD_COAP_OBS_08
-    // (a PUT changing the Content-Format ends the observation) on /obs, and
+    // (a PUT changing the Content-Format ends the observation with 4.06) on /obs, and
     // TD_COAP_OBS_07 (DELETE ends it) on /obs-non; both come back for the next test.
     let Some((cf, server)) = californium_and_cobalt() else {
         return;
@@ -241,7 +241,7 @@ fn californium_sees_obs_put_and_delete_end_or_update_observations() {
     });
     assert_eq!(put(41, "<value/>"), Code::CHANGED);
     let gone = obs.wait_for("the end of the /obs observation", CF_LIMIT, |l| {
-        l.starts_with("NOTIFY ") && field(l, "code") == Some("4.04")
+        l.starts_with("NOTIFY ") && field(l, "code") == Some("4.06")
     });
     assert_eq!(field(&gone, "type"), Some("CON"), "{gone}");
     let deleted = rt
@@ -256,8 +256,8 @@ fn californium_sees_obs_put_and_delete_end_or_update_observations() {
         let r = rt.block_on(client.get(&server.uri(path))).expect("GET");
         assert_eq!(r.code, Code::CONTENT, "{path}");
     }
-    // Nothing is notified after the 4.04 (the relations ended): once the server has
-    // ticked twice more, the last NOTIFY of each observer is still the 4.04.
+    // Nothing is notified after the 4.06 and the 4.04 (the relations ended): once the
+    // server has ticked twice more, the last NOTIFY of each observer is still that.
     let tick = || {
         let text = rt
             .block_on(client.get(&server.uri("/obs")))
@@ -273,19 +273,19 @@ fn californium_sees_obs_put_and_delete_end_or_update_observations() {
         assert!(std::time::Instant::now() < deadline, "/obs stopped ticking");
         std::thread::sleep(Duration::from_millis(100));
     }
-    for (events, path) in [(&obs, "/obs"), (&obs_non, "/obs-non")] {
+    for (events, path, code) in [(&obs, "/obs", "4.06"), (&obs_non, "/obs-non", "4.04")] {
         let lines = events.lines();
         let last = notifications(&lines).last().map(|l| l.to_string());
         assert_eq!(
             last.as_deref().and_then(|l| field(l, "code")),
-            Some("4.04"),
+            Some(code),
             "{path}: {lines:#?}"
         );
     }
 }
 
 #[test]
-fn californium_obs_reset_ends_every_observation() {
+fn californium_notices_the_obs_reset_reboot_by_max_age_and_registers_again() {
     let Some((cf, server)) = californium_and_cobalt() else {
         return;
     };
@@ -297,8 +297,19 @@ fn californium_obs_reset_ends_every_observation() {
         "--cancel",
         "none",
     ]);
-    obs.wait_for("the /obs registration", CF_LIMIT, |l| {
-        l.starts_with("NOTIFY ")
+    let tick = |l: &str| {
+        let p = payload_of(l)?;
+        p.strip_prefix("tick ")?
+            .split(' ')
+            .next()?
+            .parse::<u64>()
+            .ok()
+    };
+    // The clock ticks a while, so that its restart after the reset shows (Californium
+    // registers again some 4 s after the last notification: Max-Age and its back-off).
+    let before = 10;
+    obs.wait_for("the /obs clock to tick", CF_LIMIT, |l| {
+        l.starts_with("NOTIFY ") && tick(l).is_some_and(|n| n >= before)
     });
     let refused = cf.run(&[
         "request",
@@ -322,9 +333,18 @@ fn californium_obs_reset_ends_every_observation() {
         reset.iter().any(|l| l.starts_with("RESPONSE code=2.04")),
         "{reset:#?}"
     );
-    obs.wait_for("the end of the observation", CF_LIMIT, |l| {
-        l.starts_with("NOTIFY ") && field(l, "code") == Some("4.04")
+    // Nothing ends the relation in words: Californium notices the silence after
+    // Max-Age and registers again, and the clock restarted (at 0 after the reset).
+    obs.wait_for("a notification after registering again", CF_LIMIT, |l| {
+        l.starts_with("NOTIFY ") && tick(l).is_some_and(|n| n < before)
     });
+    let lines = obs.lines();
+    assert!(
+        notifications(&lines)
+            .iter()
+            .all(|l| field(l, "code") == Some("2.05")),
+        "{lines:#?}"
+    );
 }
 
 #[test]

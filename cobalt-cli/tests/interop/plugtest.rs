@@ -3,8 +3,10 @@
 //! libcoap's `examples/etsi_testcases.sh` drives a server: one `coap-client` command
 //! per TD. Where that script leaves the checks of the TD to a person reading a
 //! capture, these tests read `coap-client -v 7`'s message log and assert them.
-//! TD_COAP_OBS_04/05 (the server notices a vanished or rebooted observer) need a
-//! client that stops answering or answers RST, so a bare UDP socket plays it.
+//! The observe TDs run as a test campaign runs them, in order against one server,
+//! over UDP, DTLS and TCP (see [`observe_campaign`]). TD_COAP_OBS_04/05 (the server
+//! notices a vanished or rebooted observer) need a client that stops answering or
+//! answers RST, so a bare UDP socket plays it.
 //! TD_COAP_BLOCK_01 (early Block2 negotiation) runs with every client: libcoap,
 //! aiocoap, Californium and Cobalt's own.
 
@@ -21,6 +23,7 @@ use cobalt_test_support::process::{self, Ran};
 use std::net::UdpSocket;
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------
@@ -53,15 +56,16 @@ impl Logged {
 }
 
 /// The messages coap-client logged with `-v 7`: a line `v:1 t:CON c:GET i:8728 {01}
-/// [ Uri-Path:test ] :: 'payload'`, after a "sent N bytes" or "received N bytes"
-/// line that says its direction.
+/// [ Uri-Path:test ] :: 'payload'`, after a "UDP : sent N bytes" or "DTLS: received N
+/// bytes" line that says its direction. Over TCP the type and message ID are
+/// placeholders (`t:CON i:0000`).
 fn logged(r: &Ran) -> Vec<Logged> {
     let mut out = Vec::new();
     let mut sent = None;
     for line in r.stdout.lines().chain(r.stderr.lines()) {
-        if line.contains(" : sent ") {
+        if line.contains(": sent ") {
             sent = Some(true);
-        } else if line.contains(" : received ") {
+        } else if line.contains(": received ") {
             sent = Some(false);
         } else if line.contains("Client app version") {
             sent = None;
@@ -96,14 +100,17 @@ fn logged(r: &Ran) -> Vec<Logged> {
 
 /// Runs one TD's coap-client command with `-v 7`; the messages it sent and received,
 /// without the server's address validation (RFC 9175 §2.4: a CoAP ping, CON 0.00,
-/// that the client rejects with RST before the server answers a new client in full),
-/// which the TDs predate.
+/// that the client rejects with RST before the server answers a new client in full)
+/// and CoAP over TCP's signals (RFC 8323 §5), which the TDs predate.
 fn td(bin: &Path, name: &str, args: &[&str]) -> (Vec<Logged>, Vec<Logged>) {
     let mut all = vec!["-v", "7"];
     all.extend_from_slice(args);
     let r = coap_client(bin, &all);
     let mut log = logged(&r);
-    log.retain(|m| !m.is("CON", "0.00") && !m.is("RST", "0.00"));
+    const SIGNALS: [&str; 5] = ["CSM", "Ping", "Pong", "Release", "Abort"];
+    log.retain(|m| {
+        !m.is("CON", "0.00") && !m.is("RST", "0.00") && !SIGNALS.contains(&m.code.as_str())
+    });
     let (sent, received): (Vec<Logged>, Vec<Logged>) = log.into_iter().partition(|m| m.sent);
     assert!(
         !sent.is_empty() && !received.is_empty(),
@@ -494,27 +501,183 @@ fn td_coap_block_01_early_negotiation_is_honoured_by_every_client() {
 // TD_COAP_OBS
 // ---------------------------------------------------------------------------
 
-#[test]
-fn td_coap_obs_01_with_libcoap() {
-    // Observe /obs: the response and then confirmable notifications with increasing
-    // Observe values, each acknowledged by the client.
-    let bin = need!(libcoap::CLIENT, libcoap::tool(libcoap::CLIENT));
-    let server = crate::binary::start_cobalt(V4);
-    let (sent, received) = td(&bin, "TD_COAP_OBS_01", &["-s", "4", &server.uri("/obs")]);
-    assert_eq!(sent[0].option("Observe"), Some("0"), "{sent:?}");
-    let notes: Vec<&Logged> = received.iter().filter(|m| m.is("CON", "2.05")).collect();
-    assert!(notes.len() >= 2, "notifications: {received:?}");
-    let seq: Vec<u32> = notes
-        .iter()
-        .filter_map(|m| m.option("Observe")?.parse().ok())
-        .collect();
-    assert!(seq.windows(2).all(|w| w[0] < w[1]), "{seq:?}");
-    for n in notes {
-        assert!(
-            sent.iter().any(|m| m.mtype == "ACK" && m.mid == n.mid),
-            "notification {} acknowledged: {sent:?}",
-            n.mid
+/// A transport the observe campaign runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    Udp,
+    Dtls,
+    Tcp,
+}
+
+/// The PSK the campaign's DTLS server and clients share.
+const PSK_IDENTITY: &str = "plugtest";
+const PSK_KEY: &str = "secretPSK";
+
+impl Transport {
+    /// The libcoap client that speaks it.
+    fn libcoap(self) -> &'static str {
+        match self {
+            Transport::Dtls => libcoap::CLIENT_OPENSSL,
+            Transport::Udp | Transport::Tcp => libcoap::CLIENT,
+        }
+    }
+
+    /// The arguments that give libcoap's client the PSK, where it needs one.
+    fn libcoap_psk(self) -> Vec<&'static str> {
+        match self {
+            Transport::Dtls => vec!["-u", PSK_IDENTITY, "-k", PSK_KEY],
+            Transport::Udp | Transport::Tcp => Vec::new(),
+        }
+    }
+
+    /// Cobalt's client for it.
+    fn client(self) -> cobalt::Client {
+        match self {
+            Transport::Dtls => cobalt::Client::new().with_psk(PSK_IDENTITY, PSK_KEY),
+            Transport::Udp | Transport::Tcp => cobalt::Client::new(),
+        }
+    }
+}
+
+/// `cobalt serve --plugtest` for a test campaign: CoAP over UDP, over TCP on the same
+/// port and over DTLS with [`PSK_KEY`]. Retransmissions give up after ~1 s, so an
+/// observer that vanished (TD_COAP_OBS_04) goes quickly.
+struct CampaignServer {
+    server: PeerServer,
+    dtls_port: u16,
+    _keys: TempFile,
+}
+
+impl CampaignServer {
+    fn start(t: Transport) -> CampaignServer {
+        let name = format!("plugtest-psk-{t:?}");
+        let keys = TempFile::new(&name, format!("{PSK_IDENTITY}:{PSK_KEY}\n").as_bytes());
+        let dtls_port = cobalt_test_support::ports::free_udp_port(V4).to_string();
+        let keys_path = keys.0.to_string_lossy().into_owned();
+        let server = crate::binary::start_cobalt_with(
+            V4,
+            &[
+                "--tcp",
+                "--dtls-port",
+                &dtls_port,
+                "--dtls-psk-file",
+                &keys_path,
+                "--set",
+                "endpoint.ack_timeout=200ms",
+                "--set",
+                "endpoint.max_retransmit=2",
+            ],
         );
+        CampaignServer {
+            server,
+            dtls_port: dtls_port.parse().unwrap(),
+            _keys: keys,
+        }
+    }
+
+    /// `scheme://address` of the server over `t`.
+    fn base(&self, t: Transport) -> String {
+        let addr = self.server.addr;
+        match t {
+            Transport::Udp => format!("coap://{addr}"),
+            Transport::Tcp => format!("coap+tcp://{addr}"),
+            Transport::Dtls => format!("coaps://{}:{}", addr.ip(), self.dtls_port),
+        }
+    }
+}
+
+/// The plugtest observe cases in the order a test campaign runs them, against one
+/// server over `t`: TD_COAP_OBS_01/02 with libcoap's client, TD_COAP_OBS_04/05 (the
+/// server drops a vanished and a rebooted observer; UDP only, a bare socket plays the
+/// observer), the server's reboot (`/obs-reset`, as issue 21 words TD_COAP_OBS_04),
+/// TD_COAP_OBS_07/08/09 with Cobalt's client. Each case starts from where the one
+/// before left the server.
+fn observe_campaign(t: Transport) {
+    let bin = need!(t.libcoap(), libcoap::tool(t.libcoap()));
+    let server = CampaignServer::start(t);
+    let base = server.base(t);
+    obs_01_02_with_libcoap(&bin, t, &base);
+    if t == Transport::Udp {
+        obs_04_05_vanished_and_rebooted_observers(&server.server);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = t.client();
+        tokio::time::timeout(Duration::from_secs(60), async {
+            obs_server_reboot(&client, &base).await;
+            obs_07_08_09(&client, &base).await;
+        })
+        .await
+        .expect("the observations took too long");
+    });
+}
+
+#[test]
+fn td_coap_obs_campaign_over_udp() {
+    observe_campaign(Transport::Udp);
+}
+
+#[test]
+fn td_coap_obs_campaign_over_dtls() {
+    observe_campaign(Transport::Dtls);
+}
+
+#[test]
+fn td_coap_obs_campaign_over_tcp() {
+    observe_campaign(Transport::Tcp);
+}
+
+/// TD_COAP_OBS_01 (`/obs`: confirmable notifications, each acknowledged) and
+/// TD_COAP_OBS_02 (`/obs-non`: non-confirmable ones), observed for 4 s each with
+/// libcoap's client: a response and then notifications with increasing Observe
+/// values. Over TCP there are no message types and no ACKs (RFC 8323).
+fn obs_01_02_with_libcoap(bin: &Path, t: Transport, base: &str) {
+    let reliable = t == Transport::Tcp;
+    for (name, path, non) in [
+        ("TD_COAP_OBS_01", "/obs", false),
+        ("TD_COAP_OBS_02", "/obs-non", true),
+    ] {
+        let uri = format!("{base}{path}");
+        let mut args = t.libcoap_psk();
+        if non && !reliable {
+            args.push("-N");
+        }
+        args.extend(["-s", "4", &uri]);
+        let (sent, received) = td(bin, name, &args);
+        assert_eq!(sent[0].option("Observe"), Some("0"), "{name}: {sent:?}");
+        let answers: Vec<&Logged> = received
+            .iter()
+            .filter(|m| m.code == "2.05" && m.option("Observe").is_some())
+            .collect();
+        assert!(
+            answers.len() >= 3,
+            "{name}: a response and notifications: {received:?}"
+        );
+        let seq: Vec<u32> = answers
+            .iter()
+            .filter_map(|m| m.option("Observe")?.parse().ok())
+            .collect();
+        assert!(seq.windows(2).all(|w| w[0] < w[1]), "{name}: {seq:?}");
+        if reliable {
+            continue;
+        }
+        let notes = &answers[1..];
+        let of = |mtype: &str| notes.iter().filter(|m| m.mtype == mtype).count();
+        if non {
+            assert!(of("NON") >= 1, "{name}: {received:?}");
+        } else {
+            assert_eq!(of("CON"), notes.len(), "{name}: {received:?}");
+        }
+        for n in notes.iter().filter(|m| m.mtype == "CON") {
+            assert!(
+                sent.iter().any(|m| m.mtype == "ACK" && m.mid == n.mid),
+                "{name}: notification {} acknowledged: {sent:?}",
+                n.mid
+            );
+        }
     }
 }
 
@@ -601,23 +764,15 @@ impl Ghost {
     }
 }
 
-#[test]
-fn td_coap_obs_04_05_the_server_drops_vanished_and_rebooted_observers() {
-    // Retransmissions give up after ~1 s here, so the vanished observer goes quickly.
-    let server = crate::binary::start_cobalt_with(
-        V4,
-        &[
-            "--set",
-            "endpoint.ack_timeout=200ms",
-            "--set",
-            "endpoint.max_retransmit=2",
-        ],
-    );
+/// TD_COAP_OBS_04 (the observer is switched off: its notifications go
+/// unacknowledged) and TD_COAP_OBS_05 (it rebooted: it answers a notification with
+/// RST): the server drops both and goes on notifying a third.
+fn obs_04_05_vanished_and_rebooted_observers(server: &PeerServer) {
     // OBS_04: the client is switched off: its notifications go unacknowledged.
-    let off = Ghost::register(&server, "/obs", 4);
+    let off = Ghost::register(server, "/obs", 4);
     off.switched_off.set(true);
     // OBS_05: the client rebooted: it answers the next notification with RST.
-    let rebooted = Ghost::register(&server, "/obs", 5);
+    let rebooted = Ghost::register(server, "/obs", 5);
     let note = rebooted
         .recv(Duration::from_secs(5))
         .expect("a notification");
@@ -633,7 +788,7 @@ fn td_coap_obs_04_05_the_server_drops_vanished_and_rebooted_observers() {
     let first = off.recv(Duration::from_secs(5)).expect("a notification");
     // A witness keeps observing; once it has had three more notifications after the
     // vanished observer's retransmissions ended, the other two must have had none.
-    let witness = Ghost::register(&server, "/obs", 6);
+    let witness = Ghost::register(server, "/obs", 6);
     // Unacknowledged, the CON is retransmitted (or replaced by the next one) until
     // the server gives up; then nothing comes for 3 s.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -668,68 +823,146 @@ fn td_coap_obs_04_05_the_server_drops_vanished_and_rebooted_observers() {
     );
 }
 
-#[test]
-fn td_coap_obs_07_08_09_with_cobalt() {
-    // The same TDs as with Californium in californium.rs, with Cobalt's client, so
-    // they are checked where no JDK is installed too.
-    let server = crate::binary::start_cobalt(V4);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = cobalt::Client::new();
-        let limit = Duration::from_secs(20);
-        // Notifications until one satisfies `pred` (the relation must not end first).
-        async fn until(
-            obs: &mut cobalt::Observation,
-            what: &str,
-            pred: impl Fn(&cobalt::Response) -> bool,
-        ) {
-            loop {
-                let n = obs.next().await;
-                let n = n.unwrap_or_else(|| panic!("{what}: the observation ended"));
-                if pred(&n.expect("a notification")) {
-                    return;
-                }
-            }
+/// Notifications of `obs` until one satisfies `pred`; every one before it must
+/// satisfy `meanwhile` and the relation must not end first.
+async fn until(
+    obs: &mut cobalt::Observation,
+    what: &str,
+    pred: impl Fn(&cobalt::Response) -> bool,
+    meanwhile: impl Fn(&cobalt::Response) -> bool,
+) -> cobalt::Response {
+    loop {
+        let n = obs.next().await;
+        let n = n.unwrap_or_else(|| panic!("{what}: the observation ended"));
+        let n = n.unwrap_or_else(|e| panic!("{what}: {e}"));
+        if pred(&n) {
+            return n;
         }
-        let put = |cf: u16, body: &'static str| {
-            client
-                .request(Code::PUT, &server.uri("/obs"))
-                .content_format(cf)
-                .payload(body)
-                .send()
-        };
-        let mut obs = client.observe(&server.uri("/obs")).await.expect("observe");
-        tokio::time::timeout(limit, async {
-            until(&mut obs, "registration", |r| r.code == Code::CONTENT).await;
-            // TD_COAP_OBS_09: the new value is notified.
-            assert_eq!(put(0, "TD_COAP_OBS_09").await.unwrap().code, Code::CHANGED);
-            until(&mut obs, "TD_COAP_OBS_09", |r| {
-                r.payload == b"TD_COAP_OBS_09"
-            })
-            .await;
-            // TD_COAP_OBS_08: a new Content-Format ends the observation with 4.04.
-            assert_eq!(put(41, "<v/>").await.unwrap().code, Code::CHANGED);
-            until(&mut obs, "TD_COAP_OBS_08", |r| r.code == Code::NOT_FOUND).await;
-            assert!(obs.next().await.is_none(), "TD_COAP_OBS_08: ended");
-            // TD_COAP_OBS_07: DELETE ends the observation with 4.04; the resource is back.
-            let mut non = client
-                .observe(&server.uri("/obs-non"))
-                .await
-                .expect("observe");
-            until(&mut non, "registration", |r| r.code == Code::CONTENT).await;
-            let deleted = client.delete(&server.uri("/obs-non")).await.unwrap();
-            assert_eq!(deleted.code, Code::DELETED);
-            until(&mut non, "TD_COAP_OBS_07", |r| r.code == Code::NOT_FOUND).await;
-            assert!(non.next().await.is_none(), "TD_COAP_OBS_07: ended");
-            let again = client.get(&server.uri("/obs-non")).await.unwrap();
-            assert_eq!(again.code, Code::CONTENT);
-        })
+        assert!(meanwhile(&n), "{what}: {n:?}");
+    }
+}
+
+/// The tick number of a `/obs` clock text ("tick 7 at ...").
+fn tick_of(r: &cobalt::Response) -> Option<u64> {
+    r.text_payload()
+        .strip_prefix("tick ")?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The server reboots (`/obs-reset`, TD_COAP_OBS_04 as issue 21 words it): it
+/// forgets every observer without sending anything and `/obs` is back in its initial
+/// state (the value stored by PUT gone, the clock from 0). The observer hears
+/// nothing more, notices when the Max-Age of the last notification has run out and
+/// registers again (Cobalt's client does that by itself).
+async fn obs_server_reboot(client: &cobalt::Client, base: &str) {
+    let uri = format!("{base}/obs");
+    let reregistered = Arc::new(Mutex::new(Vec::<String>::new()));
+    let log = reregistered.clone();
+    let mut obs = client
+        .observe(&uri)
         .await
-        .expect("the observations took too long");
-    });
+        .expect("observe")
+        .on_reregister(move |r| log.lock().unwrap().push(r.reason.clone()));
+    let content = |r: &cobalt::Response| r.code == Code::CONTENT;
+    let first = until(&mut obs, "registration", content, |_| true).await;
+    let before = tick_of(&first).expect("a clock text");
+    let put = client
+        .request(Code::PUT, &uri)
+        .content_format(0)
+        .payload("before the reboot")
+        .send()
+        .await
+        .expect("PUT /obs");
+    assert_eq!(put.code, Code::CHANGED);
+    let stored = |r: &cobalt::Response| r.payload == b"before the reboot";
+    until(&mut obs, "the PUT value", stored, content).await;
+    let reboot = client
+        .request(Code::POST, &format!("{base}/obs-reset"))
+        .payload("sesame")
+        .send()
+        .await
+        .expect("POST /obs-reset");
+    assert_eq!(reboot.code, Code::CHANGED);
+    // The initial state: the stored value (kept for 5 ticks) is gone, the clock restarted.
+    let now = client.get(&uri).await.expect("GET /obs");
+    assert_eq!(now.code, Code::CONTENT);
+    let after = tick_of(&now).unwrap_or_else(|| panic!("a clock text: {now:?}"));
+    assert!(
+        after < before,
+        "the clock restarted: {after} after {before}"
+    );
+    // Nothing comes until the observer registers again: had the relation lived on,
+    // the clock's notifications every second would keep it from ever re-registering.
+    // A notification that left before the reboot may still arrive.
+    let again = until(
+        &mut obs,
+        "TD_COAP_OBS_04 (reboot)",
+        |_| !reregistered.lock().unwrap().is_empty(),
+        content,
+    )
+    .await;
+    assert_eq!(again.code, Code::CONTENT, "registered again: {again:?}");
+    assert!(tick_of(&again).is_some(), "{again:?}");
+    let reasons = reregistered.lock().unwrap().clone();
+    assert!(
+        reasons.iter().all(|r| r.starts_with("no notification")),
+        "noticed by Max-Age: {reasons:?}"
+    );
+    let cancelled = obs.cancel().await.expect("cancel");
+    assert_eq!(cancelled.code, Code::CONTENT);
+}
+
+/// TD_COAP_OBS_07 (DELETE ends the observation of `/obs-non` with 4.04; the resource
+/// is back), TD_COAP_OBS_08 (a PUT in another Content-Format than the text/plain the
+/// observer registered for ends it with 4.06) and, right after it, TD_COAP_OBS_09 (a
+/// new observer of `/obs` is notified of a PUT's text/plain value).
+async fn obs_07_08_09(client: &cobalt::Client, base: &str) {
+    let content = |r: &cobalt::Response| r.code == Code::CONTENT;
+    let put = |cf: u16, body: &'static str| {
+        client
+            .request(Code::PUT, &format!("{base}/obs"))
+            .content_format(cf)
+            .payload(body)
+            .send()
+    };
+    // TD_COAP_OBS_07
+    let non = format!("{base}/obs-non");
+    let mut obs = client.observe(&non).await.expect("observe");
+    until(&mut obs, "registration", content, |_| true).await;
+    let deleted = client.delete(&non).await.expect("DELETE /obs-non");
+    assert_eq!(deleted.code, Code::DELETED);
+    let not_found = |r: &cobalt::Response| r.code == Code::NOT_FOUND;
+    until(&mut obs, "TD_COAP_OBS_07", not_found, content).await;
+    assert!(obs.next().await.is_none(), "TD_COAP_OBS_07: ended");
+    let again = client.get(&non).await.expect("GET /obs-non");
+    assert_eq!(again.code, Code::CONTENT, "TD_COAP_OBS_07: back");
+    // TD_COAP_OBS_08
+    let mut obs = client
+        .observe(&format!("{base}/obs"))
+        .await
+        .expect("observe");
+    until(&mut obs, "registration", content, |_| true).await;
+    assert_eq!(put(41, "<v/>").await.expect("PUT").code, Code::CHANGED);
+    let not_acceptable = |r: &cobalt::Response| r.code == Code::NOT_ACCEPTABLE;
+    until(&mut obs, "TD_COAP_OBS_08", not_acceptable, content).await;
+    assert!(obs.next().await.is_none(), "TD_COAP_OBS_08: ended");
+    // TD_COAP_OBS_09, while the XML value is still shown.
+    let mut obs = client
+        .observe(&format!("{base}/obs"))
+        .await
+        .expect("observe");
+    until(&mut obs, "registration", content, |_| true).await;
+    assert_eq!(
+        put(0, "TD_COAP_OBS_09").await.expect("PUT").code,
+        Code::CHANGED
+    );
+    let value = |r: &cobalt::Response| r.payload == b"TD_COAP_OBS_09";
+    until(&mut obs, "TD_COAP_OBS_09", value, content).await;
+    let cancelled = obs.cancel().await.expect("cancel");
+    assert_eq!(cancelled.code, Code::CONTENT);
 }
 
 #[test]

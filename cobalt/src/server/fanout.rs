@@ -33,7 +33,7 @@ use super::budget::{ObserverBudget, Refusal};
 use super::limits::ServerLimits;
 use super::observe::Observable;
 use super::request::Response;
-use crate::changes::{ChangeInbox, PendingChange};
+use crate::changes::{ChangeInbox, Ending, PendingChange};
 use cobalt_proto::endpoint::ExchangeId;
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
 use cobalt_proto::observe::relations::{Relation, RelationKey, Relations};
@@ -175,6 +175,15 @@ pub(crate) struct FanOutStats {
     pub refused: u64,
 }
 
+/// An observer of an ended resource, still to be told the code that ends its relation
+/// (4.04 for a deleted resource).
+struct Farewell {
+    key: RelationKey,
+    /// Its last notification (replaced if unacknowledged).
+    last: Option<(ExchangeId, u16)>,
+    code: Code,
+}
+
 /// The observers of one shard and the notifications on their way to them.
 pub(crate) struct FanOut {
     relations: Relations<ExchangeId>,
@@ -195,9 +204,8 @@ pub(crate) struct FanOut {
     /// Owed observers waiting for their pacing interval.
     paced: BinaryHeap<Reverse<Due>>,
     paced_keys: HashMap<u64, RelationKey>,
-    /// Observers of deleted resources still to be told 4.04, with their last
-    /// notification (replaced if unacknowledged).
-    farewells: VecDeque<(RelationKey, Option<(ExchangeId, u16)>)>,
+    /// Observers of ended resources still to be told so.
+    farewells: VecDeque<Farewell>,
     /// Registrations from addresses not yet verified: no relation, no budget.
     awaiting: HashMap<RelationKey, Awaiting>,
     next_id: u64,
@@ -406,13 +414,13 @@ impl FanOut {
     }
 
     /// Takes changes: starts a round for each resource, or merges into the next round
-    /// of one that has a round going; a deleted resource's observers are ended and
-    /// queued for their 4.04.
+    /// of one that has a round going; an ended resource's observers are removed and
+    /// queued for their last notification (none when it ends silently).
     pub(crate) fn on_changes(&mut self, changes: Vec<(u64, PendingChange)>) {
         for (obs, change) in changes {
             *self.versions.entry(obs).or_default() += 1;
-            if change.deleted {
-                self.delete(obs);
+            if let Some(ending) = change.ending {
+                self.end_all(obs, ending);
                 continue;
             }
             match self.rounds.get_mut(&obs) {
@@ -425,13 +433,24 @@ impl FanOut {
         }
     }
 
-    fn delete(&mut self, obs: u64) {
+    fn end_all(&mut self, obs: u64, ending: Ending) {
         if self.rounds.remove(&obs).is_some() {
             self.turn.retain(|o| *o != obs);
         }
+        // A registration still waiting for its address check ends with the others,
+        // unanswered beyond the answer it already had.
+        if !self.awaiting.is_empty() {
+            self.awaiting.retain(|_, a| a.observable.id() != obs);
+        }
         for (key, rel) in self.relations.take_all(obs) {
             self.forget(obs, &key);
-            self.farewells.push_back((key, rel.last));
+            if let Ending::With(code) = ending {
+                self.farewells.push_back(Farewell {
+                    key,
+                    last: rel.last,
+                    code,
+                });
+            }
         }
     }
 
@@ -550,10 +569,10 @@ impl FanOut {
     ) {
         let mut spent = 0;
         while spent < budget {
-            let Some((key, last)) = self.farewells.pop_front() else {
+            let Some(Farewell { key, last, code }) = self.farewells.pop_front() else {
                 break;
             };
-            let gone = Response::new(Code::NOT_FOUND).into_message();
+            let gone = Response::new(code).into_message();
             let mut observation = replacing(session, key, last);
             let _ = session.notify(now, &mut observation, gone, true);
             spent += 1;

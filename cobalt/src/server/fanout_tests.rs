@@ -422,6 +422,54 @@ fn a_deleted_resource_tells_its_observers_a_step_at_a_time_and_the_tables_shrink
 }
 
 #[test]
+fn ended_observations_get_the_code_given_and_forgotten_ones_get_nothing() {
+    let mut s = setup(non_con(), 20, |_| None);
+    let mut h = Handler::new(&Rc::new(Cell::new(0)));
+    s.obs.end_observations(Code::NOT_ACCEPTABLE);
+    s.fan.on_changes(s.inbox.take());
+    assert_eq!((s.fan.len(), s.obs.observer_count()), (0, 0));
+    assert_eq!(s.budget.total(), 0);
+    let mut codes = Vec::new();
+    while s.fan.has_work() {
+        s.fan.step(&mut s.ep, &mut h, s.now, 100);
+        while let Some(t) = s.ep.poll_transmit() {
+            let m = codec::decode(&t.bytes).unwrap();
+            codes.push((t.peer, m.mtype, m.code));
+        }
+    }
+    assert_eq!(codes.len(), 20, "{codes:?}");
+    assert!(codes
+        .iter()
+        .all(|&(_, t, c)| t == MessageType::Confirmable && c == Code::NOT_ACCEPTABLE));
+    // Registered again, then forgotten: the relations and budget go, nothing is sent,
+    // and a change after it reaches nobody.
+    for i in 0..20 {
+        s.fan
+            .register(&s.obs, key(i), registration(None), s.now, 0)
+            .unwrap();
+    }
+    assert_eq!(s.obs.observer_count(), 20);
+    s.obs.forget_observers();
+    s.fan.on_changes(s.inbox.take());
+    assert_eq!((s.fan.len(), s.obs.observer_count()), (0, 0));
+    assert_eq!(s.budget.total(), 0);
+    assert!(!s.fan.has_work());
+    s.change();
+    let mut seen = Seen::new();
+    s.run(&mut h, 100, &mut seen);
+    assert!(seen.is_empty(), "sent after forgetting: {:?}", seen.got);
+    assert_eq!(h.runs, 0);
+    // A new observer after the reboot is notified as usual.
+    s.fan
+        .register(&s.obs, key(99), registration(None), s.now, 0)
+        .unwrap();
+    s.change();
+    s.run(&mut h, 100, &mut seen);
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[&peer(99)][0].1, "s0");
+}
+
+#[test]
 fn the_notification_key_ignores_what_does_not_change_the_answer() {
     let mut a = registration(Some(0));
     let mut b = registration(Some(0));

@@ -12,7 +12,8 @@
 //! often the resource changes.
 
 pub use crate::changes::ObserverFilter;
-use crate::changes::{ChangeInbox, PendingChange};
+use crate::changes::{ChangeInbox, Ending, PendingChange};
+use cobalt_proto::message::Code;
 use cobalt_proto::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -85,22 +86,39 @@ impl Observable {
 
     /// The resource changed: notify every observer (NON mostly, CON as the policy says).
     pub fn changed(&self) {
-        self.broadcast(None, false, false);
+        self.broadcast(None, false, None);
     }
 
     /// The resource changed: notify every observer with a confirmable notification.
     pub fn changed_confirmable(&self) {
-        self.broadcast(None, true, false);
+        self.broadcast(None, true, None);
     }
 
     /// The resource changed for some observers only: `filter` picks them by address.
     pub fn changed_for(&self, filter: impl Fn(SocketAddr) -> bool + Send + Sync + 'static) {
-        self.broadcast(Some(Arc::new(filter)), false, false);
+        self.broadcast(Some(Arc::new(filter)), false, None);
     }
 
     /// The resource is gone: every observer gets 4.04 Not Found and is removed.
     pub fn deleted(&self) {
-        self.broadcast(None, true, true);
+        self.end_observations(Code::NOT_FOUND);
+    }
+
+    /// Every observer gets a last, confirmable notification with `code` and is removed:
+    /// the resource can no longer be served as the observers registered for it, e.g.
+    /// 4.06 Not Acceptable when its Content-Format changed. `code` should be a 4.xx or
+    /// 5.xx (RFC 7641 §4.2); the notification has no payload. Observers that register
+    /// afterwards are not affected.
+    pub fn end_observations(&self, code: Code) {
+        self.broadcast(None, true, Some(Ending::With(code)));
+    }
+
+    /// Every observer is removed without being sent anything, over every shard and
+    /// stream connection, as if the server had rebooted: an observer notices when the
+    /// Max-Age of its last notification runs out, and registers again. Observers that
+    /// register afterwards are not affected.
+    pub fn forget_observers(&self) {
+        self.broadcast(None, false, Some(Ending::Silently));
     }
 
     /// Observers registered now, over all shards and stream connections.
@@ -155,7 +173,7 @@ impl Observable {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
-    fn broadcast(&self, filter: Option<ObserverFilter>, confirmable: bool, deleted: bool) {
+    fn broadcast(&self, filter: Option<ObserverFilter>, confirmable: bool, ending: Option<Ending>) {
         self.inner.seq.fetch_add(1, Ordering::Relaxed);
         // The filter is the caller's code: run it outside the lock.
         let streams: Vec<(SocketAddr, Arc<ChangeInbox>)> =
@@ -167,7 +185,7 @@ impl Observable {
                     PendingChange {
                         filters: None,
                         confirmable,
-                        deleted,
+                        ending,
                     },
                 );
             }
@@ -178,7 +196,7 @@ impl Observable {
         let change = PendingChange {
             filters: filter.map(|f| vec![f]),
             confirmable,
-            deleted,
+            ending,
         };
         for s in shards {
             s.post(self.inner.id, change.clone());
@@ -195,7 +213,7 @@ mod tests {
         inbox
             .take()
             .into_iter()
-            .map(|(o, c)| (o, c.deleted))
+            .map(|(o, c)| (o, c.ending == Some(Ending::With(Code::NOT_FOUND))))
             .collect()
     }
 
@@ -228,6 +246,27 @@ mod tests {
         assert_eq!(o.subscribers(), 0);
         o.changed();
         assert!(a.take().is_empty() && b.take().is_empty());
+    }
+
+    #[test]
+    fn endings_reach_every_inbox_and_the_first_one_sticks() {
+        let o = Observable::new();
+        let shard = Arc::new(ChangeInbox::default());
+        o.attach(vec![shard.clone()]);
+        let stream = Arc::new(ChangeInbox::default());
+        o.subscribe(1, "127.0.0.1:1".parse().unwrap(), stream.clone());
+        o.forget_observers();
+        o.end_observations(Code::NOT_ACCEPTABLE);
+        o.changed();
+        for inbox in [&shard, &stream] {
+            let [(id, change)] = <[_; 1]>::try_from(inbox.take()).unwrap();
+            assert_eq!(id, o.id());
+            assert_eq!(change.ending, Some(Ending::Silently), "{change:?}");
+        }
+        o.end_observations(Code::NOT_ACCEPTABLE);
+        let [(_, change)] = <[_; 1]>::try_from(shard.take()).unwrap();
+        assert_eq!(change.ending, Some(Ending::With(Code::NOT_ACCEPTABLE)));
+        assert!(change.confirmable, "the last notification is confirmable");
     }
 
     #[test]
