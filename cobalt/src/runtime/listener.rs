@@ -8,6 +8,7 @@
 
 use super::service::Service;
 use crate::metrics::TcpCounters;
+use crate::transport::identity::Credential;
 use crate::transport::limits::TcpServerLimits;
 use crate::transport::link::{flush, handle_input, sleep_until, Link, Stream, TcpLink};
 use crate::transport::per_ip::{IpBudget, IpPermit};
@@ -132,6 +133,7 @@ pub(crate) async fn listen<S: Service<Connection> + Send>(
                         tcp: tcp.clone(),
                         stop: stop.clone(),
                         handshake,
+                        credential: None,
                     };
                     let tls = transport.tls.clone();
                     let counters = seen.clone();
@@ -194,6 +196,8 @@ struct ServerConn<S: Service<Connection>> {
     /// The address's place among handshakes in progress (TLS, WebSocket upgrade),
     /// given back once the connection speaks CoAP.
     handshake: Option<IpPermit>,
+    /// What the peer proved in its TLS handshake (PSK identity, verified certificate).
+    credential: Option<Arc<Credential>>,
 }
 
 impl<S: Service<Connection> + Send> ServerConn<S> {
@@ -205,6 +209,7 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
         };
         match tokio::time::timeout(self.tcp.handshake_timeout, tls.accept(stream)).await {
             Ok(Ok(stream)) => {
+                self.credential = crate::transport::tls::peer_credential(&stream);
                 if framing == Framing::Stream {
                     self.handshake = None;
                 }
@@ -263,7 +268,8 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
             while let Some(ev) = session.poll_event() {
                 match ev {
                     SessionEvent::Request { id, peer, request } => {
-                        server.on_request(&mut session, Instant::now(), id, peer, request)
+                        let credential = self.credential.as_ref();
+                        server.on_request(&mut session, Instant::now(), id, peer, credential, request)
                     }
                     SessionEvent::Connection {
                         event: TcpEvent::Closed { reason, .. },

@@ -2,6 +2,7 @@
 //! work per step, pacing, and the memory and budget coming back.
 
 use super::*;
+use crate::server::layer::ObserverExtras;
 use crate::metrics::LimitCounters;
 use cobalt_proto::congestion::Algorithm;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event};
@@ -47,6 +48,7 @@ impl Producer for Handler {
         &mut self,
         _peer: SocketAddr,
         request: Message,
+        _extras: Option<&ObserverExtras>,
         production: Production,
     ) -> Option<(Response, Production)> {
         self.runs += 1;

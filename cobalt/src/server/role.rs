@@ -11,6 +11,7 @@
 use super::fanout::{FanOut, FanOutStats, Producer, Production, Subscriber};
 use super::handoff::run_handler;
 use super::intake::{acknowledge_block, intake, Intake, StreamedBlock};
+use super::layer::{Layers, ObserverExtras, Passed};
 use super::limits::ServerLimits;
 use super::observe::Observable;
 use super::stream::StreamShared;
@@ -20,11 +21,13 @@ use super::{BoxFuture, Executor, Request, Response, UploadChunk};
 use crate::changes::ChangeInbox;
 use crate::metrics::ShardSnapshot;
 use crate::runtime::service::Service;
+use crate::transport::identity::Credential;
 use cobalt_proto::blockwise::uploads::Uploads;
 use cobalt_proto::endpoint::Event;
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
 use cobalt_proto::observe::relations::RelationKey;
 use cobalt_proto::session::{BlockLimits, Inbound, Session, SessionError, SessionEvent};
+use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -63,6 +66,12 @@ pub(crate) struct ReplyContext {
     /// and the version of the resource's state when the handler started (boxed: rare,
     /// and the context moves with every handler run).
     register: Option<Box<(Observable, Message, u64)>>,
+    /// The request passed the server's layers: their answer hooks run (boxed: only
+    /// on servers with layers).
+    layered: Option<Box<Passed>>,
+    /// What to keep of a registering observer beyond its request (a credential,
+    /// extensions), if anything.
+    extras: Option<Box<ObserverExtras>>,
 }
 
 /// The server role over a session, keeping its uploads in `U`.
@@ -77,6 +86,33 @@ pub(crate) struct ServerRole<U> {
     client: Option<crate::Client>,
     /// Handlers handed off the loop whose answers have not come back.
     away: usize,
+    /// The server's layers, outermost first.
+    layers: Layers,
+    /// The transport served (for the peers' identities).
+    scheme: Scheme,
+    /// A layer handles proxy requests: they are not refused with 5.05.
+    proxying: bool,
+}
+
+/// What the roles of one listener share beyond the resources: the server's layers and
+/// the transport.
+#[derive(Clone, Debug)]
+pub(crate) struct Front {
+    /// The server's layers, outermost first.
+    pub layers: Layers,
+    /// The transport served.
+    pub scheme: Scheme,
+}
+
+impl Front {
+    /// A front without layers over `scheme`.
+    #[cfg(test)]
+    pub(crate) fn plain(scheme: Scheme) -> Front {
+        Front {
+            layers: Layers::default(),
+            scheme,
+        }
+    }
 }
 
 /// The role of a datagram shard.
@@ -94,6 +130,7 @@ impl ShardRole {
         inbox: Arc<ChangeInbox>,
         completions: mpsc::UnboundedSender<Box<Completion>>,
         client: Option<crate::Client>,
+        front: Front,
     ) -> ShardRole {
         let budgets = tree.budgets();
         let blocks = BlockLimits {
@@ -108,7 +145,8 @@ impl ShardRole {
                 budgets.observers.clone(),
                 limits.clone(),
                 blocks,
-            ),
+            )
+            .with_layers(front.layers.clone(), front.scheme),
             blocks,
             inbox,
             tree,
@@ -116,6 +154,9 @@ impl ShardRole {
             completions,
             client,
             away: 0,
+            proxying: front.layers.proxies(),
+            layers: front.layers,
+            scheme: front.scheme,
         }
     }
 }
@@ -141,7 +182,8 @@ impl ConnectionRole {
         };
         let budget = shared.tree.budgets().observers.clone();
         ServerRole {
-            observers: FanOut::new(Vec::new(), Some(subscriber), budget, limits.clone(), blocks),
+            observers: FanOut::new(Vec::new(), Some(subscriber), budget, limits.clone(), blocks)
+                .with_layers(shared.front.layers.clone(), shared.front.scheme),
             uploads: shared.uploads.for_peer(peer),
             tree: shared.tree.clone(),
             blocks,
@@ -150,6 +192,9 @@ impl ConnectionRole {
             completions,
             client: None,
             away: 0,
+            proxying: shared.front.layers.proxies(),
+            layers: shared.front.layers.clone(),
+            scheme: shared.front.scheme,
         }
     }
 }
@@ -181,33 +226,74 @@ impl<U: UploadTable> ServerRole<U> {
         now: Instant,
         id: Inbound,
         peer: SocketAddr,
+        credential: Option<&Arc<Credential>>,
         block: StreamedBlock,
     ) {
-        let ctx = ReplyContext {
+        let mut ctx = ReplyContext {
             peer,
             block2: block.request.block2(),
             block1: block.block,
             upload: None,
             register: None,
+            layered: None,
+            extras: None,
         };
+        let mut request = self.request(peer, credential, block.request);
+        if let Err(answer) = self.enter_layers(&mut request, &mut ctx) {
+            return self.finish_reply(session, now, id, answer, ctx);
+        }
         let chunk = UploadChunk {
-            request: self.request(peer, block.request),
+            request,
             offset: block.offset,
             last: block.last,
         };
+        let answer = self.wrap_answer(&ctx, (block.handler)(chunk));
         self.run(
             session,
             now,
-            (block.handler)(chunk),
+            answer,
             &block.executor,
             move |response| Completion::Reply { id, response, ctx },
         );
     }
 
-    fn request(&self, peer: SocketAddr, message: Message) -> Request {
-        let mut r = Request::new(peer, message);
+    fn request(
+        &self,
+        peer: SocketAddr,
+        credential: Option<&Arc<Credential>>,
+        message: Message,
+    ) -> Request {
+        let mut r = Request::new(peer, message).with_identity(self.scheme, credential.cloned());
         r.client = self.client.clone();
         r
+    }
+
+    /// Passes `request` through the server's layers (nothing to do without layers);
+    /// `Err` is the answer of a layer that stopped it.
+    #[inline]
+    fn enter_layers(&self, request: &mut Request, ctx: &mut ReplyContext) -> Result<(), Response> {
+        if self.layers.is_empty() {
+            return Ok(());
+        }
+        match self.layers.enter(request) {
+            Ok(passed) => {
+                ctx.layered = Some(Box::new(passed));
+                Ok(())
+            }
+            Err((passed, answer)) => {
+                ctx.layered = Some(Box::new(passed));
+                Err(answer)
+            }
+        }
+    }
+
+    /// The handler's answer wrapped by the layers the request passed.
+    #[inline]
+    fn wrap_answer(&self, ctx: &ReplyContext, answer: BoxFuture) -> BoxFuture {
+        match &ctx.layered {
+            Some(passed) => self.layers.wrap(passed, answer),
+            None => answer,
+        }
     }
 
     /// The answer to a registration that the budget refuses (4.29 or 5.03).
@@ -236,11 +322,17 @@ impl<U: UploadTable> ServerRole<U> {
                         response
                             .options
                             .set(opt::OBSERVE, encode_uint(observable.current_seq()));
+                        if let Some(extras) = ctx.extras {
+                            self.observers.keep_extras(key, *extras);
+                        }
                         registered = Some(key);
                     }
                     Err(refusal) => response = self.refused(refusal),
                 }
             }
+        }
+        if let Some(passed) = &ctx.layered {
+            self.layers.leave(passed, &mut response);
         }
         // A streamed block that was taken asks for the next one with 2.31.
         let full = acknowledge_block(response, ctx.block1).into_message();
@@ -303,6 +395,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         now: Instant,
         id: Inbound,
         peer: SocketAddr,
+        credential: Option<&Arc<Credential>>,
         request: Message,
     ) {
         let observe = request.options.observe();
@@ -313,9 +406,9 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             self.observers.end(&(peer, request.token));
         }
         let blocks = self.blocks;
-        let tree = &self.tree;
+        let (tree, proxying) = (&self.tree, self.proxying);
         let step = self.uploads.with(|uploads| {
-            intake(uploads, tree, now, peer, request, |req, kept| {
+            intake(uploads, tree, proxying, now, peer, request, |req, kept| {
                 session.slice(peer, req.block2(), kept, blocks)
             })
         });
@@ -325,7 +418,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
                 return;
             }
             Intake::Streamed(block) => {
-                self.on_streamed_block(session, now, id, peer, block);
+                self.on_streamed_block(session, now, id, peer, credential, block);
                 return;
             }
             Intake::Handle {
@@ -334,7 +427,6 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
                 upload,
             } => (request, block1, upload),
         };
-        let registration = registers.then(|| request.clone());
         let token = request.token;
         let mut ctx = ReplyContext {
             peer,
@@ -342,8 +434,19 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             block1,
             upload,
             register: None,
+            layered: None,
+            extras: None,
         };
-        let routed = match self.tree.route(self.request(peer, request)) {
+        let mut request = self.request(peer, credential, request);
+        if let Err(answer) = self.enter_layers(&mut request, &mut ctx) {
+            return self.finish_reply(session, now, id, answer, ctx);
+        }
+        // The registration as it left the layers (an unwrapped request, say).
+        let registration = registers.then(|| request.message().clone());
+        if registers {
+            ctx.extras = ObserverExtras::of(&request).map(Box::new);
+        }
+        let routed = match self.tree.route(request) {
             Ok(x) => x,
             Err(resp) => return self.finish_reply(session, now, id, resp, ctx),
         };
@@ -356,10 +459,11 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             let version = self.observers.version(o.id());
             ctx.register = Some(Box::new((o, r, version)));
         }
+        let answer = self.wrap_answer(&ctx, routed.future);
         self.run(
             session,
             now,
-            routed.future,
+            answer,
             &routed.executor,
             move |response| Completion::Reply { id, response, ctx },
         );
@@ -404,6 +508,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
     fn step(&mut self, session: &mut S, now: Instant) {
         let mut runner = Runner {
             tree: &self.tree,
+            scheme: self.scheme,
             client: &self.client,
             completions: &self.completions,
             away: &mut self.away,
@@ -456,6 +561,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
 /// Runs GET handlers for notifications the way the role runs every handler.
 struct Runner<'a> {
     tree: &'a ResourceTree,
+    scheme: Scheme,
     client: &'a Option<crate::Client>,
     completions: &'a mpsc::UnboundedSender<Box<Completion>>,
     away: &'a mut usize,
@@ -466,9 +572,16 @@ impl Producer for Runner<'_> {
         &mut self,
         peer: SocketAddr,
         request: Message,
+        extras: Option<&ObserverExtras>,
         production: Production,
     ) -> Option<(Response, Production)> {
-        let mut req = Request::new(peer, request).watch_peer(production.peer_read.clone());
+        let credential = extras.and_then(|e| e.credential.clone());
+        let mut req = Request::new(peer, request)
+            .with_identity(self.scheme, credential)
+            .watch_peer(production.peer_read.clone());
+        if let Some(e) = extras {
+            *req.extensions_mut() = e.extensions.clone();
+        }
         req.client = self.client.clone();
         let (fut, executor) = match self.tree.route(req) {
             Ok(r) => (r.future, r.executor),

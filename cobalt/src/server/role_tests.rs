@@ -67,6 +67,7 @@ fn a_shard_role_answers_slices_and_notifies_over_the_endpoint() {
         inbox,
         done,
         None,
+        Front::plain(Scheme::Coap),
     );
     let config = EndpointConfig {
         amplification_factor: 0,
@@ -77,7 +78,7 @@ fn a_shard_role_answers_slices_and_notifies_over_the_endpoint() {
         ep.handle_datagram(now, peer(), &codec::encode(&request));
         while let Some(event) = Session::poll_event(ep) {
             if let SessionEvent::Request { id, peer, request } = event {
-                role.on_request(ep, now, id, peer, request);
+                role.on_request(ep, now, id, peer, None, request);
             }
         }
         let sent = ep.poll_transmit().expect("an answer");
@@ -151,6 +152,7 @@ fn connection(
         ServerLimits::default(),
         config.block_wise_transfer,
         8192,
+        Front::plain(Scheme::CoapTcp),
     );
     let (done, _back) = mpsc::unbounded_channel();
     let role = ConnectionRole::for_connection(&shared, peer(), done);
@@ -172,7 +174,7 @@ fn ask(
     pump(now, server, client);
     while let Some(event) = server.poll_event() {
         if let SessionEvent::Request { id, peer, request } = event {
-            role.on_request(server, now, id, peer, request);
+            role.on_request(server, now, id, peer, None, request);
         }
     }
     pump(now, server, client);

@@ -3,6 +3,7 @@
 //! listener) and the largest BERT block. Each connection runs its own
 //! [`ConnectionRole`](super::role::ConnectionRole) made from it.
 
+use super::role::Front;
 use super::tree::ResourceTree;
 use super::upload_table::SharedUploads;
 use super::ServerLimits;
@@ -21,6 +22,8 @@ pub(crate) struct StreamShared {
     pub uploads: SharedUploads,
     /// Largest BERT block sent, in bytes.
     pub max_bert_block: usize,
+    /// The server's layers and the transport.
+    pub front: Front,
 }
 
 impl StreamShared {
@@ -30,6 +33,7 @@ impl StreamShared {
         limits: ServerLimits,
         bert: bool,
         max_bert_block: usize,
+        front: Front,
     ) -> StreamShared {
         let uploads =
             Uploads::new(limits.uploads.clone(), tree.budgets().counters.clone()).with_bert(bert);
@@ -38,6 +42,7 @@ impl StreamShared {
             limits,
             uploads: SharedUploads::new(uploads),
             max_bert_block,
+            front,
         }
     }
 }

@@ -27,6 +27,7 @@
 //!
 //! The credentials it uses are in [`credentials`](super::credentials), shared with TLS.
 
+use super::identity::Credential;
 use cobalt_proto::endpoint::Transmit;
 use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
@@ -219,6 +220,9 @@ pub trait DtlsBackend: Send {
     /// Drops the session with `peer` (e.g. after a request over it timed out: the
     /// server may have lost it), so that the next datagram starts a new handshake.
     fn forget(&mut self, peer: SocketAddr);
+    /// What the peer of the established session with `peer` proved in its handshake
+    /// (a server's view: PSK identity or verified certificate subject), if anything.
+    fn credential(&self, peer: SocketAddr) -> Option<std::sync::Arc<Credential>>;
     /// Sessions kept (handshaking or established).
     fn session_count(&self) -> usize;
     /// The counters.

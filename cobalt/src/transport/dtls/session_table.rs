@@ -7,6 +7,7 @@ use crate::transport::credentials::{
     expect_peer_name, load_x509, set_psk_client, set_psk_server, ClientCredentials, ClientPsk,
     PskStore, X509Credentials,
 };
+use crate::transport::identity::{credential_of, Credential};
 use crate::transport::per_ip::IpCounts;
 use cobalt_proto::endpoint::Transmit;
 use foreign_types::ForeignTypeRef;
@@ -74,6 +75,9 @@ struct Session {
     /// Server: the peer proved a credential (a pre-shared key, a verified client
     /// certificate); an anonymous session gives way to an authenticated one.
     authenticated: bool,
+    /// Server: what the peer proved (PSK identity, certificate subject), taken once
+    /// when the session is established and shared by its requests.
+    credential: Option<Arc<Credential>>,
     /// Server: the random of the ClientHello that started the session, to tell a
     /// retransmission or late duplicate of it from a new ClientHello.
     hello_random: Option<[u8; 32]>,
@@ -450,6 +454,7 @@ impl OpensslDtls {
                 pending: VecDeque::new(),
                 retransmit_at: None,
                 authenticated: false,
+                credential: None,
                 hello_random: None,
                 unanswered: VecDeque::new(),
             },
@@ -547,6 +552,9 @@ impl OpensslDtls {
         s.established = true;
         s.retransmit_at = None;
         s.authenticated = authenticated;
+        if authenticated {
+            s.credential = credential_of(s.stream.ssl());
+        }
         if self.role == Role::Server && !authenticated {
             self.anonymous += 1;
         }
@@ -849,6 +857,11 @@ impl DtlsBackend for OpensslDtls {
 
     fn forget(&mut self, peer: SocketAddr) {
         self.remove_session(peer);
+    }
+
+    fn credential(&self, peer: SocketAddr) -> Option<Arc<Credential>> {
+        let s = self.sessions.get(&peer)?;
+        s.credential.clone().filter(|_| s.established)
     }
 
     fn session_count(&self) -> usize {

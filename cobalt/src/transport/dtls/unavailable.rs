@@ -105,6 +105,12 @@ impl DtlsBackend for OpensslDtls {
     fn forget(&mut self, _: SocketAddr) {
         match self.0 {}
     }
+    fn credential(
+        &self,
+        _: SocketAddr,
+    ) -> Option<std::sync::Arc<crate::transport::identity::Credential>> {
+        match self.0 {}
+    }
     fn session_count(&self) -> usize {
         match self.0 {}
     }
