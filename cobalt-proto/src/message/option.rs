@@ -1003,7 +1003,10 @@ mod tests {
         let mut o = Options::new();
         o.push(number::URI_PORT, vec![1, 2, 3]);
         let handled = HandledOptions::new([number::URI_PORT]);
-        assert_eq!(o.first_bad_critical_except(&handled), Some(number::URI_PORT));
+        assert_eq!(
+            o.first_bad_critical_except(&handled),
+            Some(number::URI_PORT)
+        );
         assert!(HandledOptions::default().is_empty());
     }
 }

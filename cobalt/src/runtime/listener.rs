@@ -269,7 +269,14 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
                 match ev {
                     SessionEvent::Request { id, peer, request } => {
                         let credential = self.credential.as_ref();
-                        server.on_request(&mut session, Instant::now(), id, peer, credential, request)
+                        server.on_request(
+                            &mut session,
+                            Instant::now(),
+                            id,
+                            peer,
+                            credential,
+                            request,
+                        )
                     }
                     SessionEvent::Connection {
                         event: TcpEvent::Closed { reason, .. },

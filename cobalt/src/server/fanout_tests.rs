@@ -2,8 +2,8 @@
 //! work per step, pacing, and the memory and budget coming back.
 
 use super::*;
-use crate::server::layer::ObserverExtras;
 use crate::metrics::LimitCounters;
+use crate::server::layer::ObserverExtras;
 use cobalt_proto::congestion::Algorithm;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event};
 use cobalt_proto::message::{codec, MessageType, Token};

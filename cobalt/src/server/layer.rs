@@ -239,11 +239,7 @@ impl Layers {
     ) {
         let none = Extensions::default();
         let observer = Observer {
-            identity: PeerIdentity::new(
-                scheme,
-                key.0,
-                extras.and_then(|e| e.credential.clone()),
-            ),
+            identity: PeerIdentity::new(scheme, key.0, extras.and_then(|e| e.credential.clone())),
             token: key.1,
             registration,
             extensions: extras.map_or(&none, |e| &e.extensions),

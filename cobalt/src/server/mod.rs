@@ -35,9 +35,9 @@ pub(crate) mod tree;
 mod upload_table;
 mod validate;
 
+pub use crate::transport::identity::{Credential, PeerIdentity};
 pub use cobalt_proto::blockwise::uploads::UploadLimits;
 pub use cobalt_proto::observe::relations::ConPolicy;
-pub use crate::transport::identity::{Credential, PeerIdentity};
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use extensions::Extensions;
 pub use handler::{

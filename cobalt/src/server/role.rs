@@ -248,13 +248,9 @@ impl<U: UploadTable> ServerRole<U> {
             last: block.last,
         };
         let answer = self.wrap_answer(&ctx, (block.handler)(chunk));
-        self.run(
-            session,
-            now,
-            answer,
-            &block.executor,
-            move |response| Completion::Reply { id, response, ctx },
-        );
+        self.run(session, now, answer, &block.executor, move |response| {
+            Completion::Reply { id, response, ctx }
+        });
     }
 
     fn request(
@@ -460,13 +456,9 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             ctx.register = Some(Box::new((o, r, version)));
         }
         let answer = self.wrap_answer(&ctx, routed.future);
-        self.run(
-            session,
-            now,
-            answer,
-            &routed.executor,
-            move |response| Completion::Reply { id, response, ctx },
-        );
+        self.run(session, now, answer, &routed.executor, move |response| {
+            Completion::Reply { id, response, ctx }
+        });
     }
 
     /// A handler's late answer.

@@ -84,7 +84,8 @@ impl PeerIdentity {
 /// client certificate that verified.
 #[cfg(feature = "openssl")]
 pub(crate) fn credential_of(ssl: &openssl::ssl::SslRef) -> Option<Arc<Credential>> {
-    if let Some(id) = ssl.psk_identity() {
+    let remembered = psk_identity_index().and_then(|i| ssl.ex_data(i));
+    if let Some(id) = remembered.map(Vec::as_slice).or_else(|| ssl.psk_identity()) {
         return Some(Arc::new(Credential::PskIdentity(id.to_vec())));
     }
     let cert = ssl.peer_certificate()?;
@@ -94,6 +95,24 @@ pub(crate) fn credential_of(ssl: &openssl::ssl::SslRef) -> Option<Arc<Credential
     Some(Arc::new(Credential::Certificate {
         subject: subject_of(cert.subject_name()),
     }))
+}
+
+/// Where the server's PSK callback leaves the identity whose key it gave: OpenSSL
+/// keeps it for (D)TLS 1.2 PSK suites but not for TLS 1.3 external PSKs.
+#[cfg(feature = "openssl")]
+fn psk_identity_index() -> Option<openssl::ex_data::Index<openssl::ssl::Ssl, Vec<u8>>> {
+    static INDEX: std::sync::OnceLock<Option<openssl::ex_data::Index<openssl::ssl::Ssl, Vec<u8>>>> =
+        std::sync::OnceLock::new();
+    *INDEX.get_or_init(|| openssl::ssl::Ssl::new_ex_index().ok())
+}
+
+/// Remembers `identity` as the PSK identity of the handshake on `ssl` (called by the
+/// server's PSK callback when it found the identity's key).
+#[cfg(feature = "openssl")]
+pub(crate) fn remember_psk_identity(ssl: &mut openssl::ssl::SslRef, identity: &[u8]) {
+    if let Some(index) = psk_identity_index() {
+        ssl.set_ex_data(index, identity.to_vec());
+    }
 }
 
 /// A distinguished name as `CN=a,O=b` in the certificate's order; values that are not

@@ -56,8 +56,7 @@ impl Layer for Authorize {
             return Ok(());
         }
         Err(if identity.is_authenticated() {
-            Response::new(Code::FORBIDDEN)
-                .with_payload("this credential may not make this request")
+            Response::new(Code::FORBIDDEN).with_payload("this credential may not make this request")
         } else {
             Response::new(Code::UNAUTHORIZED).with_payload(
                 "this request needs a credential: connect over coaps or coaps+tcp with a PSK or client certificate",
@@ -144,13 +143,21 @@ mod tests {
                 .allow("/admin", ["operator"])
                 .allow("/admin/keys", ["root"]),
         );
-        let code = |path, psk| layer.on_request(&mut request(path, psk)).err().map(|r| r.code);
+        let code = |path, psk| {
+            layer
+                .on_request(&mut request(path, psk))
+                .err()
+                .map(|r| r.code)
+        };
         assert_eq!(code("/admin", Some("operator")), None);
         assert_eq!(code("/admin/reset", Some("operator")), None);
         assert_eq!(code("/admin/reset", Some("device")), Some(Code::FORBIDDEN));
         assert_eq!(code("/admin/reset", None), Some(Code::UNAUTHORIZED));
         // The longer prefix governs below it.
-        assert_eq!(code("/admin/keys/1", Some("operator")), Some(Code::FORBIDDEN));
+        assert_eq!(
+            code("/admin/keys/1", Some("operator")),
+            Some(Code::FORBIDDEN)
+        );
         assert_eq!(code("/admin/keys/1", Some("root")), None);
         // Not a whole segment: open.
         assert_eq!(code("/administrator", None), None);

@@ -65,7 +65,10 @@ impl Layer for ConcurrencyLimit {
         if taken.is_err() {
             let busy = Response::new(Code::SERVICE_UNAVAILABLE)
                 .with_max_age(self.max_age)
-                .with_payload(format!("{} requests are being handled; try again", self.max));
+                .with_payload(format!(
+                    "{} requests are being handled; try again",
+                    self.max
+                ));
             return Box::pin(std::future::ready(busy));
         }
         let permit = Permit(self.in_flight.clone());
@@ -108,7 +111,9 @@ mod tests {
             .await;
         assert_eq!(refused.code, Code::SERVICE_UNAVAILABLE);
         assert_eq!(
-            refused.options.get_uint(cobalt_proto::message::opt::MAX_AGE),
+            refused
+                .options
+                .get_uint(cobalt_proto::message::opt::MAX_AGE),
             Some(3)
         );
         gates.remove(0).send(()).unwrap();

@@ -77,7 +77,10 @@ mod tests {
         });
         let late = layer.around(&request(), never).await; // the paused clock jumps 2 s
         assert_eq!(late.code, Code::SERVICE_UNAVAILABLE);
-        assert_eq!(late.options.get_uint(cobalt_proto::message::opt::MAX_AGE), Some(5));
+        assert_eq!(
+            late.options.get_uint(cobalt_proto::message::opt::MAX_AGE),
+            Some(5)
+        );
         drop(tx);
 
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
