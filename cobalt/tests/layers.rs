@@ -382,3 +382,44 @@ async fn a_concurrency_limit_answers_5_03_while_handlers_wait() {
     );
     server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test]
+async fn a_timeout_layer_answers_5_03_for_a_handler_that_does_not_answer() {
+    let (_never_tx, never_rx) = tokio::sync::watch::channel(false);
+    let server = Server::new()
+        .route(
+            "/stuck",
+            get(move || {
+                let mut never = never_rx.clone();
+                async move {
+                    let _ = never.wait_for(|v| *v).await;
+                    "unreachable"
+                }
+            }),
+        )
+        .route("/quick", get(|| async { "quick" }))
+        .layer(cobalt::server::layers::Timeout::new(Duration::from_millis(
+            50,
+        )))
+        .shards(1)
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr(Scheme::Coap).unwrap();
+    let r = Client::new()
+        .get(&format!("coap://{addr}/stuck"))
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::SERVICE_UNAVAILABLE);
+    assert!(
+        r.text_payload().contains("did not answer within"),
+        "{}",
+        r.text_payload()
+    );
+    let r = Client::new()
+        .get(&format!("coap://{addr}/quick"))
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "quick");
+    server.shutdown(Duration::ZERO).await;
+}

@@ -1,18 +1,4 @@
-//! Layers (middleware): code that sits between the protocol and the resources, in one
-//! trait, [`Layer`]. A layer of the server ([`Server::layer`](super::Server::layer))
-//! sees every request that reaches routing, its answer, and every notification once
-//! per observer; a layer of a resource ([`MethodRouter::layer`]) sees the requests
-//! routed to that resource (and the GET runs that produce its notifications).
-//!
-//! Order: the first layer given is the outermost. Requests pass the layers first to
-//! last, answers last to first; a layer that answers a request itself stops it there,
-//! and only the layers it passed see that answer.
-//!
-//! What a server layer does not see: what the server answers before routing, the same
-//! for every resource (a duplicate, 4.02 for an option no layer declared, 4.29/5.03
-//! when a budget is full, 5.05 for proxy requests when no layer declared Proxy-Uri,
-//! the blocks of an upload before it is complete and Block2 follow-ups of a kept
-//! answer), and the Block2 slicing of large answers, which happens after the layers.
+//! The [`Layer`] trait (middleware) and how a server runs its layers.
 
 use super::extensions::Extensions;
 use super::handler::MethodRouter;
@@ -24,9 +10,25 @@ use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Middleware of a server or of one resource. Every method has a default that does
-/// nothing, so a layer implements only what it needs. Implementations must be cheap
-/// on the request path: they run on the thread that reads the socket.
+/// Middleware of a server or of one resource: code that sits between the protocol
+/// and the resources. Every method has a default that does nothing, so a layer
+/// implements only what it needs. Implementations must be cheap on the request path:
+/// they run on the thread that reads the socket.
+///
+/// A layer of the server ([`Server::layer`](super::Server::layer)) sees every request
+/// that reaches routing, its answer, and every notification once per observer; a
+/// layer of a resource ([`MethodRouter::layer`]) sees the requests routed to that
+/// resource (and the GET runs that produce its notifications).
+///
+/// Order: the first layer given is the outermost. Requests pass the layers first to
+/// last, answers last to first; a layer that answers a request itself stops it there,
+/// and only the layers it passed see that answer.
+///
+/// What a server layer does not see: what the server answers before routing, the same
+/// for every resource (a duplicate, 4.02 for an option no layer declared, 4.29/5.03
+/// when a budget is full, 5.05 for proxy requests when no layer declared Proxy-Uri,
+/// the blocks of an upload before it is complete and Block2 follow-ups of a kept
+/// answer), and the Block2 slicing of large answers, which happens after the layers.
 ///
 /// ```
 /// use cobalt::server::{get, Layer, Request, Response, Server};
@@ -143,6 +145,27 @@ impl ObserverExtras {
             credential,
             extensions: extensions.clone(),
         })
+    }
+}
+
+/// What the roles of one listener share beyond the resources: the server's layers and
+/// the transport.
+#[derive(Clone, Debug)]
+pub(crate) struct Front {
+    /// The server's layers, outermost first.
+    pub layers: Layers,
+    /// The transport served.
+    pub scheme: Scheme,
+}
+
+impl Front {
+    /// A front without layers over `scheme`.
+    #[cfg(test)]
+    pub(crate) fn plain(scheme: Scheme) -> Front {
+        Front {
+            layers: Layers::default(),
+            scheme,
+        }
     }
 }
 

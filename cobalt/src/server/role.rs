@@ -11,7 +11,7 @@
 use super::fanout::{FanOut, FanOutStats, Producer, Production, Subscriber};
 use super::handoff::run_handler;
 use super::intake::{acknowledge_block, intake, Intake, StreamedBlock};
-use super::layer::{Layers, ObserverExtras, Passed};
+use super::layer::{Front, Layers, ObserverExtras, Passed};
 use super::limits::ServerLimits;
 use super::observe::Observable;
 use super::stream::StreamShared;
@@ -92,27 +92,6 @@ pub(crate) struct ServerRole<U> {
     scheme: Scheme,
     /// A layer handles proxy requests: they are not refused with 5.05.
     proxying: bool,
-}
-
-/// What the roles of one listener share beyond the resources: the server's layers and
-/// the transport.
-#[derive(Clone, Debug)]
-pub(crate) struct Front {
-    /// The server's layers, outermost first.
-    pub layers: Layers,
-    /// The transport served.
-    pub scheme: Scheme,
-}
-
-impl Front {
-    /// A front without layers over `scheme`.
-    #[cfg(test)]
-    pub(crate) fn plain(scheme: Scheme) -> Front {
-        Front {
-            layers: Layers::default(),
-            scheme,
-        }
-    }
 }
 
 /// The role of a datagram shard.

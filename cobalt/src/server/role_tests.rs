@@ -3,6 +3,7 @@
 //! (block sizes, BERT, confirmable notifications) is the session's.
 
 use super::*;
+use crate::server::layer::Front;
 use crate::server::{get, observe::Observable};
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::message::{codec, MessageType, TcpMessage, Token};

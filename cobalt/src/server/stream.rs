@@ -3,7 +3,7 @@
 //! listener) and the largest BERT block. Each connection runs its own
 //! [`ConnectionRole`](super::role::ConnectionRole) made from it.
 
-use super::role::Front;
+use super::layer::Front;
 use super::tree::ResourceTree;
 use super::upload_table::SharedUploads;
 use super::ServerLimits;
