@@ -214,10 +214,9 @@ async fn a_layer_sees_every_notification_once_per_observer() {
             assert_eq!(n.text_payload(), format!("v{i} #{i}"));
         }
     }
-    let seen = counts.lock().unwrap();
+    let seen = counts.lock().unwrap().clone();
     assert_eq!(seen.len(), 3, "three observers: {seen:?}");
     assert!(seen.values().all(|n| *n == 3), "{seen:?}");
-    drop(seen);
     server.shutdown(Duration::ZERO).await;
 }
 

@@ -216,22 +216,23 @@ impl Layers {
         })
     }
 
-    /// Runs the request hooks, first to last. `Err` carries the answer of the layer
-    /// that stopped the request.
-    pub(crate) fn enter(&self, request: &mut Request) -> Result<Passed, (Passed, Response)> {
+    /// Runs the request hooks, first to last: what the answer hooks need, and the
+    /// answer of a layer that stopped the request, if one did.
+    pub(crate) fn enter(&self, request: &mut Request) -> (Passed, Option<Response>) {
         for (i, layer) in self.0.iter().enumerate() {
             if let Err(answer) = layer.on_request(request) {
                 let passed = Passed {
                     head: request.head(),
                     count: i,
                 };
-                return Err((passed, answer));
+                return (passed, Some(answer));
             }
         }
-        Ok(Passed {
+        let passed = Passed {
             head: request.head(),
             count: self.0.len(),
-        })
+        };
+        (passed, None)
     }
 
     /// Wraps a handler's answer in every layer's [`Layer::around`], the outermost last

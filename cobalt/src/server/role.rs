@@ -218,7 +218,7 @@ impl<U: UploadTable> ServerRole<U> {
             extras: None,
         };
         let mut request = self.request(peer, credential, block.request);
-        if let Err(answer) = self.enter_layers(&mut request, &mut ctx) {
+        if let Some(answer) = self.enter_layers(&mut request, &mut ctx) {
             return self.finish_reply(session, now, id, answer, ctx);
         }
         let chunk = UploadChunk {
@@ -244,22 +244,15 @@ impl<U: UploadTable> ServerRole<U> {
     }
 
     /// Passes `request` through the server's layers (nothing to do without layers);
-    /// `Err` is the answer of a layer that stopped it.
+    /// the answer of a layer that stopped it, if one did.
     #[inline]
-    fn enter_layers(&self, request: &mut Request, ctx: &mut ReplyContext) -> Result<(), Response> {
+    fn enter_layers(&self, request: &mut Request, ctx: &mut ReplyContext) -> Option<Response> {
         if self.layers.is_empty() {
-            return Ok(());
+            return None;
         }
-        match self.layers.enter(request) {
-            Ok(passed) => {
-                ctx.layered = Some(Box::new(passed));
-                Ok(())
-            }
-            Err((passed, answer)) => {
-                ctx.layered = Some(Box::new(passed));
-                Err(answer)
-            }
-        }
+        let (passed, answer) = self.layers.enter(request);
+        ctx.layered = Some(Box::new(passed));
+        answer
     }
 
     /// The handler's answer wrapped by the layers the request passed.
@@ -413,7 +406,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             extras: None,
         };
         let mut request = self.request(peer, credential, request);
-        if let Err(answer) = self.enter_layers(&mut request, &mut ctx) {
+        if let Some(answer) = self.enter_layers(&mut request, &mut ctx) {
             return self.finish_reply(session, now, id, answer, ctx);
         }
         // The registration as it left the layers (an unwrapped request, say).
