@@ -132,7 +132,9 @@ impl Observer<'_> {
 /// proved and the extensions the layers attached (only for observers that have one).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ObserverExtras {
+    /// What the observer proved in its DTLS or TLS handshake.
     pub credential: Option<Arc<Credential>>,
+    /// What the layers attached to its registration.
     pub extensions: Extensions,
 }
 
@@ -169,7 +171,7 @@ impl Front {
     }
 }
 
-/// The layers of a server (or of a resource), outermost first. Cheap to clone.
+/// The layers of a server, outermost first. Cheap to clone.
 #[derive(Clone, Default)]
 pub(crate) struct Layers(Arc<[Arc<dyn Layer>]>);
 
