@@ -563,7 +563,12 @@ impl Options {
     /// Like [`Options::first_bad_critical`], but a critical option that `handled`
     /// lists and this implementation does not know is taken as recognized (the
     /// application handles it). Costs nothing more when every option is known.
+    #[inline]
     pub fn first_bad_critical_except(&self, handled: &HandledOptions) -> Option<u16> {
+        let bad = self.first_bad_critical()?;
+        if handled.is_empty() {
+            return Some(bad);
+        }
         self.unusable()
             .find(|n| is_critical(*n) && !(option_def(*n).is_none() && handled.contains(*n)))
     }

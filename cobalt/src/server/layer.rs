@@ -139,6 +139,16 @@ pub(crate) struct ObserverExtras {
 }
 
 impl ObserverExtras {
+    /// What a request from a peer that proved `credential` carries beyond its
+    /// message when no layer attached anything.
+    #[inline]
+    pub(crate) fn of_credential(credential: Option<&Arc<Credential>>) -> Option<ObserverExtras> {
+        credential.map(|c| ObserverExtras {
+            credential: Some(c.clone()),
+            extensions: Extensions::new(),
+        })
+    }
+
     /// What `request` carries beyond its message, if anything.
     pub(crate) fn of(request: &Request) -> Option<ObserverExtras> {
         let credential = request.credential().cloned();

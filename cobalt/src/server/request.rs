@@ -47,9 +47,15 @@ impl Request {
 
     /// Says that the request came over `scheme` from a peer that proved `credential`.
     pub fn with_identity(mut self, scheme: Scheme, credential: Option<Arc<Credential>>) -> Self {
+        self.set_identity(scheme, credential);
+        self
+    }
+
+    /// [`Request::with_identity`] in place.
+    #[inline]
+    pub(crate) fn set_identity(&mut self, scheme: Scheme, credential: Option<Arc<Credential>>) {
         self.scheme = scheme;
         self.credential = credential;
-        self
     }
 
     /// Who sent it: the transport, the address and, over DTLS or TLS, the PSK

@@ -15,7 +15,7 @@ use super::layer::{Front, Layers, ObserverExtras, Passed};
 use super::limits::ServerLimits;
 use super::observe::Observable;
 use super::stream::StreamShared;
-use super::tree::ResourceTree;
+use super::tree::{ResourceTree, Routed};
 use super::upload_table::{ConnectionUploads, UploadTable};
 use super::{BoxFuture, Executor, Request, Response, UploadChunk};
 use crate::changes::ChangeInbox;
@@ -65,13 +65,29 @@ pub(crate) struct ReplyContext {
     /// Register an observer if the response is a success: the resource, the request
     /// and the version of the resource's state when the handler started (boxed: rare,
     /// and the context moves with every handler run).
-    register: Option<Box<(Observable, Message, u64)>>,
+    register: Option<Box<Registration>>,
     /// The request passed the server's layers: their answer hooks run (boxed: only
     /// on servers with layers).
     layered: Option<Box<Passed>>,
-    /// What to keep of a registering observer beyond its request (a credential,
-    /// extensions), if anything.
-    extras: Option<Box<ObserverExtras>>,
+}
+
+/// A registering request as routed, and what to keep of its observer beyond it.
+type Registering = (Message, Option<ObserverExtras>);
+
+/// A request past the server's layers: its routing and, for a registration, what to
+/// keep of it.
+type LayeredRoute = (Result<Routed, Response>, Option<Box<Registering>>);
+
+/// An observer to register if its answer is a success.
+struct Registration {
+    /// The resource observed.
+    observable: Observable,
+    /// The registering request as it left the layers.
+    request: Message,
+    /// The version of the resource's state when the handler started.
+    version: u64,
+    /// What to keep of the observer beyond its request (a credential, extensions).
+    extras: Option<ObserverExtras>,
 }
 
 /// The server role over a session, keeping its uploads in `U`.
@@ -215,7 +231,6 @@ impl<U: UploadTable> ServerRole<U> {
             upload: None,
             register: None,
             layered: None,
-            extras: None,
         };
         let mut request = self.request(peer, credential, block.request);
         if let Some(answer) = self.enter_layers(&mut request, &mut ctx) {
@@ -232,24 +247,53 @@ impl<U: UploadTable> ServerRole<U> {
         });
     }
 
+    #[inline]
     fn request(
         &self,
         peer: SocketAddr,
         credential: Option<&Arc<Credential>>,
         message: Message,
     ) -> Request {
-        let mut r = Request::new(peer, message).with_identity(self.scheme, credential.cloned());
+        let mut r = Request::new(peer, message);
+        r.set_identity(self.scheme, credential.cloned());
         r.client = self.client.clone();
         r
     }
 
     /// Passes `request` through the server's layers (nothing to do without layers);
     /// the answer of a layer that stopped it, if one did.
-    #[inline]
+    #[inline(always)]
     fn enter_layers(&self, request: &mut Request, ctx: &mut ReplyContext) -> Option<Response> {
         if self.layers.is_empty() {
             return None;
         }
+        self.pass_layers(request, ctx)
+    }
+
+    /// Passes a request through the server's layers and routes it: the routing and,
+    /// for a registration, what to keep of it as it left the layers (an unwrapped
+    /// request, say); `Err` is the answer of a layer that stopped it.
+    #[cold]
+    fn route_layered(
+        &self,
+        peer: SocketAddr,
+        credential: Option<&Arc<Credential>>,
+        message: Message,
+        registers: bool,
+        ctx: &mut ReplyContext,
+    ) -> Result<LayeredRoute, Response> {
+        let mut request = self.request(peer, credential, message);
+        if let Some(answer) = self.pass_layers(&mut request, ctx) {
+            return Err(answer);
+        }
+        let registration =
+            registers.then(|| Box::new((request.message().clone(), ObserverExtras::of(&request))));
+        Ok((self.tree.route(request), registration))
+    }
+
+    /// [`ServerRole::enter_layers`] on a server with layers.
+    #[cold]
+    fn pass_layers(&self, request: &mut Request, ctx: &mut ReplyContext) -> Option<Response> {
         let (passed, answer) = self.layers.enter(request);
         ctx.layered = Some(Box::new(passed));
         answer
@@ -279,7 +323,13 @@ impl<U: UploadTable> ServerRole<U> {
     ) {
         let peer = ctx.peer;
         let mut registered: Option<RelationKey> = None;
-        if let Some((observable, request, version)) = ctx.register.map(|r| *r) {
+        if let Some(registration) = ctx.register {
+            let Registration {
+                observable,
+                request,
+                version,
+                extras,
+            } = *registration;
             if response.code.is_success() {
                 let key = (peer, request.token);
                 match self
@@ -290,8 +340,8 @@ impl<U: UploadTable> ServerRole<U> {
                         response
                             .options
                             .set(opt::OBSERVE, encode_uint(observable.current_seq()));
-                        if let Some(extras) = ctx.extras {
-                            self.observers.keep_extras(key, *extras);
+                        if let Some(extras) = extras {
+                            self.observers.keep_extras(key, extras);
                         }
                         registered = Some(key);
                     }
@@ -321,6 +371,7 @@ impl<U: UploadTable> ServerRole<U> {
     }
 
     /// A handler's answer, ready at once or back from an executor.
+    #[inline]
     fn complete<S: Session>(&mut self, session: &mut S, now: Instant, done: Completion) {
         match done {
             Completion::Reply { id, response, ctx } => {
@@ -403,29 +454,45 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             upload,
             register: None,
             layered: None,
-            extras: None,
         };
-        let mut request = self.request(peer, credential, request);
-        if let Some(answer) = self.enter_layers(&mut request, &mut ctx) {
-            return self.finish_reply(session, now, id, answer, ctx);
-        }
-        // The registration as it left the layers (an unwrapped request, say).
-        let registration = registers.then(|| request.message().clone());
-        if registers {
-            ctx.extras = ObserverExtras::of(&request).map(Box::new);
-        }
-        let routed = match self.tree.route(request) {
+        // Without layers the request goes straight to routing (built in place: this
+        // is every request's path).
+        let mut registration: Option<Box<Registering>> = None;
+        let routed = if self.layers.is_empty() {
+            if registers {
+                let extras = ObserverExtras::of_credential(credential);
+                registration = Some(Box::new((request.clone(), extras)));
+            }
+            self.tree.route(self.request(peer, credential, request))
+        } else {
+            match self.route_layered(peer, credential, request, registers, &mut ctx) {
+                Ok((routed, kept)) => {
+                    registration = kept;
+                    routed
+                }
+                Err(answer) => return self.finish_reply(session, now, id, answer, ctx),
+            }
+        };
+        let routed = match routed {
             Ok(x) => x,
             Err(resp) => return self.finish_reply(session, now, id, resp, ctx),
         };
-        if let Some((o, r)) = routed.observable.zip(registration) {
-            // Refused at once when the budget has no room: no handler run.
-            if let Err(refusal) = self.observers.check(&(peer, token)) {
-                let resp = self.refused(refusal);
-                return self.finish_reply(session, now, id, resp, ctx);
+        if let Some(observable) = routed.observable {
+            if let Some(kept) = registration {
+                // Refused at once when the budget has no room: no handler run.
+                if let Err(refusal) = self.observers.check(&(peer, token)) {
+                    let resp = self.refused(refusal);
+                    return self.finish_reply(session, now, id, resp, ctx);
+                }
+                let (request, extras) = *kept;
+                let version = self.observers.version(observable.id());
+                ctx.register = Some(Box::new(Registration {
+                    observable,
+                    request,
+                    version,
+                    extras,
+                }));
             }
-            let version = self.observers.version(o.id());
-            ctx.register = Some(Box::new((o, r, version)));
         }
         let answer = self.wrap_answer(&ctx, routed.future);
         self.run(session, now, answer, &routed.executor, move |response| {
