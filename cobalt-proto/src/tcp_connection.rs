@@ -121,6 +121,10 @@ pub struct TcpConfig {
     /// with 1 or 2 bytes at most 255 or 65,535 requests are outstanding at once.
     #[cfg_attr(feature = "serde", serde(skip))]
     pub token_len: usize,
+    /// Critical options the application handles beyond the known ones (a server's
+    /// layers declare them): requests carrying them are not answered 4.02 Bad Option.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub handled_options: crate::message::option::HandledOptions,
 }
 
 impl Default for TcpConfig {
@@ -135,6 +139,7 @@ impl Default for TcpConfig {
             max_outbound_requests: 256,
             token_len: 4,
             keepalive: Some(Duration::from_secs(30)),
+            handled_options: Default::default(),
         }
     }
 }
@@ -751,7 +756,10 @@ impl TcpConnection {
 
     fn handle_request(&mut self, msg: TcpMessage) {
         let token = msg.token;
-        if let Some(bad) = msg.options.first_bad_critical() {
+        if let Some(bad) = msg
+            .options
+            .first_bad_critical_except(&self.config.handled_options)
+        {
             let mut resp = TcpMessage::new(Code::BAD_OPTION);
             resp.token = token;
             resp.payload = format!("unrecognized critical option {bad}").into_bytes();

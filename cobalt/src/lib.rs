@@ -309,6 +309,81 @@
 //!   its last few. Nobody is ever refused because of deduplication, and expiry is O(1)
 //!   per entry.
 //!
+//! # Layers
+//!
+//! A [`server::Layer`] sits between the protocol and the resources, for what every
+//! resource shares: authorisation, logging, time limits, object security (OSCORE), a
+//! proxy. It sees each request before it is routed (and may change it, or answer it
+//! itself), wraps the handler's answer (a future: time limits, permits), sees each
+//! answer on its way out, and each notification once per observer. Give layers to the
+//! server ([`Server::layer`], the first given is the outermost) or to one resource
+//! ([`server::MethodRouter::layer`]). A server without layers does nothing more per
+//! request.
+//!
+//! The request carries who sent it, [`Request::identity`]: the transport, the address
+//! and, over DTLS and TLS, the PSK identity or the verified certificate's subject;
+//! layers attach values for the handler in [`Request::extensions_mut`]. A layer that
+//! handles an option the protocol does not know (OSCORE's 9, a private number)
+//! declares it in [`Layer::options`](server::Layer::options), and the protocol
+//! machines of every transport pass it instead of answering 4.02; declaring Proxy-Uri
+//! makes the server hand proxy requests to the layers instead of answering 5.05.
+//! Shipped in [`server::layers`]: [`AccessLog`](server::layers::AccessLog),
+//! [`Timeout`](server::layers::Timeout) (5.03 after a duration),
+//! [`ConcurrencyLimit`](server::layers::ConcurrencyLimit) (5.03 with Max-Age beyond N
+//! handlers) and [`Authorize`](server::layers::Authorize) (4.01 without a credential,
+//! 4.03 with one that is not allowed).
+//!
+//! ```
+//! use cobalt::server::layers::{Authorize, PskAllowList, Timeout};
+//! use cobalt::server::{get, Layer, Request, Response};
+//! use cobalt::{Client, Code, Scheme, Server};
+//! use std::time::Duration;
+//!
+//! /// Tells the handler which tenant asks, from the query; refuses requests without.
+//! #[derive(Clone)]
+//! struct Tenant(String);
+//! struct Tenants;
+//! impl Layer for Tenants {
+//!     fn on_request(&self, request: &mut Request) -> Result<(), Response> {
+//!         let Some(tenant) = request.query_param("tenant").map(str::to_string) else {
+//!             return Err(Response::new(Code::BAD_REQUEST).with_payload("add ?tenant=NAME"));
+//!         };
+//!         request.extensions_mut().insert(Tenant(tenant));
+//!         Ok(())
+//!     }
+//!     fn on_response(&self, _: &Request, response: &mut Response) {
+//!         response.options.set_uint(cobalt::proto::message::opt::MAX_AGE, 0);
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> cobalt::Result<()> {
+//! let hello = get(|req: Request| async move {
+//!     let tenant = req.extensions().get::<Tenant>().map_or("?", |t| t.0.as_str()).to_string();
+//!     format!("hello {tenant} over {}", req.identity().scheme())
+//! });
+//! let server = Server::new()
+//!     .route("/hello", hello.layer(Timeout::new(Duration::from_secs(5))))
+//!     .route("/admin", get(|| async { "secret" }))
+//!     .layer(Tenants)
+//!     .layer(Authorize::psk(PskAllowList::new().allow("/admin", ["operator"])))
+//!     .shards(1)
+//!     .bind("127.0.0.1:0")
+//!     .await?;
+//! let addr = server.local_addr(Scheme::Coap).unwrap();
+//! let client = Client::new();
+//! let r = client.get(&format!("coap://{addr}/hello?tenant=acme")).await?;
+//! assert_eq!(r.text_payload(), "hello acme over coap");
+//! assert_eq!(r.options.get_uint(cobalt::proto::message::opt::MAX_AGE), Some(0));
+//! let r = client.get(&format!("coap://{addr}/hello")).await?;
+//! assert_eq!(r.code, Code::BAD_REQUEST);
+//! // No credential over plain CoAP: 4.01.
+//! let r = client.get(&format!("coap://{addr}/admin?tenant=acme")).await?;
+//! assert_eq!(r.code, Code::UNAUTHORIZED);
+//! server.shutdown(Duration::ZERO).await;
+//! # Ok(()) }
+//! ```
+//!
 //! # Configuration
 //!
 //! All RFC 7252 §4.8 parameters are fields of [`EndpointConfig`] (defaults in parentheses):

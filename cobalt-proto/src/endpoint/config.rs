@@ -100,6 +100,11 @@ pub struct EndpointConfig {
     /// Upper bound on peers with congestion state (RTO estimates, NON pacing); at the
     /// bound new peers run on throw-away initial state (default 100,000).
     pub max_congestion_peers: usize,
+    /// Critical options the application handles beyond the known ones (a server's
+    /// layers declare them): requests carrying them are not answered 4.02 Bad Option.
+    /// Set by the server from its layers; not part of a configuration file.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub handled_options: crate::message::option::HandledOptions,
 }
 
 impl Default for EndpointConfig {
@@ -129,6 +134,7 @@ impl Default for EndpointConfig {
             max_address_probes: 10_000,
             congestion_control: Algorithm::FasorK,
             max_congestion_peers: 100_000,
+            handled_options: Default::default(),
         }
     }
 }

@@ -52,7 +52,10 @@ impl Endpoint {
             let echo = echo.to_vec();
             self.check_echo(now, peer, &echo);
         }
-        if let Some(number) = msg.options.first_bad_critical() {
+        if let Some(number) = msg
+            .options
+            .first_bad_critical_except(&self.config.handled_options)
+        {
             self.stats.bad_options += 1;
             let mut resp = Message::new(MessageType::Acknowledgement, Code::BAD_OPTION, 0);
             resp.payload =

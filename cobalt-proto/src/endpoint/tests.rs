@@ -337,6 +337,29 @@ fn unknown_critical_option_gets_4_02() {
 }
 
 #[test]
+fn a_handled_critical_option_reaches_the_application_and_others_still_get_4_02() {
+    let mut p = Pair::new();
+    let config = EndpointConfig {
+        handled_options: crate::message::option::HandledOptions::new([9, 65001]),
+        ..EndpointConfig::default()
+    };
+    p.server = Endpoint::with_seed(config, p.now, 2);
+    let mut m = get("/x");
+    m.mid = 80;
+    m.options.push(9, vec![1]);
+    m.options.push(65001, vec![]);
+    p.deliver_to_server(&codec::encode(&m));
+    assert!(matches!(p.server.poll_event(), Some(Event::Request { .. })));
+    let mut m = get("/x");
+    m.mid = 81;
+    m.options.push(65003, vec![]);
+    p.deliver_to_server(&codec::encode(&m));
+    assert_eq!(p.server.poll_event(), None);
+    let resp = codec::decode(&p.server_sends()[0]).unwrap();
+    assert_eq!(resp.code, Code::BAD_OPTION);
+}
+
+#[test]
 fn format_errors_get_rst_for_con_and_silence_otherwise() {
     let mut p = Pair::new();
     // token length 9 in a CON

@@ -133,6 +133,52 @@ pub fn option_def(number: u16) -> Option<&'static OptionDef> {
         .map(|i| &KNOWN_OPTIONS[i])
 }
 
+/// Option numbers that the application handles beyond [`KNOWN_OPTIONS`] (e.g. the
+/// OSCORE option, 9, handled by a layer of the server): the protocol machines pass a
+/// critical option listed here instead of answering 4.02 Bad Option. Its value is not
+/// checked (the application does that); a number already known keeps its checks.
+///
+/// ```
+/// use cobalt_proto::message::option::HandledOptions;
+/// use cobalt_proto::message::Options;
+///
+/// let mut o = Options::new();
+/// o.push(9, vec![0x09]);
+/// assert_eq!(o.first_bad_critical(), Some(9));
+/// let handled = HandledOptions::new([9]);
+/// assert_eq!(o.first_bad_critical_except(&handled), None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HandledOptions {
+    /// Sorted, without duplicates.
+    numbers: std::sync::Arc<[u16]>,
+}
+
+impl HandledOptions {
+    /// The set of `numbers` (in any order, duplicates allowed).
+    pub fn new(numbers: impl IntoIterator<Item = u16>) -> HandledOptions {
+        let mut v: Vec<u16> = numbers.into_iter().collect();
+        v.sort_unstable();
+        v.dedup();
+        HandledOptions { numbers: v.into() }
+    }
+
+    /// Whether `number` is handled by the application.
+    pub fn contains(&self, number: u16) -> bool {
+        self.numbers.binary_search(&number).is_ok()
+    }
+
+    /// The numbers, ascending.
+    pub fn numbers(&self) -> &[u16] {
+        &self.numbers
+    }
+
+    /// True when the application handles no option beyond the known ones.
+    pub fn is_empty(&self) -> bool {
+        self.numbers.is_empty()
+    }
+}
+
 /// Critical options must be understood by the receiver (odd numbers, §5.4.1).
 pub fn is_critical(number: u16) -> bool {
     number & 1 == 1
@@ -512,6 +558,19 @@ impl Options {
     /// unrecognized (RFC 7252 §5.4.1, §5.4.3, §5.4.5).
     pub fn first_bad_critical(&self) -> Option<u16> {
         self.unusable().find(|n| is_critical(*n))
+    }
+
+    /// Like [`Options::first_bad_critical`], but a critical option that `handled`
+    /// lists and this implementation does not know is taken as recognized (the
+    /// application handles it). Costs nothing more when every option is known.
+    #[inline]
+    pub fn first_bad_critical_except(&self, handled: &HandledOptions) -> Option<u16> {
+        let bad = self.first_bad_critical()?;
+        if handled.is_empty() {
+            return Some(bad);
+        }
+        self.unusable()
+            .find(|n| is_critical(*n) && !(option_def(*n).is_none() && handled.contains(*n)))
     }
 
     fn unusable(&self) -> impl Iterator<Item = u16> + '_ {
@@ -933,5 +992,26 @@ mod tests {
         let mut o = Options::new();
         o.push(100, vec![]); // unknown elective: ignored
         assert_eq!(o.first_bad_critical(), None);
+    }
+
+    #[test]
+    fn handled_options_pass_only_when_unknown_and_listed() {
+        let handled = HandledOptions::new([65001, 9, 9]);
+        assert_eq!(handled.numbers(), [9, 65001]);
+        let mut o = Options::new();
+        o.push(9, vec![1, 2]);
+        o.push(65001, vec![]);
+        assert_eq!(o.first_bad_critical_except(&handled), None);
+        o.push(65003, vec![]); // critical, not handled
+        assert_eq!(o.first_bad_critical_except(&handled), Some(65003));
+        // A known option keeps its checks even when listed.
+        let mut o = Options::new();
+        o.push(number::URI_PORT, vec![1, 2, 3]);
+        let handled = HandledOptions::new([number::URI_PORT]);
+        assert_eq!(
+            o.first_bad_critical_except(&handled),
+            Some(number::URI_PORT)
+        );
+        assert!(HandledOptions::default().is_empty());
     }
 }

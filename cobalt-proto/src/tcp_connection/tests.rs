@@ -487,6 +487,42 @@ fn bad_critical_option_gets_4_02_and_overload_gets_5_03() {
 }
 
 #[test]
+fn a_handled_critical_option_reaches_the_application() {
+    let now = t0();
+    let config = TcpConfig {
+        handled_options: crate::message::option::HandledOptions::new([9]),
+        ..TcpConfig::default()
+    };
+    let mut a = TcpConnection::new(TcpConfig::default(), now);
+    let mut b = TcpConnection::new(config, now);
+    pump(now, &mut a, &mut b);
+    let mut oscore = get("x");
+    oscore.options.push(9, vec![0x09]);
+    a.request(now, oscore).unwrap();
+    let mut other = get("x");
+    other.options.push(65003, vec![]);
+    let refused = a.request(now, other).unwrap();
+    pump(now, &mut a, &mut b);
+    let requests: Vec<TcpMessage> = events(&mut b)
+        .into_iter()
+        .filter_map(|e| match e {
+            TcpEvent::Request { message, .. } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].options.get(9), Some(&[0x09][..]));
+    let answers: Vec<(Token, Code)> = events(&mut a)
+        .into_iter()
+        .filter_map(|e| match e {
+            TcpEvent::Response { token, message } => Some((token, message.code)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answers, [(refused, Code::BAD_OPTION)]);
+}
+
+#[test]
 fn observation_keeps_its_token_until_cancelled() {
     let now = t0();
     let (mut a, mut b) = established(now);

@@ -371,7 +371,17 @@ impl<S: Service<Endpoint>> Driver<S> {
                 Event::Request { id, peer, request } => match &mut self.server {
                     Some(server) => {
                         let id = cobalt_proto::session::Inbound::Datagram(id);
-                        server.on_request(&mut self.endpoint, Instant::now(), id, peer, request)
+                        // Over DTLS, what the peer proved in its handshake.
+                        let credential = self.dtls.as_ref().and_then(|d| d.credential(peer));
+                        let now = Instant::now();
+                        server.on_request(
+                            &mut self.endpoint,
+                            now,
+                            id,
+                            peer,
+                            credential.as_ref(),
+                            request,
+                        )
                     }
                     None => {
                         // A client-only endpoint serves nothing.

@@ -18,6 +18,7 @@ mod holders;
 
 use super::service::Service;
 use crate::metrics::TcpCounters;
+use crate::transport::identity::Credential;
 use crate::transport::limits::TcpServerLimits;
 use crate::transport::link::{flush, handle_input, sleep_until, Link, Stream, TcpLink};
 use crate::transport::per_ip::{IpBudget, IpPermit};
@@ -163,6 +164,7 @@ pub(crate) async fn listen<S: Service<Connection> + Send>(
                         stop: stop.clone(),
                         handshake,
                         place,
+                        credential: None,
                     };
                     let tls = transport.tls.clone();
                     let counters = seen.clone();
@@ -233,6 +235,8 @@ struct ServerConn<S: Service<Connection>> {
     /// The connection's place in the listener: told when it is evicted, stamped when a
     /// message arrives.
     place: Place,
+    /// What the peer proved in its TLS handshake (PSK identity, verified certificate).
+    credential: Option<Arc<Credential>>,
 }
 
 impl<S: Service<Connection> + Send> ServerConn<S> {
@@ -250,6 +254,7 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
         };
         match accepted {
             Ok(Ok(stream)) => {
+                self.credential = crate::transport::tls::peer_credential(&stream);
                 if framing == Framing::Stream {
                     self.handshake = None;
                 }
@@ -316,7 +321,15 @@ impl<S: Service<Connection> + Send> ServerConn<S> {
             while let Some(ev) = session.poll_event() {
                 match ev {
                     SessionEvent::Request { id, peer, request } => {
-                        server.on_request(&mut session, Instant::now(), id, peer, request)
+                        let credential = self.credential.as_ref();
+                        server.on_request(
+                            &mut session,
+                            Instant::now(),
+                            id,
+                            peer,
+                            credential,
+                            request,
+                        )
                     }
                     SessionEvent::Connection {
                         event: TcpEvent::Closed { reason, .. },

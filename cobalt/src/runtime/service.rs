@@ -9,6 +9,7 @@
 use super::command::Command;
 use crate::changes::ChangeInbox;
 use crate::metrics::ShardSnapshot;
+use crate::transport::identity::Credential;
 use cobalt_proto::message::Message;
 use cobalt_proto::session::{Inbound, Session, SessionEvent};
 use std::net::SocketAddr;
@@ -24,13 +25,15 @@ pub(crate) trait Service<S: Session>: 'static {
     /// [`Service::on_completion`].
     type Completion: Send + 'static;
 
-    /// A new request from the session.
+    /// A new request from the session, from `peer`, who proved `credential` in its
+    /// DTLS or TLS handshake (if any).
     fn on_request(
         &mut self,
         session: &mut S,
         now: Instant,
         id: Inbound,
         peer: SocketAddr,
+        credential: Option<&Arc<Credential>>,
         request: Message,
     );
     /// Work sent back to the driver came back.
@@ -82,7 +85,15 @@ pub(crate) enum NoService {}
 impl<S: Session> Service<S> for NoService {
     type Completion = std::convert::Infallible;
 
-    fn on_request(&mut self, _: &mut S, _: Instant, _: Inbound, _: SocketAddr, _: Message) {
+    fn on_request(
+        &mut self,
+        _: &mut S,
+        _: Instant,
+        _: Inbound,
+        _: SocketAddr,
+        _: Option<&Arc<Credential>>,
+        _: Message,
+    ) {
         match *self {}
     }
     fn on_completion(&mut self, _: &mut S, _: Instant, _: Self::Completion) {

@@ -30,6 +30,7 @@
 //!   that answer ([`FanOut::verified`]), or is forgotten when it could not.
 
 use super::budget::{ObserverBudget, Refusal};
+use super::layer::{Layers, ObserverExtras};
 use super::limits::ServerLimits;
 use super::observe::Observable;
 use super::request::Response;
@@ -38,6 +39,7 @@ use cobalt_proto::endpoint::ExchangeId;
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
 use cobalt_proto::observe::relations::{Relation, RelationKey, Relations};
 use cobalt_proto::session::{BlockLimits, Observation, Session};
+use cobalt_proto::uri::Scheme;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -114,13 +116,15 @@ pub(crate) struct Production {
 /// Runs GET handlers for notifications: the shard, which knows the tree and the
 /// executors.
 pub(crate) trait Producer {
-    /// Runs the GET handler on `request` from `peer`; the answer if it is ready at
+    /// Runs the GET handler on `request` from `peer` (with what was kept of its
+    /// registration beyond the message, `extras`); the answer if it is ready at
     /// once (after which `production.peer_read` says whether it read the peer),
     /// otherwise `None`: it will come back to [`FanOut::produced`] with `production`.
     fn produce(
         &mut self,
         peer: SocketAddr,
         request: Message,
+        extras: Option<&ObserverExtras>,
         production: Production,
     ) -> Option<(Response, Production)>;
 }
@@ -210,6 +214,13 @@ pub(crate) struct FanOut {
     awaiting: HashMap<RelationKey, Awaiting>,
     next_id: u64,
     stats: FanOutStats,
+    /// The server's layers, which see each notification per observer.
+    layers: Layers,
+    /// The transport (for the observers' identities).
+    scheme: Scheme,
+    /// What observers proved and what layers attached to their registrations, for
+    /// those that have any (DTLS and TLS peers, layered servers).
+    extras: HashMap<RelationKey, ObserverExtras>,
 }
 
 impl FanOut {
@@ -240,6 +251,24 @@ impl FanOut {
             awaiting: HashMap::new(),
             next_id: 0,
             stats: FanOutStats::default(),
+            layers: Layers::default(),
+            scheme: Scheme::Coap,
+            extras: HashMap::new(),
+        }
+    }
+
+    /// Shows each notification to `layers` before it is sent, with the observer's
+    /// identity over `scheme`.
+    pub(crate) fn with_layers(mut self, layers: Layers, scheme: Scheme) -> FanOut {
+        self.layers = layers;
+        self.scheme = scheme;
+        self
+    }
+
+    /// Keeps `extras` for the observer `key` (registered) until its relation ends.
+    pub(crate) fn keep_extras(&mut self, key: RelationKey, extras: ObserverExtras) {
+        if self.relations.contains(&key) {
+            self.extras.insert(key, extras);
         }
     }
 
@@ -381,6 +410,9 @@ impl FanOut {
     }
 
     fn forget(&mut self, obs: u64, key: &RelationKey) {
+        if self.extras.remove(key).is_some() {
+            cobalt_proto::tables::shrink_when_sparse(&mut self.extras);
+        }
         if let Some(o) = self.observables.get(&obs) {
             o.observer_removed();
         }
@@ -704,7 +736,7 @@ impl FanOut {
             peer_read: Arc::default(),
         };
         self.stats.productions += 1;
-        match producer.produce(key.0, request, production) {
+        match producer.produce(key.0, request, self.extras.get(&key), production) {
             Some((resp, production)) => {
                 let per_observer = production
                     .peer_read
@@ -833,6 +865,11 @@ impl FanOut {
         let success = response.code.is_success();
         if success {
             response.options.set(opt::OBSERVE, encode_uint(stamp.seq));
+        }
+        if !self.layers.is_empty() {
+            let extras = self.extras.get(&key);
+            let layers = &self.layers;
+            layers.notify(self.scheme, key, &rel.request, extras, &mut response);
         }
         let con = rel.next_is_confirmable(&l.con, now, con, success);
         // Only an error (which ends the relation) replaces an unacknowledged CON.

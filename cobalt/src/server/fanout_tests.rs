@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::metrics::LimitCounters;
+use crate::server::layer::ObserverExtras;
 use cobalt_proto::congestion::Algorithm;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event};
 use cobalt_proto::message::{codec, MessageType, Token};
@@ -47,6 +48,7 @@ impl Producer for Handler {
         &mut self,
         _peer: SocketAddr,
         request: Message,
+        _extras: Option<&ObserverExtras>,
         production: Production,
     ) -> Option<(Response, Production)> {
         self.runs += 1;

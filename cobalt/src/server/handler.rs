@@ -234,6 +234,21 @@ impl MethodRouter {
         self
     }
 
+    /// Replaces every handler `h` by `wrap(h)` and every streaming upload handler `s`
+    /// by `wrap_stream(s)` (for [`MethodRouter::layer`]).
+    pub(crate) fn wrap_handlers(
+        &mut self,
+        wrap: impl Fn(BoxedHandler) -> BoxedHandler,
+        wrap_stream: impl Fn(BoxedChunkHandler) -> BoxedChunkHandler,
+    ) {
+        for (_, h) in &mut self.handlers {
+            *h = wrap(h.clone());
+        }
+        for (_, s) in &mut self.streams {
+            *s = wrap_stream(s.clone());
+        }
+    }
+
     /// Leaves the resource out of `/.well-known/core`.
     pub fn hidden(mut self) -> MethodRouter {
         self.hidden = true;

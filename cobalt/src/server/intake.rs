@@ -48,16 +48,18 @@ pub(crate) enum Intake {
     },
 }
 
-/// Takes a request from `peer` in: `slice` cuts a Block2 block out of a kept answer.
+/// Takes a request from `peer` in: `slice` cuts a Block2 block out of a kept answer;
+/// `proxying`: a layer handles proxy requests (see [`refusal`]).
 pub(crate) fn intake(
     uploads: &mut Uploads,
     tree: &ResourceTree,
+    proxying: bool,
     now: Instant,
     peer: SocketAddr,
     mut request: Message,
     slice: impl FnOnce(&Message, Message) -> Message,
 ) -> Intake {
-    if let Some(refused) = refusal(&request, uploads.bert()) {
+    if let Some(refused) = refusal(&request, uploads.bert(), proxying) {
         return Intake::Answer(refused.into_message());
     }
     if let Some(block) = uploads.answer_for(now, peer, &request, slice) {

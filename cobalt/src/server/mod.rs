@@ -19,10 +19,13 @@
 
 mod budget;
 mod executor;
+mod extensions;
 mod fanout;
 mod handler;
 mod handoff;
 mod intake;
+mod layer;
+pub mod layers;
 mod limits;
 pub(crate) mod observe;
 mod request;
@@ -33,13 +36,16 @@ pub(crate) mod tree;
 mod upload_table;
 mod validate;
 
+pub use crate::transport::identity::{Credential, PeerIdentity};
 pub use cobalt_proto::blockwise::uploads::UploadLimits;
 pub use cobalt_proto::observe::relations::ConPolicy;
 pub use executor::{AsyncPool, Executor, ThreadPool};
+pub use extensions::Extensions;
 pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, BoxedChunkHandler, Handler, MethodRouter,
     UploadChunk,
 };
+pub use layer::{Layer, Observer};
 pub use limits::ServerLimits;
 pub use observe::{Observable, ObserverFilter};
 pub use request::{BoxFuture, IntoResponse, Request, Response};
@@ -65,6 +71,7 @@ use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::Scheme;
+use layer::{Front, Layers};
 use role::{ConnectionRole, ShardRole};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -91,6 +98,8 @@ pub struct Server {
     /// The listeners [`Server::start`] opens, in the order given (an address that did
     /// not resolve is reported by `start`).
     listeners: Vec<(Scheme, std::io::Result<SocketAddr>)>,
+    /// The server's layers, outermost first.
+    layers: Layers,
 }
 
 /// How a connection-oriented scheme (RFC 8323) frames its messages.
@@ -134,6 +143,23 @@ impl Server {
     pub fn route(mut self, path: &str, resource: MethodRouter) -> Server {
         self.tree.insert(path, resource);
         self
+    }
+
+    /// Puts `layer` around every request, answer and notification of the server (see
+    /// [`Layer`]); the first layer given is the outermost. The option numbers the
+    /// layer declares ([`Layer::options`]) pass the protocol machines of every
+    /// transport.
+    pub fn layer<L: Layer>(mut self, layer: L) -> Server {
+        self.layers.push(Arc::new(layer));
+        self
+    }
+
+    /// The front of a listener over `scheme`: the layers and the transport.
+    fn front(&self, scheme: Scheme) -> Front {
+        Front {
+            layers: self.layers.clone(),
+            scheme,
+        }
     }
 
     /// Runs the handlers of every resource at or below `path` on `executor` (children
@@ -259,6 +285,7 @@ impl Server {
         if dtls {
             config.amplification_factor = 0;
         }
+        config.handled_options = self.layers.handled_options();
         config
     }
 
@@ -331,10 +358,12 @@ impl Server {
         } else {
             None
         };
-        let limits = match framing {
+        let mut limits = match framing {
             Framing::Stream => self.tcp_limits.clone(),
             Framing::WebSocket => self.ws_limits.clone(),
         };
+        let front = self.front(scheme);
+        limits.connection.handled_options = front.layers.handled_options();
         let transport = Transport {
             framing,
             tls,
@@ -345,6 +374,7 @@ impl Server {
             self.limits.clone(),
             limits.connection.block_wise_transfer,
             limits.max_bert_block,
+            front,
         ));
         let counters = Arc::new(TcpCounters::default());
         let make = move |peer, done| ConnectionRole::for_connection(&shared, peer, done);
@@ -539,10 +569,15 @@ impl Server {
         let inbox = Arc::new(ChangeInbox::default());
         let config = self.shard_config(dtls_peers);
         let (tree, limits, changes) = (tree.clone(), self.limits.clone(), inbox.clone());
+        let front = self.front(if dtls_peers {
+            Scheme::Coaps
+        } else {
+            Scheme::Coap
+        });
         let client_config = config.clone();
         let make: MakeService<ShardRole, Endpoint> = Box::new(move |links: ServiceLinks<_>| {
             let client = crate::Client::for_shard(links.commands, links.v6, client_config);
-            ShardRole::for_shard(tree, limits, changes, links.done, Some(client))
+            ShardRole::for_shard(tree, limits, changes, links.done, Some(client), front)
         });
         let (tx, handle) = spawn_driver(
             name,

@@ -1,8 +1,11 @@
 //! What a handler receives ([`Request`]) and returns ([`BoxFuture`] of a
 //! [`Response`], or anything [`IntoResponse`]).
 
+use super::extensions::Extensions;
 pub use crate::response::{IntoResponse, Response};
+use crate::transport::identity::{Credential, PeerIdentity};
 use cobalt_proto::message::{Code, Message, Options};
+use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,6 +22,13 @@ pub struct Request {
     pub(crate) client: Option<crate::Client>,
     /// Set when the handler asks for the peer (its answer then depends on who asks).
     peer_read: Option<Arc<AtomicBool>>,
+    /// The transport it came over.
+    scheme: Scheme,
+    /// What the peer proved in its DTLS or TLS handshake, shared by the session's
+    /// requests.
+    credential: Option<Arc<Credential>>,
+    /// What layers attached.
+    extensions: Extensions,
 }
 
 impl Request {
@@ -29,6 +39,66 @@ impl Request {
             message,
             client: None,
             peer_read: None,
+            scheme: Scheme::Coap,
+            credential: None,
+            extensions: Extensions::new(),
+        }
+    }
+
+    /// Says that the request came over `scheme` from a peer that proved `credential`.
+    pub fn with_identity(mut self, scheme: Scheme, credential: Option<Arc<Credential>>) -> Self {
+        self.set_identity(scheme, credential);
+        self
+    }
+
+    /// [`Request::with_identity`] in place.
+    #[inline]
+    pub(crate) fn set_identity(&mut self, scheme: Scheme, credential: Option<Arc<Credential>>) {
+        self.scheme = scheme;
+        self.credential = credential;
+    }
+
+    /// Who sent it: the transport, the address and, over DTLS or TLS, the PSK
+    /// identity or verified certificate subject the peer proved in its handshake
+    /// (taken once per session). Reading it reads the peer (see [`Request::peer`]).
+    pub fn identity(&self) -> PeerIdentity {
+        PeerIdentity::new(self.scheme, self.peer(), self.credential.clone())
+    }
+
+    /// The credential the peer proved, without marking the peer as read.
+    pub(crate) fn credential(&self) -> Option<&Arc<Credential>> {
+        self.credential.as_ref()
+    }
+
+    /// Values attached by layers (e.g. a security context id), by type.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// Values attached by layers, to add or change.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+
+    /// The whole message, to change (a layer that rewrites or unwraps requests).
+    pub fn message_mut(&mut self) -> &mut Message {
+        &mut self.message
+    }
+
+    /// A copy without the payload (and without a watch on the peer), for layers'
+    /// answer hooks.
+    pub(crate) fn head(&self) -> Request {
+        let mut message = Message::new(self.message.mtype, self.message.code, self.message.mid);
+        message.token = self.message.token;
+        message.options = self.message.options.clone();
+        Request {
+            peer: self.peer,
+            message,
+            client: None,
+            peer_read: None,
+            scheme: self.scheme,
+            credential: self.credential.clone(),
+            extensions: self.extensions.clone(),
         }
     }
 

@@ -11,20 +11,23 @@
 use super::fanout::{FanOut, FanOutStats, Producer, Production, Subscriber};
 use super::handoff::run_handler;
 use super::intake::{acknowledge_block, intake, Intake, StreamedBlock};
+use super::layer::{Front, Layers, ObserverExtras, Passed};
 use super::limits::ServerLimits;
 use super::observe::Observable;
 use super::stream::StreamShared;
-use super::tree::ResourceTree;
+use super::tree::{ResourceTree, Routed};
 use super::upload_table::{ConnectionUploads, UploadTable};
 use super::{BoxFuture, Executor, Request, Response, UploadChunk};
 use crate::changes::ChangeInbox;
 use crate::metrics::ShardSnapshot;
 use crate::runtime::service::Service;
+use crate::transport::identity::Credential;
 use cobalt_proto::blockwise::uploads::Uploads;
 use cobalt_proto::endpoint::Event;
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
 use cobalt_proto::observe::relations::RelationKey;
 use cobalt_proto::session::{BlockLimits, Inbound, Session, SessionError, SessionEvent};
+use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -62,7 +65,29 @@ pub(crate) struct ReplyContext {
     /// Register an observer if the response is a success: the resource, the request
     /// and the version of the resource's state when the handler started (boxed: rare,
     /// and the context moves with every handler run).
-    register: Option<Box<(Observable, Message, u64)>>,
+    register: Option<Box<Registration>>,
+    /// The request passed the server's layers: their answer hooks run (boxed: only
+    /// on servers with layers).
+    layered: Option<Box<Passed>>,
+}
+
+/// A registering request as routed, and what to keep of its observer beyond it.
+type Registering = (Message, Option<ObserverExtras>);
+
+/// A request past the server's layers: its routing and, for a registration, what to
+/// keep of it.
+type LayeredRoute = (Result<Routed, Response>, Option<Box<Registering>>);
+
+/// An observer to register if its answer is a success.
+struct Registration {
+    /// The resource observed.
+    observable: Observable,
+    /// The registering request as it left the layers.
+    request: Message,
+    /// The version of the resource's state when the handler started.
+    version: u64,
+    /// What to keep of the observer beyond its request (a credential, extensions).
+    extras: Option<ObserverExtras>,
 }
 
 /// The server role over a session, keeping its uploads in `U`.
@@ -77,6 +102,12 @@ pub(crate) struct ServerRole<U> {
     client: Option<crate::Client>,
     /// Handlers handed off the loop whose answers have not come back.
     away: usize,
+    /// The server's layers, outermost first.
+    layers: Layers,
+    /// The transport served (for the peers' identities).
+    scheme: Scheme,
+    /// A layer handles proxy requests: they are not refused with 5.05.
+    proxying: bool,
 }
 
 /// The role of a datagram shard.
@@ -94,6 +125,7 @@ impl ShardRole {
         inbox: Arc<ChangeInbox>,
         completions: mpsc::UnboundedSender<Box<Completion>>,
         client: Option<crate::Client>,
+        front: Front,
     ) -> ShardRole {
         let budgets = tree.budgets();
         let blocks = BlockLimits {
@@ -108,7 +140,8 @@ impl ShardRole {
                 budgets.observers.clone(),
                 limits.clone(),
                 blocks,
-            ),
+            )
+            .with_layers(front.layers.clone(), front.scheme),
             blocks,
             inbox,
             tree,
@@ -116,6 +149,9 @@ impl ShardRole {
             completions,
             client,
             away: 0,
+            proxying: front.layers.proxies(),
+            layers: front.layers,
+            scheme: front.scheme,
         }
     }
 }
@@ -141,7 +177,8 @@ impl ConnectionRole {
         };
         let budget = shared.tree.budgets().observers.clone();
         ServerRole {
-            observers: FanOut::new(Vec::new(), Some(subscriber), budget, limits.clone(), blocks),
+            observers: FanOut::new(Vec::new(), Some(subscriber), budget, limits.clone(), blocks)
+                .with_layers(shared.front.layers.clone(), shared.front.scheme),
             uploads: shared.uploads.for_peer(peer),
             tree: shared.tree.clone(),
             blocks,
@@ -150,6 +187,9 @@ impl ConnectionRole {
             completions,
             client: None,
             away: 0,
+            proxying: shared.front.layers.proxies(),
+            layers: shared.front.layers.clone(),
+            scheme: shared.front.scheme,
         }
     }
 }
@@ -181,33 +221,91 @@ impl<U: UploadTable> ServerRole<U> {
         now: Instant,
         id: Inbound,
         peer: SocketAddr,
+        credential: Option<&Arc<Credential>>,
         block: StreamedBlock,
     ) {
-        let ctx = ReplyContext {
+        let mut ctx = ReplyContext {
             peer,
             block2: block.request.block2(),
             block1: block.block,
             upload: None,
             register: None,
+            layered: None,
         };
+        let mut request = self.request(peer, credential, block.request);
+        if let Some(answer) = self.enter_layers(&mut request, &mut ctx) {
+            return self.finish_reply(session, now, id, answer, ctx);
+        }
         let chunk = UploadChunk {
-            request: self.request(peer, block.request),
+            request,
             offset: block.offset,
             last: block.last,
         };
-        self.run(
-            session,
-            now,
-            (block.handler)(chunk),
-            &block.executor,
-            move |response| Completion::Reply { id, response, ctx },
-        );
+        let answer = self.wrap_answer(&ctx, (block.handler)(chunk));
+        self.run(session, now, answer, &block.executor, move |response| {
+            Completion::Reply { id, response, ctx }
+        });
     }
 
-    fn request(&self, peer: SocketAddr, message: Message) -> Request {
+    #[inline]
+    fn request(
+        &self,
+        peer: SocketAddr,
+        credential: Option<&Arc<Credential>>,
+        message: Message,
+    ) -> Request {
         let mut r = Request::new(peer, message);
+        r.set_identity(self.scheme, credential.cloned());
         r.client = self.client.clone();
         r
+    }
+
+    /// Passes `request` through the server's layers (nothing to do without layers);
+    /// the answer of a layer that stopped it, if one did.
+    #[inline(always)]
+    fn enter_layers(&self, request: &mut Request, ctx: &mut ReplyContext) -> Option<Response> {
+        if self.layers.is_empty() {
+            return None;
+        }
+        self.pass_layers(request, ctx)
+    }
+
+    /// Passes a request through the server's layers and routes it: the routing and,
+    /// for a registration, what to keep of it as it left the layers (an unwrapped
+    /// request, say); `Err` is the answer of a layer that stopped it.
+    #[cold]
+    fn route_layered(
+        &self,
+        peer: SocketAddr,
+        credential: Option<&Arc<Credential>>,
+        message: Message,
+        registers: bool,
+        ctx: &mut ReplyContext,
+    ) -> Result<LayeredRoute, Response> {
+        let mut request = self.request(peer, credential, message);
+        if let Some(answer) = self.pass_layers(&mut request, ctx) {
+            return Err(answer);
+        }
+        let registration =
+            registers.then(|| Box::new((request.message().clone(), ObserverExtras::of(&request))));
+        Ok((self.tree.route(request), registration))
+    }
+
+    /// [`ServerRole::enter_layers`] on a server with layers.
+    #[cold]
+    fn pass_layers(&self, request: &mut Request, ctx: &mut ReplyContext) -> Option<Response> {
+        let (passed, answer) = self.layers.enter(request);
+        ctx.layered = Some(Box::new(passed));
+        answer
+    }
+
+    /// The handler's answer wrapped by the layers the request passed.
+    #[inline]
+    fn wrap_answer(&self, ctx: &ReplyContext, answer: BoxFuture) -> BoxFuture {
+        match &ctx.layered {
+            Some(passed) => self.layers.wrap(passed, answer),
+            None => answer,
+        }
     }
 
     /// The answer to a registration that the budget refuses (4.29 or 5.03).
@@ -225,7 +323,13 @@ impl<U: UploadTable> ServerRole<U> {
     ) {
         let peer = ctx.peer;
         let mut registered: Option<RelationKey> = None;
-        if let Some((observable, request, version)) = ctx.register.map(|r| *r) {
+        if let Some(registration) = ctx.register {
+            let Registration {
+                observable,
+                request,
+                version,
+                extras,
+            } = *registration;
             if response.code.is_success() {
                 let key = (peer, request.token);
                 // An address not yet verified may be forged: its registration holds
@@ -242,11 +346,17 @@ impl<U: UploadTable> ServerRole<U> {
                         response
                             .options
                             .set(opt::OBSERVE, encode_uint(observable.current_seq()));
+                        if let Some(extras) = extras {
+                            self.observers.keep_extras(key, extras);
+                        }
                         registered = Some(key);
                     }
                     Err(refusal) => response = self.refused(refusal),
                 }
             }
+        }
+        if let Some(passed) = &ctx.layered {
+            self.layers.leave(passed, &mut response);
         }
         // A streamed block that was taken asks for the next one with 2.31.
         let full = acknowledge_block(response, ctx.block1).into_message();
@@ -267,6 +377,7 @@ impl<U: UploadTable> ServerRole<U> {
     }
 
     /// A handler's answer, ready at once or back from an executor.
+    #[inline]
     fn complete<S: Session>(&mut self, session: &mut S, now: Instant, done: Completion) {
         match done {
             Completion::Reply { id, response, ctx } => {
@@ -309,6 +420,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         now: Instant,
         id: Inbound,
         peer: SocketAddr,
+        credential: Option<&Arc<Credential>>,
         request: Message,
     ) {
         let observe = request.options.observe();
@@ -319,9 +431,9 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             self.observers.end(&(peer, request.token));
         }
         let blocks = self.blocks;
-        let tree = &self.tree;
+        let (tree, proxying) = (&self.tree, self.proxying);
         let step = self.uploads.with(|uploads| {
-            intake(uploads, tree, now, peer, request, |req, kept| {
+            intake(uploads, tree, proxying, now, peer, request, |req, kept| {
                 session.slice(peer, req.block2(), kept, blocks)
             })
         });
@@ -331,7 +443,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
                 return;
             }
             Intake::Streamed(block) => {
-                self.on_streamed_block(session, now, id, peer, block);
+                self.on_streamed_block(session, now, id, peer, credential, block);
                 return;
             }
             Intake::Handle {
@@ -340,7 +452,6 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
                 upload,
             } => (request, block1, upload),
         };
-        let registration = registers.then(|| request.clone());
         let token = request.token;
         let mut ctx = ReplyContext {
             peer,
@@ -348,27 +459,51 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             block1,
             upload,
             register: None,
+            layered: None,
         };
-        let routed = match self.tree.route(self.request(peer, request)) {
+        // Without layers the request goes straight to routing (built in place: this
+        // is every request's path).
+        let mut registration: Option<Box<Registering>> = None;
+        let routed = if self.layers.is_empty() {
+            if registers {
+                let extras = ObserverExtras::of_credential(credential);
+                registration = Some(Box::new((request.clone(), extras)));
+            }
+            self.tree.route(self.request(peer, credential, request))
+        } else {
+            match self.route_layered(peer, credential, request, registers, &mut ctx) {
+                Ok((routed, kept)) => {
+                    registration = kept;
+                    routed
+                }
+                Err(answer) => return self.finish_reply(session, now, id, answer, ctx),
+            }
+        };
+        let routed = match routed {
             Ok(x) => x,
             Err(resp) => return self.finish_reply(session, now, id, resp, ctx),
         };
-        if let Some((o, r)) = routed.observable.zip(registration) {
-            // Refused at once when the budget has no room: no handler run.
-            if let Err(refusal) = self.observers.check(&(peer, token)) {
-                let resp = self.refused(refusal);
-                return self.finish_reply(session, now, id, resp, ctx);
+        if let Some(observable) = routed.observable {
+            if let Some(kept) = registration {
+                // Refused at once when the budget has no room: no handler run.
+                if let Err(refusal) = self.observers.check(&(peer, token)) {
+                    let resp = self.refused(refusal);
+                    return self.finish_reply(session, now, id, resp, ctx);
+                }
+                let (request, extras) = *kept;
+                let version = self.observers.version(observable.id());
+                ctx.register = Some(Box::new(Registration {
+                    observable,
+                    request,
+                    version,
+                    extras,
+                }));
             }
-            let version = self.observers.version(o.id());
-            ctx.register = Some(Box::new((o, r, version)));
         }
-        self.run(
-            session,
-            now,
-            routed.future,
-            &routed.executor,
-            move |response| Completion::Reply { id, response, ctx },
-        );
+        let answer = self.wrap_answer(&ctx, routed.future);
+        self.run(session, now, answer, &routed.executor, move |response| {
+            Completion::Reply { id, response, ctx }
+        });
     }
 
     /// A handler's late answer.
@@ -413,6 +548,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
     fn step(&mut self, session: &mut S, now: Instant) {
         let mut runner = Runner {
             tree: &self.tree,
+            scheme: self.scheme,
             client: &self.client,
             completions: &self.completions,
             away: &mut self.away,
@@ -465,6 +601,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
 /// Runs GET handlers for notifications the way the role runs every handler.
 struct Runner<'a> {
     tree: &'a ResourceTree,
+    scheme: Scheme,
     client: &'a Option<crate::Client>,
     completions: &'a mpsc::UnboundedSender<Box<Completion>>,
     away: &'a mut usize,
@@ -475,9 +612,16 @@ impl Producer for Runner<'_> {
         &mut self,
         peer: SocketAddr,
         request: Message,
+        extras: Option<&ObserverExtras>,
         production: Production,
     ) -> Option<(Response, Production)> {
-        let mut req = Request::new(peer, request).watch_peer(production.peer_read.clone());
+        let credential = extras.and_then(|e| e.credential.clone());
+        let mut req = Request::new(peer, request)
+            .with_identity(self.scheme, credential)
+            .watch_peer(production.peer_read.clone());
+        if let Some(e) = extras {
+            *req.extensions_mut() = e.extensions.clone();
+        }
         req.client = self.client.clone();
         let (fut, executor) = match self.tree.route(req) {
             Ok(r) => (r.future, r.executor),

@@ -3,6 +3,7 @@
 //! (block sizes, BERT, confirmable notifications) is the session's.
 
 use super::*;
+use crate::server::layer::Front;
 use crate::server::{get, observe::Observable};
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::message::{codec, MessageType, TcpMessage, Token};
@@ -68,6 +69,7 @@ fn a_shard_role_answers_slices_and_notifies_over_the_endpoint() {
         inbox,
         done,
         None,
+        Front::plain(Scheme::Coap),
     );
     let config = EndpointConfig {
         amplification_factor: 0,
@@ -78,7 +80,7 @@ fn a_shard_role_answers_slices_and_notifies_over_the_endpoint() {
         ep.handle_datagram(now, peer(), &codec::encode(&request));
         while let Some(event) = Session::poll_event(ep) {
             if let SessionEvent::Request { id, peer, request } = event {
-                role.on_request(ep, now, id, peer, request);
+                role.on_request(ep, now, id, peer, None, request);
             }
         }
         let sent = ep.poll_transmit().expect("an answer");
@@ -152,6 +154,7 @@ fn connection(
         ServerLimits::default(),
         config.block_wise_transfer,
         8192,
+        Front::plain(Scheme::CoapTcp),
     );
     let (done, _back) = mpsc::unbounded_channel();
     let role = ConnectionRole::for_connection(&shared, peer(), done);
@@ -173,7 +176,7 @@ fn ask(
     pump(now, server, client);
     while let Some(event) = server.poll_event() {
         if let SessionEvent::Request { id, peer, request } = event {
-            role.on_request(server, now, id, peer, request);
+            role.on_request(server, now, id, peer, None, request);
         }
     }
     pump(now, server, client);

@@ -3,6 +3,7 @@
 //! listener) and the largest BERT block. Each connection runs its own
 //! [`ConnectionRole`](super::role::ConnectionRole) made from it.
 
+use super::layer::Front;
 use super::tree::ResourceTree;
 use super::upload_table::SharedUploads;
 use super::ServerLimits;
@@ -20,6 +21,8 @@ pub(crate) struct StreamShared {
     pub uploads: SharedUploads,
     /// Largest BERT block sent, in bytes.
     pub max_bert_block: usize,
+    /// The server's layers and the transport.
+    pub front: Front,
 }
 
 impl StreamShared {
@@ -29,6 +32,7 @@ impl StreamShared {
         limits: ServerLimits,
         bert: bool,
         max_bert_block: usize,
+        front: Front,
     ) -> StreamShared {
         let uploads = tree
             .budgets()
@@ -39,6 +43,7 @@ impl StreamShared {
             limits,
             uploads: SharedUploads::new(uploads),
             max_bert_block,
+            front,
         }
     }
 }

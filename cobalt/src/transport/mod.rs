@@ -2,6 +2,7 @@
 
 pub mod credentials;
 pub mod dtls;
+pub mod identity;
 pub mod limits;
 pub(crate) mod link;
 pub mod mmsg;

@@ -48,6 +48,8 @@ pub type TlsStream<S> = SslStream<S>;
 #[cfg(not(feature = "openssl"))]
 mod unavailable;
 #[cfg(not(feature = "openssl"))]
+pub(crate) use unavailable::peer_credential;
+#[cfg(not(feature = "openssl"))]
 pub use unavailable::{TlsAcceptor, TlsConnector, TlsStream};
 
 /// Cipher suites for TLS 1.2: ECDHE with AES-GCM or ChaCha20 for certificates, and the
@@ -297,4 +299,13 @@ pub fn negotiated<S>(stream: &SslStream<S>) -> (Option<&'static str>, Option<Vec
         ssl.current_cipher().map(|c| c.name()),
         ssl.selected_alpn_protocol().map(<[u8]>::to_vec),
     )
+}
+
+/// What the client of an accepted connection proved in its handshake: its PSK identity
+/// or the subject of its verified certificate (taken once per connection).
+#[cfg(feature = "openssl")]
+pub(crate) fn peer_credential<S>(
+    stream: &SslStream<S>,
+) -> Option<Arc<super::identity::Credential>> {
+    super::identity::credential_of(stream.ssl())
 }

@@ -108,10 +108,14 @@ mod certificate_check {
 
 /// Makes a (D)TLS server context look pre-shared keys up in `keys` by identity.
 pub(crate) fn set_psk_server(b: &mut SslContextBuilder, keys: Arc<PskStore>) {
-    b.set_psk_server_callback(move |_ssl, identity, psk| {
+    b.set_psk_server_callback(move |ssl, identity, psk| {
         let key = identity.and_then(|id| keys.get(id));
         match key {
             Some(k) if k.len() <= psk.len() => {
+                if let Some(id) = identity {
+                    // OpenSSL does not keep it for TLS 1.3 external PSKs.
+                    crate::transport::identity::remember_psk_identity(ssl, id);
+                }
                 psk[..k.len()].copy_from_slice(k);
                 Ok(k.len())
             }

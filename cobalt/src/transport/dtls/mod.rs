@@ -27,6 +27,7 @@
 //!
 //! The credentials it uses are in [`credentials`](super::credentials), shared with TLS.
 
+use super::identity::Credential;
 use cobalt_proto::endpoint::Transmit;
 use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
@@ -261,6 +262,9 @@ pub trait DtlsBackend: Send {
     /// [`DtlsBackend::poll_transmit`]), so that the peer can forget it at once; a
     /// handshake in progress silently.
     fn close_all(&mut self);
+    /// What the peer of the established session with `peer` proved in its handshake
+    /// (a server's view: PSK identity or verified certificate subject), if anything.
+    fn credential(&self, peer: SocketAddr) -> Option<std::sync::Arc<Credential>>;
     /// Sessions kept (handshaking or established).
     fn session_count(&self) -> usize;
     /// The counters.

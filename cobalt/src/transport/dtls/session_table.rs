@@ -7,6 +7,7 @@ use crate::transport::credentials::{
     expect_peer_name, load_x509, set_psk_client, set_psk_server, ClientCredentials, ClientPsk,
     PskStore, X509Credentials,
 };
+use crate::transport::identity::{credential_of, Credential};
 use crate::transport::per_ip::IpCounts;
 use cobalt_proto::address::AddressPrefix;
 use cobalt_proto::endpoint::Transmit;
@@ -77,6 +78,9 @@ struct Session {
     /// Server: the peer proved a credential (a pre-shared key, a verified client
     /// certificate); an anonymous session gives way to an authenticated one.
     authenticated: bool,
+    /// Server: what the peer proved (PSK identity, certificate subject), taken once
+    /// when the session is established and shared by its requests.
+    credential: Option<Arc<Credential>>,
     /// Server: the random of the ClientHello that started the session, to tell a
     /// retransmission or late duplicate of it from a new ClientHello.
     hello_random: Option<[u8; 32]>,
@@ -466,6 +470,7 @@ impl OpensslDtls {
                 pending: VecDeque::new(),
                 retransmit_at: None,
                 authenticated: false,
+                credential: None,
                 hello_random: None,
                 unanswered: VecDeque::new(),
             },
@@ -564,6 +569,9 @@ impl OpensslDtls {
         s.established = true;
         s.retransmit_at = None;
         s.authenticated = authenticated;
+        if authenticated {
+            s.credential = credential_of(s.stream.ssl());
+        }
         if self.role == Role::Server {
             self.sessions_per_ip.add(peer.ip());
             self.anonymous += usize::from(!authenticated);
@@ -885,6 +893,11 @@ impl DtlsBackend for OpensslDtls {
             }
             self.end_session(peer, "closed by this end (close_notify)".into());
         }
+    }
+
+    fn credential(&self, peer: SocketAddr) -> Option<Arc<Credential>> {
+        let s = self.sessions.get(&peer)?;
+        s.credential.clone().filter(|_| s.established)
     }
 
     fn session_count(&self) -> usize {

@@ -113,6 +113,12 @@ impl DtlsBackend for OpensslDtls {
     fn close_all(&mut self) {
         match self.0 {}
     }
+    fn credential(
+        &self,
+        _: SocketAddr,
+    ) -> Option<std::sync::Arc<crate::transport::identity::Credential>> {
+        match self.0 {}
+    }
     fn session_count(&self) -> usize {
         match self.0 {}
     }
