@@ -257,7 +257,7 @@ fn serve(ep: &mut Endpoint, role: &mut ShardRole, now: Instant) {
     while let Some(event) = Session::poll_event(ep) {
         match event {
             SessionEvent::Request { id, peer, request } => {
-                role.on_request(ep, now, id, peer, request)
+                role.on_request(ep, now, id, peer, None, request)
             }
             other => Service::<Endpoint>::on_event(role, other),
         }
@@ -306,7 +306,14 @@ fn registrations_from_unverified_addresses_hold_no_observer_slot() {
         max_observers_per_ip: 2,
         ..ServerLimits::default()
     };
-    let mut role = ShardRole::for_shard(tree.clone(), limits, inbox, done, None);
+    let mut role = ShardRole::for_shard(
+        tree.clone(),
+        limits,
+        inbox,
+        done,
+        None,
+        Front::plain(Scheme::Coap),
+    );
     let mut ep = Endpoint::new(EndpointConfig::default(), now);
     // A legitimate observer proves its address and is registered.
     let first = register_verified(&mut ep, &mut role, now, peer(), 1);
@@ -367,6 +374,7 @@ fn confirmable_notifications(
         inbox,
         done,
         None,
+        Front::plain(Scheme::Coap),
     );
     let config = EndpointConfig {
         amplification_factor: 0,
