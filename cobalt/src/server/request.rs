@@ -1,8 +1,10 @@
 //! What a handler receives ([`Request`]) and returns ([`BoxFuture`] of a
 //! [`Response`], or anything [`IntoResponse`]).
 
+use super::pattern::RoutePattern;
 pub use crate::response::{IntoResponse, Response};
 use cobalt_proto::message::{Code, Message, Options};
+use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,6 +21,14 @@ pub struct Request {
     pub(crate) client: Option<crate::Client>,
     /// Set when the handler asks for the peer (its answer then depends on who asks).
     peer_read: Option<Arc<AtomicBool>>,
+    /// Where the parameters of the route that matched are (none for a static route).
+    pattern: Option<Arc<RoutePattern>>,
+    /// The segments a `{*name}` wildcard took, joined with `/`.
+    rest: String,
+    /// The routes (and state) of the server that received it: a
+    /// [`Routes`](super::Routes)' shared part, behind `Any` so that requests need not
+    /// know the tree they are routed in (see `routes.rs`).
+    pub(crate) server: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Request {
@@ -29,7 +39,67 @@ impl Request {
             message,
             client: None,
             peer_read: None,
+            pattern: None,
+            rest: String::new(),
+            server: None,
         }
+    }
+
+    /// Records the route with parameters that matched this request.
+    pub(crate) fn set_pattern(&mut self, pattern: Arc<RoutePattern>) {
+        self.rest.clear();
+        if let Some((_, first)) = pattern.rest() {
+            for (i, seg) in self.message.options.uri_path().skip(first).enumerate() {
+                if i > 0 {
+                    self.rest.push('/');
+                }
+                self.rest.push_str(seg);
+            }
+        }
+        self.pattern = Some(pattern);
+    }
+
+    /// The value of the route parameter `name`: the Uri-Path segment that `{name}`
+    /// matched, or the segments that `{*name}` matched joined with `/` (`""` for none).
+    /// `None` when the route that matched has no parameter so named (a static route
+    /// has none).
+    ///
+    /// ```
+    /// # use cobalt::server::{get, Request, Server};
+    /// let server = Server::new().route(
+    ///     "/rd/{id}/{*rest}",
+    ///     get(|req: Request| async move {
+    ///         format!("{:?} {:?}", req.param("id"), req.param("rest"))
+    ///     }),
+    /// );
+    /// ```
+    pub fn param(&self, name: &str) -> Option<&str> {
+        let pattern = self.pattern.as_ref()?;
+        if let Some(i) = pattern.segment_of(name) {
+            return self.message.options.uri_path().nth(i);
+        }
+        match pattern.rest() {
+            Some((rest, _)) if rest == name => Some(&self.rest),
+            _ => None,
+        }
+    }
+
+    /// Every route parameter as `(name, value)`, in path order (the wildcard last).
+    pub fn params(&self) -> impl Iterator<Item = (&str, &str)> {
+        let pattern = self.pattern.as_deref();
+        let segments = pattern.into_iter().flat_map(|p| {
+            p.params()
+                .filter_map(|(name, i)| Some((name, self.message.options.uri_path().nth(i)?)))
+        });
+        let rest = pattern
+            .and_then(RoutePattern::rest)
+            .map(|(name, _)| (name, self.rest.as_str()));
+        segments.chain(rest)
+    }
+
+    /// Takes the payload out of the request.
+    pub(crate) fn take_payload(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.message.payload)
     }
 
     /// Sets `flag` when the handler asks for [`Request::peer`].

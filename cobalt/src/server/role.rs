@@ -13,8 +13,8 @@ use super::handoff::run_handler;
 use super::intake::{acknowledge_block, intake, Intake, StreamedBlock};
 use super::limits::ServerLimits;
 use super::observe::Observable;
+use super::routes::CurrentTree;
 use super::stream::StreamShared;
-use super::tree::ResourceTree;
 use super::upload_table::{ConnectionUploads, UploadTable};
 use super::{BoxFuture, Executor, Request, Response, UploadChunk};
 use crate::changes::ChangeInbox;
@@ -67,7 +67,8 @@ pub(crate) struct ReplyContext {
 
 /// The server role over a session, keeping its uploads in `U`.
 pub(crate) struct ServerRole<U> {
-    tree: Arc<ResourceTree>,
+    /// The routes, refreshed before each request and each batch of notifications.
+    tree: CurrentTree,
     limits: ServerLimits,
     blocks: BlockLimits,
     observers: FanOut,
@@ -89,7 +90,7 @@ impl ShardRole {
     /// The role of a shard serving `tree`, whose observable resources post their
     /// changes to `inbox`; `client` is the shard's client for handlers.
     pub(crate) fn for_shard(
-        tree: Arc<ResourceTree>,
+        tree: CurrentTree,
         limits: ServerLimits,
         inbox: Arc<ChangeInbox>,
         completions: mpsc::UnboundedSender<Box<Completion>>,
@@ -139,11 +140,12 @@ impl ConnectionRole {
             peer,
             inbox: inbox.clone(),
         };
-        let budget = shared.tree.budgets().observers.clone();
+        let tree = shared.routes.serve();
+        let budget = tree.budgets().observers.clone();
         ServerRole {
             observers: FanOut::new(Vec::new(), Some(subscriber), budget, limits.clone(), blocks),
             uploads: shared.uploads.for_peer(peer),
-            tree: shared.tree.clone(),
+            tree,
             blocks,
             inbox,
             limits,
@@ -305,6 +307,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         peer: SocketAddr,
         request: Message,
     ) {
+        self.tree.refresh();
         let observe = request.options.observe();
         let registers = request.code == Code::GET && observe == Some(0);
         if !registers {
@@ -402,6 +405,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
 
     /// Sends up to `observe_batch` notifications (running GET handlers as needed).
     fn step(&mut self, session: &mut S, now: Instant) {
+        self.tree.refresh();
         let mut runner = Runner {
             tree: &self.tree,
             client: &self.client,
@@ -455,7 +459,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
 
 /// Runs GET handlers for notifications the way the role runs every handler.
 struct Runner<'a> {
-    tree: &'a ResourceTree,
+    tree: &'a CurrentTree,
     client: &'a Option<crate::Client>,
     completions: &'a mpsc::UnboundedSender<Box<Completion>>,
     away: &'a mut usize,

@@ -3,16 +3,15 @@
 //! listener) and the largest BERT block. Each connection runs its own
 //! [`ConnectionRole`](super::role::ConnectionRole) made from it.
 
-use super::tree::ResourceTree;
+use super::routes::Routes;
 use super::upload_table::SharedUploads;
 use super::ServerLimits;
 use cobalt_proto::blockwise::uploads::Uploads;
-use std::sync::Arc;
 
 /// What one listener's connections share.
 pub(crate) struct StreamShared {
     /// The resources.
-    pub tree: Arc<ResourceTree>,
+    pub routes: Routes,
     /// Observers, uploads, block size.
     pub limits: ServerLimits,
     /// Uploads in progress and kept answers of all connections: one set of budgets
@@ -26,15 +25,15 @@ pub(crate) struct StreamShared {
 impl StreamShared {
     /// The shared state of a listener whose connections announce BERT when `bert`.
     pub(crate) fn new(
-        tree: Arc<ResourceTree>,
+        routes: Routes,
         limits: ServerLimits,
         bert: bool,
         max_bert_block: usize,
     ) -> StreamShared {
-        let uploads =
-            Uploads::new(limits.uploads.clone(), tree.budgets().counters.clone()).with_bert(bert);
+        let counters = routes.serve().budgets().counters.clone();
+        let uploads = Uploads::new(limits.uploads.clone(), counters).with_bert(bert);
         StreamShared {
-            tree,
+            routes,
             limits,
             uploads: SharedUploads::new(uploads),
             max_bert_block,
