@@ -209,3 +209,133 @@ impl FromRequest<super::handler::via::Request> for Text {
             .map_err(|e| bad_request(format!("the payload is not UTF-8 text: {e}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::tree::ResourceTree;
+    use crate::server::{get, put, MethodRouter};
+    use cobalt_proto::message::{Message, MessageType};
+    use futures_util::FutureExt;
+
+    /// The answer of a tree holding `resource` at `route` to `method path?query` with
+    /// `payload`.
+    fn answer(route: &str, resource: MethodRouter, path: &str, payload: &[u8]) -> Response {
+        let mut tree = ResourceTree::new();
+        tree.insert(route, resource);
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let mut m = Message::new(MessageType::Confirmable, Code::PUT, 1);
+        m.options.set_uri_path(path);
+        if !query.is_empty() {
+            m.options.set_uri_query(query);
+        }
+        m.payload = payload.to_vec();
+        let req = Request::new("127.0.0.1:9".parse().unwrap(), m);
+        match tree.dispatch(req) {
+            Ok(fut) => fut.now_or_never().expect("ready at once"),
+            Err(refused) => refused,
+        }
+    }
+
+    #[test]
+    fn path_parses_one_several_or_all_parameters() {
+        let one = put(|Path(id): Path<u32>| async move { format!("{}", id + 1) });
+        assert_eq!(
+            answer("/rd/{id}", one.clone(), "/rd/41", b"").text_payload(),
+            "42"
+        );
+        let bad = answer("/rd/{id}", one, "/rd/x1", b"");
+        assert_eq!(bad.code, Code::BAD_REQUEST);
+        let why = bad.text_payload();
+        assert!(
+            why.contains("`id`") && why.contains("\"x1\"") && why.contains("u32"),
+            "{why}"
+        );
+
+        let two = put(|Path((a, b)): Path<(String, i8)>| async move { format!("{a}{b}") });
+        assert_eq!(
+            answer("/{a}/{b}", two.clone(), "/x/-3", b"").text_payload(),
+            "x-3"
+        );
+        let mismatch = answer("/{a}", two, "/x", b"");
+        assert_eq!(
+            mismatch.code,
+            Code::INTERNAL_SERVER_ERROR,
+            "the server's mistake"
+        );
+        assert!(
+            mismatch.text_payload().contains("2 path parameter"),
+            "{mismatch:?}"
+        );
+
+        let all = put(|Path(m): Path<HashMap<String, String>>| async move {
+            format!("{} {}", m["dir"], m["rest"])
+        });
+        assert_eq!(
+            answer("/f/{dir}/{*rest}", all, "/f/d/x/y", b"").text_payload(),
+            "d x/y"
+        );
+    }
+
+    #[test]
+    fn query_gives_items_pairs_or_a_map() {
+        let items = put(|Query(q): Query<Vec<String>>| async move { q.join("|") });
+        assert_eq!(
+            answer("/q", items, "/q?a=1&flag&a=2", b"").text_payload(),
+            "a=1|flag|a=2"
+        );
+        let map = put(|Query(q): Query<HashMap<String, String>>| async move {
+            format!("{} {:?} {}", q["a"], q["flag"], q.len())
+        });
+        assert_eq!(
+            answer("/q", map, "/q?a=1&flag&a=2", b"").text_payload(),
+            "1 \"\" 2"
+        );
+        let pairs = put(|Query(q): Query<Vec<(String, String)>>| async move { format!("{q:?}") });
+        assert_eq!(
+            answer("/q", pairs, "/q?k=v=w", b"").text_payload(),
+            r#"[("k", "v=w")]"#
+        );
+    }
+
+    #[test]
+    fn payload_and_text_take_the_body_last() {
+        let bytes = put(|Payload(p): Payload| async move { format!("{}", p.len()) });
+        assert_eq!(answer("/b", bytes, "/b", b"\xff\x00").text_payload(), "2");
+        let text = put(|Text(t): Text| async move { t.to_uppercase() });
+        assert_eq!(answer("/t", text.clone(), "/t", b"hi").text_payload(), "HI");
+        let bad = answer("/t", text, "/t", b"\xff");
+        assert_eq!(bad.code, Code::BAD_REQUEST);
+        assert!(bad.text_payload().contains("UTF-8"), "{bad:?}");
+    }
+
+    #[test]
+    fn four_arguments_and_the_request_itself() {
+        let four = put(
+            |Path(id): Path<String>, Query(q): Query<Vec<String>>, req: Request| async move {
+                format!("{id} {} {}", q.len(), req.method())
+            },
+        );
+        assert_eq!(
+            answer("/x/{id}", four, "/x/7?a", b"").text_payload(),
+            "7 1 PUT"
+        );
+        let all = put(
+            |Path(id): Path<u8>,
+             Query(q): Query<Vec<String>>,
+             routes: crate::server::Routes,
+             Text(t): Text| async move {
+                format!("{id} {} {} {t}", q.len(), routes.links().len())
+            },
+        );
+        assert_eq!(
+            answer("/x/{id}", all, "/x/7?a&b", b"body").text_payload(),
+            "7 2 0 body"
+        );
+        let none = get(|| async { "still" });
+        assert_eq!(
+            answer("/n", none.put(|| async { "put" }), "/n", b"").text_payload(),
+            "put"
+        );
+    }
+}

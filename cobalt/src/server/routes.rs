@@ -209,12 +209,6 @@ impl CurrentTree {
         req.server = Some(self.routes.inner.clone());
         self.tree.route(req)
     }
-
-    /// The routes this tree is a version of.
-    #[cfg(test)]
-    pub(crate) fn routes(&self) -> &Routes {
-        &self.routes
-    }
 }
 
 impl std::ops::Deref for CurrentTree {
@@ -272,5 +266,137 @@ impl<S: Clone + Send + Sync + 'static> FromRequestParts for State<S> {
                 )
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::{get, post};
+    use cobalt_proto::message::{Code, Message, MessageType};
+    use futures_util::FutureExt;
+
+    fn request(method: Code, path: &str) -> Request {
+        let mut m = Message::new(MessageType::Confirmable, method, 1);
+        m.options.set_uri_path(path);
+        Request::new("127.0.0.1:9".parse().unwrap(), m)
+    }
+
+    fn answer(tree: &CurrentTree, method: Code, path: &str) -> Response {
+        match tree.route(request(method, path)) {
+            Ok(routed) => routed.future.now_or_never().expect("ready at once"),
+            Err(refused) => refused,
+        }
+    }
+
+    #[test]
+    fn a_served_tree_sees_edits_after_refreshing() {
+        let routes = Routes::new(ResourceTree::new(), None);
+        let mut served = routes.serve();
+        routes
+            .insert("/late", get(|| async { "late" }).rt("x"))
+            .unwrap();
+        assert_eq!(
+            answer(&served, Code::GET, "/late").code,
+            Code::NOT_FOUND,
+            "the version served until the next refresh"
+        );
+        served.refresh();
+        assert_eq!(answer(&served, Code::GET, "/late").text_payload(), "late");
+        assert_eq!(routes.links()[0].target, "/late");
+        assert!(routes.remove("/late"));
+        assert!(!routes.remove("/late"));
+        served.refresh();
+        assert_eq!(answer(&served, Code::GET, "/late").code, Code::NOT_FOUND);
+        assert!(routes.links().is_empty());
+        let bad = routes
+            .insert("/x/{*a}/b", get(|| async { "" }))
+            .unwrap_err();
+        assert!(bad.to_string().contains("last segment"), "{bad}");
+    }
+
+    #[test]
+    fn a_handler_adds_routes_and_a_request_by_hand_has_its_own() {
+        let mut tree = ResourceTree::new();
+        tree.insert(
+            "/things",
+            post(|routes: Routes, req: Request| async move {
+                let n = String::from_utf8_lossy(req.payload()).into_owned();
+                let path = format!("/things/{n}");
+                let body = format!("thing {n}");
+                let made = routes.insert(&path, get(move || std::future::ready(body.clone())));
+                made.map(|()| Response::created(&path))
+                    .map_err(|e| Response::new(Code::BAD_REQUEST).with_payload(e.to_string()))
+            }),
+        );
+        let routes = Routes::new(tree, None);
+        let mut served = routes.serve();
+        let mut m = Message::new(MessageType::Confirmable, Code::POST, 1);
+        m.options.set_uri_path("/things");
+        m.payload = b"42".to_vec();
+        let create = Request::new("127.0.0.1:9".parse().unwrap(), m);
+        let created = match served.route(create) {
+            Ok(r) => r.future.now_or_never().unwrap(),
+            Err(r) => r,
+        };
+        assert_eq!(created.code, Code::CREATED, "{created:?}");
+        served.refresh();
+        assert_eq!(
+            answer(&served, Code::GET, "/things/42").text_payload(),
+            "thing 42"
+        );
+        let by_hand = request(Code::GET, "/things");
+        by_hand.routes().insert("/x", get(|| async { "" })).unwrap();
+        assert!(
+            !routes.contains("/x"),
+            "a request built by hand has routes of its own"
+        );
+    }
+
+    #[test]
+    fn observables_added_later_post_to_the_shards() {
+        let routes = Routes::new(ResourceTree::new(), None);
+        let inbox = Arc::new(ChangeInbox::default());
+        routes.attach_shards(vec![inbox.clone()]);
+        let o = crate::server::Observable::new();
+        routes
+            .insert("/obs/{n}", get(|| async { "x" }).observable(&o))
+            .unwrap();
+        o.changed();
+        let taken = inbox.take();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].0, o.id());
+        assert!(routes.remove("/obs/{n}"));
+        let taken = inbox.take();
+        assert!(
+            taken[0].1.deleted,
+            "observers are told the resource is gone"
+        );
+    }
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct Db(u32);
+
+    #[test]
+    fn state_reaches_handlers_and_the_wrong_type_is_a_clear_5_00() {
+        let mut tree = ResourceTree::new();
+        tree.insert(
+            "/db",
+            get(|State(db): State<Db>| async move { format!("{}", db.0) }),
+        );
+        tree.insert(
+            "/wrong",
+            get(|State(n): State<u64>| async move { format!("{n}") }),
+        );
+        let served = Routes::new(tree.clone(), Some(StateValue::new(Db(7)))).serve();
+        assert_eq!(answer(&served, Code::GET, "/db").text_payload(), "7");
+        let wrong = answer(&served, Code::GET, "/wrong");
+        assert_eq!(wrong.code, Code::INTERNAL_SERVER_ERROR);
+        let why = wrong.text_payload();
+        assert!(why.contains("State<u64>") && why.contains("Db"), "{why}");
+        let stateless = Routes::new(tree, None).serve();
+        let none = answer(&stateless, Code::GET, "/db");
+        assert_eq!(none.code, Code::INTERNAL_SERVER_ERROR);
+        assert!(none.text_payload().contains("with_state"), "{none:?}");
     }
 }

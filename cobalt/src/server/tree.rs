@@ -503,3 +503,7 @@ fn with_segments<'m, R>(message: &'m Message, f: impl FnOnce(&[&'m str]) -> R) -
 fn is_well_known_core<'a>(mut path: impl Iterator<Item = &'a str>) -> bool {
     path.next() == Some(".well-known") && path.next() == Some("core") && path.next().is_none()
 }
+
+#[cfg(test)]
+#[path = "tree_tests.rs"]
+mod tests;
