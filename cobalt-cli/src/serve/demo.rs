@@ -34,7 +34,8 @@ impl Demo {
     }
 }
 
-/// Adds `/benchmark`, `/time`, `/echo`, `/separate`, `/obs`, `/state`, `/large` and `/upload`.
+/// Adds `/benchmark` (and `/benchmark/{n}`, the same answer through a route with a
+/// parameter, to measure what matching a parameter costs), `/time`, `/echo`, `/separate`, `/obs`, `/state`, `/large` and `/upload`.
 pub fn routes(server: Server) -> (Server, Demo) {
     let demo = Demo {
         ticker: Observable::new(),
@@ -49,6 +50,7 @@ pub fn routes(server: Server) -> (Server, Demo) {
                 .rt("benchmark")
                 .ct(content_format::TEXT_PLAIN),
         )
+        .route("/benchmark/{n}", get(|| async { "hello world" }))
         .route(
             "/time",
             get(|| async { Response::text(now_utc()).with_max_age(1) })
