@@ -204,3 +204,15 @@ fn stream_uploads_of_pattern_routes_see_their_parameters() {
     let r = handler(chunk).now_or_never().unwrap();
     assert_eq!(r.text_payload(), "file.bin");
 }
+
+#[test]
+fn long_paths_match_patterns_past_the_inline_segments() {
+    let mut tree = ResourceTree::new();
+    tree.insert("/deep/{*rest}", named("deep"));
+    let segments: Vec<String> = (0..INLINE_SEGMENTS + 4).map(|i| i.to_string()).collect();
+    let path = format!("/deep/{}", segments.join("/"));
+    assert_eq!(
+        text(&tree, &path),
+        format!("deep rest={}", segments.join("/"))
+    );
+}
