@@ -449,7 +449,7 @@ impl Server {
         } = started;
         Ok(ServerHandle {
             datagram: listening,
-            limit_counters: routes.serve().budgets().counters.clone(),
+            limit_counters: routes.budgets().counters.clone(),
             routes,
             commands,
             threads,

@@ -159,6 +159,11 @@ impl Routes {
         self.current().tree.contains(path)
     }
 
+    /// The budgets of the server's peers (the same in every version of the tree).
+    pub(crate) fn budgets(&self) -> Arc<super::budget::Budgets> {
+        self.current().tree.budgets()
+    }
+
     /// What `/.well-known/core` lists now.
     pub fn links(&self) -> Vec<Link> {
         self.current().tree.links().to_vec()

@@ -30,7 +30,7 @@ impl StreamShared {
         bert: bool,
         max_bert_block: usize,
     ) -> StreamShared {
-        let counters = routes.serve().budgets().counters.clone();
+        let counters = routes.budgets().counters.clone();
         let uploads = Uploads::new(limits.uploads.clone(), counters).with_bert(bert);
         StreamShared {
             routes,
