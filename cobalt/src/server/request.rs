@@ -13,6 +13,15 @@ use std::sync::Arc;
 pub type BoxFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send + 'static>>;
 
+/// The route with parameters that a request matched.
+#[derive(Debug, Clone)]
+struct Matched {
+    /// Where its parameters are in the Uri-Path.
+    pattern: Arc<RoutePattern>,
+    /// The segments a `{*name}` wildcard took, joined with `/`.
+    rest: String,
+}
+
 /// A request as a handler sees it.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -21,10 +30,9 @@ pub struct Request {
     pub(crate) client: Option<crate::Client>,
     /// Set when the handler asks for the peer (its answer then depends on who asks).
     peer_read: Option<Arc<AtomicBool>>,
-    /// Where the parameters of the route that matched are (none for a static route).
-    pattern: Option<Arc<RoutePattern>>,
-    /// The segments a `{*name}` wildcard took, joined with `/`.
-    rest: String,
+    /// The route with parameters that matched, if it has any (boxed: a static route's
+    /// request carries one pointer for it).
+    matched: Option<Box<Matched>>,
     /// The routes (and state) of the server that received it: a
     /// [`Routes`](super::Routes)' shared part, behind `Any` so that requests need not
     /// know the tree they are routed in (see `routes.rs`).
@@ -39,24 +47,23 @@ impl Request {
             message,
             client: None,
             peer_read: None,
-            pattern: None,
-            rest: String::new(),
+            matched: None,
             server: None,
         }
     }
 
     /// Records the route with parameters that matched this request.
     pub(crate) fn set_pattern(&mut self, pattern: Arc<RoutePattern>) {
-        self.rest.clear();
+        let mut rest = String::new();
         if let Some((_, first)) = pattern.rest() {
             for (i, seg) in self.message.options.uri_path().skip(first).enumerate() {
                 if i > 0 {
-                    self.rest.push('/');
+                    rest.push('/');
                 }
-                self.rest.push_str(seg);
+                rest.push_str(seg);
             }
         }
-        self.pattern = Some(pattern);
+        self.matched = Some(Box::new(Matched { pattern, rest }));
     }
 
     /// The value of the route parameter `name`: the Uri-Path segment that `{name}`
@@ -74,26 +81,25 @@ impl Request {
     /// );
     /// ```
     pub fn param(&self, name: &str) -> Option<&str> {
-        let pattern = self.pattern.as_ref()?;
-        if let Some(i) = pattern.segment_of(name) {
+        let matched = self.matched.as_deref()?;
+        if let Some(i) = matched.pattern.segment_of(name) {
             return self.message.options.uri_path().nth(i);
         }
-        match pattern.rest() {
-            Some((rest, _)) if rest == name => Some(&self.rest),
+        match matched.pattern.rest() {
+            Some((rest, _)) if rest == name => Some(&matched.rest),
             _ => None,
         }
     }
 
     /// Every route parameter as `(name, value)`, in path order (the wildcard last).
     pub fn params(&self) -> impl Iterator<Item = (&str, &str)> {
-        let pattern = self.pattern.as_deref();
-        let segments = pattern.into_iter().flat_map(|p| {
-            p.params()
+        let matched = self.matched.as_deref();
+        let segments = matched.into_iter().flat_map(|m| {
+            m.pattern
+                .params()
                 .filter_map(|(name, i)| Some((name, self.message.options.uri_path().nth(i)?)))
         });
-        let rest = pattern
-            .and_then(RoutePattern::rest)
-            .map(|(name, _)| (name, self.rest.as_str()));
+        let rest = matched.and_then(|m| Some((m.pattern.rest()?.0, m.rest.as_str())));
         segments.chain(rest)
     }
 

@@ -199,6 +199,7 @@ pub(crate) struct CurrentTree {
 
 impl CurrentTree {
     /// Takes the routes' latest tree if they were edited since the last call.
+    #[inline]
     pub(crate) fn refresh(&mut self) {
         let epoch = self.routes.inner.epoch.load(Ordering::Acquire);
         if epoch != self.epoch {
@@ -210,6 +211,7 @@ impl CurrentTree {
 
     /// Routes a request in the tree (see [`ResourceTree::dispatch`]); the handler can
     /// reach these routes and the server's state from the request.
+    #[inline]
     pub(crate) fn route(&self, mut req: Request) -> Result<Routed, Response> {
         req.server = Some(self.routes.inner.clone());
         self.tree.route(req)

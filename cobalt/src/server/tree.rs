@@ -296,6 +296,7 @@ impl ResourceTree {
 
     /// The resource for a request's Uri-Path: a static route, a route with
     /// parameters, or the fallback.
+    #[inline]
     fn lookup(&self, message: &Message) -> Option<(&Resource, Option<&Executor>)> {
         self.find(message.options.uri_path())
             .or_else(|| self.lookup_slow(message))
@@ -303,6 +304,7 @@ impl ResourceTree {
 
     /// [`ResourceTree::lookup`] past the static walk: routes with parameters, then
     /// the fallback (running on its own executor or the root's).
+    #[inline(never)]
     fn lookup_slow(&self, message: &Message) -> Option<(&Resource, Option<&Executor>)> {
         with_segments(message, |segments| self.find_pattern(segments)).or_else(|| {
             let fallback = self.fallback.as_ref()?;
@@ -383,16 +385,10 @@ impl ResourceTree {
     /// handler is wrapped to give each block's request the route's parameters.
     pub(crate) fn stream_route(&self, req: &Message) -> Option<(BoxedChunkHandler, Executor)> {
         let (resource, executor) = self.lookup(req)?;
-        let h = resource.router.stream_handler(req.code)?.clone();
+        let h = resource.router.stream_handler(req.code)?;
         let h = match &resource.pattern {
-            None => h,
-            Some(pattern) => {
-                let pattern = pattern.clone();
-                Arc::new(move |mut chunk: UploadChunk| {
-                    chunk.request.set_pattern(pattern.clone());
-                    h(chunk)
-                })
-            }
+            None => h.clone(),
+            Some(pattern) => with_params(h, pattern),
         };
         Some((h, executor.cloned().unwrap_or_default()))
     }
@@ -476,6 +472,16 @@ impl ResourceTree {
         Response::content(link_format::encode(&owned).into_bytes())
             .with_content_format(content_format::LINK_FORMAT)
     }
+}
+
+/// `h`, giving each block's request the parameters of the route `pattern`.
+#[cold]
+fn with_params(h: &BoxedChunkHandler, pattern: &Arc<RoutePattern>) -> BoxedChunkHandler {
+    let (h, pattern) = (h.clone(), pattern.clone());
+    Arc::new(move |mut chunk: UploadChunk| {
+        chunk.request.set_pattern(pattern.clone());
+        h(chunk)
+    })
 }
 
 /// Uri-Path segments gathered on the stack to match routes with parameters; a longer
