@@ -60,14 +60,16 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Handlers are async functions of nothing, of the [`Request`], or of its parts, answering
+//! Handlers are async functions of nothing, of the [`Request`], or of its parts (see
+//! [routes, state and extractors](#routes-state-and-extractors)), answering
 //! anything [`server::IntoResponse`]: a string, bytes, a `(Code, body)` pair or a
 //! [`Response`]. A handler that is ready on its first poll is answered inline, piggybacked
 //! on the ACK, without leaving the shard's thread; one that takes longer than
 //! `separate_ack_delay` (1 s) gets an empty ACK and its answer goes out later as a
 //! confirmable separate response. A handler that panics is answered 5.00 and the server
-//! keeps serving. Unknown paths get 4.04, other methods 4.05, and
-//! `/.well-known/core` (RFC 6690) is generated from the tree, with query filters.
+//! keeps serving. Unknown paths get 4.04 (or the [`Server::fallback`]'s answer), other
+//! methods 4.05, and `/.well-known/core` (RFC 6690) is generated from the tree, with
+//! query filters.
 //!
 //! [`ServerHandle::shutdown`] stops reading, lets handlers in progress answer for a grace
 //! period, and releases every socket and connection.
