@@ -209,6 +209,7 @@ impl<U: UploadTable> ServerRole<U> {
     fn request(&self, peer: SocketAddr, message: Message) -> Request {
         let mut r = Request::new(peer, message);
         r.client = self.client.clone();
+        self.tree.link(&mut r);
         r
     }
 
@@ -474,6 +475,7 @@ impl Producer for Runner<'_> {
     ) -> Option<(Response, Production)> {
         let mut req = Request::new(peer, request).watch_peer(production.peer_read.clone());
         req.client = self.client.clone();
+        self.tree.link(&mut req);
         let (fut, executor) = match self.tree.route(req) {
             Ok(r) => (r.future, r.executor),
             Err(resp) => return Some((resp, production)),

@@ -11,7 +11,7 @@
 use super::handler::{FromRequestParts, MethodRouter};
 use super::pattern::InvalidRoute;
 use super::request::{Request, Response};
-use super::tree::{ResourceTree, Routed};
+use super::tree::ResourceTree;
 use crate::changes::ChangeInbox;
 use cobalt_proto::link_format::Link;
 use std::any::Any;
@@ -209,12 +209,11 @@ impl CurrentTree {
         }
     }
 
-    /// Routes a request in the tree (see [`ResourceTree::dispatch`]); the handler can
-    /// reach these routes and the server's state from the request.
+    /// Lets `req` reach these routes and the server's state (its handler's
+    /// [`Routes`] and [`State`] arguments).
     #[inline]
-    pub(crate) fn route(&self, mut req: Request) -> Result<Routed, Response> {
+    pub(crate) fn link(&self, req: &mut Request) {
         req.server = Some(self.routes.inner.clone());
-        self.tree.route(req)
     }
 }
 
@@ -290,7 +289,9 @@ mod tests {
     }
 
     fn answer(tree: &CurrentTree, method: Code, path: &str) -> Response {
-        match tree.route(request(method, path)) {
+        let mut req = request(method, path);
+        tree.link(&mut req);
+        match tree.route(req) {
             Ok(routed) => routed.future.now_or_never().expect("ready at once"),
             Err(refused) => refused,
         }
@@ -341,7 +342,8 @@ mod tests {
         let mut m = Message::new(MessageType::Confirmable, Code::POST, 1);
         m.options.set_uri_path("/things");
         m.payload = b"42".to_vec();
-        let create = Request::new("127.0.0.1:9".parse().unwrap(), m);
+        let mut create = Request::new("127.0.0.1:9".parse().unwrap(), m);
+        served.link(&mut create);
         let created = match served.route(create) {
             Ok(r) => r.future.now_or_never().unwrap(),
             Err(r) => r,

@@ -294,16 +294,8 @@ impl ResourceTree {
         self.root.search(segments, None)
     }
 
-    /// The resource for a request's Uri-Path: a static route, a route with
-    /// parameters, or the fallback.
-    #[inline]
-    fn lookup(&self, message: &Message) -> Option<(&Resource, Option<&Executor>)> {
-        self.find(message.options.uri_path())
-            .or_else(|| self.lookup_slow(message))
-    }
-
-    /// [`ResourceTree::lookup`] past the static walk: routes with parameters, then
-    /// the fallback (running on its own executor or the root's).
+    /// The resource for a request that no static route matches: a route with
+    /// parameters, or the fallback (running on its own executor or the root's).
     #[inline(never)]
     fn lookup_slow(&self, message: &Message) -> Option<(&Resource, Option<&Executor>)> {
         with_segments(message, |segments| self.find_pattern(segments)).or_else(|| {
@@ -384,7 +376,10 @@ impl ResourceTree {
     /// executor it runs on, if the resource has one. For a route with parameters the
     /// handler is wrapped to give each block's request the route's parameters.
     pub(crate) fn stream_route(&self, req: &Message) -> Option<(BoxedChunkHandler, Executor)> {
-        let (resource, executor) = self.lookup(req)?;
+        let (resource, executor) = match self.find(req.options.uri_path()) {
+            Some(found) => found,
+            None => self.lookup_slow(req)?,
+        };
         let h = resource.router.stream_handler(req.code)?;
         let h = match &resource.pattern {
             None => h.clone(),
