@@ -271,8 +271,13 @@ impl ResourceTree {
             .map(|(r, _)| &r.router)
     }
 
-    /// The resource at a static path and the executor it inherits (nearest ancestor's
-    /// choice): the fast path, without parameters and without allocating.
+    /// The resource at a path and the executor it inherits (nearest ancestor's choice)
+    /// in one walk without going back: at each segment the static child, else the
+    /// parameter, else the wildcard. When it finds a resource that is the best match
+    /// (each step took the best choice there is); when it finds none, a match that
+    /// needs to go back may still exist ([`ResourceTree::lookup_slow`]). A static
+    /// path is matched without allocating and, in a tree without parameters, exactly
+    /// as before there were any.
     fn find<'a>(
         &self,
         segments: impl Iterator<Item = &'a str>,
@@ -280,10 +285,19 @@ impl ResourceTree {
         let mut node = &self.root;
         let mut executor = node.executor.as_ref();
         for seg in segments {
-            node = node.children.get(seg)?;
+            node = match node.children.get(seg) {
+                Some(child) => child,
+                None => match node.param.as_deref() {
+                    Some(param) if !seg.is_empty() => param,
+                    _ => return node.wildcard_match(executor),
+                },
+            };
             executor = node.executor.as_ref().or(executor);
         }
-        node.resource.as_ref().map(|r| (r, executor))
+        match &node.resource {
+            Some(r) => Some((r, executor)),
+            None => node.wildcard_match(executor),
+        }
     }
 
     /// The best route with parameters or a wildcard for `segments`.
@@ -294,8 +308,9 @@ impl ResourceTree {
         self.root.search(segments, None)
     }
 
-    /// The resource for a request that no static route matches: a route with
-    /// parameters, or the fallback (running on its own executor or the root's).
+    /// The resource for a request that [`ResourceTree::find`] does not match: a route
+    /// with parameters reached by going back, or the fallback (running on its own
+    /// executor or the root's).
     #[inline(never)]
     fn lookup_slow(&self, message: &Message) -> Option<(&Resource, Option<&Executor>)> {
         with_segments(message, |segments| self.find_pattern(segments)).or_else(|| {
@@ -430,10 +445,12 @@ impl ResourceTree {
 
     fn route_quietly(&self, mut req: Request) -> Result<Routed, Response> {
         let found = match self.find(req.options().uri_path()) {
-            Some(found) => found,
-            None if is_well_known_core(req.options().uri_path()) => {
+            Some(found) if found.0.pattern.is_none() => found,
+            // A static route may take the discovery path; a pattern may not.
+            _ if is_well_known_core(req.options().uri_path()) => {
                 return Err(self.well_known_core(&req))
             }
+            Some(found) => found,
             None => match self.lookup_slow(req.message()) {
                 Some(found) => found,
                 None => return Err(Code::NOT_FOUND.into_response()),
