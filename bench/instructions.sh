@@ -14,8 +14,8 @@
 #          [--clients 10] [--seconds 10] [--rounds 2] [--label-a NAME] [--label-b NAME]
 #          [--path /benchmark] [--path-b PATH] [--out bench/results]
 # --path: the resource asked of both builds; --path-b: another one asked of B (e.g. A
-# and B the same build, --path-b /benchmark/1: `cobalt serve` answers /benchmark/{n}
-# like /benchmark through a route with a parameter, so this is what matching one costs).
+# and B the same build, --path /benchmark/static --path-b /benchmark/1: `cobalt serve`
+# answers both like /benchmark, the second through a route with a parameter).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
