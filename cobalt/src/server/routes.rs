@@ -203,10 +203,17 @@ impl CurrentTree {
     pub(crate) fn refresh(&mut self) {
         let epoch = self.routes.inner.epoch.load(Ordering::Acquire);
         if epoch != self.epoch {
-            // Taken after the epoch was read: at least as new as that epoch's tree.
-            self.tree = self.routes.current().tree.clone();
-            self.epoch = epoch;
+            self.reload(epoch);
         }
+    }
+
+    /// Takes the routes' tree after an edit (out of line: rare).
+    #[cold]
+    #[inline(never)]
+    fn reload(&mut self, epoch: u64) {
+        // Taken after the epoch was read: at least as new as that epoch's tree.
+        self.tree = self.routes.current().tree.clone();
+        self.epoch = epoch;
     }
 
     /// Lets `req` reach these routes and the server's state (its handler's

@@ -390,6 +390,7 @@ impl ResourceTree {
     /// The streaming upload handler for this request's path and method, with the
     /// executor it runs on, if the resource has one. For a route with parameters the
     /// handler is wrapped to give each block's request the route's parameters.
+    #[inline]
     pub(crate) fn stream_route(&self, req: &Message) -> Option<(BoxedChunkHandler, Executor)> {
         let (resource, executor) = match self.find(req.options.uri_path()) {
             Some(found) => found,
