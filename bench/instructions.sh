@@ -12,7 +12,10 @@
 #
 # Usage: bench/instructions.sh --a PATH --b PATH [--schemes coap,coaps,coap+tcp,coap+ws]
 #          [--clients 10] [--seconds 10] [--rounds 2] [--label-a NAME] [--label-b NAME]
-#          [--out bench/results]
+#          [--path /benchmark] [--path-b PATH] [--out bench/results]
+# --path: the resource asked of both builds; --path-b: another one asked of B (e.g. A
+# and B the same build, --path /benchmark/static --path-b /benchmark/1: `cobalt serve`
+# answers both like /benchmark, the second through a route with a parameter).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -25,7 +28,7 @@ host=127.0.0.1
 port=5683
 dtls_port=5684
 ws_port=8080
-a="" b="" label_a=A label_b=B
+a="" b="" label_a=A label_b=B path_a=/benchmark path_b=""
 while [ $# -gt 0 ]; do
   case $1 in
     --a) a=$2 ;;
@@ -36,6 +39,8 @@ while [ $# -gt 0 ]; do
     --clients) clients=$2 ;;
     --seconds) seconds=$2 ;;
     --rounds) rounds=$2 ;;
+    --path) path_a=$2 ;;
+    --path-b) path_b=$2 ;;
     --out) out_dir=$2 ;;
     -h | --help) usage; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -86,8 +91,9 @@ done
 for round in $(seq 1 "$rounds"); do
   for scheme in "${scheme_list[@]}"; do
     for side in a b; do
-      bin=$a; [ "$side" = b ] && bin=$b
-      log "round $round: $scheme, $side"
+      bin=$a bench_path=$path_a
+      [ "$side" = b ] && bin=$b bench_path=${path_b:-$path_a}
+      log "round $round: $scheme, $side ($bench_path)"
       printf '%s\t%s\t%s\t%s\n' "$scheme" "$side" "$round" "$(count "$bin" "$scheme" "$seconds")" >>"$results"
     done
   done
@@ -96,9 +102,10 @@ done
 mkdir -p "$out_dir"
 report=$out_dir/instructions-$(date -u +%Y-%m-%d-%H%M).md
 python3 - "$results" "$report" "$label_a" "$label_b" "$a" "$b" "$(machine_info)" \
-  "bench/instructions.sh --a $a --b $b --schemes $schemes --clients $clients --seconds $seconds --rounds $rounds" <<'PY'
+  "bench/instructions.sh --a $a --b $b --schemes $schemes --clients $clients --seconds $seconds --rounds $rounds --path $path_a${path_b:+ --path-b $path_b}" \
+  "CON GET $path_a${path_b:+ of A, $path_b of B}" <<'PY'
 import statistics, sys
-results, report, la, lb, pa, pb, machine, command = sys.argv[1:]
+results, report, la, lb, pa, pb, machine, command, asked = sys.argv[1:]
 idle, runs = {}, {}
 for line in open(results):
     scheme, side, _, counts = line.rstrip("\n").split("\t")
@@ -117,7 +124,7 @@ with open(report, "w") as f:
     f.write(f"# Instructions per request: {la} against {lb}\n\n{machine}.\n\n")
     f.write(f"- {la}: `{pa}`\n- {lb}: `{pb}`\n- command: `{command}`\n")
     f.write("- user-space instructions of `cobalt serve --shards 1` under callgrind per 2.xx answer "
-            "(CON GET /benchmark), the start-up cost of an unloaded server subtracted; the kernel's part is not counted.\n\n")
+            f"({asked}), the start-up cost of an unloaded server subtracted; the kernel's part is not counted.\n\n")
     f.write(f"| transport | {la} (each round) | {lb} (each round) | {lb} ÷ {la} |\n|---|---|---|---|\n")
     f.write("\n".join(rows) + "\n")
 print(open(report).read())

@@ -121,13 +121,15 @@ four_transports_serve_args() {
     --set dtls.max_handshakes_per_ip=1000 --set connections.max_handshakes_per_ip=1000)
 }
 
-# uri_of SCHEME: /benchmark over one of the four transports of four_transports_serve_args.
+# uri_of SCHEME: $bench_path (default /benchmark) over one of the four transports of
+# four_transports_serve_args.
 uri_of() {
+  local path=${bench_path:-/benchmark}
   case $1 in
-    coap) echo "coap://$host:$port/benchmark" ;;
-    coaps) echo "coaps://$host:$dtls_port/benchmark" ;;
-    coap+tcp) echo "coap+tcp://$host:$port/benchmark" ;;
-    coap+ws) echo "coap+ws://$host:$ws_port/benchmark" ;;
+    coap) echo "coap://$host:$port$path" ;;
+    coaps) echo "coaps://$host:$dtls_port$path" ;;
+    coap+tcp) echo "coap+tcp://$host:$port$path" ;;
+    coap+ws) echo "coap+ws://$host:$ws_port$path" ;;
     *) die "unknown scheme $1 (coap, coaps, coap+tcp, coap+ws)" ;;
   esac
 }

@@ -29,7 +29,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! This page is the guide: [serving](#serving), [requests](#requests),
+//! This page is the guide: [serving](#serving),
+//! [routes, state and extractors](#routes-state-and-extractors), [requests](#requests),
 //! [observe](#observe), [block-wise transfers](#block-wise-transfers),
 //! [where handlers run](#where-handlers-run), [transports and credentials](#transports-and-credentials),
 //! [protection](#protection), [configuration](#configuration) and the
@@ -59,17 +60,102 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Handlers are async functions of nothing, of the [`Request`], or of its parts, answering
+//! Handlers are async functions of nothing, of the [`Request`], or of its parts (see
+//! [routes, state and extractors](#routes-state-and-extractors)), answering
 //! anything [`server::IntoResponse`]: a string, bytes, a `(Code, body)` pair or a
 //! [`Response`]. A handler that is ready on its first poll is answered inline, piggybacked
 //! on the ACK, without leaving the shard's thread; one that takes longer than
 //! `separate_ack_delay` (1 s) gets an empty ACK and its answer goes out later as a
 //! confirmable separate response. A handler that panics is answered 5.00 and the server
-//! keeps serving. Unknown paths get 4.04, other methods 4.05, and
-//! `/.well-known/core` (RFC 6690) is generated from the tree, with query filters.
+//! keeps serving. Unknown paths get 4.04 (or the [`Server::fallback`]'s answer), other
+//! methods 4.05, and `/.well-known/core` (RFC 6690) is generated from the tree, with
+//! query filters.
 //!
 //! [`ServerHandle::shutdown`] stops reading, lets handlers in progress answer for a grace
 //! period, and releases every socket and connection.
+//!
+//! # Routes, state and extractors
+//!
+//! A route's path may have parameters: `{name}` matches any one segment and a last
+//! `{*name}` the remaining ones (zero or more). Where several routes match, the one
+//! whose segments match best from the left serves: literal text before a parameter
+//! before a wildcard. [`Server::fallback`] answers what no route matches (instead of
+//! 4.04; a forward proxy is a fallback).
+//!
+//! Handlers take up to four arguments, each taken from the request, in the spirit of
+//! axum: [`server::State`] (a clone of what [`Server::with_state`] gave),
+//! [`server::extract::Path`] (the parameters, parsed: `Path<u32>`, `Path<(String,
+//! u32)>`; one that does not parse is answered 4.00 saying which), [`server::extract::Query`],
+//! [`server::Routes`], and last the body ([`server::extract::Text`],
+//! [`server::extract::Payload`]) or the [`Request`] itself ([`Request::param`] reads a
+//! parameter). A handler asking for `State` of another type than the server's is
+//! answered 5.00 naming both types, and logged as an error.
+//!
+//! Routes change while the server serves: [`server::Routes`] (from
+//! [`ServerHandle::routes`], or a handler argument) inserts and removes resources, and
+//! every shard and connection serves the change from its next request on.
+//! `/.well-known/core` lists the routes with a concrete path, those added at run time
+//! included; an observable resource added at run time notifies its observers, and one
+//! removed tells them it is gone. Matching a static path takes no lock and no
+//! allocation, whatever the edits.
+//!
+//! A small resource directory: POST creates `/rd/{n}`, which answers GET and removes
+//! itself on DELETE.
+//!
+//! ```
+//! use cobalt::server::extract::{Path, Text};
+//! use cobalt::server::{get, post, IntoResponse, Request, Routes, State};
+//! use cobalt::{Client, Code, Response, Scheme, Server};
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::sync::Arc;
+//!
+//! /// What the handlers share.
+//! #[derive(Clone, Default)]
+//! struct Directory {
+//!     next: Arc<AtomicU32>,
+//! }
+//!
+//! /// POST /rd: a registration resource at a new `/rd/{n}`.
+//! async fn register(State(dir): State<Directory>, routes: Routes, Text(links): Text) -> Response {
+//!     let path = format!("/rd/{}", dir.next.fetch_add(1, Ordering::Relaxed));
+//!     let resource = get(move || std::future::ready(links.clone()))
+//!         .delete(|routes: Routes, req: Request| async move {
+//!             if routes.remove(&req.path()) { Code::DELETED } else { Code::NOT_FOUND }
+//!         })
+//!         .rt("core.rd-ep");
+//!     match routes.insert(&path, resource) {
+//!         Ok(()) => Response::created(&path),
+//!         Err(e) => (Code::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> cobalt::Result<()> {
+//! let server = Server::new()
+//!     .with_state(Directory::default())
+//!     .route("/rd", post(register))
+//!     .route(
+//!         "/sum/{a}/{b}",
+//!         get(|Path((a, b)): Path<(u32, u32)>| async move { (a + b).to_string() }),
+//!     )
+//!     .fallback(get(|req: Request| async move { format!("nothing at {}", req.path()) }))
+//!     .bind("127.0.0.1:0")
+//!     .await?;
+//! let base = format!("coap://{}", server.local_addr(Scheme::Coap).unwrap());
+//! let client = Client::new();
+//! assert_eq!(client.get(&format!("{base}/sum/2/40")).await?.text_payload(), "42");
+//! let created = client.post(&format!("{base}/rd"), "</temp>").await?;
+//! let at = created.options.location_path_string().unwrap();
+//! assert_eq!(at, "/rd/0");
+//! assert_eq!(client.get(&format!("{base}{at}")).await?.text_payload(), "</temp>");
+//! let core = client.get(&format!("{base}/.well-known/core")).await?;
+//! assert!(core.text_payload().contains("</rd/0>"));
+//! assert_eq!(client.delete(&format!("{base}{at}")).await?.code, Code::DELETED);
+//! let gone = client.get(&format!("{base}{at}")).await?;
+//! assert_eq!(gone.text_payload(), "nothing at /rd/0");
+//! server.shutdown(std::time::Duration::ZERO).await;
+//! # Ok(()) }
+//! ```
 //!
 //! # Requests
 //!

@@ -34,7 +34,9 @@ impl Demo {
     }
 }
 
-/// Adds `/benchmark`, `/time`, `/echo`, `/separate`, `/obs`, `/state`, `/large` and `/upload`.
+/// Adds `/benchmark` (and, unlisted, `/benchmark/{n}` and `/benchmark/static`: the same
+/// answer through a route with a parameter and a static route as deep, to measure what
+/// matching a parameter costs), `/time`, `/echo`, `/separate`, `/obs`, `/state`, `/large` and `/upload`.
 pub fn routes(server: Server) -> (Server, Demo) {
     let demo = Demo {
         ticker: Observable::new(),
@@ -48,6 +50,11 @@ pub fn routes(server: Server) -> (Server, Demo) {
                 .title("CoAPBench resource")
                 .rt("benchmark")
                 .ct(content_format::TEXT_PLAIN),
+        )
+        .route("/benchmark/{n}", get(|| async { "hello world" }))
+        .route(
+            "/benchmark/static",
+            get(|| async { "hello world" }).hidden(),
         )
         .route(
             "/time",

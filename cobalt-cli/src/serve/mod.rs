@@ -183,6 +183,11 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     crate::init_logging(&config.log.level);
     let (mut server, demo) = demo::routes(Server::new());
+    // The access log (`--log-level debug`) is a layer, added only when its lines are
+    // wanted: a server without layers routes each request without them.
+    if tracing::enabled!(target: "cobalt::access", tracing::Level::DEBUG) {
+        server = server.layer(cobalt::server::layers::AccessLog::new());
+    }
     let mut plugtest = None;
     if args.plugtest {
         let (with_plugtest, resources) = plugtest::routes(server);

@@ -1,6 +1,6 @@
 //! Handlers and per-method routing of one resource.
 
-use super::request::{BoxFuture, IntoResponse, Request};
+use super::request::{BoxFuture, IntoResponse, Request, Response};
 use cobalt_proto::message::Code;
 use std::future::Future;
 use std::sync::Arc;
@@ -8,12 +8,54 @@ use std::sync::Arc;
 /// A type-erased handler.
 pub type BoxedHandler = Arc<dyn Fn(Request) -> BoxFuture + Send + Sync>;
 
-/// Something that can handle a request: an async function or closure taking either
-/// nothing or a [`Request`], returning anything [`IntoResponse`]. The type parameter
-/// only tells the two shapes apart.
+/// Something that can handle a request: an async function or closure taking up to four
+/// arguments, each taken from the request, and returning anything [`IntoResponse`].
+///
+/// Every argument but the last is [`FromRequestParts`] (it reads the request: route
+/// parameters, query, state, ...); the last one may also consume the request
+/// ([`FromRequest`]: the [`Request`] itself, or its payload). When an argument cannot
+/// be taken (a parameter that does not parse, a payload that is not UTF-8), the
+/// handler does not run and the request is answered with that argument's refusal
+/// (4.00 Bad Request with a payload saying why, for the extractors of
+/// [`extract`](super::extract)). The type parameter only tells the shapes apart.
 pub trait Handler<T>: Send + Sync + 'static {
     /// Erases the handler's type.
     fn into_boxed(self) -> BoxedHandler;
+}
+
+/// A handler argument taken from a request without consuming it.
+pub trait FromRequestParts: Sized {
+    /// The argument, or the answer to give instead of running the handler.
+    fn from_request_parts(req: &Request) -> Result<Self, Response>;
+}
+
+/// A handler's last argument, which may consume the request. Everything
+/// [`FromRequestParts`] is one; `M` only tells the two ways apart.
+pub trait FromRequest<M = via::Parts>: Sized {
+    /// The argument, or the answer to give instead of running the handler.
+    fn from_request(req: Request) -> Result<Self, Response>;
+}
+
+/// How an argument is taken: the markers of [`FromRequest`]'s implementations.
+pub mod via {
+    /// Taken by reading the request ([`FromRequestParts`](super::FromRequestParts)).
+    #[derive(Debug)]
+    pub enum Parts {}
+    /// Taken by consuming the request.
+    #[derive(Debug)]
+    pub enum Request {}
+}
+
+impl<T: FromRequestParts> FromRequest<via::Parts> for T {
+    fn from_request(req: Request) -> Result<Self, Response> {
+        T::from_request_parts(&req)
+    }
+}
+
+impl FromRequest<via::Request> for Request {
+    fn from_request(req: Request) -> Result<Self, Response> {
+        Ok(req)
+    }
 }
 
 impl<F, Fut, R> Handler<()> for F
@@ -30,19 +72,44 @@ where
     }
 }
 
-impl<F, Fut, R> Handler<Request> for F
-where
-    F: Fn(Request) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = R> + Send + 'static,
-    R: IntoResponse,
-{
-    fn into_boxed(self) -> BoxedHandler {
-        Arc::new(move |req| {
-            let fut = self(req);
-            Box::pin(async move { fut.await.into_response() })
-        })
-    }
+/// `Handler` for functions of `$part` arguments read from the request and a `$last`
+/// one that may consume it.
+macro_rules! handler_with_arguments {
+    ($($part:ident),*; $last:ident) => {
+        impl<F, Fut, R, M, $($part,)* $last> Handler<(M, $($part,)* $last,)> for F
+        where
+            F: Fn($($part,)* $last) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = R> + Send + 'static,
+            R: IntoResponse,
+            M: 'static,
+            $($part: FromRequestParts + 'static,)*
+            $last: FromRequest<M> + 'static,
+        {
+            #[allow(non_snake_case)]
+            fn into_boxed(self) -> BoxedHandler {
+                Arc::new(move |req: Request| {
+                    $(
+                        let $part = match $part::from_request_parts(&req) {
+                            Ok(v) => v,
+                            Err(refused) => return Box::pin(std::future::ready(refused)),
+                        };
+                    )*
+                    let $last = match $last::from_request(req) {
+                        Ok(v) => v,
+                        Err(refused) => return Box::pin(std::future::ready(refused)),
+                    };
+                    let fut = self($($part,)* $last);
+                    Box::pin(async move { fut.await.into_response() })
+                })
+            }
+        }
+    };
 }
+
+handler_with_arguments!(; A);
+handler_with_arguments!(A; B);
+handler_with_arguments!(A, B; C);
+handler_with_arguments!(A, B, C; D);
 
 /// One block of a streamed upload (see [`MethodRouter::stream_upload`]).
 #[derive(Debug, Clone)]

@@ -20,6 +20,7 @@
 mod budget;
 mod executor;
 mod extensions;
+pub mod extract;
 mod fanout;
 mod handler;
 mod handoff;
@@ -28,8 +29,10 @@ mod layer;
 pub mod layers;
 mod limits;
 pub(crate) mod observe;
+mod pattern;
 mod request;
 pub(crate) mod role;
+mod routes;
 mod settings;
 pub(crate) mod stream;
 pub(crate) mod tree;
@@ -42,13 +45,15 @@ pub use cobalt_proto::observe::relations::ConPolicy;
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use extensions::Extensions;
 pub use handler::{
-    any, delete, fetch, get, ipatch, patch, post, put, BoxedChunkHandler, Handler, MethodRouter,
-    UploadChunk,
+    any, delete, fetch, get, ipatch, patch, post, put, via, BoxedChunkHandler, FromRequest,
+    FromRequestParts, Handler, MethodRouter, UploadChunk,
 };
 pub use layer::{Layer, Observer};
 pub use limits::ServerLimits;
 pub use observe::{Observable, ObserverFilter};
+pub use pattern::InvalidRoute;
 pub use request::{BoxFuture, IntoResponse, Request, Response};
+pub use routes::{Routes, State};
 pub use settings::ServerSettings;
 pub use tree::{ResourceTree, WELL_KNOWN_CORE};
 
@@ -73,6 +78,7 @@ use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::Scheme;
 use layer::{Front, Layers};
 use role::{ConnectionRole, ShardRole};
+use routes::StateValue;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +89,8 @@ use tokio::sync::mpsc;
 #[derive(Debug, Default)]
 pub struct Server {
     tree: ResourceTree,
+    /// What [`State`] hands the handlers.
+    state: Option<StateValue>,
     config: EndpointConfig,
     limits: ServerLimits,
     shards: Option<usize>,
@@ -139,7 +147,18 @@ impl Server {
         Server::default()
     }
 
-    /// Adds a resource at `path`.
+    /// Adds a resource at `path`: segments separated by `/`, each literal text, a
+    /// parameter `{name}` matching any one segment, or (last) a wildcard `{*name}`
+    /// matching the remaining segments, zero or more. Handlers read the parameters with
+    /// [`Request::param`] or the [`extract::Path`] argument. Where several routes
+    /// match, the one whose segments match best from the left serves: literal before
+    /// parameter before wildcard. `/.well-known/core` lists the routes with a literal
+    /// path. To change routes while serving, see [`Routes`].
+    ///
+    /// # Panics
+    ///
+    /// When `path` is not a valid pattern: braces that are not a whole `{name}`
+    /// segment, a wildcard before the last segment, or a name used twice.
     pub fn route(mut self, path: &str, resource: MethodRouter) -> Server {
         self.tree.insert(path, resource);
         self
@@ -160,6 +179,22 @@ impl Server {
             layers: self.layers.clone(),
             scheme,
         }
+    }
+
+    /// Answers the requests that no route matches with `resource` (4.05 for a method
+    /// it has no handler for) instead of 4.04 Not Found. A forward proxy is built on it:
+    /// its handlers see every request for a path no route has, Proxy-Uri and
+    /// Proxy-Scheme included once the server passes those to routing.
+    pub fn fallback(mut self, resource: MethodRouter) -> Server {
+        self.tree.set_fallback(resource);
+        self
+    }
+
+    /// Gives the handlers `state`: a handler argument [`State<S>`](State) is a clone of
+    /// it. One state per server; a later call replaces it.
+    pub fn with_state<S: Clone + Send + Sync + 'static>(mut self, state: S) -> Server {
+        self.state = Some(StateValue::new(state));
+        self
     }
 
     /// Runs the handlers of every resource at or below `path` on `executor` (children
@@ -325,11 +360,11 @@ impl Server {
     async fn start_streams(
         &self,
         streams: &[(Scheme, SocketAddr)],
-        tree: &Arc<ResourceTree>,
+        routes: &Routes,
     ) -> Result<Vec<(Scheme, TcpListenerHandle)>> {
         let mut started: Vec<(Scheme, TcpListenerHandle)> = Vec::new();
         for &(scheme, addr) in streams {
-            match self.start_stream(scheme, addr, tree).await {
+            match self.start_stream(scheme, addr, routes).await {
                 Ok(l) => started.push((scheme, l)),
                 Err(e) => {
                     for (_, l) in &started {
@@ -346,7 +381,7 @@ impl Server {
         &self,
         scheme: Scheme,
         addr: SocketAddr,
-        tree: &Arc<ResourceTree>,
+        routes: &Routes,
     ) -> Result<TcpListenerHandle> {
         let framing = stream_framing(scheme);
         let tls = if scheme.is_secure() {
@@ -370,7 +405,7 @@ impl Server {
             address_prefix: self.config.ipv6_budget_prefix,
         };
         let shared = Arc::new(StreamShared::new(
-            tree.clone(),
+            routes.clone(),
             self.limits.clone(),
             limits.connection.block_wise_transfer,
             limits.max_bert_block,
@@ -411,8 +446,10 @@ impl Server {
         if stage_threads.is_some() {
             metrics = metrics.with_stages(self.stage_counters.clone());
         }
-        let tree = Arc::new(std::mem::take(&mut self.tree));
-        tree.budgets().count_ipv6_by(self.config.ipv6_budget_prefix);
+        let routes = Routes::new(std::mem::take(&mut self.tree), self.state.take());
+        routes
+            .budgets()
+            .count_ipv6_by(self.config.ipv6_budget_prefix);
         let mut started = Started::default();
         let mut listening = Vec::new();
         let mut slots = metrics.shards().iter().cloned();
@@ -426,7 +463,8 @@ impl Server {
             for (i, (io, dtls)) in socket.ios.into_iter().zip(socket.layers).enumerate() {
                 let name = format!("{prefix}-{i}");
                 let slot = slots.next();
-                if let Err(e) = self.spawn_shard(name, io, &tree, secure, slot, dtls, &mut started)
+                if let Err(e) =
+                    self.spawn_shard(name, io, &routes, secure, slot, dtls, &mut started)
                 {
                     started.stop();
                     return Err(e);
@@ -435,10 +473,8 @@ impl Server {
             tracing::info!(local_addr = %socket.local_addr, scheme = %socket.scheme, shards = started.commands.len(), "CoAP listening");
             listening.push((socket.scheme, socket.local_addr));
         }
-        for o in tree.observables() {
-            o.attach(started.inboxes.clone());
-        }
-        let streams = match self.start_streams(&streams, &tree).await {
+        routes.attach_shards(started.inboxes.clone());
+        let streams = match self.start_streams(&streams, &routes).await {
             Ok(streams) => streams,
             Err(e) => {
                 started.stop();
@@ -450,7 +486,8 @@ impl Server {
         } = started;
         Ok(ServerHandle {
             datagram: listening,
-            limit_counters: tree.budgets().counters.clone(),
+            limit_counters: routes.budgets().counters.clone(),
+            routes,
             commands,
             threads,
             stage_threads,
@@ -560,7 +597,7 @@ impl Server {
         &self,
         name: String,
         io: DriverIo,
-        tree: &Arc<ResourceTree>,
+        routes: &Routes,
         dtls_peers: bool,
         slot: Option<Arc<crate::metrics::ShardMetrics>>,
         dtls: Option<Box<dyn DtlsBackend>>,
@@ -568,7 +605,7 @@ impl Server {
     ) -> Result<()> {
         let inbox = Arc::new(ChangeInbox::default());
         let config = self.shard_config(dtls_peers);
-        let (tree, limits, changes) = (tree.clone(), self.limits.clone(), inbox.clone());
+        let (tree, limits, changes) = (routes.serve(), self.limits.clone(), inbox.clone());
         let front = self.front(if dtls_peers {
             Scheme::Coaps
         } else {
@@ -643,6 +680,7 @@ pub struct ServerHandle {
     stage_threads: Option<StageThreads>,
     metrics: Metrics,
     streams: Vec<(Scheme, TcpListenerHandle)>,
+    routes: Routes,
 }
 
 impl std::fmt::Debug for StageThreads {
@@ -652,6 +690,11 @@ impl std::fmt::Debug for StageThreads {
 }
 
 impl ServerHandle {
+    /// The server's routes, to add and remove resources while it serves.
+    pub fn routes(&self) -> Routes {
+        self.routes.clone()
+    }
+
     /// The shards' counters, updated after every batch a shard processes; serve them
     /// with [`crate::metrics::serve_metrics`].
     pub fn metrics(&self) -> Metrics {

@@ -2,10 +2,12 @@
 //! [`Response`], or anything [`IntoResponse`]).
 
 use super::extensions::Extensions;
+use super::pattern::RoutePattern;
 pub use crate::response::{IntoResponse, Response};
 use crate::transport::identity::{Credential, PeerIdentity};
 use cobalt_proto::message::{Code, Message, Options};
 use cobalt_proto::uri::Scheme;
+use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,6 +15,15 @@ use std::sync::Arc;
 /// The future a handler returns, boxed: the answer to a request, whenever it is ready.
 pub type BoxFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send + 'static>>;
+
+/// The route with parameters that a request matched.
+#[derive(Debug, Clone)]
+struct Matched {
+    /// Where its parameters are in the Uri-Path.
+    pattern: Arc<RoutePattern>,
+    /// The segments a `{*name}` wildcard took, joined with `/`.
+    rest: String,
+}
 
 /// A request as a handler sees it.
 #[derive(Debug, Clone)]
@@ -29,6 +40,13 @@ pub struct Request {
     credential: Option<Arc<Credential>>,
     /// What layers attached.
     extensions: Extensions,
+    /// The route with parameters that matched, if it has any (boxed: a static route's
+    /// request carries one pointer for it).
+    matched: Option<Box<Matched>>,
+    /// The routes (and state) of the server that received it: a
+    /// [`Routes`](super::Routes)' shared part, behind `Any` so that requests need not
+    /// know the tree they are routed in (see `routes.rs`).
+    pub(crate) server: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Request {
@@ -42,6 +60,8 @@ impl Request {
             scheme: Scheme::Coap,
             credential: None,
             extensions: Extensions::new(),
+            matched: None,
+            server: None,
         }
     }
 
@@ -99,7 +119,67 @@ impl Request {
             scheme: self.scheme,
             credential: self.credential.clone(),
             extensions: self.extensions.clone(),
+            matched: self.matched.clone(),
+            server: self.server.clone(),
         }
+    }
+
+    /// Records the route with parameters that matched this request (out of line: the
+    /// routing of a static path stays small).
+    #[inline(never)]
+    pub(crate) fn set_pattern(&mut self, pattern: Arc<RoutePattern>) {
+        let mut rest = String::new();
+        if let Some((_, first)) = pattern.rest() {
+            for (i, seg) in self.message.options.uri_path().skip(first).enumerate() {
+                if i > 0 {
+                    rest.push('/');
+                }
+                rest.push_str(seg);
+            }
+        }
+        self.matched = Some(Box::new(Matched { pattern, rest }));
+    }
+
+    /// The value of the route parameter `name`: the Uri-Path segment that `{name}`
+    /// matched, or the segments that `{*name}` matched joined with `/` (`""` for none).
+    /// `None` when the route that matched has no parameter so named (a static route
+    /// has none).
+    ///
+    /// ```
+    /// # use cobalt::server::{get, Request, Server};
+    /// let server = Server::new().route(
+    ///     "/rd/{id}/{*rest}",
+    ///     get(|req: Request| async move {
+    ///         format!("{:?} {:?}", req.param("id"), req.param("rest"))
+    ///     }),
+    /// );
+    /// ```
+    pub fn param(&self, name: &str) -> Option<&str> {
+        let matched = self.matched.as_deref()?;
+        if let Some(i) = matched.pattern.segment_of(name) {
+            return self.message.options.uri_path().nth(i);
+        }
+        match matched.pattern.rest() {
+            Some((rest, _)) if rest == name => Some(&matched.rest),
+            _ => None,
+        }
+    }
+
+    /// Every route parameter as `(name, value)`, in path order (the wildcard last).
+    pub fn params(&self) -> impl Iterator<Item = (&str, &str)> {
+        let matched = self.matched.as_deref();
+        let segments = matched.into_iter().flat_map(|m| {
+            m.pattern
+                .params()
+                .filter_map(|(name, i)| Some((name, self.message.options.uri_path().nth(i)?)))
+        });
+        let rest = matched.and_then(|m| Some((m.pattern.rest()?.0, m.rest.as_str())));
+        segments.chain(rest)
+    }
+
+    /// Takes the payload out of the request.
+    pub(crate) fn take_payload(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.message.payload)
     }
 
     /// Sets `flag` when the handler asks for [`Request::peer`].

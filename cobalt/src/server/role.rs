@@ -14,8 +14,9 @@ use super::intake::{acknowledge_block, intake, Intake, StreamedBlock};
 use super::layer::{Front, Layers, ObserverExtras, Passed};
 use super::limits::ServerLimits;
 use super::observe::Observable;
+use super::routes::CurrentTree;
 use super::stream::StreamShared;
-use super::tree::{ResourceTree, Routed};
+use super::tree::Routed;
 use super::upload_table::{ConnectionUploads, UploadTable};
 use super::{BoxFuture, Executor, Request, Response, UploadChunk};
 use crate::changes::ChangeInbox;
@@ -92,7 +93,8 @@ struct Registration {
 
 /// The server role over a session, keeping its uploads in `U`.
 pub(crate) struct ServerRole<U> {
-    tree: Arc<ResourceTree>,
+    /// The routes, refreshed before each request and each batch of notifications.
+    tree: CurrentTree,
     limits: ServerLimits,
     blocks: BlockLimits,
     observers: FanOut,
@@ -120,7 +122,7 @@ impl ShardRole {
     /// The role of a shard serving `tree`, whose observable resources post their
     /// changes to `inbox`; `client` is the shard's client for handlers.
     pub(crate) fn for_shard(
-        tree: Arc<ResourceTree>,
+        tree: CurrentTree,
         limits: ServerLimits,
         inbox: Arc<ChangeInbox>,
         completions: mpsc::UnboundedSender<Box<Completion>>,
@@ -175,12 +177,13 @@ impl ConnectionRole {
             peer,
             inbox: inbox.clone(),
         };
-        let budget = shared.tree.budgets().observers.clone();
+        let tree = shared.routes.serve();
+        let budget = tree.budgets().observers.clone();
         ServerRole {
             observers: FanOut::new(Vec::new(), Some(subscriber), budget, limits.clone(), blocks)
                 .with_layers(shared.front.layers.clone(), shared.front.scheme),
             uploads: shared.uploads.for_peer(peer),
-            tree: shared.tree.clone(),
+            tree,
             blocks,
             inbox,
             limits,
@@ -257,6 +260,7 @@ impl<U: UploadTable> ServerRole<U> {
         let mut r = Request::new(peer, message);
         r.set_identity(self.scheme, credential.cloned());
         r.client = self.client.clone();
+        self.tree.link(&mut r);
         r
     }
 
@@ -423,6 +427,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         credential: Option<&Arc<Credential>>,
         request: Message,
     ) {
+        self.tree.refresh();
         let observe = request.options.observe();
         let registers = request.code == Code::GET && observe == Some(0);
         if !registers {
@@ -546,6 +551,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
 
     /// Sends up to `observe_batch` notifications (running GET handlers as needed).
     fn step(&mut self, session: &mut S, now: Instant) {
+        self.tree.refresh();
         let mut runner = Runner {
             tree: &self.tree,
             scheme: self.scheme,
@@ -600,7 +606,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
 
 /// Runs GET handlers for notifications the way the role runs every handler.
 struct Runner<'a> {
-    tree: &'a ResourceTree,
+    tree: &'a CurrentTree,
     scheme: Scheme,
     client: &'a Option<crate::Client>,
     completions: &'a mpsc::UnboundedSender<Box<Completion>>,
@@ -623,6 +629,7 @@ impl Producer for Runner<'_> {
             *req.extensions_mut() = e.extensions.clone();
         }
         req.client = self.client.clone();
+        self.tree.link(&mut req);
         let (fut, executor) = match self.tree.route(req) {
             Ok(r) => (r.future, r.executor),
             Err(resp) => return Some((resp, production)),

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::server::layer::Front;
-use crate::server::{get, observe::Observable};
+use crate::server::{get, observe::Observable, ResourceTree, Routes};
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::message::{codec, MessageType, TcpMessage, Token};
 use cobalt_proto::session::stream::Connection;
@@ -19,7 +19,7 @@ fn peer() -> SocketAddr {
 }
 
 /// `/big`, observable through `obs`, answering `BIG` bytes of the state's digit.
-fn tree(obs: &Observable, state: &Arc<AtomicU64>) -> Arc<ResourceTree> {
+fn tree(obs: &Observable, state: &Arc<AtomicU64>) -> ResourceTree {
     let mut tree = ResourceTree::new();
     let state = state.clone();
     let big = get(move || {
@@ -28,7 +28,7 @@ fn tree(obs: &Observable, state: &Arc<AtomicU64>) -> Arc<ResourceTree> {
     })
     .observable(obs);
     tree.insert("/big", big);
-    Arc::new(tree)
+    tree
 }
 
 /// A GET of `/big`: registering with Observe=0 when `observe`, asking for block `num`
@@ -64,7 +64,7 @@ fn a_shard_role_answers_slices_and_notifies_over_the_endpoint() {
     obs.attach(vec![inbox.clone()]);
     let (done, _back) = mpsc::unbounded_channel();
     let mut role = ShardRole::for_shard(
-        tree(&obs, &state),
+        Routes::new(tree(&obs, &state), None).serve(),
         ServerLimits::default(),
         inbox,
         done,
@@ -150,7 +150,7 @@ fn connection(
 ) -> (ConnectionRole, Connection, TcpConnection) {
     let now = Instant::now();
     let shared = StreamShared::new(
-        tree(obs, state),
+        Routes::new(tree(obs, state), None),
         ServerLimits::default(),
         config.block_wise_transfer,
         8192,
@@ -307,7 +307,7 @@ fn registrations_from_unverified_addresses_hold_no_observer_slot() {
         ..ServerLimits::default()
     };
     let mut role = ShardRole::for_shard(
-        tree.clone(),
+        Routes::new(tree.clone(), None).serve(),
         limits,
         inbox,
         done,
@@ -369,7 +369,7 @@ fn confirmable_notifications(
     obs.attach(vec![inbox.clone()]);
     let (done, _back) = mpsc::unbounded_channel();
     let mut role = ShardRole::for_shard(
-        tree(&obs, &state),
+        Routes::new(tree(&obs, &state), None).serve(),
         ServerLimits::default(),
         inbox,
         done,

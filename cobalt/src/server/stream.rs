@@ -4,15 +4,14 @@
 //! [`ConnectionRole`](super::role::ConnectionRole) made from it.
 
 use super::layer::Front;
-use super::tree::ResourceTree;
+use super::routes::Routes;
 use super::upload_table::SharedUploads;
 use super::ServerLimits;
-use std::sync::Arc;
 
 /// What one listener's connections share.
 pub(crate) struct StreamShared {
     /// The resources.
-    pub tree: Arc<ResourceTree>,
+    pub routes: Routes,
     /// Observers, uploads, block size.
     pub limits: ServerLimits,
     /// Uploads in progress and kept answers of all connections: one set of budgets
@@ -28,18 +27,18 @@ pub(crate) struct StreamShared {
 impl StreamShared {
     /// The shared state of a listener whose connections announce BERT when `bert`.
     pub(crate) fn new(
-        tree: Arc<ResourceTree>,
+        routes: Routes,
         limits: ServerLimits,
         bert: bool,
         max_bert_block: usize,
         front: Front,
     ) -> StreamShared {
-        let uploads = tree
+        let uploads = routes
             .budgets()
             .uploads(limits.uploads.clone())
             .with_bert(bert);
         StreamShared {
-            tree,
+            routes,
             limits,
             uploads: SharedUploads::new(uploads),
             max_bert_block,
