@@ -7,8 +7,10 @@
 
 pub mod case;
 pub mod emu_run;
+pub mod paper_tcp;
 pub mod report;
 pub mod results;
 pub mod retx;
 pub mod sim_run;
+pub mod sockops;
 pub mod workload;
