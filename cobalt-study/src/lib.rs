@@ -7,6 +7,9 @@
 
 pub mod case;
 pub mod emu_run;
+pub mod figures;
+pub mod findings;
+pub mod paper;
 pub mod paper_tcp;
 pub mod report;
 pub mod results;
