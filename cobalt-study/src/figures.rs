@@ -11,7 +11,7 @@
 
 use crate::case::{Loss, Mode, Variant, Workload};
 use crate::paper::{self, Source, INFINITE};
-use crate::report::Summary;
+use crate::summary::Summary;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::io;

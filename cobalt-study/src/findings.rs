@@ -8,8 +8,8 @@
 use crate::case::{Group, Loss, Mode, Variant, Workload, EXCHANGES, MAX_RETRANSMIT, PAYLOAD};
 use crate::paper::{self, Source, INFINITE};
 use crate::paper_tcp;
-use crate::report::{percentiles, Summary};
 use crate::results::RunResult;
+use crate::summary::{percentiles, Summary};
 use cobalt_proto::sim::link::{LinkConfig, LossModel, PAPER_BUFFERS};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

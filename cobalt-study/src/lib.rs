@@ -16,4 +16,5 @@ pub mod results;
 pub mod retx;
 pub mod sim_run;
 pub mod sockops;
+pub mod summary;
 pub mod workload;
