@@ -273,6 +273,9 @@ impl Runner {
             if !stale.is_empty() {
                 eprintln!("removed stale namespaces {}", stale.join(", "));
             }
+            for cgroup in cobalt_study::sockops::remove_stale() {
+                eprintln!("removed the stale cgroup {}", cgroup.display());
+            }
         }
         let started = Instant::now();
         for (i, c) in todo.iter().enumerate() {

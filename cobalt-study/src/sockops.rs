@@ -24,6 +24,8 @@ const BPF_PROG_DETACH: libc::c_long = 9;
 const BPF_PROG_TYPE_SOCK_OPS: u32 = 13;
 const BPF_CGROUP_SOCK_OPS: u32 = 3;
 const BPF_SOCK_OPS_TIMEOUT_INIT: i32 = 1;
+/// Name of this process's cgroup, followed by its pid.
+const CGROUP_PREFIX: &str = "cobalt-study-";
 /// Offset of `reply` in `struct bpf_sock_ops` (after `__u32 op`).
 const REPLY_OFFSET: i16 = 4;
 
@@ -207,7 +209,7 @@ impl InitialRto {
         let prog = load(jiffies)?;
         let root = cgroup2_root()?;
         let previous = own_cgroup(&root)?;
-        let cgroup = previous.join(format!("cobalt-study-{}", std::process::id()));
+        let cgroup = previous.join(format!("{CGROUP_PREFIX}{}", std::process::id()));
         match std::fs::create_dir(&cgroup) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -249,6 +251,26 @@ impl InitialRto {
     pub fn cgroup(&self) -> &Path {
         &self.cgroup
     }
+}
+
+/// Removes the cgroups of earlier study processes that are gone (killed before their
+/// guard was dropped; the kernel detaches the program with the cgroup); returns them.
+pub fn remove_stale() -> Vec<PathBuf> {
+    let Ok(parent) = cgroup2_root().and_then(|root| own_cgroup(&root)) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(&parent) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid: u32 = name.strip_prefix(CGROUP_PREFIX)?.parse().ok()?;
+            let gone = pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists();
+            (gone && std::fs::remove_dir(e.path()).is_ok()).then(|| e.path())
+        })
+        .collect()
 }
 
 fn move_process(to: &Path) -> io::Result<()> {
