@@ -285,7 +285,7 @@ fn tcp_against_udp(out: &mut String, summaries: &[Summary]) {
 /// FASOR-K (Cobalt's default) against every other variant where the choice was made,
 /// and on the cases beside them.
 fn fasor_k(out: &mut String, summaries: &[Summary]) {
-    out.push_str("**FASOR-K** (Cobalt's default for confirmable messages) against the other variants, median flow completion time (s), best first:\n\n");
+    out.push_str("**FASOR-K** (Cobalt's default for confirmable messages) against the other variants: median flow completion time in s, best first (p90: its 90th percentile; unnecessary: unnecessary retransmissions per client):\n\n");
     let cases: [(Workload, usize, usize, Loss); 6] = [
         (Workload::Continuous, 200, 2500, Loss::None),
         (Workload::Continuous, 400, 2500, Loss::None),
@@ -315,7 +315,7 @@ fn fasor_k(out: &mut String, summaries: &[Summary]) {
                 .iter()
                 .map(|(v, f, u)| {
                     format!(
-                        "{} {:.1} (90th {:.1}, {u:.1} unnecessary retransmissions per client)",
+                        "{} {:.1} (p90 {:.1}, unnecessary {u:.1})",
                         v.label(),
                         f[2],
                         f[4]
@@ -380,12 +380,13 @@ fn agreement(out: &mut String, results: &[RunResult]) {
     for ((loss, n), (d, cases)) in worst {
         let _ = writeln!(
             out,
-            "- {} link, {n} clients: within {d:.1} % ({cases} cases).",
+            "- {} link, {n} client{}: within {d:.1} % ({cases} cases).",
             match loss {
                 Loss::None => "error-free",
                 Loss::Medium => "medium-loss",
                 Loss::High => "high-loss",
-            }
+            },
+            if n == 1 { "" } else { "s" }
         );
     }
     out.push('\n');
