@@ -38,7 +38,8 @@ enum Command {
         readme: Option<PathBuf>,
     },
     /// The whole study as the paper ran it, resumable: every UDP case in virtual time
-    /// (OUT/virtual) and every case emulated (OUT/results, root; the paper's 20 and 40
+    /// with the held-out workloads of FASOR-K's evaluation (OUT/virtual) and every case
+    /// emulated (OUT/results, root; the paper's 20 and 40
     /// replications), skipping runs already stored; then the report, the figures and
     /// the README's findings over both, in OUT.
     Reproduce(ReproduceArgs),
@@ -367,6 +368,8 @@ fn estimate(todo: &[Case], virtual_runs: &[results::RunResult]) -> Duration {
 
 fn reproduce(a: ReproduceArgs) -> Result<(), String> {
     let full = subset("full").ok_or("no subset `full`")?;
+    let mut with_held_out = full.clone();
+    with_held_out.extend(subset("heldout").ok_or("no subset `heldout`")?);
     let virtual_dir = a.out.join("virtual");
     let emulated_dir = a.out.join("results");
     // The virtual results are kept compressed: continue from them.
@@ -391,7 +394,7 @@ fn reproduce(a: ReproduceArgs) -> Result<(), String> {
         max_cases,
         dry_run: a.dry_run,
     };
-    let (todo, done) = missing(&full, &[Mode::Virtual], &virtual_dir)?;
+    let (todo, done) = missing(&with_held_out, &[Mode::Virtual], &virtual_dir)?;
     runner(&virtual_dir, None).run(todo, done)?;
     let (todo, done) = missing(&full, &[Mode::Emulated], &emulated_dir)?;
     let virtual_runs =
