@@ -6,8 +6,9 @@
 //! replaces the text between [`BEGIN`] and [`END`] in FILE with [`markdown`].
 
 use crate::case::{
-    subset, Group, Loss, Mode, Variant, Workload, EXCHANGES, MAX_RETRANSMIT, PAYLOAD,
+    subset, Case, Group, Loss, Mode, Variant, Workload, EXCHANGES, MAX_RETRANSMIT, PAYLOAD,
 };
+use crate::estimate;
 use crate::paper::{self, Source, INFINITE};
 use crate::paper_tcp;
 use crate::results::RunResult;
@@ -148,6 +149,37 @@ fn what_ran(out: &mut String, summaries: &[Summary], results: &[RunResult]) {
             } else {
                 "CPU time, one core"
             },
+        );
+    }
+    if let Some(full) = subset("full") {
+        let emulated: Vec<Case> = full.iter().flat_map(|m| m.cases(Mode::Emulated)).collect();
+        let stored: std::collections::HashSet<&str> = results
+            .iter()
+            .filter(|r| r.case.mode == Mode::Emulated)
+            .map(|r| r.key.as_str())
+            .collect();
+        let left: Vec<Case> = emulated
+            .iter()
+            .filter(|c| !stored.contains(c.key().as_str()))
+            .copied()
+            .collect();
+        let virtual_runs: Vec<RunResult> = results
+            .iter()
+            .filter(|r| r.case.mode == Mode::Virtual)
+            .cloned()
+            .collect();
+        let hours = |cases: &[Case]| {
+            estimate::emulated_wall_time(cases, &virtual_runs).as_secs_f64() / 3600.0
+        };
+        let _ = writeln!(
+            out,
+            "- The whole matrix emulated with the paper's replications (subset `full`, {} runs) takes about \
+             {:.0} h of wall-clock time, one case at a time (estimated from the virtual runs' spans); {} of \
+             its runs are stored, about {:.0} h are left (`cobalt-study reproduce` resumes there).",
+            emulated.len(),
+            hours(&emulated),
+            emulated.len() - left.len(),
+            hours(&left),
         );
     }
     out.push('\n');

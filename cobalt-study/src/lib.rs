@@ -10,6 +10,7 @@
 
 pub mod case;
 pub mod emu_run;
+pub mod estimate;
 pub mod figures;
 pub mod findings;
 pub mod paper;

@@ -5,7 +5,7 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use cobalt_study::case::{subset, Case, Loss, Matrix, Mode, Variant, Workload, SUBSETS};
 use cobalt_study::emu_run::{self, EmuOptions};
-use cobalt_study::{findings, report, results, sim_run};
+use cobalt_study::{estimate, findings, report, results, sim_run};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -334,38 +334,6 @@ fn run(a: RunArgs) -> Result<(), String> {
     write_report(&a.out)
 }
 
-/// About how long the emulated cases `todo` take in real time: each as long as the
-/// virtual run of the same case and seed (the link's timeline), or, for CoAP over
-/// TCP (no virtual model), as the slowest UDP variant of its case; plus the set-up.
-fn estimate(todo: &[Case], virtual_runs: &[results::RunResult]) -> Duration {
-    const SETUP: f64 = 3.0;
-    let mut span = std::collections::HashMap::new();
-    let mut slowest: std::collections::HashMap<(Workload, usize, usize, Loss, u32), f64> =
-        std::collections::HashMap::new();
-    for r in virtual_runs {
-        let c = r.case;
-        span.insert(
-            (c.workload, c.clients, c.buffer, c.loss, c.variant, c.rep),
-            r.span_s,
-        );
-        let s = slowest
-            .entry((c.workload, c.clients, c.buffer, c.loss, c.rep))
-            .or_insert(0.0);
-        *s = f64::max(*s, r.span_s);
-    }
-    let seconds: f64 = todo
-        .iter()
-        .map(|c| {
-            span.get(&(c.workload, c.clients, c.buffer, c.loss, c.variant, c.rep))
-                .or_else(|| slowest.get(&(c.workload, c.clients, c.buffer, c.loss, c.rep)))
-                .copied()
-                .unwrap_or(0.0)
-                + SETUP
-        })
-        .sum();
-    Duration::from_secs_f64(seconds)
-}
-
 fn reproduce(a: ReproduceArgs) -> Result<(), String> {
     let full = subset("full").ok_or("no subset `full`")?;
     let mut with_held_out = full.clone();
@@ -399,7 +367,7 @@ fn reproduce(a: ReproduceArgs) -> Result<(), String> {
     let (todo, done) = missing(&full, &[Mode::Emulated], &emulated_dir)?;
     let virtual_runs =
         results::load(&store).map_err(|e| format!("cannot read the virtual results: {e}"))?;
-    let left = estimate(&todo, &virtual_runs);
+    let left = estimate::emulated_wall_time(&todo, &virtual_runs);
     eprintln!(
         "{} emulated cases left: about {:.1} h of wall-clock time",
         todo.len(),
