@@ -439,7 +439,9 @@ fn held_out(out: &mut String, summaries: &[Summary]) {
     }
     let _ = writeln!(
         out,
-        "**FASOR-K on workloads it was not tuned on** (virtual time, subset `heldout`: other client counts and          buffers, the error-prone link with more clients): the lowest median in {best} of {cases} cases, a median          at or below Default CoAP's in {beats_default} of {cases}.\n\n\
+        "**FASOR-K on workloads it was not tuned on** (virtual time, subset `heldout`: other client counts and \
+         buffers, the error-prone link with more clients): the lowest median in {best} of {cases} cases, a median \
+         at or below Default CoAP's in {beats_default} of {cases}.\n\n\
          | workload | n | buffer | loss | lowest median | FASOR-K median (vs lowest) | vs Default CoAP | FASOR-K p90 |\n\
          |---|---|---|---|---|---|---|---|"
     );
