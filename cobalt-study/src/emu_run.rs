@@ -360,8 +360,13 @@ pub fn run(case: &Case, seed: u64, opts: &EmuOptions) -> io::Result<RunResult> {
     paper_tcp::configure(&mut config);
     config.packet_log = Some(log.clone());
     let emu = Emulator::start(config)?;
-    // Before the first socket: the paper's initial RTO for both ends.
-    let initial_rto = paper_tcp::initial_rto(emu.client_ns())?;
+    // Before the first socket: the paper's initial RTO for both ends (TCP only: it
+    // needs BPF and a cgroup, which UDP runs can do without).
+    let initial_rto = if case.variant == Variant::Tcp {
+        Some(paper_tcp::initial_rto(emu.client_ns())?)
+    } else {
+        None
+    };
     let (stop_server, server) = start_server(&emu)?;
     let deadline = Instant::now() + opts.case_timeout;
     let case_copy = *case;
