@@ -293,9 +293,9 @@ fn tcp_against_udp(out: &mut String, summaries: &[Summary]) {
             "between them, unlike the paper"
         };
         let drops = if tcp.drops_queue_down < cocoa.drops_queue_down.min(default.drops_queue_down) {
-            "fewest"
+            "the fewest"
         } else if tcp.drops_queue_down > cocoa.drops_queue_down.max(default.drops_queue_down) {
-            "most"
+            "the most"
         } else {
             "between the two"
         };
@@ -303,7 +303,7 @@ fn tcp_against_udp(out: &mut String, summaries: &[Summary]) {
             out,
             "- {n} clients: median {:.1} s for CoAP over TCP, {:.1} s for Default CoAP, {:.1} s for CoCoA: \
              TCP is {place}. Downlink queue drops per run: TCP {:.0}, Default CoAP {:.0}, CoCoA {:.0} \
-             (TCP: the {drops}); TCP's SYN/SYN-ACK retransmissions {:.1} per connection.",
+             (TCP: {drops}); TCP's SYN/SYN-ACK retransmissions {:.1} per connection.",
             t[2],
             d[2],
             c[2],
