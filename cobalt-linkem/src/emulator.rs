@@ -7,7 +7,7 @@
 //! transmission and delivery is scheduled on the link's ideal timeline, so a late
 //! wake-up delays one delivery a little but never changes the rate.
 
-use crate::netns::{unique_name, Namespace};
+use crate::netns::{ip, unique_name, Namespace};
 use crate::tun::{self, Tun, TunAddr};
 use cobalt_proto::sim::link::{Direction, DirectionStats, Fate, LinkConfig, Nanos, Outcome};
 use serde::Serialize;
@@ -47,6 +47,9 @@ pub struct Config {
     pub txqueuelen: usize,
     /// Sysctls set in both namespaces, e.g. `net.ipv4.tcp_timestamps=0`.
     pub sysctls: Vec<String>,
+    /// Attributes of the route through the link in both namespaces, as `ip route`
+    /// takes them, e.g. `["congctl", "lock", "cubic", "rto_min", "200ms"]`.
+    pub route_attributes: Vec<String>,
     /// Write one CSV line per packet here.
     pub packet_log: Option<PathBuf>,
     /// Run the link's thread with real-time priority (SCHED_FIFO 10) if allowed.
@@ -76,6 +79,7 @@ impl Config {
             mtu,
             txqueuelen: 10_000,
             sysctls: Vec::new(),
+            route_attributes: Vec::new(),
             packet_log: None,
             realtime: true,
         }
@@ -211,6 +215,16 @@ impl Emulator {
             config.mtu,
             config.txqueuelen,
         )?;
+        if !config.route_attributes.is_empty() {
+            for (ns, dev, remote) in [
+                (&client, &config.client.device, &c_addr.remote),
+                (&server, &config.server.device, &s_addr.remote),
+            ] {
+                let mut args = vec!["-n", ns.name(), "route", "change", remote, "dev", dev];
+                args.extend(config.route_attributes.iter().map(String::as_str));
+                ip(&args)?;
+            }
+        }
         let log = match &config.packet_log {
             Some(p) => Some(BufWriter::new(File::create(p).map_err(|e| {
                 io::Error::new(e.kind(), format!("cannot write {}: {e}", p.display()))

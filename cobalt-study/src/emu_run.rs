@@ -5,6 +5,7 @@
 //! client) on the kernel's TCP.
 
 use crate::case::{Case, Variant, Workload, EXCHANGES, PAYLOAD, TOKEN_LEN};
+use crate::paper_tcp;
 use crate::results::{LinkCounters, RunResult};
 use crate::retx::{analyse, Pkt};
 use crate::sim_run::{CLIENT_IP, SERVER};
@@ -36,7 +37,7 @@ pub struct EmuOptions {
     pub keep_logs: bool,
     /// Give up on clients still running after this long.
     pub case_timeout: Duration,
-    /// Sysctls set in both namespaces after [`SYSCTLS`] (experiments).
+    /// Sysctls set in both namespaces after [`paper_tcp::sysctls`] (experiments).
     pub sysctls: Vec<String>,
 }
 
@@ -45,19 +46,6 @@ pub struct EmuOptions {
 /// stalls them for hundreds of milliseconds, which the link's ideal timeline would
 /// then count as round-trip time.
 const ENDPOINT_PRIORITY: i32 = 5;
-
-/// Sysctls of both namespaces: TCP without timestamps (the paper's header sizes),
-/// SYN and SYN-ACK retried 40 times as in the paper, and Reno instead of this
-/// kernel's default BBR (whose pacing and model the paper's Linux did not have). The
-/// paper's Linux ran CUBIC, which a namespace may only choose where the host lists it
-/// in net.ipv4.tcp_allowed_congestion_control; for exchanges of one segment each way
-/// Reno and CUBIC behave alike (same RTO and Karn rules, windows never grow).
-pub const SYSCTLS: [&str; 4] = [
-    "net.ipv4.tcp_timestamps=0",
-    "net.ipv4.tcp_syn_retries=40",
-    "net.ipv4.tcp_synack_retries=40",
-    "net.ipv4.tcp_congestion_control=reno",
-];
 
 /// TCP settings of both ends: one-byte tokens like the UDP clients', and nothing that
 /// would end a slow connection (no keep-alive, no idle close, generous timeouts).
@@ -368,10 +356,17 @@ pub fn run(case: &Case, seed: u64, opts: &EmuOptions) -> io::Result<RunResult> {
         case.key().replace(['/', '#'], "_")
     ));
     let mut config = Config::new(case.link(), seed);
-    config.sysctls = SYSCTLS.iter().map(|s| s.to_string()).collect();
-    config.sysctls.extend(opts.sysctls.iter().cloned());
+    config.sysctls.clone_from(&opts.sysctls);
+    paper_tcp::configure(&mut config);
     config.packet_log = Some(log.clone());
     let emu = Emulator::start(config)?;
+    // Before the first socket: the paper's initial RTO for both ends (TCP only: it
+    // needs BPF and a cgroup, which UDP runs can do without).
+    let initial_rto = if case.variant == Variant::Tcp {
+        Some(paper_tcp::initial_rto(emu.client_ns())?)
+    } else {
+        None
+    };
     let (stop_server, server) = start_server(&emu)?;
     let deadline = Instant::now() + opts.case_timeout;
     let case_copy = *case;
@@ -403,6 +398,7 @@ pub fn run(case: &Case, seed: u64, opts: &EmuOptions) -> io::Result<RunResult> {
         .join()
         .map_err(|_| io::Error::other("server thread panicked"))?;
     let report = emu.stop()?;
+    drop(initial_rto);
     served?;
     let per_port = analyse(read_log(&log)?);
     if !opts.keep_logs {

@@ -2,11 +2,14 @@
 //! runs finish, so an interrupted study resumes where it stopped.
 
 use crate::case::Case;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fs::OpenOptions;
 use std::io::{self, BufRead, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Per-direction link counters of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -57,21 +60,44 @@ pub fn done_keys(path: &Path) -> io::Result<HashSet<String>> {
     Ok(load(path)?.into_iter().map(|r| r.key).collect())
 }
 
-/// Every result in `path`; lines that do not parse (a run cut off while writing) are
-/// skipped.
+/// `path` with `.gz` appended: where [`compress`] keeps a results file.
+pub fn compressed(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".gz");
+    PathBuf::from(name)
+}
+
+/// Every result in `path`, or in its [`compressed`] copy where `path` does not exist;
+/// lines that do not parse (a run cut off while writing) are skipped.
 pub fn load(path: &Path) -> io::Result<Vec<RunResult>> {
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+    let reader: Box<dyn BufRead> = match std::fs::File::open(path) {
+        Ok(f) => Box::new(io::BufReader::new(f)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            match std::fs::File::open(compressed(path)) {
+                Ok(f) => Box::new(io::BufReader::new(GzDecoder::new(f))),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            }
+        }
         Err(e) => return Err(e),
     };
     let mut out = Vec::new();
-    for line in io::BufReader::new(f).lines() {
+    for line in reader.lines() {
         if let Ok(r) = serde_json::from_str::<RunResult>(&line?) {
             out.push(r);
         }
     }
     Ok(out)
+}
+
+/// Writes the [`compressed`] copy of `path` (for results too large to keep as text).
+pub fn compress(path: &Path) -> io::Result<PathBuf> {
+    let to = compressed(path);
+    let mut input = io::BufReader::new(std::fs::File::open(path)?);
+    let mut gz = GzEncoder::new(std::fs::File::create(&to)?, Compression::best());
+    io::copy(&mut input, &mut gz)?;
+    gz.finish()?.sync_all()?;
+    Ok(to)
 }
 
 /// Appends one result as a line and flushes it to disk.
