@@ -87,6 +87,11 @@ struct Session {
     /// Client: fingerprints of the datagrams sent since the peer was last heard
     /// from, with how often each was sent again (a few; the oldest go first).
     unanswered: VecDeque<(u64, u32)>,
+    /// Server: added to the record sequence number of each epoch-0 record the session
+    /// sends, so that its first flight starts at the record sequence number of the
+    /// ClientHello whose cookie checked out, above those of the HelloVerifyRequests
+    /// (see `listen`).
+    epoch0_seq_shift: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -374,12 +379,18 @@ impl OpensslDtls {
         SslStream::new(ssl, Channel::default())
     }
 
+    /// Moves what `stream` wrote to the transmit queue, adding `epoch0_seq_shift` to
+    /// the record sequence numbers of its epoch-0 records.
     fn drain(
         transmits: &mut VecDeque<Transmit>,
         peer: SocketAddr,
         stream: &mut SslStream<Channel>,
+        epoch0_seq_shift: u64,
     ) {
-        for bytes in stream.get_mut().outgoing.drain(..) {
+        for mut bytes in stream.get_mut().outgoing.drain(..) {
+            if epoch0_seq_shift > 0 {
+                shift_epoch0_seqs(&mut bytes, epoch0_seq_shift);
+            }
             transmits.push_back(Transmit { peer, bytes });
         }
     }
@@ -412,7 +423,7 @@ impl OpensslDtls {
         let ret = unsafe { DTLSv1_listen(ptr, self.bio_addr.0) };
         listener.get_mut().incoming = None;
         let before = self.transmits.len();
-        Self::drain(&mut self.transmits, peer, listener);
+        Self::drain(&mut self.transmits, peer, listener, 0);
         if self.transmits.len() > before {
             self.stats.hello_verify_sent += 1;
         }
@@ -446,6 +457,16 @@ impl OpensslDtls {
         self.open_session(now, peer, stream);
         if let Some(s) = self.sessions.get_mut(&peer) {
             s.hello_random = hello_random(records);
+            // OpenSSL 3.2 and later number the flight after DTLSv1_listen from record
+            // 1 on, whatever this ClientHello's number (openssl/openssl#32063). Each
+            // HelloVerifyRequest carries the number of the ClientHello it answers
+            // (RFC 6347 §4.2.1): a client that sent its first ClientHello again (the
+            // HelloVerifyRequest was slow or lost) got a second one numbered 1 or
+            // more, dropped the ServerHello as a replay of it and waited a second for
+            // the server's retransmission. Numbering the flight on from this
+            // ClientHello's number (as OpenSSL 1.1 did) keeps the numbers apart: the
+            // client's numbers only grow, so every HelloVerifyRequest's is lower.
+            s.epoch0_seq_shift = record_seq(records).map_or(0, |seq| seq.saturating_sub(1));
         }
         self.advance(now, peer, None)
     }
@@ -473,6 +494,7 @@ impl OpensslDtls {
                 credential: None,
                 hello_random: None,
                 unanswered: VecDeque::new(),
+                epoch0_seq_shift: 0,
             },
         );
         self.handshaking.insert(peer, now);
@@ -542,7 +564,7 @@ impl OpensslDtls {
             }
         }
         s.stream.get_mut().incoming = None;
-        Self::drain(&mut self.transmits, peer, &mut s.stream);
+        Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
         if let Some(reason) = failure {
             self.fail(peer, reason);
         }
@@ -604,7 +626,7 @@ impl OpensslDtls {
             let _ = s.stream.shutdown();
             let _ = ErrorStack::get();
             s.stream.get_mut().incoming = None;
-            Self::drain(&mut self.transmits, peer, &mut s.stream);
+            Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
         }
     }
 
@@ -674,6 +696,34 @@ fn finished_in(records: &[u8]) -> bool {
         rest = rest.get(13 + len..).unwrap_or(&[]);
     }
     false
+}
+
+/// The largest DTLS record sequence number (48 bits).
+const MAX_RECORD_SEQ: u64 = (1 << 48) - 1;
+
+/// The record sequence number of the record a datagram starts with.
+fn record_seq(records: &[u8]) -> Option<u64> {
+    let bytes: [u8; 6] = records.get(5..11)?.try_into().ok()?;
+    Some(bytes.iter().fold(0, |seq, b| seq << 8 | u64::from(*b)))
+}
+
+/// Adds `shift` to the record sequence number of each epoch-0 (unprotected, so not
+/// covered by a MAC) record in `datagram`; a number that would pass the largest one
+/// is left as it is.
+fn shift_epoch0_seqs(datagram: &mut [u8], shift: u64) {
+    let mut at = 0;
+    while let Some(header) = datagram.get_mut(at..at + 13) {
+        let len = usize::from(u16::from_be_bytes([header[11], header[12]]));
+        if header[3..5] == [0, 0] {
+            if let Some(seq) = record_seq(header)
+                .and_then(|seq| seq.checked_add(shift))
+                .filter(|seq| *seq <= MAX_RECORD_SEQ)
+            {
+                header[5..11].copy_from_slice(&seq.to_be_bytes()[2..]);
+            }
+        }
+        at += 13 + len;
+    }
 }
 
 /// Fingerprints of unanswered datagrams a client session remembers.
@@ -805,7 +855,7 @@ impl DtlsBackend for OpensslDtls {
             tracing::debug!(%peer, error = %e, "DTLS write failed");
             let _ = ErrorStack::get();
         }
-        Self::drain(&mut self.transmits, peer, &mut s.stream);
+        Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit> {
@@ -864,7 +914,7 @@ impl DtlsBackend for OpensslDtls {
                     std::ptr::null_mut(),
                 )
             };
-            Self::drain(&mut self.transmits, peer, &mut s.stream);
+            Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
             if r < 0 {
                 self.fail(
                     peer,
@@ -889,7 +939,7 @@ impl DtlsBackend for OpensslDtls {
             if let Some(s) = self.sessions.get_mut(&peer).filter(|s| s.established) {
                 let _ = s.stream.shutdown();
                 let _ = ErrorStack::get();
-                Self::drain(&mut self.transmits, peer, &mut s.stream);
+                Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
             }
             self.end_session(peer, "closed by this end (close_notify)".into());
         }

@@ -936,3 +936,113 @@ fn sessions_never_used_are_dropped_after_the_unused_timeout() {
     assert!(s.cipher(addr(CLIENT + 1)).is_some(), "the used one stays");
     assert_eq!(s.stats().evicted, 1);
 }
+
+// Not bound by openssl-sys (OpenSSL 1.1.1+).
+extern "C" {
+    fn DTLS_set_timer_cb(
+        s: *mut openssl_sys::SSL,
+        cb: Option<unsafe extern "C" fn(*mut openssl_sys::SSL, libc::c_uint) -> libc::c_uint>,
+    );
+}
+
+thread_local! {
+    static TIMERS_STARTED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// OpenSSL's retransmission timer (it runs on the wall clock, inside `SSL_do_handshake`)
+/// set to 1 µs for the first flight and to the usual second after: the ClientHello is
+/// sent again at the client's next read, as after a second without an answer.
+unsafe extern "C" fn first_flight_times_out_at_once(
+    _: *mut openssl_sys::SSL,
+    _previous_us: libc::c_uint,
+) -> libc::c_uint {
+    match TIMERS_STARTED.with(|n| n.replace(n.get() + 1)) {
+        0 => 1,
+        _ => 1_000_000,
+    }
+}
+
+#[test]
+fn a_server_hello_after_a_repeated_client_hello_is_not_taken_for_a_replay() {
+    let (mut s, anonymous) = certificate_server(DtlsConfig::default());
+    let now = Instant::now();
+    let from = at([127, 0, 0, 2], 20_000);
+    let mut c = anonymous();
+    // What `encrypt` does for a new peer, with the timer set before the first flight.
+    TIMERS_STARTED.with(|n| n.set(0));
+    let stream = c.new_stream(Some(addr(SERVER))).unwrap();
+    // SAFETY: a live SSL, and a callback of the signature OpenSSL expects.
+    unsafe { DTLS_set_timer_cb(stream.ssl().as_ptr(), Some(first_flight_times_out_at_once)) };
+    c.open_session(now, addr(SERVER), stream);
+    c.sessions
+        .get_mut(&addr(SERVER))
+        .unwrap()
+        .pending
+        .push_back(b"a".to_vec());
+    c.advance(now, addr(SERVER), None);
+    // The client reads the HelloVerifyRequest after its timer ran out: it sends its
+    // first ClientHello again (record 1), then the one with the cookie (record 2); the
+    // server answers the copy with a second HelloVerifyRequest (record 1).
+    let (at_server, _) = pump_at(&mut c, &mut s, from, now);
+    assert_eq!(
+        s.stats().hello_verify_sent,
+        2,
+        "the ClientHello was sent again"
+    );
+    assert_eq!(
+        at_server,
+        [b"a"],
+        "served without waiting for a retransmission"
+    );
+    assert_eq!(
+        events(&mut c),
+        vec![DtlsEvent::Connected { peer: addr(SERVER) }]
+    );
+}
+
+#[test]
+fn epoch_0_record_numbers_are_shifted_and_protected_ones_left_alone() {
+    let record = |epoch: u8, seq: u8, body: &[u8]| {
+        let mut r = vec![
+            22,
+            0xfe,
+            0xfd,
+            0,
+            epoch,
+            0,
+            0,
+            0,
+            0,
+            0,
+            seq,
+            0,
+            body.len() as u8,
+        ];
+        r.extend_from_slice(body);
+        r
+    };
+    let mut datagram = [
+        record(0, 1, b"hello"),
+        record(1, 1, b"x"),
+        record(0, 2, b""),
+    ]
+    .concat();
+    shift_epoch0_seqs(&mut datagram, 4);
+    let expected = [
+        record(0, 5, b"hello"),
+        record(1, 1, b"x"),
+        record(0, 6, b""),
+    ]
+    .concat();
+    assert_eq!(datagram, expected);
+    assert_eq!(record_seq(&expected), Some(5));
+    // A number past the largest is left as it is; a truncated header is not read.
+    let mut last = record(0, 1, b"");
+    last[5..11].copy_from_slice(&MAX_RECORD_SEQ.to_be_bytes()[2..]);
+    let mut shifted = last.clone();
+    shift_epoch0_seqs(&mut shifted, 1);
+    assert_eq!(shifted, last);
+    let mut short = vec![22, 0xfe, 0xfd, 0, 0, 0, 0];
+    shift_epoch0_seqs(&mut short, 1);
+    assert_eq!(short, [22, 0xfe, 0xfd, 0, 0, 0, 0]);
+}
