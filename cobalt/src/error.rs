@@ -99,6 +99,16 @@ pub enum Error {
         /// Re-registrations tried.
         attempts: u32,
     },
+    /// A client layer refused the request before it went out, or a response or
+    /// notification to it ([`Layer::on_send`](crate::server::Layer::on_send),
+    /// [`Layer::on_receive`](crate::server::Layer::on_receive)).
+    #[error("refused by the client layer {layer}: {reason}")]
+    LayerRefused {
+        /// The layer's [`name`](crate::server::Layer::name).
+        layer: &'static str,
+        /// Why, in the layer's words.
+        reason: String,
+    },
     /// The endpoint shut down while the request was outstanding.
     #[error("the endpoint was shut down")]
     Shutdown,

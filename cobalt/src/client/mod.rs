@@ -21,7 +21,7 @@ use crate::error::{SetupError, Unsupported};
 use crate::runtime::command::Command;
 use crate::runtime::driver::{spawn_driver, DriverIo};
 use crate::runtime::service::NoService;
-use crate::server::Response;
+use crate::server::{Layer, Layers, Response};
 use crate::trace::StreamTracer;
 use crate::trace::Tracer;
 use crate::transport::credentials::{ClientCredentials, ClientPsk, X509Credentials};
@@ -61,6 +61,8 @@ pub struct Client {
     auth: Option<Arc<ClientCredentials>>,
     /// Set on the handle a `coaps://` request runs on: its driver is a DTLS one.
     secure: Option<Arc<ClientCredentials>>,
+    /// The layers every request of this handle passes, outermost first.
+    layers: Layers,
 }
 
 /// DTLS drivers by address family (`true` = IPv4) and credentials.
@@ -129,6 +131,7 @@ impl Client {
             }),
             auth: None,
             secure: None,
+            layers: Layers::default(),
         }
     }
 
@@ -162,7 +165,38 @@ impl Client {
             inner: self.inner.clone(),
             auth: Some(Arc::new(auth)),
             secure: None,
+            layers: self.layers.clone(),
         }
+    }
+
+    /// This client with `layer` inside the layers it has (the first given is the
+    /// outermost): every message sent for a request or an observation passes the
+    /// layer's [`Layer::on_send`] and every response and notification its
+    /// [`Layer::on_receive`] (see [`Layer`] for which hooks a client calls). Clones
+    /// made from the result share its layers; the handle it was called on keeps its
+    /// own. A client without layers does nothing more per request.
+    ///
+    /// ```
+    /// use cobalt::server::{Exchange, Layer, Refusal};
+    /// use cobalt::proto::message::Message;
+    ///
+    /// /// Refuses to send requests with a payload over 64 bytes.
+    /// struct SmallRequests;
+    ///
+    /// impl Layer for SmallRequests {
+    ///     fn on_send(&self, _: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+    ///         if request.payload.len() > 64 {
+    ///             return Err(Refusal::new("payload over 64 bytes; send less"));
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let client = cobalt::Client::new().layer(SmallRequests);
+    /// ```
+    pub fn layer<L: Layer>(mut self, layer: L) -> Client {
+        self.layers.push(Arc::new(layer));
+        self
     }
 
     /// GET `uri`.
@@ -505,12 +539,23 @@ impl RequestBuilder {
                 let peer = resolve(&uri).await?;
                 uri.apply_to(&mut self.message.options);
                 let pool = client.pool(scheme)?;
-                return Ok(Route::stream(peer, pool, uri.host));
+                return Ok(Route::stream(
+                    peer,
+                    pool,
+                    uri.host,
+                    scheme,
+                    client.layers.clone(),
+                ));
             }
         }
         let peer = client.socket_peer(resolve(&uri).await?);
         uri.apply_to(&mut self.message.options);
-        Ok(Route::datagram(client.driver_for(&peer)?, peer))
+        Ok(Route::datagram(
+            client.driver_for(&peer)?,
+            peer,
+            uri.scheme,
+            client.layers,
+        ))
     }
 
     /// Sends the request and waits for the response. A response in Block2 blocks is

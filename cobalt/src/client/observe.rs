@@ -2,7 +2,7 @@
 //! UDP or DTLS (through the client's driver) or over CoAP over TCP or WebSockets
 //! (through the pooled connection, RFC 8323 §7) — one [`Route`] either way.
 
-use super::route::{echo_challenge, CancelGuard, Route};
+use super::route::{echo_challenge, CancelGuard, Route, Sent};
 use crate::server::Response;
 use crate::{Error, Result};
 use cobalt_proto::message::{opt, Message};
@@ -67,6 +67,8 @@ pub struct Observation {
     rx: mpsc::Receiver<Result<Message, Error>>,
     /// Keeps the relation; dropping it ends the relation.
     guard: CancelGuard,
+    /// The registration as it left the client's layers (`None` without layers).
+    sent: Option<Sent>,
     last: Option<(u32, Instant)>,
     max_age: Duration,
     ended: bool,
@@ -80,12 +82,13 @@ pub struct Observation {
 
 impl Observation {
     pub(crate) fn register(route: Route, request: Message) -> Result<Observation> {
-        let (rx, guard) = route.observe(request.clone(), BUFFERED_NOTIFICATIONS)?;
+        let (rx, guard, sent) = route.observe(request.clone(), BUFFERED_NOTIFICATIONS)?;
         Ok(Observation {
             route,
             request,
             rx,
             guard,
+            sent,
             last: None,
             max_age: Duration::from_secs(60),
             ended: false,
@@ -166,7 +169,12 @@ impl Observation {
                     return None;
                 }
                 Some(Err(e)) => return Some(self.end(e)),
-                Some(Ok(msg)) => msg,
+                Some(Ok(mut msg)) => {
+                    if let Err(e) = self.route.receive(&mut self.sent, &mut msg) {
+                        return Some(self.end(e));
+                    }
+                    msg
+                }
             };
             if self.last.is_none() {
                 if let Some(retry) = echo_challenge(&self.request, &msg) {
@@ -220,11 +228,12 @@ impl Observation {
     }
 
     fn reregister(&mut self) -> Result<()> {
-        let (rx, guard) = self
+        let (rx, guard, sent) = self
             .route
             .observe(self.request.clone(), BUFFERED_NOTIFICATIONS)?;
         self.rx = rx;
         self.guard = guard; // dropping the old guard ends the silent relation
+        self.sent = sent;
         self.last = None;
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! The [`Layer`] trait (middleware) and how a server runs its layers.
+//! The [`Layer`] trait (middleware) of both roles, how a server runs its layers, and
+//! what a client's layers see of an exchange ([`Exchange`]).
 
 use super::extensions::Extensions;
 use super::handler::MethodRouter;
@@ -10,10 +11,19 @@ use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Middleware of a server or of one resource: code that sits between the protocol
-/// and the resources. Every method has a default that does nothing, so a layer
-/// implements only what it needs. Implementations must be cheap on the request path:
-/// they run on the thread that reads the socket.
+/// Middleware of a server, of one resource or of a client: code that sits between
+/// the protocol and the resources (or the application that asks). Every method has a
+/// default that does nothing, so a layer implements only what it needs, and one type
+/// may serve both roles. Implementations must be cheap on the request path: they run
+/// on the thread that reads the socket (server) or that awaits the request (client).
+///
+/// Which hooks each role calls:
+///
+/// | role | hooks |
+/// |------|-------|
+/// | server ([`Server::layer`](super::Server::layer)) | [`options`](Layer::options), [`on_request`](Layer::on_request), [`around`](Layer::around), [`on_response`](Layer::on_response), [`on_notification`](Layer::on_notification) |
+/// | resource ([`MethodRouter::layer`]) | [`on_request`](Layer::on_request), [`around`](Layer::around), [`on_response`](Layer::on_response) |
+/// | client ([`Client::layer`](crate::Client::layer)) | [`on_send`](Layer::on_send), [`on_receive`](Layer::on_receive) |
 ///
 /// A layer of the server ([`Server::layer`](super::Server::layer)) sees every request
 /// that reaches routing, its answer, and every notification once per observer; a
@@ -89,6 +99,119 @@ pub trait Layer: Send + Sync + 'static {
     /// layers are asked.
     fn on_notification(&self, observer: &Observer<'_>, notification: &mut Response) {
         let _ = (observer, notification);
+    }
+
+    /// Client role: sees (and may change) a request before it goes out — every
+    /// message the client sends for the application's call: each block of a Block1
+    /// upload and each Block2 follow-up, the repeat with an Echo (RFC 9175), each
+    /// (re-)registration of an observation and its deregistration. `Err` refuses it:
+    /// nothing is sent and the call ends with [`Error::LayerRefused`](crate::Error::LayerRefused)
+    /// naming this layer. Requests pass the layers first to last. What the layer keeps
+    /// for the answer goes in [`Exchange::extensions_mut`]; the token is not chosen
+    /// yet (the protocol machine chooses it as the request goes out).
+    fn on_send(&self, exchange: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+        let _ = (exchange, request);
+        Ok(())
+    }
+
+    /// Client role: sees (and may change) each response to a request this layer let
+    /// out, and each notification of an observation it registered, before the
+    /// application (or the client's own block-wise, Echo and observe logic) sees it.
+    /// `request` is the request as it left the layers. `Err` refuses the message: the
+    /// call (or the observation) ends with [`Error::LayerRefused`](crate::Error::LayerRefused).
+    /// Responses pass the layers last to first.
+    fn on_receive(
+        &self,
+        exchange: &mut Exchange,
+        request: &Message,
+        response: &mut Message,
+    ) -> Result<(), Refusal> {
+        let _ = (exchange, request, response);
+        Ok(())
+    }
+
+    /// The layer's name in errors (by default its type's name).
+    fn name(&self) -> &'static str {
+        std::any::type_name::<Self>()
+    }
+}
+
+/// Why a client layer refused a request or a response ([`Layer::on_send`],
+/// [`Layer::on_receive`]); the call ends with [`Error::LayerRefused`](crate::Error::LayerRefused)
+/// carrying it and the layer's [`name`](Layer::name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    reason: String,
+}
+
+impl Refusal {
+    /// A refusal saying `reason` (what was wrong, and what to do about it).
+    pub fn new(reason: impl Into<String>) -> Refusal {
+        Refusal {
+            reason: reason.into(),
+        }
+    }
+
+    /// What was wrong.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+/// One request of a client and its answers, as the client's layers see it: the
+/// server, the transport, the token once the request went out, and what the layers
+/// keep between [`Layer::on_send`] and [`Layer::on_receive`]. A new one for every
+/// message sent (every block, every repeat), except that an observation keeps the one
+/// of its registration for all its notifications (until it registers again).
+#[derive(Debug)]
+pub struct Exchange {
+    peer: SocketAddr,
+    scheme: Scheme,
+    token: Option<Token>,
+    extensions: Extensions,
+}
+
+impl Exchange {
+    /// An exchange with `peer` over `scheme`, before its request goes out.
+    pub(crate) fn new(peer: SocketAddr, scheme: Scheme) -> Exchange {
+        Exchange {
+            peer,
+            scheme,
+            token: None,
+            extensions: Extensions::new(),
+        }
+    }
+
+    /// The server's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The transport (`coap`, `coaps`, `coap+tcp`, ...).
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// The request's token: `None` in [`Layer::on_send`] (the protocol machine
+    /// chooses it as the request goes out), the token the answers carry in
+    /// [`Layer::on_receive`].
+    pub fn token(&self) -> Option<Token> {
+        self.token
+    }
+
+    /// Notes the token an answer came with.
+    pub(crate) fn answered_with(&mut self, token: Token) {
+        self.token = Some(token);
+    }
+
+    /// What the layers keep for this exchange.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// What the layers keep for this exchange, to change.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
     }
 }
 
@@ -181,7 +304,7 @@ impl Front {
     }
 }
 
-/// The layers of a server, outermost first. Cheap to clone.
+/// The layers of a server or a client, outermost first. Cheap to clone.
 #[derive(Clone, Default)]
 pub(crate) struct Layers(Arc<[Arc<dyn Layer>]>);
 
@@ -263,6 +386,32 @@ impl Layers {
         }
     }
 
+    /// Runs the client's send hooks, first to last, on `request`.
+    pub(crate) fn send(&self, exchange: &mut Exchange, request: &mut Message) -> crate::Result<()> {
+        for layer in self.0.iter() {
+            layer
+                .on_send(exchange, request)
+                .map_err(|refusal| refused(layer.as_ref(), refusal))?;
+        }
+        Ok(())
+    }
+
+    /// Runs the client's receive hooks, last to first, on `response` to `request`.
+    pub(crate) fn receive(
+        &self,
+        exchange: &mut Exchange,
+        request: &Message,
+        response: &mut Message,
+    ) -> crate::Result<()> {
+        exchange.answered_with(response.token);
+        for layer in self.0.iter().rev() {
+            layer
+                .on_receive(exchange, request, response)
+                .map_err(|refusal| refused(layer.as_ref(), refusal))?;
+        }
+        Ok(())
+    }
+
     /// Runs every layer's notification hook for the observer `key` (over `scheme`)
     /// with what was kept of its registration.
     pub(crate) fn notify(
@@ -283,6 +432,14 @@ impl Layers {
         for layer in self.0.iter().rev() {
             layer.on_notification(&observer, notification);
         }
+    }
+}
+
+/// The error of a call whose request or answer `layer` refused.
+fn refused(layer: &dyn Layer, refusal: Refusal) -> crate::Error {
+    crate::Error::LayerRefused {
+        layer: layer.name(),
+        reason: refusal.reason,
     }
 }
 

@@ -48,7 +48,7 @@ pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, via, BoxedChunkHandler, FromRequest,
     FromRequestParts, Handler, MethodRouter, UploadChunk,
 };
-pub use layer::{Layer, Observer};
+pub use layer::{Exchange, Layer, Observer, Refusal};
 pub use limits::ServerLimits;
 pub use observe::{Observable, ObserverFilter};
 pub use pattern::InvalidRoute;
@@ -76,7 +76,8 @@ use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::Scheme;
-use layer::{Front, Layers};
+use layer::Front;
+pub(crate) use layer::Layers;
 use role::{ConnectionRole, ShardRole};
 use routes::StateValue;
 use std::net::{SocketAddr, ToSocketAddrs};
