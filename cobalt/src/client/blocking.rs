@@ -56,6 +56,15 @@ impl Client {
         }
     }
 
+    /// This client with `layer` inside the layers it has, like
+    /// [`Client::layer`](super::Client::layer) (the first given is the outermost).
+    pub fn layer<L: crate::server::Layer>(self, layer: L) -> Client {
+        Client {
+            inner: self.inner.layer(layer),
+            rt: self.rt,
+        }
+    }
+
     fn runtime(&self) -> Result<Arc<Runtime>> {
         self.rt
             .get_or_init(|| {
