@@ -372,3 +372,68 @@ fn the_blocking_client_takes_layers() {
     ));
     rt.block_on(server.shutdown(Duration::ZERO));
 }
+
+/// A private critical option (odd number) the protocol does not know.
+const PRIVATE_CRITICAL: u16 = 65001;
+
+/// A server layer that marks every answer with [`PRIVATE_CRITICAL`].
+struct Mark;
+
+impl Layer for Mark {
+    fn on_response(&self, _: &Request, response: &mut Response) {
+        response.options.push(PRIVATE_CRITICAL, b"m");
+    }
+}
+
+/// A client layer that handles [`PRIVATE_CRITICAL`]: declares it, and takes it off
+/// the answers it sees.
+struct Unmark(Arc<AtomicUsize>);
+
+impl Layer for Unmark {
+    fn options(&self) -> &[u16] {
+        &[PRIVATE_CRITICAL]
+    }
+
+    fn on_receive(
+        &self,
+        _: &mut Exchange,
+        _: &Message,
+        response: &mut Message,
+    ) -> Result<(), Refusal> {
+        if response.options.get(PRIVATE_CRITICAL) == Some(b"m") {
+            response.options.remove(PRIVATE_CRITICAL);
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_option_declared_by_a_client_layer_passes_and_others_are_rejected() {
+    let server = Server::new()
+        .route("/marked", get(|| async { "marked" }))
+        .layer(Mark)
+        .listen(Scheme::Coap, "127.0.0.1:0")
+        .listen(Scheme::CoapTcp, "127.0.0.1:0")
+        .shards(1)
+        .start()
+        .await
+        .unwrap();
+    let unmarked = Arc::new(AtomicUsize::new(0));
+    for scheme in [Scheme::Coap, Scheme::CoapTcp] {
+        let marked = uri(&server, scheme, "/marked");
+        match Client::new().get(&marked).await {
+            Err(Error::BadResponseOption { peer, number }) => {
+                assert_eq!(number, PRIVATE_CRITICAL, "{scheme}");
+                assert_eq!(peer, server.local_addr(scheme).unwrap(), "{scheme}");
+            }
+            other => panic!("{scheme}: {other:?}"),
+        }
+        let client = Client::new().layer(Unmark(unmarked.clone()));
+        let r = client.get(&marked).await.unwrap();
+        assert_eq!(r.text_payload(), "marked", "{scheme}");
+        assert!(!r.options.contains(PRIVATE_CRITICAL), "{scheme}");
+    }
+    assert_eq!(unmarked.load(Ordering::Relaxed), 2);
+    server.shutdown(Duration::ZERO).await;
+}

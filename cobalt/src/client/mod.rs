@@ -31,6 +31,7 @@ use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets, report_unreachable};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
+use cobalt_proto::message::option::HandledOptions;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::{Framing, TcpConfig};
@@ -63,6 +64,8 @@ pub struct Client {
     secure: Option<Arc<ClientCredentials>>,
     /// The layers every request of this handle passes, outermost first.
     layers: Layers,
+    /// The option numbers the layers declare.
+    handled: HandledOptions,
 }
 
 /// DTLS drivers by address family (`true` = IPv4) and credentials.
@@ -132,6 +135,7 @@ impl Client {
             auth: None,
             secure: None,
             layers: Layers::default(),
+            handled: HandledOptions::default(),
         }
     }
 
@@ -166,6 +170,7 @@ impl Client {
             auth: Some(Arc::new(auth)),
             secure: None,
             layers: self.layers.clone(),
+            handled: self.handled.clone(),
         }
     }
 
@@ -196,7 +201,13 @@ impl Client {
     /// ```
     pub fn layer<L: Layer>(mut self, layer: L) -> Client {
         self.layers.push(Arc::new(layer));
+        self.handled = self.layers.handled_options();
         self
+    }
+
+    /// The client's layers and the options they declare, for a route.
+    fn stack(&self) -> (Layers, HandledOptions) {
+        (self.layers.clone(), self.handled.clone())
     }
 
     /// GET `uri`.
@@ -539,13 +550,7 @@ impl RequestBuilder {
                 let peer = resolve(&uri).await?;
                 uri.apply_to(&mut self.message.options);
                 let pool = client.pool(scheme)?;
-                return Ok(Route::stream(
-                    peer,
-                    pool,
-                    uri.host,
-                    scheme,
-                    client.layers.clone(),
-                ));
+                return Ok(Route::stream(peer, pool, uri.host, scheme, client.stack()));
             }
         }
         let peer = client.socket_peer(resolve(&uri).await?);
@@ -554,7 +559,7 @@ impl RequestBuilder {
             client.driver_for(&peer)?,
             peer,
             uri.scheme,
-            client.layers,
+            client.stack(),
         ))
     }
 

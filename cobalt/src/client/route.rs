@@ -16,6 +16,7 @@ use crate::server::{Exchange, Layers, Response};
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
 use crate::{Error, Result};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
+use cobalt_proto::message::option::HandledOptions;
 use cobalt_proto::message::{opt, Code, Message};
 use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
@@ -58,39 +59,43 @@ pub(crate) struct Route {
     scheme: Scheme,
     /// The client's layers (none: nothing more per message).
     layers: Layers,
+    /// The options the layers declare: answers may carry them.
+    handled: HandledOptions,
 }
 
 impl Route {
     /// Requests to `peer` over `scheme` through a client's datagram driver (its
-    /// `commands`), passing `layers`.
+    /// `commands`), passing `layers` (with the options they declare).
     pub(crate) fn datagram(
         commands: mpsc::UnboundedSender<Command>,
         peer: SocketAddr,
         scheme: Scheme,
-        layers: Layers,
+        (layers, handled): (Layers, HandledOptions),
     ) -> Route {
         Route {
             peer,
             via: Via::Driver(commands),
             scheme,
             layers,
+            handled,
         }
     }
 
     /// Requests to `peer` (named `host` in the URI) over `scheme` on a connection of
-    /// `pool`, passing `layers`.
+    /// `pool`, passing `layers` (with the options they declare).
     pub(crate) fn stream(
         peer: SocketAddr,
         pool: Arc<TcpPool>,
         host: String,
         scheme: Scheme,
-        layers: Layers,
+        (layers, handled): (Layers, HandledOptions),
     ) -> Route {
         Route {
             peer,
             via: Via::Pool { pool, host },
             scheme,
             layers,
+            handled,
         }
     }
 
@@ -144,11 +149,14 @@ impl Route {
     /// them back.
     async fn exchange_once(&self, mut message: Message) -> Result<Message> {
         if self.layers.is_empty() {
-            return self.carry(message).await;
+            let response = self.carry(message).await?;
+            self.check_options(&response)?;
+            return Ok(response);
         }
         let mut exchange = self.new_exchange();
         self.layers.send(&mut exchange, &mut message)?;
         let mut response = self.carry(message.clone()).await?;
+        self.check_options(&response)?;
         self.layers
             .receive(&mut exchange, &message, &mut response)?;
         Ok(response)
@@ -159,9 +167,22 @@ impl Route {
         Exchange::new(self.peer, self.scheme)
     }
 
-    /// Runs the layers' receive hooks on `response` (a notification or the answer to
-    /// a registration) to the registration `sent` (`None`: no layers).
+    /// Rejects an answer that carries a critical option neither the protocol nor a
+    /// layer recognizes (RFC 7252 §5.4.1).
+    fn check_options(&self, response: &Message) -> Result<()> {
+        match response.options.first_bad_critical_except(&self.handled) {
+            Some(number) => Err(Error::BadResponseOption {
+                peer: self.peer,
+                number,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks `response` (a notification or the answer to a registration) to the
+    /// registration `sent` (`None`: no layers) and runs the layers' receive hooks on it.
     pub(crate) fn receive(&self, sent: &mut Option<Sent>, response: &mut Message) -> Result<()> {
+        self.check_options(response)?;
         match sent {
             Some(sent) => self
                 .layers
@@ -254,6 +275,7 @@ impl Route {
         let answer = rx.await;
         guard.disarm();
         let mut answer = answer.map_err(|_| self.closed())??;
+        self.check_options(&answer)?;
         if let Some(sent) = sent {
             self.layers.receive(&mut exchange, &sent, &mut answer)?;
         }

@@ -66,8 +66,11 @@ pub trait Layer: Send + Sync + 'static {
     /// protocol machines' [`HandledOptions`], so that a request carrying one of them
     /// is passed on instead of answered 4.02 Bad Option. Declaring Proxy-Uri (35) or
     /// Proxy-Scheme (39) says the layer handles proxy requests: the server then stops
-    /// answering them 5.05 Proxying Not Supported. Only a server's layers are asked
-    /// (the machines check options before a request is routed).
+    /// answering them 5.05 Proxying Not Supported. A client collects them from its
+    /// layers likewise: a response or notification carrying an unknown critical
+    /// option is rejected ([`Error::BadResponseOption`](crate::Error::BadResponseOption))
+    /// unless a layer declares it. The layers of one resource are not asked (the
+    /// machines check options before a request is routed).
     fn options(&self) -> &[u16] {
         &[]
     }
