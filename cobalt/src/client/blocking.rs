@@ -56,11 +56,10 @@ impl Client {
         }
     }
 
-    /// This client with `layer` inside the layers it has, like
-    /// [`Client::layer`](super::Client::layer) (the first given is the outermost).
-    pub fn layer<L: crate::server::Layer>(self, layer: L) -> Client {
+    /// This client with its async client replaced by what `change` makes of it.
+    pub(crate) fn map_async(self, change: impl FnOnce(super::Client) -> super::Client) -> Client {
         Client {
-            inner: self.inner.layer(layer),
+            inner: change(self.inner),
             rt: self.rt,
         }
     }

@@ -11,17 +11,19 @@
 
 pub mod blocking;
 mod blockwise;
+pub(crate) mod hooks;
 pub use blockwise::MAX_BODY;
 mod observe;
 mod route;
 
+pub use hooks::{Exchange, Refusal};
 pub use observe::{Observation, Reregistration, MAX_REREGISTRATIONS};
 
 use crate::error::{SetupError, Unsupported};
 use crate::runtime::command::Command;
 use crate::runtime::driver::{spawn_driver, DriverIo};
 use crate::runtime::service::NoService;
-use crate::server::{Layer, Layers, Response};
+use crate::server::Response;
 use crate::trace::StreamTracer;
 use crate::trace::Tracer;
 use crate::transport::credentials::{ClientCredentials, ClientPsk, X509Credentials};
@@ -31,11 +33,11 @@ use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets, report_unreachable};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
-use cobalt_proto::message::option::HandledOptions;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::{Framing, TcpConfig};
 use cobalt_proto::uri::{CoapUri, Scheme};
+use hooks::{ClientHooks, ClientLayers};
 use route::Route;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -63,9 +65,7 @@ pub struct Client {
     /// Set on the handle a `coaps://` request runs on: its driver is a DTLS one.
     secure: Option<Arc<ClientCredentials>>,
     /// The layers every request of this handle passes, outermost first.
-    layers: Layers,
-    /// The option numbers the layers declare.
-    handled: HandledOptions,
+    layers: ClientLayers,
 }
 
 /// DTLS drivers by address family (`true` = IPv4) and credentials.
@@ -134,8 +134,7 @@ impl Client {
             }),
             auth: None,
             secure: None,
-            layers: Layers::default(),
-            handled: HandledOptions::default(),
+            layers: ClientLayers::default(),
         }
     }
 
@@ -170,44 +169,14 @@ impl Client {
             auth: Some(Arc::new(auth)),
             secure: None,
             layers: self.layers.clone(),
-            handled: self.handled.clone(),
         }
     }
 
-    /// This client with `layer` inside the layers it has (the first given is the
-    /// outermost): every message sent for a request or an observation passes the
-    /// layer's [`Layer::on_send`] and every response and notification its
-    /// [`Layer::on_receive`] (see [`Layer`] for which hooks a client calls). Clones
-    /// made from the result share its layers; the handle it was called on keeps its
-    /// own. A client without layers does nothing more per request.
-    ///
-    /// ```
-    /// use cobalt::server::{Exchange, Layer, Refusal};
-    /// use cobalt::proto::message::Message;
-    ///
-    /// /// Refuses to send requests with a payload over 64 bytes.
-    /// struct SmallRequests;
-    ///
-    /// impl Layer for SmallRequests {
-    ///     fn on_send(&self, _: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
-    ///         if request.payload.len() > 64 {
-    ///             return Err(Refusal::new("payload over 64 bytes; send less"));
-    ///         }
-    ///         Ok(())
-    ///     }
-    /// }
-    ///
-    /// let client = cobalt::Client::new().layer(SmallRequests);
-    /// ```
-    pub fn layer<L: Layer>(mut self, layer: L) -> Client {
-        self.layers.push(Arc::new(layer));
-        self.handled = self.layers.handled_options();
+    /// This client with `layer` inside the layers it has (see
+    /// [`Client::layer`](Client::layer), in the layer module).
+    pub(crate) fn with_layer(mut self, layer: Arc<dyn ClientHooks>) -> Client {
+        self.layers.push(layer);
         self
-    }
-
-    /// The client's layers and the options they declare, for a route.
-    fn stack(&self) -> (Layers, HandledOptions) {
-        (self.layers.clone(), self.handled.clone())
     }
 
     /// GET `uri`.
@@ -550,7 +519,13 @@ impl RequestBuilder {
                 let peer = resolve(&uri).await?;
                 uri.apply_to(&mut self.message.options);
                 let pool = client.pool(scheme)?;
-                return Ok(Route::stream(peer, pool, uri.host, scheme, client.stack()));
+                return Ok(Route::stream(
+                    peer,
+                    pool,
+                    uri.host,
+                    scheme,
+                    client.layers.clone(),
+                ));
             }
         }
         let peer = client.socket_peer(resolve(&uri).await?);
@@ -559,7 +534,7 @@ impl RequestBuilder {
             client.driver_for(&peer)?,
             peer,
             uri.scheme,
-            client.stack(),
+            client.layers.clone(),
         ))
     }
 

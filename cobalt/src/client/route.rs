@@ -11,12 +11,12 @@
 //! [`Layer::on_receive`]: crate::server::Layer::on_receive
 
 use super::blockwise::{fetch_rest_via, upload_via};
+use super::hooks::{ClientLayers, Exchange};
 use crate::runtime::command::{Command, ReplyTo};
-use crate::server::{Exchange, Layers, Response};
+use crate::server::Response;
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
 use crate::{Error, Result};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
-use cobalt_proto::message::option::HandledOptions;
 use cobalt_proto::message::{opt, Code, Message};
 use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
@@ -58,9 +58,7 @@ pub(crate) struct Route {
     /// The URI's scheme.
     scheme: Scheme,
     /// The client's layers (none: nothing more per message).
-    layers: Layers,
-    /// The options the layers declare: answers may carry them.
-    handled: HandledOptions,
+    layers: ClientLayers,
 }
 
 impl Route {
@@ -70,14 +68,13 @@ impl Route {
         commands: mpsc::UnboundedSender<Command>,
         peer: SocketAddr,
         scheme: Scheme,
-        (layers, handled): (Layers, HandledOptions),
+        layers: ClientLayers,
     ) -> Route {
         Route {
             peer,
             via: Via::Driver(commands),
             scheme,
             layers,
-            handled,
         }
     }
 
@@ -88,14 +85,13 @@ impl Route {
         pool: Arc<TcpPool>,
         host: String,
         scheme: Scheme,
-        (layers, handled): (Layers, HandledOptions),
+        layers: ClientLayers,
     ) -> Route {
         Route {
             peer,
             via: Via::Pool { pool, host },
             scheme,
             layers,
-            handled,
         }
     }
 
@@ -170,7 +166,10 @@ impl Route {
     /// Rejects an answer that carries a critical option neither the protocol nor a
     /// layer recognizes (RFC 7252 §5.4.1).
     fn check_options(&self, response: &Message) -> Result<()> {
-        match response.options.first_bad_critical_except(&self.handled) {
+        match response
+            .options
+            .first_bad_critical_except(self.layers.handled())
+        {
             Some(number) => Err(Error::BadResponseOption {
                 peer: self.peer,
                 number,

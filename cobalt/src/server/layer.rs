@@ -1,9 +1,12 @@
 //! The [`Layer`] trait (middleware) of both roles, how a server runs its layers, and
-//! what a client's layers see of an exchange ([`Exchange`]).
+//! how a layer is given to a client (which runs it through
+//! `client::hooks`).
 
 use super::extensions::Extensions;
 use super::handler::MethodRouter;
 use super::request::{BoxFuture, Request, Response};
+use crate::client::hooks::ClientHooks;
+use crate::client::{blocking, Client, Exchange, Refusal};
 use crate::transport::identity::{Credential, PeerIdentity};
 use cobalt_proto::message::option::HandledOptions;
 use cobalt_proto::message::{opt, Message, Token};
@@ -139,85 +142,6 @@ pub trait Layer: Send + Sync + 'static {
     }
 }
 
-/// Why a client layer refused a request or a response ([`Layer::on_send`],
-/// [`Layer::on_receive`]); the call ends with [`Error::LayerRefused`](crate::Error::LayerRefused)
-/// carrying it and the layer's [`name`](Layer::name).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    reason: String,
-}
-
-impl Refusal {
-    /// A refusal saying `reason` (what was wrong, and what to do about it).
-    pub fn new(reason: impl Into<String>) -> Refusal {
-        Refusal {
-            reason: reason.into(),
-        }
-    }
-
-    /// What was wrong.
-    pub fn reason(&self) -> &str {
-        &self.reason
-    }
-}
-
-/// One request of a client and its answers, as the client's layers see it: the
-/// server, the transport, the token once the request went out, and what the layers
-/// keep between [`Layer::on_send`] and [`Layer::on_receive`]. A new one for every
-/// message sent (every block, every repeat), except that an observation keeps the one
-/// of its registration for all its notifications (until it registers again).
-#[derive(Debug)]
-pub struct Exchange {
-    peer: SocketAddr,
-    scheme: Scheme,
-    token: Option<Token>,
-    extensions: Extensions,
-}
-
-impl Exchange {
-    /// An exchange with `peer` over `scheme`, before its request goes out.
-    pub(crate) fn new(peer: SocketAddr, scheme: Scheme) -> Exchange {
-        Exchange {
-            peer,
-            scheme,
-            token: None,
-            extensions: Extensions::new(),
-        }
-    }
-
-    /// The server's address.
-    pub fn peer(&self) -> SocketAddr {
-        self.peer
-    }
-
-    /// The transport (`coap`, `coaps`, `coap+tcp`, ...).
-    pub fn scheme(&self) -> Scheme {
-        self.scheme
-    }
-
-    /// The request's token: `None` in [`Layer::on_send`] (the protocol machine
-    /// chooses it as the request goes out), the token the answers carry in
-    /// [`Layer::on_receive`].
-    pub fn token(&self) -> Option<Token> {
-        self.token
-    }
-
-    /// Notes the token an answer came with.
-    pub(crate) fn answered_with(&mut self, token: Token) {
-        self.token = Some(token);
-    }
-
-    /// What the layers keep for this exchange.
-    pub fn extensions(&self) -> &Extensions {
-        &self.extensions
-    }
-
-    /// What the layers keep for this exchange, to change.
-    pub fn extensions_mut(&mut self) -> &mut Extensions {
-        &mut self.extensions
-    }
-}
-
 /// The observer a notification goes to, as [`Layer::on_notification`] sees it.
 #[derive(Debug)]
 pub struct Observer<'a> {
@@ -307,7 +231,7 @@ impl Front {
     }
 }
 
-/// The layers of a server or a client, outermost first. Cheap to clone.
+/// The layers of a server, outermost first. Cheap to clone.
 #[derive(Clone, Default)]
 pub(crate) struct Layers(Arc<[Arc<dyn Layer>]>);
 
@@ -389,32 +313,6 @@ impl Layers {
         }
     }
 
-    /// Runs the client's send hooks, first to last, on `request`.
-    pub(crate) fn send(&self, exchange: &mut Exchange, request: &mut Message) -> crate::Result<()> {
-        for layer in self.0.iter() {
-            layer
-                .on_send(exchange, request)
-                .map_err(|refusal| refused(layer.as_ref(), refusal))?;
-        }
-        Ok(())
-    }
-
-    /// Runs the client's receive hooks, last to first, on `response` to `request`.
-    pub(crate) fn receive(
-        &self,
-        exchange: &mut Exchange,
-        request: &Message,
-        response: &mut Message,
-    ) -> crate::Result<()> {
-        exchange.answered_with(response.token);
-        for layer in self.0.iter().rev() {
-            layer
-                .on_receive(exchange, request, response)
-                .map_err(|refusal| refused(layer.as_ref(), refusal))?;
-        }
-        Ok(())
-    }
-
     /// Runs every layer's notification hook for the observer `key` (over `scheme`)
     /// with what was kept of its registration.
     pub(crate) fn notify(
@@ -438,11 +336,67 @@ impl Layers {
     }
 }
 
-/// The error of a call whose request or answer `layer` refused.
-fn refused(layer: &dyn Layer, refusal: Refusal) -> crate::Error {
-    crate::Error::LayerRefused {
-        layer: layer.name(),
-        reason: refusal.reason,
+/// What a client calls of a layer: its client hooks.
+impl<L: Layer> ClientHooks for L {
+    fn options(&self) -> &[u16] {
+        Layer::options(self)
+    }
+
+    fn on_send(&self, exchange: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+        Layer::on_send(self, exchange, request)
+    }
+
+    fn on_receive(
+        &self,
+        exchange: &mut Exchange,
+        request: &Message,
+        response: &mut Message,
+    ) -> Result<(), Refusal> {
+        Layer::on_receive(self, exchange, request, response)
+    }
+
+    fn name(&self) -> &'static str {
+        Layer::name(self)
+    }
+}
+
+impl Client {
+    /// This client with `layer` inside the layers it has (the first given is the
+    /// outermost): every message sent for a request or an observation passes the
+    /// layer's [`Layer::on_send`] and every response and notification its
+    /// [`Layer::on_receive`] (see [`Layer`] for which hooks a client calls); answers
+    /// may carry the options it declares ([`Layer::options`]). Clones made from the
+    /// result share its layers; the handle it was called on keeps its own. A client
+    /// without layers does nothing more per request.
+    ///
+    /// ```
+    /// use cobalt::proto::message::Message;
+    /// use cobalt::server::{Exchange, Layer, Refusal};
+    ///
+    /// /// Refuses to send requests with a payload over 64 bytes.
+    /// struct SmallRequests;
+    ///
+    /// impl Layer for SmallRequests {
+    ///     fn on_send(&self, _: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+    ///         if request.payload.len() > 64 {
+    ///             return Err(Refusal::new("payload over 64 bytes; send less"));
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let client = cobalt::Client::new().layer(SmallRequests);
+    /// ```
+    pub fn layer<L: Layer>(self, layer: L) -> Client {
+        self.with_layer(Arc::new(layer))
+    }
+}
+
+impl blocking::Client {
+    /// This client with `layer` inside the layers it has, like
+    /// [`Client::layer`] (the first given is the outermost).
+    pub fn layer<L: Layer>(self, layer: L) -> blocking::Client {
+        self.map_async(|client| client.layer(layer))
     }
 }
 

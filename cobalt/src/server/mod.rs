@@ -39,6 +39,7 @@ pub(crate) mod tree;
 mod upload_table;
 mod validate;
 
+pub use crate::client::{Exchange, Refusal};
 pub use crate::transport::identity::{Credential, PeerIdentity};
 pub use cobalt_proto::blockwise::uploads::UploadLimits;
 pub use cobalt_proto::observe::relations::ConPolicy;
@@ -48,7 +49,7 @@ pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, via, BoxedChunkHandler, FromRequest,
     FromRequestParts, Handler, MethodRouter, UploadChunk,
 };
-pub use layer::{Exchange, Layer, Observer, Refusal};
+pub use layer::{Layer, Observer};
 pub use limits::ServerLimits;
 pub use observe::{Observable, ObserverFilter};
 pub use pattern::InvalidRoute;
