@@ -173,7 +173,8 @@ async fn a_layer_refuses_a_request_before_it_is_sent_and_a_response_before_the_c
 }
 
 /// Records what passes: the Block1 and Block2 numbers of the requests it lets out
-/// and of the responses it sees, and appends " seen" to every notification.
+/// and of the responses it sees, and appends " seen" to every notification, which
+/// must find the mark the layer left on its registration's exchange.
 #[derive(Default)]
 struct Recorder {
     sent_block1: Mutex<Vec<u32>>,
@@ -184,8 +185,15 @@ struct Recorder {
 
 struct Record(Arc<Recorder>);
 
+/// What [`Record`] leaves on the exchange of a registration.
+#[derive(Debug, Clone, Copy)]
+struct Registered;
+
 impl Layer for Record {
-    fn on_send(&self, _: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+    fn on_send(&self, exchange: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+        if request.options.observe() == Some(0) {
+            exchange.extensions_mut().insert(Registered);
+        }
         if let Some(b) = request.block1() {
             self.0.sent_block1.lock().unwrap().push(b.num);
         }
@@ -197,7 +205,7 @@ impl Layer for Record {
 
     fn on_receive(
         &self,
-        _: &mut Exchange,
+        exchange: &mut Exchange,
         _: &Message,
         response: &mut Message,
     ) -> Result<(), Refusal> {
@@ -205,6 +213,11 @@ impl Layer for Record {
             self.0.received_block2.lock().unwrap().push(b.num);
         }
         if response.options.observe().is_some() {
+            if exchange.extensions().get::<Registered>().is_none() {
+                return Err(Refusal::new(
+                    "a notification outside its registration's exchange",
+                ));
+            }
             self.0.notifications.fetch_add(1, Ordering::Relaxed);
             response.payload.extend_from_slice(b" seen");
         }

@@ -54,6 +54,10 @@ impl std::fmt::Debug for Hook {
 ///   once on a new connection; if that fails, or the new connection is lost before a
 ///   notification arrives, the observation ends with the error.
 /// - A response without Observe (an error, or a server that does not observe) ends it.
+/// - The registration and each notification pass the client's layers
+///   ([`Client::layer`](crate::Client::layer)), which see them with the exchange of the
+///   registration; a layer that refuses one ends the observation with
+///   [`Error::LayerRefused`].
 ///
 /// Ending the relation when the observation is dropped: over UDP the next notification
 /// is answered with RST (reactive). Over TCP and WebSockets, which have no RST, the
