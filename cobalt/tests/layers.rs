@@ -4,7 +4,9 @@
 //! layer passing both protocol machines, proxy requests reaching a layer that declares
 //! Proxy-Uri, and a concurrency limit with handlers that wait on a channel.
 
-use cobalt::server::layers::{Authorize, ConcurrencyLimit, PskAllowList};
+use cobalt::server::layers::ConcurrencyLimit;
+#[cfg(feature = "openssl")]
+use cobalt::server::layers::{Authorize, PskAllowList};
 use cobalt::server::{get, Layer, Observable, Observer, Request, Response, Server};
 use cobalt::{Client, Code, Scheme, ServerHandle};
 use std::collections::HashMap;
@@ -12,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A resource that says which PSK identity or certificate subject asked.
+#[cfg(feature = "openssl")]
 fn whoami() -> cobalt::server::MethodRouter {
     get(|req: Request| async move {
         let id = req.identity();
