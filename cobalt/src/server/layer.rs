@@ -110,7 +110,9 @@ pub trait Layer: Send + Sync + 'static {
     /// Client role: sees (and may change) a request before it goes out — every
     /// message the client sends for the application's call: each block of a Block1
     /// upload and each Block2 follow-up, the repeat with an Echo (RFC 9175), each
-    /// (re-)registration of an observation and its deregistration. `Err` refuses it:
+    /// (re-)registration of an observation and its deregistration by
+    /// [`Observation::cancel`](crate::Observation::cancel) (not the one a TCP
+    /// connection sends by itself when an observation is dropped). `Err` refuses it:
     /// nothing is sent and the call ends with [`Error::LayerRefused`](crate::Error::LayerRefused)
     /// naming this layer. Requests pass the layers first to last. What the layer keeps
     /// for the answer goes in [`Exchange::extensions_mut`]; the token is not chosen
@@ -365,9 +367,9 @@ impl Client {
     /// outermost): every message sent for a request or an observation passes the
     /// layer's [`Layer::on_send`] and every response and notification its
     /// [`Layer::on_receive`] (see [`Layer`] for which hooks a client calls); answers
-    /// may carry the options it declares ([`Layer::options`]). Clones made from the
-    /// result share its layers; the handle it was called on keeps its own. A client
-    /// without layers does nothing more per request.
+    /// may carry the options it declares ([`Layer::options`]). Clones of the result
+    /// share its layers; clones made before keep theirs (and all share sockets and
+    /// connections). A client without layers does nothing more per request.
     ///
     /// ```
     /// use cobalt::proto::message::Message;
