@@ -144,23 +144,24 @@ impl Route {
     /// Sends `message` through the layers and waits for its response, which passes
     /// them back.
     async fn exchange_once(&self, mut message: Message) -> Result<Message> {
-        if self.layers.is_empty() {
-            let response = self.carry(message).await?;
-            self.check_options(&response)?;
-            return Ok(response);
-        }
-        let mut exchange = self.new_exchange();
-        self.layers.send(&mut exchange, &mut message)?;
-        let mut response = self.carry(message.clone()).await?;
-        self.check_options(&response)?;
-        self.layers
-            .receive(&mut exchange, &message, &mut response)?;
+        let mut sent = self.pass_out(&mut message)?;
+        let mut response = self.carry(message).await?;
+        self.receive(&mut sent, &mut response)?;
         Ok(response)
     }
 
-    /// What the layers see of a new exchange on this route.
-    pub(crate) fn new_exchange(&self) -> Exchange {
-        Exchange::new(self.peer, self.scheme)
+    /// Runs the layers' send hooks on `request` in a new exchange: what they keep
+    /// for its answers (`None` without layers: nothing is allocated).
+    fn pass_out(&self, request: &mut Message) -> Result<Option<Sent>> {
+        if self.layers.is_empty() {
+            return Ok(None);
+        }
+        let mut exchange = Exchange::new(self.peer, self.scheme);
+        self.layers.send(&mut exchange, request)?;
+        Ok(Some(Sent {
+            exchange,
+            request: request.clone(),
+        }))
     }
 
     /// Rejects an answer that carries a critical option neither the protocol nor a
@@ -178,8 +179,8 @@ impl Route {
         }
     }
 
-    /// Checks `response` (a notification or the answer to a registration) to the
-    /// registration `sent` (`None`: no layers) and runs the layers' receive hooks on it.
+    /// Checks `response` (an answer or a notification) to the request `sent` (`None`:
+    /// no layers) and runs the layers' receive hooks on it.
     pub(crate) fn receive(&self, sent: &mut Option<Sent>, response: &mut Message) -> Result<()> {
         self.check_options(response)?;
         match sent {
@@ -226,16 +227,7 @@ impl Route {
         mut request: Message,
         buffered: usize,
     ) -> Result<(mpsc::Receiver<Result<Message>>, CancelGuard, Option<Sent>)> {
-        let sent = if self.layers.is_empty() {
-            None
-        } else {
-            let mut exchange = self.new_exchange();
-            self.layers.send(&mut exchange, &mut request)?;
-            Some(Sent {
-                exchange,
-                request: request.clone(),
-            })
-        };
+        let sent = self.pass_out(&mut request)?;
         let key = next_key();
         let (tx, rx) = mpsc::channel(buffered);
         let register = Command::Request {
@@ -255,11 +247,7 @@ impl Route {
         guard: CancelGuard,
         mut message: Message,
     ) -> Result<Message> {
-        let mut exchange = self.new_exchange();
-        if !self.layers.is_empty() {
-            self.layers.send(&mut exchange, &mut message)?;
-        }
-        let sent = (!self.layers.is_empty()).then(|| message.clone());
+        let mut sent = self.pass_out(&mut message)?;
         let (tx, rx) = oneshot::channel();
         guard
             .commands
@@ -274,10 +262,7 @@ impl Route {
         let answer = rx.await;
         guard.disarm();
         let mut answer = answer.map_err(|_| self.closed())??;
-        self.check_options(&answer)?;
-        if let Some(sent) = sent {
-            self.layers.receive(&mut exchange, &sent, &mut answer)?;
-        }
+        self.receive(&mut sent, &mut answer)?;
         Ok(answer)
     }
 
