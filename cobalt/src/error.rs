@@ -99,6 +99,27 @@ pub enum Error {
         /// Re-registrations tried.
         attempts: u32,
     },
+    /// A response or notification carries a critical option this client does not
+    /// recognize (unknown, malformed or repeated), so it was rejected (RFC 7252
+    /// §5.4.1). A client layer that handles the option declares it in
+    /// [`Layer::options`](crate::server::Layer::options).
+    #[error("the answer from {peer} carries critical option {number}, which this client does not recognize; a client layer that handles it must declare it in Layer::options")]
+    BadResponseOption {
+        /// The server.
+        peer: SocketAddr,
+        /// The option's number.
+        number: u16,
+    },
+    /// A client layer refused the request before it went out, or a response or
+    /// notification to it ([`Layer::on_send`](crate::server::Layer::on_send),
+    /// [`Layer::on_receive`](crate::server::Layer::on_receive)).
+    #[error("refused by the client layer {layer}: {reason}")]
+    LayerRefused {
+        /// The layer's [`name`](crate::server::Layer::name).
+        layer: &'static str,
+        /// Why, in the layer's words.
+        reason: String,
+    },
     /// The endpoint shut down while the request was outstanding.
     #[error("the endpoint was shut down")]
     Shutdown,

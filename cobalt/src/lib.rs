@@ -470,6 +470,75 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The same trait serves the client role: [`Client::layer`] (and
+//! [`client::blocking::Client::layer`]) puts a layer around every message a client
+//! sends and receives, over every transport. [`Layer::on_send`](server::Layer::on_send)
+//! sees (and may change, or refuse) each request as it goes out: each block of a
+//! block-wise transfer, the repeat with an Echo, each registration of an observation.
+//! [`Layer::on_receive`](server::Layer::on_receive) sees (and may change, or refuse)
+//! each response and each notification before the application does. A refusal ends the
+//! call with [`Error::LayerRefused`], naming the layer. What a layer keeps between the
+//! two hooks goes in the [`server::Exchange`]'s extensions (an OSCORE layer keeps its
+//! Partial IV there; an observation keeps its registration's exchange for all its
+//! notifications), and options the layers declare pass the client's check of the
+//! answers' critical options. [`AccessLog`](server::layers::AccessLog) logs on both
+//! roles. A client without layers does nothing more per request.
+//!
+//! ```
+//! use cobalt::proto::message::Message;
+//! use cobalt::server::{post, Exchange, Layer, Refusal, Request};
+//! use cobalt::{Client, Error, Scheme, Server};
+//! use std::time::Duration;
+//!
+//! /// Signs what it sends with a trailing byte sum and checks that the answer
+//! /// repeats it; refuses to send empty payloads.
+//! struct Checksum;
+//!
+//! #[derive(Clone, Copy)]
+//! struct Sum(u8);
+//!
+//! impl Layer for Checksum {
+//!     fn on_send(&self, exchange: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+//!         if request.payload.is_empty() {
+//!             return Err(Refusal::new("nothing to sign; send a payload"));
+//!         }
+//!         let sum = request.payload.iter().fold(0u8, |s, b| s.wrapping_add(*b));
+//!         exchange.extensions_mut().insert(Sum(sum));
+//!         request.payload.push(sum);
+//!         Ok(())
+//!     }
+//!     fn on_receive(
+//!         &self,
+//!         exchange: &mut Exchange,
+//!         _request: &Message,
+//!         response: &mut Message,
+//!     ) -> Result<(), Refusal> {
+//!         let Some(Sum(sum)) = exchange.extensions().get::<Sum>().copied() else {
+//!             return Ok(());
+//!         };
+//!         match response.payload.pop() {
+//!             Some(echoed) if echoed == sum => Ok(()),
+//!             _ => Err(Refusal::new("the answer does not repeat the checksum")),
+//!         }
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> cobalt::Result<()> {
+//! let server = Server::new()
+//!     .route("/echo", post(|req: Request| async move { req.payload().to_vec() }))
+//!     .shards(1)
+//!     .bind("127.0.0.1:0")
+//!     .await?;
+//! let uri = format!("coap://{}/echo", server.local_addr(Scheme::Coap).unwrap());
+//! let client = Client::new().layer(Checksum);
+//! assert_eq!(client.post(&uri, "hi").await?.payload, b"hi");
+//! let refused = client.post(&uri, "").await.unwrap_err();
+//! assert!(matches!(refused, Error::LayerRefused { .. }), "{refused}");
+//! server.shutdown(Duration::ZERO).await;
+//! # Ok(()) }
+//! ```
+//!
 //! # Configuration
 //!
 //! All RFC 7252 §4.8 parameters are fields of [`EndpointConfig`] (defaults in parentheses):

@@ -5,6 +5,8 @@
 //! Proxy-Uri, and a concurrency limit with handlers that wait on a channel.
 
 use cobalt::server::layers::ConcurrencyLimit;
+#[cfg(feature = "openssl")]
+use cobalt::server::layers::{Authorize, PskAllowList};
 use cobalt::server::{get, Layer, Observable, Observer, Request, Response, Server};
 use cobalt::{Client, Code, Scheme, ServerHandle};
 use std::collections::HashMap;
@@ -30,7 +32,6 @@ mod common;
 #[cfg(feature = "openssl")]
 mod secure {
     use super::*;
-    use cobalt::server::layers::{Authorize, PskAllowList};
     use cobalt::transport::credentials::PskStore;
 
     fn keys() -> PskStore {

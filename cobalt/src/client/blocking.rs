@@ -56,6 +56,14 @@ impl Client {
         }
     }
 
+    /// This client with its async client replaced by what `change` makes of it.
+    pub(crate) fn map_async(self, change: impl FnOnce(super::Client) -> super::Client) -> Client {
+        Client {
+            inner: change(self.inner),
+            rt: self.rt,
+        }
+    }
+
     fn runtime(&self) -> Result<Arc<Runtime>> {
         self.rt
             .get_or_init(|| {

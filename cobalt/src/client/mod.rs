@@ -11,10 +11,12 @@
 
 pub mod blocking;
 mod blockwise;
+pub(crate) mod hooks;
 pub use blockwise::MAX_BODY;
 mod observe;
 mod route;
 
+pub use hooks::{Exchange, Refusal};
 pub use observe::{Observation, Reregistration, MAX_REREGISTRATIONS};
 
 use crate::error::{SetupError, Unsupported};
@@ -35,6 +37,7 @@ use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::{Framing, TcpConfig};
 use cobalt_proto::uri::{CoapUri, Scheme};
+use hooks::{ClientHooks, ClientLayers};
 use route::Route;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -61,6 +64,8 @@ pub struct Client {
     auth: Option<Arc<ClientCredentials>>,
     /// Set on the handle a `coaps://` request runs on: its driver is a DTLS one.
     secure: Option<Arc<ClientCredentials>>,
+    /// The layers every request of this handle passes, outermost first.
+    layers: ClientLayers,
 }
 
 /// DTLS drivers by address family (`true` = IPv4) and credentials.
@@ -129,6 +134,7 @@ impl Client {
             }),
             auth: None,
             secure: None,
+            layers: ClientLayers::default(),
         }
     }
 
@@ -162,7 +168,15 @@ impl Client {
             inner: self.inner.clone(),
             auth: Some(Arc::new(auth)),
             secure: None,
+            layers: self.layers.clone(),
         }
+    }
+
+    /// This client with `layer` inside the layers it has (see
+    /// [`Client::layer`](Client::layer), in the layer module).
+    pub(crate) fn with_layer(mut self, layer: Arc<dyn ClientHooks>) -> Client {
+        self.layers.push(layer);
+        self
     }
 
     /// GET `uri`.
@@ -505,12 +519,23 @@ impl RequestBuilder {
                 let peer = resolve(&uri).await?;
                 uri.apply_to(&mut self.message.options);
                 let pool = client.pool(scheme)?;
-                return Ok(Route::stream(peer, pool, uri.host));
+                return Ok(Route::stream(
+                    peer,
+                    pool,
+                    uri.host,
+                    scheme,
+                    client.layers.clone(),
+                ));
             }
         }
         let peer = client.socket_peer(resolve(&uri).await?);
         uri.apply_to(&mut self.message.options);
-        Ok(Route::datagram(client.driver_for(&peer)?, peer))
+        Ok(Route::datagram(
+            client.driver_for(&peer)?,
+            peer,
+            uri.scheme,
+            client.layers.clone(),
+        ))
     }
 
     /// Sends the request and waits for the response. A response in Block2 blocks is

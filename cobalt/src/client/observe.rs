@@ -2,7 +2,7 @@
 //! UDP or DTLS (through the client's driver) or over CoAP over TCP or WebSockets
 //! (through the pooled connection, RFC 8323 §7) — one [`Route`] either way.
 
-use super::route::{echo_challenge, CancelGuard, Route};
+use super::route::{echo_challenge, CancelGuard, Route, Sent};
 use crate::server::Response;
 use crate::{Error, Result};
 use cobalt_proto::message::{opt, Message};
@@ -54,6 +54,10 @@ impl std::fmt::Debug for Hook {
 ///   once on a new connection; if that fails, or the new connection is lost before a
 ///   notification arrives, the observation ends with the error.
 /// - A response without Observe (an error, or a server that does not observe) ends it.
+/// - The registration and each notification pass the client's layers
+///   ([`Client::layer`](crate::Client::layer)), which see them with the exchange of the
+///   registration; a layer that refuses one ends the observation with
+///   [`Error::LayerRefused`].
 ///
 /// Ending the relation when the observation is dropped: over UDP the next notification
 /// is answered with RST (reactive). Over TCP and WebSockets, which have no RST, the
@@ -67,6 +71,8 @@ pub struct Observation {
     rx: mpsc::Receiver<Result<Message, Error>>,
     /// Keeps the relation; dropping it ends the relation.
     guard: CancelGuard,
+    /// The registration as it left the client's layers (`None` without layers).
+    sent: Option<Sent>,
     last: Option<(u32, Instant)>,
     max_age: Duration,
     ended: bool,
@@ -80,12 +86,13 @@ pub struct Observation {
 
 impl Observation {
     pub(crate) fn register(route: Route, request: Message) -> Result<Observation> {
-        let (rx, guard) = route.observe(request.clone(), BUFFERED_NOTIFICATIONS)?;
+        let (rx, guard, sent) = route.observe(request.clone(), BUFFERED_NOTIFICATIONS)?;
         Ok(Observation {
             route,
             request,
             rx,
             guard,
+            sent,
             last: None,
             max_age: Duration::from_secs(60),
             ended: false,
@@ -166,7 +173,12 @@ impl Observation {
                     return None;
                 }
                 Some(Err(e)) => return Some(self.end(e)),
-                Some(Ok(msg)) => msg,
+                Some(Ok(mut msg)) => {
+                    if let Err(e) = self.route.receive(&mut self.sent, &mut msg) {
+                        return Some(self.end(e));
+                    }
+                    msg
+                }
             };
             if self.last.is_none() {
                 if let Some(retry) = echo_challenge(&self.request, &msg) {
@@ -220,11 +232,12 @@ impl Observation {
     }
 
     fn reregister(&mut self) -> Result<()> {
-        let (rx, guard) = self
+        let (rx, guard, sent) = self
             .route
             .observe(self.request.clone(), BUFFERED_NOTIFICATIONS)?;
         self.rx = rx;
         self.guard = guard; // dropping the old guard ends the silent relation
+        self.sent = sent;
         self.last = None;
         Ok(())
     }

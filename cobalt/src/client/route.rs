@@ -3,15 +3,22 @@
 //! (`coap`, `coaps`) or a pooled connection (`coap+tcp`, `coaps+tcp`, `coap+ws`,
 //! `coaps+ws`) — and both take the same [`Command`]s and answer through the same
 //! exchange table (`runtime::exchanges`). Echo retry (RFC 9175), Block1 uploads and
-//! Block2 downloads (RFC 7959, BERT over connections) are written once over it.
+//! Block2 downloads (RFC 7959, BERT over connections) are written once over it, and
+//! every message of it passes the client's layers ([`Layer::on_send`],
+//! [`Layer::on_receive`]).
+//!
+//! [`Layer::on_send`]: crate::server::Layer::on_send
+//! [`Layer::on_receive`]: crate::server::Layer::on_receive
 
 use super::blockwise::{fetch_rest_via, upload_via};
+use super::hooks::{ClientLayers, Exchange};
 use crate::runtime::command::{Command, ReplyTo};
 use crate::server::Response;
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
 use crate::{Error, Result};
 use cobalt_proto::blockwise::{BlockSize, MAX_UDP_SZX};
 use cobalt_proto::message::{opt, Code, Message};
+use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -48,22 +55,43 @@ enum Via {
 pub(crate) struct Route {
     peer: SocketAddr,
     via: Via,
+    /// The URI's scheme.
+    scheme: Scheme,
+    /// The client's layers (none: nothing more per message).
+    layers: ClientLayers,
 }
 
 impl Route {
-    /// Requests to `peer` through a client's datagram driver (its `commands`).
-    pub(crate) fn datagram(commands: mpsc::UnboundedSender<Command>, peer: SocketAddr) -> Route {
+    /// Requests to `peer` over `scheme` through a client's datagram driver (its
+    /// `commands`), passing `layers` (with the options they declare).
+    pub(crate) fn datagram(
+        commands: mpsc::UnboundedSender<Command>,
+        peer: SocketAddr,
+        scheme: Scheme,
+        layers: ClientLayers,
+    ) -> Route {
         Route {
             peer,
             via: Via::Driver(commands),
+            scheme,
+            layers,
         }
     }
 
-    /// Requests to `peer` (named `host` in the URI) over a connection of `pool`.
-    pub(crate) fn stream(peer: SocketAddr, pool: Arc<TcpPool>, host: String) -> Route {
+    /// Requests to `peer` (named `host` in the URI) over `scheme` on a connection of
+    /// `pool`, passing `layers` (with the options they declare).
+    pub(crate) fn stream(
+        peer: SocketAddr,
+        pool: Arc<TcpPool>,
+        host: String,
+        scheme: Scheme,
+        layers: ClientLayers,
+    ) -> Route {
         Route {
             peer,
             via: Via::Pool { pool, host },
+            scheme,
+            layers,
         }
     }
 
@@ -113,10 +141,60 @@ impl Route {
         }
     }
 
+    /// Sends `message` through the layers and waits for its response, which passes
+    /// them back.
+    async fn exchange_once(&self, mut message: Message) -> Result<Message> {
+        let mut sent = self.pass_out(&mut message)?;
+        let mut response = self.carry(message).await?;
+        self.receive(&mut sent, &mut response)?;
+        Ok(response)
+    }
+
+    /// Runs the layers' send hooks on `request` in a new exchange: what they keep
+    /// for its answers (`None` without layers: nothing is allocated).
+    fn pass_out(&self, request: &mut Message) -> Result<Option<Sent>> {
+        if self.layers.is_empty() {
+            return Ok(None);
+        }
+        let mut exchange = Exchange::new(self.peer, self.scheme);
+        self.layers.send(&mut exchange, request)?;
+        Ok(Some(Sent {
+            exchange,
+            request: request.clone(),
+        }))
+    }
+
+    /// Rejects an answer that carries a critical option neither the protocol nor a
+    /// layer recognizes (RFC 7252 §5.4.1).
+    fn check_options(&self, response: &Message) -> Result<()> {
+        match response
+            .options
+            .first_bad_critical_except(self.layers.handled())
+        {
+            Some(number) => Err(Error::BadResponseOption {
+                peer: self.peer,
+                number,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks `response` (an answer or a notification) to the request `sent` (`None`:
+    /// no layers) and runs the layers' receive hooks on it.
+    pub(crate) fn receive(&self, sent: &mut Option<Sent>, response: &mut Message) -> Result<()> {
+        self.check_options(response)?;
+        match sent {
+            Some(sent) => self
+                .layers
+                .receive(&mut sent.exchange, &sent.request, response),
+            None => Ok(()),
+        }
+    }
+
     /// Sends `message` and waits for its response; a transport that closes before
     /// carrying it out (a connection's idle Release, a server restart) gets one more
     /// try on a new one.
-    async fn exchange_once(&self, message: Message) -> Result<Message> {
+    async fn carry(&self, message: Message) -> Result<Message> {
         for _ in 0..2 {
             let key = next_key();
             let (tx, rx) = oneshot::channel();
@@ -139,14 +217,17 @@ impl Route {
         Err(self.closed())
     }
 
-    /// Sends `request` (a registration: Observe=0) and returns the channel its
-    /// responses and notifications arrive on (`buffered` of them at most), with the
-    /// guard that ends the relation when dropped.
+    /// Sends `request` (a registration: Observe=0) through the layers and returns the
+    /// channel its responses and notifications arrive on (`buffered` of them at
+    /// most), the guard that ends the relation when dropped, and the registration as
+    /// it left the layers (`None` without layers). What arrives has not passed the
+    /// layers yet ([`Route::receive`]).
     pub(crate) fn observe(
         &self,
-        request: Message,
+        mut request: Message,
         buffered: usize,
-    ) -> Result<(mpsc::Receiver<Result<Message>>, CancelGuard)> {
+    ) -> Result<(mpsc::Receiver<Result<Message>>, CancelGuard, Option<Sent>)> {
+        let sent = self.pass_out(&mut request)?;
         let key = next_key();
         let (tx, rx) = mpsc::channel(buffered);
         let register = Command::Request {
@@ -156,12 +237,17 @@ impl Route {
             reply: ReplyTo::Stream(tx),
         };
         let commands = self.send(register).ok_or_else(|| self.closed())?;
-        Ok((rx, CancelGuard::new(commands, key)))
+        Ok((rx, CancelGuard::new(commands, key), sent))
     }
 
     /// Ends the observation `guard` keeps with `message` (a GET with Observe=1, RFC
-    /// 7641 §3.6) and returns the server's answer.
-    pub(crate) async fn deregister(&self, guard: CancelGuard, message: Message) -> Result<Message> {
+    /// 7641 §3.6) and returns the server's answer; both pass the layers.
+    pub(crate) async fn deregister(
+        &self,
+        guard: CancelGuard,
+        mut message: Message,
+    ) -> Result<Message> {
+        let mut sent = self.pass_out(&mut message)?;
         let (tx, rx) = oneshot::channel();
         guard
             .commands
@@ -175,7 +261,9 @@ impl Route {
         // Armed until the answer: dropping this future forgets the deregistration.
         let answer = rx.await;
         guard.disarm();
-        answer.map_err(|_| self.closed())?
+        let mut answer = answer.map_err(|_| self.closed())??;
+        self.receive(&mut sent, &mut answer)?;
+        Ok(answer)
     }
 
     /// Sends `message` and waits for the whole response: a body larger than one block
@@ -210,6 +298,15 @@ impl Route {
         };
         fetch_rest_via(request, first, bert, |req| self.exchange(req)).await
     }
+}
+
+/// A request as it left the client's layers, and what they keep for its answers.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    /// What the layers see of the exchange.
+    pub exchange: Exchange,
+    /// The request as it went out.
+    pub request: Message,
 }
 
 /// The request to repeat if `response` is an Echo challenge to `request` not yet

@@ -1,8 +1,12 @@
-//! The [`Layer`] trait (middleware) and how a server runs its layers.
+//! The [`Layer`] trait (middleware) of both roles, how a server runs its layers, and
+//! how a layer is given to a client (which runs it through
+//! `client::hooks`).
 
 use super::extensions::Extensions;
 use super::handler::MethodRouter;
 use super::request::{BoxFuture, Request, Response};
+use crate::client::hooks::ClientHooks;
+use crate::client::{blocking, Client, Exchange, Refusal};
 use crate::transport::identity::{Credential, PeerIdentity};
 use cobalt_proto::message::option::HandledOptions;
 use cobalt_proto::message::{opt, Message, Token};
@@ -10,10 +14,19 @@ use cobalt_proto::uri::Scheme;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Middleware of a server or of one resource: code that sits between the protocol
-/// and the resources. Every method has a default that does nothing, so a layer
-/// implements only what it needs. Implementations must be cheap on the request path:
-/// they run on the thread that reads the socket.
+/// Middleware of a server, of one resource or of a client: code that sits between
+/// the protocol and the resources (or the application that asks). Every method has a
+/// default that does nothing, so a layer implements only what it needs, and one type
+/// may serve both roles. Implementations must be cheap on the request path: they run
+/// on the thread that reads the socket (server) or that awaits the request (client).
+///
+/// Which hooks each role calls:
+///
+/// | role | hooks |
+/// |------|-------|
+/// | server ([`Server::layer`](super::Server::layer)) | [`options`](Layer::options), [`on_request`](Layer::on_request), [`around`](Layer::around), [`on_response`](Layer::on_response), [`on_notification`](Layer::on_notification) |
+/// | resource ([`MethodRouter::layer`]) | [`on_request`](Layer::on_request), [`around`](Layer::around), [`on_response`](Layer::on_response) |
+/// | client ([`Client::layer`](crate::Client::layer)) | [`on_send`](Layer::on_send), [`on_receive`](Layer::on_receive) |
 ///
 /// A layer of the server ([`Server::layer`](super::Server::layer)) sees every request
 /// that reaches routing, its answer, and every notification once per observer; a
@@ -56,8 +69,11 @@ pub trait Layer: Send + Sync + 'static {
     /// protocol machines' [`HandledOptions`], so that a request carrying one of them
     /// is passed on instead of answered 4.02 Bad Option. Declaring Proxy-Uri (35) or
     /// Proxy-Scheme (39) says the layer handles proxy requests: the server then stops
-    /// answering them 5.05 Proxying Not Supported. Only a server's layers are asked
-    /// (the machines check options before a request is routed).
+    /// answering them 5.05 Proxying Not Supported. A client collects them from its
+    /// layers likewise: a response or notification carrying an unknown critical
+    /// option is rejected ([`Error::BadResponseOption`](crate::Error::BadResponseOption))
+    /// unless a layer declares it. The layers of one resource are not asked (the
+    /// machines check options before a request is routed).
     fn options(&self) -> &[u16] {
         &[]
     }
@@ -89,6 +105,42 @@ pub trait Layer: Send + Sync + 'static {
     /// layers are asked.
     fn on_notification(&self, observer: &Observer<'_>, notification: &mut Response) {
         let _ = (observer, notification);
+    }
+
+    /// Client role: sees (and may change) a request before it goes out — every
+    /// message the client sends for the application's call: each block of a Block1
+    /// upload and each Block2 follow-up, the repeat with an Echo (RFC 9175), each
+    /// (re-)registration of an observation and its deregistration by
+    /// [`Observation::cancel`](crate::Observation::cancel) (not the one a TCP
+    /// connection sends by itself when an observation is dropped). `Err` refuses it:
+    /// nothing is sent and the call ends with [`Error::LayerRefused`](crate::Error::LayerRefused)
+    /// naming this layer. Requests pass the layers first to last. What the layer keeps
+    /// for the answer goes in [`Exchange::extensions_mut`]; the token is not chosen
+    /// yet (the protocol machine chooses it as the request goes out).
+    fn on_send(&self, exchange: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+        let _ = (exchange, request);
+        Ok(())
+    }
+
+    /// Client role: sees (and may change) each response to a request this layer let
+    /// out, and each notification of an observation it registered, before the
+    /// application (or the client's own block-wise, Echo and observe logic) sees it.
+    /// `request` is the request as it left the layers. `Err` refuses the message: the
+    /// call (or the observation) ends with [`Error::LayerRefused`](crate::Error::LayerRefused).
+    /// Responses pass the layers last to first.
+    fn on_receive(
+        &self,
+        exchange: &mut Exchange,
+        request: &Message,
+        response: &mut Message,
+    ) -> Result<(), Refusal> {
+        let _ = (exchange, request, response);
+        Ok(())
+    }
+
+    /// The layer's name in errors (by default its type's name).
+    fn name(&self) -> &'static str {
+        std::any::type_name::<Self>()
     }
 }
 
@@ -283,6 +335,70 @@ impl Layers {
         for layer in self.0.iter().rev() {
             layer.on_notification(&observer, notification);
         }
+    }
+}
+
+/// What a client calls of a layer: its client hooks.
+impl<L: Layer> ClientHooks for L {
+    fn options(&self) -> &[u16] {
+        Layer::options(self)
+    }
+
+    fn on_send(&self, exchange: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+        Layer::on_send(self, exchange, request)
+    }
+
+    fn on_receive(
+        &self,
+        exchange: &mut Exchange,
+        request: &Message,
+        response: &mut Message,
+    ) -> Result<(), Refusal> {
+        Layer::on_receive(self, exchange, request, response)
+    }
+
+    fn name(&self) -> &'static str {
+        Layer::name(self)
+    }
+}
+
+impl Client {
+    /// This client with `layer` inside the layers it has (the first given is the
+    /// outermost): every message sent for a request or an observation passes the
+    /// layer's [`Layer::on_send`] and every response and notification its
+    /// [`Layer::on_receive`] (see [`Layer`] for which hooks a client calls); answers
+    /// may carry the options it declares ([`Layer::options`]). Clones of the result
+    /// share its layers; clones made before keep theirs (and all share sockets and
+    /// connections). A client without layers does nothing more per request.
+    ///
+    /// ```
+    /// use cobalt::proto::message::Message;
+    /// use cobalt::server::{Exchange, Layer, Refusal};
+    ///
+    /// /// Refuses to send requests with a payload over 64 bytes.
+    /// struct SmallRequests;
+    ///
+    /// impl Layer for SmallRequests {
+    ///     fn on_send(&self, _: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
+    ///         if request.payload.len() > 64 {
+    ///             return Err(Refusal::new("payload over 64 bytes; send less"));
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let client = cobalt::Client::new().layer(SmallRequests);
+    /// ```
+    pub fn layer<L: Layer>(self, layer: L) -> Client {
+        self.with_layer(Arc::new(layer))
+    }
+}
+
+impl blocking::Client {
+    /// This client with `layer` inside the layers it has, like
+    /// [`Client::layer`] (the first given is the outermost).
+    pub fn layer<L: Layer>(self, layer: L) -> blocking::Client {
+        self.map_async(|client| client.layer(layer))
     }
 }
 

@@ -39,6 +39,7 @@ pub(crate) mod tree;
 mod upload_table;
 mod validate;
 
+pub use crate::client::{Exchange, Refusal};
 pub use crate::transport::identity::{Credential, PeerIdentity};
 pub use cobalt_proto::blockwise::uploads::UploadLimits;
 pub use cobalt_proto::observe::relations::ConPolicy;
@@ -76,7 +77,8 @@ use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::Framing;
 use cobalt_proto::uri::Scheme;
-use layer::{Front, Layers};
+use layer::Front;
+pub(crate) use layer::Layers;
 use role::{ConnectionRole, ShardRole};
 use routes::StateValue;
 use std::net::{SocketAddr, ToSocketAddrs};

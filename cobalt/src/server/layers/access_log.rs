@@ -1,13 +1,19 @@
-//! One log line per answered request.
+//! One log line per answered request, in both roles.
 
-use crate::server::{Layer, Request, Response};
+use crate::server::{Exchange, Layer, Refusal, Request, Response};
+use cobalt_proto::message::Message;
 use std::time::Instant;
 
-/// Logs every request that reaches routing when its answer is ready, at `debug`
-/// level under the target `cobalt::access` (`cobalt serve --log-level debug`): peer,
-/// its PSK identity or certificate subject when it proved one, method, path, code and
-/// the microseconds from the layer to the answer. Costs one check of the log level
-/// per request while that target is off.
+/// Logs at `debug` level under the target `cobalt::access` (`cobalt serve
+/// --log-level debug`), in both roles. Costs one check of the log level per request
+/// while that target is off.
+///
+/// - On a server, every request that reaches routing when its answer is ready: peer,
+///   its PSK identity or certificate subject when it proved one, method, path, code
+///   and the microseconds from the layer to the answer.
+/// - On a client, every response and notification as it arrives: scheme, server,
+///   method, path, code, the Observe number of a notification, and the microseconds
+///   since the request (for a notification: since the registration) went out.
 ///
 /// ```
 /// use cobalt::server::{get, layers::AccessLog, Server};
@@ -15,11 +21,12 @@ use std::time::Instant;
 /// let server = Server::new()
 ///     .layer(AccessLog::new())
 ///     .route("/hello", get(|| async { "hello" }));
+/// let client = cobalt::Client::new().layer(AccessLog::new());
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AccessLog;
 
-/// When the request entered the layer.
+/// When the request entered the layer (server) or went out (client).
 #[derive(Debug, Clone, Copy)]
 struct Entered(Instant);
 
@@ -57,5 +64,38 @@ impl Layer for AccessLog {
             request.path(),
             response.code
         );
+    }
+
+    fn on_send(&self, exchange: &mut Exchange, _: &mut Message) -> Result<(), Refusal> {
+        if tracing::enabled!(target: "cobalt::access", tracing::Level::DEBUG) {
+            exchange.extensions_mut().insert(Entered(Instant::now()));
+        }
+        Ok(())
+    }
+
+    fn on_receive(
+        &self,
+        exchange: &mut Exchange,
+        request: &Message,
+        response: &mut Message,
+    ) -> Result<(), Refusal> {
+        let Some(Entered(at)) = exchange.extensions().get::<Entered>().copied() else {
+            return Ok(());
+        };
+        let us = at.elapsed().as_micros();
+        let observe = match response.options.observe() {
+            Some(seq) => format!(" observe={seq}"),
+            None => String::new(),
+        };
+        tracing::debug!(
+            target: "cobalt::access",
+            "{}://{} {} {} -> {}{observe} {us}µs",
+            exchange.scheme(),
+            exchange.peer(),
+            request.code,
+            request.options.uri_path_string(),
+            response.code
+        );
+        Ok(())
     }
 }

@@ -1,7 +1,8 @@
 //! The layers that come with Cobalt (see [`Layer`](super::Layer)): an access log, a
 //! request timeout, a concurrency limit and authorisation over the peer's identity.
 //! Give them to a server ([`Server::layer`](super::Server::layer)) or to one resource
-//! ([`MethodRouter::layer`](super::MethodRouter::layer)).
+//! ([`MethodRouter::layer`](super::MethodRouter::layer)); [`AccessLog`] serves a
+//! client too ([`Client::layer`](crate::Client::layer)).
 
 mod access_log;
 mod authorize;
