@@ -1,0 +1,406 @@
+//! The directory as a CoAP service: [`ResourceDirectory`] holds the [`Directory`]
+//! and its store, installs the RFC 9176 interfaces on a [`Server`] and runs the
+//! expiry timer.
+
+use crate::directory::{Directory, Registrant};
+use crate::error::{RdError, StoreError};
+use crate::limits::RdLimits;
+use crate::lookup::{lookup, LookupKind, LookupQuery};
+use crate::registration::{parse_links, Owner, RegistrationParams};
+use crate::store::RegistrationStore;
+use cobalt::content_format;
+use cobalt::proto::address::{AddressKey, AddressPrefix};
+use cobalt::server::extract::Path;
+use cobalt::server::{get, post, Request};
+use cobalt::{Code, Response, Server};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{Mutex, Notify};
+
+/// The wall clock the directory stamps expiry times with, in seconds since the Unix
+/// epoch. Tests give one that follows tokio's virtual time.
+pub trait Clock: Send + Sync + 'static {
+    /// Now.
+    fn now(&self) -> u64;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    }
+}
+
+/// Longest sleep of the expiry timer: it also wakes up this often when nothing is
+/// due, so that a clock that jumps is followed.
+const EXPIRY_TICK: Duration = Duration::from_secs(60);
+
+struct Shared {
+    directory: Mutex<Directory>,
+    store: Arc<dyn RegistrationStore>,
+    clock: Arc<dyn Clock>,
+    prefix: AddressPrefix,
+    /// Woken when a registration may expire earlier than the timer's next wake-up.
+    changed: Notify,
+}
+
+/// A resource directory service: build it with [`ResourceDirectory::open`], add its
+/// routes to a server with [`ResourceDirectory::install`], and start its expiry timer
+/// with [`ResourceDirectory::spawn_expiry`].
+///
+/// ```no_run
+/// use cobalt_rd::{MemoryStore, RdLimits, ResourceDirectory};
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let rd = ResourceDirectory::open(std::sync::Arc::new(MemoryStore::new()), RdLimits::default()).await?;
+/// let server = rd.install(cobalt::Server::new()).bind("[::]:5683").await?;
+/// let _expiry = rd.spawn_expiry();
+/// server.wait().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ResourceDirectory {
+    shared: Arc<Shared>,
+}
+
+impl ResourceDirectory {
+    /// A directory on `store`, loading what it holds (with the system clock).
+    pub async fn open(
+        store: Arc<dyn RegistrationStore>,
+        limits: RdLimits,
+    ) -> Result<ResourceDirectory, StoreError> {
+        ResourceDirectory::open_with_clock(store, limits, Arc::new(SystemClock)).await
+    }
+
+    /// [`ResourceDirectory::open`] with another clock. Registrations already expired
+    /// by `clock` are dropped from the store on load.
+    pub async fn open_with_clock(
+        store: Arc<dyn RegistrationStore>,
+        limits: RdLimits,
+        clock: Arc<dyn Clock>,
+    ) -> Result<ResourceDirectory, StoreError> {
+        let mut directory = Directory::new(limits);
+        for r in store.load().await? {
+            directory.apply(r);
+        }
+        let expired = directory.expired(clock.now());
+        for id in &expired {
+            directory.remove(*id);
+        }
+        if !expired.is_empty() {
+            store.remove(expired).await?;
+        }
+        Ok(ResourceDirectory {
+            shared: Arc::new(Shared {
+                directory: Mutex::new(directory),
+                store,
+                clock,
+                prefix: AddressPrefix::default(),
+                changed: Notify::new(),
+            }),
+        })
+    }
+
+    /// How many registrations it holds now.
+    pub async fn len(&self) -> usize {
+        self.shared.directory.lock().await.len()
+    }
+
+    /// Whether it holds none.
+    pub async fn is_empty(&self) -> bool {
+        self.len().await == 0
+    }
+
+    /// `server` with the directory's resources: `/rd` (registration, `rt=core.rd`),
+    /// `/rd/{id}` (update and removal), `/rd-lookup/ep` and `/rd-lookup/res`
+    /// (lookups), and `/.well-known/rd` (simple registration). `/.well-known/core`
+    /// lists the first three with `ct=40`, which is RD discovery.
+    pub fn install(&self, server: Server) -> Server {
+        let (reg, upd, del, ep, res, simple) = (
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+        );
+        server
+            .route(
+                "/rd",
+                post(move |req: Request| {
+                    let rd = reg.clone();
+                    async move {
+                        rd.register(&req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .rt("core.rd")
+                .ct(content_format::LINK_FORMAT),
+            )
+            .route(
+                "/rd/{id}",
+                post(move |Path(id): Path<u64>, req: Request| {
+                    let rd = upd.clone();
+                    async move {
+                        rd.update(id, &req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .delete(move |Path(id): Path<u64>, req: Request| {
+                    let rd = del.clone();
+                    async move {
+                        rd.remove(id, &req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                }),
+            )
+            .route(
+                "/rd-lookup/ep",
+                get(move |req: Request| {
+                    let rd = ep.clone();
+                    async move {
+                        rd.lookup(LookupKind::Endpoint, &req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .rt("core.rd-lookup-ep")
+                .ct(content_format::LINK_FORMAT),
+            )
+            .route(
+                "/rd-lookup/res",
+                get(move |req: Request| {
+                    let rd = res.clone();
+                    async move {
+                        rd.lookup(LookupKind::Resource, &req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .rt("core.rd-lookup-res")
+                .ct(content_format::LINK_FORMAT),
+            )
+            .route(
+                "/.well-known/rd",
+                post(move |req: Request| {
+                    let rd = simple.clone();
+                    async move {
+                        rd.simple_register(req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .hidden(),
+            )
+    }
+
+    fn registrant(&self, req: &Request) -> Registrant {
+        let identity = req.identity();
+        let peer_key = AddressKey::of(identity.addr().ip(), self.shared.prefix).ip();
+        let addr = identity.addr();
+        let ip = addr.ip().to_canonical();
+        let host = if ip.is_ipv6() {
+            format!("[{ip}]")
+        } else {
+            ip.to_string()
+        };
+        Registrant {
+            owner: Owner::of(&identity, peer_key),
+            peer_key,
+            source_base: format!("{}://{host}:{}", identity.scheme(), addr.port()),
+        }
+    }
+
+    fn check_content_format(req: &Request) -> Result<(), RdError> {
+        match req.content_format() {
+            None | Some(content_format::LINK_FORMAT) => Ok(()),
+            Some(other) => Err(RdError {
+                code: Code::UNSUPPORTED_CONTENT_FORMAT,
+                message: format!("content format {other} is not accepted: send link-format (40)"),
+                max_age: None,
+                size1: None,
+            }),
+        }
+    }
+
+    /// `POST /rd?ep=..`: registers (or replaces) and answers 2.01 with its location.
+    async fn register(&self, req: &Request) -> Result<Response, RdError> {
+        Self::check_content_format(req)?;
+        let mut dir = self.shared.directory.lock().await;
+        let params = RegistrationParams::parse(req.query(), dir.limits())?;
+        let links = parse_links(req.payload(), dir.limits())?;
+        let registration = dir.register(
+            params,
+            links,
+            &self.registrant(req),
+            self.shared.clock.now(),
+        )?;
+        let location = registration.path();
+        self.store_and_apply(&mut dir, registration).await?;
+        Ok(Response::created(&location))
+    }
+
+    /// `POST /rd/<id>`: renews, and changes base, attributes or links; 2.04.
+    async fn update(&self, id: u64, req: &Request) -> Result<Response, RdError> {
+        Self::check_content_format(req)?;
+        let mut dir = self.shared.directory.lock().await;
+        let params = RegistrationParams::parse(req.query(), dir.limits())?;
+        let links = if req.payload().is_empty() {
+            None
+        } else {
+            Some(parse_links(req.payload(), dir.limits())?)
+        };
+        let owner = self.registrant(req).owner;
+        let registration = dir.update(id, params, links, &owner, self.shared.clock.now())?;
+        self.store_and_apply(&mut dir, registration).await?;
+        Ok(Response::new(Code::CHANGED))
+    }
+
+    /// `DELETE /rd/<id>`: 2.02.
+    async fn remove(&self, id: u64, req: &Request) -> Result<Response, RdError> {
+        let mut dir = self.shared.directory.lock().await;
+        dir.check_remove(id, &self.registrant(req).owner)?;
+        self.shared
+            .store
+            .remove(vec![id])
+            .await
+            .map_err(store_failed)?;
+        dir.remove(id);
+        Ok(Response::new(Code::DELETED))
+    }
+
+    async fn store_and_apply(
+        &self,
+        dir: &mut Directory,
+        registration: crate::Registration,
+    ) -> Result<(), RdError> {
+        self.shared
+            .store
+            .put(registration.clone())
+            .await
+            .map_err(store_failed)?;
+        let sooner = dir
+            .next_expiry()
+            .is_none_or(|next| registration.expires_at < next);
+        dir.apply(registration);
+        if sooner {
+            self.shared.changed.notify_one();
+        }
+        Ok(())
+    }
+
+    /// `GET /rd-lookup/{ep,res}?filters&page&count`: 2.05 in link-format.
+    async fn lookup(&self, kind: LookupKind, req: &Request) -> Result<Response, RdError> {
+        if req
+            .accept()
+            .is_some_and(|cf| cf != content_format::LINK_FORMAT)
+        {
+            return Err(RdError {
+                code: Code::NOT_ACCEPTABLE,
+                message: "lookups answer in link-format (40) only".into(),
+                max_age: None,
+                size1: None,
+            });
+        }
+        let dir = self.shared.directory.lock().await;
+        let query = LookupQuery::parse(req.query(), dir.limits().max_lookup_count)?;
+        let body = lookup(&dir, kind, &query, self.shared.clock.now());
+        Ok(Response::content(body).with_content_format(content_format::LINK_FORMAT))
+    }
+
+    /// `POST /.well-known/rd?ep=..`: answers 2.04 at once, then fetches the sender's
+    /// `/.well-known/core` and registers what it lists with the sender as base.
+    async fn simple_register(&self, req: Request) -> Result<Response, RdError> {
+        let limits = self.shared.directory.lock().await.limits().clone();
+        let params = RegistrationParams::parse(req.query(), &limits)?;
+        if params.base.is_some() {
+            return Err(RdError::bad_request(
+                "simple registration takes no `base`: the RD uses the sender's address".into(),
+            ));
+        }
+        if params.ep.is_none() {
+            return Err(RdError::bad_request(
+                "a registration needs the endpoint name: add `?ep=NAME`".into(),
+            ));
+        }
+        let who = self.registrant(&req);
+        let client = req.client();
+        let rd = self.clone();
+        tokio::spawn(async move {
+            let uri = format!("{}/.well-known/core", who.source_base);
+            let links = match client.get(&uri).await {
+                Ok(r) if r.code == Code::CONTENT => parse_links(&r.payload, &limits),
+                Ok(r) => Err(RdError::bad_request(format!("{uri} answered {}", r.code))),
+                Err(e) => Err(RdError::bad_request(format!("cannot fetch {uri}: {e}"))),
+            };
+            let outcome = match links {
+                Ok(links) => rd.register_fetched(params, links, &who).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                tracing::info!("simple registration from {} failed: {}", who.source_base, e);
+            }
+        });
+        Ok(Response::new(Code::CHANGED))
+    }
+
+    async fn register_fetched(
+        &self,
+        params: RegistrationParams,
+        links: String,
+        who: &Registrant,
+    ) -> Result<(), RdError> {
+        let mut dir = self.shared.directory.lock().await;
+        let registration = dir.register(params, links, who, self.shared.clock.now())?;
+        self.store_and_apply(&mut dir, registration).await
+    }
+
+    /// Removes the registrations whose lifetime has run out, now; returns how many.
+    pub async fn expire_now(&self) -> Result<usize, StoreError> {
+        let mut dir = self.shared.directory.lock().await;
+        let expired = dir.expired(self.shared.clock.now());
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        self.shared.store.remove(expired.clone()).await?;
+        for id in &expired {
+            dir.remove(*id);
+        }
+        Ok(expired.len())
+    }
+
+    /// Starts the expiry timer on the current tokio runtime: it sleeps until the
+    /// earliest expiry (at most a minute) and removes what has run out. Abort the
+    /// handle to stop it.
+    pub fn spawn_expiry(&self) -> tokio::task::JoinHandle<()> {
+        let rd = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = rd.shared.directory.lock().await.next_expiry();
+                let now = rd.shared.clock.now();
+                let wait = next.map_or(EXPIRY_TICK, |at| {
+                    Duration::from_secs(at.saturating_sub(now)).min(EXPIRY_TICK)
+                });
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = rd.shared.changed.notified() => continue,
+                }
+                if let Err(e) = rd.expire_now().await {
+                    tracing::warn!("expiring registrations: {e}; retrying in a minute");
+                    tokio::time::sleep(EXPIRY_TICK).await;
+                }
+            }
+        })
+    }
+}
+
+fn store_failed(e: StoreError) -> RdError {
+    RdError::internal(format!("{e}; nothing was changed, try again"))
+}
