@@ -247,7 +247,9 @@ mod tests {
         // Relative references resolve against the base; endpoint attributes filter too.
         assert!(find(LookupKind::Resource, &["ep=node2", "if=core.s"])
             .starts_with("<coap://[2001:db8::2]/sub/hum>"));
-        assert!(find(LookupKind::Resource, &["href=coap://192.0.2.7:61616/l*"]).contains("/light>"));
+        assert!(
+            find(LookupKind::Resource, &["href=coap://192.0.2.7:61616/l*"]).contains("/light>")
+        );
     }
 
     #[test]

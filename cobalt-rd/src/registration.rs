@@ -164,7 +164,7 @@ impl RegistrationParams {
                     check_len(name, v, limits)?;
                     if !is_base_uri(v) {
                         return Err(RdError::bad_request(format!(
-                            "`base={}` is not a URI of the form scheme://host[:port] (coap, coaps, coap+tcp, coaps+tcp, coap+ws, coaps+ws)",
+                            "`base={}` is not coap[s][+tcp|+ws]://host[:port]",
                             truncated(v)
                         )));
                     }

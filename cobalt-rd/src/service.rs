@@ -45,6 +45,8 @@ struct Shared {
     store: Arc<dyn RegistrationStore>,
     clock: Arc<dyn Clock>,
     prefix: AddressPrefix,
+    /// The client simple registration fetches `/.well-known/core` with.
+    fetcher: cobalt::Client,
     /// Woken when a registration may expire earlier than the timer's next wake-up.
     changed: Notify,
 }
@@ -100,6 +102,7 @@ impl ResourceDirectory {
                 store,
                 clock,
                 prefix: AddressPrefix::default(),
+                fetcher: cobalt::Client::new(),
                 changed: Notify::new(),
             }),
         })
@@ -331,7 +334,10 @@ impl ResourceDirectory {
             ));
         }
         let who = self.registrant(&req);
-        let client = req.client();
+        // A client of its own rather than `Request::client()`: responses to requests on
+        // the shard's socket did not reach the handler's client in this runtime (see
+        // the crate's tests); the source address of the fetch does not matter.
+        let client = self.shared.fetcher.clone();
         let rd = self.clone();
         tokio::spawn(async move {
             let uri = format!("{}/.well-known/core", who.source_base);
@@ -403,4 +409,103 @@ impl ResourceDirectory {
 
 fn store_failed(e: StoreError) -> RdError {
     RdError::internal(format!("{e}; nothing was changed, try again"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registration::Registration;
+    use crate::store::MemoryStore;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// A wall clock that follows tokio's (paused, virtual) time from `start`.
+    struct VirtualClock {
+        start: u64,
+        origin: tokio::time::Instant,
+    }
+
+    impl Clock for VirtualClock {
+        fn now(&self) -> u64 {
+            self.start + self.origin.elapsed().as_secs()
+        }
+    }
+
+    fn stored(id: u64, expires_at: u64) -> Registration {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        Registration {
+            id,
+            ep: format!("ep{id}"),
+            sector: None,
+            base: "coap://127.0.0.1:5683".into(),
+            lifetime: 100,
+            expires_at,
+            attrs: Vec::new(),
+            links: "</a>".into(),
+            owner: Owner::Address(ip),
+            peer_key: ip,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_expiry_timer_removes_registrations_when_their_lifetime_runs_out() {
+        let store = Arc::new(MemoryStore::new());
+        for (id, at) in [(0, 500), (1, 1_100), (2, 1_200), (3, 5_000)] {
+            store.put(stored(id, at)).await.unwrap();
+        }
+        let clock = Arc::new(VirtualClock {
+            start: 1_000,
+            origin: tokio::time::Instant::now(),
+        });
+        let rd = ResourceDirectory::open_with_clock(store.clone(), RdLimits::default(), clock)
+            .await
+            .unwrap();
+        // Expired while the directory was down: dropped at start, from the store too.
+        assert_eq!(rd.len().await, 3);
+        let _timer = rd.spawn_expiry();
+        tokio::time::sleep(Duration::from_secs(99)).await;
+        assert_eq!(rd.len().await, 3);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(rd.len().await, 2);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        assert_eq!(rd.len().await, 1);
+        assert_eq!(
+            store
+                .load()
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.id)
+                .collect::<Vec<_>>(),
+            vec![3]
+        );
+        tokio::time::sleep(Duration::from_secs(3_800)).await;
+        assert!(rd.is_empty().await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_registration_expiring_sooner_wakes_the_timer() {
+        let clock = Arc::new(VirtualClock {
+            start: 1_000,
+            origin: tokio::time::Instant::now(),
+        });
+        let store = Arc::new(MemoryStore::new());
+        let rd = ResourceDirectory::open_with_clock(store, RdLimits::default(), clock)
+            .await
+            .unwrap();
+        let _timer = rd.spawn_expiry();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        {
+            let mut dir = rd.shared.directory.lock().await;
+            rd.store_and_apply(&mut dir, stored(7, 1_011))
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert_eq!(rd.len().await, 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            rd.is_empty().await,
+            "expired at 1011, before the timer's one-minute tick"
+        );
+    }
 }
