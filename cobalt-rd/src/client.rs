@@ -214,6 +214,23 @@ impl RdClient {
     }
 }
 
+/// The URI of the directory interface with resource type `rt` (`core.rd`,
+/// `core.rd-lookup-ep`, `core.rd-lookup-res`) at `origin` (`coap://host:port`), found
+/// by RD discovery: `/.well-known/core?rt=core.rd*`.
+pub async fn find_interface(
+    client: &Client,
+    origin: &str,
+    rt: &str,
+) -> Result<String, RdClientError> {
+    let origin = origin.trim_end_matches('/');
+    let links = get_links(client, &format!("{origin}/.well-known/core?rt=core.rd*")).await?;
+    let found = links
+        .iter()
+        .find(|l| l.resource_types().any(|t| t == rt))
+        .ok_or_else(|| RdClientError::Protocol(format!("{origin} lists no rt={rt} resource")))?;
+    Ok(absolute(origin, &found.target))
+}
+
 /// Looks up at `lookup_uri` (an endpoint or resource lookup interface) with `filters`
 /// (`name`, `value`; a value ending in `*` matches by prefix).
 pub async fn lookup(
