@@ -59,7 +59,7 @@ impl RdClient {
     pub fn new(client: Client, registration_uri: &str, ep: &str) -> RdClient {
         RdClient {
             client,
-            registration_uri: registration_uri.trim_end_matches('/').to_string(),
+            registration_uri: registration_uri.to_string(),
             ep: ep.to_string(),
             sector: None,
             lifetime: DEFAULT_LIFETIME,

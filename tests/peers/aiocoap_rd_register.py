@@ -1,0 +1,63 @@
+"""Registers at a resource directory with aiocoap's RD client (the Registerer of
+aiocoap.resourcedirectory.client.register), as the Cobalt RD interop test needs it.
+
+Serves /sensors/temp (rt=temperature) on its own context, registers it at --rd as
+endpoint --ep, prints `registered <registration URI>` once the RD took it, looks up
+`/rd-lookup/res?ep=<ep>` at the RD with aiocoap's client and prints `lookup <links>`,
+then shuts the Registerer down (which removes the registration) and prints `removed`.
+"""
+
+import argparse
+import asyncio
+
+import aiocoap
+import aiocoap.resource as resource
+from aiocoap.resourcedirectory.client.register import Registerer
+
+
+class Temperature(resource.Resource):
+    rt = "temperature"
+
+    async def render_get(self, request):
+        return aiocoap.Message(payload=b"21.5")
+
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rd", required=True, help="coap://host:port of the RD")
+    parser.add_argument("--ep", required=True)
+    args = parser.parse_args()
+
+    site = resource.Site()
+    site.add_resource(
+        [".well-known", "core"],
+        resource.WKCResource(site.get_resources_as_linkheader),
+    )
+    site.add_resource(["sensors", "temp"], Temperature())
+    context = await aiocoap.Context.create_server_context(site, bind=("127.0.0.1", 0))
+
+    registerer = Registerer(
+        context, rd=args.rd, lt=300, registration_parameters={"ep": args.ep}
+    )
+    for _ in range(200):
+        if registerer.state == "registered":
+            break
+        if registerer.state == "failed":
+            raise SystemExit("registration failed")
+        await asyncio.sleep(0.05)
+    else:
+        raise SystemExit("not registered after 10 s: state %s" % registerer.state)
+    print("registered", registerer._registration_resource, flush=True)
+
+    request = aiocoap.Message(
+        code=aiocoap.GET, uri=args.rd + "/rd-lookup/res?ep=" + args.ep
+    )
+    response = await context.request(request).response
+    print("lookup", response.code, response.payload.decode(), flush=True)
+
+    await registerer.shutdown()
+    print("removed", flush=True)
+    await context.shutdown()
+
+
+asyncio.run(main())
