@@ -356,3 +356,78 @@ async fn a_restart_on_redb_keeps_registrations_and_their_owners() {
     assert_ne!(r.options.location_path_string().unwrap(), location);
     server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test]
+async fn over_dtls_only_the_registering_psk_identity_may_change_a_registration() {
+    use cobalt::transport::credentials::PskStore;
+    let rd = ResourceDirectory::open(Arc::new(MemoryStore::new()), RdLimits::default())
+        .await
+        .unwrap();
+    let keys = PskStore::new()
+        .with("alice", b"secret-a".to_vec())
+        .with("mallory", b"secret-m".to_vec());
+    let server = rd
+        .install(Server::new())
+        .psk(keys)
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap();
+    let origin = format!("coaps://{}", server.local_addr(Scheme::Coaps).unwrap());
+    let alice = Client::new().with_psk("alice", b"secret-a".to_vec());
+    let mallory = Client::new().with_psk("mallory", b"secret-m".to_vec());
+
+    let mut registration =
+        RdClient::new(alice.clone(), &format!("{origin}/rd"), "alice-sensor").lifetime(600);
+    let location = registration.register().await.unwrap().to_string();
+    // Same address, other identity: refused.
+    let r = mallory
+        .post(&format!("{location}?lt=1"), Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::FORBIDDEN, "{}", r.text_payload());
+    assert_eq!(
+        mallory.delete(&location).await.unwrap().code,
+        Code::FORBIDDEN
+    );
+    assert_eq!(
+        post(&mallory, &format!("{origin}/rd?ep=alice-sensor"), "</x>")
+            .await
+            .code,
+        Code::FORBIDDEN
+    );
+    // The identity that registered may, from any address (a new client, new port).
+    let alice_again = Client::new().with_psk("alice", b"secret-a".to_vec());
+    let r = alice_again
+        .post(&format!("{location}?lt=900"), Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    registration.remove().await.unwrap();
+    assert!(rd.is_empty().await);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn rd_client_registers_again_when_the_directory_lost_its_registration() {
+    let (rd, server, origin) = start(Arc::new(MemoryStore::new()), RdLimits::default()).await;
+    let client = Client::new();
+    let mut registration =
+        RdClient::new(client.clone(), &format!("{origin}/rd"), "phoenix").links("</a>");
+    let first = registration.register().await.unwrap().to_string();
+    // The directory forgets it (as after a restart without storage).
+    assert_eq!(client.delete(&first).await.unwrap().code, Code::DELETED);
+    registration.update().await.unwrap();
+    let second = registration.location().unwrap().to_string();
+    assert_ne!(first, second);
+    assert_eq!(rd.len().await, 1);
+    let eps = lookup_at(
+        &client,
+        &format!("{origin}/rd-lookup/ep"),
+        &[("ep", "phoenix")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(eps.len(), 1);
+    server.shutdown(Duration::ZERO).await;
+}
