@@ -13,7 +13,9 @@ use cobalt_rd::RdClient;
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let rd = args.next().unwrap_or_else(|| "coap://127.0.0.1:5683".into());
+    let rd = args
+        .next()
+        .unwrap_or_else(|| "coap://127.0.0.1:5683".into());
     let name = args.next().unwrap_or_else(|| "example-sensor".into());
 
     // The device's own resources, on a port of its own.
@@ -21,7 +23,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/temp", get(|| async { "21.5" }).rt("temperature").ct(0))
         .bind("0.0.0.0:0")
         .await?;
-    let port = device.local_addr(cobalt::Scheme::Coap).map(|a| a.port()).unwrap_or(0);
+    let port = device
+        .local_addr(cobalt::Scheme::Coap)
+        .map(|a| a.port())
+        .unwrap_or(0);
 
     // Register those links with the device's address as base, and keep them
     // registered: renewed before the lifetime runs out, registered again if the
