@@ -7,6 +7,7 @@
 use crate::error::RdError;
 use crate::limits::RdLimits;
 use crate::registration::{Owner, Registration, RegistrationParams, DEFAULT_LIFETIME};
+use cobalt_proto::link_format::{self, Link};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
@@ -15,6 +16,8 @@ use std::net::IpAddr;
 pub struct Directory {
     limits: RdLimits,
     by_id: BTreeMap<u64, Registration>,
+    /// Each registration's links, parsed once when applied (lookups read these).
+    links: HashMap<u64, Vec<Link>>,
     by_name: HashMap<(String, Option<String>), u64>,
     per_peer: HashMap<IpAddr, usize>,
     next_id: u64,
@@ -63,6 +66,11 @@ impl Directory {
     /// Every registration, by id.
     pub fn iter(&self) -> impl Iterator<Item = &Registration> {
         self.by_id.values()
+    }
+
+    /// The parsed links of registration `id` (none for an unknown id).
+    pub fn links(&self, id: u64) -> &[Link] {
+        self.links.get(&id).map_or(&[], Vec::as_slice)
     }
 
     /// The registration a `POST /rd` asks for: a new one, or the one with the same
@@ -199,12 +207,17 @@ impl Directory {
             registration.id,
         );
         *self.per_peer.entry(registration.peer_key).or_default() += 1;
+        // Stored text was checked when it was registered; a store that hands back
+        // something unparsable loses those links, not the registration.
+        let links = link_format::parse(&registration.links).unwrap_or_default();
+        self.links.insert(registration.id, links);
         self.by_id.insert(registration.id, registration);
     }
 
     /// Takes registration `id` out; returns it if it was there.
     pub fn remove(&mut self, id: u64) -> Option<Registration> {
         let r = self.by_id.remove(&id)?;
+        self.links.remove(&id);
         self.by_name.remove(&(r.ep.clone(), r.sector.clone()));
         if let Some(n) = self.per_peer.get_mut(&r.peer_key) {
             *n -= 1;

@@ -115,7 +115,7 @@ pub fn lookup(dir: &Directory, kind: LookupKind, q: &LookupQuery, now: u64) -> S
     match kind {
         LookupKind::Endpoint => {
             let matching = live.filter(|r| {
-                let links = r.parsed_links();
+                let links = dir.links(r.id);
                 q.filters.iter().all(|(name, pattern)| {
                     endpoint_matches(r, name, pattern)
                         || links
@@ -128,16 +128,20 @@ pub fn lookup(dir: &Directory, kind: LookupKind, q: &LookupQuery, now: u64) -> S
         }
         LookupKind::Resource => {
             let matching = live.flat_map(|r| {
-                r.parsed_links().into_iter().filter_map(move |l| {
+                dir.links(r.id).iter().filter_map(move |l| {
                     let resolved = resolve(&r.base, &l.target);
                     let keep = q.filters.iter().all(|(name, pattern)| {
-                        link_matches(&l, &resolved, name, pattern)
+                        link_matches(l, &resolved, name, pattern)
                             || endpoint_matches(r, name, pattern)
                     });
-                    keep.then(|| absolute_link(r, l, resolved))
+                    keep.then_some((r, l, resolved))
                 })
             });
-            let links: Vec<Link> = q.window(matching).collect();
+            // Only the page's links are copied.
+            let links: Vec<Link> = q
+                .window(matching)
+                .map(|(r, l, resolved)| absolute_link(r, l.clone(), resolved))
+                .collect();
             link_format::encode(&links)
         }
     }

@@ -4,7 +4,7 @@
 use crate::error::RdError;
 use crate::limits::RdLimits;
 use cobalt::server::{Credential, PeerIdentity};
-use cobalt_proto::link_format::{self, Link};
+use cobalt_proto::link_format;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 
@@ -64,11 +64,6 @@ pub struct Registration {
 }
 
 impl Registration {
-    /// The registered links, parsed.
-    pub fn parsed_links(&self) -> Vec<Link> {
-        link_format::parse(&self.links).unwrap_or_default()
-    }
-
     /// The path of its registration resource.
     pub fn path(&self) -> String {
         format!("/rd/{}", self.id)
