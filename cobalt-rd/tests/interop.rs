@@ -64,6 +64,30 @@ async fn aiocoap_registerer_registers_looks_up_and_removes_at_cobalt() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aiocoap_endpoint_registers_simply_and_cobalt_fetches_its_well_known_core() {
+    let python = need!("aiocoap", aiocoap::python());
+    let (rd, server, origin) = cobalt_rd().await;
+    let script = aiocoap::script("aiocoap_rd_register.py");
+    let rd_uri = origin.clone();
+    let ran = tokio::task::spawn_blocking(move || {
+        let args = ["--rd", &rd_uri, "--ep", "aiosimple", "--simple"];
+        run(Command::new(python).arg(script).args(args), COMMAND_LIMIT)
+    })
+    .await
+    .unwrap();
+    assert!(ran.status.success(), "{}\n{}", ran.stdout, ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(lines[0], "registered 2.04 Changed", "{lines:?}");
+    assert!(
+        lines[1].starts_with("lookup 2.05 Content <coap://127.0.0.1:"),
+        "{lines:?}"
+    );
+    assert!(lines[1].contains("/sensors/temp>"), "{lines:?}");
+    assert_eq!(rd.len().await, 1);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn libcoap_client_registers_updates_looks_up_and_removes_at_cobalt() {
     let coap_client = need!("libcoap's coap-client", libcoap::tool(libcoap::CLIENT));
     let (_rd, server, origin) = cobalt_rd().await;
