@@ -23,6 +23,9 @@ pub struct RdLimits {
     pub retry_after_secs: u32,
     /// Largest `count` a lookup may ask for, and the page size when it asks for none.
     pub max_lookup_count: usize,
+    /// Most simple registrations whose `/.well-known/core` is being fetched at once
+    /// (5.03 with Max-Age beyond).
+    pub max_simple_fetches: usize,
 }
 
 impl Default for RdLimits {
@@ -37,6 +40,7 @@ impl Default for RdLimits {
             max_total: 100_000,
             retry_after_secs: 60,
             max_lookup_count: 1000,
+            max_simple_fetches: 64,
         }
     }
 }

@@ -15,7 +15,7 @@ use cobalt::server::{get, post, Request};
 use cobalt::{Code, Response, Server};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{Mutex, Notify, Semaphore};
 
 /// The wall clock the directory stamps expiry times with, in seconds since the Unix
 /// epoch. Tests give one that follows tokio's virtual time.
@@ -47,6 +47,8 @@ struct Shared {
     prefix: AddressPrefix,
     /// The client simple registration fetches `/.well-known/core` with.
     fetcher: cobalt::Client,
+    /// One permit per simple-registration fetch in progress.
+    fetches: Arc<Semaphore>,
     /// Woken when a registration may expire earlier than the timer's next wake-up.
     changed: Notify,
 }
@@ -85,6 +87,7 @@ impl ResourceDirectory {
         limits: RdLimits,
         clock: Arc<dyn Clock>,
     ) -> Result<ResourceDirectory, StoreError> {
+        let max_simple_fetches = limits.max_simple_fetches;
         let mut directory = Directory::new(limits);
         for r in store.load().await? {
             directory.apply(r);
@@ -103,6 +106,7 @@ impl ResourceDirectory {
                 clock,
                 prefix: AddressPrefix::default(),
                 fetcher: cobalt::Client::new(),
+                fetches: Arc::new(Semaphore::new(max_simple_fetches)),
                 changed: Notify::new(),
             }),
         })
@@ -333,13 +337,25 @@ impl ResourceDirectory {
                 "a registration needs the endpoint name: add `?ep=NAME`".into(),
             ));
         }
+        let permit = self
+            .shared
+            .fetches
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                RdError::unavailable(
+                    "too many simple registrations in progress; retry later".into(),
+                    limits.retry_after_secs,
+                )
+            })?;
         let who = self.registrant(&req);
-        // A client of its own rather than `Request::client()`: responses to requests on
-        // the shard's socket did not reach the handler's client in this runtime (see
-        // the crate's tests); the source address of the fetch does not matter.
+        // A client of its own rather than `Request::client()`: requests sent with the
+        // handler's client (on the shard's socket) got no answers when this was
+        // written; the source address of the fetch does not matter to the endpoint.
         let client = self.shared.fetcher.clone();
         let rd = self.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let uri = format!("{}/.well-known/core", who.source_base);
             let links = match client.get(&uri).await {
                 Ok(r) if r.code == Code::CONTENT => parse_links(&r.payload, &limits),

@@ -314,6 +314,37 @@ async fn simple_registration_fetches_the_senders_well_known_core() {
 }
 
 #[tokio::test]
+async fn simple_registrations_in_progress_are_bounded() {
+    let limits = RdLimits {
+        max_simple_fetches: 0,
+        ..RdLimits::default()
+    };
+    let (rd, server, origin) = start(Arc::new(MemoryStore::new()), limits).await;
+    let r = Client::new()
+        .post(&format!("{origin}/.well-known/rd?ep=many"), Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.code, r.options.max_age()),
+        (Code::SERVICE_UNAVAILABLE, 60)
+    );
+    let r = Client::new()
+        .post(
+            &format!("{origin}/.well-known/rd?ep=x&base=coap://h"),
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.code,
+        Code::BAD_REQUEST,
+        "simple registration takes no base"
+    );
+    assert!(rd.is_empty().await);
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
 async fn a_restart_on_redb_keeps_registrations_and_their_owners() {
     let data = TempDir::new("rd-restart");
     let client = Client::new();
