@@ -278,6 +278,28 @@ mod tests {
     }
 
     #[test]
+    fn the_owner_is_the_credential_else_the_address_key() {
+        use cobalt::Scheme;
+        use std::sync::Arc;
+        let addr: std::net::SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        let key = addr.ip();
+        let plain = PeerIdentity::new(Scheme::Coap, addr, None);
+        assert_eq!(Owner::of(&plain, key), Owner::Address(key));
+        let psk = PeerIdentity::new(
+            Scheme::Coaps,
+            addr,
+            Some(Arc::new(Credential::PskIdentity(b"dev-1".to_vec()))),
+        );
+        assert_eq!(Owner::of(&psk, key), Owner::Psk(b"dev-1".to_vec()));
+        let subject = "CN=dev-2,O=Example".to_string();
+        let cert = Credential::Certificate {
+            subject: subject.clone(),
+        };
+        let cert = PeerIdentity::new(Scheme::CoapsTcp, addr, Some(Arc::new(cert)));
+        assert_eq!(Owner::of(&cert, key), Owner::Certificate(subject));
+    }
+
+    #[test]
     fn parses_the_registration_parameters() {
         let p = parse(&[
             "ep=node1",
