@@ -11,7 +11,7 @@ use crate::store::RegistrationStore;
 use cobalt::content_format;
 use cobalt::proto::address::{AddressKey, AddressPrefix};
 use cobalt::server::extract::Path;
-use cobalt::server::{get, post, Request};
+use cobalt::server::{get, post, Observable, Request};
 use cobalt::{Code, Response, Server};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -49,6 +49,10 @@ struct Shared {
     fetcher: cobalt::Client,
     /// One permit per simple-registration fetch in progress.
     fetches: Arc<Semaphore>,
+    /// Observers of the endpoint lookup, notified on every change.
+    endpoint_lookups: Observable,
+    /// Observers of the resource lookup, notified on every change.
+    resource_lookups: Observable,
     /// Woken when a registration may expire earlier than the timer's next wake-up.
     changed: Notify,
 }
@@ -107,6 +111,8 @@ impl ResourceDirectory {
                 prefix: AddressPrefix::default(),
                 fetcher: cobalt::Client::new(),
                 fetches: Arc::new(Semaphore::new(max_simple_fetches)),
+                endpoint_lookups: Observable::new(),
+                resource_lookups: Observable::new(),
                 changed: Notify::new(),
             }),
         })
@@ -124,7 +130,8 @@ impl ResourceDirectory {
 
     /// `server` with the directory's resources: `/rd` (registration, `rt=core.rd`),
     /// `/rd/{id}` (update and removal), `/rd-lookup/ep` and `/rd-lookup/res`
-    /// (lookups), and `/.well-known/rd` (simple registration). `/.well-known/core`
+    /// (lookups, observable: an observer gets its lookup again after every change),
+    /// and `/.well-known/rd` (simple registration). Install it on one server only. `/.well-known/core`
     /// lists the first three with `ct=40`, which is RD discovery.
     pub fn install(&self, server: Server) -> Server {
         let (reg, upd, del, ep, res, simple) = (
@@ -179,6 +186,7 @@ impl ResourceDirectory {
                     }
                 })
                 .rt("core.rd-lookup-ep")
+                .observable(&self.shared.endpoint_lookups)
                 .ct(content_format::LINK_FORMAT),
             )
             .route(
@@ -192,6 +200,7 @@ impl ResourceDirectory {
                     }
                 })
                 .rt("core.rd-lookup-res")
+                .observable(&self.shared.resource_lookups)
                 .ct(content_format::LINK_FORMAT),
             )
             .route(
@@ -280,6 +289,7 @@ impl ResourceDirectory {
             .await
             .map_err(store_failed)?;
         dir.remove(id);
+        self.lookups_changed();
         Ok(Response::new(Code::DELETED))
     }
 
@@ -300,7 +310,15 @@ impl ResourceDirectory {
         if sooner {
             self.shared.changed.notify_one();
         }
+        self.lookups_changed();
         Ok(())
+    }
+
+    /// Tells the observers of both lookups that the registrations changed (each
+    /// observer's lookup runs again; changes in quick succession are coalesced).
+    fn lookups_changed(&self) {
+        self.shared.endpoint_lookups.changed();
+        self.shared.resource_lookups.changed();
     }
 
     /// `GET /rd-lookup/{ep,res}?filters&page&count`: 2.05 in link-format.
@@ -395,6 +413,7 @@ impl ResourceDirectory {
         for id in &expired {
             dir.remove(*id);
         }
+        self.lookups_changed();
         Ok(expired.len())
     }
 

@@ -129,6 +129,53 @@ async fn discovery_registration_lookup_update_and_removal() {
 }
 
 #[tokio::test]
+async fn an_observed_lookup_notifies_registrations_and_removals() {
+    let (_rd, server, origin) = start(Arc::new(MemoryStore::new()), RdLimits::default()).await;
+    let client = Client::new();
+    let mut lookup = client
+        .observe(&format!("{origin}/rd-lookup/res?rt=temperature"))
+        .await
+        .unwrap();
+    let first = lookup.next().await.unwrap().unwrap();
+    assert_eq!(first.text_payload(), "");
+    let created = post(
+        &client,
+        &format!("{origin}/rd?ep=obs1"),
+        "</t>;rt=\"temperature\",</h>",
+    )
+    .await;
+    let mut text = String::new();
+    while !text.contains("/t>") {
+        text = lookup.next().await.unwrap().unwrap().text_payload();
+    }
+    assert!(!text.contains("/h>"), "{text}");
+    post(
+        &client,
+        &format!("{origin}/rd?ep=obs2"),
+        "</t2>;rt=\"temperature\"",
+    )
+    .await;
+    while !text.contains("/t2>") {
+        text = lookup.next().await.unwrap().unwrap().text_payload();
+    }
+    let location = created.options.location_path_string().unwrap();
+    assert_eq!(
+        client
+            .delete(&format!("{origin}{location}"))
+            .await
+            .unwrap()
+            .code,
+        Code::DELETED
+    );
+    while text.contains("/t>") {
+        text = lookup.next().await.unwrap().unwrap().text_payload();
+    }
+    assert!(text.contains("/t2>"), "{text}");
+    lookup.cancel().await.unwrap();
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
 async fn hostile_endpoints_get_the_rfc_codes_and_a_legitimate_one_keeps_being_served() {
     let limits = RdLimits {
         max_body_bytes: 2048,
