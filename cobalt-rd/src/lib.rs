@@ -2,7 +2,8 @@
 //!
 //! Endpoints register the links to their resources at the directory (`POST /rd`),
 //! renew them (`POST /rd/<id>`), and remove them (`DELETE /rd/<id>`); clients find
-//! endpoints and resources by attribute (`/rd-lookup/ep`, `/rd-lookup/res`). The
+//! endpoints and resources by attribute (`/rd-lookup/ep`, `/rd-lookup/res`, both
+//! observable). The
 //! service is [`ResourceDirectory`]; registrations survive restarts in a
 //! [`RegistrationStore`] ([`RedbStore`] by default); [`RdClient`] is the endpoint's
 //! side, which registers and keeps its registration alive.
