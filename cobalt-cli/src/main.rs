@@ -6,6 +6,7 @@ mod dtls_args;
 mod exit;
 mod flags;
 mod manual;
+mod rd;
 mod render;
 mod request;
 mod serve;
@@ -58,6 +59,9 @@ enum Command {
     Observe(request::ObserveArgs),
     /// Run the demo server (/benchmark, /time, /echo, /separate; --plugtest for more).
     Serve(serve::ServeArgs),
+    /// A resource directory (RFC 9176): `cobalt rd` serves one (registrations stored
+    /// under --data-dir); `cobalt rd register|update|remove|lookup` talk to one.
+    Rd(rd::RdArgs),
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
     /// Print a shell completion script: `cobalt completions bash > /etc/bash_completion.d/cobalt`
@@ -149,6 +153,7 @@ fn main() {
             Command::Discover(a) => request::discover(a).await,
             Command::Observe(a) => request::observe(a).await,
             Command::Serve(a) => serve::run(a, cli.log_level.as_deref()).await,
+            Command::Rd(a) => rd::run(a).await,
             Command::Bench(_)
             | Command::BenchResponder(_)
             | Command::BenchHttpResponder(_)

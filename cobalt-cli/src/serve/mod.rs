@@ -315,7 +315,8 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// Waits for Ctrl-C or SIGTERM (`cobalt rd` uses it too).
+pub(crate) async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -1,0 +1,147 @@
+//! `cobalt rd`: a resource directory (RFC 9176) with embedded defaults, and its
+//! device-side commands (`register`, `update`, `remove`, `lookup`) in [`device`].
+
+mod device;
+
+use crate::exit;
+use clap::{Args, Subcommand};
+use cobalt::{Scheme, Server};
+use cobalt_rd::{MemoryStore, RdLimits, RedbStore, RegistrationStore, ResourceDirectory};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `cobalt rd [OPTIONS]` serves a directory; `cobalt rd register|update|remove|lookup`
+/// talks to one.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct RdArgs {
+    #[command(subcommand)]
+    action: Option<RdAction>,
+    #[command(flatten)]
+    serve: ServeRdArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum RdAction {
+    /// Register this device's links at a directory (prints the registration's URI).
+    Register(device::RegisterArgs),
+    /// Renew a registration (and change its lifetime, base or links).
+    Update(device::UpdateArgs),
+    /// Remove a registration.
+    Remove(device::RemoveArgs),
+    /// Look up endpoints (`ep`) or resources (`res`) by attribute.
+    Lookup(device::LookupArgs),
+}
+
+/// How the directory is served.
+#[derive(Debug, Args)]
+struct ServeRdArgs {
+    /// Address to listen on (`::` serves IPv4 and IPv6).
+    #[arg(long, value_parser = crate::flags::bind_addr, default_value = "::")]
+    bind: crate::flags::BindAddr,
+    /// UDP port; 0 picks a free one.
+    #[arg(short, long, default_value_t = 5683)]
+    port: u16,
+    /// Where registrations are stored (the file registrations.redb) so that a restart
+    /// keeps them. Default: $XDG_DATA_HOME/cobalt/rd, else ~/.local/share/cobalt/rd,
+    /// else ./cobalt-data/rd.
+    #[arg(long, value_name = "DIR", conflicts_with = "in_memory")]
+    data_dir: Option<PathBuf>,
+    /// Keep registrations in memory only: a restart forgets them.
+    #[arg(long)]
+    in_memory: bool,
+    /// Also serve over DTLS (`coaps://`, PSK) with the keys in FILE, one `identity:key`
+    /// per line; a registration made over DTLS can then be changed only with the same
+    /// PSK identity.
+    #[arg(long, value_name = "FILE")]
+    dtls_psk_file: Option<PathBuf>,
+    /// UDP port for DTLS; default: the UDP port + 1 (or 0 when --port is 0).
+    #[arg(long, value_name = "PORT")]
+    dtls_port: Option<u16>,
+    /// Most registrations from one address (IPv6: one /64).
+    #[arg(long, default_value_t = RdLimits::default().max_per_peer)]
+    max_per_peer: usize,
+    /// Most registrations in all.
+    #[arg(long, default_value_t = RdLimits::default().max_total)]
+    max_registrations: usize,
+    /// Largest link-format body of a registration, in bytes.
+    #[arg(long, default_value_t = RdLimits::default().max_body_bytes)]
+    max_body: usize,
+}
+
+/// The data directory when --data-dir is not given (see its help).
+fn default_data_dir() -> PathBuf {
+    let home_data = || std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share"));
+    match std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(home_data)
+    {
+        Some(base) => base.join("cobalt").join("rd"),
+        None => PathBuf::from("cobalt-data").join("rd"),
+    }
+}
+
+/// Runs `cobalt rd ...`.
+pub async fn run(args: RdArgs) -> Result<(), (i32, String)> {
+    match args.action {
+        Some(RdAction::Register(a)) => device::register(a).await,
+        Some(RdAction::Update(a)) => device::update(a).await,
+        Some(RdAction::Remove(a)) => device::remove(a).await,
+        Some(RdAction::Lookup(a)) => device::lookup(a).await,
+        None => serve(args.serve).await,
+    }
+}
+
+async fn serve(args: ServeRdArgs) -> Result<(), (i32, String)> {
+    let limits = RdLimits {
+        max_per_peer: args.max_per_peer,
+        max_total: args.max_registrations,
+        max_body_bytes: args.max_body,
+        ..RdLimits::default()
+    };
+    let store: Arc<dyn RegistrationStore> = if args.in_memory {
+        Arc::new(MemoryStore::new())
+    } else {
+        let dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+        let store = RedbStore::open(&dir).map_err(|e| (exit::FAILURE, e.to_string()))?;
+        eprintln!(
+            "cobalt: registrations are stored in {}",
+            store.path().display()
+        );
+        Arc::new(store)
+    };
+    let rd = ResourceDirectory::open(store, limits)
+        .await
+        .map_err(|e| (exit::FAILURE, e.to_string()))?;
+    let mut server = rd
+        .install(Server::new())
+        .listen(Scheme::Coap, args.bind.with_port(args.port));
+    if let Some(file) = &args.dtls_psk_file {
+        let keys = cobalt::transport::credentials::PskStore::load(file)
+            .map_err(|e| (exit::USAGE, e.to_string()))?;
+        let port = args.dtls_port.unwrap_or(if args.port == 0 {
+            0
+        } else {
+            args.port.saturating_add(1)
+        });
+        server = server
+            .psk(keys)
+            .listen(Scheme::Coaps, args.bind.with_port(port));
+    }
+    let handle = server
+        .start()
+        .await
+        .map_err(|e| (exit::FAILURE, e.to_string()))?;
+    let _expiry = rd.spawn_expiry();
+    for (scheme, addr) in handle.listeners() {
+        eprintln!(
+            "cobalt: resource directory on {scheme}://{addr}/rd ({} registrations)",
+            rd.len().await
+        );
+    }
+    crate::serve::wait_for_signal().await;
+    eprintln!("cobalt: shutting down");
+    handle.shutdown(Duration::from_secs(2)).await;
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! `cobalt rd` as a user runs it: the directory with its data directory, and the
+//! device commands register, lookup, update and remove against it, across a restart.
+
+#[path = "common/binary.rs"]
+mod binary;
+
+use binary::{cobalt, serve_printing, ChildGuard};
+use cobalt_test_support::temp::TempDir;
+use std::path::Path;
+
+fn start_rd(data: &Path) -> (ChildGuard, String) {
+    let mut rd = cobalt();
+    rd.args(["rd", "--bind", "127.0.0.1", "--port", "0", "--data-dir"])
+        .arg(data);
+    let (server, found) = serve_printing(rd, &["cobalt: resource directory on "]);
+    let origin = found[0].trim_end_matches("/rd").to_string();
+    (server, origin)
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = cobalt().args(args).output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+#[test]
+fn register_look_up_update_and_remove_across_a_restart() {
+    let dir = TempDir::new("rd-cli");
+    let links = dir.write("links", "</temp>;rt=\"temperature\";obs\n");
+    let data = dir.path().join("data");
+    let (server, origin) = start_rd(&data);
+
+    let (code, location, err) = run(&[
+        "rd",
+        "register",
+        &origin,
+        "--ep",
+        "kitchen",
+        "--lt",
+        "600",
+        "--links",
+        links.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(location.trim(), format!("{origin}/rd/0"));
+    let (code, found, _) = run(&["rd", "lookup", "res", &origin, "rt=temp*"]);
+    assert_eq!(code, 0);
+    assert!(
+        found.starts_with("<coap://127.0.0.1:")
+            && found.contains("/temp>;rt=\"temperature\";obs;anchor="),
+        "{found}"
+    );
+    assert_eq!(run(&["rd", "update", location.trim(), "--lt", "900"]).0, 0);
+    let (code, _, err) = run(&["rd", "lookup", "ep", &origin, "count=x"]);
+    assert_eq!(code, 4, "a 4.00 exits 4");
+    assert!(err.contains("count=x"), "{err}");
+    drop(server);
+
+    assert!(data.join("registrations.redb").is_file());
+    let (_server, origin) = start_rd(&data);
+    let (_, found, _) = run(&["rd", "lookup", "ep", &origin]);
+    assert!(
+        found.starts_with("</rd/0>;ep=kitchen;base=coap://127.0.0.1:"),
+        "{found}"
+    );
+    assert_eq!(run(&["rd", "remove", &format!("{origin}/rd/0")]).0, 0);
+    assert_eq!(run(&["rd", "lookup", "ep", &origin]).1, "");
+    let (code, _, err) = run(&["rd", "register", &origin, "--ep", &"x".repeat(70)]);
+    assert_eq!(code, 4);
+    assert!(err.contains("4.00"), "{err}");
+}

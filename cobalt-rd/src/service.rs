@@ -1,0 +1,546 @@
+//! The directory as a CoAP service: [`ResourceDirectory`] holds the [`Directory`]
+//! and its store, installs the RFC 9176 interfaces on a [`Server`] and runs the
+//! expiry timer.
+
+use crate::directory::{Directory, Registrant};
+use crate::error::{RdError, StoreError};
+use crate::limits::RdLimits;
+use crate::lookup::{lookup, LookupKind, LookupQuery};
+use crate::registration::{parse_links, Owner, RegistrationParams};
+use crate::store::RegistrationStore;
+use cobalt::content_format;
+use cobalt::proto::address::{AddressKey, AddressPrefix};
+use cobalt::server::extract::Path;
+use cobalt::server::{get, post, Observable, Request};
+use cobalt::{Code, Response, Server};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{Mutex, Notify, Semaphore};
+
+/// The wall clock the directory stamps expiry times with, in seconds since the Unix
+/// epoch. Tests give one that follows tokio's virtual time.
+pub trait Clock: Send + Sync + 'static {
+    /// Now.
+    fn now(&self) -> u64;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    }
+}
+
+/// Longest sleep of the expiry timer: it also wakes up this often when nothing is
+/// due, so that a clock that jumps is followed.
+const EXPIRY_TICK: Duration = Duration::from_secs(60);
+
+struct Shared {
+    directory: Mutex<Directory>,
+    store: Arc<dyn RegistrationStore>,
+    clock: Arc<dyn Clock>,
+    prefix: AddressPrefix,
+    /// The client simple registration fetches `/.well-known/core` with.
+    fetcher: cobalt::Client,
+    /// One permit per simple-registration fetch in progress.
+    fetches: Arc<Semaphore>,
+    /// Observers of the endpoint lookup, notified on every change.
+    endpoint_lookups: Observable,
+    /// Observers of the resource lookup, notified on every change.
+    resource_lookups: Observable,
+    /// Woken when a registration may expire earlier than the timer's next wake-up.
+    changed: Notify,
+}
+
+/// A resource directory service: build it with [`ResourceDirectory::open`], add its
+/// routes to a server with [`ResourceDirectory::install`], and start its expiry timer
+/// with [`ResourceDirectory::spawn_expiry`].
+///
+/// ```no_run
+/// use cobalt_rd::{MemoryStore, RdLimits, ResourceDirectory};
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let rd = ResourceDirectory::open(std::sync::Arc::new(MemoryStore::new()), RdLimits::default()).await?;
+/// let server = rd.install(cobalt::Server::new()).bind("[::]:5683").await?;
+/// let _expiry = rd.spawn_expiry();
+/// server.wait().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ResourceDirectory {
+    shared: Arc<Shared>,
+}
+
+impl ResourceDirectory {
+    /// A directory on `store`, loading what it holds (with the system clock).
+    pub async fn open(
+        store: Arc<dyn RegistrationStore>,
+        limits: RdLimits,
+    ) -> Result<ResourceDirectory, StoreError> {
+        ResourceDirectory::open_with_clock(store, limits, Arc::new(SystemClock)).await
+    }
+
+    /// [`ResourceDirectory::open`] with another clock. Registrations already expired
+    /// by `clock` are dropped from the store on load.
+    pub async fn open_with_clock(
+        store: Arc<dyn RegistrationStore>,
+        limits: RdLimits,
+        clock: Arc<dyn Clock>,
+    ) -> Result<ResourceDirectory, StoreError> {
+        let max_simple_fetches = limits.max_simple_fetches;
+        let mut directory = Directory::new(limits);
+        for r in store.load().await? {
+            directory.apply(r);
+        }
+        let expired = directory.expired(clock.now());
+        for id in &expired {
+            directory.remove(*id);
+        }
+        if !expired.is_empty() {
+            store.remove(expired).await?;
+        }
+        Ok(ResourceDirectory {
+            shared: Arc::new(Shared {
+                directory: Mutex::new(directory),
+                store,
+                clock,
+                prefix: AddressPrefix::default(),
+                fetcher: cobalt::Client::new(),
+                fetches: Arc::new(Semaphore::new(max_simple_fetches)),
+                endpoint_lookups: Observable::new(),
+                resource_lookups: Observable::new(),
+                changed: Notify::new(),
+            }),
+        })
+    }
+
+    /// How many registrations it holds now.
+    pub async fn len(&self) -> usize {
+        self.shared.directory.lock().await.len()
+    }
+
+    /// Whether it holds none.
+    pub async fn is_empty(&self) -> bool {
+        self.len().await == 0
+    }
+
+    /// `server` with the directory's resources: `/rd` (registration, `rt=core.rd`),
+    /// `/rd/{id}` (update and removal), `/rd-lookup/ep` and `/rd-lookup/res`
+    /// (lookups, observable: an observer gets its lookup again after every change),
+    /// and `/.well-known/rd` (simple registration). Install it on one server only. `/.well-known/core`
+    /// lists the first three with `ct=40`, which is RD discovery.
+    pub fn install(&self, server: Server) -> Server {
+        let (reg, upd, del, ep, res, simple) = (
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+            self.clone(),
+        );
+        server
+            .route(
+                "/rd",
+                post(move |req: Request| {
+                    let rd = reg.clone();
+                    async move {
+                        rd.register(&req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .rt("core.rd")
+                .ct(content_format::LINK_FORMAT),
+            )
+            .route(
+                "/rd/{id}",
+                post(move |Path(id): Path<u64>, req: Request| {
+                    let rd = upd.clone();
+                    async move {
+                        rd.update(id, &req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .delete(move |Path(id): Path<u64>, req: Request| {
+                    let rd = del.clone();
+                    async move {
+                        rd.remove(id, &req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                }),
+            )
+            .route(
+                "/rd-lookup/ep",
+                get(move |req: Request| {
+                    let rd = ep.clone();
+                    async move {
+                        rd.lookup(LookupKind::Endpoint, &req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .rt("core.rd-lookup-ep")
+                .observable(&self.shared.endpoint_lookups)
+                .ct(content_format::LINK_FORMAT),
+            )
+            .route(
+                "/rd-lookup/res",
+                get(move |req: Request| {
+                    let rd = res.clone();
+                    async move {
+                        rd.lookup(LookupKind::Resource, &req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .rt("core.rd-lookup-res")
+                .observable(&self.shared.resource_lookups)
+                .ct(content_format::LINK_FORMAT),
+            )
+            .route(
+                "/.well-known/rd",
+                post(move |req: Request| {
+                    let rd = simple.clone();
+                    async move {
+                        rd.simple_register(req)
+                            .await
+                            .unwrap_or_else(RdError::into_response)
+                    }
+                })
+                .hidden(),
+            )
+    }
+
+    fn registrant(&self, req: &Request) -> Registrant {
+        let identity = req.identity();
+        let peer_key = AddressKey::of(identity.addr().ip(), self.shared.prefix).ip();
+        let addr = identity.addr();
+        let ip = addr.ip().to_canonical();
+        let host = if ip.is_ipv6() {
+            format!("[{ip}]")
+        } else {
+            ip.to_string()
+        };
+        Registrant {
+            owner: Owner::of(&identity, peer_key),
+            peer_key,
+            source_base: format!("{}://{host}:{}", identity.scheme(), addr.port()),
+        }
+    }
+
+    fn check_content_format(req: &Request) -> Result<(), RdError> {
+        match req.content_format() {
+            None | Some(content_format::LINK_FORMAT) => Ok(()),
+            Some(other) => Err(RdError {
+                code: Code::UNSUPPORTED_CONTENT_FORMAT,
+                message: format!("content format {other} is not accepted: send link-format (40)"),
+                max_age: None,
+                size1: None,
+            }),
+        }
+    }
+
+    /// `POST /rd?ep=..`: registers (or replaces) and answers 2.01 with its location.
+    async fn register(&self, req: &Request) -> Result<Response, RdError> {
+        Self::check_content_format(req)?;
+        let mut dir = self.shared.directory.lock().await;
+        let params = RegistrationParams::parse(req.query(), dir.limits())?;
+        let links = parse_links(req.payload(), dir.limits())?;
+        let registration = dir.register(
+            params,
+            links,
+            &self.registrant(req),
+            self.shared.clock.now(),
+        )?;
+        let location = registration.path();
+        self.store_and_apply(&mut dir, registration).await?;
+        Ok(Response::created(&location))
+    }
+
+    /// `POST /rd/<id>`: renews, and changes base, attributes or links; 2.04.
+    async fn update(&self, id: u64, req: &Request) -> Result<Response, RdError> {
+        Self::check_content_format(req)?;
+        let mut dir = self.shared.directory.lock().await;
+        let params = RegistrationParams::parse(req.query(), dir.limits())?;
+        let links = if req.payload().is_empty() {
+            None
+        } else {
+            Some(parse_links(req.payload(), dir.limits())?)
+        };
+        let owner = self.registrant(req).owner;
+        let registration = dir.update(id, params, links, &owner, self.shared.clock.now())?;
+        self.store_and_apply(&mut dir, registration).await?;
+        Ok(Response::new(Code::CHANGED))
+    }
+
+    /// `DELETE /rd/<id>`: 2.02.
+    async fn remove(&self, id: u64, req: &Request) -> Result<Response, RdError> {
+        let mut dir = self.shared.directory.lock().await;
+        dir.check_remove(id, &self.registrant(req).owner)?;
+        self.shared
+            .store
+            .remove(vec![id])
+            .await
+            .map_err(store_failed)?;
+        dir.remove(id);
+        self.lookups_changed();
+        Ok(Response::new(Code::DELETED))
+    }
+
+    async fn store_and_apply(
+        &self,
+        dir: &mut Directory,
+        registration: crate::Registration,
+    ) -> Result<(), RdError> {
+        self.shared
+            .store
+            .put(registration.clone())
+            .await
+            .map_err(store_failed)?;
+        let sooner = dir
+            .next_expiry()
+            .is_none_or(|next| registration.expires_at < next);
+        dir.apply(registration);
+        if sooner {
+            self.shared.changed.notify_one();
+        }
+        self.lookups_changed();
+        Ok(())
+    }
+
+    /// Tells the observers of both lookups that the registrations changed (each
+    /// observer's lookup runs again; changes in quick succession are coalesced).
+    fn lookups_changed(&self) {
+        self.shared.endpoint_lookups.changed();
+        self.shared.resource_lookups.changed();
+    }
+
+    /// `GET /rd-lookup/{ep,res}?filters&page&count`: 2.05 in link-format.
+    async fn lookup(&self, kind: LookupKind, req: &Request) -> Result<Response, RdError> {
+        if req
+            .accept()
+            .is_some_and(|cf| cf != content_format::LINK_FORMAT)
+        {
+            return Err(RdError {
+                code: Code::NOT_ACCEPTABLE,
+                message: "lookups answer in link-format (40) only".into(),
+                max_age: None,
+                size1: None,
+            });
+        }
+        let dir = self.shared.directory.lock().await;
+        let query = LookupQuery::parse(req.query(), dir.limits().max_lookup_count)?;
+        let body = lookup(&dir, kind, &query, self.shared.clock.now());
+        Ok(Response::content(body).with_content_format(content_format::LINK_FORMAT))
+    }
+
+    /// `POST /.well-known/rd?ep=..`: answers 2.04 at once, then fetches the sender's
+    /// `/.well-known/core` and registers what it lists with the sender as base.
+    async fn simple_register(&self, req: Request) -> Result<Response, RdError> {
+        let limits = self.shared.directory.lock().await.limits().clone();
+        let params = RegistrationParams::parse(req.query(), &limits)?;
+        if params.base.is_some() {
+            return Err(RdError::bad_request(
+                "simple registration takes no `base`: the RD uses the sender's address".into(),
+            ));
+        }
+        if params.ep.is_none() {
+            return Err(RdError::bad_request(
+                "a registration needs the endpoint name: add `?ep=NAME`".into(),
+            ));
+        }
+        let permit = self
+            .shared
+            .fetches
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                RdError::unavailable(
+                    "too many simple registrations in progress; retry later".into(),
+                    limits.retry_after_secs,
+                )
+            })?;
+        let who = self.registrant(&req);
+        // A client of its own rather than `Request::client()`: requests sent with the
+        // handler's client (on the shard's socket) got no answers when this was
+        // written; the source address of the fetch does not matter to the endpoint.
+        let client = self.shared.fetcher.clone();
+        let rd = self.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let uri = format!("{}/.well-known/core", who.source_base);
+            let links = match client.get(&uri).await {
+                Ok(r) if r.code == Code::CONTENT => parse_links(&r.payload, &limits),
+                Ok(r) => Err(RdError::bad_request(format!("{uri} answered {}", r.code))),
+                Err(e) => Err(RdError::bad_request(format!("cannot fetch {uri}: {e}"))),
+            };
+            let outcome = match links {
+                Ok(links) => rd.register_fetched(params, links, &who).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                tracing::info!("simple registration from {} failed: {}", who.source_base, e);
+            }
+        });
+        Ok(Response::new(Code::CHANGED))
+    }
+
+    async fn register_fetched(
+        &self,
+        params: RegistrationParams,
+        links: String,
+        who: &Registrant,
+    ) -> Result<(), RdError> {
+        let mut dir = self.shared.directory.lock().await;
+        let registration = dir.register(params, links, who, self.shared.clock.now())?;
+        self.store_and_apply(&mut dir, registration).await
+    }
+
+    /// Removes the registrations whose lifetime has run out, now; returns how many.
+    pub async fn expire_now(&self) -> Result<usize, StoreError> {
+        let mut dir = self.shared.directory.lock().await;
+        let expired = dir.expired(self.shared.clock.now());
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        self.shared.store.remove(expired.clone()).await?;
+        for id in &expired {
+            dir.remove(*id);
+        }
+        self.lookups_changed();
+        Ok(expired.len())
+    }
+
+    /// Starts the expiry timer on the current tokio runtime: it sleeps until the
+    /// earliest expiry (at most a minute) and removes what has run out. Abort the
+    /// handle to stop it.
+    pub fn spawn_expiry(&self) -> tokio::task::JoinHandle<()> {
+        let rd = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = rd.shared.directory.lock().await.next_expiry();
+                let now = rd.shared.clock.now();
+                let wait = next.map_or(EXPIRY_TICK, |at| {
+                    Duration::from_secs(at.saturating_sub(now)).min(EXPIRY_TICK)
+                });
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = rd.shared.changed.notified() => continue,
+                }
+                if let Err(e) = rd.expire_now().await {
+                    tracing::warn!("expiring registrations: {e}; retrying in a minute");
+                    tokio::time::sleep(EXPIRY_TICK).await;
+                }
+            }
+        })
+    }
+}
+
+fn store_failed(e: StoreError) -> RdError {
+    RdError::internal(format!("{e}; nothing was changed, try again"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registration::Registration;
+    use crate::store::MemoryStore;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// A wall clock that follows tokio's (paused, virtual) time from `start`.
+    struct VirtualClock {
+        start: u64,
+        origin: tokio::time::Instant,
+    }
+
+    impl Clock for VirtualClock {
+        fn now(&self) -> u64 {
+            self.start + self.origin.elapsed().as_secs()
+        }
+    }
+
+    fn stored(id: u64, expires_at: u64) -> Registration {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        Registration {
+            id,
+            ep: format!("ep{id}"),
+            sector: None,
+            base: "coap://127.0.0.1:5683".into(),
+            lifetime: 100,
+            expires_at,
+            attrs: Vec::new(),
+            links: "</a>".into(),
+            owner: Owner::Address(ip),
+            peer_key: ip,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_expiry_timer_removes_registrations_when_their_lifetime_runs_out() {
+        let store = Arc::new(MemoryStore::new());
+        for (id, at) in [(0, 500), (1, 1_100), (2, 1_200), (3, 5_000)] {
+            store.put(stored(id, at)).await.unwrap();
+        }
+        let clock = Arc::new(VirtualClock {
+            start: 1_000,
+            origin: tokio::time::Instant::now(),
+        });
+        let rd = ResourceDirectory::open_with_clock(store.clone(), RdLimits::default(), clock)
+            .await
+            .unwrap();
+        // Expired while the directory was down: dropped at start, from the store too.
+        assert_eq!(rd.len().await, 3);
+        let _timer = rd.spawn_expiry();
+        tokio::time::sleep(Duration::from_secs(99)).await;
+        assert_eq!(rd.len().await, 3);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(rd.len().await, 2);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        assert_eq!(rd.len().await, 1);
+        assert_eq!(
+            store
+                .load()
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.id)
+                .collect::<Vec<_>>(),
+            vec![3]
+        );
+        tokio::time::sleep(Duration::from_secs(3_800)).await;
+        assert!(rd.is_empty().await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_registration_expiring_sooner_wakes_the_timer() {
+        let clock = Arc::new(VirtualClock {
+            start: 1_000,
+            origin: tokio::time::Instant::now(),
+        });
+        let store = Arc::new(MemoryStore::new());
+        let rd = ResourceDirectory::open_with_clock(store, RdLimits::default(), clock)
+            .await
+            .unwrap();
+        let _timer = rd.spawn_expiry();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        {
+            let mut dir = rd.shared.directory.lock().await;
+            rd.store_and_apply(&mut dir, stored(7, 1_011))
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert_eq!(rd.len().await, 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            rd.is_empty().await,
+            "expired at 1011, before the timer's one-minute tick"
+        );
+    }
+}
