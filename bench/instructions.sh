@@ -12,7 +12,8 @@
 #
 # Usage: bench/instructions.sh --a PATH --b PATH [--schemes coap,coaps,coap+tcp,coap+ws]
 #          [--clients 10] [--seconds 10] [--rounds 2] [--label-a NAME] [--label-b NAME]
-#          [--path /benchmark] [--path-b PATH] [--out bench/results]
+#          [--path /benchmark] [--path-b PATH] [--port 5683] [--dtls-port 5684]
+#          [--ws-port 8080] [--out bench/results]
 # --path: the resource asked of both builds; --path-b: another one asked of B (e.g. A
 # and B the same build, --path /benchmark/static --path-b /benchmark/1: `cobalt serve`
 # answers both like /benchmark, the second through a route with a parameter).
@@ -40,6 +41,9 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2 ;;
     --rounds) rounds=$2 ;;
     --path) path_a=$2 ;;
+    --port) port=$2 ;;
+    --dtls-port) dtls_port=$2 ;;
+    --ws-port) ws_port=$2 ;;
     --path-b) path_b=$2 ;;
     --out) out_dir=$2 ;;
     -h | --help) usage; exit 0 ;;

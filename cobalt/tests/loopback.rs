@@ -476,6 +476,14 @@ mod executors_and_shard_clients {
 
     #[tokio::test]
     async fn a_resource_asks_another_server_through_its_shard_and_answers_late() {
+        // One shard: the request goes out on the shard's socket. Four: the answer could
+        // reach another shard, so the handlers share a client of their own.
+        for shards in [1, 4] {
+            resource_asks_another_server(shards).await;
+        }
+    }
+
+    async fn resource_asks_another_server(shards: usize) {
         let backend = Server::new()
             .route("/value", get(|| async { "42" }))
             .bind("127.0.0.1:0")
@@ -495,7 +503,7 @@ mod executors_and_shard_clients {
                     }
                 }),
             )
-            .shards(1)
+            .shards(shards)
             .bind("[::]:0")
             .await
             .unwrap();
@@ -506,7 +514,7 @@ mod executors_and_shard_clients {
             ))
             .await
             .unwrap();
-        assert_eq!(r.text_payload(), "backend says 42");
+        assert_eq!(r.text_payload(), "backend says 42", "{shards} shards");
         front.shutdown(Duration::from_secs(1)).await;
         backend.shutdown(Duration::from_secs(1)).await;
     }

@@ -462,11 +462,20 @@ impl Server {
             } else {
                 "cobalt-shard"
             };
+            // Handlers' requests go out on their shard's socket only where the answers
+            // come back to that shard: with one shard per listener. With several, the
+            // kernel (SO_REUSEPORT) or the staged receivers hand an answer to the shard
+            // its peer hashes to, which does not know the exchange; those shards' handlers
+            // share one client with a socket of its own instead.
+            let handler_client = (socket.ios.len() > 1)
+                .then(|| crate::Client::with_config(self.config.clone()))
+                .transpose()?;
             for (i, (io, dtls)) in socket.ios.into_iter().zip(socket.layers).enumerate() {
                 let name = format!("{prefix}-{i}");
                 let slot = slots.next();
+                let shared = handler_client.clone();
                 if let Err(e) =
-                    self.spawn_shard(name, io, &routes, secure, slot, dtls, &mut started)
+                    self.spawn_shard(name, io, &routes, secure, slot, dtls, shared, &mut started)
                 {
                     started.stop();
                     return Err(e);
@@ -593,7 +602,8 @@ impl Server {
         })
     }
 
-    /// Starts one server shard (with its changes inbox) on its own thread.
+    /// Starts one server shard (with its changes inbox) on its own thread; its
+    /// handlers' client is `handler_client`, or one over the shard's own socket.
     #[allow(clippy::too_many_arguments)]
     fn spawn_shard(
         &self,
@@ -603,6 +613,7 @@ impl Server {
         dtls_peers: bool,
         slot: Option<Arc<crate::metrics::ShardMetrics>>,
         dtls: Option<Box<dyn DtlsBackend>>,
+        handler_client: Option<crate::Client>,
         started: &mut Started,
     ) -> Result<()> {
         let inbox = Arc::new(ChangeInbox::default());
@@ -615,7 +626,9 @@ impl Server {
         });
         let client_config = config.clone();
         let make: MakeService<ShardRole, Endpoint> = Box::new(move |links: ServiceLinks<_>| {
-            let client = crate::Client::for_shard(links.commands, links.v6, client_config);
+            let client = handler_client.unwrap_or_else(|| {
+                crate::Client::for_shard(links.commands, links.v6, client_config)
+            });
             ShardRole::for_shard(tree, limits, changes, links.done, Some(client), front)
         });
         let (tx, handle) = spawn_driver(

@@ -188,9 +188,12 @@ impl Request {
         self
     }
 
-    /// A client whose requests go out on the socket of the shard that received this
-    /// request, so their responses come back to the same shard (thesis §8.3). Awaiting
-    /// its responses inside the handler resumes on the resource's executor. Outside a
+    /// A client for requests the handler makes. On a UDP listener served by one shard,
+    /// its requests go out on that shard's socket, so their responses come back to the
+    /// same shard (thesis §8.3); with several shards (or staged workers) the kernel
+    /// would hand a response to whichever shard its peer hashes to, so the handlers of
+    /// such a listener share one client with a socket of its own. Awaiting its
+    /// responses inside the handler resumes on the resource's executor. Outside a
     /// server (a request built by hand) it is a fresh standalone client.
     pub fn client(&self) -> crate::Client {
         self.client.clone().unwrap_or_default()
