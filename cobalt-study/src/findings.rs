@@ -504,7 +504,10 @@ pub fn standings(summaries: &[Summary]) -> (Vec<Standing>, usize) {
                 variant: v,
                 median_mean: 0.0,
                 median_worst: 0.0,
-                median_worst_case: Group { variant: v, ..first },
+                median_worst_case: Group {
+                    variant: v,
+                    ..first
+                },
                 p90_mean: 0.0,
                 p90_worst: 0.0,
             };
@@ -518,7 +521,10 @@ pub fn standings(summaries: &[Summary]) -> (Vec<Standing>, usize) {
                 standing.p90_mean += p90.ln();
                 if median > standing.median_worst {
                     standing.median_worst = median;
-                    standing.median_worst_case = Group { variant: v, ..*case };
+                    standing.median_worst_case = Group {
+                        variant: v,
+                        ..*case
+                    };
                 }
                 standing.p90_worst = standing.p90_worst.max(p90);
             }
@@ -542,7 +548,11 @@ pub fn default_verdict(standings: &[Standing]) -> Option<Variant> {
     let holds = k.median_mean < published.median_mean
         && k.median_worst <= published.median_worst
         && k.p90_mean <= published.p90_mean;
-    Some(if holds { Variant::FasorK } else { published.variant })
+    Some(if holds {
+        Variant::FasorK
+    } else {
+        published.variant
+    })
 }
 
 /// The variant that runs the library's default algorithm
@@ -611,7 +621,8 @@ fn every_case(out: &mut String, summaries: &[Summary]) {
         out,
         "\n**Verdict on the default:** {versus}. {} ",
         if verdict == Variant::FasorK {
-            "FASOR-K's advantage holds up, so it stays the default for confirmable messages.".to_string()
+            "FASOR-K's advantage holds up, so it stays the default for confirmable messages."
+                .to_string()
         } else {
             format!(
                 "FASOR-K's advantage does not hold up, so the default for confirmable messages goes back \
@@ -720,6 +731,83 @@ mod tests {
             drops_queue_down: drops,
             wall_s: 1.0,
         }
+    }
+
+    fn virtual_summary(n: usize, loss: Loss, v: Variant, median: f64, p90: f64) -> Summary {
+        let mut s = summary(n, v, median, 0.0);
+        s.group.mode = Mode::Virtual;
+        s.group.loss = loss;
+        s.fct = Some([median, median, median, median, p90]);
+        s
+    }
+
+    /// Two virtual cases with every UDP variant at 10 s (p90 20 s) but `fasor_k`'s
+    /// and FASOR's (median, p90) in each.
+    fn two_cases(fasor_k: [(f64, f64); 2], fasor: [(f64, f64); 2]) -> Vec<Summary> {
+        let mut out = Vec::new();
+        for (i, loss) in [Loss::None, Loss::High].into_iter().enumerate() {
+            for v in Variant::ALL.into_iter().filter(|v| v.algorithm().is_some()) {
+                let (m, p) = match v {
+                    Variant::FasorK => fasor_k[i],
+                    Variant::Fasor => fasor[i],
+                    _ => (10.0, 20.0),
+                };
+                out.push(virtual_summary(10, loss, v, m, p));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn standings_divide_by_each_cases_best_and_take_geometric_means() {
+        // FASOR-K the best in the first case, 4 × the best median (10 s) and 8 × the
+        // best p90 (FASOR's 10 s) in the second.
+        let s = two_cases([(5.0, 10.0), (40.0, 80.0)], [(10.0, 20.0), (10.0, 10.0)]);
+        // A case without every variant counts for nothing.
+        let mut s2 = s.clone();
+        s2.push(virtual_summary(99, Loss::None, Variant::Fasor, 1.0, 1.0));
+        let (standings, cases) = standings(&s2);
+        assert_eq!(cases, 2);
+        let k = standings
+            .iter()
+            .find(|s| s.variant == Variant::FasorK)
+            .unwrap();
+        assert!((k.median_mean - 2.0).abs() < 1e-9, "{k:?}"); // √(1 × 4)
+        assert!((k.median_worst - 4.0).abs() < 1e-9, "{k:?}");
+        assert_eq!(k.median_worst_case.loss, Loss::High);
+        assert!((k.p90_worst - 8.0).abs() < 1e-9, "{k:?}");
+        let f = standings
+            .iter()
+            .find(|s| s.variant == Variant::Fasor)
+            .unwrap();
+        assert!((f.median_mean - 2f64.sqrt()).abs() < 1e-9, "{f:?}"); // √(2 × 1)
+        assert!((f.p90_mean - 2f64.sqrt()).abs() < 1e-9, "{f:?}");
+        assert!(
+            standings
+                .windows(2)
+                .all(|w| w[0].median_mean <= w[1].median_mean),
+            "lowest mean first: {standings:?}"
+        );
+    }
+
+    #[test]
+    fn fasor_k_stays_the_default_only_if_it_beats_the_best_published_variant_everywhere() {
+        // Lower mean, no worse worst case, no heavier tail: FASOR-K holds up.
+        let holds = two_cases([(5.0, 10.0), (6.0, 12.0)], [(6.0, 12.0), (6.0, 12.0)]);
+        assert_eq!(default_verdict(&standings(&holds).0), Some(Variant::FasorK));
+        // A lower mean and no worse worst case, but a heavier p90 tail: the published
+        // FASOR.
+        let tail = two_cases([(5.0, 10.0), (7.0, 80.0)], [(6.0, 12.0), (6.0, 12.0)]);
+        assert_eq!(default_verdict(&standings(&tail).0), Some(Variant::Fasor));
+        let mut out = String::new();
+        every_case(&mut out, &tail);
+        assert!(
+            out.contains(
+                "does not hold up, so the default for confirmable messages goes back to FASOR"
+            ),
+            "{out}"
+        );
+        assert_eq!(default_verdict(&[]), None);
     }
 
     #[test]
