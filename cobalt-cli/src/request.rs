@@ -76,8 +76,9 @@ pub struct RequestArgs {
     #[arg(short, long)]
     pub verbose: bool,
     /// Retransmission timeouts over coap:// and coaps://: default (RFC 7252), cocoa,
-    /// cocoa-strong, fasor or karn (see `endpoint.congestion_control`).
-    #[arg(long = "cc", value_name = "ALGORITHM", default_value = "default")]
+    /// cocoa-strong, fasor (draft-ietf-core-fasor-02; the endpoint's default), fasor-k
+    /// (FASOR keeping the backed-off timer) or karn (see `endpoint.congestion_control`).
+    #[arg(long = "cc", value_name = "ALGORITHM", default_value_t = cobalt::EndpointConfig::default().congestion_control)]
     pub cc: cobalt::proto::congestion::Algorithm,
     /// DTLS credentials for coaps://.
     #[command(flatten)]

@@ -76,6 +76,21 @@ fn mode_name(m: Mode) -> &'static str {
     }
 }
 
+fn workload_name(w: Workload) -> &'static str {
+    match w {
+        Workload::Continuous => "continuous",
+        Workload::Random => "random",
+    }
+}
+
+fn link_name(l: Loss) -> &'static str {
+    match l {
+        Loss::None => "error-free",
+        Loss::Medium => "medium-loss",
+        Loss::High => "high-loss",
+    }
+}
+
 fn buffer_name(b: usize) -> String {
     if b == INFINITE {
         "infinite (1,410,000 B)".into()
@@ -204,10 +219,7 @@ fn table_i(out: &mut String, summaries: &[Summary]) {
         let _ = writeln!(
             out,
             "| {} | {n} | {} | {} | {:.3} | {} | {virtual_cell} |",
-            match w {
-                Workload::Continuous => "continuous",
-                Workload::Random => "random",
-            },
+            workload_name(w),
             buffer_name(b),
             v.label(),
             p[2],
@@ -316,10 +328,10 @@ fn tcp_against_udp(out: &mut String, summaries: &[Summary]) {
     out.push('\n');
 }
 
-/// FASOR-K (Cobalt's default) against every other variant where the choice was made,
-/// and on the cases beside them.
+/// FASOR-K against every other variant where it was tuned, and on the cases beside
+/// them.
 fn fasor_k(out: &mut String, summaries: &[Summary]) {
-    out.push_str("**FASOR-K** (Cobalt's default for confirmable messages) against the other variants: median flow completion time in s, best first (p90: its 90th percentile; unnecessary: unnecessary retransmissions per client):\n\n");
+    out.push_str("**FASOR-K** (ours: FASOR keeping Karn's backed-off timer) against the other variants on the cases it was chosen on: median flow completion time in s, best first (p90: its 90th percentile; unnecessary: unnecessary retransmissions per client):\n\n");
     let cases: [(Workload, usize, usize, Loss); 6] = [
         (Workload::Continuous, 200, 2500, Loss::None),
         (Workload::Continuous, 400, 2500, Loss::None),
@@ -360,16 +372,9 @@ fn fasor_k(out: &mut String, summaries: &[Summary]) {
                 out,
                 "- {}, {} {n} clients, {}, {} link: FASOR-K is {} of {}. {}.",
                 mode_name(mode),
-                match w {
-                    Workload::Continuous => "continuous",
-                    Workload::Random => "random",
-                },
+                workload_name(w),
                 buffer_name(b),
-                match l {
-                    Loss::None => "error-free",
-                    Loss::Medium => "medium-loss",
-                    Loss::High => "high-loss",
-                },
+                link_name(l),
                 place + 1,
                 ranked.len(),
                 list.join("; ")
@@ -418,10 +423,7 @@ fn held_out(out: &mut String, summaries: &[Summary]) {
         let _ = writeln!(
             rows,
             "| {} | {} | {} | {} | {} {:.1} | {:.1} ({}) | {} | {:.1} ({} vs the lowest) |",
-            match g.workload {
-                Workload::Continuous => "continuous",
-                Workload::Random => "random",
-            },
+            workload_name(g.workload),
             g.clients,
             buffer_name(g.buffer),
             g.loss.name(),
@@ -447,6 +449,198 @@ fn held_out(out: &mut String, summaries: &[Summary]) {
     );
     out.push_str(&rows);
     out.push('\n');
+}
+
+/// How one UDP variant does over the virtual cases, each case measured against its
+/// best variant: the geometric mean and the worst of the variant's median over the
+/// case's lowest median, and the same for the 90th percentile.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Standing {
+    /// The variant.
+    pub variant: Variant,
+    /// Geometric mean over the cases of its median ÷ the case's lowest median.
+    pub median_mean: f64,
+    /// The largest of those ratios.
+    pub median_worst: f64,
+    /// The case with that largest ratio.
+    pub median_worst_case: Group,
+    /// Geometric mean over the cases of its p90 ÷ the case's lowest p90.
+    pub p90_mean: f64,
+    /// The largest of those ratios.
+    pub p90_worst: f64,
+}
+
+/// Every UDP variant's [`Standing`] over the virtual cases in which all of them
+/// finished (the virtual study has no TCP), lowest geometric mean of the medians
+/// first, and how many cases that is. No standings when no case has them all.
+pub fn standings(summaries: &[Summary]) -> (Vec<Standing>, usize) {
+    let udp: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|v| v.algorithm().is_some())
+        .collect();
+    // The case (its group with the variant left out) -> each variant's percentiles.
+    let mut cases: BTreeMap<Group, Vec<(Variant, [f64; 5])>> = BTreeMap::new();
+    for s in summaries.iter().filter(|s| s.group.mode == Mode::Virtual) {
+        if let Some(fct) = s.fct {
+            let case = Group {
+                variant: Variant::Default,
+                ..s.group
+            };
+            cases.entry(case).or_default().push((s.group.variant, fct));
+        }
+    }
+    cases.retain(|_, runs| udp.iter().all(|v| runs.iter().any(|r| r.0 == *v)));
+    let Some(first) = cases.keys().next().copied() else {
+        return (Vec::new(), 0);
+    };
+    let lowest = |runs: &[(Variant, [f64; 5])], i: usize| {
+        runs.iter().map(|r| r.1[i]).fold(f64::INFINITY, f64::min)
+    };
+    let n = cases.len() as f64;
+    let mut out: Vec<Standing> = udp
+        .into_iter()
+        .map(|v| {
+            let mut standing = Standing {
+                variant: v,
+                median_mean: 0.0,
+                median_worst: 0.0,
+                median_worst_case: Group {
+                    variant: v,
+                    ..first
+                },
+                p90_mean: 0.0,
+                p90_worst: 0.0,
+            };
+            for (case, runs) in &cases {
+                let Some(&(_, fct)) = runs.iter().find(|r| r.0 == v) else {
+                    continue;
+                };
+                let (median, p90) = (fct[2] / lowest(runs, 2), fct[4] / lowest(runs, 4));
+                // Sums of logarithms here, their means' exponentials below.
+                standing.median_mean += median.ln();
+                standing.p90_mean += p90.ln();
+                if median > standing.median_worst {
+                    standing.median_worst = median;
+                    standing.median_worst_case = Group {
+                        variant: v,
+                        ..*case
+                    };
+                }
+                standing.p90_worst = standing.p90_worst.max(p90);
+            }
+            standing.median_mean = (standing.median_mean / n).exp();
+            standing.p90_mean = (standing.p90_mean / n).exp();
+            standing
+        })
+        .collect();
+    out.sort_by(|a, b| a.median_mean.total_cmp(&b.median_mean));
+    (out, cases.len())
+}
+
+/// The retransmission algorithm the standings support as the default for every
+/// confirmable message: FASOR-K only if it beats the best published variant (the
+/// lowest geometric mean of the medians among the others) on that mean without a
+/// worse worst case or a heavier p90 tail; otherwise that published variant. `None`
+/// without standings for both.
+pub fn default_verdict(standings: &[Standing]) -> Option<Variant> {
+    let k = standings.iter().find(|s| s.variant == Variant::FasorK)?;
+    let published = standings.iter().find(|s| s.variant != Variant::FasorK)?;
+    let holds = k.median_mean < published.median_mean
+        && k.median_worst <= published.median_worst
+        && k.p90_mean <= published.p90_mean;
+    Some(if holds {
+        Variant::FasorK
+    } else {
+        published.variant
+    })
+}
+
+/// The variant that runs the library's default algorithm
+/// (`EndpointConfig::default().congestion_control`).
+pub fn library_default() -> Option<Variant> {
+    let algorithm = cobalt_proto::endpoint::EndpointConfig::default().congestion_control;
+    Variant::ALL
+        .into_iter()
+        .find(|v| v.algorithm() == Some(algorithm))
+}
+
+fn ratio(r: f64) -> String {
+    format!("{r:.3} ({})", pct(r, 1.0))
+}
+
+/// Every variant over every virtual case against the case's best, and the verdict
+/// on FASOR-K as the library's default.
+fn every_case(out: &mut String, summaries: &[Summary]) {
+    let (standings, cases) = standings(summaries);
+    let Some(verdict) = default_verdict(&standings) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "**Every variant on every virtual case** ({cases} cases in which every UDP variant finished: the \
+         paper's and the held-out ones; each variant's median and 90th percentile divided by the case's \
+         lowest, so 1 is the best variant of the case; geometric mean over the cases, lowest first):\n\n\
+         | variant | median ÷ lowest, geometric mean | worst | in | p90 ÷ lowest, geometric mean | worst |\n\
+         |---|---|---|---|---|---|"
+    );
+    for s in &standings {
+        let c = s.median_worst_case;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} {} clients, {}, {} link | {} | {} |",
+            s.variant.label(),
+            ratio(s.median_mean),
+            ratio(s.median_worst),
+            workload_name(c.workload),
+            c.clients,
+            buffer_name(c.buffer),
+            link_name(c.loss),
+            ratio(s.p90_mean),
+            ratio(s.p90_worst),
+        );
+    }
+    let find = |v| standings.iter().find(|s| s.variant == v);
+    let (Some(k), Some(published)) = (
+        find(Variant::FasorK),
+        standings.iter().find(|s| s.variant != Variant::FasorK),
+    ) else {
+        return;
+    };
+    let versus = format!(
+        "FASOR-K's median is {:.3} × the lowest (geometric mean) against {:.3} for {}, the best of \
+         the others; its worst case {:.3} × against {:.3}; its p90 {:.3} × against {:.3}",
+        k.median_mean,
+        published.median_mean,
+        published.variant.label(),
+        k.median_worst,
+        published.median_worst,
+        k.p90_mean,
+        published.p90_mean,
+    );
+    let _ = write!(
+        out,
+        "\n**Verdict on the default:** {versus}. {} ",
+        if verdict == Variant::FasorK {
+            "FASOR-K's advantage holds up, so it stays the default for confirmable messages."
+                .to_string()
+        } else {
+            format!(
+                "FASOR-K's advantage does not hold up, so the default for confirmable messages goes back \
+                 to {}.",
+                verdict.label()
+            )
+        }
+    );
+    let _ = writeln!(
+        out,
+        "The library's default (`EndpointConfig::default()`) is {}{}.\n",
+        library_default().map_or("an algorithm the study does not run", |v| v.label()),
+        if library_default() == Some(verdict) {
+            ", as the verdict says"
+        } else {
+            ", which is NOT what the verdict says: change it"
+        }
+    );
 }
 
 /// Virtual time against emulation on the same seeds: the largest median difference
@@ -485,11 +679,7 @@ fn agreement(out: &mut String, results: &[RunResult]) {
         let _ = writeln!(
             out,
             "- {} link, {n} client{}: within {d:.1} % ({cases} cases).",
-            match loss {
-                Loss::None => "error-free",
-                Loss::Medium => "medium-loss",
-                Loss::High => "high-loss",
-            },
+            link_name(loss),
             if n == 1 { "" } else { "s" }
         );
     }
@@ -507,6 +697,7 @@ pub fn markdown(summaries: &[Summary], results: &[RunResult]) -> String {
     tcp_against_udp(&mut out, summaries);
     fasor_k(&mut out, summaries);
     held_out(&mut out, summaries);
+    every_case(&mut out, summaries);
     agreement(&mut out, results);
     out
 }
@@ -540,6 +731,83 @@ mod tests {
             drops_queue_down: drops,
             wall_s: 1.0,
         }
+    }
+
+    fn virtual_summary(n: usize, loss: Loss, v: Variant, median: f64, p90: f64) -> Summary {
+        let mut s = summary(n, v, median, 0.0);
+        s.group.mode = Mode::Virtual;
+        s.group.loss = loss;
+        s.fct = Some([median, median, median, median, p90]);
+        s
+    }
+
+    /// Two virtual cases with every UDP variant at 10 s (p90 20 s) but `fasor_k`'s
+    /// and FASOR's (median, p90) in each.
+    fn two_cases(fasor_k: [(f64, f64); 2], fasor: [(f64, f64); 2]) -> Vec<Summary> {
+        let mut out = Vec::new();
+        for (i, loss) in [Loss::None, Loss::High].into_iter().enumerate() {
+            for v in Variant::ALL.into_iter().filter(|v| v.algorithm().is_some()) {
+                let (m, p) = match v {
+                    Variant::FasorK => fasor_k[i],
+                    Variant::Fasor => fasor[i],
+                    _ => (10.0, 20.0),
+                };
+                out.push(virtual_summary(10, loss, v, m, p));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn standings_divide_by_each_cases_best_and_take_geometric_means() {
+        // FASOR-K the best in the first case, 4 × the best median (10 s) and 8 × the
+        // best p90 (FASOR's 10 s) in the second.
+        let s = two_cases([(5.0, 10.0), (40.0, 80.0)], [(10.0, 20.0), (10.0, 10.0)]);
+        // A case without every variant counts for nothing.
+        let mut s2 = s.clone();
+        s2.push(virtual_summary(99, Loss::None, Variant::Fasor, 1.0, 1.0));
+        let (standings, cases) = standings(&s2);
+        assert_eq!(cases, 2);
+        let k = standings
+            .iter()
+            .find(|s| s.variant == Variant::FasorK)
+            .unwrap();
+        assert!((k.median_mean - 2.0).abs() < 1e-9, "{k:?}"); // √(1 × 4)
+        assert!((k.median_worst - 4.0).abs() < 1e-9, "{k:?}");
+        assert_eq!(k.median_worst_case.loss, Loss::High);
+        assert!((k.p90_worst - 8.0).abs() < 1e-9, "{k:?}");
+        let f = standings
+            .iter()
+            .find(|s| s.variant == Variant::Fasor)
+            .unwrap();
+        assert!((f.median_mean - 2f64.sqrt()).abs() < 1e-9, "{f:?}"); // √(2 × 1)
+        assert!((f.p90_mean - 2f64.sqrt()).abs() < 1e-9, "{f:?}");
+        assert!(
+            standings
+                .windows(2)
+                .all(|w| w[0].median_mean <= w[1].median_mean),
+            "lowest mean first: {standings:?}"
+        );
+    }
+
+    #[test]
+    fn fasor_k_stays_the_default_only_if_it_beats_the_best_published_variant_everywhere() {
+        // Lower mean, no worse worst case, no heavier tail: FASOR-K holds up.
+        let holds = two_cases([(5.0, 10.0), (6.0, 12.0)], [(6.0, 12.0), (6.0, 12.0)]);
+        assert_eq!(default_verdict(&standings(&holds).0), Some(Variant::FasorK));
+        // A lower mean and no worse worst case, but a heavier p90 tail: the published
+        // FASOR.
+        let tail = two_cases([(5.0, 10.0), (7.0, 80.0)], [(6.0, 12.0), (6.0, 12.0)]);
+        assert_eq!(default_verdict(&standings(&tail).0), Some(Variant::Fasor));
+        let mut out = String::new();
+        every_case(&mut out, &tail);
+        assert!(
+            out.contains(
+                "does not hold up, so the default for confirmable messages goes back to FASOR"
+            ),
+            "{out}"
+        );
+        assert_eq!(default_verdict(&[]), None);
     }
 
     #[test]

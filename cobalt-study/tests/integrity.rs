@@ -42,3 +42,24 @@ fn the_committed_report_and_findings_are_regenerated_from_the_raw_results() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn the_library_default_is_the_algorithm_the_study_supports() {
+    let dir = study();
+    let mut all = Vec::new();
+    for part in ["results", "virtual"] {
+        all.extend(results::load(&dir.join(part).join("results.jsonl")).unwrap());
+    }
+    let (standings, cases) = findings::standings(&report::summarise(&all));
+    assert!(
+        cases > 0,
+        "no virtual case in which every UDP variant finished"
+    );
+    let verdict = findings::default_verdict(&standings).expect("standings for every UDP variant");
+    assert_eq!(
+        findings::library_default(),
+        Some(verdict),
+        "EndpointConfig::default().congestion_control is not what the study's verdict supports \
+         (bench/congestion/README.md, \"Verdict on the default\"): change the default or the study"
+    );
+}

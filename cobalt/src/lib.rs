@@ -562,10 +562,11 @@
 //!
 //! Confirmable messages are retransmitted on the timers of a per-peer congestion
 //! controller (`congestion_control`): `default` (RFC 7252), `cocoa`, `cocoa-strong`,
-//! `fasor`, `fasor-k` (the default: FASOR keeping the backed-off timer after
-//! retransmissions, Karn's rule) and `karn`. The choice and its measurements are in
-//! `bench/congestion/` (the CoAP congestion-control study's constrained link, emulated
-//! and in virtual time).
+//! `fasor` (the default, draft-ietf-core-fasor-02), `fasor-k` (Cobalt's FASOR keeping
+//! the backed-off timer after retransmissions, Karn's rule) and `karn`. The choice and
+//! its measurements are in `bench/congestion/` (the CoAP congestion-control study's
+//! constrained link, emulated and in virtual time): FASOR-K, the default before, did
+//! not hold up on the workloads it was not tuned on.
 //!
 //! The counters of every shard and listener are exported in the Prometheus text format
 //! ([`metrics`]).

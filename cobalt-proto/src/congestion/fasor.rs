@@ -37,10 +37,12 @@
 //!   4K, ... (a failed probe points at congestion: keep backing off);
 //! - SLOW_FAST: K, 2K, 4K, ... (an exchange given up also leads here).
 //!
-//! Timers are capped at 120 s (Linux TCP's largest RTO). In the congestion study's virtual-time
-//! runs this keeps FASOR's recovery from random losses within CoCoA's and takes the
-//! heavily congested cases where FASOR alone gains little over Default CoAP
-//! (`bench/congestion/`).
+//! Timers are capped at 120 s (Linux TCP's largest RTO). In the congestion study this
+//! takes the heavily congested cases it was chosen on, where FASOR alone gains little
+//! over Default CoAP, but over every case in virtual time it only ties FASOR on the
+//! median and, on the lossy links, has a much heavier tail: a backed-off timer kept
+//! after random losses delays the exchanges that follow. So FASOR, not FASOR-K, is the
+//! endpoint's default (the verdict in `bench/congestion/README.md`).
 
 use super::{mul, Attempt, Controller, Params, RttEstimator};
 use rand::{Rng, RngCore};

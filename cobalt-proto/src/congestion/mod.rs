@@ -19,6 +19,15 @@
 //! | [`Algorithm::FasorK`] | [`fasor`] | FASOR-K: FASOR that keeps the backed-off timer (Karn) instead of SlowRTO |
 //! | [`Algorithm::Karn`] | [`karn`] | TCP's timer (RFC 6298): unambiguous samples only, a backed-off timer kept for the next exchanges |
 //!
+//! The endpoint's default is [`Algorithm::Fasor`]
+//! ([`EndpointConfig::congestion_control`](crate::endpoint::EndpointConfig::congestion_control)),
+//! the published algorithm that did best over every case of the congestion study in
+//! virtual time. [`Algorithm::FasorK`], Cobalt's own variant, was the default while it
+//! led on the cases it was chosen on; on the held-out workloads it only ties FASOR on
+//! the median and has a much heavier tail on lossy links, which constrained devices
+//! see most. The numbers and the verdict, generated from the study's results, are in
+//! `bench/congestion/README.md` ("Every variant on every virtual case").
+//!
 //! Non-confirmable messages outside exchanges (NON notifications) follow the rules of
 //! CoCoA §5 under every algorithm that keeps an RTO estimate ([`non`]).
 //!
@@ -43,7 +52,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The retransmission-timeout algorithms Cobalt ships. `Default` is RFC 7252's.
+/// The retransmission-timeout algorithms Cobalt ships. `Default` is RFC 7252's (and
+/// this type's [`Default`] value); an endpoint runs [`Algorithm::Fasor`] unless
+/// configured otherwise (see the [module documentation](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Algorithm {
     /// RFC 7252 §4.2: every exchange starts at ACK_TIMEOUT × U(1, ACK_RANDOM_FACTOR) and

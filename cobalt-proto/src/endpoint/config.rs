@@ -95,7 +95,8 @@ pub struct EndpointConfig {
     /// needs one is replaced by 4.01 with an Echo option (RFC 9175 §2.4).
     pub max_address_probes: usize,
     /// Retransmission-timeout algorithm for confirmable messages (default
-    /// [`Algorithm::FasorK`]; see [`crate::congestion`] and `bench/congestion/`).
+    /// [`Algorithm::Fasor`], draft-ietf-core-fasor-02; why, and why not Cobalt's
+    /// [`Algorithm::FasorK`], in [`crate::congestion`] and `bench/congestion/`).
     pub congestion_control: Algorithm,
     /// Upper bound on peers with congestion state (RTO estimates, NON pacing); at the
     /// bound new peers run on throw-away initial state (default 100,000).
@@ -132,7 +133,7 @@ impl Default for EndpointConfig {
             verified_lifetime: Duration::from_secs(600),
             max_verified_peers: 100_000,
             max_address_probes: 10_000,
-            congestion_control: Algorithm::FasorK,
+            congestion_control: Algorithm::Fasor,
             max_congestion_peers: 100_000,
             handled_options: Default::default(),
         }
@@ -206,7 +207,7 @@ impl Settings for EndpointConfig {
             Param::new("verified_lifetime", "How long a verified address stays verified after its last proof (RST to a ping, ACK, valid Echo).", "1s to 24h", within(self.verified_lifetime, secs(1), secs(24 * 3600))),
             Param::new("max_verified_peers", "Verified addresses remembered per shard; beyond it those verified longest ago verify again.", at_least_1, self.max_verified_peers >= 1),
             Param::new("max_address_probes", "Address verifications in progress per shard; beyond it an answer that needs one becomes 4.01 with Echo.", at_least_1, self.max_address_probes >= 1),
-            Param::new("congestion_control", "Retransmission timeouts of confirmable messages: \"default\" (RFC 7252: 2-3 s, doubled per retransmission), \"cocoa\" (draft-ietf-core-cocoa-03 RTT estimation), \"cocoa-strong\" (CoCoA without ambiguous samples), \"fasor\" (draft-ietf-core-fasor-02), \"fasor-k\" (FASOR keeping the backed-off timer until an unambiguous sample, as TCP does; the default) or \"karn\" (RFC 6298 with Karn's retention). See bench/congestion/ for the study behind the choice.", "default, cocoa, cocoa-strong, fasor, fasor-k, karn", true),
+            Param::new("congestion_control", "Retransmission timeouts of confirmable messages: \"default\" (RFC 7252: 2-3 s, doubled per retransmission), \"cocoa\" (draft-ietf-core-cocoa-03 RTT estimation), \"cocoa-strong\" (CoCoA without ambiguous samples), \"fasor\" (draft-ietf-core-fasor-02; the default), \"fasor-k\" (FASOR keeping the backed-off timer until an unambiguous sample, as TCP does) or \"karn\" (RFC 6298 with Karn's retention). See bench/congestion/ for the study behind the choice.", "default, cocoa, cocoa-strong, fasor, fasor-k, karn", true),
             Param::new("max_congestion_peers", "Bound on peers with congestion state (RTO estimates, NON pacing), kept at least 255 s after last use; beyond it new peers run on fresh state that is not kept.", at_least_1, self.max_congestion_peers >= 1),
         ]
     }

@@ -413,7 +413,7 @@ fn congestion_control_is_set_by_name_from_every_source() {
         .build()
         .unwrap();
     assert_eq!(c.endpoint.congestion_control, Algorithm::Fasor);
-    assert!(Config::default_toml().contains("congestion_control = \"fasor-k\""));
+    assert!(Config::default_toml().contains("congestion_control = \"fasor\""));
     let e = Config::loader()
         .set("endpoint.congestion_control", "reno", "--set")
         .unwrap_err()

@@ -434,16 +434,16 @@ fn many_observations_of_one_peer_are_paced_by_confirmable_notifications() {
         confirmable_notifications(Algorithm::Default, 1, 100),
         (0, 100)
     );
-    // Paced (the default, FASOR-K; CoCoA §5): NON notifications to one peer leave at
-    // most one per RTO, a few more wait their turn (latest state per observation),
-    // and the rest go confirmable so that the peer's ACKs pace them: 100 observations
-    // of one peer changing at once give 91 confirmable notifications of 100.
-    assert_eq!(
-        confirmable_notifications(Algorithm::FasorK, 1, 100),
-        (91, 100)
-    );
+    // Paced (the endpoint's default, FASOR, as every algorithm with an RTO estimate;
+    // CoCoA §5): NON notifications to one peer leave at most one per RTO, a few more
+    // wait their turn (latest state per observation), and the rest go confirmable so
+    // that the peer's ACKs pace them: 100 observations of one peer changing at once
+    // give 91 confirmable notifications of 100.
+    let paced = EndpointConfig::default().congestion_control;
+    assert_eq!(paced, Algorithm::Fasor);
+    assert_eq!(confirmable_notifications(paced, 1, 100), (91, 100));
     // The same 100 observations spread over 100 peers: only the first two messages to
     // each new peer are confirmable (at least 2 of every 16, CoCoA §5 rule 1).
-    let (con, all) = confirmable_notifications(Algorithm::FasorK, 100, 1);
+    let (con, all) = confirmable_notifications(paced, 100, 1);
     assert_eq!((con, all), (100, 100), "the first message to a new peer");
 }
