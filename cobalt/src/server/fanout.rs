@@ -41,7 +41,7 @@ use super::observe::Observable;
 use super::request::Response;
 use crate::changes::{ChangeInbox, Ending, PendingChange};
 use cobalt_proto::endpoint::ExchangeId;
-use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
+use cobalt_proto::message::{codec, opt, option::encode_uint, BlockValue, Code, Message, Token};
 use cobalt_proto::observe::encoded::EncodedNotification;
 use cobalt_proto::observe::relations::{Relation, RelationKey, Relations};
 use cobalt_proto::session::{BlockLimits, Observation, Session};
@@ -231,6 +231,9 @@ pub(crate) struct FanOut {
     /// What observers proved and what layers attached to their registrations, for
     /// those that have any (DTLS and TLS peers, layered servers).
     extras: HashMap<RelationKey, ObserverExtras>,
+    /// One copy of each registration the relations hold, by its encoding without
+    /// token and message ID: observers that registered alike share it.
+    registrations: HashMap<Vec<u8>, Arc<Message>>,
 }
 
 impl FanOut {
@@ -264,6 +267,7 @@ impl FanOut {
             layers: Layers::default(),
             scheme: Scheme::Coap,
             extras: HashMap::new(),
+            registrations: HashMap::new(),
         }
     }
 
@@ -355,9 +359,34 @@ impl FanOut {
         self.observables
             .entry(observable.id())
             .or_insert_with(|| observable.clone());
-        let relation = Relation::new(request, now, version);
+        let relation = Relation::new(self.shared_registration(request), now, version);
+        if let Some((_, replaced)) = self.relations.remove(&key) {
+            self.release_registration(replaced.request);
+        }
         self.relations.insert(observable.id(), key, relation);
         Ok(())
+    }
+
+    /// The copy of `request` kept for every relation registered alike: its token
+    /// and message ID are not kept (an observer's token is its key's).
+    fn shared_registration(&mut self, mut request: Message) -> Arc<Message> {
+        request.token = Token::EMPTY;
+        request.mid = 0;
+        let encoded = codec::encode(&request);
+        self.registrations
+            .entry(encoded)
+            .or_insert_with(|| Arc::new(request))
+            .clone()
+    }
+
+    /// A relation that held `request` ended: the shared copy goes when no relation
+    /// holds it any more.
+    fn release_registration(&mut self, request: Arc<Message>) {
+        // Held by the table and by `request`: no relation holds it.
+        if Arc::strong_count(&request) == 2 {
+            self.registrations.remove(&codec::encode(&request));
+            cobalt_proto::tables::shrink_when_sparse(&mut self.registrations);
+        }
     }
 
     /// Keeps the registration `key` of `observable` aside while its answer waits for
@@ -414,7 +443,8 @@ impl FanOut {
         if !self.awaiting.is_empty() && self.awaiting.remove(key).is_some() {
             cobalt_proto::tables::shrink_when_sparse(&mut self.awaiting);
         }
-        if let Some((obs, _)) = self.relations.remove(key) {
+        if let Some((obs, rel)) = self.relations.remove(key) {
+            self.release_registration(rel.request);
             self.forget(obs, key);
         }
     }
@@ -485,6 +515,7 @@ impl FanOut {
             self.awaiting.retain(|_, a| a.observable.id() != obs);
         }
         for (key, rel) in self.relations.take_all(obs) {
+            self.release_registration(rel.request);
             self.forget(obs, &key);
             if let Ending::With(code) = ending {
                 self.farewells.push_back(Farewell {
@@ -746,7 +777,8 @@ impl FanOut {
             Some(Produced::PerObserver) | None => {}
         }
         let shared = !matches!(round.produced.get(&group), Some(Produced::PerObserver));
-        let mut request = rel.request.clone();
+        let mut request = Message::clone(&rel.request);
+        request.token = key.1;
         request.options.remove(opt::BLOCK2);
         let production = Production {
             observable: obs,
@@ -900,8 +932,12 @@ impl FanOut {
                 }
                 if !self.layers.is_empty() {
                     let extras = self.extras.get(&key);
+                    let registration = Message {
+                        token: key.1,
+                        ..Message::clone(&rel.request)
+                    };
                     let layers = &self.layers;
-                    layers.notify(self.scheme, key, &rel.request, extras, &mut response);
+                    layers.notify(self.scheme, key, &registration, extras, &mut response);
                 }
                 // A notification carries the first block, of the size the observer
                 // asked for if smaller; the client fetches the rest (RFC 7959 §3.4).

@@ -779,3 +779,68 @@ fn an_observer_that_asked_for_a_block_size_gets_its_own_notification() {
         "observers 0 and 2 share one encoding"
     );
 }
+
+#[test]
+fn relations_registered_alike_share_one_copy_of_the_registration_until_the_last_ends() {
+    let mut s = setup(non_con(), 100, |i| (i % 2 == 0).then_some(50));
+    assert_eq!(s.fan.registrations.len(), 2, "with and without Accept");
+    let (_, a) = s.fan.relations.get(&key(0)).unwrap();
+    let (_, b) = s.fan.relations.get(&key(2)).unwrap();
+    assert!(Arc::ptr_eq(&a.request, &b.request));
+    assert_eq!(a.request.token, Token::EMPTY, "the token is the key's");
+    // Observer 0 re-registers differently: a third copy; the old one is still held.
+    s.fan
+        .register(&s.obs, key(0), registration(Some(40)), s.now, 0)
+        .unwrap();
+    assert_eq!(s.fan.registrations.len(), 3);
+    for i in (1..100).step_by(2) {
+        s.fan.end(&key(i));
+    }
+    assert_eq!(
+        s.fan.registrations.len(),
+        2,
+        "no relation without Accept is left"
+    );
+    s.fan.end(&key(0));
+    assert_eq!(s.fan.registrations.len(), 1);
+    for i in (2..100).step_by(2) {
+        s.fan.end(&key(i));
+    }
+    assert!(s.fan.registrations.is_empty());
+}
+
+/// A layer that records the token of each registration it is shown.
+struct Tokens(std::sync::Mutex<Vec<(Token, Token)>>);
+
+impl crate::server::Layer for Tokens {
+    fn on_notification(
+        &self,
+        observer: &crate::server::layer::Observer<'_>,
+        _notification: &mut Response,
+    ) {
+        let seen = (observer.token(), observer.registration().token);
+        self.0.lock().unwrap().push(seen);
+    }
+}
+
+#[test]
+fn layers_see_each_registration_with_its_own_token() {
+    let mut s = setup(non_con(), 3, |_| None);
+    let tokens = Arc::new(Tokens(std::sync::Mutex::new(Vec::new())));
+    let mut layers = Layers::default();
+    layers.push(tokens.clone());
+    let blocks = BlockLimits {
+        szx: 6,
+        max_bert_block: 0,
+    };
+    let bare = FanOut::new(Vec::new(), None, s.budget.clone(), non_con(), blocks);
+    s.fan = std::mem::replace(&mut s.fan, bare).with_layers(layers, Scheme::Coap);
+    let state = Rc::new(Cell::new(1));
+    let mut h = Handler::new(&state);
+    s.change();
+    s.run(&mut h, 16, &mut Seen::new());
+    let mut seen = tokens.0.lock().unwrap().clone();
+    seen.sort_by_key(|(t, _)| t.as_bytes().to_vec());
+    let expected: Vec<(Token, Token)> = (0..3).map(|i| (key(i).1, key(i).1)).collect();
+    assert_eq!(seen, expected);
+}
