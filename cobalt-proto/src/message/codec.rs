@@ -140,17 +140,11 @@ impl From<WireError> for DecodeError {
 /// Encodes a message, appending to `out`.
 pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
     out.reserve(4 + msg.token.len() + options_and_payload_len(&msg.options, &msg.payload));
-    encode_header(msg.mtype, msg.code, msg.mid, msg.token, out);
+    out.push(0x40 | (msg.mtype.bits() << 4) | msg.token.len() as u8);
+    out.push(msg.code.0);
+    out.extend_from_slice(&msg.mid.to_be_bytes());
+    out.extend_from_slice(msg.token.as_bytes());
     encode_options_and_payload(&msg.options, &msg.payload, out);
-}
-
-/// Encodes the fixed header (version 1, type, token length, code, message ID) and the
-/// token: what precedes the options on the wire (RFC 7252 §3).
-pub fn encode_header(mtype: MessageType, code: Code, mid: u16, token: Token, out: &mut Vec<u8>) {
-    out.push(0x40 | (mtype.bits() << 4) | token.len() as u8);
-    out.push(code.0);
-    out.extend_from_slice(&mid.to_be_bytes());
-    out.extend_from_slice(token.as_bytes());
 }
 
 /// Encodes a message into a new buffer.

@@ -53,7 +53,10 @@ impl EncodedNotification {
     pub fn write(&self, mtype: MessageType, mid: u16, token: Token, out: &mut Vec<u8>) {
         out.clear();
         out.reserve(self.len_with_token(token.len()));
-        codec::encode_header(mtype, self.message.code, mid, token, out);
+        // The header and token: what a message without options or payload encodes to.
+        let mut header = Message::new(mtype, self.message.code, mid);
+        header.token = token;
+        codec::encode_into(&header, out);
         out.extend_from_slice(&self.tail);
     }
 
