@@ -440,27 +440,36 @@ async fn embedded_server(work: Duration) -> cobalt::ServerHandle {
 
 /// CPU time (user + system) of this process's thread named `name`.
 fn thread_cpu(name: &str) -> Duration {
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return Duration::ZERO;
     };
     for t in tasks.flatten() {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim() != name {
-            continue;
+        if comm.trim() == name {
+            return cpu_in_stat(&t.path().join("stat"));
         }
-        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map_or("", |(_, r)| r)
-            .split_whitespace()
-            .collect();
-        let used: u64 = fields
-            .get(11..13)
-            .map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-        return Duration::from_millis(used * 1000 / ticks);
     }
     Duration::ZERO
+}
+
+/// CPU time (user + system) of the process `pid`, all its threads.
+fn process_cpu(pid: u32) -> Duration {
+    cpu_in_stat(std::path::Path::new(&format!("/proc/{pid}/stat")))
+}
+
+/// The user and system time in a `/proc/.../stat` file (zero if it cannot be read).
+fn cpu_in_stat(path: &std::path::Path) -> Duration {
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, r)| r)
+        .split_whitespace()
+        .collect();
+    let used: u64 = fields
+        .get(11..13)
+        .map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    Duration::from_millis(used * 1000 / ticks)
 }
 
 #[tokio::main]
@@ -474,7 +483,7 @@ async fn main() -> std::io::Result<()> {
         None
     };
     let args = Arc::new(args);
-    rss(&args, "at the start");
+    let rss_at_start = rss(&args, "at the start");
     if args.upload_flood > 0 {
         return upload_flood(&args).await;
     }
@@ -504,7 +513,14 @@ async fn main() -> std::io::Result<()> {
         started.elapsed().as_secs_f64(),
         args.ips
     );
-    rss(&args, "with the observers registered");
+    let rss_registered = rss(&args, "with the observers registered");
+    if let Some((start, with)) = rss_at_start.zip(rss_registered) {
+        println!(
+            "bytes per relation: {:.0} (RSS delta {} KiB / {registered} relations)",
+            with.saturating_sub(start) as f64 * 1024.0 / registered.max(1) as f64,
+            with.saturating_sub(start)
+        );
+    }
     // The other clients: a second of baseline, then the burst, then the rest.
     let stats = Arc::new(ProbeStats::default());
     let stop_probes = Arc::new(AtomicBool::new(false));
@@ -532,6 +548,7 @@ async fn main() -> std::io::Result<()> {
         })
     };
     let cpu_before = thread_cpu("cobalt-shard-0");
+    let server_cpu_before = args.server_pid.map(process_cpu);
     let sent_before = server.as_ref().map(|s| s.metrics().total());
     let burst_at = Instant::now();
     let _ = stats.burst_at.set(burst_at);
@@ -586,6 +603,10 @@ async fn main() -> std::io::Result<()> {
     stop_observers.store(true, Ordering::Relaxed);
     rss(&args, "after the burst");
     let cpu = thread_cpu("cobalt-shard-0").saturating_sub(cpu_before);
+    let server_cpu = args
+        .server_pid
+        .zip(server_cpu_before)
+        .map(|(pid, before)| process_cpu(pid).saturating_sub(before));
     let server_figures = server.as_ref().zip(sent_before).map(|(s, before)| {
         let after = s.metrics().total();
         (
@@ -657,6 +678,18 @@ async fn main() -> std::io::Result<()> {
         String::from_utf8_lossy(&final_state),
         converged.as_secs_f64()
     );
+    if let Some(cpu) = server_cpu {
+        // Includes the PUTs, the ACKs of confirmable notifications and the other
+        // clients' requests (run with `--probes 0` for the notifications alone).
+        // Notifications received count retransmissions of confirmable ones whose ACK
+        // was late; the observers that got the final state count each relation once.
+        println!(
+            "server process CPU from the burst on: {} ms for {notifications} notifications received: {:.2} µs per notification; {:.2} µs per observer that got the final state ({latest})",
+            cpu.as_millis(),
+            cpu.as_secs_f64() * 1e6 / notifications.max(1) as f64,
+            cpu.as_secs_f64() * 1e6 / latest.max(1) as f64
+        );
+    }
     if let Some((sent, productions)) = server_figures {
         println!(
             "embedded server, {}: shard CPU {} ms from the burst on for {sent} datagrams sent ({productions} GET handler runs for notifications): {:.2} µs per datagram",
@@ -715,21 +748,27 @@ static ALLOCATOR: Counting = Counting;
 
 /// Prints the server's RSS, if its process is known, or with `--embedded` the bytes
 /// allocated in this process.
-fn rss(args: &Args, when: &str) {
+/// Returns the figure in KiB.
+fn rss(args: &Args, when: &str) -> Option<u64> {
     if args.embedded {
-        let live = LIVE.load(Ordering::Relaxed) as f64 / (1 << 20) as f64;
-        println!("heap in use {when}: {live:.1} MiB (this process: server and tool)");
-        return;
+        let live = LIVE.load(Ordering::Relaxed).max(0) as u64;
+        println!(
+            "heap in use {when}: {:.1} MiB (this process: server and tool)",
+            live as f64 / (1 << 20) as f64
+        );
+        return Some(live / 1024);
     }
-    let Some(pid) = args.server_pid else {
-        return;
-    };
+    let pid = args.server_pid?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
-        .map_or("?".to_string(), |v| v.trim().to_string());
-    println!("server RSS {when}: {kib}");
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    match kib {
+        Some(kib) => println!("server RSS {when}: {kib} kB"),
+        None => println!("server RSS {when}: ?"),
+    }
+    kib
 }
 
 /// Uploads that are never finished, from many addresses and ports; the server's RSS

@@ -5,6 +5,7 @@ use super::admission::Refusal;
 use super::dedup::Finished;
 use super::validation::{encoded_len, Parked, ParkedResponse};
 use super::*;
+use crate::observe::encoded::EncodedNotification;
 
 impl Endpoint {
     pub(super) fn handle_request(
@@ -301,6 +302,44 @@ impl Endpoint {
         (id, mid)
     }
 
+    /// [`Endpoint::notify`] with a notification whose options and payload were
+    /// encoded once for many observers: only its header and token are written here,
+    /// so a change notified to many observers is not encoded for each. The datagram
+    /// is byte for byte the one [`Endpoint::notify`] sends for
+    /// `notification.message()`; so are the ids returned, the message ID rules, the
+    /// congestion control and the retransmissions.
+    pub fn notify_encoded(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        token: Token,
+        notification: &EncodedNotification,
+        confirmable: bool,
+        replaces: Option<(ExchangeId, u16)>,
+    ) -> (ExchangeId, u16) {
+        if !self.is_verified(now, peer) {
+            // Parked as a message until the address is verified (rare: not worth a
+            // second way to park).
+            let message = notification.message().clone();
+            return self.notify(now, peer, token, message, confirmable, replaces);
+        }
+        let id = ExchangeId(self.alloc_id());
+        let mid = self.alloc_mid(now, peer);
+        let mut bytes = self.spare.take();
+        notification.write(MessageType::NonConfirmable, mid, token, &mut bytes);
+        let code = notification.code();
+        self.send_encoded_notification(
+            now,
+            peer,
+            id,
+            (code, token, mid),
+            bytes,
+            confirmable,
+            replaces,
+        );
+        (id, mid)
+    }
+
     /// Sends a notification whose token and message ID are set.
     pub(super) fn send_notification(
         &mut self,
@@ -311,12 +350,30 @@ impl Endpoint {
         confirmable: bool,
         replaces: Option<(ExchangeId, u16)>,
     ) {
-        self.stats.count_response(notification.code);
-        let mid = notification.mid;
+        notification.mtype = MessageType::NonConfirmable;
+        let bytes = self.encode(&notification);
+        let header = (notification.code, notification.token, notification.mid);
+        self.send_encoded_notification(now, peer, id, header, bytes, confirmable, replaces);
+    }
+
+    /// Sends a notification encoded as NON (`bytes`, with the code, token and message
+    /// ID in `header`): confirmable if asked or if it replaces an unacknowledged one.
+    #[allow(clippy::too_many_arguments)]
+    fn send_encoded_notification(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        id: ExchangeId,
+        (code, token, mid): (Code, Token, u16),
+        mut bytes: Vec<u8>,
+        confirmable: bool,
+        replaces: Option<(ExchangeId, u16)>,
+    ) {
+        self.stats.count_response(code);
         let previous = replaces.and_then(|(_, old_mid)| self.pending.remove(&(peer, old_mid)));
         if confirmable || previous.is_some() {
-            notification.mtype = MessageType::Confirmable;
-            let bytes = self.encode(&notification);
+            // Type is bits 5–4 of the first byte; CON is 0.
+            bytes[0] &= !0x30;
             self.congestion.non_record(now, peer, true);
             match previous {
                 Some(mut p) => {
@@ -330,9 +387,6 @@ impl Endpoint {
                 None => self.send_confirmable(now, peer, mid, bytes, Owner::Server(id)),
             }
         } else {
-            notification.mtype = MessageType::NonConfirmable;
-            let bytes = self.encode(&notification);
-            let token = notification.token;
             self.send_non_notification(now, peer, token, id, mid, bytes);
         }
     }

@@ -29,7 +29,7 @@ impl Spare {
     }
 
     /// An empty buffer: a spare one if there is one.
-    fn take(&mut self) -> Vec<u8> {
+    pub(super) fn take(&mut self) -> Vec<u8> {
         self.buffers.pop().unwrap_or_default()
     }
 

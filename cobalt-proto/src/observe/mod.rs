@@ -1,6 +1,8 @@
-//! Observe (RFC 7641): the rules that are pure functions, and the server's relation
-//! table with its confirmable-notification policy ([`relations`]).
+//! Observe (RFC 7641): the rules that are pure functions, the server's relation
+//! table with its confirmable-notification policy ([`relations`]), and notifications
+//! encoded once per change for many observers ([`encoded`]).
 
+pub mod encoded;
 pub mod relations;
 
 use std::time::{Duration, Instant};

@@ -29,6 +29,7 @@ use crate::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// When notifications are sent confirmable; the allowed values are those of
@@ -87,8 +88,10 @@ impl Default for ConPolicy {
 /// One observer of one resource.
 #[derive(Debug)]
 pub struct Relation<I> {
-    /// The registering GET; notifications are the GET handler's answers to it.
-    pub request: Message,
+    /// The registering GET; notifications are the GET handler's answers to it. Shared:
+    /// a table of many relations keeps one copy of each registration that many
+    /// observers sent alike (token and message ID aside).
+    pub request: Arc<Message>,
     /// Notifications sent since the last confirmable one.
     pub since_con: u32,
     /// When the last confirmable notification went out (or the relation began).
@@ -140,9 +143,9 @@ impl<I> Relation<I> {
     }
 
     /// A relation registered at `now` by `request`, having seen `version`.
-    pub fn new(request: Message, now: Instant, version: u64) -> Relation<I> {
+    pub fn new(request: impl Into<Arc<Message>>, now: Instant, version: u64) -> Relation<I> {
         Relation {
-            request,
+            request: request.into(),
             since_con: 0,
             last_con: now,
             last_sent: None,

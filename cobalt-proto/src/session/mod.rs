@@ -14,6 +14,7 @@ pub mod stream;
 use crate::blockwise::{slice_asked, BlockSize};
 use crate::endpoint::{Endpoint, Event, ExchangeId, RequestError, RequestId, UnknownExchange};
 use crate::message::{BlockValue, Message, Token};
+use crate::observe::encoded::EncodedNotification;
 use crate::tcp_connection::{CloseReason, SendError, TcpEvent};
 use std::fmt;
 use std::net::SocketAddr;
@@ -273,6 +274,21 @@ pub trait Session {
         confirmable: bool,
     ) -> Result<(), SessionError>;
 
+    /// [`Session::notify`] with a notification encoded once for many observers
+    /// ([`EncodedNotification`]); what goes out is the same. A datagram endpoint only
+    /// writes the header and token in front of the shared encoding; other transports
+    /// send the message.
+    fn notify_encoded(
+        &mut self,
+        now: Instant,
+        observation: &mut Observation,
+        notification: &EncodedNotification,
+        confirmable: bool,
+    ) -> Result<(), SessionError> {
+        let message = notification.message().clone();
+        self.notify(now, observation, message, confirmable)
+    }
+
     /// Forgets one of our requests or observations: no more responses or
     /// notifications come for it.
     fn cancel(&mut self, now: Instant, id: Outbound);
@@ -346,6 +362,26 @@ impl Session for Endpoint {
         confirmable: bool,
     ) -> Result<(), SessionError> {
         let sent = Endpoint::notify(
+            self,
+            now,
+            observation.peer,
+            observation.token,
+            notification,
+            confirmable,
+            observation.last,
+        );
+        observation.last = Some(sent);
+        Ok(())
+    }
+
+    fn notify_encoded(
+        &mut self,
+        now: Instant,
+        observation: &mut Observation,
+        notification: &EncodedNotification,
+        confirmable: bool,
+    ) -> Result<(), SessionError> {
+        let sent = Endpoint::notify_encoded(
             self,
             now,
             observation.peer,

@@ -15,6 +15,11 @@
 //!   is sent to each of them. A handler that asks for the peer's address
 //!   ([`Request::peer`](super::Request::peer)) is taken to answer differently per
 //!   observer and runs for each one.
+//! - **Encoded once.** Where no layer sees notifications per observer and the
+//!   registration asked for no block size, a group's answer is also encoded once per
+//!   round, Observe number included ([`EncodedNotification`]); each of its observers'
+//!   datagrams is that encoding behind its own header (CON or NON, message ID) and
+//!   token, byte for byte what encoding the whole notification for it gives.
 //! - **Bounded work.** [`FanOut::step`] visits at most a given number of observers;
 //!   the driver's loop calls it between reads.
 //! - **Pacing per observer.** While an observer's last confirmable notification is
@@ -36,7 +41,8 @@ use super::observe::Observable;
 use super::request::Response;
 use crate::changes::{ChangeInbox, Ending, PendingChange};
 use cobalt_proto::endpoint::ExchangeId;
-use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
+use cobalt_proto::message::{codec, opt, option::encode_uint, BlockValue, Code, Message, Token};
+use cobalt_proto::observe::encoded::EncodedNotification;
 use cobalt_proto::observe::relations::{Relation, RelationKey, Relations};
 use cobalt_proto::session::{BlockLimits, Observation, Session};
 use cobalt_proto::uri::Scheme;
@@ -143,8 +149,10 @@ struct Stamp {
 enum Produced {
     /// Being produced; these observers wait for it.
     Running(Vec<(RelationKey, bool)>),
-    /// Produced: the answer (without Observe) and the state it shows.
-    Ready(Response, Stamp),
+    /// Produced: the answer (without Observe) and the state it shows, and once an
+    /// observer needed it, the notification encoded for every observer that may share
+    /// the encoding (see [`shares_encoding`]).
+    Ready(Response, Stamp, Option<Arc<EncodedNotification>>),
     /// The handler read the peer: every observer gets its own.
     PerObserver,
 }
@@ -177,6 +185,8 @@ pub(crate) struct FanOutStats {
     pub deferred: u64,
     /// Observe registrations refused (4.29 or 5.03).
     pub refused: u64,
+    /// Answers encoded once for every observer of their group in a round.
+    pub encoded: u64,
 }
 
 /// An observer of an ended resource, still to be told the code that ends its relation
@@ -221,6 +231,9 @@ pub(crate) struct FanOut {
     /// What observers proved and what layers attached to their registrations, for
     /// those that have any (DTLS and TLS peers, layered servers).
     extras: HashMap<RelationKey, ObserverExtras>,
+    /// One copy of each registration the relations hold, by its encoding without
+    /// token and message ID: observers that registered alike share it.
+    registrations: HashMap<Vec<u8>, Arc<Message>>,
 }
 
 impl FanOut {
@@ -254,6 +267,7 @@ impl FanOut {
             layers: Layers::default(),
             scheme: Scheme::Coap,
             extras: HashMap::new(),
+            registrations: HashMap::new(),
         }
     }
 
@@ -345,9 +359,34 @@ impl FanOut {
         self.observables
             .entry(observable.id())
             .or_insert_with(|| observable.clone());
-        let relation = Relation::new(request, now, version);
+        let relation = Relation::new(self.shared_registration(request), now, version);
+        if let Some((_, replaced)) = self.relations.remove(&key) {
+            self.release_registration(replaced.request);
+        }
         self.relations.insert(observable.id(), key, relation);
         Ok(())
+    }
+
+    /// The copy of `request` kept for every relation registered alike: its token
+    /// and message ID are not kept (an observer's token is its key's).
+    fn shared_registration(&mut self, mut request: Message) -> Arc<Message> {
+        request.token = Token::EMPTY;
+        request.mid = 0;
+        let encoded = codec::encode(&request);
+        self.registrations
+            .entry(encoded)
+            .or_insert_with(|| Arc::new(request))
+            .clone()
+    }
+
+    /// A relation that held `request` ended: the shared copy goes when no relation
+    /// holds it any more.
+    fn release_registration(&mut self, request: Arc<Message>) {
+        // Held by the table and by `request`: no relation holds it.
+        if Arc::strong_count(&request) == 2 {
+            self.registrations.remove(&codec::encode(&request));
+            cobalt_proto::tables::shrink_when_sparse(&mut self.registrations);
+        }
     }
 
     /// Keeps the registration `key` of `observable` aside while its answer waits for
@@ -404,7 +443,8 @@ impl FanOut {
         if !self.awaiting.is_empty() && self.awaiting.remove(key).is_some() {
             cobalt_proto::tables::shrink_when_sparse(&mut self.awaiting);
         }
-        if let Some((obs, _)) = self.relations.remove(key) {
+        if let Some((obs, rel)) = self.relations.remove(key) {
+            self.release_registration(rel.request);
             self.forget(obs, key);
         }
     }
@@ -475,6 +515,7 @@ impl FanOut {
             self.awaiting.retain(|_, a| a.observable.id() != obs);
         }
         for (key, rel) in self.relations.take_all(obs) {
+            self.release_registration(rel.request);
             self.forget(obs, &key);
             if let Ending::With(code) = ending {
                 self.farewells.push_back(Farewell {
@@ -710,11 +751,23 @@ impl FanOut {
         };
         let con = con || rel.owed.unwrap_or(false);
         let group = notification_key(&rel.request);
+        let shares = shares_encoding(&self.layers, &rel.request);
         let round = self.rounds.get_mut(&obs).expect("looked up above");
         match round.produced.get_mut(&group) {
-            Some(Produced::Ready(resp, stamp)) => {
+            Some(Produced::Ready(resp, stamp, encoded)) if shares && resp.code.is_success() => {
+                let stamp = *stamp;
+                let encoded = encoded
+                    .get_or_insert_with(|| {
+                        self.stats.encoded += 1;
+                        Arc::new(encode_once(session, key.0, resp, stamp, self.blocks))
+                    })
+                    .clone();
+                self.deliver(session, now, obs, key, con, Answer::Shared(&encoded), stamp);
+                return;
+            }
+            Some(Produced::Ready(resp, stamp, _)) => {
                 let (resp, stamp) = (resp.clone(), *stamp);
-                self.deliver(session, now, obs, key, con, resp, stamp);
+                self.deliver(session, now, obs, key, con, Answer::Own(resp), stamp);
                 return;
             }
             Some(Produced::Running(waiting)) => {
@@ -724,7 +777,8 @@ impl FanOut {
             Some(Produced::PerObserver) | None => {}
         }
         let shared = !matches!(round.produced.get(&group), Some(Produced::PerObserver));
-        let mut request = rel.request.clone();
+        let mut request = Message::clone(&rel.request);
+        request.token = key.1;
         request.options.remove(opt::BLOCK2);
         let production = Production {
             observable: obs,
@@ -745,11 +799,12 @@ impl FanOut {
                     let entry = if per_observer {
                         Produced::PerObserver
                     } else {
-                        Produced::Ready(resp.clone(), production.stamp)
+                        Produced::Ready(resp.clone(), production.stamp, None)
                     };
                     round.produced.insert(group, entry);
                 }
-                self.deliver(session, now, obs, key, con, resp, production.stamp);
+                let stamp = production.stamp;
+                self.deliver(session, now, obs, key, con, Answer::Own(resp), stamp);
             }
             None => {
                 round.running += 1;
@@ -821,7 +876,7 @@ impl FanOut {
             let entry = if per_observer {
                 Produced::PerObserver
             } else {
-                Produced::Ready(response.clone(), production.stamp)
+                Produced::Ready(response.clone(), production.stamp, None)
             };
             round.produced.insert(production.group.clone(), entry);
             for (key, con) in waiting.into_iter().rev() {
@@ -835,12 +890,12 @@ impl FanOut {
             production.observable,
             production.key,
             production.con,
-            response,
+            Answer::Own(response),
             production.stamp,
         );
     }
 
-    /// Sends `response` to the observer `key` of `observable` as a notification of
+    /// Sends `answer` to the observer `key` of `observable` as a notification of
     /// the state `stamp` (nothing if the relation has ended or now observes another
     /// resource).
     #[allow(clippy::too_many_arguments)]
@@ -851,7 +906,7 @@ impl FanOut {
         observable: u64,
         key: RelationKey,
         con: bool,
-        mut response: Response,
+        answer: Answer<'_>,
         stamp: Stamp,
     ) {
         let Some((obs, rel)) = self.relations.get_mut(&key) else {
@@ -862,27 +917,39 @@ impl FanOut {
         }
         let l = &self.limits;
         let peer = key.0;
-        let success = response.code.is_success();
-        if success {
-            response.options.set(opt::OBSERVE, encode_uint(stamp.seq));
-        }
-        if !self.layers.is_empty() {
-            let extras = self.extras.get(&key);
-            let layers = &self.layers;
-            layers.notify(self.scheme, key, &rel.request, extras, &mut response);
-        }
+        let success = match &answer {
+            Answer::Own(response) => response.code.is_success(),
+            Answer::Shared(encoded) => encoded.code().is_success(),
+        };
         let con = rel.next_is_confirmable(&l.con, now, con, success);
         // Only an error (which ends the relation) replaces an unacknowledged CON.
         let mut observation = replacing(session, key, rel.last.filter(|_| !success));
-        // A notification carries the first block, of the size the observer asked for
-        // if smaller; the client fetches the rest (RFC 7959 §3.4).
-        let first = rel.request.block2().map(|b| BlockValue {
-            num: 0,
-            more: false,
-            ..b
-        });
-        let msg = session.slice(peer, first, response.into_message(), self.blocks);
-        let sent = session.notify(now, &mut observation, msg, con);
+        let sent = match answer {
+            Answer::Shared(encoded) => session.notify_encoded(now, &mut observation, encoded, con),
+            Answer::Own(mut response) => {
+                if success {
+                    response.options.set(opt::OBSERVE, encode_uint(stamp.seq));
+                }
+                if !self.layers.is_empty() {
+                    let extras = self.extras.get(&key);
+                    let registration = Message {
+                        token: key.1,
+                        ..Message::clone(&rel.request)
+                    };
+                    let layers = &self.layers;
+                    layers.notify(self.scheme, key, &registration, extras, &mut response);
+                }
+                // A notification carries the first block, of the size the observer
+                // asked for if smaller; the client fetches the rest (RFC 7959 §3.4).
+                let first = rel.request.block2().map(|b| BlockValue {
+                    num: 0,
+                    more: false,
+                    ..b
+                });
+                let msg = session.slice(peer, first, response.into_message(), self.blocks);
+                session.notify(now, &mut observation, msg, con)
+            }
+        };
         rel.sent(now, con, stamp.version);
         if let Some(last) = observation.last() {
             self.relations.set_last(&key, last);
@@ -911,6 +978,37 @@ impl FanOut {
     pub(crate) fn capacity(&self) -> usize {
         self.relations.capacity()
     }
+}
+
+/// What [`FanOut::deliver`] sends: an answer of the observer's own, which gets its
+/// Observe number, the layers' notification hooks and its block size there, or one
+/// encoded once for a group (by [`encode_once`]).
+enum Answer<'a> {
+    Own(Response),
+    Shared(&'a EncodedNotification),
+}
+
+/// Whether an observer registered with `registration` may get a notification encoded
+/// once for its group: no layer wants to see (and change) each observer's
+/// notification, and the registration asked for no block size of its own.
+fn shares_encoding(layers: &Layers, registration: &Message) -> bool {
+    layers.is_empty() && registration.block2().is_none()
+}
+
+/// A group's answer as each of its observers that [`shares_encoding`] gets it: with
+/// the Observe number of `stamp`, sliced to the first block where it is too large.
+/// The slice of a response for which no block was asked depends only on the
+/// transport, not on the peer (`peer` is one of the group's).
+fn encode_once<S: Session>(
+    session: &S,
+    peer: SocketAddr,
+    response: &Response,
+    stamp: Stamp,
+    blocks: BlockLimits,
+) -> EncodedNotification {
+    let mut response = response.clone();
+    response.options.set(opt::OBSERVE, encode_uint(stamp.seq));
+    EncodedNotification::new(session.slice(peer, None, response.into_message(), blocks))
 }
 
 /// The observation of `key` to notify next: one that replaces `last` where that was

@@ -626,3 +626,221 @@ fn a_subscriber_observes_only_while_it_holds_relations_and_gives_all_back_when_d
         .register(&b, key(1), registration(None), now, 0)
         .is_ok());
 }
+
+/// A layer that leaves notifications as they are, but asks to see each one (so the
+/// fan-out takes the path that builds every observer's notification on its own).
+struct Watching;
+
+impl crate::server::Layer for Watching {
+    fn on_notification(
+        &self,
+        _observer: &crate::server::layer::Observer<'_>,
+        _notification: &mut Response,
+    ) {
+    }
+}
+
+/// The datagrams three changes send to `observers`, the CONs among them acknowledged
+/// after each change; every third notification is confirmable by the policy.
+fn three_changes(layered: bool, observers: u32) -> (Vec<(SocketAddr, Vec<u8>)>, FanOutStats) {
+    let limits = ServerLimits {
+        con: ConPolicy {
+            every: 3,
+            ..ConPolicy::default()
+        },
+        ..ServerLimits::default()
+    };
+    let mut s = setup(limits, observers, |i| (i % 2 == 0).then_some(50));
+    let config = EndpointConfig {
+        amplification_factor: 0,
+        congestion_control: Algorithm::Default,
+        ..EndpointConfig::default()
+    };
+    s.ep = Endpoint::with_seed(config, s.now, 7);
+    if layered {
+        let mut layers = Layers::default();
+        layers.push(Arc::new(Watching));
+        s.fan = std::mem::replace(
+            &mut s.fan,
+            FanOut::new(
+                Vec::new(),
+                None,
+                s.budget.clone(),
+                ServerLimits::default(),
+                BlockLimits {
+                    szx: 6,
+                    max_bert_block: 0,
+                },
+            ),
+        )
+        .with_layers(layers, Scheme::Coap);
+    }
+    let state = Rc::new(Cell::new(0));
+    let mut h = Handler::new(&state);
+    let mut sent = Vec::new();
+    for _ in 0..3 {
+        state.set(state.get() + 1);
+        s.now += Duration::from_secs(1);
+        s.change();
+        while s.fan.has_work() {
+            s.fan.step(&mut s.ep, &mut h, s.now, 16);
+            while let Some(t) = s.ep.poll_transmit() {
+                sent.push((t.peer, t.bytes));
+            }
+        }
+        for (peer, bytes) in &sent {
+            let m = codec::decode(bytes).unwrap();
+            if m.mtype == MessageType::Confirmable {
+                s.ep.handle_datagram(s.now, *peer, &codec::encode(&Message::empty_ack(m.mid)));
+                s.fan.on_heard(&s.ep, *peer);
+            }
+        }
+    }
+    for i in 0..observers {
+        // The last datagram to each observer carries the MID the relation recorded.
+        let last = sent.iter().rev().find(|(p, _)| *p == peer(i)).unwrap();
+        let m = codec::decode(&last.1).unwrap();
+        assert_eq!(s.fan.last_mid(&key(i)), Some(m.mid));
+    }
+    (sent, s.fan.stats())
+}
+
+#[test]
+fn notifications_encoded_once_are_byte_for_byte_those_built_per_observer() {
+    let (fast, fast_stats) = three_changes(false, 40);
+    let (slow, slow_stats) = three_changes(true, 40);
+    // Two groups (with and without Accept), one encoding each per change; none when a
+    // layer sees every notification.
+    assert_eq!(fast_stats.encoded, 6);
+    assert_eq!(slow_stats.encoded, 0);
+    assert_eq!(fast_stats.productions, slow_stats.productions);
+    assert_eq!(fast.len(), 3 * 40);
+    // Observers are visited in the order of a hash table and each address's first
+    // message ID is random, so compare each observer's datagrams in order, the
+    // message ID aside (it is checked against the relation's record above).
+    let per_observer = |sent: &[(SocketAddr, Vec<u8>)]| {
+        let mut by_peer: HashMap<SocketAddr, Vec<Vec<u8>>> = HashMap::new();
+        for (peer, bytes) in sent {
+            let mut bytes = bytes.clone();
+            bytes[2..4].fill(0);
+            by_peer.entry(*peer).or_default().push(bytes);
+        }
+        by_peer
+    };
+    assert_eq!(per_observer(&fast), per_observer(&slow));
+    // Each observer's: its token, rising Observe numbers, distinct MIDs, NON NON CON.
+    for i in 0..40 {
+        let mine: Vec<Message> = fast
+            .iter()
+            .filter(|(p, _)| *p == peer(i))
+            .map(|(_, b)| codec::decode(b).unwrap())
+            .collect();
+        assert_eq!(mine.len(), 3);
+        let types: Vec<MessageType> = mine.iter().map(|m| m.mtype).collect();
+        use MessageType::{Confirmable as Con, NonConfirmable as Non};
+        assert_eq!(types, [Non, Non, Con], "observer {i}");
+        let accept = if i % 2 == 0 { "/50" } else { "" };
+        for (n, m) in mine.iter().enumerate() {
+            assert_eq!(m.token, key(i).1);
+            assert_eq!(m.code, Code::CONTENT);
+            assert_eq!(m.payload, format!("s{}{accept}", n + 1).into_bytes());
+        }
+        let seqs: Vec<u32> = mine.iter().map(|m| m.options.observe().unwrap()).collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+        let mids: std::collections::HashSet<u16> = mine.iter().map(|m| m.mid).collect();
+        assert_eq!(mids.len(), 3);
+    }
+}
+
+#[test]
+fn an_observer_that_asked_for_a_block_size_gets_its_own_notification() {
+    let mut s = setup(non_con(), 3, |_| None);
+    // Observer 1 re-registers asking for 16-byte blocks (Block2 num 0, szx 0).
+    let mut small = registration(None);
+    small.options.set_uint(opt::BLOCK2, 0);
+    s.fan.register(&s.obs, key(1), small, s.now, 0).unwrap();
+    let state = Rc::new(Cell::new(7));
+    let mut h = Handler::new(&state);
+    s.change();
+    s.fan.step(&mut s.ep, &mut h, s.now, 16);
+    let mut blocks = HashMap::new();
+    while let Some(t) = s.ep.poll_transmit() {
+        let m = codec::decode(&t.bytes).unwrap();
+        assert_eq!(m.payload, b"s7");
+        blocks.insert(t.peer, m.block2().map(|b| b.szx));
+    }
+    assert_eq!(blocks.len(), 3);
+    assert_eq!(blocks[&peer(1)], Some(0), "the block size it asked for");
+    assert_eq!(blocks[&peer(0)], None);
+    assert_eq!(blocks[&peer(2)], None);
+    assert_eq!(
+        s.fan.stats().encoded,
+        1,
+        "observers 0 and 2 share one encoding"
+    );
+}
+
+#[test]
+fn relations_registered_alike_share_one_copy_of_the_registration_until_the_last_ends() {
+    let mut s = setup(non_con(), 100, |i| (i % 2 == 0).then_some(50));
+    assert_eq!(s.fan.registrations.len(), 2, "with and without Accept");
+    let (_, a) = s.fan.relations.get(&key(0)).unwrap();
+    let (_, b) = s.fan.relations.get(&key(2)).unwrap();
+    assert!(Arc::ptr_eq(&a.request, &b.request));
+    assert_eq!(a.request.token, Token::EMPTY, "the token is the key's");
+    // Observer 0 re-registers differently: a third copy; the old one is still held.
+    s.fan
+        .register(&s.obs, key(0), registration(Some(40)), s.now, 0)
+        .unwrap();
+    assert_eq!(s.fan.registrations.len(), 3);
+    for i in (1..100).step_by(2) {
+        s.fan.end(&key(i));
+    }
+    assert_eq!(
+        s.fan.registrations.len(),
+        2,
+        "no relation without Accept is left"
+    );
+    s.fan.end(&key(0));
+    assert_eq!(s.fan.registrations.len(), 1);
+    for i in (2..100).step_by(2) {
+        s.fan.end(&key(i));
+    }
+    assert!(s.fan.registrations.is_empty());
+}
+
+/// A layer that records the token of each registration it is shown.
+struct Tokens(std::sync::Mutex<Vec<(Token, Token)>>);
+
+impl crate::server::Layer for Tokens {
+    fn on_notification(
+        &self,
+        observer: &crate::server::layer::Observer<'_>,
+        _notification: &mut Response,
+    ) {
+        let seen = (observer.token(), observer.registration().token);
+        self.0.lock().unwrap().push(seen);
+    }
+}
+
+#[test]
+fn layers_see_each_registration_with_its_own_token() {
+    let mut s = setup(non_con(), 3, |_| None);
+    let tokens = Arc::new(Tokens(std::sync::Mutex::new(Vec::new())));
+    let mut layers = Layers::default();
+    layers.push(tokens.clone());
+    let blocks = BlockLimits {
+        szx: 6,
+        max_bert_block: 0,
+    };
+    let bare = FanOut::new(Vec::new(), None, s.budget.clone(), non_con(), blocks);
+    s.fan = std::mem::replace(&mut s.fan, bare).with_layers(layers, Scheme::Coap);
+    let state = Rc::new(Cell::new(1));
+    let mut h = Handler::new(&state);
+    s.change();
+    s.run(&mut h, 16, &mut Seen::new());
+    let mut seen = tokens.0.lock().unwrap().clone();
+    seen.sort_by_key(|(t, _)| t.as_bytes().to_vec());
+    let expected: Vec<(Token, Token)> = (0..3).map(|i| (key(i).1, key(i).1)).collect();
+    assert_eq!(seen, expected);
+}
