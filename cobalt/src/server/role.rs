@@ -390,8 +390,21 @@ impl<U: UploadTable> ServerRole<U> {
             Completion::Notification {
                 production,
                 response,
-            } => self.observers.produced(session, now, production, response),
+            } => self.notification_produced(session, now, production, response),
         }
+    }
+
+    /// A notification's answer came back: out of line, so that [`Self::complete`] stays
+    /// small enough to be inlined on the request path.
+    #[inline(never)]
+    fn notification_produced<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        production: Production,
+        response: Response,
+    ) {
+        self.observers.produced(session, now, production, response)
     }
 }
 
