@@ -9,9 +9,8 @@
 //! - `tls`, `wss`: sends a TLS ClientHello and never finishes the handshake.
 
 use crate::dtls_hello::tls_client_hello;
-use crate::{count, AttackCtx, Mode, Pacer, Rng};
+use crate::{count, AttackCtx, Held, Mode, Pacer, Rng};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,8 +24,7 @@ const REFUSED_WITHIN: Duration = Duration::from_millis(500);
 pub async fn flood(ctx: AttackCtx, mode: Mode) {
     let ctx = Arc::new(ctx);
     let slots = Arc::new(Semaphore::new(ctx.connections));
-    let open = Arc::new(AtomicUsize::new(0));
-    let peak = Arc::new(AtomicUsize::new(0));
+    let held_now = Arc::new(Held::default());
     let mut pacer = Pacer::new(ctx.rate);
     let mut rng = Rng::new(11);
     let mut n = 0usize;
@@ -43,24 +41,19 @@ pub async fn flood(ctx: AttackCtx, mode: Mode) {
             n += 1;
             let mut random = [0u8; 32];
             random.copy_from_slice(&rng.bytes(32));
-            let (ctx, open, peak) = (ctx.clone(), open.clone(), peak.clone());
+            let (ctx, held_now) = (ctx.clone(), held_now.clone());
             tasks.spawn(async move {
-                let outcome = hold(&ctx, mode, source, &random, &open, &peak).await;
+                let outcome = hold(&ctx, mode, source, &random, &held_now).await;
                 count(&ctx.counters, outcome, 1);
                 drop(slot);
             });
         }
         while tasks.try_join_next().is_some() {}
     }
-    count(
+    held_now.report(
         &ctx.counters,
         "connections held at once (peak)",
-        peak.load(Ordering::Relaxed) as u64,
-    );
-    count(
-        &ctx.counters,
         "still open at the end",
-        open.load(Ordering::Relaxed) as u64,
     );
     tasks.abort_all();
 }
@@ -83,8 +76,7 @@ async fn hold(
     mode: Mode,
     source: SocketAddr,
     random: &[u8; 32],
-    open: &AtomicUsize,
-    peak: &AtomicUsize,
+    held_now: &Held,
 ) -> &'static str {
     let mut stream =
         match tokio::time::timeout(Duration::from_secs(3), connect(source, ctx.target)).await {
@@ -93,8 +85,7 @@ async fn hold(
             Err(_) => return "connect timed out",
         };
     let opened = Instant::now();
-    let now_open = open.fetch_add(1, Ordering::Relaxed) + 1;
-    peak.fetch_max(now_open, Ordering::Relaxed);
+    held_now.opened();
     let outcome = async {
         let hello = match mode {
             Mode::Tls | Mode::Wss => tls_client_hello(random),
@@ -137,7 +128,7 @@ async fn hold(
         }
     }
     .await;
-    open.fetch_sub(1, Ordering::Relaxed);
+    held_now.closed();
     outcome
 }
 

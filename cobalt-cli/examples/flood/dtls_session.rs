@@ -6,11 +6,10 @@
 //! for another), at most `ctx.rate` new handshakes per second, `ctx.in_flight` of them
 //! at once.
 
-use crate::{count, AttackCtx, Pacer};
+use crate::{count, AttackCtx, Held, Pacer};
 use cobalt::transport::credentials::{ClientCredentials, X509Credentials};
 use cobalt::transport::dtls::{DtlsBackend, DtlsConfig, DtlsEvent, OpensslDtls};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::UdpSocket;
@@ -26,8 +25,7 @@ pub async fn flood(ctx: AttackCtx, ca_pem: Vec<u8>) {
     });
     let held = Arc::new(Semaphore::new(ctx.connections));
     let in_flight = Arc::new(Semaphore::new(ctx.in_flight));
-    let open = Arc::new(AtomicUsize::new(0));
-    let peak = Arc::new(AtomicUsize::new(0));
+    let held_now = Arc::new(Held::default());
     let mut pacer = Pacer::new(ctx.rate);
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -45,24 +43,19 @@ pub async fn flood(ctx: AttackCtx, ca_pem: Vec<u8>) {
             let source = SocketAddr::new(ctx.source_for(n), 0);
             n += 1;
             let (ctx, credentials) = (ctx.clone(), credentials.clone());
-            let (open, peak) = (open.clone(), peak.clone());
+            let held_now = held_now.clone();
             tasks.spawn(async move {
-                let outcome = hold(&ctx, &credentials, source, handshake, &open, &peak).await;
+                let outcome = hold(&ctx, &credentials, source, handshake, &held_now).await;
                 count(&ctx.counters, outcome, 1);
                 drop(slot);
             });
         }
         while tasks.try_join_next().is_some() {}
     }
-    count(
+    held_now.report(
         &ctx.counters,
         "sessions held at once (peak)",
-        peak.load(Ordering::Relaxed) as u64,
-    );
-    count(
-        &ctx.counters,
         "still held at the end",
-        open.load(Ordering::Relaxed) as u64,
     );
     tasks.abort_all();
 }
@@ -74,8 +67,7 @@ async fn hold(
     credentials: &ClientCredentials,
     source: SocketAddr,
     handshake: tokio::sync::OwnedSemaphorePermit,
-    open: &AtomicUsize,
-    peak: &AtomicUsize,
+    held_now: &Held,
 ) -> &'static str {
     let Ok(socket) = UdpSocket::bind(source).await else {
         return "bind failed";
@@ -94,13 +86,12 @@ async fn hold(
             match event {
                 DtlsEvent::Connected { .. } => {
                     handshake = None;
-                    let now_open = open.fetch_add(1, Ordering::Relaxed) + 1;
-                    peak.fetch_max(now_open, Ordering::Relaxed);
+                    held_now.opened();
                     count(&ctx.counters, "sessions established", 1);
                 }
                 DtlsEvent::HandshakeFailed { .. } => return "handshake failed or refused",
                 DtlsEvent::Closed { .. } => {
-                    open.fetch_sub(1, Ordering::Relaxed);
+                    held_now.closed();
                     return "closed by the server";
                 }
             }
@@ -121,7 +112,7 @@ async fn hold(
         }
         if ctx.stopped() {
             if handshake.is_none() {
-                open.fetch_sub(1, Ordering::Relaxed);
+                held_now.closed();
                 return "held until the end of the flood";
             }
             return "handshake unfinished at the end";

@@ -199,6 +199,35 @@ pub fn count(counters: &Counters, name: &str, n: u64) {
     *c.entry(name.to_string()).or_default() += n;
 }
 
+/// What a holding flood (connections, DTLS sessions) holds open now, and the most it
+/// held at once.
+#[derive(Debug, Default)]
+pub struct Held {
+    open: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+impl Held {
+    /// One more is open.
+    pub fn opened(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now_open = self.open.fetch_add(1, Relaxed) + 1;
+        self.peak.fetch_max(now_open, Relaxed);
+    }
+
+    /// One fewer is open.
+    pub fn closed(&self) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Adds the peak as counter `peak_name` and what is still open as `end_name`.
+    pub fn report(&self, counters: &Counters, peak_name: &str, end_name: &str) {
+        use std::sync::atomic::Ordering::Relaxed;
+        count(counters, peak_name, self.peak.load(Relaxed) as u64);
+        count(counters, end_name, self.open.load(Relaxed) as u64);
+    }
+}
+
 /// The target's address and path from a URI like `coap://127.0.0.1:5683/obs`.
 fn parse_target(uri: &str, mode: Mode) -> Result<(SocketAddr, String), String> {
     let (scheme, rest) = uri
