@@ -117,7 +117,8 @@ impl Client {
         Ok(Client::with_config_unchecked(config))
     }
 
-    fn with_config_unchecked(config: EndpointConfig) -> Client {
+    /// A client with `config`, which the caller has validated.
+    pub(crate) fn with_config_unchecked(config: EndpointConfig) -> Client {
         let stream_tracer = TracerSlot::default();
         Client {
             inner: Arc::new(Inner {

@@ -452,6 +452,17 @@ impl Server {
         routes
             .budgets()
             .count_ipv6_by(self.config.ipv6_budget_prefix);
+        // Handlers' requests go out on their shard's socket only where the answers
+        // come back to that shard: with one shard per listener. With several, the
+        // kernel (SO_REUSEPORT) or the staged receivers hand an answer to the shard
+        // its peer hashes to, which does not know the exchange; those shards' handlers
+        // share one client with a socket of its own instead (its configuration was
+        // validated above; its socket is bound on first use).
+        let handler_client = bound
+            .sockets
+            .iter()
+            .any(|socket| socket.ios.len() > 1)
+            .then(|| crate::Client::with_config_unchecked(self.config.clone()));
         let mut started = Started::default();
         let mut listening = Vec::new();
         let mut slots = metrics.shards().iter().cloned();
@@ -462,18 +473,11 @@ impl Server {
             } else {
                 "cobalt-shard"
             };
-            // Handlers' requests go out on their shard's socket only where the answers
-            // come back to that shard: with one shard per listener. With several, the
-            // kernel (SO_REUSEPORT) or the staged receivers hand an answer to the shard
-            // its peer hashes to, which does not know the exchange; those shards' handlers
-            // share one client with a socket of its own instead.
-            let handler_client = (socket.ios.len() > 1)
-                .then(|| crate::Client::with_config(self.config.clone()))
-                .transpose()?;
+            let several = socket.ios.len() > 1;
             for (i, (io, dtls)) in socket.ios.into_iter().zip(socket.layers).enumerate() {
                 let name = format!("{prefix}-{i}");
                 let slot = slots.next();
-                let shared = handler_client.clone();
+                let shared = handler_client.clone().filter(|_| several);
                 if let Err(e) =
                     self.spawn_shard(name, io, &routes, secure, slot, dtls, shared, &mut started)
                 {
