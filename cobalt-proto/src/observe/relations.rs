@@ -210,6 +210,11 @@ impl<I: Copy + Eq + Hash> Relations<I> {
 
     /// Removes a relation wherever it is; returns its observable and the relation.
     pub fn remove(&mut self, key: &RelationKey) -> Option<(u64, Relation<I>)> {
+        // Every plain GET ends its token's relation: with no relation at all, skip
+        // hashing the key.
+        if self.owner.is_empty() {
+            return None;
+        }
         let obs = self.owner.remove(key)?;
         shrink_when_sparse(&mut self.owner);
         let rels = self.by_resource.get_mut(&obs)?;

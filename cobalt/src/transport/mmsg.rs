@@ -12,22 +12,63 @@ pub const BATCH: usize = 64;
 /// messages should fit a path MTU; RFC 7252 §4.6 recommends 1152 bytes).
 pub const SLOT: usize = 4096;
 
-/// Receive buffers for one batch.
+/// Receive buffers for one batch, with the kernel's message headers built once: a
+/// receive only resets what the kernel wrote into the headers it filled, instead of
+/// building (and zeroing) [`BATCH`] headers and socket addresses on every call.
 pub struct RecvBatch {
     data: Vec<u8>,
     lens: [usize; BATCH],
     addrs: [Option<SocketAddr>; BATCH],
     truncated: [bool; BATCH],
+    #[cfg(target_os = "linux")]
+    headers: Box<RecvHeaders>,
 }
+
+/// The `recvmmsg` headers of a [`RecvBatch`]: each points at its own address slot and
+/// iovec in this (boxed, so never moving) value, and the iovec at its slot of the
+/// batch's data (a vector never resized, so its bytes never move either).
+#[cfg(target_os = "linux")]
+struct RecvHeaders {
+    storage: [libc::sockaddr_storage; BATCH],
+    iov: [libc::iovec; BATCH],
+    hdrs: [libc::mmsghdr; BATCH],
+}
+
+// SAFETY: the raw pointers in `headers` point only into memory the batch owns (its
+// boxed headers and its data vector), so moving the batch to another thread moves what
+// they point at with it; nothing is shared.
+#[cfg(target_os = "linux")]
+unsafe impl Send for RecvBatch {}
+
+#[cfg(target_os = "linux")]
+const NAME_LEN: u32 = std::mem::size_of::<libc::sockaddr_storage>() as u32;
 
 impl Default for RecvBatch {
     fn default() -> Self {
-        RecvBatch {
+        let mut batch = RecvBatch {
             data: vec![0; SLOT * BATCH],
             lens: [0; BATCH],
             addrs: [None; BATCH],
             truncated: [false; BATCH],
+            // SAFETY: all-zero bytes are valid values of these plain C structs.
+            #[cfg(target_os = "linux")]
+            headers: Box::new(unsafe { std::mem::zeroed() }),
+        };
+        #[cfg(target_os = "linux")]
+        {
+            let base = batch.data.as_mut_ptr();
+            let h = &mut *batch.headers;
+            for i in 0..BATCH {
+                // SAFETY: slot `i` lies inside `data` (SLOT * BATCH bytes).
+                h.iov[i].iov_base = unsafe { base.add(i * SLOT) }.cast();
+                h.iov[i].iov_len = SLOT;
+                h.hdrs[i].msg_hdr.msg_name = std::ptr::addr_of_mut!(h.storage[i]).cast();
+                h.hdrs[i].msg_hdr.msg_namelen = NAME_LEN;
+                h.hdrs[i].msg_hdr.msg_iov = std::ptr::addr_of_mut!(h.iov[i]);
+                h.hdrs[i].msg_hdr.msg_iovlen = 1;
+            }
         }
+        batch
     }
 }
 
@@ -59,39 +100,33 @@ pub fn recv_batch_blocking(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize
 
 #[cfg(target_os = "linux")]
 fn recv_with_flags(fd: RawFd, batch: &mut RecvBatch, flags: i32) -> io::Result<usize> {
-    // SAFETY: every pointer handed to the kernel points into `batch.data` or into the
-    // local arrays, all of which outlive the call; lengths match the allocations.
-    unsafe {
-        let mut storage: [libc::sockaddr_storage; BATCH] = std::mem::zeroed();
-        let mut iov: [libc::iovec; BATCH] = std::mem::zeroed();
-        let mut hdrs: [libc::mmsghdr; BATCH] = std::mem::zeroed();
-        let base = batch.data.as_mut_ptr();
-        for i in 0..BATCH {
-            iov[i].iov_base = base.add(i * SLOT).cast();
-            iov[i].iov_len = SLOT;
-            hdrs[i].msg_hdr.msg_name = (&mut storage[i] as *mut libc::sockaddr_storage).cast();
-            hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-            hdrs[i].msg_hdr.msg_iov = &mut iov[i];
-            hdrs[i].msg_hdr.msg_iovlen = 1;
-        }
-        let n = libc::recvmmsg(
+    let h = &mut *batch.headers;
+    // SAFETY: every header points into `batch` (see `RecvHeaders`), which outlives the
+    // call; the iovec lengths match the data slots.
+    let n = unsafe {
+        libc::recvmmsg(
             fd,
-            hdrs.as_mut_ptr(),
+            h.hdrs.as_mut_ptr(),
             BATCH as u32,
             flags,
             std::ptr::null_mut(),
-        );
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let n = n as usize;
-        for i in 0..n {
-            batch.addrs[i] = socket_addr(&storage[i]);
-            batch.lens[i] = hdrs[i].msg_len as usize;
-            batch.truncated[i] = hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-        }
-        Ok(n)
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
     }
+    let n = n as usize;
+    for i in 0..n {
+        let hdr = &mut h.hdrs[i];
+        batch.addrs[i] = socket_addr(&h.storage[i]);
+        batch.lens[i] = hdr.msg_len as usize;
+        batch.truncated[i] = hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        // The kernel wrote the address's length and the flags; the next receive needs
+        // the full address room again.
+        hdr.msg_hdr.msg_namelen = NAME_LEN;
+        hdr.msg_hdr.msg_flags = 0;
+    }
+    Ok(n)
 }
 
 /// The sender's address from what the kernel wrote.
@@ -129,37 +164,47 @@ pub fn send_batch<'a>(
     fd: RawFd,
     msgs: impl IntoIterator<Item = (SocketAddr, &'a [u8])>,
 ) -> io::Result<usize> {
-    // SAFETY: all-zero bytes are valid values of these plain C structs.
-    let (mut names, mut iov, mut hdrs): (
-        [libc::sockaddr_storage; BATCH],
-        [libc::iovec; BATCH],
-        [libc::mmsghdr; BATCH],
-    ) = unsafe { std::mem::zeroed() };
+    use std::mem::MaybeUninit;
+    // Only the headers, addresses and iovecs of the datagrams sent are written (zeroing
+    // all BATCH of them on every call cost more than the rest of a small send).
+    let mut names = [const { MaybeUninit::<libc::sockaddr_storage>::uninit() }; BATCH];
+    let mut iov = [const { MaybeUninit::<libc::iovec>::uninit() }; BATCH];
+    let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
     let mut n = 0;
     for (addr, bytes) in msgs.into_iter().take(BATCH) {
         let name = SockAddr::from(addr);
         // SAFETY: `name` holds `name.len()` valid bytes of a socket address, which fit
-        // a sockaddr_storage; the iovec points at the caller's bytes, alive for the call.
+        // a sockaddr_storage; the kernel reads only `msg_namelen` of them.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 name.as_ptr().cast::<u8>(),
-                (&mut names[n] as *mut libc::sockaddr_storage).cast::<u8>(),
+                names[n].as_mut_ptr().cast::<u8>(),
                 name.len() as usize,
             );
         }
-        iov[n].iov_base = bytes.as_ptr() as *mut libc::c_void;
-        iov[n].iov_len = bytes.len();
-        hdrs[n].msg_hdr.msg_namelen = name.len();
+        let vec = iov[n].write(libc::iovec {
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
+        });
+        // SAFETY: all-zero bytes are a valid mmsghdr (null pointers, zero lengths).
+        let mut hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_hdr.msg_name = names[n].as_mut_ptr().cast();
+        hdr.msg_hdr.msg_namelen = name.len();
+        hdr.msg_hdr.msg_iov = vec;
+        hdr.msg_hdr.msg_iovlen = 1;
+        hdrs[n].write(hdr);
         n += 1;
     }
-    for i in 0..n {
-        hdrs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-        hdrs[i].msg_hdr.msg_iov = &mut iov[i];
-        hdrs[i].msg_hdr.msg_iovlen = 1;
-    }
-    // SAFETY: the headers point at `names` and `iov`, alive for the duration of the
-    // call; the kernel only reads them and the bytes.
-    let sent = unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
+    // SAFETY: the first `n` headers are initialised and point at `names` and `iov`,
+    // alive for the duration of the call; the kernel only reads them and the bytes.
+    let sent = unsafe {
+        libc::sendmmsg(
+            fd,
+            hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
+            n as u32,
+            libc::MSG_DONTWAIT,
+        )
+    };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -237,5 +282,39 @@ mod tests {
         }
         assert!(got[10].1, "oversized datagram is flagged truncated");
         assert_eq!(got[10].0.len(), SLOT);
+    }
+
+    #[test]
+    fn a_batch_reused_for_many_receives_reports_each_sender() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        let senders: Vec<_> = (0..3)
+            .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let mut batch = RecvBatch::default();
+        for round in 0..5u8 {
+            for (i, s) in senders.iter().enumerate() {
+                s.send_to(&[round, i as u8], to).unwrap();
+            }
+            let mut got = Vec::new();
+            while got.len() < senders.len() {
+                match recv_batch(rx.as_raw_fd(), &mut batch) {
+                    Ok(n) => (0..n).for_each(|i| {
+                        let (from, bytes, trunc) = batch.get(i).unwrap();
+                        got.push((from, bytes.to_vec(), trunc));
+                    }),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(std::time::Duration::from_millis(1))
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            for (i, s) in senders.iter().enumerate() {
+                assert!(
+                    got.contains(&(s.local_addr().unwrap(), vec![round, i as u8], false)),
+                    "round {round}: sender {i} missing from {got:?}"
+                );
+            }
+        }
     }
 }
