@@ -5,14 +5,54 @@
 //! proportional to the removals that made it worth it).
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 /// Capacities up to this are kept whatever the use.
 const KEEP: usize = 64;
 
+/// A hash table whose capacity can be given back: the standard library's map and
+/// hashbrown's (the per-peer tables on the datagram path use the latter's faster
+/// default hasher).
+pub trait Table {
+    /// Entries held.
+    fn len(&self) -> usize;
+    /// Whether it holds nothing.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Entries it can hold without growing.
+    fn capacity(&self) -> usize;
+    /// Shrinks the capacity to at least `min` (and at least the length).
+    fn shrink_to(&mut self, min: usize);
+}
+
+impl<K: Eq + Hash, V, S: BuildHasher> Table for HashMap<K, V, S> {
+    fn len(&self) -> usize {
+        HashMap::len(self)
+    }
+    fn capacity(&self) -> usize {
+        HashMap::capacity(self)
+    }
+    fn shrink_to(&mut self, min: usize) {
+        HashMap::shrink_to(self, min)
+    }
+}
+
+impl<K: Eq + Hash, V, S: BuildHasher> Table for hashbrown::HashMap<K, V, S> {
+    fn len(&self) -> usize {
+        hashbrown::HashMap::len(self)
+    }
+    fn capacity(&self) -> usize {
+        hashbrown::HashMap::capacity(self)
+    }
+    fn shrink_to(&mut self, min: usize) {
+        hashbrown::HashMap::shrink_to(self, min)
+    }
+}
+
 /// Shrinks `map` to twice its length when it uses less than a quarter of its capacity
 /// (and holds more than a few entries' worth).
-pub fn shrink_when_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+pub fn shrink_when_sparse(map: &mut impl Table) {
     let cap = map.capacity();
     if cap > KEEP && map.len() * 4 < cap {
         map.shrink_to((map.len() * 2).max(KEEP / 2));

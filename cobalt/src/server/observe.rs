@@ -149,7 +149,7 @@ impl Observable {
     pub(crate) fn unsubscribe(&self, conn: u64) {
         let mut streams = self.streams();
         streams.remove(&conn);
-        shrink_when_sparse(&mut streams);
+        shrink_when_sparse(&mut *streams);
     }
 
     fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (SocketAddr, Arc<ChangeInbox>)>> {

@@ -30,7 +30,7 @@ struct Matched {
 pub struct Request {
     peer: SocketAddr,
     message: Message,
-    pub(crate) client: Option<crate::Client>,
+    pub(crate) client: Option<Arc<crate::Client>>,
     /// Set when the handler asks for the peer (its answer then depends on who asks).
     peer_read: Option<Arc<AtomicBool>>,
     /// The transport it came over.
@@ -196,7 +196,7 @@ impl Request {
     /// responses inside the handler resumes on the resource's executor. Outside a
     /// server (a request built by hand) it is a fresh standalone client.
     pub fn client(&self) -> crate::Client {
-        self.client.clone().unwrap_or_default()
+        self.client.as_deref().cloned().unwrap_or_default()
     }
 
     /// Who sent it.

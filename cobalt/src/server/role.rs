@@ -101,7 +101,7 @@ pub(crate) struct ServerRole<U> {
     inbox: Arc<ChangeInbox>,
     uploads: U,
     completions: mpsc::UnboundedSender<Box<Completion>>,
-    client: Option<crate::Client>,
+    client: Option<Arc<crate::Client>>,
     /// Handlers handed off the loop whose answers have not come back.
     away: usize,
     /// The server's layers, outermost first.
@@ -129,6 +129,8 @@ impl ShardRole {
         client: Option<crate::Client>,
         front: Front,
     ) -> ShardRole {
+        // One reference count per request instead of cloning the client's handles.
+        let client = client.map(Arc::new);
         let budgets = tree.budgets();
         let blocks = BlockLimits {
             szx: limits.block_szx,
@@ -621,7 +623,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
 struct Runner<'a> {
     tree: &'a CurrentTree,
     scheme: Scheme,
-    client: &'a Option<crate::Client>,
+    client: &'a Option<Arc<crate::Client>>,
     completions: &'a mpsc::UnboundedSender<Box<Completion>>,
     away: &'a mut usize,
 }

@@ -14,24 +14,10 @@
 //! empty (see [`shrink_when_sparse`]).
 
 use cobalt_proto::address::{AddressKey, AddressPrefix};
+use cobalt_proto::tables::shrink_when_sparse;
 use std::collections::HashMap;
-use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-
-/// A table is shrunk only above this capacity (below, not worth a reallocation).
-const SHRINK_ABOVE: usize = 256;
-
-/// Gives a hash map's memory back when it holds less than a quarter of its capacity:
-/// tables grown by a flood shrink once the flood's entries are gone. Amortised O(1)
-/// when called after each removal (a shrink halves the capacity at most once per
-/// `len` removals).
-pub fn shrink_when_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
-    let cap = map.capacity();
-    if cap > SHRINK_ABOVE && map.len() < cap / 4 {
-        map.shrink_to((map.len() * 2).max(SHRINK_ABOVE / 4));
-    }
-}
 
 /// How many things (handshakes, connections) each address key holds.
 #[derive(Debug, Default)]
@@ -237,7 +223,7 @@ mod tests {
         }
         assert!(counts.is_empty());
         assert!(
-            counts.capacity() <= SHRINK_ABOVE && counts.capacity() < grown,
+            counts.capacity() <= 256 && counts.capacity() < grown,
             "{} after {grown}",
             counts.capacity()
         );

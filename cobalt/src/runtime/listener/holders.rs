@@ -11,8 +11,9 @@
 //! and its task is told to send an Abort and close. The scan that finds it runs only
 //! when the listener is full.
 
-use crate::transport::per_ip::{shrink_when_sparse, IpCounts};
+use crate::transport::per_ip::IpCounts;
 use cobalt_proto::address::{AddressKey, AddressPrefix};
+use cobalt_proto::tables::shrink_when_sparse;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;

@@ -22,7 +22,9 @@ use openssl::{
         SslStream, SslVersion,
     },
 };
-use std::collections::HashMap;
+// foldhash (hashbrown's default), as the endpoint's per-peer tables: the session lookup is on
+// every record's path, where SipHash cost more than the rest of the lookup.
+use hashbrown::HashMap;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -886,7 +888,7 @@ impl DtlsBackend for OpensslDtls {
             .handshaking
             .keys()
             .filter(|p| {
-                self.sessions.get(p).is_some_and(|s| {
+                self.sessions.get(*p).is_some_and(|s| {
                     now >= s.started + self.config.handshake_timeout
                         || s.retransmit_at.is_some_and(|r| now >= r)
                 })

@@ -6,9 +6,9 @@
 //! Finding who gives way scans the table; it runs only when a budget is full.
 
 use super::{DtlsEvent, OpensslDtls, Role, Session};
-use crate::transport::per_ip::shrink_when_sparse;
 use crate::transport::per_ip::IpCounts;
 use cobalt_proto::address::{AddressKey, AddressPrefix};
+use cobalt_proto::tables::shrink_when_sparse;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
