@@ -366,6 +366,9 @@ impl<S: Service<Endpoint>> Driver<S> {
 
     fn process_events(&mut self) {
         self.dtls_events();
+        // One clock reading for the events of a batch, as for its datagrams
+        // (`receive_batches`): they are handled within microseconds of each other.
+        let now = Instant::now();
         while let Some(ev) = self.endpoint.poll_event() {
             match ev {
                 Event::Request { id, peer, request } => match &mut self.server {
@@ -373,7 +376,6 @@ impl<S: Service<Endpoint>> Driver<S> {
                         let id = cobalt_proto::session::Inbound::Datagram(id);
                         // Over DTLS, what the peer proved in its handshake.
                         let credential = self.dtls.as_ref().and_then(|d| d.credential(peer));
-                        let now = Instant::now();
                         server.on_request(
                             &mut self.endpoint,
                             now,
@@ -387,7 +389,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                         // A client-only endpoint serves nothing.
                         let not_found =
                             Message::new(request.mtype, cobalt_proto::message::Code::NOT_FOUND, 0);
-                        let _ = self.endpoint.respond(Instant::now(), id, not_found);
+                        let _ = self.endpoint.respond(now, id, not_found);
                     }
                 },
                 event @ (Event::Response { .. } | Event::Timeout { .. } | Event::Reset { .. }) => {
@@ -402,8 +404,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                             d.forget(peer);
                         }
                     }
-                    self.exchanges
-                        .on_event(&mut self.endpoint, Instant::now(), event);
+                    self.exchanges.on_event(&mut self.endpoint, now, event);
                 }
                 event @ (Event::ResponseFailed { .. }
                 | Event::UnmatchedReset { .. }
