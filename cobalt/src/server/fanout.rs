@@ -77,6 +77,8 @@ struct Awaiting {
     request: Message,
     since: Instant,
     version: u64,
+    /// What the observer proved and the layers attached, kept for the relation.
+    extras: Option<ObserverExtras>,
 }
 
 /// Options that do not change what a GET handler answers to a registration: the
@@ -279,10 +281,13 @@ impl FanOut {
         self
     }
 
-    /// Keeps `extras` for the observer `key` (registered) until its relation ends.
+    /// Keeps `extras` for the observer `key` (registered, or waiting for its address
+    /// to be verified) until its relation ends.
     pub(crate) fn keep_extras(&mut self, key: RelationKey, extras: ObserverExtras) {
         if self.relations.contains(&key) {
             self.extras.insert(key, extras);
+        } else if let Some(a) = self.awaiting.get_mut(&key) {
+            a.extras = Some(extras);
         }
     }
 
@@ -411,6 +416,7 @@ impl FanOut {
             request,
             since: now,
             version,
+            extras: None,
         };
         self.awaiting.insert(key, awaiting);
         Ok(())
@@ -424,8 +430,13 @@ impl FanOut {
             return;
         };
         cobalt_proto::tables::shrink_when_sparse(&mut self.awaiting);
-        if let Err(r) = self.register(&a.observable, *key, a.request, a.since, a.version) {
-            tracing::debug!(peer = %key.0, ?r, "verified observer refused: budget full");
+        match self.register(&a.observable, *key, a.request, a.since, a.version) {
+            Ok(()) => {
+                if let Some(extras) = a.extras {
+                    self.extras.insert(*key, extras);
+                }
+            }
+            Err(r) => tracing::debug!(peer = %key.0, ?r, "verified observer refused: budget full"),
         }
     }
 

@@ -844,3 +844,29 @@ fn layers_see_each_registration_with_its_own_token() {
     let expected: Vec<(Token, Token)> = (0..3).map(|i| (key(i).1, key(i).1)).collect();
     assert_eq!(seen, expected);
 }
+
+#[test]
+fn an_observer_verified_after_registering_keeps_what_it_proved_and_what_layers_attached() {
+    let mut s = setup(ServerLimits::default(), 0, |_| None);
+    let credential = Arc::new(crate::transport::identity::Credential::PskIdentity(
+        b"sensor-7".to_vec(),
+    ));
+    let extras =
+        ObserverExtras::of_credential(Some(&credential)).expect("a credential makes extras");
+    s.fan
+        .await_verification(&s.obs, key(1), registration(None), s.now, 0)
+        .unwrap();
+    s.fan.keep_extras(key(1), extras);
+    assert!(
+        s.fan.extras.is_empty(),
+        "nothing is kept outside the waiting entry"
+    );
+    s.fan.verified(&key(1));
+    assert_eq!(s.fan.len(), 1);
+    let kept = s
+        .fan
+        .extras
+        .get(&key(1))
+        .expect("the relation keeps its extras");
+    assert_eq!(kept.credential.as_deref(), Some(&*credential));
+}
