@@ -1,11 +1,17 @@
 //! Admission of new requests: bounds on the requests in progress per peer (IP address
-//! and port), per address key (IPv4 address or IPv6 prefix, [`AddressKey`]) and in total, so that one peer's flood is refused without
-//! refusing anyone else.
+//! and port), per address key (IPv4 address or IPv6 prefix, [`AddressKey`]) and in
+//! total, so that one peer's flood is refused without refusing anyone else.
 //!
 //! A peer over its own bound, or an address over its bound, gets 4.29 Too Many
 //! Requests (RFC 8516). At the total bound only addresses that already have requests in
 //! progress are refused (5.03): an address with none still gets in, up to an eighth
 //! more, so a flood from some addresses cannot lock out the others.
+//!
+//! A peer's own requests in progress are counted in the endpoint's entry for the peer
+//! (found anyway for each datagram); this table counts them per address key and in
+//! total. An address key's count that drops to zero keeps its entry until the next
+//! [`Admission::shrink`]: a client with one request at a time would otherwise remove
+//! and insert its entry for every request.
 
 use super::dedup::shrink_map;
 use super::EndpointConfig;
@@ -22,61 +28,72 @@ pub(crate) enum Refusal {
     Overloaded,
 }
 
-/// Counts of requests in progress.
+/// Counts of requests in progress per address key and in total.
 #[derive(Debug, Default)]
 pub(crate) struct Admission {
-    per_peer: HashMap<SocketAddr, u32>,
     per_ip: HashMap<AddressKey, u32>,
     total: usize,
 }
 
 impl Admission {
-    /// Counts a new request from `peer` in, or says why not.
-    pub(crate) fn admit(&mut self, cfg: &EndpointConfig, peer: SocketAddr) -> Result<(), Refusal> {
-        let of_peer = self.per_peer.get(&peer).copied().unwrap_or(0) as usize;
-        let key = AddressKey::of(peer.ip(), cfg.ipv6_budget_prefix);
-        let of_ip = self.per_ip.get(&key).copied().unwrap_or(0) as usize;
-        if of_peer >= cfg.max_exchanges_per_peer || of_ip >= cfg.max_exchanges_per_ip {
+    /// Counts a new request from `peer`, which has `of_peer` in progress already, in,
+    /// or says why not.
+    pub(crate) fn admit(
+        &mut self,
+        cfg: &EndpointConfig,
+        peer: SocketAddr,
+        of_peer: usize,
+    ) -> Result<(), Refusal> {
+        if of_peer >= cfg.max_exchanges_per_peer {
             return Err(Refusal::PeerBusy);
         }
+        let key = AddressKey::of(peer.ip(), cfg.ipv6_budget_prefix);
         let bound = cfg.max_server_exchanges;
-        if self.total >= bound && (of_ip > 0 || self.total >= bound + bound / 8) {
-            return Err(Refusal::Overloaded);
+        let total = self.total;
+        let of_ip = self.per_ip.entry(key).or_insert(0);
+        let held = *of_ip as usize;
+        let refusal = if held >= cfg.max_exchanges_per_ip {
+            Refusal::PeerBusy
+        } else if total >= bound && (held > 0 || total >= bound + bound / 8) {
+            Refusal::Overloaded
+        } else {
+            *of_ip += 1;
+            self.total += 1;
+            return Ok(());
+        };
+        if held == 0 {
+            self.per_ip.remove(&key);
         }
-        *self.per_peer.entry(peer).or_insert(0) += 1;
-        *self.per_ip.entry(key).or_insert(0) += 1;
-        self.total += 1;
-        Ok(())
+        Err(refusal)
     }
 
     /// A request of `peer` was answered (or dropped).
     pub(crate) fn release(&mut self, cfg: &EndpointConfig, peer: SocketAddr) {
-        if let Some(n) = self.per_peer.get_mut(&peer) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_peer.remove(&peer);
-            }
-        }
         let key = AddressKey::of(peer.ip(), cfg.ipv6_budget_prefix);
         if let Some(n) = self.per_ip.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_ip.remove(&key);
-            }
+            *n = n.saturating_sub(1);
         }
         self.total = self.total.saturating_sub(1);
     }
 
-    /// Gives memory back after a flood.
+    /// Forgets the address keys with nothing in progress and gives memory back after
+    /// a flood.
     pub(crate) fn shrink(&mut self) {
-        shrink_map(&mut self.per_peer);
+        self.per_ip.retain(|_, n| *n > 0);
         shrink_map(&mut self.per_ip);
+    }
+
+    /// Requests in progress, in total.
+    #[cfg(test)]
+    pub(crate) fn total(&self) -> usize {
+        self.total
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap as Map;
 
     fn cfg(total: usize, peer: usize, ip: usize) -> EndpointConfig {
         EndpointConfig {
@@ -91,10 +108,31 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// The admission table with the per-peer counts the endpoint keeps beside it.
+    #[derive(Default)]
+    struct Counted {
+        a: Admission,
+        of_peer: Map<SocketAddr, usize>,
+    }
+
+    impl Counted {
+        fn admit(&mut self, c: &EndpointConfig, peer: SocketAddr) -> Result<(), Refusal> {
+            let n = self.of_peer.get(&peer).copied().unwrap_or(0);
+            self.a.admit(c, peer, n)?;
+            self.of_peer.insert(peer, n + 1);
+            Ok(())
+        }
+
+        fn release(&mut self, c: &EndpointConfig, peer: SocketAddr) {
+            self.a.release(c, peer);
+            *self.of_peer.get_mut(&peer).unwrap() -= 1;
+        }
+    }
+
     #[test]
     fn a_peer_and_an_address_have_their_own_bounds() {
         let c = cfg(100, 2, 3);
-        let mut a = Admission::default();
+        let mut a = Counted::default();
         assert_eq!(a.admit(&c, at("10.0.0.1:1")), Ok(()));
         assert_eq!(a.admit(&c, at("10.0.0.1:1")), Ok(()));
         assert_eq!(a.admit(&c, at("10.0.0.1:1")), Err(Refusal::PeerBusy));
@@ -112,7 +150,7 @@ mod tests {
     #[test]
     fn at_the_total_bound_only_busy_addresses_are_refused() {
         let c = cfg(8, 100, 100);
-        let mut a = Admission::default();
+        let mut a = Counted::default();
         for port in 0..8 {
             a.admit(&c, SocketAddr::from(([10, 0, 0, 1], port)))
                 .unwrap();
@@ -122,18 +160,23 @@ mod tests {
         assert_eq!(a.admit(&c, at("10.0.0.2:2")), Err(Refusal::Overloaded));
         // The reserve is an eighth of the bound: one more newcomer here, then none.
         assert_eq!(a.admit(&c, at("10.0.0.3:1")), Err(Refusal::Overloaded));
+        assert_eq!(a.a.per_ip.len(), 2, "a refused newcomer leaves no entry");
         for port in 0..8 {
             a.release(&c, SocketAddr::from(([10, 0, 0, 1], port)));
         }
         a.release(&c, at("10.0.0.2:1"));
-        assert_eq!(a.total, 0);
-        assert!(a.per_peer.is_empty() && a.per_ip.is_empty());
+        assert_eq!(a.a.total(), 0);
+        a.a.shrink();
+        assert!(
+            a.a.per_ip.is_empty(),
+            "idle addresses forgotten at the sweep"
+        );
     }
 
     #[test]
     fn addresses_rotating_inside_one_ipv6_prefix_share_one_budget() {
         let c = cfg(1000, 100, 4);
-        let mut a = Admission::default();
+        let mut a = Counted::default();
         for host in 1..=4u16 {
             let peer = SocketAddr::new(format!("2001:db8::{host}").parse().unwrap(), 5683);
             assert_eq!(a.admit(&c, peer), Ok(()));

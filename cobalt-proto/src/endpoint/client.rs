@@ -207,7 +207,7 @@ impl Endpoint {
             // we no longer want (RFC 7641 §3.6).
             self.stats.unmatched += 1;
             if con {
-                self.dedup.finish(now, key, Finished::Reset);
+                self.finish_message(now, key, Finished::Reset);
                 self.arm_housekeeping(now);
             }
             self.send_reset(peer, msg.mid);
@@ -218,7 +218,7 @@ impl Endpoint {
         } else {
             Finished::Silent
         };
-        self.dedup.finish(now, key, how);
+        self.finish_message(now, key, how);
         self.arm_housekeeping(now);
         if con {
             self.transmit_message(peer, &Message::empty_ack(msg.mid));

@@ -12,9 +12,9 @@
 //! all peers go. A flood thus weakens deduplication for old messages instead of
 //! refusing anyone.
 //!
-//! Requests still being handled are kept apart (they are few: bounded by the
-//! endpoint's admission limits) so that a duplicate arriving meanwhile is recognised
-//! whatever the windows hold.
+//! Requests still being handled are not stored here: the endpoint keeps them with the
+//! rest of what it knows of their peer (one lookup per datagram), so that a duplicate
+//! arriving meanwhile is recognised whatever the windows hold.
 //!
 //! Expiry and byte eviction share one queue of entries in insertion order: expiring
 //! or evicting costs O(1) per entry, and records left behind by entries a peer's window
@@ -38,7 +38,8 @@ pub type DedupKey = (SocketAddr, u16);
 /// What the endpoint remembers about a received message ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DedupEntry<'a> {
-    /// A request whose handler has not answered yet.
+    /// A request whose handler has not answered yet (known to the endpoint, not
+    /// stored here).
     InProgress(u64),
     /// The encoded reply (a piggybacked response) to send again on a duplicate.
     Reply(&'a [u8]),
@@ -124,7 +125,6 @@ impl Slot {
 #[derive(Debug)]
 pub struct DedupStore {
     limits: DedupLimits,
-    in_progress: HashMap<DedupKey, u64>,
     windows: HashMap<SocketAddr, VecDeque<Slot>>,
     /// Every stored entry in insertion order (plus stale records of dropped ones).
     order: VecDeque<(Instant, SocketAddr, u16)>,
@@ -138,7 +138,6 @@ impl DedupStore {
     pub fn new(limits: DedupLimits) -> DedupStore {
         DedupStore {
             limits,
-            in_progress: HashMap::new(),
             windows: HashMap::new(),
             order: VecDeque::new(),
             live: 0,
@@ -149,9 +148,6 @@ impl DedupStore {
 
     /// The entry for a key, if still remembered at `now`.
     pub fn get(&self, now: Instant, key: &DedupKey) -> Option<DedupEntry<'_>> {
-        if let Some(id) = self.in_progress.get(key) {
-            return Some(DedupEntry::InProgress(*id));
-        }
         self.windows
             .get(&key.0)?
             .iter()
@@ -159,14 +155,8 @@ impl DedupStore {
             .map(Slot::entry)
     }
 
-    /// Notes a request whose handler is running.
-    pub fn begin(&mut self, key: DedupKey, id: u64) {
-        self.in_progress.insert(key, id);
-    }
-
-    /// Records how a message was handled (and ends its in-progress state).
+    /// Records how a message was handled.
     pub fn finish(&mut self, now: Instant, key: DedupKey, how: Finished<'_>) {
-        self.in_progress.remove(&key);
         let stored = match how {
             Finished::Forget => return,
             Finished::Reply(b) => Stored::Reply(b.into()),
@@ -215,11 +205,6 @@ impl DedupStore {
         }
     }
 
-    /// Forgets a request in progress without remembering anything about it.
-    pub fn abandon(&mut self, key: &DedupKey) {
-        self.in_progress.remove(key);
-    }
-
     /// Drops the entries whose lifetime has ended and gives memory back when the
     /// tables have emptied.
     pub fn expire(&mut self, now: Instant) {
@@ -230,7 +215,6 @@ impl DedupStore {
             self.drop_oldest();
         }
         shrink_map(&mut self.windows);
-        shrink_map(&mut self.in_progress);
         if self.order.capacity() > 4 * self.order.len() + 1024 {
             self.order.shrink_to_fit();
         }
@@ -265,9 +249,9 @@ impl DedupStore {
         });
     }
 
-    /// Remembered messages, including requests in progress.
+    /// Remembered messages.
     pub fn len(&self) -> usize {
-        self.live + self.in_progress.len()
+        self.live
     }
 
     /// True when nothing is remembered.
@@ -340,13 +324,10 @@ mod tests {
     }
 
     #[test]
-    fn in_progress_then_finished_or_forgotten() {
+    fn finished_messages_are_remembered_and_forgotten_ones_are_not() {
         let t0 = Instant::now();
         let mut d = DedupStore::new(limits(8, 1 << 20));
         let (a, b) = (key("10.0.0.1:1", 1), key("10.0.0.1:1", 2));
-        d.begin(a, 11);
-        d.begin(b, 12);
-        assert_eq!(d.get(t0, &a), Some(DedupEntry::InProgress(11)));
         d.finish(t0, a, Finished::EmptyAck);
         d.finish(t0, b, Finished::Forget);
         assert_eq!(d.get(t0, &a), Some(DedupEntry::EmptyAck));

@@ -58,6 +58,7 @@ use dedup::{DedupEntry, DedupLimits, DedupStore, Finished};
 use hashbrown::HashMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use smallvec::SmallVec;
 use spare::Spare;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -281,7 +282,7 @@ pub struct StateCounts {
     pub client_exchanges: usize,
     /// Confirmable messages awaiting an ACK.
     pub pending_confirmables: usize,
-    /// Deduplication entries (including requests in progress).
+    /// Deduplication entries (including the requests being handled).
     pub dedup_entries: usize,
     /// Bytes held by the deduplication store (see [`EndpointConfig::max_dedup_bytes`]).
     pub dedup_bytes: usize,
@@ -293,12 +294,23 @@ pub struct StateCounts {
     pub peers: usize,
 }
 
+/// Everything the endpoint keeps about one peer (IP address and port), found with one
+/// lookup per datagram: its message IDs, its requests in progress (for deduplication
+/// and admission) and whether the dedup store holds messages of it.
 #[derive(Debug)]
 struct Peer {
     next_mid: u16,
     outstanding: usize,
     queue: VecDeque<RequestId>,
     last_used: Instant,
+    /// Its requests being handled, by message ID, with their exchange: a duplicate
+    /// meanwhile is recognised (RFC 7252 §4.5), and their number is what its admission
+    /// bound counts ([`EndpointConfig::max_exchanges_per_peer`]). An answer waiting for
+    /// the peer's address to be verified keeps its request here until it is sent.
+    in_progress: SmallVec<[(u16, u64); 2]>,
+    /// Whether the dedup store may hold handled messages of this peer; until one is
+    /// stored, a request needs no look into the store.
+    stored: bool,
     /// For each block of 4096 message IDs, when one of them was last used (whole
     /// seconds since the endpoint's epoch, rounded up; 0 = never): a MID may not be used
     /// again within EXCHANGE_LIFETIME (RFC 7252 §4.4).
@@ -457,7 +469,7 @@ impl Endpoint {
             server_exchanges: self.server.len(),
             client_exchanges: self.clients.len(),
             pending_confirmables: self.pending.len(),
-            dedup_entries: self.dedup.len(),
+            dedup_entries: self.dedup.len() + self.server.len(),
             dedup_bytes: self.dedup.bytes(),
             address_probes: self.validation.probes(),
             verified_peers: self.validation.verified_count(),
@@ -603,25 +615,46 @@ impl Endpoint {
         id
     }
 
-    fn touch_peer(&mut self, now: Instant, peer: SocketAddr) {
-        let rng = &mut self.rng;
-        self.peers
-            .entry(peer)
-            .or_insert_with(|| Peer {
-                next_mid: rng.random(),
-                outstanding: 0,
-                queue: VecDeque::new(),
-                last_used: now,
-                mid_blocks: [0; MID_BLOCKS],
-            })
-            .last_used = now;
+    /// The peer's entry, made if it has none, marked used at `now`.
+    fn touch_peer(&mut self, now: Instant, peer: SocketAddr) -> &mut Peer {
         self.arm_housekeeping(now);
+        let rng = &mut self.rng;
+        let p = self.peers.entry(peer).or_insert_with(|| Peer {
+            next_mid: rng.random(),
+            outstanding: 0,
+            queue: VecDeque::new(),
+            last_used: now,
+            in_progress: SmallVec::new(),
+            stored: false,
+            mid_blocks: [0; MID_BLOCKS],
+        });
+        p.last_used = now;
+        p
+    }
+
+    /// Records how the message `key` was handled: a request of the peer's is no longer
+    /// in progress, and what a duplicate gets is remembered (see [`Finished`]).
+    fn finish_message(&mut self, now: Instant, key: (SocketAddr, u16), how: Finished<'_>) {
+        let remembers = !matches!(how, Finished::Forget);
+        let p = if remembers {
+            // The entry outlives what the store keeps of it (both last the exchange
+            // lifetime from now), so its `stored` mark is never lost early.
+            Some(self.touch_peer(now, key.0))
+        } else {
+            self.peers.get_mut(&key.0)
+        };
+        if let Some(p) = p {
+            if let Some(i) = p.in_progress.iter().position(|(mid, _)| *mid == key.1) {
+                p.in_progress.swap_remove(i);
+            }
+            p.stored |= remembers;
+        }
+        self.dedup.finish(now, key, how);
     }
 
     fn alloc_mid(&mut self, now: Instant, peer: SocketAddr) -> u16 {
-        self.touch_peer(now, peer);
         let used = self.epoch_secs(now);
-        let p = self.peers.get_mut(&peer).expect("peer just touched");
+        let p = self.touch_peer(now, peer);
         let mid = p.next_mid;
         p.next_mid = p.next_mid.wrapping_add(1);
         p.mid_blocks[usize::from(mid) * MID_BLOCKS / 65536] = used;

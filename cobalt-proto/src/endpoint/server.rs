@@ -17,7 +17,22 @@ impl Endpoint {
     ) {
         let key = (peer, msg.mid);
         let con = msg.mtype == MessageType::Confirmable;
-        if let Some(entry) = self.dedup.get(now, &key) {
+        // One lookup finds what the endpoint knows of the peer: its requests being
+        // handled, whether the dedup store holds any of its messages, and its count
+        // against the admission bound.
+        let p = self.touch_peer(now, peer);
+        let in_progress = p.in_progress.iter().find(|(mid, _)| *mid == msg.mid);
+        let (in_progress, stored, of_peer) = (
+            in_progress.map(|(_, id)| *id),
+            p.stored,
+            p.in_progress.len(),
+        );
+        let duplicate = match in_progress {
+            Some(id) => Some(DedupEntry::InProgress(id)),
+            None if stored => self.dedup.get(now, &key),
+            None => None,
+        };
+        if let Some(entry) = duplicate {
             self.stats.duplicates += 1;
             let again = match entry {
                 DedupEntry::Reply(bytes) => {
@@ -48,7 +63,6 @@ impl Endpoint {
             }
             return;
         }
-        self.touch_peer(now, peer);
         if let Some(echo) = msg.options.get(opt::ECHO) {
             let echo = echo.to_vec();
             self.check_echo(now, peer, &echo);
@@ -64,7 +78,7 @@ impl Endpoint {
             self.answer_without_handler(now, peer, (&msg, len), resp, true);
             return;
         }
-        if let Err(refusal) = self.admission.admit(&self.config, peer) {
+        if let Err(refusal) = self.admission.admit(&self.config, peer, of_peer) {
             let code = match refusal {
                 Refusal::PeerBusy => {
                     self.stats.busy_rejections += 1;
@@ -82,8 +96,9 @@ impl Endpoint {
             return;
         }
         let id = ExchangeId(self.alloc_id());
-        self.dedup.begin(key, id.0);
-        self.arm_housekeeping(now);
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.in_progress.push((msg.mid, id.0));
+        }
         let safe = matches!(msg.code, Code::GET | Code::FETCH);
         self.server.insert(
             id,
@@ -153,8 +168,7 @@ impl Endpoint {
             } else {
                 Finished::Silent
             };
-            self.dedup.finish(now, (peer, req.mid), how);
-            self.arm_housekeeping(now);
+            self.finish_message(now, (peer, req.mid), how);
         }
         self.transmit(peer, bytes);
     }
@@ -196,7 +210,7 @@ impl Endpoint {
             if ex.con && !ex.acked {
                 self.transmit_message(ex.peer, &Message::empty_ack(ex.mid));
             }
-            self.dedup.finish(now, key, ex.unless_piggybacked());
+            self.finish_message(now, key, ex.unless_piggybacked());
             return Ok(());
         }
         let allowance = self.allowance(now, ex.peer, ex.request_len, ex.sent);
@@ -222,9 +236,9 @@ impl Endpoint {
                 });
                 if ex.acked {
                     // A retransmission gets the empty ACK again while the answer waits.
-                    self.dedup.finish(now, key, Finished::EmptyAck);
+                    self.finish_message(now, key, Finished::EmptyAck);
                 } else if !ex.con {
-                    self.dedup.finish(now, key, ex.unless_piggybacked());
+                    self.finish_message(now, key, ex.unless_piggybacked());
                 }
                 self.park(now, ex.peer, parked);
                 return Ok(());
@@ -240,10 +254,10 @@ impl Endpoint {
             } else {
                 Finished::Forget
             };
-            self.dedup.finish(now, key, how);
+            self.finish_message(now, key, how);
             self.transmit(ex.peer, bytes);
         } else if ex.con {
-            self.dedup.finish(now, key, ex.unless_piggybacked());
+            self.finish_message(now, key, ex.unless_piggybacked());
             response.mtype = MessageType::Confirmable;
             response.mid = self.alloc_mid(now, ex.peer);
             let bytes = self.encode(&response);
@@ -254,7 +268,7 @@ impl Endpoint {
                 self.limit_retransmissions(ex.peer, response.mid, left - len);
             }
         } else {
-            self.dedup.finish(now, key, ex.unless_piggybacked());
+            self.finish_message(now, key, ex.unless_piggybacked());
             response.mtype = MessageType::NonConfirmable;
             response.mid = self.alloc_mid(now, ex.peer);
             let bytes = self.encode(&response);

@@ -415,7 +415,7 @@ impl Endpoint {
             } else {
                 Finished::Forget
             };
-            self.dedup.finish(now, key, how);
+            self.finish_message(now, key, how);
             self.transmit(peer, bytes);
             return;
         }
@@ -468,7 +468,7 @@ impl Endpoint {
                 } else {
                     Finished::Forget
                 };
-                self.dedup.finish(now, (peer, r.mid), how);
+                self.finish_message(now, (peer, r.mid), how);
             }
         }
         self.stats.unverified += 1;
