@@ -128,6 +128,17 @@ impl ResourceDirectory {
         self.len().await == 0
     }
 
+    /// A copy of every registration it holds now, by id (for services built on the
+    /// directory, such as an LwM2M server).
+    pub async fn registrations(&self) -> Vec<crate::Registration> {
+        self.shared.directory.lock().await.iter().cloned().collect()
+    }
+
+    /// A copy of registration `id`, if it holds it.
+    pub async fn registration(&self, id: u64) -> Option<crate::Registration> {
+        self.shared.directory.lock().await.get(id).cloned()
+    }
+
     /// `server` with the directory's resources: `/rd` (registration, `rt=core.rd`),
     /// `/rd/{id}` (update and removal), `/rd-lookup/ep` and `/rd-lookup/res`
     /// (lookups, observable: an observer gets its lookup again after every change),
