@@ -1,6 +1,7 @@
 //! OMA-TLV (content format 11542, LwM2M 1.1 §7.4.3) decoding.
 //!
-//! Each TLV is a type byte (identifier kind in bits 7–6, 16-bit identifier in bit 5,
+//! Each TLV is a type byte (identifier kind in bits 7–6: object instance 00,
+//! resource instance 01, multiple resource 10, resource 11; 16-bit identifier in bit 5,
 //! length encoding in bits 4–3, a 3-bit length in bits 2–0), the identifier, the
 //! length and the value. Object instances hold resources, multiple resources hold
 //! resource instances; nothing nests deeper, so recursion is at most three levels.
@@ -38,8 +39,8 @@ fn split(mut bytes: &[u8]) -> Result<Vec<Tlv<'_>>, DecodeError> {
         let level = match ty >> 6 {
             0 => Level::ObjectInstance,
             1 => Level::ResourceInstance,
-            2 => Level::Resource,
-            _ => Level::MultipleResource,
+            2 => Level::MultipleResource,
+            _ => Level::Resource,
         };
         let id_len = if ty & 0x20 != 0 { 2 } else { 1 };
         let len_len = usize::from((ty >> 3) & 0x03);
@@ -209,10 +210,10 @@ mod tests {
 
     #[test]
     fn an_instance_with_single_and_multiple_resources_decodes_typed() {
-        let mut body = tlv(2, 0, b"Leshan");
-        body.extend(tlv(2, 9, &[87]));
-        body.extend(tlv(3, 11, &tlv(1, 0, &[0])));
-        body.extend(tlv(2, 13, &1_700_000_000i32.to_be_bytes()));
+        let mut body = tlv(3, 0, b"Leshan");
+        body.extend(tlv(3, 9, &[87]));
+        body.extend(tlv(2, 11, &tlv(1, 0, &[0])));
+        body.extend(tlv(3, 13, &1_700_000_000i32.to_be_bytes()));
         let at = LwPath::instance(3, 0);
         let got = decode(&at, &body, &limits()).unwrap();
         assert_eq!(
@@ -230,14 +231,14 @@ mod tests {
         assert_eq!(got.len(), 4);
         assert_eq!(got[3].path, LwPath::resource(3, 0, 13));
         // Unknown objects decode as opaque.
-        let got = decode(&LwPath::instance(3303, 0), &tlv(2, 1, &[1, 2]), &limits()).unwrap();
+        let got = decode(&LwPath::instance(3303, 0), &tlv(3, 1, &[1, 2]), &limits()).unwrap();
         assert_eq!(got[0].value, Value::Opaque(vec![1, 2]));
     }
 
     #[test]
     fn the_short_forms_of_id_and_length_decode() {
         // 16-bit id, length in the type byte (3 bytes).
-        let body = [0b1010_0011, 0x00, 0x0e, b'+', b'0', b'2'];
+        let body = [0b1110_0011, 0x00, 0x0e, b'+', b'0', b'2'];
         let got = decode(&LwPath::resource(3, 0, 14), &body, &limits()).unwrap();
         assert_eq!(got[0].value, Value::String("+02".into()));
         assert_eq!(got[0].path, LwPath::resource(3, 0, 14));
@@ -248,17 +249,17 @@ mod tests {
         let at = LwPath::instance(3, 0);
         for bad in [
             &[0xc8][..],                  // header cut short
-            &[0x88, 0x00, 0x05, 1, 2],    // length past the end
-            &[0x98, 0x00, 0xff, 0xff, 1], // 16-bit length past the end
-            &[0xb8, 0xff, 0xff, 0x00],    // id 65535
-            &[0x88, 0x09, 0x03, 1, 2, 3], // 3-byte integer
-            &[0x88, 0x00, 0x01, 0xff],    // not UTF-8
+            &[0xc8, 0x00, 0x05, 1, 2],    // length past the end
+            &[0xd0, 0x00, 0xff, 0xff, 1], // 16-bit length past the end
+            &[0xe0, 0xff, 0xff],          // id 65535
+            &[0xc8, 0x09, 0x03, 1, 2, 3], // 3-byte integer
+            &[0xc8, 0x00, 0x01, 0xff],    // not UTF-8
             &[0x41, 0x00, 0x00],          // resource instance at the top of an instance read
         ] {
             assert!(decode(&at, bad, &limits()).is_err(), "{bad:?}");
         }
         // An object instance inside an object instance.
-        let nested = tlv(0, 0, &tlv(0, 0, &tlv(2, 0, b"x")));
+        let nested = tlv(0, 0, &tlv(0, 0, &tlv(3, 0, b"x")));
         assert!(decode(&LwPath::object(3), &nested, &limits()).is_err());
     }
 
@@ -268,7 +269,7 @@ mod tests {
             max_entries: 10,
             ..limits()
         };
-        let many: Vec<u8> = (0..11).flat_map(|i| tlv(2, i, &[1])).collect();
+        let many: Vec<u8> = (0..11).flat_map(|i| tlv(3, i, &[1])).collect();
         let e = decode(&LwPath::instance(3303, 0), &many, &small).unwrap_err();
         assert!(e.reason.contains("more than 10"), "{e}");
         // Pseudo-random bytes: errors or bounded results, never a panic.

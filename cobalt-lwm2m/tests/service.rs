@@ -290,7 +290,7 @@ async fn management_requests_reach_the_device_from_the_server_socket_and_decode(
         .await;
     assert_eq!(req.options.uri_path_string(), "/3/0");
     assert_eq!(req.options.accept(), Some(110));
-    let req = dev.answer(Code::CONTENT, Some(11542), &[0x81, 9, 77]).await;
+    let req = dev.answer(Code::CONTENT, Some(11542), &[0xc1, 9, 77]).await;
     assert_eq!(req.options.accept(), Some(11542));
     dev.answer(Code::CONTENT, Some(0), b"1700000000").await;
     let req = dev.answer(Code::CHANGED, None, b"").await;

@@ -53,6 +53,13 @@ import org.eclipse.leshan.core.response.WriteResponse;
  */
 public class LeshanPeer {
 
+    /** Ticks the device's clock. */
+    static final ScheduledExecutorService TIMER = Executors.newSingleThreadScheduledExecutor(r -> {
+        Thread t = new Thread(r, "device-clock");
+        t.setDaemon(true);
+        return t;
+    });
+
     static synchronized void event(String line) {
         System.out.println(line);
         System.out.flush();
@@ -63,8 +70,8 @@ public class LeshanPeer {
         private String utcOffset = "+01";
         private String timezone = "Europe/Zurich";
 
-        TestDevice(ScheduledExecutorService timer) {
-            timer.scheduleAtFixedRate(() -> fireResourceChange(13), 1, 1, TimeUnit.SECONDS);
+        public TestDevice() {
+            TIMER.scheduleAtFixedRate(() -> fireResourceChange(13), 1, 1, TimeUnit.SECONDS);
         }
 
         @Override
@@ -153,15 +160,14 @@ public class LeshanPeer {
                 System.exit(2);
             }
         }
-        ScheduledExecutorService timer = Executors.newSingleThreadScheduledExecutor();
         ObjectsInitializer objects = new ObjectsInitializer(new StaticModel(ObjectLoader.loadDefault()));
         int shortServerId = 123;
         Security security = pskIdentity == null ? Security.noSec(uri, shortServerId)
                 : Security.psk(uri, shortServerId, pskIdentity.getBytes(StandardCharsets.UTF_8), pskKey);
         objects.setInstancesForObject(LwM2mId.SECURITY, security);
         objects.setInstancesForObject(LwM2mId.SERVER, new Server(shortServerId, lifetime));
-        objects.setInstancesForObject(LwM2mId.DEVICE, new TestDevice(timer));
-        List<LwM2mObjectEnabler> enablers = objects.createAll();
+        objects.setInstancesForObject(LwM2mId.DEVICE, new TestDevice());
+        List<LwM2mObjectEnabler> enablers = objects.create(LwM2mId.SECURITY, LwM2mId.SERVER, LwM2mId.DEVICE);
 
         LeshanClientBuilder builder = new LeshanClientBuilder(endpoint);
         builder.setObjects(enablers);
@@ -217,7 +223,6 @@ public class LeshanPeer {
             case "deregister":
                 client.stop(true);
                 client.destroy(false);
-                timer.shutdownNow();
                 event("EXIT");
                 System.exit(0);
                 break;
@@ -226,7 +231,6 @@ public class LeshanPeer {
             }
         }
         client.destroy(false);
-        timer.shutdownNow();
         System.exit(0);
     }
 }
