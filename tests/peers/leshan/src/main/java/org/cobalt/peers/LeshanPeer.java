@@ -16,6 +16,8 @@ import java.util.concurrent.TimeUnit;
 import org.eclipse.leshan.client.LeshanClient;
 import org.eclipse.leshan.client.LeshanClientBuilder;
 import org.eclipse.leshan.client.californium.endpoint.CaliforniumClientEndpointsProvider;
+import org.eclipse.leshan.client.californium.endpoint.coap.CoapClientProtocolProvider;
+import org.eclipse.leshan.client.californium.endpoint.coaps.CoapsClientProtocolProvider;
 import org.eclipse.leshan.client.object.Security;
 import org.eclipse.leshan.client.object.Server;
 import org.eclipse.leshan.client.observer.LwM2mClientObserverAdapter;
@@ -171,7 +173,9 @@ public class LeshanPeer {
 
         LeshanClientBuilder builder = new LeshanClientBuilder(endpoint);
         builder.setObjects(enablers);
-        builder.setEndpointsProviders(new CaliforniumClientEndpointsProvider());
+        // coap and coaps (the default provider has coap only).
+        builder.setEndpointsProviders(new CaliforniumClientEndpointsProvider.Builder(
+                new CoapClientProtocolProvider(), new CoapsClientProtocolProvider()).build());
         LeshanClient client = builder.build();
         client.addObserver(new LwM2mClientObserverAdapter() {
             @Override
