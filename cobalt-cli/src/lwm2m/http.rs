@@ -48,6 +48,7 @@ fn router(lwm2m: Lwm2mServer) -> Router {
 }
 
 /// An HTTP error with a JSON body `{"error": "..."}`.
+#[derive(Debug)]
 struct HttpError(StatusCode, String);
 
 impl IntoResponse for HttpError {
