@@ -28,8 +28,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .install(Server::new())
         .psk(PskStore::new().with(identity, key))
         .shards(1) // requests to a client leave from the socket it registered at
-        .listen(Scheme::Coap, &format!("0.0.0.0:{port}"))
-        .listen(Scheme::Coaps, &format!("0.0.0.0:{dtls_port}"))
+        .listen(Scheme::Coap, format!("0.0.0.0:{port}"))
+        .listen(Scheme::Coaps, format!("0.0.0.0:{dtls_port}"))
         .start()
         .await?;
     let _expiry = lwm2m.spawn_expiry();

@@ -241,7 +241,7 @@ fn value_from_json(item: &serde_json::Value, kind: Option<Kind>) -> Option<Value
     };
     use serde_json::Value as J;
     Some(match (raw, kind) {
-        (J::String(s), Some(Kind::Opaque)) => Value::Opaque(from_hex(s)?),
+        (J::String(s), Some(Kind::Opaque)) => Value::Opaque(super::hex_bytes(s)?),
         (J::String(s), Some(k)) => Value::from_text(s, k)?,
         (J::String(s), None) => Value::String(s.clone()),
         (J::Bool(b), Some(Kind::Boolean) | None) => Value::Boolean(*b),
@@ -266,16 +266,6 @@ fn kind_named(name: &str) -> Option<Kind> {
         "objlnk" => Kind::ObjectLink,
         _ => return None,
     })
-}
-
-fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -73,18 +73,22 @@ fn psk_key_bytes(key: &str) -> Result<Vec<u8>, (i32, String)> {
     let Some(hex) = key.strip_prefix("hex:") else {
         return Ok(key.as_bytes().to_vec());
     };
-    let bad = || {
+    hex_bytes(hex).filter(|b| !b.is_empty()).ok_or_else(|| {
         (
             exit::USAGE,
             format!("--psk-key {key:?}: after `hex:` give an even number of hex digits"),
         )
-    };
-    if hex.len() % 2 != 0 || hex.is_empty() {
-        return Err(bad());
+    })
+}
+
+/// The bytes an even number of hex digits write.
+fn hex_bytes(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
     }
-    (0..hex.len())
+    (0..s.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
         .collect()
 }
 
