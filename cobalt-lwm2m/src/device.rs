@@ -4,9 +4,10 @@
 //! client for the socket the device registered at.
 
 use crate::codec::{decode, encode, DecodeError, Format};
+use crate::limits::ManagerLimits;
 use crate::path::LwPath;
 use crate::registration::ClientInfo;
-use crate::service::{ManagerLimits, Route};
+use crate::route::Route;
 use crate::value::Entry;
 use cobalt::proto::link_format::{self, Link};
 use cobalt::{content_format, Code, Observation, Response, Scheme};

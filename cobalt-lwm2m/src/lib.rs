@@ -22,18 +22,19 @@
 
 pub mod codec;
 mod device;
+mod limits;
 mod model;
 mod path;
 mod registration;
-mod senml;
+mod route;
 mod service;
-mod tlv;
 mod value;
 
 pub use codec::{decode, encode, DecodeError, DecodeLimits, Format, UnknownFormat};
 pub use device::{Device, DeviceObservation, ManageError, WriteMode};
+pub use limits::ManagerLimits;
 pub use model::resource_kind;
 pub use path::{LwPath, PathError};
 pub use registration::{check as check_registration, ClientInfo, Refused, SUPPORTED_VERSIONS};
-pub use service::{Lwm2mServer, ManagerLimits};
+pub use service::Lwm2mServer;
 pub use value::{Entry, Kind, Value};

@@ -5,26 +5,16 @@
 //! sockets (plain or DTLS, with its session) each registered client is reached.
 
 use crate::device::{Device, ManageError};
+use crate::limits::ManagerLimits;
 use crate::registration::{check, ClientInfo};
+use crate::route::Route;
 use cobalt::server::{Layer, Request};
-use cobalt::{Code, Response, Scheme, Server};
+use cobalt::{Code, Response, Server};
 use cobalt_rd::{RdLimits, RegistrationStore, ResourceDirectory, StoreError};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Semaphore;
-
-/// How the manager reaches one registered client: the server's own client for the
-/// socket the registration arrived on (so requests leave from the address the
-/// client registered with, and over its DTLS session for `coaps`), and the
-/// client's address.
-#[derive(Clone)]
-pub(crate) struct Route {
-    pub(crate) client: cobalt::Client,
-    pub(crate) peer: SocketAddr,
-    pub(crate) scheme: Scheme,
-}
 
 /// The routes of the registered clients, by registration id. An entry is added only
 /// for a registration the directory accepted (so the directory's limits bound it)
@@ -37,27 +27,6 @@ struct Routes {
 impl Routes {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Route>> {
         self.by_id.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// The bounds of the manager's side: decoding, request time, observations.
-#[derive(Debug, Clone)]
-pub struct ManagerLimits {
-    /// What a device's answer may hold.
-    pub decode: crate::DecodeLimits,
-    /// How long one request to a device may take overall.
-    pub request_timeout: Duration,
-    /// Most observations of devices open at once (over all devices).
-    pub max_observations: usize,
-}
-
-impl Default for ManagerLimits {
-    fn default() -> Self {
-        ManagerLimits {
-            decode: crate::DecodeLimits::default(),
-            request_timeout: Duration::from_secs(30),
-            max_observations: 1000,
-        }
     }
 }
 

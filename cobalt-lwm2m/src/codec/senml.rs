@@ -4,7 +4,7 @@
 //! CBOR) or `vlo` (object link). Both encodings parse into the same [`Record`]s and
 //! resolve into [`Entry`]s the same way.
 
-use crate::codec::{kind_at, truncated, DecodeError, DecodeLimits, Format};
+use super::format::{kind_at, truncated, DecodeError, DecodeLimits, Format};
 use crate::path::LwPath;
 use crate::value::{parse_object_link, Entry, Kind, Value};
 use base64::engine::general_purpose::{URL_SAFE, URL_SAFE_NO_PAD};

@@ -8,7 +8,7 @@
 //! Values carry no type: resources of the core objects are typed from the
 //! [model](crate::model), others decode as opaque bytes.
 
-use crate::codec::{kind_at, DecodeError, DecodeLimits, Format};
+use super::format::{kind_at, DecodeError, DecodeLimits, Format};
 use crate::path::LwPath;
 use crate::value::{Entry, Kind, Value};
 
