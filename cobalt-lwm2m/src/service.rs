@@ -136,10 +136,8 @@ impl Lwm2mServer {
 
     /// The registered client with endpoint name `endpoint`.
     pub async fn client(&self, endpoint: &str) -> Option<ClientInfo> {
-        self.clients()
-            .await
-            .into_iter()
-            .find(|c| c.endpoint == endpoint)
+        let registration = self.rd.registration_named(endpoint, None).await?;
+        Some(ClientInfo::of(&registration))
     }
 
     /// A handle for managing the registered client `endpoint`: read, write, execute,

@@ -376,3 +376,41 @@ async fn hostile_answers_are_errors_and_the_manager_keeps_working() {
     assert_eq!(last[0].value, Value::String("fine".into()));
     server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test]
+async fn after_a_restart_a_client_is_listed_and_managed_again_from_its_next_update() {
+    let store = Arc::new(MemoryStore::new());
+    let open = |store: Arc<MemoryStore>| async move {
+        let lwm2m = Lwm2mServer::open(store, RdLimits::default()).await.unwrap();
+        let server = lwm2m
+            .install(cobalt::Server::new())
+            .shards(1)
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let addr = server.local_addr(Scheme::Coap).unwrap();
+        (lwm2m, server, addr)
+    };
+    let (_, first, addr) = open(store.clone()).await;
+    let mut dev = FakeDevice::new(addr).await;
+    let location = dev.register("keeper").await;
+    first.shutdown(Duration::ZERO).await;
+
+    let (lwm2m, server, addr) = open(store).await;
+    assert!(lwm2m.client("keeper").await.is_some(), "the store kept it");
+    let e = lwm2m.device("keeper").await.err().expect("no route yet");
+    assert!(matches!(e, ManageError::Unreachable(_)), "{e}");
+    assert!(e.to_string().contains("next registration update"), "{e}");
+    dev.server = addr;
+    assert_eq!(
+        dev.request(Code::POST, &location, "", b"").await.code,
+        Code::CHANGED
+    );
+    let device = lwm2m.device("keeper").await.unwrap();
+    let read =
+        tokio::spawn(async move { device.read(&LwPath::resource(3, 0, 0), Format::Text).await });
+    dev.answer(Code::CONTENT, Some(0), b"back").await;
+    let entries = read.await.unwrap().unwrap();
+    assert_eq!(entries[0].value, Value::String("back".into()));
+    server.shutdown(Duration::ZERO).await;
+}

@@ -134,6 +134,15 @@ impl ResourceDirectory {
         self.shared.directory.lock().await.iter().cloned().collect()
     }
 
+    /// A copy of the registration of endpoint `ep` in sector `sector`, if it holds one.
+    pub async fn registration_named(
+        &self,
+        ep: &str,
+        sector: Option<&str>,
+    ) -> Option<crate::Registration> {
+        self.shared.directory.lock().await.find(ep, sector).cloned()
+    }
+
     /// A copy of registration `id`, if it holds it.
     pub async fn registration(&self, id: u64) -> Option<crate::Registration> {
         self.shared.directory.lock().await.get(id).cloned()
