@@ -39,8 +39,12 @@ struct FakeDevice {
 
 impl FakeDevice {
     async fn new(server: SocketAddr) -> FakeDevice {
+        FakeDevice::from(server, "127.0.0.1:0").await
+    }
+
+    async fn from(server: SocketAddr, bind: &str) -> FakeDevice {
         FakeDevice {
-            socket: UdpSocket::bind("127.0.0.1:0").await.unwrap(),
+            socket: UdpSocket::bind(bind).await.unwrap(),
             server,
             mid: 100,
         }
@@ -239,16 +243,15 @@ async fn malformed_registrations_get_the_code_and_a_reason_and_others_keep_regis
         .request(Code::POST, "/rd", "ep=a3", OBJECTS.as_bytes())
         .await;
     assert_eq!(r.code, Code::SERVICE_UNAVAILABLE);
-    // Another client updating a registration it does not own: 4.03.
-    let mut other = FakeDevice::new(addr).await;
+    // Another client (another address: without DTLS, owners are addresses) may not
+    // update or de-register it: 4.03; an unknown registration is 4.04.
+    let mut other = FakeDevice::from(addr, "127.0.0.2:0").await;
     let r = other.request(Code::POST, "/rd/0", "lt=60", b"").await;
-    // Same address budget (127.0.0.1) without DTLS: owners are addresses, so the
-    // loopback peer is the same owner; a wrong id is 4.04.
-    assert_eq!(r.code, Code::CHANGED);
-    assert_eq!(
-        other.request(Code::POST, "/rd/99", "", b"").await.code,
-        Code::NOT_FOUND
-    );
+    assert_eq!(r.code, Code::FORBIDDEN);
+    let r = other.request(Code::DELETE, "/rd/0", "", b"").await;
+    assert_eq!(r.code, Code::FORBIDDEN);
+    let r = other.request(Code::POST, "/rd/99", "", b"").await;
+    assert_eq!(r.code, Code::NOT_FOUND);
     assert_eq!(lwm2m.clients().await.len(), 2);
     server.shutdown(Duration::ZERO).await;
 }
