@@ -139,6 +139,12 @@ pub fn check<'a>(
         return Ok(());
     };
     let root = root_of(&links);
+    if !is_plain_path(&root) {
+        return Err(Refused::bad(format!(
+            "the alternate path <{}> is not a path of letters, digits, '-', '.', '_' and '~'",
+            short(&root)
+        )));
+    }
     for link in &links {
         if !is_root_link(link) && object_path(&root, &link.target).is_none() {
             return Err(Refused::bad(format!(
@@ -170,6 +176,20 @@ fn check_binding(b: &str) -> Result<(), Refused> {
         return Err(Refused::bad("`b` needs a value, e.g. `b=U`".into()));
     }
     Ok(())
+}
+
+/// Whether `path` is `/` or `/segment/...` of unreserved characters (RFC 3986), so
+/// that the manager's request URIs can be built from it as they are.
+fn is_plain_path(path: &str) -> bool {
+    path == "/"
+        || path.strip_prefix('/').is_some_and(|rest| {
+            rest.trim_end_matches('/').split('/').all(|segment| {
+                !segment.is_empty()
+                    && segment.bytes().all(|b| {
+                        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+                    })
+            })
+        })
 }
 
 /// Whether `link` is the root link (`rt="oma.lwm2m"`), which names the alternate path.
@@ -262,6 +282,15 @@ mod tests {
         assert!(check([], br#"</lwm2m>;rt="oma.lwm2m",</lwm2m/3/0>"#, true).is_ok());
         let e = check([], br#"</lwm2m>;rt="oma.lwm2m",</3/0>"#, true).unwrap_err();
         assert!(e.message.contains("under /lwm2m"), "{}", e.message);
+        for root in ["</a?b>", "</a//b>", "<x>", "</a%2fb>", "</a b>"] {
+            let body = format!(r#"{root};rt="oma.lwm2m",</3/0>"#);
+            let e = check([], body.as_bytes(), true).unwrap_err();
+            assert!(
+                e.message.contains("alternate path"),
+                "{root}: {}",
+                e.message
+            );
+        }
     }
 
     #[test]
