@@ -10,6 +10,8 @@ use crate::registration::ClientInfo;
 use crate::route::Route;
 use crate::value::Entry;
 use cobalt::proto::link_format::{self, Link};
+use cobalt::proto::message::Message;
+use cobalt::server::{Exchange, Layer, Refusal};
 use cobalt::{content_format, Code, Observation, Response, Scheme};
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -72,6 +74,12 @@ impl Device {
         limits: ManagerLimits,
         observations: Arc<Semaphore>,
     ) -> Device {
+        let route = Route {
+            client: route
+                .client
+                .layer(AnswerSizeLimit(limits.decode.max_payload_bytes)),
+            ..route
+        };
         Device {
             info,
             route,
@@ -299,6 +307,33 @@ impl Device {
             limits: self.limits.decode.clone(),
             _permit: permit,
         })
+    }
+}
+
+/// Refuses an answer or notification that goes past what the manager decodes, block
+/// by block: a device cannot make the client reassemble a large block-wise body
+/// only for the decoder to refuse it.
+struct AnswerSizeLimit(usize);
+
+impl Layer for AnswerSizeLimit {
+    fn on_receive(
+        &self,
+        _: &mut Exchange,
+        _: &Message,
+        response: &mut Message,
+    ) -> Result<(), Refusal> {
+        let offset = response.block2().map_or(0, |b| b.offset());
+        if offset.saturating_add(response.payload.len()) > self.0 {
+            return Err(Refusal::new(format!(
+                "the device's answer is larger than the {} bytes the manager decodes",
+                self.0
+            )));
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "lwm2m-answer-size"
     }
 }
 

@@ -3,7 +3,7 @@
 //! management requests leaving from the server's socket and their answers decoded;
 //! hostile answers refused without harm.
 
-use cobalt::proto::message::{self, opt, Code, Message, MessageType, Token};
+use cobalt::proto::message::{self, opt, BlockValue, Code, Message, MessageType, Token};
 use cobalt::{Scheme, ServerHandle};
 use cobalt_lwm2m::{
     DecodeLimits, Entry, Format, LwPath, Lwm2mServer, ManageError, ManagerLimits, Value, WriteMode,
@@ -346,7 +346,7 @@ async fn hostile_answers_are_errors_and_the_manager_keeps_working() {
     let reads = tokio::spawn(async move {
         let at: LwPath = "/3/0".parse().unwrap();
         let mut results = Vec::new();
-        for _ in 0..6 {
+        for _ in 0..7 {
             results.push(device.read(&at, Format::SenmlJson).await);
         }
         results
@@ -359,9 +359,25 @@ async fn hostile_answers_are_errors_and_the_manager_keeps_working() {
             .join(",")
     );
     for (cf, body) in [
-        (110, b"[{\"n\":".to_vec()),     // cut short
-        (110, many.into_bytes()),        // too many records
-        (110, vec![b' '; 1001]),         // too large
+        (110, b"[{\"n\":".to_vec()), // cut short
+        (110, many.into_bytes()),    // too many records
+        (110, vec![b' '; 1001]),     // too large
+    ] {
+        dev.answer(Code::CONTENT, Some(cf), &body).await;
+    }
+    // The first of 1024-byte blocks, more to come: refused before block 1 is asked.
+    let (req, from) = dev.receive().await;
+    let mut block = Message::new(MessageType::Acknowledgement, Code::CONTENT, req.mid);
+    block.token = req.token;
+    block.options.set_uint(opt::CONTENT_FORMAT, 110);
+    let first = BlockValue::new(0, true, 6).unwrap();
+    block.options.set_uint(opt::BLOCK2, first.encode());
+    block.payload = vec![b' '; 1024];
+    dev.socket
+        .send_to(&message::encode(&block), from)
+        .await
+        .unwrap();
+    for (cf, body) in [
         (11542, vec![0xc8, 0x00, 0xff]), // TLV length past the end
         (
             112,
@@ -369,13 +385,23 @@ async fn hostile_answers_are_errors_and_the_manager_keeps_working() {
         ), // 2^64 items
         (110, br#"[{"bn":"/3/0/","n":"0","vs":"fine"}]"#.to_vec()),
     ] {
-        dev.answer(Code::CONTENT, Some(cf), &body).await;
+        let req = dev.answer(Code::CONTENT, Some(cf), &body).await;
+        assert_eq!(req.block2(), None, "no follow-up block was asked for");
     }
     let results = reads.await.unwrap();
-    for r in &results[..5] {
-        assert!(matches!(r, Err(ManageError::Decode(_))), "{r:?}");
+    for i in [0, 1, 4, 5] {
+        let r = &results[i];
+        assert!(matches!(r, Err(ManageError::Decode(_))), "{i}: {r:?}");
     }
-    let last = results[5].as_ref().unwrap();
+    for i in [2, 3] {
+        let r = &results[i];
+        let refused = matches!(
+            r,
+            Err(ManageError::Request(cobalt::Error::LayerRefused { .. }))
+        );
+        assert!(refused, "{i}: {r:?}");
+    }
+    let last = results[6].as_ref().unwrap();
     assert_eq!(last[0].value, Value::String("fine".into()));
     server.shutdown(Duration::ZERO).await;
 }
