@@ -155,6 +155,27 @@ fn the_http_view_lists_reads_writes_executes_and_observes_a_registered_device() 
         device.answer(Code::NOT_FOUND, None, b"", None);
         assert_eq!(refused.join().unwrap().0, 404);
 
+        let discover = s.spawn(move || http(web, "GET", "/clients/cli-dev/3/0?format=link", ""));
+        let req = device.answer(Code::CONTENT, Some(40), b"</3/0/0>,</3/0/13>;obs", None);
+        assert_eq!(req.options.accept(), Some(40));
+        let (status, links) = discover.join().unwrap();
+        assert_eq!(status, 200);
+        assert!(links.contains("</3/0/13>;obs"), "{links}");
+
+        let body = r#"[{"path": "/3303/0/5700", "value": 21.5}]"#;
+        let create = s.spawn(move || http(web, "POST", "/clients/cli-dev/3303", body));
+        let req = device.answer(Code::CREATED, None, b"", None);
+        assert_eq!(
+            (
+                req.code,
+                req.options.uri_path_string().as_str(),
+                req.options.content_format()
+            ),
+            (Code::POST, "/3303", Some(110))
+        );
+        assert!(String::from_utf8_lossy(&req.payload).contains("21.5"));
+        assert_eq!(create.join().unwrap().0, 201);
+
         // Observe as Server-Sent Events: the first answer, then one notification.
         let events = s.spawn(move || {
             let mut stream = TcpStream::connect(web).unwrap();

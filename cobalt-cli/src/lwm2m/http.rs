@@ -7,7 +7,9 @@
 //! | `GET /clients/{ep}/{path}?format=json\|cbor\|tlv\|text` | Read (default json) |
 //! | `GET /clients/{ep}/{path}/observe?format=..` | Observe, as Server-Sent Events |
 //! | `PUT /clients/{ep}/{path}?format=..&mode=replace\|update` | Write the JSON body |
-//! | `POST /clients/{ep}/{path}` | Execute, the body as arguments |
+//! | `GET /clients/{ep}/{path}?format=link` | Discover (link-format) |
+//! | `POST /clients/{ep}/{obj}/{inst}/{res}` | Execute, the body as arguments |
+//! | `POST /clients/{ep}/{obj}?format=..` | Create an instance from the JSON body |
 //! | `DELETE /clients/{ep}/{obj}/{inst}` | Delete an instance |
 //!
 //! A Write's body is a value (`"+02"`, `42`, `true`, typed by the object's model
@@ -131,6 +133,11 @@ async fn read(
     Query(options): Query<Options>,
 ) -> Result<Response, HttpError> {
     let (path, observe) = lwm2m_path(&rest)?;
+    if options.format.as_deref() == Some("link") && !observe {
+        let links = lwm2m.device(&ep).await?.discover(&path).await?;
+        let body = cobalt::proto::link_format::encode(&links);
+        return Ok(([("content-type", "application/link-format")], body).into_response());
+    }
     let format = options.format(Format::SenmlJson)?;
     let device = lwm2m.device(&ep).await?;
     if !observe {
@@ -187,14 +194,25 @@ async fn write(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// POST on a resource executes it (the body as arguments); on an object, creates an
+/// instance from the JSON body (a list of `{"path":"/o/i/r",...}` values).
 async fn execute(
     State(lwm2m): State<Lwm2mServer>,
     Path((ep, rest)): Path<(String, String)>,
-    arguments: String,
+    Query(options): Query<Options>,
+    body: String,
 ) -> Result<Response, HttpError> {
     let (path, _) = lwm2m_path(&rest)?;
     let device = lwm2m.device(&ep).await?;
-    device.execute(&path, Some(arguments.as_str())).await?;
+    if path.depth() == 1 {
+        let json: serde_json::Value = serde_json::from_str(&body)
+            .map_err(|e| bad_request(format!("a Create takes a JSON list of values: {e}")))?;
+        let entries = entries_from_json(&path, &json)?;
+        let format = options.format(Format::SenmlJson)?;
+        device.create(path.object, &entries, format).await?;
+        return Ok(StatusCode::CREATED.into_response());
+    }
+    device.execute(&path, Some(body.as_str())).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
