@@ -1,8 +1,9 @@
 //! Interop with Eclipse Leshan's LwM2M client (leshan-client-cf 2.0.0-M15 from Maven
 //! Central, driven by `tests/peers/leshan`, built by `scripts/install-test-deps.sh`):
 //! it registers at the library service over coap and over coaps (PSK), is read
-//! (SenML-JSON, SenML-CBOR, TLV, text), written to, executed, observed (then the
-//! observation is cancelled), updates its registration, and de-registers.
+//! (SenML-JSON, SenML-CBOR, TLV, text), discovered, written to (text, SenML-JSON,
+//! SenML-CBOR; replace and partial update), executed, observed (then the observation
+//! is cancelled), updates its registration, and de-registers.
 //! Skipped without java or the built peer, a failure under `COBALT_REQUIRE_PEERS=1`.
 
 use cobalt::transport::credentials::PskStore;
@@ -178,7 +179,11 @@ async fn manage_leshan(scheme: Scheme) {
 
     // Write: the UTC offset, as text and as SenML-JSON; read back.
     let offset = LwPath::resource(3, 0, 14);
-    for (format, value) in [(Format::Text, "+05"), (Format::SenmlJson, "-03")] {
+    for (format, value) in [
+        (Format::Text, "+05"),
+        (Format::SenmlJson, "-03"),
+        (Format::SenmlCbor, "+07"),
+    ] {
         let entries = [Entry::new(offset, Value::String(value.into()))];
         device
             .write(&offset, &entries, format, WriteMode::Replace)
@@ -190,6 +195,20 @@ async fn manage_leshan(scheme: Scheme) {
         let back = device.read(&offset, Format::Text).await.unwrap();
         assert_eq!(back[0].value, Value::String(value.into()));
     }
+
+    // Partial update of the instance: only the timezone changes.
+    let zone = LwPath::resource(3, 0, 15);
+    let entries = [Entry::new(zone, Value::String("Asia/Tokyo".into()))];
+    device
+        .write(&instance, &entries, Format::SenmlJson, WriteMode::Update)
+        .await
+        .unwrap();
+    leshan
+        .wait_for("WRITTEN path=/3/0/15 value=Asia/Tokyo")
+        .await;
+    let after = device.read(&instance, Format::SenmlJson).await.unwrap();
+    assert_eq!(string(&after, "/3/0/15").as_deref(), Some("Asia/Tokyo"));
+    assert_eq!(string(&after, "/3/0/14").as_deref(), Some("+07"));
 
     // Execute: reboot.
     device
