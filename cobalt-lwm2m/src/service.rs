@@ -249,3 +249,46 @@ impl Layer for RegistrationLayer {
         "lwm2m-registration"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cobalt_rd::{MemoryStore, Owner, Registration};
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    #[tokio::test]
+    async fn routes_of_registrations_the_directory_no_longer_holds_are_forgotten() {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let ip = "192.0.2.1".parse().unwrap();
+        let held = Registration {
+            id: 3,
+            ep: "held".into(),
+            sector: None,
+            base: "coap://192.0.2.1:5683".into(),
+            lifetime: 600,
+            expires_at: now + 600,
+            attrs: Vec::new(),
+            links: "</3/0>".into(),
+            owner: Owner::Address(ip),
+            peer_key: ip,
+        };
+        let store = Arc::new(MemoryStore::new());
+        store.put(held).await.unwrap();
+        let lwm2m = Lwm2mServer::open(store, RdLimits::default()).await.unwrap();
+        for id in [3, 7] {
+            let route = Route {
+                client: cobalt::Client::new(),
+                peer: "192.0.2.1:5683".parse().unwrap(),
+                scheme: cobalt::Scheme::Coap,
+            };
+            lwm2m.routes.map().insert(id, route);
+        }
+        lwm2m.forget_unregistered().await;
+        let left: Vec<u64> = lwm2m.routes.map().keys().copied().collect();
+        assert_eq!(left, vec![3]);
+        assert!(lwm2m.device("held").await.is_ok());
+    }
+}
