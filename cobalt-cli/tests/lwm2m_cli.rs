@@ -56,10 +56,11 @@ impl Device {
 fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // As `curl -d` sends it: form-encoded, whatever the body is.
     let ct = if body.is_empty() {
         ""
     } else {
-        "Content-Type: application/json\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
     };
     write!(
         s,

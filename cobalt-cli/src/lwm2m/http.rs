@@ -168,10 +168,10 @@ async fn write(
     State(lwm2m): State<Lwm2mServer>,
     Path((ep, rest)): Path<(String, String)>,
     Query(options): Query<Options>,
-    Json(body): Json<serde_json::Value>,
+    body: String,
 ) -> Result<Response, HttpError> {
     let (path, _) = lwm2m_path(&rest)?;
-    let entries = entries_from_json(&path, &body)?;
+    let entries = entries_from_json(&path, &json_body(&body)?)?;
     let single = matches!(entries.as_slice(), [e] if e.path == path);
     let default = match entries.first().map(|e| &e.value) {
         Some(Value::Opaque(_)) if single => Format::Opaque,
@@ -205,9 +205,7 @@ async fn execute(
     let (path, _) = lwm2m_path(&rest)?;
     let device = lwm2m.device(&ep).await?;
     if path.depth() == 1 {
-        let json: serde_json::Value = serde_json::from_str(&body)
-            .map_err(|e| bad_request(format!("a Create takes a JSON list of values: {e}")))?;
-        let entries = entries_from_json(&path, &json)?;
+        let entries = entries_from_json(&path, &json_body(&body)?)?;
         let format = options.format(Format::SenmlJson)?;
         device.create(path.object, &entries, format).await?;
         return Ok(StatusCode::CREATED.into_response());
@@ -225,7 +223,17 @@ async fn delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// The entries a Write's JSON body gives for `path`.
+/// A request body as JSON, whatever its Content-Type says (`curl -d` sends form
+/// encoding).
+fn json_body(body: &str) -> Result<serde_json::Value, HttpError> {
+    serde_json::from_str(body).map_err(|e| {
+        bad_request(format!(
+            "the body is not JSON ({e}): give a value such as \"+02\" or 42, or a list of {{\"path\":..,\"value\":..}}"
+        ))
+    })
+}
+
+/// The entries a Write's (or Create's) JSON body gives for `path`.
 fn entries_from_json(path: &LwPath, body: &serde_json::Value) -> Result<Vec<Entry>, HttpError> {
     let items = match body {
         serde_json::Value::Array(items) => items.as_slice(),
