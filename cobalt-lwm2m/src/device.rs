@@ -3,7 +3,7 @@
 //! Observe with its cancellation, each one CoAP request through the server's own
 //! client for the socket the device registered at.
 
-use crate::codec::{decode, encode, DecodeError, Format};
+use crate::codec::{decode, encode, DecodeError, DecodeLimits, Format};
 use crate::limits::ManagerLimits;
 use crate::path::LwPath;
 use crate::registration::ClientInfo;
@@ -39,6 +39,9 @@ pub enum ManageError {
     /// The device's answer could not be decoded (or the values not encoded).
     #[error("{0}")]
     Decode(#[from] DecodeError),
+    /// The device's Discover answer is not link-format (or has too many links).
+    #[error("the device's Discover answer is not usable link-format: {0}")]
+    BadLinks(String),
     /// The device answered in a content format the manager does not decode.
     #[error("the device answered in content format {0:?}, which the manager does not decode")]
     UnexpectedFormat(Option<u16>),
@@ -140,20 +143,7 @@ impl Device {
             .accept(format.content_format())
             .send()
             .await?;
-        self.decode_answer(path, &r, Code::CONTENT)
-    }
-
-    fn decode_answer(
-        &self,
-        path: &LwPath,
-        r: &Response,
-        ok: Code,
-    ) -> Result<Vec<Entry>, ManageError> {
-        expect(r, ok)?;
-        let cf = r.options.content_format();
-        let format = Format::from_content_format(cf.unwrap_or(content_format::TEXT_PLAIN))
-            .ok_or(ManageError::UnexpectedFormat(cf))?;
-        Ok(decode(format, path, &r.payload, &self.limits.decode)?)
+        decode_answer(path, &r, &self.limits.decode)
     }
 
     /// Discover: `GET path` with Accept link-format; the links (objects, instances,
@@ -166,25 +156,18 @@ impl Device {
             .send()
             .await?;
         expect(&r, Code::CONTENT)?;
-        if r.payload.len() > self.limits.decode.max_payload_bytes {
-            return Err(ManageError::Decode(DecodeError::new(
-                Format::Text,
-                format!(
-                    "a discover answer of {} bytes is more than the {} decoded",
-                    r.payload.len(),
-                    self.limits.decode.max_payload_bytes
-                ),
+        // The answer is bounded by the route's AnswerSizeLimit.
+        let text = std::str::from_utf8(&r.payload)
+            .map_err(|e| ManageError::BadLinks(format!("not UTF-8: {e}")))?;
+        let links = link_format::parse(text).map_err(|e| ManageError::BadLinks(e.to_string()))?;
+        if links.len() > self.limits.decode.max_entries {
+            return Err(ManageError::BadLinks(format!(
+                "{} links, more than the {} decoded",
+                links.len(),
+                self.limits.decode.max_entries
             )));
         }
-        let text = std::str::from_utf8(&r.payload).map_err(|e| {
-            DecodeError::new(Format::Text, format!("discover answer is not UTF-8: {e}"))
-        })?;
-        link_format::parse(text).map_err(|e| {
-            ManageError::Decode(DecodeError::new(
-                Format::Text,
-                format!("malformed link-format: {e}"),
-            ))
-        })
+        Ok(links)
     }
 
     /// Write: the values in `entries` to `path` in `format` (`Replace`: PUT;
@@ -337,6 +320,20 @@ impl Layer for AnswerSizeLimit {
     }
 }
 
+/// The values of a 2.05 answer (or notification) about `path`, in the content format
+/// it names (plain text when it names none).
+fn decode_answer(
+    path: &LwPath,
+    r: &Response,
+    limits: &DecodeLimits,
+) -> Result<Vec<Entry>, ManageError> {
+    expect(r, Code::CONTENT)?;
+    let cf = r.options.content_format();
+    let format = Format::from_content_format(cf.unwrap_or(content_format::TEXT_PLAIN))
+        .ok_or(ManageError::UnexpectedFormat(cf))?;
+    Ok(decode(format, path, &r.payload, limits)?)
+}
+
 /// The error a non-`ok` answer makes.
 fn expect(r: &Response, ok: Code) -> Result<(), ManageError> {
     if r.code == ok {
@@ -373,13 +370,7 @@ impl DeviceObservation {
             Ok(r) => r,
             Err(e) => return Some(Err(e.into())),
         };
-        Some((|| {
-            expect(&r, Code::CONTENT)?;
-            let cf = r.options.content_format();
-            let format = Format::from_content_format(cf.unwrap_or(content_format::TEXT_PLAIN))
-                .ok_or(ManageError::UnexpectedFormat(cf))?;
-            Ok(decode(format, &self.path, &r.payload, &self.limits)?)
-        })())
+        Some(decode_answer(&self.path, &r, &self.limits))
     }
 
     /// Cancels it at the device (GET with Observe=1).
