@@ -143,11 +143,6 @@ impl ResourceDirectory {
         self.shared.directory.lock().await.find(ep, sector).cloned()
     }
 
-    /// A copy of registration `id`, if it holds it.
-    pub async fn registration(&self, id: u64) -> Option<crate::Registration> {
-        self.shared.directory.lock().await.get(id).cloned()
-    }
-
     /// `server` with the directory's resources: `/rd` (registration, `rt=core.rd`),
     /// `/rd/{id}` (update and removal), `/rd-lookup/ep` and `/rd-lookup/res`
     /// (lookups, observable: an observer gets its lookup again after every change),
