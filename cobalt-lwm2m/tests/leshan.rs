@@ -6,6 +6,7 @@
 //! is cancelled), updates its registration, and de-registers.
 //! Skipped without java or the built peer, a failure under `COBALT_REQUIRE_PEERS=1`.
 
+use cobalt::proto::message::{self, opt, Code, Message, MessageType, Token};
 use cobalt::transport::credentials::PskStore;
 use cobalt::{Scheme, ServerHandle};
 use cobalt_lwm2m::{Entry, Format, LwPath, Lwm2mServer, Value, WriteMode};
@@ -14,10 +15,12 @@ use cobalt_test_support::need;
 use cobalt_test_support::peers::{on_path, repo_root};
 use cobalt_test_support::process::ChildGuard;
 use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
 
 const PSK_IDENTITY: &str = "leshan-device";
 const PSK_KEY: &[u8] = b"cobalt-lwm2m-key";
@@ -117,6 +120,55 @@ fn string(entries: &[Entry], path: &str) -> Option<String> {
         })
 }
 
+/// Malformed, oversized and too many registrations from another peer, beside the
+/// Leshan client: each refused with its code, and the client is served as before.
+async fn hostile_registrations(server: SocketAddr) {
+    let socket = UdpSocket::bind("127.0.0.3:0").await.unwrap();
+    let mut codes = Vec::new();
+    let mut bodies: Vec<(String, Vec<u8>)> = vec![
+        ("ep=h&b=Z".into(), b"</1/0>,</3/0>".to_vec()),
+        ("ep=h".into(), b"</1/0>,</3/0>,</not-an-object>".to_vec()),
+        ("ep=h".into(), vec![b'<'; 20_000]),
+    ];
+    let max_per_peer = RdLimits::default().max_per_peer;
+    bodies.extend((0..=max_per_peer).map(|i| (format!("ep=flood-{i}"), b"</3/0>".to_vec())));
+    for (mid, (query, body)) in bodies.into_iter().enumerate() {
+        let mid = mid as u16;
+        let mut m = Message::new(MessageType::Confirmable, Code::POST, mid);
+        m.token = Token::new(&mid.to_be_bytes()).unwrap();
+        m.options.set_uri_path("/rd");
+        m.options.set_uri_query(&query);
+        m.options.set_uint(opt::CONTENT_FORMAT, 40);
+        m.payload = body;
+        socket.send_to(&message::encode(&m), server).await.unwrap();
+        let mut buf = vec![0u8; 2048];
+        let (n, _) = tokio::time::timeout(Duration::from_secs(10), socket.recv_from(&mut buf))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        codes.push(message::decode(&buf[..n]).unwrap().code);
+    }
+    assert_eq!(
+        &codes[..3],
+        &[
+            Code::BAD_REQUEST,
+            Code::BAD_REQUEST,
+            Code::REQUEST_ENTITY_TOO_LARGE
+        ]
+    );
+    assert!(
+        codes[3..3 + max_per_peer]
+            .iter()
+            .all(|c| *c == Code::CREATED),
+        "{codes:?}"
+    );
+    assert_eq!(
+        codes.last(),
+        Some(&Code::SERVICE_UNAVAILABLE),
+        "the peer's budget"
+    );
+}
+
 /// Everything the manager does with one Leshan client, over `scheme`.
 async fn manage_leshan(scheme: Scheme) {
     let classpath = need!(
@@ -140,6 +192,7 @@ async fn manage_leshan(scheme: Scheme) {
     assert!(info.has_object(1) && info.has_object(3), "{info:?}");
     assert!(info.formats.contains(&110), "{info:?}");
     let device = lwm2m.device(&endpoint).await.unwrap();
+    hostile_registrations(server.local_addr(Scheme::Coap).unwrap()).await;
 
     // Read: the Device instance in three formats, one resource as text.
     let instance: LwPath = "/3/0".parse().unwrap();
@@ -164,11 +217,11 @@ async fn manage_leshan(scheme: Scheme) {
             "{format}: {time:?}"
         );
     }
-    let model = device
-        .read(&"/3/0/1".parse().unwrap(), Format::Text)
+    let name = device
+        .read(&"/3/0/0".parse().unwrap(), Format::Text)
         .await
         .unwrap();
-    assert_eq!(model[0].value, Value::String("leshan-peer".into()));
+    assert_eq!(name[0].value, Value::String("Cobalt Test Devices".into()));
     let lifetime = device
         .read(&"/1/0/1".parse().unwrap(), Format::Text)
         .await
