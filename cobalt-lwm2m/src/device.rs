@@ -118,21 +118,36 @@ impl Device {
             .timeout(self.limits.request_timeout)
     }
 
-    /// Refuses the operation over a stream transport, where the server's client
-    /// would open a new connection instead of using the device's.
-    fn check_transport(&self) -> Result<(), ManageError> {
-        match self.route.scheme {
-            Scheme::Coap | Scheme::Coaps => Ok(()),
-            other => Err(ManageError::Unreachable(format!(
-                "{} registered over {other}; the manager reaches devices over coap and coaps only",
-                self.info.endpoint
+    /// Whether a request can go now: not over a stream transport (the server's
+    /// client would open a new connection instead of using the device's), and, for
+    /// a client in queue mode that has not been heard from within `queue_awake`,
+    /// once it sends its next update (waiting up to `request_timeout`).
+    async fn ready(&self) -> Result<(), ManageError> {
+        if !matches!(self.route.scheme, Scheme::Coap | Scheme::Coaps) {
+            return Err(ManageError::Unreachable(format!(
+                "{} registered over {}; the manager reaches devices over coap and coaps only",
+                self.info.endpoint, self.route.scheme
+            )));
+        }
+        if !self.info.queue_mode {
+            return Ok(());
+        }
+        let mut heard = self.route.heard.subscribe();
+        if heard.borrow_and_update().elapsed() < self.limits.queue_awake {
+            return Ok(());
+        }
+        match tokio::time::timeout(self.limits.request_timeout, heard.changed()).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(ManageError::Unreachable(format!(
+                "{} is in queue mode and asleep: it sent no update within {:?}; try again after its next update",
+                self.info.endpoint, self.limits.request_timeout
             ))),
         }
     }
 
     /// Read: `GET path` asking for `format`; the values it answered.
     pub async fn read(&self, path: &LwPath, format: Format) -> Result<Vec<Entry>, ManageError> {
-        self.check_transport()?;
+        self.ready().await?;
         if format.is_single_value() && !path.is_resource() {
             return Err(ManageError::BadPath(format!(
                 "{format} carries one resource, but {path} is not a resource: read it as json, cbor or tlv"
@@ -149,7 +164,7 @@ impl Device {
     /// Discover: `GET path` with Accept link-format; the links (objects, instances,
     /// resources and their attributes) it answered.
     pub async fn discover(&self, path: &LwPath) -> Result<Vec<Link>, ManageError> {
-        self.check_transport()?;
+        self.ready().await?;
         let r = self
             .request(Code::GET, path)
             .accept(content_format::LINK_FORMAT)
@@ -179,7 +194,7 @@ impl Device {
         format: Format,
         mode: WriteMode,
     ) -> Result<(), ManageError> {
-        self.check_transport()?;
+        self.ready().await?;
         if path.depth() < 2 {
             return Err(ManageError::BadPath(format!(
                 "Write goes to an object instance or a resource, not {path}"
@@ -207,7 +222,7 @@ impl Device {
     /// Execute: `POST` on an executable resource, with optional arguments
     /// (`0='a',1` as LwM2M 1.1 §5.4.3 writes them, sent as text).
     pub async fn execute(&self, path: &LwPath, arguments: Option<&str>) -> Result<(), ManageError> {
-        self.check_transport()?;
+        self.ready().await?;
         if path.depth() != 3 {
             return Err(ManageError::BadPath(format!(
                 "Execute goes to a resource (/object/instance/resource), not {path}"
@@ -231,7 +246,7 @@ impl Device {
         entries: &[Entry],
         format: Format,
     ) -> Result<(), ManageError> {
-        self.check_transport()?;
+        self.ready().await?;
         if let Some(outside) = entries
             .iter()
             .find(|e| e.path.object != object || e.path.depth() < 3)
@@ -252,7 +267,7 @@ impl Device {
 
     /// Delete: an object instance.
     pub async fn delete(&self, path: &LwPath) -> Result<(), ManageError> {
-        self.check_transport()?;
+        self.ready().await?;
         if path.depth() != 2 {
             return Err(ManageError::BadPath(format!(
                 "Delete removes an object instance (/object/instance), not {path}"
@@ -271,7 +286,7 @@ impl Device {
         path: &LwPath,
         format: Format,
     ) -> Result<DeviceObservation, ManageError> {
-        self.check_transport()?;
+        self.ready().await?;
         let permit = self
             .observations
             .clone()

@@ -13,7 +13,8 @@
 //!
 //! [`Device`] manages one registered client: Read, Discover, Write, Execute,
 //! Create, Delete and Observe, through the server's own client for the socket the
-//! device registered at (over `coaps`, inside its DTLS session). Payloads decode
+//! device registered at (over `coaps`, inside its DTLS session); a request to a
+//! client in queue mode that has been asleep waits for its next update. Payloads decode
 //! into one value model ([`Entry`]: an [`LwPath`] and a typed [`Value`]) from
 //! SenML-JSON, SenML-CBOR, TLV, plain text and opaque ([`codec`]), within
 //! [`DecodeLimits`]: a device answering garbage gets an error, not a crash or a

@@ -236,12 +236,14 @@ impl Layer for RegistrationLayer {
         let client = request.extensions().get::<ShardClient>().cloned();
         if let (Some(id), Some(ShardClient(client))) = (id, client) {
             let identity = request.identity();
-            let route = Route {
-                client,
-                peer: identity.addr(),
-                scheme: identity.scheme(),
-            };
-            self.routes.map().insert(id, route);
+            let mut routes = self.routes.map();
+            let mut route = Route::new(client, identity.addr(), identity.scheme());
+            if let Some(known) = routes.get(&id) {
+                // Requests waiting for a client in queue mode wake up now.
+                route.heard = known.heard.clone();
+                route.heard.send_replace(std::time::Instant::now());
+            }
+            routes.insert(id, route);
         }
     }
 
@@ -279,11 +281,8 @@ mod tests {
         store.put(held).await.unwrap();
         let lwm2m = Lwm2mServer::open(store, RdLimits::default()).await.unwrap();
         for id in [3, 7] {
-            let route = Route {
-                client: cobalt::Client::new(),
-                peer: "192.0.2.1:5683".parse().unwrap(),
-                scheme: cobalt::Scheme::Coap,
-            };
+            let peer = "192.0.2.1:5683".parse().unwrap();
+            let route = Route::new(cobalt::Client::new(), peer, cobalt::Scheme::Coap);
             lwm2m.routes.map().insert(id, route);
         }
         lwm2m.forget_unregistered().await;

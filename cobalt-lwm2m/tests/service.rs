@@ -35,6 +35,8 @@ struct FakeDevice {
     socket: UdpSocket,
     server: SocketAddr,
     mid: u16,
+    /// Requests of the server that arrived while it waited for an answer.
+    early: Vec<(Message, SocketAddr)>,
 }
 
 impl FakeDevice {
@@ -47,6 +49,7 @@ impl FakeDevice {
             socket: UdpSocket::bind(bind).await.unwrap(),
             server,
             mid: 100,
+            early: Vec::new(),
         }
     }
 
@@ -68,9 +71,12 @@ impl FakeDevice {
             .await
             .unwrap();
         loop {
-            let (answer, _) = self.receive().await;
+            let (answer, from) = self.receive().await;
             if answer.mid == self.mid && answer.is_response() {
                 return answer;
+            }
+            if answer.is_request() {
+                self.early.push((answer, from));
             }
         }
     }
@@ -87,8 +93,11 @@ impl FakeDevice {
 
     /// Waits for the server's next request and answers it with `code`, `cf` and `body`
     /// (piggybacked); returns the request.
-    async fn answer(&self, code: Code, cf: Option<u16>, body: &[u8]) -> Message {
-        let (req, from) = self.receive().await;
+    async fn answer(&mut self, code: Code, cf: Option<u16>, body: &[u8]) -> Message {
+        let (req, from) = match self.early.pop() {
+            Some(early) => early,
+            None => self.receive().await,
+        };
         assert_eq!(
             from, self.server,
             "requests leave from the server's own socket"
@@ -441,5 +450,49 @@ async fn after_a_restart_a_client_is_listed_and_managed_again_from_its_next_upda
     dev.answer(Code::CONTENT, Some(0), b"back").await;
     let entries = read.await.unwrap().unwrap();
     assert_eq!(entries[0].value, Value::String("back".into()));
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn requests_to_a_client_in_queue_mode_wait_for_its_next_update() {
+    let (lwm2m, server, addr) = start(RdLimits::default()).await;
+    let mut dev = FakeDevice::new(addr).await;
+    let r = dev
+        .request(Code::POST, "/rd", "ep=sleeper&b=UQ", OBJECTS.as_bytes())
+        .await;
+    assert_eq!(r.code, Code::CREATED);
+    let location = r.options.location_path_string().unwrap();
+    // Asleep at once (no awake window): without an update, the request does not go.
+    let asleep = |timeout| ManagerLimits {
+        queue_awake: Duration::ZERO,
+        request_timeout: timeout,
+        ..ManagerLimits::default()
+    };
+    let impatient = lwm2m
+        .clone()
+        .with_limits(asleep(Duration::from_millis(100)));
+    let at = LwPath::resource(3, 0, 0);
+    let e = impatient
+        .device("sleeper")
+        .await
+        .unwrap()
+        .read(&at, Format::Text)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ManageError::Unreachable(m) if m.contains("queue mode")),
+        "{e}"
+    );
+    // The next update wakes a waiting request.
+    let patient = lwm2m.with_limits(asleep(Duration::from_secs(30)));
+    let device = patient.device("sleeper").await.unwrap();
+    let read = tokio::spawn(async move { device.read(&at, Format::Text).await });
+    tokio::task::yield_now().await;
+    let r = dev.request(Code::POST, &location, "", b"").await;
+    assert_eq!(r.code, Code::CHANGED);
+    let req = dev.answer(Code::CONTENT, Some(0), b"awake").await;
+    assert_eq!(req.options.uri_path_string(), "/3/0/0");
+    let entries = read.await.unwrap().unwrap();
+    assert_eq!(entries[0].value, Value::String("awake".into()));
     server.shutdown(Duration::ZERO).await;
 }
