@@ -26,9 +26,13 @@ use cobalt::Code;
 use cobalt_lwm2m::{Entry, Format, Kind, LwPath, Lwm2mServer, ManageError, Value, WriteMode};
 use serde::Deserialize;
 use serde_json::json;
+use tower::limit::ConcurrencyLimitLayer;
 
 /// Largest request body accepted (a Write's values, an Execute's arguments).
 const MAX_BODY: usize = 64 * 1024;
+
+/// Most HTTP requests served at once, observation streams included; more wait.
+const MAX_REQUESTS: usize = 256;
 
 /// Serves the view on `listener` until the task is aborted.
 pub async fn serve(listener: tokio::net::TcpListener, lwm2m: Lwm2mServer) {
@@ -46,6 +50,7 @@ fn router(lwm2m: Lwm2mServer) -> Router {
             get(read).put(write).post(execute).delete(delete),
         )
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(ConcurrencyLimitLayer::new(MAX_REQUESTS))
         .with_state(lwm2m)
 }
 
