@@ -8,6 +8,8 @@
 #   - Californium (californium-core from Maven Central) as a server and client peer:
 #     a JDK and Maven (Debian default-jdk-headless, maven), then tests/peers/californium
 #     compiled once, its jars cached in .cache/maven/ (gitignored)
+#   - Eclipse Leshan's LwM2M client (leshan-client-cf from Maven Central) as a device
+#     for cobalt-lwm2m: tests/peers/leshan compiled the same way
 # Safe to run repeatedly; skips what is already present.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -44,6 +46,14 @@ if [ ! -s "$cf/target/classpath.txt" ] ||
   [ -n "$(find "$cf/pom.xml" "$cf/src" -newer "$cf/target/classpath.txt" -print -quit)" ]; then
   echo "building the Californium peer (Maven Central: californium-core) in $cf" >&2
   (cd "$cf" && mvn -q -B -Dmaven.repo.local="$root/.cache/maven" compile \
+    dependency:build-classpath -Dmdep.outputFile=target/classpath.txt)
+fi
+# The Leshan client peer (cobalt-lwm2m/tests/leshan.rs), built the same way.
+leshan="$root/tests/peers/leshan"
+if [ ! -s "$leshan/target/classpath.txt" ] ||
+  [ -n "$(find "$leshan/pom.xml" "$leshan/src" -newer "$leshan/target/classpath.txt" -print -quit)" ]; then
+  echo "building the Leshan client peer (Maven Central: leshan-client-cf) in $leshan" >&2
+  (cd "$leshan" && mvn -q -B -Dmaven.repo.local="$root/.cache/maven" compile \
     dependency:build-classpath -Dmdep.outputFile=target/classpath.txt)
 fi
 echo "peers ready: $(ls /usr/bin/coap-client-* | head -1), $("$venv/bin/aiocoap-client" --version 2>&1 | head -1), $(java -version 2>&1 | head -1) with $(tr ':' '\n' <"$cf/target/classpath.txt" | sed -n 's|.*/\(californium-core-[^/]*\)\.jar|\1|p')" >&2

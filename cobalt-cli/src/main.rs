@@ -5,6 +5,7 @@ mod bench;
 mod dtls_args;
 mod exit;
 mod flags;
+mod lwm2m;
 mod manual;
 mod rd;
 mod render;
@@ -62,6 +63,9 @@ enum Command {
     /// A resource directory (RFC 9176): `cobalt rd` serves one (registrations stored
     /// under --data-dir); `cobalt rd register|update|remove|lookup` talk to one.
     Rd(rd::RdArgs),
+    /// An LwM2M 1.1 server (registrations stored under --data-dir) with an HTTP/JSON
+    /// view of its clients on --http: read, write, execute, observe.
+    Lwm2m(lwm2m::Lwm2mArgs),
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
     /// Print a shell completion script: `cobalt completions bash > /etc/bash_completion.d/cobalt`
@@ -154,6 +158,7 @@ fn main() {
             Command::Observe(a) => request::observe(a).await,
             Command::Serve(a) => serve::run(a, cli.log_level.as_deref()).await,
             Command::Rd(a) => rd::run(a).await,
+            Command::Lwm2m(a) => lwm2m::run(a).await,
             Command::Bench(_)
             | Command::BenchResponder(_)
             | Command::BenchHttpResponder(_)

@@ -63,6 +63,12 @@ impl Directory {
         self.by_id.get(&id)
     }
 
+    /// The registration of endpoint `ep` in sector `sector`.
+    pub fn find(&self, ep: &str, sector: Option<&str>) -> Option<&Registration> {
+        let key = (ep.to_string(), sector.map(str::to_string));
+        self.by_name.get(&key).and_then(|id| self.by_id.get(id))
+    }
+
     /// Every registration, by id.
     pub fn iter(&self) -> impl Iterator<Item = &Registration> {
         self.by_id.values()
@@ -282,6 +288,8 @@ mod tests {
         assert_eq!(r.base, "coap://192.0.2.1:5683");
         let again = register(&mut d, &["ep=node1", "lt=60"], &a, 2000).unwrap();
         assert_eq!((again.id, again.expires_at, d.len()), (0, 2060, 1));
+        assert_eq!(d.find("node1", None).map(|r| r.lifetime), Some(60));
+        assert!(d.find("node1", Some("x")).is_none());
         let other_sector = register(&mut d, &["ep=node1", "d=x"], &a, 2000).unwrap();
         assert_eq!((other_sector.id, d.len()), (1, 2));
         let e = d

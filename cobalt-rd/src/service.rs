@@ -128,6 +128,21 @@ impl ResourceDirectory {
         self.len().await == 0
     }
 
+    /// A copy of every registration it holds now, by id (for services built on the
+    /// directory, such as an LwM2M server).
+    pub async fn registrations(&self) -> Vec<crate::Registration> {
+        self.shared.directory.lock().await.iter().cloned().collect()
+    }
+
+    /// A copy of the registration of endpoint `ep` in sector `sector`, if it holds one.
+    pub async fn registration_named(
+        &self,
+        ep: &str,
+        sector: Option<&str>,
+    ) -> Option<crate::Registration> {
+        self.shared.directory.lock().await.find(ep, sector).cloned()
+    }
+
     /// `server` with the directory's resources: `/rd` (registration, `rt=core.rd`),
     /// `/rd/{id}` (update and removal), `/rd-lookup/ep` and `/rd-lookup/res`
     /// (lookups, observable: an observer gets its lookup again after every change),

@@ -70,15 +70,16 @@ struct ServeRdArgs {
     max_body: usize,
 }
 
-/// The data directory when --data-dir is not given (see its help).
-fn default_data_dir() -> PathBuf {
+/// The data directory of `service` (`rd`, `lwm2m`) when --data-dir is not given
+/// (see its help).
+pub(crate) fn default_data_dir(service: &str) -> PathBuf {
     let home_data = || std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share"));
     match std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)
         .or_else(home_data)
     {
-        Some(base) => base.join("cobalt").join("rd"),
-        None => PathBuf::from("cobalt-data").join("rd"),
+        Some(base) => base.join("cobalt").join(service),
+        None => PathBuf::from("cobalt-data").join(service),
     }
 }
 
@@ -103,7 +104,10 @@ async fn serve(args: ServeRdArgs) -> Result<(), (i32, String)> {
     let store: Arc<dyn RegistrationStore> = if args.in_memory {
         Arc::new(MemoryStore::new())
     } else {
-        let dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+        let dir = args
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| default_data_dir("rd"));
         let store = RedbStore::open(&dir).map_err(|e| (exit::FAILURE, e.to_string()))?;
         eprintln!(
             "cobalt: registrations are stored in {}",
