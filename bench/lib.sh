@@ -39,18 +39,21 @@ setup_pinning() {
 }
 pin_client() { if [ -n "$client_cpus" ]; then taskset -c "$client_cpus" "$@"; else "$@"; fi; }
 
-# Fails with a clear message when something already listens on the port (udp or tcp).
+# check_port_free PROTO PORT [HOST]: fails with a clear message when something is bound
+# to the port (udp or tcp) on HOST (default 127.0.0.1) or on every address. Sockets on
+# other addresses (e.g. simulated devices on 127.x.y.z) do not collide with it.
 check_port_free() {
-  local proto=$1 port=$2 flag line
+  local proto=$1 port=$2 host=${3:-127.0.0.1} flag line
   if [ "$proto" = udp ]; then flag=-lunp; else flag=-ltnp; fi
   command -v ss >/dev/null || return 0
-  line=$(ss -H "$flag" "sport = :$port" 2>/dev/null | head -1)
+  line=$(ss -H "$flag" "sport = :$port" 2>/dev/null |
+    awk -v h="$host" '{ a = $4; sub(/:[0-9]+$/, "", a); sub(/%.*/, "", a)
+      if (a == h || a == "0.0.0.0" || a == "*" || a == "[::]" || a == "[::ffff:" h "]") { print; exit } }')
   if [ -n "$line" ]; then
     die "$proto port $port on this machine is already in use (a stray server?): $line
   stop it, or pick another port with --port"
   fi
 }
-
 # start_server NAME LOGFILE CMD...: starts CMD pinned to the server CPUs in the
 # background; sets server_pid (the PID that --server-pid measures).
 start_server() {
