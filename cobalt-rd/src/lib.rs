@@ -21,6 +21,8 @@ mod error;
 mod limits;
 mod lookup;
 mod redb_store;
+#[cfg(feature = "redis")]
+mod redis_store;
 mod registration;
 mod service;
 mod store;
@@ -31,6 +33,8 @@ pub use error::{RdError, StoreError};
 pub use limits::RdLimits;
 pub use lookup::{LookupKind, LookupQuery};
 pub use redb_store::{RedbStore, DATABASE_FILE};
+#[cfg(feature = "redis")]
+pub use redis_store::RedisStore;
 pub use registration::{Owner, Registration, RegistrationParams, DEFAULT_LIFETIME};
 pub use service::{Clock, ResourceDirectory, SystemClock};
-pub use store::{MemoryStore, RegistrationStore, StoreFuture};
+pub use store::{MemoryStore, RegistrationStore, StoreChange, StoreFuture, Write, Written};
