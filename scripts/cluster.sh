@@ -26,8 +26,8 @@
 # Environment: CLUSTER_TAG (1-4 of [a-z0-9], default x: names cbcl-TAG-*), CLUSTER_NET
 # (second octet of 10.NET.0.0/16, default 231), COBALT (the cobalt binary; default
 # target/release/cobalt, else target/debug/cobalt). Clients on the host reach the
-# directory at coap://10.NET.1.1/rd from 10.NET.1.2; state and logs are in
-# /tmp/cbcl-TAG/.
+# directory at coap://10.NET.1.1/rd from 10.NET.1.2 and node I's metrics at
+# http://10.NET.2.(10+I):9100/metrics; state and logs are in /tmp/cbcl-TAG/.
 #
 # A script rather than a `cobalt cluster` subcommand: it is root-only plumbing of
 # other engines (iproute2, nftables, Redis) for this machine's tests and benchmarks,
@@ -196,6 +196,8 @@ up() {
   ip link add "$host_if" type veth peer name cf netns "$ns_lb"
   ip addr add "$client_ip/24" dev "$host_if"
   ip link set "$host_if" up
+  # The nodes' metrics endpoints, reachable from the host through the balancer.
+  ip route add "10.$net.2.0/24" via "$vip" dev "$host_if"
   ip netns exec "$ns_lb" ip addr add "$vip/24" dev cf
   ip netns exec "$ns_lb" ip link set cf up
   ip netns exec "$ns_lb" ip link add br0 type bridge
