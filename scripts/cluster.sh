@@ -20,7 +20,9 @@
 # Usage (as root; needs iproute2, nftables, redis-server, curl):
 #   scripts/cluster.sh up [--nodes N]     bring it up (default 3 nodes) and wait until ready
 #   scripts/cluster.sh status             namespaces, processes, health, buckets per node
-#   scripts/cluster.sh kill I             SIGKILL node I (a crash, for failure tests)
+#   scripts/cluster.sh kill I [--vanish]  SIGKILL node I (a crash: its kernel still answers
+#                                         ICMP port unreachable); --vanish also cuts its link
+#                                         (a machine gone: its datagrams vanish)
 #   scripts/cluster.sh start I            start node I again
 #   scripts/cluster.sh down               stop everything and remove it (idempotent)
 # Environment: CLUSTER_TAG (1-4 of [a-z0-9], default x: names cbcl-TAG-*), CLUSTER_NET
@@ -111,6 +113,9 @@ start_node() {
   local i=$1 ip
   ip=$(node_ip "$i")
   find_cobalt
+  # After `kill --vanish`: the link back up, and its default route with it.
+  ip netns exec "$(node_ns "$i")" ip link set eth0 up
+  ip netns exec "$(node_ns "$i")" ip route replace default via "$bridge_ip"
   spawn "$(node_ns "$i")" "node$i" "$COBALT" rd --bind "$ip" --port 5683 \
     --store "redis://$redis_ip:6379" --metrics "$ip:9100" \
     --max-per-peer 100000 --max-registrations 1000000
@@ -269,6 +274,8 @@ status() {
 kill_node() {
   local file=$state/node$1.pid
   [ -f "$file" ] || die "no node $1 is running"
+  case ${2:---crash} in --crash | --vanish) ;; *) die "kill I [--crash|--vanish]" ;; esac
+  if [ "${2:-}" = --vanish ]; then ip netns exec "$(node_ns "$1")" ip link set eth0 down; fi
   kill -9 "$(cat "$file")"
   rm -f "$file"
   echo "$(date +%s.%N) killed $1" >>"$state/agent.events"
@@ -278,7 +285,7 @@ case ${1:-} in
   up) shift; up "$@" ;;
   down) need; down ;;
   status) status ;;
-  kill) [ $# -eq 2 ] || die "usage: kill I"; kill_node "$2" ;;
+  kill) [ $# -ge 2 ] || die "usage: kill I [--vanish]"; kill_node "$2" "${3:-}" ;;
   start) [ $# -eq 2 ] || die "usage: start I"; need; start_node "$2" ;;
   agent) agent ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;

@@ -7,7 +7,9 @@
 //! Needs root, network namespaces, nftables, redis-server and curl: skipped (with
 //! why) elsewhere, failed when COBALT_REQUIRE_NETNS=1 says this machine must run it.
 //! With COBALT_CLUSTER_RESULTS=FILE the failover times are appended to FILE (one JSON
-//! object per run; `bench/cluster.sh` runs it so).
+//! object per run; `bench/cluster.sh` runs it so); COBALT_CLUSTER_FAILURE=vanish cuts
+//! the node's link as it dies (a machine gone, no ICMP port unreachable; the clients
+//! then wait for their retransmission) instead of a process crash.
 
 use cobalt::Client;
 use cobalt_rd::{lookup_at, RdClient};
@@ -195,7 +197,9 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
     let others: Vec<usize> = (1..=NODES).filter(|&n| n != VICTIM).collect();
     let served_before: u64 = others.iter().map(|&n| requests_of(n).unwrap()).sum();
 
-    cluster(&["kill", &VICTIM.to_string()]);
+    let vanish = std::env::var("COBALT_CLUSTER_FAILURE").is_ok_and(|v| v == "vanish");
+    let how = if vanish { "--vanish" } else { "--crash" };
+    cluster(&["kill", &VICTIM.to_string(), how]);
     let killed = Instant::now();
     let took = renew_all(&mut clients).await;
     let all_served = killed.elapsed();
@@ -243,8 +247,9 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
         .max()
         .unwrap();
     let report = format!(
-        "{{\"clients\": {CLIENTS}, \"on_killed_node\": {}, \"all_served_s\": {:.3}, \
+        "{{\"failure\": \"{}\", \"clients\": {CLIENTS}, \"on_killed_node\": {}, \"all_served_s\": {:.3}, \
          \"slowest_moved_client_s\": {:.3}, \"slowest_other_client_s\": {:.3}}}",
+        how.trim_start_matches("--"),
         on_victim.len(),
         all_served.as_secs_f64(),
         slowest_moved.as_secs_f64(),
