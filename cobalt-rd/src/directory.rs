@@ -382,6 +382,24 @@ mod tests {
     }
 
     #[test]
+    fn replacing_everything_rebuilds_the_indexes_and_keeps_counting_ids() {
+        let mut d = Directory::new(RdLimits::default());
+        let a = registrant(1);
+        let kept = register(&mut d, &["ep=kept"], &a, 0).unwrap();
+        register(&mut d, &["ep=gone"], &a, 0).unwrap();
+        let mut elsewhere = kept.clone();
+        elsewhere.id = 7;
+        elsewhere.ep = "made-elsewhere".into();
+        d.replace_all(vec![kept.clone(), elsewhere]);
+        assert_eq!(d.len(), 2);
+        assert!(d.iter().all(|r| r.ep != "gone"));
+        // The name index follows: `gone` is free, `kept` is replaced in place.
+        assert_eq!(register(&mut d, &["ep=kept"], &a, 5).unwrap().id, kept.id);
+        assert_eq!(register(&mut d, &["ep=gone"], &a, 5).unwrap().id, 8);
+        assert_eq!(d.per_peer.get(&a.peer_key), Some(&3));
+    }
+
+    #[test]
     fn expiry_takes_registrations_whose_lifetime_ran_out() {
         let mut d = Directory::new(RdLimits::default());
         let a = registrant(1);
