@@ -1,5 +1,6 @@
 //! Directory nodes sharing one Redis store (a cluster without its balancer): what is
-//! registered through one node is found, renewed and removed through another, two
+//! registered through one node is found, renewed and removed through another (and an
+//! observed lookup on another node notifies it), two
 //! nodes racing for one endpoint name make one registration, and a node started
 //! later continues the stored lifetimes. Needs `redis-server` (skipped without it,
 //! failed under `COBALT_REQUIRE_PEERS=1`).
@@ -197,4 +198,51 @@ async fn a_node_started_later_continues_the_stored_lifetimes() {
     until("node a sees the expiry", || async { a.rd.len().await == 1 }).await;
     a.server.shutdown(Duration::ZERO).await;
     later.server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn an_observer_of_one_node_is_notified_of_registrations_made_through_another() {
+    let Some(redis) = peers::redis::start() else {
+        return;
+    };
+    let (a, b) = (
+        node(&redis, Arc::new(SystemClock)).await,
+        node(&redis, Arc::new(SystemClock)).await,
+    );
+    let observer = Client::new();
+    let mut lookup = observer
+        .observe(&format!("{}/rd-lookup/res?rt=temperature", b.origin))
+        .await
+        .unwrap();
+    assert_eq!(lookup.next().await.unwrap().unwrap().text_payload(), "");
+    let mut device = RdClient::new(Client::new(), &format!("{}/rd", a.origin), "far")
+        .links("</t>;rt=\"temperature\"");
+    device.register().await.unwrap();
+    let notified = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let text = lookup.next().await.unwrap().unwrap().text_payload();
+            if text.contains("/t>") {
+                return text;
+            }
+        }
+    })
+    .await
+    .expect("node b notifies its observer of node a's registration");
+    assert!(notified.contains("rt=\"temperature\""), "{notified}");
+    device.remove().await.unwrap();
+    let emptied = tokio::time::timeout(Duration::from_secs(10), async {
+        while !lookup
+            .next()
+            .await
+            .unwrap()
+            .unwrap()
+            .text_payload()
+            .is_empty()
+        {}
+    })
+    .await;
+    assert!(emptied.is_ok(), "node b notifies the removal too");
+    lookup.cancel().await.unwrap();
+    a.server.shutdown(Duration::ZERO).await;
+    b.server.shutdown(Duration::ZERO).await;
 }
