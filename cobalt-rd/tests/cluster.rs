@@ -1,9 +1,8 @@
 //! Directory nodes sharing one Redis store (a cluster without its balancer): what is
-//! registered through one node is found, renewed and removed through another (and an
-//! observed lookup on another node notifies it), two
-//! nodes racing for one endpoint name make one registration, and a node started
-//! later continues the stored lifetimes. Needs `redis-server` (skipped without it,
-//! failed under `COBALT_REQUIRE_PEERS=1`).
+//! registered through one node is found, renewed and removed through another, and an
+//! observed lookup on another node notifies it; two nodes racing for one endpoint name
+//! make one registration; a node started later continues the stored lifetimes. Needs
+//! `redis-server` (skipped without it, failed under `COBALT_REQUIRE_PEERS=1`).
 #![cfg(feature = "redis")]
 
 use cobalt::{content_format, Client, Code, Scheme, Server, ServerHandle};
