@@ -6,8 +6,7 @@ use crate::directory::{Directory, Registrant};
 use crate::error::{RdError, StoreError};
 use crate::limits::RdLimits;
 use crate::lookup::{lookup, LookupKind, LookupQuery};
-use crate::registration::Registration;
-use crate::registration::{parse_links, Owner, RegistrationParams};
+use crate::registration::{parse_links, Owner, Registration, RegistrationParams};
 use crate::store::{RegistrationStore, StoreChange, Write, Written};
 use cobalt::content_format;
 use cobalt::proto::address::{AddressKey, AddressPrefix};
@@ -51,6 +50,8 @@ const RESYNC_RETRY: Duration = Duration::from_secs(1);
 
 struct Shared {
     directory: Mutex<Directory>,
+    /// The directory's limits (they never change), readable without the lock.
+    limits: RdLimits,
     store: Arc<dyn RegistrationStore>,
     clock: Arc<dyn Clock>,
     prefix: AddressPrefix,
@@ -101,7 +102,7 @@ impl ResourceDirectory {
         clock: Arc<dyn Clock>,
     ) -> Result<ResourceDirectory, StoreError> {
         let max_simple_fetches = limits.max_simple_fetches;
-        let mut directory = Directory::new(limits);
+        let mut directory = Directory::new(limits.clone());
         for r in store.load().await? {
             directory.apply(r);
         }
@@ -114,6 +115,7 @@ impl ResourceDirectory {
         Ok(ResourceDirectory {
             shared: Arc::new(Shared {
                 directory: Mutex::new(directory),
+                limits,
                 store,
                 clock,
                 prefix: AddressPrefix::default(),
@@ -257,9 +259,9 @@ impl ResourceDirectory {
     /// `POST /rd?ep=..`: registers (or replaces) and answers 2.01 with its location.
     async fn register(&self, req: &Request) -> Result<Response, RdError> {
         Self::check_content_format(req)?;
-        let limits = self.limits().await;
-        let params = RegistrationParams::parse(req.query(), &limits)?;
-        let links = parse_links(req.payload(), &limits)?;
+        let limits = &self.shared.limits;
+        let params = RegistrationParams::parse(req.query(), limits)?;
+        let links = parse_links(req.payload(), limits)?;
         let who = self.registrant(req);
         let now = self.shared.clock.now();
         let registration = self
@@ -268,19 +270,15 @@ impl ResourceDirectory {
         Ok(Response::created(&registration.path()))
     }
 
-    async fn limits(&self) -> RdLimits {
-        self.shared.directory.lock().await.limits().clone()
-    }
-
     /// `POST /rd/<id>`: renews, and changes base, attributes or links; 2.04.
     async fn update(&self, id: u64, req: &Request) -> Result<Response, RdError> {
         Self::check_content_format(req)?;
-        let limits = self.limits().await;
-        let params = RegistrationParams::parse(req.query(), &limits)?;
+        let limits = &self.shared.limits;
+        let params = RegistrationParams::parse(req.query(), limits)?;
         let links = if req.payload().is_empty() {
             None
         } else {
-            Some(parse_links(req.payload(), &limits)?)
+            Some(parse_links(req.payload(), limits)?)
         };
         let owner = self.registrant(req).owner;
         let now = self.shared.clock.now();
@@ -385,8 +383,8 @@ impl ResourceDirectory {
                 size1: None,
             });
         }
+        let query = LookupQuery::parse(req.query(), self.shared.limits.max_lookup_count)?;
         let dir = self.shared.directory.lock().await;
-        let query = LookupQuery::parse(req.query(), dir.limits().max_lookup_count)?;
         let body = lookup(&dir, kind, &query, self.shared.clock.now());
         Ok(Response::content(body).with_content_format(content_format::LINK_FORMAT))
     }
@@ -394,7 +392,7 @@ impl ResourceDirectory {
     /// `POST /.well-known/rd?ep=..`: answers 2.04 at once, then fetches the sender's
     /// `/.well-known/core` and registers what it lists with the sender as base.
     async fn simple_register(&self, req: Request) -> Result<Response, RdError> {
-        let limits = self.shared.directory.lock().await.limits().clone();
+        let limits = self.shared.limits.clone();
         let params = RegistrationParams::parse(req.query(), &limits)?;
         if params.base.is_some() {
             return Err(RdError::bad_request(
