@@ -5,8 +5,10 @@
 //! endpoints and resources by attribute (`/rd-lookup/ep`, `/rd-lookup/res`, both
 //! observable). The
 //! service is [`ResourceDirectory`]; registrations survive restarts in a
-//! [`RegistrationStore`] ([`RedbStore`] by default); [`RdClient`] is the endpoint's
-//! side, which registers and keeps its registration alive.
+//! [`RegistrationStore`] ([`RedbStore`] by default; `RedisStore`, feature `redis`, is
+//! one that several directory nodes share, so that any node answers for every
+//! registration); [`RdClient`] is the endpoint's side, which registers and keeps its
+//! registration alive.
 //!
 //! Every bound is in [`RdLimits`] and is answered with the RFC's code: 4.13 for a body
 //! or link count too large, 4.00 for malformed link-format or attributes (saying
