@@ -73,10 +73,11 @@ find_cobalt() {
   fi
 }
 
-need() {
+need() { # the tools to check (default: all that `up` uses)
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces, nftables)"
-  local tool
-  for tool in ip nft redis-server curl; do
+  local tool tools=("$@")
+  [ $# -gt 0 ] || tools=(ip nft redis-server curl)
+  for tool in "${tools[@]}"; do
     command -v "$tool" >/dev/null || die "$tool not found: run scripts/install-test-deps.sh"
   done
 }
@@ -283,7 +284,7 @@ kill_node() {
 
 case ${1:-} in
   up) shift; up "$@" ;;
-  down) need; down ;;
+  down) need ip; down ;;
   status) status ;;
   kill) [ $# -ge 2 ] || die "usage: kill I [--vanish]"; kill_node "$2" "${3:-}" ;;
   start) [ $# -eq 2 ] || die "usage: start I"; need; start_node "$2" ;;
