@@ -5,6 +5,8 @@
 #   - aiocoap (PyPI) with its WebSocket extra (websockets) in a virtual environment at
 #     .venv-peers/ (libcoap 4.3.1 as packaged by Debian has no WebSocket support, so
 #     aiocoap is the only coap+ws peer)
+#   - redis-server (Debian, 7.0) for the resource directory's shared store, and nftables
+#     and curl (health probes) for the cluster in network namespaces (scripts/cluster.sh)
 #   - Californium (californium-core from Maven Central) as a server and client peer:
 #     a JDK and Maven (Debian default-jdk-headless, maven), then tests/peers/californium
 #     compiled once, its jars cached in .cache/maven/ (gitignored)
@@ -27,6 +29,9 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 ls /usr/bin/coap-client-* >/dev/null 2>&1 || missing+=(libcoap3-bin)
 command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "installing ${missing[*]} (Debian)" >&2
   $sudo_cmd apt-get update -qq

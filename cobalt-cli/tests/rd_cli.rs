@@ -73,3 +73,52 @@ fn register_look_up_update_and_remove_across_a_restart() {
     assert_eq!(code, 4);
     assert!(err.contains("4.00"), "{err}");
 }
+
+/// `cobalt rd --store redis://…` on a shared `redis-server` (skipped without one,
+/// failed under COBALT_REQUIRE_PEERS=1): two nodes, a registration made through one
+/// found through the other, each node with its metrics endpoint.
+#[test]
+fn two_nodes_on_one_redis_store_answer_for_each_others_registrations() {
+    use cobalt_test_support::peers;
+    let Some(redis) = peers::redis::start() else {
+        return;
+    };
+    let url = peers::redis::url(&redis);
+    let node = || {
+        let mut rd = cobalt();
+        rd.args(["rd", "--bind", "127.0.0.1", "--port", "0", "--store", &url])
+            .args(["--metrics", "127.0.0.1:0"]);
+        let (server, found) = serve_printing(
+            rd,
+            &["cobalt: resource directory on ", "cobalt: metrics on "],
+        );
+        (
+            server,
+            found[0].trim_end_matches("/rd").to_string(),
+            found[1].clone(),
+        )
+    };
+    let (_a, a, a_metrics) = node();
+    let (_b, b, _) = node();
+    let (code, location, err) = run(&["rd", "register", &a, "--ep", "shared", "--lt", "600"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(location.trim(), format!("{a}/rd/0"));
+    // The change feed is asynchronous: give node b a moment, then insist.
+    let mut found = String::new();
+    for _ in 0..100 {
+        found = run(&["rd", "lookup", "ep", &b, "ep=shared"]).1;
+        if !found.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        found.starts_with("</rd/0>;ep=shared;base=coap://127.0.0.1:"),
+        "{found}"
+    );
+    // Node a answered the registration: RD discovery and the POST, nothing else.
+    let a_metrics = a_metrics
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics");
+    assert_eq!(binary::metric(a_metrics, "cobalt_requests_total"), 2.0);
+}

@@ -105,19 +105,10 @@ impl Directory {
             Some(old) => old.id,
             None => {
                 if self.by_id.len() >= self.limits.max_total {
-                    return Err(RdError::unavailable(
-                        format!("the directory is full ({} registrations); retry later", self.limits.max_total),
-                        self.limits.retry_after_secs,
-                    ));
+                    return Err(self.full());
                 }
                 if self.per_peer.get(&who.peer_key).copied().unwrap_or(0) >= self.limits.max_per_peer {
-                    return Err(RdError::unavailable(
-                        format!(
-                            "{} holds {} registrations, the most one address may; remove one or retry later",
-                            who.peer_key, self.limits.max_per_peer
-                        ),
-                        self.limits.retry_after_secs,
-                    ));
+                    return Err(self.peer_full(who.peer_key));
                 }
                 self.next_id
             }
@@ -135,6 +126,28 @@ impl Directory {
             owner: who.owner.clone(),
             peer_key: who.peer_key,
         })
+    }
+
+    /// The 5.03 for a directory that holds its most registrations.
+    pub(crate) fn full(&self) -> RdError {
+        RdError::unavailable(
+            format!(
+                "the directory is full ({} registrations); retry later",
+                self.limits.max_total
+            ),
+            self.limits.retry_after_secs,
+        )
+    }
+
+    /// The 5.03 for a peer address budget that holds its most registrations.
+    pub(crate) fn peer_full(&self, peer_key: IpAddr) -> RdError {
+        RdError::unavailable(
+            format!(
+                "{peer_key} holds {} registrations, the most one address may; remove one or retry later",
+                self.limits.max_per_peer
+            ),
+            self.limits.retry_after_secs,
+        )
     }
 
     /// The registration a `POST /rd/<id>` makes of registration `id`: the new
@@ -218,6 +231,17 @@ impl Directory {
         let links = link_format::parse(&registration.links).unwrap_or_default();
         self.links.insert(registration.id, links);
         self.by_id.insert(registration.id, registration);
+    }
+
+    /// Holds exactly `registrations` from now on (what a shared store holds after
+    /// changes were missed); ids keep counting from where they were.
+    pub fn replace_all(&mut self, registrations: Vec<Registration>) {
+        let next_id = self.next_id;
+        *self = Directory::new(self.limits.clone());
+        self.next_id = next_id;
+        for r in registrations {
+            self.apply(r);
+        }
     }
 
     /// Takes registration `id` out; returns it if it was there.
@@ -363,6 +387,24 @@ mod tests {
         assert!(e.message.contains("full"), "{}", e.message);
         d.remove(0);
         register(&mut d, &["ep=c1"], &registrant(3), 0).unwrap();
+    }
+
+    #[test]
+    fn replacing_everything_rebuilds_the_indexes_and_keeps_counting_ids() {
+        let mut d = Directory::new(RdLimits::default());
+        let a = registrant(1);
+        let kept = register(&mut d, &["ep=kept"], &a, 0).unwrap();
+        register(&mut d, &["ep=gone"], &a, 0).unwrap();
+        let mut elsewhere = kept.clone();
+        elsewhere.id = 7;
+        elsewhere.ep = "made-elsewhere".into();
+        d.replace_all(vec![kept.clone(), elsewhere]);
+        assert_eq!(d.len(), 2);
+        assert!(d.iter().all(|r| r.ep != "gone"));
+        // The name index follows: `gone` is free, `kept` is replaced in place.
+        assert_eq!(register(&mut d, &["ep=kept"], &a, 5).unwrap().id, kept.id);
+        assert_eq!(register(&mut d, &["ep=gone"], &a, 5).unwrap().id, 8);
+        assert_eq!(d.per_peer.get(&a.peer_key), Some(&3));
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! endpoints and resources by attribute (`/rd-lookup/ep`, `/rd-lookup/res`, both
 //! observable). The
 //! service is [`ResourceDirectory`]; registrations survive restarts in a
-//! [`RegistrationStore`] ([`RedbStore`] by default); [`RdClient`] is the endpoint's
-//! side, which registers and keeps its registration alive.
+//! [`RegistrationStore`] ([`RedbStore`] by default; `RedisStore`, feature `redis`, is
+//! one that several directory nodes share, so that any node answers for every
+//! registration); [`RdClient`] is the endpoint's side, which registers and keeps its
+//! registration alive.
 //!
 //! Every bound is in [`RdLimits`] and is answered with the RFC's code: 4.13 for a body
 //! or link count too large, 4.00 for malformed link-format or attributes (saying
@@ -21,6 +23,8 @@ mod error;
 mod limits;
 mod lookup;
 mod redb_store;
+#[cfg(feature = "redis")]
+mod redis_store;
 mod registration;
 mod service;
 mod store;
@@ -31,6 +35,8 @@ pub use error::{RdError, StoreError};
 pub use limits::RdLimits;
 pub use lookup::{LookupKind, LookupQuery};
 pub use redb_store::{RedbStore, DATABASE_FILE};
+#[cfg(feature = "redis")]
+pub use redis_store::RedisStore;
 pub use registration::{Owner, Registration, RegistrationParams, DEFAULT_LIFETIME};
 pub use service::{Clock, ResourceDirectory, SystemClock};
-pub use store::{MemoryStore, RegistrationStore, StoreFuture};
+pub use store::{MemoryStore, RegistrationStore, StoreChange, StoreFuture, Write, Written};

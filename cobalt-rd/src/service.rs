@@ -6,8 +6,8 @@ use crate::directory::{Directory, Registrant};
 use crate::error::{RdError, StoreError};
 use crate::limits::RdLimits;
 use crate::lookup::{lookup, LookupKind, LookupQuery};
-use crate::registration::{parse_links, Owner, RegistrationParams};
-use crate::store::RegistrationStore;
+use crate::registration::{parse_links, Owner, Registration, RegistrationParams};
+use crate::store::{RegistrationStore, StoreChange, Write, Written};
 use cobalt::content_format;
 use cobalt::proto::address::{AddressKey, AddressPrefix};
 use cobalt::server::extract::Path;
@@ -40,8 +40,18 @@ impl Clock for SystemClock {
 /// due, so that a clock that jumps is followed.
 const EXPIRY_TICK: Duration = Duration::from_secs(60);
 
+/// How often a write is made again from a refreshed view when a shared store says
+/// that the view was stale (another node changed the same registration meanwhile).
+const STALE_RETRIES: usize = 3;
+
+/// How long the sync task waits before loading a shared store again after a load
+/// failed.
+const RESYNC_RETRY: Duration = Duration::from_secs(1);
+
 struct Shared {
     directory: Mutex<Directory>,
+    /// The directory's limits (they never change), readable without the lock.
+    limits: RdLimits,
     store: Arc<dyn RegistrationStore>,
     clock: Arc<dyn Clock>,
     prefix: AddressPrefix,
@@ -92,20 +102,20 @@ impl ResourceDirectory {
         clock: Arc<dyn Clock>,
     ) -> Result<ResourceDirectory, StoreError> {
         let max_simple_fetches = limits.max_simple_fetches;
-        let mut directory = Directory::new(limits);
+        let mut directory = Directory::new(limits.clone());
         for r in store.load().await? {
             directory.apply(r);
         }
         let expired = directory.expired(clock.now());
-        for id in &expired {
-            directory.remove(*id);
-        }
         if !expired.is_empty() {
-            store.remove(expired).await?;
+            for id in store.remove_expired(expired, clock.now()).await? {
+                directory.remove(id);
+            }
         }
         Ok(ResourceDirectory {
             shared: Arc::new(Shared {
                 directory: Mutex::new(directory),
+                limits,
                 store,
                 clock,
                 prefix: AddressPrefix::default(),
@@ -264,33 +274,31 @@ impl ResourceDirectory {
     /// `POST /rd?ep=..`: registers (or replaces) and answers 2.01 with its location.
     async fn register(&self, req: &Request) -> Result<Response, RdError> {
         Self::check_content_format(req)?;
-        let mut dir = self.shared.directory.lock().await;
-        let params = RegistrationParams::parse(req.query(), dir.limits())?;
-        let links = parse_links(req.payload(), dir.limits())?;
-        let registration = dir.register(
-            params,
-            links,
-            &self.registrant(req),
-            self.shared.clock.now(),
-        )?;
-        let location = registration.path();
-        self.store_and_apply(&mut dir, registration).await?;
-        Ok(Response::created(&location))
+        let limits = &self.shared.limits;
+        let params = RegistrationParams::parse(req.query(), limits)?;
+        let links = parse_links(req.payload(), limits)?;
+        let who = self.registrant(req);
+        let now = self.shared.clock.now();
+        let registration = self
+            .write(|dir| dir.register(params.clone(), links.clone(), &who, now))
+            .await?;
+        Ok(Response::created(&registration.path()))
     }
 
     /// `POST /rd/<id>`: renews, and changes base, attributes or links; 2.04.
     async fn update(&self, id: u64, req: &Request) -> Result<Response, RdError> {
         Self::check_content_format(req)?;
-        let mut dir = self.shared.directory.lock().await;
-        let params = RegistrationParams::parse(req.query(), dir.limits())?;
+        let limits = &self.shared.limits;
+        let params = RegistrationParams::parse(req.query(), limits)?;
         let links = if req.payload().is_empty() {
             None
         } else {
-            Some(parse_links(req.payload(), dir.limits())?)
+            Some(parse_links(req.payload(), limits)?)
         };
         let owner = self.registrant(req).owner;
-        let registration = dir.update(id, params, links, &owner, self.shared.clock.now())?;
-        self.store_and_apply(&mut dir, registration).await?;
+        let now = self.shared.clock.now();
+        self.write(|dir| dir.update(id, params.clone(), links.clone(), &owner, now))
+            .await?;
         Ok(Response::new(Code::CHANGED))
     }
 
@@ -308,16 +316,58 @@ impl ResourceDirectory {
         Ok(Response::new(Code::DELETED))
     }
 
-    async fn store_and_apply(
+    /// Makes a registration from the directory's view with `make`, stores it and
+    /// applies it. A shared store may answer that the view was stale (another node
+    /// registered the same (ep, d), or changed or removed this registration,
+    /// meanwhile): the view is refreshed with what the store holds and `make` runs
+    /// again, so that the rules are checked against the store's state.
+    async fn write(
         &self,
-        dir: &mut Directory,
-        registration: crate::Registration,
-    ) -> Result<(), RdError> {
-        self.shared
-            .store
-            .put(registration.clone())
-            .await
-            .map_err(store_failed)?;
+        make: impl Fn(&Directory) -> Result<Registration, RdError>,
+    ) -> Result<Registration, RdError> {
+        let store = &self.shared.store;
+        let mut dir = self.shared.directory.lock().await;
+        for _ in 0..STALE_RETRIES {
+            let mut registration = make(&dir)?;
+            let write = if dir.get(registration.id).is_some() {
+                Write::Replace
+            } else {
+                if let Some(id) = store.allocate_id().await.map_err(store_failed)? {
+                    registration.id = id;
+                }
+                Write::New {
+                    max_per_peer: dir.limits().max_per_peer,
+                    max_total: dir.limits().max_total,
+                }
+            };
+            let written = store
+                .put_checked(registration.clone(), write)
+                .await
+                .map_err(store_failed)?;
+            match written {
+                Written::Stored => {
+                    self.apply(&mut dir, registration.clone());
+                    return Ok(registration);
+                }
+                Written::Stale(Some(current)) => self.apply(&mut dir, current),
+                Written::Stale(None) => {
+                    if dir.remove(registration.id).is_some() {
+                        self.lookups_changed();
+                    }
+                }
+                Written::PeerFull => return Err(dir.peer_full(registration.peer_key)),
+                Written::Full => return Err(dir.full()),
+            }
+        }
+        Err(RdError::unavailable(
+            "the registration kept changing on other nodes while this one wrote it; retry".into(),
+            1,
+        ))
+    }
+
+    /// Puts `registration` into the directory (stored already), waking the expiry
+    /// timer if it expires first and the lookups' observers.
+    fn apply(&self, dir: &mut Directory, registration: Registration) {
         let sooner = dir
             .next_expiry()
             .is_none_or(|next| registration.expires_at < next);
@@ -326,7 +376,6 @@ impl ResourceDirectory {
             self.shared.changed.notify_one();
         }
         self.lookups_changed();
-        Ok(())
     }
 
     /// Tells the observers of both lookups that the registrations changed (each
@@ -349,8 +398,8 @@ impl ResourceDirectory {
                 size1: None,
             });
         }
+        let query = LookupQuery::parse(req.query(), self.shared.limits.max_lookup_count)?;
         let dir = self.shared.directory.lock().await;
-        let query = LookupQuery::parse(req.query(), dir.limits().max_lookup_count)?;
         let body = lookup(&dir, kind, &query, self.shared.clock.now());
         Ok(Response::content(body).with_content_format(content_format::LINK_FORMAT))
     }
@@ -358,7 +407,7 @@ impl ResourceDirectory {
     /// `POST /.well-known/rd?ep=..`: answers 2.04 at once, then fetches the sender's
     /// `/.well-known/core` and registers what it lists with the sender as base.
     async fn simple_register(&self, req: Request) -> Result<Response, RdError> {
-        let limits = self.shared.directory.lock().await.limits().clone();
+        let limits = self.shared.limits.clone();
         let params = RegistrationParams::parse(req.query(), &limits)?;
         if params.base.is_some() {
             return Err(RdError::bad_request(
@@ -412,24 +461,73 @@ impl ResourceDirectory {
         links: String,
         who: &Registrant,
     ) -> Result<(), RdError> {
-        let mut dir = self.shared.directory.lock().await;
-        let registration = dir.register(params, links, who, self.shared.clock.now())?;
-        self.store_and_apply(&mut dir, registration).await
+        let now = self.shared.clock.now();
+        self.write(|dir| dir.register(params.clone(), links.clone(), who, now))
+            .await
+            .map(|_| ())
     }
 
     /// Removes the registrations whose lifetime has run out, now; returns how many.
+    /// With a shared store, one renewed on another node meanwhile stays (its new
+    /// expiry arrives through [`ResourceDirectory::spawn_sync`]).
     pub async fn expire_now(&self) -> Result<usize, StoreError> {
         let mut dir = self.shared.directory.lock().await;
-        let expired = dir.expired(self.shared.clock.now());
+        let now = self.shared.clock.now();
+        let expired = dir.expired(now);
         if expired.is_empty() {
             return Ok(0);
         }
-        self.shared.store.remove(expired.clone()).await?;
-        for id in &expired {
+        let removed = self.shared.store.remove_expired(expired, now).await?;
+        for id in &removed {
             dir.remove(*id);
         }
-        self.lookups_changed();
-        Ok(expired.len())
+        if !removed.is_empty() {
+            self.lookups_changed();
+        }
+        Ok(removed.len())
+    }
+
+    /// Starts following a shared store's changes on the current tokio runtime, so
+    /// that this directory answers with the registrations made through every node
+    /// (`None` for a store that only this directory writes). Abort the handle to
+    /// stop it.
+    pub fn spawn_sync(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let mut changes = self.shared.store.subscribe()?;
+        let rd = self.clone();
+        Some(tokio::spawn(async move {
+            while let Some(change) = changes.recv().await {
+                rd.follow(change).await;
+            }
+        }))
+    }
+
+    /// Applies one change made to the shared store.
+    async fn follow(&self, change: StoreChange) {
+        match change {
+            StoreChange::Stored(r) => {
+                let mut dir = self.shared.directory.lock().await;
+                self.apply(&mut dir, r);
+            }
+            StoreChange::Removed(id) => {
+                if self.shared.directory.lock().await.remove(id).is_some() {
+                    self.lookups_changed();
+                }
+            }
+            StoreChange::Resync => loop {
+                match self.shared.store.load().await {
+                    Ok(all) => {
+                        self.shared.directory.lock().await.replace_all(all);
+                        self.shared.changed.notify_one();
+                        self.lookups_changed();
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!("loading the shared store again: {e}; retrying");
+                        tokio::time::sleep(RESYNC_RETRY).await;
+                    }
+                }
+            },
+        }
     }
 
     /// Starts the expiry timer on the current tokio runtime: it sleeps until the
@@ -438,19 +536,26 @@ impl ResourceDirectory {
     pub fn spawn_expiry(&self) -> tokio::task::JoinHandle<()> {
         let rd = self.clone();
         tokio::spawn(async move {
+            // At least a second between runs that removed nothing: what a shared
+            // store kept (renewed elsewhere) stays due here until its update arrives.
+            let mut least = Duration::ZERO;
             loop {
                 let next = rd.shared.directory.lock().await.next_expiry();
                 let now = rd.shared.clock.now();
                 let wait = next.map_or(EXPIRY_TICK, |at| {
-                    Duration::from_secs(at.saturating_sub(now)).min(EXPIRY_TICK)
+                    Duration::from_secs(at.saturating_sub(now)).clamp(least, EXPIRY_TICK)
                 });
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = rd.shared.changed.notified() => continue,
                 }
-                if let Err(e) = rd.expire_now().await {
-                    tracing::warn!("expiring registrations: {e}; retrying in a minute");
-                    tokio::time::sleep(EXPIRY_TICK).await;
+                match rd.expire_now().await {
+                    Ok(0) => least = Duration::from_secs(1),
+                    Ok(_) => least = Duration::ZERO,
+                    Err(e) => {
+                        tracing::warn!("expiring registrations: {e}; retrying in a minute");
+                        tokio::time::sleep(EXPIRY_TICK).await;
+                    }
                 }
             }
         })
@@ -544,12 +649,7 @@ mod tests {
             .unwrap();
         let _timer = rd.spawn_expiry();
         tokio::time::sleep(Duration::from_secs(1)).await;
-        {
-            let mut dir = rd.shared.directory.lock().await;
-            rd.store_and_apply(&mut dir, stored(7, 1_011))
-                .await
-                .unwrap();
-        }
+        rd.write(|_| Ok(stored(7, 1_011))).await.unwrap();
         tokio::time::sleep(Duration::from_secs(9)).await;
         assert_eq!(rd.len().await, 1);
         tokio::time::sleep(Duration::from_secs(2)).await;

@@ -5,8 +5,12 @@ mod device;
 
 use crate::exit;
 use clap::{Args, Subcommand};
+use cobalt::metrics::serve_metrics;
 use cobalt::{Scheme, Server};
-use cobalt_rd::{MemoryStore, RdLimits, RedbStore, RegistrationStore, ResourceDirectory};
+use cobalt_rd::{
+    MemoryStore, RdLimits, RedbStore, RedisStore, RegistrationStore, ResourceDirectory,
+};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,11 +50,29 @@ struct ServeRdArgs {
     /// Where registrations are stored (the file registrations.redb) so that a restart
     /// keeps them. Default: $XDG_DATA_HOME/cobalt/rd, else ~/.local/share/cobalt/rd,
     /// else ./cobalt-data/rd.
-    #[arg(long, value_name = "DIR", conflicts_with = "in_memory")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["in_memory", "store"])]
     data_dir: Option<PathBuf>,
     /// Keep registrations in memory only: a restart forgets them.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "store")]
     in_memory: bool,
+    /// Store registrations in a Redis (or Valkey) server that several `cobalt rd`
+    /// nodes share, e.g. redis://10.0.0.5:6379: any node then answers for every
+    /// registration (a cluster behind one address; see deploy/).
+    #[arg(long, value_name = "redis://HOST:PORT")]
+    store: Option<String>,
+    /// The key prefix in the --store server; directories with different prefixes
+    /// on one server are separate directories.
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        default_value = "cobalt:rd",
+        requires = "store"
+    )]
+    store_prefix: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100 (a
+    /// balancer's or Kubernetes' readiness check reads it).
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::flags::host_port)]
+    metrics: Option<SocketAddr>,
     /// Also serve over DTLS (`coaps://`, PSK) with the keys in FILE, one `identity:key`
     /// per line; a registration made over DTLS can then be changed only with the same
     /// PSK identity.
@@ -101,7 +123,22 @@ async fn serve(args: ServeRdArgs) -> Result<(), (i32, String)> {
         max_body_bytes: args.max_body,
         ..RdLimits::default()
     };
-    let store: Arc<dyn RegistrationStore> = if args.in_memory {
+    let store: Arc<dyn RegistrationStore> = if let Some(url) = &args.store {
+        if !url.starts_with("redis://") {
+            return Err((
+                exit::USAGE,
+                format!("--store {url}: give redis://HOST:PORT (the embedded store is --data-dir)"),
+            ));
+        }
+        let store = RedisStore::connect_with_prefix(url, &args.store_prefix)
+            .await
+            .map_err(|e| (exit::FAILURE, e.to_string()))?;
+        eprintln!(
+            "cobalt: registrations are stored in {url} under {}",
+            store.prefix()
+        );
+        Arc::new(store)
+    } else if args.in_memory {
         Arc::new(MemoryStore::new())
     } else {
         let dir = args
@@ -138,6 +175,23 @@ async fn serve(args: ServeRdArgs) -> Result<(), (i32, String)> {
         .await
         .map_err(|e| (exit::FAILURE, e.to_string()))?;
     let _expiry = rd.spawn_expiry();
+    let _sync = rd.spawn_sync();
+    let _exporter = match args.metrics {
+        Some(addr) => {
+            let exporter = serve_metrics(addr, handle.metrics()).await.map_err(|e| {
+                (
+                    exit::FAILURE,
+                    format!("cannot serve metrics on {addr}: {e}"),
+                )
+            })?;
+            eprintln!(
+                "cobalt: metrics on http://{}/metrics",
+                exporter.local_addr()
+            );
+            Some(exporter)
+        }
+        None => None,
+    };
     for (scheme, addr) in handle.listeners() {
         eprintln!(
             "cobalt: resource directory on {scheme}://{addr}/rd ({} registrations)",

@@ -1,10 +1,12 @@
 //! Real CoAP peers: finding their programs (the skip rule: [`require`]), and
 //! starting servers on free ports with a readiness check ([`PeerServer`]). One module
-//! per peer: [`libcoap`], [`aiocoap`], [`californium`].
+//! per peer: [`libcoap`], [`aiocoap`], [`californium`], and [`redis`] (the resource
+//! directory's shared store).
 
 pub mod aiocoap;
 pub mod californium;
 pub mod libcoap;
+pub mod redis;
 
 use crate::ports;
 use crate::process::ChildGuard;
