@@ -71,6 +71,7 @@ fn csm_is_sent_first_and_exchanged() {
     assert_eq!(
         Signal::from_message(&first[0]),
         Ok(Signal::Csm {
+            extended_token_length: Some(TcpConfig::default().max_token_len as u32),
             max_message_size: Some(TcpConfig::default().max_message_size),
             block_wise_transfer: true
         })
@@ -313,6 +314,7 @@ fn slowloris_trickle_is_aborted() {
     let mut bytes = Vec::new();
     encode_tcp(
         &Signal::Csm {
+            extended_token_length: None,
             max_message_size: Some(1152),
             block_wise_transfer: false,
         }
@@ -438,6 +440,7 @@ fn later_csm_updates_settings() {
     let mut bytes = Vec::new();
     encode_tcp(
         &Signal::Csm {
+            extended_token_length: None,
             max_message_size: Some(5000),
             block_wise_transfer: true,
         }
@@ -476,7 +479,7 @@ fn bad_critical_option_gets_4_02_and_overload_gets_5_03() {
         got,
         [
             (tb, Code::BAD_OPTION),
-            (tokens[2], Code::SERVICE_UNAVAILABLE)
+            (tokens[2].clone(), Code::SERVICE_UNAVAILABLE)
         ]
     );
     let n = events(&mut b)
@@ -535,7 +538,7 @@ fn observation_keeps_its_token_until_cancelled() {
     };
     let mut first = TcpMessage::new(Code::CONTENT);
     first.options.set_uint(number::OBSERVE, 1);
-    b.respond(now, st, first).unwrap();
+    b.respond(now, st.clone(), first).unwrap();
     // Further notifications are written directly with the same token.
     let mut n2 = TcpMessage::new(Code::CONTENT);
     n2.token = st;
@@ -561,7 +564,7 @@ fn observed(now: Instant, a: &mut TcpConnection, b: &mut TcpConnection) -> (Toke
     };
     let mut first = TcpMessage::new(Code::CONTENT);
     first.options.set_uint(number::OBSERVE, 1);
-    b.respond(now, st, first).unwrap();
+    b.respond(now, st.clone(), first).unwrap();
     pump(now, a, b);
     assert!(matches!(a.poll_event(), Some(TcpEvent::Response { .. })));
     (token, st)
@@ -586,10 +589,11 @@ fn a_response_without_observe_registers_nothing() {
         panic!()
     };
     // Beyond max_observers the server answers without Observe (RFC 7641 §4.1).
-    b.respond(now, st, TcpMessage::new(Code::CONTENT)).unwrap();
+    b.respond(now, st.clone(), TcpMessage::new(Code::CONTENT))
+        .unwrap();
     assert_eq!(b.served_observations(), 0);
     assert_eq!(
-        b.notify(now, st, notification(2, b"")),
+        b.notify(now, st.clone(), notification(2, b"")),
         Err(SendError::UnknownToken(st))
     );
     pump(now, &mut a, &mut b);
@@ -603,9 +607,10 @@ fn deregistration_reuses_the_token_and_drops_stale_notifications() {
     let (mut a, mut b) = established(now);
     let (token, st) = observed(now, &mut a, &mut b);
     // A notification is on its way when the client deregisters.
-    b.notify(now, st, notification(2, b"stale")).unwrap();
+    b.notify(now, st.clone(), notification(2, b"stale"))
+        .unwrap();
     let mut dereg = get("obs");
-    dereg.token = token;
+    dereg.token = token.clone();
     dereg.options.set_uint(number::OBSERVE, 1);
     assert_eq!(a.request(now, dereg).unwrap(), token, "same token");
     assert_eq!(a.outstanding_requests(), 1);
@@ -617,12 +622,12 @@ fn deregistration_reuses_the_token_and_drops_stale_notifications() {
     };
     assert_eq!(
         (t2, message.options.get_uint(number::OBSERVE)),
-        (st, Some(1))
+        (st.clone(), Some(1))
     );
     assert_eq!(b.served_observations(), 0);
     assert_eq!(
-        b.notify(now, st, notification(3, b"")),
-        Err(SendError::UnknownToken(st))
+        b.notify(now, st.clone(), notification(3, b"")),
+        Err(SendError::UnknownToken(st.clone()))
     );
     b.respond(now, st, TcpMessage::new(Code::CONTENT)).unwrap();
     pump(now, &mut a, &mut b);
@@ -634,7 +639,7 @@ fn deregistration_reuses_the_token_and_drops_stale_notifications() {
     // A plain request with a token in use still gets a fresh one.
     let (token, _) = observed(now, &mut a, &mut b);
     let mut other = get("x");
-    other.token = token;
+    other.token = token.clone();
     assert_ne!(a.request(now, other).unwrap(), token);
 }
 
@@ -646,7 +651,7 @@ fn notifications_do_not_hold_back_custody_pongs_and_keep_the_connection() {
     let mut ping = Signal::Ping { custody: true }.to_message();
     ping.token = Token::new(&[5]).unwrap();
     b.handle_bytes(now, &frame(&ping));
-    b.notify(now, st, notification(2, b"n")).unwrap();
+    b.notify(now, st.clone(), notification(2, b"n")).unwrap();
     let out = frames(&b.poll_transmit().unwrap());
     assert_eq!(out[0].code, signal_code::PONG, "no request was pending");
     assert_eq!(out[1].code, Code::CONTENT);
@@ -752,7 +757,7 @@ proptest! {
         let now = t0();
         let mut c = TcpConnection::new(TcpConfig { max_message_size: 300, ..TcpConfig::default() }, now);
         let mut bytes = Vec::new();
-        encode_tcp(&Signal::Csm { max_message_size: None, block_wise_transfer: false }.to_message(), &mut bytes);
+        encode_tcp(&Signal::Csm { extended_token_length: None, max_message_size: None, block_wise_transfer: false }.to_message(), &mut bytes);
         bytes.extend_from_slice(&junk);
         c.handle_bytes(now, &bytes);
         c.handle_timeout(now + Duration::from_secs(1000));
@@ -808,6 +813,7 @@ fn ws_messages_are_whole_and_unframed() {
     assert_eq!(
         Signal::from_message(&decode_ws(&csm, usize::MAX).unwrap()),
         Ok(Signal::Csm {
+            extended_token_length: Some(TcpConfig::default().max_token_len as u32),
             max_message_size: Some(TcpConfig::default().max_message_size),
             block_wise_transfer: true
         })
@@ -832,7 +838,7 @@ fn ws_messages_are_whole_and_unframed() {
     );
     let mut reply = TcpMessage::new(Code::CONTENT);
     reply.payload = b"hi".to_vec();
-    b.respond(now, *t, reply).unwrap();
+    b.respond(now, t.clone(), reply).unwrap();
     ws_pump(now, &mut a, &mut b);
     let ev = events(&mut a);
     assert!(
@@ -959,7 +965,7 @@ proptest! {
         let mut c = TcpConnection::with_framing(
             TcpConfig { max_message_size: 100, ..TcpConfig::default() }, Framing::WebSocket, now, 3);
         let mut csm = Vec::new();
-        encode_ws(&Signal::Csm { max_message_size: None, block_wise_transfer: false }.to_message(), &mut csm);
+        encode_ws(&Signal::Csm { extended_token_length: None, max_message_size: None, block_wise_transfer: false }.to_message(), &mut csm);
         c.handle_ws_message(now, &csm);
         for m in &msgs {
             c.handle_ws_message(now, m);

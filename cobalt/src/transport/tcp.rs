@@ -476,6 +476,7 @@ async fn client_conn<L, C>(
                     block_wise_transfer,
                 } => {
                     let csm = Signal::Csm {
+                        extended_token_length: None,
                         max_message_size: Some(max_message_size),
                         block_wise_transfer,
                     };
