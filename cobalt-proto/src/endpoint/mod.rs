@@ -52,6 +52,8 @@ pub use config::EndpointConfig;
 pub use ids::{ExchangeId, RequestId};
 
 use crate::congestion::{Attempt, PeerTable};
+#[cfg(test)]
+use crate::message::DEFAULT_MAX_TOKEN_LEN;
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
 use admission::Admission;
 use dedup::{DedupEntry, DedupLimits, DedupStore, Finished};
@@ -703,3 +705,5 @@ mod sim_block_observe_tests;
 mod sim_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_tests;

@@ -1033,3 +1033,87 @@ fn requests_carry_tokens_of_the_configured_length() {
         pump(now, &mut a, &mut b);
     }
 }
+
+/// A token of `len` bytes counting up from `seed`.
+fn long_token(len: usize, seed: u8) -> Token {
+    let bytes: Vec<u8> = (0..len).map(|i| seed.wrapping_add(i as u8)).collect();
+    Token::new(&bytes).unwrap()
+}
+
+#[test]
+fn extended_token_length_is_announced_and_bounds_what_is_sent() {
+    let now = t0();
+    let (mut a, b) = established(now);
+    // Both announced the default maximum, so each may send tokens that long.
+    assert_eq!(a.peer_max_token_len(), DEFAULT_MAX_TOKEN_LEN);
+    assert_eq!(b.peer_max_token_len(), DEFAULT_MAX_TOKEN_LEN);
+    let mut req = get("x");
+    req.token = long_token(DEFAULT_MAX_TOKEN_LEN + 1, 0);
+    assert_eq!(
+        a.request(now, req),
+        Err(SendError::TokenTooLong {
+            len: DEFAULT_MAX_TOKEN_LEN + 1,
+            limit: DEFAULT_MAX_TOKEN_LEN
+        })
+    );
+    // A peer that announces nothing is held to RFC 7252's eight bytes; one that
+    // announces 4 still gets 8.
+    for (announced, expected) in [(None, 8), (Some(4), 8), (Some(300), 300)] {
+        let mut c = TcpConnection::new(TcpConfig::default(), now);
+        let mut csm = Vec::new();
+        let signal = Signal::Csm {
+            max_message_size: None,
+            block_wise_transfer: false,
+            extended_token_length: announced,
+        };
+        encode_tcp(&signal.to_message(), &mut csm);
+        c.handle_bytes(now, &csm);
+        assert_eq!(c.peer_max_token_len(), expected, "announced {announced:?}");
+        let mut req = get("x");
+        req.token = long_token(9, 0);
+        assert_eq!(c.request(now, req).is_ok(), expected >= 9);
+    }
+    // Eight bytes or fewer: no Extended-Token-Length in the CSM.
+    let short = TcpConfig {
+        max_token_len: 8,
+        ..TcpConfig::default()
+    };
+    let mut d = TcpConnection::new(short, now);
+    let csm = frames(&d.poll_transmit().unwrap()).remove(0);
+    assert!(!csm.options.contains(signal_option::EXTENDED_TOKEN_LENGTH));
+}
+
+#[test]
+fn long_tokens_are_answered_and_too_long_ones_refused_with_4_00() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let t = long_token(40, 1);
+    let mut req = get("x");
+    req.token = t.clone();
+    assert_eq!(a.request(now, req).unwrap(), t);
+    pump(now, &mut a, &mut b);
+    let Some(TcpEvent::Request { token, .. }) = b.poll_event() else {
+        panic!("request expected");
+    };
+    assert_eq!(token, t);
+    b.respond(now, token, TcpMessage::new(Code::CONTENT))
+        .unwrap();
+    pump(now, &mut a, &mut b);
+    assert!(matches!(a.poll_event(), Some(TcpEvent::Response { token, .. }) if token == t));
+    // A peer that ignores our Extended-Token-Length gets 4.00; nothing is held.
+    let mut rogue = get("y");
+    rogue.token = long_token(DEFAULT_MAX_TOKEN_LEN + 1, 2);
+    let mut bytes = Vec::new();
+    encode_tcp(&rogue, &mut bytes);
+    b.handle_bytes(now, &bytes);
+    assert_eq!(b.poll_event(), None);
+    let answer = frames(&b.poll_transmit().unwrap()).remove(0);
+    assert_eq!(
+        (answer.code, &answer.token),
+        (Code::BAD_REQUEST, &rogue.token)
+    );
+    assert!(!b.is_closed());
+    // TKL 15 is a format error that ends the connection.
+    b.handle_bytes(now, &[0x0f, 0x01]);
+    assert!(b.is_closed());
+}
