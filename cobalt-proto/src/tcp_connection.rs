@@ -281,6 +281,8 @@ pub enum TcpEvent {
         max_message_size: u32,
         /// The peer supports BERT.
         block_wise_transfer: bool,
+        /// Longest token the peer accepts (its Extended-Token-Length, 8 without one).
+        max_token_len: usize,
     },
     /// A request from the peer; answer with [`TcpConnection::respond`].
     Request {
@@ -864,6 +866,7 @@ impl TcpConnection {
                     self.state = State::Open;
                 }
                 self.events.push_back(TcpEvent::PeerSettings {
+                    max_token_len: self.peer_max_token_len,
                     max_message_size: self.peer_max_message_size,
                     block_wise_transfer: self.peer_bert,
                 });

@@ -105,25 +105,6 @@ impl Token {
             Repr::Long(bytes) => bytes.len(),
         }
     }
-
-    /// Parses a token written as hexadecimal digits (`cobalt get --token`), at most
-    /// [`MAX_TOKEN_LEN`] bytes.
-    pub fn from_hex(text: &str) -> Result<Token, TokenParseError> {
-        let digits = text.strip_prefix("0x").unwrap_or(text).as_bytes();
-        if digits.len() % 2 != 0 {
-            return Err(TokenParseError::OddLength);
-        }
-        if digits.len() / 2 > MAX_TOKEN_LEN {
-            return Err(TokenParseError::TooLong(digits.len() / 2));
-        }
-        let nibble = |d: u8| char::from(d).to_digit(16).map(|v| v as u8);
-        let bytes = digits
-            .chunks(2)
-            .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
-            .collect::<Option<Vec<u8>>>()
-            .ok_or(TokenParseError::NotHex)?;
-        Token::new(&bytes).ok_or(TokenParseError::TooLong(bytes.len()))
-    }
 }
 
 impl Default for Token {
@@ -131,36 +112,6 @@ impl Default for Token {
         Token::EMPTY
     }
 }
-
-/// Why a hexadecimal token was refused by [`Token::from_hex`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenParseError {
-    /// An odd number of hex digits.
-    OddLength,
-    /// A character that is not a hex digit.
-    NotHex,
-    /// More bytes than [`MAX_TOKEN_LEN`].
-    TooLong(usize),
-}
-
-impl fmt::Display for TokenParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TokenParseError::OddLength => {
-                f.write_str("odd number of hex digits: write two digits per token byte")
-            }
-            TokenParseError::NotHex => f.write_str("not hexadecimal: use the digits 0-9 and a-f"),
-            TokenParseError::TooLong(n) => {
-                write!(
-                    f,
-                    "{n} bytes is longer than the {MAX_TOKEN_LEN} a token can have"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for TokenParseError {}
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -210,21 +161,5 @@ mod tests {
     fn length_limit_is_the_rfc_8974_maximum() {
         assert!(Token::new(&vec![0; MAX_TOKEN_LEN]).is_some());
         assert!(Token::new(&vec![0; MAX_TOKEN_LEN + 1]).is_none());
-    }
-
-    #[test]
-    fn hex_tokens_parse_and_refuse_bad_input() {
-        assert_eq!(Token::from_hex("0a0B").unwrap().as_bytes(), &[0x0a, 0x0b]);
-        assert_eq!(Token::from_hex("").unwrap(), Token::EMPTY);
-        let long = Token::from_hex(&"ab".repeat(20)).unwrap();
-        assert_eq!(long.as_bytes(), &[0xab; 20]);
-        assert_eq!(Token::from_hex("abc"), Err(TokenParseError::OddLength));
-        assert_eq!(Token::from_hex("zz"), Err(TokenParseError::NotHex));
-        assert_eq!(Token::from_hex("+1"), Err(TokenParseError::NotHex));
-        assert_eq!(
-            Token::from_hex(&"00".repeat(MAX_TOKEN_LEN + 1)),
-            Err(TokenParseError::TooLong(MAX_TOKEN_LEN + 1))
-        );
-        assert_eq!(long.to_string(), "ab".repeat(20));
     }
 }

@@ -93,7 +93,8 @@ fn csm_is_sent_first_and_exchanged() {
         events(&mut a),
         [TcpEvent::PeerSettings {
             max_message_size: TcpConfig::default().max_message_size,
-            block_wise_transfer: true
+            block_wise_transfer: true,
+            max_token_len: DEFAULT_MAX_TOKEN_LEN,
         }]
     );
 }
