@@ -154,6 +154,7 @@ pub(crate) fn token_span(tkl: u8, rest: &[u8]) -> Result<Option<(usize, usize)>,
 }
 
 /// The length nibble that announces a token of `len` bytes (RFC 8974 §2.1).
+#[inline]
 pub(crate) fn token_length_nibble(len: usize) -> u8 {
     if len < TOKEN_EXT1_OFFSET {
         len as u8
@@ -166,6 +167,7 @@ pub(crate) fn token_length_nibble(len: usize) -> u8 {
 
 /// Bytes a token of `len` bytes takes on the wire after the fixed header: its extended
 /// length, if any, and itself.
+#[inline]
 pub(crate) fn token_wire_len(len: usize) -> usize {
     len + match token_length_nibble(len) {
         13 => 1,
@@ -176,14 +178,16 @@ pub(crate) fn token_wire_len(len: usize) -> usize {
 
 /// Appends a token's extended length (if any) and its bytes. A token is at most
 /// [`super::token::MAX_TOKEN_LEN`] bytes, so the two-byte extension cannot overflow.
+#[inline]
 pub(crate) fn push_token(token: &Token, out: &mut Vec<u8>) {
-    let len = token.len();
-    match token_length_nibble(len) {
-        13 => out.push((len - TOKEN_EXT1_OFFSET) as u8),
-        14 => out.extend_from_slice(&((len - TOKEN_EXT2_OFFSET) as u16).to_be_bytes()),
-        _ => {}
+    let bytes = token.as_bytes();
+    let len = bytes.len();
+    if len >= TOKEN_EXT2_OFFSET {
+        out.extend_from_slice(&((len - TOKEN_EXT2_OFFSET) as u16).to_be_bytes());
+    } else if len >= TOKEN_EXT1_OFFSET {
+        out.push((len - TOKEN_EXT1_OFFSET) as u8);
     }
-    out.extend_from_slice(token.as_bytes());
+    out.extend_from_slice(bytes);
 }
 
 /// Decodes the option sequence and payload that follow the token; shared with the
