@@ -110,6 +110,7 @@ pub fn decode(buf: &[u8]) -> Result<Message, DecodeError> {
 /// length of RFC 8974 §2.1 after the message ID, and the token itself). Returns the
 /// token and the offset of what follows it. Also used to answer a datagram whose
 /// options are malformed or cut off.
+#[inline]
 pub fn read_token(buf: &[u8]) -> Result<(Token, usize), DecodeError> {
     let first = *buf.first().ok_or(DecodeError::TooShort)?;
     let rest = buf.get(4..).ok_or(DecodeError::TooShort)?;
@@ -134,6 +135,7 @@ const TOKEN_EXT2_OFFSET: usize = 269;
 /// `rest` does not hold the extended length yet; `rest` may end before the token does.
 /// Nibble 15 is reserved and an error (RFC 8974 §2.1). Shared with the RFC 8323
 /// framing, which puts the extended length after the code, just before the token.
+#[inline]
 pub(crate) fn token_span(tkl: u8, rest: &[u8]) -> Result<Option<(usize, usize)>, DecodeError> {
     let (start, len) = match tkl {
         0..=12 => (0, usize::from(tkl)),
