@@ -305,7 +305,7 @@ async fn oversized_frame_is_aborted_and_connection_limit_holds() {
     assert_eq!(
         Signal::from_message(&csm),
         Ok(Signal::Csm {
-            extended_token_length: None,
+            extended_token_length: Some(64),
             max_message_size: Some(4096),
             block_wise_transfer: true
         })
@@ -632,7 +632,7 @@ async fn hostile_block1_input_gets_4_xx_not_a_panic() {
     assert_eq!(
         Signal::from_message(&csm),
         Ok(Signal::Csm {
-            extended_token_length: None,
+            extended_token_length: Some(64),
             max_message_size: Some(TcpConfig::default().max_message_size),
             block_wise_transfer: false
         })

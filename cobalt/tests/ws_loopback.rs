@@ -329,7 +329,7 @@ async fn oversized_frame_is_refused() {
     assert_eq!(
         Signal::from_message(&msgs[0]),
         Ok(Signal::Csm {
-            extended_token_length: None,
+            extended_token_length: Some(64),
             max_message_size: Some(2000),
             block_wise_transfer: true
         })
