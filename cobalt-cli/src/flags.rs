@@ -3,7 +3,7 @@
 //! number out of range) reaches a conversion that could panic: a bad value is a usage
 //! error (exit code 2) that names the flag and the allowed range.
 
-use cobalt::proto::message::{content_format, option};
+use cobalt::proto::message::{content_format, option, Token, MAX_TOKEN_LEN};
 use std::time::Duration;
 
 /// Largest number of seconds any duration flag accepts (about 11.5 days).
@@ -56,6 +56,18 @@ pub fn hex(v: &str) -> Result<Hex, String> {
         .collect::<Option<Vec<u8>>>()
         .map(Hex)
         .ok_or_else(|| format!("`{v}` is not hexadecimal, e.g. 0x1f2e"))
+}
+
+/// Parses a token (`--token`): hex digits as for [`hex`], at most
+/// [`MAX_TOKEN_LEN`](cobalt::proto::message::MAX_TOKEN_LEN) bytes.
+pub fn token(v: &str) -> Result<Token, String> {
+    let Hex(bytes) = hex(v)?;
+    Token::new(&bytes).ok_or_else(|| {
+        format!(
+            "a token has at most {MAX_TOKEN_LEN} bytes, this one {}",
+            bytes.len()
+        )
+    })
 }
 
 /// Parses a Content-Format flag (`-t`, `-A`): a number from 0 to 65535 or a media type
@@ -194,6 +206,20 @@ mod tests {
         assert!(bind_addr("no.such.host.invalid").is_err());
         assert_eq!(host_port("localhost:9100").map(|a| a.port()), Ok(9100));
         assert!(host_port("127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn tokens_are_hex_of_any_length_up_to_the_rfc_8974_maximum() {
+        assert_eq!(token("0x0102").unwrap().as_bytes(), &[1, 2]);
+        let long = token(&"ab".repeat(40)).unwrap();
+        assert_eq!((long.len(), long.is_extended()), (40, true));
+        assert!(token("0x123").unwrap_err().contains("even number"));
+        assert!(token("zz").unwrap_err().contains("not hexadecimal"));
+        let too_long = "00".repeat(MAX_TOKEN_LEN + 1);
+        assert_eq!(
+            token(&too_long).unwrap_err(),
+            "a token has at most 65804 bytes, this one 65805"
+        );
     }
 
     #[test]

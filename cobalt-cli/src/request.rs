@@ -7,7 +7,8 @@ use crate::sink::Output;
 use crate::{exit, render, sink};
 use clap::Args;
 use cobalt::proto::link_format;
-use cobalt::proto::message::{content_format, opt, Code};
+use cobalt::proto::message::{content_format, opt, Code, Token, DEFAULT_MAX_TOKEN_LEN};
+use cobalt::proto::tcp_connection::TcpConfig;
 use cobalt::transport::credentials::ClientCredentials;
 use cobalt::{Client, Error, Observation, Response};
 use std::path::PathBuf;
@@ -60,6 +61,12 @@ pub struct RequestArgs {
     /// Send a non-confirmable request.
     #[arg(long)]
     pub non: bool,
+    /// The request's token in hex (e.g. 0x1f2e) instead of a random one: up to 8 bytes
+    /// for any server, longer (RFC 8974 extended tokens, up to 65804 bytes) for servers
+    /// that accept them; a server that does not support extended tokens answers RST
+    /// (a timeout here), one that does not accept the length 4.00 Bad Request.
+    #[arg(long, value_name = "HEX", value_parser = crate::flags::token)]
+    pub token: Option<Token>,
     /// Block size for block-wise transfer: 16, 32, 64, 128, 256, 512 or 1024 bytes
     /// (uploads use it; downloads ask the server for it). Default: 1024 for uploads
     /// over UDP; over coap+tcp and coap+ws a body goes whole when it fits the server's
@@ -159,6 +166,9 @@ fn build(
     if args.non {
         b = b.non_confirmable();
     }
+    if let Some(token) = &args.token {
+        b = b.token(token.clone());
+    }
     match args.dtls.client_auth().map_err(|e| (exit::USAGE, e))? {
         Some(ClientCredentials::Psk(p)) => b = b.psk(p.identity, p.key),
         Some(ClientCredentials::X509(x)) => b = b.x509(x),
@@ -182,13 +192,31 @@ fn build(
 
 /// A client that prints every datagram with `-v`.
 fn client_for(args: &RequestArgs) -> Client {
+    // A token given with --token is sent whatever its length.
+    let max_token_len = args.token.as_ref().map_or(DEFAULT_MAX_TOKEN_LEN, |t| {
+        t.len().max(DEFAULT_MAX_TOKEN_LEN)
+    });
     let config = cobalt::EndpointConfig {
         congestion_control: args.cc,
+        max_token_len,
         ..cobalt::EndpointConfig::default()
     };
-    if !args.verbose {
-        return Client::with_config(config).unwrap_or_default();
+    let client = if args.verbose {
+        traced_client(config)
+    } else {
+        Client::with_config(config).unwrap_or_default()
+    };
+    if max_token_len > DEFAULT_MAX_TOKEN_LEN {
+        client.set_tcp_config(TcpConfig {
+            max_token_len,
+            ..TcpConfig::default()
+        });
     }
+    client
+}
+
+/// A client that prints every message it sends and receives on standard error.
+fn traced_client(config: cobalt::EndpointConfig) -> Client {
     let tracer: cobalt::runtime::Tracer = std::sync::Arc::new(|sent, peer, bytes| {
         let (arrow, dir) = if sent { ('>', "to") } else { ('<', "from") };
         match cobalt::proto::message::decode(bytes) {

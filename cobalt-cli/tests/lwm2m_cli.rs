@@ -39,7 +39,7 @@ impl Device {
     fn answer(&self, code: Code, cf: Option<u16>, body: &[u8], observe: Option<u32>) -> Message {
         let (req, _) = self.receive();
         let mut ack = Message::new(MessageType::Acknowledgement, code, req.mid);
-        ack.token = req.token;
+        ack.token = req.token.clone();
         if let Some(seq) = observe {
             ack.options.set_uint(opt::OBSERVE, seq);
         }

@@ -103,7 +103,7 @@ impl FakeDevice {
             "requests leave from the server's own socket"
         );
         let mut ack = Message::new(MessageType::Acknowledgement, code, req.mid);
-        ack.token = req.token;
+        ack.token = req.token.clone();
         if let Some(cf) = cf {
             ack.options.set_uint(opt::CONTENT_FORMAT, u32::from(cf));
         }

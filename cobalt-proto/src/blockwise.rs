@@ -241,6 +241,7 @@ pub fn slice_asked(asked: Option<BlockValue>, mut response: Message, size: Block
     response
 }
 
+pub mod qblock;
 pub mod uploads;
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub mod session;
 pub mod settings;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod stateless;
 pub mod tables;
 pub mod tcp_connection;
 pub mod uri;

@@ -65,7 +65,7 @@ use crate::message::tcp::{
     decode_tcp, decode_ws, encode_tcp, encode_ws, signal_code, Signal, SignalError, TcpDecodeError,
     TcpMessage, DEFAULT_MAX_MESSAGE_SIZE,
 };
-use crate::message::{Code, Token};
+use crate::message::{Code, Token, DEFAULT_MAX_TOKEN_LEN, MAX_TOKEN_LEN};
 use crate::settings::{within, Param, Settings};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -121,6 +121,10 @@ pub struct TcpConfig {
     /// with 1 or 2 bytes at most 255 or 65,535 requests are outstanding at once.
     #[cfg_attr(feature = "serde", serde(skip))]
     pub token_len: usize,
+    /// Longest token accepted, in bytes (RFC 8974 extended tokens; default
+    /// [`DEFAULT_MAX_TOKEN_LEN`], 8 to 65,804), announced as Extended-Token-Length in the
+    /// CSM. A request with a longer token is answered 4.00 Bad Request.
+    pub max_token_len: usize,
     /// Critical options the application handles beyond the known ones (a server's
     /// layers declare them): requests carrying them are not answered 4.02 Bad Option.
     #[cfg_attr(feature = "serde", serde(skip))]
@@ -138,6 +142,7 @@ impl Default for TcpConfig {
             max_inbound_requests: 256,
             max_outbound_requests: 256,
             token_len: 4,
+            max_token_len: DEFAULT_MAX_TOKEN_LEN,
             keepalive: Some(Duration::from_secs(30)),
             handled_options: Default::default(),
         }
@@ -157,6 +162,7 @@ impl Settings for TcpConfig {
             Param::new("idle_timeout", "Release a connection with nothing outstanding after this long; 0: never.", "0s to 30d", self.idle_timeout.is_none_or(|d| d <= secs(30 * 86_400))),
             Param::new("keepalive", "Ping a silent peer while requests or observations are outstanding after this long, and close if nothing answers for as long again; 0: no pings.", "0s to 24h", self.keepalive.is_none_or(|d| d <= secs(86_400))),
             Param::new("max_inbound_requests", "Requests of one connection handled at once; beyond it 5.03.", "1 to 65536", (1..=65_536).contains(&self.max_inbound_requests)),
+            Param::new("max_token_len", "Longest token accepted (RFC 8974 extended tokens), announced in the CSM; a request with a longer one gets 4.00 Bad Request.", "8 to 65804", (8..=MAX_TOKEN_LEN).contains(&self.max_token_len)),
         ]
     }
 }
@@ -193,7 +199,7 @@ impl Framing {
     ) -> usize {
         let mut head = TcpMessage {
             code: msg.code,
-            token: msg.token,
+            token: msg.token.clone(),
             options: msg.options.clone(),
             payload: Vec::new(),
         };
@@ -275,6 +281,8 @@ pub enum TcpEvent {
         max_message_size: u32,
         /// The peer supports BERT.
         block_wise_transfer: bool,
+        /// Longest token the peer accepts (its Extended-Token-Length, 8 without one).
+        max_token_len: usize,
     },
     /// A request from the peer; answer with [`TcpConnection::respond`].
     Request {
@@ -315,7 +323,7 @@ pub enum TcpEvent {
 }
 
 /// Why a message could not be sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendError {
     /// The connection is closed, or the peer has released it.
     Closed,
@@ -333,6 +341,14 @@ pub enum SendError {
     /// No request from the peer with this token awaits a response (for `respond`), or
     /// no observation of the peer's is registered with it (for `notify`).
     UnknownToken(Token),
+    /// The request's token is longer than the peer accepts (its CSM's
+    /// Extended-Token-Length, 8 when it announced none) or than `max_token_len`.
+    TokenTooLong {
+        /// The token's length.
+        len: usize,
+        /// The longest token allowed.
+        limit: usize,
+    },
 }
 
 impl fmt::Display for SendError {
@@ -346,6 +362,10 @@ impl fmt::Display for SendError {
             SendError::TooManyRequests => write!(f, "too many outstanding requests"),
             SendError::WrongCode(c) => write!(f, "code {c:?} not allowed here"),
             SendError::UnknownToken(t) => write!(f, "no pending request with token {t}"),
+            SendError::TokenTooLong { len, limit } => write!(
+                f,
+                "token of {len} bytes is longer than the {limit} the peer or this side accepts"
+            ),
         }
     }
 }
@@ -393,6 +413,8 @@ pub struct TcpConnection {
     outmsgs: VecDeque<Vec<u8>>,
     events: VecDeque<TcpEvent>,
     peer_max_message_size: u32,
+    /// Longest token the peer accepts (its CSM's Extended-Token-Length, default 8).
+    peer_max_token_len: usize,
     peer_bert: bool,
     /// Our outstanding requests by token.
     outbound: HashMap<Token, Outbound>,
@@ -461,6 +483,7 @@ impl TcpConnection {
             outbuf: Vec::new(),
             events: VecDeque::new(),
             peer_max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            peer_max_token_len: 8,
             peer_bert: false,
             outbound: HashMap::new(),
             observed: HashSet::new(),
@@ -476,6 +499,9 @@ impl TcpConnection {
         let csm = Signal::Csm {
             max_message_size: Some(c.config.max_message_size),
             block_wise_transfer: c.config.block_wise_transfer,
+            // Announced only beyond RFC 7252's eight bytes, the value assumed without it.
+            extended_token_length: (c.config.max_token_len > 8)
+                .then(|| c.config.max_token_len.min(MAX_TOKEN_LEN) as u32),
         };
         c.queue(&csm.to_message());
         c
@@ -500,6 +526,11 @@ impl TcpConnection {
     /// Largest message the peer accepts (1152 until its CSM says otherwise).
     pub fn peer_max_message_size(&self) -> u32 {
         self.peer_max_message_size
+    }
+
+    /// The longest token the peer accepts: its CSM's Extended-Token-Length, or 8.
+    pub fn peer_max_token_len(&self) -> usize {
+        self.peer_max_token_len
     }
 
     /// Whether the peer announced BERT support.
@@ -745,7 +776,7 @@ impl TcpConnection {
                     }
                 }
                 self.events.push_back(TcpEvent::Response {
-                    token: msg.token,
+                    token: msg.token.clone(),
                     message: msg,
                 });
                 self.close_if_released();
@@ -755,7 +786,7 @@ impl TcpConnection {
     }
 
     fn handle_request(&mut self, msg: TcpMessage) {
-        let token = msg.token;
+        let token = msg.token.clone();
         if let Some(bad) = msg
             .options
             .first_bad_critical_except(&self.config.handled_options)
@@ -763,6 +794,19 @@ impl TcpConnection {
             let mut resp = TcpMessage::new(Code::BAD_OPTION);
             resp.token = token;
             resp.payload = format!("unrecognized critical option {bad}").into_bytes();
+            self.queue_checked(resp);
+            return;
+        }
+        if token.len() > self.config.max_token_len {
+            // Longer than our CSM announced (RFC 8974 §2.2.1): answered, not handled.
+            let mut resp = TcpMessage::new(Code::BAD_REQUEST);
+            resp.payload = format!(
+                "Token of {} bytes is longer than the {} this server accepts",
+                token.len(),
+                self.config.max_token_len
+            )
+            .into_bytes();
+            resp.token = token;
             self.queue_checked(resp);
             return;
         }
@@ -778,7 +822,10 @@ impl TcpConnection {
         self.observed.remove(&token);
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.inbound.entry(token).or_default().push_back(seq);
+        self.inbound
+            .entry(token.clone())
+            .or_default()
+            .push_back(seq);
         self.inbound_seqs.insert(seq);
         self.events.push_back(TcpEvent::Request {
             token,
@@ -803,9 +850,15 @@ impl TcpConnection {
             Signal::Csm {
                 max_message_size,
                 block_wise_transfer,
+                extended_token_length,
             } => {
                 if let Some(m) = max_message_size {
                     self.peer_max_message_size = m;
+                }
+                if let Some(len) = extended_token_length {
+                    // Below 8 would deny what RFC 7252 grants; beyond the wire maximum
+                    // means nothing more.
+                    self.peer_max_token_len = (len as usize).clamp(8, MAX_TOKEN_LEN);
                 }
                 // Block-Wise-Transfer is sticky once announced (RFC 8323 §5.3.2).
                 self.peer_bert |= block_wise_transfer;
@@ -813,6 +866,7 @@ impl TcpConnection {
                     self.state = State::Open;
                 }
                 self.events.push_back(TcpEvent::PeerSettings {
+                    max_token_len: self.peer_max_token_len,
                     max_message_size: self.peer_max_message_size,
                     block_wise_transfer: self.peer_bert,
                 });
@@ -900,13 +954,20 @@ impl TcpConnection {
         if !reuse && (msg.token.is_empty() || self.outbound.contains_key(&msg.token)) {
             msg.token = self.fresh_token();
         }
+        let token_limit = self.peer_max_token_len.min(self.config.max_token_len);
+        if msg.token.len() > token_limit {
+            return Err(SendError::TokenTooLong {
+                len: msg.token.len(),
+                limit: token_limit,
+            });
+        }
         self.check_size(&msg)?;
         let kind = match observe {
             Some(0) => Outbound::Observe,
             Some(1) if reuse => Outbound::Deregister,
             _ => Outbound::Request,
         };
-        self.outbound.insert(msg.token, kind);
+        self.outbound.insert(msg.token.clone(), kind);
         self.last_activity = now;
         self.queue(&msg);
         Ok(msg.token)
@@ -930,11 +991,13 @@ impl TcpConnection {
     /// Sends the Pongs with Custody whose earlier requests have all been answered.
     fn send_due_pongs(&mut self) {
         let oldest_pending = self.inbound_seqs.first().copied().unwrap_or(u64::MAX);
-        while let Some(&(seq, token)) = self.deferred_pongs.front() {
+        while let Some(&(seq, _)) = self.deferred_pongs.front() {
             if seq > oldest_pending {
                 break;
             }
-            self.deferred_pongs.pop_front();
+            let Some((_, token)) = self.deferred_pongs.pop_front() else {
+                break;
+            };
             let mut pong = Signal::Pong { custody: true }.to_message();
             pong.token = token;
             self.queue(&pong);
@@ -952,7 +1015,7 @@ impl TcpConnection {
         token: Token,
         msg: TcpMessage,
     ) -> Result<(), SendError> {
-        let msg = self.outgoing_response(token, msg)?;
+        let msg = self.outgoing_response(token.clone(), msg)?;
         let Some(seqs) = self.inbound.get_mut(&token) else {
             return Err(SendError::UnknownToken(token));
         };
@@ -978,7 +1041,7 @@ impl TcpConnection {
     /// observation ends (RFC 7641 §4.2). Notifications are not requests of the peer,
     /// so they do not count for Custody Pongs (RFC 8323 §5.4.1).
     pub fn notify(&mut self, now: Instant, token: Token, msg: TcpMessage) -> Result<(), SendError> {
-        let msg = self.outgoing_response(token, msg)?;
+        let msg = self.outgoing_response(token.clone(), msg)?;
         if !self.observed.contains(&token) {
             return Err(SendError::UnknownToken(token));
         }
@@ -1000,7 +1063,7 @@ impl TcpConnection {
         if self.pings.len() >= MAX_PINGS {
             self.pings.remove(0);
         }
-        self.pings.push(m.token);
+        self.pings.push(m.token.clone());
         self.queue(&m);
         Ok(m.token)
     }

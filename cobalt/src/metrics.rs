@@ -137,6 +137,7 @@ metric_values! {
         Counter "cobalt_format_errors_total" "Undecodable datagrams (dropped; confirmable ones are answered with RST)." { format_errors }
         Counter "cobalt_unmatched_total" "ACKs, RSTs and responses that matched no exchange (dropped)." { unmatched }
         Counter "cobalt_bad_options_total" "Requests answered 4.02 Bad Option (unrecognized critical option)." { bad_options }
+        Counter "cobalt_long_tokens_total" "Requests answered 4.00 Bad Request because their token is longer than endpoint.max_token_len (RFC 8974)." { long_tokens }
         Counter "cobalt_overload_rejections_total" "Requests answered 5.03 Service Unavailable because the total bound on requests in progress was reached (only addresses with requests in progress are refused)." { overload_rejections }
         Counter "cobalt_busy_rejections_total" "Requests answered 4.29 Too Many Requests because their peer (IP and port) or IP address had too many requests in progress." { busy_rejections }
         Counter "cobalt_resets_sent_total" "RST messages sent." { resets_sent }
@@ -273,6 +274,7 @@ impl ShardSnapshot {
             duplicates: stats.duplicates,
             format_errors: stats.format_errors,
             bad_options: stats.bad_options,
+            long_tokens: stats.long_tokens,
             overload_rejections: stats.overload_rejections,
             busy_rejections: stats.busy_rejections,
             unmatched: stats.unmatched,

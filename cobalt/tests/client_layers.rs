@@ -326,7 +326,7 @@ impl Layer for Stamp {
         if response.options.get(STAMP) != Some(&seq.to_be_bytes()[..]) {
             return Err(Refusal::new(format!("the answer does not echo {seq}")));
         }
-        if exchange.token() != Some(response.token)
+        if exchange.token() != Some(&response.token)
             || exchange.peer() != self.server
             || exchange.scheme() != self.scheme
         {

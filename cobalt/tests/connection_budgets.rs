@@ -144,6 +144,7 @@ async fn one_address_cannot_hold_every_tls_handshake() {
 /// Sends a CSM on `stream` (which then says nothing).
 async fn send_csm<S: AsyncWrite + Unpin>(stream: &mut S) {
     let csm = Signal::Csm {
+        extended_token_length: None,
         max_message_size: Some(1152),
         block_wise_transfer: false,
     };

@@ -45,7 +45,7 @@ impl Raw {
     ) {
         self.mid = self.mid.wrapping_add(1);
         let mut m = Message::new(MessageType::Confirmable, code, self.mid);
-        m.token = *token;
+        m.token = token.clone();
         m.options.set_uri_path(path);
         edit(&mut m);
         self.socket.send(&codec::encode(&m)).await.unwrap();
@@ -87,7 +87,7 @@ impl Raw {
                 assert!(Instant::now() < deadline, "registrations unanswered");
                 if let Some(m) = self.recv(Duration::from_millis(200)).await {
                     if m.code.is_response() {
-                        answers.insert(m.token, m);
+                        answers.insert(m.token.clone(), m);
                     }
                 }
             }

@@ -191,6 +191,7 @@ impl RawPeer {
     async fn send_csm_with(&mut self, max_message_size: u32, block_wise_transfer: bool) {
         self.send(
             &Signal::Csm {
+                extended_token_length: None,
                 max_message_size: Some(max_message_size),
                 block_wise_transfer,
             }
@@ -304,6 +305,7 @@ async fn oversized_frame_is_aborted_and_connection_limit_holds() {
     assert_eq!(
         Signal::from_message(&csm),
         Ok(Signal::Csm {
+            extended_token_length: Some(64),
             max_message_size: Some(4096),
             block_wise_transfer: true
         })
@@ -630,6 +632,7 @@ async fn hostile_block1_input_gets_4_xx_not_a_panic() {
     assert_eq!(
         Signal::from_message(&csm),
         Ok(Signal::Csm {
+            extended_token_length: Some(64),
             max_message_size: Some(TcpConfig::default().max_message_size),
             block_wise_transfer: false
         })
@@ -722,7 +725,7 @@ async fn observation_registers_again_once_after_a_lost_connection() {
         let now = std::time::Instant::now();
         second
             .conn
-            .respond(now, token, HandServer::content(7, b"two"))
+            .respond(now, token.clone(), HandServer::content(7, b"two"))
             .unwrap();
         second
             .conn

@@ -235,6 +235,7 @@ fn ws_bytes(m: &TcpMessage) -> Vec<u8> {
 fn csm() -> Vec<u8> {
     ws_bytes(
         &Signal::Csm {
+            extended_token_length: None,
             max_message_size: Some(100_000),
             block_wise_transfer: false,
         }
@@ -289,7 +290,7 @@ async fn raw_ws_exchange_ping_and_release() {
     assert_eq!(got[0].code, signal_code::CSM);
     let resp = got.iter().find(|m| m.code == Code::CONTENT).unwrap();
     assert_eq!(
-        (resp.token, &resp.payload[..]),
+        (resp.token.clone(), &resp.payload[..]),
         (get.token, &b"hello world"[..])
     );
     let pong = got.iter().find(|m| m.code == signal_code::PONG).unwrap();
@@ -328,6 +329,7 @@ async fn oversized_frame_is_refused() {
     assert_eq!(
         Signal::from_message(&msgs[0]),
         Ok(Signal::Csm {
+            extended_token_length: Some(64),
             max_message_size: Some(2000),
             block_wise_transfer: true
         })

@@ -16,6 +16,7 @@ mod binary;
 mod californium;
 mod observe;
 mod plugtest;
+mod tokens;
 mod udp;
 
 use cobalt::{Observation, Response};

@@ -700,7 +700,7 @@ impl Ghost {
             Code::GET,
             u16::from(token.as_bytes()[0]),
         );
-        get.token = token;
+        get.token = token.clone();
         get.options.set_uri_path(path);
         get.options.set(opt::OBSERVE, encode_uint(0));
         sock.send(&encode(&get)).expect("send");

@@ -145,14 +145,14 @@ fn an_unverified_address_never_gets_more_than_three_times_what_it_sent() {
     // 6. An observe registration with a small answer, then notifications.
     let mut reg = request(Code::GET, MessageType::NonConfirmable, next(), "state");
     reg.options.set_uint(opt::OBSERVE, 0);
-    let reg_token = reg.token;
+    let reg_token = reg.token.clone();
     b.send(victim, &reg);
     b.serve(|_| content(20));
     for i in 0..50 {
         let mut n = content(200);
         n.options.set_uint(opt::OBSERVE, i);
         b.server
-            .notify(b.now, victim, reg_token, n, i % 5 == 0, None);
+            .notify(b.now, victim, reg_token.clone(), n, i % 5 == 0, None);
     }
     // 7. A slow handler: empty ACK, then a separate confirmable response, retransmitted.
     b.send(
@@ -283,14 +283,14 @@ fn a_registration_answer_waiting_for_verification_carries_the_latest_state() {
     let mut newer = content(7);
     newer.options.set_uint(opt::OBSERVE, 3);
     b.server
-        .notify(b.now, client, reg.token, newer, false, None);
+        .notify(b.now, client, reg.token.clone(), newer, false, None);
     assert!(b.drain().is_empty(), "nothing before verification");
     b.send(client, &Message::reset(ping.mid));
     let out = b.drain();
     assert_eq!(out.len(), 1, "{out:?}");
     let m = &out[0].1;
     assert_eq!(
-        (m.mtype, m.mid, m.token),
+        (m.mtype, m.mid, m.token.clone()),
         (MessageType::Acknowledgement, 1, reg.token)
     );
     assert_eq!((m.options.observe(), m.payload.len()), (Some(3), 7));

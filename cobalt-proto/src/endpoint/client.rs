@@ -20,16 +20,22 @@ impl Endpoint {
         if self.clients.len() >= self.config.max_client_exchanges {
             return Err(RequestError::TooManyRequests);
         }
+        if msg.token.len() > self.config.max_token_len {
+            return Err(RequestError::TokenTooLong {
+                len: msg.token.len(),
+                max: self.config.max_token_len,
+            });
+        }
         if msg.mtype != MessageType::NonConfirmable {
             msg.mtype = MessageType::Confirmable;
         }
-        if msg.token.is_empty() || self.tokens.contains_key(&(peer, msg.token)) {
+        if msg.token.is_empty() || self.tokens.contains_key(&(peer, msg.token.clone())) {
             msg.token = self.fresh_token(peer);
         }
         let id = RequestId(self.alloc_id());
-        let token = msg.token;
+        let token = msg.token.clone();
         let observe = msg.options.observe() == Some(0);
-        self.tokens.insert((peer, token), id);
+        self.tokens.insert((peer, token.clone()), id);
         self.clients.insert(
             id,
             ClientExchange {
@@ -51,7 +57,7 @@ impl Endpoint {
 
     /// The token assigned to a request (to match it in logs or re-register later).
     pub fn request_token(&self, id: RequestId) -> Option<Token> {
-        self.clients.get(&id).map(|c| c.token)
+        self.clients.get(&id).map(|c| c.token.clone())
     }
 
     /// True while a request is queued, outstanding or observing.
@@ -81,7 +87,7 @@ impl Endpoint {
         loop {
             let full = Token::random(&mut self.rng);
             let t = Token::new(&full.as_bytes()[..self.config.token_len]).unwrap_or(full);
-            if !self.tokens.contains_key(&(peer, t)) {
+            if !self.tokens.contains_key(&(peer, t.clone())) {
                 return t;
             }
         }
@@ -202,7 +208,7 @@ impl Endpoint {
             }
             return;
         }
-        let Some(&id) = self.tokens.get(&(peer, msg.token)) else {
+        let Some(&id) = self.tokens.get(&(peer, msg.token.clone())) else {
             // Nobody waits for this token: reject it, which also cancels an observation
             // we no longer want (RFC 7641 §3.6).
             self.stats.unmatched += 1;

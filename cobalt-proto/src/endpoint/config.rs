@@ -2,6 +2,7 @@
 
 use crate::address::AddressPrefix;
 use crate::congestion::{Algorithm, Params, PeerTable};
+use crate::message::{DEFAULT_MAX_TOKEN_LEN, MAX_TOKEN_LEN};
 use crate::settings::{within, Param, Settings};
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +71,12 @@ pub struct EndpointConfig {
     pub max_client_exchanges: usize,
     /// Length of generated tokens in bytes (1–8, default 8).
     pub token_len: usize,
+    /// Longest token accepted, in bytes (RFC 8974 extended tokens; default
+    /// [`DEFAULT_MAX_TOKEN_LEN`], 8 to 65,804). A request with a longer token is answered
+    /// 4.00 Bad Request without reaching the application, as RFC 8974 §2.2.2 asks of a
+    /// server that supports extended tokens but not that length; nothing of it is kept.
+    /// [`Endpoint::request`](super::Endpoint::request) refuses to send a longer one.
+    pub max_token_len: usize,
     /// Remember nothing of answered safe requests (GET, FETCH; default true): a duplicate
     /// that arrives after the answer runs the handler again, as RFC 7252 §4.5 permits
     /// for idempotent requests, so the store never holds their (possibly large)
@@ -127,6 +134,7 @@ impl Default for EndpointConfig {
             ipv6_budget_prefix: AddressPrefix::SUBNET,
             max_client_exchanges: 100_000,
             token_len: 8,
+            max_token_len: DEFAULT_MAX_TOKEN_LEN,
             dedup_rerun_safe: true,
             overload_max_age: 2,
             amplification_factor: 3,
@@ -201,6 +209,7 @@ impl Settings for EndpointConfig {
             Param::new("ipv6_budget_prefix", "Leading bits of an IPv6 address that make one budget, for every per-address bound of the server (exchanges, uploads, observers, connections, DTLS handshakes); IPv4 addresses count whole. 64: one /64, what a host or subscriber usually holds; 128: every address on its own.", "1 to 128", (1..=128).contains(&self.ipv6_budget_prefix.bits())),
             Param::new("max_client_exchanges", "Bound on client requests outstanding or queued.", at_least_1, self.max_client_exchanges >= 1),
             Param::new("token_len", "Length of generated tokens in bytes.", "1 to 8", (1..=8).contains(&self.token_len)),
+            Param::new("max_token_len", "Longest token accepted (RFC 8974 extended tokens); a request with a longer one gets 4.00 Bad Request and nothing of it is kept.", "8 to 65804", (8..=MAX_TOKEN_LEN).contains(&self.max_token_len)),
             Param::new("dedup_rerun_safe", "Keep no answers of safe requests (GET, FETCH): a duplicate arriving after the answer runs the handler again (RFC 7252 §4.5); false keeps them like other methods' answers.", "true or false", true),
             Param::new("overload_max_age", "Max-Age (seconds) on 5.03 and 4.29 answers given when a bound is reached.", "0 to 4294967295", true),
             Param::new("amplification_factor", "Until a peer's address is verified it gets at most this many times the bytes of its request, and no notifications (RFC 9175 §2.4); more waits for one verification round trip (a CoAP ping the peer answers with RST). 0: off. DTLS peers are verified by the handshake.", "0 to 1000", self.amplification_factor <= 1000),

@@ -52,6 +52,8 @@ pub use config::EndpointConfig;
 pub use ids::{ExchangeId, RequestId};
 
 use crate::congestion::{Attempt, PeerTable};
+#[cfg(test)]
+use crate::message::DEFAULT_MAX_TOKEN_LEN;
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
 use admission::Admission;
 use dedup::{DedupEntry, DedupLimits, DedupStore, Finished};
@@ -73,8 +75,7 @@ pub fn overload_reply(datagram: &[u8], max_age: u32) -> Option<Vec<u8>> {
     if h.mtype != MessageType::Confirmable || !h.code.is_request() {
         return None;
     }
-    let tkl = usize::from(datagram[0] & 0x0f);
-    let token = Token::new(datagram.get(4..4 + tkl)?)?;
+    let (token, _) = codec::read_token(datagram).ok()?;
     let mut resp = Message::new(
         MessageType::Acknowledgement,
         Code::SERVICE_UNAVAILABLE,
@@ -183,6 +184,13 @@ pub enum RequestError {
     NotARequest,
     /// `max_client_exchanges` requests are already outstanding or queued.
     TooManyRequests,
+    /// The request's token is longer than `max_token_len`.
+    TokenTooLong {
+        /// The token's length.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
 }
 
 impl std::fmt::Display for RequestError {
@@ -190,6 +198,10 @@ impl std::fmt::Display for RequestError {
         match self {
             RequestError::NotARequest => write!(f, "message code is not a request method"),
             RequestError::TooManyRequests => write!(f, "too many outstanding requests"),
+            RequestError::TokenTooLong { len, max } => write!(
+                f,
+                "token of {len} bytes is longer than max_token_len ({max}); raise it or use a shorter token"
+            ),
         }
     }
 }
@@ -227,6 +239,8 @@ pub struct Stats {
     pub resets_sent: u64,
     /// Requests answered 4.02 Bad Option.
     pub bad_options: u64,
+    /// Requests answered 4.00 because their token is longer than `max_token_len`.
+    pub long_tokens: u64,
     /// Requests answered 5.03 because the endpoint's total bound on requests in
     /// progress was reached.
     pub overload_rejections: u64,
@@ -556,11 +570,7 @@ impl Endpoint {
         if h.mtype != MessageType::Confirmable || !h.code.is_request() {
             return;
         }
-        let tkl = usize::from(prefix[0] & 0x0f);
-        let token = prefix
-            .get(4..4 + tkl)
-            .and_then(Token::new)
-            .unwrap_or(Token::EMPTY);
+        let token = codec::read_token(prefix).map_or(Token::EMPTY, |(token, _)| token);
         let mut resp = Message::new(
             MessageType::Acknowledgement,
             Code::REQUEST_ENTITY_TOO_LARGE,
@@ -728,3 +738,5 @@ mod sim_block_observe_tests;
 mod sim_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_tests;

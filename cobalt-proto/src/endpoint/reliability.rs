@@ -360,7 +360,7 @@ mod tests {
         let legit: SocketAddr = "10.0.0.1:40000".parse().unwrap();
         let notify = |ep: &mut Endpoint, now: Instant, peer: SocketAddr| {
             let m = Message::new(MessageType::Confirmable, Code::CONTENT, 0);
-            let (_, mid) = ep.notify(now, peer, token, m, true, None);
+            let (_, mid) = ep.notify(now, peer, token.clone(), m, true, None);
             while ep.poll_transmit().is_some() {}
             mid
         };

@@ -78,6 +78,20 @@ impl Endpoint {
             self.answer_without_handler(now, peer, (&msg, len), resp, true);
             return;
         }
+        if msg.token.len() > self.config.max_token_len {
+            // RFC 8974 §2.2.2: extended tokens are supported, this length is not — a
+            // client that can use a shorter one learns it from this answer.
+            self.stats.long_tokens += 1;
+            let mut resp = Message::new(MessageType::Acknowledgement, Code::BAD_REQUEST, 0);
+            resp.payload = format!(
+                "Token of {} bytes is longer than the {} this server accepts",
+                msg.token.len(),
+                self.config.max_token_len
+            )
+            .into_bytes();
+            self.answer_without_handler(now, peer, (&msg, len), resp, false);
+            return;
+        }
         if let Err(refusal) = self.admission.admit(&self.config, peer, of_peer) {
             let code = match refusal {
                 Refusal::PeerBusy => {
@@ -105,7 +119,7 @@ impl Endpoint {
             ServerExchange {
                 peer,
                 mid: msg.mid,
-                token: msg.token,
+                token: msg.token.clone(),
                 con,
                 acked: false,
                 remember: !(safe && self.config.dedup_rerun_safe),
@@ -141,7 +155,7 @@ impl Endpoint {
         mut resp: Message,
         remember: bool,
     ) {
-        resp.token = req.token;
+        resp.token = req.token.clone();
         let con = req.mtype == MessageType::Confirmable;
         if let Some(left) = self.allowance(now, peer, req_len, 0) {
             if encoded_len(&resp) > left {
@@ -202,7 +216,7 @@ impl Endpoint {
     ) -> Result<(), UnknownExchange> {
         let ex = self.server.remove(&id).ok_or(UnknownExchange(id))?;
         self.admission.release(&self.config, ex.peer);
-        response.token = ex.token;
+        response.token = ex.token.clone();
         let key = (ex.peer, ex.mid);
         if suppressed(ex.no_response, response.code) {
             // RFC 7967: the client asked not to hear about this class of response. A
@@ -224,7 +238,7 @@ impl Endpoint {
                 // goes out piggybacked (see the validation module).
                 let parked = Parked::Response(ParkedResponse {
                     id,
-                    token: ex.token,
+                    token: ex.token.clone(),
                     mid: ex.mid,
                     con: ex.con,
                     acked: ex.acked,
@@ -299,7 +313,7 @@ impl Endpoint {
     ) -> (ExchangeId, u16) {
         let id = ExchangeId(self.alloc_id());
         let mid = self.alloc_mid(now, peer);
-        notification.token = token;
+        notification.token = token.clone();
         notification.mid = mid;
         if !self.is_verified(now, peer) {
             let parked = Parked::Notification {
@@ -340,7 +354,7 @@ impl Endpoint {
         let id = ExchangeId(self.alloc_id());
         let mid = self.alloc_mid(now, peer);
         let mut bytes = self.spare.take();
-        notification.write(MessageType::NonConfirmable, mid, token, &mut bytes);
+        notification.write(MessageType::NonConfirmable, mid, &token, &mut bytes);
         let code = notification.code();
         self.send_encoded_notification(
             now,
@@ -366,7 +380,11 @@ impl Endpoint {
     ) {
         notification.mtype = MessageType::NonConfirmable;
         let bytes = self.encode(&notification);
-        let header = (notification.code, notification.token, notification.mid);
+        let header = (
+            notification.code,
+            notification.token.clone(),
+            notification.mid,
+        );
         self.send_encoded_notification(now, peer, id, header, bytes, confirmable, replaces);
     }
 

@@ -157,12 +157,16 @@ fn surfaced_notifications_are_monotonic() {
                     sim.wake(0, next_change);
                 }
                 seq = (seq + 1) & SEQ_MASK;
-                if let Some((peer, token)) = relation {
+                if let Some((peer, ref token)) = relation {
                     let mut n = Message::new(MessageType::NonConfirmable, Code::CONTENT, 0);
                     n.options.set_uint(opt::OBSERVE, seq);
                     n.payload = seq.to_be_bytes().to_vec();
                     let con = changes % 5 == 0;
-                    last_sent = Some(sim.endpoint(0).notify(now, peer, token, n, con, last_sent));
+                    last_sent =
+                        Some(
+                            sim.endpoint(0)
+                                .notify(now, peer, token.clone(), n, con, last_sent),
+                        );
                 }
             }
             while let Some(ev) = sim.endpoint(1).poll_event() {

@@ -362,8 +362,8 @@ fn a_handled_critical_option_reaches_the_application_and_others_still_get_4_02()
 #[test]
 fn format_errors_get_rst_for_con_and_silence_otherwise() {
     let mut p = Pair::new();
-    // token length 9 in a CON
-    p.deliver_to_server(&[0x49, 0x01, 0x12, 0x34, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    // token length nibble 15 (reserved, RFC 8974 §2.1) in a CON
+    p.deliver_to_server(&[0x4f, 0x01, 0x12, 0x34, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
     let rst = codec::decode(&p.server_sends()[0]).unwrap();
     assert_eq!((rst.mtype, rst.mid), (MessageType::Reset, 0x1234));
     // truncated option in a NON: silently dropped
@@ -444,7 +444,7 @@ fn observe_request_keeps_receiving_notifications_until_cancelled() {
     for seq in 1..=3u32 {
         let mut n = content(&format!("n{seq}"));
         n.options.set_uint(opt::OBSERVE, seq);
-        n.token = req.token;
+        n.token = req.token.clone();
         if seq == 1 {
             n.mid = req.mid;
         } else {

@@ -104,8 +104,8 @@ impl ParkedResponse {
 impl Parked {
     fn id_and_token(&self) -> (ExchangeId, Token) {
         match self {
-            Parked::Response(r) => (r.id, r.token),
-            Parked::Notification { id, token, .. } => (*id, *token),
+            Parked::Response(r) => (r.id, r.token.clone()),
+            Parked::Notification { id, token, .. } => (*id, token.clone()),
         }
     }
 }
@@ -274,11 +274,11 @@ impl Endpoint {
                 self.stats.parked += 1;
                 return;
             }
-            Parked::Notification { token, .. } => {
+            Parked::Notification { ref token, .. } => {
                 // The latest state wins: a newer notification replaces an older one.
                 probe
                     .parked
-                    .retain(|p| !matches!(p, Parked::Notification { token: t, .. } if *t == token));
+                    .retain(|p| !matches!(p, Parked::Notification { token: t, .. } if t == token));
                 parked
             }
             parked => parked,
@@ -376,7 +376,7 @@ impl Endpoint {
         match parked {
             Parked::Response(r) => {
                 self.stats.count_response(r.message.code);
-                let (id, token, registration) = (r.id, r.token, r.registration);
+                let (id, token, registration) = (r.id, r.token.clone(), r.registration);
                 self.send_parked_response(now, peer, r, None);
                 if registration {
                     self.events.push_back(Event::Verified { id, peer, token });
@@ -448,7 +448,7 @@ impl Endpoint {
             m.options = r.message.options.clone();
             m
         };
-        m.token = r.token;
+        m.token = r.token.clone();
         Some(m)
     }
 

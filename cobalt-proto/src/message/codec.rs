@@ -17,7 +17,7 @@ pub enum DecodeError {
     TooShort,
     /// Version other than 1; such messages are silently ignored (§3).
     UnknownVersion(u8),
-    /// Token length 9–15 (§3: message format error).
+    /// Token length nibble 15, reserved (RFC 8974 §2.1: a message format error).
     InvalidTokenLength(u8),
     /// The datagram ends inside the token or an option.
     Truncated,
@@ -36,7 +36,9 @@ impl fmt::Display for DecodeError {
         match self {
             DecodeError::TooShort => write!(f, "datagram shorter than the 4-byte CoAP header"),
             DecodeError::UnknownVersion(v) => write!(f, "unknown CoAP version {v}"),
-            DecodeError::InvalidTokenLength(l) => write!(f, "token length {l} (must be 0-8)"),
+            DecodeError::InvalidTokenLength(l) => {
+                write!(f, "token length nibble {l} is reserved (RFC 8974: 0-14)")
+            }
             DecodeError::Truncated => write!(f, "message truncated inside the token or an option"),
             DecodeError::ReservedNibble => write!(f, "reserved option delta/length value 15"),
             DecodeError::EmptyPayload => write!(f, "payload marker without payload"),
@@ -87,17 +89,11 @@ pub fn decode(buf: &[u8]) -> Result<Message, DecodeError> {
         return Err(DecodeError::UnknownVersion(version));
     }
     let mtype = MessageType::from_bits(buf[0] >> 4);
-    let tkl = buf[0] & 0x0f;
-    if tkl > 8 {
-        return Err(DecodeError::InvalidTokenLength(tkl));
-    }
     let code = Code(buf[1]);
     let mid = u16::from_be_bytes([buf[2], buf[3]]);
-    let token_end = 4 + tkl as usize;
-    let token_bytes = buf.get(4..token_end).ok_or(DecodeError::Truncated)?;
-    let token = Token::new(token_bytes).ok_or(DecodeError::InvalidTokenLength(tkl))?;
+    let (token, token_end) = read_token(buf)?;
     let (options, payload) = decode_options_and_payload(&buf[token_end..])?;
-    if code.is_empty() && (tkl != 0 || buf.len() != 4) {
+    if code.is_empty() && buf.len() != 4 {
         return Err(DecodeError::NonEmptyEmptyMessage);
     }
     Ok(Message {
@@ -108,6 +104,92 @@ pub fn decode(buf: &[u8]) -> Result<Message, DecodeError> {
         options,
         payload: payload.to_vec(),
     })
+}
+
+/// Reads the token of a version-1 datagram (its length nibble, the extended token
+/// length of RFC 8974 §2.1 after the message ID, and the token itself). Returns the
+/// token and the offset of what follows it. Also used to answer a datagram whose
+/// options are malformed or cut off.
+#[inline]
+pub fn read_token(buf: &[u8]) -> Result<(Token, usize), DecodeError> {
+    let first = *buf.first().ok_or(DecodeError::TooShort)?;
+    let rest = buf.get(4..).ok_or(DecodeError::TooShort)?;
+    match token_span(first & 0x0f, rest)? {
+        Some((start, len)) if rest.len() >= start + len => {
+            let bytes = &rest[start..start + len];
+            // `len` is at most MAX_TOKEN_LEN by construction of the wire format.
+            let token = Token::new(bytes).ok_or(DecodeError::InvalidTokenLength(first & 0x0f))?;
+            Ok((token, 4 + start + len))
+        }
+        _ => Err(DecodeError::Truncated),
+    }
+}
+
+/// Offset added to the one-byte extended token length (TKL 13, RFC 8974 §2.1).
+const TOKEN_EXT1_OFFSET: usize = 13;
+/// Offset added to the two-byte extended token length (TKL 14, RFC 8974 §2.1).
+const TOKEN_EXT2_OFFSET: usize = 269;
+
+/// Where the token announced by the length nibble `tkl` lies in `rest` (the bytes
+/// starting with its extended length, if any): `(offset, length)`, or `None` while
+/// `rest` does not hold the extended length yet; `rest` may end before the token does.
+/// Nibble 15 is reserved and an error (RFC 8974 §2.1). Shared with the RFC 8323
+/// framing, which puts the extended length after the code, just before the token.
+#[inline]
+pub(crate) fn token_span(tkl: u8, rest: &[u8]) -> Result<Option<(usize, usize)>, DecodeError> {
+    let (start, len) = match tkl {
+        0..=12 => (0, usize::from(tkl)),
+        13 => match rest.first() {
+            Some(&ext) => (1, usize::from(ext) + TOKEN_EXT1_OFFSET),
+            None => return Ok(None),
+        },
+        14 => match rest.get(..2) {
+            Some(ext) => (
+                2,
+                usize::from(u16::from_be_bytes([ext[0], ext[1]])) + TOKEN_EXT2_OFFSET,
+            ),
+            None => return Ok(None),
+        },
+        _ => return Err(DecodeError::InvalidTokenLength(tkl)),
+    };
+    Ok(Some((start, len)))
+}
+
+/// The length nibble that announces a token of `len` bytes (RFC 8974 §2.1).
+#[inline]
+pub(crate) fn token_length_nibble(len: usize) -> u8 {
+    if len < TOKEN_EXT1_OFFSET {
+        len as u8
+    } else if len < TOKEN_EXT2_OFFSET {
+        13
+    } else {
+        14
+    }
+}
+
+/// Bytes a token of `len` bytes takes on the wire after the fixed header: its extended
+/// length, if any, and itself.
+#[inline]
+pub(crate) fn token_wire_len(len: usize) -> usize {
+    len + match token_length_nibble(len) {
+        13 => 1,
+        14 => 2,
+        _ => 0,
+    }
+}
+
+/// Appends a token's extended length (if any) and its bytes. A token is at most
+/// [`super::token::MAX_TOKEN_LEN`] bytes, so the two-byte extension cannot overflow.
+#[inline]
+pub(crate) fn push_token(token: &Token, out: &mut Vec<u8>) {
+    let bytes = token.as_bytes();
+    let len = bytes.len();
+    if len >= TOKEN_EXT2_OFFSET {
+        out.extend_from_slice(&((len - TOKEN_EXT2_OFFSET) as u16).to_be_bytes());
+    } else if len >= TOKEN_EXT1_OFFSET {
+        out.push((len - TOKEN_EXT1_OFFSET) as u8);
+    }
+    out.extend_from_slice(bytes);
 }
 
 /// Decodes the option sequence and payload that follow the token; shared with the
@@ -139,11 +221,14 @@ impl From<WireError> for DecodeError {
 
 /// Encodes a message, appending to `out`.
 pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
-    out.reserve(4 + msg.token.len() + options_and_payload_len(&msg.options, &msg.payload));
-    out.push(0x40 | (msg.mtype.bits() << 4) | msg.token.len() as u8);
+    let token_len = msg.token.len();
+    out.reserve(
+        4 + token_wire_len(token_len) + options_and_payload_len(&msg.options, &msg.payload),
+    );
+    out.push(0x40 | (msg.mtype.bits() << 4) | token_length_nibble(token_len));
     out.push(msg.code.0);
     out.extend_from_slice(&msg.mid.to_be_bytes());
-    out.extend_from_slice(msg.token.as_bytes());
+    push_token(&msg.token, out);
     encode_options_and_payload(&msg.options, &msg.payload, out);
 }
 
@@ -176,6 +261,7 @@ pub fn options_and_payload_len(options: &Options, payload: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::super::option::number;
+    use super::super::token::MAX_TOKEN_LEN;
     use super::*;
     use proptest::prelude::*;
 
@@ -230,32 +316,11 @@ mod tests {
             decode(&[0x80, 0x01, 0, 0]),
             Err(DecodeError::UnknownVersion(2))
         );
-        for tkl in 9..=15u8 {
-            assert_eq!(
-                decode(&[
-                    0x40 | tkl,
-                    0x01,
-                    0,
-                    0,
-                    1,
-                    2,
-                    3,
-                    4,
-                    5,
-                    6,
-                    7,
-                    8,
-                    9,
-                    10,
-                    11,
-                    12,
-                    13,
-                    14,
-                    15
-                ]),
-                Err(DecodeError::InvalidTokenLength(tkl))
-            );
-        }
+        // TKL 15 is reserved (RFC 8974 §2.1), whatever follows.
+        assert_eq!(
+            decode(&[0x4f, 0x01, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]),
+            Err(DecodeError::InvalidTokenLength(15))
+        );
         assert_eq!(decode(&[0x44, 0x01, 0, 0, 1]), Err(DecodeError::Truncated));
         // option length past the end
         assert_eq!(
@@ -290,6 +355,71 @@ mod tests {
         assert!(peek_header(&[0x40, 0x01, 0x12, 0x34, 0xf0]).is_some());
     }
 
+    /// A GET with `token` and Uri-Path "a", encoded by hand.
+    fn get_with_token(tkl: u8, ext: &[u8], token: &[u8]) -> Vec<u8> {
+        let mut bytes = vec![0x40 | tkl, 0x01, 0x12, 0x34];
+        bytes.extend_from_slice(ext);
+        bytes.extend_from_slice(token);
+        bytes.extend_from_slice(&[0xb1, b'a']);
+        bytes
+    }
+
+    #[test]
+    fn extended_token_lengths_sit_between_message_id_and_token() {
+        // Nibble value, extension bytes and token length at each boundary (RFC 8974 §2.1).
+        let cases: [(u8, &[u8], usize); 7] = [
+            (8, &[], 8),
+            (9, &[], 9),
+            (12, &[], 12),
+            (13, &[0], 13),
+            (13, &[255], 268),
+            (14, &[0, 0], 269),
+            (14, &[0xff, 0xff], MAX_TOKEN_LEN),
+        ];
+        for (tkl, ext, len) in cases {
+            let token: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let bytes = get_with_token(tkl, ext, &token);
+            let m = decode(&bytes).unwrap();
+            assert_eq!(m.token.as_bytes(), &token[..], "token of {len} bytes");
+            assert_eq!(m.options.uri_path_string(), "/a");
+            assert_eq!(
+                encode(&m),
+                bytes,
+                "token of {len} bytes re-encodes the same"
+            );
+            assert_eq!(read_token(&bytes).unwrap().1, 4 + ext.len() + len);
+        }
+    }
+
+    #[test]
+    fn malformed_extended_token_lengths_are_format_errors() {
+        // TKL 13 and 14 with their length bytes cut off.
+        assert_eq!(decode(&[0x4d, 0x01, 0, 0]), Err(DecodeError::Truncated));
+        assert_eq!(decode(&[0x4e, 0x01, 0, 0, 0]), Err(DecodeError::Truncated));
+        // A token announced longer than the datagram.
+        assert_eq!(
+            decode(&get_with_token(13, &[10], &[7; 20])[..4 + 1 + 20]),
+            Err(DecodeError::Truncated)
+        );
+        assert_eq!(
+            decode(&[0x4e, 0x01, 0, 0, 0xff, 0xff, 1, 2, 3]),
+            Err(DecodeError::Truncated)
+        );
+        // An empty message never carries a token, however its length is written.
+        assert_eq!(decode(&[0x4d, 0x00, 0, 0, 0]), Err(DecodeError::Truncated));
+        let mut empty_with_token = vec![0x4d, 0x00, 0, 0, 0];
+        empty_with_token.extend_from_slice(&[1; 13]);
+        assert_eq!(
+            decode(&empty_with_token),
+            Err(DecodeError::NonEmptyEmptyMessage)
+        );
+        assert_eq!(
+            read_token(&[0x4f, 0x01, 0, 0]),
+            Err(DecodeError::InvalidTokenLength(15))
+        );
+        assert_eq!(read_token(&[0x40, 0x01]), Err(DecodeError::TooShort));
+    }
+
     fn arb_message() -> impl Strategy<Value = Message> {
         let opts = proptest::collection::vec(
             (0u16..3000, proptest::collection::vec(any::<u8>(), 0..300)),
@@ -299,7 +429,10 @@ mod tests {
             0u8..4,
             1u8..=255,
             any::<u16>(),
-            proptest::collection::vec(any::<u8>(), 0..=8),
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..=8),
+                proptest::collection::vec(any::<u8>(), 9..=300),
+            ],
             opts,
             proptest::collection::vec(any::<u8>(), 0..100),
         )

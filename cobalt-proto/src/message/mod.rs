@@ -16,4 +16,4 @@ pub use option::{content_format, number as opt, OptionRef, Options};
 pub use tcp::{
     decode_tcp, decode_ws, encode_tcp, encode_ws, Signal, SignalError, TcpDecodeError, TcpMessage,
 };
-pub use token::Token;
+pub use token::{Token, DEFAULT_MAX_TOKEN_LEN, MAX_TOKEN_LEN};

@@ -12,6 +12,9 @@
 //! +-+-+-+-+-+-+-+-+--------------+----------+--------+-----------------+
 //! ```
 //!
+//! A token longer than twelve bytes (TKL 13 or 14, RFC 8974 §2.1) has its extended
+//! length between the code and the token; `Len` does not count it.
+//!
 //! Over WebSockets the WebSocket frame carries the length, so `Len` is always 0 and
 //! there is no extended length.
 //!
@@ -20,8 +23,10 @@
 //! buffered or anything is allocated for it, and no input makes them panic.
 
 use super::code::Code;
-use super::codec::options_and_payload_len;
-use super::codec::{decode_options_and_payload, encode_options_and_payload, DecodeError};
+use super::codec::{
+    decode_options_and_payload, encode_options_and_payload, options_and_payload_len, push_token,
+    token_length_nibble, token_span, token_wire_len, DecodeError,
+};
 use super::option::{decode_uint, encode_uint, is_critical, Options};
 use super::token::Token;
 use std::fmt;
@@ -109,12 +114,12 @@ impl TcpMessage {
     /// Size in bytes of the TCP frame [`encode_tcp`] produces for this message.
     pub fn tcp_frame_len(&self) -> usize {
         let body = options_and_payload_len(&self.options, &self.payload);
-        1 + ext_len_bytes(body as u64) + 1 + self.token.len() + body
+        1 + ext_len_bytes(body as u64) + 1 + token_wire_len(self.token.len()) + body
     }
 
     /// Size in bytes of the WebSocket message payload [`encode_ws`] produces.
     pub fn ws_frame_len(&self) -> usize {
-        2 + self.token.len() + options_and_payload_len(&self.options, &self.payload)
+        2 + token_wire_len(self.token.len()) + options_and_payload_len(&self.options, &self.payload)
     }
 }
 
@@ -128,7 +133,7 @@ pub enum TcpDecodeError {
         /// The limit it was checked against.
         limit: usize,
     },
-    /// Token length 9–15 (a message format error, RFC 8323 §3.2).
+    /// Token length nibble 15, reserved (a message format error, RFC 8974 §2.1).
     InvalidTokenLength(u8),
     /// A WebSocket message whose `Len` nibble is not 0 (RFC 8323 §4.4).
     NonZeroWsLength(u8),
@@ -145,7 +150,7 @@ impl fmt::Display for TcpDecodeError {
                 write!(f, "message of {size} bytes exceeds the limit of {limit}")
             }
             TcpDecodeError::InvalidTokenLength(l) => {
-                write!(f, "token length {l} (must be 0-8)")
+                write!(f, "token length nibble {l} is reserved (RFC 8974: 0-14)")
             }
             TcpDecodeError::NonZeroWsLength(l) => {
                 write!(f, "WebSocket message with Len nibble {l} (must be 0)")
@@ -183,8 +188,8 @@ fn ext_len_bytes(body: u64) -> usize {
 /// (this function saturates the length instead of panicking).
 pub fn encode_tcp(msg: &TcpMessage, out: &mut Vec<u8>) {
     let body = options_and_payload_len(&msg.options, &msg.payload) as u64;
-    let tkl = msg.token.len() as u8;
-    out.reserve(6 + msg.token.len() + body as usize);
+    let tkl = token_length_nibble(msg.token.len());
+    out.reserve(6 + token_wire_len(msg.token.len()) + body as usize);
     if body < EXT1_OFFSET {
         out.push(((body as u8) << 4) | tkl);
     } else if body < EXT2_OFFSET {
@@ -199,7 +204,7 @@ pub fn encode_tcp(msg: &TcpMessage, out: &mut Vec<u8>) {
         out.extend_from_slice(&ext.to_be_bytes());
     }
     out.push(msg.code.0);
-    out.extend_from_slice(msg.token.as_bytes());
+    push_token(&msg.token, out);
     encode_options_and_payload(&msg.options, &msg.payload, out);
 }
 
@@ -218,7 +223,7 @@ pub fn decode_tcp(
     };
     let len_nibble = first >> 4;
     let tkl = first & 0x0f;
-    if tkl > 8 {
+    if tkl == 15 {
         return Err(TcpDecodeError::InvalidTokenLength(tkl));
     }
     let ext = match len_nibble {
@@ -243,13 +248,32 @@ pub fn decode_tcp(
         }
         n => u64::from(n),
     };
-    let header = 1 + ext + 1 + usize::from(tkl);
+    // The token's extended length follows the code. Until it has arrived only a lower
+    // bound of the frame's size is known; that is enough to refuse a frame whose body
+    // alone is too large.
+    let shortest_token = match tkl {
+        13 => 1 + 13,
+        14 => 2 + 269,
+        n => usize::from(n),
+    };
+    let too_large = |size: u64| TcpDecodeError::TooLarge {
+        size,
+        limit: max_message_size,
+    };
+    let at_least = (1 + ext + 1 + shortest_token) as u64 + body;
+    if at_least > max_message_size as u64 {
+        return Err(too_large(at_least));
+    }
+    let after_code = buf.get(2 + ext..).unwrap_or_default();
+    let Some((token_start, token_len)) =
+        token_span(tkl, after_code).map_err(|_| TcpDecodeError::InvalidTokenLength(tkl))?
+    else {
+        return Ok(None);
+    };
+    let header = 1 + ext + 1 + token_start + token_len;
     let size = header as u64 + body;
     if size > max_message_size as u64 {
-        return Err(TcpDecodeError::TooLarge {
-            size,
-            limit: max_message_size,
-        });
+        return Err(too_large(size));
     }
     // size <= max_message_size, so it fits in usize.
     let size = size as usize;
@@ -257,8 +281,7 @@ pub fn decode_tcp(
         return Ok(None);
     };
     let code = Code(frame[1 + ext]);
-    let token =
-        Token::new(&frame[2 + ext..header]).ok_or(TcpDecodeError::InvalidTokenLength(tkl))?;
+    let token = read_framed_token(tkl, &frame[2 + ext..header])?.0;
     let (options, payload) = decode_options_and_payload(&frame[header..])?;
     Ok(Some((
         TcpMessage {
@@ -275,9 +298,9 @@ pub fn decode_tcp(
 /// appending to `out`.
 pub fn encode_ws(msg: &TcpMessage, out: &mut Vec<u8>) {
     out.reserve(msg.ws_frame_len());
-    out.push(msg.token.len() as u8);
+    out.push(token_length_nibble(msg.token.len()));
     out.push(msg.code.0);
-    out.extend_from_slice(msg.token.as_bytes());
+    push_token(&msg.token, out);
     encode_options_and_payload(&msg.options, &msg.payload, out);
 }
 
@@ -297,21 +320,30 @@ pub fn decode_ws(buf: &[u8], max_message_size: usize) -> Result<TcpMessage, TcpD
         return Err(TcpDecodeError::NonZeroWsLength(first >> 4));
     }
     let tkl = first & 0x0f;
-    if tkl > 8 {
+    if tkl == 15 {
         return Err(TcpDecodeError::InvalidTokenLength(tkl));
     }
     let (&code, rest) = rest.split_first().ok_or(TcpDecodeError::Truncated)?;
-    let token_bytes = rest
-        .get(..usize::from(tkl))
-        .ok_or(TcpDecodeError::Truncated)?;
-    let token = Token::new(token_bytes).ok_or(TcpDecodeError::InvalidTokenLength(tkl))?;
-    let (options, payload) = decode_options_and_payload(&rest[usize::from(tkl)..])?;
+    let (token, token_end) = read_framed_token(tkl, rest)?;
+    let (options, payload) = decode_options_and_payload(&rest[token_end..])?;
     Ok(TcpMessage {
         code: Code(code),
         token,
         options,
         payload: payload.to_vec(),
     })
+}
+
+/// Reads the token that starts `rest` (its extended length, if any, and its bytes) for
+/// the length nibble `tkl`: the token and the offset of what follows it.
+fn read_framed_token(tkl: u8, rest: &[u8]) -> Result<(Token, usize), TcpDecodeError> {
+    let (start, len) = token_span(tkl, rest)
+        .map_err(|_| TcpDecodeError::InvalidTokenLength(tkl))?
+        .filter(|(start, len)| rest.len() >= start + len)
+        .ok_or(TcpDecodeError::Truncated)?;
+    let token =
+        Token::new(&rest[start..start + len]).ok_or(TcpDecodeError::InvalidTokenLength(tkl))?;
+    Ok((token, start + len))
 }
 
 /// Signaling codes (RFC 8323 §5, §11.1).
@@ -337,6 +369,9 @@ pub mod signal_option {
     pub const MAX_MESSAGE_SIZE: u16 = 2;
     /// CSM: Block-Wise-Transfer (empty, elective).
     pub const BLOCK_WISE_TRANSFER: u16 = 4;
+    /// CSM: Extended-Token-Length (uint, elective): the longest token the sender
+    /// accepts, 8 when absent (RFC 8974 §2.2.1).
+    pub const EXTENDED_TOKEN_LENGTH: u16 = 6;
     /// Ping and Pong: Custody (empty, elective).
     pub const CUSTODY: u16 = 2;
     /// Release: Alternative-Address (string, elective, repeatable).
@@ -356,6 +391,8 @@ pub enum Signal {
         max_message_size: Option<u32>,
         /// The sender supports BERT (RFC 8323 §6).
         block_wise_transfer: bool,
+        /// Longest token the sender accepts, if announced (RFC 8974 §2.2.1; 8 when not).
+        extended_token_length: Option<u32>,
     },
     /// 7.02 Ping.
     Ping {
@@ -426,8 +463,13 @@ impl fmt::Display for Signal {
             Signal::Csm {
                 max_message_size,
                 block_wise_transfer,
+                extended_token_length,
             } => {
                 value("Max-Message-Size", max_message_size.map(|n| n.to_string()));
+                value(
+                    "Extended-Token-Length",
+                    extended_token_length.map(|n| n.to_string()),
+                );
                 ("CSM", block_wise_transfer.then_some("Block-Wise-Transfer"))
             }
             Signal::Ping { custody } => ("Ping", custody.then_some("Custody")),
@@ -481,6 +523,7 @@ impl Signal {
             Signal::Csm {
                 max_message_size,
                 block_wise_transfer,
+                extended_token_length,
             } => {
                 if let Some(size) = max_message_size {
                     m.options
@@ -489,6 +532,10 @@ impl Signal {
                 if *block_wise_transfer {
                     m.options
                         .push(signal_option::BLOCK_WISE_TRANSFER, Vec::new());
+                }
+                if let Some(len) = extended_token_length {
+                    m.options
+                        .push(signal_option::EXTENDED_TOKEN_LENGTH, encode_uint(*len));
                 }
             }
             Signal::Ping { custody } | Signal::Pong { custody } => {
@@ -531,6 +578,7 @@ impl Signal {
             signal_code::CSM => &[
                 signal_option::MAX_MESSAGE_SIZE,
                 signal_option::BLOCK_WISE_TRANSFER,
+                signal_option::EXTENDED_TOKEN_LENGTH,
             ],
             signal_code::PING | signal_code::PONG => &[signal_option::CUSTODY],
             signal_code::RELEASE => &[signal_option::ALTERNATIVE_ADDRESS, signal_option::HOLD_OFF],
@@ -565,6 +613,7 @@ impl Signal {
             signal_code::CSM => Signal::Csm {
                 max_message_size: uint(signal_option::MAX_MESSAGE_SIZE, 4)?,
                 block_wise_transfer: empty_flag(signal_option::BLOCK_WISE_TRANSFER)?,
+                extended_token_length: uint(signal_option::EXTENDED_TOKEN_LENGTH, 3)?,
             },
             signal_code::PING => Signal::Ping {
                 custody: empty_flag(signal_option::CUSTODY)?,
@@ -621,6 +670,7 @@ mod tests {
     #[test]
     fn display_shows_signals_by_name() {
         let csm = Signal::Csm {
+            extended_token_length: None,
             max_message_size: Some(1152),
             block_wise_transfer: true,
         }
@@ -777,16 +827,25 @@ mod tests {
 
     #[test]
     fn format_errors() {
-        for tkl in 9..=15u8 {
-            assert_eq!(
-                decode_tcp(&[tkl], BIG),
-                Err(TcpDecodeError::InvalidTokenLength(tkl))
-            );
-            assert_eq!(
-                decode_ws(&[tkl, 1], BIG),
-                Err(TcpDecodeError::InvalidTokenLength(tkl))
-            );
-        }
+        // TKL 15 is reserved (RFC 8974 §2.1).
+        assert_eq!(
+            decode_tcp(&[0x0f], BIG),
+            Err(TcpDecodeError::InvalidTokenLength(15))
+        );
+        assert_eq!(
+            decode_ws(&[0x0f, 1], BIG),
+            Err(TcpDecodeError::InvalidTokenLength(15))
+        );
+        // WebSockets: the token's extended length or the token itself cut off.
+        assert_eq!(decode_ws(&[0x0d, 1], BIG), Err(TcpDecodeError::Truncated));
+        assert_eq!(
+            decode_ws(&[0x0e, 1, 0], BIG),
+            Err(TcpDecodeError::Truncated)
+        );
+        assert_eq!(
+            decode_ws(&[0x0d, 1, 5, 1, 2], BIG),
+            Err(TcpDecodeError::Truncated)
+        );
         // Option with length running past the frame's body.
         assert_eq!(
             decode_tcp(&[0x20, 0x01, 0xb5, b'a'], BIG),
@@ -801,6 +860,51 @@ mod tests {
             decode_tcp(&[0x10, 0x45, 0xf0], BIG),
             Err(TcpDecodeError::Options(DecodeError::ReservedNibble))
         );
+    }
+
+    #[test]
+    fn extended_token_lengths_follow_the_code() {
+        // GET, token of 13 bytes (TKL 13, extension 0), no options: Len 0.
+        let mut m = TcpMessage::new(Code::GET);
+        m.token = Token::new(&[9; 13]).unwrap();
+        let mut bytes = Vec::new();
+        encode_tcp(&m, &mut bytes);
+        let mut expected = vec![0x0d, 0x01, 0x00];
+        expected.extend_from_slice(&[9; 13]);
+        assert_eq!(bytes, expected);
+        assert_eq!(decode_tcp(&bytes, BIG), Ok(Some((m.clone(), bytes.len()))));
+        let mut ws = Vec::new();
+        encode_ws(&m, &mut ws);
+        assert_eq!(ws, expected);
+        assert_eq!(decode_ws(&ws, BIG), Ok(m.clone()));
+        // Until the extension and the token have arrived the frame is incomplete.
+        for cut in 0..bytes.len() {
+            assert_eq!(decode_tcp(&bytes[..cut], BIG), Ok(None), "cut at {cut}");
+        }
+        // TKL 14: 269 + 0x0102 = 527 bytes, counted against the size limit.
+        m.token = Token::new(&[3; 527]).unwrap();
+        bytes.clear();
+        encode_tcp(&m, &mut bytes);
+        assert_eq!(&bytes[..4], &[0x0e, 0x01, 0x01, 0x02]);
+        assert_eq!(bytes.len(), m.tcp_frame_len());
+        assert_eq!(decode_tcp(&bytes, BIG).unwrap().unwrap().0, m);
+        assert_eq!(
+            decode_tcp(&bytes[..4], 400),
+            Err(TcpDecodeError::TooLarge {
+                size: 4 + 527,
+                limit: 400
+            })
+        );
+        // Before the extension has arrived, the shortest token TKL 14 allows already
+        // counts against the limit.
+        assert_eq!(
+            decode_tcp(&bytes[..2], 100),
+            Err(TcpDecodeError::TooLarge {
+                size: 2 + 2 + 269,
+                limit: 100
+            })
+        );
+        assert_eq!(decode_tcp(&bytes[..3], 400), Ok(None));
     }
 
     #[test]
@@ -841,10 +945,12 @@ mod tests {
     fn signals_round_trip() {
         let signals = [
             Signal::Csm {
+                extended_token_length: None,
                 max_message_size: Some(8_388_864),
                 block_wise_transfer: true,
             },
             Signal::Csm {
+                extended_token_length: None,
                 max_message_size: None,
                 block_wise_transfer: false,
             },
@@ -874,6 +980,7 @@ mod tests {
         // CSM with Max-Message-Size 1152 (0x0480) and Block-Wise-Transfer:
         // options 0x22 04 80, 0x20; body 4 bytes.
         let m = Signal::Csm {
+            extended_token_length: None,
             max_message_size: Some(1152),
             block_wise_transfer: true,
         }
@@ -897,6 +1004,7 @@ mod tests {
         assert_eq!(
             Signal::from_message(&m),
             Ok(Signal::Csm {
+                extended_token_length: None,
                 max_message_size: None,
                 block_wise_transfer: false
             })
@@ -934,7 +1042,10 @@ mod tests {
         );
         (
             any::<u8>(),
-            proptest::collection::vec(any::<u8>(), 0..=8),
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..=8),
+                proptest::collection::vec(any::<u8>(), 9..=300),
+            ],
             opts,
             proptest::collection::vec(any::<u8>(), 0..400),
         )
@@ -1005,9 +1116,12 @@ mod tests {
             let mut bytes = Vec::new();
             encode_tcp(&m, &mut bytes);
             let limit = bytes.len() - 1;
-            // As soon as the length is known the frame is refused, whatever follows.
+            // As soon as the length is known the frame is refused, whatever follows: after
+            // the extended length, or for a long token after the code and the token's
+            // extended length.
             let ext = match bytes[0] >> 4 { 13 => 1, 14 => 2, 15 => 4, _ => 0 };
-            for cut in 1 + ext..=bytes.len() {
+            let token_ext = match bytes[0] & 0x0f { 13 => 1 + 1, 14 => 1 + 2, _ => 0 };
+            for cut in 1 + ext + token_ext..=bytes.len() {
                 let refused = matches!(
                     decode_tcp(&bytes[..cut], limit),
                     Err(TcpDecodeError::TooLarge { .. })

@@ -45,17 +45,17 @@ impl EncodedNotification {
 
     /// The length of one observer's datagram with a token of `token_len` bytes.
     pub fn len_with_token(&self, token_len: usize) -> usize {
-        4 + token_len + self.tail.len()
+        4 + codec::token_wire_len(token_len) + self.tail.len()
     }
 
     /// Replaces `out`'s contents with the datagram for one observer: the notification
     /// with type `mtype`, message ID `mid` and `token`.
-    pub fn write(&self, mtype: MessageType, mid: u16, token: Token, out: &mut Vec<u8>) {
+    pub fn write(&self, mtype: MessageType, mid: u16, token: &Token, out: &mut Vec<u8>) {
         out.clear();
         out.reserve(self.len_with_token(token.len()));
         // The header and token: what a message without options or payload encodes to.
         let mut header = Message::new(mtype, self.message.code, mid);
-        header.token = token;
+        header.token = token.clone();
         codec::encode_into(&header, out);
         out.extend_from_slice(&self.tail);
     }
@@ -93,16 +93,18 @@ mod tests {
             Token::EMPTY,
             Token::new(&[7]).unwrap(),
             Token::new(&[1, 2, 3, 4, 5, 6, 7, 8]).unwrap(),
+            Token::new(&[0x5a; 13]).unwrap(),
+            Token::new(&[0xa5; 300]).unwrap(),
         ];
         for (i, token) in tokens.into_iter().enumerate() {
             for mtype in [MessageType::Confirmable, MessageType::NonConfirmable] {
                 let mid = 0xfff0 + i as u16;
-                encoded.write(mtype, mid, token, &mut out);
-                let whole = encoded.to_message(mtype, mid, token);
+                encoded.write(mtype, mid, &token, &mut out);
+                let whole = encoded.to_message(mtype, mid, token.clone());
                 assert_eq!(out, codec::encode(&whole), "{mtype:?}, token {token:?}");
                 assert_eq!(out.len(), encoded.len_with_token(token.len()));
                 let back = codec::decode(&out).unwrap();
-                assert_eq!((back.mtype, back.mid, back.token), (mtype, mid, token));
+                assert_eq!((back.mtype, back.mid, &back.token), (mtype, mid, &token));
                 assert_eq!(back.options.observe(), Some(0x01_02_03));
             }
         }
@@ -114,7 +116,7 @@ mod tests {
         m.payload.clear();
         let encoded = EncodedNotification::new(m);
         let mut out = vec![0xaa; 100]; // replaced, not appended to
-        encoded.write(MessageType::NonConfirmable, 1, Token::EMPTY, &mut out);
+        encoded.write(MessageType::NonConfirmable, 1, &Token::EMPTY, &mut out);
         assert!(!out.contains(&0xff), "{out:?}");
         assert_eq!(
             out,

@@ -192,9 +192,9 @@ impl<I: Copy + Eq + Hash> Relations<I> {
         self.by_resource
             .entry(observable)
             .or_default()
-            .insert(key, relation);
+            .insert(key.clone(), relation);
+        self.by_peer.entry(key.0).or_default().push(key.1.clone());
         self.owner.insert(key, observable);
-        self.by_peer.entry(key.0).or_default().push(key.1);
         new
     }
 
@@ -265,12 +265,12 @@ impl<I: Copy + Eq + Hash> Relations<I> {
         if let Some((id, _)) = old {
             self.by_exchange.remove(&id);
         }
-        self.by_exchange.insert(last.0, *key);
+        self.by_exchange.insert(last.0, key.clone());
     }
 
     /// The relation whose last notification was the exchange `id`.
     pub fn by_exchange(&self, id: I) -> Option<RelationKey> {
-        self.by_exchange.get(&id).copied()
+        self.by_exchange.get(&id).cloned()
     }
 
     /// The relation of `peer` whose last notification had the message ID `mid`.
@@ -278,7 +278,7 @@ impl<I: Copy + Eq + Hash> Relations<I> {
         self.by_peer
             .get(&peer)?
             .iter()
-            .map(|t| (peer, *t))
+            .map(|t| (peer, t.clone()))
             .find(|k| {
                 self.owner
                     .get(k)
@@ -295,7 +295,7 @@ impl<I: Copy + Eq + Hash> Relations<I> {
     ) -> Vec<RelationKey> {
         self.by_resource
             .get(&observable)
-            .map(|m| m.keys().filter(|k| pick(k)).copied().collect())
+            .map(|m| m.keys().filter(|k| pick(k)).cloned().collect())
             .unwrap_or_default()
     }
 
@@ -358,15 +358,15 @@ mod tests {
     fn insert_replace_remove_and_find() {
         let mut r = Relations::<Id>::default();
         let key = ("127.0.0.1:1".parse().unwrap(), Token::new(&[1]).unwrap());
-        assert!(r.insert(7, key, rel()));
-        assert!(!r.insert(7, key, rel()), "same token re-registers");
+        assert!(r.insert(7, key.clone(), rel()));
+        assert!(!r.insert(7, key.clone(), rel()), "same token re-registers");
         assert_eq!(r.len(), 1);
         assert!(r.is_observer(key.0));
         let other = (key.0, Token::new(&[2]).unwrap());
-        assert!(r.insert(8, other, rel()));
+        assert!(r.insert(8, other.clone(), rel()));
         r.set_last(&other, (5, 42));
-        assert_eq!(r.by_exchange(5), Some(other));
-        assert_eq!(r.by_peer_mid(key.0, 42), Some(other));
+        assert_eq!(r.by_exchange(5), Some(other.clone()));
+        assert_eq!(r.by_peer_mid(key.0, 42), Some(other.clone()));
         assert_eq!(r.by_peer_mid(key.0, 43), None);
         assert_eq!(r.remove(&key).map(|(o, _)| o), Some(7));
         assert!(r.remove(&key).is_none());
@@ -377,8 +377,8 @@ mod tests {
         assert_eq!(r.by_exchange(5), None);
         assert_eq!(r.len(), 0);
         // A token moved to another resource leaves the first.
-        assert!(r.insert(7, key, rel()));
-        assert!(!r.insert(8, key, rel()));
+        assert!(r.insert(7, key.clone(), rel()));
+        assert!(!r.insert(8, key.clone(), rel()));
         assert!(r.keys_of(7, |_| true).is_empty());
         assert_eq!(r.get_mut(&key).map(|(o, _)| o), Some(8));
     }
@@ -393,7 +393,7 @@ mod tests {
             })
             .collect();
         for (i, k) in keys.iter().enumerate() {
-            r.insert(1, *k, rel());
+            r.insert(1, k.clone(), rel());
             r.set_last(k, (i as u64, 1));
         }
         assert!(r.capacity() >= 20_000);

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 /// A request received from a peer, until it is answered ([`Session::respond`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Inbound {
     /// On the datagram endpoint.
     Datagram(ExchangeId),
@@ -36,7 +36,7 @@ pub enum Inbound {
 
 /// A request sent with [`Session::request`]; its responses (every notification, for an
 /// observation) come under this id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Outbound {
     /// On the datagram endpoint.
     Datagram(RequestId),
@@ -165,7 +165,7 @@ impl TryFrom<SessionEvent> for Event {
 }
 
 /// The server's side of an observation: where its notifications go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
     peer: SocketAddr,
     token: Token,
@@ -180,7 +180,7 @@ impl Observation {
     pub fn new(peer: SocketAddr, request: &Message) -> Observation {
         Observation {
             peer,
-            token: request.token,
+            token: request.token.clone(),
             last: None,
         }
     }
@@ -197,8 +197,8 @@ impl Observation {
     }
 
     /// The token its notifications carry.
-    pub fn token(&self) -> Token {
-        self.token
+    pub fn token(&self) -> &Token {
+        &self.token
     }
 
     /// The datagram exchange and message ID of its last notification (none over a
@@ -365,7 +365,7 @@ impl Session for Endpoint {
             self,
             now,
             observation.peer,
-            observation.token,
+            observation.token.clone(),
             notification,
             confirmable,
             observation.last,
@@ -385,7 +385,7 @@ impl Session for Endpoint {
             self,
             now,
             observation.peer,
-            observation.token,
+            observation.token.clone(),
             notification,
             confirmable,
             observation.last,

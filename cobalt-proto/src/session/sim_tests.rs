@@ -445,12 +445,12 @@ impl Client {
 
 impl Application for Client {
     fn on_event(&mut self, ctx: &mut Ctx<'_>, event: SessionEvent) {
-        let current = self.current.as_ref().map(|c| c.0);
+        let current = self.current.as_ref().map(|c| c.0.clone());
         match event {
-            SessionEvent::Response { id, response } if Some(id) == current => {
+            SessionEvent::Response { id, response } if Some(id.clone()) == current => {
                 self.on_response(ctx, response)
             }
-            SessionEvent::Failed { id, .. } if Some(id) == current => {
+            SessionEvent::Failed { id, .. } if Some(id.clone()) == current => {
                 self.report.borrow_mut().failed += 1;
                 if let Some((_, _, Current::Observe { surfaced, .. })) = self.current.take() {
                     self.report.borrow_mut().observations.push(surfaced);

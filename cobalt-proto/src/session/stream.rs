@@ -282,7 +282,7 @@ impl Session for Connection {
     ) -> Result<(), SessionError> {
         self.check(observation.peer)?;
         self.conn
-            .notify(now, observation.token, notification.into())
+            .notify(now, observation.token.clone(), notification.into())
             .map_err(SessionError::Send)
     }
 
@@ -335,8 +335,11 @@ fn session_events(peer: SocketAddr, event: TcpEvent) -> Vec<SessionEvent> {
         } => {
             let mut out: Vec<SessionEvent> = outstanding
                 .iter()
-                .map(|&token| SessionEvent::Failed {
-                    id: Outbound::Stream { peer, token },
+                .map(|token| SessionEvent::Failed {
+                    id: Outbound::Stream {
+                        peer,
+                        token: token.clone(),
+                    },
                     reason: Failure::Closed(reason.clone()),
                 })
                 .collect();

@@ -57,7 +57,7 @@ fn ids_of_the_other_kind_of_session_are_refused() {
     };
     let ok = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
     assert_eq!(
-        Session::respond(&mut endpoint, now, stream_id, ok.clone()),
+        Session::respond(&mut endpoint, now, stream_id.clone(), ok.clone()),
         Err(SessionError::WrongSession)
     );
     let mut streams = StreamEndpoint::new(TcpConfig::default(), 1);

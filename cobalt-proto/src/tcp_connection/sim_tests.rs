@@ -7,11 +7,16 @@ use crate::message::{Message, MessageType};
 use crate::session::{Failure, Inbound, Observation, Outbound, SessionError, SessionEvent};
 use crate::sim::net::{LossyConfig, LossyNet};
 use crate::sim::stream::StreamConfig;
-use crate::sim::Sim;
+use crate::sim::{node_addr, Sim};
 
 /// Server (node 0) and client (node 1) stream nodes with `config`; writes are cut
 /// into chunks of up to `max_chunk` bytes.
 fn pair(seed: u64, config: TcpConfig, max_chunk: usize) -> Sim<LossyNet> {
+    pair_with(seed, config.clone(), config, max_chunk)
+}
+
+/// [`pair`] with node 0 (the server) and node 1 (the client) configured apart.
+fn pair_with(seed: u64, server: TcpConfig, client: TcpConfig, max_chunk: usize) -> Sim<LossyNet> {
     let quiet = LossyConfig {
         loss: 0.0,
         duplicate: 0.0,
@@ -23,7 +28,8 @@ fn pair(seed: u64, config: TcpConfig, max_chunk: usize) -> Sim<LossyNet> {
         min_delay_ms: 1,
         max_delay_ms: 30,
     });
-    sim.add_stream_nodes(2, &config);
+    sim.add_stream_node(node_addr(0), server);
+    sim.add_stream_node(node_addr(1), client);
     sim
 }
 
@@ -102,16 +108,16 @@ fn requests_and_responses_matched_by_token_in_any_split() {
         for (id, path) in reqs.iter().rev() {
             let mut r = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
             r.payload = path.as_bytes().to_vec();
-            sim.session(0).respond(now, *id, r).unwrap();
+            sim.session(0).respond(now, id.clone(), r).unwrap();
         }
-        let (id, _) = reqs[0];
-        let Inbound::Stream { token, .. } = id else {
+        let (id, _) = &reqs[0];
+        let Inbound::Stream { ref token, .. } = id else {
             panic!("a stream id")
         };
         let again = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
         assert_eq!(
-            sim.session(0).respond(now, id, again),
-            Err(SessionError::Send(SendError::UnknownToken(token)))
+            sim.session(0).respond(now, id.clone(), again),
+            Err(SessionError::Send(SendError::UnknownToken(token.clone())))
         );
         let mut resps: Vec<(Outbound, Vec<u8>)> = Vec::new();
         while resps.len() < 2 {
@@ -224,7 +230,14 @@ fn an_idle_connection_is_released_but_not_while_a_request_is_handled() {
         keepalive: None,
         ..TcpConfig::default()
     };
-    let mut sim = pair(6, no_pings, 9);
+    // The client waits a little longer than the server before it releases an idle
+    // connection, so that it is the server's Release that ends it, whatever the
+    // delays of the last messages.
+    let patient = TcpConfig {
+        idle_timeout: Some(Duration::from_secs(301)),
+        ..no_pings.clone()
+    };
+    let mut sim = pair_with(6, no_pings, patient, 9);
     // The server takes 400 s, longer than the idle timeout, to answer.
     let answer_at = sim.now() + Duration::from_secs(400);
     let (_, id) = one_request(&mut sim, "x", answer_at);
@@ -233,8 +246,8 @@ fn an_idle_connection_is_released_but_not_while_a_request_is_handled() {
     assert_eq!(sim.stream_ref(0).connections(), 1, "closed while handling");
     let ok = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
     sim.session(0).respond(answer_at, id, ok).unwrap();
-    // 300 s after its response, the server releases the idle connection (the client,
-    // whose last activity came a little later, would a little later).
+    // 300 s after its response, the server releases the idle connection (the client
+    // would a second later).
     let horizon = answer_at + Duration::from_secs(1000);
     let client = sim.addr(1);
     let closed = sim.run_until(horizon, |sim| {
@@ -329,7 +342,7 @@ fn a_served_observation_notifies_until_an_error() {
     assert_eq!(
         sim.session(0)
             .notify(now, &mut obs, notification(2, b"x"), false),
-        Err(SessionError::Send(SendError::UnknownToken(token)))
+        Err(SessionError::Send(SendError::UnknownToken(token.clone())))
     );
     let mut first = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
     first.options.set_uint(number::OBSERVE, 1);

@@ -71,6 +71,7 @@ fn csm_is_sent_first_and_exchanged() {
     assert_eq!(
         Signal::from_message(&first[0]),
         Ok(Signal::Csm {
+            extended_token_length: Some(TcpConfig::default().max_token_len as u32),
             max_message_size: Some(TcpConfig::default().max_message_size),
             block_wise_transfer: true
         })
@@ -92,7 +93,8 @@ fn csm_is_sent_first_and_exchanged() {
         events(&mut a),
         [TcpEvent::PeerSettings {
             max_message_size: TcpConfig::default().max_message_size,
-            block_wise_transfer: true
+            block_wise_transfer: true,
+            max_token_len: DEFAULT_MAX_TOKEN_LEN,
         }]
     );
 }
@@ -313,6 +315,7 @@ fn slowloris_trickle_is_aborted() {
     let mut bytes = Vec::new();
     encode_tcp(
         &Signal::Csm {
+            extended_token_length: None,
             max_message_size: Some(1152),
             block_wise_transfer: false,
         }
@@ -438,6 +441,7 @@ fn later_csm_updates_settings() {
     let mut bytes = Vec::new();
     encode_tcp(
         &Signal::Csm {
+            extended_token_length: None,
             max_message_size: Some(5000),
             block_wise_transfer: true,
         }
@@ -476,7 +480,7 @@ fn bad_critical_option_gets_4_02_and_overload_gets_5_03() {
         got,
         [
             (tb, Code::BAD_OPTION),
-            (tokens[2], Code::SERVICE_UNAVAILABLE)
+            (tokens[2].clone(), Code::SERVICE_UNAVAILABLE)
         ]
     );
     let n = events(&mut b)
@@ -535,7 +539,7 @@ fn observation_keeps_its_token_until_cancelled() {
     };
     let mut first = TcpMessage::new(Code::CONTENT);
     first.options.set_uint(number::OBSERVE, 1);
-    b.respond(now, st, first).unwrap();
+    b.respond(now, st.clone(), first).unwrap();
     // Further notifications are written directly with the same token.
     let mut n2 = TcpMessage::new(Code::CONTENT);
     n2.token = st;
@@ -561,7 +565,7 @@ fn observed(now: Instant, a: &mut TcpConnection, b: &mut TcpConnection) -> (Toke
     };
     let mut first = TcpMessage::new(Code::CONTENT);
     first.options.set_uint(number::OBSERVE, 1);
-    b.respond(now, st, first).unwrap();
+    b.respond(now, st.clone(), first).unwrap();
     pump(now, a, b);
     assert!(matches!(a.poll_event(), Some(TcpEvent::Response { .. })));
     (token, st)
@@ -586,10 +590,11 @@ fn a_response_without_observe_registers_nothing() {
         panic!()
     };
     // Beyond max_observers the server answers without Observe (RFC 7641 §4.1).
-    b.respond(now, st, TcpMessage::new(Code::CONTENT)).unwrap();
+    b.respond(now, st.clone(), TcpMessage::new(Code::CONTENT))
+        .unwrap();
     assert_eq!(b.served_observations(), 0);
     assert_eq!(
-        b.notify(now, st, notification(2, b"")),
+        b.notify(now, st.clone(), notification(2, b"")),
         Err(SendError::UnknownToken(st))
     );
     pump(now, &mut a, &mut b);
@@ -603,9 +608,10 @@ fn deregistration_reuses_the_token_and_drops_stale_notifications() {
     let (mut a, mut b) = established(now);
     let (token, st) = observed(now, &mut a, &mut b);
     // A notification is on its way when the client deregisters.
-    b.notify(now, st, notification(2, b"stale")).unwrap();
+    b.notify(now, st.clone(), notification(2, b"stale"))
+        .unwrap();
     let mut dereg = get("obs");
-    dereg.token = token;
+    dereg.token = token.clone();
     dereg.options.set_uint(number::OBSERVE, 1);
     assert_eq!(a.request(now, dereg).unwrap(), token, "same token");
     assert_eq!(a.outstanding_requests(), 1);
@@ -617,12 +623,12 @@ fn deregistration_reuses_the_token_and_drops_stale_notifications() {
     };
     assert_eq!(
         (t2, message.options.get_uint(number::OBSERVE)),
-        (st, Some(1))
+        (st.clone(), Some(1))
     );
     assert_eq!(b.served_observations(), 0);
     assert_eq!(
-        b.notify(now, st, notification(3, b"")),
-        Err(SendError::UnknownToken(st))
+        b.notify(now, st.clone(), notification(3, b"")),
+        Err(SendError::UnknownToken(st.clone()))
     );
     b.respond(now, st, TcpMessage::new(Code::CONTENT)).unwrap();
     pump(now, &mut a, &mut b);
@@ -634,7 +640,7 @@ fn deregistration_reuses_the_token_and_drops_stale_notifications() {
     // A plain request with a token in use still gets a fresh one.
     let (token, _) = observed(now, &mut a, &mut b);
     let mut other = get("x");
-    other.token = token;
+    other.token = token.clone();
     assert_ne!(a.request(now, other).unwrap(), token);
 }
 
@@ -646,7 +652,7 @@ fn notifications_do_not_hold_back_custody_pongs_and_keep_the_connection() {
     let mut ping = Signal::Ping { custody: true }.to_message();
     ping.token = Token::new(&[5]).unwrap();
     b.handle_bytes(now, &frame(&ping));
-    b.notify(now, st, notification(2, b"n")).unwrap();
+    b.notify(now, st.clone(), notification(2, b"n")).unwrap();
     let out = frames(&b.poll_transmit().unwrap());
     assert_eq!(out[0].code, signal_code::PONG, "no request was pending");
     assert_eq!(out[1].code, Code::CONTENT);
@@ -752,7 +758,7 @@ proptest! {
         let now = t0();
         let mut c = TcpConnection::new(TcpConfig { max_message_size: 300, ..TcpConfig::default() }, now);
         let mut bytes = Vec::new();
-        encode_tcp(&Signal::Csm { max_message_size: None, block_wise_transfer: false }.to_message(), &mut bytes);
+        encode_tcp(&Signal::Csm { extended_token_length: None, max_message_size: None, block_wise_transfer: false }.to_message(), &mut bytes);
         bytes.extend_from_slice(&junk);
         c.handle_bytes(now, &bytes);
         c.handle_timeout(now + Duration::from_secs(1000));
@@ -808,6 +814,7 @@ fn ws_messages_are_whole_and_unframed() {
     assert_eq!(
         Signal::from_message(&decode_ws(&csm, usize::MAX).unwrap()),
         Ok(Signal::Csm {
+            extended_token_length: Some(TcpConfig::default().max_token_len as u32),
             max_message_size: Some(TcpConfig::default().max_message_size),
             block_wise_transfer: true
         })
@@ -832,7 +839,7 @@ fn ws_messages_are_whole_and_unframed() {
     );
     let mut reply = TcpMessage::new(Code::CONTENT);
     reply.payload = b"hi".to_vec();
-    b.respond(now, *t, reply).unwrap();
+    b.respond(now, t.clone(), reply).unwrap();
     ws_pump(now, &mut a, &mut b);
     let ev = events(&mut a);
     assert!(
@@ -959,7 +966,7 @@ proptest! {
         let mut c = TcpConnection::with_framing(
             TcpConfig { max_message_size: 100, ..TcpConfig::default() }, Framing::WebSocket, now, 3);
         let mut csm = Vec::new();
-        encode_ws(&Signal::Csm { max_message_size: None, block_wise_transfer: false }.to_message(), &mut csm);
+        encode_ws(&Signal::Csm { extended_token_length: None, max_message_size: None, block_wise_transfer: false }.to_message(), &mut csm);
         c.handle_ws_message(now, &csm);
         for m in &msgs {
             c.handle_ws_message(now, m);
@@ -1026,4 +1033,88 @@ fn requests_carry_tokens_of_the_configured_length() {
         assert_eq!(unique.len(), tokens.len(), "tokens in use are never reused");
         pump(now, &mut a, &mut b);
     }
+}
+
+/// A token of `len` bytes counting up from `seed`.
+fn long_token(len: usize, seed: u8) -> Token {
+    let bytes: Vec<u8> = (0..len).map(|i| seed.wrapping_add(i as u8)).collect();
+    Token::new(&bytes).unwrap()
+}
+
+#[test]
+fn extended_token_length_is_announced_and_bounds_what_is_sent() {
+    let now = t0();
+    let (mut a, b) = established(now);
+    // Both announced the default maximum, so each may send tokens that long.
+    assert_eq!(a.peer_max_token_len(), DEFAULT_MAX_TOKEN_LEN);
+    assert_eq!(b.peer_max_token_len(), DEFAULT_MAX_TOKEN_LEN);
+    let mut req = get("x");
+    req.token = long_token(DEFAULT_MAX_TOKEN_LEN + 1, 0);
+    assert_eq!(
+        a.request(now, req),
+        Err(SendError::TokenTooLong {
+            len: DEFAULT_MAX_TOKEN_LEN + 1,
+            limit: DEFAULT_MAX_TOKEN_LEN
+        })
+    );
+    // A peer that announces nothing is held to RFC 7252's eight bytes; one that
+    // announces 4 still gets 8.
+    for (announced, expected) in [(None, 8), (Some(4), 8), (Some(300), 300)] {
+        let mut c = TcpConnection::new(TcpConfig::default(), now);
+        let mut csm = Vec::new();
+        let signal = Signal::Csm {
+            max_message_size: None,
+            block_wise_transfer: false,
+            extended_token_length: announced,
+        };
+        encode_tcp(&signal.to_message(), &mut csm);
+        c.handle_bytes(now, &csm);
+        assert_eq!(c.peer_max_token_len(), expected, "announced {announced:?}");
+        let mut req = get("x");
+        req.token = long_token(9, 0);
+        assert_eq!(c.request(now, req).is_ok(), expected >= 9);
+    }
+    // Eight bytes or fewer: no Extended-Token-Length in the CSM.
+    let short = TcpConfig {
+        max_token_len: 8,
+        ..TcpConfig::default()
+    };
+    let mut d = TcpConnection::new(short, now);
+    let csm = frames(&d.poll_transmit().unwrap()).remove(0);
+    assert!(!csm.options.contains(signal_option::EXTENDED_TOKEN_LENGTH));
+}
+
+#[test]
+fn long_tokens_are_answered_and_too_long_ones_refused_with_4_00() {
+    let now = t0();
+    let (mut a, mut b) = established(now);
+    let t = long_token(40, 1);
+    let mut req = get("x");
+    req.token = t.clone();
+    assert_eq!(a.request(now, req).unwrap(), t);
+    pump(now, &mut a, &mut b);
+    let Some(TcpEvent::Request { token, .. }) = b.poll_event() else {
+        panic!("request expected");
+    };
+    assert_eq!(token, t);
+    b.respond(now, token, TcpMessage::new(Code::CONTENT))
+        .unwrap();
+    pump(now, &mut a, &mut b);
+    assert!(matches!(a.poll_event(), Some(TcpEvent::Response { token, .. }) if token == t));
+    // A peer that ignores our Extended-Token-Length gets 4.00; nothing is held.
+    let mut rogue = get("y");
+    rogue.token = long_token(DEFAULT_MAX_TOKEN_LEN + 1, 2);
+    let mut bytes = Vec::new();
+    encode_tcp(&rogue, &mut bytes);
+    b.handle_bytes(now, &bytes);
+    assert_eq!(b.poll_event(), None);
+    let answer = frames(&b.poll_transmit().unwrap()).remove(0);
+    assert_eq!(
+        (answer.code, &answer.token),
+        (Code::BAD_REQUEST, &rogue.token)
+    );
+    assert!(!b.is_closed());
+    // TKL 15 is a format error that ends the connection.
+    b.handle_bytes(now, &[0x0f, 0x01]);
+    assert!(b.is_closed());
 }

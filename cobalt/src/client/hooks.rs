@@ -75,8 +75,8 @@ impl Exchange {
     /// The request's token: `None` in [`Layer::on_send`](crate::server::Layer::on_send)
     /// (the protocol machine chooses it as the request goes out), the token the
     /// answers carry in [`Layer::on_receive`](crate::server::Layer::on_receive).
-    pub fn token(&self) -> Option<Token> {
-        self.token
+    pub fn token(&self) -> Option<&Token> {
+        self.token.as_ref()
     }
 
     /// What the layers keep for this exchange.
@@ -163,7 +163,7 @@ impl ClientLayers {
         request: &Message,
         response: &mut Message,
     ) -> Result<()> {
-        exchange.token = Some(response.token);
+        exchange.token = Some(response.token.clone());
         for layer in self.list.iter().rev() {
             layer
                 .on_receive(exchange, request, response)
@@ -233,7 +233,7 @@ mod tests {
             .receive(&mut exchange, &request, &mut response)
             .unwrap();
         assert_eq!(response.payload, b"ba");
-        assert_eq!(exchange.token(), Some(response.token));
+        assert_eq!(exchange.token(), Some(&response.token));
         request.payload = b"no".to_vec();
         match layers.send(&mut exchange, &mut request) {
             Err(Error::LayerRefused { layer, reason }) => {

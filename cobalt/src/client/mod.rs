@@ -33,7 +33,7 @@ use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets, report_unreachable};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::EndpointConfig;
-use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType};
+use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType, Token};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::{Framing, TcpConfig};
 use cobalt_proto::uri::{CoapUri, Scheme};
@@ -455,6 +455,16 @@ impl RequestBuilder {
     /// Sends as a non-confirmable message.
     pub fn non_confirmable(mut self) -> RequestBuilder {
         self.message.mtype = MessageType::NonConfirmable;
+        self
+    }
+
+    /// Sends the request with this token instead of a fresh random one: up to eight
+    /// bytes with any server, longer ones (RFC 8974 extended tokens, up to the
+    /// configuration's `max_token_len`) with servers that support them. A token still in
+    /// use for another request to the same server is replaced by a fresh one; the
+    /// following requests of a block-wise transfer carry the same token.
+    pub fn token(mut self, token: Token) -> RequestBuilder {
+        self.message.token = token;
         self
     }
 

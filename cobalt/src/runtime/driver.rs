@@ -399,7 +399,9 @@ impl<S: Service<Endpoint>> Driver<S> {
                         reason: Failure::Timeout { .. },
                     } = &event
                     {
-                        if let (Some(d), Some(peer)) = (&mut self.dtls, self.exchanges.peer(*id)) {
+                        if let (Some(d), Some(peer)) =
+                            (&mut self.dtls, self.exchanges.peer(id.clone()))
+                        {
                             // The peer may have lost the session (restart, eviction).
                             d.forget(peer);
                         }

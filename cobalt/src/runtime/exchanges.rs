@@ -132,7 +132,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
         };
         match session.request(now, peer, message) {
             Ok(id) => {
-                self.keys.insert(key, id);
+                self.keys.insert(key, id.clone());
                 self.pending.insert(
                     id,
                     Pending {
@@ -166,7 +166,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
         peer: SocketAddr,
         deregister: Option<Message>,
     ) {
-        match (id, deregister) {
+        match (id.clone(), deregister) {
             (Outbound::Stream { token, .. }, Some(mut deregister)) => {
                 deregister.token = token;
                 if session.request(now, peer, deregister).is_err() {
@@ -192,7 +192,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
     ) {
         message.token = Token::EMPTY;
         if let Some(id) = self.keys.remove(&key) {
-            if let Some(token) = session.token_of(id) {
+            if let Some(token) = session.token_of(id.clone()) {
                 message.token = token;
             }
             self.pending.remove(&id);
@@ -287,10 +287,10 @@ impl<E: ExchangeErrors> Exchanges<E> {
             .pending
             .iter()
             .filter(|(_, p)| p.peer == peer)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id.clone())
             .collect();
         for id in ids {
-            session.cancel(now, id);
+            session.cancel(now, id.clone());
             if let Some(pending) = self.pending.remove(&id) {
                 self.keys.remove(&pending.key);
                 pending.reply.send(Err(error(peer)));

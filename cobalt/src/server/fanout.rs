@@ -430,10 +430,10 @@ impl FanOut {
             return;
         };
         cobalt_proto::tables::shrink_when_sparse(&mut self.awaiting);
-        match self.register(&a.observable, *key, a.request, a.since, a.version) {
+        match self.register(&a.observable, key.clone(), a.request, a.since, a.version) {
             Ok(()) => {
                 if let Some(extras) = a.extras {
-                    self.extras.insert(*key, extras);
+                    self.extras.insert(key.clone(), extras);
                 }
             }
             Err(r) => tracing::debug!(peer = %key.0, ?r, "verified observer refused: budget full"),
@@ -598,11 +598,11 @@ impl FanOut {
         let mut free = Vec::new();
         let mut still = Vec::new();
         for t in tokens {
-            let key = (peer, *t);
+            let key = (peer, t.clone());
             match self.relations.get_mut(&key) {
                 Some((_, rel)) if rel.owed.is_some() => {
-                    if session.awaits_ack(&Observation::resume(peer, *t, rel.last)) {
-                        still.push(*t);
+                    if session.awaits_ack(&Observation::resume(peer, t.clone(), rel.last)) {
+                        still.push(t.clone());
                     } else {
                         free.push(key);
                     }
@@ -754,7 +754,7 @@ impl FanOut {
         } else if rel.version >= round_version && !con {
             return; // has this state already
         }
-        if self.hold(session, now, key, con) {
+        if self.hold(session, now, &key, con) {
             return;
         }
         let Some((_, rel)) = self.relations.get_mut(&key) else {
@@ -789,13 +789,13 @@ impl FanOut {
         }
         let shared = !matches!(round.produced.get(&group), Some(Produced::PerObserver));
         let mut request = Message::clone(&rel.request);
-        request.token = key.1;
+        request.token = key.1.clone();
         request.options.remove(opt::BLOCK2);
         let production = Production {
             observable: obs,
             round: round_id,
             group: group.clone(),
-            key,
+            key: key.clone(),
             con,
             stamp,
             peer_read: Arc::default(),
@@ -828,12 +828,18 @@ impl FanOut {
 
     /// Holds the notification for `key` back if its last CON is unacknowledged or its
     /// pacing interval has not passed: it is owed the state then current.
-    fn hold<S: Session>(&mut self, session: &S, now: Instant, key: RelationKey, con: bool) -> bool {
+    fn hold<S: Session>(
+        &mut self,
+        session: &S,
+        now: Instant,
+        key: &RelationKey,
+        con: bool,
+    ) -> bool {
         let min_interval = self.limits.observe_min_interval;
-        let Some((_, rel)) = self.relations.get_mut(&key) else {
+        let Some((_, rel)) = self.relations.get_mut(key) else {
             return true;
         };
-        let unacked = session.awaits_ack(&Observation::resume(key.0, key.1, rel.last));
+        let unacked = session.awaits_ack(&Observation::resume(key.0, key.1.clone(), rel.last));
         let due = rel
             .last_sent
             .map(|t| t + min_interval)
@@ -847,12 +853,12 @@ impl FanOut {
         if unacked {
             let tokens = self.blocked.entry(key.0).or_default();
             if !tokens.contains(&key.1) {
-                tokens.push(key.1);
+                tokens.push(key.1.clone());
             }
         } else if let Some(due) = due {
             self.next_id += 1;
             self.paced.push(Reverse(Due(due, self.next_id)));
-            self.paced_keys.insert(self.next_id, key);
+            self.paced_keys.insert(self.next_id, key.clone());
         }
         true
     }
@@ -934,7 +940,7 @@ impl FanOut {
         };
         let con = rel.next_is_confirmable(&l.con, now, con, success);
         // Only an error (which ends the relation) replaces an unacknowledged CON.
-        let mut observation = replacing(session, key, rel.last.filter(|_| !success));
+        let mut observation = replacing(session, key.clone(), rel.last.filter(|_| !success));
         let sent = match answer {
             Answer::Shared(encoded) => session.notify_encoded(now, &mut observation, encoded, con),
             Answer::Own(mut response) => {
@@ -944,11 +950,17 @@ impl FanOut {
                 if !self.layers.is_empty() {
                     let extras = self.extras.get(&key);
                     let registration = Message {
-                        token: key.1,
+                        token: key.1.clone(),
                         ..Message::clone(&rel.request)
                     };
                     let layers = &self.layers;
-                    layers.notify(self.scheme, key, &registration, extras, &mut response);
+                    layers.notify(
+                        self.scheme,
+                        key.clone(),
+                        &registration,
+                        extras,
+                        &mut response,
+                    );
                 }
                 // A notification carries the first block, of the size the observer
                 // asked for if smaller; the client fetches the rest (RFC 7959 §3.4).
@@ -1029,7 +1041,7 @@ fn replacing<S: Session>(
     key: RelationKey,
     last: Option<(ExchangeId, u16)>,
 ) -> Observation {
-    let observation = Observation::resume(key.0, key.1, last);
+    let observation = Observation::resume(key.0, key.1.clone(), last);
     if session.awaits_ack(&observation) {
         observation
     } else {

@@ -818,7 +818,7 @@ impl crate::server::Layer for Tokens {
         observer: &crate::server::layer::Observer<'_>,
         _notification: &mut Response,
     ) {
-        let seen = (observer.token(), observer.registration().token);
+        let seen = (observer.token(), observer.registration().token.clone());
         self.0.lock().unwrap().push(seen);
     }
 }

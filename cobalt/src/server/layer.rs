@@ -166,7 +166,7 @@ impl Observer<'_> {
 
     /// The token of the observation.
     pub fn token(&self) -> Token {
-        self.token
+        self.token.clone()
     }
 
     /// The registering request as it left the layers.

@@ -109,7 +109,7 @@ impl Request {
     /// answer hooks.
     pub(crate) fn head(&self) -> Request {
         let mut message = Message::new(self.message.mtype, self.message.code, self.message.mid);
-        message.token = self.message.token;
+        message.token = self.message.token.clone();
         message.options = self.message.options.clone();
         Request {
             peer: self.peer,

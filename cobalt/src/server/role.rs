@@ -337,15 +337,20 @@ impl<U: UploadTable> ServerRole<U> {
                 extras,
             } = *registration;
             if response.code.is_success() {
-                let key = (peer, request.token);
+                let key = (peer, request.token.clone());
                 // An address not yet verified may be forged: its registration holds
                 // nothing until the endpoint has sent this answer (Event::Verified).
                 let taken = if session.is_verified(now, peer) {
                     self.observers
-                        .register(&observable, key, request, now, version)
+                        .register(&observable, key.clone(), request, now, version)
                 } else {
-                    self.observers
-                        .await_verification(&observable, key, request, now, version)
+                    self.observers.await_verification(
+                        &observable,
+                        key.clone(),
+                        request,
+                        now,
+                        version,
+                    )
                 };
                 match taken {
                     Ok(()) => {
@@ -353,7 +358,7 @@ impl<U: UploadTable> ServerRole<U> {
                             .options
                             .set(opt::OBSERVE, encode_uint(observable.current_seq()));
                         if let Some(extras) = extras {
-                            self.observers.keep_extras(key, extras);
+                            self.observers.keep_extras(key.clone(), extras);
                         }
                         registered = Some(key);
                     }
@@ -413,7 +418,7 @@ impl<U: UploadTable> ServerRole<U> {
 /// Sends a response; one the transport cannot take (too large for the connection) is
 /// replaced by 5.00. True if it was sent.
 fn respond<S: Session>(session: &mut S, now: Instant, id: Inbound, msg: Message) -> bool {
-    match session.respond(now, id, msg) {
+    match session.respond(now, id.clone(), msg) {
         Ok(()) => true,
         Err(SessionError::Send(e)) => {
             tracing::debug!(?id, error = %e, "cannot send response; answering 5.00");
@@ -448,7 +453,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         if !registers {
             // Another request with the token of an observation ends it (RFC 7641 §3.6);
             // a registration with it replaces it once answered.
-            self.observers.end(&(peer, request.token));
+            self.observers.end(&(peer, request.token.clone()));
         }
         let blocks = self.blocks;
         let (tree, proxying) = (&self.tree, self.proxying);
@@ -472,7 +477,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
                 upload,
             } => (request, block1, upload),
         };
-        let token = request.token;
+        let token = request.token.clone();
         let mut ctx = ReplyContext {
             peer,
             block2: request.block2(),

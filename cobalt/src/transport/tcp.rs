@@ -474,8 +474,10 @@ async fn client_conn<L, C>(
                 TcpEvent::PeerSettings {
                     max_message_size,
                     block_wise_transfer,
+                    max_token_len,
                 } => {
                     let csm = Signal::Csm {
+                        extended_token_length: (max_token_len > 8).then_some(max_token_len as u32),
                         max_message_size: Some(max_message_size),
                         block_wise_transfer,
                     };

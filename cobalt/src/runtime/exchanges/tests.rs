@@ -79,7 +79,7 @@ fn hand_over<S: Session>(
 
 /// The server answers `request` (sent by `client`) with `response`.
 fn answer(client: &mut Endpoint, request: &Message, mut response: Message, now: Instant) {
-    (response.mid, response.token) = (request.mid, request.token);
+    (response.mid, response.token) = (request.mid, request.token.clone());
     client.handle_datagram(now, server_addr(), &encode(&response));
 }
 
@@ -227,7 +227,7 @@ fn a_stream_observation_whose_observer_is_gone_is_deregistered_at_the_server() {
     // The observer goes away before the first notification arrives.
     drop(notifications);
     server
-        .respond(now, token, TcpMessage::from(content(Some(1))))
+        .respond(now, token.clone(), TcpMessage::from(content(Some(1))))
         .unwrap();
     pump(&mut client, &mut server, now);
     hand_over(&mut client, &mut exchanges, now);
