@@ -2,6 +2,7 @@
 
 mod alloc;
 mod bench;
+mod devices;
 mod dtls_args;
 mod exit;
 mod flags;
@@ -62,6 +63,9 @@ enum Command {
     /// A resource directory (RFC 9176): `cobalt rd` serves one (registrations stored
     /// under --data-dir); `cobalt rd register|update|remove|lookup` talk to one.
     Rd(rd::RdArgs),
+    /// Simulated devices: each its own socket, observable sensors, registering at a
+    /// resource directory (--rd) or an LwM2M server (--lwm2m) until Ctrl-C.
+    Devices(devices::DevicesArgs),
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
     /// Print a shell completion script: `cobalt completions bash > /etc/bash_completion.d/cobalt`
@@ -154,6 +158,7 @@ fn main() {
             Command::Observe(a) => request::observe(a).await,
             Command::Serve(a) => serve::run(a, cli.log_level.as_deref()).await,
             Command::Rd(a) => rd::run(a).await,
+            Command::Devices(a) => devices::run(a).await,
             Command::Bench(_)
             | Command::BenchResponder(_)
             | Command::BenchHttpResponder(_)

@@ -95,7 +95,10 @@ impl Profile {
                         .with_obs()
                 })
                 .collect(),
-            Profile::Lwm2m => ["/1/0", "/3/0", "/3303/0"].into_iter().map(Link::new).collect(),
+            Profile::Lwm2m => ["/1/0", "/3/0", "/3303/0"]
+                .into_iter()
+                .map(Link::new)
+                .collect(),
         }
     }
 
@@ -141,7 +144,9 @@ impl Profile {
                 }
                 Ok(Representation {
                     format: format::TEXT,
-                    body: rounded(view.sensors[q.index()].value()).to_string().into_bytes(),
+                    body: rounded(view.sensors[q.index()].value())
+                        .to_string()
+                        .into_bytes(),
                 })
             }
             Profile::Lwm2m => read_lwm2m(view, path, accept),
@@ -194,11 +199,7 @@ fn object(view: &View<'_>, object: u16) -> Option<Vec<Entry>> {
     })
 }
 
-fn read_lwm2m(
-    view: &View<'_>,
-    path: &[&str],
-    accept: Option<u16>,
-) -> Result<Representation, Code> {
+fn read_lwm2m(view: &View<'_>, path: &[&str], accept: Option<u16>) -> Result<Representation, Code> {
     let ids: Vec<u16> = path
         .iter()
         .map(|s| s.parse::<u16>())
@@ -218,8 +219,13 @@ fn read_lwm2m(
     if picked.is_empty() {
         return Err(Code::NOT_FOUND);
     }
-    let single = picked.len() == 1 && (rest.len() == 3 || (rest.len() == 2 && picked[0].1.is_none()));
-    let format = accept.unwrap_or(if single { format::TEXT } else { format::SENML_JSON });
+    let single =
+        picked.len() == 1 && (rest.len() == 3 || (rest.len() == 2 && picked[0].1.is_none()));
+    let format = accept.unwrap_or(if single {
+        format::TEXT
+    } else {
+        format::SENML_JSON
+    });
     let base = format!("/{obj}/0/");
     let body = match format {
         format::TEXT if single => picked[0].2.text().into_bytes(),
@@ -317,7 +323,9 @@ mod tests {
         let only_temp = Profile::Rd.well_known_core(["rt=temp*"].into_iter());
         assert!(only_temp.contains("/sensors/temp") && !only_temp.contains("/sensors/hum"));
         let s = sensors();
-        let r = Profile::Rd.read(&view(&s), &["sensors", "temp"], None).unwrap();
+        let r = Profile::Rd
+            .read(&view(&s), &["sensors", "temp"], None)
+            .unwrap();
         assert_eq!(r.format, format::TEXT);
         let shown: f32 = std::str::from_utf8(&r.body).unwrap().parse().unwrap();
         assert_eq!(shown, s[0].value());
@@ -325,41 +333,68 @@ mod tests {
             Profile::Rd.read(&view(&s), &["sensors", "temp"], Some(50)),
             Err(Code::NOT_ACCEPTABLE)
         );
-        assert_eq!(Profile::Rd.read(&view(&s), &["x"], None), Err(Code::NOT_FOUND));
+        assert_eq!(
+            Profile::Rd.read(&view(&s), &["x"], None),
+            Err(Code::NOT_FOUND)
+        );
     }
 
     #[test]
     fn lwm2m_reads_follow_the_content_formats() {
         let s = sensors();
         let v = view(&s);
-        let single = Profile::Lwm2m.read(&v, &["3303", "0", "5700"], None).unwrap();
+        let single = Profile::Lwm2m
+            .read(&v, &["3303", "0", "5700"], None)
+            .unwrap();
         assert_eq!(single.format, format::TEXT);
-        assert_eq!(String::from_utf8(single.body).unwrap(), rounded(s[0].value()).to_string());
+        assert_eq!(
+            String::from_utf8(single.body).unwrap(),
+            rounded(s[0].value()).to_string()
+        );
         let device = Profile::Lwm2m.read(&v, &["3", "0"], None).unwrap();
         assert_eq!(device.format, format::SENML_JSON);
         let json: serde_json::Value = serde_json::from_slice(&device.body).unwrap();
         assert_eq!(json[0]["bn"], "/3/0/");
         assert_eq!(json[0]["n"], "0");
         assert_eq!(json[0]["vs"], "Cobalt");
-        assert!(json.as_array().unwrap().iter().any(|r| r["n"] == "11/0" && r["v"] == 0));
-        assert!(json.as_array().unwrap().iter().any(|r| r["n"] == "2" && r["vs"] == "dev-7"));
+        assert!(json
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["n"] == "11/0" && r["v"] == 0));
+        assert!(json
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["n"] == "2" && r["vs"] == "dev-7"));
         let cbor = Profile::Lwm2m
             .read(&v, &["3303", "0", "5700"], Some(format::SENML_CBOR))
             .unwrap();
         let value: ciborium::value::Value = ciborium::from_reader(&cbor.body[..]).unwrap();
         let rec = &value.as_array().unwrap()[0];
         let map = rec.as_map().unwrap();
-        assert!(map.iter().any(|(k, v)| k == &(-2).into() && v == &"/3303/0/".into()));
+        assert!(map
+            .iter()
+            .any(|(k, v)| k == &(-2).into() && v == &"/3303/0/".into()));
         assert_eq!(
             Profile::Lwm2m.read(&v, &["3", "0", "11"], Some(format::TEXT)),
             Err(Code::NOT_ACCEPTABLE),
             "a multiple resource has no text/plain form"
         );
-        assert_eq!(Profile::Lwm2m.read(&v, &["3", "1"], None), Err(Code::NOT_FOUND));
+        assert_eq!(
+            Profile::Lwm2m.read(&v, &["3", "1"], None),
+            Err(Code::NOT_FOUND)
+        );
         assert_eq!(Profile::Lwm2m.read(&v, &["5"], None), Err(Code::NOT_FOUND));
-        assert_eq!(Profile::Lwm2m.read(&v, &["3", "0", "11542"], None), Err(Code::NOT_FOUND));
+        assert_eq!(
+            Profile::Lwm2m.read(&v, &["3", "0", "11542"], None),
+            Err(Code::NOT_FOUND)
+        );
         assert_eq!(Profile::Lwm2m.execute(&v, &["3", "0", "4"]), Code::CHANGED);
-        assert_eq!(Profile::Lwm2m.execute(&v, &["3", "0", "0"]), Code::METHOD_NOT_ALLOWED);
+        assert_eq!(
+            Profile::Lwm2m.execute(&v, &["3", "0", "0"]),
+            Code::METHOD_NOT_ALLOWED
+        );
         assert_eq!(
             Profile::Lwm2m.observable(&["3303", "0", "5700"]),
             Some(Quantity::Temperature)

@@ -228,8 +228,11 @@ impl Device {
         let profile = self.settings.profile;
         let mut m = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
         if path == [".well-known", "core"] {
-            m.options.set_uint(opt::CONTENT_FORMAT, u32::from(format::LINK_FORMAT));
-            m.payload = profile.well_known_core(request.options.uri_query()).into_bytes();
+            m.options
+                .set_uint(opt::CONTENT_FORMAT, u32::from(format::LINK_FORMAT));
+            m.payload = profile
+                .well_known_core(request.options.uri_query())
+                .into_bytes();
             return Ok(m);
         }
         let rep = profile.read(&view, &path, request.options.accept())?;
@@ -237,7 +240,8 @@ impl Device {
             m.options
                 .set_uint(opt::OBSERVE, self.sensors[q.index()].changes() & SEQ_MASK);
         }
-        m.options.set_uint(opt::CONTENT_FORMAT, u32::from(rep.format));
+        m.options
+            .set_uint(opt::CONTENT_FORMAT, u32::from(rep.format));
         m.payload = rep.body;
         Ok(m)
     }
@@ -280,7 +284,12 @@ impl Device {
         }
     }
 
-    fn registration_failed(&mut self, now: Instant, id: cobalt_proto::endpoint::RequestId, what: &str) {
+    fn registration_failed(
+        &mut self,
+        now: Instant,
+        id: cobalt_proto::endpoint::RequestId,
+        what: &str,
+    ) {
         if let Some(r) = self.registrar.as_mut() {
             if let Some(o) = r.on_failure(now, id, what) {
                 self.count(o);
@@ -315,7 +324,11 @@ impl Device {
                     lifetime: self.settings.lifetime,
                     sensors: &self.sensors,
                 };
-                Message::new(MessageType::Acknowledgement, self.settings.profile.execute(&view, &path), 0)
+                Message::new(
+                    MessageType::Acknowledgement,
+                    self.settings.profile.execute(&view, &path),
+                    0,
+                )
             }
             _ => Message::new(MessageType::Acknowledgement, Code::METHOD_NOT_ALLOWED, 0),
         };
@@ -341,8 +354,11 @@ impl Device {
                     || self.relations.len() < self.settings.max_observers;
                 if room {
                     let version = u64::from(self.sensors[q.index()].changes());
-                    self.relations
-                        .insert(q.index() as u64, key, Relation::new(request, now, version));
+                    self.relations.insert(
+                        q.index() as u64,
+                        key,
+                        Relation::new(request, now, version),
+                    );
                 } else {
                     answer.options.remove(opt::OBSERVE);
                 }
@@ -434,12 +450,22 @@ mod tests {
         let (mut d, now) = device(Profile::Lwm2m, 2);
         let peer = OBSERVER.parse().unwrap();
         for token in 1..=3u8 {
-            d.handle_datagram(now, peer, &get("/3303/0/5700", Some(0), token, u16::from(token)));
+            d.handle_datagram(
+                now,
+                peer,
+                &get("/3303/0/5700", Some(0), token, u16::from(token)),
+            );
         }
         let answers = sent(&mut d);
         assert_eq!(answers.len(), 3);
         assert!(answers.iter().all(|a| a.code == Code::CONTENT));
-        assert_eq!(answers.iter().filter(|a| a.options.observe().is_some()).count(), 2);
+        assert_eq!(
+            answers
+                .iter()
+                .filter(|a| a.options.observe().is_some())
+                .count(),
+            2
+        );
         assert_eq!(d.observers(), 2);
         // Observe=1 ends one.
         d.handle_datagram(now, peer, &get("/3303/0/5700", Some(1), 1, 9));
@@ -453,14 +479,20 @@ mod tests {
         let peer = OBSERVER.parse().unwrap();
         d.handle_datagram(now, peer, &get("/3/0/0", None, 1, 1));
         let a = sent(&mut d).remove(0);
-        assert_eq!((a.code, a.payload.as_slice()), (Code::CONTENT, b"Cobalt".as_slice()));
+        assert_eq!(
+            (a.code, a.payload.as_slice()),
+            (Code::CONTENT, b"Cobalt".as_slice())
+        );
         let mut put = Message::new(MessageType::Confirmable, Code::PUT, 2);
         put.options.set_uri_path("/3/0/0");
         d.handle_datagram(now, peer, &codec::encode(&put));
         assert_eq!(sent(&mut d)[0].code, Code::METHOD_NOT_ALLOWED);
         d.handle_datagram(now, peer, &get("/.well-known/core", None, 3, 3));
         let core = sent(&mut d).remove(0);
-        assert_eq!(String::from_utf8_lossy(&core.payload), "</1/0>,</3/0>,</3303/0>");
+        assert_eq!(
+            String::from_utf8_lossy(&core.payload),
+            "</1/0>,</3/0>,</3303/0>"
+        );
     }
 
     #[test]

@@ -160,7 +160,11 @@ impl Fleet {
         let mut sockets = Vec::with_capacity(config.devices as usize);
         for index in 0..config.devices {
             let addr = config.source.address(index);
-            let bind = |source| FleetError::Bind { index, addr, source };
+            let bind = |source| FleetError::Bind {
+                index,
+                addr,
+                source,
+            };
             let std = std::net::UdpSocket::bind(SocketAddr::new(addr, 0)).map_err(bind)?;
             std.set_nonblocking(true).map_err(bind)?;
             sockets.push(UdpSocket::from_std(std).map_err(bind)?);
@@ -371,7 +375,9 @@ mod tests {
             addrs,
             ["127.0.0.9", "127.0.0.10", "127.0.0.9"].map(|a| a.parse::<IpAddr>().unwrap())
         );
-        assert!(SourceAddrs::parse_net("127.0.0.1").unwrap_err().contains("127.0.0.0/16"));
+        assert!(SourceAddrs::parse_net("127.0.0.1")
+            .unwrap_err()
+            .contains("127.0.0.0/16"));
         assert!(SourceAddrs::parse_net("127.0.0.0/31").is_err());
         assert!(SourceAddrs::parse_net("x/16").is_err());
     }

@@ -169,11 +169,11 @@ impl Registrar {
             }
         };
         self.cancel_pending(now, endpoint);
-        self.state = match endpoint.request(now, self.target.server, request(Code::DELETE, &location))
-        {
-            Ok(id) => State::Removing(id),
-            Err(_) => State::Done,
-        };
+        self.state =
+            match endpoint.request(now, self.target.server, request(Code::DELETE, &location)) {
+                Ok(id) => State::Removing(id),
+                Err(_) => State::Done,
+            };
     }
 
     fn cancel_pending(&self, now: Instant, endpoint: &mut Endpoint) {
@@ -191,7 +191,12 @@ impl Registrar {
     }
 
     /// The answer to request `id`; `None` when it is not one of the registration's.
-    pub fn on_response(&mut self, now: Instant, id: RequestId, response: &Message) -> Option<Outcome> {
+    pub fn on_response(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        response: &Message,
+    ) -> Option<Outcome> {
         if self.pending() != Some(id) {
             return None;
         }
@@ -292,12 +297,14 @@ impl Registrar {
     fn registration(&self, ep: &str, path: &[String]) -> Message {
         let mut m = request(Code::POST, path);
         m.options.push(opt::URI_QUERY, format!("ep={ep}"));
-        m.options.push(opt::URI_QUERY, format!("lt={}", self.lifetime));
+        m.options
+            .push(opt::URI_QUERY, format!("lt={}", self.lifetime));
         if self.target.profile == Profile::Lwm2m {
             m.options.push(opt::URI_QUERY, "lwm2m=1.1");
             m.options.push(opt::URI_QUERY, "b=U");
         }
-        m.options.set_uint(opt::CONTENT_FORMAT, u32::from(format::LINK_FORMAT));
+        m.options
+            .set_uint(opt::CONTENT_FORMAT, u32::from(format::LINK_FORMAT));
         m.payload = link_format::encode(&self.target.profile.links()).into_bytes();
         m
     }
@@ -330,7 +337,9 @@ fn registration_interface(links: &str) -> Option<Vec<String>> {
         .find(|l| l.resource_types().any(|rt| rt == "core.rd"))?
         .target;
     let path = match target.find("://") {
-        Some(i) => target[i + 3..].find('/').map_or("", |j| &target[i + 3 + j..]),
+        Some(i) => target[i + 3..]
+            .find('/')
+            .map_or("", |j| &target[i + 3 + j..]),
         None => target.as_str(),
     };
     Some(
@@ -367,8 +376,12 @@ mod tests {
 
         /// The request the device sent, as the directory sees it.
         fn request_at_rd(&mut self) -> (cobalt_proto::endpoint::ExchangeId, Message) {
-            let tx = self.device.poll_transmit().expect("the device sent a request");
-            self.rd.handle_datagram(self.now, "127.0.0.1:40000".parse().unwrap(), &tx.bytes);
+            let tx = self
+                .device
+                .poll_transmit()
+                .expect("the device sent a request");
+            self.rd
+                .handle_datagram(self.now, "127.0.0.1:40000".parse().unwrap(), &tx.bytes);
             match self.rd.poll_event() {
                 Some(Event::Request { id, request, .. }) => (id, request),
                 other => panic!("{other:?}"),
@@ -376,10 +389,16 @@ mod tests {
         }
 
         /// The directory answers; returns what the registrar makes of it.
-        fn answer(&mut self, reg: &mut Registrar, id: cobalt_proto::endpoint::ExchangeId, answer: Message) -> Option<Outcome> {
+        fn answer(
+            &mut self,
+            reg: &mut Registrar,
+            id: cobalt_proto::endpoint::ExchangeId,
+            answer: Message,
+        ) -> Option<Outcome> {
             self.rd.respond(self.now, id, answer).unwrap();
             let tx = self.rd.poll_transmit().unwrap();
-            self.device.handle_datagram(self.now, RD.parse().unwrap(), &tx.bytes);
+            self.device
+                .handle_datagram(self.now, RD.parse().unwrap(), &tx.bytes);
             match self.device.poll_event() {
                 Some(Event::Response { id, response }) => reg.on_response(self.now, id, &response),
                 other => panic!("{other:?}"),
@@ -415,7 +434,8 @@ mod tests {
         let (id, req) = p.request_at_rd();
         assert_eq!(req.options.uri_path_string(), "/.well-known/core");
         let mut links = answer(Code::CONTENT);
-        links.payload = b"</resourcedirectory/>;rt=\"core.rd\",</lookup>;rt=\"core.rd-lookup-ep\"".to_vec();
+        links.payload =
+            b"</resourcedirectory/>;rt=\"core.rd\",</lookup>;rt=\"core.rd-lookup-ep\"".to_vec();
         assert_eq!(p.answer(&mut reg, id, links), None);
 
         reg.poll(p.now, "dev-1", &mut p.device);
@@ -426,7 +446,10 @@ mod tests {
         assert_eq!(query, ["ep=dev-1", "lt=300"]);
         assert_eq!(req.options.content_format(), Some(format::LINK_FORMAT));
         assert!(String::from_utf8_lossy(&req.payload).contains("rt=\"temperature\""));
-        assert_eq!(p.answer(&mut reg, id, created("/reg/7")), Some(Outcome::Registered));
+        assert_eq!(
+            p.answer(&mut reg, id, created("/reg/7")),
+            Some(Outcome::Registered)
+        );
         assert_eq!(reg.location().as_deref(), Some("/reg/7"));
 
         // Nothing until a minute before the lifetime ends.
@@ -438,25 +461,43 @@ mod tests {
         p.now = renew_at;
         reg.poll(p.now, "dev-1", &mut p.device);
         let (id, req) = p.request_at_rd();
-        assert_eq!((req.code, req.options.uri_path_string()), (Code::POST, "/reg/7".into()));
+        assert_eq!(
+            (req.code, req.options.uri_path_string()),
+            (Code::POST, "/reg/7".into())
+        );
         assert!(req.payload.is_empty());
-        assert_eq!(p.answer(&mut reg, id, answer(Code::CHANGED)), Some(Outcome::Renewed));
+        assert_eq!(
+            p.answer(&mut reg, id, answer(Code::CHANGED)),
+            Some(Outcome::Renewed)
+        );
 
         // The directory forgot it: register again at once.
         p.now = reg.next_timer().unwrap();
         reg.poll(p.now, "dev-1", &mut p.device);
         let (id, _) = p.request_at_rd();
-        assert_eq!(p.answer(&mut reg, id, answer(Code::NOT_FOUND)), Some(Outcome::Reregistering));
+        assert_eq!(
+            p.answer(&mut reg, id, answer(Code::NOT_FOUND)),
+            Some(Outcome::Reregistering)
+        );
         assert_eq!(reg.next_timer(), Some(p.now));
         reg.poll(p.now, "dev-1", &mut p.device);
         let (id, req) = p.request_at_rd();
         assert_eq!(req.options.uri_path_string(), "/resourcedirectory");
-        assert_eq!(p.answer(&mut reg, id, created("/reg/8")), Some(Outcome::Registered));
+        assert_eq!(
+            p.answer(&mut reg, id, created("/reg/8")),
+            Some(Outcome::Registered)
+        );
 
         reg.remove(p.now, &mut p.device);
         let (id, req) = p.request_at_rd();
-        assert_eq!((req.code, req.options.uri_path_string()), (Code::DELETE, "/reg/8".into()));
-        assert_eq!(p.answer(&mut reg, id, answer(Code::DELETED)), Some(Outcome::Removed));
+        assert_eq!(
+            (req.code, req.options.uri_path_string()),
+            (Code::DELETE, "/reg/8".into())
+        );
+        assert_eq!(
+            p.answer(&mut reg, id, answer(Code::DELETED)),
+            Some(Outcome::Removed)
+        );
         assert!(reg.is_done());
     }
 
@@ -469,9 +510,19 @@ mod tests {
         assert_eq!(req.options.uri_path_string(), "/rd");
         let query: Vec<&str> = req.options.uri_query().collect();
         assert_eq!(query, ["ep=node-3", "lt=60", "lwm2m=1.1", "b=U"]);
-        assert_eq!(String::from_utf8_lossy(&req.payload), "</1/0>,</3/0>,</3303/0>");
-        assert_eq!(p.answer(&mut reg, id, created("/rd/abc")), Some(Outcome::Registered));
-        assert_eq!(reg.next_timer(), Some(p.now + Duration::from_secs(45)), "¾ of a short lifetime");
+        assert_eq!(
+            String::from_utf8_lossy(&req.payload),
+            "</1/0>,</3/0>,</3303/0>"
+        );
+        assert_eq!(
+            p.answer(&mut reg, id, created("/rd/abc")),
+            Some(Outcome::Registered)
+        );
+        assert_eq!(
+            reg.next_timer(),
+            Some(p.now + Duration::from_secs(45)),
+            "¾ of a short lifetime"
+        );
     }
 
     #[test]
@@ -482,19 +533,36 @@ mod tests {
         let (id, _) = p.request_at_rd();
         let mut busy = answer(Code::SERVICE_UNAVAILABLE);
         busy.options.set_uint(opt::MAX_AGE, 60);
-        assert_eq!(p.answer(&mut reg, id, busy), Some(Outcome::Failed("5.03".into())));
-        assert_eq!(reg.next_timer(), Some(p.now + Duration::from_secs(60)), "Max-Age");
+        assert_eq!(
+            p.answer(&mut reg, id, busy),
+            Some(Outcome::Failed("5.03".into()))
+        );
+        assert_eq!(
+            reg.next_timer(),
+            Some(p.now + Duration::from_secs(60)),
+            "Max-Age"
+        );
 
         p.now += Duration::from_secs(60);
         reg.poll(p.now, "d", &mut p.device);
         let (id, _) = p.request_at_rd();
-        assert_eq!(p.answer(&mut reg, id, answer(Code::FORBIDDEN)), Some(Outcome::Failed("4.03".into())));
-        assert_eq!(reg.next_timer(), Some(p.now + Duration::from_secs(10)), "second failure: 10 s");
+        assert_eq!(
+            p.answer(&mut reg, id, answer(Code::FORBIDDEN)),
+            Some(Outcome::Failed("4.03".into()))
+        );
+        assert_eq!(
+            reg.next_timer(),
+            Some(p.now + Duration::from_secs(10)),
+            "second failure: 10 s"
+        );
 
         p.now += Duration::from_secs(10);
         reg.poll(p.now, "d", &mut p.device);
         let pending = reg.pending().unwrap();
-        assert_eq!(reg.on_failure(p.now, pending, "timeout"), Some(Outcome::Failed("timeout".into())));
+        assert_eq!(
+            reg.on_failure(p.now, pending, "timeout"),
+            Some(Outcome::Failed("timeout".into()))
+        );
         assert_eq!(reg.next_timer(), Some(p.now + Duration::from_secs(20)));
         assert!(reg.location().is_none());
         // Not the registration's request: not its business.
@@ -513,7 +581,10 @@ mod tests {
             registration_interface("<coap://h:1/a/b>;rt=\"core.rd\""),
             Some(vec!["a".to_string(), "b".to_string()])
         );
-        assert_eq!(registration_interface("</x>;rt=\"core.rd-lookup-ep\""), None);
+        assert_eq!(
+            registration_interface("</x>;rt=\"core.rd-lookup-ep\""),
+            None
+        );
         assert_eq!(registration_interface("<<garbage"), None);
     }
 }

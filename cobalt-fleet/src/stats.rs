@@ -116,7 +116,11 @@ impl fmt::Display for Summary {
         if self.errors.is_empty() {
             return f.write_str("none");
         }
-        let parts: Vec<String> = self.errors.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+        let parts: Vec<String> = self
+            .errors
+            .iter()
+            .map(|(k, n)| format!("{k} ×{n}"))
+            .collect();
         f.write_str(&parts.join(", "))
     }
 }
@@ -141,6 +145,9 @@ mod tests {
         let line = sum.to_string();
         assert!(line.starts_with("registered 2 (now 0)"), "{line}");
         assert!(line.ends_with("errors: 5.03 ×2, timeout ×1"), "{line}");
-        assert!(FleetStats::default().summary().to_string().ends_with("errors: none"));
+        assert!(FleetStats::default()
+            .summary()
+            .to_string()
+            .ends_with("errors: none"));
     }
 }
