@@ -35,6 +35,7 @@
 pub mod content;
 pub mod device;
 pub mod fleet;
+pub mod mashup;
 pub mod registration;
 pub mod sensor;
 pub mod stats;
