@@ -22,6 +22,7 @@ use cobalt::server::{get, MethodRouter, Observable};
 use cobalt::{content_format, Client, Response};
 use cobalt_rd::RdClientError;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::task::AbortHandle;
@@ -208,6 +209,7 @@ pub struct Mashup {
     state: Arc<Mutex<State>>,
     changes: Observable,
     lookup_uri: Arc<Mutex<Option<String>>>,
+    notifications: Arc<AtomicU64>,
 }
 
 impl Mashup {
@@ -219,6 +221,7 @@ impl Mashup {
             state: Arc::default(),
             changes: Observable::new(),
             lookup_uri: Arc::default(),
+            notifications: Arc::default(),
         }
     }
 
@@ -231,6 +234,11 @@ impl Mashup {
     /// The aggregate now.
     pub fn aggregate(&self) -> Aggregate {
         self.state().aggregate()
+    }
+
+    /// Notifications received so far (the registrations' answers included).
+    pub fn notifications(&self) -> u64 {
+        self.notifications.load(Ordering::Relaxed)
     }
 
     /// Observations running now.
@@ -340,6 +348,7 @@ impl Mashup {
         match self.client.observe(&uri).await {
             Ok(mut observation) => {
                 while let Some(Ok(n)) = observation.next().await {
+                    self.notifications.fetch_add(1, Ordering::Relaxed);
                     let Ok(value) = n.text_payload().trim().parse::<f64>() else {
                         continue;
                     };

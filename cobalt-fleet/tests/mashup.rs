@@ -95,6 +95,7 @@ async fn mashup_follows_the_devices_of_the_directory() {
     assert_eq!(json["count"], 4, "{first}");
     let next = obs.next().await.unwrap().unwrap().text_payload();
     assert_ne!(first, next, "a notification shows a new aggregate");
+    assert!(mashup.notifications() >= 4, "one per device at least");
 
     // A device that de-registers drops out at the next lookup.
     let gone = leaving.shutdown().await;
