@@ -327,14 +327,19 @@ fn receive(socket: &UdpSocket, device: &mut Device, mut dtls: Option<&mut Secure
     });
 }
 
-/// Sends what the device (and its DTLS table) have to send. A datagram the socket
-/// cannot take now is dropped, as a network would; the protocol retransmits.
+/// Sends one datagram now. Straight to the kernel: tokio's `try_send_to` refuses
+/// until the reactor has seen the socket writable once, which would drop a new
+/// device's first datagram. One the kernel cannot take now (a full send buffer) is
+/// dropped, as a network would; the protocol retransmits.
+fn send(socket: &UdpSocket, bytes: &[u8], peer: SocketAddr) {
+    let _ = socket2::SockRef::from(socket).send_to(bytes, &peer.into());
+}
+
+/// Sends what the device (and its DTLS table) have to send.
 fn flush(socket: &UdpSocket, device: &mut Device, mut dtls: Option<&mut Secure>, now: Instant) {
     while let Some(tx) = device.poll_transmit() {
         match dtls.as_deref_mut() {
-            None => {
-                let _ = socket.try_send_to(&tx.bytes, tx.peer);
-            }
+            None => send(socket, &tx.bytes, tx.peer),
             Some((table, server)) => {
                 if tx.peer == *server {
                     table.encrypt(now, tx.peer, &tx.bytes);
@@ -345,7 +350,7 @@ fn flush(socket: &UdpSocket, device: &mut Device, mut dtls: Option<&mut Secure>,
     }
     if let Some((table, _)) = dtls {
         while let Some(tx) = table.poll_transmit() {
-            let _ = socket.try_send_to(&tx.bytes, tx.peer);
+            send(socket, &tx.bytes, tx.peer);
         }
         while let Some(event) = table.poll_event() {
             if let DtlsEvent::HandshakeFailed { reason, .. } = event {
