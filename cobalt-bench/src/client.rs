@@ -96,11 +96,11 @@ pub enum Io {
 /// 4 KiB receive buffer per client).
 pub const AUTO_URING_MAX_CLIENTS: usize = 16_384;
 
-/// Runs one thread's share (`clients` virtual clients) of a `coap://` step on the
-/// shared engine ([`crate::engine::run_thread`]), over `io`.
+/// Runs one thread's share (`clients` virtual clients, numbered from `first_client`)
+/// of a `coap://` step on the shared engine ([`crate::engine::run_thread`]), over `io`.
 pub(crate) fn run_thread(
     shared: &StepShared,
-    clients: usize,
+    (first_client, clients): (usize, usize),
     seed: u64,
     interval_ns: Option<u64>,
     io: Io,
@@ -137,6 +137,8 @@ pub(crate) fn run_thread(
                 fds,
                 clients,
                 sbuf: shared.template.clone(),
+                client_field: shared.client_field,
+                first_client,
                 rng,
                 acks: Vec::new(),
             },
@@ -179,6 +181,11 @@ struct Coap {
     clients: Vec<Client>,
     /// The request template, patched with a client's MID and token before each send.
     sbuf: Vec<u8>,
+    /// Where each client writes its number into `sbuf` (see
+    /// [`crate::engine::CLIENT_PLACEHOLDER`]).
+    client_field: Option<usize>,
+    /// The number of this thread's first client.
+    first_client: usize,
     rng: u64,
     /// Empty ACKs owed (client, MID), sent after the datagrams of one wait.
     acks: Vec<(usize, u16)>,
@@ -190,6 +197,9 @@ impl Coap {
         let c = &self.clients[i];
         self.sbuf[2..4].copy_from_slice(&c.mid.to_be_bytes());
         self.sbuf[TOKEN_AT..TOKEN_AT + TOKEN_LEN].copy_from_slice(&c.token);
+        if let Some(at) = self.client_field {
+            engine::write_client_number(&mut self.sbuf[at..], self.first_client + i);
+        }
         &self.sbuf
     }
 
