@@ -83,6 +83,10 @@ pub struct BenchArgs {
     #[arg(short = 'p', long)]
     pub payload: Option<String>,
 
+    /// Content-Format of the payload, a number or a name (e.g. link-format); CoAP only.
+    #[arg(short = 't', long, value_parser = crate::flags::content_format)]
+    pub content_format: Option<u16>,
+
     /// Credentials for coaps:// (same flags as `cobalt get`).
     #[command(flatten)]
     pub dtls: crate::dtls_args::DtlsArgs,
