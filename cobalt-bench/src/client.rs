@@ -141,6 +141,7 @@ pub(crate) fn run_thread(
                 first_client,
                 rng,
                 acks: Vec::new(),
+                resets: Vec::new(),
             },
             cc: shared.cc.is_some(),
             _socks: socks,
@@ -189,6 +190,8 @@ struct Coap {
     rng: u64,
     /// Empty ACKs owed (client, MID), sent after the datagrams of one wait.
     acks: Vec<(usize, u16)>,
+    /// RSTs owed to pings (client, MID), sent with the ACKs.
+    resets: Vec<(usize, u16)>,
 }
 
 impl Coap {
@@ -241,16 +244,21 @@ impl Coap {
                     self.acks.push((i, mid));
                 }
             }
+            Reply::Ping { mid } => self.resets.push((i, mid)),
             Reply::Ignore => {}
         }
     }
 
-    /// Sends the empty ACKs owed. A failure only means the server retransmits its CON
-    /// response, which is then a duplicate and ignored.
+    /// Sends the empty ACKs and the RSTs owed. A failure only means the server
+    /// retransmits its CON response (then a duplicate, ignored) or its ping.
     fn send_acks(&mut self) {
         for (i, mid) in self.acks.drain(..) {
             let m = mid.to_be_bytes();
             send_now(self.fds[i], &[0x60u8, 0x00, m[0], m[1]]);
+        }
+        for (i, mid) in self.resets.drain(..) {
+            let m = mid.to_be_bytes();
+            send_now(self.fds[i], &[0x70u8, 0x00, m[0], m[1]]);
         }
     }
 }
@@ -418,6 +426,9 @@ pub(crate) enum Reply {
     /// A well-formed message for an earlier request (late, duplicate, or unknown token);
     /// CON ones are still acknowledged so that the server stops retransmitting.
     Stray { ack_mid: Option<u16> },
+    /// A CoAP ping (an empty CON, RFC 7252 §4.3), e.g. a server verifying the client's
+    /// address before a large answer (RFC 9175 §2.4): answered with RST.
+    Ping { mid: u16 },
     /// Nothing to do (e.g. the empty ACK before a separate response).
     Ignore,
 }
@@ -438,6 +449,7 @@ pub(crate) fn classify(d: &[u8], mid: u16, token: &[u8], outstanding: bool) -> R
     let is_response = code >> 5 >= 2;
     let token_ok = outstanding && &d[4..4 + tkl] == token;
     match mtype {
+        0 if code == 0 => Reply::Ping { mid: their_mid },
         // ACK
         2 if their_mid == mid && outstanding => {
             if code == 0 {
@@ -502,6 +514,11 @@ mod tests {
     fn matching_rules() {
         let tok = [1, 2, 3, 4, 5, 6, 7, 8];
         let c = client(77, tok, true);
+        // A ping (empty CON) from the server: answered with RST, whatever is outstanding.
+        assert_eq!(
+            classify(&[0x40, 0, 0x12, 0x34], &c),
+            Reply::Ping { mid: 0x1234 }
+        );
         // Piggybacked ACK 2.05 with same MID and token.
         assert_eq!(
             classify(&msg(2, 0x45, 77, &tok), &c),
