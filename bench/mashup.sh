@@ -5,6 +5,9 @@
 #
 #   bench/mashup.sh [-c "1000 10000"] [-d SECONDS] [--rate CHANGES_PER_S] [--out DIR]
 #
+# 100,000 devices need --rate 0.1 or so on a 2-core machine (100,000 changes a second
+# are more than the fleet process can make there) and, as root, a raised open-file
+# limit (the script raises it with prlimit).
 # For each fleet size N: `cobalt rd` (in memory), `cobalt devices -n N` registering
 # there (spread over 127.0.0.0/16, one change per second each by default), then the
 # mashup example (cobalt-fleet/examples/mashup.rs) with room for N observations. Once
@@ -48,12 +51,19 @@ for n in $clients; do
   start_server "rd-$n" "$work/rd-$n.log" "$COBALT" rd --in-memory --bind 127.0.0.1 -p "$rd_port" \
     --max-per-peer 1000000 --max-registrations 1000000 --log-level error
   rd_pid=$server_pid
-  "$COBALT" devices -n "$n" --rd "coap://127.0.0.1:$rd_port" --source-net 127.0.0.0/16 \
+  # A socket per device: beyond the hard limit on open files, raise it (root only).
+  limit=()
+  if [ $((n + 1000)) -gt "$(ulimit -Hn)" ]; then
+    [ "$(id -u)" = 0 ] || die "$n devices need $((n + 1000)) open files; the hard limit is $(ulimit -Hn) (run as root or raise it)"
+    limit=(prlimit --nofile=$((n + 1000)):$((n + 1000)) --)
+  fi
+  "${limit[@]}" "$COBALT" devices -n "$n" --rd "coap://127.0.0.1:$rd_port" --source-net 127.0.0.0/16 \
     --rate "$rate" --lt 3600 --progress 2 >"$work/devices-$n.out" 2>"$work/devices-$n.log" &
   devices_pid=$!
-  deadline=$((SECONDS + 120))
+  wait_s=$((60 + n / 500))
+  deadline=$((SECONDS + wait_s))
   until grep -q "registered $n (now $n)" "$work/devices-$n.log"; do
-    [ "$SECONDS" -lt "$deadline" ] || die "the $n devices did not all register within 120 s: $(tail -1 "$work/devices-$n.log")"
+    [ "$SECONDS" -lt "$deadline" ] || die "the $n devices did not all register within $wait_s s: $(tail -1 "$work/devices-$n.log")"
     sleep 1
   done
   log "$n devices registered; starting the mashup"
@@ -66,7 +76,7 @@ for n in $clients; do
     echo "$(date +%s.%N) $(cpu_s "$mashup_pid") $(rss_kb "$mashup_pid") $line"
   done >>"$work/samples-$n") &
   sampler=$!
-  deadline=$((SECONDS + 180))
+  deadline=$((SECONDS + 120 + n / 250))
   until grep -q "\"count\":$n,.* observing $n " "$work/samples-$n"; do
     if [ "$SECONDS" -ge "$deadline" ] || ! kill -0 "$mashup_pid" 2>/dev/null; then
       log "the mashup did not observe all $n devices: $(tail -1 "$work/samples-$n")"

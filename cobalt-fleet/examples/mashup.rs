@@ -12,7 +12,7 @@
 //! `/aggregate` on (default 5690), the most devices to observe at once (default
 //! 10,000) and the seconds between two lookups (default 10).
 
-use cobalt::{Client, Server};
+use cobalt::{Client, EndpointConfig, Server};
 use cobalt_fleet::mashup::{Mashup, MashupConfig};
 use std::time::Duration;
 
@@ -33,8 +33,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // One client for everything: the lookups at the directory and one observation
-    // per device, all on the client's socket.
-    let mashup = Mashup::new(Client::new(), config);
+    // per device, all on the client's socket. Each observation is one of the client's
+    // exchanges, so the client's bound on those must leave room for all of them.
+    let client = Client::with_config(EndpointConfig {
+        max_client_exchanges: config.max_observed + 1000,
+        ..EndpointConfig::default()
+    })?;
+    let mashup = Mashup::new(client, config);
 
     // The mashup's own resource: GET /aggregate answers
     // {"count":..,"mean":..,"max":..,"unobserved":..}; observers hear every change.
