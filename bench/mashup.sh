@@ -6,8 +6,8 @@
 #   bench/mashup.sh [-c "1000 10000"] [-d SECONDS] [--rate CHANGES_PER_S] [--out DIR]
 #
 # 100,000 devices need --rate 0.1 or so on a 2-core machine (100,000 changes a second
-# are more than the fleet process can make there) and, as root, a raised open-file
-# limit (the script raises it with prlimit).
+# are more than the fleet can make there), and run as several `cobalt devices`
+# processes when the hard limit on open files (a socket per device) is lower.
 # For each fleet size N: `cobalt rd` (in memory), `cobalt devices -n N` registering
 # there (spread over 127.0.0.0/16, one change per second each by default), then the
 # mashup example (cobalt-fleet/examples/mashup.rs) with room for N observations. Once
@@ -51,19 +51,34 @@ for n in $clients; do
   start_server "rd-$n" "$work/rd-$n.log" "$COBALT" rd --in-memory --bind 127.0.0.1 -p "$rd_port" \
     --max-per-peer 1000000 --max-registrations 1000000 --log-level error
   rd_pid=$server_pid
-  # A socket per device: beyond the hard limit on open files, raise it (root only).
-  limit=()
-  if [ $((n + 1000)) -gt "$(ulimit -Hn)" ]; then
-    [ "$(id -u)" = 0 ] || die "$n devices need $((n + 1000)) open files; the hard limit is $(ulimit -Hn) (run as root or raise it)"
-    limit=(prlimit --nofile=$((n + 1000)):$((n + 1000)) --)
-  fi
-  "${limit[@]}" "$COBALT" devices -n "$n" --rd "coap://127.0.0.1:$rd_port" --source-net 127.0.0.0/16 \
-    --rate "$rate" --lt 3600 --progress 2 >"$work/devices-$n.out" 2>"$work/devices-$n.log" &
-  devices_pid=$!
+  # A socket per device, and at most the hard limit on open files in one process: a
+  # larger fleet runs as several `cobalt devices` processes (on 127.1.0.0/16,
+  # 127.2.0.0/16, ...).
+  per_process=$(($(ulimit -Hn) - 1000))
+  devices_pids=()
+  left=$n
+  part=0
+  while [ "$left" -gt 0 ]; do
+    k=$((left < per_process ? left : per_process))
+    part=$((part + 1))
+    "$COBALT" devices -n "$k" --ep-prefix "dev-$part-" --rd "coap://127.0.0.1:$rd_port" \
+      --source-net "127.$part.0.0/16" --rate "$rate" --lt 3600 --progress 2 \
+      >"$work/devices-$n-$part.out" 2>"$work/devices-$n-$part.log" &
+    devices_pids+=($!)
+    left=$((left - k))
+  done
+  registered_now() {
+    local total=0 f c
+    for f in "$work"/devices-"$n"-*.log; do
+      c=$(grep -o 'registered [0-9]* (now [0-9]*' "$f" | tail -1 | sed 's/.*now //')
+      total=$((total + ${c:-0}))
+    done
+    echo "$total"
+  }
   wait_s=$((60 + n / 500))
   deadline=$((SECONDS + wait_s))
-  until grep -q "registered $n (now $n)" "$work/devices-$n.log"; do
-    [ "$SECONDS" -lt "$deadline" ] || die "the $n devices did not all register within $wait_s s: $(tail -1 "$work/devices-$n.log")"
+  until [ "$(registered_now)" -ge "$n" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || die "the $n devices did not all register within $wait_s s ($(registered_now) did)"
     sleep 1
   done
   log "$n devices registered; starting the mashup"
@@ -86,16 +101,18 @@ for n in $clients; do
   done
   sleep "$duration"
   sleep 5
-  devices_rss=$(rss_kb "$devices_pid")
+  devices_rss=0
+  for pid in "${devices_pids[@]}"; do devices_rss=$((devices_rss + $(rss_kb "$pid"))); done
   kill "$sampler" 2>/dev/null || true
   kill -INT "$mashup_pid" 2>/dev/null || true
   wait "$mashup_pid" 2>/dev/null || true
-  kill -INT "$devices_pid" 2>/dev/null || true
-  wait "$devices_pid" 2>/dev/null || true
+  for pid in "${devices_pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+  for pid in "${devices_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   stop_server
+  summary="$part process(es): $(cat "$work"/devices-"$n"-*.out | tr '\n' ' ')"
   # The rows: first sample (baseline), and the window from the first sample with all
   # N observed and read to the last one.
-  row=$(python3 - "$work/samples-$n" "$n" "$devices_rss" "$(tail -1 "$work/devices-$n.out")" <<'PY'
+  row=$(python3 - "$work/samples-$n" "$n" "$devices_rss" "$summary" <<'PY'
 import re, sys
 path, n, devices_rss, summary = sys.argv[1], int(sys.argv[2]), int(sys.argv[3] or 0), sys.argv[4]
 samples = []
