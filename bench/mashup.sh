@@ -45,6 +45,34 @@ free_port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.
 cpu_s() { awk '{ printf "%.2f", ($14 + $15) / 100 }' "/proc/$1/stat"; }
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
 
+# One table row from a size's samples: python3 row.py SAMPLES N FLEET_RSS_KB SUMMARY.
+cat >"$work/row.py" <<'PY'
+import re, sys
+path, n, devices_rss, summary = sys.argv[1], int(sys.argv[2]), int(sys.argv[3] or 0), sys.argv[4]
+samples = []
+for line in open(path):
+    parts = line.split(" ", 3)
+    if len(parts) < 4:
+        continue
+    t, cpu, rss, text = float(parts[0]), float(parts[1]), int(parts[2] or 0), parts[3]
+    m = re.search(r'"count":(\d+).* observing (\d+) notifications (\d+)', text)
+    if m:
+        samples.append((t, cpu, rss, int(m.group(1)), int(m.group(2)), int(m.group(3))))
+if not samples:
+    print(f"| {n} | the mashup reported nothing (see the log above) | | | | | |")
+    sys.exit()
+base = samples[0]
+full = [s for s in samples if s[3] == n and s[4] == n]
+if len(full) < 2:
+    print(f"| {n} | not all observed (last: {samples[-1][3]} readings, {samples[-1][4]} observing) | | | | | |")
+    sys.exit()
+a, b = full[0], full[-1]
+rate = (b[5] - a[5]) / (b[0] - a[0])
+cpu_us = (b[1] - a[1]) * 1e6 / max(1, b[5] - a[5])
+per_obs = (b[2] - base[2]) * 1024 / n
+print(f"| {n} | {b[0]-a[0]:.0f} | {rate:.0f} | {cpu_us:.1f} | {per_obs:.0f} | {devices_rss * 1024 / n / 1024:.2f} | {summary} |")
+PY
+
 for n in $clients; do
   rd_port=$(free_port)
   mashup_port=$(free_port)
@@ -83,7 +111,7 @@ for n in $clients; do
   done
   log "$n devices registered; starting the mashup"
   # The mashup: lookups every hour (one at the start), room for every device.
-  "$MASHUP" "coap://127.0.0.1:$rd_port" "$mashup_port" "$n" 3600 >"$work/mashup-$n.out" 2>"$work/mashup-$n.log" &
+  "$MASHUP" "coap://127.0.0.1:$rd_port" "127.0.0.1:$mashup_port" "$n" 3600 >"$work/mashup-$n.out" 2>"$work/mashup-$n.log" &
   mashup_pid=$!
   # Each report line (every 5 s), stamped with the time and the mashup's CPU and RSS.
   : >"$work/samples-$n"
@@ -94,7 +122,7 @@ for n in $clients; do
   deadline=$((SECONDS + 120 + n / 250))
   until grep -q "\"count\":$n,.* observing $n " "$work/samples-$n"; do
     if [ "$SECONDS" -ge "$deadline" ] || ! kill -0 "$mashup_pid" 2>/dev/null; then
-      log "the mashup did not observe all $n devices: $(tail -1 "$work/samples-$n")"
+      log "the mashup did not observe all $n devices: $(tail -1 "$work/samples-$n") $(tail -3 "$work/mashup-$n.log")"
       break
     fi
     sleep 1
@@ -112,30 +140,7 @@ for n in $clients; do
   summary="$part process(es): $(cat "$work"/devices-"$n"-*.out | tr '\n' ' ')"
   # The rows: first sample (baseline), and the window from the first sample with all
   # N observed and read to the last one.
-  row=$(python3 - "$work/samples-$n" "$n" "$devices_rss" "$summary" <<'PY'
-import re, sys
-path, n, devices_rss, summary = sys.argv[1], int(sys.argv[2]), int(sys.argv[3] or 0), sys.argv[4]
-samples = []
-for line in open(path):
-    parts = line.split(" ", 3)
-    if len(parts) < 4:
-        continue
-    t, cpu, rss, text = float(parts[0]), float(parts[1]), int(parts[2] or 0), parts[3]
-    m = re.search(r'"count":(\d+).* observing (\d+) notifications (\d+)', text)
-    if m:
-        samples.append((t, cpu, rss, int(m.group(1)), int(m.group(2)), int(m.group(3))))
-base = samples[0]
-full = [s for s in samples if s[3] == n and s[4] == n]
-if len(full) < 2:
-    print(f"| {n} | not all observed (last: {samples[-1][3]} readings, {samples[-1][4]} observing) | | | | | |")
-    sys.exit()
-a, b = full[0], full[-1]
-rate = (b[5] - a[5]) / (b[0] - a[0])
-cpu_us = (b[1] - a[1]) * 1e6 / max(1, b[5] - a[5])
-per_obs = (b[2] - base[2]) * 1024 / n
-print(f"| {n} | {b[0]-a[0]:.0f} | {rate:.0f} | {cpu_us:.1f} | {per_obs:.0f} | {devices_rss * 1024 / n / 1024:.2f} | {summary} |")
-PY
-)
+  row=$(python3 "$work/row.py" "$work/samples-$n" "$n" "$devices_rss" "$summary")
   rows+=("$row")
   log "$row"
 done

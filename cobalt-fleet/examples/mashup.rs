@@ -8,12 +8,13 @@
 //! cargo run -p cobalt-cli -- observe coap://127.0.0.1:5690/aggregate
 //! ```
 //!
-//! Arguments: the directory (default `coap://127.0.0.1:5683`), the port to serve
-//! `/aggregate` on (default 5690), the most devices to observe at once (default
+//! Arguments: the directory (default `coap://127.0.0.1:5683`), the port (or
+//! address:port) to serve `/aggregate` on (default 5690), the most devices to observe at once (default
 //! 10,000) and the seconds between two lookups (default 10).
 
 use cobalt::{Client, EndpointConfig, Server};
 use cobalt_fleet::mashup::{Mashup, MashupConfig};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 #[tokio::main]
@@ -22,7 +23,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rd = args
         .next()
         .unwrap_or_else(|| "coap://127.0.0.1:5683".into());
-    let port: u16 = args.next().map_or(Ok(5690), |p| p.parse())?;
+    let listen = match args.next() {
+        Some(a) if a.contains(':') => a.parse::<SocketAddr>()?,
+        Some(port) => SocketAddr::from(([0, 0, 0, 0], port.parse()?)),
+        None => SocketAddr::from(([0, 0, 0, 0], 5690)),
+    };
     let mut config = MashupConfig::new(&rd);
     config.resource_type = "temperature".into();
     if let Some(max) = args.next() {
@@ -45,9 +50,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // {"count":..,"mean":..,"max":..,"unobserved":..}; observers hear every change.
     let server = Server::new()
         .route("/aggregate", mashup.resource())
-        .bind(("0.0.0.0", port))
+        .bind(listen)
         .await?;
-    println!("serving coap://0.0.0.0:{port}/aggregate; following rt=temperature at {rd}");
+    println!("serving coap://{listen}/aggregate; following rt=temperature at {rd}");
 
     // Look up now and every `relookup_every`: devices that appeared are observed
     // (up to the bound; the rest are counted as unobserved), devices that vanished
