@@ -3,8 +3,12 @@
 # second, its CPU µs per notification, and its memory per observation; also the
 # fleet's memory per device.
 #
-#   bench/mashup.sh [-c "1000 10000"] [-d SECONDS] [--rate CHANGES_PER_S] [--out DIR]
+#   bench/mashup.sh [-c "1000 10000"] [-d SECONDS] [--rate CHANGES_PER_S] [--list-above N] [--out DIR]
 #
+# Beyond --list-above devices (default 20,000) the mashup follows the devices' list of
+# addresses instead of a lookup: cobalt rd's resource lookup scans every registration
+# for each request, and for each Block2 block of its answer (about 0.12 s per block at
+# 100,000 registrations, some 20 minutes to read them all). The row says which.
 # 100,000 devices need --rate 0.1 or so on a 2-core machine (100,000 changes a second
 # are more than the fleet can make there), and run as several `cobalt devices`
 # processes when the hard limit on open files (a socket per device) is lower.
@@ -23,9 +27,11 @@ source "$(dirname "$0")/lib.sh"
 clients="1000 10000"
 duration=20
 rate=1
+list_above=20000
 while [ $# -gt 0 ]; do
   case $1 in
     --rate) rate=$2; shift 2 ;;
+    --list-above) list_above=$2; shift 2 ;;
     *) common_option "$@" || die "unknown option $1 (see --help)"; shift "$shifts" ;;
   esac
 done
@@ -48,7 +54,8 @@ rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
 # One table row from a size's samples: python3 row.py SAMPLES N FLEET_RSS_KB SUMMARY.
 cat >"$work/row.py" <<'PY'
 import re, sys
-path, n, devices_rss, summary = sys.argv[1], int(sys.argv[2]), int(sys.argv[3] or 0), sys.argv[4]
+path, label, devices_rss, summary = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0), sys.argv[4]
+n = int(label.split()[0])
 samples = []
 for line in open(path):
     parts = line.split(" ", 3)
@@ -59,18 +66,18 @@ for line in open(path):
     if m:
         samples.append((t, cpu, rss, int(m.group(1)), int(m.group(2)), int(m.group(3))))
 if not samples:
-    print(f"| {n} | the mashup reported nothing (see the log above) | | | | | |")
+    print(f"| {label} | the mashup reported nothing (see the log above) | | | | | |")
     sys.exit()
 base = samples[0]
 full = [s for s in samples if s[3] == n and s[4] == n]
 if len(full) < 2:
-    print(f"| {n} | not all observed (last: {samples[-1][3]} readings, {samples[-1][4]} observing) | | | | | |")
+    print(f"| {label} | not all observed (last: {samples[-1][3]} readings, {samples[-1][4]} observing) | | | | | |")
     sys.exit()
 a, b = full[0], full[-1]
 rate = (b[5] - a[5]) / (b[0] - a[0])
 cpu_us = (b[1] - a[1]) * 1e6 / max(1, b[5] - a[5])
 per_obs = (b[2] - base[2]) * 1024 / n
-print(f"| {n} | {b[0]-a[0]:.0f} | {rate:.0f} | {cpu_us:.1f} | {per_obs:.0f} | {devices_rss * 1024 / n / 1024:.2f} | {summary} |")
+print(f"| {label} | {b[0]-a[0]:.0f} | {rate:.0f} | {cpu_us:.1f} | {per_obs:.0f} | {devices_rss * 1024 / n / 1024:.2f} | {summary} |")
 PY
 
 for n in $clients; do
@@ -91,6 +98,7 @@ for n in $clients; do
     part=$((part + 1))
     "$COBALT" devices -n "$k" --ep-prefix "dev-$part-" --rd "coap://127.0.0.1:$rd_port" \
       --source-net "127.$part.0.0/16" --rate "$rate" --lt 3600 --progress 2 \
+      --addresses "$work/addresses-$n-$part" \
       >"$work/devices-$n-$part.out" 2>"$work/devices-$n-$part.log" &
     devices_pids+=($!)
     left=$((left - k))
@@ -111,7 +119,15 @@ for n in $clients; do
   done
   log "$n devices registered; starting the mashup"
   # The mashup: lookups every hour (one at the start), room for every device.
-  "$MASHUP" "coap://127.0.0.1:$rd_port" "127.0.0.1:$mashup_port" "$n" 3600 >"$work/mashup-$n.out" 2>"$work/mashup-$n.log" &
+  source="coap://127.0.0.1:$rd_port"
+  how="lookup"
+  if [ "$n" -gt "$list_above" ]; then
+    # More than a lookup lists in time: the devices' own list of addresses instead.
+    cat "$work"/addresses-"$n"-* | awk '{ print "coap://" $2 "/sensors/temp" }' >"$work/uris-$n"
+    source="file:$work/uris-$n"
+    how="list"
+  fi
+  "$MASHUP" "$source" "127.0.0.1:$mashup_port" "$n" 3600 >"$work/mashup-$n.out" 2>"$work/mashup-$n.log" &
   mashup_pid=$!
   # Each report line (every 5 s), stamped with the time and the mashup's CPU and RSS.
   : >"$work/samples-$n"
@@ -140,7 +156,7 @@ for n in $clients; do
   summary="$part process(es): $(cat "$work"/devices-"$n"-*.out | tr '\n' ' ')"
   # The rows: first sample (baseline), and the window from the first sample with all
   # N observed and read to the last one.
-  row=$(python3 "$work/row.py" "$work/samples-$n" "$n" "$devices_rss" "$summary")
+  row=$(python3 "$work/row.py" "$work/samples-$n" "$n ($how)" "$devices_rss" "$summary")
   rows+=("$row")
   log "$row"
 done

@@ -57,7 +57,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Look up now and every `relookup_every`: devices that appeared are observed
     // (up to the bound; the rest are counted as unobserved), devices that vanished
     // from the directory leave the aggregate, observations that ended start again.
-    let follower = tokio::spawn(mashup.clone().run());
+    // (`file:PATH` in place of the directory: the resource URIs listed there, one
+    // per line, are followed instead, without a directory.)
+    let follower = match rd.strip_prefix("file:") {
+        Some(path) => {
+            let uris: Vec<String> = std::fs::read_to_string(path)?
+                .lines()
+                .map(str::to_string)
+                .collect();
+            mashup.follow_resources(&uris);
+            tokio::spawn(std::future::pending())
+        }
+        None => tokio::spawn(mashup.clone().run()),
+    };
 
     // Until Ctrl-C, say what the aggregate is every few seconds.
     let mut report = tokio::time::interval(Duration::from_secs(5));

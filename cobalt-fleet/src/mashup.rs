@@ -261,6 +261,13 @@ impl Mashup {
     /// Looks up and follows what it finds (see the [module docs](self)).
     pub async fn follow(&self) -> Result<(), RdClientError> {
         let found = self.lookup().await?;
+        self.follow_resources(&found);
+        Ok(())
+    }
+
+    /// Follows `found` (resource URIs) as if a lookup had found them: for resources
+    /// known without a directory, or more than a directory's lookup can list in time.
+    pub fn follow_resources(&self, found: &[String]) {
         let plan = {
             let state = self.state();
             plan(
@@ -289,7 +296,6 @@ impl Mashup {
         if changed {
             self.changes.changed();
         }
-        Ok(())
     }
 
     /// [`Mashup::follow`] every [`MashupConfig::relookup_every`], forever; a failed
