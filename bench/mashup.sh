@@ -7,8 +7,8 @@
 #
 # Beyond --list-above devices (default 20,000) the mashup follows the devices' list of
 # addresses instead of a lookup: cobalt rd's resource lookup scans every registration
-# for each request, and for each Block2 block of its answer (about 0.12 s per block at
-# 100,000 registrations, some 20 minutes to read them all). The row says which.
+# for each request (at 100,000 registrations one page of 500 links, 56 KB in 55 Block2
+# blocks, took 6.9 s: some 20 minutes to list them all). The row says which.
 # 100,000 devices need --rate 0.1 or so on a 2-core machine (100,000 changes a second
 # are more than the fleet can make there), and run as several `cobalt devices`
 # processes when the hard limit on open files (a socket per device) is lower.

@@ -171,6 +171,14 @@ impl Device {
         self.process(now);
     }
 
+    /// Stops waiting for the removal's answer: counted as the error `removal
+    /// unanswered` if one was under way.
+    pub fn give_up(&self) {
+        if self.registrar.as_ref().is_some_and(|r| !r.is_done()) {
+            self.stats.error("removal unanswered");
+        }
+    }
+
     /// After [`Device::stop`]: nothing left to wait for (the registration is removed,
     /// or there was none).
     pub fn is_stopped(&self) -> bool {
@@ -493,6 +501,44 @@ mod tests {
             String::from_utf8_lossy(&core.payload),
             "</1/0>,</3/0>,</3303/0>"
         );
+    }
+
+    #[test]
+    fn a_removal_given_up_on_is_counted() {
+        let now = Instant::now();
+        let mut settings = DeviceSettings::new(Profile::Rd);
+        let rd: SocketAddr = "127.0.0.1:5683".parse().unwrap();
+        settings.directory = Some(DirectoryTarget {
+            profile: Profile::Rd,
+            server: rd,
+            path: vec!["rd".into()],
+        });
+        let stats = Arc::new(FleetStats::default());
+        let mut d = Device::new(
+            0,
+            "d".into(),
+            Arc::new(settings),
+            stats.clone(),
+            now,
+            Duration::ZERO,
+            now,
+        );
+        d.handle_timeout(now);
+        let post = sent(&mut d).remove(0);
+        assert_eq!(post.code, Code::POST);
+        let mut created = Message::new(MessageType::Acknowledgement, Code::CREATED, post.mid);
+        created.token = post.token;
+        created.options.push(opt::LOCATION_PATH, "rd");
+        created.options.push(opt::LOCATION_PATH, "4");
+        d.handle_datagram(now, rd, &codec::encode(&created));
+        assert_eq!(d.location().as_deref(), Some("/rd/4"));
+        d.stop(now);
+        assert!(sent(&mut d).iter().any(|m| m.code == Code::DELETE));
+        assert!(!d.is_stopped(), "waiting for the removal's answer");
+        d.give_up();
+        let summary = stats.summary();
+        assert_eq!(summary.registrations, 1);
+        assert_eq!(summary.errors.get("removal unanswered"), Some(&1));
     }
 
     #[test]

@@ -95,10 +95,12 @@ pub struct FleetConfig {
     pub settings: DeviceSettings,
     /// DTLS towards the directory (the devices are then reachable only through it).
     pub psk: Option<FleetPsk>,
-    /// Devices starting to register per second (so that a large fleet does not all
-    /// register in the same millisecond).
+    /// Devices starting to register per second, and at shutdown removing their
+    /// registrations (so that a large fleet does not hit its directory in the same
+    /// millisecond: 10,000 devices take 10 s to register and to stop at 1,000).
     pub registrations_per_second: u32,
-    /// How long a device waits for its de-registration to be answered at shutdown.
+    /// How long a device waits for its removal to be answered at shutdown (after its
+    /// turn in the pace); one still unanswered then is counted as an error.
     pub shutdown_grace: Duration,
 }
 
@@ -211,12 +213,14 @@ impl Fleet {
                 first_change,
                 register_at,
             );
+            // Removals at shutdown at the same pace as the registrations.
+            let stop_after = Duration::from_secs_f64(f64::from(index) / f64::from(per_second));
             tasks.spawn(run_device(
                 device,
                 socket,
                 dtls,
                 stopped.clone(),
-                config.shutdown_grace,
+                (stop_after, config.shutdown_grace),
             ));
         }
         Ok(Fleet {
@@ -237,8 +241,8 @@ impl Fleet {
         &self.stats
     }
 
-    /// Stops every device (removing its registration, waiting at most the shutdown
-    /// grace for the answer) and returns the counters.
+    /// Stops every device (removing its registration at the registrations' pace,
+    /// waiting at most the shutdown grace for each answer) and returns the counters.
     pub async fn shutdown(mut self) -> Summary {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
@@ -255,28 +259,41 @@ thread_local! {
 /// A DTLS session table towards the directory at the given address.
 type Secure = (Box<OpensslDtls>, SocketAddr);
 
+/// Runs one device until the fleet stops: then, `stop_after` later (shutdowns are
+/// paced like registrations), it removes its registration and waits at most `grace`
+/// for the answer.
 async fn run_device(
     mut device: Device,
     socket: UdpSocket,
     mut dtls: Option<Secure>,
     mut stop: watch::Receiver<bool>,
-    grace: Duration,
+    (stop_after, grace): (Duration, Duration),
 ) {
-    let mut give_up_at: Option<Instant> = None;
+    let mut stop_at: Option<Instant> = None;
+    let mut stopped = false;
     loop {
         let now = Instant::now();
+        if !stopped && stop_at.is_some_and(|at| at <= now) {
+            device.stop(now);
+            stopped = true;
+        }
         device.handle_timeout(now);
         if let Some((table, _)) = dtls.as_mut() {
             table.handle_timeout(now);
         }
         flush(&socket, &mut device, dtls.as_mut(), now);
+        let give_up_at = stop_at.map(|at| at + grace);
         if device.is_stopped() || give_up_at.is_some_and(|at| at <= now) {
+            if !device.is_stopped() {
+                device.give_up();
+            }
             flush(&socket, &mut device, dtls.as_mut(), now);
             return;
         }
         let wake = [
             device.poll_timeout(),
             dtls.as_ref().and_then(|(t, _)| t.poll_timeout()),
+            stop_at.filter(|_| !stopped),
             give_up_at,
         ]
         .into_iter()
@@ -290,11 +307,9 @@ async fn run_device(
                 }
             }
             _ = tokio::time::sleep_until(wake.into()) => {}
-            changed = stop.changed(), if give_up_at.is_none() => {
-                let now = Instant::now();
+            changed = stop.changed(), if stop_at.is_none() => {
                 if changed.is_err() || *stop.borrow() {
-                    device.stop(now);
-                    give_up_at = Some(now + grace);
+                    stop_at = Some(Instant::now() + stop_after);
                 }
             }
         }

@@ -272,7 +272,7 @@ impl Mashup {
             let state = self.state();
             plan(
                 state.observed.keys().map(|k| &**k),
-                &found,
+                found,
                 self.config.max_observed,
             )
         };

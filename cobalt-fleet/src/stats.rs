@@ -38,7 +38,8 @@ pub struct Summary {
     /// Requests the devices answered (observe registrations included).
     pub requests: u64,
     /// Failed registration exchanges by what happened: a response code (`4.03`,
-    /// `5.03`) or `timeout`, `reset`, `unusable answer`, `send failed`.
+    /// `5.03`) or `timeout`, `reset`, `unusable answer`, `send failed`, `dtls
+    /// handshake`, and `removal unanswered` (at shutdown, within the grace period).
     pub errors: BTreeMap<String, u64>,
 }
 

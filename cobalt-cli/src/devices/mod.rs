@@ -55,7 +55,8 @@ pub struct DevicesArgs {
     /// The pre-shared key (text), the same for every device.
     #[arg(long, value_name = "KEY", requires = "psk_identity_prefix")]
     psk_key: Option<String>,
-    /// Devices starting to register per second.
+    /// Devices starting to register per second; at shutdown they remove their
+    /// registrations at the same pace.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     registrations_per_second: u32,
     /// Most observers per device; a registration beyond is served without Observe.
