@@ -13,7 +13,8 @@
 //!   [`Aggregate::unobserved`]; they are taken on, in lookup order, when observed
 //!   ones vanish. Per observation the mashup keeps one latest value and the task
 //!   that receives the notifications; the client keeps the relation's state. A
-//!   lookup answer is read a page ([`LOOKUP_PAGE`] links) at a time.
+//!   lookup answer is read a page ([`LOOKUP_PAGE`] links) at a time (or at once from a
+//!   directory whose first page is empty: aiocoap-rd does not page).
 //! - A notification that is not a number is ignored (the device keeps its last
 //!   reading); an observation that ends (an error, or the device went away) drops
 //!   its reading from the aggregate.
@@ -340,6 +341,16 @@ impl Mashup {
             )
             .await?;
             let n = links.len();
+            if n == 0 && page == 0 {
+                // aiocoap-rd 0.4.17 answers nothing to `count`: ask without paging.
+                let all = cobalt_rd::lookup_at(
+                    &self.client,
+                    &lookup_uri,
+                    &[("rt", &self.config.resource_type)],
+                )
+                .await?;
+                return Ok(all.into_iter().map(|l| l.target).collect());
+            }
             found.extend(links.into_iter().map(|l| l.target));
             if n < LOOKUP_PAGE {
                 break;

@@ -342,12 +342,13 @@ fn registration_interface(links: &str) -> Option<Vec<String>> {
             .map_or("", |j| &target[i + 3 + j..]),
         None => target.as_str(),
     };
-    Some(
-        path.split('/')
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect(),
-    )
+    // RFC 7252 §6.4: every segment is a Uri-Path option, a trailing empty one too
+    // (aiocoap-rd's interface is `/resourcedirectory/`), except for the path `/`.
+    let path = path.strip_prefix('/').unwrap_or(path);
+    if path.is_empty() {
+        return Some(Vec::new());
+    }
+    Some(path.split('/').map(str::to_string).collect())
 }
 
 #[cfg(test)]
@@ -441,7 +442,12 @@ mod tests {
         reg.poll(p.now, "dev-1", &mut p.device);
         let (id, req) = p.request_at_rd();
         assert_eq!(req.code, Code::POST);
-        assert_eq!(req.options.uri_path_string(), "/resourcedirectory");
+        let path: Vec<&str> = req.options.uri_path().collect();
+        assert_eq!(
+            path,
+            ["resourcedirectory", ""],
+            "the trailing slash is kept"
+        );
         let query: Vec<&str> = req.options.uri_query().collect();
         assert_eq!(query, ["ep=dev-1", "lt=300"]);
         assert_eq!(req.options.content_format(), Some(format::LINK_FORMAT));
@@ -482,7 +488,7 @@ mod tests {
         assert_eq!(reg.next_timer(), Some(p.now));
         reg.poll(p.now, "dev-1", &mut p.device);
         let (id, req) = p.request_at_rd();
-        assert_eq!(req.options.uri_path_string(), "/resourcedirectory");
+        assert_eq!(req.options.uri_path_string(), "/resourcedirectory/");
         assert_eq!(
             p.answer(&mut reg, id, created("/reg/8")),
             Some(Outcome::Registered)
@@ -584,6 +590,15 @@ mod tests {
         assert_eq!(
             registration_interface("</x>;rt=\"core.rd-lookup-ep\""),
             None
+        );
+        assert_eq!(
+            registration_interface("</resourcedirectory/>;rt=\"core.rd\""),
+            Some(vec!["resourcedirectory".to_string(), String::new()]),
+            "a trailing slash is an empty segment"
+        );
+        assert_eq!(
+            registration_interface("</>;rt=\"core.rd\""),
+            Some(Vec::new())
         );
         assert_eq!(registration_interface("<<garbage"), None);
     }
