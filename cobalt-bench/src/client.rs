@@ -96,11 +96,11 @@ pub enum Io {
 /// 4 KiB receive buffer per client).
 pub const AUTO_URING_MAX_CLIENTS: usize = 16_384;
 
-/// Runs one thread's share (`clients` virtual clients) of a `coap://` step on the
-/// shared engine ([`crate::engine::run_thread`]), over `io`.
+/// Runs one thread's share (`clients` virtual clients, numbered from `first_client`)
+/// of a `coap://` step on the shared engine ([`crate::engine::run_thread`]), over `io`.
 pub(crate) fn run_thread(
     shared: &StepShared,
-    clients: usize,
+    (first_client, clients): (usize, usize),
     seed: u64,
     interval_ns: Option<u64>,
     io: Io,
@@ -137,8 +137,11 @@ pub(crate) fn run_thread(
                 fds,
                 clients,
                 sbuf: shared.template.clone(),
+                client_field: shared.client_field,
+                first_client,
                 rng,
                 acks: Vec::new(),
+                resets: Vec::new(),
             },
             cc: shared.cc.is_some(),
             _socks: socks,
@@ -179,9 +182,16 @@ struct Coap {
     clients: Vec<Client>,
     /// The request template, patched with a client's MID and token before each send.
     sbuf: Vec<u8>,
+    /// Where each client writes its number into `sbuf` (see
+    /// [`crate::engine::CLIENT_PLACEHOLDER`]).
+    client_field: Option<usize>,
+    /// The number of this thread's first client.
+    first_client: usize,
     rng: u64,
     /// Empty ACKs owed (client, MID), sent after the datagrams of one wait.
     acks: Vec<(usize, u16)>,
+    /// RSTs owed to pings (client, MID), sent with the ACKs.
+    resets: Vec<(usize, u16)>,
 }
 
 impl Coap {
@@ -190,6 +200,9 @@ impl Coap {
         let c = &self.clients[i];
         self.sbuf[2..4].copy_from_slice(&c.mid.to_be_bytes());
         self.sbuf[TOKEN_AT..TOKEN_AT + TOKEN_LEN].copy_from_slice(&c.token);
+        if let Some(at) = self.client_field {
+            engine::write_client_number(&mut self.sbuf[at..], self.first_client + i);
+        }
         &self.sbuf
     }
 
@@ -231,16 +244,21 @@ impl Coap {
                     self.acks.push((i, mid));
                 }
             }
+            Reply::Ping { mid } => self.resets.push((i, mid)),
             Reply::Ignore => {}
         }
     }
 
-    /// Sends the empty ACKs owed. A failure only means the server retransmits its CON
-    /// response, which is then a duplicate and ignored.
+    /// Sends the empty ACKs and the RSTs owed. A failure only means the server
+    /// retransmits its CON response (then a duplicate, ignored) or its ping.
     fn send_acks(&mut self) {
         for (i, mid) in self.acks.drain(..) {
             let m = mid.to_be_bytes();
             send_now(self.fds[i], &[0x60u8, 0x00, m[0], m[1]]);
+        }
+        for (i, mid) in self.resets.drain(..) {
+            let m = mid.to_be_bytes();
+            send_now(self.fds[i], &[0x70u8, 0x00, m[0], m[1]]);
         }
     }
 }
@@ -408,6 +426,9 @@ pub(crate) enum Reply {
     /// A well-formed message for an earlier request (late, duplicate, or unknown token);
     /// CON ones are still acknowledged so that the server stops retransmitting.
     Stray { ack_mid: Option<u16> },
+    /// A CoAP ping (an empty CON, RFC 7252 §4.3), e.g. a server verifying the client's
+    /// address before a large answer (RFC 9175 §2.4): answered with RST.
+    Ping { mid: u16 },
     /// Nothing to do (e.g. the empty ACK before a separate response).
     Ignore,
 }
@@ -428,6 +449,7 @@ pub(crate) fn classify(d: &[u8], mid: u16, token: &[u8], outstanding: bool) -> R
     let is_response = code >> 5 >= 2;
     let token_ok = outstanding && &d[4..4 + tkl] == token;
     match mtype {
+        0 if code == 0 => Reply::Ping { mid: their_mid },
         // ACK
         2 if their_mid == mid && outstanding => {
             if code == 0 {
@@ -492,6 +514,11 @@ mod tests {
     fn matching_rules() {
         let tok = [1, 2, 3, 4, 5, 6, 7, 8];
         let c = client(77, tok, true);
+        // A ping (empty CON) from the server: answered with RST, whatever is outstanding.
+        assert_eq!(
+            classify(&[0x40, 0, 0x12, 0x34], &c),
+            Reply::Ping { mid: 0x1234 }
+        );
         // Piggybacked ACK 2.05 with same MID and token.
         assert_eq!(
             classify(&msg(2, 0x45, 77, &tok), &c),

@@ -112,6 +112,11 @@ impl DtlsClient {
                     None
                 }
                 Reply::Stray { ack_mid } => ack_mid,
+                Reply::Ping { mid } => {
+                    let m = mid.to_be_bytes();
+                    self.dtls.encrypt(now, self.peer, &[0x70, 0x00, m[0], m[1]]);
+                    None
+                }
                 Reply::Ignore => None,
             };
             if let Some(mid) = ack {

@@ -17,6 +17,26 @@ use crate::sys::{interrupted, now_ns};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+/// Written in a URI's query (`?ep=bench-{client}`), replaced in each coap:// client's
+/// requests by its number, 8 digits (`bench-00000042`): the same length, so the
+/// template is patched in place like the MID and token.
+pub const CLIENT_PLACEHOLDER: &[u8; 8] = b"{client}";
+
+/// Where `template` holds [`CLIENT_PLACEHOLDER`], if it does.
+pub fn client_field(template: &[u8]) -> Option<usize> {
+    template
+        .windows(CLIENT_PLACEHOLDER.len())
+        .position(|w| w == CLIENT_PLACEHOLDER)
+}
+
+/// Writes `n` as the 8 digits of a client's number over the start of `field`.
+pub fn write_client_number(field: &mut [u8], mut n: usize) {
+    for digit in field[..CLIENT_PLACEHOLDER.len()].iter_mut().rev() {
+        *digit = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+}
+
 /// What every thread of one step shares.
 pub struct StepShared {
     /// Server address.
@@ -24,6 +44,9 @@ pub struct StepShared {
     /// The encoded request: version/type/TKL=8, code, MID 0, an 8-byte token, options
     /// and payload. Each send patches in the MID and token.
     pub template: Vec<u8>,
+    /// Where the template holds [`CLIENT_PLACEHOLDER`]: each client writes its number
+    /// there (coap:// only), e.g. a unique endpoint name per client.
+    pub client_field: Option<usize>,
     /// A request unanswered for this long counts as lost.
     pub timeout_ns: u64,
     /// `--cc`: retransmit on this algorithm's timers (one controller per client).
@@ -330,4 +353,20 @@ pub(crate) fn run_thread<G: Generator>(
     );
     ex.run(&mut g, shared)?;
     Ok(ex.rec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_client_writes_its_number_over_the_placeholder() {
+        let mut template = b"\x58\x02\0\0tokenxyz?ep=bench-{client}&lt=60".to_vec();
+        let at = client_field(&template).unwrap();
+        write_client_number(&mut template[at..], 42);
+        assert_eq!(&template[at - 6..at + 8], b"bench-00000042");
+        write_client_number(&mut template[at..], 123_456_789);
+        assert_eq!(&template[at..at + 8], b"23456789", "wraps at 10^8");
+        assert_eq!(client_field(b"no placeholder here"), None);
+    }
 }

@@ -126,6 +126,7 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, StepError>
     let shared = StepShared {
         target: cfg.target,
         template: cfg.template.clone(),
+        client_field: crate::engine::client_field(&cfg.template),
         timeout_ns: cfg.timeout.as_nanos() as u64,
         cc: cfg.cc,
         ready: AtomicUsize::new(0),
@@ -139,9 +140,13 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, StepError>
     };
     let mut seed = random_seed();
     std::thread::scope(|s| {
+        let shares: Vec<usize> = (0..threads)
+            .map(|t| clients / threads + usize::from(t < clients % threads))
+            .collect();
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let share = clients / threads + usize::from(t < clients % threads);
+                let share = shares[t];
+                let first_client: usize = shares[..t].iter().sum();
                 let shared = &shared;
                 let seed = client_seed(&mut seed);
                 // Each thread sends its clients' share of the total rate.
@@ -151,9 +156,13 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, StepError>
                 std::thread::Builder::new()
                     .name(format!("bench-{t}"))
                     .spawn_scoped(s, move || match cfg.scheme {
-                        Scheme::Coap(cobalt::Scheme::Coap) => {
-                            Ok(run_thread(shared, share, seed, interval, cfg.io)?)
-                        }
+                        Scheme::Coap(cobalt::Scheme::Coap) => Ok(run_thread(
+                            shared,
+                            (first_client, share),
+                            seed,
+                            interval,
+                            cfg.io,
+                        )?),
                         Scheme::Http => {
                             Ok(http::run_thread(shared, share, cfg.keepalive, interval)?)
                         }

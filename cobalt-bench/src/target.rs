@@ -152,10 +152,12 @@ pub fn parse_uri(uri: &str) -> Result<Target, String> {
         Some((p, q)) => (p, q),
         None => (path_query, ""),
     };
+    // RFC 7252 §6.4: every segment is a Uri-Path, an empty one too (`/rd/` is "rd"
+    // and ""; aiocoap-rd serves `/resourcedirectory/`), except for the path `/`.
     let path = path
         .split('/')
         .skip(1)
-        .filter(|s| !s.is_empty())
+        .filter(|_| path.len() > 1)
         .map(|s| percent_decode(s).ok_or_else(|| format!("invalid URI {uri:?}: bad %-escape")))
         .collect::<Result<Vec<_>, _>>()?;
     let query = query
@@ -257,6 +259,12 @@ mod tests {
         assert_eq!(t.port, 5690);
         assert_eq!(t.path, vec!["bench", "x"]);
         assert_eq!(t.query, vec!["a=1", "b"]);
+        let t = parse_uri("coap://h/resourcedirectory/?ep=a").unwrap();
+        assert_eq!(
+            t.path,
+            vec!["resourcedirectory", ""],
+            "a trailing slash is a segment"
+        );
     }
 
     #[test]

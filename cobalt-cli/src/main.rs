@@ -2,6 +2,7 @@
 
 mod alloc;
 mod bench;
+mod devices;
 mod dtls_args;
 mod exit;
 mod flags;
@@ -66,6 +67,9 @@ enum Command {
     /// An LwM2M 1.1 server (registrations stored under --data-dir) with an HTTP/JSON
     /// view of its clients on --http: read, write, execute, observe.
     Lwm2m(lwm2m::Lwm2mArgs),
+    /// Simulated devices: each its own socket, observable sensors, registering at a
+    /// resource directory (--rd) or an LwM2M server (--lwm2m) until Ctrl-C.
+    Devices(devices::DevicesArgs),
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
     /// Print a shell completion script: `cobalt completions bash > /etc/bash_completion.d/cobalt`
@@ -159,6 +163,7 @@ fn main() {
             Command::Serve(a) => serve::run(a, cli.log_level.as_deref()).await,
             Command::Rd(a) => rd::run(a).await,
             Command::Lwm2m(a) => lwm2m::run(a).await,
+            Command::Devices(a) => devices::run(a).await,
             Command::Bench(_)
             | Command::BenchResponder(_)
             | Command::BenchHttpResponder(_)

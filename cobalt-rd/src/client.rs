@@ -183,12 +183,7 @@ impl RdClient {
     /// How long after a registration or renewal the next renewal is due: a minute
     /// before the lifetime ends, or at three quarters of a lifetime of 4 minutes or less.
     pub fn renew_interval(&self) -> Duration {
-        let lt = u64::from(self.lifetime);
-        Duration::from_secs(if lt > 240 {
-            lt - 60
-        } else {
-            (lt * 3 / 4).max(1)
-        })
+        renewal_interval(self.lifetime)
     }
 
     /// Renews at every [`RdClient::renew_interval`] forever, registering first if not
@@ -212,6 +207,18 @@ impl RdClient {
             };
         }
     }
+}
+
+/// How long after registering or renewing with lifetime `lt` seconds an endpoint
+/// renews: a minute before the lifetime ends, or at three quarters of a lifetime of 4
+/// minutes or less (what aiocoap's registerer does too).
+pub fn renewal_interval(lt: u32) -> Duration {
+    let lt = u64::from(lt);
+    Duration::from_secs(if lt > 240 {
+        lt - 60
+    } else {
+        (lt * 3 / 4).max(1)
+    })
 }
 
 /// The URI of the directory interface with resource type `rt` (`core.rd`,

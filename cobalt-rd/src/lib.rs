@@ -29,7 +29,7 @@ mod registration;
 mod service;
 mod store;
 
-pub use client::{find_interface, lookup as lookup_at, RdClient, RdClientError};
+pub use client::{find_interface, lookup as lookup_at, renewal_interval, RdClient, RdClientError};
 pub use directory::{Directory, Registrant};
 pub use error::{RdError, StoreError};
 pub use limits::RdLimits;

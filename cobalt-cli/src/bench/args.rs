@@ -19,7 +19,9 @@ pub struct BenchArgs {
 
     /// Target URI: coap://127.0.0.1:5683/benchmark (UDP), coaps://... (DTLS 1.2, with
     /// --psk-identity/--psk-key), coap+tcp://... (RFC 8323 over TCP), coap+ws://... (RFC
-    /// 8323 over a WebSocket to /.well-known/coap), or http://host:port/path for HTTP/1.1
+    /// 8323 over a WebSocket to /.well-known/coap), or http://host:port/path for HTTP/1.1.
+    /// In a coap:// URI, `{client}` is replaced by each client's number (8 digits), e.g.
+    /// `coap://h/rd?ep=bench-{client}` for one resource-directory endpoint per client.
     #[arg(required = true)]
     pub uri: Option<String>,
 
@@ -80,6 +82,10 @@ pub struct BenchArgs {
     /// Request payload (for POST and PUT).
     #[arg(short = 'p', long)]
     pub payload: Option<String>,
+
+    /// Content-Format of the payload, a number or a name (e.g. link-format); CoAP only.
+    #[arg(short = 't', long, value_parser = crate::flags::content_format)]
+    pub content_format: Option<u16>,
 
     /// Credentials for coaps:// (same flags as `cobalt get`).
     #[command(flatten)]

@@ -425,6 +425,7 @@ pub fn run_request(
         cc: None,
         method,
         payload: req.payload.clone(),
+        content_format: None,
         threads: req.threads,
         io: super::args::IoArg::Auto,
         dtls: Default::default(),

@@ -31,6 +31,16 @@ use std::time::Duration;
 /// File descriptors kept in reserve beyond one per client and one per thread.
 const FD_RESERVE: u64 = 64;
 
+/// `template` (a CoAP request) with a Content-Format option, if one is given.
+fn with_content_format(template: Vec<u8>, cf: Option<u16>) -> Result<Vec<u8>, String> {
+    let Some(cf) = cf else { return Ok(template) };
+    let mut m = cobalt_proto::message::codec::decode(&template)
+        .map_err(|e| format!("cannot add a Content-Format to the request: {e:?}"))?;
+    m.options
+        .set_uint(cobalt_proto::message::opt::CONTENT_FORMAT, u32::from(cf));
+    Ok(cobalt_proto::message::codec::encode(&m))
+}
+
 /// Validates the arguments into a step configuration; the error is a one-line message
 /// for exit code 2.
 pub fn config_from_args(a: &BenchArgs) -> Result<Config, String> {
@@ -74,7 +84,10 @@ pub fn config_from_args(a: &BenchArgs) -> Result<Config, String> {
             !a.no_keepalive,
             a.payload.as_deref(),
         ),
-        _ => request_template(&target, a.method.code(), confirmable, a.payload.as_deref()),
+        _ => with_content_format(
+            request_template(&target, a.method.code(), confirmable, a.payload.as_deref()),
+            a.content_format,
+        )?,
     };
     Ok(Config {
         uri: uri.to_string(),
@@ -124,6 +137,13 @@ fn check_combination(a: &BenchArgs, scheme: Scheme) -> Result<(), String> {
         return Err(format!(
             "--non applies to coap:// and coaps:// targets only ({name}:// has no message types)"
         ));
+    }
+    if a.content_format.is_some() && (scheme == Scheme::Http || a.workers.is_some()) {
+        return Err(
+            "--content-format applies to CoAP targets on this machine only (not http://, \
+             not passed to --workers)"
+                .into(),
+        );
     }
     if a.cc.is_some() && a.workers.is_some() {
         return Err("--cc runs on this machine only; it is not passed to --workers".into());

@@ -1,0 +1,92 @@
+//! A mashup: finds temperature sensors at a resource directory, observes each, and
+//! serves their count, mean and maximum as an observable resource of its own.
+//!
+//! ```text
+//! cargo run -p cobalt-cli -- rd --port 5683 --in-memory                 # a directory
+//! cargo run -p cobalt-cli -- devices -n 100 --rd coap://127.0.0.1:5683   # 100 devices
+//! cargo run -p cobalt-fleet --example mashup -- coap://127.0.0.1:5683 5690
+//! cargo run -p cobalt-cli -- observe coap://127.0.0.1:5690/aggregate
+//! ```
+//!
+//! Arguments: the directory (default `coap://127.0.0.1:5683`), the port (or
+//! address:port) to serve `/aggregate` on (default 5690), the most devices to observe at once (default
+//! 10,000) and the seconds between two lookups (default 10).
+
+use cobalt::{Client, EndpointConfig, Server};
+use cobalt_fleet::mashup::{Mashup, MashupConfig};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let rd = args
+        .next()
+        .unwrap_or_else(|| "coap://127.0.0.1:5683".into());
+    let listen = match args.next() {
+        Some(a) if a.contains(':') => a.parse::<SocketAddr>()?,
+        Some(port) => SocketAddr::from(([0, 0, 0, 0], port.parse()?)),
+        None => SocketAddr::from(([0, 0, 0, 0], 5690)),
+    };
+    let mut config = MashupConfig::new(&rd);
+    config.resource_type = "temperature".into();
+    if let Some(max) = args.next() {
+        config.max_observed = max.parse()?;
+    }
+    if let Some(secs) = args.next() {
+        config.relookup_every = Duration::from_secs_f64(secs.parse()?);
+    }
+
+    // One client for everything: the lookups at the directory and one observation
+    // per device, all on the client's socket. Each observation is one of the client's
+    // exchanges, so the client's bound on those must leave room for all of them.
+    let client = Client::with_config(EndpointConfig {
+        max_client_exchanges: config.max_observed + 1000,
+        ..EndpointConfig::default()
+    })?;
+    let mashup = Mashup::new(client, config);
+
+    // The mashup's own resource: GET /aggregate answers
+    // {"count":..,"mean":..,"max":..,"unobserved":..}; observers hear every change.
+    let server = Server::new()
+        .route("/aggregate", mashup.resource())
+        .bind(listen)
+        .await?;
+    println!("serving coap://{listen}/aggregate; following rt=temperature at {rd}");
+
+    // Look up now and every `relookup_every`: devices that appeared are observed
+    // (up to the bound; the rest are counted as unobserved), devices that vanished
+    // from the directory leave the aggregate, observations that ended start again.
+    // (`file:PATH` in place of the directory: the resource URIs listed there, one
+    // per line, are followed instead, without a directory.)
+    let follower = match rd.strip_prefix("file:") {
+        Some(path) => {
+            let uris: Vec<String> = std::fs::read_to_string(path)?
+                .lines()
+                .map(str::to_string)
+                .collect();
+            mashup.follow_resources(&uris);
+            tokio::spawn(std::future::pending())
+        }
+        None => tokio::spawn(mashup.clone().run()),
+    };
+
+    // Until Ctrl-C, say what the aggregate is every few seconds.
+    let mut report = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = report.tick() => {
+                println!(
+                    "{} observing {} notifications {}",
+                    mashup.aggregate().to_json(),
+                    mashup.observed(),
+                    mashup.notifications()
+                );
+            }
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    follower.abort();
+    server.shutdown(Duration::from_secs(1)).await;
+    Ok(())
+}
