@@ -59,7 +59,7 @@ pub fn hex(v: &str) -> Result<Hex, String> {
 }
 
 /// Parses a token (`--token`): hex digits as for [`hex`], at most
-/// [`MAX_TOKEN_LEN`](cobalt::proto::message::MAX_TOKEN_LEN) bytes.
+/// [`MAX_TOKEN_LEN`] bytes.
 pub fn token(v: &str) -> Result<Token, String> {
     let Hex(bytes) = hex(v)?;
     Token::new(&bytes).ok_or_else(|| {
