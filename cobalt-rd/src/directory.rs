@@ -19,6 +19,12 @@ pub struct Directory {
     /// Each registration's links, parsed once when applied (lookups read these).
     links: HashMap<u64, Vec<Link>>,
     by_name: HashMap<(String, Option<String>), u64>,
+    /// The ids registered under each endpoint name (any sector), ascending: a lookup
+    /// by `ep` reads these instead of every registration.
+    by_ep: HashMap<String, Vec<u64>>,
+    /// Links that carry an attribute named `ep` themselves (a lookup filter on `ep`
+    /// matches them too, so the `by_ep` shortcut holds only while there are none).
+    links_with_ep: usize,
     per_peer: HashMap<IpAddr, usize>,
     next_id: u64,
 }
@@ -72,6 +78,17 @@ impl Directory {
     /// Every registration, by id.
     pub fn iter(&self) -> impl Iterator<Item = &Registration> {
         self.by_id.values()
+    }
+
+    /// The registrations that a lookup filter `ep=NAME` (an exact name) can match, in
+    /// id order; `None` when some link has an `ep` attribute of its own, which such a
+    /// filter matches as well (then every registration is a candidate).
+    pub fn candidates_named(&self, name: &str) -> Option<impl Iterator<Item = &Registration>> {
+        if self.links_with_ep > 0 {
+            return None;
+        }
+        let ids = self.by_ep.get(name).map_or(&[][..], Vec::as_slice);
+        Some(ids.iter().filter_map(|id| self.by_id.get(id)))
     }
 
     /// The parsed links of registration `id` (none for an unknown id).
@@ -229,6 +246,11 @@ impl Directory {
         // Stored text was checked when it was registered; a store that hands back
         // something unparsable loses those links, not the registration.
         let links = link_format::parse(&registration.links).unwrap_or_default();
+        self.links_with_ep += links_with_ep(&links);
+        let ids = self.by_ep.entry(registration.ep.clone()).or_default();
+        if let Err(at) = ids.binary_search(&registration.id) {
+            ids.insert(at, registration.id);
+        }
         self.links.insert(registration.id, links);
         self.by_id.insert(registration.id, registration);
     }
@@ -247,8 +269,16 @@ impl Directory {
     /// Takes registration `id` out; returns it if it was there.
     pub fn remove(&mut self, id: u64) -> Option<Registration> {
         let r = self.by_id.remove(&id)?;
-        self.links.remove(&id);
+        if let Some(links) = self.links.remove(&id) {
+            self.links_with_ep -= links_with_ep(&links);
+        }
         self.by_name.remove(&(r.ep.clone(), r.sector.clone()));
+        if let Some(ids) = self.by_ep.get_mut(&r.ep) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.by_ep.remove(&r.ep);
+            }
+        }
         if let Some(n) = self.per_peer.get_mut(&r.peer_key) {
             *n -= 1;
             if *n == 0 {
@@ -271,6 +301,14 @@ impl Directory {
     pub fn next_expiry(&self) -> Option<u64> {
         self.by_id.values().map(|r| r.expires_at).min()
     }
+}
+
+/// How many of `links` carry an attribute named `ep`.
+fn links_with_ep(links: &[Link]) -> usize {
+    links
+        .iter()
+        .filter(|l| l.attrs.iter().any(|(n, _)| n == "ep"))
+        .count()
 }
 
 #[cfg(test)]

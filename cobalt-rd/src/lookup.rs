@@ -111,7 +111,18 @@ fn resolve(base: &str, target: &str) -> String {
 
 /// The answer to a lookup at `now`, as link-format text.
 pub fn lookup(dir: &Directory, kind: LookupKind, q: &LookupQuery, now: u64) -> String {
-    let live = dir.iter().filter(move |r| r.expires_at > now);
+    // A filter on one endpoint name needs only that name's registrations (the filters
+    // below still decide); otherwise every registration is a candidate.
+    let named = q
+        .filters
+        .iter()
+        .find(|(name, pattern)| name == "ep" && !pattern.ends_with('*'))
+        .and_then(|(_, name)| dir.candidates_named(name));
+    let candidates: Box<dyn Iterator<Item = &Registration>> = match named {
+        Some(named) => Box::new(named),
+        None => Box::new(dir.iter()),
+    };
+    let live = candidates.filter(move |r| r.expires_at > now);
     match kind {
         LookupKind::Endpoint => {
             let matching = live.filter(|r| {
@@ -253,6 +264,40 @@ mod tests {
             .starts_with("<coap://[2001:db8::2]/sub/hum>"));
         assert!(
             find(LookupKind::Resource, &["href=coap://192.0.2.7:61616/l*"]).contains("/light>")
+        );
+    }
+
+    #[test]
+    fn a_lookup_by_name_finds_the_same_with_or_without_the_name_index() {
+        assert!(find(LookupKind::Resource, &["ep=node2"]).contains("sub/hum"));
+        assert!(!find(LookupKind::Resource, &["ep=node2"]).contains("light"));
+        assert_eq!(find(LookupKind::Endpoint, &["ep=nobody"]), "");
+        // A link naming an endpoint in an attribute of its own matches `ep` too, so
+        // the directory then looks at every registration.
+        let mut d = directory();
+        let ip = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 8));
+        let who = Registrant {
+            owner: Owner::Address(ip),
+            peer_key: ip,
+            source_base: "coap://192.0.2.8:5683".into(),
+        };
+        let p = RegistrationParams::parse(["ep=proxy"], &RdLimits::default()).unwrap();
+        let r = d
+            .register(p, "</relay>;ep=\"node1\"".into(), &who, 0)
+            .unwrap();
+        d.apply(r);
+        assert!(d.candidates_named("node1").is_none());
+        let q = LookupQuery::parse(["ep=node1"], 100).unwrap();
+        let found = lookup(&d, LookupKind::Resource, &q, 1);
+        assert!(
+            found.contains("/relay") && found.contains("/temp"),
+            "{found}"
+        );
+        let id = d.find("proxy", None).unwrap().id;
+        d.remove(id);
+        assert!(
+            d.candidates_named("node1").is_some(),
+            "the shortcut holds again"
         );
     }
 
