@@ -1,0 +1,150 @@
+"""Each asyncio event loop's inbox: where Cobalt's threads leave answers,
+notifications and requests for Python handlers, and the loop picks them up.
+
+The native side never runs Python on its own threads: it queues an event and writes
+one byte to a socket that the loop watches (``loop.add_reader``); the loop then takes
+everything queued at once. Calls wait on futures keyed by a token; requests for
+handlers go to the handler registered under their number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import weakref
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from . import _cobalt
+from ._errors import ResponseError
+from ._message import Code, Request, answer_of
+
+log = logging.getLogger("cobalt")
+
+#: Handlers by number, for every loop (numbers are never reused).
+_handler_numbers = itertools.count(1)
+
+
+class Bridge:
+    """One event loop's inbox, its calls waiting for answers and its handlers."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.inbox = _cobalt.Inbox()
+        self._tokens = itertools.count(1)
+        self._waiting: Dict[int, asyncio.Future] = {}
+        self.handlers: Dict[int, Callable[[Request], Any]] = {}
+        #: Handler tasks in progress (the loop keeps only weak references).
+        self._tasks: set = set()
+        loop.add_reader(self.inbox.fileno(), self._drain)
+
+    def expect(self) -> Tuple[int, asyncio.Future]:
+        """A token for a native call and the future its event settles."""
+        token = next(self._tokens)
+        future = self.loop.create_future()
+        self._waiting[token] = future
+        return token, future
+
+    def forget(self, token: int) -> None:
+        """Stops waiting for ``token`` (its call was cancelled)."""
+        self._waiting.pop(token, None)
+
+    def add_handler(self, handler: Callable[[Request], Any]) -> int:
+        """Registers ``handler``; returns its number for the native server."""
+        number = next(_handler_numbers)
+        self.handlers[number] = handler
+        return number
+
+    def close(self) -> None:
+        """Stops watching the inbox (the loop is closing)."""
+        try:
+            self.loop.remove_reader(self.inbox.fileno())
+        except (RuntimeError, ValueError):  # the loop is already closed
+            pass
+
+    def _drain(self) -> None:
+        for kind, ident, value, error in self.inbox.drain():
+            if kind == "request":
+                self._serve(ident, value, error)
+                continue
+            future = self._waiting.pop(ident, None)
+            if future is not None and not future.done():
+                future.set_result((value, error))
+
+    def _serve(self, number: int, native: Any, responder: Any) -> None:
+        handler = self.handlers.get(number)
+        if handler is None:
+            responder.send(int(Code.SERVICE_UNAVAILABLE), b"the resource's server is shutting down")
+            return
+        request = Request(native)
+        try:
+            result = handler(request)
+        except BaseException as e:  # noqa: BLE001 - a failing handler is answered, not fatal
+            _answer_error(responder, request, e)
+            return
+        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+            task = asyncio.ensure_future(_finish(result, request, responder), loop=self.loop)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            _answer(responder, request, result)
+
+
+async def _finish(awaitable: Any, request: Request, responder: Any) -> None:
+    try:
+        result = await awaitable
+    except BaseException as e:  # noqa: BLE001
+        _answer_error(responder, request, e)
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return
+    _answer(responder, request, result)
+
+
+def _answer(responder: Any, request: Request, result: Any) -> None:
+    try:
+        response = answer_of(result, request.method)
+    except (TypeError, ValueError) as e:
+        _answer_error(responder, request, e)
+        return
+    responder.send(int(response.code), response.payload, response.options)
+
+
+def _answer_error(responder: Any, request: Request, error: BaseException) -> None:
+    if isinstance(error, ResponseError):
+        responder.send(int(error.code), error.message.encode())
+        return
+    if isinstance(error, asyncio.CancelledError):
+        responder.send(int(Code.SERVICE_UNAVAILABLE), b"the handler was cancelled")
+        return
+    log.error("handler for %s %s failed", request.method.name, request.path, exc_info=error)
+    responder.send(int(Code.INTERNAL_SERVER_ERROR), f"the handler failed: {type(error).__name__}".encode())
+
+
+_bridges: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Bridge]" = weakref.WeakKeyDictionary()
+
+
+def bridge(loop: Optional[asyncio.AbstractEventLoop] = None) -> Bridge:
+    """The running (or given) loop's bridge, made on first use."""
+    loop = loop or asyncio.get_running_loop()
+    b = _bridges.get(loop)
+    if b is None:
+        b = _bridges[loop] = Bridge(loop)
+    return b
+
+
+def forget_all() -> None:
+    """Forgets every loop's bridge (at shutdown)."""
+    for b in list(_bridges.values()):
+        b.close()
+    _bridges.clear()
+
+
+async def wait(token: int, future: asyncio.Future, call: Any) -> Tuple[Any, Any]:
+    """Waits for a native call's event; cancelling the wait abandons the call."""
+    try:
+        return await future
+    except asyncio.CancelledError:
+        call.cancel()
+        bridge().forget(token)
+        raise
