@@ -34,8 +34,9 @@ class Bridge:
         self._tokens = itertools.count(1)
         self._waiting: Dict[int, asyncio.Future] = {}
         self.handlers: Dict[int, Callable[[Request], Any]] = {}
-        #: Handler tasks in progress (the loop keeps only weak references).
-        self._tasks: set = set()
+        #: Handler tasks in progress, with their handler's number (the loop keeps
+        #: only weak references to tasks).
+        self._tasks: Dict["asyncio.Future[None]", int] = {}
         loop.add_reader(self.inbox.fileno(), self._drain)
 
     def expect(self) -> Tuple[int, asyncio.Future]:
@@ -54,6 +55,15 @@ class Bridge:
         number = next(_handler_numbers)
         self.handlers[number] = handler
         return number
+
+    def remove_handlers(self, numbers: "set[int]") -> None:
+        """Unregisters handlers and cancels their tasks still running (their server
+        has shut down and answered their requests 5.03)."""
+        for n in numbers:
+            self.handlers.pop(n, None)
+        for task, n in list(self._tasks.items()):
+            if n in numbers:
+                task.cancel()
 
     def close(self) -> None:
         """Stops watching the inbox (the loop is closing)."""
@@ -84,8 +94,8 @@ class Bridge:
             return
         if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
             task = asyncio.ensure_future(_finish(result, request, responder), loop=self.loop)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks[task] = number
+            task.add_done_callback(self._tasks.pop)
         else:
             _answer(responder, request, result)
 
@@ -93,10 +103,10 @@ class Bridge:
 async def _finish(awaitable: Any, request: Request, responder: Any) -> None:
     try:
         result = await awaitable
-    except BaseException as e:  # noqa: BLE001
+    except (GeneratorExit, KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - a failing handler is answered, not fatal
         _answer_error(responder, request, e)
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):
-            raise
         return
     _answer(responder, request, result)
 

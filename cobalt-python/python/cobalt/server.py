@@ -335,8 +335,7 @@ class Server:
         self._forget()
 
     def _forget(self) -> None:
-        for n in self._handler_numbers:
-            self._bridge.handlers.pop(n, None)
+        self._bridge.remove_handlers(set(self._handler_numbers))
         with _running_lock:
             _running.discard(self)
 
