@@ -2,6 +2,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
+use std::io::ErrorKind;
 
 /// `(code, payload, [(option number, value), ...])`: the response as it came, every
 /// option in order, for `cobalt.Response`.
@@ -41,6 +42,15 @@ pub fn error_kind(e: &cobalt::Error) -> &'static str {
         E::Credentials(_) => "CredentialsError",
         E::ObservationLost { .. } => "ObservationLost",
         E::Unsupported(_) => "Unsupported",
+        E::Io(io) => match io.kind() {
+            ErrorKind::ConnectionRefused
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::NotConnected
+            | ErrorKind::BrokenPipe => "ConnectionFailed",
+            ErrorKind::TimedOut => "Timeout",
+            _ => "CoapError",
+        },
         _ => "CoapError",
     }
 }
