@@ -96,7 +96,8 @@ def make_site(state: State) -> "tuple[cobalt.Site, cobalt.Resource]":
     @site.route("/temp", observable=True, rt="temperature", interface="sensor")
     async def temp(request: cobalt.Request) -> str:
         await asyncio.sleep(0)  # a handler that really suspends
-        return str(state.temperature)
+        # One line each: libcoap's coap-client prints payloads as they are.
+        return f"{state.temperature}\n"
 
     @site.route("/big")
     async def big(request: cobalt.Request) -> str:
