@@ -3,18 +3,20 @@
 //! blocking the calling thread (with the GIL released) until it is there.
 
 use crate::convert::{error_tuple, response_tuple};
-use crate::inbox::{Event, Inbox};
+use crate::inbox::{event_tuple, Inbox};
 use crate::runtime;
 use cobalt::transport::credentials::X509Credentials;
 use cobalt::{Code, RequestBuilder};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 
-/// `(response | None, error | None)`, as the blocking calls return them.
+/// `(value | None, error | None)`, as the blocking calls return them: a response or
+/// an observation, else the error.
 type Outcome<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>);
 
 /// A CoAP client (every scheme), with the credentials it was made with.
@@ -149,7 +151,9 @@ impl Prepared {
         let shared = inbox.shared.clone();
         spawn(async move {
             let result = builder.send().await;
-            shared.push(Event::Reply { token, result });
+            shared.push(Box::new(move |py| {
+                answer(py, "reply", token, result.map(Some))
+            }));
         })
     }
 
@@ -159,7 +163,13 @@ impl Prepared {
         let shared = inbox.shared.clone();
         spawn(async move {
             let result = builder.observe().await;
-            shared.push(Event::Observing { token, result });
+            shared.push(Box::new(move |py| match result {
+                Ok(o) => {
+                    let o = Bound::new(py, Observation::new(o))?.into_any();
+                    event_tuple(py, "observing", token, Some(o), None)
+                }
+                Err(e) => event_tuple(py, "observing", token, None, Some(error_tuple(py, &e)?)),
+            }));
         })
     }
 
@@ -171,18 +181,13 @@ impl Prepared {
     }
 
     /// Registers an observation and waits until it is registered, the GIL released.
-    fn observe_blocking(
-        &self,
-        py: Python<'_>,
-    ) -> PyResult<(Option<Observation>, Option<(String, String)>)> {
+    fn observe_blocking<'py>(&self, py: Python<'py>) -> PyResult<Outcome<'py>> {
         let builder = self.take()?;
-        match block_on(py, builder.observe())? {
-            Ok(o) => Ok((Some(Observation::new(o)), None)),
-            Err(e) => Ok((
-                None,
-                Some((crate::convert::error_kind(&e).into(), e.to_string())),
-            )),
-        }
+        let none = py.None().into_bound(py);
+        Ok(match block_on(py, builder.observe())? {
+            Ok(o) => (Bound::new(py, Observation::new(o))?.into_any(), none),
+            Err(e) => (none, error_tuple(py, &e)?),
+        })
     }
 }
 
@@ -243,7 +248,9 @@ impl Observation {
         let (inner, shared) = (self.inner.clone(), inbox.shared.clone());
         spawn(async move {
             let result = next_of(&inner).await;
-            shared.push(Event::Notification { token, result });
+            shared.push(Box::new(move |py| {
+                answer(py, "notification", token, result.transpose())
+            }));
         })
     }
 
@@ -260,7 +267,9 @@ impl Observation {
         let (inner, shared) = (self.inner.clone(), inbox.shared.clone());
         spawn(async move {
             let result = cancel_of(&inner).await;
-            shared.push(Event::Notification { token, result });
+            shared.push(Box::new(move |py| {
+                answer(py, "notification", token, result.transpose())
+            }));
         })
     }
 
@@ -335,4 +344,18 @@ fn outcome<'py>(
         Ok(None) => (none.clone(), none),
         Err(e) => (none, error_tuple(py, &e)?),
     })
+}
+
+/// The event of a call's outcome: a response, nothing (an observation's end) or an error.
+fn answer<'py>(
+    py: Python<'py>,
+    kind: &'static str,
+    token: u64,
+    result: cobalt::Result<Option<cobalt::Response>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    match result {
+        Ok(Some(r)) => event_tuple(py, kind, token, Some(response_tuple(py, &r)?), None),
+        Ok(None) => event_tuple(py, kind, token, None, None),
+        Err(e) => event_tuple(py, kind, token, None, Some(error_tuple(py, &e)?)),
+    }
 }

@@ -2,9 +2,6 @@
 //! requests, notifications, requests for Python handlers), queued without the GIL and
 //! announced by one byte on a socket the loop watches.
 
-use crate::client::Observation;
-use crate::convert::{error_tuple, response_tuple};
-use crate::server::{Request, Responder};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::io::{ErrorKind, Read, Write};
@@ -12,34 +9,29 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::oneshot;
 
-/// Something for the event loop.
-pub enum Event {
-    /// A request's answer (or why there is none), for the call `token`.
-    Reply {
-        token: u64,
-        result: cobalt::Result<cobalt::Response>,
-    },
-    /// An observation's next notification; `None` when it has ended.
-    Notification {
-        token: u64,
-        result: Option<cobalt::Result<cobalt::Response>>,
-    },
-    /// An observation registered (or why not), for the call `token`.
-    Observing {
-        token: u64,
-        result: cobalt::Result<cobalt::Observation>,
-    },
-    /// A server's shutdown (for `token`) is complete.
-    Done { token: u64 },
-    /// A request for the Python handler `handler` of a server; its answer goes back
-    /// through `responder`.
-    Request {
-        handler: usize,
-        request: cobalt::Request,
-        responder: oneshot::Sender<cobalt::Response>,
-    },
+/// Something for the event loop, made into its `(kind, id, value, error)` tuple on the
+/// loop's thread, with the GIL (see [`Inbox::drain`] for the kinds).
+pub type Event = Box<dyn for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>> + Send>;
+
+/// The tuple of an event: `value` and `error` are `None` where absent.
+pub fn event_tuple<'py>(
+    py: Python<'py>,
+    kind: &'static str,
+    id: u64,
+    value: Option<Bound<'py, PyAny>>,
+    error: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let none = || py.None().into_bound(py);
+    PyTuple::new(
+        py,
+        [
+            kind.into_pyobject(py)?.into_any(),
+            id.into_pyobject(py)?.into_any(),
+            value.unwrap_or_else(none),
+            error.unwrap_or_else(none),
+        ],
+    )
 }
 
 /// The queue and its wake-up socket, shared with Cobalt's threads.
@@ -96,9 +88,9 @@ impl Inbox {
 
     /// Takes the waiting events, oldest first, as `(kind, id, value, error)` tuples:
     /// `("reply", token, response, error)`, `("notification", token, response | None,
-    /// error)`, `("observing", token, Observation | None, error)` and `("request",
-    /// handler, Request, Responder)`. A response is `(code, payload, options)`, an
-    /// error `(kind, message)`.
+    /// error)`, `("observing", token, Observation | None, error)`, `("done", token,
+    /// None, None)` and `("request", handler, Request, Responder)`. A response is
+    /// `(code, payload, options)`, an error `(kind, message)`.
     fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let mut sink = [0u8; 256];
         loop {
@@ -112,47 +104,6 @@ impl Inbox {
         self.shared.armed.store(false, Ordering::Release);
         let events =
             std::mem::take(&mut *self.shared.events.lock().unwrap_or_else(|e| e.into_inner()));
-        events.into_iter().map(|e| event_tuple(py, e)).collect()
+        events.into_iter().map(|e| e(py)).collect()
     }
-}
-
-fn event_tuple(py: Python<'_>, event: Event) -> PyResult<Bound<'_, PyTuple>> {
-    let none = || py.None().into_bound(py);
-    let (kind, id, value, error) = match event {
-        Event::Reply { token, result } => match result {
-            Ok(r) => ("reply", token, response_tuple(py, &r)?, none()),
-            Err(e) => ("reply", token, none(), error_tuple(py, &e)?),
-        },
-        Event::Notification { token, result } => match result {
-            Some(Ok(r)) => ("notification", token, response_tuple(py, &r)?, none()),
-            Some(Err(e)) => ("notification", token, none(), error_tuple(py, &e)?),
-            None => ("notification", token, none(), none()),
-        },
-        Event::Observing { token, result } => match result {
-            Ok(o) => {
-                let o = Bound::new(py, Observation::new(o))?.into_any();
-                ("observing", token, o, none())
-            }
-            Err(e) => ("observing", token, none(), error_tuple(py, &e)?),
-        },
-        Event::Done { token } => ("done", token, none(), none()),
-        Event::Request {
-            handler,
-            request,
-            responder,
-        } => {
-            let request = Bound::new(py, Request::new(request))?.into_any();
-            let responder = Bound::new(py, Responder::new(responder))?.into_any();
-            ("request", handler as u64, request, responder)
-        }
-    };
-    PyTuple::new(
-        py,
-        [
-            kind.into_pyobject(py)?.into_any(),
-            id.into_pyobject(py)?.into_any(),
-            value,
-            error,
-        ],
-    )
 }

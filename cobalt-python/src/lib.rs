@@ -1,5 +1,5 @@
 //! The native core of the `cobalt` Python package (`cobalt._cobalt`): Cobalt's client
-//! and server driven by a tokio runtime of their own, and an [`inbox::Inbox`] through
+//! and server driven by a tokio runtime of their own, and an inbox through
 //! which they hand their results to an asyncio event loop.
 //!
 //! Nothing here runs Python on Cobalt's threads. A finished request, a notification or

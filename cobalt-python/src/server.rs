@@ -2,7 +2,7 @@
 //! threads; a request for a Python handler is pushed into the event loop's inbox and
 //! its shard awaits the answer (a `Responder`) without the GIL.
 
-use crate::inbox::{Event, Inbox, Shared};
+use crate::inbox::{event_tuple, Inbox, Shared};
 use crate::runtime;
 use cobalt::config::Config;
 use cobalt::server::MethodRouter;
@@ -216,7 +216,9 @@ impl Server {
             if let Some(h) = handle {
                 h.shutdown(grace).await;
             }
-            shared.push(Event::Done { token });
+            shared.push(Box::new(move |py| {
+                event_tuple(py, "done", token, None, None)
+            }));
         });
         Ok(())
     }
@@ -376,11 +378,17 @@ fn python_handler(
     let inbox = inbox.clone();
     move |request: cobalt::Request| {
         let (responder, answer) = oneshot::channel();
-        inbox.push(Event::Request {
-            handler,
-            request,
-            responder,
-        });
+        inbox.push(Box::new(move |py| {
+            let request = Bound::new(py, Request::new(request))?.into_any();
+            let responder = Bound::new(py, Responder::new(responder))?.into_any();
+            event_tuple(
+                py,
+                "request",
+                handler as u64,
+                Some(request),
+                Some(responder),
+            )
+        }));
         Box::pin(async move {
             answer.await.unwrap_or_else(|_| {
                 cobalt::Response::new(Code::INTERNAL_SERVER_ERROR)
