@@ -99,6 +99,12 @@ def make_site(state: State) -> "tuple[cobalt.Site, cobalt.Resource]":
         # One line each: libcoap's coap-client prints payloads as they are.
         return f"{state.temperature}\n"
 
+    @temp.put
+    async def set_temp(request: cobalt.Request) -> cobalt.Code:
+        state.temperature = int(request.text)
+        temp.changed()
+        return cobalt.Code.CHANGED
+
     @site.route("/big")
     async def big(request: cobalt.Request) -> str:
         return big_text(5000)

@@ -118,6 +118,20 @@ def test_observe_gets_each_change_and_cancel_ends_the_relation(served, run, sche
     run(main())
 
 
+def test_a_put_handler_on_the_resource_notifies_its_observers(served, run):
+    server, _, _ = served
+
+    async def main():
+        observation = cobalt.observe(server.uri("coap", "/temp"))
+        await observation.__anext__()
+        r = await cobalt.put(server.uri("coap", "/temp"), "-7")
+        assert r.code == Code.CHANGED
+        assert (await observation.__anext__()).text == "-7\n"
+        await observation.cancel()
+
+    run(main())
+
+
 def test_discovery_lists_the_link_attributes(served, run):
     server, _, _ = served
 
