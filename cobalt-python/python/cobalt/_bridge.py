@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import sys
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -20,6 +21,9 @@ from ._errors import ResponseError
 from ._message import Code, Request, answer_of
 
 log = logging.getLogger("cobalt")
+
+#: Tasks can start eagerly (Python 3.12+).
+_EAGER = sys.version_info >= (3, 12)
 
 #: Handlers by number, for every loop (numbers are never reused).
 _handler_numbers = itertools.count(1)
@@ -92,12 +96,19 @@ class Bridge:
         except BaseException as e:  # noqa: BLE001 - a failing handler is answered, not fatal
             _answer_error(responder, request, e)
             return
-        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
-            task = asyncio.ensure_future(_finish(result, request, responder), loop=self.loop)
-            self._tasks[task] = number
-            task.add_done_callback(self._tasks.pop)
-        else:
+        if not (asyncio.iscoroutine(result) or isinstance(result, asyncio.Future)):
             _answer(responder, request, result)
+            return
+        if _EAGER:
+            # Runs the handler now, up to its first suspension: one that never waits is
+            # answered without a turn of the loop.
+            task = asyncio.Task(_finish(result, request, responder), loop=self.loop, eager_start=True)
+            if task.done():
+                return
+        else:
+            task = self.loop.create_task(_finish(result, request, responder))
+        self._tasks[task] = number
+        task.add_done_callback(self._tasks.pop)
 
 
 async def _finish(awaitable: Any, request: Request, responder: Any) -> None:

@@ -102,6 +102,9 @@ for _const, _c, _d, _name in _CODES:
     Code._names[_c << 5 | _d] = _name
     setattr(Code, _const, Code(_c, _d))
 
+#: Every code by its byte, made once.
+_CODE_OF_BYTE = [Code(b) for b in range(256)]
+
 #: Method codes by name, as ``Site.route(methods=...)`` takes them.
 METHODS = {name: Code(0, d) for name, c, d, _ in _CODES if c == 0 and d > 0}
 
@@ -269,14 +272,20 @@ class Response(_Options):
 class Request(_Options):
     """A request as a handler receives it."""
 
-    __slots__ = ("_native", "method", "path")
+    __slots__ = ("_native",)
 
     def __init__(self, native: Any) -> None:
         self._native = native
-        #: The method (``Code.GET`` ...).
-        self.method = Code(native.method)
-        #: The path, e.g. ``/sensors/temp``.
-        self.path: str = native.path
+
+    @property
+    def method(self) -> Code:
+        """The method (``Code.GET`` ...)."""
+        return _CODE_OF_BYTE[self._native.method]
+
+    @property
+    def path(self) -> str:
+        """The path, e.g. ``/sensors/temp``."""
+        return self._native.path
 
     @property
     def payload(self) -> bytes:
