@@ -39,6 +39,9 @@ pub struct Shared {
     events: Mutex<Vec<Event>>,
     /// A wake-up byte has been written and not yet consumed by `drain`.
     armed: AtomicBool,
+    /// The loop has gone: events are dropped as they come (a request's handler then
+    /// answers 5.00, a call's outcome is lost).
+    closed: AtomicBool,
     reader: UnixStream,
     writer: UnixStream,
 }
@@ -46,6 +49,9 @@ pub struct Shared {
 impl Shared {
     /// Queues `event` and wakes the loop unless a wake-up is already pending.
     pub fn push(&self, event: Event) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
         self.events
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -64,6 +70,20 @@ pub struct Inbox {
     pub(crate) shared: Arc<Shared>,
 }
 
+impl Drop for Inbox {
+    /// The loop's side is gone: whatever still pushes (a server's handlers, calls in
+    /// flight) has its events dropped instead of queued for no one.
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        // Their responders go with them: those requests are answered 5.00.
+        self.shared
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
 #[pymethods]
 impl Inbox {
     #[new]
@@ -75,10 +95,20 @@ impl Inbox {
             shared: Arc::new(Shared {
                 events: Mutex::new(Vec::new()),
                 armed: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
                 reader,
                 writer,
             }),
         })
+    }
+
+    /// Drops the waiting events and every later one: the loop is closing. Requests
+    /// for its handlers are answered 5.00 from then on.
+    fn close(&self, py: Python<'_>) {
+        self.shared.closed.store(true, Ordering::Release);
+        let events =
+            std::mem::take(&mut *self.shared.events.lock().unwrap_or_else(|e| e.into_inner()));
+        py.detach(|| drop(events));
     }
 
     /// The descriptor that becomes readable when events are waiting.

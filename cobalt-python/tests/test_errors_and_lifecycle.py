@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import socket
 import threading
@@ -125,6 +126,26 @@ def test_config_file_settings_are_used(tmp_path, run):
             await site.start(config=bad)
 
     run(main())
+
+
+def test_each_event_loop_releases_its_inbox():
+    """A program that calls asyncio.run again and again keeps no socket per loop."""
+    site, _ = make_site(State())
+    server = BackgroundServer(site, host="127.0.0.1", port=0)
+
+    async def ask():
+        return (await cobalt.get(server.uri("coap", "/hello"))).text
+
+    try:
+        assert asyncio.run(ask()) == "hello world"
+        gc.collect()
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(30):
+            assert asyncio.run(ask()) == "hello world"
+        gc.collect()
+        assert len(os.listdir("/proc/self/fd")) <= before + 2
+    finally:
+        server.stop()
 
 
 def os_threads() -> int:

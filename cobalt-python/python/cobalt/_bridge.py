@@ -33,7 +33,8 @@ class Bridge:
     """One event loop's inbox, its calls waiting for answers and its handlers."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        # Weak: the bridges are kept by their loop (a WeakKeyDictionary), and end with it.
+        self._loop = weakref.ref(loop)
         self.inbox = _cobalt.Inbox()
         self._tokens = itertools.count(1)
         self._waiting: Dict[int, asyncio.Future] = {}
@@ -42,6 +43,14 @@ class Bridge:
         #: only weak references to tasks).
         self._tasks: Dict["asyncio.Future[None]", int] = {}
         loop.add_reader(self.inbox.fileno(), self._drain)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop this bridge serves."""
+        loop = self._loop()
+        if loop is None:
+            raise RuntimeError("the event loop of this call or server is gone")
+        return loop
 
     def expect(self) -> Tuple[int, asyncio.Future]:
         """A token for a native call and the future its event settles."""
@@ -70,11 +79,14 @@ class Bridge:
                 task.cancel()
 
     def close(self) -> None:
-        """Stops watching the inbox (the loop is closing)."""
+        """Stops watching the inbox and drops what comes to it (the loop is closing)."""
+        loop = self._loop()
         try:
-            self.loop.remove_reader(self.inbox.fileno())
+            if loop is not None:
+                loop.remove_reader(self.inbox.fileno())
         except (RuntimeError, ValueError):  # the loop is already closed
             pass
+        self.inbox.close()
 
     def _drain(self) -> None:
         for kind, ident, value, error in self.inbox.drain():
