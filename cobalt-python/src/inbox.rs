@@ -119,7 +119,7 @@ impl Inbox {
     /// Takes the waiting events, oldest first, as `(kind, id, value, error)` tuples:
     /// `("reply", token, response, error)`, `("notification", token, response | None,
     /// error)`, `("observing", token, Observation | None, error)`, `("done", token,
-    /// None, None)` and `("request", handler, Request, Responder)`. A response is
+    /// None, None)` and `("request", handler, Request, None)`. A response is
     /// `(code, payload, options)`, an error `(kind, message)`.
     fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         let mut sink = [0u8; 256];

@@ -27,7 +27,6 @@ fn _cobalt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::Observation>()?;
     m.add_class::<server::Server>()?;
     m.add_class::<server::Request>()?;
-    m.add_class::<server::Responder>()?;
     m.add_class::<server::Observable>()?;
     m.add_function(wrap_pyfunction!(server::start_server, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::shutdown, m)?)?;

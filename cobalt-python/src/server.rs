@@ -1,6 +1,6 @@
 //! Cobalt's server with Python handlers: the protocol runs on the server's shard
 //! threads; a request for a Python handler is pushed into the event loop's inbox and
-//! its shard awaits the answer (a `Responder`) without the GIL.
+//! its shard awaits the answer (`Request.respond`) without the GIL.
 
 use crate::inbox::{event_tuple, Inbox, Shared};
 use crate::runtime;
@@ -16,15 +16,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// A request as a Python handler sees it.
+/// A request as a Python handler sees it, and where its answer goes (`respond`, once).
 #[pyclass(frozen, module = "cobalt._cobalt")]
 pub struct Request {
     inner: cobalt::Request,
+    /// Taken by the first `respond`.
+    responder: Mutex<Option<oneshot::Sender<cobalt::Response>>>,
 }
 
 impl Request {
-    pub fn new(inner: cobalt::Request) -> Request {
-        Request { inner }
+    pub fn new(inner: cobalt::Request, responder: oneshot::Sender<cobalt::Response>) -> Request {
+        Request {
+            inner,
+            responder: Mutex::new(Some(responder)),
+        }
     }
 }
 
@@ -116,36 +121,24 @@ impl Request {
             .map(|o| (o.number, PyBytes::new(py, o.value)))
             .collect()
     }
-}
 
-/// Where a Python handler's answer goes: `send` once.
-#[pyclass(frozen, module = "cobalt._cobalt")]
-pub struct Responder {
-    tx: Mutex<Option<oneshot::Sender<cobalt::Response>>>,
-}
-
-impl Responder {
-    pub fn new(tx: oneshot::Sender<cobalt::Response>) -> Responder {
-        Responder {
-            tx: Mutex::new(Some(tx)),
-        }
-    }
-}
-
-#[pymethods]
-impl Responder {
     /// Answers the request with `code` (e.g. 69 for 2.05), `payload` and `options`
     /// (`(number, value)` pairs). False if it was answered before, or the server no
     /// longer waits for it (shut down, or the peer's exchange ended).
     #[pyo3(signature = (code, payload, options=Vec::new()))]
-    fn send(&self, code: u8, payload: Vec<u8>, options: Vec<(u16, Vec<u8>)>) -> PyResult<bool> {
+    fn respond(&self, code: u8, payload: Vec<u8>, options: Vec<(u16, Vec<u8>)>) -> PyResult<bool> {
         let code = Code(code);
         if !code.is_response() {
             return Err(PyValueError::new_err(format!(
                 "{code} is not a response code (2.xx, 4.xx or 5.xx)"
             )));
         }
-        let Some(tx) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        let Some(tx) = self
+            .responder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
             return Ok(false);
         };
         let mut response = cobalt::Response::new(code).with_payload(payload);
@@ -256,7 +249,7 @@ type RouteSpec<'py> = (
 );
 
 /// Starts a server for `routes` whose requests go to `inbox` as `("request", handler,
-/// Request, Responder)`. Settings come from `config` (the `cobalt serve` file; none:
+/// Request, None)`. Settings come from `config` (the `cobalt serve` file; none:
 /// the defaults), the environment (`COBALT_<SECTION>_<KEY>`) and then `settings`
 /// (`("server.port", "5683")`, ...); UDP listens on the configured address, and
 /// `listeners` adds `(scheme, port)` on the same address. The secure schemes need
@@ -379,15 +372,8 @@ fn python_handler(
     move |request: cobalt::Request| {
         let (responder, answer) = oneshot::channel();
         inbox.push(Box::new(move |py| {
-            let request = Bound::new(py, Request::new(request))?.into_any();
-            let responder = Bound::new(py, Responder::new(responder))?.into_any();
-            event_tuple(
-                py,
-                "request",
-                handler as u64,
-                Some(request),
-                Some(responder),
-            )
+            let request = Bound::new(py, Request::new(request, responder))?.into_any();
+            event_tuple(py, "request", handler as u64, Some(request), None)
         }));
         Box::pin(async move {
             answer.await.unwrap_or_else(|_| {

@@ -10,6 +10,7 @@ handlers go to the handler registered under their number.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import sys
@@ -91,67 +92,76 @@ class Bridge:
     def _drain(self) -> None:
         for kind, ident, value, error in self.inbox.drain():
             if kind == "request":
-                self._serve(ident, value, error)
+                self._serve(ident, value)
                 continue
             future = self._waiting.pop(ident, None)
             if future is not None and not future.done():
                 future.set_result((value, error))
 
-    def _serve(self, number: int, native: Any, responder: Any) -> None:
+    def _serve(self, number: int, native: Any) -> None:
+        request = Request(native)
         handler = self.handlers.get(number)
         if handler is None:
-            responder.send(int(Code.SERVICE_UNAVAILABLE), b"the resource's server is shutting down")
+            native.respond(int(Code.SERVICE_UNAVAILABLE), b"the resource's server is shutting down")
             return
-        request = Request(native)
         try:
             result = handler(request)
         except BaseException as e:  # noqa: BLE001 - a failing handler is answered, not fatal
-            _answer_error(responder, request, e)
+            _answer_error(request, e)
             return
-        if not (asyncio.iscoroutine(result) or isinstance(result, asyncio.Future)):
-            _answer(responder, request, result)
-            return
-        if _EAGER:
-            # Runs the handler now, up to its first suspension: one that never waits is
-            # answered without a turn of the loop.
-            task = asyncio.Task(_finish(result, request, responder), loop=self.loop, eager_start=True)
-            if task.done():
-                return
+        if asyncio.iscoroutine(result):
+            if _EAGER:
+                # Runs the handler now, up to its first suspension: one that never
+                # waits is answered without a turn of the loop.
+                task = asyncio.Task(result, loop=self.loop, eager_start=True)
+                if task.done():
+                    _settle(request, task)
+                    return
+            else:
+                task = self.loop.create_task(result)
+        elif isinstance(result, asyncio.Future):
+            task = result
         else:
-            task = self.loop.create_task(_finish(result, request, responder))
+            _answer(request, result)
+            return
         self._tasks[task] = number
-        task.add_done_callback(self._tasks.pop)
+        task.add_done_callback(functools.partial(self._settle_task, request))
+
+    def _settle_task(self, request: Request, task: "asyncio.Future[Any]") -> None:
+        self._tasks.pop(task, None)
+        _settle(request, task)
 
 
-async def _finish(awaitable: Any, request: Request, responder: Any) -> None:
-    try:
-        result = await awaitable
-    except (GeneratorExit, KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as e:  # noqa: BLE001 - a failing handler is answered, not fatal
-        _answer_error(responder, request, e)
+def _settle(request: Request, task: "asyncio.Future[Any]") -> None:
+    """Answers with what a handler's task ended with."""
+    if task.cancelled():
+        request._native.respond(int(Code.SERVICE_UNAVAILABLE), b"the handler was cancelled")
         return
-    _answer(responder, request, result)
+    error = task.exception()
+    if error is not None:
+        _answer_error(request, error)
+    else:
+        _answer(request, task.result())
 
 
-def _answer(responder: Any, request: Request, result: Any) -> None:
+def _answer(request: Request, result: Any) -> None:
     try:
-        response = answer_of(result, request.method)
+        response = answer_of(result, request._native.method)
     except (TypeError, ValueError) as e:
-        _answer_error(responder, request, e)
+        _answer_error(request, e)
         return
-    responder.send(int(response.code), response.payload, response.options)
+    request._native.respond(int(response.code), response.payload, response.options)
 
 
-def _answer_error(responder: Any, request: Request, error: BaseException) -> None:
+def _answer_error(request: Request, error: BaseException) -> None:
     if isinstance(error, ResponseError):
-        responder.send(int(error.code), error.message.encode())
+        request._native.respond(int(error.code), error.message.encode())
         return
     if isinstance(error, asyncio.CancelledError):
-        responder.send(int(Code.SERVICE_UNAVAILABLE), b"the handler was cancelled")
+        request._native.respond(int(Code.SERVICE_UNAVAILABLE), b"the handler was cancelled")
         return
     log.error("handler for %s %s failed", request.method.name, request.path, exc_info=error)
-    responder.send(int(Code.INTERNAL_SERVER_ERROR), f"the handler failed: {type(error).__name__}".encode())
+    request._native.respond(int(Code.INTERNAL_SERVER_ERROR), f"the handler failed: {type(error).__name__}".encode())
 
 
 _bridges: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Bridge]" = weakref.WeakKeyDictionary()

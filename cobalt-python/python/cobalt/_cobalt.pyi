@@ -68,8 +68,9 @@ class Observation:
     def close(self) -> None: ...
 
 class Request:
-    """A request for a Python handler."""
+    """A request for a Python handler, answered with ``respond`` (once)."""
 
+    def respond(self, code: int, payload: bytes, options: Sequence[Tuple[int, bytes]] = ...) -> bool: ...
     @property
     def method(self) -> int: ...
     @property
@@ -94,11 +95,6 @@ class Request:
     def params(self) -> dict: ...
     @property
     def options(self) -> List[Tuple[int, bytes]]: ...
-
-class Responder:
-    """Where a handler's answer goes (once)."""
-
-    def send(self, code: int, payload: bytes, options: Sequence[Tuple[int, bytes]] = ...) -> bool: ...
 
 class Observable:
     """An observable resource's handle."""

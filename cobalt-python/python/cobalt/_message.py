@@ -7,6 +7,9 @@ from typing import Any, Iterable, List, Optional, Tuple, Union
 
 __all__ = ["Code", "ContentFormat", "Option", "Response", "Request"]
 
+#: Every code by its byte, made once (filled below the class).
+_CODE_OF_BYTE: list = []
+
 
 class Code(int):
     """A CoAP code: a request method (0.01 GET ...) or a response (2.05 Content ...).
@@ -18,6 +21,12 @@ class Code(int):
     _names: dict = {}
 
     def __new__(cls, value: Union[int, str], detail: Optional[int] = None) -> "Code":
+        if detail is None:
+            # The common cases, without a new object: a code, or its byte.
+            if type(value) is Code:
+                return value
+            if type(value) is int and 0 <= value <= 255:
+                return _CODE_OF_BYTE[value]
         if isinstance(value, str):
             try:
                 c, d = value.split(".")
@@ -98,12 +107,10 @@ _CODES = [
     ("GATEWAY_TIMEOUT", 5, 4, "Gateway Timeout"),
     ("PROXYING_NOT_SUPPORTED", 5, 5, "Proxying Not Supported"),
 ]
+_CODE_OF_BYTE.extend(int.__new__(Code, b) for b in range(256))
 for _const, _c, _d, _name in _CODES:
     Code._names[_c << 5 | _d] = _name
-    setattr(Code, _const, Code(_c, _d))
-
-#: Every code by its byte, made once.
-_CODE_OF_BYTE = [Code(b) for b in range(256)]
+    setattr(Code, _const, _CODE_OF_BYTE[_c << 5 | _d])
 
 #: Method codes by name, as ``Site.route(methods=...)`` takes them.
 METHODS = {name: Code(0, d) for name, c, d, _ in _CODES if c == 0 and d > 0}
@@ -147,9 +154,14 @@ class Option:
 
 def encode_uint(value: int) -> bytes:
     """An option's unsigned integer value in its shortest form (0 is empty)."""
+    if 0 <= value < 256:
+        return _SMALL_UINTS[value]
     if value < 0:
         raise ValueError(f"{value} is negative; option integers are unsigned")
     return value.to_bytes((value.bit_length() + 7) // 8, "big")
+
+
+_SMALL_UINTS = [bytes([v]) if v else b"" for v in range(256)]
 
 
 def decode_uint(value: bytes) -> int:
@@ -209,9 +221,9 @@ class Response(_Options):
         location: Optional[str] = None,
         options: Iterable[Tuple[int, bytes]] = (),
     ) -> None:
-        self.code = Code(code)
-        self.payload = as_bytes(payload)
-        opts = [(int(n), bytes(v)) for n, v in options]
+        self.code = code if type(code) is Code else Code(code)
+        self.payload = payload if type(payload) is bytes else as_bytes(payload)
+        opts = [(int(n), bytes(v)) for n, v in options] if options else []
         if etag is not None:
             opts.append((Option.ETAG, bytes(etag)))
         if location is not None:
