@@ -230,3 +230,27 @@ def test_json_answers(served, run):
         assert json.loads(r.payload) == {"id": "a", "peer": "coap"}
 
     run(main())
+
+
+@pytest.mark.parametrize("scheme", ["coaps", "coaps+tcp"])
+def test_client_certificates(pki, run, scheme):
+    """A server given a CA requires client certificates and names their subject."""
+    from conftest import BackgroundServer, State, make_site
+
+    site, _ = make_site(State())
+    server = BackgroundServer(
+        site, host="127.0.0.1", port=0, dtls=0, tls=0,
+        cert=pki["server.pem"], key=pki["server.key"], ca=pki["ca.pem"],
+    )
+
+    async def main():
+        client = cobalt.Client(cert=pki["client.pem"], key=pki["client.key"], ca=pki["ca.pem"])
+        r = await client.get(server.uri(scheme, "/whoami"))
+        assert "client" in r.text
+        with pytest.raises((cobalt.HandshakeFailed, cobalt.ConnectionFailed)):
+            await cobalt.Client(ca=pki["ca.pem"]).get(server.uri(scheme, "/whoami"), timeout=10)
+
+    try:
+        run(main())
+    finally:
+        server.stop()
