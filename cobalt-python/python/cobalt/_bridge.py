@@ -26,7 +26,7 @@ log = logging.getLogger("cobalt")
 #: Tasks can start eagerly (Python 3.12+).
 _EAGER = sys.version_info >= (3, 12)
 
-#: Handlers by number, for every loop (numbers are never reused).
+#: Handler numbers, unique over all loops (never reused).
 _handler_numbers = itertools.count(1)
 
 
