@@ -59,23 +59,6 @@ bench_one() {
   check_port_free udp "$port"
 }
 
-aiocoap_python() {
-  local p main_checkout="" common
-  # In a git worktree, the main checkout's .venv-peers serves too.
-  if common=$(git -C "$repo_root" rev-parse --path-format=absolute --git-common-dir 2>/dev/null); then
-    main_checkout=$(dirname "$common")
-  fi
-  for p in "${AIOCOAP_PYTHON:-}" "$repo_root/.venv-peers/bin/python" \
-    "${main_checkout:+$main_checkout/.venv-peers/bin/python}" python3; do
-    [ -n "$p" ] || continue
-    if "$p" -c 'import aiocoap' >/dev/null 2>&1; then
-      echo "$p"
-      return 0
-    fi
-  done
-  return 1
-}
-
 # Builds the Californium server on first use; prints its class path.
 californium_classpath() {
   local dir=$bench_dir/servers/californium

@@ -213,6 +213,26 @@ client_cpus=0
 out_dir=$bench_dir/results
 ready_timeout=30
 
+# aiocoap_python: prints the interpreter that has aiocoap: $AIOCOAP_PYTHON, else
+# .venv-peers/bin/python of this checkout, or of the main checkout when this is a git
+# worktree, then python3.
+aiocoap_python() {
+  local p main_checkout="" common
+  # In a git worktree, the main checkout's .venv-peers serves too.
+  if common=$(git -C "$repo_root" rev-parse --path-format=absolute --git-common-dir 2>/dev/null); then
+    main_checkout=$(dirname "$common")
+  fi
+  for p in "${AIOCOAP_PYTHON:-}" "$repo_root/.venv-peers/bin/python" \
+    "${main_checkout:+$main_checkout/.venv-peers/bin/python}" python3; do
+    [ -n "$p" ] || continue
+    if "$p" -c 'import aiocoap' >/dev/null 2>&1; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
 # prepare_run: checks for python3 (the report), finds or builds cobalt, sets the pinning.
 prepare_run() {
   command -v python3 >/dev/null || die "python3 is needed to write the report"

@@ -7,6 +7,8 @@
 #     aiocoap is the only coap+ws peer)
 #   - redis-server (Debian, 7.0) for the resource directory's shared store, and nftables
 #     and curl (health probes) for the cluster in network namespaces (scripts/cluster.sh)
+#   - maturin and pytest (PyPI) in a virtual environment at .venv-python/, to build and
+#     test the Python package cobalt-python (scripts/test-python.sh)
 #   - Californium (californium-core from Maven Central) as a server and client peer:
 #     a JDK and Maven (Debian default-jdk-headless, maven), then tests/peers/californium
 #     compiled once, its jars cached in .cache/maven/ (gitignored)
@@ -43,6 +45,14 @@ if [ ! -x "$venv/bin/aiocoap-client" ] || ! "$venv/bin/python" -c 'import websoc
   echo "installing aiocoap[ws] (PyPI) into $venv" >&2
   [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'aiocoap[ws]==0.4.17'
+fi
+# The Python package's build and test tools (cobalt-python: maturin builds the wheel,
+# pytest runs cobalt-python/tests).
+pyvenv="$root/.venv-python"
+if [ ! -x "$pyvenv/bin/maturin" ] || ! "$pyvenv/bin/python" -c 'import pytest' 2>/dev/null; then
+  echo "installing maturin and pytest (PyPI) into $pyvenv" >&2
+  [ -x "$pyvenv/bin/pip" ] || python3 -m venv "$pyvenv"
+  "$pyvenv/bin/pip" install -q --disable-pip-version-check 'maturin==1.16.0' 'pytest>=8'
 fi
 # The Californium peer: compiled when missing or older than its sources. The class
 # path (jars in .cache/maven) is written to target/classpath.txt for the tests.

@@ -24,6 +24,9 @@ else
   echo "note: no network namespaces here; the link emulator's tests will be skipped" >&2
 fi
 cargo test --workspace
+# The Python package: built into .venv-python by maturin, its pytest suite run against
+# Cobalt's own server (started from Python), aiocoap and libcoap.
+bash scripts/test-python.sh
 # Plain CoAP without OpenSSL (the `openssl` feature off): lints, and the refusal of
 # coaps:// that names the feature.
 cargo clippy -p cobalt -p cobalt-bench -p cobalt-cli --no-default-features --all-targets -- -D warnings

@@ -1,0 +1,139 @@
+//! The inbox of an asyncio event loop: what Cobalt's threads hand to Python (finished
+//! requests, notifications, requests for Python handlers), queued without the GIL and
+//! announced by one byte on a socket the loop watches.
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Something for the event loop, made into its `(kind, id, value, error)` tuple on the
+/// loop's thread, with the GIL (see [`Inbox::drain`] for the kinds).
+pub type Event = Box<dyn for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>> + Send>;
+
+/// The tuple of an event: `value` and `error` are `None` where absent.
+pub fn event_tuple<'py>(
+    py: Python<'py>,
+    kind: &'static str,
+    id: u64,
+    value: Option<Bound<'py, PyAny>>,
+    error: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let none = || py.None().into_bound(py);
+    PyTuple::new(
+        py,
+        [
+            kind.into_pyobject(py)?.into_any(),
+            id.into_pyobject(py)?.into_any(),
+            value.unwrap_or_else(none),
+            error.unwrap_or_else(none),
+        ],
+    )
+}
+
+/// The queue and its wake-up socket, shared with Cobalt's threads.
+pub struct Shared {
+    events: Mutex<Vec<Event>>,
+    /// A wake-up byte has been written and not yet consumed by `drain`.
+    armed: AtomicBool,
+    /// The loop has gone: events are dropped as they come (a request's handler then
+    /// answers 5.00, a call's outcome is lost).
+    closed: AtomicBool,
+    reader: UnixStream,
+    writer: UnixStream,
+}
+
+impl Shared {
+    /// Queues `event` and wakes the loop unless a wake-up is already pending.
+    pub fn push(&self, event: Event) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event);
+        if !self.armed.swap(true, Ordering::AcqRel) {
+            // A full socket buffer means unread wake-ups: the loop wakes anyway.
+            let _ = (&self.writer).write(&[1]);
+        }
+    }
+}
+
+/// An event loop's inbox: `loop.add_reader(inbox.fileno(), ...)`, then `drain()` when
+/// it is readable.
+#[pyclass(frozen, module = "cobalt._cobalt")]
+pub struct Inbox {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Drop for Inbox {
+    /// The loop's side is gone: whatever still pushes (a server's handlers, calls in
+    /// flight) has its events dropped instead of queued for no one.
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        // Their responders go with them: those requests are answered 5.00.
+        self.shared
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
+#[pymethods]
+impl Inbox {
+    #[new]
+    fn new() -> PyResult<Inbox> {
+        let (reader, writer) = UnixStream::pair()?;
+        reader.set_nonblocking(true)?;
+        writer.set_nonblocking(true)?;
+        Ok(Inbox {
+            shared: Arc::new(Shared {
+                events: Mutex::new(Vec::new()),
+                armed: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+                reader,
+                writer,
+            }),
+        })
+    }
+
+    /// Drops the waiting events and every later one: the loop is closing. Requests
+    /// for its handlers are answered 5.00 from then on.
+    fn close(&self, py: Python<'_>) {
+        self.shared.closed.store(true, Ordering::Release);
+        let events =
+            std::mem::take(&mut *self.shared.events.lock().unwrap_or_else(|e| e.into_inner()));
+        py.detach(|| drop(events));
+    }
+
+    /// The descriptor that becomes readable when events are waiting.
+    fn fileno(&self) -> i32 {
+        self.shared.reader.as_raw_fd()
+    }
+
+    /// Takes the waiting events, oldest first, as `(kind, id, value, error)` tuples:
+    /// `("reply", token, response, error)`, `("notification", token, response | None,
+    /// error)`, `("observing", token, Observation | None, error)`, `("done", token,
+    /// None, None)` and `("request", handler, Request, None)`. A response is
+    /// `(code, payload, options)`, an error `(kind, message)`.
+    fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        let mut sink = [0u8; 256];
+        loop {
+            match (&self.shared.reader).read(&mut sink) {
+                Ok(n) if n == sink.len() => continue,
+                Ok(_) => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        self.shared.armed.store(false, Ordering::Release);
+        let events =
+            std::mem::take(&mut *self.shared.events.lock().unwrap_or_else(|e| e.into_inner()));
+        events.into_iter().map(|e| e(py)).collect()
+    }
+}
