@@ -217,6 +217,16 @@ impl AllowList {
         &self.patterns
     }
 
+    /// Whether the origin named `host` on `port` may be allowed once resolved: a
+    /// name pattern matches it, or a network pattern (or `*`) may match its address.
+    /// When not, the proxy refuses it without resolving the name.
+    pub fn may_allow_name(&self, host: &str, port: u16) -> bool {
+        self.patterns.iter().any(|p| {
+            p.port.is_none_or(|q| q == port)
+                && (matches!(p.host, HostPattern::Net { .. }) || p.matches(host, None, port))
+        })
+    }
+
     /// Whether the origin `host`, reached at `ip` on `port`, is allowed.
     pub fn allows(&self, host: &str, ip: Option<IpAddr>, port: u16) -> bool {
         self.patterns.iter().any(|p| p.matches(host, ip, port))
@@ -258,6 +268,11 @@ mod tests {
         assert!(list.allows("x", ip("::1"), 9));
         assert!(!list.allows("x", ip("::2"), 9));
         assert!(!list.allows("x", None, 5683), "a network needs an address");
+        assert!(list.may_allow_name("x", 5683), "until resolved");
+        let names = AllowList::parse(["a.example:5683"]).unwrap();
+        assert!(names.may_allow_name("a.example", 5683));
+        assert!(!names.may_allow_name("b.example", 5683));
+        assert!(!names.may_allow_name("a.example", 1));
     }
 
     #[test]

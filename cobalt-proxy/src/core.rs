@@ -292,7 +292,7 @@ impl Proxy {
         }
         // Names: refused before resolving when no name pattern can match and no
         // network pattern could either.
-        if !reverse && allow.is_empty() {
+        if !reverse && !allow.may_allow_name(&target.host, target.port) {
             return Err(self.forbidden(target));
         }
         let lookup = tokio::net::lookup_host((target.host.as_str(), target.port));
