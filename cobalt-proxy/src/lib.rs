@@ -8,6 +8,8 @@ mod clock;
 mod coap;
 mod core;
 mod hop;
+mod http;
+mod mapping;
 mod metrics;
 mod observe;
 mod target;
@@ -20,6 +22,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use coap::CoapFront;
 pub use core::{end_to_end_request_option, Proxy, ProxyConfig, ProxyError, ReverseRoute, Upstream};
 pub use hop::{next_hop_limit, set_hop_limit, DEFAULT_HOP_LIMIT, HOP_LIMIT, HOP_LIMIT_REACHED};
+pub use http::{HttpConfig, HttpFront, HttpServer};
+pub use mapping::{coap_etag, coap_method, content_format, http_etag, http_status, media_type};
 pub use metrics::ProxyMetrics;
 pub use target::{
     forward_target, is_proxy_request, reverse_target, uri_string, Refused, MAX_PROXY_URI,

@@ -1,107 +1,17 @@
 //! The CoAP front end to end over loopback: a counting origin behind the proxy.
 
+mod common;
+
 use cobalt::proto::message::opt;
-use cobalt::server::{get, post, Observable, Request, Response};
 use cobalt::{Client, Code, Scheme, Server, ServerHandle};
 use cobalt_proxy::{
-    AllowList, CoapFront, ManualClock, Proxy, ProxyConfig, ReverseRoute, HOP_LIMIT,
-    HOP_LIMIT_REACHED,
+    AllowList, CoapFront, ManualClock, Proxy, ProxyConfig, ReverseRoute, HOP_LIMIT_REACHED,
 };
+use common::origin;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What the origin counts.
-#[derive(Default)]
-struct Counts {
-    requests: AtomicUsize,
-    /// Tokens of the observe registrations seen (a retransmitted registration may
-    /// run the handler twice with the same token).
-    registrations: std::sync::Mutex<std::collections::HashSet<Vec<u8>>>,
-    with_hop_limit: AtomicUsize,
-}
-
-struct Origin {
-    server: ServerHandle,
-    addr: SocketAddr,
-    counts: Arc<Counts>,
-    temp: Observable,
-}
-
-async fn origin() -> Origin {
-    let counts = Arc::new(Counts::default());
-    let temp = Observable::new();
-    let value = Arc::new(AtomicUsize::new(1));
-    let (c1, c2, c3) = (counts.clone(), counts.clone(), counts.clone());
-    let v = value.clone();
-    let server = Server::new()
-        .route(
-            "/count",
-            get(move |req: Request| {
-                let counts = c1.clone();
-                async move {
-                    counts.requests.fetch_add(1, Ordering::SeqCst);
-                    if req.options().contains(HOP_LIMIT) {
-                        counts.with_hop_limit.fetch_add(1, Ordering::SeqCst);
-                    }
-                    if req.options().get_all(opt::ETAG).any(|e| e == b"v1") {
-                        return Response::new(Code::VALID).with_etag(b"v1").with_max_age(10);
-                    }
-                    Response::text("counted").with_etag(b"v1").with_max_age(10)
-                }
-            }),
-        )
-        .route(
-            "/temp",
-            get(move |req: Request| {
-                let counts = c2.clone();
-                let v = v.clone();
-                async move {
-                    if req.options().observe() == Some(0) {
-                        let token = req.message().token.as_bytes().to_vec();
-                        counts.registrations.lock().unwrap().insert(token);
-                    }
-                    format!("t{}", v.load(Ordering::SeqCst))
-                }
-            })
-            .observable(&temp),
-        )
-        .route(
-            "/large",
-            get(move || {
-                c3.requests.fetch_add(1, Ordering::SeqCst);
-                async {
-                    Response::content((0..5000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>())
-                }
-            }),
-        )
-        .route(
-            "/echo",
-            post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
-        )
-        .route(
-            "/silent",
-            get(|| async {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                "too late"
-            }),
-        )
-        .shards(1)
-        .bind("127.0.0.1:0")
-        .await
-        .unwrap();
-    let addr = server.local_addr(Scheme::Coap).unwrap();
-    let origin = Origin {
-        server,
-        addr,
-        counts,
-        temp,
-    };
-    // The value the next notification carries.
-    std::mem::forget(value);
-    origin
-}
 
 async fn start_proxy(
     config: ProxyConfig,
