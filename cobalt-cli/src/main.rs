@@ -6,6 +6,7 @@ mod dtls_args;
 mod exit;
 mod flags;
 mod manual;
+mod proxy;
 mod rd;
 mod render;
 mod request;
@@ -62,6 +63,8 @@ enum Command {
     /// A resource directory (RFC 9176): `cobalt rd` serves one (registrations stored
     /// under --data-dir); `cobalt rd register|update|remove|lookup` talk to one.
     Rd(rd::RdArgs),
+    /// A CoAP forward/reverse proxy with a cache, and an HTTP→CoAP proxy (RFC 8075).
+    Proxy(proxy::ProxyArgs),
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
     /// Print a shell completion script: `cobalt completions bash > /etc/bash_completion.d/cobalt`
@@ -154,6 +157,7 @@ fn main() {
             Command::Observe(a) => request::observe(a).await,
             Command::Serve(a) => serve::run(a, cli.log_level.as_deref()).await,
             Command::Rd(a) => rd::run(a).await,
+            Command::Proxy(a) => proxy::run(a, cli.log_level.as_deref()).await,
             Command::Bench(_)
             | Command::BenchResponder(_)
             | Command::BenchHttpResponder(_)

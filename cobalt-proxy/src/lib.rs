@@ -7,6 +7,7 @@ mod cache;
 mod clock;
 mod coap;
 mod core;
+mod exporter;
 mod hop;
 mod http;
 mod mapping;
@@ -21,6 +22,7 @@ pub use cache::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coap::CoapFront;
 pub use core::{end_to_end_request_option, Proxy, ProxyConfig, ProxyError, ReverseRoute, Upstream};
+pub use exporter::{serve_metrics, MetricsEndpoint, Render};
 pub use hop::{next_hop_limit, set_hop_limit, DEFAULT_HOP_LIMIT, HOP_LIMIT, HOP_LIMIT_REACHED};
 pub use http::{HttpConfig, HttpFront, HttpServer};
 pub use mapping::{coap_etag, coap_method, content_format, http_etag, http_status, media_type};
