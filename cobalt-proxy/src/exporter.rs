@@ -55,7 +55,9 @@ pub async fn serve_metrics(addr: SocketAddr, render: Render) -> std::io::Result<
                             *r.body_mut() = Full::new(Bytes::from(render()));
                             r.headers_mut().insert(
                                 hyper::header::CONTENT_TYPE,
-                                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+                                hyper::header::HeaderValue::from_static(
+                                    "text/plain; version=0.0.4",
+                                ),
                             );
                         } else {
                             *r.status_mut() = hyper::StatusCode::NOT_FOUND;

@@ -83,10 +83,14 @@ fn load_config(args: &ProxyArgs, log_level: Option<&str>) -> Result<Config, (i32
         loader = loader.set_arg(s, "--set").map_err(usage)?;
     }
     if let Some(n) = args.shards {
-        loader = loader.set("runtime.shards", &n.to_string(), "--shards").map_err(usage)?;
+        loader = loader
+            .set("runtime.shards", &n.to_string(), "--shards")
+            .map_err(usage)?;
     }
     if let Some(level) = log_level {
-        loader = loader.set("log.level", level, "--log-level").map_err(usage)?;
+        loader = loader
+            .set("log.level", level, "--log-level")
+            .map_err(usage)?;
     }
     loader.build().map_err(usage)
 }
@@ -103,7 +107,9 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
         .collect::<Result<Vec<_>, _>>()
         .map_err(usage)?;
     if allow.is_empty() && reverse.is_empty() {
-        eprintln!("cobalt: no --allow and no --reverse: every origin is refused (add --allow PATTERN)");
+        eprintln!(
+            "cobalt: no --allow and no --reverse: every origin is refused (add --allow PATTERN)"
+        );
     }
     let upstream_timeout = crate::flags::seconds("timeout", args.timeout, false).map_err(usage)?;
     let proxy = Proxy::new(ProxyConfig {
@@ -135,7 +141,11 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
         eprintln!("cobalt: CoAP proxy on {scheme}://{addr} (Proxy-Uri, Proxy-Scheme)");
     }
     for route in &proxy.config().reverse {
-        eprintln!("cobalt: reverse route {} -> {}", route.prefix, cobalt_proxy::uri_string(&route.origin));
+        eprintln!(
+            "cobalt: reverse route {} -> {}",
+            route.prefix,
+            cobalt_proxy::uri_string(&route.origin)
+        );
     }
     let _http = match args.http {
         Some(addr) => {
@@ -148,8 +158,17 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
             )
             .bind(addr)
             .await
-            .map_err(|e| (exit::FAILURE, format!("cannot listen for HTTP on {addr}: {e}")))?;
-            eprintln!("cobalt: HTTP proxy on http://{}/{}/coap://HOST/PATH", http.local_addr(), args.http_prefix.trim_matches('/'));
+            .map_err(|e| {
+                (
+                    exit::FAILURE,
+                    format!("cannot listen for HTTP on {addr}: {e}"),
+                )
+            })?;
+            eprintln!(
+                "cobalt: HTTP proxy on http://{}/{}/coap://HOST/PATH",
+                http.local_addr(),
+                args.http_prefix.trim_matches('/')
+            );
             Some(http)
         }
         None => None,
@@ -163,10 +182,16 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
                 text.push_str(&counters.metrics().render_prometheus());
                 text
             });
-            let endpoint = serve_metrics(addr, render)
-                .await
-                .map_err(|e| (exit::FAILURE, format!("cannot serve metrics on {addr}: {e}")))?;
-            eprintln!("cobalt: metrics on http://{}/metrics", endpoint.local_addr());
+            let endpoint = serve_metrics(addr, render).await.map_err(|e| {
+                (
+                    exit::FAILURE,
+                    format!("cannot serve metrics on {addr}: {e}"),
+                )
+            })?;
+            eprintln!(
+                "cobalt: metrics on http://{}/metrics",
+                endpoint.local_addr()
+            );
             Some(endpoint)
         }
         None => None,
