@@ -114,6 +114,20 @@ impl Drop for HttpServer {
     }
 }
 
+/// A request the front answers itself, before any origin: a status and what to do.
+#[derive(Debug)]
+struct Rejection(u16, String);
+
+fn reject(status: u16, text: impl Into<String>) -> Rejection {
+    Rejection(status, text.into())
+}
+
+impl From<Rejection> for hyper::Response<Body> {
+    fn from(r: Rejection) -> Self {
+        plain(r.0, r.1)
+    }
+}
+
 /// An answer the front makes itself: a status and a text body.
 fn plain(status: u16, text: impl Into<String>) -> hyper::Response<Body> {
     let mut r = hyper::Response::new(full(Bytes::from(text.into())));
@@ -200,7 +214,7 @@ impl HttpFront {
         self.proxy.metrics().http_requests.fetch_add(1, Relaxed);
         let target = match self.target(req.uri()) {
             Ok(t) => t,
-            Err(answer) => return answer,
+            Err(rejection) => return rejection.into(),
         };
         let Some(method) = coap_method(req.method().as_str()) else {
             return plain(
@@ -214,7 +228,7 @@ impl HttpFront {
         let (parts, body) = req.into_parts();
         let (options, conditional) = match request_options(&parts.headers, method) {
             Ok(o) => o,
-            Err(answer) => return answer,
+            Err(rejection) => return rejection.into(),
         };
         let limited = Limited::new(body, self.config.max_body);
         let payload = match tokio::time::timeout(self.config.body_timeout, limited.collect()).await
@@ -259,7 +273,7 @@ impl HttpFront {
     }
 
     /// The CoAP target of an HTTP request URI (`/hc/{+tu}` or `/hc?target_uri=`).
-    fn target(&self, uri: &hyper::Uri) -> Result<CoapUri, hyper::Response<Body>> {
+    fn target(&self, uri: &hyper::Uri) -> Result<CoapUri, Rejection> {
         let prefix = &self.config.prefix;
         let path = uri.path();
         let text = if let Some(rest) = path.strip_prefix(prefix.as_str()).filter(|r| !r.is_empty())
@@ -276,24 +290,24 @@ impl HttpFront {
                 .find_map(|kv| kv.strip_prefix("target_uri="));
             match found.map(percent_decode) {
                 Some(Some(t)) => t,
-                Some(None) => return Err(plain(400, "target_uri is not percent-encoded UTF-8")),
-                None => return Err(plain(400, format!("name the CoAP target: {prefix}coap://host/path or {}?target_uri=coap%3A%2F%2Fhost%2Fpath", prefix.trim_end_matches('/')))),
+                Some(None) => return Err(reject(400, "target_uri is not percent-encoded UTF-8")),
+                None => return Err(reject(400, format!("name the CoAP target: {prefix}coap://host/path or {}?target_uri=coap%3A%2F%2Fhost%2Fpath", prefix.trim_end_matches('/')))),
             }
         } else {
-            return Err(plain(
+            return Err(reject(
                 404,
                 format!("this is an HTTP-to-CoAP proxy: ask for {prefix}coap://host/path"),
             ));
         };
         if !text.contains("://") {
-            return Err(plain(400, format!("'{text}' is not an absolute CoAP URI")));
+            return Err(reject(400, format!("'{text}' is not an absolute CoAP URI")));
         }
         CoapUri::parse(&text).map_err(|e| {
             let scheme = text.split_once("://").map_or("", |(s, _)| s);
             if scheme.parse::<cobalt::Scheme>().is_err() {
-                plain(400, format!("scheme '{scheme}' is not a CoAP scheme (coap, coaps, coap+tcp, coaps+tcp, coap+ws, coaps+ws)"))
+                reject(400, format!("scheme '{scheme}' is not a CoAP scheme (coap, coaps, coap+tcp, coaps+tcp, coap+ws, coaps+ws)"))
             } else {
-                plain(400, e.to_string())
+                reject(400, e.to_string())
             }
         })
     }
@@ -373,24 +387,20 @@ fn sse_event(id: u64, response: &Response) -> Bytes {
 
 /// The CoAP options of an HTTP request's headers, and whether it carries validators
 /// (If-None-Match with entity tags: a 2.03 answer is then 304).
-#[allow(clippy::result_large_err)]
-fn request_options(
-    headers: &HeaderMap,
-    method: Code,
-) -> Result<(Options, bool), hyper::Response<Body>> {
+fn request_options(headers: &HeaderMap, method: Code) -> Result<(Options, bool), Rejection> {
     let mut options = Options::new();
-    let text = |name: &header::HeaderName| -> Result<Option<&str>, hyper::Response<Body>> {
+    let text = |name: &header::HeaderName| -> Result<Option<&str>, Rejection> {
         headers
             .get(name)
             .map(|v| {
                 v.to_str()
-                    .map_err(|_| plain(400, format!("{name} is not ASCII")))
+                    .map_err(|_| reject(400, format!("{name} is not ASCII")))
             })
             .transpose()
     };
     if let Some(ct) = text(&header::CONTENT_TYPE)? {
         let cf = content_format(ct).ok_or_else(|| {
-            plain(
+            reject(
                 415,
                 format!("no CoAP Content-Format for '{ct}' (use application/coap-payload; cf=N)"),
             )
@@ -411,7 +421,7 @@ fn request_options(
                 options.push(opt::IF_MATCH, []);
             } else {
                 let etag = coap_etag(tag).ok_or_else(|| {
-                    plain(
+                    reject(
                         412,
                         format!("If-Match {tag} is no entity tag of this proxy"),
                     )
@@ -576,7 +586,7 @@ mod tests {
         assert_eq!(o.get_all(opt::ETAG).collect::<Vec<_>>(), [&[0x0a][..]]);
         assert!(conditional);
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("image/png"));
-        assert_eq!(request_options(&h, Code::GET).unwrap_err().status(), 415);
+        assert_eq!(request_options(&h, Code::GET).unwrap_err().0, 415);
     }
 
     #[test]
@@ -603,6 +613,6 @@ mod tests {
         let e = sse_event(3, &Response::content("a\nb"));
         assert_eq!(&e[..], b"id: 3\ndata: a\ndata: b\n\n");
         let e = sse_event(4, &Response::new(Code::GATEWAY_TIMEOUT));
-        assert_eq!(&e[..], b"id: 4\nevent: error\ndata: 5.04\n\n");
+        assert_eq!(&e[..], b"id: 4\nevent: error\ndata: 5.04 Gateway Timeout\n\n");
     }
 }

@@ -10,6 +10,7 @@ mod core;
 mod exporter;
 mod hop;
 mod http;
+mod listeners;
 mod mapping;
 mod metrics;
 mod observe;
