@@ -11,7 +11,7 @@ use crate::metrics::ProxyMetrics;
 use crate::target::{uri_string, Refused};
 use cobalt::proto::message::{opt, Code, Options};
 use cobalt::proto::uri::CoapUri;
-use cobalt::{Client, Error, Response};
+use cobalt::{Client, EndpointConfig, Error, Response};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -41,6 +41,12 @@ pub struct ProxyConfig {
     pub cache: CacheLimits,
     /// Reverse routes: requests under a path prefix go to an origin URI.
     pub reverse: Vec<ReverseRoute>,
+    /// Requests the proxy has outstanding at one origin before further ones queue
+    /// (NSTART, RFC 7252 §4.7, of the client [`Proxy::new`] makes). A proxy speaks for
+    /// many clients: with the RFC's default of 1, every client of one origin would
+    /// wait behind the others, and a request that loops back through the proxy
+    /// would wait for the one it is part of.
+    pub upstream_nstart: usize,
 }
 
 impl Default for ProxyConfig {
@@ -54,6 +60,7 @@ impl Default for ProxyConfig {
             max_observers_per_observation: 10_000,
             cache: CacheLimits::default(),
             reverse: Vec::new(),
+            upstream_nstart: 16,
         }
     }
 }
@@ -232,9 +239,18 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Proxy {
-    /// A proxy with `config`, the system clock and a new client.
+    /// A proxy with `config`, the system clock and a new client (with NSTART
+    /// [`ProxyConfig::upstream_nstart`], clamped to 1..=1024).
     pub fn new(config: ProxyConfig) -> Proxy {
-        Proxy::with_parts(config, Arc::new(SystemClock::default()), Client::new())
+        let endpoint = EndpointConfig {
+            nstart: config.upstream_nstart.clamp(1, 1024),
+            ..EndpointConfig::default()
+        };
+        let client = Client::with_config(endpoint).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the proxy's client keeps the default settings");
+            Client::new()
+        });
+        Proxy::with_parts(config, Arc::new(SystemClock::default()), client)
     }
 
     /// A proxy with `config` that reads time from `clock` (the cache's freshness) and

@@ -613,6 +613,9 @@ mod tests {
         let e = sse_event(3, &Response::content("a\nb"));
         assert_eq!(&e[..], b"id: 3\ndata: a\ndata: b\n\n");
         let e = sse_event(4, &Response::new(Code::GATEWAY_TIMEOUT));
-        assert_eq!(&e[..], b"id: 4\nevent: error\ndata: 5.04 Gateway Timeout\n\n");
+        assert_eq!(
+            &e[..],
+            b"id: 4\nevent: error\ndata: 5.04 Gateway Timeout\n\n"
+        );
     }
 }

@@ -18,7 +18,14 @@ async fn start_proxy(
     clock: Option<ManualClock>,
 ) -> (ServerHandle, SocketAddr, Proxy) {
     let proxy = match clock {
-        Some(c) => Proxy::with_parts(config, Arc::new(c), Client::new()),
+        Some(c) => {
+            let client = Client::with_config(cobalt::EndpointConfig {
+                nstart: config.upstream_nstart,
+                ..cobalt::EndpointConfig::default()
+            })
+            .unwrap();
+            Proxy::with_parts(config, Arc::new(c), client)
+        }
         None => Proxy::new(config),
     };
     let front = CoapFront::new(proxy.clone());
