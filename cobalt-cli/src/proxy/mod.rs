@@ -165,7 +165,8 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
                 )
             })?;
             eprintln!(
-                "cobalt: HTTP proxy on http://{}/{}/coap://HOST/PATH",
+                "cobalt: HTTP proxy on {} (GET http://{}/{}/coap://HOST/PATH)",
+                http.local_addr(),
                 http.local_addr(),
                 args.http_prefix.trim_matches('/')
             );
@@ -189,7 +190,7 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
                 )
             })?;
             eprintln!(
-                "cobalt: metrics on http://{}/metrics",
+                "cobalt: metrics on {} (GET /metrics)",
                 endpoint.local_addr()
             );
             Some(endpoint)
