@@ -102,19 +102,25 @@ impl Shared {
     /// Whether anybody may still listen: an event stream (or a waiting request), or
     /// CoAP observers that were sent one of the last notifications.
     pub(crate) fn listened(&self) -> bool {
-        if self.latest.receiver_count() > 0 {
-            return true;
-        }
-        let observable = self
+        let coap_observers = self
             .observable
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        match observable {
-            Some(o) if o.observer_count() > 0 => self.unserved.load(Relaxed) < UNSERVED_LIMIT,
-            _ => false,
-        }
+            .as_ref()
+            .map_or(0, Observable::observer_count);
+        listening(
+            self.latest.receiver_count(),
+            coap_observers,
+            self.unserved.load(Relaxed),
+        )
     }
+}
+
+/// Whether an observation with `receivers` (event streams, waiting requests),
+/// `coap_observers` on the front, and `unserved` notifications in a row that no CoAP
+/// observer was sent, is still listened to.
+fn listening(receivers: usize, coap_observers: usize, unserved: u32) -> bool {
+    receivers > 0 || (coap_observers > 0 && unserved < UNSERVED_LIMIT)
 }
 
 /// The upstream observations of one proxy, by cache key.
@@ -139,5 +145,62 @@ impl Observations {
         if open.get(key).is_some_and(|s| Arc::ptr_eq(s, shared)) {
             open.remove(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latest_answer_reaches_receivers_and_counts_as_listening() {
+        let shared = Shared::new();
+        assert!(!shared.listened(), "nobody yet");
+        let rx = shared.subscribe();
+        assert!(shared.listened(), "an event stream listens");
+        shared.publish(Response::content("1"));
+        assert_eq!(
+            rx.borrow().as_ref().map(|r| r.payload.clone()),
+            Some(b"1".to_vec())
+        );
+        drop(rx);
+        assert!(!shared.listened());
+    }
+
+    #[test]
+    fn coap_observers_listen_until_three_notifications_go_unserved() {
+        assert!(listening(0, 5, 2));
+        assert!(!listening(0, 5, 3));
+        assert!(!listening(0, 0, 0), "the front has no observers at all");
+        assert!(
+            listening(1, 0, 9),
+            "an event stream listens whatever CoAP does"
+        );
+        let shared = Shared::new();
+        for expected in 1..=2 {
+            shared.count_served();
+            assert_eq!(shared.unserved.load(Relaxed), expected);
+        }
+        assert_eq!(
+            shared.latest_for_coap(),
+            None,
+            "read by a CoAP observer: served"
+        );
+        shared.count_served();
+        assert_eq!(shared.unserved.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn observers_beyond_the_bound_are_not_remembered_one_by_one() {
+        let shared = Shared::new();
+        let observable = Observable::new();
+        for port in 1..=3 {
+            shared.add_peer(SocketAddr::from(([127, 0, 0, 1], port)), &observable, 2);
+        }
+        assert_eq!(shared.peers.lock().unwrap().len(), 2);
+        assert!(
+            shared.overflow.load(Relaxed),
+            "changes then go to every observer"
+        );
     }
 }

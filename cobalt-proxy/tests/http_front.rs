@@ -322,3 +322,55 @@ async fn an_observation_streams_as_server_sent_events() {
     drop(s);
     stop(f, o).await;
 }
+
+#[tokio::test]
+async fn an_origin_that_notifies_without_end_and_a_reader_that_never_reads_starve_nobody() {
+    let o = origin().await;
+    let f = fronts(HttpConfig::default()).await;
+    // The origin notifies as fast as it can for the whole test.
+    let temp = o.temp.clone();
+    let value = o.value.clone();
+    let flood = tokio::spawn(async move {
+        loop {
+            value.fetch_add(1, Ordering::SeqCst);
+            temp.changed();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    // Event streams that are never read: the proxy keeps at most the latest state and
+    // a few events per stream, however long the origin goes on.
+    let mut idle = Vec::new();
+    for _ in 0..5 {
+        let mut s = TcpStream::connect(f.http.local_addr()).await.unwrap();
+        let request = format!(
+            "GET /hc/coap://{}/temp HTTP/1.1\r\nHost: p\r\nAccept: text/event-stream\r\n\r\n",
+            o.addr
+        );
+        s.write_all(request.as_bytes()).await.unwrap();
+        idle.push(s);
+    }
+    for _ in 0..20 {
+        let h = http_get(
+            f.http.local_addr(),
+            &format!("/hc/coap://{}/large", o.addr),
+            "",
+        )
+        .await;
+        assert_eq!(status(&h), 200);
+        let r = Client::new()
+            .request(Code::GET, &format!("coap://{}/", f.coap_addr))
+            .option(opt::PROXY_URI, format!("coap://{}/count", o.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.code, Code::CONTENT);
+    }
+    assert_eq!(
+        f.proxy.observations(),
+        1,
+        "the five streams share one observation"
+    );
+    flood.abort();
+    drop(idle);
+    stop(f, o).await;
+}
