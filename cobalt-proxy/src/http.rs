@@ -262,7 +262,7 @@ impl HttpFront {
             reverse: false,
         };
         if method == Code::GET && accepts_event_stream(&parts.headers) {
-            return self.events(up);
+            return self.events(up).await;
         }
         let prefix = self.config.prefix.clone();
         let target = up.target.clone();
@@ -315,13 +315,31 @@ impl HttpFront {
     /// An observation as Server-Sent Events: one event per notification (its payload
     /// as text, one `data:` line per line), `event: error` with the code when the
     /// observation fails, and the end of the stream when the origin ends it.
-    fn events(&self, up: Upstream) -> hyper::Response<Body> {
+    ///
+    /// The first answer decides the status: a failure (the origin refused, is
+    /// unreachable or silent, or is not allowed) is answered with its HTTP status
+    /// instead of a stream.
+    async fn events(&self, up: Upstream) -> hyper::Response<Body> {
+        let prefix = self.config.prefix.clone();
+        let target = up.target.clone();
         let shared = match self.proxy.join(up, None) {
             Ok(s) => s,
             Err(e) => return error_response(&e),
         };
         let mut latest = shared.subscribe();
         drop(shared);
+        let wait = self.proxy.config().upstream_timeout + Duration::from_secs(1);
+        let first = match tokio::time::timeout(wait, latest.wait_for(Option::is_some)).await {
+            Ok(Ok(first)) => first.clone(),
+            Ok(Err(_)) | Err(_) => {
+                let silent =
+                    ProxyError::Timeout("the origin did not answer the observation".into());
+                return error_response(&silent);
+            }
+        };
+        if let Some(failure) = first.filter(|r| !r.code.is_success()) {
+            return http_response(failure, false, &prefix, &target);
+        }
         let (mut tx, body) = Channel::<Bytes, Infallible>::new(4);
         tokio::spawn(async move {
             let mut id = 0u64;

@@ -320,6 +320,14 @@ async fn an_observation_streams_as_server_sent_events() {
     assert!(seen.contains("content-type: text/event-stream"), "{seen}");
     assert_eq!(f.proxy.observations(), 1);
     drop(s);
+    // A failing observation is answered with a status, not a stream.
+    let h = http_get(
+        f.http.local_addr(),
+        &format!("/hc/coap://{}/silent", o.addr),
+        "Accept: text/event-stream\r\n",
+    )
+    .await;
+    assert_eq!(status(&h), 504, "{h}");
     stop(f, o).await;
 }
 
