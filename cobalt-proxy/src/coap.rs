@@ -7,6 +7,7 @@
 
 use crate::core::{Proxy, ProxyError, ReverseRoute, Upstream};
 use crate::hop::{next_hop_limit, HOP_LIMIT};
+use crate::http_origin::{http_target, HttpTarget};
 use crate::target::{forward_target, is_proxy_request, reverse_target, uri_string, Refused};
 use cobalt::proto::message::option::{is_unsafe, option_def};
 use cobalt::proto::message::{opt, Code, Options};
@@ -20,6 +21,10 @@ use std::time::Duration;
 /// The forward target a proxy request names, parsed by the front's layer.
 #[derive(Debug, Clone)]
 struct ForwardTarget(CoapUri);
+
+/// The `http` origin a proxy request names (CoAP → HTTP), parsed by the front's layer.
+#[derive(Debug, Clone)]
+struct HttpForward(HttpTarget);
 
 /// Who registered an observation (read by the layer, so that producing a
 /// notification does not depend on the observer: the server then produces it once
@@ -95,6 +100,18 @@ impl CoapFront {
     async fn answer(&self, reverse: Option<&ReverseRoute>, req: Request) -> Response {
         let metrics = self.proxy.metrics();
         metrics.coap_requests.fetch_add(1, Relaxed);
+        if let Some(HttpForward(target)) = req.extensions().get::<HttpForward>() {
+            let hop = next_hop_limit(req.options(), &self.proxy.config().identity);
+            if let Err(refused) = hop {
+                metrics.refused.fetch_add(1, Relaxed);
+                return refused.into_response();
+            }
+            return self
+                .proxy
+                .forward_http(req.method(), target, req.options(), req.payload().to_vec())
+                .await
+                .unwrap_or_else(|e| e.to_response());
+        }
         match self.upstream(reverse, &req) {
             Ok(up) => self.send(up, &req).await,
             Err(refused) => {
@@ -192,6 +209,26 @@ impl Layer for ProxyLayer {
             self.proxy.metrics().refused.fetch_add(1, Relaxed);
             r.into_response()
         };
+        if let Some(http) = http_target(request.options()) {
+            let target = http.map_err(refuse)?;
+            let options = &mut request.message_mut().options;
+            for number in [
+                opt::URI_HOST,
+                opt::URI_PORT,
+                opt::URI_PATH,
+                opt::URI_QUERY,
+                opt::PROXY_SCHEME,
+            ] {
+                options.remove(number);
+            }
+            let uri = format!(
+                "http://{}:{}{}",
+                target.host, target.port, target.path_and_query
+            );
+            options.set(opt::PROXY_URI, uri.as_bytes());
+            request.extensions_mut().insert(HttpForward(target));
+            return Ok(());
+        }
         let target = forward_target(request.options()).map_err(refuse)?;
         if let Some(unsafe_option) = unknown_unsafe(request.options()) {
             // RFC 7252 §5.7.1: an unsafe option the proxy does not understand.

@@ -336,9 +336,14 @@ impl Proxy {
     }
 
     fn forbidden(&self, target: &CoapUri) -> ProxyError {
+        self.forbidden_origin(&target.host, target.port)
+    }
+
+    /// The refusal of the origin `host` on `port` (not in the allow-list), counted.
+    pub(crate) fn forbidden_origin(&self, host: &str, port: u16) -> ProxyError {
         self.shared.metrics.refused.fetch_add(1, Relaxed);
         ProxyError::Forbidden {
-            origin: format!("{}:{}", target.host, target.port),
+            origin: format!("{host}:{port}"),
         }
     }
 

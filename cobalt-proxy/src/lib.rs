@@ -12,6 +12,8 @@
 //!   are the server's own.
 //! - [`HttpFront`] serves HTTP/1.1 and HTTP/2 on hyper and maps each request to CoAP
 //!   (RFC 8075): `/hc/coap://host/path`, or `/hc?target_uri=...`.
+//! - The other way, a CoAP request naming an `http://` origin is sent over HTTP/1.1
+//!   ([`Proxy::forward_http`], [`coap_code`] for the status).
 //!
 //! ```
 //! use cobalt::proto::message::opt;
@@ -69,6 +71,7 @@ mod core;
 mod exporter;
 mod hop;
 mod http;
+mod http_origin;
 mod listeners;
 mod mapping;
 mod metrics;
@@ -85,6 +88,7 @@ pub use core::{end_to_end_request_option, Proxy, ProxyConfig, ProxyError, Revers
 pub use exporter::{serve_metrics, MetricsEndpoint, Render};
 pub use hop::{next_hop_limit, set_hop_limit, DEFAULT_HOP_LIMIT, HOP_LIMIT, HOP_LIMIT_REACHED};
 pub use http::{HttpConfig, HttpFront, HttpServer};
+pub use http_origin::{coap_code, http_target, HttpTarget};
 pub use mapping::{coap_etag, coap_method, content_format, http_etag, http_status, media_type};
 pub use metrics::ProxyMetrics;
 pub use target::{

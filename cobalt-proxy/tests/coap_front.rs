@@ -364,3 +364,44 @@ async fn one_upstream_observation_serves_100_downstream_observers() {
     server.shutdown(Duration::ZERO).await;
     origin.server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test]
+async fn coap_to_http_reaches_an_http_origin_and_maps_its_answer() {
+    let origin = cobalt_proxy::serve_metrics(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(|| "up 1\n".to_string()),
+    )
+    .await
+    .unwrap();
+    let (server, proxy_addr, _) = start_proxy(loopback(), None).await;
+    let client = Client::new();
+    let base = format!("http://{}", origin.local_addr());
+    let r = via(&client, proxy_addr, &format!("{base}/metrics")).await;
+    assert_eq!(
+        (r.code, r.text_payload().as_str()),
+        (Code::CONTENT, "up 1\n")
+    );
+    let r = via(&client, proxy_addr, &format!("{base}/elsewhere")).await;
+    assert_eq!(r.code, Code::NOT_FOUND);
+    let r = client
+        .request(Code::GET, &format!("coap://{proxy_addr}/metrics"))
+        .option(opt::PROXY_SCHEME, "http")
+        .option(opt::URI_HOST, "127.0.0.1")
+        .option(
+            opt::URI_PORT,
+            cobalt::proto::message::option::encode_uint(u32::from(origin.local_addr().port())),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "up 1\n");
+    let r = via(&client, proxy_addr, "https://127.0.0.1/").await;
+    assert_eq!(r.code, Code::PROXYING_NOT_SUPPORTED);
+    let r = via(&client, proxy_addr, "http://192.0.2.1/").await;
+    assert_eq!(
+        r.code,
+        Code::PROXYING_NOT_SUPPORTED,
+        "not in the allow-list"
+    );
+    server.shutdown(Duration::ZERO).await;
+}
