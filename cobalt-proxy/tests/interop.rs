@@ -237,3 +237,48 @@ async fn curl_streams_an_observation_as_server_sent_events() {
     drop(f.http);
     f.coap.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cobalt_client_through_aiocoap_proxy_to_a_cobalt_origin() {
+    use cobalt::proto::message::opt;
+    use cobalt::server::get;
+    use cobalt_test_support::peers::{Listen, PeerServer};
+    use cobalt_test_support::ready::Ready;
+    let bin = need!("aiocoap-proxy", aiocoap::program("aiocoap-proxy"));
+    let origin = Server::new()
+        .route("/hello", get(|| async { "hello from cobalt" }))
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let origin_addr = origin.local_addr(Scheme::Coap).unwrap();
+    let listen = Listen {
+        ip: V4,
+        free: &[0],
+        at: 0,
+        ready: Ready::CoapPing,
+    };
+    let proxy = tokio::task::spawn_blocking(move || {
+        PeerServer::start("aiocoap-proxy", listen, None, |port| {
+            let mut c = Command::new(&bin);
+            c.args(["--forward", "--bind", &format!("127.0.0.1:{port}")]);
+            c
+        })
+    })
+    .await
+    .unwrap();
+    // aiocoap-proxy takes Proxy-Scheme with the Uri-* options (not Proxy-Uri).
+    let port = u32::from(origin_addr.port());
+    let r = cobalt::Client::new()
+        .request(cobalt::Code::GET, &proxy.uri("/hello"))
+        .option(opt::PROXY_SCHEME, "coap")
+        .option(opt::URI_HOST, "127.0.0.1")
+        .option(
+            opt::URI_PORT,
+            cobalt::proto::message::option::encode_uint(port),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "hello from cobalt");
+    origin.shutdown(Duration::ZERO).await;
+}
