@@ -5,7 +5,7 @@
 use crate::allow::AllowList;
 use crate::cache::{cacheable_method, Cache, CacheKey, CacheLimits, Lookup};
 use crate::clock::{Clock, SystemClock};
-use crate::hop::{set_hop_limit, HOP_LIMIT};
+use crate::hop::HOP_LIMIT;
 use crate::listeners::Observations;
 use crate::metrics::ProxyMetrics;
 use crate::target::{uri_string, Refused};
@@ -390,11 +390,7 @@ impl Proxy {
                 builder = builder.option(o.number, o.value);
             }
         }
-        let mut hop = Options::new();
-        set_hop_limit(&mut hop, up.hop_limit);
-        if let Some(v) = hop.get(HOP_LIMIT) {
-            builder = builder.option(HOP_LIMIT, v);
-        }
+        builder = builder.option(HOP_LIMIT, [up.hop_limit]);
         if !up.payload.is_empty() {
             builder = builder.payload(up.payload.clone());
         }
