@@ -13,6 +13,7 @@ use cobalt::proto::message::{opt, Code, Options};
 use cobalt::proto::uri::CoapUri;
 use cobalt::{Client, EndpointConfig, Error, Response};
 use std::net::IpAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,11 +42,16 @@ pub struct ProxyConfig {
     pub cache: CacheLimits,
     /// Reverse routes: requests under a path prefix go to an origin URI.
     pub reverse: Vec<ReverseRoute>,
-    /// Requests the proxy has outstanding at one origin before further ones queue
-    /// (NSTART, RFC 7252 §4.7, of the client [`Proxy::new`] makes). A proxy speaks for
-    /// many clients: with the RFC's default of 1, every client of one origin would
-    /// wait behind the others, and a request that loops back through the proxy
-    /// would wait for the one it is part of.
+    /// Client endpoints (each its own socket and message-ID space) that
+    /// [`Proxy::new`] makes, used in turn. A CoAP endpoint may send one origin at
+    /// most 65,536 messages per EXCHANGE_LIFETIME (247 s, RFC 7252 §4.4) before it
+    /// must wait for IDs: about 265 requests per second for long. A proxy speaks for
+    /// many clients, so it spreads them over several endpoints.
+    pub upstream_endpoints: usize,
+    /// Requests each endpoint has outstanding at one origin before further ones queue
+    /// (NSTART, RFC 7252 §4.7). With the RFC's default of 1, every client of one
+    /// origin would wait behind the others, and a request that loops back through
+    /// the proxy would wait for the one it is part of.
     pub upstream_nstart: usize,
 }
 
@@ -60,7 +66,8 @@ impl Default for ProxyConfig {
             max_observers_per_observation: 10_000,
             cache: CacheLimits::default(),
             reverse: Vec::new(),
-            upstream_nstart: 16,
+            upstream_endpoints: 8,
+            upstream_nstart: 4,
         }
     }
 }
@@ -216,7 +223,10 @@ pub(crate) struct Shared {
     pub config: ProxyConfig,
     pub cache: Cache,
     pub metrics: ProxyMetrics,
-    pub client: Client,
+    /// The clients that reach origins, used in turn.
+    pub clients: Vec<Client>,
+    /// Which client the next request takes.
+    pub next_client: AtomicUsize,
     pub permits: Semaphore,
     pub observations: Observations,
 }
@@ -239,23 +249,34 @@ impl std::fmt::Debug for Proxy {
 }
 
 impl Proxy {
-    /// A proxy with `config`, the system clock and a new client (with NSTART
-    /// [`ProxyConfig::upstream_nstart`], clamped to 1..=1024).
+    /// A proxy with `config`, the system clock and
+    /// [`ProxyConfig::upstream_endpoints`] new clients (1 to 64), each with NSTART
+    /// [`ProxyConfig::upstream_nstart`] (1 to 1024).
     pub fn new(config: ProxyConfig) -> Proxy {
         let endpoint = EndpointConfig {
             nstart: config.upstream_nstart.clamp(1, 1024),
             ..EndpointConfig::default()
         };
-        let client = Client::with_config(endpoint).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "the proxy's client keeps the default settings");
-            Client::new()
-        });
-        Proxy::with_parts(config, Arc::new(SystemClock::default()), client)
+        let clients = (0..config.upstream_endpoints.clamp(1, 64))
+            .map(|_| {
+                Client::with_config(endpoint.clone()).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "the proxy's client keeps the default settings");
+                    Client::new()
+                })
+            })
+            .collect();
+        Proxy::build(config, Arc::new(SystemClock::default()), clients)
     }
 
     /// A proxy with `config` that reads time from `clock` (the cache's freshness) and
-    /// reaches origins with `client` (give one with credentials for `coaps` origins).
+    /// reaches origins with `client` alone (give one with credentials for `coaps`
+    /// origins; [`ProxyConfig::upstream_endpoints`] and `upstream_nstart` are then the
+    /// client's business).
     pub fn with_parts(config: ProxyConfig, clock: Arc<dyn Clock>, client: Client) -> Proxy {
+        Proxy::build(config, clock, vec![client])
+    }
+
+    fn build(config: ProxyConfig, clock: Arc<dyn Clock>, clients: Vec<Client>) -> Proxy {
         let cache = Cache::new(config.cache, clock);
         let permits = Semaphore::new(config.max_upstream.max(1));
         Proxy {
@@ -263,7 +284,8 @@ impl Proxy {
                 config,
                 cache,
                 metrics: ProxyMetrics::default(),
-                client,
+                clients,
+                next_client: AtomicUsize::new(0),
                 permits,
                 observations: Observations::default(),
             }),
@@ -377,9 +399,9 @@ impl Proxy {
         to: &CoapUri,
         name: Option<&str>,
     ) -> cobalt::RequestBuilder {
-        let mut builder = self
-            .shared
-            .client
+        let turn = self.shared.next_client.fetch_add(1, Relaxed);
+        let client = &self.shared.clients[turn % self.shared.clients.len()];
+        let mut builder = client
             .request(up.method, &uri_string(to))
             .timeout(self.shared.config.upstream_timeout);
         if let Some(name) = name {

@@ -20,7 +20,7 @@ async fn start_proxy(
     let proxy = match clock {
         Some(c) => {
             let client = Client::with_config(cobalt::EndpointConfig {
-                nstart: config.upstream_nstart,
+                nstart: config.upstream_nstart * config.upstream_endpoints,
                 ..cobalt::EndpointConfig::default()
             })
             .unwrap();
