@@ -12,12 +12,13 @@ use crate::target::{uri_string, Refused};
 use cobalt::proto::message::{opt, Code, Options};
 use cobalt::proto::uri::CoapUri;
 use cobalt::{Client, EndpointConfig, Error, Response};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 /// How a proxy behaves: which origins it reaches, how long it waits for them, what
 /// it caches, which path prefixes it serves as a reverse proxy.
@@ -227,6 +228,9 @@ pub(crate) struct Shared {
     pub clients: Vec<Client>,
     /// Which client the next request takes.
     pub next_client: AtomicUsize,
+    /// Cacheable requests on their way to the origin (by key and Hop-Limit), and
+    /// their answer once it came.
+    pub inflight: Mutex<HashMap<(CacheKey, u8), Answer>>,
     pub permits: Semaphore,
     pub observations: Observations,
 }
@@ -286,6 +290,7 @@ impl Proxy {
                 metrics: ProxyMetrics::default(),
                 clients,
                 next_client: AtomicUsize::new(0),
+                inflight: Mutex::default(),
                 permits,
                 observations: Observations::default(),
             }),
@@ -444,13 +449,74 @@ impl Proxy {
                 }
             }
         }
+        // Requests for the same key while one is on its way wait for its answer
+        // instead of asking the origin again (not those that carry their own ETags:
+        // the answer to one client's validators is not another's). The Hop-Limit is
+        // part of what must match: a request that came back through a loop must not
+        // wait for the one it is part of.
+        let Some(key) = key else {
+            return self.fetch(&up, None, None, &client_etags).await;
+        };
+        if !client_etags.is_empty() {
+            return self.fetch(&up, Some(key), stale_etag, &client_etags).await;
+        }
+        let leader = {
+            let mut inflight = self
+                .shared
+                .inflight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let waiting_for = (key.clone(), up.hop_limit);
+            match inflight.get(&waiting_for) {
+                Some(answer) => Err(answer.subscribe()),
+                None => {
+                    let (tx, _) = watch::channel(None);
+                    inflight.insert(waiting_for.clone(), tx);
+                    Ok(Inflight {
+                        proxy: self.clone(),
+                        key: waiting_for,
+                    })
+                }
+            }
+        };
+        match leader {
+            Ok(guard) => {
+                let result = self.fetch(&up, Some(key), stale_etag, &client_etags).await;
+                guard.finish(&result);
+                result
+            }
+            Err(mut answer) => {
+                self.shared.metrics.coalesced.fetch_add(1, Relaxed);
+                let answered = answer
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|result| result.clone());
+                match answered {
+                    Some(result) => result,
+                    // The request it waited for was abandoned: ask for itself.
+                    None => self.fetch(&up, Some(key), stale_etag, &client_etags).await,
+                }
+            }
+        }
+    }
+
+    /// Asks the origin for `up` (with the stored `stale_etag` to revalidate, if any),
+    /// and stores under `key` what may be cached.
+    async fn fetch(
+        &self,
+        up: &Upstream,
+        key: Option<CacheKey>,
+        stale_etag: Option<Vec<u8>>,
+        client_etags: &[Vec<u8>],
+    ) -> Result<Response, ProxyError> {
         let (to, name) = self.admit(&up.target, up.reverse).await?;
         let _permit = self
             .shared
             .permits
             .try_acquire()
             .map_err(|_| ProxyError::Busy("upstream exchanges"))?;
-        let mut builder = self.request(&up, &to, name.as_deref());
+        let mut builder = self.request(up, &to, name.as_deref());
         if let Some(etag) = &stale_etag {
             if !client_etags.contains(etag) {
                 builder = builder.option(opt::ETAG, etag);
@@ -467,13 +533,50 @@ impl Proxy {
         if response.code == Code::VALID && stale_etag.is_some() {
             if let Some(refreshed) = self.shared.cache.refresh(&key, &response) {
                 self.shared.metrics.revalidated.fetch_add(1, Relaxed);
-                return Ok(answer_for(refreshed, &client_etags));
+                return Ok(answer_for(refreshed, client_etags));
             }
         }
         self.shared.cache.store(key, &response);
         Ok(response)
     }
 }
+
+/// The request under `key` (and Hop-Limit) that others wait for; takes itself out of the table when
+/// done or abandoned (dropped), so that nobody waits for it in vain.
+struct Inflight {
+    proxy: Proxy,
+    key: (CacheKey, u8),
+}
+
+impl Inflight {
+    /// Hands `result` to those waiting.
+    fn finish(self, result: &Result<Response, ProxyError>) {
+        let inflight = self
+            .proxy
+            .shared
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = inflight.get(&self.key) {
+            tx.send_replace(Some(result.clone()));
+        }
+    }
+}
+
+impl Drop for Inflight {
+    fn drop(&mut self) {
+        let mut inflight = self
+            .proxy
+            .shared
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        inflight.remove(&self.key);
+    }
+}
+
+/// Where the answer to a request on its way goes, for those waiting for it.
+type Answer = watch::Sender<Option<Result<Response, ProxyError>>>;
 
 /// A stored `response` for a client that holds `etags`: 2.03 Valid with the ETag and
 /// Max-Age when one of them is the response's (RFC 7252 §5.10.6.2), else the response.

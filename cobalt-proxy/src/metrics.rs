@@ -20,6 +20,9 @@ pub struct ProxyMetrics {
     pub cache_hits: AtomicU64,
     /// Cacheable requests that had to ask the origin.
     pub cache_misses: AtomicU64,
+    /// Cacheable requests answered with the answer to the same request on its way
+    /// to the origin when they came.
+    pub coalesced: AtomicU64,
     /// Stale entries the origin was asked to validate (ETag).
     pub revalidations: AtomicU64,
     /// Of those, the ones the origin confirmed (2.03 Valid).
@@ -59,7 +62,7 @@ impl ProxyMetrics {
     /// The counters in the Prometheus text format (families `cobalt_proxy_*`).
     pub fn render_prometheus(&self) -> String {
         let mut out = String::new();
-        let counters: [(&str, &str, &AtomicU64); 9] = [
+        let counters: [(&str, &str, &AtomicU64); 10] = [
             (
                 "cobalt_proxy_requests_total{front=\"coap\"}",
                 "Requests answered, by front.",
@@ -74,6 +77,11 @@ impl ProxyMetrics {
                 "cobalt_proxy_cache_hits_total",
                 "Answers served from the cache.",
                 &self.cache_hits,
+            ),
+            (
+                "cobalt_proxy_coalesced_total",
+                "Cache misses answered with the answer to the same request already on its way.",
+                &self.coalesced,
             ),
             (
                 "cobalt_proxy_cache_misses_total",

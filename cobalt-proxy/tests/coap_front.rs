@@ -405,3 +405,26 @@ async fn coap_to_http_reaches_an_http_origin_and_maps_its_answer() {
     );
     server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test]
+async fn concurrent_misses_for_one_resource_ask_the_origin_once() {
+    let origin = origin().await;
+    let (server, proxy_addr, proxy) = start_proxy(loopback(), None).await;
+    let target = format!("coap://{}/slow-count", origin.addr);
+    let asking: Vec<_> = (0..20)
+        .map(|_| {
+            let target = target.clone();
+            tokio::spawn(async move { via(&Client::new(), proxy_addr, &target).await })
+        })
+        .collect();
+    for a in asking {
+        assert_eq!(a.await.unwrap().text_payload(), "slowly counted");
+    }
+    assert_eq!(origin.counts.slow_requests.load(Ordering::SeqCst), 1);
+    let m = proxy.metrics();
+    let coalesced = m.coalesced.load(Ordering::SeqCst);
+    let hits = m.cache_hits.load(Ordering::SeqCst);
+    assert_eq!(coalesced + hits, 19, "the other 19 waited or came later");
+    server.shutdown(Duration::ZERO).await;
+    origin.server.shutdown(Duration::ZERO).await;
+}

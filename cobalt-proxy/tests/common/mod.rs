@@ -19,6 +19,8 @@ pub struct Counts {
     /// run the handler twice with the same token).
     pub registrations: std::sync::Mutex<std::collections::HashSet<Vec<u8>>>,
     pub with_hop_limit: AtomicUsize,
+    /// Requests for `/slow-count` (answered after 200 ms).
+    pub slow_requests: AtomicUsize,
 }
 
 pub struct Origin {
@@ -74,6 +76,20 @@ pub async fn origin() -> Origin {
                 c3.requests.fetch_add(1, Ordering::SeqCst);
                 async {
                     Response::content((0..5000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>())
+                }
+            }),
+        )
+        .route(
+            "/slow-count",
+            get({
+                let counts = counts.clone();
+                move || {
+                    let counts = counts.clone();
+                    async move {
+                        counts.slow_requests.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        "slowly counted"
+                    }
                 }
             }),
         )
