@@ -451,13 +451,14 @@ impl Proxy {
         }
         // Requests for the same key while one is on its way wait for its answer
         // instead of asking the origin again (not those that carry their own ETags:
-        // the answer to one client's validators is not another's). The Hop-Limit is
+        // the answer to one client's validators is not another's; none when the cache
+        // is off: then every request reaches the origin). The Hop-Limit is
         // part of what must match: a request that came back through a loop must not
         // wait for the one it is part of.
         let Some(key) = key else {
             return self.fetch(&up, None, None, &client_etags).await;
         };
-        if !client_etags.is_empty() {
+        if !client_etags.is_empty() || self.shared.config.cache.max_bytes == 0 {
             return self.fetch(&up, Some(key), stale_etag, &client_etags).await;
         }
         let leader = {
