@@ -12,6 +12,7 @@ use cobalt::proto::message::{opt, Code, Options};
 use cobalt::proto::uri::CoapUri;
 use cobalt::Response;
 use lru::LruCache;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,6 +52,13 @@ impl CacheKey {
             key.extend_from_slice(payload);
         }
         CacheKey(key)
+    }
+
+    /// The target URI part of the key.
+    fn uri(&self) -> &[u8] {
+        let rest = self.0.get(1..).unwrap_or_default();
+        let end = rest.iter().position(|b| *b == 0).unwrap_or(rest.len());
+        &rest[..end]
     }
 
     /// The key's size in bytes.
@@ -143,8 +151,47 @@ struct Stored {
 
 struct Entries {
     lru: LruCache<CacheKey, Stored>,
+    /// The keys stored for each target URI (whatever their method and options), so
+    /// that a change to the resource marks them all stale.
+    by_uri: HashMap<Vec<u8>, Vec<CacheKey>>,
     bytes: usize,
     evictions: u64,
+}
+
+impl Entries {
+    fn put(&mut self, key: CacheKey, stored: Stored) {
+        self.bytes += stored.cost;
+        match self.lru.put(key.clone(), stored) {
+            Some(old) => self.bytes -= old.cost,
+            None => self.by_uri.entry(key.uri().to_vec()).or_default().push(key),
+        }
+    }
+
+    fn forget(&mut self, key: &CacheKey, gone: &Stored) {
+        self.bytes -= gone.cost;
+        if let Some(keys) = self.by_uri.get_mut(key.uri()) {
+            keys.retain(|k| k != key);
+            if keys.is_empty() {
+                self.by_uri.remove(key.uri());
+            }
+        }
+    }
+
+    fn pop(&mut self, key: &CacheKey) {
+        if let Some(gone) = self.lru.pop(key) {
+            self.forget(key, &gone);
+        }
+    }
+
+    fn pop_lru(&mut self) -> bool {
+        match self.lru.pop_lru() {
+            Some((key, gone)) => {
+                self.forget(&key, &gone);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// A response cache shared by every front of a proxy; cheap to clone (clones share).
@@ -170,6 +217,7 @@ impl Cache {
         Cache {
             entries: Arc::new(Mutex::new(Entries {
                 lru: LruCache::unbounded(),
+                by_uri: HashMap::new(),
                 bytes: 0,
                 evictions: 0,
             })),
@@ -208,9 +256,7 @@ impl Cache {
                 etag: etag.to_vec(),
             },
             None => {
-                if let Some(gone) = entries.lru.pop(key) {
-                    entries.bytes -= gone.cost;
-                }
+                entries.pop(key);
                 Lookup::Miss
             }
         }
@@ -230,8 +276,11 @@ impl Cache {
         if max_age == 0 && !response.options.contains(opt::ETAG) {
             return false;
         }
-        let cost =
-            ENTRY_OVERHEAD + key.len() + response.options.as_wire().len() + response.payload.len();
+        // The key is held twice: in the LRU and in the index by URI.
+        let cost = ENTRY_OVERHEAD
+            + 2 * key.len()
+            + response.options.as_wire().len()
+            + response.payload.len();
         if cost > self.limits.max_entry_bytes || cost > self.limits.max_bytes {
             return false;
         }
@@ -242,18 +291,26 @@ impl Cache {
             cost,
         };
         let mut entries = self.lock();
-        if let Some(old) = entries.lru.put(key, stored) {
-            entries.bytes -= old.cost;
-        }
-        entries.bytes += cost;
-        while entries.bytes > self.limits.max_bytes {
-            let Some((_, gone)) = entries.lru.pop_lru() else {
-                break;
-            };
-            entries.bytes -= gone.cost;
+        entries.put(key, stored);
+        while entries.bytes > self.limits.max_bytes && entries.pop_lru() {
             entries.evictions += 1;
         }
         true
+    }
+
+    /// The resource at `target` was created, changed or deleted (a 2.01, 2.04 or 2.02
+    /// answer went through): every answer stored for it, whatever the method and
+    /// options, is no longer fresh (RFC 7252 §5.9.1.1, .2, .4); one with an ETag is
+    /// revalidated on its next use.
+    pub fn invalidate(&self, target: &CoapUri) {
+        let uri = uri_string(target).into_bytes();
+        let mut entries = self.lock();
+        let keys = entries.by_uri.get(&uri).cloned().unwrap_or_default();
+        for key in keys {
+            if let Some(stored) = entries.lru.peek_mut(&key) {
+                stored.max_age = Duration::ZERO;
+            }
+        }
     }
 
     /// The origin answered `valid` (2.03 Valid) to a revalidation of `key`: when its
@@ -376,6 +433,31 @@ mod tests {
         assert_eq!((r.code, r.payload.as_slice()), (Code::CONTENT, &b"x"[..]));
         clock.advance(Duration::from_secs(29));
         assert!(matches!(cache.lookup(&key("/a")), Lookup::Fresh(_)));
+    }
+
+    #[test]
+    fn a_change_to_the_resource_makes_every_stored_answer_for_it_stale() {
+        let (cache, _) = cache(1 << 20);
+        let uri = CoapUri::parse("coap://h/a").unwrap();
+        let mut accept = Options::new();
+        accept.set_uint(opt::ACCEPT, 50);
+        let json = CacheKey::new(Code::GET, &uri, &accept, b"");
+        cache.store(key("/a"), &Response::content("x"));
+        cache.store(json.clone(), &Response::content("{}").with_etag(b"j"));
+        cache.store(key("/b"), &Response::content("y"));
+        cache.invalidate(&uri);
+        assert_eq!(cache.lookup(&key("/a")), Lookup::Miss);
+        assert_eq!(
+            cache.lookup(&json),
+            Lookup::Stale {
+                etag: b"j".to_vec()
+            }
+        );
+        assert!(
+            matches!(cache.lookup(&key("/b")), Lookup::Fresh(_)),
+            "another resource"
+        );
+        assert_eq!(cache.len(), 2);
     }
 
     #[test]

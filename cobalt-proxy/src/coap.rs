@@ -100,7 +100,11 @@ impl CoapFront {
     async fn answer(&self, reverse: Option<&ReverseRoute>, req: Request) -> Response {
         let metrics = self.proxy.metrics();
         metrics.coap_requests.fetch_add(1, Relaxed);
-        if let Some(HttpForward(target)) = req.extensions().get::<HttpForward>() {
+        let http = match req.extensions().get::<HttpForward>() {
+            Some(HttpForward(target)) => Some(target.clone()),
+            None => http_target(req.options()).and_then(Result::ok),
+        };
+        if let Some(target) = &http {
             let hop = next_hop_limit(req.options(), &self.proxy.config().identity);
             if let Err(refused) = hop {
                 metrics.refused.fetch_add(1, Relaxed);
@@ -124,8 +128,16 @@ impl CoapFront {
     /// What to send upstream for `req`.
     fn upstream(&self, reverse: Option<&ReverseRoute>, req: &Request) -> Result<Upstream, Refused> {
         let options = req.options();
-        let (target, is_reverse) = match (req.extensions().get::<ForwardTarget>(), reverse) {
-            (Some(ForwardTarget(target)), _) => (target.clone(), false),
+        // The layer's parse, or (producing a notification for an observer whose
+        // registration's extensions the server has not kept yet) the canonical
+        // Proxy-Uri the layer left in the message.
+        let forward = match req.extensions().get::<ForwardTarget>() {
+            Some(ForwardTarget(target)) => Some(target.clone()),
+            None if is_proxy_request(options) => Some(forward_target(options)?),
+            None => None,
+        };
+        let (target, is_reverse) = match (forward, reverse) {
+            (Some(target), _) => (target, false),
             (None, Some(route)) => {
                 let skip = route.prefix.split('/').filter(|s| !s.is_empty()).count();
                 let rest: Vec<&str> = options.uri_path().skip(skip).collect();
@@ -163,11 +175,15 @@ impl CoapFront {
     /// Answers an observe registration (or produces a notification for the observers
     /// of a target) from the shared upstream observation.
     async fn observe(&self, up: Upstream, req: &Request) -> Result<Response, ProxyError> {
-        let registrant = req.extensions().get::<Registrant>().map(|r| r.0);
+        // Read by the layer, so that producing a notification does not read the peer
+        // (which would make the server produce it for each observer); read here only
+        // where the server has not kept the registration's extensions yet.
+        let registrant = match req.extensions().get::<Registrant>() {
+            Some(Registrant(peer)) => *peer,
+            None => req.peer(),
+        };
         let wait = self.proxy.config().upstream_timeout + Duration::from_secs(1);
-        let shared = self
-            .proxy
-            .join(up, registrant.map(|peer| (peer, &self.observable)))?;
+        let shared = self.proxy.join(up, Some((registrant, &self.observable)))?;
         let mut latest = shared.subscribe();
         match tokio::time::timeout(wait, latest.wait_for(Option::is_some)).await {
             Ok(Ok(_)) => {}

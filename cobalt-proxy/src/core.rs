@@ -529,6 +529,9 @@ impl Proxy {
         let mut response = result.map_err(|e| self.upstream_error(&up.target, &e))?;
         strip_hop_by_hop(&mut response);
         let Some(key) = key else {
+            if matches!(response.code, Code::CREATED | Code::CHANGED | Code::DELETED) {
+                self.shared.cache.invalidate(&up.target);
+            }
             return Ok(response);
         };
         if response.code == Code::VALID && stale_etag.is_some() {

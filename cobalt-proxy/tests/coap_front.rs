@@ -428,3 +428,42 @@ async fn concurrent_misses_for_one_resource_ask_the_origin_once() {
     server.shutdown(Duration::ZERO).await;
     origin.server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test]
+async fn a_change_through_the_proxy_makes_the_stored_answer_stale() {
+    let origin = origin().await;
+    let (server, proxy_addr, proxy) = start_proxy(loopback(), None).await;
+    let client = Client::new();
+    let target = format!("coap://{}/echo", origin.addr);
+    // /echo answers GET 4.05, which is cacheable (RFC 7252 §5.9.2).
+    for _ in 0..2 {
+        assert_eq!(
+            via(&client, proxy_addr, &target).await.code,
+            Code::METHOD_NOT_ALLOWED
+        );
+    }
+    let m = proxy.metrics();
+    assert_eq!(
+        (
+            m.cache_misses.load(Ordering::SeqCst),
+            m.cache_hits.load(Ordering::SeqCst)
+        ),
+        (1, 1)
+    );
+    let r = client
+        .request(Code::POST, &format!("coap://{proxy_addr}/"))
+        .option(opt::PROXY_URI, &target)
+        .payload("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    via(&client, proxy_addr, &target).await;
+    assert_eq!(
+        m.cache_misses.load(Ordering::SeqCst),
+        2,
+        "2.04 made the stored 4.05 stale"
+    );
+    server.shutdown(Duration::ZERO).await;
+    origin.server.shutdown(Duration::ZERO).await;
+}
