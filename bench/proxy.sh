@@ -8,7 +8,8 @@
 # Each step runs --duration seconds at one client count: warm-up figures, not steady
 # state. The origin and both proxies share the server CPU(s), the load generator has
 # its own; CPU per request is that of the process named in the table's last column
-# (for uncached requests the origin's own CPU comes on top). Writes
+# (for uncached requests the origin's own CPU comes on top). The HTTP front takes at
+# most 256 connections from one address, so --clients stays at or below 256. Writes
 # bench/results/proxy-<date>.md.
 #
 # Usage: bench/proxy.sh [--clients 50] [--duration 5] [--server-cpus 1] [--client-cpus 0]

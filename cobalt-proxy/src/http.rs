@@ -8,7 +8,8 @@
 //! Bounds: request bodies up to [`HttpConfig::max_body`] (413 beyond), headers within
 //! [`HttpConfig::header_timeout`] and bodies within [`HttpConfig::body_timeout`] (a
 //! slow client loses its connection, 408), at most [`HttpConfig::max_connections`]
-//! connections (more are closed at once) and [`HttpConfig::max_streams`] concurrent
+//! connections, [`HttpConfig::max_connections_per_ip`] from one address (more are
+//! closed at once) and [`HttpConfig::max_streams`] concurrent
 //! streams per HTTP/2 connection. Message framing is hyper's, which refuses what
 //! request smuggling relies on (conflicting Content-Length values, Content-Length with
 //! Transfer-Encoding handled as chunked only).
@@ -29,11 +30,12 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -56,6 +58,9 @@ pub struct HttpConfig {
     pub body_timeout: Duration,
     /// Connections open at once.
     pub max_connections: usize,
+    /// Connections open at once from one IP address (so that one client cannot take
+    /// them all).
+    pub max_connections_per_ip: usize,
     /// Concurrent streams per HTTP/2 connection.
     pub max_streams: u32,
 }
@@ -68,6 +73,7 @@ impl Default for HttpConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             max_connections: 1024,
+            max_connections_per_ip: 256,
             max_streams: 64,
         }
     }
@@ -164,6 +170,7 @@ impl HttpFront {
     /// Serves the connections `listener` accepts, until the task is dropped.
     pub async fn serve(self, listener: TcpListener) {
         let connections = Arc::new(Semaphore::new(self.config.max_connections.max(1)));
+        let per_ip: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
@@ -191,6 +198,11 @@ impl HttpFront {
                 tracing::debug!(%peer, "HTTP front: connection limit reached, closing");
                 continue;
             };
+            let Some(held) = PerIp::take(&per_ip, peer.ip(), self.config.max_connections_per_ip)
+            else {
+                tracing::debug!(%peer, "HTTP front: connection limit of the address reached, closing");
+                continue;
+            };
             let front = self.clone();
             let builder = builder.clone();
             tokio::spawn(async move {
@@ -204,7 +216,7 @@ impl HttpFront {
                 {
                     tracing::debug!(%peer, error = %e, "HTTP connection ended");
                 }
-                drop(permit);
+                drop((permit, held));
             });
         }
     }
@@ -370,6 +382,40 @@ impl HttpFront {
         );
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         r
+    }
+}
+
+/// One connection counted against its address's share; given back when dropped.
+struct PerIp {
+    table: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl PerIp {
+    /// Counts a connection from `ip`, unless it has `max` open already.
+    fn take(table: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr, max: usize) -> Option<PerIp> {
+        let mut open = table.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(ip).or_insert(0);
+        if *count >= max.max(1) {
+            return None;
+        }
+        *count += 1;
+        Some(PerIp {
+            table: table.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PerIp {
+    fn drop(&mut self) {
+        let mut open = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
     }
 }
 
@@ -572,6 +618,28 @@ fn percent_decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connections_are_counted_per_address_and_given_back() {
+        let table = Arc::default();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let first = PerIp::take(&table, a, 2).unwrap();
+        let _second = PerIp::take(&table, a, 2).unwrap();
+        assert!(
+            PerIp::take(&table, a, 2).is_none(),
+            "a third from the same address"
+        );
+        assert!(
+            PerIp::take(&table, b, 2).is_some(),
+            "another address is not affected"
+        );
+        drop(first);
+        assert!(
+            PerIp::take(&table, a, 2).is_some(),
+            "a closed connection gives its share back"
+        );
+    }
 
     #[test]
     fn query_values_are_percent_decoded() {
