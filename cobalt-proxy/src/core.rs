@@ -11,6 +11,7 @@ use crate::metrics::ProxyMetrics;
 use crate::target::{uri_string, Refused};
 use cobalt::proto::message::{opt, Code, Options};
 use cobalt::proto::uri::CoapUri;
+use cobalt::transport::credentials::ClientCredentials;
 use cobalt::{Client, EndpointConfig, Error, Response};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -54,6 +55,10 @@ pub struct ProxyConfig {
     /// origin would wait behind the others, and a request that loops back through
     /// the proxy would wait for the one it is part of.
     pub upstream_nstart: usize,
+    /// How the clients [`Proxy::new`] makes authenticate to `coaps`, `coaps+tcp` and
+    /// `coaps+ws` origins (a PSK or certificates); without, such origins fail (5.02)
+    /// saying that credentials are missing.
+    pub upstream_credentials: Option<ClientCredentials>,
 }
 
 impl Default for ProxyConfig {
@@ -69,6 +74,7 @@ impl Default for ProxyConfig {
             reverse: Vec::new(),
             upstream_endpoints: 8,
             upstream_nstart: 4,
+            upstream_credentials: None,
         }
     }
 }
@@ -263,10 +269,17 @@ impl Proxy {
         };
         let clients = (0..config.upstream_endpoints.clamp(1, 64))
             .map(|_| {
-                Client::with_config(endpoint.clone()).unwrap_or_else(|e| {
+                let client = Client::with_config(endpoint.clone()).unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "the proxy's client keeps the default settings");
                     Client::new()
-                })
+                });
+                match &config.upstream_credentials {
+                    Some(ClientCredentials::Psk(psk)) => {
+                        client.with_psk(psk.identity.clone(), psk.key.clone())
+                    }
+                    Some(ClientCredentials::X509(x509)) => client.with_x509(x509.clone()),
+                    None => client,
+                }
             })
             .collect();
         Proxy::build(config, Arc::new(SystemClock::default()), clients)

@@ -467,3 +467,50 @@ async fn a_change_through_the_proxy_makes_the_stored_answer_stale() {
     server.shutdown(Duration::ZERO).await;
     origin.server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test]
+async fn a_coaps_origin_is_reached_with_the_configured_psk() {
+    use cobalt::server::get;
+    use cobalt::transport::credentials::{ClientCredentials, ClientPsk, PskStore};
+    let origin = Server::new()
+        .route("/hello", get(|| async { "hello over DTLS" }))
+        .psk(PskStore::new().with("proxy", b"secret-key".to_vec()))
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .shards(1)
+        .start()
+        .await
+        .unwrap();
+    let at = origin.local_addr(Scheme::Coaps).unwrap();
+    let target = format!("coaps://{at}/hello");
+    let (without, proxy_addr, _) = start_proxy(loopback(), None).await;
+    let r = via(&Client::new(), proxy_addr, &target).await;
+    assert_eq!(
+        r.code,
+        Code::BAD_GATEWAY,
+        "no credentials: {}",
+        r.text_payload()
+    );
+    without.shutdown(Duration::ZERO).await;
+    let config = ProxyConfig {
+        upstream_credentials: Some(ClientCredentials::Psk(ClientPsk::new(
+            "proxy",
+            "secret-key",
+        ))),
+        ..loopback()
+    };
+    let proxy = Proxy::new(config);
+    let server = CoapFront::new(proxy)
+        .install(Server::new())
+        .shards(1)
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let proxy_addr = server.local_addr(Scheme::Coap).unwrap();
+    let r = via(&Client::new(), proxy_addr, &target).await;
+    assert_eq!(
+        (r.code, r.text_payload().as_str()),
+        (Code::CONTENT, "hello over DTLS")
+    );
+    server.shutdown(Duration::ZERO).await;
+    origin.shutdown(Duration::ZERO).await;
+}

@@ -62,6 +62,9 @@ pub struct ProxyArgs {
     /// Override one server setting, e.g. `--set endpoint.ack_timeout=3s` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// How the proxy authenticates to coaps, coaps+tcp and coaps+ws origins.
+    #[command(flatten, next_help_heading = "Credentials for secure origins")]
+    upstream: crate::dtls_args::DtlsArgs,
 }
 
 fn usage(e: impl std::fmt::Display) -> (i32, String) {
@@ -112,6 +115,7 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
         );
     }
     let upstream_timeout = crate::flags::seconds("timeout", args.timeout, false).map_err(usage)?;
+    let upstream_credentials = args.upstream.client_auth().map_err(usage)?;
     let proxy = Proxy::new(ProxyConfig {
         allow,
         identity: args
@@ -124,6 +128,7 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
             ..CacheLimits::default()
         },
         reverse,
+        upstream_credentials,
         ..ProxyConfig::default()
     });
     let mut server = Server::new();
