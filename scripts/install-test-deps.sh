@@ -2,6 +2,7 @@
 # Installs the real CoAP peers the interop tests talk to:
 #   - libcoap's command-line tools (Debian package libcoap3-bin: coap-client-*, coap-server-*)
 #   - iproute2 (Debian) for the link emulator's namespaces and TUN devices
+#   - curl (Debian), the HTTP/1.1 and HTTP/2 client of the HTTP-to-CoAP proxy's interop
 #   - aiocoap (PyPI) with its WebSocket extra (websockets) in a virtual environment at
 #     .venv-peers/ (libcoap 4.3.1 as packaged by Debian has no WebSocket support, so
 #     aiocoap is the only coap+ws peer)
@@ -28,6 +29,7 @@ missing=()
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 ls /usr/bin/coap-client-* >/dev/null 2>&1 || missing+=(libcoap3-bin)
 command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)

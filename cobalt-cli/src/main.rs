@@ -8,6 +8,7 @@ mod exit;
 mod flags;
 mod lwm2m;
 mod manual;
+mod proxy;
 mod rd;
 mod render;
 mod request;
@@ -70,6 +71,8 @@ enum Command {
     /// Simulated devices: each its own socket, observable sensors, registering at a
     /// resource directory (--rd) or an LwM2M server (--lwm2m) until Ctrl-C.
     Devices(devices::DevicesArgs),
+    /// A CoAP forward/reverse proxy with a cache, and an HTTP→CoAP proxy (RFC 8075).
+    Proxy(proxy::ProxyArgs),
     /// CoAPBench: drive a CoAP (or HTTP) server with many virtual clients.
     Bench(bench::BenchArgs),
     /// Print a shell completion script: `cobalt completions bash > /etc/bash_completion.d/cobalt`
@@ -164,6 +167,7 @@ fn main() {
             Command::Rd(a) => rd::run(a).await,
             Command::Lwm2m(a) => lwm2m::run(a).await,
             Command::Devices(a) => devices::run(a).await,
+            Command::Proxy(a) => proxy::run(a, cli.log_level.as_deref()).await,
             Command::Bench(_)
             | Command::BenchResponder(_)
             | Command::BenchHttpResponder(_)

@@ -1,0 +1,119 @@
+//! A counting CoAP origin shared by the proxy's tests.
+
+#![allow(dead_code)]
+
+use cobalt::proto::message::opt;
+use cobalt::server::{get, post, Observable, Request, Response};
+use cobalt::{Code, Scheme, Server, ServerHandle};
+use cobalt_proxy::HOP_LIMIT;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the origin counts.
+#[derive(Default)]
+pub struct Counts {
+    pub requests: AtomicUsize,
+    /// Tokens of the observe registrations seen (a retransmitted registration may
+    /// run the handler twice with the same token).
+    pub registrations: std::sync::Mutex<std::collections::HashSet<Vec<u8>>>,
+    pub with_hop_limit: AtomicUsize,
+    /// Requests for `/slow-count` (answered after 200 ms).
+    pub slow_requests: AtomicUsize,
+}
+
+pub struct Origin {
+    pub server: ServerHandle,
+    pub addr: SocketAddr,
+    pub counts: Arc<Counts>,
+    pub temp: Observable,
+    /// The value the next notification of `/temp` carries.
+    pub value: Arc<AtomicUsize>,
+}
+
+pub async fn origin() -> Origin {
+    let counts = Arc::new(Counts::default());
+    let temp = Observable::new();
+    let value = Arc::new(AtomicUsize::new(1));
+    let (c1, c2, c3) = (counts.clone(), counts.clone(), counts.clone());
+    let v = value.clone();
+    let server = Server::new()
+        .route(
+            "/count",
+            get(move |req: Request| {
+                let counts = c1.clone();
+                async move {
+                    counts.requests.fetch_add(1, Ordering::SeqCst);
+                    if req.options().contains(HOP_LIMIT) {
+                        counts.with_hop_limit.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if req.options().get_all(opt::ETAG).any(|e| e == b"v1") {
+                        return Response::new(Code::VALID).with_etag(b"v1").with_max_age(10);
+                    }
+                    Response::text("counted").with_etag(b"v1").with_max_age(10)
+                }
+            }),
+        )
+        .route(
+            "/temp",
+            get(move |req: Request| {
+                let counts = c2.clone();
+                let v = v.clone();
+                async move {
+                    if req.options().observe() == Some(0) {
+                        let token = req.message().token.as_bytes().to_vec();
+                        counts.registrations.lock().unwrap().insert(token);
+                    }
+                    format!("t{}", v.load(Ordering::SeqCst))
+                }
+            })
+            .observable(&temp),
+        )
+        .route(
+            "/large",
+            get(move || {
+                c3.requests.fetch_add(1, Ordering::SeqCst);
+                async {
+                    Response::content((0..5000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>())
+                }
+            }),
+        )
+        .route(
+            "/slow-count",
+            get({
+                let counts = counts.clone();
+                move || {
+                    let counts = counts.clone();
+                    async move {
+                        counts.slow_requests.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        "slowly counted"
+                    }
+                }
+            }),
+        )
+        .route(
+            "/echo",
+            post(|req: Request| async move { (Code::CHANGED, req.payload().to_vec()) }),
+        )
+        .route(
+            "/silent",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                "too late"
+            }),
+        )
+        .shards(1)
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr(Scheme::Coap).unwrap();
+    Origin {
+        server,
+        addr,
+        counts,
+        temp,
+        value,
+    }
+}
