@@ -11,13 +11,17 @@
 mod cbor;
 pub mod classes;
 pub mod context;
+pub mod layer;
 pub mod option;
 pub mod replay;
 pub mod security;
 pub mod sequence;
+pub mod target;
 
 pub use context::{Keys, Material, MaterialError};
+pub use layer::{Oscore, Protected, RequireOscore};
 pub use option::{OscoreOption, OSCORE};
 pub use replay::ReplayWindow;
 pub use security::{RequestBinding, RequestError, ResponseError, SecurityContext};
 pub use sequence::{SenderSequence, SequenceError};
+pub use target::UriPattern;

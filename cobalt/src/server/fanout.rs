@@ -279,9 +279,10 @@ impl FanOut {
         self
     }
 
-    /// Keeps `extras` for the observer `key` (registered) until its relation ends.
+    /// Keeps `extras` for the observer `key` (registered, or waiting for its address
+    /// to be verified) until its relation ends.
     pub(crate) fn keep_extras(&mut self, key: RelationKey, extras: ObserverExtras) {
-        if self.relations.contains(&key) {
+        if self.relations.contains(&key) || self.awaiting.contains_key(&key) {
             self.extras.insert(key, extras);
         }
     }
@@ -426,6 +427,7 @@ impl FanOut {
         cobalt_proto::tables::shrink_when_sparse(&mut self.awaiting);
         if let Err(r) = self.register(&a.observable, *key, a.request, a.since, a.version) {
             tracing::debug!(peer = %key.0, ?r, "verified observer refused: budget full");
+            self.drop_extras(key);
         }
     }
 
@@ -442,6 +444,7 @@ impl FanOut {
         // hashing the key (SipHash) only to find an empty table costs ~5 % of a request.
         if !self.awaiting.is_empty() && self.awaiting.remove(key).is_some() {
             cobalt_proto::tables::shrink_when_sparse(&mut self.awaiting);
+            self.drop_extras(key);
         }
         if let Some((obs, rel)) = self.relations.remove(key) {
             self.release_registration(rel.request);
@@ -449,10 +452,15 @@ impl FanOut {
         }
     }
 
-    fn forget(&mut self, obs: u64, key: &RelationKey) {
-        if self.extras.remove(key).is_some() {
+    /// Forgets what the layers attached to the registration `key`, if anything.
+    fn drop_extras(&mut self, key: &RelationKey) {
+        if !self.extras.is_empty() && self.extras.remove(key).is_some() {
             cobalt_proto::tables::shrink_when_sparse(&mut self.extras);
         }
+    }
+
+    fn forget(&mut self, obs: u64, key: &RelationKey) {
+        self.drop_extras(key);
         if let Some(o) = self.observables.get(&obs) {
             o.observer_removed();
         }
@@ -512,7 +520,14 @@ impl FanOut {
         // A registration still waiting for its address check ends with the others,
         // unanswered beyond the answer it already had.
         if !self.awaiting.is_empty() {
-            self.awaiting.retain(|_, a| a.observable.id() != obs);
+            let extras = &mut self.extras;
+            self.awaiting.retain(|key, a| {
+                let keep = a.observable.id() != obs;
+                if !keep {
+                    extras.remove(key);
+                }
+                keep
+            });
         }
         for (key, rel) in self.relations.take_all(obs) {
             self.release_registration(rel.request);
