@@ -11,6 +11,7 @@
 mod cbor;
 pub mod classes;
 pub mod context;
+pub mod credentials;
 pub mod layer;
 pub mod option;
 pub mod replay;
@@ -19,6 +20,7 @@ pub mod sequence;
 pub mod target;
 
 pub use context::{Keys, Material, MaterialError};
+pub use credentials::{Credentials, CredentialsError};
 pub use layer::{Oscore, Protected, RequireOscore};
 pub use option::{OscoreOption, OSCORE};
 pub use replay::ReplayWindow;
