@@ -262,7 +262,7 @@ fn bytes(value: Option<&Value>, name: &str) -> Result<Vec<u8>, String> {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || !s.is_ascii() {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
         return None;
     }
     (0..s.len())
