@@ -29,7 +29,8 @@ use crate::security::SecurityContext;
 use crate::sequence::{SenderSequence, DEFAULT_STRIDE};
 use crate::target::UriPattern;
 use cobalt::proto::message::Message;
-use cobalt::transport::credentials::{ClientCredentials, ClientPsk, PskStore, X509Credentials};
+use cobalt::proto::uri::CoapUri;
+use cobalt::transport::credentials::{ClientCredentials, ClientPsk, X509Credentials};
 use cobalt::Scheme;
 use serde_json::{Map, Value};
 use std::fs::File;
@@ -55,17 +56,16 @@ pub struct Credentials {
     oscore_server: Vec<Arc<SecurityContext>>,
     /// DTLS/TLS credentials of a client, by URI pattern.
     transport_client: Vec<(String, UriPattern, ClientCredentials)>,
-    /// PSKs a server accepts.
-    server_psk: PskStore,
+    /// PSKs a server accepts: (identity, key).
+    server_psk: Vec<(Vec<u8>, Vec<u8>)>,
     /// A server's certificate, if one is given.
     server_x509: Option<X509Credentials>,
-    /// Lock files held on the OSCORE context directories (released when dropped).
-    _locks: Vec<File>,
 }
 
 impl Credentials {
     /// Reads `file` and every OSCORE context directory it names, taking each
-    /// directory's lock (so two processes never use one context).
+    /// directory's lock (so two processes never use one context; the contexts hold
+    /// it until the last of their users is dropped).
     pub fn load(file: &Path) -> Result<Credentials, CredentialsError> {
         let error = |what: String| CredentialsError {
             file: file.to_path_buf(),
@@ -113,8 +113,7 @@ impl Credentials {
                     .or_else(|| body.get("contextfile"))
                     .and_then(Value::as_str)
                     .ok_or("an oscore entry needs \"basedir\": the context directory")?;
-                let (context, lock) = load_context_dir(&base.join(dir))?;
-                self._locks.push(lock);
+                let context = load_context_dir(&base.join(dir))?;
                 match (label, pattern) {
                     (Some(label), _) => {
                         self.oscore_server.push(Arc::new(context.named(label)));
@@ -136,7 +135,7 @@ impl Credentials {
                         p,
                         ClientCredentials::Psk(ClientPsk::new(identity, psk)),
                     )),
-                    None => self.server_psk.insert(identity, psk),
+                    None => self.server_psk.push((identity, psk)),
                 }
             }
             ("tlscert", Some(p)) => {
@@ -216,8 +215,17 @@ impl Credentials {
             .map(|(.., c)| c)
     }
 
-    /// The pre-shared keys a server accepts (empty when none).
-    pub fn server_psk(&self) -> &PskStore {
+    /// The DTLS/TLS credentials a client uses for `uri` (the most specific pattern
+    /// that matches, host names compared as written).
+    pub fn client_transport_for(&self, uri: &CoapUri) -> Option<&ClientCredentials> {
+        self.transport_client
+            .iter()
+            .find(|(_, p, _)| p.matches_uri(uri))
+            .map(|(.., c)| c)
+    }
+
+    /// The pre-shared keys a server accepts, (identity, key) (empty when none).
+    pub fn server_psk(&self) -> &[(Vec<u8>, Vec<u8>)] {
         &self.server_psk
     }
 
@@ -284,8 +292,8 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 }
 
 /// Reads an aiocoap-style OSCORE context directory and takes its lock: the context,
-/// with its sequence persisted in the directory, and the open lock file.
-pub fn load_context_dir(dir: &Path) -> Result<(SecurityContext, File), String> {
+/// with its sequence persisted in the directory, holding the lock.
+pub fn load_context_dir(dir: &Path) -> Result<SecurityContext, String> {
     let mut data = Map::new();
     let mut found = false;
     for name in ["secret.json", "settings.json"] {
@@ -371,7 +379,7 @@ pub fn load_context_dir(dir: &Path) -> Result<(SecurityContext, File), String> {
         SenderSequence::load(dir, DEFAULT_STRIDE).map_err(|e| e.to_string())?;
     let context = SecurityContext::with_sequence(material, sequence, restarted)
         .map_err(|e| format!("{}: {e}", dir.display()))?;
-    Ok((context, lock))
+    Ok(context.holding(lock))
 }
 
 /// Takes the `lock` file of a context directory (an exclusive `flock`, as aiocoap's
@@ -427,7 +435,7 @@ mod tests {
         assert_eq!(context.material().recipient_id, b"c");
         assert_eq!(context.material().master_salt.len(), 8);
         assert!(c.oscore().is_some());
-        assert_eq!(c.server_psk().get(b"gw"), Some(&b"key"[..]));
+        assert_eq!(c.server_psk(), [(b"gw".to_vec(), b"key".to_vec())]);
         let peer = "127.0.0.1:5684".parse().unwrap();
         let request = Message::new(
             cobalt::proto::message::MessageType::Confirmable,

@@ -28,6 +28,8 @@ pub struct SecurityContext {
     window: Mutex<ReplayWindow>,
     /// The Echo value that proves a request fresh after a restart (Appendix B.1.2).
     echo: [u8; ECHO_LEN],
+    /// The lock on the directory the context was read from, held while it is used.
+    _lock: Option<std::fs::File>,
 }
 
 /// What a response is bound to: the request's kid (the client's Sender ID) and
@@ -145,7 +147,14 @@ impl SecurityContext {
             sequence: Mutex::new(sequence),
             window: Mutex::new(window),
             echo: rand::random(),
+            _lock: None,
         })
+    }
+
+    /// This context holding `lock` (of its directory) until it is dropped.
+    pub(crate) fn holding(mut self, lock: std::fs::File) -> SecurityContext {
+        self._lock = Some(lock);
+        self
     }
 
     /// This context with a name (e.g. the label of a credentials entry), which

@@ -2,7 +2,7 @@
 //! credentials files write them (`coap://host:port/*`, `coap://host/path`, `*`).
 
 use cobalt_proto::message::Message;
-use cobalt_proto::uri::Scheme;
+use cobalt_proto::uri::{CoapUri, Scheme};
 use std::net::SocketAddr;
 
 /// A pattern over request URIs: a scheme, a host, an optional port and a path that is
@@ -87,26 +87,46 @@ impl UriPattern {
     /// Whether a request to `peer` over `scheme` matches: its host is its Uri-Host or,
     /// without one, the peer's address.
     pub fn matches(&self, scheme: Scheme, peer: SocketAddr, request: &Message) -> bool {
+        let host = request.options.get(cobalt_proto::message::opt::URI_HOST);
+        self.matches_with(
+            scheme,
+            peer.port(),
+            &request.options.uri_path_string(),
+            |p| match host {
+                Some(host) => host.eq_ignore_ascii_case(p.as_bytes()),
+                None => p
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip == peer.ip()),
+            },
+        )
+    }
+
+    /// Whether `uri` matches (its host compared as written).
+    pub fn matches_uri(&self, uri: &CoapUri) -> bool {
+        self.matches_with(uri.scheme, uri.port, &uri.path_string(), |p| {
+            p.eq_ignore_ascii_case(&uri.host)
+        })
+    }
+
+    fn matches_with(
+        &self,
+        scheme: Scheme,
+        port: u16,
+        path: &str,
+        host_matches: impl FnOnce(&str) -> bool,
+    ) -> bool {
         let Some(p) = &self.parts else {
             return true;
         };
-        if p.scheme != scheme || p.port.unwrap_or(scheme.default_port()) != peer.port() {
+        if p.scheme != scheme || p.port.unwrap_or(scheme.default_port()) != port {
             return false;
         }
-        let host_ok = match request.options.get(cobalt_proto::message::opt::URI_HOST) {
-            Some(host) => host.eq_ignore_ascii_case(p.host.as_bytes()),
-            None => p
-                .host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip == peer.ip()),
-        };
-        if !host_ok {
+        if !host_matches(&p.host) {
             return false;
         }
-        let path = request.options.uri_path_string();
         if p.prefix {
             path.starts_with(&p.path)
-                || (p.path.ends_with('/') && path == p.path[..p.path.len() - 1])
+                || (p.path.ends_with('/') && path == &p.path[..p.path.len() - 1])
         } else {
             path == p.path || (p.path.is_empty() && path == "/")
         }
@@ -154,5 +174,8 @@ mod tests {
             .matches(Scheme::Coap, peer, &get("/", None)));
         assert!(UriPattern::parse("127.0.0.1/*").is_err());
         assert!(UriPattern::parse("coap://h:x/").is_err());
+        let uri = CoapUri::parse("coap://sensor.example/temp").unwrap();
+        assert!(named.matches_uri(&uri));
+        assert!(!all.matches_uri(&uri));
     }
 }
