@@ -4,7 +4,8 @@
 #   - iproute2 (Debian) for the link emulator's namespaces and TUN devices
 #   - aiocoap (PyPI) with its WebSocket extra (websockets) in a virtual environment at
 #     .venv-peers/ (libcoap 4.3.1 as packaged by Debian has no WebSocket support, so
-#     aiocoap is the only coap+ws peer)
+#     aiocoap is the only coap+ws peer) and its OSCORE extra (cryptography, cbor2,
+#     filelock: the OSCORE interop peer)
 #   - Californium (californium-core from Maven Central) as a server and client peer:
 #     a JDK and Maven (Debian default-jdk-headless, maven), then tests/peers/californium
 #     compiled once, its jars cached in .cache/maven/ (gitignored)
@@ -32,10 +33,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 venv="$root/.venv-peers"
-if [ ! -x "$venv/bin/aiocoap-client" ] || ! "$venv/bin/python" -c 'import websockets' 2>/dev/null; then
-  echo "installing aiocoap[ws] (PyPI) into $venv" >&2
+if [ ! -x "$venv/bin/aiocoap-client" ] ||
+  ! "$venv/bin/python" -c 'import websockets, cbor2, cryptography, filelock' 2>/dev/null; then
+  echo "installing aiocoap[ws,oscore] (PyPI) into $venv" >&2
   [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'aiocoap[ws]==0.4.17'
+  "$venv/bin/pip" install -q --disable-pip-version-check 'aiocoap[ws,oscore]==0.4.17'
 fi
 # The Californium peer: compiled when missing or older than its sources. The class
 # path (jars in .cache/maven) is written to target/classpath.txt for the tests.

@@ -75,7 +75,10 @@ impl SenderSequence {
 
     /// The sequence persisted in `dir/sequence.json`, reserving `stride` numbers (at
     /// least 1) per write; the flag says whether the file existed (then the peer's
-    /// replay window state is unknown: this process may have restarted).
+    /// replay window state is unknown: the context was used before). A missing file
+    /// is written at once, so that the next load knows the context was used even if
+    /// this process never sends a number of its own (a server that answers with its
+    /// clients' nonces).
     pub fn load(dir: &Path, stride: u64) -> Result<(SenderSequence, bool), SequenceError> {
         let path = dir.join(SEQUENCE_FILE);
         let (next, existed) = match std::fs::read(&path) {
@@ -87,7 +90,13 @@ impl SenderSequence {
                     })?;
                 (persisted.next_to_send, true)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                write_atomically(&path, 0).map_err(|source| SequenceError::Persist {
+                    path: path.clone(),
+                    source,
+                })?;
+                (0, false)
+            }
             Err(source) => return Err(SequenceError::Persist { path, source }),
         };
         let sequence = SenderSequence {
@@ -156,6 +165,10 @@ mod tests {
         let dir = dir("restart");
         let (mut first, existed) = SenderSequence::load(&dir, 10).unwrap();
         assert!(!existed);
+        assert!(
+            dir.join(SEQUENCE_FILE).exists(),
+            "the next load knows it was used"
+        );
         let used: Vec<u64> = (0..13).map(|_| first.take().unwrap()).collect();
         assert_eq!(used, (0..13).collect::<Vec<_>>());
         // Crash: the file says where to go on, past everything used.
