@@ -145,6 +145,15 @@ impl Layer for Oscore {
                 tracing::debug!(peer = %request.peer(), context = context.name(), error = %e, "OSCORE request refused");
                 answer(e.into_response())
             })?;
+        if let Some(number) = request.options().first_bad_critical() {
+            // A critical option inside that nobody here understands (RFC 7252 §5.4.1),
+            // answered inside the protection like any answer to a verified request.
+            let mut refusal = Response::new(Code::BAD_OPTION)
+                .with_payload(format!("option {number} is not understood"))
+                .into_message();
+            let _ = context.protect_response(&mut refusal, &binding, false);
+            return Err(answer(refusal));
+        }
         let block2 = request.message().block2();
         request.extensions_mut().insert(Protected {
             context: context.clone(),

@@ -155,6 +155,19 @@ async fn a_replayed_request_is_answered_replay_detected() {
     client.unprotect_response(&mut first, &binding).unwrap();
     assert_eq!(first.payload, b"hello");
 
+    // A critical option inside that the server does not know: 4.02, protected.
+    let mut odd = Message::new(MessageType::Confirmable, Code::GET, 0x1236);
+    odd.token = Token::new(&[4]).unwrap();
+    odd.options.set_uri_path("/hello");
+    odd.options.set(65001, b"x");
+    let odd_binding = client.protect_request(&mut odd).unwrap();
+    let mut refused = exchange(&socket, &odd);
+    assert!(refused.options.contains(OSCORE));
+    client
+        .unprotect_response(&mut refused, &odd_binding)
+        .unwrap();
+    assert_eq!(refused.code, Code::BAD_OPTION);
+
     // The same OSCORE request in a new CoAP message (new MID and token).
     let mut replay = request.clone();
     replay.mid = 0x1235;

@@ -223,3 +223,31 @@ fn malformed_options_and_requests_without_kid_are_4_02() {
     let err = server.unprotect_request(&mut request, &option).unwrap_err();
     assert_eq!(err.into_response().code, Code::BAD_OPTION);
 }
+
+proptest::proptest! {
+    /// Whatever arrives with the OSCORE option (any value, any payload), the server
+    /// answers with an error and never panics; an option that decodes encodes to
+    /// bytes that decode to it again.
+    #[test]
+    fn hostile_requests_are_refused_without_panic(
+        value in proptest::collection::vec(proptest::num::u8::ANY, 0..24),
+        payload in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+    ) {
+        let server = SecurityContext::new(c1_client().reversed()).unwrap();
+        if let Ok(option) = OscoreOption::decode(&value) {
+            proptest::prop_assert_eq!(OscoreOption::decode(&option.encode()), Ok(option.clone()));
+            let mut request = Message::new(cobalt_proto::message::MessageType::Confirmable, Code::POST, 1);
+            request.payload = payload.clone();
+            let kid = option.kid.clone().unwrap_or_default();
+            if server.matches(&kid, option.kid_context.as_deref()) {
+                proptest::prop_assert!(server.unprotect_request(&mut request, &option).is_err());
+            }
+        }
+        let client = SecurityContext::new(c1_client()).unwrap();
+        let binding = RequestBinding { kid: vec![], partial_iv: vec![1] };
+        let mut response = Message::new(cobalt_proto::message::MessageType::Acknowledgement, Code::CHANGED, 1);
+        response.options.set(OSCORE, &value);
+        response.payload = payload;
+        proptest::prop_assert!(client.unprotect_response(&mut response, &binding).is_err());
+    }
+}
