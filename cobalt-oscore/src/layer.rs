@@ -2,18 +2,20 @@
 //! request that carries the OSCORE option before it is routed (the outer message
 //! has no Uri-Path), protects its answer with the request's nonce, and protects each
 //! notification with a Partial IV of its own; large answers go in inner Block2
-//! blocks. A client's layer protects the requests whose URI matches a context and
+//! blocks and inner Block1 uploads are put together before routing. A client's layer protects the requests whose URI matches a context and
 //! verifies their answers and notifications.
 
 use crate::context::hex;
 use crate::option::{OscoreOption, OSCORE};
 use crate::security::{RequestBinding, SecurityContext};
 use crate::target::UriPattern;
+use crate::uploads::{InnerUploads, Step, UploadKey};
 use cobalt::proto::blockwise::{slice_asked, BlockSize};
 use cobalt::proto::message::block::BlockValue;
-use cobalt::proto::message::{Code, Message};
+use cobalt::proto::message::{opt, Code, Message};
 use cobalt::server::{Exchange, Layer, Observer, Refusal, Request, Response};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The SZX of the inner blocks a server slices answers into (512 bytes), small
 /// enough that a protected block still fits one 1024-byte outer payload.
@@ -21,6 +23,12 @@ const INNER_SZX: u8 = 5;
 
 /// OSCORE for a server (contexts it accepts requests under) and a client (contexts
 /// it protects requests with, by URI pattern). One value may serve both roles.
+///
+/// Block-wise transfers between the end points are inside the protection. A server
+/// puts inner Block1 uploads together before routing, and slices answers over 512
+/// bytes into inner Block2 blocks by running the handler again for each block the
+/// client asks for: right for GET and FETCH, but an answer to another method is not
+/// kept, so it must fit one block.
 ///
 /// ```
 /// use cobalt::server::{get, Server};
@@ -37,6 +45,8 @@ pub struct Oscore {
     accepted: Vec<Arc<SecurityContext>>,
     /// Which requests are protected with which context (client role), first match.
     protected: Vec<(UriPattern, Arc<SecurityContext>)>,
+    /// Block1 uploads inside OSCORE being put together (server role).
+    uploads: Arc<InnerUploads>,
 }
 
 /// What the OSCORE layer attaches to a request it unprotected (in the request's
@@ -48,6 +58,8 @@ pub struct Protected {
     binding: RequestBinding,
     /// The inner Block2 option the client asked with.
     block2: Option<BlockValue>,
+    /// The last inner Block1 of an upload put together, echoed in the answer.
+    block1: Option<BlockValue>,
 }
 
 impl Protected {
@@ -113,6 +125,20 @@ impl Oscore {
     }
 }
 
+/// Which upload a request's inner Block1 belongs to: its context, peer, method, URI
+/// and Request-Tag.
+fn upload_key(context: &SecurityContext, request: &Request) -> UploadKey {
+    let mut what = vec![request.method().0];
+    for o in request.options().iter() {
+        if matches!(o.number, opt::URI_PATH | opt::URI_QUERY | opt::REQUEST_TAG) {
+            what.extend_from_slice(&o.number.to_be_bytes());
+            what.extend_from_slice(&(o.value.len() as u16).to_be_bytes());
+            what.extend_from_slice(o.value);
+        }
+    }
+    (context.name().to_string(), request.peer(), what)
+}
+
 /// A response from what [`SecurityContext`] answers.
 fn answer(message: Message) -> Response {
     Response::from_message(message)
@@ -154,11 +180,38 @@ impl Layer for Oscore {
             let _ = context.protect_response(&mut refusal, &binding, false);
             return Err(answer(refusal));
         }
+        let protect = |response: Response| {
+            let mut message = response.into_message();
+            let _ = context.protect_response(&mut message, &binding, false);
+            answer(message)
+        };
+        let mut block1 = None;
+        if let Some(block) = request.message().block1() {
+            let key = upload_key(context, request);
+            let payload = std::mem::take(&mut request.message_mut().payload);
+            match self.uploads.step(key, block, &payload, Instant::now()) {
+                Step::Continue(block) => {
+                    let mut go_on = Response::new(Code::CONTINUE);
+                    go_on.options.set_uint(opt::BLOCK1, block.encode());
+                    return Err(protect(go_on));
+                }
+                Step::Refuse(code, why) => {
+                    return Err(protect(Response::new(code).with_payload(why)))
+                }
+                Step::Complete { body, last } => {
+                    let message = request.message_mut();
+                    message.payload = body;
+                    message.options.remove(opt::BLOCK1);
+                    block1 = Some(last);
+                }
+            }
+        }
         let block2 = request.message().block2();
         request.extensions_mut().insert(Protected {
             context: context.clone(),
             binding,
             block2,
+            block1,
         });
         Ok(())
     }
@@ -167,7 +220,10 @@ impl Layer for Oscore {
         let Some(protected) = Protected::of(request) else {
             return;
         };
-        let whole = std::mem::replace(response, Response::new(Code::EMPTY)).into_message();
+        let mut whole = std::mem::replace(response, Response::new(Code::EMPTY)).into_message();
+        if let Some(block1) = protected.block1 {
+            whole.options.set_uint(opt::BLOCK1, block1.encode());
+        }
         let mut block = slice_asked(protected.block2, whole, BlockSize::Szx(INNER_SZX));
         // With the request's nonce: it was just verified as new, so this cannot fail.
         let _ = protected

@@ -18,6 +18,7 @@ pub mod replay;
 pub mod security;
 pub mod sequence;
 pub mod target;
+mod uploads;
 
 pub use context::{Keys, Material, MaterialError};
 pub use credentials::{Credentials, CredentialsError};

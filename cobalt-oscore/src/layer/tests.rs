@@ -32,6 +32,12 @@ async fn start(server_context: SecurityContext, temp: &Observable) -> ServerHand
         )
         .route("/big", get(|| async { big() }))
         .route(
+            "/count",
+            post(|req: Request| async move {
+                Response::new(Code::CHANGED).with_payload(format!("{} bytes", req.payload().len()))
+            }),
+        )
+        .route(
             "/secret",
             get(|| async { "42" }).layer(RequireOscore::any()),
         )
@@ -75,6 +81,20 @@ async fn get_post_observe_and_block2_through_oscore() {
     assert_eq!(r.text_payload(), "42");
     let r = client.get(&uri("/big")).await.unwrap();
     assert_eq!(r.text_payload(), big(), "Block2 inside OSCORE reassembled");
+    let r = client
+        .request(Code::POST, &uri("/count"))
+        .payload(big())
+        .block_size(256)
+        .unwrap()
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.code, Code::CHANGED);
+    assert_eq!(
+        r.text_payload(),
+        "2000 bytes",
+        "Block1 inside OSCORE put together"
+    );
     let used = client_context.next_sequence_number();
     assert!(
         used >= 7,
