@@ -11,8 +11,13 @@ use std::path::{Path, PathBuf};
 /// The file name in a context directory.
 pub const SEQUENCE_FILE: &str = "sequence.json";
 
-/// How many sequence numbers are reserved per write by default.
+/// How many sequence numbers are reserved by the first write by default.
 pub const DEFAULT_STRIDE: u64 = 64;
+
+/// The most sequence numbers one write reserves: the stride doubles with each write
+/// up to this (as aiocoap's chunks do), so that a busy context writes (and syncs) its
+/// file rarely, while a restart skips at most this many numbers.
+pub const MAX_STRIDE: u64 = 4096;
 
 /// Why a sequence number cannot be had.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +79,8 @@ impl SenderSequence {
     }
 
     /// The sequence persisted in `dir/sequence.json`, reserving `stride` numbers (at
-    /// least 1) per write; the flag says whether the file existed (then the peer's
+    /// least 1) with the first write and twice as many with each next one, up to
+    /// [`MAX_STRIDE`]; the flag says whether the file existed (then the peer's
     /// replay window state is unknown: the context was used before). A missing file
     /// is written at once, so that the next load knows the context was used even if
     /// this process never sends a number of its own (a server that answers with its
@@ -124,6 +130,7 @@ impl SenderSequence {
                 })?;
             }
             self.reserved = reserve;
+            self.stride = (self.stride * 2).min(MAX_STRIDE.max(self.stride));
         }
         self.next = seq + 1;
         Ok(seq)
@@ -177,10 +184,17 @@ mod tests {
         assert!(existed);
         let next = second.take().unwrap();
         assert!(next >= 13, "{next} was used before the restart");
-        assert_eq!(next, 20);
-        // aiocoap reads the same file.
+        // Reserved: 10 (stride 10), then 10 + 20 = 30 when 10 was taken.
+        assert_eq!(next, 30);
+        // aiocoap reads the same file: 30 + 10 reserved after the restart.
         let text = std::fs::read_to_string(dir.join(SEQUENCE_FILE)).unwrap();
-        assert!(text.contains("\"next-to-send\":30"), "{text}");
+        assert!(text.contains("\"next-to-send\":40"), "{text}");
+        // The stride doubles up to MAX_STRIDE: 40 + 20 after 40 is taken.
+        for _ in 31..=40 {
+            second.take().unwrap();
+        }
+        let text = std::fs::read_to_string(dir.join(SEQUENCE_FILE)).unwrap();
+        assert!(text.contains("\"next-to-send\":60"), "{text}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 
