@@ -5,7 +5,8 @@
 #   - curl (Debian), the HTTP/1.1 and HTTP/2 client of the HTTP-to-CoAP proxy's interop
 #   - aiocoap (PyPI) with its WebSocket extra (websockets) in a virtual environment at
 #     .venv-peers/ (libcoap 4.3.1 as packaged by Debian has no WebSocket support, so
-#     aiocoap is the only coap+ws peer)
+#     aiocoap is the only coap+ws peer) and its OSCORE extra (cryptography, cbor2,
+#     filelock: the OSCORE interop peer)
 #   - redis-server (Debian, 7.0) for the resource directory's shared store, and nftables
 #     and curl (health probes) for the cluster in network namespaces (scripts/cluster.sh)
 #   - maturin and pytest (PyPI) in a virtual environment at .venv-python/, to build and
@@ -43,10 +44,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 venv="$root/.venv-peers"
-if [ ! -x "$venv/bin/aiocoap-client" ] || ! "$venv/bin/python" -c 'import websockets' 2>/dev/null; then
-  echo "installing aiocoap[ws] (PyPI) into $venv" >&2
+if [ ! -x "$venv/bin/aiocoap-client" ] ||
+  ! "$venv/bin/python" -c 'import websockets, cbor2, cryptography, filelock' 2>/dev/null; then
+  echo "installing aiocoap[ws,oscore] (PyPI) into $venv" >&2
   [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'aiocoap[ws]==0.4.17'
+  "$venv/bin/pip" install -q --disable-pip-version-check 'aiocoap[ws,oscore]==0.4.17'
 fi
 # The Python package's build and test tools (cobalt-python: maturin builds the wheel,
 # pytest runs cobalt-python/tests).

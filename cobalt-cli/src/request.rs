@@ -90,6 +90,15 @@ pub struct RequestArgs {
     /// DTLS credentials for coaps://.
     #[command(flatten)]
     pub dtls: DtlsArgs,
+    /// Credentials file (aiocoap's JSON format): OSCORE contexts for the URIs it
+    /// names (`{"coap://host/*": {"oscore": {"basedir": "dir/"}}}`), DTLS PSKs
+    /// (`"dtls"`) and CA certificates (`"tlscert"`) where no credential flag is given.
+    #[arg(long, value_name = "FILE")]
+    pub credentials: Option<PathBuf>,
+    /// What the credentials file gives for the URI's transport (filled in when the
+    /// client is made).
+    #[arg(skip)]
+    pub file_transport: Option<ClientCredentials>,
 }
 
 /// `cobalt observe` options.
@@ -169,7 +178,8 @@ fn build(
     if let Some(token) = &args.token {
         b = b.token(token.clone());
     }
-    match args.dtls.client_auth().map_err(|e| (exit::USAGE, e))? {
+    let flags = args.dtls.client_auth().map_err(|e| (exit::USAGE, e))?;
+    match flags.or_else(|| args.file_transport.clone()) {
         Some(ClientCredentials::Psk(p)) => b = b.psk(p.identity, p.key),
         Some(ClientCredentials::X509(x)) => b = b.x509(x),
         None if args.uri.trim().to_ascii_lowercase().starts_with("coaps://") => {
@@ -190,8 +200,26 @@ fn build(
     Ok(b)
 }
 
-/// A client that prints every datagram with `-v`.
-fn client_for(args: &RequestArgs) -> Client {
+/// The client of a request command: with `--credentials`, its OSCORE layer (and the
+/// file's DTLS/TLS credentials for the URI noted in `args`).
+fn client_for(args: &mut RequestArgs) -> Result<Client, (i32, String)> {
+    let client = tracing_client(args);
+    let Some(file) = &args.credentials else {
+        return Ok(client);
+    };
+    let credentials =
+        cobalt_oscore::Credentials::load(file).map_err(|e| (exit::USAGE, e.to_string()))?;
+    if let Ok(uri) = cobalt::proto::uri::CoapUri::parse(&args.uri) {
+        args.file_transport = credentials.client_transport_for(&uri).cloned();
+    }
+    Ok(match credentials.oscore() {
+        Some(oscore) => client.layer(oscore),
+        None => client,
+    })
+}
+
+/// A client that prints every datagram with `-v`, and sends a `--token` of any length.
+fn tracing_client(args: &RequestArgs) -> Client {
     // A token given with --token is sent whatever its length.
     let max_token_len = args.token.as_ref().map_or(DEFAULT_MAX_TOKEN_LEN, |t| {
         t.len().max(DEFAULT_MAX_TOKEN_LEN)
@@ -324,8 +352,8 @@ async fn close(client: &Client) {
 }
 
 /// Runs one request command.
-pub async fn run(method: Code, args: RequestArgs) -> Result<(), (i32, String)> {
-    let client = client_for(&args);
+pub async fn run(method: Code, mut args: RequestArgs) -> Result<(), (i32, String)> {
+    let client = client_for(&mut args)?;
     let result = request_and_print(&client, method, &args).await;
     close(&client).await;
     result
@@ -368,7 +396,7 @@ pub async fn discover(args: DiscoverArgs) -> Result<(), (i32, String)> {
             .unwrap_or_default();
         args.uri = format!("{base}/.well-known/core{query}");
     }
-    let client = client_for(&args);
+    let client = client_for(&mut args)?;
     let result = list_links(&client, &args, raw).await;
     close(&client).await;
     result
@@ -440,8 +468,8 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// `cobalt observe`: prints each notification until `--count`, Ctrl-C, SIGTERM or a
 /// closed standard output, then ends the relation with the server (GET with
 /// Observe=1, RFC 7641 §3.6) instead of leaving it to time out.
-pub async fn observe(args: ObserveArgs) -> Result<(), (i32, String)> {
-    let client = client_for(&args.request);
+pub async fn observe(mut args: ObserveArgs) -> Result<(), (i32, String)> {
+    let client = client_for(&mut args.request)?;
     let result = observe_and_print(&client, &args).await;
     close(&client).await;
     result

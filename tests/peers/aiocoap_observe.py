@@ -2,7 +2,10 @@
 """Observes a CoAP resource with aiocoap, prints COUNT notifications (one per line,
 as "OBSERVE<TAB>PAYLOAD"), then cancels the observation and exits.
 
-Usage: aiocoap_observe.py URI COUNT
+Usage: aiocoap_observe.py URI COUNT [CREDENTIALS]
+
+With CREDENTIALS (an aiocoap credentials file, needs aiocoap[oscore]) the requests
+to the URIs it names are protected with OSCORE.
 """
 
 import asyncio
@@ -11,8 +14,13 @@ import sys
 import aiocoap
 
 
-async def main(uri: str, count: int) -> int:
+async def main(uri: str, count: int, credentials: str | None) -> int:
     ctx = await aiocoap.Context.create_client_context()
+    if credentials:
+        import json
+
+        with open(credentials) as f:
+            ctx.client_credentials.load_from_dict(json.load(f))
     request = aiocoap.Message(code=aiocoap.GET, uri=uri, observe=0)
     req = ctx.request(request)
     first = await asyncio.wait_for(req.response, 15)
@@ -30,4 +38,5 @@ async def main(uri: str, count: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(asyncio.wait_for(main(sys.argv[1], int(sys.argv[2])), 25)))
+    credentials = sys.argv[3] if len(sys.argv) > 3 else None
+    sys.exit(asyncio.run(asyncio.wait_for(main(sys.argv[1], int(sys.argv[2]), credentials), 25)))

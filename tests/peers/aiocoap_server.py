@@ -2,13 +2,15 @@
 """A small aiocoap server that Cobalt's interop tests talk to.
 
 Usage: aiocoap_server.py --port PORT [--bind ADDRESS] [--transports LIST]
-                         [--tls-cert PEM --tls-key PEM]
+                         [--tls-cert PEM --tls-key PEM] [--credentials JSON]
 
 --transports: comma-separated aiocoap server transports, default "udp6". With "ws"
 (CoAP over WebSockets, needs the `websockets` package, i.e. aiocoap[ws]) aiocoap
 listens for WebSocket upgrades on PORT + 3000 (aiocoap's rule for an explicit bind
 port), path /.well-known/coap. With "tlsserver" and --tls-cert/--tls-key it serves
-coaps+tcp (ALPN coap) on PORT + 1.
+coaps+tcp (ALPN coap) on PORT + 1. With --credentials (an aiocoap credentials file,
+needs aiocoap[oscore]) the resources are also served through OSCORE to the contexts
+it names (":label": {"oscore": {"basedir": ...}}).
 
 Resources:
   /hello   GET  -> 2.05 "hello from aiocoap"
@@ -126,6 +128,7 @@ async def main() -> None:
     parser.add_argument("--transports", default="udp6")
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
+    parser.add_argument("--credentials")
     args = parser.parse_args()
 
     ssl_context = None
@@ -150,11 +153,24 @@ async def main() -> None:
     site.add_resource(["observers"], Observers(counter))
     site.add_resource(["big-counter"], Counter(1.0, size=2000))
 
+    server_credentials = None
+    if args.credentials:
+        import json
+
+        from aiocoap.credentials import CredentialsMap
+        from aiocoap.oscore_sitewrapper import OscoreSiteWrapper
+
+        server_credentials = CredentialsMap()
+        with open(args.credentials) as f:
+            server_credentials.load_from_dict(json.load(f))
+        site = OscoreSiteWrapper(site, server_credentials)
+
     await aiocoap.Context.create_server_context(
         site,
         bind=(args.bind, args.port),
         transports=args.transports.split(","),
         _ssl_context=ssl_context,
+        server_credentials=server_credentials,
     )
     print(
         f"aiocoap server listening on {args.bind}:{args.port} ({args.transports})",

@@ -60,6 +60,13 @@ pub struct ServeArgs {
     /// --tls these keys are accepted over TLS too.
     #[arg(long, value_name = "FILE", visible_alias = "psk-file")]
     pub dtls_psk_file: Option<PathBuf>,
+    /// Credentials file (aiocoap's JSON format): its `:label` entries are what the
+    /// server accepts — OSCORE contexts (`{":client1": {"oscore": {"basedir":
+    /// "dir/"}}}`, requests protected under them are served), DTLS PSKs (`"dtls"`,
+    /// added to --dtls-psk-file's) and a certificate (`"x509"`, where --cert is not
+    /// given).
+    #[arg(long, value_name = "FILE")]
+    pub credentials: Option<PathBuf>,
     /// Also serve CoAP over DTLS (and, with --tls, TLS) with this certificate (PEM,
     /// with any intermediates; an EC P-256 key for the DTLS ECDHE-ECDSA suites); needs --key.
     #[arg(
@@ -183,6 +190,16 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     crate::init_logging(&config.log.level);
     let (mut server, demo) = demo::routes(Server::new());
+    let file = match &args.credentials {
+        Some(path) => {
+            Some(cobalt_oscore::Credentials::load(path).map_err(|e| (exit::USAGE, e.to_string()))?)
+        }
+        None => None,
+    };
+    // OSCORE outermost: the other layers see requests unprotected.
+    if let Some(oscore) = file.as_ref().and_then(|f| f.oscore()) {
+        server = server.layer(oscore);
+    }
     // The access log (`--log-level debug`) is a layer, added only when its lines are
     // wanted: a server without layers routes each request without them.
     if tracing::enabled!(target: "cobalt::access", tracing::Level::DEBUG) {
@@ -203,10 +220,24 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     if let Some(port) = ports.tcp {
         server = server.listen(Scheme::CoapTcp, bind.with_port(port));
     }
-    if let Some(file) = &args.dtls_psk_file {
-        let keys = cobalt::transport::credentials::PskStore::load(file)
-            .map_err(|e| (exit::USAGE, e.to_string()))?;
+    let mut keys = match &args.dtls_psk_file {
+        Some(file) => cobalt::transport::credentials::PskStore::load(file)
+            .map_err(|e| (exit::USAGE, e.to_string()))?,
+        None => cobalt::transport::credentials::PskStore::new(),
+    };
+    for (identity, key) in file.iter().flat_map(|f| f.server_psk().iter()) {
+        keys.insert(identity.clone(), key.clone());
+    }
+    let psk = !keys.is_empty();
+    if psk {
         server = server.psk(keys);
+    }
+    let file_x509 = file
+        .as_ref()
+        .and_then(|f| f.server_x509())
+        .filter(|_| args.cert.is_none());
+    if let Some(creds) = file_x509 {
+        server = server.x509(creds.clone());
     }
     if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
         let read = |p: &std::path::Path| {
@@ -226,7 +257,7 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
             .map_err(|e| (exit::USAGE, format!("--cert/--key cannot serve DTLS: {e}")))?;
         server = server.x509(creds);
     }
-    let credentials = args.dtls_psk_file.is_some() || args.cert.is_some();
+    let credentials = psk || args.cert.is_some() || file_x509.is_some();
     if credentials && !cfg!(feature = "openssl") {
         return Err((
             exit::USAGE,

@@ -460,10 +460,15 @@ impl FanOut {
         }
     }
 
-    fn forget(&mut self, obs: u64, key: &RelationKey) {
-        if self.extras.remove(key).is_some() {
+    /// Forgets what the layers attached to the registration `key`, if anything.
+    fn drop_extras(&mut self, key: &RelationKey) {
+        if !self.extras.is_empty() && self.extras.remove(key).is_some() {
             cobalt_proto::tables::shrink_when_sparse(&mut self.extras);
         }
+    }
+
+    fn forget(&mut self, obs: u64, key: &RelationKey) {
+        self.drop_extras(key);
         if let Some(o) = self.observables.get(&obs) {
             o.observer_removed();
         }

@@ -870,3 +870,32 @@ fn an_observer_verified_after_registering_keeps_what_it_proved_and_what_layers_a
         .expect("the relation keeps its extras");
     assert_eq!(kept.credential.as_deref(), Some(&*credential));
 }
+
+/// What the layers attached to a registration from an address not yet verified
+/// stays with it when it becomes a relation (an OSCORE layer needs it to protect the
+/// notifications), and goes when the registration is forgotten instead.
+#[test]
+fn extras_of_a_registration_awaiting_verification_follow_it() {
+    let mut s = setup(ServerLimits::default(), 0, |_| None);
+    let mut extensions = crate::server::Extensions::new();
+    extensions.insert(7u32);
+    let extras = ObserverExtras {
+        credential: None,
+        extensions,
+    };
+    for verified in [true, false] {
+        let obs = s.obs.clone();
+        s.fan
+            .await_verification(&obs, key(1), registration(None), s.now, 0)
+            .unwrap();
+        s.fan.keep_extras(key(1), extras.clone());
+        if verified {
+            s.fan.verified(&key(1));
+            assert_eq!(s.fan.len(), 1);
+            let kept = s.fan.extras.get(&key(1)).unwrap();
+            assert_eq!(kept.extensions.get::<u32>(), Some(&7));
+        }
+        s.fan.end(&key(1));
+        assert!(s.fan.extras.is_empty(), "verified: {verified}");
+    }
+}

@@ -278,20 +278,22 @@ impl<U: UploadTable> ServerRole<U> {
 
     /// Passes a request through the server's layers and routes it: the routing and,
     /// for a registration, what to keep of it as it left the layers (an unwrapped
-    /// request, say); `Err` is the answer of a layer that stopped it.
+    /// request, say); `Err` is the answer of a layer that stopped it. Whether it
+    /// registers is decided on the request as it left the layers: an OSCORE request
+    /// is a FETCH outside and the GET it registers with only inside.
     #[cold]
     fn route_layered(
         &self,
         peer: SocketAddr,
         credential: Option<&Arc<Credential>>,
         message: Message,
-        registers: bool,
         ctx: &mut ReplyContext,
     ) -> Result<LayeredRoute, Response> {
         let mut request = self.request(peer, credential, message);
         if let Some(answer) = self.pass_layers(&mut request, ctx) {
             return Err(answer);
         }
+        let registers = request.method() == Code::GET && request.options().observe() == Some(0);
         let registration =
             registers.then(|| Box::new((request.message().clone(), ObserverExtras::of(&request))));
         Ok((self.tree.route(request), registration))
@@ -496,7 +498,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             }
             self.tree.route(self.request(peer, credential, request))
         } else {
-            match self.route_layered(peer, credential, request, registers, &mut ctx) {
+            match self.route_layered(peer, credential, request, &mut ctx) {
                 Ok((routed, kept)) => {
                     registration = kept;
                     routed

@@ -1,0 +1,98 @@
+//! `cobalt serve --credentials FILE` and `cobalt get --credentials FILE` with one
+//! aiocoap-style credentials file each: OSCORE over coap:// (the traffic carries the
+//! OSCORE option and no Uri-Path) and a DTLS PSK over coaps://.
+#![cfg(feature = "openssl")]
+
+#[path = "common/binary.rs"]
+mod binary;
+
+use binary::{cobalt, serve_until};
+use cobalt_test_support::ports::{free_udp_port, V4};
+use cobalt_test_support::temp::TempDir;
+
+/// An aiocoap OSCORE context directory `name` of `dir`.
+fn context(dir: &TempDir, name: &str, sender: &str, recipient: &str) {
+    std::fs::create_dir_all(dir.path().join(name)).unwrap();
+    dir.write(
+        &format!("{name}/settings.json"),
+        format!(
+            r#"{{"sender-id_hex": "{sender}", "recipient-id_hex": "{recipient}", "secret_ascii": "cli-test-secret!"}}"#
+        ),
+    );
+}
+
+#[test]
+fn serve_and_get_with_one_credentials_file_each() {
+    let dir = TempDir::new("credentials-cli");
+    context(&dir, "server-ctx", "01", "");
+    context(&dir, "client-ctx", "", "01");
+    let server_file = dir.write(
+        "server.json",
+        r#"{":client": {"oscore": {"basedir": "server-ctx/"}},
+            ":alice": {"dtls": {"client-identity": {"ascii": "alice"}, "psk": {"ascii": "secretPSK"}}}}"#,
+    );
+    let (port, dtls_port) = (free_udp_port(V4), free_udp_port(V4));
+    let mut serve = cobalt();
+    serve
+        .args(["serve", "--bind", "127.0.0.1", "--shards", "1"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--dtls-port",
+            &dtls_port.to_string(),
+        ])
+        .arg("--credentials")
+        .arg(&server_file);
+    let _server = serve_until(serve, "serving CoAP over DTLS on");
+
+    let client_file = dir.write(
+        "client.json",
+        format!(
+            r#"{{"coap://127.0.0.1:{port}/*": {{"oscore": {{"basedir": "client-ctx/"}}}},
+                "coaps://127.0.0.1:{dtls_port}/*": {{"dtls": {{"client-identity": {{"ascii": "alice"}}, "psk": {{"ascii": "secretPSK"}}}}}}}}"#
+        ),
+    );
+    let get = |uri: &str| {
+        cobalt()
+            .args(["get", "-v", uri, "--credentials"])
+            .arg(&client_file)
+            .output()
+            .unwrap()
+    };
+    let protected = get(&format!("coap://127.0.0.1:{port}/benchmark"));
+    let (out, traffic) = (
+        String::from_utf8_lossy(&protected.stdout),
+        String::from_utf8_lossy(&protected.stderr),
+    );
+    assert!(protected.status.success(), "{out}\n{traffic}");
+    assert_eq!(out.trim(), "hello world");
+    assert!(
+        traffic.contains("Option(9)"),
+        "the request went protected: {traffic}"
+    );
+    assert!(
+        !traffic.contains("benchmark"),
+        "no Uri-Path outside: {traffic}"
+    );
+    let sequence = std::fs::read_to_string(dir.path().join("client-ctx/sequence.json")).unwrap();
+    assert!(sequence.contains("next-to-send"), "{sequence}");
+
+    let dtls = get(&format!("coaps://127.0.0.1:{dtls_port}/benchmark"));
+    assert!(
+        dtls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dtls.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&dtls.stdout).trim(), "hello world");
+
+    // A file that is not a credentials file is a usage error naming it.
+    let bad = dir.write("bad.json", "[1, 2]");
+    let refused = cobalt()
+        .args(["get", "coap://127.0.0.1:1/x", "--credentials"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bad.json"), "{stderr}");
+}
