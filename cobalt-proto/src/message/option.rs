@@ -461,8 +461,11 @@ impl Options {
         let (h, used) = header(u32::from(number - previous), value.len() as u32);
         match next {
             None => {
-                self.buf.extend_from_slice(&h[..used]);
-                self.buf.extend_from_slice(value);
+                // One reservation and two plain copies: SmallVec's `extend_from_slice`
+                // is a general insertion, which the compiler keeps out of line.
+                self.buf.reserve(used + value.len());
+                self.buf.extend(h[..used].iter().copied());
+                self.buf.extend(value.iter().copied());
             }
             Some(next) => {
                 // The next option's delta is now counted from this one.
