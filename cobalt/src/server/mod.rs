@@ -73,7 +73,7 @@ use crate::transport::credentials::{PskStore, X509Credentials};
 use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
 use crate::transport::limits::TcpServerLimits;
 use crate::transport::tls::{Alpn, TlsAcceptor};
-use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
+use crate::transport::udp::{bind_shard_sockets_sharing, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::settings::Settings;
@@ -630,16 +630,17 @@ impl Server {
         staged: Option<Stages>,
         stage_threads: &mut Option<StageThreads>,
     ) -> Result<BoundSocket> {
+        let sharing = self.groups.is_some() && scheme == Scheme::Coap;
         let (ios, local_addr) = match staged {
             None => {
-                let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
+                let sockets = bind_shard_sockets_sharing(addr, shards, self.buffers, sharing)?;
                 self.exclude_groups(scheme, &sockets)?;
                 let local_addr = sockets[0].local_addr()?;
                 let ios = sockets.into_iter().map(DriverIo::Owned).collect();
                 (ios, local_addr)
             }
             Some(stages) => {
-                let socket = bind_shard_sockets_with(addr, 1, self.buffers)?.remove(0);
+                let socket = bind_shard_sockets_sharing(addr, 1, self.buffers, sharing)?.remove(0);
                 self.exclude_groups(scheme, std::slice::from_ref(&socket))?;
                 let local_addr = socket.local_addr()?;
                 let (ios, threads) = start_stages(socket, stages, self.stage_counters.clone())?;
