@@ -157,14 +157,13 @@ impl Lan {
     }
 
     fn remove(&self) {
-        for i in 1..=self.members {
+        let names = (1..=self.members).map(|i| self.ns(i)).chain([self.hub()]);
+        for ns in names {
             let _ = Command::new("ip")
-                .args(["netns", "del", &self.ns(i)])
+                .args(["netns", "del", &ns])
+                .stderr(Stdio::null())
                 .status();
         }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.hub()])
-            .status();
     }
 }
 

@@ -6,7 +6,7 @@
 //! port, so a datagram's socket says whether it was sent to a group: the unicast
 //! listener's receive path stays as it is (no `IP_PKTINFO` to read per datagram), and
 //! the unicast sockets are told not to take group traffic (`IP_MULTICAST_ALL` off,
-//! see [`exclude_groups`]). A group request is NON (a CON one is ignored, RFC 7252
+//! see `exclude_groups`). A group request is NON (a CON one is ignored, RFC 7252
 //! §8.1), runs the server's routes, and its answer goes out as NON after a random
 //! Leisure (§8.2) from a unicast socket of its own (groupcomm-bis lets an answer come
 //! from another port). Error answers (4.xx, 5.xx) and empty 2.05 answers are not sent,
