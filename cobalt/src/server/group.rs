@@ -235,8 +235,9 @@ pub(crate) fn exclude_groups(socket: &UdpSocket) -> io::Result<()> {
         };
         set(libc::SOL_IP, libc::IP_MULTICAST_ALL)?;
         if socket.local_addr()?.is_ipv6() {
-            // IPV6_MULTICAST_ALL (Linux 4.20).
-            set(libc::SOL_IPV6, 29)?;
+            // IPV6_MULTICAST_ALL (Linux 4.20; older kernels lack it, and their IPv6
+            // wildcard sockets may see the IPv6 groups' requests too).
+            let _ = set(libc::SOL_IPV6, 29);
         }
     }
     #[cfg(not(target_os = "linux"))]
