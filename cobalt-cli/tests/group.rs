@@ -210,6 +210,18 @@ fn three_cobalt_servers_answer_one_cobalt_group_request() {
     let none = lan.cobalt_group_get(1, "coap://224.0.1.187/no/such/resource", "1");
     assert_eq!(none.code(), Some(3), "{none:?}");
     assert!(responders(&none).is_empty(), "{none:?}");
+    // The link-local IPv6 group (once the link-local addresses are past DAD).
+    let uri = format!("coap://[ff02::fd%{IFACE}]/time");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let v6 = lan.cobalt_group_get(1, &uri, "1");
+        let from = responders(&v6);
+        if from.len() == 3 {
+            assert!(from.iter().all(|ip| ip.starts_with("[fe80:")), "{v6:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "ff02::fd: {v6:?}");
+    }
     // Unicast is served as before.
     let mut unicast = lan.command(1, env!("CARGO_BIN_EXE_cobalt"));
     unicast.args(["get", &format!("coap://{}/time", lan.addr(2))]);
