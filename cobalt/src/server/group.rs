@@ -23,10 +23,10 @@ use crate::response::Response;
 use cobalt_proto::message::{codec, opt, Code, Message, MessageType};
 use rand::Rng;
 use socket2::{Domain, Protocol, Socket, Type};
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// All-CoAP-Nodes for IPv4 (RFC 7252 §12.8).
@@ -64,6 +64,11 @@ pub struct GroupConfig {
     /// Group requests being served or waiting for their Leisure at once; more are
     /// dropped (a group request may be sent by anyone on the link).
     pub max_pending: usize,
+    /// Of those, at most this many from one IP address: a forged source address
+    /// gets at most this many answers per Leisure from each member (group answers,
+    /// such as discovery, are often larger than the request; this bounds what a
+    /// group can be made to send to one victim).
+    pub max_pending_per_ip: usize,
 }
 
 impl Default for GroupConfig {
@@ -73,6 +78,7 @@ impl Default for GroupConfig {
             ipv6: true,
             leisure: leisure_for(100, 80, 8000),
             max_pending: 256,
+            max_pending_per_ip: 4,
         }
     }
 }
@@ -258,7 +264,10 @@ impl GroupResponder {
         routes: &Routes,
         config: &GroupConfig,
     ) -> io::Result<GroupResponder> {
-        let pending = Arc::new(AtomicUsize::new(0));
+        let pending = Arc::new(Mutex::new(PendingAnswers::new(
+            config.max_pending,
+            config.max_pending_per_ip,
+        )));
         let mut tasks = Vec::new();
         for socket in sockets {
             let v6 = socket.local_addr()?.is_ipv6();
@@ -278,7 +287,6 @@ impl GroupResponder {
                 routes: routes.clone(),
                 reply,
                 leisure: config.leisure,
-                max_pending: config.max_pending,
                 pending: pending.clone(),
             };
             tasks.push(tokio::spawn(serving.run(group)));
@@ -299,16 +307,62 @@ struct Serving {
     routes: Routes,
     reply: Arc<tokio::net::UdpSocket>,
     leisure: Duration,
-    max_pending: usize,
-    pending: Arc<AtomicUsize>,
+    pending: Arc<Mutex<PendingAnswers>>,
+}
+
+/// The group requests being served or waiting for their Leisure: how many in all and
+/// from each IP address (an address is listed only while it has some, so the table
+/// holds at most `max` entries).
+#[derive(Debug)]
+struct PendingAnswers {
+    max: usize,
+    max_per_ip: usize,
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+impl PendingAnswers {
+    fn new(max: usize, max_per_ip: usize) -> PendingAnswers {
+        PendingAnswers {
+            max,
+            max_per_ip,
+            total: 0,
+            per_ip: HashMap::new(),
+        }
+    }
+
+    /// Takes a place for a request from `ip`; false when the server or `ip` has
+    /// none left.
+    fn take(&mut self, ip: IpAddr) -> bool {
+        let held = self.per_ip.get(&ip).copied().unwrap_or(0);
+        if self.total >= self.max || held >= self.max_per_ip {
+            return false;
+        }
+        self.total += 1;
+        self.per_ip.insert(ip, held + 1);
+        true
+    }
+
+    /// Gives back a place `ip` took.
+    fn give_back(&mut self, ip: IpAddr) {
+        if let Some(held) = self.per_ip.get_mut(&ip) {
+            *held -= 1;
+            self.total -= 1;
+            if *held == 0 {
+                self.per_ip.remove(&ip);
+            }
+        }
+    }
 }
 
 /// Gives a pending place back when an answer is sent or dropped.
-struct PendingPlace(Arc<AtomicUsize>);
+struct PendingPlace(Arc<Mutex<PendingAnswers>>, IpAddr);
 
 impl Drop for PendingPlace {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        if let Ok(mut pending) = self.0.lock() {
+            pending.give_back(self.1);
+        }
     }
 }
 
@@ -327,12 +381,12 @@ impl Serving {
             let Some(message) = group_request(&buf[..n]) else {
                 continue;
             };
-            if self.pending.fetch_add(1, Ordering::Relaxed) >= self.max_pending {
-                self.pending.fetch_sub(1, Ordering::Relaxed);
+            let placed = self.pending.lock().is_ok_and(|mut p| p.take(peer.ip()));
+            if !placed {
                 tracing::debug!(%peer, "group request dropped: too many pending");
                 continue;
             }
-            let place = PendingPlace(self.pending.clone());
+            let place = PendingPlace(self.pending.clone(), peer.ip());
             let at = answer_at(Instant::now(), self.leisure, &mut rand::rng());
             tree.refresh();
             let no_response = message.options.get_uint(opt::NO_RESPONSE);
@@ -442,6 +496,31 @@ mod tests {
         assert_eq!(m.mid, 77);
         assert_eq!(m.token, req.token);
         assert_eq!(m.payload, b"hi");
+    }
+
+    #[test]
+    fn pending_answers_are_bounded_per_address_and_in_all() {
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "10.0.0.1".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            "10.0.0.3".parse().unwrap(),
+        );
+        let mut pending = PendingAnswers::new(3, 2);
+        assert!(pending.take(a));
+        assert!(pending.take(a));
+        assert!(!pending.take(a), "a third from one address");
+        assert!(pending.take(b));
+        assert!(!pending.take(c), "a fourth in all");
+        pending.give_back(a);
+        assert!(pending.take(c));
+        pending.give_back(a);
+        pending.give_back(b);
+        pending.give_back(c);
+        assert!(pending.per_ip.is_empty());
+        assert_eq!(pending.total, 0);
+        // Giving back what was not taken changes nothing.
+        pending.give_back(a);
+        assert_eq!(pending.total, 0);
     }
 
     #[test]
