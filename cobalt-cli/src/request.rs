@@ -385,8 +385,10 @@ async fn request_and_print(
 /// How long to collect a group request's answers: `--wait` for a multicast URI
 /// (`None` for any other), or why the flags do not fit a group request.
 fn group_wait(args: &RequestArgs) -> Result<Option<Duration>, (i32, String)> {
-    let uri =
-        cobalt::proto::uri::CoapUri::parse(&args.uri).map_err(|e| (exit::USAGE, e.to_string()))?;
+    // A URI that does not parse is reported by the request as before.
+    let Ok(uri) = cobalt::proto::uri::CoapUri::parse(&args.uri) else {
+        return Ok(None);
+    };
     let group = uri.ip().is_some_and(|ip| ip.is_multicast());
     match (group, args.wait, args.non) {
         (false, None, _) => Ok(None),

@@ -299,3 +299,21 @@ async def main():
     await asyncio.get_running_loop().create_future()
 asyncio.run(main())
 "#;
+
+#[test]
+fn group_flags_that_do_not_fit_are_usage_errors() {
+    let cobalt = env!("CARGO_BIN_EXE_cobalt");
+    let cases: [(&[&str], &str); 3] = [
+        (&["get", "coap://224.0.1.187/x", "--wait", "1"], "add --non"),
+        (&["get", "--non", "coap://224.0.1.187/x"], "needs --wait"),
+        (
+            &["get", "--non", "coap://127.0.0.1/x", "--wait", "1"],
+            "not a multicast address",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = run(Command::new(cobalt).args(args), LIMIT);
+        assert_eq!(out.code(), Some(2), "{args:?}: {out:?}");
+        assert!(out.stderr.contains(says), "{args:?}: {out:?}");
+    }
+}

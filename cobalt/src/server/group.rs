@@ -523,6 +523,17 @@ mod tests {
         assert_eq!(pending.total, 0);
     }
 
+    #[tokio::test]
+    async fn groups_need_a_coap_listener() {
+        let e = crate::server::Server::new()
+            .join_multicast(GroupConfig::default())
+            .listen(crate::Scheme::CoapTcp, "127.0.0.1:0")
+            .start()
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("needs a coap:// listener"), "{e}");
+    }
+
     #[test]
     fn an_unknown_interface_says_so() {
         let config = GroupConfig {
