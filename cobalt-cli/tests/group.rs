@@ -210,6 +210,22 @@ fn three_cobalt_servers_answer_one_cobalt_group_request() {
     let none = lan.cobalt_group_get(1, "coap://224.0.1.187/no/such/resource", "1");
     assert_eq!(none.code(), Some(3), "{none:?}");
     assert!(responders(&none).is_empty(), "{none:?}");
+    // With No-Response 0 (`-O 258`: interested in every answer) the 4.04s come.
+    let mut c = lan.command(1, env!("CARGO_BIN_EXE_cobalt"));
+    c.args([
+        "get",
+        "--non",
+        "-O",
+        "258",
+        "coap://224.0.1.187/no/such/resource",
+    ]);
+    let errors = run(c.args(["--wait", "1"]), LIMIT);
+    assert_eq!(responders(&errors), want, "{errors:?}");
+    assert_eq!(errors.stdout.matches("4.04").count(), 3, "{errors:?}");
+    // A CON request to the group is not answered; the same request as NON is.
+    let mut raw = lan.command(1, "python3");
+    let counts = run(raw.args(["-c", CON_AND_NON]), LIMIT);
+    assert_eq!(counts.stdout.trim(), "con 0 non 3", "{counts:?}");
     // The link-local IPv6 group (once the link-local addresses are past DAD).
     let uri = format!("coap://[ff02::fd%{IFACE}]/time");
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -283,6 +299,27 @@ fn libcoap_and_aiocoap_servers_answer_a_cobalt_group_request() {
         seen.extend(responders(&out));
     }
 }
+
+/// Sends GET /time to 224.0.1.187 as CON (token 07) and as NON (token 08) and prints
+/// how many answers each got within 1.5 s.
+const CON_AND_NON: &str = r#"
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+path = bytes([0xB4]) + b"time"
+s.sendto(bytes([0x41, 0x01, 0x12, 0x34, 0x07]) + path, ("224.0.1.187", 5683))
+s.sendto(bytes([0x51, 0x01, 0x12, 0x35, 0x08]) + path, ("224.0.1.187", 5683))
+counts = {7: 0, 8: 0}
+end = time.monotonic() + 1.5
+while (left := end - time.monotonic()) > 0:
+    s.settimeout(left)
+    try:
+        data, _ = s.recvfrom(2048)
+    except socket.timeout:
+        break
+    if len(data) > 4 and data[0] & 0x0F == 1 and data[4] in counts:
+        counts[data[4]] += 1
+print("con", counts[7], "non", counts[8])
+"#;
 
 /// An aiocoap server joined to the groups on the interface `sys.argv[1]`.
 const AIOCOAP_GROUP_SERVER: &str = r#"
