@@ -368,7 +368,8 @@ impl Drop for PendingPlace {
 
 impl Serving {
     async fn run(self, group: tokio::net::UdpSocket) {
-        let mut buf = vec![0u8; 1500];
+        // A whole UDP datagram: a shorter buffer would cut one into another message.
+        let mut buf = vec![0u8; 65536];
         let mut tree = self.routes.serve();
         loop {
             let (n, peer) = match group.recv_from(&mut buf).await {
