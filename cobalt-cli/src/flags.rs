@@ -33,6 +33,27 @@ pub fn timeout(v: &str) -> Result<f64, String> {
         })
 }
 
+/// `--wait` of the request commands: seconds above 0, with or without a trailing `s`
+/// (`3`, `3s`, `0.5s`).
+pub fn wait(v: &str) -> Result<Duration, String> {
+    let v = v.trim();
+    v.strip_suffix('s')
+        .unwrap_or(v)
+        .parse::<f64>()
+        .map_err(|_| format!("expected a number of seconds above 0 (`3` or `3s`), not {v:?}"))
+        .and_then(|n| seconds("wait", n, false))
+}
+
+/// `--leisure` of `cobalt serve`: seconds from 0, with or without a trailing `s`.
+pub fn leisure(v: &str) -> Result<Duration, String> {
+    let v = v.trim();
+    v.strip_suffix('s')
+        .unwrap_or(v)
+        .parse::<f64>()
+        .map_err(|_| format!("expected a number of seconds from 0 (`1` or `0.5s`), not {v:?}"))
+        .and_then(|n| seconds("leisure", n, true))
+}
+
 /// Bytes written as hex digits, with or without `0x` (`--etag`, `--if-match`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hex(pub Vec<u8>);
@@ -187,6 +208,19 @@ pub fn host_port(v: &str) -> Result<std::net::SocketAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_waits_take_seconds_with_or_without_a_unit() {
+        assert_eq!(wait("3s"), Ok(Duration::from_secs(3)));
+        assert_eq!(wait("0.5"), Ok(Duration::from_millis(500)));
+        assert!(wait("0").is_err());
+        assert!(wait("-1s").is_err());
+        assert!(wait("nan").is_err());
+        assert!(wait("3ms").is_err());
+        assert_eq!(leisure("0"), Ok(Duration::ZERO));
+        assert_eq!(leisure("0.25s"), Ok(Duration::from_millis(250)));
+        assert!(leisure("inf").is_err());
+    }
 
     #[test]
     fn binds_take_names_zones_and_addresses() {

@@ -61,6 +61,13 @@ pub struct RequestArgs {
     /// Send a non-confirmable request.
     #[arg(long)]
     pub non: bool,
+    /// For a group URI (a multicast address such as coap://224.0.1.187/ or
+    /// coap://[ff02::fd%eth0]/, with --non): print every answer that arrives within
+    /// this many seconds (`3` or `3s`), each after a line naming its responder and
+    /// the answer's code. Servers answer after a random Leisure (1 s for Cobalt, 5 s
+    /// by RFC 7252's default) and send no errors, so wait longer than that.
+    #[arg(long, value_name = "SECONDS", value_parser = crate::flags::wait)]
+    pub wait: Option<Duration>,
     /// The request's token in hex (e.g. 0x1f2e) instead of a random one: up to 8 bytes
     /// for any server, longer (RFC 8974 extended tokens, up to 65804 bytes) for servers
     /// that accept them; a server that does not support extended tokens answers RST
@@ -367,9 +374,64 @@ async fn request_and_print(
 ) -> Result<(), (i32, String)> {
     let request = build(client, method, args)?;
     let mut out = Output::open(args.output.as_deref())?;
+    if let Some(wait) = group_wait(args)? {
+        return ask_group_and_print(&mut out, request, args, wait).await;
+    }
     let response = request.send().await.map_err(|e| error_exit(&e))?;
     print_response(&mut out, &response, args, false)?;
     response_status(&response)
+}
+
+/// How long to collect a group request's answers: `--wait` for a multicast URI
+/// (`None` for any other), or why the flags do not fit a group request.
+fn group_wait(args: &RequestArgs) -> Result<Option<Duration>, (i32, String)> {
+    // A URI that does not parse is reported by the request as before.
+    let Ok(uri) = cobalt::proto::uri::CoapUri::parse(&args.uri) else {
+        return Ok(None);
+    };
+    let group = uri.ip().is_some_and(|ip| ip.is_multicast());
+    match (group, args.wait, args.non) {
+        (false, None, _) => Ok(None),
+        (false, Some(_), _) => Err((
+            exit::USAGE,
+            format!(
+                "--wait is for group requests, and {} is not a multicast address",
+                uri.host
+            ),
+        )),
+        (true, _, false) => Err((
+            exit::USAGE,
+            "a request to a multicast group must be non-confirmable (RFC 7252 §8.1): add --non"
+                .into(),
+        )),
+        (true, None, true) => Err((
+            exit::USAGE,
+            "a group request needs --wait SECONDS: how long to collect the answers".into(),
+        )),
+        (true, Some(wait), true) => Ok(Some(wait)),
+    }
+}
+
+/// Sends a group request and prints each answer after a line with its responder
+/// and code; fails (exit 3) when none came within `wait`.
+async fn ask_group_and_print(
+    out: &mut Output,
+    request: cobalt::RequestBuilder,
+    args: &RequestArgs,
+    wait: Duration,
+) -> Result<(), (i32, String)> {
+    let answers = request.multicast(wait).await.map_err(|e| error_exit(&e))?;
+    for (from, response) in &answers {
+        out.write(format!("== {from} {}\n", response.code).as_bytes())?;
+        print_response(out, response, args, true)?;
+    }
+    if answers.is_empty() {
+        return Err((
+            exit::NETWORK,
+            format!("no answer from the group within {wait:?}"),
+        ));
+    }
+    Ok(())
 }
 
 /// `cobalt discover`: GET /.well-known/core and list the links, one per line, with

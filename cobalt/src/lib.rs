@@ -365,6 +365,38 @@
 //! false`) the crate is plain CoAP with no C dependency, and the secure schemes fail with
 //! [`Error::Unsupported`] naming the feature.
 //!
+//! # Groups
+//!
+//! A server joins All-CoAP-Nodes with [`Server::join_multicast`] and answers requests
+//! sent to the group as RFC 7252 §8 and draft-ietf-core-groupcomm-bis say (NON only,
+//! after a random Leisure, no errors or empty answers unless No-Response asks; see
+//! [`server::group`]). A client sends a NON request to a group with
+//! [`RequestBuilder::multicast`] and gets every answer that came within the wait:
+//!
+//! ```no_run
+//! use cobalt::server::{get, GroupConfig};
+//! use cobalt::{Client, Server};
+//! use std::time::Duration;
+//! # async fn run() -> cobalt::Result<()> {
+//! let groups = GroupConfig {
+//!     interfaces: vec!["eth0".into()],
+//!     ..GroupConfig::default()
+//! };
+//! let server = Server::new()
+//!     .route("/hello", get(|| async { "hello" }))
+//!     .join_multicast(groups)
+//!     .bind("[::]:5683")
+//!     .await?;
+//! let answers = Client::new()
+//!     .request(cobalt::Code::GET, "coap://224.0.1.187/hello")
+//!     .multicast(Duration::from_secs(3))
+//!     .await?;
+//! for (from, response) in answers {
+//!     println!("{from}: {}", response.text_payload());
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # Protection
 //!
 //! Everything from the network is treated as hostile: no state an unverified peer can

@@ -35,6 +35,17 @@ pub struct ServeArgs {
     /// UDP port; 0 picks a free one [config: server.port, default 5683].
     #[arg(short, long)]
     pub port: Option<u16>,
+    /// Also answer requests to the All-CoAP-Nodes groups (224.0.1.187, ff02::fd,
+    /// ff05::fd) on the UDP port: on the interfaces named (comma-separated, e.g.
+    /// `--multicast eth0,eth1`), or without a name on the one the kernel picks (IPv4
+    /// and ff05::fd only). Group answers go out after a random Leisure (--leisure);
+    /// errors and empty answers are not sent (RFC 7252 §8, groupcomm-bis).
+    #[arg(long, value_name = "IFACES", num_args = 0..=1)]
+    pub multicast: Option<Option<String>>,
+    /// The most seconds a group answer waits (RFC 7252 §8.2 Leisure; `0.5` or `0.5s`);
+    /// default 1, the RFC's S·G/R for 100-byte answers from 80 servers over 64 kbit/s.
+    #[arg(long, value_name = "SECONDS", value_parser = crate::flags::leisure, requires = "multicast")]
+    pub leisure: Option<std::time::Duration>,
     /// Also serve the ETSI CoAP plugtest resources (/test, /seg1/seg2/seg3, /query, ...).
     #[arg(long)]
     pub plugtest: bool,
@@ -286,6 +297,21 @@ pub async fn run(args: ServeArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     if let Some(port) = wss {
         server = server.listen(Scheme::CoapsWs, bind.with_port(port));
+    }
+    if let Some(interfaces) = &args.multicast {
+        let mut groups = cobalt::server::GroupConfig {
+            interfaces: interfaces
+                .iter()
+                .flat_map(|names| names.split(','))
+                .map(|name| name.trim().to_string())
+                .filter(|name| !name.is_empty())
+                .collect(),
+            ..Default::default()
+        };
+        if let Some(leisure) = args.leisure {
+            groups.leisure = leisure;
+        }
+        server = server.join_multicast(groups);
     }
     let handle =
         server

@@ -11,6 +11,8 @@
 
 pub mod blocking;
 mod blockwise;
+mod group;
+pub use group::MAX_GROUP_ANSWERS;
 pub(crate) mod hooks;
 pub use blockwise::MAX_BODY;
 mod observe;
@@ -568,6 +570,27 @@ impl RequestBuilder {
                 .map_err(|_| Error::Deadline(t))?,
             None => exchange.await,
         }
+    }
+
+    /// Sends the request as NON to the multicast group of its `coap://` URI (such as
+    /// `coap://224.0.1.187/.well-known/core` or `coap://[ff02::fd%eth0]/...`) and
+    /// returns every answer that arrives within `wait`, each with its responder's
+    /// address, in the order received (at most [`MAX_GROUP_ANSWERS`]). Servers wait
+    /// a random Leisure before answering (RFC 7252 §8.2) and say nothing when they
+    /// have nothing useful to say (groupcomm-bis), so no answer is not an error: the
+    /// list is empty. Each call uses a fresh token on a socket of its own, closed when
+    /// `wait` ends, so a late answer is never taken for another request's.
+    pub async fn multicast(mut self, wait: Duration) -> Result<Vec<(SocketAddr, Response)>> {
+        let uri = CoapUri::parse(&self.uri)?;
+        if uri.scheme != Scheme::Coap {
+            return Err(Error::Unsupported(Unsupported::Argument(format!(
+                "group requests go over coap:// only (RFC 7252 §8; groupcomm-bis), not {}",
+                uri.scheme
+            ))));
+        }
+        let group = resolve(&uri).await?;
+        uri.apply_to(&mut self.message.options);
+        group::ask_group(self.message, group, wait).await
     }
 
     /// The client to send with: this request's credentials ([`RequestBuilder::psk`],

@@ -22,6 +22,7 @@ mod executor;
 mod extensions;
 pub mod extract;
 mod fanout;
+pub mod group;
 mod handler;
 mod handoff;
 mod intake;
@@ -45,6 +46,7 @@ pub use cobalt_proto::blockwise::uploads::UploadLimits;
 pub use cobalt_proto::observe::relations::ConPolicy;
 pub use executor::{AsyncPool, Executor, ThreadPool};
 pub use extensions::Extensions;
+pub use group::GroupConfig;
 pub use handler::{
     any, delete, fetch, get, ipatch, patch, post, put, via, BoxedChunkHandler, FromRequest,
     FromRequestParts, Handler, MethodRouter, UploadChunk,
@@ -71,7 +73,7 @@ use crate::transport::credentials::{PskStore, X509Credentials};
 use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
 use crate::transport::limits::TcpServerLimits;
 use crate::transport::tls::{Alpn, TlsAcceptor};
-use crate::transport::udp::{bind_shard_sockets_with, SocketBuffers};
+use crate::transport::udp::{bind_shard_sockets_sharing, SocketBuffers};
 use crate::{Error, Result};
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::settings::Settings;
@@ -110,6 +112,8 @@ pub struct Server {
     listeners: Vec<(Scheme, std::io::Result<SocketAddr>)>,
     /// The server's layers, outermost first.
     layers: Layers,
+    /// The groups the `coap` listener joins ([`Server::join_multicast`]).
+    groups: Option<GroupConfig>,
 }
 
 /// How a connection-oriented scheme (RFC 8323) frames its messages.
@@ -427,6 +431,17 @@ impl Server {
         Ok(listener)
     }
 
+    /// Joins All-CoAP-Nodes (224.0.1.187, and ff02::fd and ff05::fd unless
+    /// `groups.ipv6` is off) on `groups.interfaces` with the `coap` listener's port,
+    /// and answers the requests sent there as RFC 7252 §8 and groupcomm-bis say: NON
+    /// only, after a random Leisure, errors and empty answers suppressed unless the
+    /// request's No-Response asks for them (see [`group`]). [`Server::start`] fails
+    /// when there is no `coap` listener or a group cannot be joined.
+    pub fn join_multicast(mut self, groups: GroupConfig) -> Server {
+        self.groups = Some(groups);
+        self
+    }
+
     /// Serves over UDP (`coap://`) on `addr`, next to the listeners given with
     /// [`Server::listen`], and starts: `server.listen(Scheme::Coap, addr).start()`.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<ServerHandle> {
@@ -443,6 +458,15 @@ impl Server {
         let (datagram, streams): (Vec<_>, Vec<_>) =
             listeners.into_iter().partition(|(s, _)| s.is_datagram());
         let bound = self.bind_datagram(&datagram)?;
+        let group_sockets = match self.bind_groups(&bound) {
+            Ok(sockets) => sockets,
+            Err(e) => {
+                if let Some(threads) = bound.stage_threads {
+                    threads.stop();
+                }
+                return Err(e);
+            }
+        };
         let stage_threads = bound.stage_threads;
         let mut metrics = Metrics::new(bound.sockets.iter().map(|b| b.ios.len()).sum());
         if stage_threads.is_some() {
@@ -489,6 +513,18 @@ impl Server {
             listening.push((socket.scheme, socket.local_addr));
         }
         routes.attach_shards(started.inboxes.clone());
+        let groups = match (&self.groups, group_sockets.is_empty()) {
+            (Some(config), false) => {
+                match group::GroupResponder::start(group_sockets, &routes, config) {
+                    Ok(responder) => Some(responder),
+                    Err(e) => {
+                        started.stop();
+                        return Err(e.into());
+                    }
+                }
+            }
+            _ => None,
+        };
         let streams = match self.start_streams(&streams, &routes).await {
             Ok(streams) => streams,
             Err(e) => {
@@ -508,7 +544,29 @@ impl Server {
             stage_threads,
             metrics,
             streams,
+            groups,
         })
+    }
+
+    /// The group sockets of [`Server::join_multicast`] on the `coap` listener's port
+    /// (none without it).
+    fn bind_groups(&self, bound: &BoundDatagram) -> Result<Vec<std::net::UdpSocket>> {
+        let Some(config) = &self.groups else {
+            return Ok(Vec::new());
+        };
+        let port = bound
+            .sockets
+            .iter()
+            .find(|s| s.scheme == Scheme::Coap)
+            .map(|s| s.local_addr.port())
+            .ok_or_else(|| {
+                Error::Unsupported(Unsupported::Argument(
+                    "Server::join_multicast needs a coap:// listener (groups are never \
+                     served over DTLS): add Server::listen(Scheme::Coap, address)"
+                        .into(),
+                ))
+            })?;
+        group::bind_groups(config, port).map_err(Error::Io)
     }
 
     /// The listeners with their addresses, or why they cannot all be opened.
@@ -572,15 +630,18 @@ impl Server {
         staged: Option<Stages>,
         stage_threads: &mut Option<StageThreads>,
     ) -> Result<BoundSocket> {
+        let sharing = self.groups.is_some() && scheme == Scheme::Coap;
         let (ios, local_addr) = match staged {
             None => {
-                let sockets = bind_shard_sockets_with(addr, shards, self.buffers)?;
+                let sockets = bind_shard_sockets_sharing(addr, shards, self.buffers, sharing)?;
+                self.exclude_groups(scheme, &sockets)?;
                 let local_addr = sockets[0].local_addr()?;
                 let ios = sockets.into_iter().map(DriverIo::Owned).collect();
                 (ios, local_addr)
             }
             Some(stages) => {
-                let socket = bind_shard_sockets_with(addr, 1, self.buffers)?.remove(0);
+                let socket = bind_shard_sockets_sharing(addr, 1, self.buffers, sharing)?.remove(0);
+                self.exclude_groups(scheme, std::slice::from_ref(&socket))?;
                 let local_addr = socket.local_addr()?;
                 let (ios, threads) = start_stages(socket, stages, self.stage_counters.clone())?;
                 *stage_threads = Some(threads);
@@ -604,6 +665,15 @@ impl Server {
             ios,
             layers,
         })
+    }
+
+    /// With [`Server::join_multicast`], keeps group datagrams off the `coap`
+    /// listener's unicast sockets (the group sockets serve them).
+    fn exclude_groups(&self, scheme: Scheme, sockets: &[std::net::UdpSocket]) -> Result<()> {
+        if self.groups.is_some() && scheme == Scheme::Coap {
+            sockets.iter().try_for_each(group::exclude_groups)?;
+        }
+        Ok(())
     }
 
     /// Starts one server shard (with its changes inbox) on its own thread; its
@@ -700,6 +770,8 @@ pub struct ServerHandle {
     metrics: Metrics,
     streams: Vec<(Scheme, TcpListenerHandle)>,
     routes: Routes,
+    /// The group responder of [`Server::join_multicast`].
+    groups: Option<group::GroupResponder>,
 }
 
 impl std::fmt::Debug for StageThreads {
@@ -754,6 +826,9 @@ impl ServerHandle {
         }
         for (_, l) in &self.streams {
             l.shutdown(grace);
+        }
+        if let Some(groups) = &self.groups {
+            groups.stop();
         }
         self.wait().await;
         tracing::info!(?local_addr, "CoAP server stopped");

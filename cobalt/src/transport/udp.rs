@@ -44,14 +44,30 @@ pub fn bind_shard_sockets_with(
     count: usize,
     buffers: SocketBuffers,
 ) -> io::Result<Vec<UdpSocket>> {
+    bind_shard_sockets_sharing(addr, count, buffers, false)
+}
+
+/// [`bind_shard_sockets_with`], with `SO_REUSEADDR` on the sockets when `with_groups`
+/// so that the server's group sockets (bound to a group address on the same port) can
+/// bind beside a wildcard address; the probe (without it) still refuses a port that
+/// another process serves.
+pub(crate) fn bind_shard_sockets_sharing(
+    addr: SocketAddr,
+    count: usize,
+    buffers: SocketBuffers,
+    with_groups: bool,
+) -> io::Result<Vec<UdpSocket>> {
     let mut sockets = Vec::with_capacity(count);
     let mut addr = addr;
-    if count > 1 && addr.port() != 0 {
+    if (count > 1 || with_groups) && addr.port() != 0 {
         // Refuse a port another process serves (see the module docs).
         new_socket(addr, false, SocketBuffers { recv: 0, send: 0 })?.bind(&addr.into())?;
     }
     for _ in 0..count.max(1) {
         let s = new_socket(addr, count > 1, buffers)?;
+        if with_groups {
+            s.set_reuse_address(true)?;
+        }
         s.bind(&addr.into())?;
         if addr.port() == 0 {
             addr = s.local_addr()?.as_socket().unwrap_or(addr);
