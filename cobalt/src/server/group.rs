@@ -20,10 +20,11 @@
 use super::request::{IntoResponse, Request};
 use super::routes::Routes;
 use crate::response::Response;
+use crate::transport::per_ip::IpCounts;
+use cobalt_proto::address::AddressPrefix;
 use cobalt_proto::message::{codec, opt, Code, Message, MessageType};
 use rand::Rng;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::sync::{Arc, Mutex};
@@ -258,15 +259,19 @@ pub(crate) struct GroupResponder {
 }
 
 impl GroupResponder {
-    /// Serves `routes` on the group sockets, answering from sockets of their own.
+    /// Serves `routes` on the group sockets, answering from sockets of their own;
+    /// pending answers are counted per address key (IPv6 by `prefix`, as every
+    /// per-address budget of the server).
     pub(crate) fn start(
         sockets: Vec<UdpSocket>,
         routes: &Routes,
         config: &GroupConfig,
+        prefix: AddressPrefix,
     ) -> io::Result<GroupResponder> {
         let pending = Arc::new(Mutex::new(PendingAnswers::new(
             config.max_pending,
             config.max_pending_per_ip,
+            prefix,
         )));
         let mut tasks = Vec::new();
         for socket in sockets {
@@ -311,46 +316,43 @@ struct Serving {
 }
 
 /// The group requests being served or waiting for their Leisure: how many in all and
-/// from each IP address (an address is listed only while it has some, so the table
-/// holds at most `max` entries).
+/// from each address key (a key is listed only while it has some, so the table holds
+/// at most `max` entries).
 #[derive(Debug)]
 struct PendingAnswers {
     max: usize,
     max_per_ip: usize,
     total: usize,
-    per_ip: HashMap<IpAddr, usize>,
+    per_ip: IpCounts,
 }
 
 impl PendingAnswers {
-    fn new(max: usize, max_per_ip: usize) -> PendingAnswers {
+    fn new(max: usize, max_per_ip: usize, prefix: AddressPrefix) -> PendingAnswers {
         PendingAnswers {
             max,
             max_per_ip,
             total: 0,
-            per_ip: HashMap::new(),
+            per_ip: IpCounts::new(prefix),
         }
     }
 
-    /// Takes a place for a request from `ip`; false when the server or `ip` has
+    /// Takes a place for a request from `ip`; false when the server or `ip`'s key has
     /// none left.
     fn take(&mut self, ip: IpAddr) -> bool {
-        let held = self.per_ip.get(&ip).copied().unwrap_or(0);
+        let held = self.per_ip.get(ip) as usize;
         if self.total >= self.max || held >= self.max_per_ip {
             return false;
         }
         self.total += 1;
-        self.per_ip.insert(ip, held + 1);
+        self.per_ip.add(ip);
         true
     }
 
     /// Gives back a place `ip` took.
     fn give_back(&mut self, ip: IpAddr) {
-        if let Some(held) = self.per_ip.get_mut(&ip) {
-            *held -= 1;
+        if self.per_ip.get(ip) > 0 {
+            self.per_ip.remove(ip);
             self.total -= 1;
-            if *held == 0 {
-                self.per_ip.remove(&ip);
-            }
         }
     }
 }
@@ -506,7 +508,7 @@ mod tests {
             "10.0.0.2".parse().unwrap(),
             "10.0.0.3".parse().unwrap(),
         );
-        let mut pending = PendingAnswers::new(3, 2);
+        let mut pending = PendingAnswers::new(3, 2, AddressPrefix::default());
         assert!(pending.take(a));
         assert!(pending.take(a));
         assert!(!pending.take(a), "a third from one address");
@@ -522,6 +524,11 @@ mod tests {
         // Giving back what was not taken changes nothing.
         pending.give_back(a);
         assert_eq!(pending.total, 0);
+        // Addresses of one IPv6 /64 share one key.
+        let mut pending = PendingAnswers::new(8, 2, AddressPrefix::default());
+        let host = |h: u16| IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, h));
+        assert!(pending.take(host(1)) && pending.take(host(2)));
+        assert!(!pending.take(host(3)), "the /64's third");
     }
 
     #[tokio::test]

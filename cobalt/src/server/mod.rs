@@ -515,7 +515,12 @@ impl Server {
         routes.attach_shards(started.inboxes.clone());
         let groups = match (&self.groups, group_sockets.is_empty()) {
             (Some(config), false) => {
-                match group::GroupResponder::start(group_sockets, &routes, config) {
+                match group::GroupResponder::start(
+                    group_sockets,
+                    &routes,
+                    config,
+                    self.config.ipv6_budget_prefix,
+                ) {
                     Ok(responder) => Some(responder),
                     Err(e) => {
                         started.stop();
