@@ -221,25 +221,7 @@ fn group_socket(addr: SocketAddr) -> io::Result<Socket> {
 pub(crate) fn exclude_groups(socket: &UdpSocket) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        use std::os::fd::AsRawFd;
-        let off: libc::c_int = 0;
-        let set = |level, name| {
-            // SAFETY: a valid socket and a c_int option value.
-            let r = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    level,
-                    name,
-                    (&off as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        };
+        let set = |level, name| crate::transport::udp::set_int_option(socket, level, name, 0);
         set(libc::SOL_IP, libc::IP_MULTICAST_ALL)?;
         if socket.local_addr()?.is_ipv6() {
             // IPV6_MULTICAST_ALL (Linux 4.20; older kernels lack it, and their IPv6

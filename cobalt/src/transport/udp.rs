@@ -98,6 +98,32 @@ fn new_socket(addr: SocketAddr, reuse_port: bool, buffers: SocketBuffers) -> io:
     Ok(s)
 }
 
+/// Sets the integer socket option `name` at `level` to `value` (Linux `setsockopt`).
+#[cfg(target_os = "linux")]
+pub(crate) fn set_int_option(
+    socket: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid socket and a c_int option value of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Asks the kernel to report ICMP errors (port, host or network unreachable) for the
 /// datagrams this socket sends (Linux: `IP_RECVERR`, and `IPV6_RECVERR` on an IPv6
 /// socket), so that a client learns at once that nothing listens instead of waiting
@@ -105,25 +131,7 @@ fn new_socket(addr: SocketAddr, reuse_port: bool, buffers: SocketBuffers) -> io:
 pub(crate) fn report_unreachable(socket: &UdpSocket) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        use std::os::fd::AsRawFd;
-        let on: libc::c_int = 1;
-        let set = |level, name| {
-            // SAFETY: a valid socket and a c_int option value.
-            let r = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    level,
-                    name,
-                    (&on as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        };
+        let set = |level, name| set_int_option(socket, level, name, 1);
         if socket.local_addr()?.is_ipv6() {
             set(libc::SOL_IPV6, libc::IPV6_RECVERR)?;
             // IPv4 peers of a dual-stack socket (best effort).
