@@ -41,23 +41,6 @@ check_port_free udp "$port"
 make_workdir compare
 
 uri="coap://127.0.0.1:$port/benchmark"
-ready_check() { "$COBALT" get "$uri" --timeout 1; }
-
-# bench_one LABEL DESCRIPTION: waits for the started server, benchmarks it, stops it.
-bench_one() {
-  local label=$1 desc=$2 json
-  json=$work/$(printf '%s' "$label" | tr -c 'A-Za-z0-9' '_').json
-  skip_reason=""
-  if ! wait_ready "$label" ready_check; then
-    record_skip "$label" "$skip_reason; log: $(log_tail "$work/server.log")" "$desc"
-  elif run_bench "$label" "$uri" "$json"; then
-    record_ok "$label" "$json" "$desc"
-  else
-    record_skip "$label" "cobalt bench failed (exit $?)" "$desc"
-  fi
-  stop_server
-  check_port_free udp "$port"
-}
 
 # Builds the Californium server on first use; prints its class path.
 californium_classpath() {

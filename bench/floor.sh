@@ -62,7 +62,6 @@ set_duration() {
   if [ "$1" -ge "$long_from" ]; then duration=$long_duration; else duration=$short_duration; fi
 }
 uri="coap://127.0.0.1:$port/benchmark"
-ready_check() { "$COBALT" get "$uri" --timeout 1; }
 
 # Local load generators for counts above $per_generator: `generators COUNT` starts
 # enough `cobalt bench worker`s (pinned like the generator) and sets worker_args.

@@ -239,3 +239,23 @@ prepare_run() {
   find_cobalt
   setup_pinning
 }
+
+# The servers' readiness: $uri answers (CON GET, 1 s).
+ready_check() { "$COBALT" get "$uri" --timeout 1; }
+
+# bench_one LABEL DESCRIPTION: waits for the server just started, benchmarks $uri on
+# it (the manifest records the result or why not), stops it.
+bench_one() {
+  local label=$1 desc=$2 json
+  json=$work/$(printf '%s' "$label" | tr -c 'A-Za-z0-9' '_').json
+  skip_reason=""
+  if ! wait_ready "$label" ready_check; then
+    record_skip "$label" "$skip_reason; log: $(log_tail "$work/server.log")" "$desc"
+  elif run_bench "$label" "$uri" "$json"; then
+    record_ok "$label" "$json" "$desc"
+  else
+    record_skip "$label" "cobalt bench failed (exit $?)" "$desc"
+  fi
+  stop_server
+  check_port_free udp "$port"
+}

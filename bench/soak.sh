@@ -56,7 +56,6 @@ dest=$out_dir/soak-$stamp
 mkdir -p "$dest"
 
 uri="coap://127.0.0.1:$port/benchmark"
-ready_check() { "$COBALT" get "$uri" --timeout 1; }
 
 # start_default: a fresh `cobalt serve` with the default configuration (port aside).
 start_default() {
