@@ -32,46 +32,6 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Why the cluster cannot run here, if it cannot.
-fn unavailable() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("the cluster test needs root (network namespaces, nftables)".into());
-    }
-    for tool in ["ip", "nft", "redis-server", "curl"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Some(format!(
-                "the cluster test needs {tool} (scripts/install-test-deps.sh installs it)"
-            ));
-        }
-    }
-    let probe = format!("cbcl-probe{}", std::process::id());
-    let made = Command::new("ip")
-        .args(["netns", "add", &probe])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !made {
-        return Some("the cluster test cannot create network namespaces".into());
-    }
-    let _ = Command::new("ip").args(["netns", "del", &probe]).status();
-    None
-}
-
-/// Whether to run: true here, else a note (or a panic under COBALT_REQUIRE_NETNS=1).
-fn ready_for_cluster() -> bool {
-    let Some(why) = unavailable() else {
-        return true;
-    };
-    let required = std::env::var("COBALT_REQUIRE_NETNS").is_ok_and(|v| v == "1");
-    assert!(!required, "{why} and COBALT_REQUIRE_NETNS=1");
-    eprintln!("skipped: {why}");
-    false
-}
-
 /// `scripts/cluster.sh ARGS` for this test's cluster; its stdout; panics on failure.
 fn cluster(args: &[&str]) -> String {
     let out = Command::new("bash")
@@ -165,7 +125,7 @@ async fn renew_all(clients: &mut Vec<RdClient>) -> Vec<Duration> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others() {
-    if !ready_for_cluster() {
+    if !cobalt_test_support::netns::ready("the cluster test", &["nft", "redis-server", "curl"]) {
         return;
     }
     let _up = Up::new();

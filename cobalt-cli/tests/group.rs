@@ -13,39 +13,7 @@ use cobalt_test_support::peers::{aiocoap, on_path, require};
 use cobalt_test_support::process::{run, ChildGuard, Ran};
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-/// Why namespaces cannot be made here, if they cannot.
-fn unavailable() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("the group tests need root (network namespaces)".into());
-    }
-    static PROBES: AtomicUsize = AtomicUsize::new(0);
-    let n = PROBES.fetch_add(1, Ordering::Relaxed);
-    let probe = format!("cbgr-probe{}-{n}", std::process::id());
-    let made = Command::new("ip")
-        .args(["netns", "add", &probe])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !made {
-        return Some("the group tests cannot create network namespaces (ip netns add)".into());
-    }
-    let _ = Command::new("ip").args(["netns", "del", &probe]).status();
-    None
-}
-
-/// Whether to run: true here, else a note (or a panic under COBALT_REQUIRE_NETNS=1).
-fn ready() -> bool {
-    let Some(why) = unavailable() else {
-        return true;
-    };
-    let required = std::env::var("COBALT_REQUIRE_NETNS").is_ok_and(|v| v == "1");
-    assert!(!required, "{why} and COBALT_REQUIRE_NETNS=1");
-    eprintln!("skipped: {why}");
-    false
-}
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().unwrap();
@@ -189,7 +157,7 @@ fn responders(out: &Ran) -> BTreeSet<String> {
 
 #[test]
 fn three_cobalt_servers_answer_one_cobalt_group_request() {
-    if !ready() {
+    if !cobalt_test_support::netns::ready("the group tests", &[]) {
         return;
     }
     let lan = Lan::new("c", 71, 4);
@@ -247,7 +215,7 @@ fn three_cobalt_servers_answer_one_cobalt_group_request() {
 
 #[test]
 fn libcoap_client_gets_answers_from_several_cobalt_servers() {
-    if !ready() {
+    if !cobalt_test_support::netns::ready("the group tests", &[]) {
         return;
     }
     let Some(client) = require("libcoap's coap-client-notls", on_path("coap-client-notls")) else {
@@ -264,7 +232,7 @@ fn libcoap_client_gets_answers_from_several_cobalt_servers() {
 
 #[test]
 fn libcoap_and_aiocoap_servers_answer_a_cobalt_group_request() {
-    if !ready() {
+    if !cobalt_test_support::netns::ready("the group tests", &[]) {
         return;
     }
     let Some(server) = require("libcoap's coap-server-notls", on_path("coap-server-notls")) else {

@@ -7,6 +7,7 @@
 //! `COBALT_REQUIRE_PEERS=1` (see [`peers::require`]); `scripts/install-test-deps.sh`
 //! installs them all.
 
+pub mod netns;
 pub mod peers;
 #[cfg(feature = "pki")]
 pub mod pki;
