@@ -669,7 +669,10 @@ impl Uploads {
             }
             Ok(Received::Complete(body)) => {
                 self.drop_qblock(&key);
-                Some(UploadStep::Complete { body, last: block })
+                // Echo the final block, whichever block completed the body.
+                let n = body.len().saturating_sub(1) / block.size();
+                let last = BlockValue::new(n as u32, false, block.szx).unwrap_or(block);
+                Some(UploadStep::Complete { body, last })
             }
         }
     }

@@ -700,3 +700,7 @@ impl Producer for Runner<'_> {
 #[cfg(test)]
 #[path = "role_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "qblock_tests.rs"]
+mod qblock_tests;
