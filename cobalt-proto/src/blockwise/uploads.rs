@@ -1,6 +1,7 @@
 //! Block1 uploads (RFC 7959 §2.5): bodies arriving block by block are reassembled
 //! per peer and resource, in order, within a size limit, before the handler runs once
-//! with the whole body. Over CoAP over TCP and WebSockets the blocks may be BERT
+//! with the whole body. Q-Block1 uploads (RFC 9177, [`Uploads::handle_qblock1`]) are
+//! reassembled in any order by a [`QBlock1Body`] each and count in the same budgets. Over CoAP over TCP and WebSockets the blocks may be BERT
 //! blocks (RFC 8323 §6) when the server announced BERT; they are checked the same way
 //! (a non-final BERT block must be a multiple of 1024 bytes, every block must start
 //! where the body received so far ends).
@@ -617,6 +618,11 @@ impl Uploads {
             return Some(UploadStep::Reject(m));
         }
         let key = (peer, upload_key(req));
+        if block.offset() + req.payload.len() > self.bounds.max_body {
+            // Before any budget is asked: a block past the limit is 4.13, not 4.29.
+            self.drop_qblock(&key);
+            return Some(UploadStep::Reject(self.too_large()));
+        }
         if !self.qblocks.contains_key(&key) {
             if block.num == 0 && !block.more {
                 return Some(UploadStep::Complete {
@@ -634,7 +640,6 @@ impl Uploads {
             self.schedule_sweep(now);
         }
         let growth = self.qblocks[&key].body.growth(block, req.payload.len());
-        let growth = growth.min(self.bounds.max_body);
         if growth > 0 {
             if let Err(r) = self.admit_bytes(peer, growth) {
                 self.drop_qblock(&key);

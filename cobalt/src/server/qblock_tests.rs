@@ -275,7 +275,7 @@ fn q_block1_uploads_are_bounded_like_block1_uploads() {
     }
     assert_eq!(codes, [Code::TOO_MANY_REQUESTS]);
     assert_eq!(role.uploads.stats().uploads, 2);
-    // Too large (block 4 of 64 bytes ends past 256 bytes).
+    // Too large: block 5 of 64 bytes ends past the 256 bytes allowed.
     let big = vec![0u8; 64 * 6];
     ep.handle_datagram(now, client(), &codec::encode(&block(&big, 5, 0, 10)));
     let answers = serve(&mut ep, &mut role, now);
