@@ -18,11 +18,11 @@
 //!
 //! The server's upload table ([`super::uploads::Uploads::handle_qblock1`]) keeps one
 //! [`QBlock1Body`] per upload within the Block1 uploads' budgets, and the server role
-//! answers the 4.08 once [`QBlock1Body::missing_due`] has passed. There is no Q-Block2
-//! (the response side) and no client role yet: a request with Q-Block2 still gets 4.02
-//! (Bad Option), which RFC 9177 has a client see from a server without it. Memory is
-//! bounded by the body limit given to [`QBlock1Body::new`] (the blocks' bytes plus one
-//! bit per block).
+//! answers the 4.08 once [`QBlock1Body::missing_due`] has passed. Of Q-Block2 (the
+//! response side) the server only answers a request whose answer fits in one block
+//! (with Q-Block2; longer answers come in Block2 blocks), and there is no client role
+//! yet. Memory is bounded by the body limit given to [`QBlock1Body::new`] (the blocks'
+//! bytes plus one bit per block).
 
 use crate::message::{opt, BlockValue, Code, Message, MessageType};
 use std::time::{Duration, Instant};

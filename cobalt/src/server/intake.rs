@@ -8,7 +8,7 @@ use super::handler::BoxedChunkHandler;
 use super::tree::ResourceTree;
 use super::validate::refusal;
 use super::{Executor, Response};
-use cobalt_proto::blockwise::qblock::Q_BLOCK1;
+use cobalt_proto::blockwise::qblock::{Q_BLOCK1, Q_BLOCK2};
 use cobalt_proto::blockwise::uploads::{upload_key, UploadStep, Uploads};
 use cobalt_proto::message::{opt, BlockValue, Code, Message};
 use std::net::SocketAddr;
@@ -177,4 +177,31 @@ pub(crate) fn acknowledge_block(
         response.options.set_uint(number, b.encode());
     }
     response
+}
+
+/// A request asking for its answer in Q-Block2 blocks (RFC 9177) is answered like one
+/// asking with Block2: its first Q-Block2 value moves to Block2 (unless it has Block2
+/// too). True if the request carried Q-Block2; [`answer_in_qblock2`] then finishes
+/// the answer.
+pub(crate) fn take_qblock2(request: &mut Message) -> bool {
+    let Some(value) = request.options.get_uint(Q_BLOCK2) else {
+        return false;
+    };
+    request.options.remove(Q_BLOCK2);
+    if !request.options.contains(opt::BLOCK2) && BlockValue::decode(value).is_some() {
+        request.options.set_uint(opt::BLOCK2, value);
+    }
+    true
+}
+
+/// The answer to a Q-Block2 request: a body that fits in its first block is a whole
+/// Q-Block2 transfer of one block, so its Block2 becomes Q-Block2 (which is also how a
+/// client such as libcoap learns that this server takes Q-Block1 uploads). A longer
+/// body is served with Block2 (RFC 7959): bursts of NON Q-Block2 blocks are not
+/// implemented.
+pub(crate) fn answer_in_qblock2(answer: &mut Message) {
+    if let Some(b) = answer.block2().filter(|b| b.num == 0 && !b.more) {
+        answer.options.remove(opt::BLOCK2);
+        answer.options.set_uint(Q_BLOCK2, b.encode());
+    }
 }

@@ -7,7 +7,7 @@ use super::*;
 use crate::server::layer::Front;
 use crate::server::{put, Request, ResourceTree, Routes};
 use cobalt_proto::blockwise::qblock::{
-    missing_blocks, MAX_PAYLOADS, NON_RECEIVE_TIMEOUT, Q_BLOCK1,
+    missing_blocks, MAX_PAYLOADS, NON_RECEIVE_TIMEOUT, Q_BLOCK1, Q_BLOCK2,
 };
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::message::{codec, MessageType, Token};
@@ -24,15 +24,20 @@ fn client() -> SocketAddr {
     "10.0.0.7:40000".parse().unwrap()
 }
 
-/// `/up`: a PUT stores its body in `bodies` and answers 2.04.
+/// `/up`: a PUT stores its body in `bodies` and answers 2.04; a GET answers the
+/// last body stored.
 fn role(bodies: &Arc<Mutex<Vec<Vec<u8>>>>, limits: ServerLimits) -> ShardRole {
     let mut tree = ResourceTree::new();
-    let stored = bodies.clone();
+    let (stored, read) = (bodies.clone(), bodies.clone());
     tree.insert(
         "/up",
         put(move |req: Request| {
             stored.lock().unwrap().push(req.payload().to_vec());
             async { Response::new(Code::CHANGED) }
+        })
+        .get(move || {
+            let last = read.lock().unwrap().last().cloned().unwrap_or_default();
+            async move { last }
         }),
     );
     let (done, _back) = mpsc::unbounded_channel();
@@ -46,10 +51,15 @@ fn role(bodies: &Arc<Mutex<Vec<Vec<u8>>>>, limits: ServerLimits) -> ShardRole {
     )
 }
 
-/// The endpoint of a shard, Q-Block1 declared handled as `Server` does.
+/// The endpoint of a shard, Q-Block1 and Q-Block2 declared handled as `Server`
+/// does; the client's address counts as verified (answers larger than requests go
+/// out at once).
 fn endpoint(now: Instant) -> Endpoint {
-    let mut config = EndpointConfig::default();
-    config.handled_options = config.handled_options.with(Q_BLOCK1);
+    let mut config = EndpointConfig {
+        amplification_factor: 0,
+        ..EndpointConfig::default()
+    };
+    config.handled_options = config.handled_options.with(Q_BLOCK1).with(Q_BLOCK2);
     Endpoint::new(config, now)
 }
 
@@ -314,4 +324,36 @@ fn q_block1_is_refused_where_it_is_not_declared() {
     ep.handle_datagram(now, client(), &codec::encode(&block(&body, 0, 0, 1)));
     let answers = serve(&mut ep, &mut role, now);
     assert_eq!(answers[0].code, Code::BAD_OPTION);
+}
+
+/// A GET with Q-Block2 whose answer fits in the block asked for gets it whole with
+/// Q-Block2 (how libcoap probes for Q-Block support before it uploads with Q-Block1);
+/// a longer answer comes in Block2 blocks.
+#[test]
+fn q_block2_requests_get_one_block_in_q_block2_and_more_in_block2() {
+    let now = Instant::now();
+    let bodies = Arc::new(Mutex::new(vec![vec![5u8; 40]]));
+    let mut role = role(&bodies, ServerLimits::default());
+    let mut ep = endpoint(now);
+    let get = |mid: u16| {
+        let mut m = Message::new(MessageType::Confirmable, Code::GET, mid);
+        m.token = Token::new(&mid.to_be_bytes()).unwrap();
+        m.options.set_uri_path("/up");
+        m.options
+            .set_uint(Q_BLOCK2, BlockValue::new(0, false, SZX).unwrap().encode());
+        m
+    };
+    ep.handle_datagram(now, client(), &codec::encode(&get(1)));
+    let one = serve(&mut ep, &mut role, now).remove(0);
+    assert_eq!(one.code, Code::CONTENT);
+    assert_eq!(one.payload, vec![5u8; 40]);
+    let q = one.options.get_uint(Q_BLOCK2).and_then(BlockValue::decode);
+    assert_eq!(q.map(|b| (b.num, b.more, b.szx)), Some((0, false, SZX)));
+    assert!(one.block2().is_none());
+    bodies.lock().unwrap().push(vec![6u8; 100]);
+    ep.handle_datagram(now, client(), &codec::encode(&get(2)));
+    let first = serve(&mut ep, &mut role, now).remove(0);
+    assert_eq!(first.block2().map(|b| (b.num, b.more)), Some((0, true)));
+    assert_eq!(first.payload, vec![6u8; 64]);
+    assert!(first.options.get_uint(Q_BLOCK2).is_none());
 }

@@ -10,7 +10,9 @@
 
 use super::fanout::{FanOut, FanOutStats, Producer, Production, Subscriber};
 use super::handoff::run_handler;
-use super::intake::{acknowledge_block, intake, Intake, StreamedBlock};
+use super::intake::{
+    acknowledge_block, answer_in_qblock2, intake, take_qblock2, Intake, StreamedBlock,
+};
 use super::layer::{Front, Layers, ObserverExtras, Passed};
 use super::limits::ServerLimits;
 use super::observe::Observable;
@@ -60,6 +62,8 @@ pub(crate) struct ReplyContext {
     peer: SocketAddr,
     /// The request's Block2 option, if any (for slicing).
     block2: Option<BlockValue>,
+    /// The request asked with Q-Block2: a one-block answer carries Q-Block2.
+    qblock2: bool,
     /// Echo this block in this option, Block1 or Q-Block1 (the last block of an
     /// upload, or a streamed block).
     block1: Option<(u16, BlockValue)>,
@@ -238,6 +242,7 @@ impl<U: UploadTable> ServerRole<U> {
         let mut ctx = ReplyContext {
             peer,
             block2: block.request.block2(),
+            qblock2: false,
             block1: block.block.map(|b| (opt::BLOCK1, b)),
             upload: None,
             register: None,
@@ -381,7 +386,10 @@ impl<U: UploadTable> ServerRole<U> {
         let full = acknowledge_block(response, ctx.block1).into_message();
         let kept = ctx.upload.map(|key| (key, full.clone()));
         // The endpoint holds back what an unverified peer may not get yet (RFC 9175 §2.4).
-        let out = session.slice(peer, ctx.block2, full, self.blocks);
+        let mut out = session.slice(peer, ctx.block2, full, self.blocks);
+        if ctx.qblock2 {
+            answer_in_qblock2(&mut out);
+        }
         if let Some((key, full)) = kept {
             if out.block2().is_some_and(|b| b.more) {
                 // More blocks to come: keep the whole for the client's Block2 follow-ups.
@@ -489,6 +497,8 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
                 upload,
             } => (request, block1, upload),
         };
+        let mut request = request;
+        let qblock2 = take_qblock2(&mut request);
         if upload.is_some() {
             self.qblocks.upload_ended();
         }
@@ -496,6 +506,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         let mut ctx = ReplyContext {
             peer,
             block2: request.block2(),
+            qblock2,
             block1,
             upload,
             register: None,
