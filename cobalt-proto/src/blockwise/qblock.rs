@@ -16,11 +16,13 @@
 //!   application/missing-blocks+cbor-seq), at most as many as fit one answer; the
 //!   client sends those again.
 //!
-//! What this module is not (yet): the endpoint and the server do not use it — they
-//! still answer a request with the critical Q-Block1 option 4.02 (Bad Option), which
-//! is what RFC 9177 has a client see from a server without Q-Block — and there is no
-//! Q-Block2 (the response side) and no client role. Memory is bounded by the body
-//! limit given to [`QBlock1Body::new`] (the blocks' bytes plus one bit per block).
+//! The server's upload table ([`super::uploads::Uploads::handle_qblock1`]) keeps one
+//! [`QBlock1Body`] per upload within the Block1 uploads' budgets, and the server role
+//! answers the 4.08 once [`QBlock1Body::missing_due`] has passed. Of Q-Block2 (the
+//! response side) the server only answers a request whose answer fits in one block
+//! (with Q-Block2; longer answers come in Block2 blocks), and there is no client role
+//! yet. Memory is bounded by the body limit given to [`QBlock1Body::new`] (the blocks'
+//! bytes plus one bit per block).
 
 use crate::message::{opt, BlockValue, Code, Message, MessageType};
 use std::time::{Duration, Instant};
@@ -219,6 +221,17 @@ impl QBlock1Body {
     /// caller's to drop after an idle time of its choosing.
     pub fn last_arrival(&self) -> Instant {
         self.last_arrival
+    }
+
+    /// Bytes the body's buffer grows by if `block` carrying `payload_len` bytes is
+    /// received (what a budget must have room for before [`QBlock1Body::receive`]).
+    pub fn growth(&self, block: BlockValue, payload_len: usize) -> usize {
+        (block.offset() + payload_len).saturating_sub(self.data.len())
+    }
+
+    /// Bytes of the body's buffer (holes included): what a budget counts for it.
+    pub fn buffered(&self) -> usize {
+        self.data.len()
     }
 
     /// Bytes this body holds.

@@ -1,6 +1,7 @@
 //! Block1 uploads (RFC 7959 §2.5): bodies arriving block by block are reassembled
 //! per peer and resource, in order, within a size limit, before the handler runs once
-//! with the whole body. Over CoAP over TCP and WebSockets the blocks may be BERT
+//! with the whole body. Q-Block1 uploads (RFC 9177, [`Uploads::handle_qblock1`]) are
+//! reassembled in any order by a [`QBlock1Body`] each and count in the same budgets. Over CoAP over TCP and WebSockets the blocks may be BERT
 //! blocks (RFC 8323 §6) when the server announced BERT; they are checked the same way
 //! (a non-final BERT block must be a multiple of 1024 bytes, every block must start
 //! where the body received so far ends).
@@ -10,6 +11,7 @@
 //! it is fed requests with an explicit `now` and answers with messages whose type and
 //! message ID are the caller's to set.
 
+use super::qblock::{self, QBlock1Body, QBlockError, Received, MAX_PAYLOADS};
 use super::{check_block, BlockError, BERT_SZX};
 use crate::address::{AddressKey, AddressPrefix};
 use crate::budget::{fair_share_exceeded, Refusal};
@@ -104,7 +106,8 @@ pub enum UploadStep {
     Continue(Message),
     /// The upload cannot go on: answer with this (4.08, 4.13, 4.29, 5.03).
     Reject(Message),
-    /// The last block arrived: run the handler with this body; echo `last` in Block1.
+    /// The last block arrived: run the handler with this body; echo `last` in Block1
+    /// (Q-Block1 for a Q-Block1 upload).
     Complete {
         /// The whole body.
         body: Vec<u8>,
@@ -128,6 +131,27 @@ struct Upload {
 struct Streamed {
     next: usize,
     touched: Instant,
+}
+
+/// A Q-Block1 upload (RFC 9177): blocks in any order, holes asked for again.
+#[derive(Debug)]
+struct QUpload {
+    body: QBlock1Body,
+    /// Bytes of the body counted in the ledger.
+    counted: usize,
+}
+
+/// What [`Uploads::qblock1_missing`] says about a Q-Block1 upload.
+#[derive(Debug, PartialEq)]
+pub enum MissingBlocks {
+    /// Nothing to ask for yet (or nothing is missing): keep waiting.
+    NotYet,
+    /// Blocks are missing and nothing arrived for NON_RECEIVE_TIMEOUT: answer the
+    /// latest block's request with this 4.08 listing them.
+    Ask(Message),
+    /// The upload is gone (completed, refused, expired, evicted): nothing will be
+    /// answered for it.
+    Gone,
 }
 
 /// What one address (or one address and port) holds.
@@ -221,6 +245,8 @@ pub struct Uploads {
     answers: HashMap<Key, (Instant, Message)>,
     /// Streamed uploads.
     streams: HashMap<Key, Streamed>,
+    /// Q-Block1 uploads (RFC 9177), counted with the others.
+    qblocks: HashMap<Key, QUpload>,
     ledger: Ledger,
     bounds: UploadLimits,
     /// BERT blocks (SZX 7) are accepted (the server announced BERT in its CSM).
@@ -238,6 +264,7 @@ impl Uploads {
             map: HashMap::new(),
             answers: HashMap::new(),
             streams: HashMap::new(),
+            qblocks: HashMap::new(),
             ledger: Ledger::default(),
             bounds: limits,
             bert: false,
@@ -271,6 +298,7 @@ impl Uploads {
             .map
             .keys()
             .chain(self.streams.keys())
+            .chain(self.qblocks.keys())
             .chain(self.answers.keys())
             .filter(|(p, _)| *p == peer)
             .cloned()
@@ -290,7 +318,7 @@ impl Uploads {
 
     /// Number of uploads in progress (reassembled or streamed).
     pub fn in_progress(&self) -> usize {
-        self.map.len() + self.streams.len()
+        self.map.len() + self.streams.len() + self.qblocks.len()
     }
 
     /// When [`Uploads::expire`] has something to look at.
@@ -318,6 +346,12 @@ impl Uploads {
                     .filter(|(_, s)| idle(s.touched))
                     .map(|(k, _)| k.clone()),
             )
+            .chain(
+                self.qblocks
+                    .iter()
+                    .filter(|(_, q)| idle(q.body.last_arrival()))
+                    .map(|(k, _)| k.clone()),
+            )
             .collect();
         if !stale.is_empty() {
             self.counters.expired(stale.len() as u64);
@@ -337,7 +371,10 @@ impl Uploads {
 
     /// Sets the next sweep if something is held and none is set.
     fn schedule_sweep(&mut self, now: Instant) {
-        let held = !(self.map.is_empty() && self.streams.is_empty() && self.answers.is_empty());
+        let held = !(self.map.is_empty()
+            && self.streams.is_empty()
+            && self.qblocks.is_empty()
+            && self.answers.is_empty());
         if !held {
             self.next_sweep = None;
         } else if self.next_sweep.is_none() {
@@ -356,7 +393,15 @@ impl Uploads {
             self.ledger.add(key.0, -1, 0);
             shrink_when_sparse(&mut self.streams);
         }
+        self.drop_qblock(key);
         self.drop_answer(key);
+    }
+
+    fn drop_qblock(&mut self, key: &Key) {
+        if let Some(q) = self.qblocks.remove(key) {
+            self.ledger.add(key.0, -1, -(q.counted as isize));
+            shrink_when_sparse(&mut self.qblocks);
+        }
     }
 
     fn drop_upload(&mut self, key: &Key) {
@@ -441,6 +486,7 @@ impl Uploads {
             .iter()
             .map(|(k, u)| (k, u.touched))
             .chain(self.streams.iter().map(|(k, s)| (k, s.touched)))
+            .chain(self.qblocks.iter().map(|(k, q)| (k, q.body.last_arrival())))
             .chain(answers)
             .filter(|(k, _)| self.ledger.key(k.0) == heavy)
             .min_by_key(|(_, t)| *t)
@@ -546,6 +592,124 @@ impl Uploads {
             None => Vec::new(),
         };
         UploadStep::Complete { body, last: block }
+    }
+
+    /// Feeds one request carrying Q-Block1 `block` (RFC 9177): blocks are held in
+    /// whatever order they come, 2.31 (Continue) answers the block that completes a
+    /// set of MAX_PAYLOADS, the body is complete once every block up to the final one
+    /// is held. The upload counts against the same budgets as a Block1 upload.
+    /// `None`: the block was held and its set is not complete, nothing to answer now
+    /// ([`Uploads::qblock1_missing`] says later whether blocks must be asked for).
+    pub fn handle_qblock1(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        req: &Message,
+        block: BlockValue,
+    ) -> Option<UploadStep> {
+        if let Some(size1) = req.options.get_uint(opt::SIZE1) {
+            if size1 as usize > self.bounds.max_body {
+                return Some(UploadStep::Reject(self.too_large()));
+            }
+        }
+        if block.szx == BERT_SZX {
+            let mut m = answer(Code::BAD_REQUEST);
+            m.payload = b"Q-Block1 with SZX 7: BERT is for reliable transports".to_vec();
+            return Some(UploadStep::Reject(m));
+        }
+        let key = (peer, upload_key(req));
+        if block.offset() + req.payload.len() > self.bounds.max_body {
+            // Before any budget is asked: a block past the limit is 4.13, not 4.29.
+            self.drop_qblock(&key);
+            return Some(UploadStep::Reject(self.too_large()));
+        }
+        if !self.qblocks.contains_key(&key) {
+            if block.num == 0 && !block.more {
+                return Some(UploadStep::Complete {
+                    body: req.payload.clone(),
+                    last: block,
+                });
+            }
+            if let Err(r) = self.admit(peer) {
+                return Some(UploadStep::Reject(self.refused(r)));
+            }
+            let body = QBlock1Body::new(self.bounds.max_body, now);
+            self.qblocks
+                .insert(key.clone(), QUpload { body, counted: 0 });
+            self.ledger.add(peer, 1, 0);
+            self.schedule_sweep(now);
+        }
+        let growth = self.qblocks[&key].body.growth(block, req.payload.len());
+        if growth > 0 {
+            if let Err(r) = self.admit_bytes(peer, growth) {
+                self.drop_qblock(&key);
+                return Some(UploadStep::Reject(self.refused(r)));
+            }
+        }
+        let Some(up) = self.qblocks.get_mut(&key) else {
+            // Evicted to make room for itself: only when it is its address's oldest.
+            return Some(UploadStep::Reject(incomplete(
+                "upload dropped to make room",
+            )));
+        };
+        let received = up.body.receive(now, block, &req.payload);
+        let buffered = up.body.buffered();
+        let delta = buffered as isize - up.counted as isize;
+        up.counted = buffered;
+        self.ledger.add(peer, 0, delta);
+        match received {
+            Err(QBlockError::TooLarge { .. }) => {
+                self.drop_qblock(&key);
+                Some(UploadStep::Reject(self.too_large()))
+            }
+            Err(e @ QBlockError::Inconsistent) => {
+                self.drop_qblock(&key);
+                let mut m = answer(Code::BAD_REQUEST);
+                m.payload = e.to_string().into_bytes();
+                Some(UploadStep::Reject(m))
+            }
+            Ok(Received::Held | Received::Duplicate) => None,
+            Ok(Received::SetComplete(last)) => {
+                Some(UploadStep::Continue(qblock::continue_response(last)))
+            }
+            Ok(Received::Complete(body)) => {
+                self.drop_qblock(&key);
+                // Echo the final block, whichever block completed the body.
+                let n = body.len().saturating_sub(1) / block.size();
+                let last = BlockValue::new(n as u32, false, block.szx).unwrap_or(block);
+                Some(UploadStep::Complete { body, last })
+            }
+        }
+    }
+
+    /// When the Q-Block1 upload of `peer` under `key` ([`upload_key`]) is due to ask
+    /// for its missing blocks ([`Uploads::qblock1_missing`]); `None` while nothing is
+    /// missing or there is no such upload.
+    pub fn qblock1_due(&self, peer: SocketAddr, key: &[u8]) -> Option<Instant> {
+        self.qblocks.get(&(peer, key.to_vec()))?.body.missing_due()
+    }
+
+    /// Whether the Q-Block1 upload of `peer` under `key` ([`upload_key`]) waits for
+    /// blocks that went missing: once nothing arrived for NON_RECEIVE_TIMEOUT, the
+    /// 4.08 (Request Entity Incomplete) listing up to MAX_PAYLOADS of them in at most
+    /// `max_payload` bytes.
+    pub fn qblock1_missing(
+        &self,
+        now: Instant,
+        peer: SocketAddr,
+        key: &[u8],
+        max_payload: usize,
+    ) -> MissingBlocks {
+        let Some(up) = self.qblocks.get(&(peer, key.to_vec())) else {
+            return MissingBlocks::Gone;
+        };
+        match up.body.missing_due() {
+            Some(due) if due <= now => {
+                let missing = up.body.missing(MAX_PAYLOADS as usize);
+                MissingBlocks::Ask(qblock::incomplete_response(&missing, max_payload))
+            }
+            _ => MissingBlocks::NotYet,
+        }
     }
 
     /// Checks that a block of a streamed upload comes in order; returns its offset, or

@@ -200,6 +200,19 @@ impl Endpoint {
         ids.len()
     }
 
+    /// Ends a request surfaced by [`Event::Request`] without answering it (a Q-Block1
+    /// block that does not complete its set, RFC 9177 §4.4): a confirmable one gets
+    /// its empty ACK if it has none yet, a duplicate is ignored as if answered.
+    pub fn withhold(&mut self, now: Instant, id: ExchangeId) -> Result<(), UnknownExchange> {
+        let ex = self.server.remove(&id).ok_or(UnknownExchange(id))?;
+        self.admission.release(&self.config, ex.peer);
+        if ex.con && !ex.acked {
+            self.transmit_message(ex.peer, &Message::empty_ack(ex.mid));
+        }
+        self.finish_message(now, (ex.peer, ex.mid), ex.unless_piggybacked());
+        Ok(())
+    }
+
     /// Sends the response to a request surfaced by [`Event::Request`]. The endpoint sets
     /// type, MID and token: piggybacked on the ACK when possible, otherwise a separate
     /// CON response (retransmitted until acknowledged), or NON for a NON request.

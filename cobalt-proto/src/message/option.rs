@@ -163,6 +163,11 @@ impl HandledOptions {
         HandledOptions { numbers: v.into() }
     }
 
+    /// This set and `number`.
+    pub fn with(&self, number: u16) -> HandledOptions {
+        HandledOptions::new(self.numbers.iter().copied().chain([number]))
+    }
+
     /// Whether `number` is handled by the application.
     pub fn contains(&self, number: u16) -> bool {
         self.numbers.binary_search(&number).is_ok()

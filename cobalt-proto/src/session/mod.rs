@@ -264,6 +264,12 @@ pub trait Session {
     fn respond(&mut self, now: Instant, id: Inbound, response: Message)
         -> Result<(), SessionError>;
 
+    /// Ends the peer's request `id` without answering it (a Q-Block1 block that does
+    /// not complete its set). A stream keeps nothing for an unanswered request.
+    fn withhold(&mut self, _now: Instant, _id: Inbound) -> Result<(), SessionError> {
+        Ok(())
+    }
+
     /// Sends a notification of `observation`; `confirmable` asks for a confirmable one
     /// where the transport has types (a stream is reliable anyway).
     fn notify(
@@ -352,6 +358,13 @@ impl Session for Endpoint {
             return Err(SessionError::WrongSession);
         };
         Endpoint::respond(self, now, id, response).map_err(|e| SessionError::UnknownExchange(e.0))
+    }
+
+    fn withhold(&mut self, now: Instant, id: Inbound) -> Result<(), SessionError> {
+        let Inbound::Datagram(id) = id else {
+            return Err(SessionError::WrongSession);
+        };
+        Endpoint::withhold(self, now, id).map_err(|e| SessionError::UnknownExchange(e.0))
     }
 
     fn notify(

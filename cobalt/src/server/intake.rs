@@ -2,12 +2,13 @@
 //! over TCP or WebSockets (a connection): a request no resource may see is refused
 //! (proxy requests, a reserved block size; see [`refusal`]), a Block2 follow-up of a finished upload is
 //! answered from the kept response, a block for a streaming upload handler is checked
-//! for order, and Block1 blocks are reassembled into the body.
+//! for order, and Block1 and Q-Block1 (RFC 9177) blocks are reassembled into the body.
 
 use super::handler::BoxedChunkHandler;
 use super::tree::ResourceTree;
 use super::validate::refusal;
 use super::{Executor, Response};
+use cobalt_proto::blockwise::qblock::{Q_BLOCK1, Q_BLOCK2};
 use cobalt_proto::blockwise::uploads::{upload_key, UploadStep, Uploads};
 use cobalt_proto::message::{opt, BlockValue, Code, Message};
 use std::net::SocketAddr;
@@ -35,14 +36,25 @@ pub(crate) enum Intake {
     /// Answer at once with this (a kept answer's block, 2.31 Continue, 4.00, 4.08,
     /// 4.13 with Size1, 5.03, 5.05).
     Answer(Message),
+    /// A Q-Block1 block was taken: answer with this now (2.31 Continue, or the
+    /// refusal that ended the upload), or, with `None`, keep the request unanswered
+    /// until the upload's missing blocks are asked for with 4.08 (a newer block of
+    /// the same upload takes its place; the older one is withheld).
+    QBlock {
+        /// The upload's key ([`upload_key`]).
+        key: Vec<u8>,
+        /// The answer due now, if any.
+        answer: Option<Message>,
+    },
     /// Hand one block to a streaming upload handler.
     Streamed(StreamedBlock),
     /// Run the resource's handler with this request, its body reassembled.
     Handle {
         /// The request (Block1 removed when it completed an upload).
         request: Message,
-        /// The last block of a completed upload, echoed in the answer.
-        block1: Option<BlockValue>,
+        /// The last block of a completed upload, echoed in the answer in this option
+        /// (Block1, or Q-Block1 for a Q-Block1 upload).
+        block1: Option<(u16, BlockValue)>,
         /// The upload's key, to keep a large answer for Block2 follow-ups.
         upload: Option<Vec<u8>>,
     },
@@ -64,6 +76,9 @@ pub(crate) fn intake(
     }
     if let Some(block) = uploads.answer_for(now, peer, &request, slice) {
         return Intake::Answer(block);
+    }
+    if let Some(value) = request.options.get_uint(Q_BLOCK1) {
+        return qblock1(uploads, now, peer, request, value);
     }
     if let Some((handler, executor)) = tree.stream_route(&request) {
         let block = request.block1();
@@ -99,22 +114,94 @@ pub(crate) fn intake(
             request.options.remove(opt::BLOCK1);
             Intake::Handle {
                 request,
-                block1: Some(last),
+                block1: Some((opt::BLOCK1, last)),
                 upload: Some(key),
             }
         }
     }
 }
 
-/// The response to a request that carried `block1`: the acknowledgement of a block
-/// taken by a streaming handler becomes 2.31 Continue, and the block is echoed in
-/// Block1 (RFC 7959 §2.3).
-pub(crate) fn acknowledge_block(mut response: Response, block1: Option<BlockValue>) -> Response {
-    if let Some(b) = block1 {
+/// A request carrying Q-Block1 `value` (RFC 9177): its block is reassembled with the
+/// others of its upload (any order; see [`Uploads::handle_qblock1`]). Q-Block1 with
+/// Block1, or a value that is no block, gets 4.00.
+fn qblock1(
+    uploads: &mut Uploads,
+    now: Instant,
+    peer: SocketAddr,
+    mut request: Message,
+    value: u32,
+) -> Intake {
+    let key = upload_key(&request);
+    let block = BlockValue::decode(value).filter(|_| !request.options.contains(opt::BLOCK1));
+    let Some(block) = block else {
+        let mut m = Message::new(
+            cobalt_proto::message::MessageType::Acknowledgement,
+            Code::BAD_REQUEST,
+            0,
+        );
+        m.payload = b"Q-Block1 is not a block number, or comes with Block1".to_vec();
+        return Intake::QBlock {
+            key,
+            answer: Some(m),
+        };
+    };
+    match uploads.handle_qblock1(now, peer, &request, block) {
+        None => Intake::QBlock { key, answer: None },
+        Some(UploadStep::Continue(answer) | UploadStep::Reject(answer)) => Intake::QBlock {
+            key,
+            answer: Some(answer),
+        },
+        Some(UploadStep::Complete { body, last }) => {
+            request.payload = body;
+            request.options.remove(Q_BLOCK1);
+            Intake::Handle {
+                request,
+                block1: Some((Q_BLOCK1, last)),
+                upload: Some(key),
+            }
+        }
+    }
+}
+
+/// The response to a request that carried `block1` in option `number` (Block1 or
+/// Q-Block1): the acknowledgement of a block taken by a streaming handler becomes 2.31
+/// Continue, and the block is echoed (RFC 7959 §2.3, RFC 9177 §4.4).
+pub(crate) fn acknowledge_block(
+    mut response: Response,
+    block1: Option<(u16, BlockValue)>,
+) -> Response {
+    if let Some((number, b)) = block1 {
         if b.more && response.code.is_success() {
             response = Response::new(Code::CONTINUE);
         }
-        response.options.set_uint(opt::BLOCK1, b.encode());
+        response.options.set_uint(number, b.encode());
     }
     response
+}
+
+/// A request asking for its answer in Q-Block2 blocks (RFC 9177) is answered like one
+/// asking with Block2: its first Q-Block2 value moves to Block2 (unless it has Block2
+/// too). True if the request carried Q-Block2; [`answer_in_qblock2`] then finishes
+/// the answer.
+pub(crate) fn take_qblock2(request: &mut Message) -> bool {
+    let Some(value) = request.options.get_uint(Q_BLOCK2) else {
+        return false;
+    };
+    request.options.remove(Q_BLOCK2);
+    if !request.options.contains(opt::BLOCK2) && BlockValue::decode(value).is_some() {
+        request.options.set_uint(opt::BLOCK2, value);
+    }
+    true
+}
+
+/// The answer to a Q-Block2 request: a body that fits in its first block is a whole
+/// Q-Block2 transfer of one block, so its Block2 becomes Q-Block2 (which is also how a
+/// client such as libcoap learns that this server takes Q-Block1 uploads). A longer
+/// body is served with Block2 (RFC 7959): bursts of NON Q-Block2 blocks are not
+/// implemented.
+pub(crate) fn answer_in_qblock2(answer: &mut Message) {
+    if let Some(b) = answer.block2().filter(|b| b.num == 0 && !b.more) {
+        answer.options.remove(opt::BLOCK2);
+        answer.options.set_uint(Q_BLOCK2, b.encode());
+    }
 }

@@ -31,6 +31,7 @@ pub mod layers;
 mod limits;
 pub(crate) mod observe;
 mod pattern;
+mod qblock_wait;
 mod request;
 pub(crate) mod role;
 mod routes;
@@ -75,6 +76,7 @@ use crate::transport::limits::TcpServerLimits;
 use crate::transport::tls::{Alpn, TlsAcceptor};
 use crate::transport::udp::{bind_shard_sockets_sharing, SocketBuffers};
 use crate::{Error, Result};
+use cobalt_proto::blockwise::qblock::{Q_BLOCK1, Q_BLOCK2};
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
 use cobalt_proto::settings::Settings;
 use cobalt_proto::tcp_connection::Framing;
@@ -326,7 +328,9 @@ impl Server {
         if dtls {
             config.amplification_factor = 0;
         }
-        config.handled_options = self.layers.handled_options();
+        // Q-Block1 is reassembled by the role's upload table, Q-Block2 answered as
+        // Block2 (RFC 9177; see the intake).
+        config.handled_options = self.layers.handled_options().with(Q_BLOCK1).with(Q_BLOCK2);
         config
     }
 

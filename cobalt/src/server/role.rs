@@ -10,10 +10,13 @@
 
 use super::fanout::{FanOut, FanOutStats, Producer, Production, Subscriber};
 use super::handoff::run_handler;
-use super::intake::{acknowledge_block, intake, Intake, StreamedBlock};
+use super::intake::{
+    acknowledge_block, answer_in_qblock2, intake, take_qblock2, Intake, StreamedBlock,
+};
 use super::layer::{Front, Layers, ObserverExtras, Passed};
 use super::limits::ServerLimits;
 use super::observe::Observable;
+use super::qblock_wait::QBlockWaiting;
 use super::routes::CurrentTree;
 use super::stream::StreamShared;
 use super::tree::Routed;
@@ -59,8 +62,11 @@ pub(crate) struct ReplyContext {
     peer: SocketAddr,
     /// The request's Block2 option, if any (for slicing).
     block2: Option<BlockValue>,
-    /// Echo this in Block1 (the last block of an upload, or a streamed block).
-    block1: Option<BlockValue>,
+    /// The request asked with Q-Block2: a one-block answer carries Q-Block2.
+    qblock2: bool,
+    /// Echo this block in this option, Block1 or Q-Block1 (the last block of an
+    /// upload, or a streamed block).
+    block1: Option<(u16, BlockValue)>,
     /// The key of a finished upload, to keep a large answer for Block2 follow-ups.
     upload: Option<Vec<u8>>,
     /// Register an observer if the response is a success: the resource, the request
@@ -110,6 +116,8 @@ pub(crate) struct ServerRole<U> {
     scheme: Scheme,
     /// A layer handles proxy requests: they are not refused with 5.05.
     proxying: bool,
+    /// Q-Block1 requests kept unanswered for a later 4.08 (datagram shards only).
+    qblocks: QBlockWaiting,
 }
 
 /// The role of a datagram shard.
@@ -156,6 +164,7 @@ impl ShardRole {
             proxying: front.layers.proxies(),
             layers: front.layers,
             scheme: front.scheme,
+            qblocks: QBlockWaiting::default(),
         }
     }
 }
@@ -195,6 +204,7 @@ impl ConnectionRole {
             proxying: shared.front.layers.proxies(),
             layers: shared.front.layers.clone(),
             scheme: shared.front.scheme,
+            qblocks: QBlockWaiting::default(),
         }
     }
 }
@@ -232,7 +242,8 @@ impl<U: UploadTable> ServerRole<U> {
         let mut ctx = ReplyContext {
             peer,
             block2: block.request.block2(),
-            block1: block.block,
+            qblock2: false,
+            block1: block.block.map(|b| (opt::BLOCK1, b)),
             upload: None,
             register: None,
             layered: None,
@@ -375,7 +386,10 @@ impl<U: UploadTable> ServerRole<U> {
         let full = acknowledge_block(response, ctx.block1).into_message();
         let kept = ctx.upload.map(|key| (key, full.clone()));
         // The endpoint holds back what an unverified peer may not get yet (RFC 9175 §2.4).
-        let out = session.slice(peer, ctx.block2, full, self.blocks);
+        let mut out = session.slice(peer, ctx.block2, full, self.blocks);
+        if ctx.qblock2 {
+            answer_in_qblock2(&mut out);
+        }
         if let Some((key, full)) = kept {
             if out.block2().is_some_and(|b| b.more) {
                 // More blocks to come: keep the whole for the client's Block2 follow-ups.
@@ -473,16 +487,26 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
                 self.on_streamed_block(session, now, id, peer, credential, block);
                 return;
             }
+            Intake::QBlock { key, answer } => {
+                self.qblocks.block(session, now, (peer, key), id, answer);
+                return;
+            }
             Intake::Handle {
                 request,
                 block1,
                 upload,
             } => (request, block1, upload),
         };
+        let mut request = request;
+        let qblock2 = take_qblock2(&mut request);
+        if upload.is_some() {
+            self.qblocks.upload_ended();
+        }
         let token = request.token.clone();
         let mut ctx = ReplyContext {
             peer,
             block2: request.block2(),
+            qblock2,
             block1,
             upload,
             register: None,
@@ -568,11 +592,14 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
     }
 
     fn has_work(&self) -> bool {
-        self.observers.has_work()
+        self.observers.has_work() || self.qblocks.has_work()
     }
 
     /// Sends up to `observe_batch` notifications (running GET handlers as needed).
     fn step(&mut self, session: &mut S, now: Instant) {
+        if self.qblocks.has_work() {
+            self.qblocks.step(session, now, &mut self.uploads);
+        }
         self.tree.refresh();
         let mut runner = Runner {
             tree: &self.tree,
@@ -593,16 +620,22 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        match (self.observers.poll_timeout(), self.uploads.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.observers.poll_timeout(),
+            self.uploads.poll_timeout(),
+            self.qblocks.poll_timeout(&self.uploads),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// Paced observers that are due get their notification; idle uploads expire.
+    /// Paced observers that are due get their notification; idle uploads expire; kept
+    /// Q-Block1 requests are looked at in the next step.
     fn handle_timeout(&mut self, now: Instant) {
         self.observers.handle_timeout(now);
         self.uploads.expire(now);
+        self.qblocks.handle_timeout();
     }
 
     fn busy(&self) -> bool {
@@ -678,3 +711,7 @@ impl Producer for Runner<'_> {
 #[cfg(test)]
 #[path = "role_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "qblock_tests.rs"]
+mod qblock_tests;

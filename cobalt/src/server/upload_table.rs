@@ -18,6 +18,8 @@ pub(crate) trait UploadTable: 'static {
     fn expire(&mut self, now: Instant);
     /// Uploads held and their bytes (for metrics).
     fn stats(&self) -> UploadStats;
+    /// When `peer`'s Q-Block1 upload `key` is due to ask for its missing blocks.
+    fn qblock1_due(&self, peer: SocketAddr, key: &[u8]) -> Option<Instant>;
 }
 
 impl UploadTable for Uploads {
@@ -35,6 +37,10 @@ impl UploadTable for Uploads {
 
     fn stats(&self) -> UploadStats {
         Uploads::stats(self)
+    }
+
+    fn qblock1_due(&self, peer: SocketAddr, key: &[u8]) -> Option<Instant> {
+        Uploads::qblock1_due(self, peer, key)
     }
 }
 
@@ -103,6 +109,12 @@ impl UploadTable for ConnectionUploads {
 
     fn stats(&self) -> UploadStats {
         self.shared.lock().stats()
+    }
+
+    /// Q-Block is for datagram transports: a connection's requests never carry it
+    /// past the connection's option check.
+    fn qblock1_due(&self, _peer: SocketAddr, _key: &[u8]) -> Option<Instant> {
+        None
     }
 }
 
