@@ -259,3 +259,17 @@ bench_one() {
   stop_server
   check_port_free udp "$port"
 }
+
+# bench_aiocoap LABEL [WHAT]: the aiocoap server of bench/servers/aiocoap_benchmark.py
+# started and measured as bench_one does (WHAT, if given, goes into its description
+# before the Python version), or recorded as skipped when no Python has aiocoap.
+bench_aiocoap() {
+  local label=$1 what=${2:-} py desc
+  if ! py=$(aiocoap_python); then
+    record_skip "$label" "no python with aiocoap (run scripts/install-test-deps.sh or set AIOCOAP_PYTHON)" "aiocoap"
+    return 0
+  fi
+  desc="aiocoap $("$py" -c 'import importlib.metadata as m; print(m.version("aiocoap"))' 2>/dev/null), ${what:+$what on }$("$py" --version 2>&1)"
+  start_server "$label" "$work/server.log" "$py" "$bench_dir/servers/aiocoap_benchmark.py" 127.0.0.1 "$port"
+  bench_one "$label" "$desc"
+}

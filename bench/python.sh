@@ -72,14 +72,7 @@ for s in "${server_list[@]}"; do
       bench_one "$label" "$desc"
       ;;
     aiocoap)
-      label="aiocoap"
-      if ! py=$(aiocoap_python); then
-        record_skip "$label" "no python with aiocoap (run scripts/install-test-deps.sh or set AIOCOAP_PYTHON)" "aiocoap"
-        continue
-      fi
-      desc="aiocoap $("$py" -c 'import importlib.metadata as m; print(m.version("aiocoap"))' 2>/dev/null), async def handler on $("$py" --version 2>&1)"
-      start_server "$label" "$work/server.log" "$py" "$bench_dir/servers/aiocoap_benchmark.py" 127.0.0.1 "$port"
-      bench_one "$label" "$desc"
+      bench_aiocoap aiocoap "async def handler"
       ;;
     *) record_skip "$s" "unknown server name (known: cobalt-python, aiocoap)" "$s" ;;
   esac
