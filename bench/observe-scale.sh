@@ -7,15 +7,18 @@
 #   - server CPU per notification: the server process's user+system time from the PUT
 #     until the notifications have arrived, over the notifications the observers got
 #     (it includes the ACKs of confirmable notifications; no other clients run),
-#   - the RSS 3 s after every relation ended (GET without Observe).
+#   - the RSS 3 s after every relation ended (GET without Observe),
+#   - the floor: the kernel's CPU per datagram for as many datagrams sent to as many
+#     addresses with no CoAP at all (cobalt/examples/send_floor.rs), in the same run.
 # The output is kept in bench/results/observe-scale-<date>-<label>.txt.
 #
 #   bench/observe-scale.sh [--cobalt PATH] [LABEL]
 #
 # --cobalt PATH: that `cobalt` binary instead of building this checkout's; the tool is
 # then FLOOD (default: this checkout's fanout_flood example, built).
-# OBSERVERS (default 100000), IPS (default 200), SECONDS_AFTER (default 10) and
-# SERVE_ARGS (added to `cobalt serve`) change the run. Numbers on a shared 2-core
+# OBSERVERS (default 100000), IPS (default 200), SECONDS_AFTER (default 10),
+# SERVE_ARGS (added to `cobalt serve`) and FLOOD_ARGS (added to fanout_flood, e.g.
+# `--register-seconds 60` for a million) change the run. Numbers on a shared 2-core
 # machine are noisy (the tool and the server share the cores): run it three times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +30,12 @@ if [[ "${1:-}" == "--cobalt" ]]; then
 else
     cargo build --release -q -p cobalt-cli
 fi
+SEND_FLOOR=${SEND_FLOOR:-target/release/examples/send_floor}
 if [[ "$FLOOD" == target/release/examples/fanout_flood ]]; then
     cargo build --release -q -p cobalt --example fanout_flood
+fi
+if [[ "$SEND_FLOOR" == target/release/examples/send_floor ]]; then
+    cargo build --release -q -p cobalt --example send_floor
 fi
 LABEL=${1:-$(git rev-parse --short HEAD)}
 OBSERVERS=${OBSERVERS:-100000}
@@ -48,7 +55,8 @@ sleep 0.5
     echo "# server: $COBALT serve --shards 1 --set limits.max_observers=$MAX ${SERVE_ARGS:-}"
     "$FLOOD" --server "127.0.0.1:$PORT" --server-pid "$SERVER" \
         --observers "$OBSERVERS" --ips "$IPS" --puts 1 --probes 0 \
-        --seconds "${SECONDS_AFTER:-10}" --deregister
+        --seconds "${SECONDS_AFTER:-10}" --deregister ${FLOOD_ARGS:-}
     echo "server at the end: RSS $(ps -o rss= -p $SERVER | tr -d ' ') KiB, CPU time $(ps -o cputime= -p $SERVER | tr -d ' ')"
+    "$SEND_FLOOR" --datagrams "$OBSERVERS" --ips "$IPS" --bytes "${NOTIFY_BYTES:-25}"
 } | tee "$OUT"
 echo "kept in $OUT"

@@ -1,5 +1,5 @@
-//! Tables that give their memory back: a hash map keeps the capacity of its largest
-//! size, so after a flood of observers or uploads the memory would stay taken.
+//! Tables that give their memory back: a hash map (or a vector) keeps the capacity of its
+//! largest size, so after a flood of observers or uploads the memory would stay taken.
 //! [`shrink_when_sparse`], called after removals, shrinks a map once it is used to less
 //! than a quarter of its capacity, to twice its size (so the cost of rehashing stays
 //! proportional to the removals that made it worth it).
@@ -10,9 +10,9 @@ use std::hash::{BuildHasher, Hash};
 /// Capacities up to this are kept whatever the use.
 const KEEP: usize = 64;
 
-/// A hash table whose capacity can be given back: the standard library's map and
+/// A table whose capacity can be given back: the standard library's map and
 /// hashbrown's (the per-peer tables on the datagram path use the latter's faster
-/// default hasher).
+/// default hasher), and a vector.
 pub trait Table {
     /// Entries held.
     fn len(&self) -> usize;
@@ -56,6 +56,18 @@ pub fn shrink_when_sparse(map: &mut impl Table) {
     let cap = map.capacity();
     if cap > KEEP && map.len() * 4 < cap {
         map.shrink_to((map.len() * 2).max(KEEP / 2));
+    }
+}
+
+impl<T> Table for Vec<T> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn capacity(&self) -> usize {
+        Vec::capacity(self)
+    }
+    fn shrink_to(&mut self, min: usize) {
+        Vec::shrink_to(self, min)
     }
 }
 

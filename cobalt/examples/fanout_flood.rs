@@ -29,6 +29,10 @@
 //! sending them at once. `--handler-us N` makes the embedded GET handler spend N µs
 //! of CPU per run, as one that builds a real representation would.
 //!
+//! `--register-seconds N` (default 20) is how long registrations are retried;
+//! `--settle-ms N` (default 3000) how long the tool waits after them before it reads
+//! the RSS, so that the figure is what the relations hold rather than what the
+//! registrations' transient state left to the allocator's decay.
 //! `--server-pid PID` reports the server's RSS at each phase; `--deregister` ends
 //! every relation at the end (GET without Observe) and reports the RSS after.
 //! `--upload-flood N` measures an upload flood instead: N one-block uploads of 1024
@@ -69,6 +73,13 @@ struct Args {
     /// Instead of the fan-out: this many one-block uploads of 1024 bytes from
     /// `ips` addresses × 10 ports, then the RSS until they expired.
     upload_flood: usize,
+    /// How long the registrations are retried before the run goes on without the
+    /// missing ones.
+    register_for: Duration,
+    /// How long to wait after the registrations before the RSS is read, so that the
+    /// allocator has returned what the registrations' transient state took (the
+    /// server's jemalloc gives freed pages back after about a second).
+    settle: Duration,
 }
 
 fn parse_args() -> Args {
@@ -88,6 +99,8 @@ fn parse_args() -> Args {
         server_pid: None,
         deregister: false,
         upload_flood: 0,
+        register_for: Duration::from_secs(20),
+        settle: Duration::from_secs(3),
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -114,6 +127,12 @@ fn parse_args() -> Args {
             }
             "--server-pid" => a.server_pid = Some(value.parse().unwrap_or_else(|_| bad())),
             "--upload-flood" => a.upload_flood = value.parse().unwrap_or_else(|_| bad()),
+            "--register-seconds" => {
+                a.register_for = Duration::from_secs(value.parse().unwrap_or_else(|_| bad()))
+            }
+            "--settle-ms" => {
+                a.settle = Duration::from_millis(value.parse().unwrap_or_else(|_| bad()))
+            }
             "--deregister" => {
                 a.deregister = true;
                 i += 1;
@@ -264,8 +283,8 @@ async fn observer_group(
             }
         })
     };
-    // Registrations, retried until each token is registered (or 20 s).
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Registrations, retried until each token is registered (or `--register-seconds`).
+    let deadline = Instant::now() + args.register_for;
     let mut mid: u16 = 0;
     loop {
         let missing: Vec<Vec<u8>> = {
@@ -513,6 +532,7 @@ async fn main() -> std::io::Result<()> {
         started.elapsed().as_secs_f64(),
         args.ips
     );
+    tokio::time::sleep(args.settle).await;
     let rss_registered = rss(&args, "with the observers registered");
     if let Some((start, with)) = rss_at_start.zip(rss_registered) {
         println!(

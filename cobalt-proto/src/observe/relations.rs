@@ -26,8 +26,8 @@
 use crate::message::{Message, Token};
 use crate::settings::{within, Param, Settings};
 use crate::tables::shrink_when_sparse;
-use std::collections::HashMap;
-use std::hash::Hash;
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use std::hash::{BuildHasher, Hash};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -159,42 +159,145 @@ impl<I> Relation<I> {
 /// Key of a relation: the observer's address and the token it registered with.
 pub type RelationKey = (SocketAddr, Token);
 
+/// No slot (the end of an observer's list).
+const NIL: u32 = u32::MAX;
+
+/// A relation where the table keeps it, with its links into the indexes.
+#[derive(Debug)]
+struct Slot<I> {
+    key: RelationKey,
+    observable: u64,
+    /// Its place in its observable's list.
+    pos: u32,
+    /// Its neighbours in its observer's list.
+    prev: u32,
+    next: u32,
+    relation: Relation<I>,
+}
+
 /// The relations a shard owns, by observable, with the indexes that find one by its
 /// key, by its observer's address and by its last notification in constant time. The
 /// tables shrink when they empty.
-#[derive(Debug)]
+///
+/// The relations lie in one dense vector; the indexes hold their positions (4 bytes
+/// each) rather than copies of their keys, so that a million relations take about
+/// 150 bytes each: the slot (key, relation, links) and a few bytes of index.
 pub struct Relations<I> {
-    by_resource: HashMap<u64, HashMap<RelationKey, Relation<I>>>,
-    /// Which observable each relation belongs to.
-    owner: HashMap<RelationKey, u64>,
-    /// The tokens of each observer address.
-    by_peer: HashMap<SocketAddr, Vec<Token>>,
-    /// The relation of each last notification.
-    by_exchange: HashMap<I, RelationKey>,
+    slots: Vec<Slot<I>>,
+    /// Slots by key.
+    by_key: HashTable<u32>,
+    /// Slots by the exchange id of their last notification.
+    by_exchange: HashTable<u32>,
+    /// The slots of each observable.
+    by_resource: HashMap<u64, Vec<u32>>,
+    /// The first slot of each observer address (the rest are linked through the slots).
+    by_peer: HashMap<SocketAddr, u32>,
+    hasher: DefaultHashBuilder,
+}
+
+impl<I: std::fmt::Debug> std::fmt::Debug for Relations<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relations")
+            .field("len", &self.slots.len())
+            .field("observables", &self.by_resource.len())
+            .field("observers", &self.by_peer.len())
+            .finish()
+    }
 }
 
 impl<I> Default for Relations<I> {
     fn default() -> Self {
         Relations {
+            slots: Vec::new(),
+            by_key: HashTable::new(),
+            by_exchange: HashTable::new(),
             by_resource: HashMap::new(),
-            owner: HashMap::new(),
             by_peer: HashMap::new(),
-            by_exchange: HashMap::new(),
+            hasher: DefaultHashBuilder::default(),
         }
     }
 }
 
+/// The hash of the slot at `i` in the key index.
+fn by_key_hash<'a, I>(
+    slots: &'a [Slot<I>],
+    hasher: &'a DefaultHashBuilder,
+) -> impl Fn(&u32) -> u64 + 'a {
+    move |&i| hasher.hash_one(&slots[i as usize].key)
+}
+
+/// The hash of the slot at `i` in the exchange index (by its last notification's id).
+fn by_exchange_hash<'a, I: Hash>(
+    slots: &'a [Slot<I>],
+    hasher: &'a DefaultHashBuilder,
+) -> impl Fn(&u32) -> u64 + 'a {
+    move |&i| {
+        slots[i as usize]
+            .relation
+            .last
+            .as_ref()
+            .map_or(0, |(id, _)| hasher.hash_one(id))
+    }
+}
+
+/// Shrinks an index of slots the way [`shrink_when_sparse`] shrinks a map.
+fn shrink_index(index: &mut HashTable<u32>, hash: impl Fn(&u32) -> u64) {
+    let cap = index.capacity();
+    if cap > 64 && index.len() * 4 < cap {
+        index.shrink_to((index.len() * 2).max(32), hash);
+    }
+}
+
 impl<I: Copy + Eq + Hash> Relations<I> {
+    fn hash_key(&self, key: &RelationKey) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn hash_id(&self, id: &I) -> u64 {
+        self.hasher.hash_one(id)
+    }
+
+    fn slot_of(&self, key: &RelationKey) -> Option<u32> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let slots = &self.slots;
+        self.by_key
+            .find(self.hash_key(key), |&i| slots[i as usize].key == *key)
+            .copied()
+    }
+
     /// Adds a relation, or replaces the one with the same key (of whichever
     /// observable); true if it is new.
     pub fn insert(&mut self, observable: u64, key: RelationKey, relation: Relation<I>) -> bool {
         let new = self.remove(&key).is_none();
-        self.by_resource
-            .entry(observable)
-            .or_default()
-            .insert(key.clone(), relation);
-        self.by_peer.entry(key.0).or_default().push(key.1.clone());
-        self.owner.insert(key, observable);
+        let Ok(at) = u32::try_from(self.slots.len()) else {
+            // More relations than positions: the caller's bounds keep far below this.
+            return false;
+        };
+        let list = self.by_resource.entry(observable).or_default();
+        let pos = list.len() as u32;
+        list.push(at);
+        let next = self.by_peer.insert(key.0, at).unwrap_or(NIL);
+        if next != NIL {
+            self.slots[next as usize].prev = at;
+        }
+        let hash = self.hash_key(&key);
+        let last = relation.last.map(|(id, _)| self.hash_id(&id));
+        self.slots.push(Slot {
+            key,
+            observable,
+            pos,
+            prev: NIL,
+            next,
+            relation,
+        });
+        self.by_key
+            .insert_unique(hash, at, by_key_hash(&self.slots, &self.hasher));
+        if let Some(h) = last {
+            self.by_exchange
+                .insert_unique(h, at, by_exchange_hash(&self.slots, &self.hasher));
+        }
         new
     }
 
@@ -205,86 +308,168 @@ impl<I: Copy + Eq + Hash> Relations<I> {
 
     /// Whether a relation with this key exists.
     pub fn contains(&self, key: &RelationKey) -> bool {
-        self.owner.contains_key(key)
+        self.slot_of(key).is_some()
     }
 
     /// Removes a relation wherever it is; returns its observable and the relation.
     pub fn remove(&mut self, key: &RelationKey) -> Option<(u64, Relation<I>)> {
-        // Every plain GET ends its token's relation: with no relation at all, skip
-        // hashing the key.
-        if self.owner.is_empty() {
-            return None;
-        }
-        let obs = self.owner.remove(key)?;
-        shrink_when_sparse(&mut self.owner);
-        let rels = self.by_resource.get_mut(&obs)?;
-        let rel = rels.remove(key)?;
-        if rels.is_empty() {
-            self.by_resource.remove(&obs);
-            shrink_when_sparse(&mut self.by_resource);
-        } else {
-            shrink_when_sparse(rels);
-        }
-        self.unindex(key, &rel);
-        Some((obs, rel))
+        // Every plain GET ends its token's relation: `slot_of` skips hashing the key
+        // when there is no relation at all.
+        let at = self.slot_of(key)?;
+        let slot = self.remove_slot(at);
+        Some((slot.observable, slot.relation))
     }
 
-    fn unindex(&mut self, key: &RelationKey, rel: &Relation<I>) {
-        if let Some(tokens) = self.by_peer.get_mut(&key.0) {
-            tokens.retain(|t| *t != key.1);
-            if tokens.is_empty() {
-                self.by_peer.remove(&key.0);
-                shrink_when_sparse(&mut self.by_peer);
+    /// Takes the slot `at` out of every index and the vector; the last slot moves into
+    /// its place and the indexes follow it.
+    fn remove_slot(&mut self, at: u32) -> Slot<I> {
+        let (key_hash, id_hash) = {
+            let s = &self.slots[at as usize];
+            (
+                self.hash_key(&s.key),
+                s.relation.last.map(|(id, _)| self.hash_id(&id)),
+            )
+        };
+        self.by_key
+            .find_entry(key_hash, |&i| i == at)
+            .map(|e| e.remove())
+            .ok();
+        if let Some(h) = id_hash {
+            self.by_exchange
+                .find_entry(h, |&i| i == at)
+                .map(|e| e.remove())
+                .ok();
+        }
+        let (observable, pos, prev, next, peer) = {
+            let s = &self.slots[at as usize];
+            (s.observable, s.pos, s.prev, s.next, s.key.0)
+        };
+        if let Some(list) = self.by_resource.get_mut(&observable) {
+            list.swap_remove(pos as usize);
+            if let Some(&moved) = list.get(pos as usize) {
+                self.slots[moved as usize].pos = pos;
+            }
+            if list.is_empty() {
+                self.by_resource.remove(&observable);
+                shrink_when_sparse(&mut self.by_resource);
+            } else {
+                shrink_when_sparse(list);
             }
         }
-        if let Some((id, _)) = rel.last {
-            self.by_exchange.remove(&id);
-            shrink_when_sparse(&mut self.by_exchange);
+        if prev != NIL {
+            self.slots[prev as usize].next = next;
+        } else if next != NIL {
+            self.by_peer.insert(peer, next);
+        } else {
+            self.by_peer.remove(&peer);
+            shrink_when_sparse(&mut self.by_peer);
+        }
+        if next != NIL {
+            self.slots[next as usize].prev = prev;
+        }
+        let slot = self.slots.swap_remove(at as usize);
+        if (at as usize) < self.slots.len() {
+            self.relink(self.slots.len() as u32, at);
+        }
+        shrink_when_sparse(&mut self.slots);
+        shrink_index(&mut self.by_key, by_key_hash(&self.slots, &self.hasher));
+        shrink_index(
+            &mut self.by_exchange,
+            by_exchange_hash(&self.slots, &self.hasher),
+        );
+        slot
+    }
+
+    /// Points every index that held the slot at `from` to `to`, where it now lies.
+    fn relink(&mut self, from: u32, to: u32) {
+        let (key_hash, id_hash, observable, pos, prev, next, peer) = {
+            let s = &self.slots[to as usize];
+            (
+                self.hash_key(&s.key),
+                s.relation.last.map(|(id, _)| self.hash_id(&id)),
+                s.observable,
+                s.pos,
+                s.prev,
+                s.next,
+                s.key.0,
+            )
+        };
+        if let Some(i) = self.by_key.find_mut(key_hash, |&i| i == from) {
+            *i = to;
+        }
+        if let Some(h) = id_hash {
+            if let Some(i) = self.by_exchange.find_mut(h, |&i| i == from) {
+                *i = to;
+            }
+        }
+        if let Some(list) = self.by_resource.get_mut(&observable) {
+            list[pos as usize] = to;
+        }
+        if prev != NIL {
+            self.slots[prev as usize].next = to;
+        } else {
+            self.by_peer.insert(peer, to);
+        }
+        if next != NIL {
+            self.slots[next as usize].prev = to;
         }
     }
 
     /// The relation with `key` and its observable.
     pub fn get_mut(&mut self, key: &RelationKey) -> Option<(u64, &mut Relation<I>)> {
-        let obs = *self.owner.get(key)?;
-        let rel = self.by_resource.get_mut(&obs)?.get_mut(key)?;
-        Some((obs, rel))
+        let at = self.slot_of(key)?;
+        let slot = &mut self.slots[at as usize];
+        Some((slot.observable, &mut slot.relation))
     }
 
     /// The relation with `key` and its observable.
     pub fn get(&self, key: &RelationKey) -> Option<(u64, &Relation<I>)> {
-        let obs = *self.owner.get(key)?;
-        Some((obs, self.by_resource.get(&obs)?.get(key)?))
+        let slot = &self.slots[self.slot_of(key)? as usize];
+        Some((slot.observable, &slot.relation))
     }
 
-    /// Records the last notification sent on a relation.
+    /// Records the last notification sent on a relation (the only way to change
+    /// [`Relation::last`] of a relation in the table: the index follows it).
     pub fn set_last(&mut self, key: &RelationKey, last: (I, u16)) {
-        let Some((_, rel)) = self.get_mut(key) else {
+        let Some(at) = self.slot_of(key) else {
             return;
         };
-        let old = rel.last.replace(last);
-        if let Some((id, _)) = old {
-            self.by_exchange.remove(&id);
+        if let Some((old, _)) = self.slots[at as usize].relation.last {
+            let h = self.hash_id(&old);
+            self.by_exchange
+                .find_entry(h, |&i| i == at)
+                .map(|e| e.remove())
+                .ok();
         }
-        self.by_exchange.insert(last.0, key.clone());
+        self.slots[at as usize].relation.last = Some(last);
+        let h = self.hash_id(&last.0);
+        self.by_exchange
+            .insert_unique(h, at, by_exchange_hash(&self.slots, &self.hasher));
     }
 
     /// The relation whose last notification was the exchange `id`.
     pub fn by_exchange(&self, id: I) -> Option<RelationKey> {
-        self.by_exchange.get(&id).cloned()
+        let slots = &self.slots;
+        let at = self.by_exchange.find(self.hash_id(&id), |&i| {
+            slots[i as usize]
+                .relation
+                .last
+                .is_some_and(|(last, _)| last == id)
+        })?;
+        Some(self.slots[*at as usize].key.clone())
     }
 
     /// The relation of `peer` whose last notification had the message ID `mid`.
     pub fn by_peer_mid(&self, peer: SocketAddr, mid: u16) -> Option<RelationKey> {
-        self.by_peer
-            .get(&peer)?
-            .iter()
-            .map(|t| (peer, t.clone()))
-            .find(|k| {
-                self.owner
-                    .get(k)
-                    .and_then(|o| self.by_resource.get(o)?.get(k))
-                    .is_some_and(|r| r.last.is_some_and(|(_, m)| m == mid))
-            })
+        let mut at = *self.by_peer.get(&peer)?;
+        while at != NIL {
+            let slot = &self.slots[at as usize];
+            if slot.relation.last.is_some_and(|(_, m)| m == mid) {
+                return Some(slot.key.clone());
+            }
+            at = slot.next;
+        }
+        None
     }
 
     /// The keys of one observable's relations that `pick` accepts.
@@ -295,21 +480,32 @@ impl<I: Copy + Eq + Hash> Relations<I> {
     ) -> Vec<RelationKey> {
         self.by_resource
             .get(&observable)
-            .map(|m| m.keys().filter(|k| pick(k)).cloned().collect())
+            .map(|list| {
+                list.iter()
+                    .map(|&i| &self.slots[i as usize].key)
+                    .filter(|k| pick(k))
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
     /// Removes and returns every relation of one observable.
     pub fn take_all(&mut self, observable: u64) -> Vec<(RelationKey, Relation<I>)> {
-        let all = self.by_resource.remove(&observable).unwrap_or_default();
-        shrink_when_sparse(&mut self.by_resource);
-        let all: Vec<(RelationKey, Relation<I>)> = all.into_iter().collect();
-        for (key, rel) in &all {
-            self.owner.remove(key);
-            self.unindex(key, rel);
-        }
-        shrink_when_sparse(&mut self.owner);
-        all
+        let mut at = self
+            .by_resource
+            .get(&observable)
+            .cloned()
+            .unwrap_or_default();
+        // Highest first: a slot moved into a freed place then always comes from above
+        // every slot still to take.
+        at.sort_unstable_by(|a, b| b.cmp(a));
+        at.into_iter()
+            .map(|i| {
+                let slot = self.remove_slot(i);
+                (slot.key, slot.relation)
+            })
+            .collect()
     }
 
     /// Whether at least one relation of `observable` is held.
@@ -324,17 +520,20 @@ impl<I: Copy + Eq + Hash> Relations<I> {
 
     /// Number of relations in this shard.
     pub fn len(&self) -> usize {
-        self.owner.len()
+        self.slots.len()
     }
 
     /// Whether no relation is held.
     pub fn is_empty(&self) -> bool {
-        self.owner.is_empty()
+        self.slots.is_empty()
     }
 
     /// The capacity of the largest index (for tests of memory coming back).
     pub fn capacity(&self) -> usize {
-        self.owner.capacity().max(self.by_peer.capacity())
+        self.slots
+            .capacity()
+            .max(self.by_key.capacity())
+            .max(self.by_peer.capacity())
     }
 }
 
@@ -406,6 +605,88 @@ mod tests {
             "capacity {} after the flood",
             r.capacity()
         );
+    }
+
+    /// Random inserts, replacements, removals, `set_last` and `take_all` against a
+    /// plain model: every index answers as the model says after each step.
+    #[test]
+    fn the_indexes_agree_with_a_model_under_random_operations() {
+        use std::collections::HashMap as Model;
+        let mut r = Relations::<Id>::default();
+        let mut model: Model<RelationKey, (u64, Option<(Id, u16)>)> = Model::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut exchange = 0;
+        for _ in 0..20_000 {
+            let peer = SocketAddr::from(([10, 0, 0, next(8) as u8], 5683));
+            let key = (peer, Token::new(&[next(6) as u8]).unwrap());
+            match next(10) {
+                0..=3 => {
+                    let obs = next(3);
+                    let new = r.insert(obs, key.clone(), rel());
+                    assert_eq!(new, model.insert(key, (obs, None)).is_none());
+                }
+                4..=5 => {
+                    let got = r.remove(&key).map(|(o, rel)| (o, rel.last));
+                    assert_eq!(got, model.remove(&key));
+                }
+                6..=7 => {
+                    exchange += 1;
+                    let last = (exchange, next(4) as u16);
+                    r.set_last(&key, last);
+                    if let Some(m) = model.get_mut(&key) {
+                        m.1 = Some(last);
+                    }
+                }
+                8 => {
+                    if next(20) == 0 {
+                        let obs = next(3);
+                        let mut got: Vec<_> = r.take_all(obs).into_iter().map(|(k, _)| k).collect();
+                        let mut want: Vec<_> = model
+                            .iter()
+                            .filter(|(_, v)| v.0 == obs)
+                            .map(|(k, _)| k.clone())
+                            .collect();
+                        model.retain(|_, v| v.0 != obs);
+                        got.sort_by_key(|k| (k.0, k.1.as_bytes().to_vec()));
+                        want.sort_by_key(|k| (k.0, k.1.as_bytes().to_vec()));
+                        assert_eq!(got, want);
+                    }
+                }
+                _ => {
+                    for (k, (obs, last)) in &model {
+                        assert_eq!(r.get(k).map(|(o, rel)| (o, rel.last)), Some((*obs, *last)));
+                        if let Some((id, mid)) = last {
+                            assert_eq!(r.by_exchange(*id).as_ref(), Some(k));
+                            let found = r.by_peer_mid(k.0, *mid).unwrap();
+                            assert_eq!(r.get(&found).unwrap().1.last.unwrap().1, *mid);
+                        }
+                    }
+                    for obs in 0..3 {
+                        let mut got = r.keys_of(obs, |_| true);
+                        got.sort_by_key(|k| (k.0, k.1.as_bytes().to_vec()));
+                        let mut want: Vec<_> = model
+                            .iter()
+                            .filter(|(_, v)| v.0 == obs)
+                            .map(|(k, _)| k.clone())
+                            .collect();
+                        want.sort_by_key(|k| (k.0, k.1.as_bytes().to_vec()));
+                        assert_eq!(got, want, "observable {obs}");
+                        assert_eq!(r.observes(obs), !want.is_empty());
+                    }
+                    for p in 0..8u8 {
+                        let peer = SocketAddr::from(([10, 0, 0, p], 5683));
+                        assert_eq!(r.is_observer(peer), model.keys().any(|k| k.0 == peer));
+                    }
+                }
+            }
+            assert_eq!(r.len(), model.len());
+        }
     }
 
     #[test]
