@@ -71,6 +71,100 @@ impl<T> Table for Vec<T> {
     }
 }
 
+/// A vector that grows in chunks of `CHUNK` elements and gives each chunk back as it
+/// empties: growing never copies what it holds or needs twice its memory for a moment
+/// (a `Vec` of a million large elements reallocates 150 MB to grow, and the allocator
+/// keeps much of the old block for a while), and a shrinking one holds at most one
+/// spare chunk beyond its length, none once empty. Removal is by swapping with the
+/// last element.
+#[derive(Debug)]
+pub struct ChunkedVec<T, const CHUNK: usize> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+    /// An emptied chunk kept for the next push (no churn at a chunk's boundary).
+    spare: Option<Vec<T>>,
+}
+
+impl<T, const CHUNK: usize> Default for ChunkedVec<T, CHUNK> {
+    fn default() -> Self {
+        ChunkedVec {
+            chunks: Vec::new(),
+            len: 0,
+            spare: None,
+        }
+    }
+}
+
+impl<T, const CHUNK: usize> ChunkedVec<T, CHUNK> {
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Elements it can hold without allocating (its chunks and the spare one).
+    pub fn capacity(&self) -> usize {
+        (self.chunks.len() + usize::from(self.spare.is_some())) * CHUNK
+    }
+
+    /// Appends `value` at index `len()`.
+    pub fn push(&mut self, value: T) {
+        match self.chunks.last_mut() {
+            Some(last) if last.len() < CHUNK => last.push(value),
+            _ => {
+                let mut chunk = self
+                    .spare
+                    .take()
+                    .unwrap_or_else(|| Vec::with_capacity(CHUNK));
+                chunk.push(value);
+                self.chunks.push(chunk);
+            }
+        }
+        self.len += 1;
+    }
+
+    /// Removes the element at `index` and puts the last one in its place.
+    ///
+    /// # Panics
+    /// If `index` is out of bounds, as `Vec::swap_remove` does.
+    pub fn swap_remove(&mut self, index: usize) -> T {
+        assert!(
+            index < self.len,
+            "swap_remove index {index} of {}",
+            self.len
+        );
+        let Some(mut last) = self.chunks.last_mut().and_then(Vec::pop) else {
+            unreachable!("a non-empty ChunkedVec has a non-empty last chunk");
+        };
+        self.len -= 1;
+        if index < self.len {
+            std::mem::swap(&mut self[index], &mut last);
+        }
+        if self.chunks.last().is_some_and(Vec::is_empty) {
+            // Emptied: nothing is kept at all.
+            self.spare = self.chunks.pop().filter(|_| self.len > 0);
+        }
+        last
+    }
+}
+
+impl<T, const CHUNK: usize> std::ops::Index<usize> for ChunkedVec<T, CHUNK> {
+    type Output = T;
+    fn index(&self, index: usize) -> &T {
+        &self.chunks[index / CHUNK][index % CHUNK]
+    }
+}
+
+impl<T, const CHUNK: usize> std::ops::IndexMut<usize> for ChunkedVec<T, CHUNK> {
+    fn index_mut(&mut self, index: usize) -> &mut T {
+        &mut self.chunks[index / CHUNK][index % CHUNK]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +192,27 @@ mod tests {
         small.clear();
         shrink_when_sparse(&mut small);
         assert_eq!(small.capacity(), cap);
+    }
+
+    #[test]
+    fn a_chunked_vec_swaps_removals_and_gives_chunks_back() {
+        let mut v: ChunkedVec<u32, 4> = ChunkedVec::default();
+        for i in 0..10 {
+            v.push(i);
+        }
+        assert_eq!((v.len(), v.capacity()), (10, 12));
+        assert_eq!(v[9], 9);
+        assert_eq!(v.swap_remove(2), 2);
+        assert_eq!(v[2], 9, "the last moved into the hole");
+        assert_eq!(v.swap_remove(8), 8, "removing the last moves nothing");
+        assert_eq!(v.len(), 8);
+        // The third chunk emptied: it is the spare, reused by the next push.
+        assert_eq!(v.capacity(), 12);
+        v.push(100);
+        assert_eq!((v[8], v.capacity()), (100, 12));
+        while !v.is_empty() {
+            v.swap_remove(0);
+        }
+        assert_eq!(v.capacity(), 0, "an empty one keeps nothing");
     }
 }

@@ -184,6 +184,8 @@ struct Seen {
     payload: Vec<u8>,
     at: Option<Instant>,
     notifications: u64,
+    /// The server answered a GET without Observe: the relation has ended.
+    ended: bool,
 }
 
 /// One address with its socket and relations.
@@ -215,7 +217,7 @@ async fn observer_group(
         let group = group.clone();
         let args = args.clone();
         let stop = stop.clone();
-        let tokens = tokens.clone();
+        let tokens: std::collections::HashSet<Vec<u8>> = tokens.iter().cloned().collect();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 2048];
             let mut echoes: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
@@ -265,6 +267,8 @@ async fn observer_group(
                 let mut seen = group.seen.lock().unwrap();
                 let entry = seen.entry(token).or_default();
                 let Some(seq) = m.options.observe() else {
+                    // The answer to a deregistration (a GET without Observe).
+                    entry.ended |= m.code.is_success();
                     continue;
                 };
                 if entry.seq.is_none() {
@@ -620,7 +624,6 @@ async fn main() -> std::io::Result<()> {
     );
     // Notifications still under way arrive meanwhile.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop_observers.store(true, Ordering::Relaxed);
     rss(&args, "after the burst");
     let cpu = thread_cpu("cobalt-shard-0").saturating_sub(cpu_before);
     let server_cpu = args
@@ -719,17 +722,40 @@ async fn main() -> std::io::Result<()> {
         );
     }
     if args.deregister {
-        for g in &groups {
-            let tokens: Vec<Vec<u8>> = g.seen.lock().unwrap().keys().cloned().collect();
-            for (j, t) in tokens.iter().enumerate() {
-                // Message IDs the registrations did not use (no duplicates).
-                let r = request(Code::GET, 40_000u16.wrapping_add(j as u16), t, &args.path);
-                let _ = g.socket.send(&codec::encode(&r)).await;
-                if j % 50 == 49 {
-                    // Paced, so that the server's socket buffer takes them all.
-                    tokio::time::sleep(Duration::from_millis(2)).await;
+        // Each relation ends with a GET without Observe, sent again (new message ID)
+        // until the server has answered it, for at most as long as the registrations.
+        let deadline = Instant::now() + args.register_for;
+        let mut round: u16 = 0;
+        loop {
+            let mut pending = 0usize;
+            for g in &groups {
+                let tokens: Vec<Vec<u8>> = {
+                    let seen = g.seen.lock().unwrap();
+                    seen.iter()
+                        .filter(|(_, s)| !s.ended)
+                        .map(|(t, _)| t.clone())
+                        .collect()
+                };
+                pending += tokens.len();
+                for (j, t) in tokens.iter().enumerate() {
+                    // Message IDs the registrations did not use (no duplicates).
+                    let mid = 40_000u16
+                        .wrapping_add(round.wrapping_mul(7919))
+                        .wrapping_add(j as u16);
+                    let r = request(Code::GET, mid, t, &args.path);
+                    let _ = g.socket.send(&codec::encode(&r)).await;
+                    if j % 50 == 49 {
+                        // Paced, so that the server's socket buffer takes them all.
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
                 }
             }
+            if pending == 0 || Instant::now() > deadline {
+                println!("relations not ended by the tool: {pending}");
+                break;
+            }
+            round = round.wrapping_add(1);
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
         tokio::time::sleep(Duration::from_secs(3)).await;
         rss(&args, "3 s after every relation ended");
@@ -737,6 +763,9 @@ async fn main() -> std::io::Result<()> {
             println!("observers left: {}", s.metrics().total().observers);
         }
     }
+    // The observers' receivers answer pings and confirmable notifications until here,
+    // and see the answers to the deregistrations.
+    stop_observers.store(true, Ordering::Relaxed);
     Ok(())
 }
 

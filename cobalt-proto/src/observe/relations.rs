@@ -25,7 +25,7 @@
 
 use crate::message::{Message, Token};
 use crate::settings::{within, Param, Settings};
-use crate::tables::shrink_when_sparse;
+use crate::tables::{shrink_when_sparse, ChunkedVec};
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use std::hash::{BuildHasher, Hash};
 use std::net::SocketAddr;
@@ -162,6 +162,9 @@ pub type RelationKey = (SocketAddr, Token);
 /// No slot (the end of an observer's list).
 const NIL: u32 = u32::MAX;
 
+/// Slots per chunk of the table's storage (about 150 KB each).
+const SLOTS_PER_CHUNK: usize = 1024;
+
 /// A relation where the table keeps it, with its links into the indexes.
 #[derive(Debug)]
 struct Slot<I> {
@@ -179,11 +182,12 @@ struct Slot<I> {
 /// key, by its observer's address and by its last notification in constant time. The
 /// tables shrink when they empty.
 ///
-/// The relations lie in one dense vector; the indexes hold their positions (4 bytes
-/// each) rather than copies of their keys, so that a million relations take about
-/// 150 bytes each: the slot (key, relation, links) and a few bytes of index.
+/// The relations lie in one dense vector, in chunks (so that it grows without
+/// copying); the indexes hold their positions (4 bytes each) rather than copies of
+/// their keys, so that a relation takes about 165 bytes: its slot (key, relation,
+/// links, 152 bytes) and a few bytes of index.
 pub struct Relations<I> {
-    slots: Vec<Slot<I>>,
+    slots: ChunkedVec<Slot<I>, SLOTS_PER_CHUNK>,
     /// Slots by key.
     by_key: HashTable<u32>,
     /// Slots by the exchange id of their last notification.
@@ -208,7 +212,7 @@ impl<I: std::fmt::Debug> std::fmt::Debug for Relations<I> {
 impl<I> Default for Relations<I> {
     fn default() -> Self {
         Relations {
-            slots: Vec::new(),
+            slots: ChunkedVec::default(),
             by_key: HashTable::new(),
             by_exchange: HashTable::new(),
             by_resource: HashMap::new(),
@@ -220,7 +224,7 @@ impl<I> Default for Relations<I> {
 
 /// The hash of the slot at `i` in the key index.
 fn by_key_hash<'a, I>(
-    slots: &'a [Slot<I>],
+    slots: &'a ChunkedVec<Slot<I>, SLOTS_PER_CHUNK>,
     hasher: &'a DefaultHashBuilder,
 ) -> impl Fn(&u32) -> u64 + 'a {
     move |&i| hasher.hash_one(&slots[i as usize].key)
@@ -228,7 +232,7 @@ fn by_key_hash<'a, I>(
 
 /// The hash of the slot at `i` in the exchange index (by its last notification's id).
 fn by_exchange_hash<'a, I: Hash>(
-    slots: &'a [Slot<I>],
+    slots: &'a ChunkedVec<Slot<I>, SLOTS_PER_CHUNK>,
     hasher: &'a DefaultHashBuilder,
 ) -> impl Fn(&u32) -> u64 + 'a {
     move |&i| {
@@ -371,7 +375,6 @@ impl<I: Copy + Eq + Hash> Relations<I> {
         if (at as usize) < self.slots.len() {
             self.relink(self.slots.len() as u32, at);
         }
-        shrink_when_sparse(&mut self.slots);
         shrink_index(&mut self.by_key, by_key_hash(&self.slots, &self.hasher));
         shrink_index(
             &mut self.by_exchange,
@@ -528,7 +531,8 @@ impl<I: Copy + Eq + Hash> Relations<I> {
         self.slots.is_empty()
     }
 
-    /// The capacity of the largest index (for tests of memory coming back).
+    /// The capacity of the largest index or of the slots' storage (for tests of memory
+    /// coming back).
     pub fn capacity(&self) -> usize {
         self.slots
             .capacity()
