@@ -269,7 +269,7 @@ fn bytes(value: Option<&Value>, name: &str) -> Result<Vec<u8>, String> {
     }
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) || !s.is_ascii() {
         return None;
     }

@@ -6,7 +6,8 @@
 //! verifies their answers and notifications.
 
 use crate::context::hex;
-use crate::option::{OscoreOption, OSCORE};
+use crate::edhoc::EdhocResponder;
+use crate::option::{OscoreOption, EDHOC, OSCORE};
 use crate::security::{RequestBinding, SecurityContext};
 use crate::target::UriPattern;
 use crate::uploads::{InnerUploads, Step, UploadKey};
@@ -47,6 +48,8 @@ pub struct Oscore {
     protected: Vec<(UriPattern, Arc<SecurityContext>)>,
     /// Block1 uploads inside OSCORE being put together (server role).
     uploads: Arc<InnerUploads>,
+    /// EDHOC at `/.well-known/edhoc`, and the contexts it made (server role).
+    edhoc: Option<Arc<EdhocResponder>>,
 }
 
 /// What the OSCORE layer attaches to a request it unprotected (in the request's
@@ -116,12 +119,61 @@ impl Oscore {
         self
     }
 
-    /// The context a request with this OSCORE option is for.
-    fn find(&self, option: &OscoreOption) -> Option<&Arc<SecurityContext>> {
+    /// Server role: takes EDHOC (RFC 9528) at `/.well-known/edhoc`, and requests
+    /// protected under the contexts it makes, also in EDHOC + OSCORE combined requests
+    /// (RFC 9668).
+    pub fn edhoc(mut self, responder: EdhocResponder) -> Oscore {
+        self.edhoc = Some(Arc::new(responder));
+        self
+    }
+
+    /// The context a request with this OSCORE option is for: one given to
+    /// [`accept`](Self::accept) or one EDHOC made.
+    fn find(&self, option: &OscoreOption) -> Option<Arc<SecurityContext>> {
         let kid = option.kid.as_deref()?;
-        self.accepted
+        if let Some(context) = self
+            .accepted
             .iter()
             .find(|c| c.matches(kid, option.kid_context.as_deref()))
+        {
+            return Some(context.clone());
+        }
+        match (&self.edhoc, &option.kid_context) {
+            (Some(edhoc), None) => edhoc.context(kid),
+            _ => None,
+        }
+    }
+
+    /// Whether a context given to [`accept`](Self::accept) has the Recipient ID `id`
+    /// and no ID Context (EDHOC must not pick it).
+    fn accepts_kid(&self, id: &[u8]) -> bool {
+        self.accepted.iter().any(|c| c.matches(id, None))
+    }
+
+    /// The context of a combined request (RFC 9668): EDHOC message_3 at the start of
+    /// the payload completes the session the kid names; the payload keeps the OSCORE
+    /// ciphertext after it.
+    fn combined(
+        &self,
+        request: &mut Request,
+        option: &OscoreOption,
+    ) -> Result<Arc<SecurityContext>, Response> {
+        let (Some(edhoc), Some(kid)) = (&self.edhoc, option.kid.as_deref()) else {
+            return Err(Response::new(Code::BAD_OPTION)
+                .with_payload("this server takes no EDHOC + OSCORE combined requests"));
+        };
+        let from = request.peer().ip();
+        let payload = std::mem::take(&mut request.message_mut().payload);
+        let (context, ciphertext) = edhoc
+            .combined(from, kid, &payload, Instant::now())
+            .map_err(|refusal| {
+                tracing::debug!(peer = %request.peer(), why = %refusal.why, "EDHOC combined request refused");
+                refusal.into_response()
+            })?;
+        let message = request.message_mut();
+        message.payload = ciphertext.to_vec();
+        message.options.remove(EDHOC);
+        Ok(context)
     }
 }
 
@@ -146,16 +198,30 @@ fn answer(message: Message) -> Response {
 
 impl Layer for Oscore {
     fn options(&self) -> &[u16] {
-        &[OSCORE]
+        &[OSCORE, EDHOC]
     }
 
     fn on_request(&self, request: &mut Request) -> Result<(), Response> {
+        if let Some(edhoc) = &self.edhoc {
+            if EdhocResponder::is_for_edhoc(request) {
+                return Err(edhoc.answer(request, |id| self.accepts_kid(id)));
+            }
+        }
         let Some(value) = request.options().get(OSCORE) else {
+            if request.options().contains(EDHOC) {
+                return Err(Response::new(Code::BAD_OPTION)
+                    .with_payload("the EDHOC option needs an OSCORE-protected request"));
+            }
             return Ok(());
         };
         let option = OscoreOption::decode(value)
             .map_err(|e| answer(crate::security::RequestError::BadOption(e).into_response()))?;
-        let Some(context) = self.find(&option) else {
+        let found = if request.options().contains(EDHOC) {
+            Some(self.combined(request, &option)?)
+        } else {
+            self.find(&option)
+        };
+        let Some(context) = found else {
             tracing::debug!(
                 peer = %request.peer(),
                 kid = ?option.kid.as_deref().map(hex),
@@ -187,7 +253,7 @@ impl Layer for Oscore {
         };
         let mut block1 = None;
         if let Some(block) = request.message().block1() {
-            let key = upload_key(context, request);
+            let key = upload_key(&context, request);
             let payload = std::mem::take(&mut request.message_mut().payload);
             match self.uploads.step(key, block, &payload, Instant::now()) {
                 Step::Continue(block) => {

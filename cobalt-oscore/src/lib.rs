@@ -38,6 +38,7 @@ mod cbor;
 pub mod classes;
 pub mod context;
 pub mod credentials;
+pub mod edhoc;
 pub mod layer;
 pub mod option;
 pub mod replay;
@@ -48,8 +49,9 @@ mod uploads;
 
 pub use context::{Keys, Material, MaterialError};
 pub use credentials::{Credentials, CredentialsError};
+pub use edhoc::{Ccs, CredentialStyle, EdhocIdentity, EdhocResponder};
 pub use layer::{Oscore, Protected, RequireOscore};
-pub use option::{OscoreOption, OSCORE};
+pub use option::{OscoreOption, EDHOC, OSCORE};
 pub use replay::ReplayWindow;
 pub use security::{RequestBinding, RequestError, ResponseError, SecurityContext};
 pub use sequence::{SenderSequence, SequenceError};
