@@ -23,7 +23,7 @@
 //! `algorithm`, `kdf-hashfun`, `window`) and gets `sequence.json` and `lock`, as with
 //! aiocoap. Relative paths are read from the credentials file's directory.
 
-use crate::context::{Material, AES_CCM_16_64_128};
+use crate::context::{unhex, Material, AES_CCM_16_64_128};
 use crate::layer::Oscore;
 use crate::security::SecurityContext;
 use crate::sequence::{SenderSequence, DEFAULT_STRIDE};
@@ -267,16 +267,6 @@ fn bytes(value: Option<&Value>, name: &str) -> Result<Vec<u8>, String> {
         },
         _ => Err(format!("{name} is missing")),
     }
-}
-
-pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || !s.is_ascii() {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
-        .collect()
 }
 
 fn path(body: &Map<String, Value>, name: &str, base: &Path) -> Result<PathBuf, String> {

@@ -332,7 +332,7 @@ fn write_json(out: &mut Vec<u8>, value: &Value, depth: usize) -> Result<(), Stri
                 .as_str()
                 .ok_or_else(|| format!("{{\"{kind}\": ...}} needs a string"))?;
             let bytes = if kind == "hex" {
-                crate::credentials::unhex(&text.replace([' ', ':', '-'], ""))
+                crate::context::unhex(&text.replace([' ', ':', '-'], ""))
                     .ok_or_else(|| format!("bad hex: {text:?}"))?
             } else {
                 text.as_bytes().to_vec()
@@ -372,7 +372,7 @@ mod tests {
     const CRED_R: &str = "a2026b6578616d706c652e65647508a101a501020241322001215820bbc34960526ea4d32e940cad2a234148ddc21791a12afbcbac93622046dd44f02258204519e257236b2a0ce2023f0931f1f386ca7afda64fcde0108c224c51eabf6072";
 
     fn unhex(s: &str) -> Vec<u8> {
-        crate::credentials::unhex(s).unwrap()
+        crate::context::unhex(s).unwrap()
     }
 
     #[test]

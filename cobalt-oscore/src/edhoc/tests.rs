@@ -18,7 +18,7 @@ use std::net::{IpAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 fn unhex(s: &str) -> Vec<u8> {
-    crate::credentials::unhex(s).unwrap()
+    crate::context::unhex(s).unwrap()
 }
 
 fn array(s: &str) -> [u8; 32] {
