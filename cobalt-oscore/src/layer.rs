@@ -122,8 +122,8 @@ impl Oscore {
     /// Server role: takes EDHOC (RFC 9528) at `/.well-known/edhoc`, and requests
     /// protected under the contexts it makes, also in EDHOC + OSCORE combined requests
     /// (RFC 9668).
-    pub fn edhoc(mut self, responder: EdhocResponder) -> Oscore {
-        self.edhoc = Some(Arc::new(responder));
+    pub fn edhoc(mut self, responder: impl Into<Arc<EdhocResponder>>) -> Oscore {
+        self.edhoc = Some(responder.into());
         self
     }
 

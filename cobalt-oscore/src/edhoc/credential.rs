@@ -126,6 +126,25 @@ impl Ccs {
         Ccs::parse(&out).expect("a CCS this function encodes parses")
     }
 
+    /// The credential by value in aiocoap's JSON shape, `{"14": CCS}` (what
+    /// [`from_json`](Self::from_json) reads).
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({ "14": cbor_to_json(&self.value()) })
+    }
+
+    /// The credential by value in CBOR diagnostic notation, `{14: CCS}`, as aiocoap's
+    /// `.diag` credentials files write it.
+    pub fn to_diag(&self) -> String {
+        let mut out = String::from("{14: ");
+        write_diag(&mut out, &self.value());
+        out.push('}');
+        out
+    }
+
+    fn value(&self) -> ciborium::Value {
+        ciborium::from_reader(self.bytes.as_slice()).expect("a parsed CCS is CBOR")
+    }
+
     /// The encoded CCS.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
@@ -300,6 +319,76 @@ pub fn private_key_from_cose(bytes: &[u8]) -> Result<[u8; 32], String> {
         .ok_or_else(|| "the COSE_Key needs its private part d (-4) as 32 bytes".to_string())
 }
 
+/// The JSON shape of a CBOR item (the inverse of [`json_to_cbor`] for what a CCS
+/// holds).
+fn cbor_to_json(value: &ciborium::Value) -> Value {
+    use ciborium::Value as C;
+    match value {
+        C::Integer(n) => Value::from(i128::from(*n) as i64),
+        C::Bytes(b) => serde_json::json!({ "hex": crate::context::hex(b) }),
+        C::Text(t) => Value::from(t.as_str()),
+        C::Bool(b) => Value::from(*b),
+        C::Array(items) => Value::Array(items.iter().map(cbor_to_json).collect()),
+        C::Map(pairs) => Value::Object(
+            pairs
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        C::Integer(n) => i128::from(*n).to_string(),
+                        C::Text(t) => t.clone(),
+                        other => format!("{other:?}"),
+                    };
+                    (key, cbor_to_json(v))
+                })
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
+/// CBOR diagnostic notation of a CBOR item (what a CCS holds).
+fn write_diag(out: &mut String, value: &ciborium::Value) {
+    use ciborium::Value as C;
+    use std::fmt::Write;
+    match value {
+        C::Integer(n) => {
+            let _ = write!(out, "{}", i128::from(*n));
+        }
+        C::Bytes(b) => {
+            let _ = write!(out, "h'{}'", crate::context::hex(b));
+        }
+        C::Text(t) => {
+            let _ = write!(out, "{}", Value::from(t.as_str()));
+        }
+        C::Bool(b) => {
+            let _ = write!(out, "{b}");
+        }
+        C::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_diag(out, item);
+            }
+            out.push(']');
+        }
+        C::Map(pairs) => {
+            out.push('{');
+            for (i, (k, v)) in pairs.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_diag(out, k);
+                out.push_str(": ");
+                write_diag(out, v);
+            }
+            out.push('}');
+        }
+        _ => out.push_str("null"),
+    }
+}
+
 /// CBOR from the JSON shape of a CBOR item: objects are maps (keys that are integers
 /// written as strings become integers), `{"hex": ...}` and `{"ascii": ...}` are byte
 /// strings, strings text, numbers integers. Maps come out in canonical order.
@@ -411,6 +500,12 @@ mod tests {
                 "-2": {"hex": x}, "-3": {"hex": y}}}}),
         );
         assert_eq!(Ccs::from_json(&Value::Object(map)).unwrap(), *ccs);
+        assert_eq!(Ccs::from_json(&ccs.to_json()).unwrap(), *ccs);
+        let diag = ccs.to_diag();
+        assert!(
+            diag.starts_with("{14: {2: \"one\", 8: {1: {1: 2, 2: h'01', -1: 1, -2: h'"),
+            "{diag}"
+        );
     }
 
     #[test]
