@@ -119,6 +119,11 @@ impl Oscore {
         self
     }
 
+    /// Whether a client context was given to [`protect`](Self::protect).
+    pub(crate) fn protects_any(&self) -> bool {
+        !self.protected.is_empty()
+    }
+
     /// Server role: takes EDHOC (RFC 9528) at `/.well-known/edhoc`, and requests
     /// protected under the contexts it makes, also in EDHOC + OSCORE combined requests
     /// (RFC 9668).

@@ -392,7 +392,7 @@ fn write_diag(out: &mut String, value: &ciborium::Value) {
 /// CBOR from the JSON shape of a CBOR item: objects are maps (keys that are integers
 /// written as strings become integers), `{"hex": ...}` and `{"ascii": ...}` are byte
 /// strings, strings text, numbers integers. Maps come out in canonical order.
-fn json_to_cbor(value: &Value) -> Result<Vec<u8>, String> {
+pub(crate) fn json_to_cbor(value: &Value) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     write_json(&mut out, value, 0)?;
     Ok(out)

@@ -260,6 +260,13 @@ async fn a_wrong_credential_fails_on_either_side() {
         }
         other => panic!("{other}"),
     }
+    // A client that names a known client's key ID but holds another key: message_3
+    // does not verify.
+    let impostor = EdhocIdentity::generate("client", b"\x0b", CredentialStyle::ByKeyId);
+    let e = establish(&client, &origin, &impostor, keys.server.credential())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("does not verify"), "{e}");
     // A server with another credential than the client expects (same kid).
     let impostor = EdhocIdentity::generate("server", b"\x0a", CredentialStyle::ByKeyId);
     let e = establish(&client, &origin, &keys.client, impostor.credential())
@@ -581,4 +588,59 @@ fn the_least_recently_used_context_makes_room() {
     assert!(responder.context(&kids[0]).is_some());
     assert!(responder.context(&kids[1]).is_none());
     assert!(responder.context(&kids[2]).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_files_set_up_edhoc_on_both_sides() {
+    use crate::credentials::Credentials;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("cobalt-edhoc-files-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = pair(CredentialStyle::ByKeyId);
+    let own = |name: &str, identity: &EdhocIdentity| {
+        let key = dir.join(format!("{name}.cosekey"));
+        std::fs::write(&key, identity.private_key_cose()).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        serde_json::json!({"suite": 2, "method": 3, "own_cred_style": "by-key-id",
+            "own_cred": identity.credential().to_json(),
+            "private_key_file": format!("{name}.cosekey")})
+    };
+    let server_file = serde_json::json!({
+        "coap://127.0.0.1/*": {"edhoc-oscore": own("server", &keys.server)},
+        ":edhoc-client": {"edhoc-oscore": {"suite": 2, "method": 3,
+            "peer_cred": keys.client.credential().to_json()}},
+    });
+    let server_creds = Credentials::parse(&server_file.to_string(), &dir).unwrap();
+    let server = Server::new()
+        .route(
+            "/hello",
+            get(|| async { "hello through EDHOC" })
+                .layer(RequireOscore::contexts(["edhoc-client"])),
+        )
+        .layer(server_creds.oscore().unwrap())
+        .shards(1)
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let addr = server.local_addr(Scheme::Coap).unwrap();
+    let mut entry = own("client", &keys.client);
+    entry["peer_cred"] = keys.server.credential().to_json();
+    let client_file = serde_json::json!({ format!("coap://{addr}/*"): {"edhoc-oscore": entry} });
+    let client_creds = Credentials::parse(&client_file.to_string(), &dir).unwrap();
+    let uri = cobalt::proto::uri::CoapUri::parse(&format!("coap://{addr}/hello")).unwrap();
+    let plain = Client::new();
+    let layer = client_creds
+        .client_oscore(&plain, &uri)
+        .await
+        .unwrap()
+        .unwrap();
+    let r = Client::new()
+        .layer(layer)
+        .get(&format!("coap://{addr}/hello"))
+        .await
+        .unwrap();
+    assert_eq!(r.text_payload(), "hello through EDHOC");
+    server.shutdown(Duration::ZERO).await;
+    std::fs::remove_dir_all(dir).unwrap();
 }
