@@ -145,9 +145,10 @@ fn serve_and_get_with_edhoc_credentials() {
         .arg(&server_file);
     let _server = serve_until(serve, "serving CoAP on");
 
-    let get = |name: &str, identity: &EdhocIdentity| {
+    let get = |name: &str, identity: &EdhocIdentity, combined: bool| {
         let mut entry = own_identity(&dir, name, identity);
         entry["peer_cred"] = server.credential().to_json();
+        entry["use_combined_edhoc"] = combined.into();
         let file = dir.write(
             &format!("{name}.json"),
             serde_json::json!({ format!("{origin}/*"): edhoc_entry(entry) }).to_string(),
@@ -158,23 +159,30 @@ fn serve_and_get_with_edhoc_credentials() {
             .output()
             .unwrap()
     };
-    let protected = get("client", &client);
-    let (out, traffic) = (
-        String::from_utf8_lossy(&protected.stdout),
-        String::from_utf8_lossy(&protected.stderr),
-    );
-    assert!(protected.status.success(), "{out}\n{traffic}");
-    assert_eq!(out.trim(), "hello world");
-    assert!(traffic.contains("edhoc"), "EDHOC first: {traffic}");
-    assert!(
-        traffic.contains("Option(9)"),
-        "then the request went protected: {traffic}"
-    );
+    for combined in [false, true] {
+        let protected = get("client", &client, combined);
+        let (out, traffic) = (
+            String::from_utf8_lossy(&protected.stdout),
+            String::from_utf8_lossy(&protected.stderr),
+        );
+        assert!(protected.status.success(), "{out}\n{traffic}");
+        assert_eq!(out.trim(), "hello world");
+        assert_eq!(
+            traffic.matches("edhoc").count(),
+            if combined { 1 } else { 2 },
+            "EDHOC first (message_3 alone or not): {traffic}"
+        );
+        assert!(
+            traffic.contains("Option(9)"),
+            "then the request went protected: {traffic}"
+        );
+        assert_eq!(traffic.contains("Option(21)"), combined, "{traffic}");
+    }
 
     // A client the server does not know (another key ID): EDHOC is refused, exit
     // status 4.
     let stranger = EdhocIdentity::generate("stranger", b"\x0c", CredentialStyle::ByKeyId);
-    let refused = get("stranger", &stranger);
+    let refused = get("stranger", &stranger, false);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(4), "{stderr}");
     assert!(stderr.contains("EDHOC"), "{stderr}");

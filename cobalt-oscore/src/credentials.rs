@@ -36,7 +36,8 @@
 //! ```
 //!
 //! A URI pattern with `peer_cred` makes a client run EDHOC with matching servers
-//! ([`Credentials::client_oscore`]); a `:label` with `peer_cred` is a client a server
+//! ([`Credentials::client_oscore`]; message_3 goes in a request of its own unless
+//! `"use_combined_edhoc": true` puts it in the first OSCORE request); a `:label` with `peer_cred` is a client a server
 //! accepts (its contexts are named by the label). The first URI pattern with an own
 //! credential is also the server's identity, as aiocoap takes its server identity from
 //! its own origin's entry. `private_key_file` is a CBOR COSE_Key, as
@@ -46,7 +47,9 @@
 
 use crate::context::{unhex, Material, AES_CCM_16_64_128};
 use crate::edhoc::credential::{private_key_from_cose, read_private_key};
-use crate::edhoc::{establish, Ccs, CredentialStyle, EdhocError, EdhocIdentity, EdhocResponder};
+use crate::edhoc::{
+    establish, Ccs, Completion, CredentialStyle, EdhocError, EdhocIdentity, EdhocResponder,
+};
 use crate::layer::Oscore;
 use crate::security::SecurityContext;
 use crate::sequence::{SenderSequence, DEFAULT_STRIDE};
@@ -69,6 +72,19 @@ pub struct CredentialsError {
     what: String,
 }
 
+/// A client's `edhoc-oscore` entry for a URI pattern.
+#[derive(Debug)]
+struct EdhocClient {
+    key: String,
+    pattern: UriPattern,
+    /// This endpoint's identity.
+    identity: EdhocIdentity,
+    /// The credential the server must authenticate with.
+    server: Ccs,
+    /// aiocoap's `use_combined_edhoc`.
+    completion: Completion,
+}
+
 /// A loaded credentials file.
 #[derive(Debug, Default)]
 pub struct Credentials {
@@ -83,9 +99,8 @@ pub struct Credentials {
     server_psk: Vec<(Vec<u8>, Vec<u8>)>,
     /// A server's certificate, if one is given.
     server_x509: Option<X509Credentials>,
-    /// EDHOC with servers a client talks to, by URI pattern (longest first): this
-    /// endpoint's identity and the credential the server must authenticate with.
-    edhoc_client: Vec<(String, UriPattern, EdhocIdentity, Ccs)>,
+    /// EDHOC with servers a client talks to, by URI pattern (longest first).
+    edhoc_client: Vec<EdhocClient>,
     /// A server's EDHOC identity: the first URI pattern's own credential.
     edhoc_identity: Option<EdhocIdentity>,
     /// The EDHOC clients a server accepts: (label, credential).
@@ -125,7 +140,7 @@ impl Credentials {
         credentials
             .transport_client
             .sort_by_key(|(k, ..)| by_length(k));
-        credentials.edhoc_client.sort_by_key(|(k, ..)| by_length(k));
+        credentials.edhoc_client.sort_by_key(|c| by_length(&c.key));
         Ok(credentials)
     }
 
@@ -207,7 +222,13 @@ impl Credentials {
                 }
             }
             ("edhoc-oscore", pattern) => {
-                let (own, peer) = edhoc_entry(object(body)?, base)?;
+                let body = object(body)?;
+                let completion = match body.get("use_combined_edhoc") {
+                    Some(Value::Bool(true)) => Completion::Combined,
+                    Some(Value::Bool(false)) | Some(Value::Null) | None => Completion::Message4,
+                    Some(_) => return Err("use_combined_edhoc must be true or false".into()),
+                };
+                let (own, peer) = edhoc_entry(body, base)?;
                 match (label, pattern, own, peer) {
                     (Some(label), _, None, Some(peer)) => {
                         self.edhoc_peers.push((label.to_string(), peer))
@@ -222,8 +243,14 @@ impl Credentials {
                         if self.edhoc_identity.is_none() {
                             self.edhoc_identity = Some(own.clone());
                         }
-                        if let Some(peer) = peer {
-                            self.edhoc_client.push((key.to_string(), pattern, own, peer));
+                        if let Some(server) = peer {
+                            self.edhoc_client.push(EdhocClient {
+                                key: key.to_string(),
+                                pattern,
+                                identity: own,
+                                server,
+                                completion,
+                            });
                         }
                     }
                     (None, None, ..) => unreachable!("a key is a label or a pattern"),
@@ -268,10 +295,10 @@ impl Credentials {
         client: &cobalt::Client,
         uri: &CoapUri,
     ) -> Result<Option<Oscore>, EdhocError> {
-        let Some((_, pattern, identity, server)) = self
+        let Some(entry) = self
             .edhoc_client
             .iter()
-            .find(|(_, p, ..)| p.matches_uri(uri))
+            .find(|c| c.pattern.matches_uri(uri))
         else {
             return Ok(self.oscore());
         };
@@ -281,8 +308,15 @@ impl Credentials {
             uri.host.clone()
         };
         let origin = format!("{}://{host}:{}", uri.scheme, uri.port);
-        let context = establish(client, &origin, identity, server).await?;
-        Ok(self.layer(Oscore::new().protect(pattern.clone(), context)))
+        let established = establish(
+            client,
+            &origin,
+            &entry.identity,
+            &entry.server,
+            entry.completion,
+        )
+        .await?;
+        Ok(self.layer(Oscore::new().protect_edhoc(entry.pattern.clone(), established)))
     }
 
     /// `layer` with these credentials' contexts added; `None` if it would have none.
@@ -634,7 +668,7 @@ mod tests {
         assert_eq!(responder.identity().style(), CredentialStyle::ByValue);
         assert!(c.oscore().is_some(), "EDHOC alone makes a layer");
         let uri = CoapUri::parse("coap://127.0.0.1/x").unwrap();
-        assert!(c.edhoc_client.iter().any(|(_, p, ..)| p.matches_uri(&uri)));
+        assert!(c.edhoc_client.iter().any(|e| e.pattern.matches_uri(&uri)));
         // The key in the file itself, as aiocoap's private_key.
         let inline = text.replace(
             "\"private_key_file\":\"server.cosekey\"",

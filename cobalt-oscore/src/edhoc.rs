@@ -11,7 +11,9 @@
 //!   are bounded per client address and in total, answers stay within 3× the request's
 //!   size, and the contexts it made are bounded too (the least recently used goes).
 //! - [`establish`]: a client's side: runs the exchange with a server and returns the
-//!   OSCORE context, for [`Oscore::protect`](crate::Oscore::protect).
+//!   OSCORE context, for [`Oscore::protect_edhoc`](crate::Oscore::protect_edhoc);
+//!   message_3 goes alone (answered with message_4) or in front of the first OSCORE
+//!   request ([`Completion`]).
 //!
 //! Both derive the OSCORE context as RFC 9528 Appendix A.1 says: Master Secret and
 //! Master Salt from the EDHOC-Exporter (labels 0 and 1, 16 and 8 bytes), each side's
@@ -23,7 +25,7 @@ pub mod initiator;
 pub mod responder;
 
 pub use credential::{Ccs, CredentialStyle, EdhocIdentity};
-pub use initiator::{establish, EdhocError};
+pub use initiator::{establish, Completion, EdhocContext, EdhocError};
 pub use responder::{EdhocLimits, EdhocResponder};
 
 use crate::cbor;

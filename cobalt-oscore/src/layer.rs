@@ -6,7 +6,7 @@
 //! verifies their answers and notifications.
 
 use crate::context::hex;
-use crate::edhoc::EdhocResponder;
+use crate::edhoc::{EdhocContext, EdhocResponder};
 use crate::option::{OscoreOption, EDHOC, OSCORE};
 use crate::security::{RequestBinding, SecurityContext};
 use crate::target::UriPattern;
@@ -15,7 +15,7 @@ use cobalt::proto::blockwise::{slice_asked, BlockSize};
 use cobalt::proto::message::block::BlockValue;
 use cobalt::proto::message::{opt, Code, Message};
 use cobalt::server::{Exchange, Layer, Observer, Refusal, Request, Response};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// The SZX of the inner blocks a server slices answers into (512 bytes), small
@@ -45,7 +45,7 @@ pub struct Oscore {
     /// Contexts requests may be protected under (server role).
     accepted: Vec<Arc<SecurityContext>>,
     /// Which requests are protected with which context (client role), first match.
-    protected: Vec<(UriPattern, Arc<SecurityContext>)>,
+    protected: Vec<Protecting>,
     /// Block1 uploads inside OSCORE being put together (server role).
     uploads: Arc<InnerUploads>,
     /// EDHOC at `/.well-known/edhoc`, and the contexts it made (server role).
@@ -87,6 +87,16 @@ impl Protected {
     }
 }
 
+/// A client's context for the requests a pattern matches.
+#[derive(Debug, Clone)]
+struct Protecting {
+    target: UriPattern,
+    context: Arc<SecurityContext>,
+    /// EDHOC message_3 that the first request carries in front of its OSCORE payload
+    /// (the combined request of RFC 9668), until that request takes it.
+    message_3: Option<Arc<Mutex<Option<Vec<u8>>>>>,
+}
+
 /// What a client keeps of a request it protected, for the answer.
 #[derive(Debug, Clone)]
 struct Sent {
@@ -115,7 +125,24 @@ impl Oscore {
         target: UriPattern,
         context: impl Into<Arc<SecurityContext>>,
     ) -> Oscore {
-        self.protected.push((target, context.into()));
+        self.protected.push(Protecting {
+            target,
+            context: context.into(),
+            message_3: None,
+        });
+        self
+    }
+
+    /// Client role: requests whose URI matches `target` are protected with the
+    /// context EDHOC made ([`establish`](crate::edhoc::establish)); when the exchange
+    /// ends with a combined request, the first of them carries EDHOC message_3.
+    pub fn protect_edhoc(mut self, target: UriPattern, established: EdhocContext) -> Oscore {
+        let (context, message_3) = established.into_parts();
+        self.protected.push(Protecting {
+            target,
+            context: Arc::new(context),
+            message_3: message_3.map(|m| Arc::new(Mutex::new(Some(m)))),
+        });
         self
     }
 
@@ -325,16 +352,26 @@ impl Layer for Oscore {
     }
 
     fn on_send(&self, exchange: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
-        let Some((_, context)) = self
-            .protected
-            .iter()
-            .find(|(target, _)| target.matches(exchange.scheme(), exchange.peer(), request))
-        else {
+        let Some(protecting) = self.protected.iter().find(|p| {
+            p.target
+                .matches(exchange.scheme(), exchange.peer(), request)
+        }) else {
             return Ok(());
         };
+        let context = &protecting.context;
         let binding = context
             .protect_request(request)
             .map_err(|e| Refusal::new(e.to_string()))?;
+        let message_3 = protecting
+            .message_3
+            .as_ref()
+            .and_then(|m| m.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(mut message_3) = message_3 {
+            // RFC 9668 §3.2.1: message_3, then the OSCORE ciphertext; the EDHOC option.
+            message_3.extend_from_slice(&request.payload);
+            request.payload = message_3;
+            request.options.push(EDHOC, []);
+        }
         exchange.extensions_mut().insert(Sent {
             context: context.clone(),
             binding,

@@ -1,13 +1,13 @@
 //! EDHOC + OSCORE interop with aiocoap 0.4.17 (`aiocoap[oscore]`, whose EDHOC is
 //! lakers-python 0.6), both ways, with credentials in aiocoap's `edhoc-oscore` form
 //! (CBOR diagnostic notation): aiocoap-client (EDHOC with the combined request) against
-//! a Cobalt server, and Cobalt's client (message_3 and message_4) against an aiocoap
-//! server; a credential the other side does not know. Skipped when aiocoap's OSCORE
+//! a Cobalt server, and Cobalt's client (with message_4, and with the combined request)
+//! against an aiocoap server; a credential the other side does not know. Skipped when aiocoap's OSCORE
 //! extra or lakers-python is missing, failed under `COBALT_REQUIRE_PEERS=1`.
 
 use cobalt::proto::message::Code;
 use cobalt::{Client, Scheme};
-use cobalt_oscore::edhoc::{establish, EdhocError};
+use cobalt_oscore::edhoc::{establish, Completion, EdhocError};
 use cobalt_oscore::{CredentialStyle, EdhocIdentity, EdhocResponder, Oscore, UriPattern};
 use cobalt_test_support::need;
 use cobalt_test_support::peers::{aiocoap, Listen, PeerServer};
@@ -182,42 +182,57 @@ async fn cobalt_client_does_edhoc_with_an_aiocoap_server() {
     });
     let origin = format!("coap://{}", server.addr);
     let plain = Client::new();
-    let context = establish(&plain, &origin, &k.client, k.server.credential())
+    let uri = |p: &str| format!("{origin}{p}");
+    for completion in [Completion::Message4, Completion::Combined] {
+        let established = establish(
+            &plain,
+            &origin,
+            &k.client,
+            k.server.credential(),
+            completion,
+        )
         .await
         .unwrap();
-    let client = Client::new()
-        .layer(Oscore::new().protect(UriPattern::parse(&format!("{origin}/*")).unwrap(), context));
-    let uri = |p: &str| format!("{origin}{p}");
-    let r = client.get(&uri("/hello")).await.unwrap();
-    assert_eq!(
-        (r.code, r.text_payload().as_str()),
-        (Code::CONTENT, "hello from aiocoap")
-    );
-    let r = client.post(&uri("/echo"), "ping").await.unwrap();
-    assert_eq!(
-        (r.code, r.payload.as_slice()),
-        (Code::CHANGED, &b"ping"[..])
-    );
-    let r = client.get(&uri("/large")).await.unwrap();
-    assert_eq!(r.payload.len(), 3000, "Block2 through OSCORE");
-    let mut observation = client.observe(&uri("/counter")).await.unwrap();
-    let mut counts = Vec::new();
-    while counts.len() < 3 {
-        let n = tokio::time::timeout(Duration::from_secs(10), observation.next())
-            .await
-            .expect("a notification within 10 s")
-            .unwrap()
-            .unwrap();
-        counts.push(n.text_payload());
+        let pattern = UriPattern::parse(&format!("{origin}/*")).unwrap();
+        let client = Client::new().layer(Oscore::new().protect_edhoc(pattern, established));
+        let r = client.get(&uri("/hello")).await.unwrap();
+        assert_eq!(
+            (r.code, r.text_payload().as_str()),
+            (Code::CONTENT, "hello from aiocoap"),
+            "{completion:?}"
+        );
+        let r = client.post(&uri("/echo"), "ping").await.unwrap();
+        assert_eq!(
+            (r.code, r.payload.as_slice()),
+            (Code::CHANGED, &b"ping"[..])
+        );
+        let r = client.get(&uri("/large")).await.unwrap();
+        assert_eq!(r.payload.len(), 3000, "Block2 through OSCORE");
+        let mut observation = client.observe(&uri("/counter")).await.unwrap();
+        let mut counts = Vec::new();
+        while counts.len() < 3 {
+            let n = tokio::time::timeout(Duration::from_secs(10), observation.next())
+                .await
+                .expect("a notification within 10 s")
+                .unwrap()
+                .unwrap();
+            counts.push(n.text_payload());
+        }
+        assert!(counts.iter().all(|c| c.starts_with("count ")), "{counts:?}");
+        drop(observation);
     }
-    assert!(counts.iter().all(|c| c.starts_with("count ")), "{counts:?}");
-    drop(observation);
 
     // A server that authenticates with another credential than the client expects.
     let other = EdhocIdentity::generate("other", b"\x0a", CredentialStyle::ByKeyId);
-    let e = establish(&plain, &origin, &k.client, other.credential())
-        .await
-        .unwrap_err();
+    let e = establish(
+        &plain,
+        &origin,
+        &k.client,
+        other.credential(),
+        Completion::Message4,
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(
             e,
@@ -230,9 +245,15 @@ async fn cobalt_client_does_edhoc_with_an_aiocoap_server() {
     );
     // A client the server does not know: aiocoap refuses message_3.
     let stranger = EdhocIdentity::generate("stranger", b"\x0b", CredentialStyle::ByKeyId);
-    let e = establish(&plain, &origin, &stranger, k.server.credential())
-        .await
-        .unwrap_err();
+    let e = establish(
+        &plain,
+        &origin,
+        &stranger,
+        k.server.credential(),
+        Completion::Message4,
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(
             e,

@@ -46,15 +46,53 @@ pub enum EdhocError {
     UnexpectedCredential,
 }
 
+/// How a client ends EDHOC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Completion {
+    /// message_3 in a request of its own, answered with message_4 (RFC 9528 Appendix
+    /// A.2): one round trip more, but every EDHOC server takes it.
+    #[default]
+    Message4,
+    /// message_3 in front of the first OSCORE request (the EDHOC + OSCORE combined
+    /// request, RFC 9668), for servers that support it.
+    Combined,
+}
+
+/// The OSCORE context a client's EDHOC made, and for [`Completion::Combined`] the
+/// message_3 its first request must carry
+/// ([`Oscore::protect_edhoc`](crate::Oscore::protect_edhoc) sends it).
+#[derive(Debug)]
+pub struct EdhocContext {
+    context: SecurityContext,
+    message_3: Option<Vec<u8>>,
+}
+
+impl EdhocContext {
+    /// The OSCORE context.
+    pub fn context(&self) -> &SecurityContext {
+        &self.context
+    }
+
+    /// Whether the server still waits for message_3 in the first request.
+    pub fn awaits_combined_request(&self) -> bool {
+        self.message_3.is_some()
+    }
+
+    pub(crate) fn into_parts(self) -> (SecurityContext, Option<Vec<u8>>) {
+        (self.context, self.message_3)
+    }
+}
+
 /// Runs EDHOC with the server at `origin` (`coap://host:port`) as `identity`, expecting
 /// it to authenticate with `server`: the OSCORE context for requests to it, named
-/// `origin`. The exchange uses message_4 (no combined request).
+/// `origin`, for [`Oscore::protect_edhoc`](crate::Oscore::protect_edhoc).
 pub async fn establish(
     client: &Client,
     origin: &str,
     identity: &EdhocIdentity,
     server: &Ccs,
-) -> Result<SecurityContext, EdhocError> {
+    completion: Completion,
+) -> Result<EdhocContext, EdhocError> {
     let uri = format!(
         "{}/{}",
         origin.trim_end_matches('/'),
@@ -107,6 +145,23 @@ pub async fn establish(
     let (waiting, message_3, _prk_out) = processed
         .prepare_message_3(identity.style().lakers(), &None)
         .map_err(|e| invalid("message_3", e))?;
+    let derived = |material| {
+        SecurityContext::new(material)
+            .map(|c| c.named(origin))
+            .map_err(|e| EdhocError::Invalid {
+                step: "message_2",
+                why: format!("the derived context is not usable: {e}"),
+            })
+    };
+    if completion == Completion::Combined {
+        let mut done = waiting
+            .completed_without_message_4()
+            .map_err(|e| invalid("message_3", e))?;
+        return Ok(EdhocContext {
+            context: derived(oscore_material(&mut done, &c_i, &c_r))?,
+            message_3: Some(message_3.as_slice().to_vec()),
+        });
+    }
     let mut payload = encode_connection_id(&c_r);
     payload.extend_from_slice(message_3.as_slice());
     let answer = post(client, &uri, "message_3", payload).await?;
@@ -127,12 +182,10 @@ pub async fn establish(
             .map_err(|e| invalid("message_4", e))?;
         oscore_material(&mut done, &c_i, &c_r)
     };
-    SecurityContext::new(material)
-        .map(|c| c.named(origin))
-        .map_err(|e| EdhocError::Invalid {
-            step: "message_2",
-            why: format!("the derived context is not usable: {e}"),
-        })
+    Ok(EdhocContext {
+        context: derived(material)?,
+        message_3: None,
+    })
 }
 
 /// POSTs an EDHOC message; the 2.04 answer or why there was none.

@@ -15,6 +15,7 @@ use cobalt::{Client, Scheme, ServerHandle};
 use lakers::{EDHOCMethod, EDHOCSuite, EdhocInitiator, EdhocMessageBuffer};
 use proptest::prelude::*;
 use std::net::{IpAddr, UdpSocket};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -181,7 +182,7 @@ fn connection_identifiers_and_messages_split_as_rfc_9528_encodes_them() {
 
 /// A server with an EDHOC responder as `server` that knows `client` (label
 /// "edhoc-client"): /hello answers only requests protected under that context.
-async fn start(responder: EdhocResponder) -> ServerHandle {
+async fn start(responder: impl Into<Arc<EdhocResponder>>) -> ServerHandle {
     Server::new()
         .route(
             "/hello",
@@ -216,25 +217,48 @@ impl Pair {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cobalt_initiator_and_responder_agree_on_an_oscore_context() {
-    for style in [CredentialStyle::ByKeyId, CredentialStyle::ByValue] {
+    for (style, completion) in [
+        (CredentialStyle::ByKeyId, Completion::Message4),
+        (CredentialStyle::ByValue, Completion::Message4),
+        (CredentialStyle::ByKeyId, Completion::Combined),
+    ] {
         let keys = pair(style);
-        let server = start(keys.responder()).await;
+        let responder = Arc::new(keys.responder());
+        let server = start(responder.clone()).await;
         let addr = server.local_addr(Scheme::Coap).unwrap();
         let origin = format!("coap://{addr}");
         let plain = Client::new();
-        let context = establish(&plain, &origin, &keys.client, keys.server.credential())
-            .await
-            .unwrap();
-        assert_eq!(context.name(), origin);
-        let client = Client::new().layer(
-            Oscore::new().protect(UriPattern::parse(&format!("{origin}/*")).unwrap(), context),
-        );
-        let r = client.get(&format!("{origin}/hello")).await.unwrap();
+        let established = establish(
+            &plain,
+            &origin,
+            &keys.client,
+            keys.server.credential(),
+            completion,
+        )
+        .await
+        .unwrap();
+        assert_eq!(established.context().name(), origin);
         assert_eq!(
-            (r.code, r.text_payload().as_str()),
-            (Code::CONTENT, "hello through EDHOC"),
-            "{style:?}"
+            established.awaits_combined_request(),
+            completion == Completion::Combined
         );
+        // With the combined request, the server still waits for message_3.
+        let expected = match completion {
+            Completion::Message4 => (0, 1),
+            Completion::Combined => (1, 0),
+        };
+        assert_eq!(responder.counts(), expected);
+        let pattern = UriPattern::parse(&format!("{origin}/*")).unwrap();
+        let client = Client::new().layer(Oscore::new().protect_edhoc(pattern, established));
+        for _ in 0..2 {
+            let r = client.get(&format!("{origin}/hello")).await.unwrap();
+            assert_eq!(
+                (r.code, r.text_payload().as_str()),
+                (Code::CONTENT, "hello through EDHOC"),
+                "{style:?} {completion:?}"
+            );
+        }
+        assert_eq!(responder.counts(), (0, 1));
         // Unprotected, the resource refuses.
         let r = plain.get(&format!("{origin}/hello")).await.unwrap();
         assert_eq!(r.code, Code::UNAUTHORIZED);
@@ -250,9 +274,15 @@ async fn a_wrong_credential_fails_on_either_side() {
     let client = Client::new();
     // A client the server does not know: message_3 is refused.
     let stranger = EdhocIdentity::generate("stranger", b"\x0b", CredentialStyle::ByValue);
-    let e = establish(&client, &origin, &stranger, keys.server.credential())
-        .await
-        .unwrap_err();
+    let e = establish(
+        &client,
+        &origin,
+        &stranger,
+        keys.server.credential(),
+        Completion::Message4,
+    )
+    .await
+    .unwrap_err();
     match &e {
         EdhocError::Refused { step, code, why } => {
             assert_eq!((*step, *code), ("message_3", Code::BAD_REQUEST));
@@ -263,15 +293,27 @@ async fn a_wrong_credential_fails_on_either_side() {
     // A client that names a known client's key ID but holds another key: message_3
     // does not verify.
     let impostor = EdhocIdentity::generate("client", b"\x0b", CredentialStyle::ByKeyId);
-    let e = establish(&client, &origin, &impostor, keys.server.credential())
-        .await
-        .unwrap_err();
+    let e = establish(
+        &client,
+        &origin,
+        &impostor,
+        keys.server.credential(),
+        Completion::Message4,
+    )
+    .await
+    .unwrap_err();
     assert!(e.to_string().contains("does not verify"), "{e}");
     // A server with another credential than the client expects (same kid).
     let impostor = EdhocIdentity::generate("server", b"\x0a", CredentialStyle::ByKeyId);
-    let e = establish(&client, &origin, &keys.client, impostor.credential())
-        .await
-        .unwrap_err();
+    let e = establish(
+        &client,
+        &origin,
+        &keys.client,
+        impostor.credential(),
+        Completion::Message4,
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(
             e,
