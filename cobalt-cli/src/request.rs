@@ -98,7 +98,8 @@ pub struct RequestArgs {
     #[command(flatten)]
     pub dtls: DtlsArgs,
     /// Credentials file (aiocoap's JSON format): OSCORE contexts for the URIs it
-    /// names (`{"coap://host/*": {"oscore": {"basedir": "dir/"}}}`), DTLS PSKs
+    /// names (`{"coap://host/*": {"oscore": {"basedir": "dir/"}}}`), EDHOC run first
+    /// to make one (`"edhoc-oscore"`: own_cred, private_key_file, peer_cred), DTLS PSKs
     /// (`"dtls"`) and CA certificates (`"tlscert"`) where no credential flag is given.
     #[arg(long, value_name = "FILE")]
     pub credentials: Option<PathBuf>,
