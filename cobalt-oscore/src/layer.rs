@@ -195,12 +195,13 @@ impl Oscore {
                 .with_payload("this server takes no EDHOC + OSCORE combined requests"));
         };
         let from = request.peer().ip();
+        let request_len = cobalt::proto::message::codec::encode(request.message()).len();
         let payload = std::mem::take(&mut request.message_mut().payload);
         let (context, ciphertext) = edhoc
             .combined(from, kid, &payload, Instant::now())
             .map_err(|refusal| {
                 tracing::debug!(peer = %request.peer(), why = %refusal.why, "EDHOC combined request refused");
-                refusal.into_response()
+                refusal.within(request_len).into_response()
             })?;
         let message = request.message_mut();
         message.payload = ciphertext.to_vec();

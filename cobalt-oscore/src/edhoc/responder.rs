@@ -77,6 +77,21 @@ impl Refusal {
         }
     }
 
+    /// This refusal with its text cut so that the answer stays within the
+    /// amplification bound of a request of `request_len` bytes (a header, a token
+    /// and an option or two beside the text).
+    pub fn within(mut self, request_len: usize) -> Refusal {
+        let room = (AMPLIFICATION * request_len).saturating_sub(4 + 8 + 6 + 3);
+        if self.why.len() > room {
+            let mut end = room;
+            while !self.why.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.why.truncate(end);
+        }
+        self
+    }
+
     /// The CoAP answer: an EDHOC error message (RFC 9528 Appendix A.2.3), or for 5.03 a
     /// text with Max-Age, so the client waits before it tries again.
     pub fn into_response(self) -> Response {
@@ -226,11 +241,9 @@ impl EdhocResponder {
         let from = request.peer().ip();
         let now = Instant::now();
         let payload = request.payload();
+        let request_len = codec::encode(request.message()).len();
         let answered = match payload.split_first() {
-            Some((0xf5, message_1)) => {
-                let request_len = codec::encode(request.message()).len();
-                self.message_1(from, request_len, message_1, taken, now)
-            }
+            Some((0xf5, message_1)) => self.message_1(from, request_len, message_1, taken, now),
             Some(_) => match split_connection_id(payload) {
                 Some((c_r, message_3)) => self
                     .message_3(from, &c_r, message_3, now)
@@ -247,7 +260,7 @@ impl EdhocResponder {
                 .with_payload(message),
             Err(refusal) => {
                 tracing::debug!(peer = %request.peer(), why = %refusal.why, "EDHOC request refused");
-                refusal.into_response()
+                refusal.within(request_len).into_response()
             }
         }
     }

@@ -362,8 +362,9 @@ fn message_1_floods_are_bounded_per_address_and_in_total() {
     let refused = responder.message_1(ip(3), len, &m1, none, now).unwrap_err();
     assert!(refused.why.contains("in progress"), "{}", refused.why);
     assert_eq!(responder.counts(), (3, 0));
-    let response = refused.into_response();
+    let response = refused.clone().into_response();
     assert_eq!(response.code, Code::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.within(10).why.len(), 9, "cut to fit 3 × 10 bytes");
     // Sessions that never got message_3 are forgotten after pending_for.
     let later = now + Duration::from_secs(11);
     assert!(responder.message_1(ip(3), len, &m1, none, later).is_ok());
@@ -570,10 +571,18 @@ async fn malformed_requests_to_the_edhoc_resource_get_edhoc_errors() {
         (22, vec![0x61, b'x']),
         (23, vec![0x05, 0x41, 0x00]),
     ] {
-        let answer = exchange(&socket, &edhoc_post(mid, payload.clone()));
+        let request = edhoc_post(mid, payload.clone());
+        let answer = exchange(&socket, &request);
         assert_eq!(answer.code, Code::BAD_REQUEST, "{payload:?}: {answer:?}");
         assert_eq!(answer.options.content_format(), Some(EDHOC_CBOR_SEQ));
         assert!(error_text(&answer.payload).is_some(), "{answer:?}");
+        // Not even an error answer amplifies more than 3×.
+        assert!(
+            encode(&answer).len() <= 3 * encode(&request).len(),
+            "{} bytes for {}",
+            encode(&answer).len(),
+            encode(&request).len()
+        );
     }
     let mut get = edhoc_post(24, vec![]);
     get.code = Code::GET;
