@@ -440,6 +440,45 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever a server answers to message_1, the client's side of lakers on this
+    /// backend refuses it without panicking (junk, or a real message_2 with a byte
+    /// changed).
+    #[test]
+    fn malformed_answers_to_the_client_are_refused(
+        junk in proptest::collection::vec(any::<u8>(), 0..300),
+        flip in 0usize..200,
+    ) {
+        let keys = pair(CredentialStyle::ByKeyId);
+        let responder = keys.responder();
+        let attempt = |message_2: &[u8]| -> bool {
+            let mut initiator =
+                EdhocInitiator::new(crypto(), EDHOCMethod::StatStat, EDHOCSuite::CipherSuite2);
+            initiator.set_identity(keys.client.private_key(), keys.client.credential().lakers());
+            let (waiting, _) = initiator
+                .prepare_message_1(lakers::ConnId::from_slice(&[0x05]), &None)
+                .unwrap();
+            let Ok(buffer) = EdhocMessageBuffer::new_from_slice(message_2) else {
+                return false;
+            };
+            let Ok((processing, _, _, _)) = waiting.parse_message_2(&buffer) else {
+                return false;
+            };
+            processing.verify_message_2(keys.server.credential().lakers()).is_ok()
+        };
+        prop_assert!(!attempt(&junk));
+        let mut message_2 = responder
+            .message_1(ip(1), 1000, &message_1(), |_| false, Instant::now())
+            .unwrap();
+        let at = flip % message_2.len();
+        message_2[at] ^= 0x20;
+        // Another client's message_2 does not verify for this one, changed or not.
+        prop_assert!(!attempt(&message_2));
+    }
+}
+
 #[test]
 fn message_3_from_another_address_is_not_taken() {
     let keys = pair(CredentialStyle::ByKeyId);
