@@ -7,8 +7,13 @@
 //!   answers verified). [`RequireOscore`] makes a resource answer 4.01 to requests
 //!   that came unprotected; [`Protected`] tells a handler which context a request
 //!   used.
-//! - [`Credentials`]: one credentials file for OSCORE contexts, DTLS PSKs and
-//!   certificates, in aiocoap's JSON format (`cobalt get|serve --credentials`).
+//! - [`Credentials`]: one credentials file for OSCORE contexts, EDHOC credentials,
+//!   DTLS PSKs and certificates, in aiocoap's JSON format (`cobalt get|serve
+//!   --credentials`).
+//! - [`edhoc`]: EDHOC (RFC 9528, with `lakers`) to derive OSCORE contexts from
+//!   P-256 credentials: [`EdhocResponder`] in a server's layer
+//!   ([`Oscore::edhoc`]), [`edhoc::establish`] for a client, also with the EDHOC +
+//!   OSCORE combined request (RFC 9668).
 //! - [`Material`] and [`Keys`]: a security context's input and what HKDF-SHA256 derives
 //!   from it; [`SecurityContext`]: the keys with the sender sequence and the replay
 //!   window, protecting and verifying CoAP messages (AES-CCM-16-64-128, COSE_Encrypt0
