@@ -170,20 +170,23 @@ async fn cobalt_client_does_edhoc_with_an_aiocoap_server() {
     let python = need!("aiocoap[oscore] with lakers-python", edhoc_python());
     let k = keys("edhoc-aiocoap-server");
     let server_key = key_file(&k.dir, "server.cosekey", &k.server);
-    let server = aiocoap_server(&python, |port| {
-        k.dir.write(
-            "server.diag",
-            format!(
-                "{{\"coap://127.0.0.1:{port}/*\": {}, \":cobalt\": {}}}",
-                entry(Some((&k.server, &server_key)), None),
-                entry(None, Some(&k.client)),
-            ),
-        )
-    });
-    let origin = format!("coap://{}", server.addr);
+    let start = || {
+        aiocoap_server(&python, |port| {
+            k.dir.write(
+                "server.diag",
+                format!(
+                    "{{\"coap://127.0.0.1:{port}/*\": {}, \":cobalt\": {}}}",
+                    entry(Some((&k.server, &server_key)), None),
+                    entry(None, Some(&k.client)),
+                ),
+            )
+        })
+    };
     let plain = Client::new();
-    let uri = |p: &str| format!("{origin}{p}");
+    let server = start();
     for completion in [Completion::Message4, Completion::Combined] {
+        let origin = format!("coap://{}", server.addr);
+        let uri = |p: &str| format!("{origin}{p}");
         let established = establish(
             &plain,
             &origin,
@@ -213,14 +216,18 @@ async fn cobalt_client_does_edhoc_with_an_aiocoap_server() {
         while counts.len() < 3 {
             let n = tokio::time::timeout(Duration::from_secs(10), observation.next())
                 .await
-                .expect("a notification within 10 s")
+                .unwrap_or_else(|_| {
+                    panic!("{completion:?}: a notification within 10 s after {counts:?}")
+                })
                 .unwrap()
                 .unwrap();
             counts.push(n.text_payload());
         }
         assert!(counts.iter().all(|c| c.starts_with("count ")), "{counts:?}");
-        drop(observation);
+        let r = observation.cancel().await.unwrap();
+        assert_eq!(r.code, Code::CONTENT);
     }
+    let origin = format!("coap://{}", server.addr);
 
     // A server that authenticates with another credential than the client expects.
     let other = EdhocIdentity::generate("other", b"\x0a", CredentialStyle::ByKeyId);
