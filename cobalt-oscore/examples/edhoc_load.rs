@@ -62,10 +62,18 @@ async fn load(uri: &str, clients: usize, seconds: f64, file: &Path) -> Result<()
             tokio::spawn(async move {
                 let made = || done.load(Ordering::Relaxed) + failed.load(Ordering::Relaxed);
                 while Instant::now() < deadline && made() < HANDSHAKE_BUDGET {
-                    match credentials.client_oscore(&client, &target).await {
-                        Ok(Some(_)) => done.fetch_add(1, Ordering::Relaxed),
-                        _ => failed.fetch_add(1, Ordering::Relaxed),
+                    let why = match credentials.client_oscore(&client, &target).await {
+                        Ok(Some(_)) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        Ok(None) => "no edhoc-oscore entry of the file matches the URI".to_string(),
+                        Err(e) => e.to_string(),
                     };
+                    // The first failure is told; the others only counted.
+                    if failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                        eprintln!("edhoc_load: {why}");
+                    }
                 }
             })
         })
@@ -98,7 +106,7 @@ fn write_credentials(dir: &Path, uri: &str) -> Result<(), Failure> {
     let pattern = format!("{}/*", uri.trim_end_matches('/'));
     let server_file = serde_json::json!({
         pattern.clone(): {"edhoc-oscore": own("server", &server)?},
-        ":bench": {"edhoc-oscore": {"suite": 2, "method": 3,
+        ":edhoc-bench": {"edhoc-oscore": {"suite": 2, "method": 3,
             "peer_cred": client.credential().to_json()}},
     });
     let mut client_entry = own("client", &client)?;
