@@ -9,17 +9,25 @@
 # Each run sends at most 60,000 requests (the load generator stops there: its
 # endpoint has 65,536 message IDs, and a reused one within 247 s is a duplicate).
 #
-# Usage: bench/oscore.sh [--clients "10 100"] [--seconds 3] [--port 5783]
+# Then EDHOC (RFC 9528, method 3, cipher suite 2): handshakes per second and the
+# server's CPU time per handshake (message_1 to message_4 and the OSCORE context), at
+# each --edhoc-clients count of clients running handshakes back to back (the example
+# `edhoc_load`; a server keeps at most 4 handshakes pending per client address).
+#
+# Usage: bench/oscore.sh [--clients "10 100"] [--edhoc-clients "1 4"] [--seconds 3]
+#                        [--port 5783]
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 clients_list="10 100"
+edhoc_clients_list="1 4"
 seconds=3
 port=5783
 while [ $# -gt 0 ]; do
   case $1 in
     --clients) clients_list=$2; shift ;;
+    --edhoc-clients) edhoc_clients_list=$2; shift ;;
     --seconds) seconds=$2; shift ;;
     --port) port=$2; shift ;;
     *) die "unknown argument $1 (see the header of $0)" ;;
@@ -31,9 +39,10 @@ client_cpus=${client_cpus:-1}
 ready_timeout=${ready_timeout:-20}
 setup_pinning
 find_cobalt
-log "building the load generator (cargo build --release --example oscore_load)"
-(cd "$repo_root" && cargo build --release -q -p cobalt-oscore --example oscore_load)
+log "building the load generators (cargo build --release --example oscore_load --example edhoc_load)"
+(cd "$repo_root" && cargo build --release -q -p cobalt-oscore --example oscore_load --example edhoc_load)
 load="${CARGO_TARGET_DIR:-$repo_root/target}/release/examples/oscore_load"
+edhoc_load="${CARGO_TARGET_DIR:-$repo_root/target}/release/examples/edhoc_load"
 check_port_free udp "$port"
 
 work=$(mktemp -d)
@@ -43,7 +52,15 @@ mkdir -p "$work/server" "$work/client"
 # A window of 64: a hundred requests in flight arrive a little out of order.
 printf '{"sender-id_hex": "01", "recipient-id_hex": "", "secret_hex": "%s", "window": 64}\n' "$secret" >"$work/server/settings.json"
 printf '{"sender-id_hex": "", "recipient-id_hex": "01", "secret_hex": "%s", "window": 64}\n' "$secret" >"$work/client/settings.json"
-printf '{":bench": {"oscore": {"basedir": "server/"}}}\n' >"$work/server.json"
+# The server takes EDHOC too: its identity and the EDHOC client's credential.
+"$edhoc_load" --write-credentials "$work" "coap://127.0.0.1:$port"
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+server = json.load(open(f"{work}/edhoc-server.json"))
+server[":bench"] = {"oscore": {"basedir": "server/"}}
+json.dump(server, open(f"{work}/server.json", "w"))
+PY
 printf '{"coap://127.0.0.1:%s/*": {"oscore": {"basedir": "client/"}}}\n' "$port" >"$work/client.json"
 
 start_server "cobalt serve --credentials" "$work/server.log" \
@@ -72,5 +89,20 @@ ok = max(r["ok"], 1)
 print(f"{mode:<7} {clients:>8} {r['ok'] / r['seconds']:>10.0f} {cpu_us / ok:>14.1f} {r['failed']:>8}")
 PY
   done
+done
+
+printf '\n%-7s %8s %12s %16s %8s\n' mode clients "handshakes/s" "server µs/hs" failed
+for clients in $edhoc_clients_list; do
+  before=$(cpu_ticks)
+  result=$(pin_client "$edhoc_load" "coap://127.0.0.1:$port/benchmark" "$clients" "$seconds" "$work/edhoc-client.json")
+  after=$(cpu_ticks)
+  python3 - "$clients" "$before" "$after" "$hz" "$result" <<'PY'
+import json, sys
+clients, before, after, hz, result = sys.argv[1:]
+r = json.loads(result)
+cpu_us = (int(after) - int(before)) / int(hz) * 1e6
+ok = max(r["ok"], 1)
+print(f"{'edhoc':<7} {clients:>8} {r['ok'] / r['seconds']:>12.0f} {cpu_us / ok:>16.1f} {r['failed']:>8}")
+PY
 done
 log "pinning: $pinning"

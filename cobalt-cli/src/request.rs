@@ -98,7 +98,8 @@ pub struct RequestArgs {
     #[command(flatten)]
     pub dtls: DtlsArgs,
     /// Credentials file (aiocoap's JSON format): OSCORE contexts for the URIs it
-    /// names (`{"coap://host/*": {"oscore": {"basedir": "dir/"}}}`), DTLS PSKs
+    /// names (`{"coap://host/*": {"oscore": {"basedir": "dir/"}}}`), EDHOC run first
+    /// to make one (`"edhoc-oscore"`: own_cred, private_key_file, peer_cred), DTLS PSKs
     /// (`"dtls"`) and CA certificates (`"tlscert"`) where no credential flag is given.
     #[arg(long, value_name = "FILE")]
     pub credentials: Option<PathBuf>,
@@ -207,22 +208,42 @@ fn build(
     Ok(b)
 }
 
-/// The client of a request command: with `--credentials`, its OSCORE layer (and the
-/// file's DTLS/TLS credentials for the URI noted in `args`).
-fn client_for(args: &mut RequestArgs) -> Result<Client, (i32, String)> {
+/// The client of a request command: with `--credentials`, its OSCORE layer (after
+/// EDHOC with the server when an `edhoc-oscore` entry matches the URI) and the file's
+/// DTLS/TLS credentials for the URI noted in `args`.
+async fn client_for(args: &mut RequestArgs) -> Result<Client, (i32, String)> {
     let client = tracing_client(args);
     let Some(file) = &args.credentials else {
         return Ok(client);
     };
     let credentials =
         cobalt_oscore::Credentials::load(file).map_err(|e| (exit::USAGE, e.to_string()))?;
-    if let Ok(uri) = cobalt::proto::uri::CoapUri::parse(&args.uri) {
-        args.file_transport = credentials.client_transport_for(&uri).cloned();
-    }
-    Ok(match credentials.oscore() {
+    let layer = match cobalt::proto::uri::CoapUri::parse(&args.uri) {
+        Ok(uri) => {
+            args.file_transport = credentials.client_transport_for(&uri).cloned();
+            credentials
+                .client_oscore(&client, &uri)
+                .await
+                .map_err(|e| edhoc_exit(&e))?
+        }
+        Err(_) => credentials.oscore(),
+    };
+    Ok(match layer {
         Some(oscore) => client.layer(oscore),
         None => client,
     })
+}
+
+/// The exit status and message for EDHOC that did not give a context.
+fn edhoc_exit(e: &cobalt_oscore::edhoc::EdhocError) -> (i32, String) {
+    use cobalt_oscore::edhoc::EdhocError;
+    let code = match e {
+        EdhocError::Request { source, .. } => return error_exit(source),
+        EdhocError::Refused { code, .. } if code.class() == 5 => exit::SERVER_ERROR,
+        EdhocError::Refused { .. } => exit::CLIENT_ERROR,
+        EdhocError::Invalid { .. } | EdhocError::UnexpectedCredential => exit::PROTOCOL,
+    };
+    (code, format!("EDHOC: {e}"))
 }
 
 /// A client that prints every datagram with `-v`, and sends a `--token` of any length.
@@ -360,7 +381,7 @@ async fn close(client: &Client) {
 
 /// Runs one request command.
 pub async fn run(method: Code, mut args: RequestArgs) -> Result<(), (i32, String)> {
-    let client = client_for(&mut args)?;
+    let client = client_for(&mut args).await?;
     let result = request_and_print(&client, method, &args).await;
     close(&client).await;
     result
@@ -458,7 +479,7 @@ pub async fn discover(args: DiscoverArgs) -> Result<(), (i32, String)> {
             .unwrap_or_default();
         args.uri = format!("{base}/.well-known/core{query}");
     }
-    let client = client_for(&mut args)?;
+    let client = client_for(&mut args).await?;
     let result = list_links(&client, &args, raw).await;
     close(&client).await;
     result
@@ -531,7 +552,7 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// closed standard output, then ends the relation with the server (GET with
 /// Observe=1, RFC 7641 §3.6) instead of leaving it to time out.
 pub async fn observe(mut args: ObserveArgs) -> Result<(), (i32, String)> {
-    let client = client_for(&mut args.request)?;
+    let client = client_for(&mut args.request).await?;
     let result = observe_and_print(&client, &args).await;
     close(&client).await;
     result

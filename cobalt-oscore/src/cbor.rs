@@ -1,5 +1,6 @@
-//! The few CBOR items OSCORE's fixed structures need (RFC 8949 §3): byte and text
-//! strings, arrays, small integers and null, written by hand into a buffer.
+//! The few CBOR items OSCORE's and EDHOC's fixed structures need (RFC 8949 §3): byte
+//! and text strings, arrays, maps, small integers, booleans and null, written by hand
+//! into a buffer.
 
 /// Writes a major type with its argument (`major` in the top three bits).
 fn head(out: &mut Vec<u8>, major: u8, argument: usize) {
@@ -35,6 +36,16 @@ pub(crate) fn array(out: &mut Vec<u8>, len: usize) {
     head(out, 4, len);
 }
 
+/// The head of a map of `len` pairs (the keys and values follow).
+pub(crate) fn map(out: &mut Vec<u8>, len: usize) {
+    head(out, 5, len);
+}
+
+/// The simple value true or false.
+pub(crate) fn boolean(out: &mut Vec<u8>, value: bool) {
+    out.push(if value { 0xf5 } else { 0xf4 });
+}
+
 /// An integer (negative ones as major type 1).
 pub(crate) fn int(out: &mut Vec<u8>, value: i64) {
     if value >= 0 {
@@ -62,11 +73,13 @@ mod tests {
         int(&mut out, 10);
         int(&mut out, -10);
         null(&mut out);
+        map(&mut out, 1);
+        boolean(&mut out, true);
         bytes(&mut out, &[0; 30]);
         int(&mut out, 1000);
         assert_eq!(
             &out[..13],
-            &[0x83, 0x62, b'I', b'V', 0x41, 0x01, 0x0a, 0x29, 0xf6, 0x58, 30, 0, 0]
+            &[0x83, 0x62, b'I', b'V', 0x41, 0x01, 0x0a, 0x29, 0xf6, 0xa1, 0xf5, 0x58, 30]
         );
         assert_eq!(&out[out.len() - 3..], &[0x19, 0x03, 0xe8]);
     }

@@ -60,6 +60,17 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The bytes of lower-case or upper-case hex `s`; `None` if it is not hex.
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
+}
+
 /// Why material cannot make a security context.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MaterialError {

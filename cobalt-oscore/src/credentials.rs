@@ -22,8 +22,34 @@
 //! `secret`, `salt`, `id-context` with a `_hex` or `_ascii` suffix, and optional
 //! `algorithm`, `kdf-hashfun`, `window`) and gets `sequence.json` and `lock`, as with
 //! aiocoap. Relative paths are read from the credentials file's directory.
+//!
+//! EDHOC (RFC 9528) entries take aiocoap's `edhoc-oscore` form, with credentials in
+//! the JSON shape of [`Ccs::from_json`]:
+//!
+//! ```json
+//! {
+//!   "coap://gw.example/*": {"edhoc-oscore": {"suite": 2, "method": 3,
+//!       "own_cred_style": "by-key-id", "own_cred": {"14": {...}},
+//!       "private_key_file": "me.cosekey", "peer_cred": {"14": {...}}}},
+//!   ":sensor1": {"edhoc-oscore": {"suite": 2, "method": 3, "peer_cred": {"14": {...}}}}
+//! }
+//! ```
+//!
+//! A URI pattern with `peer_cred` makes a client run EDHOC with matching servers
+//! ([`Credentials::client_oscore`]; message_3 goes in a request of its own unless
+//! `"use_combined_edhoc": true` puts it in the first OSCORE request); a `:label` with `peer_cred` is a client a server
+//! accepts (its contexts are named by the label). The first URI pattern with an own
+//! credential is also the server's identity, as aiocoap takes its server identity from
+//! its own origin's entry. `private_key_file` is a CBOR COSE_Key, as
+//! `aiocoap-keygen` writes it, readable by its owner only; `private_key` gives the
+//! COSE_Key in the file itself. Only suite 2 and method 3 are supported (what lakers
+//! implements).
 
-use crate::context::{Material, AES_CCM_16_64_128};
+use crate::context::{unhex, Material, AES_CCM_16_64_128};
+use crate::edhoc::credential::{private_key_from_cose, read_private_key};
+use crate::edhoc::{
+    establish, Ccs, Completion, CredentialStyle, EdhocError, EdhocIdentity, EdhocResponder,
+};
 use crate::layer::Oscore;
 use crate::security::SecurityContext;
 use crate::sequence::{SenderSequence, DEFAULT_STRIDE};
@@ -46,6 +72,19 @@ pub struct CredentialsError {
     what: String,
 }
 
+/// A client's `edhoc-oscore` entry for a URI pattern.
+#[derive(Debug)]
+struct EdhocClient {
+    key: String,
+    pattern: UriPattern,
+    /// This endpoint's identity.
+    identity: EdhocIdentity,
+    /// The credential the server must authenticate with.
+    server: Ccs,
+    /// aiocoap's `use_combined_edhoc`.
+    completion: Completion,
+}
+
 /// A loaded credentials file.
 #[derive(Debug, Default)]
 pub struct Credentials {
@@ -60,6 +99,12 @@ pub struct Credentials {
     server_psk: Vec<(Vec<u8>, Vec<u8>)>,
     /// A server's certificate, if one is given.
     server_x509: Option<X509Credentials>,
+    /// EDHOC with servers a client talks to, by URI pattern (longest first).
+    edhoc_client: Vec<EdhocClient>,
+    /// A server's EDHOC identity: the first URI pattern's own credential.
+    edhoc_identity: Option<EdhocIdentity>,
+    /// The EDHOC clients a server accepts: (label, credential).
+    edhoc_peers: Vec<(String, Ccs)>,
 }
 
 impl Credentials {
@@ -95,6 +140,7 @@ impl Credentials {
         credentials
             .transport_client
             .sort_by_key(|(k, ..)| by_length(k));
+        credentials.edhoc_client.sort_by_key(|c| by_length(&c.key));
         Ok(credentials)
     }
 
@@ -175,9 +221,44 @@ impl Credentials {
                     None => self.server_x509 = Some(x509),
                 }
             }
+            ("edhoc-oscore", pattern) => {
+                let body = object(body)?;
+                let completion = match body.get("use_combined_edhoc") {
+                    Some(Value::Bool(true)) => Completion::Combined,
+                    Some(Value::Bool(false)) | Some(Value::Null) | None => Completion::Message4,
+                    Some(_) => return Err("use_combined_edhoc must be true or false".into()),
+                };
+                let (own, peer) = edhoc_entry(body, base)?;
+                match (label, pattern, own, peer) {
+                    (Some(label), _, None, Some(peer)) => {
+                        self.edhoc_peers.push((label.to_string(), peer))
+                    }
+                    (Some(_), ..) => {
+                        return Err("a :label edhoc-oscore entry names a client a server accepts: give its peer_cred only".into())
+                    }
+                    (None, Some(pattern), own, peer) => {
+                        let Some(own) = own else {
+                            return Err("an edhoc-oscore entry for a URI pattern needs own_cred, own_cred_style and private_key_file".into());
+                        };
+                        if self.edhoc_identity.is_none() {
+                            self.edhoc_identity = Some(own.clone());
+                        }
+                        if let Some(server) = peer {
+                            self.edhoc_client.push(EdhocClient {
+                                key: key.to_string(),
+                                pattern,
+                                identity: own,
+                                server,
+                                completion,
+                            });
+                        }
+                    }
+                    (None, None, ..) => unreachable!("a key is a label or a pattern"),
+                }
+            }
             (other, _) => {
                 return Err(format!(
-                    "credential type {other:?} is not supported here (use oscore, dtls, tlscert or x509)"
+                    "credential type {other:?} is not supported here (use oscore, edhoc-oscore, dtls, tlscert or x509)"
                 ))
             }
         }
@@ -185,13 +266,72 @@ impl Credentials {
     }
 
     /// The OSCORE layer these credentials make: the server contexts (`:label`
-    /// entries) accepted, the client contexts used for matching URIs. `None` when the
-    /// file has no OSCORE entry.
+    /// entries) accepted and EDHOC taken from the clients they name, the client
+    /// contexts used for matching URIs. `None` when the file has no OSCORE or EDHOC
+    /// entry.
     pub fn oscore(&self) -> Option<Oscore> {
-        if self.oscore_client.is_empty() && self.oscore_server.is_empty() {
+        self.layer(Oscore::new())
+    }
+
+    /// The EDHOC responder these credentials make: the server's identity and the
+    /// clients it accepts (`None` without an identity or a client).
+    pub fn edhoc_responder(&self) -> Option<EdhocResponder> {
+        let identity = self.edhoc_identity.clone()?;
+        if self.edhoc_peers.is_empty() {
             return None;
         }
-        let mut layer = Oscore::new();
+        let mut responder = EdhocResponder::new(identity);
+        for (label, credential) in &self.edhoc_peers {
+            responder = responder.client(label.clone(), credential.clone());
+        }
+        Some(responder)
+    }
+
+    /// Client role: the OSCORE layer for requests to `uri`. When an `edhoc-oscore`
+    /// entry matches `uri`, `client` runs EDHOC with the server first, and the context
+    /// it gives protects the requests that entry matches. `None` when nothing applies.
+    pub async fn client_oscore(
+        &self,
+        client: &cobalt::Client,
+        uri: &CoapUri,
+    ) -> Result<Option<Oscore>, EdhocError> {
+        let Some(entry) = self
+            .edhoc_client
+            .iter()
+            .find(|c| c.pattern.matches_uri(uri))
+        else {
+            return Ok(self.oscore());
+        };
+        let host = if uri.host.contains(':') {
+            format!("[{}]", uri.host)
+        } else {
+            uri.host.clone()
+        };
+        let origin = format!("{}://{host}:{}", uri.scheme, uri.port);
+        let established = establish(
+            client,
+            &origin,
+            &entry.identity,
+            &entry.server,
+            entry.completion,
+        )
+        .await?;
+        Ok(self.layer(Oscore::new().protect_edhoc(entry.pattern.clone(), established)))
+    }
+
+    /// `layer` with these credentials' contexts added; `None` if it would have none.
+    fn layer(&self, mut layer: Oscore) -> Option<Oscore> {
+        let edhoc = self.edhoc_responder();
+        if self.oscore_client.is_empty()
+            && self.oscore_server.is_empty()
+            && edhoc.is_none()
+            && !layer.protects_any()
+        {
+            return None;
+        }
+        if let Some(responder) = edhoc {
+            layer = layer.edhoc(responder);
+        }
         for context in &self.oscore_server {
             layer = layer.accept(context.clone());
         }
@@ -269,16 +409,6 @@ fn bytes(value: Option<&Value>, name: &str) -> Result<Vec<u8>, String> {
     }
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || !s.is_ascii() {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
-        .collect()
-}
-
 fn path(body: &Map<String, Value>, name: &str, base: &Path) -> Result<PathBuf, String> {
     let p = body
         .get(name)
@@ -289,6 +419,63 @@ fn path(body: &Map<String, Value>, name: &str, base: &Path) -> Result<PathBuf, S
 
 fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// The own identity and the peer's credential of an `edhoc-oscore` entry.
+fn edhoc_entry(
+    body: &Map<String, Value>,
+    base: &Path,
+) -> Result<(Option<EdhocIdentity>, Option<Ccs>), String> {
+    for (name, supported) in [("suite", 2), ("method", 3)] {
+        match body.get(name).and_then(Value::as_i64) {
+            Some(n) if n == supported => {}
+            Some(n) => {
+                return Err(format!(
+                    "EDHOC {name} {n} is not supported (only {name} {supported})"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "an edhoc-oscore entry needs \"{name}\": {supported}"
+                ))
+            }
+        }
+    }
+    let unauthenticated = serde_json::json!({"unauthenticated": true});
+    if [body.get("own_cred"), body.get("peer_cred")].contains(&Some(&unauthenticated)) {
+        return Err("unauthenticated EDHOC is not supported: give the credentials".into());
+    }
+    let peer = body
+        .get("peer_cred")
+        .map(Ccs::from_json)
+        .transpose()
+        .map_err(|e| format!("peer_cred: {e}"))?;
+    let own = match (
+        body.get("own_cred"),
+        body.get("own_cred_style").and_then(Value::as_str),
+    ) {
+        (None, None) => None,
+        (Some(cred), Some(style)) => {
+            let cred = Ccs::from_json(cred).map_err(|e| format!("own_cred: {e}"))?;
+            let style = CredentialStyle::parse(style)?;
+            let key = match (body.get("private_key_file"), body.get("private_key")) {
+                (Some(Value::String(file)), None) => read_private_key(&base.join(file))?,
+                (None, Some(key)) => {
+                    private_key_from_cose(&crate::edhoc::credential::json_to_cbor(key)?)
+                        .map_err(|e| format!("private_key: {e}"))?
+                }
+                _ => {
+                    return Err(
+                        "own_cred needs its key: private_key_file (a file name) or private_key"
+                            .into(),
+                    )
+                }
+            };
+            Some(EdhocIdentity::new(key, cred, style)?)
+        }
+        _ => return Err("own_cred and own_cred_style (by-key-id or by-value) go together".into()),
+    };
+    Ok((own, peer))
 }
 
 /// Reads an aiocoap-style OSCORE context directory and takes its lock: the context,
@@ -454,6 +641,76 @@ mod tests {
             Credentials::parse(text, &dir).is_ok(),
             "the lock goes with the first"
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn edhoc_entries_make_a_responder_and_client_entries() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = dir("edhoc");
+        let server = EdhocIdentity::generate("s", b"\x0a", CredentialStyle::ByValue);
+        let client = EdhocIdentity::generate("c", b"\x0b", CredentialStyle::ByKeyId);
+        let key = dir.join("server.cosekey");
+        std::fs::write(&key, server.private_key_cose()).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let text = serde_json::json!({
+            "coap://127.0.0.1/*": {"edhoc-oscore": {"suite": 2, "method": 3,
+                "own_cred_style": "by-value", "own_cred": server.credential().to_json(),
+                "private_key_file": "server.cosekey",
+                "peer_cred": client.credential().to_json()}},
+            ":sensor": {"edhoc-oscore": {"suite": 2, "method": 3,
+                "peer_cred": client.credential().to_json()}},
+        })
+        .to_string();
+        let c = Credentials::parse(&text, &dir).unwrap();
+        let responder = c.edhoc_responder().unwrap();
+        assert_eq!(responder.identity().credential(), server.credential());
+        assert_eq!(responder.identity().style(), CredentialStyle::ByValue);
+        assert!(c.oscore().is_some(), "EDHOC alone makes a layer");
+        let uri = CoapUri::parse("coap://127.0.0.1/x").unwrap();
+        assert!(c.edhoc_client.iter().any(|e| e.pattern.matches_uri(&uri)));
+        // The key in the file itself, as aiocoap's private_key.
+        let inline = text.replace(
+            "\"private_key_file\":\"server.cosekey\"",
+            &format!(
+                "\"private_key\": {{\"1\": 2, \"-1\": 1, \"-4\": {{\"hex\": \"{}\"}}}}",
+                crate::context::hex(&server.private_key())
+            ),
+        );
+        assert_ne!(inline, text);
+        assert!(Credentials::parse(&inline, &dir)
+            .unwrap()
+            .edhoc_responder()
+            .is_some());
+        // A key others may read is refused.
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = Credentials::parse(&text, &dir).unwrap_err();
+        assert!(e.contains("chmod 600"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn edhoc_mistakes_are_named() {
+        let dir = dir("edhoc-mistakes");
+        let e = |text: &str| Credentials::parse(text, &dir).unwrap_err();
+        let peer = EdhocIdentity::generate("p", b"\x01", CredentialStyle::ByKeyId);
+        let peer = peer.credential().to_json();
+        let entry =
+            |body: serde_json::Value| serde_json::json!({":c": {"edhoc-oscore": body}}).to_string();
+        assert!(e(&entry(serde_json::json!({"suite": 1, "method": 3}))).contains("suite 1"));
+        assert!(e(&entry(serde_json::json!({"suite": 2}))).contains("method"));
+        assert!(e(&entry(
+            serde_json::json!({"suite": 2, "method": 3, "peer_cred": {"unauthenticated": true}})
+        ))
+        .contains("unauthenticated"));
+        assert!(e(&entry(
+            serde_json::json!({"suite": 2, "method": 3, "peer_cred": peer, "own_cred": peer})
+        ))
+        .contains("go together"));
+        let pattern = serde_json::json!({"coap://h/*": {"edhoc-oscore":
+            {"suite": 2, "method": 3, "peer_cred": peer}}})
+        .to_string();
+        assert!(e(&pattern).contains("needs own_cred"));
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -6,7 +6,8 @@
 //! verifies their answers and notifications.
 
 use crate::context::hex;
-use crate::option::{OscoreOption, OSCORE};
+use crate::edhoc::{EdhocContext, EdhocResponder};
+use crate::option::{OscoreOption, EDHOC, OSCORE};
 use crate::security::{RequestBinding, SecurityContext};
 use crate::target::UriPattern;
 use crate::uploads::{InnerUploads, Step, UploadKey};
@@ -14,7 +15,7 @@ use cobalt::proto::blockwise::{slice_asked, BlockSize};
 use cobalt::proto::message::block::BlockValue;
 use cobalt::proto::message::{opt, Code, Message};
 use cobalt::server::{Exchange, Layer, Observer, Refusal, Request, Response};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// The SZX of the inner blocks a server slices answers into (512 bytes), small
@@ -44,9 +45,11 @@ pub struct Oscore {
     /// Contexts requests may be protected under (server role).
     accepted: Vec<Arc<SecurityContext>>,
     /// Which requests are protected with which context (client role), first match.
-    protected: Vec<(UriPattern, Arc<SecurityContext>)>,
+    protected: Vec<Protecting>,
     /// Block1 uploads inside OSCORE being put together (server role).
     uploads: Arc<InnerUploads>,
+    /// EDHOC at `/.well-known/edhoc`, and the contexts it made (server role).
+    edhoc: Option<Arc<EdhocResponder>>,
 }
 
 /// What the OSCORE layer attaches to a request it unprotected (in the request's
@@ -84,6 +87,16 @@ impl Protected {
     }
 }
 
+/// A client's context for the requests a pattern matches.
+#[derive(Debug, Clone)]
+struct Protecting {
+    target: UriPattern,
+    context: Arc<SecurityContext>,
+    /// EDHOC message_3 that the first request carries in front of its OSCORE payload
+    /// (the combined request of RFC 9668), until that request takes it.
+    message_3: Option<Arc<Mutex<Option<Vec<u8>>>>>,
+}
+
 /// What a client keeps of a request it protected, for the answer.
 #[derive(Debug, Clone)]
 struct Sent {
@@ -112,16 +125,88 @@ impl Oscore {
         target: UriPattern,
         context: impl Into<Arc<SecurityContext>>,
     ) -> Oscore {
-        self.protected.push((target, context.into()));
+        self.protected.push(Protecting {
+            target,
+            context: context.into(),
+            message_3: None,
+        });
         self
     }
 
-    /// The context a request with this OSCORE option is for.
-    fn find(&self, option: &OscoreOption) -> Option<&Arc<SecurityContext>> {
+    /// Client role: requests whose URI matches `target` are protected with the
+    /// context EDHOC made ([`establish`](crate::edhoc::establish)); when the exchange
+    /// ends with a combined request, the first of them carries EDHOC message_3.
+    pub fn protect_edhoc(mut self, target: UriPattern, established: EdhocContext) -> Oscore {
+        let (context, message_3) = established.into_parts();
+        self.protected.push(Protecting {
+            target,
+            context: Arc::new(context),
+            message_3: message_3.map(|m| Arc::new(Mutex::new(Some(m)))),
+        });
+        self
+    }
+
+    /// Whether a client context was given to [`protect`](Self::protect).
+    pub(crate) fn protects_any(&self) -> bool {
+        !self.protected.is_empty()
+    }
+
+    /// Server role: takes EDHOC (RFC 9528) at `/.well-known/edhoc`, and requests
+    /// protected under the contexts it makes, also in EDHOC + OSCORE combined requests
+    /// (RFC 9668).
+    pub fn edhoc(mut self, responder: impl Into<Arc<EdhocResponder>>) -> Oscore {
+        self.edhoc = Some(responder.into());
+        self
+    }
+
+    /// The context a request with this OSCORE option is for: one given to
+    /// [`accept`](Self::accept) or one EDHOC made.
+    fn find(&self, option: &OscoreOption) -> Option<Arc<SecurityContext>> {
         let kid = option.kid.as_deref()?;
-        self.accepted
+        if let Some(context) = self
+            .accepted
             .iter()
             .find(|c| c.matches(kid, option.kid_context.as_deref()))
+        {
+            return Some(context.clone());
+        }
+        match (&self.edhoc, &option.kid_context) {
+            (Some(edhoc), None) => edhoc.context(kid),
+            _ => None,
+        }
+    }
+
+    /// Whether a context given to [`accept`](Self::accept) has the Recipient ID `id`
+    /// and no ID Context (EDHOC must not pick it).
+    fn accepts_kid(&self, id: &[u8]) -> bool {
+        self.accepted.iter().any(|c| c.matches(id, None))
+    }
+
+    /// The context of a combined request (RFC 9668): EDHOC message_3 at the start of
+    /// the payload completes the session the kid names; the payload keeps the OSCORE
+    /// ciphertext after it.
+    fn combined(
+        &self,
+        request: &mut Request,
+        option: &OscoreOption,
+    ) -> Result<Arc<SecurityContext>, Response> {
+        let (Some(edhoc), Some(kid)) = (&self.edhoc, option.kid.as_deref()) else {
+            return Err(Response::new(Code::BAD_OPTION)
+                .with_payload("this server takes no EDHOC + OSCORE combined requests"));
+        };
+        let from = request.peer().ip();
+        let request_len = cobalt::proto::message::codec::encode(request.message()).len();
+        let payload = std::mem::take(&mut request.message_mut().payload);
+        let (context, ciphertext) = edhoc
+            .combined(from, kid, &payload, Instant::now())
+            .map_err(|refusal| {
+                tracing::debug!(peer = %request.peer(), why = %refusal.why, "EDHOC combined request refused");
+                refusal.within(request_len).into_response()
+            })?;
+        let message = request.message_mut();
+        message.payload = ciphertext.to_vec();
+        message.options.remove(EDHOC);
+        Ok(context)
     }
 }
 
@@ -146,16 +231,30 @@ fn answer(message: Message) -> Response {
 
 impl Layer for Oscore {
     fn options(&self) -> &[u16] {
-        &[OSCORE]
+        &[OSCORE, EDHOC]
     }
 
     fn on_request(&self, request: &mut Request) -> Result<(), Response> {
+        if let Some(edhoc) = &self.edhoc {
+            if EdhocResponder::is_for_edhoc(request) {
+                return Err(edhoc.answer(request, |id| self.accepts_kid(id)));
+            }
+        }
         let Some(value) = request.options().get(OSCORE) else {
+            if request.options().contains(EDHOC) {
+                return Err(Response::new(Code::BAD_OPTION)
+                    .with_payload("the EDHOC option needs an OSCORE-protected request"));
+            }
             return Ok(());
         };
         let option = OscoreOption::decode(value)
             .map_err(|e| answer(crate::security::RequestError::BadOption(e).into_response()))?;
-        let Some(context) = self.find(&option) else {
+        let found = if request.options().contains(EDHOC) {
+            Some(self.combined(request, &option)?)
+        } else {
+            self.find(&option)
+        };
+        let Some(context) = found else {
             tracing::debug!(
                 peer = %request.peer(),
                 kid = ?option.kid.as_deref().map(hex),
@@ -187,7 +286,7 @@ impl Layer for Oscore {
         };
         let mut block1 = None;
         if let Some(block) = request.message().block1() {
-            let key = upload_key(context, request);
+            let key = upload_key(&context, request);
             let payload = std::mem::take(&mut request.message_mut().payload);
             match self.uploads.step(key, block, &payload, Instant::now()) {
                 Step::Continue(block) => {
@@ -254,16 +353,26 @@ impl Layer for Oscore {
     }
 
     fn on_send(&self, exchange: &mut Exchange, request: &mut Message) -> Result<(), Refusal> {
-        let Some((_, context)) = self
-            .protected
-            .iter()
-            .find(|(target, _)| target.matches(exchange.scheme(), exchange.peer(), request))
-        else {
+        let Some(protecting) = self.protected.iter().find(|p| {
+            p.target
+                .matches(exchange.scheme(), exchange.peer(), request)
+        }) else {
             return Ok(());
         };
+        let context = &protecting.context;
         let binding = context
             .protect_request(request)
             .map_err(|e| Refusal::new(e.to_string()))?;
+        let message_3 = protecting
+            .message_3
+            .as_ref()
+            .and_then(|m| m.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(mut message_3) = message_3 {
+            // RFC 9668 §3.2.1: message_3, then the OSCORE ciphertext; the EDHOC option.
+            message_3.extend_from_slice(&request.payload);
+            request.payload = message_3;
+            request.options.push(EDHOC, []);
+        }
         exchange.extensions_mut().insert(Sent {
             context: context.clone(),
             binding,

@@ -7,8 +7,13 @@
 //!   answers verified). [`RequireOscore`] makes a resource answer 4.01 to requests
 //!   that came unprotected; [`Protected`] tells a handler which context a request
 //!   used.
-//! - [`Credentials`]: one credentials file for OSCORE contexts, DTLS PSKs and
-//!   certificates, in aiocoap's JSON format (`cobalt get|serve --credentials`).
+//! - [`Credentials`]: one credentials file for OSCORE contexts, EDHOC credentials,
+//!   DTLS PSKs and certificates, in aiocoap's JSON format (`cobalt get|serve
+//!   --credentials`).
+//! - [`edhoc`]: EDHOC (RFC 9528, with `lakers`) to derive OSCORE contexts from
+//!   P-256 credentials: [`EdhocResponder`] in a server's layer
+//!   ([`Oscore::edhoc`]), [`edhoc::establish`] for a client, also with the EDHOC +
+//!   OSCORE combined request (RFC 9668).
 //! - [`Material`] and [`Keys`]: a security context's input and what HKDF-SHA256 derives
 //!   from it; [`SecurityContext`]: the keys with the sender sequence and the replay
 //!   window, protecting and verifying CoAP messages (AES-CCM-16-64-128, COSE_Encrypt0
@@ -38,6 +43,7 @@ mod cbor;
 pub mod classes;
 pub mod context;
 pub mod credentials;
+pub mod edhoc;
 pub mod layer;
 pub mod option;
 pub mod replay;
@@ -48,8 +54,9 @@ mod uploads;
 
 pub use context::{Keys, Material, MaterialError};
 pub use credentials::{Credentials, CredentialsError};
+pub use edhoc::{Ccs, CredentialStyle, EdhocIdentity, EdhocResponder};
 pub use layer::{Oscore, Protected, RequireOscore};
-pub use option::{OscoreOption, OSCORE};
+pub use option::{OscoreOption, EDHOC, OSCORE};
 pub use replay::ReplayWindow;
 pub use security::{RequestBinding, RequestError, ResponseError, SecurityContext};
 pub use sequence::{SenderSequence, SequenceError};

@@ -6,6 +6,11 @@ use crate::context::MAX_PIV_LEN;
 /// CoAP option number of OSCORE (RFC 8613 §2).
 pub const OSCORE: u16 = 9;
 
+/// CoAP option number of EDHOC (RFC 9668 §3.1): the request is an EDHOC + OSCORE
+/// combined request, its payload EDHOC message_3 followed by the OSCORE ciphertext.
+/// Critical, empty.
+pub const EDHOC: u16 = 21;
+
 /// Flag bit: a kid follows.
 const KID: u8 = 0x08;
 /// Flag bit: a kid context follows.

@@ -6,7 +6,6 @@
 
 use cobalt::proto::message::codec::{decode, encode};
 use cobalt::proto::message::{Code, Message, MessageType, Token};
-use cobalt::server::{get, post, Observable, Request, Server};
 use cobalt::{Client, Scheme};
 use cobalt_oscore::{Credentials, Material, SecurityContext, OSCORE};
 use cobalt_test_support::need;
@@ -19,6 +18,8 @@ use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+mod common;
 
 const SECRET: &str = "0102030405060708090a0b0c0d0e0f10";
 const SALT: &str = "9e7ca92223786340";
@@ -192,48 +193,10 @@ async fn aiocoap_answers_a_replayed_request_4_01() {
     );
 }
 
-/// A Cobalt server from `file`'s `:label` contexts with resources like the aiocoap
-/// peer's; /temp changes every 200 ms.
+/// A Cobalt server from `file`'s `:label` contexts ([`common::cobalt_server`]).
 async fn cobalt_server(file: &Path, port: u16) -> cobalt::ServerHandle {
     let creds = Credentials::load(file).unwrap();
-    let temp = Observable::new();
-    let ticking = temp.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            ticking.changed();
-        }
-    });
-    let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let big: String = (0..2000)
-        .map(|i| char::from(b'a' + (i % 26) as u8))
-        .collect();
-    Server::new()
-        .route("/hello", get(|| async { "hello from cobalt" }))
-        .route(
-            "/echo",
-            post(|r: Request| async move { r.payload().to_vec() }),
-        )
-        .route(
-            "/big",
-            get(move || {
-                let big = big.clone();
-                async move { big }
-            }),
-        )
-        .route(
-            "/temp",
-            get(move || {
-                let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                async move { format!("t{n}") }
-            })
-            .observable(&temp),
-        )
-        .layer(creds.oscore().unwrap())
-        .shards(1)
-        .bind(format!("127.0.0.1:{port}").as_str())
-        .await
-        .unwrap()
+    common::cobalt_server(creds.oscore().unwrap(), port).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,8 @@ as "OBSERVE<TAB>PAYLOAD"), then cancels the observation and exits.
 
 Usage: aiocoap_observe.py URI COUNT [CREDENTIALS]
 
-With CREDENTIALS (an aiocoap credentials file, needs aiocoap[oscore]) the requests
+With CREDENTIALS (an aiocoap credentials file, needs aiocoap[oscore]; JSON, or CBOR
+diagnostic notation when it ends in .diag, as EDHOC credentials need) the requests
 to the URIs it names are protected with OSCORE.
 """
 
@@ -17,10 +18,9 @@ import aiocoap
 async def main(uri: str, count: int, credentials: str | None) -> int:
     ctx = await aiocoap.Context.create_client_context()
     if credentials:
-        import json
+        from aiocoap_server import load_credentials
 
-        with open(credentials) as f:
-            ctx.client_credentials.load_from_dict(json.load(f))
+        ctx.client_credentials.load_from_dict(load_credentials(credentials))
     request = aiocoap.Message(code=aiocoap.GET, uri=uri, observe=0)
     req = ctx.request(request)
     first = await asyncio.wait_for(req.response, 15)

@@ -9,8 +9,10 @@ Usage: aiocoap_server.py --port PORT [--bind ADDRESS] [--transports LIST]
 listens for WebSocket upgrades on PORT + 3000 (aiocoap's rule for an explicit bind
 port), path /.well-known/coap. With "tlsserver" and --tls-cert/--tls-key it serves
 coaps+tcp (ALPN coap) on PORT + 1. With --credentials (an aiocoap credentials file,
-needs aiocoap[oscore]) the resources are also served through OSCORE to the contexts
-it names (":label": {"oscore": {"basedir": ...}}).
+needs aiocoap[oscore]; JSON, or CBOR diagnostic notation when it ends in .diag, as
+EDHOC credentials need) the resources are also served through OSCORE to the contexts
+it names (":label": {"oscore": {"basedir": ...}}), and with an "edhoc-oscore" entry
+EDHOC is taken at /.well-known/edhoc.
 
 Resources:
   /hello   GET  -> 2.05 "hello from aiocoap"
@@ -121,6 +123,21 @@ class Observers(resource.Resource):
         return aiocoap.Message(payload=b"%d" % self.counter.observers, content_format=0)
 
 
+def load_credentials(path: str) -> dict:
+    """An aiocoap credentials file as a dict: JSON, or EDN (CBOR diagnostic notation,
+    for the integer keys and byte strings of EDHOC credentials) if it ends in .diag."""
+    with open(path) as f:
+        text = f.read()
+    if path.endswith(".diag"):
+        import cbor2
+        import cbor_diag
+
+        return cbor2.loads(cbor_diag.diag2cbor(text))
+    import json
+
+    return json.loads(text)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
@@ -155,14 +172,11 @@ async def main() -> None:
 
     server_credentials = None
     if args.credentials:
-        import json
-
         from aiocoap.credentials import CredentialsMap
         from aiocoap.oscore_sitewrapper import OscoreSiteWrapper
 
         server_credentials = CredentialsMap()
-        with open(args.credentials) as f:
-            server_credentials.load_from_dict(json.load(f))
+        server_credentials.load_from_dict(load_credentials(args.credentials))
         site = OscoreSiteWrapper(site, server_credentials)
 
     await aiocoap.Context.create_server_context(

@@ -73,9 +73,10 @@ pub struct ServeArgs {
     pub dtls_psk_file: Option<PathBuf>,
     /// Credentials file (aiocoap's JSON format): its `:label` entries are what the
     /// server accepts — OSCORE contexts (`{":client1": {"oscore": {"basedir":
-    /// "dir/"}}}`, requests protected under them are served), DTLS PSKs (`"dtls"`,
-    /// added to --dtls-psk-file's) and a certificate (`"x509"`, where --cert is not
-    /// given).
+    /// "dir/"}}}`, requests protected under them are served), EDHOC clients
+    /// (`"edhoc-oscore"` with peer_cred; the server's own credential is the first URI
+    /// entry's, EDHOC is taken at /.well-known/edhoc), DTLS PSKs (`"dtls"`, added to
+    /// --dtls-psk-file's) and a certificate (`"x509"`, where --cert is not given).
     #[arg(long, value_name = "FILE")]
     pub credentials: Option<PathBuf>,
     /// Also serve CoAP over DTLS (and, with --tls, TLS) with this certificate (PEM,

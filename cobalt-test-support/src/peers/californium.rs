@@ -39,14 +39,29 @@ pub struct Californium {
 }
 
 impl Californium {
+    /// Whether the peer was built with the Maven artifact `name` (e.g. `cf-oscore`) on
+    /// its class path.
+    pub fn has_artifact(&self, name: &str) -> bool {
+        std::fs::read_to_string(&self.classpath).is_ok_and(|jars| {
+            jars.split(':')
+                .any(|jar| jar.contains(&format!("/{name}/")))
+        })
+    }
+
     /// `java -cp ... org.cobalt.peers.CfPeer ARGS`.
     pub fn command(&self, args: &[&str]) -> Command {
+        self.program_command("CfPeer", args)
+    }
+
+    /// `java -cp ... org.cobalt.peers.PROGRAM ARGS`: another program of the peer
+    /// (`OscorePeer`, Californium's OSCORE).
+    pub fn program_command(&self, program: &str, args: &[&str]) -> Command {
         let jars = std::fs::read_to_string(&self.classpath).expect("read classpath.txt");
         let classes = repo_root().join("tests/peers/californium/target/classes");
         let mut c = Command::new("java");
         c.arg("-cp")
             .arg(format!("{}:{}", classes.display(), jars.trim()))
-            .arg("org.cobalt.peers.CfPeer")
+            .arg(format!("org.cobalt.peers.{program}"))
             .args(args);
         c
     }
@@ -58,16 +73,27 @@ impl Californium {
 
     /// Runs a client command to its end (bounded by [`CF_LIMIT`]); its event lines.
     pub fn run(&self, args: &[&str]) -> Vec<String> {
-        let mut ev = self.spawn(args);
+        self.run_program("CfPeer", args)
+    }
+
+    /// Runs `PROGRAM ARGS` to its end (bounded by [`CF_LIMIT`]); its event lines.
+    pub fn run_program(&self, program: &str, args: &[&str]) -> Vec<String> {
+        let mut ev = Events::spawn(&mut self.program_command(program, args));
         ev.wait_exit(CF_LIMIT);
         ev.lines()
     }
 
     /// Starts the Californium server (`CfPeer server ARGS`) and waits until it is ready.
     pub fn server(&self, args: &[&str]) -> CfServer {
+        self.program_server("CfPeer", args)
+    }
+
+    /// Starts `PROGRAM server ARGS` (a program that prints `READY port` as `CfPeer`
+    /// does) and waits until it is ready.
+    pub fn program_server(&self, program: &str, args: &[&str]) -> CfServer {
         let mut full = vec!["server"];
         full.extend_from_slice(args);
-        let events = self.spawn(&full);
+        let events = Events::spawn(&mut self.program_command(program, &full));
         let ready = events.wait_for("the Californium server to start", CF_LIMIT, |l| {
             l.starts_with("READY ")
         });
