@@ -27,9 +27,11 @@
 #   scripts/cluster.sh down               stop everything and remove it (idempotent)
 # Environment: CLUSTER_TAG (1-4 of [a-z0-9], default x: names cbcl-TAG-*), CLUSTER_NET
 # (second octet of 10.NET.0.0/16, default 231), COBALT (the cobalt binary; default
-# target/release/cobalt, else target/debug/cobalt). Clients on the host reach the
+# target/release/cobalt, else target/debug/cobalt), CLUSTER_RD_ARGS (more `cobalt rd`
+# options for every node, e.g. --lookup-max-age 2). Clients on the host reach the
 # directory at coap://10.NET.1.1/rd from 10.NET.1.2 and node I's metrics at
-# http://10.NET.2.(10+I):9100/metrics; state and logs are in /tmp/cbcl-TAG/.
+# http://10.NET.2.(10+I):9100/metrics (readiness at /ready); state and logs are in
+# /tmp/cbcl-TAG/.
 #
 # A script rather than a `cobalt cluster` subcommand: it is root-only plumbing of
 # other engines (iproute2, nftables, Redis) for this machine's tests and benchmarks,
@@ -117,9 +119,10 @@ start_node() {
   # After `kill --vanish`: the link back up, and its default route with it.
   ip netns exec "$(node_ns "$i")" ip link set eth0 up
   ip netns exec "$(node_ns "$i")" ip route replace default via "$bridge_ip"
+  # shellcheck disable=SC2086 # CLUSTER_RD_ARGS: more `cobalt rd` options, split on spaces
   spawn "$(node_ns "$i")" "node$i" "$COBALT" rd --bind "$ip" --port 5683 \
     --store "redis://$redis_ip:6379" --metrics "$ip:9100" \
-    --max-per-peer 100000 --max-registrations 1000000
+    --max-per-peer 100000 --max-registrations 1000000 ${CLUSTER_RD_ARGS:-}
   wait_for "node $i" 100 ip netns exec "$ns_lb" curl -sf -o /dev/null --max-time 1 "http://$ip:9100/metrics"
 }
 
@@ -154,16 +157,22 @@ bucket_map() {
   printf 'flush map ip %s buckets\nadd element ip %s buckets { %s }\n' "$table" "$table" "$elements"
 }
 
-# The health agent (runs inside the balancer's namespace): probes each node's metrics
-# endpoint; on a change of the live set rewrites the bucket map and logs the time.
+# The health agent (runs inside the balancer's namespace): probes each node's /ready
+# (200 while it is connected to the store); on a change of the live set rewrites the
+# bucket map and logs the time. When no node is ready (the store is down) the nodes
+# that answer at all stay live: lookups are still answered from their copies.
 agent() {
   nodes=$(cat "$state/nodes")
-  local last="" live i
+  local last="" live alive i code
   while true; do
     live=()
+    alive=()
     for ((i = 1; i <= nodes; i++)); do
-      if curl -sf -o /dev/null --max-time 0.5 "http://$(node_ip "$i"):9100/metrics"; then live+=("$i"); fi
+      code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 0.5 "http://$(node_ip "$i"):9100/ready" || true)
+      if [ "$code" = 200 ]; then live+=("$i"); fi
+      if [ "$code" = 200 ] || [ "$code" = 503 ]; then alive+=("$i"); fi
     done
+    if [ ${#live[@]} -eq 0 ]; then live=("${alive[@]}"); fi
     if [ "${live[*]}" != "$last" ]; then
       if [ ${#live[@]} -gt 0 ]; then
         bucket_map "${live[@]}" | nft -f -

@@ -2,7 +2,9 @@
 //! one Redis behind the stateless nftables balancer, a fleet of `RdClient`s (one
 //! socket, so one source port, each) registering through the VIP; one node killed:
 //! every registration is still found through the VIP, the killed node's clients'
-//! next requests are served by the others; the node restarted serves again.
+//! next requests are served by the others, an observer of a lookup on the killed node
+//! registers again (RFC 7641: Max-Age passed without a notification) on another node
+//! and is notified of a new registration; the node restarted serves again.
 //!
 //! Needs root, network namespaces, nftables, redis-server and curl: skipped (with
 //! why) elsewhere, failed when COBALT_REQUIRE_NETNS=1 says this machine must run it.
@@ -11,10 +13,12 @@
 //! the node's link as it dies (a machine gone, no ICMP port unreachable; the clients
 //! then wait for their retransmission) instead of a process crash.
 
-use cobalt::Client;
+use cobalt::{Client, Observation};
 use cobalt_rd::{lookup_at, RdClient};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The cluster's name and network (scripts/cluster.sh: CLUSTER_TAG, CLUSTER_NET).
@@ -24,6 +28,9 @@ const NODES: usize = 3;
 const CLIENTS: usize = 48;
 /// The node that is killed.
 const VICTIM: usize = 2;
+/// The lookups' Max-Age on the nodes: an observer that hears nothing for this long
+/// (plus the client's grace of 5 s) registers again.
+const LOOKUP_MAX_AGE: u64 = 2;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -40,6 +47,10 @@ fn cluster(args: &[&str]) -> String {
         .env("CLUSTER_TAG", TAG)
         .env("CLUSTER_NET", NET.to_string())
         .env("COBALT", env!("CARGO_BIN_EXE_cobalt"))
+        .env(
+            "CLUSTER_RD_ARGS",
+            format!("--lookup-max-age {LOOKUP_MAX_AGE}"),
+        )
         .output()
         .unwrap();
     assert!(
@@ -70,6 +81,11 @@ impl Drop for Up {
 /// Requests node `i` has answered (its /metrics, through the balancer), `None` if
 /// it does not answer.
 fn requests_of(i: usize) -> Option<u64> {
+    metric_of(i, "cobalt_requests_total")
+}
+
+/// The sum of the metric `name` over node `i`'s shards, `None` if it does not answer.
+fn metric_of(i: usize, name: &str) -> Option<u64> {
     let out = Command::new("curl")
         .args(["-sf", "--max-time", "2"])
         .arg(format!("http://10.{NET}.2.{}:9100/metrics", 10 + i))
@@ -78,7 +94,7 @@ fn requests_of(i: usize) -> Option<u64> {
     out.status.success().then(|| {
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter(|l| l.starts_with("cobalt_requests_total"))
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     })
@@ -100,6 +116,35 @@ fn wait_until(what: &str, holds: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "never: {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// An observer of `lookup` whose datagrams the balancer sends to node `node` (new
+/// clients, so new source ports, are tried until one lands there), with the number of
+/// times it registered again.
+async fn observer_on(node: usize, lookup: &str) -> (Client, Observation, Arc<AtomicU32>) {
+    for _ in 0..64 {
+        let client = Client::new();
+        let before = metric_of(node, "cobalt_observers").unwrap();
+        let again = Arc::new(AtomicU32::new(0));
+        let counter = again.clone();
+        let mut observation = client
+            .observe(lookup)
+            .await
+            .unwrap()
+            .on_reregister(move |_| {
+                counter.fetch_add(1, Ordering::SeqCst);
+            });
+        observation.next().await.unwrap().unwrap();
+        // The node publishes its gauges as it goes: give it a moment.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            if metric_of(node, "cobalt_observers").unwrap() > before {
+                return (client, observation, again);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    panic!("none of 64 observers landed on node {node}");
 }
 
 /// Every client renews at once; how long each took (all must succeed).
@@ -154,6 +199,8 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
         "the balancer spreads {CLIENTS} clients over {NODES} nodes: {} on node {VICTIM}",
         on_victim.len()
     );
+    let lookup = format!("coap://10.{NET}.1.1/rd-lookup/ep");
+    let (_observer_client, mut observation, reregistered) = observer_on(VICTIM, &lookup).await;
     let others: Vec<usize> = (1..=NODES).filter(|&n| n != VICTIM).collect();
     let served_before: u64 = others.iter().map(|&n| requests_of(n).unwrap()).sum();
 
@@ -174,7 +221,6 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
 
     // No registration is lost: all are found through the VIP, each with its
     // client's own address and port as base (the balancer keeps them).
-    let lookup = format!("coap://10.{NET}.1.1/rd-lookup/ep");
     let found = lookup_at(&Client::new(), &lookup, &[("count", "1000")])
         .await
         .unwrap();
@@ -187,6 +233,40 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
             .unwrap_or_else(|| panic!("{ep} is lost"));
         let base = link.get("base").unwrap();
         assert!(base.starts_with(&format!("coap://10.{NET}.1.2:")), "{base}");
+    }
+
+    // The observer of the killed node hears nothing more: after the lookups' Max-Age
+    // (and the client's grace) it registers again, through the VIP, on a live node,
+    // and is told of a registration made after that.
+    let answer = tokio::time::timeout(Duration::from_secs(LOOKUP_MAX_AGE + 20), observation.next())
+        .await
+        .expect("the observer registers again")
+        .unwrap()
+        .unwrap();
+    assert!(reregistered.load(Ordering::SeqCst) >= 1, "{answer:?}");
+    assert!(
+        others
+            .iter()
+            .map(|&n| metric_of(n, "cobalt_observers").unwrap())
+            .sum::<u64>()
+            >= 1,
+        "the observer is registered on a live node"
+    );
+    let mut newcomer = RdClient::new(Client::new(), &rd, "dev-after-failover")
+        .lifetime(600)
+        .links("</s/x>;rt=\"temperature\"");
+    newcomer.register().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let item = tokio::time::timeout(left, observation.next())
+            .await
+            .expect("a notification of the newcomer within 10 s")
+            .unwrap()
+            .unwrap();
+        if item.text_payload().contains("dev-after-failover") {
+            break;
+        }
     }
 
     // The node comes back, gets its buckets back, and serves again.

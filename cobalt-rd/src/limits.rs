@@ -21,6 +21,11 @@ pub struct RdLimits {
     pub max_total: usize,
     /// The Max-Age, in seconds, sent with a 5.03 for a full directory or peer budget.
     pub retry_after_secs: u32,
+    /// The Max-Age, in seconds, of lookup answers and their notifications: an observer
+    /// that hears nothing for this long (plus a grace) registers again, which is how it
+    /// finds a new node after the one it observed died (RFC 7641 §3.3.1). 60 (CoAP's
+    /// default) is not sent.
+    pub lookup_max_age_secs: u32,
     /// Largest `count` a lookup may ask for, and the page size when it asks for none.
     pub max_lookup_count: usize,
     /// Most simple registrations whose `/.well-known/core` is being fetched at once
@@ -39,6 +44,7 @@ impl Default for RdLimits {
             max_per_peer: 64,
             max_total: 100_000,
             retry_after_secs: 60,
+            lookup_max_age_secs: 60,
             max_lookup_count: 1000,
             max_simple_fetches: 64,
         }

@@ -235,7 +235,7 @@ impl RedisStore {
     async fn feed(self, tx: mpsc::Sender<StoreChange>) {
         let channel = self.key("changes");
         while !tx.is_closed() {
-            match self.client.get_async_pubsub().await {
+            let lost = match self.client.get_async_pubsub().await {
                 Ok(mut pubsub) => match pubsub.subscribe(&channel).await {
                     Ok(()) => {
                         if tx.send(StoreChange::Resync).await.is_err() {
@@ -252,10 +252,20 @@ impl RedisStore {
                             }
                         }
                         tracing::warn!("redis: lost the change feed; reconnecting");
+                        "the connection to redis was lost; reconnecting".to_string()
                     }
-                    Err(e) => tracing::warn!("redis: cannot subscribe to {channel}: {e}"),
+                    Err(e) => {
+                        tracing::warn!("redis: cannot subscribe to {channel}: {e}");
+                        format!("cannot subscribe to redis: {e}")
+                    }
                 },
-                Err(e) => tracing::warn!("redis: cannot open the change feed: {e}"),
+                Err(e) => {
+                    tracing::warn!("redis: cannot open the change feed: {e}");
+                    format!("cannot connect to redis: {e}")
+                }
+            };
+            if tx.send(StoreChange::Lost(lost)).await.is_err() {
+                return;
             }
             tokio::time::sleep(RECONNECT_DELAY).await;
         }

@@ -9,6 +9,7 @@ use crate::lookup::{lookup, LookupKind, LookupQuery};
 use crate::registration::{parse_links, Owner, Registration, RegistrationParams};
 use crate::store::{RegistrationStore, StoreChange, Write, Written};
 use cobalt::content_format;
+use cobalt::metrics::Readiness;
 use cobalt::proto::address::{AddressKey, AddressPrefix};
 use cobalt::server::extract::Path;
 use cobalt::server::{get, post, Observable, Request};
@@ -401,7 +402,11 @@ impl ResourceDirectory {
         let query = LookupQuery::parse(req.query(), self.shared.limits.max_lookup_count)?;
         let dir = self.shared.directory.lock().await;
         let body = lookup(&dir, kind, &query, self.shared.clock.now());
-        Ok(Response::content(body).with_content_format(content_format::LINK_FORMAT))
+        let answer = Response::content(body).with_content_format(content_format::LINK_FORMAT);
+        Ok(match self.shared.limits.lookup_max_age_secs {
+            60 => answer,
+            age => answer.with_max_age(age),
+        })
     }
 
     /// `POST /.well-known/rd?ep=..`: answers 2.04 at once, then fetches the sender's
@@ -492,11 +497,30 @@ impl ResourceDirectory {
     /// (`None` for a store that only this directory writes). Abort the handle to
     /// stop it.
     pub fn spawn_sync(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.spawn_sync_reporting(Readiness::default())
+    }
+
+    /// [`spawn_sync`](Self::spawn_sync), and `readiness` (e.g. the server's
+    /// [`Metrics::readiness`](cobalt::metrics::Metrics::readiness), what its metrics
+    /// endpoint answers at `/ready`) says whether this node is connected to the shared
+    /// store: not ready from a lost connection until the store is loaded again, so that
+    /// a balancer sends its clients to nodes that see the current registrations.
+    pub fn spawn_sync_reporting(
+        &self,
+        readiness: Readiness,
+    ) -> Option<tokio::task::JoinHandle<()>> {
         let mut changes = self.shared.store.subscribe()?;
         let rd = self.clone();
         Some(tokio::spawn(async move {
             while let Some(change) = changes.recv().await {
-                rd.follow(change).await;
+                match change {
+                    StoreChange::Lost(why) => readiness.set_unready(format!("shared store: {why}")),
+                    StoreChange::Resync => {
+                        rd.follow(StoreChange::Resync).await;
+                        readiness.set_ready();
+                    }
+                    change => rd.follow(change).await,
+                }
             }
         }))
     }
@@ -527,6 +551,7 @@ impl ResourceDirectory {
                     }
                 }
             },
+            StoreChange::Lost(_) => {}
         }
     }
 

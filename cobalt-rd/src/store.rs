@@ -66,6 +66,9 @@ pub enum StoreChange {
     Removed(u64),
     /// Changes may have been missed (the connection was lost): load everything again.
     Resync,
+    /// The connection to the store is lost (why, in words): until the next `Resync`
+    /// this node's copy may be stale and its writes fail.
+    Lost(String),
 }
 
 /// Durable storage of registrations.

@@ -245,3 +245,47 @@ async fn an_observer_of_one_node_is_notified_of_registrations_made_through_anoth
     a.server.shutdown(Duration::ZERO).await;
     b.server.shutdown(Duration::ZERO).await;
 }
+
+#[tokio::test]
+async fn a_node_that_loses_the_store_is_not_ready_until_it_has_loaded_it_again() {
+    let Some(redis) = peers::redis::start() else {
+        return;
+    };
+    let (url, port) = (peers::redis::url(&redis), redis.port);
+    let store = RedisStore::connect(&url).await.unwrap();
+    let rd = ResourceDirectory::open_with_clock(
+        Arc::new(store),
+        RdLimits::default(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let readiness = cobalt::metrics::Readiness::default();
+    let _sync = rd.spawn_sync_reporting(readiness.clone()).unwrap();
+    until("ready", || async { readiness.why_not().is_none() }).await;
+
+    // The store goes away (a crash, or this node cut off from it).
+    drop(redis);
+    until("not ready", || async { readiness.why_not().is_some() }).await;
+    let why = readiness.why_not().unwrap();
+    assert!(why.contains("redis"), "{why}");
+
+    // It comes back on the same address: the node loads it again and is ready.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let bin = cobalt_test_support::peers::on_path("redis-server").unwrap();
+    let _again = Killed(
+        std::process::Command::new(bin)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--port", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    until("ready again", || async { readiness.why_not().is_none() }).await;
+}

@@ -391,10 +391,35 @@ impl ShardMetrics {
     }
 }
 
-/// The metrics of every shard of a server (cheap to clone).
+/// Whether a process is ready to serve, as the metrics endpoint answers `GET /ready`
+/// for a balancer's or an orchestrator's readiness check: ready unless a part that must
+/// work said why not (e.g. a resource directory that lost its shared store). Clones
+/// share one state.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness(Arc<std::sync::Mutex<Option<String>>>);
+
+impl Readiness {
+    /// Marks it ready.
+    pub fn set_ready(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Marks it not ready, saying why (what `GET /ready` answers with its 503).
+    pub fn set_unready(&self, why: impl Into<String>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.into());
+    }
+
+    /// Why it is not ready; `None` when it is.
+    pub fn why_not(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// The metrics of every shard of a server (cheap to clone), and its [`Readiness`].
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
     shards: Vec<Arc<ShardMetrics>>,
+    readiness: Readiness,
     limits: Option<Arc<LimitCounters>>,
     stages: Option<Arc<StageCounters>>,
     transports: Vec<(&'static str, Arc<TcpCounters>)>,
@@ -410,7 +435,14 @@ impl Metrics {
             limits: None,
             stages: None,
             transports: Vec::new(),
+            readiness: Readiness::default(),
         }
+    }
+
+    /// The server's readiness, shared by every copy of these metrics: what the
+    /// metrics endpoint answers at `/ready`.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
     }
 
     /// Also reports the server role's refusals and dropped uploads.
@@ -521,8 +553,9 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Serves `GET /metrics` (Prometheus text format) on `addr` over HTTP/1.1, one request
-/// per connection. Must be called within a tokio runtime; the listener runs as a task
+/// Serves `GET /metrics` (Prometheus text format) and `GET /ready` (200, or 503 with
+/// the reason from [`Metrics::readiness`]) on `addr` over HTTP/1.1, one request per
+/// connection. Must be called within a tokio runtime; the listener runs as a task
 /// on it until the returned [`MetricsServer`] is dropped.
 pub async fn serve_metrics(addr: SocketAddr, metrics: Metrics) -> io::Result<MetricsServer> {
     let listener = TcpListener::bind(addr).await?;
@@ -644,11 +677,22 @@ fn route(head: &[u8], metrics: &Metrics) -> (&'static str, &'static str, String,
         }
     };
     let path = target.split('?').next().unwrap_or(target);
+    if path == "/ready" {
+        return match metrics.readiness.why_not() {
+            None => ("200 OK", TEXT, "ready\n".into(), head_only),
+            Some(why) => (
+                "503 Service Unavailable",
+                TEXT,
+                format!("not ready: {why}\n"),
+                head_only,
+            ),
+        };
+    }
     if path != "/metrics" {
         return (
             "404 Not Found",
             TEXT,
-            "not found; metrics are at /metrics\n".into(),
+            "not found; metrics are at /metrics, readiness at /ready\n".into(),
             head_only,
         );
     }
@@ -861,5 +905,30 @@ mod tests {
         let big = vec![b'a'; 9000];
         let too_big = http(addr, &big).await;
         assert!(too_big.starts_with("HTTP/1.1 431 "), "{too_big}");
+    }
+
+    #[tokio::test]
+    async fn ready_answers_what_the_readiness_says() {
+        let m = Metrics::new(1);
+        let readiness = m.readiness().clone();
+        let server = serve_metrics("127.0.0.1:0".parse().unwrap(), m)
+            .await
+            .unwrap();
+        let addr = server.local_addr();
+        let ready = http(addr, b"GET /ready HTTP/1.1\r\n\r\n").await;
+        assert!(
+            ready.starts_with("HTTP/1.1 200 OK\r\n") && ready.ends_with("ready\n"),
+            "{ready}"
+        );
+        readiness.set_unready("lost the store");
+        let not = http(addr, b"GET /ready HTTP/1.1\r\n\r\n").await;
+        assert!(
+            not.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{not}"
+        );
+        assert!(not.ends_with("not ready: lost the store\n"), "{not}");
+        readiness.set_ready();
+        let again = http(addr, b"HEAD /ready HTTP/1.1\r\n\r\n").await;
+        assert!(again.starts_with("HTTP/1.1 200 OK\r\n"), "{again}");
     }
 }

@@ -69,8 +69,9 @@ struct ServeRdArgs {
         requires = "store"
     )]
     store_prefix: String,
-    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100 (a
-    /// balancer's or Kubernetes' readiness check reads it).
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9100, and
+    /// readiness at http://ADDR/ready (503 while the connection to --store is lost;
+    /// for a balancer's or Kubernetes' readiness check).
     #[arg(long, value_name = "HOST:PORT", value_parser = crate::flags::host_port)]
     metrics: Option<SocketAddr>,
     /// Also serve over DTLS (`coaps://`, PSK) with the keys in FILE, one `identity:key`
@@ -90,6 +91,10 @@ struct ServeRdArgs {
     /// Largest link-format body of a registration, in bytes.
     #[arg(long, default_value_t = RdLimits::default().max_body_bytes)]
     max_body: usize,
+    /// Max-Age of lookup answers, in seconds: how soon an observer of a lookup that
+    /// hears nothing registers again (in a cluster: finds another node after one died).
+    #[arg(long, value_name = "SECONDS", default_value_t = RdLimits::default().lookup_max_age_secs)]
+    lookup_max_age: u32,
 }
 
 /// The data directory of `service` (`rd`, `lwm2m`) when --data-dir is not given
@@ -121,6 +126,7 @@ async fn serve(args: ServeRdArgs) -> Result<(), (i32, String)> {
         max_per_peer: args.max_per_peer,
         max_total: args.max_registrations,
         max_body_bytes: args.max_body,
+        lookup_max_age_secs: args.lookup_max_age,
         ..RdLimits::default()
     };
     let store: Arc<dyn RegistrationStore> = if let Some(url) = &args.store {
@@ -175,7 +181,8 @@ async fn serve(args: ServeRdArgs) -> Result<(), (i32, String)> {
         .await
         .map_err(|e| (exit::FAILURE, e.to_string()))?;
     let _expiry = rd.spawn_expiry();
-    let _sync = rd.spawn_sync();
+    // The metrics endpoint's /ready says whether this node is connected to --store.
+    let _sync = rd.spawn_sync_reporting(handle.metrics().readiness().clone());
     let _exporter = match args.metrics {
         Some(addr) => {
             let exporter = serve_metrics(addr, handle.metrics()).await.map_err(|e| {
