@@ -21,9 +21,10 @@
 //! RFC 7252 mandates), `TLS_PSK_WITH_AES_128_GCM_SHA256`, and for certificates
 //! `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8` / `..._GCM_SHA256`.
 //!
-//! Not available: the DTLS Connection ID (RFC 9146) — OpenSSL has no support for it
-//! (openssl#18724), so a peer whose address changes (NAT rebinding) needs a new
-//! handshake.
+//! OpenSSL has no DTLS Connection ID (RFC 9146; openssl#18724), so with it a peer
+//! whose address changes (NAT rebinding) needs a new handshake. `MbedtlsDtls`
+//! (cargo feature `mbedtls`, module `mbedtls`) is a second backend, on Mbed TLS 3.6,
+//! with the Connection ID.
 //!
 //! The credentials it uses are in [`credentials`](super::credentials), shared with TLS.
 
@@ -33,6 +34,10 @@ use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "mbedtls")]
+pub mod mbedtls;
+#[cfg(feature = "mbedtls")]
+pub use self::mbedtls::{CidConfig, MbedtlsDtls, MbedtlsSetupError};
 #[cfg(feature = "openssl")]
 mod session_table;
 #[cfg(feature = "openssl")]
@@ -235,6 +240,12 @@ pub struct DtlsStats {
     pub sessions: u64,
     /// Handshakes in progress now (a gauge).
     pub handshaking: u64,
+    /// Sessions moved to a new peer address by an authentic, newer record with a
+    /// Connection ID (RFC 9146 §6; Mbed TLS backend).
+    pub address_updates: u64,
+    /// Records with a known Connection ID from another address that did not move
+    /// their session (not authentic, replayed, or older than the newest accepted).
+    pub address_updates_refused: u64,
 }
 
 /// A DTLS implementation as the shard driver uses it: sans-IO, one table of sessions
@@ -243,6 +254,16 @@ pub trait DtlsBackend: Send {
     /// Handles one received datagram of DTLS records from `peer`; returns the CoAP
     /// datagrams it carried (none during a handshake).
     fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, records: &[u8]) -> Vec<Vec<u8>>;
+    /// The address under which the endpoint knows the session of a datagram that
+    /// [`DtlsBackend::handle_datagram`] just took from `source`: its CoAP datagrams
+    /// are handed to the endpoint from there, and the other methods take that
+    /// address as `peer`. The same as `source` unless the backend moved a session
+    /// to a new address (DTLS Connection ID, RFC 9146): the session keeps the
+    /// address its handshake came from, so the endpoint's exchanges, observe
+    /// relations and budgets follow the move.
+    fn endpoint_peer(&self, source: SocketAddr) -> SocketAddr {
+        source
+    }
     /// Protects one CoAP datagram for `peer`. A client starts a handshake if it has no
     /// session and queues the datagram until it completes; a server drops datagrams
     /// for peers it has no session with.
