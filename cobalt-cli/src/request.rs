@@ -97,6 +97,10 @@ pub struct RequestArgs {
     /// DTLS credentials for coaps://.
     #[command(flatten)]
     pub dtls: DtlsArgs,
+    /// coaps:// with a PSK over Mbed TLS, asking the server for a DTLS Connection ID
+    /// (RFC 9146), so that the session survives a change of this client's address.
+    #[arg(long)]
+    pub cid: bool,
     /// Credentials file (aiocoap's JSON format): OSCORE contexts for the URIs it
     /// names (`{"coap://host/*": {"oscore": {"basedir": "dir/"}}}`), DTLS PSKs
     /// (`"dtls"`) and CA certificates (`"tlscert"`) where no credential flag is given.
@@ -210,7 +214,12 @@ fn build(
 /// The client of a request command: with `--credentials`, its OSCORE layer (and the
 /// file's DTLS/TLS credentials for the URI noted in `args`).
 fn client_for(args: &mut RequestArgs) -> Result<Client, (i32, String)> {
-    let client = tracing_client(args);
+    let mut client = tracing_client(args);
+    if args.cid {
+        client = client
+            .with_dtls_cid()
+            .map_err(|e| (exit::USAGE, format!("--cid: {e}")))?;
+    }
     let Some(file) = &args.credentials else {
         return Ok(client);
     };

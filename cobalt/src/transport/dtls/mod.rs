@@ -36,8 +36,9 @@ use std::time::{Duration, Instant};
 
 #[cfg(feature = "mbedtls")]
 pub mod mbedtls;
+pub(crate) mod select;
 #[cfg(feature = "mbedtls")]
-pub use self::mbedtls::{CidConfig, MbedtlsDtls, MbedtlsSetupError};
+pub use self::mbedtls::{MbedtlsDtls, MbedtlsSetupError};
 #[cfg(feature = "openssl")]
 mod session_table;
 #[cfg(feature = "openssl")]
@@ -142,6 +143,91 @@ pub struct DtlsConfig {
     /// `idle_timeout`.
     #[serde(with = "cobalt_proto::settings::duration")]
     pub unused_timeout: Duration,
+    /// Server: the DTLS implementation of the `coaps` listener (default
+    /// [`DtlsBackendKind::Auto`]: OpenSSL, unless [`DtlsConfig::cid_len`] asks for a
+    /// Connection ID, which only Mbed TLS has).
+    pub backend: DtlsBackendKind,
+    /// Server: bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0
+    /// for none (the default). Needs the `mbedtls` backend. With a CID, the `coaps`
+    /// listener runs on one shard: a client's records from a new address may reach
+    /// any shard's socket, and only one table knows its session.
+    pub cid_len: usize,
+    /// Server: the node id every Connection ID starts with, in hex (e.g. `"c0ba"`,
+    /// at most `cid_len` bytes; default none), so that a balancer in front of a
+    /// cluster can route a record by it. The rest of each CID is random.
+    pub cid_node_id: String,
+}
+
+/// A DTLS implementation a server can run its `coaps` listener on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DtlsBackendKind {
+    /// Mbed TLS when a Connection ID is asked for, OpenSSL otherwise.
+    #[default]
+    Auto,
+    /// OpenSSL ([`OpensslDtls`]): PSK and certificates, no Connection ID.
+    Openssl,
+    /// Mbed TLS 3.6 (`MbedtlsDtls`, cargo feature `mbedtls`): PSK with the
+    /// Connection ID.
+    Mbedtls,
+}
+
+impl DtlsBackendKind {
+    /// Its name in settings and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DtlsBackendKind::Auto => "auto",
+            DtlsBackendKind::Openssl => "openssl",
+            DtlsBackendKind::Mbedtls => "mbedtls",
+        }
+    }
+}
+
+impl std::str::FromStr for DtlsBackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(DtlsBackendKind::Auto),
+            "openssl" => Ok(DtlsBackendKind::Openssl),
+            "mbedtls" => Ok(DtlsBackendKind::Mbedtls),
+            other => Err(format!(
+                "unknown DTLS backend {other:?}: use openssl, mbedtls or auto"
+            )),
+        }
+    }
+}
+
+/// The Connection ID a server grants: its length and the node id it starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CidConfig {
+    /// Bytes of the CID a server grants (1 to 32; 6 is usual).
+    pub len: usize,
+    /// The first bytes of every CID this server grants (at most `len`; the rest is
+    /// random), so that a cluster's balancer can route a record by it.
+    pub node_id: Vec<u8>,
+}
+
+impl Default for CidConfig {
+    fn default() -> Self {
+        CidConfig {
+            len: 6,
+            node_id: Vec::new(),
+        }
+    }
+}
+
+/// The bytes of a node id written in hex (`"c0ba"`), or why not.
+fn parse_node_id(hex: &str) -> Result<Vec<u8>, String> {
+    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "cid_node_id {hex:?} is not hex bytes (e.g. \"c0ba\")"
+        ));
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|e| e.to_string()))
+        .collect()
 }
 
 impl Default for DtlsConfig {
@@ -159,6 +245,9 @@ impl Default for DtlsConfig {
             ciphers: CIPHERS.to_string(),
             idle_timeout: Duration::from_secs(3600),
             unused_timeout: Duration::from_secs(60),
+            backend: DtlsBackendKind::Auto,
+            cid_len: 0,
+            cid_node_id: String::new(),
         }
     }
 }
@@ -169,10 +258,49 @@ impl DtlsConfig {
     /// server's, split evenly (rounded up); the kernel spreads one address's source
     /// ports over the shards.
     pub fn for_shard(&self, shards: usize) -> DtlsConfig {
+        // (The CID settings are the server's and apply to every table as they are.)
         DtlsConfig {
             max_sessions_per_ip: self.max_sessions_per_ip.div_ceil(shards.max(1)).max(1),
             ..self.clone()
         }
+    }
+}
+
+impl DtlsConfig {
+    /// The backend a server runs ([`DtlsBackendKind::Openssl`] or
+    /// [`DtlsBackendKind::Mbedtls`]): [`DtlsConfig::backend`], with `auto` decided by
+    /// whether a Connection ID is asked for.
+    pub fn backend_kind(&self) -> DtlsBackendKind {
+        match self.backend {
+            DtlsBackendKind::Auto if self.cid_len > 0 => DtlsBackendKind::Mbedtls,
+            DtlsBackendKind::Auto => DtlsBackendKind::Openssl,
+            chosen => chosen,
+        }
+    }
+
+    /// The Connection ID a server grants (`None` when `cid_len` is 0), or why the
+    /// settings do not make one.
+    pub fn cid(&self) -> Result<Option<CidConfig>, String> {
+        if self.cid_len == 0 {
+            return Ok(None);
+        }
+        let node_id = parse_node_id(&self.cid_node_id)?;
+        if !(1..=32).contains(&self.cid_len) || node_id.len() > self.cid_len {
+            return Err(format!(
+                "cid_len {} must be 1 to 32 and hold cid_node_id ({} bytes)",
+                self.cid_len,
+                node_id.len()
+            ));
+        }
+        if self.backend_kind() != DtlsBackendKind::Mbedtls {
+            return Err(
+                "a DTLS Connection ID (cid_len) needs the mbedtls backend: OpenSSL has none".into(),
+            );
+        }
+        Ok(Some(CidConfig {
+            len: self.cid_len,
+            node_id,
+        }))
     }
 }
 
@@ -190,6 +318,9 @@ impl Settings for DtlsConfig {
             Param::new("handshake_timeout", "A DTLS handshake not finished within this is dropped.", "1s to 600s", within(self.handshake_timeout, secs(1), secs(600))),
             Param::new("idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d", within(self.idle_timeout, secs(1), secs(30 * 86_400))),
             Param::new("unused_timeout", "An established session over which the peer has sent no CoAP message yet is dropped when silent this long.", "1s to 30d", within(self.unused_timeout, secs(1), secs(30 * 86_400))),
+            Param::new("backend", "The DTLS implementation: openssl (PSK and certificates), mbedtls (PSK, with the Connection ID), or auto (mbedtls when cid_len is set, openssl otherwise).", "auto, openssl or mbedtls", true),
+            Param::new("cid_len", "Bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0 for none; needs the mbedtls backend, and the coaps listener then runs on one shard.", "0 to 32 (6 is usual), with the mbedtls backend", self.cid().is_ok()),
+            Param::new("cid_node_id", "The node id (hex) every Connection ID starts with, so that a cluster's balancer can route by it.", "hex, at most cid_len bytes", parse_node_id(&self.cid_node_id).is_ok()),
         ]
     }
 }

@@ -35,12 +35,15 @@ impl fmt::Display for MbedError {
         let meaning = match code {
             sys::MBEDTLS_ERR_SSL_TIMEOUT => "timed out",
             sys::MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY => "the peer closed the session",
-            sys::MBEDTLS_ERR_SSL_UNKNOWN_IDENTITY => "unknown PSK identity",
+            sys::MBEDTLS_ERR_SSL_UNKNOWN_IDENTITY => "unknown psk identity",
             sys::MBEDTLS_ERR_SSL_UNEXPECTED_RECORD => "unexpected or replayed record",
             sys::MBEDTLS_ERR_SSL_INVALID_MAC => {
-                "record authentication failed (forged, or a different key)"
+                "bad record mac: record authentication failed (forged, or a different key)"
             }
-            sys::MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE => "the peer sent a fatal alert",
+            sys::MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE => {
+                "the peer sent a fatal alert (in a handshake, most often: it does not \
+                 accept this PSK identity or key)"
+            }
             sys::MBEDTLS_ERR_SSL_HANDSHAKE_FAILURE => {
                 "handshake failure (no common cipher suite, or a wrong PSK)"
             }

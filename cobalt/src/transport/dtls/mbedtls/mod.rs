@@ -33,7 +33,7 @@
 mod ffi;
 
 use self::ffi::{Config, Context, Handshake, MbedError, Read};
-use super::{DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
+use super::{CidConfig, DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
 use crate::transport::credentials::{ClientPsk, PskStore};
 use crate::transport::identity::Credential;
 use crate::transport::per_ip::IpCounts;
@@ -45,25 +45,6 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The server's Connection ID: its length and the node id it starts with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CidConfig {
-    /// Bytes of the CID a server grants (1 to 32; default 6).
-    pub len: usize,
-    /// The first bytes of every CID this server grants (at most `len`; the rest is
-    /// random), so that a cluster's balancer can route a record by it.
-    pub node_id: Vec<u8>,
-}
-
-impl Default for CidConfig {
-    fn default() -> Self {
-        CidConfig {
-            len: 6,
-            node_id: Vec::new(),
-        }
-    }
-}
 
 /// Why an Mbed TLS table could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,73 @@
+//! Making a server's DTLS table on the Mbed TLS backend, or saying why this build
+//! cannot.
+
+use super::{CidConfig, DtlsBackend, DtlsConfig};
+use crate::error::Unsupported;
+use crate::transport::credentials::{ClientCredentials, PskStore};
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// A server table on Mbed TLS with `keys` (it takes no certificates: `x509` says
+/// whether some were given, to refuse them clearly) and `cid`.
+#[cfg(feature = "mbedtls")]
+pub(crate) fn mbedtls_server(
+    keys: Option<Arc<PskStore>>,
+    x509: bool,
+    cid: Option<CidConfig>,
+    config: DtlsConfig,
+) -> Result<Box<dyn DtlsBackend>> {
+    let Some(keys) = keys.filter(|_| !x509) else {
+        return Err(Error::Unsupported(Unsupported::Argument(
+            "the mbedtls DTLS backend takes pre-shared keys only: give PSKs without \
+             certificates, or use the openssl backend for certificates"
+                .into(),
+        )));
+    };
+    let table = super::MbedtlsDtls::server(keys, cid, config)
+        .map_err(|e| Error::Unsupported(Unsupported::Argument(e.to_string())))?;
+    Ok(Box::new(table))
+}
+
+/// This build has no Mbed TLS backend.
+#[cfg(not(feature = "mbedtls"))]
+pub(crate) fn mbedtls_server(
+    _keys: Option<Arc<PskStore>>,
+    _x509: bool,
+    _cid: Option<CidConfig>,
+    _config: DtlsConfig,
+) -> Result<Box<dyn DtlsBackend>> {
+    Err(Error::Unsupported(Unsupported::Feature {
+        scheme: cobalt_proto::uri::Scheme::Coaps,
+        needs: "the `mbedtls` feature (the DTLS backend with the Connection ID)",
+    }))
+}
+
+/// A client table on Mbed TLS that asks servers for a Connection ID.
+#[cfg(feature = "mbedtls")]
+pub(crate) fn mbedtls_client(
+    auth: &ClientCredentials,
+    config: DtlsConfig,
+) -> Result<Box<dyn DtlsBackend>> {
+    let ClientCredentials::Psk(psk) = auth else {
+        return Err(Error::Unsupported(Unsupported::Argument(
+            "a DTLS Connection ID (Mbed TLS backend) needs a pre-shared key: \
+             certificates go over OpenSSL, without one"
+                .into(),
+        )));
+    };
+    let table = super::MbedtlsDtls::client(psk, true, config)
+        .map_err(|e| Error::Unsupported(Unsupported::Argument(e.to_string())))?;
+    Ok(Box::new(table))
+}
+
+/// This build has no Mbed TLS backend.
+#[cfg(not(feature = "mbedtls"))]
+pub(crate) fn mbedtls_client(
+    _auth: &ClientCredentials,
+    _config: DtlsConfig,
+) -> Result<Box<dyn DtlsBackend>> {
+    Err(Error::Unsupported(Unsupported::Feature {
+        scheme: cobalt_proto::uri::Scheme::Coaps,
+        needs: "the `mbedtls` feature (the DTLS backend with the Connection ID)",
+    }))
+}
