@@ -41,14 +41,27 @@ pub struct Californium {
 impl Californium {
     /// `java -cp ... org.cobalt.peers.CfPeer ARGS`.
     pub fn command(&self, args: &[&str]) -> Command {
+        self.program("CfPeer", args)
+    }
+
+    /// `java -cp ... org.cobalt.peers.PROGRAM ARGS`: another program of the peer
+    /// (e.g. `CidClient`, Scandium with a DTLS Connection ID).
+    pub fn program(&self, program: &str, args: &[&str]) -> Command {
         let jars = std::fs::read_to_string(&self.classpath).expect("read classpath.txt");
         let classes = repo_root().join("tests/peers/californium/target/classes");
         let mut c = Command::new("java");
         c.arg("-cp")
             .arg(format!("{}:{}", classes.display(), jars.trim()))
-            .arg("org.cobalt.peers.CfPeer")
+            .arg(format!("org.cobalt.peers.{program}"))
             .args(args);
         c
+    }
+
+    /// Runs `PROGRAM ARGS` to its end (bounded by [`CF_LIMIT`]); its event lines.
+    pub fn run_program(&self, program: &str, args: &[&str]) -> Vec<String> {
+        let mut ev = Events::spawn(&mut self.program(program, args));
+        ev.wait_exit(CF_LIMIT);
+        ev.lines()
     }
 
     /// Starts `CfPeer ARGS` and collects what it prints.
