@@ -219,7 +219,7 @@ impl Default for CidConfig {
 
 /// The bytes of a node id written in hex (`"c0ba"`), or why not.
 fn parse_node_id(hex: &str) -> Result<Vec<u8>, String> {
-    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(format!(
             "cid_node_id {hex:?} is not hex bytes (e.g. \"c0ba\")"
         ));
