@@ -427,3 +427,68 @@ pub trait DtlsBackend: Send {
 mod unavailable;
 #[cfg(not(feature = "openssl"))]
 pub use unavailable::{OpensslDtls, Unavailable};
+
+#[cfg(test)]
+mod cid_settings_tests {
+    use super::*;
+
+    fn with(cid_len: usize, node_id: &str, backend: DtlsBackendKind) -> DtlsConfig {
+        DtlsConfig {
+            cid_len,
+            cid_node_id: node_id.into(),
+            backend,
+            ..DtlsConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_cid_chooses_mbedtls_unless_a_backend_is_named() {
+        assert_eq!(
+            DtlsConfig::default().backend_kind(),
+            DtlsBackendKind::Openssl
+        );
+        assert_eq!(DtlsConfig::default().cid(), Ok(None));
+        let auto = with(6, "c0ba", DtlsBackendKind::Auto);
+        assert_eq!(auto.backend_kind(), DtlsBackendKind::Mbedtls);
+        assert_eq!(
+            auto.cid(),
+            Ok(Some(CidConfig {
+                len: 6,
+                node_id: vec![0xc0, 0xba]
+            }))
+        );
+        assert!(auto.validate().is_ok());
+    }
+
+    #[test]
+    fn cid_settings_that_cannot_work_are_refused_with_the_reason() {
+        let openssl = with(6, "", DtlsBackendKind::Openssl);
+        assert!(openssl.cid().unwrap_err().contains("mbedtls"));
+        assert!(openssl.validate().is_err());
+        assert!(with(6, "c0b", DtlsBackendKind::Auto)
+            .cid()
+            .unwrap_err()
+            .contains("hex"));
+        assert!(with(6, "zz", DtlsBackendKind::Auto).validate().is_err());
+        assert!(
+            with(1, "c0ba", DtlsBackendKind::Auto).cid().is_err(),
+            "node id longer than the CID"
+        );
+        assert!(with(33, "", DtlsBackendKind::Auto).cid().is_err());
+    }
+
+    #[test]
+    fn backend_names_parse_and_print_alike() {
+        for kind in [
+            DtlsBackendKind::Auto,
+            DtlsBackendKind::Openssl,
+            DtlsBackendKind::Mbedtls,
+        ] {
+            assert_eq!(kind.as_str().parse::<DtlsBackendKind>(), Ok(kind));
+        }
+        assert!("wolfssl"
+            .parse::<DtlsBackendKind>()
+            .unwrap_err()
+            .contains("openssl, mbedtls or auto"));
+    }
+}
