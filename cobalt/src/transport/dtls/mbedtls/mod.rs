@@ -39,7 +39,7 @@ use crate::transport::identity::Credential;
 use crate::transport::per_ip::IpCounts;
 use cobalt_proto::address::AddressPrefix;
 use cobalt_proto::endpoint::Transmit;
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use rand::RngCore;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -86,6 +86,9 @@ struct Session {
     used: bool,
     /// Client: datagrams waiting for the handshake.
     pending: VecDeque<Vec<u8>>,
+    /// Server: the random of the ClientHello that started the session, to tell a
+    /// retransmission or late copy of it from a new ClientHello.
+    hello_random: Option<[u8; 32]>,
     /// Epoch and sequence number (`epoch << 48 | seq`) of the newest CID record
     /// accepted: an address update needs a newer one (RFC 9146 §6).
     newest_record: u64,
@@ -109,7 +112,8 @@ pub struct MbedtlsDtls {
     listener: Option<Context>,
     handshakes_per_ip: IpCounts,
     sessions_per_ip: IpCounts,
-    handshaking: usize,
+    /// The sessions whose handshake is in progress (the timers only look at these).
+    handshaking: HashSet<SessionId>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<DtlsEvent>,
     stats: DtlsStats,
@@ -191,7 +195,7 @@ impl MbedtlsDtls {
             listener: None,
             handshakes_per_ip: IpCounts::new(AddressPrefix::default()),
             sessions_per_ip: IpCounts::new(AddressPrefix::default()),
-            handshaking: 0,
+            handshaking: HashSet::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             stats: DtlsStats::default(),
@@ -294,6 +298,7 @@ impl MbedtlsDtls {
                 last_seen: now,
                 used: false,
                 pending: VecDeque::new(),
+                hello_random: None,
                 newest_record: 0,
                 credential: None,
             },
@@ -303,7 +308,7 @@ impl MbedtlsDtls {
         if let Some(cid) = own_cid {
             self.by_cid.insert(cid, id);
         }
-        self.handshaking += 1;
+        self.handshaking.insert(id);
         if self.role == Role::Server {
             self.handshakes_per_ip.add(peer.ip());
         }
@@ -327,7 +332,7 @@ impl MbedtlsDtls {
                 self.sessions_per_ip.remove(s.addr.ip());
             }
         } else {
-            self.handshaking -= 1;
+            self.handshaking.remove(&id);
             if self.role == Role::Server {
                 self.handshakes_per_ip.remove(s.addr.ip());
             }
@@ -439,6 +444,7 @@ impl MbedtlsDtls {
                 self.make_room_for_handshake(peer);
                 let id = self.insert(now, peer, listener, own_cid);
                 if let Some(s) = self.sessions.get_mut(&id) {
+                    s.hello_random = hello_random(records);
                     self.transmits
                         .extend(s.ctx.take_outgoing().map(|bytes| Transmit { peer, bytes }));
                 }
@@ -472,7 +478,7 @@ impl MbedtlsDtls {
                 "displaced by a newer handshake from the same address".into(),
             );
         }
-        while self.handshaking >= self.config.max_handshakes.max(1) {
+        while self.handshaking.len() >= self.config.max_handshakes.max(1) {
             let Some(id) = self.oldest_handshake(|_| true) else {
                 break;
             };
@@ -482,11 +488,12 @@ impl MbedtlsDtls {
     }
 
     fn oldest_handshake(&self, keep: impl Fn(&Session) -> bool) -> Option<SessionId> {
-        self.sessions
+        self.handshaking
             .iter()
-            .filter(|(_, s)| !s.established && keep(s))
+            .filter_map(|id| Some((*id, self.sessions.get(id)?)))
+            .filter(|(_, s)| keep(s))
             .min_by_key(|(_, s)| s.started)
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
     }
 
     /// Server: keeps established sessions within their budgets before one more from
@@ -503,7 +510,7 @@ impl MbedtlsDtls {
             self.stats.evicted += 1;
             self.end(id, "evicted: its address holds too many sessions".into());
         }
-        let established = self.sessions.len() - self.handshaking;
+        let established = self.sessions.len() - self.handshaking.len();
         if established >= self.config.max_sessions.max(1) {
             if let Some(id) = self.least_recent(|s| s.established) {
                 self.stats.evicted += 1;
@@ -600,7 +607,7 @@ impl MbedtlsDtls {
                 .take_outgoing()
                 .map(|bytes| Transmit { peer: addr, bytes }),
         );
-        self.handshaking -= 1;
+        self.handshaking.remove(&id);
         if self.role == Role::Server {
             self.handshakes_per_ip.remove(addr.ip());
             self.sessions_per_ip.add(addr.ip());
@@ -694,6 +701,15 @@ fn cid_record_seq(records: &[u8]) -> Option<u64> {
     Some(b.iter().fold(0u64, |acc, x| acc << 8 | u64::from(*x)))
 }
 
+/// The client random of the epoch-0 ClientHello a datagram starts with.
+fn hello_random(records: &[u8]) -> Option<[u8; 32]> {
+    if !is_client_hello(records) {
+        return None;
+    }
+    // Record header (13), handshake header (12), client_version (2), then the random.
+    records.get(27..59)?.try_into().ok()
+}
+
 /// Whether a datagram starts with an epoch-0 ClientHello record.
 fn is_client_hello(records: &[u8]) -> bool {
     records.len() > HEADER
@@ -713,9 +729,16 @@ impl DtlsBackend for MbedtlsDtls {
         let id = if self.role == Role::Server && records[0] == TLS12_CID {
             self.route_by_cid(peer, records)
         } else if self.role == Role::Server && is_client_hello(records) {
-            // A retransmitted ClientHello of a handshake in progress goes to it.
-            match self.by_addr.get(&peer) {
-                Some(id) if self.sessions.get(id).is_some_and(|s| !s.established) => Some(*id),
+            // A copy of the ClientHello that started the session (same random) goes
+            // to its handshake, or is dropped once established (it must not restart
+            // the session); a new one starts over after the cookie exchange (RFC 6347
+            // §4.2.8).
+            let random = hello_random(records);
+            let session = self.by_addr.get(&peer).copied();
+            match session.and_then(|id| self.sessions.get(&id).map(|s| (id, s))) {
+                Some((id, s)) if random.is_some() && s.hello_random == random => {
+                    (!s.established).then_some(id)
+                }
                 _ => {
                     self.listen(now, peer, records);
                     return out;
@@ -778,9 +801,9 @@ impl DtlsBackend for MbedtlsDtls {
 
     fn poll_timeout(&self) -> Option<Instant> {
         let handshakes = self
-            .sessions
-            .values()
-            .filter(|s| !s.established)
+            .handshaking
+            .iter()
+            .filter_map(|id| self.sessions.get(id))
             .map(|s| {
                 let limit = s.started + self.config.handshake_timeout;
                 s.ctx.retransmit_at().map_or(limit, |r| r.min(limit))
@@ -793,14 +816,15 @@ impl DtlsBackend for MbedtlsDtls {
     fn handle_timeout(&mut self, now: Instant) {
         self.sweep_idle(now);
         let due: Vec<SessionId> = self
-            .sessions
+            .handshaking
             .iter()
-            .filter(|(_, s)| {
-                !s.established
-                    && (now >= s.started + self.config.handshake_timeout
-                        || s.ctx.retransmit_at().is_some_and(|r| now >= r))
+            .filter(|id| {
+                self.sessions.get(*id).is_some_and(|s| {
+                    now >= s.started + self.config.handshake_timeout
+                        || s.ctx.retransmit_at().is_some_and(|r| now >= r)
+                })
             })
-            .map(|(id, _)| *id)
+            .copied()
             .collect();
         for id in due {
             let Some(s) = self.sessions.get(&id) else {
@@ -852,8 +876,8 @@ impl DtlsBackend for MbedtlsDtls {
 
     fn stats(&self) -> DtlsStats {
         DtlsStats {
-            sessions: (self.sessions.len() - self.handshaking) as u64,
-            handshaking: self.handshaking as u64,
+            sessions: (self.sessions.len() - self.handshaking.len()) as u64,
+            handshaking: self.handshaking.len() as u64,
             ..self.stats
         }
     }

@@ -319,3 +319,37 @@ fn cid_settings_out_of_range_are_refused_with_a_reason() {
     };
     assert!(MbedtlsDtls::server(keys(), Some(zero), DtlsConfig::default()).is_err());
 }
+
+#[test]
+fn a_late_copy_of_the_clienthello_does_not_restart_an_established_session() {
+    let now = Instant::now();
+    let mut link = Link::connected(now, true);
+    let home = link.from;
+    // The client's second ClientHello (the one with the cookie), replayed.
+    let hello = link.sent_by_client[1].clone();
+    assert!(is_client_hello(&hello) && hello_random(&hello).is_some());
+    link.deliver_to_server(now, home, &hello);
+    link.pump(now);
+    let stats = link.server.stats();
+    assert_eq!((stats.sessions, stats.handshaking), (1, 0));
+    assert!(link.server.cid_of(home).is_some(), "the same session");
+    link.send(now, b"still the same session");
+    assert_eq!(
+        link.at_server.last().unwrap(),
+        &(home, b"still the same session".to_vec())
+    );
+}
+
+#[test]
+fn a_new_clienthello_from_the_address_starts_a_new_session() {
+    let now = Instant::now();
+    let mut link = Link::connected(now, true);
+    let old_cid = link.server.cid_of(link.from).unwrap().to_vec();
+    // The device restarted: a new client table, the same address.
+    link.client = client("secretPSK", true);
+    link.send(now, b"after restart");
+    assert_eq!(link.at_server.last().unwrap().1, b"after restart");
+    assert_eq!(link.server.stats().handshakes, 2);
+    assert_eq!(link.server.stats().sessions, 1, "the old session is gone");
+    assert_ne!(link.server.cid_of(link.from).unwrap(), &old_cid[..]);
+}
