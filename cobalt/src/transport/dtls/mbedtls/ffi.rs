@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::ffi::{c_int, c_uchar, c_void, CStr};
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Once};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// An Mbed TLS error code (negative), with its meaning where it is a common one.
@@ -66,14 +66,10 @@ fn check(ret: c_int) -> Result<(), MbedError> {
 
 /// `psa_crypto_init` once per process (Mbed TLS 3.6 does its crypto through PSA).
 fn init_psa() -> Result<(), MbedError> {
-    static INIT: Once = Once::new();
-    static mut STATUS: c_int = 0;
-    // SAFETY: `Once` runs the closure exactly once and makes its write visible to
-    // every later caller, which only reads.
-    unsafe {
-        INIT.call_once(|| STATUS = sys::psa_crypto_init());
-        check(*std::ptr::addr_of!(STATUS))
-    }
+    static STATUS: OnceLock<c_int> = OnceLock::new();
+    // SAFETY: `psa_crypto_init` takes no arguments and may be called at any time; the
+    // `OnceLock` calls it once per process.
+    check(*STATUS.get_or_init(|| unsafe { sys::psa_crypto_init() }))
 }
 
 /// Mbed TLS is built with `MBEDTLS_PSA_CRYPTO_EXTERNAL_RNG`: PSA takes its random
