@@ -37,6 +37,8 @@ use std::time::{Duration, Instant};
 #[cfg(feature = "mbedtls")]
 pub mod mbedtls;
 pub(crate) mod select;
+#[cfg(any(feature = "openssl", feature = "mbedtls"))]
+mod unanswered;
 #[cfg(feature = "mbedtls")]
 pub use self::mbedtls::{MbedtlsDtls, MbedtlsSetupError};
 #[cfg(feature = "openssl")]

@@ -33,6 +33,7 @@
 mod ffi;
 
 use self::ffi::{Config, Context, Handshake, MbedError, Read};
+use super::unanswered::Unanswered;
 use super::{CidConfig, DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
 use crate::transport::credentials::{ClientPsk, PskStore};
 use crate::transport::identity::Credential;
@@ -86,6 +87,8 @@ struct Session {
     used: bool,
     /// Client: datagrams waiting for the handshake.
     pending: VecDeque<Vec<u8>>,
+    /// Client: what went out since the server was last heard from.
+    unanswered: Unanswered,
     /// Server: the random of the ClientHello that started the session, to tell a
     /// retransmission or late copy of it from a new ClientHello.
     hello_random: Option<[u8; 32]>,
@@ -298,6 +301,7 @@ impl MbedtlsDtls {
                 last_seen: now,
                 used: false,
                 pending: VecDeque::new(),
+                unanswered: Unanswered::default(),
                 hello_random: None,
                 newest_record: 0,
                 credential: None,
@@ -553,6 +557,7 @@ impl MbedtlsDtls {
             }
             if out.len() > before {
                 s.used = true;
+                s.unanswered.clear();
                 if let Some(seq) = cid_record_seq(r) {
                     s.newest_record = s.newest_record.max(seq);
                 }
@@ -778,6 +783,15 @@ impl DtlsBackend for MbedtlsDtls {
                 s.pending.pop_front();
             }
             s.pending.push_back(plaintext.to_vec());
+            return;
+        }
+        if self.role == Role::Client && s.unanswered.presumed_lost(plaintext, &self.config) {
+            tracing::debug!(%peer, "DTLS session presumed lost by the server; handshaking again");
+            self.end(
+                id,
+                "a datagram retransmitted without an answer: the server may have lost the session; handshaking again".into(),
+            );
+            self.start_handshake(now, peer, Some(plaintext));
             return;
         }
         if let Err(e) = s.ctx.write(plaintext) {
