@@ -7,11 +7,13 @@
 //! target/release/examples/dtls_hold 127.0.0.1:5684 1000 IDENTITY KEY
 //! ```
 //!
+//! KEY as in a key file: `0x` and hex digits, or text.
+//!
 //! Prints `HELD n` on stdout when the sessions are up (or `FAILED reason` and exits
 //! 1). The handshakes run a few at a time; the server must allow that many sessions
 //! per address (`--set dtls.max_sessions_per_ip=N`).
 
-use cobalt::transport::credentials::ClientPsk;
+use cobalt::transport::credentials::{parse_key, ClientPsk};
 use cobalt::transport::dtls::{DtlsBackend, DtlsConfig, DtlsEvent, OpensslDtls};
 use std::io::Read;
 use std::net::{SocketAddr, UdpSocket};
@@ -38,7 +40,8 @@ fn main() {
     let count: usize = count
         .parse()
         .unwrap_or_else(|e| fail(&format!("{count}: {e}")));
-    let psk = ClientPsk::new(identity.as_bytes(), key.as_bytes());
+    let key = parse_key(key).unwrap_or_else(|e| fail(&format!("the key: {e}")));
+    let psk = ClientPsk::new(identity.as_bytes(), key);
     let mut held: Vec<Session> = Vec::with_capacity(count);
     let mut opened = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
