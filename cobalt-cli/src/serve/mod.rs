@@ -103,9 +103,9 @@ pub struct ServeArgs {
         requires = "cert"
     )]
     pub ca: Option<PathBuf>,
-    /// DTLS implementation of coaps://: openssl (PSK and certificates), mbedtls (PSK,
-    /// with the Connection ID), or auto: mbedtls with --cid, openssl otherwise
-    /// [config: dtls.backend].
+    /// DTLS implementation of coaps://: openssl (PSK and certificates), mbedtls (the
+    /// Connection ID; PSK, or --cert/--key without --ca), or auto: mbedtls with --cid,
+    /// openssl otherwise [config: dtls.backend].
     #[arg(long, value_name = "BACKEND")]
     pub dtls_backend: Option<cobalt::transport::dtls::DtlsBackendKind>,
     /// Grant each coaps:// client a DTLS Connection ID (RFC 9146) of LEN bytes (6 is

@@ -357,7 +357,7 @@ impl Server {
         if self.dtls_config.backend_kind() == DtlsBackendKind::Mbedtls {
             return crate::transport::dtls::select::mbedtls_server(
                 self.psk_keys.clone(),
-                self.x509.is_some(),
+                self.x509.as_deref(),
                 cid,
                 self.dtls_config.for_shard(shards),
             );

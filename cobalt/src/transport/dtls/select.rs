@@ -3,27 +3,20 @@
 
 use super::{CidConfig, DtlsBackend, DtlsConfig};
 use crate::error::Unsupported;
-use crate::transport::credentials::{ClientCredentials, PskStore};
+use crate::transport::credentials::{ClientCredentials, PskStore, X509Credentials};
 use crate::{Error, Result};
 use std::sync::Arc;
 
-/// A server table on Mbed TLS with `keys` (it takes no certificates: `x509` says
-/// whether some were given, to refuse them clearly) and `cid`.
+/// A server table on Mbed TLS with `keys` and/or `x509` (no client certificates),
+/// granting `cid`.
 #[cfg(feature = "mbedtls")]
 pub(crate) fn mbedtls_server(
     keys: Option<Arc<PskStore>>,
-    x509: bool,
+    x509: Option<&X509Credentials>,
     cid: Option<CidConfig>,
     config: DtlsConfig,
 ) -> Result<Box<dyn DtlsBackend>> {
-    let Some(keys) = keys.filter(|_| !x509) else {
-        return Err(Error::Unsupported(Unsupported::Argument(
-            "the mbedtls DTLS backend takes pre-shared keys only: give PSKs without \
-             certificates, or use the openssl backend for certificates"
-                .into(),
-        )));
-    };
-    let table = super::MbedtlsDtls::server(keys, cid, config)
+    let table = super::MbedtlsDtls::server_with(keys, x509, cid, config)
         .map_err(|e| Error::Unsupported(Unsupported::Argument(e.to_string())))?;
     Ok(Box::new(table))
 }
@@ -32,7 +25,7 @@ pub(crate) fn mbedtls_server(
 #[cfg(not(feature = "mbedtls"))]
 pub(crate) fn mbedtls_server(
     _keys: Option<Arc<PskStore>>,
-    _x509: bool,
+    _x509: Option<&X509Credentials>,
     _cid: Option<CidConfig>,
     _config: DtlsConfig,
 ) -> Result<Box<dyn DtlsBackend>> {

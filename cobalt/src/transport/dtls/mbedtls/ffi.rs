@@ -120,7 +120,7 @@ const COOKIE_LEN: usize = 16;
 /// What a server's callbacks read: the keys and the cookie secret. Never written
 /// after the configuration is built.
 struct ServerState {
-    keys: Arc<PskStore>,
+    keys: Option<Arc<PskStore>>,
     cookie_secret: [u8; 32],
 }
 
@@ -222,7 +222,7 @@ unsafe extern "C" fn psk_lookup(
     unsafe {
         let state = &*(ctx as *const ServerState);
         let id = std::slice::from_raw_parts(identity, len);
-        let Some(key) = state.keys.get(id) else {
+        let Some(key) = state.keys.as_ref().and_then(|k| k.get(id)) else {
             return sys::MBEDTLS_ERR_SSL_UNKNOWN_IDENTITY;
         };
         if sys::mbedtls_ssl_set_hs_psk(ssl, key.as_ptr(), key.len()) != 0 {
@@ -233,11 +233,75 @@ unsafe extern "C" fn psk_lookup(
     0
 }
 
+/// A server's certificate chain and private key, parsed.
+struct OwnCert {
+    chain: Box<sys::mbedtls_x509_crt>,
+    key: Box<sys::mbedtls_pk_context>,
+}
+
+impl Drop for OwnCert {
+    fn drop(&mut self) {
+        // SAFETY: both initialised in `OwnCert::parse`, freed once; the configuration
+        // that pointed at them was freed before (see `Config`'s field order).
+        unsafe {
+            sys::mbedtls_x509_crt_free(&mut *self.chain);
+            sys::mbedtls_pk_free(&mut *self.key);
+        }
+    }
+}
+
+/// PEM text as Mbed TLS parses it: ending in a NUL, counted in the length.
+fn nul_terminated(pem: &[u8]) -> Vec<u8> {
+    let mut v = pem.to_vec();
+    if v.last() != Some(&0) {
+        v.push(0);
+    }
+    v
+}
+
+impl OwnCert {
+    /// The chain (PEM, leaf first) and its key (PEM).
+    fn parse(chain_pem: &[u8], key_pem: &[u8]) -> Result<OwnCert, MbedError> {
+        // SAFETY: zeroed memory is what the `_init` functions initialise; the boxes
+        // keep the addresses fixed for the configuration that will point at them.
+        let mut own = OwnCert {
+            chain: Box::new(unsafe { std::mem::zeroed() }),
+            key: Box::new(unsafe { std::mem::zeroed() }),
+        };
+        let chain = nul_terminated(chain_pem);
+        let key = nul_terminated(key_pem);
+        // SAFETY: initialised contexts and buffers valid for the lengths passed; if a
+        // parse fails, `Drop` frees what was set up.
+        unsafe {
+            sys::mbedtls_x509_crt_init(&mut *own.chain);
+            sys::mbedtls_pk_init(&mut *own.key);
+            check(sys::mbedtls_x509_crt_parse(
+                &mut *own.chain,
+                chain.as_ptr(),
+                chain.len(),
+            ))?;
+            check(sys::mbedtls_pk_parse_key(
+                &mut *own.key,
+                key.as_ptr(),
+                key.len(),
+                std::ptr::null(),
+                0,
+                Some(fill_random),
+                std::ptr::null_mut(),
+            ))?;
+        }
+        Ok(own)
+    }
+}
+
 /// A DTLS 1.2 configuration: role, credentials, cipher suites, CID length.
 pub(crate) struct Config {
     conf: Box<sys::mbedtls_ssl_config>,
     /// Read by the server's callbacks through the configuration's pointers.
     server: Option<Box<ServerState>>,
+    /// The server's certificate, which `conf` points at (freed after it: `Drop` frees
+    /// `conf` before the fields go).
+    own_cert: Option<OwnCert>,
     /// This side's CID length (0: this side receives records without a CID).
     cid_len: usize,
 }
@@ -288,14 +352,18 @@ impl Config {
         Ok(Config {
             conf,
             server: None,
+            own_cert: None,
             cid_len: 0,
         })
     }
 
-    /// A server configuration accepting the identities in `keys`; with `cid_len`
-    /// > 0 it negotiates a Connection ID of that length for itself (RFC 9146).
+    /// A server configuration accepting the identities in `keys` and/or presenting
+    /// the certificate `cert` (chain and key, PEM; clients are not asked for one);
+    /// with `cid_len` > 0 it negotiates a Connection ID of that length for itself
+    /// (RFC 9146).
     pub(crate) fn server(
-        keys: Arc<PskStore>,
+        keys: Option<Arc<PskStore>>,
+        cert: Option<(&[u8], &[u8])>,
         cid_len: usize,
         handshake_timeout: Duration,
     ) -> Result<Config, MbedError> {
@@ -325,6 +393,15 @@ impl Config {
                 cid_len,
                 sys::MBEDTLS_SSL_UNEXPECTED_CID_IGNORE as c_int,
             ))?;
+        }
+        if let Some((chain, key)) = cert {
+            let mut own = OwnCert::parse(chain, key)?;
+            // SAFETY: `own` is kept in the configuration (boxed contexts, fixed
+            // addresses) and freed after it.
+            check(unsafe {
+                sys::mbedtls_ssl_conf_own_cert(&mut *config.conf, &mut *own.chain, &mut *own.key)
+            })?;
+            config.own_cert = Some(own);
         }
         config.server = Some(state);
         config.cid_len = cid_len;

@@ -19,23 +19,29 @@
 //! session's endpoint address (a NAT handing the old port to another device) ends
 //! the moved session; its client handshakes again after its retransmissions.
 //!
-//! Cipher suite: `TLS_PSK_WITH_AES_128_CCM_8` (RFC 7252's mandatory one).
-//! Certificates (`TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8`) are not wired yet: this
-//! backend takes pre-shared keys only.
+//! Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (RFC 7252's mandatory one) and, for a
+//! server with a certificate (an EC P-256 key), `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8`.
+//! A server does not ask clients for certificates (its certificate clients are
+//! anonymous), and a client authenticates with a pre-shared key only: verifying a
+//! server's certificate needs Mbed TLS's wall clock for the validity dates, which
+//! is not wired.
 //!
 //! Budgets: at most [`DtlsConfig::max_handshakes`] handshakes (and
 //! [`DtlsConfig::max_handshakes_per_ip`] per address) after the cookie exchange,
-//! the oldest giving way; at most [`DtlsConfig::max_sessions`] established sessions
-//! (and [`DtlsConfig::max_sessions_per_ip`] per address), the one heard from least
-//! recently giving way. Every session here proved a pre-shared key, so the OpenSSL
-//! table's rule of anonymous sessions giving way first has nothing to choose from.
+//! the oldest giving way; at most [`DtlsConfig::max_sessions_per_ip`] established
+//! sessions per address, its least recently heard-from giving way; at most
+//! [`DtlsConfig::max_sessions`] established sessions: a new one takes the place of the
+//! least recently heard-from if that one has been silent for
+//! [`DtlsConfig::stale_after`], else a session that proved a key may take the place of
+//! an anonymous one (a certificate client's), else the new session is refused
+//! (close_notify). So a flood of anonymous sessions never pushes out active peers.
 
 mod ffi;
 
 use self::ffi::{Config, Context, Handshake, MbedError, Read};
 use super::unanswered::Unanswered;
 use super::{CidConfig, DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
-use crate::transport::credentials::{ClientPsk, PskStore};
+use crate::transport::credentials::{ClientPsk, PskStore, X509Credentials};
 use crate::transport::identity::Credential;
 use crate::transport::per_ip::IpCounts;
 use cobalt_proto::address::AddressPrefix;
@@ -98,6 +104,13 @@ struct Session {
     credential: Option<Arc<Credential>>,
 }
 
+impl Session {
+    /// The peer proved a pre-shared key.
+    fn authenticated(&self) -> bool {
+        self.credential.is_some()
+    }
+}
+
 /// The Mbed TLS implementation of [`DtlsBackend`], with the DTLS Connection ID.
 /// See the [module docs](self).
 pub struct MbedtlsDtls {
@@ -150,6 +163,30 @@ impl MbedtlsDtls {
         cid: Option<CidConfig>,
         config: DtlsConfig,
     ) -> Result<MbedtlsDtls, MbedtlsSetupError> {
+        MbedtlsDtls::server_with(Some(keys), None, cid, config)
+    }
+
+    /// A server table with pre-shared keys, a certificate (`x509`'s chain and key;
+    /// an EC P-256 key for the ECDHE-ECDSA suite), or both. Client certificates are
+    /// not supported: `x509.ca_pem` is refused.
+    pub fn server_with(
+        keys: Option<Arc<PskStore>>,
+        x509: Option<&X509Credentials>,
+        cid: Option<CidConfig>,
+        config: DtlsConfig,
+    ) -> Result<MbedtlsDtls, MbedtlsSetupError> {
+        if x509.is_some_and(|x| x.ca_pem.is_some()) {
+            return Err(MbedtlsSetupError::Mbedtls(
+                "client certificates (a CA to verify them by) are not supported by the \
+                 Mbed TLS backend: use the OpenSSL backend for them"
+                    .into(),
+            ));
+        }
+        if keys.is_none() && x509.is_none() {
+            return Err(MbedtlsSetupError::Mbedtls(
+                "a DTLS server needs pre-shared keys or a certificate".into(),
+            ));
+        }
         if let Some(c) = &cid {
             if !(1..=32).contains(&c.len) {
                 return Err(MbedtlsSetupError::Cid(format!(
@@ -166,7 +203,12 @@ impl MbedtlsDtls {
             }
         }
         let cid_len = cid.as_ref().map_or(0, |c| c.len);
-        let tls = Config::server(keys, cid_len, config.handshake_timeout)?;
+        let cert = x509.map(|x| (x.cert_chain_pem.as_slice(), x.key_pem.as_slice()));
+        let tls = Config::server(keys, cert, cid_len, config.handshake_timeout).map_err(|e| {
+            MbedtlsSetupError::Mbedtls(format!(
+                "{e} (is the certificate and key PEM, with an EC P-256 key?)"
+            ))
+        })?;
         Ok(MbedtlsDtls::with(Role::Server, tls, cid, config))
     }
 
@@ -501,8 +543,13 @@ impl MbedtlsDtls {
     }
 
     /// Server: keeps established sessions within their budgets before one more from
-    /// `ip`; the least recently heard-from gives way.
-    fn make_room_for_session(&mut self, ip: std::net::IpAddr) {
+    /// `ip` (see the module docs). Returns `false` when the newcomer must be refused.
+    fn make_room_for_session(
+        &mut self,
+        now: Instant,
+        ip: std::net::IpAddr,
+        authenticated: bool,
+    ) -> bool {
         let per_ip = self.config.max_sessions_per_ip.max(1) as u32;
         while self.sessions_per_ip.get(ip) >= per_ip {
             let key = self.sessions_per_ip.key(ip);
@@ -515,11 +562,29 @@ impl MbedtlsDtls {
             self.end(id, "evicted: its address holds too many sessions".into());
         }
         let established = self.sessions.len() - self.handshaking.len();
-        if established >= self.config.max_sessions.max(1) {
-            if let Some(id) = self.least_recent(|s| s.established) {
+        if established < self.config.max_sessions.max(1) {
+            return true;
+        }
+        let stale_after = self.config.stale_after;
+        let victim = self
+            .least_recent(|s| s.established)
+            .filter(|id| {
+                self.sessions
+                    .get(id)
+                    .is_some_and(|s| now.saturating_duration_since(s.last_seen) >= stale_after)
+            })
+            .or_else(|| {
+                authenticated
+                    .then(|| self.least_recent(|s| s.established && !s.authenticated()))
+                    .flatten()
+            });
+        match victim {
+            Some(id) => {
                 self.stats.evicted += 1;
                 self.end(id, "evicted: the session table is full".into());
+                true
             }
+            None => false,
         }
     }
 
@@ -581,8 +646,16 @@ impl MbedtlsDtls {
     /// A handshake completed: the session is established and sends what waited.
     fn establish(&mut self, now: Instant, id: SessionId) {
         if self.role == Role::Server {
-            if let Some(ip) = self.sessions.get(&id).map(|s| s.addr.ip()) {
-                self.make_room_for_session(ip);
+            let Some((ip, authenticated)) = self
+                .sessions
+                .get(&id)
+                .map(|s| (s.addr.ip(), s.ctx.psk_identity().is_some()))
+            else {
+                return;
+            };
+            if !self.make_room_for_session(now, ip, authenticated) {
+                self.refuse(id);
+                return;
             }
         }
         let Some(s) = self.sessions.get_mut(&id) else {
@@ -624,6 +697,25 @@ impl MbedtlsDtls {
         if let Some(e) = failure {
             tracing::debug!(peer = %addr, error = %e, "DTLS write failed");
         }
+    }
+
+    /// Server: a handshake completed but every place is held by an active session
+    /// that may not be displaced: the new session is closed (close_notify) at once.
+    fn refuse(&mut self, id: SessionId) {
+        if let Some(s) = self.sessions.get_mut(&id) {
+            s.ctx.close_notify();
+            let addr = s.addr;
+            self.transmits.extend(
+                s.ctx
+                    .take_outgoing()
+                    .map(|bytes| Transmit { peer: addr, bytes }),
+            );
+        }
+        self.stats.refused += 1;
+        self.end(
+            id,
+            "refused: the session table is full of active sessions".into(),
+        );
     }
 
     /// Server: a record with a CID from `peer`. If its session is elsewhere, the

@@ -375,3 +375,110 @@ fn a_client_handshakes_again_when_the_server_lost_its_session() {
     );
     assert_eq!(link.client.stats().handshakes, 2);
 }
+
+/// A server with a certificate (EC P-256, from a throwaway CA) and an OpenSSL client
+/// that verifies it: `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8`, with a CID.
+#[cfg(feature = "openssl")]
+#[test]
+fn an_openssl_client_verifies_the_server_certificate_over_ecdhe_ecdsa_ccm_8() {
+    use crate::transport::credentials::test_credentials::TestCredentials;
+    use crate::transport::credentials::ClientCredentials;
+    use crate::transport::dtls::OpensslDtls;
+    let now = Instant::now();
+    let pki = TestCredentials::generate("mbedtls-cert");
+    let server_cert = X509Credentials {
+        ca_pem: None,
+        ..pki.server.clone()
+    };
+    let mut server =
+        MbedtlsDtls::server_with(None, Some(&server_cert), node_cid(), DtlsConfig::default())
+            .unwrap();
+    let trust = X509Credentials {
+        cert_chain_pem: Vec::new(),
+        key_pem: Vec::new(),
+        ca_pem: Some(pki.ca_pem.clone()),
+        server_name: None,
+    };
+    let mut client =
+        OpensslDtls::client_with(&ClientCredentials::X509(trust), DtlsConfig::default()).unwrap();
+    let (from, to) = (addr("127.0.0.1:40000"), addr("127.0.0.1:5684"));
+    client.encrypt(now, to, b"over a certificate");
+    let mut got = Vec::new();
+    for _ in 0..32 {
+        let mut moved = false;
+        while let Some(t) = client.poll_transmit() {
+            got.extend(server.handle_datagram(now, from, &t.bytes));
+            moved = true;
+        }
+        while let Some(t) = server.poll_transmit() {
+            client.handle_datagram(now, to, &t.bytes);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    assert_eq!(got, vec![b"over a certificate".to_vec()]);
+    assert_eq!(
+        client.cipher(to),
+        Some("ECDHE-ECDSA-AES128-CCM8"),
+        "RFC 7252's certificate suite"
+    );
+    assert_eq!(server.credential(from), None, "the client is anonymous");
+}
+
+#[test]
+fn client_certificates_are_refused_with_a_reason() {
+    let with_ca = X509Credentials {
+        cert_chain_pem: b"-----BEGIN CERTIFICATE-----".to_vec(),
+        key_pem: Vec::new(),
+        ca_pem: Some(b"a CA".to_vec()),
+        server_name: None,
+    };
+    let e =
+        MbedtlsDtls::server_with(None, Some(&with_ca), None, DtlsConfig::default()).unwrap_err();
+    assert!(e.to_string().contains("OpenSSL backend"), "{e}");
+    let garbage = X509Credentials {
+        ca_pem: None,
+        ..with_ca
+    };
+    let e =
+        MbedtlsDtls::server_with(None, Some(&garbage), None, DtlsConfig::default()).unwrap_err();
+    assert!(e.to_string().contains("PEM"), "{e}");
+}
+
+#[test]
+fn a_full_table_refuses_an_anonymous_newcomer_but_not_a_key_holder() {
+    // Room for one session; the holder is active (not stale).
+    let config = DtlsConfig {
+        max_sessions: 1,
+        ..DtlsConfig::default()
+    };
+    let now = Instant::now();
+    let mut link = Link::new(
+        client("secretPSK", true),
+        MbedtlsDtls::server(keys(), node_cid(), config.clone()).unwrap(),
+    );
+    link.send(now, b"first");
+    let first = link.from;
+    // Another key holder from another port: takes the place only if the first is
+    // stale or anonymous; it is neither, so it is refused.
+    link.client = client("secretPSK", true);
+    link.from = addr("198.51.100.7:40100");
+    link.send(now, b"second");
+    assert_eq!(link.server.stats().refused, 1);
+    assert!(
+        link.server.cid_of(first).is_some(),
+        "the active session stays"
+    );
+    // Once the first is stale, a newcomer takes its place.
+    let later = now + config.stale_after;
+    link.client = client("secretPSK", true);
+    link.from = addr("198.51.100.7:40200");
+    link.send(later, b"third");
+    assert_eq!(link.at_server.last().unwrap().1, b"third");
+    assert!(
+        link.server.cid_of(first).is_none(),
+        "the stale session gave way"
+    );
+}
