@@ -764,6 +764,11 @@ impl Context {
         self.io.final_at
     }
 
+    /// Whether datagrams wait to be taken.
+    pub(crate) fn has_outgoing(&self) -> bool {
+        !self.io.outgoing.is_empty()
+    }
+
     /// The datagrams written since the last call.
     pub(crate) fn take_outgoing(&mut self) -> std::vec::Drain<'_, Vec<u8>> {
         self.io.outgoing.drain(..)

@@ -314,7 +314,7 @@ impl MbedtlsDtls {
                 return;
             }
         };
-        self.make_room_lru(now);
+        self.make_room_lru();
         let id = self.insert(now, peer, ctx, None);
         if let (Some(s), Some(data)) = (self.sessions.get_mut(&id), first) {
             s.pending.push_back(data.to_vec());
@@ -400,7 +400,7 @@ impl MbedtlsDtls {
     }
 
     /// Client: makes room for one more session by ending the least recently used.
-    fn make_room_lru(&mut self, now: Instant) {
+    fn make_room_lru(&mut self) {
         while self.sessions.len() >= self.config.max_sessions.max(1) {
             let Some(id) = self.least_recent(|_| true) else {
                 return;
@@ -408,7 +408,6 @@ impl MbedtlsDtls {
             self.stats.evicted += 1;
             self.end(id, "evicted: the session table is full".into());
         }
-        let _ = now;
     }
 
     /// The session heard from least recently among those `keep` selects.
@@ -472,8 +471,15 @@ impl MbedtlsDtls {
                 self.stats.hello_verify_sent += 1;
                 self.listener = Some(listener);
             }
+            Handshake::InProgress | Handshake::Done if !listener.has_outgoing() => {
+                // Nothing answered: Mbed TLS dropped the record (or kept a fragment).
+                // No state for an address that has not returned a cookie.
+                self.stats.dropped += 1;
+                self.listener = Some(listener);
+            }
             Handshake::InProgress | Handshake::Done => {
-                // The cookie checked out: the peer has state from here on.
+                // The cookie checked out (the ServerHello flight is out): the peer
+                // has state from here on.
                 if let Some(&old) = self.by_addr.get(&peer) {
                     let was_handshake = self.sessions.get(&old).is_some_and(|s| !s.established);
                     self.stats.handshakes_displaced += u64::from(was_handshake);

@@ -280,6 +280,7 @@ fn hostile_datagrams_are_dropped_without_state() {
         cid_record[..14].to_vec(), // cut inside the CID
         cid_record.clone(),        // a known CID, garbage inside
         vec![22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 1, 0, 0], // a ClientHello cut short
+        fragment_of_a_client_hello(),
         (0..200u8).collect(),
     ];
     for input in &inputs {
@@ -481,4 +482,12 @@ fn a_full_table_refuses_an_anonymous_newcomer_but_not_a_key_holder() {
         link.server.cid_of(first).is_none(),
         "the stale session gave way"
     );
+}
+
+/// The first 10 bytes of a 100-byte ClientHello, as a fragment (RFC 6347 §4.2.3).
+fn fragment_of_a_client_hello() -> Vec<u8> {
+    let mut r = vec![22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 1, 0, 22];
+    r.extend_from_slice(&[1, 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 10]);
+    r.extend_from_slice(&[0xfe, 0xfd, 1, 2, 3, 4, 5, 6, 7, 8]);
+    r
 }
