@@ -14,6 +14,8 @@
 #   - Californium (californium-core from Maven Central) as a server and client peer:
 #     a JDK and Maven (Debian default-jdk-headless, maven), then tests/peers/californium
 #     compiled once, its jars cached in .cache/maven/ (gitignored)
+#   - cmake, ninja-build, clang and libclang-dev (Debian) to build the Mbed TLS DTLS
+#     backend (the one with the DTLS Connection ID)
 #   - Eclipse Leshan's LwM2M client (leshan-client-cf from Maven Central) as a device
 #     for cobalt-lwm2m: tests/peers/leshan compiled the same way
 # Safe to run repeatedly; skips what is already present.
@@ -42,6 +44,23 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# The Mbed TLS DTLS backend (cobalt feature `mbedtls`, on by default): mbedtls-rs-sys
+# builds Mbed TLS 3.6 from source with cmake and ninja, and generates its bindings
+# with bindgen, which needs clang and libclang.
+install_mbedtls_build_tools() {
+  local need=()
+  command -v cmake >/dev/null 2>&1 || need+=(cmake)
+  command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
+  command -v clang >/dev/null 2>&1 || need+=(clang)
+  ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/*/libclang-*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+  if [ "${#need[@]}" -gt 0 ]; then
+    echo "installing ${need[*]} (Debian) to build Mbed TLS" >&2
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+}
+install_mbedtls_build_tools
 
 venv="$root/.venv-peers"
 if [ ! -x "$venv/bin/aiocoap-client" ] ||

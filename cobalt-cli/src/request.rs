@@ -97,6 +97,10 @@ pub struct RequestArgs {
     /// DTLS credentials for coaps://.
     #[command(flatten)]
     pub dtls: DtlsArgs,
+    /// coaps:// with a PSK over Mbed TLS, asking the server for a DTLS Connection ID
+    /// (RFC 9146), so that the session survives a change of this client's address.
+    #[arg(long)]
+    pub cid: bool,
     /// Credentials file (aiocoap's JSON format): OSCORE contexts for the URIs it
     /// names (`{"coap://host/*": {"oscore": {"basedir": "dir/"}}}`), EDHOC run first
     /// to make one (`"edhoc-oscore"`: own_cred, private_key_file, peer_cred), DTLS PSKs
@@ -212,7 +216,12 @@ fn build(
 /// EDHOC with the server when an `edhoc-oscore` entry matches the URI) and the file's
 /// DTLS/TLS credentials for the URI noted in `args`.
 async fn client_for(args: &mut RequestArgs) -> Result<Client, (i32, String)> {
-    let client = tracing_client(args);
+    let mut client = tracing_client(args);
+    if args.cid {
+        client = client
+            .with_dtls_cid()
+            .map_err(|e| (exit::USAGE, format!("--cid: {e}")))?;
+    }
     let Some(file) = &args.credentials else {
         return Ok(client);
     };

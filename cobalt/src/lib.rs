@@ -357,13 +357,21 @@
 //! are [`Server::tcp_limits`] and [`Server::ws_limits`] (connections in total and per
 //! address, Max-Message-Size, which is also the WebSocket frame limit, handshake, idle
 //! and write timeouts), those of DTLS [`Server::dtls_config`] (sessions, handshakes in
-//! total and per address). DTLS Connection ID (RFC 9146) is not available: OpenSSL does
-//! not implement it.
+//! total and per address).
+//!
+//! The DTLS Connection ID (RFC 9146), which keeps a session when a client's address
+//! changes (NAT rebinding), comes with a second DTLS backend on Mbed TLS 3.6 (feature
+//! `mbedtls`; OpenSSL has none): a server grants CIDs when
+//! [`DtlsConfig::cid_len`](transport::dtls::DtlsConfig::cid_len) is set (`[dtls]
+//! cid_len = 6`, `cobalt serve --cid 6`), a client asks for one with
+//! [`Client::with_dtls_cid`]. It takes pre-shared keys, or a server certificate
+//! without client certificates; OpenSSL stays the backend where no CID is asked for.
 //!
 //! Cargo features: `vendored-openssl` (default) builds OpenSSL from source for DTLS and
-//! TLS; `openssl` uses the system's (libssl-dev); with neither (`default-features =
-//! false`) the crate is plain CoAP with no C dependency, and the secure schemes fail with
-//! [`Error::Unsupported`] naming the feature.
+//! TLS; `openssl` uses the system's (libssl-dev); `mbedtls` (default) builds Mbed TLS
+//! 3.6 from source for the DTLS Connection ID (cmake, ninja, clang and libclang); with
+//! none (`default-features = false`) the crate is plain CoAP with no C dependency, and
+//! the secure schemes fail with [`Error::Unsupported`] naming the feature.
 //!
 //! # Groups
 //!

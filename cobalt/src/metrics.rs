@@ -166,6 +166,8 @@ metric_values! {
         Counter "cobalt_dtls_refused_total" "New DTLS sessions refused because the session table was full of active sessions." { dtls_refused }
         Gauge "cobalt_dtls_sessions" "Established DTLS sessions." { dtls_sessions }
         Gauge "cobalt_dtls_handshakes_in_progress" "DTLS handshakes in progress (after the cookie exchange)." { dtls_handshaking }
+        Counter "cobalt_dtls_address_updates_total" "DTLS sessions moved to a new client address by an authentic, newer record with a Connection ID (RFC 9146; Mbed TLS backend)." { dtls_address_updates }
+        Counter "cobalt_dtls_address_updates_refused_total" "Records with a known DTLS Connection ID from another address that did not move their session: forged, replayed or older than the newest." { dtls_address_updates_refused }
     }
 }
 
@@ -324,6 +326,8 @@ impl ShardSnapshot {
         self.dtls_refused = d.refused;
         self.dtls_sessions = d.sessions;
         self.dtls_handshaking = d.handshaking;
+        self.dtls_address_updates = d.address_updates;
+        self.dtls_address_updates_refused = d.address_updates_refused;
         self
     }
 

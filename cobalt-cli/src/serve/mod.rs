@@ -104,6 +104,16 @@ pub struct ServeArgs {
         requires = "cert"
     )]
     pub ca: Option<PathBuf>,
+    /// DTLS implementation of coaps://: openssl (PSK and certificates), mbedtls (the
+    /// Connection ID; PSK, or --cert/--key without --ca), or auto: mbedtls with --cid,
+    /// openssl otherwise [config: dtls.backend].
+    #[arg(long, value_name = "BACKEND")]
+    pub dtls_backend: Option<cobalt::transport::dtls::DtlsBackendKind>,
+    /// Grant each coaps:// client a DTLS Connection ID (RFC 9146) of LEN bytes (6 is
+    /// usual; 0: none), so that its session survives NAT rebinding; needs the mbedtls
+    /// backend, and serves coaps:// from one shard [config: dtls.cid_len].
+    #[arg(long, value_name = "LEN")]
+    pub cid: Option<usize>,
     /// UDP port for CoAP over DTLS (with --dtls-psk-file or --cert); default: the UDP
     /// port + 1 (5684, the standard port), or 0 (a free one) when --port is 0.
     #[arg(long, value_name = "PORT")]
@@ -183,6 +193,12 @@ pub fn load_config(args: &ServeArgs, log_level: Option<&str>) -> Result<Config, 
             "--metrics",
         ),
         ("log.level", log_level.map(str::to_string), "--log-level"),
+        (
+            "dtls.backend",
+            args.dtls_backend.map(|b| b.as_str().to_string()),
+            "--dtls-backend",
+        ),
+        ("dtls.cid_len", args.cid.map(|n| n.to_string()), "--cid"),
     ];
     for (key, value, flag) in flags {
         if let Some(value) = value {

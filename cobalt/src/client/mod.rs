@@ -90,6 +90,9 @@ struct Inner {
     tls: Mutex<TlsPools>,
     /// Shows the messages of TCP, TLS and WebSocket connections opened from now on.
     stream_tracer: TracerSlot,
+    /// `coaps://` with a pre-shared key runs on Mbed TLS and asks each server for a
+    /// DTLS Connection ID ([`Client::with_dtls_cid`]).
+    dtls_cid: bool,
 }
 
 impl std::fmt::Debug for Inner {
@@ -134,6 +137,7 @@ impl Client {
                 ws: Arc::new(TcpPool::new(Framing::WebSocket).traced(stream_tracer.clone())),
                 tls: Mutex::new(HashMap::new()),
                 stream_tracer,
+                dtls_cid: false,
             }),
             auth: None,
             secure: None,
@@ -150,6 +154,22 @@ impl Client {
             inner.tracer = Some(tracer);
         }
         Ok(c)
+    }
+
+    /// This client, before its first request, with its `coaps://` PSK sessions on
+    /// Mbed TLS asking each server for a DTLS Connection ID (RFC 9146): a session
+    /// then survives a change of this client's address or port (NAT rebinding)
+    /// without a new handshake. A server that grants none still gets a plain session.
+    /// Needs the `mbedtls` feature; certificates are not supported this way. Fails
+    /// when the client has been cloned or used already.
+    pub fn with_dtls_cid(mut self) -> Result<Client> {
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            return Err(Error::Unsupported(Unsupported::Argument(
+                "Client::with_dtls_cid must be called on a new client, before it is cloned".into(),
+            )));
+        };
+        inner.dtls_cid = true;
+        Ok(self)
     }
 
     /// This client (sharing its sockets and state) using `identity` and `key` for
@@ -348,9 +368,15 @@ impl Client {
         if let Some(tx) = drivers.get(&key).filter(|tx| !tx.is_closed()) {
             return Ok(tx.clone());
         }
-        let layer = OpensslDtls::client_with(auth, DtlsConfig::default())
-            .map_err(|e| e.into_error("DTLS", Scheme::Coaps))?;
-        let tx = self.spawn_driver("cobalt-client-dtls", peer, Some(Box::new(layer)))?;
+        let layer: Box<dyn DtlsBackend> = if self.inner.dtls_cid {
+            crate::transport::dtls::select::mbedtls_client(auth, DtlsConfig::default())?
+        } else {
+            Box::new(
+                OpensslDtls::client_with(auth, DtlsConfig::default())
+                    .map_err(|e| e.into_error("DTLS", Scheme::Coaps))?,
+            )
+        };
+        let tx = self.spawn_driver("cobalt-client-dtls", peer, Some(layer))?;
         drivers.retain(|_, tx| !tx.is_closed());
         drivers.insert(key, tx.clone());
         Ok(tx)

@@ -85,7 +85,7 @@ fn every_key_can_be_set_from_the_environment_and_the_command_line() {
             ));
         }
     }
-    assert_eq!(vars.len(), 70);
+    assert_eq!(vars.len(), 73);
     let c = Config::loader().env(vars).unwrap().build().unwrap();
     assert_eq!(c, Config::default());
 }

@@ -259,8 +259,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                 let Some((peer, bytes, truncated)) = rbuf.get(i) else {
                     continue;
                 };
-                self.heard.push(peer);
-                feed(
+                let peer = feed(
                     &mut self.endpoint,
                     self.dtls.as_mut(),
                     self.tracer.as_ref(),
@@ -269,6 +268,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                     bytes,
                     truncated,
                 );
+                self.heard.push(peer);
             }
             if n < mmsg::BATCH {
                 break;
@@ -324,8 +324,7 @@ impl<S: Service<Endpoint>> Driver<S> {
         let mut next = Some(first);
         let mut taken = 0;
         while let Some(d) = next.take() {
-            self.heard.push(d.peer);
-            feed(
+            let peer = feed(
                 &mut self.endpoint,
                 self.dtls.as_mut(),
                 self.tracer.as_ref(),
@@ -334,6 +333,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                 &d.bytes,
                 d.truncated,
             );
+            self.heard.push(peer);
             taken += 1;
             if taken < mmsg::BATCH * self.recv_rounds {
                 if let ShardIo::Staged { inbound, .. } = &mut self.io {
@@ -546,7 +546,9 @@ fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 }
 
 /// Hands one received datagram to the endpoint (and the tracer); with DTLS, the
-/// CoAP datagrams its records carry.
+/// CoAP datagrams its records carry, from the address the endpoint knows their
+/// session by ([`DtlsBackend::endpoint_peer`]: the one its handshake came from, when
+/// a Connection ID moved it since). Returns that address.
 fn feed(
     endpoint: &mut Endpoint,
     dtls: Option<&mut Box<dyn DtlsBackend>>,
@@ -555,15 +557,17 @@ fn feed(
     peer: SocketAddr,
     bytes: &[u8],
     truncated: bool,
-) {
+) -> SocketAddr {
     if let Some(dtls) = dtls {
         if truncated {
-            return; // a record cut short cannot be authenticated
+            return peer; // a record cut short cannot be authenticated
         }
-        for plain in dtls.handle_datagram(now, peer, bytes) {
-            feed(endpoint, None, tracer, now, peer, &plain, false);
+        let plain = dtls.handle_datagram(now, peer, bytes);
+        let session = dtls.endpoint_peer(peer);
+        for datagram in plain {
+            feed(endpoint, None, tracer, now, session, &datagram, false);
         }
-        return;
+        return session;
     }
     if let Some(t) = tracer {
         t(false, peer, bytes);
@@ -573,6 +577,7 @@ fn feed(
     } else {
         endpoint.handle_datagram(now, peer, bytes);
     }
+    peer
 }
 
 /// How the datagram driver words the errors of client requests.

@@ -71,7 +71,7 @@ use crate::runtime::io::{start_stages, StageCounters, StageThreads, Stages};
 use crate::runtime::listener::{self, TcpListenerHandle, Transport};
 use crate::runtime::service::{MakeService, ServiceLinks};
 use crate::transport::credentials::{PskStore, X509Credentials};
-use crate::transport::dtls::{DtlsBackend, DtlsConfig, OpensslDtls};
+use crate::transport::dtls::{DtlsBackend, DtlsBackendKind, DtlsConfig, OpensslDtls};
 use crate::transport::limits::TcpServerLimits;
 use crate::transport::tls::{Alpn, TlsAcceptor};
 use crate::transport::udp::{bind_shard_sockets_sharing, SocketBuffers};
@@ -346,9 +346,22 @@ impl Server {
         Ok(())
     }
 
-    /// A DTLS session table for one of `shards` shards.
+    /// A DTLS session table for one of `shards` shards, on the backend the DTLS
+    /// settings choose.
     fn dtls_layer(&self, shards: usize) -> Result<Box<dyn DtlsBackend>> {
         self.require_credentials(Scheme::Coaps)?;
+        let cid = self
+            .dtls_config
+            .cid()
+            .map_err(|e| Error::Unsupported(Unsupported::Argument(e)))?;
+        if self.dtls_config.backend_kind() == DtlsBackendKind::Mbedtls {
+            return crate::transport::dtls::select::mbedtls_server(
+                self.psk_keys.clone(),
+                self.x509.as_deref(),
+                cid,
+                self.dtls_config.for_shard(shards),
+            );
+        }
         let mut layer = OpensslDtls::server_with(
             self.psk_keys.clone(),
             self.x509.as_deref(),
@@ -616,6 +629,10 @@ impl Server {
         let mut bound = BoundDatagram::default();
         for (k, &(scheme, addr)) in listeners.iter().enumerate() {
             let staged = self.stages.filter(|_| k == 0);
+            // With a DTLS Connection ID a client's records from a new address may
+            // reach any shard's socket: one shard holds every session.
+            let cid = scheme == Scheme::Coaps && self.dtls_config.cid_len > 0;
+            let shards = if cid { 1 } else { shards };
             match self.bind_socket(scheme, addr, shards, staged, &mut bound.stage_threads) {
                 Ok(socket) => bound.sockets.push(socket),
                 Err(e) => {

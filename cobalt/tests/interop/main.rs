@@ -17,6 +17,8 @@ mod observed;
 
 #[cfg(feature = "openssl")]
 mod dtls;
+#[cfg(feature = "mbedtls")]
+mod dtls_mbedtls;
 mod tcp;
 #[cfg(feature = "openssl")]
 mod tls;

@@ -21,9 +21,10 @@
 //! RFC 7252 mandates), `TLS_PSK_WITH_AES_128_GCM_SHA256`, and for certificates
 //! `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8` / `..._GCM_SHA256`.
 //!
-//! Not available: the DTLS Connection ID (RFC 9146) — OpenSSL has no support for it
-//! (openssl#18724), so a peer whose address changes (NAT rebinding) needs a new
-//! handshake.
+//! OpenSSL has no DTLS Connection ID (RFC 9146; openssl#18724), so with it a peer
+//! whose address changes (NAT rebinding) needs a new handshake. `MbedtlsDtls`
+//! (cargo feature `mbedtls`, module `mbedtls`) is a second backend, on Mbed TLS 3.6,
+//! with the Connection ID.
 //!
 //! The credentials it uses are in [`credentials`](super::credentials), shared with TLS.
 
@@ -33,6 +34,13 @@ use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "mbedtls")]
+pub mod mbedtls;
+pub(crate) mod select;
+#[cfg(any(feature = "openssl", feature = "mbedtls"))]
+mod unanswered;
+#[cfg(feature = "mbedtls")]
+pub use self::mbedtls::{MbedtlsDtls, MbedtlsSetupError};
 #[cfg(feature = "openssl")]
 mod session_table;
 #[cfg(feature = "openssl")]
@@ -137,6 +145,91 @@ pub struct DtlsConfig {
     /// `idle_timeout`.
     #[serde(with = "cobalt_proto::settings::duration")]
     pub unused_timeout: Duration,
+    /// Server: the DTLS implementation of the `coaps` listener (default
+    /// [`DtlsBackendKind::Auto`]: OpenSSL, unless [`DtlsConfig::cid_len`] asks for a
+    /// Connection ID, which only Mbed TLS has).
+    pub backend: DtlsBackendKind,
+    /// Server: bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0
+    /// for none (the default). Needs the `mbedtls` backend. With a CID, the `coaps`
+    /// listener runs on one shard: a client's records from a new address may reach
+    /// any shard's socket, and only one table knows its session.
+    pub cid_len: usize,
+    /// Server: the node id every Connection ID starts with, in hex (e.g. `"c0ba"`,
+    /// at most `cid_len` bytes; default none), so that a balancer in front of a
+    /// cluster can route a record by it. The rest of each CID is random.
+    pub cid_node_id: String,
+}
+
+/// A DTLS implementation a server can run its `coaps` listener on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DtlsBackendKind {
+    /// Mbed TLS when a Connection ID is asked for, OpenSSL otherwise.
+    #[default]
+    Auto,
+    /// OpenSSL ([`OpensslDtls`]): PSK and certificates, no Connection ID.
+    Openssl,
+    /// Mbed TLS 3.6 (`MbedtlsDtls`, cargo feature `mbedtls`): the Connection ID;
+    /// PSK, or a server certificate without client certificates.
+    Mbedtls,
+}
+
+impl DtlsBackendKind {
+    /// Its name in settings and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DtlsBackendKind::Auto => "auto",
+            DtlsBackendKind::Openssl => "openssl",
+            DtlsBackendKind::Mbedtls => "mbedtls",
+        }
+    }
+}
+
+impl std::str::FromStr for DtlsBackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(DtlsBackendKind::Auto),
+            "openssl" => Ok(DtlsBackendKind::Openssl),
+            "mbedtls" => Ok(DtlsBackendKind::Mbedtls),
+            other => Err(format!(
+                "unknown DTLS backend {other:?}: use openssl, mbedtls or auto"
+            )),
+        }
+    }
+}
+
+/// The Connection ID a server grants: its length and the node id it starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CidConfig {
+    /// Bytes of the CID a server grants (1 to 32; 6 is usual).
+    pub len: usize,
+    /// The first bytes of every CID this server grants (at most `len`; the rest is
+    /// random), so that a cluster's balancer can route a record by it.
+    pub node_id: Vec<u8>,
+}
+
+impl Default for CidConfig {
+    fn default() -> Self {
+        CidConfig {
+            len: 6,
+            node_id: Vec::new(),
+        }
+    }
+}
+
+/// The bytes of a node id written in hex (`"c0ba"`), or why not.
+fn parse_node_id(hex: &str) -> Result<Vec<u8>, String> {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "cid_node_id {hex:?} is not hex bytes (e.g. \"c0ba\")"
+        ));
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).map_err(|e| e.to_string()))
+        .collect()
 }
 
 impl Default for DtlsConfig {
@@ -154,6 +247,9 @@ impl Default for DtlsConfig {
             ciphers: CIPHERS.to_string(),
             idle_timeout: Duration::from_secs(3600),
             unused_timeout: Duration::from_secs(60),
+            backend: DtlsBackendKind::Auto,
+            cid_len: 0,
+            cid_node_id: String::new(),
         }
     }
 }
@@ -164,10 +260,49 @@ impl DtlsConfig {
     /// server's, split evenly (rounded up); the kernel spreads one address's source
     /// ports over the shards.
     pub fn for_shard(&self, shards: usize) -> DtlsConfig {
+        // (The CID settings are the server's and apply to every table as they are.)
         DtlsConfig {
             max_sessions_per_ip: self.max_sessions_per_ip.div_ceil(shards.max(1)).max(1),
             ..self.clone()
         }
+    }
+}
+
+impl DtlsConfig {
+    /// The backend a server runs ([`DtlsBackendKind::Openssl`] or
+    /// [`DtlsBackendKind::Mbedtls`]): [`DtlsConfig::backend`], with `auto` decided by
+    /// whether a Connection ID is asked for.
+    pub fn backend_kind(&self) -> DtlsBackendKind {
+        match self.backend {
+            DtlsBackendKind::Auto if self.cid_len > 0 => DtlsBackendKind::Mbedtls,
+            DtlsBackendKind::Auto => DtlsBackendKind::Openssl,
+            chosen => chosen,
+        }
+    }
+
+    /// The Connection ID a server grants (`None` when `cid_len` is 0), or why the
+    /// settings do not make one.
+    pub fn cid(&self) -> Result<Option<CidConfig>, String> {
+        if self.cid_len == 0 {
+            return Ok(None);
+        }
+        let node_id = parse_node_id(&self.cid_node_id)?;
+        if !(1..=32).contains(&self.cid_len) || node_id.len() > self.cid_len {
+            return Err(format!(
+                "cid_len {} must be 1 to 32 and hold cid_node_id ({} bytes)",
+                self.cid_len,
+                node_id.len()
+            ));
+        }
+        if self.backend_kind() != DtlsBackendKind::Mbedtls {
+            return Err(
+                "a DTLS Connection ID (cid_len) needs the mbedtls backend: OpenSSL has none".into(),
+            );
+        }
+        Ok(Some(CidConfig {
+            len: self.cid_len,
+            node_id,
+        }))
     }
 }
 
@@ -185,6 +320,9 @@ impl Settings for DtlsConfig {
             Param::new("handshake_timeout", "A DTLS handshake not finished within this is dropped.", "1s to 600s", within(self.handshake_timeout, secs(1), secs(600))),
             Param::new("idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d", within(self.idle_timeout, secs(1), secs(30 * 86_400))),
             Param::new("unused_timeout", "An established session over which the peer has sent no CoAP message yet is dropped when silent this long.", "1s to 30d", within(self.unused_timeout, secs(1), secs(30 * 86_400))),
+            Param::new("backend", "The DTLS implementation: openssl (PSK and certificates), mbedtls (the Connection ID; PSK, or a server certificate without client certificates), or auto (mbedtls when cid_len is set, openssl otherwise).", "auto, openssl or mbedtls", true),
+            Param::new("cid_len", "Bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0 for none; needs the mbedtls backend, and the coaps listener then runs on one shard.", "0 to 32 (6 is usual), with the mbedtls backend", self.cid().is_ok()),
+            Param::new("cid_node_id", "The node id (hex) every Connection ID starts with, so that a cluster's balancer can route by it.", "hex, at most cid_len bytes", parse_node_id(&self.cid_node_id).is_ok()),
         ]
     }
 }
@@ -235,6 +373,12 @@ pub struct DtlsStats {
     pub sessions: u64,
     /// Handshakes in progress now (a gauge).
     pub handshaking: u64,
+    /// Sessions moved to a new peer address by an authentic, newer record with a
+    /// Connection ID (RFC 9146 §6; Mbed TLS backend).
+    pub address_updates: u64,
+    /// Records with a known Connection ID from another address that did not move
+    /// their session (not authentic, replayed, or older than the newest accepted).
+    pub address_updates_refused: u64,
 }
 
 /// A DTLS implementation as the shard driver uses it: sans-IO, one table of sessions
@@ -243,6 +387,16 @@ pub trait DtlsBackend: Send {
     /// Handles one received datagram of DTLS records from `peer`; returns the CoAP
     /// datagrams it carried (none during a handshake).
     fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, records: &[u8]) -> Vec<Vec<u8>>;
+    /// The address under which the endpoint knows the session of a datagram that
+    /// [`DtlsBackend::handle_datagram`] just took from `source`: its CoAP datagrams
+    /// are handed to the endpoint from there, and the other methods take that
+    /// address as `peer`. The same as `source` unless the backend moved a session
+    /// to a new address (DTLS Connection ID, RFC 9146): the session keeps the
+    /// address its handshake came from, so the endpoint's exchanges, observe
+    /// relations and budgets follow the move.
+    fn endpoint_peer(&self, source: SocketAddr) -> SocketAddr {
+        source
+    }
     /// Protects one CoAP datagram for `peer`. A client starts a handshake if it has no
     /// session and queues the datagram until it completes; a server drops datagrams
     /// for peers it has no session with.
@@ -275,3 +429,68 @@ pub trait DtlsBackend: Send {
 mod unavailable;
 #[cfg(not(feature = "openssl"))]
 pub use unavailable::{OpensslDtls, Unavailable};
+
+#[cfg(test)]
+mod cid_settings_tests {
+    use super::*;
+
+    fn with(cid_len: usize, node_id: &str, backend: DtlsBackendKind) -> DtlsConfig {
+        DtlsConfig {
+            cid_len,
+            cid_node_id: node_id.into(),
+            backend,
+            ..DtlsConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_cid_chooses_mbedtls_unless_a_backend_is_named() {
+        assert_eq!(
+            DtlsConfig::default().backend_kind(),
+            DtlsBackendKind::Openssl
+        );
+        assert_eq!(DtlsConfig::default().cid(), Ok(None));
+        let auto = with(6, "c0ba", DtlsBackendKind::Auto);
+        assert_eq!(auto.backend_kind(), DtlsBackendKind::Mbedtls);
+        assert_eq!(
+            auto.cid(),
+            Ok(Some(CidConfig {
+                len: 6,
+                node_id: vec![0xc0, 0xba]
+            }))
+        );
+        assert!(auto.validate().is_ok());
+    }
+
+    #[test]
+    fn cid_settings_that_cannot_work_are_refused_with_the_reason() {
+        let openssl = with(6, "", DtlsBackendKind::Openssl);
+        assert!(openssl.cid().unwrap_err().contains("mbedtls"));
+        assert!(openssl.validate().is_err());
+        assert!(with(6, "c0b", DtlsBackendKind::Auto)
+            .cid()
+            .unwrap_err()
+            .contains("hex"));
+        assert!(with(6, "zz", DtlsBackendKind::Auto).validate().is_err());
+        assert!(
+            with(1, "c0ba", DtlsBackendKind::Auto).cid().is_err(),
+            "node id longer than the CID"
+        );
+        assert!(with(33, "", DtlsBackendKind::Auto).cid().is_err());
+    }
+
+    #[test]
+    fn backend_names_parse_and_print_alike() {
+        for kind in [
+            DtlsBackendKind::Auto,
+            DtlsBackendKind::Openssl,
+            DtlsBackendKind::Mbedtls,
+        ] {
+            assert_eq!(kind.as_str().parse::<DtlsBackendKind>(), Ok(kind));
+        }
+        assert!("wolfssl"
+            .parse::<DtlsBackendKind>()
+            .unwrap_err()
+            .contains("openssl, mbedtls or auto"));
+    }
+}

@@ -2,6 +2,7 @@
 //! in-memory channel that keeps datagram boundaries), the stateless cookie exchange
 //! and the session and handshake budgets.
 
+use super::unanswered::Unanswered;
 use super::{DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
 use crate::transport::credentials::{
     expect_peer_name, load_x509, set_psk_client, set_psk_server, ClientCredentials, ClientPsk,
@@ -88,7 +89,7 @@ struct Session {
     hello_random: Option<[u8; 32]>,
     /// Client: fingerprints of the datagrams sent since the peer was last heard
     /// from, with how often each was sent again (a few; the oldest go first).
-    unanswered: VecDeque<(u64, u32)>,
+    unanswered: Unanswered,
     /// Server: added to the record sequence number of each epoch-0 record the session
     /// sends, so that its first flight starts at the record sequence number of the
     /// ClientHello whose cookie checked out, above those of the HelloVerifyRequests
@@ -495,7 +496,7 @@ impl OpensslDtls {
                 authenticated: false,
                 credential: None,
                 hello_random: None,
-                unanswered: VecDeque::new(),
+                unanswered: Unanswered::default(),
                 epoch0_seq_shift: 0,
             },
         );
@@ -728,30 +729,6 @@ fn shift_epoch0_seqs(datagram: &mut [u8], shift: u64) {
     }
 }
 
-/// Fingerprints of unanswered datagrams a client session remembers.
-const UNANSWERED_KEPT: usize = 8;
-
-/// Client, before sending `plaintext` over an established session: whether the server
-/// seems to have lost the session. That is the case when the same datagram (a CoAP
-/// retransmission) goes out for the `rehandshake_after_resends`-th time again and
-/// nothing has been heard from the server since it first went out. Otherwise counts
-/// the datagram.
-fn presumed_lost(s: &mut Session, plaintext: &[u8], config: &DtlsConfig) -> bool {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    plaintext.hash(&mut h);
-    let fingerprint = h.finish();
-    if let Some((_, resends)) = s.unanswered.iter_mut().find(|(f, _)| *f == fingerprint) {
-        *resends += 1;
-        return *resends >= config.rehandshake_after_resends.max(1);
-    }
-    if s.unanswered.len() >= UNANSWERED_KEPT {
-        s.unanswered.pop_front();
-    }
-    s.unanswered.push_back((fingerprint, 0));
-    false
-}
-
 /// The client random of the epoch-0 ClientHello a datagram starts with.
 fn hello_random(records: &[u8]) -> Option<[u8; 32]> {
     if !is_client_hello(records) {
@@ -844,7 +821,7 @@ impl DtlsBackend for OpensslDtls {
             s.pending.push_back(plaintext.to_vec());
             return;
         }
-        if self.role == Role::Client && presumed_lost(s, plaintext, &self.config) {
+        if self.role == Role::Client && s.unanswered.presumed_lost(plaintext, &self.config) {
             tracing::debug!(%peer, "DTLS session presumed lost by the server; handshaking again");
             self.end_session(
                 peer,
