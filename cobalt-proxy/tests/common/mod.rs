@@ -11,6 +11,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long the tests' proxies wait for an origin: long enough that a loaded machine
+/// (a full test run on two cores) never turns a slow answer into 5.04 / 504. Only a
+/// check of a silent origin uses a proxy of its own that waits [`IMPATIENT`].
+pub const PATIENT: Duration = Duration::from_secs(30);
+
+/// How long a proxy that is asked only for a silent origin waits (then 5.04 / 504).
+pub const IMPATIENT: Duration = Duration::from_millis(300);
+
 /// What the origin counts.
 #[derive(Default)]
 pub struct Counts {
