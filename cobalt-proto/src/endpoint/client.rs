@@ -42,7 +42,7 @@ impl Endpoint {
                 peer,
                 token,
                 mid: 0,
-                state: ClientState::Queued(msg),
+                state: ClientState::Queued(Box::new(msg)),
                 counted: false,
                 observe,
             },
@@ -122,11 +122,12 @@ impl Endpoint {
             let Some(ex) = self.clients.get_mut(&id) else {
                 continue;
             };
-            let ClientState::Queued(mut msg) =
+            let ClientState::Queued(msg) =
                 std::mem::replace(&mut ex.state, ClientState::AwaitingAck)
             else {
                 continue;
             };
+            let mut msg = *msg;
             ex.counted = true;
             ex.mid = mid;
             msg.mid = mid;
