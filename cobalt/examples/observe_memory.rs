@@ -4,14 +4,11 @@
 //! every observation has had a few notifications.
 //!
 //! ```text
-//! cargo run --release --example observe_memory -- 10000 [one|many]
+//! cargo run --release --example observe_memory -- 10000
 //! ```
 //!
-//! `one` (the default) observes one server address N times; `many` observes N
-//! addresses (127.0.x.y, all the same server), one each, as a mashup observes a fleet
-//! of devices: the client then also keeps per-peer state. The server runs in a child
-//! process (this program with `--serve`), so only the client's memory is counted; its
-//! resource changes every 200 ms.
+//! The server runs in a child process (this program with `--serve`), so only the
+//! client's memory is counted; its resource changes every 200 ms.
 
 use cobalt::server::{get, Observable};
 use cobalt::{Client, EndpointConfig, Scheme, Server};
@@ -78,7 +75,7 @@ async fn serve() -> cobalt::Result<()> {
             })
             .observable(&changes),
         )
-        .bind("0.0.0.0:0")
+        .bind("127.0.0.1:0")
         .await?;
     println!("{}", server.local_addr(Scheme::Coap).unwrap().port());
     loop {
@@ -96,27 +93,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let n: usize = arg.parse()?;
-    let many = std::env::args().nth(2).as_deref() == Some("many");
     let mut child = std::process::Command::new(std::env::current_exe()?)
         .arg("--serve")
         .stdout(std::process::Stdio::piped())
         .spawn()?;
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-    let port: u16 = line.trim().parse()?;
-    let uri_of = |i: usize| {
-        if many {
-            format!("coap://127.0.{}.{}:{port}/o", 1 + i / 250, 1 + i % 250)
-        } else {
-            format!("coap://127.0.0.1:{port}/o")
-        }
-    };
+    let uri = format!("coap://127.0.0.1:{}/o", line.trim());
 
     let client = Client::with_config(EndpointConfig {
         max_client_exchanges: n + 100,
         ..EndpointConfig::default()
     })?;
-    client.get(&uri_of(n)).await?; // the driver and its socket exist before the baseline
+    client.get(&uri).await?; // the driver and its socket exist before the baseline
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (heap0, rss0) = (LIVE.load(Ordering::Relaxed), rss_bytes());
 
@@ -124,8 +113,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let first = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(n);
-    for i in 0..n {
-        let (client, uri) = (client.clone(), uri_of(i));
+    for _ in 0..n {
+        let (client, uri) = (client.clone(), uri.clone());
         let (notifications, first) = (notifications.clone(), first.clone());
         tasks.push(tokio::spawn(async move {
             let Ok(mut o) = client.observe(&uri).await else {
@@ -157,9 +146,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let after = notifications.load(Ordering::Relaxed);
     let (heap1, rss1) = (LIVE.load(Ordering::Relaxed), rss_bytes());
     println!(
-        "{n} observations of {} (all observing after {:.1} s, {:.0} notifications/s): \
+        "{n} observations (all observing after {:.1} s, {:.0} notifications/s): \
          heap {} bytes / observation, RSS {} bytes / observation",
-        if many { "as many addresses" } else { "one address" },
         observing.as_secs_f64(),
         (after - before) as f64 / 3.0,
         (heap1 - heap0) / n as isize,
