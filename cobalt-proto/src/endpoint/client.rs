@@ -42,7 +42,7 @@ impl Endpoint {
                 peer,
                 token,
                 mid: 0,
-                state: ClientState::Queued(Box::new(msg)),
+                state: ClientState::Queued(msg),
                 counted: false,
                 observe,
             },
@@ -122,12 +122,11 @@ impl Endpoint {
             let Some(ex) = self.clients.get_mut(&id) else {
                 continue;
             };
-            let ClientState::Queued(msg) =
+            let ClientState::Queued(mut msg) =
                 std::mem::replace(&mut ex.state, ClientState::AwaitingAck)
             else {
                 continue;
             };
-            let mut msg = *msg;
             ex.counted = true;
             ex.mid = mid;
             msg.mid = mid;

@@ -357,10 +357,8 @@ struct ServerExchange {
 
 #[derive(Debug, PartialEq, Eq)]
 enum ClientState {
-    /// Waiting in the peer's NSTART queue. Boxed: every exchange of a client that
-    /// holds many observations keeps its state for as long as they last, and only
-    /// this state holds a message.
-    Queued(Box<Message>),
+    /// Waiting in the peer's NSTART queue.
+    Queued(Message),
     /// CON sent, no ACK yet.
     AwaitingAck,
     /// ACK received or NON sent; waiting for the response.
