@@ -306,7 +306,8 @@ impl Proxy {
             if target.tls {
                 let tls =
                     https::handshake(self.shared.https.clone(), &target.host, target.port, tcp)
-                        .await?;
+                        .await
+                        .map_err(ProxyError::Unreachable)?;
                 http1_exchange(TokioIo::new(tls), request, addr).await
             } else {
                 http1_exchange(TokioIo::new(tcp), request, addr).await

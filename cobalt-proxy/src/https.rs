@@ -4,7 +4,6 @@
 //! what went wrong. Certificates are always verified (name and chain); there is no
 //! switch to turn that off.
 
-use crate::core::ProxyError;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
@@ -109,24 +108,22 @@ impl HttpsTrust {
 }
 
 /// Runs the TLS handshake with `host` (a DNS name or an address, which the
-/// certificate must name) over `tcp`. A failure is [`ProxyError::Unreachable`]
-/// (5.02 / 502) saying what failed, and for a certificate that does not verify, how
-/// to trust its CA.
+/// certificate must name) over `tcp`. A failure says what failed, and for a
+/// certificate that does not verify, how to trust its CA (the proxy answers it 5.02 /
+/// 502).
 pub(crate) async fn handshake(
     config: Arc<ClientConfig>,
     host: &str,
     port: u16,
     tcp: TcpStream,
-) -> Result<TlsStream<TcpStream>, ProxyError> {
+) -> Result<TlsStream<TcpStream>, String> {
     let name = ServerName::try_from(host.to_string()).map_err(|_| {
-        ProxyError::Unreachable(format!(
-            "https://{host}:{port}: '{host}' is not a name or address TLS can verify"
-        ))
+        format!("https://{host}:{port}: '{host}' is not a name or address TLS can verify")
     })?;
     TlsConnector::from(config)
         .connect(name, tcp)
         .await
-        .map_err(|e| ProxyError::Unreachable(tls_failure(host, port, &e)))
+        .map_err(|e| tls_failure(host, port, &e))
 }
 
 /// What a failed handshake with `host:port` says, from the I/O error tokio-rustls
