@@ -237,11 +237,7 @@ impl Layer for ProxyLayer {
             ] {
                 options.remove(number);
             }
-            let uri = format!(
-                "http://{}:{}{}",
-                target.host, target.port, target.path_and_query
-            );
-            options.set(opt::PROXY_URI, uri.as_bytes());
+            options.set(opt::PROXY_URI, target.uri().as_bytes());
             request.extensions_mut().insert(HttpForward(target));
             return Ok(());
         }

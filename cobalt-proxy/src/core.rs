@@ -6,6 +6,7 @@ use crate::allow::AllowList;
 use crate::cache::{cacheable_method, Cache, CacheKey, CacheLimits, Lookup};
 use crate::clock::{Clock, SystemClock};
 use crate::hop::HOP_LIMIT;
+use crate::https::HttpsTrust;
 use crate::listeners::Observations;
 use crate::metrics::ProxyMetrics;
 use crate::target::{uri_string, Refused};
@@ -59,6 +60,9 @@ pub struct ProxyConfig {
     /// `coaps+ws` origins (a PSK or certificates); without, such origins fail (5.02)
     /// saying that credentials are missing.
     pub upstream_credentials: Option<ClientCredentials>,
+    /// The certificate authorities `https` origins' certificates must chain to (CoAP
+    /// → HTTPS); by default the webpki roots.
+    pub https_trust: HttpsTrust,
 }
 
 impl Default for ProxyConfig {
@@ -75,6 +79,7 @@ impl Default for ProxyConfig {
             upstream_endpoints: 8,
             upstream_nstart: 4,
             upstream_credentials: None,
+            https_trust: HttpsTrust::default(),
         }
     }
 }
@@ -239,6 +244,8 @@ pub(crate) struct Shared {
     pub inflight: Mutex<HashMap<(CacheKey, u8), Answer>>,
     pub permits: Semaphore,
     pub observations: Observations,
+    /// The TLS client settings for `https` origins (from [`ProxyConfig::https_trust`]).
+    pub https: Arc<rustls::ClientConfig>,
 }
 
 /// A proxy's shared part: configuration, cache, upstream client and counters, used by
@@ -296,6 +303,7 @@ impl Proxy {
     fn build(config: ProxyConfig, clock: Arc<dyn Clock>, clients: Vec<Client>) -> Proxy {
         let cache = Cache::new(config.cache, clock);
         let permits = Semaphore::new(config.max_upstream.max(1));
+        let https = config.https_trust.client_config();
         Proxy {
             shared: Arc::new(Shared {
                 config,
@@ -306,6 +314,7 @@ impl Proxy {
                 inflight: Mutex::default(),
                 permits,
                 observations: Observations::default(),
+                https,
             }),
         }
     }

@@ -1,9 +1,11 @@
-//! CoAP → HTTP: a CoAP request whose Proxy-Uri (or Proxy-Scheme) names an `http`
-//! origin is sent over HTTP/1.1 and its answer mapped back (RFC 8075 §7 read in the
-//! other direction; media types to Content-Formats). One connection per request (no
-//! pool); plain `http` only (`https` is answered 5.05); not cached.
+//! CoAP → HTTP(S): a CoAP request whose Proxy-Uri (or Proxy-Scheme) names an `http`
+//! or `https` origin is sent over HTTP/1.1 and its answer mapped back (RFC 8075 §7
+//! read in the other direction; media types to Content-Formats). `https` origins must
+//! present a certificate that verifies ([`HttpsTrust`](crate::HttpsTrust)). One
+//! connection per request (no pool); not cached.
 
 use crate::core::{Proxy, ProxyError};
+use crate::https;
 use crate::mapping::{content_format, media_type};
 use crate::target::{Refused, MAX_PROXY_URI};
 use bytes::Bytes;
@@ -19,19 +21,62 @@ use tokio::net::TcpStream;
 /// Largest HTTP answer the proxy takes from an origin.
 const MAX_HTTP_BODY: usize = 4 << 20;
 
-/// An `http` origin named by a CoAP request.
+/// An `http` or `https` origin named by a CoAP request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpTarget {
+    /// `https`: reached over TLS, its certificate verified.
+    pub tls: bool,
     /// Host name or address (without brackets).
     pub host: String,
-    /// Port (80 when not given).
+    /// Port (80 for `http`, 443 for `https` when not given).
     pub port: u16,
     /// Path and query, starting with `/`.
     pub path_and_query: String,
 }
 
-/// The `http` target of a proxy request, if it names one: `None` when the request
-/// names a CoAP target (or none); `https` and malformed URIs are refused (5.05, 4.00).
+impl HttpTarget {
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &'static str {
+        scheme_name(self.tls)
+    }
+
+    /// The target as a URI with its port always written:
+    /// `https://h.example:443/a?b`, `http://[::1]:8080/`.
+    pub fn uri(&self) -> String {
+        let scheme = self.scheme();
+        let Self {
+            host,
+            port,
+            path_and_query,
+            ..
+        } = self;
+        if host.contains(':') {
+            format!("{scheme}://[{host}]:{port}{path_and_query}")
+        } else {
+            format!("{scheme}://{host}:{port}{path_and_query}")
+        }
+    }
+}
+
+fn scheme_name(tls: bool) -> &'static str {
+    if tls {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// `Some(tls)` for the schemes proxied over HTTP: `http`, `https`.
+fn http_scheme(scheme: &str) -> Option<bool> {
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" => Some(false),
+        "https" => Some(true),
+        _ => None,
+    }
+}
+
+/// The `http` or `https` target of a proxy request, if it names one: `None` when
+/// the request names a CoAP target (or none); malformed URIs are refused (4.00).
 pub fn http_target(options: &Options) -> Option<Result<HttpTarget, Refused>> {
     if let Some(raw) = options.get(opt::PROXY_URI) {
         if raw.len() > MAX_PROXY_URI {
@@ -39,33 +84,27 @@ pub fn http_target(options: &Options) -> Option<Result<HttpTarget, Refused>> {
         }
         let text = std::str::from_utf8(raw).ok()?;
         let (scheme, rest) = text.split_once("://")?;
-        return match scheme.to_ascii_lowercase().as_str() {
-            "http" => Some(parse_authority_path(rest)),
-            "https" => Some(Err(https_refused())),
-            _ => None,
-        };
+        let tls = http_scheme(scheme)?;
+        return Some(parse_authority_path(tls, rest));
     }
     let scheme = options.get(opt::PROXY_SCHEME)?;
-    let scheme = std::str::from_utf8(scheme).ok()?.to_ascii_lowercase();
-    if scheme == "https" {
-        return Some(Err(https_refused()));
-    }
-    if scheme != "http" {
-        return None;
-    }
+    let tls = http_scheme(std::str::from_utf8(scheme).ok()?)?;
     let Some(host) = options
         .get(opt::URI_HOST)
         .and_then(|h| std::str::from_utf8(h).ok())
     else {
         return Some(Err(Refused::new(
             Code::BAD_REQUEST,
-            "Proxy-Scheme http without Uri-Host",
+            "Proxy-Scheme http(s) without Uri-Host",
         )));
     };
-    let port = options.get_uint(opt::URI_PORT).map_or(Ok(80), |p| {
-        u16::try_from(p)
-            .map_err(|_| Refused::new(Code::BAD_REQUEST, format!("Uri-Port {p} is not a port")))
-    });
+    let default_port = if tls { 443 } else { 80 };
+    let port = options
+        .get_uint(opt::URI_PORT)
+        .map_or(Ok(default_port), |p| {
+            u16::try_from(p)
+                .map_err(|_| Refused::new(Code::BAD_REQUEST, format!("Uri-Port {p} is not a port")))
+        });
     let port = match port {
         Ok(p) => p,
         Err(e) => return Some(Err(e)),
@@ -83,6 +122,7 @@ pub fn http_target(options: &Options) -> Option<Result<HttpTarget, Refused>> {
         path.push_str(&encode(q));
     }
     Some(Ok(HttpTarget {
+        tls,
         host: host
             .trim_start_matches('[')
             .trim_end_matches(']')
@@ -90,13 +130,6 @@ pub fn http_target(options: &Options) -> Option<Result<HttpTarget, Refused>> {
         port,
         path_and_query: path,
     }))
-}
-
-fn https_refused() -> Refused {
-    Refused::new(
-        Code::PROXYING_NOT_SUPPORTED,
-        "https origins are not proxied here (no TLS client); use http",
-    )
 }
 
 /// Percent-encodes what may not stand in an HTTP path or query as it is.
@@ -112,10 +145,15 @@ fn encode(text: &str) -> String {
     out
 }
 
-/// `host[:port]/path?query` of an `http://` URI.
-fn parse_authority_path(rest: &str) -> Result<HttpTarget, Refused> {
-    let bad =
-        |why: &str| Refused::new(Code::BAD_REQUEST, format!("Proxy-Uri http://{rest}: {why}"));
+/// `host[:port]/path?query` of an `http://` (`https://` when `tls`) URI.
+fn parse_authority_path(tls: bool, rest: &str) -> Result<HttpTarget, Refused> {
+    let scheme = scheme_name(tls);
+    let bad = |why: &str| {
+        Refused::new(
+            Code::BAD_REQUEST,
+            format!("Proxy-Uri {scheme}://{rest}: {why}"),
+        )
+    };
     let rest = rest.split('#').next().unwrap_or_default();
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -134,6 +172,7 @@ fn parse_authority_path(rest: &str) -> Result<HttpTarget, Refused> {
         return Err(bad("no host (or user information, which is not allowed)"));
     }
     let port = match port {
+        None if tls => 443,
         None => 80,
         Some(p) => p
             .parse::<u16>()
@@ -152,6 +191,7 @@ fn parse_authority_path(rest: &str) -> Result<HttpTarget, Refused> {
         ));
     }
     Ok(HttpTarget {
+        tls,
         host: host.to_string(),
         port,
         path_and_query: path,
@@ -263,22 +303,15 @@ impl Proxy {
             let tcp = TcpStream::connect(addr)
                 .await
                 .map_err(|e| ProxyError::Unreachable(format!("{addr}: {e}")))?;
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-                .await
-                .map_err(|e| ProxyError::Unreachable(format!("{addr}: {e}")))?;
-            let conn = tokio::spawn(conn);
-            let answer = sender
-                .send_request(request)
-                .await
-                .map_err(|e| ProxyError::Unreachable(format!("{addr}: {e}")))?;
-            let (parts, body) = answer.into_parts();
-            let body = Limited::new(body, MAX_HTTP_BODY)
-                .collect()
-                .await
-                .map_err(|e| ProxyError::Unreachable(format!("{addr}: the answer's body: {e}")))?
-                .to_bytes();
-            conn.abort();
-            Ok::<_, ProxyError>((parts, body))
+            if target.tls {
+                let tls =
+                    https::handshake(self.shared.https.clone(), &target.host, target.port, tcp)
+                        .await
+                        .map_err(ProxyError::Unreachable)?;
+                http1_exchange(TokioIo::new(tls), request, addr).await
+            } else {
+                http1_exchange(TokioIo::new(tcp), request, addr).await
+            }
         };
         let result = tokio::time::timeout(config.upstream_timeout, exchange).await;
         self.metrics().upstream_latency(started.elapsed());
@@ -294,10 +327,7 @@ impl Proxy {
                 self.metrics()
                     .upstream_timeouts
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Err(ProxyError::Timeout(format!(
-                    "http://{addr}{}",
-                    target.path_and_query
-                )));
+                return Err(ProxyError::Timeout(target.uri()));
             }
         };
         let mut response =
@@ -333,6 +363,34 @@ impl Proxy {
     }
 }
 
+/// One HTTP/1.1 exchange over `io` (a TCP or TLS connection to `addr`): the
+/// answer's head and body (at most [`MAX_HTTP_BODY`] bytes).
+async fn http1_exchange<T>(
+    io: TokioIo<T>,
+    request: hyper::Request<Full<Bytes>>,
+    addr: std::net::SocketAddr,
+) -> Result<(hyper::http::response::Parts, Bytes), ProxyError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| ProxyError::Unreachable(format!("{addr}: {e}")))?;
+    let conn = tokio::spawn(conn);
+    let answer = sender
+        .send_request(request)
+        .await
+        .map_err(|e| ProxyError::Unreachable(format!("{addr}: {e}")))?;
+    let (parts, body) = answer.into_parts();
+    let body = Limited::new(body, MAX_HTTP_BODY)
+        .collect()
+        .await
+        .map_err(|e| ProxyError::Unreachable(format!("{addr}: the answer's body: {e}")))?
+        .to_bytes();
+    conn.abort();
+    Ok((parts, body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,8 +416,16 @@ mod tests {
             ("::1", 80, "/")
         );
         assert!(http_target(&proxy_uri("coap://h/")).is_none());
-        let https = http_target(&proxy_uri("https://h/")).unwrap().unwrap_err();
-        assert_eq!(https.code, Code::PROXYING_NOT_SUPPORTED);
+        let https = http_target(&proxy_uri("HTTPS://h/x")).unwrap().unwrap();
+        assert!(https.tls);
+        assert_eq!(https.uri(), "https://h:443/x");
+        assert_eq!(
+            http_target(&proxy_uri("https://[::1]:8443"))
+                .unwrap()
+                .unwrap()
+                .uri(),
+            "https://[::1]:8443/"
+        );
         assert_eq!(
             http_target(&proxy_uri("http://u@h/"))
                 .unwrap()
@@ -380,6 +446,10 @@ mod tests {
         o.set_uri_path("/a b/c");
         let t = http_target(&o).unwrap().unwrap();
         assert_eq!(t.path_and_query, "/a%20b/c");
+        assert_eq!((t.tls, t.port), (false, 80));
+        o.set(opt::PROXY_SCHEME, b"https");
+        let t = http_target(&o).unwrap().unwrap();
+        assert_eq!((t.tls, t.port), (true, 443));
     }
 
     #[test]

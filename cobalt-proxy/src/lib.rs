@@ -12,8 +12,10 @@
 //!   are the server's own.
 //! - [`HttpFront`] serves HTTP/1.1 and HTTP/2 on hyper and maps each request to CoAP
 //!   (RFC 8075): `/hc/coap://host/path`, or `/hc?target_uri=...`.
-//! - The other way, a CoAP request naming an `http://` origin is sent over HTTP/1.1
-//!   ([`Proxy::forward_http`], [`coap_code`] for the status).
+//! - The other way, a CoAP request naming an `http://` or `https://` origin is sent
+//!   over HTTP/1.1 ([`Proxy::forward_http`], [`coap_code`] for the status); an
+//!   `https` origin's certificate must chain to [`ProxyConfig::https_trust`] (the
+//!   webpki roots and CA files added), or the answer is 5.02 saying why.
 //!
 //! ```
 //! use cobalt::proto::message::opt;
@@ -72,6 +74,7 @@ mod exporter;
 mod hop;
 mod http;
 mod http_origin;
+mod https;
 mod listeners;
 mod mapping;
 mod metrics;
@@ -89,6 +92,7 @@ pub use exporter::{serve_metrics, MetricsEndpoint, Render};
 pub use hop::{next_hop_limit, set_hop_limit, DEFAULT_HOP_LIMIT, HOP_LIMIT, HOP_LIMIT_REACHED};
 pub use http::{HttpConfig, HttpFront, HttpServer};
 pub use http_origin::{coap_code, http_target, HttpTarget};
+pub use https::{BadCa, HttpsTrust};
 pub use mapping::{coap_etag, coap_method, content_format, http_etag, http_status, media_type};
 pub use metrics::ProxyMetrics;
 pub use target::{

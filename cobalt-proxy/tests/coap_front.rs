@@ -5,9 +5,10 @@ mod common;
 use cobalt::proto::message::opt;
 use cobalt::{Client, Code, Scheme, Server, ServerHandle};
 use cobalt_proxy::{
-    AllowList, CoapFront, ManualClock, Proxy, ProxyConfig, ReverseRoute, HOP_LIMIT_REACHED,
+    AllowList, CoapFront, HttpsTrust, ManualClock, Proxy, ProxyConfig, ReverseRoute,
+    HOP_LIMIT_REACHED,
 };
-use common::origin;
+use common::{https_origin, origin, IMPATIENT, PATIENT};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,7 +43,7 @@ async fn start_proxy(
 fn loopback() -> ProxyConfig {
     ProxyConfig {
         allow: AllowList::parse(["127.0.0.0/8"]).unwrap(),
-        upstream_timeout: Duration::from_millis(800),
+        upstream_timeout: PATIENT,
         ..ProxyConfig::default()
     }
 }
@@ -181,20 +182,17 @@ async fn block_wise_both_ways_through_the_proxy() {
 #[tokio::test]
 async fn origin_down_is_5_02_and_silent_is_5_04() {
     let origin = origin().await;
-    let (server, proxy_addr, proxy) = start_proxy(loopback(), None).await;
+    let (server, proxy_addr, _) = start_proxy(loopback(), None).await;
     let client = Client::new();
     let closed = cobalt_test_support::ports::free_udp_port("127.0.0.1".parse().unwrap());
     let r = via(&client, proxy_addr, &format!("coap://127.0.0.1:{closed}/x")).await;
     assert_eq!(r.code, Code::BAD_GATEWAY, "{}", r.text_payload());
-    let r = via(
-        &client,
-        proxy_addr,
-        &format!("coap://{}/silent", origin.addr),
-    )
-    .await;
-    assert_eq!(r.code, Code::GATEWAY_TIMEOUT, "{}", r.text_payload());
-    assert_eq!(proxy.metrics().upstream_timeouts.load(Ordering::SeqCst), 1);
-    // Other requests are still served.
+    // While one request waits for a silent origin, others are served.
+    let silent = format!("coap://{}/silent", origin.addr);
+    let waiting = tokio::spawn({
+        let (client, silent) = (client.clone(), silent.clone());
+        async move { via(&client, proxy_addr, &silent).await }
+    });
     let r = via(
         &client,
         proxy_addr,
@@ -202,6 +200,22 @@ async fn origin_down_is_5_02_and_silent_is_5_04() {
     )
     .await;
     assert_eq!(r.code, Code::CONTENT);
+    assert!(!waiting.is_finished());
+    waiting.abort();
+    // A proxy asked only for the silent origin, so that its short wait can end
+    // nothing else (on a loaded machine a short wait also ends slow answers).
+    let (impatient, impatient_addr, proxy) = start_proxy(
+        ProxyConfig {
+            upstream_timeout: IMPATIENT,
+            ..loopback()
+        },
+        None,
+    )
+    .await;
+    let r = via(&client, impatient_addr, &silent).await;
+    assert_eq!(r.code, Code::GATEWAY_TIMEOUT, "{}", r.text_payload());
+    assert_eq!(proxy.metrics().upstream_timeouts.load(Ordering::SeqCst), 1);
+    impatient.shutdown(Duration::ZERO).await;
     server.shutdown(Duration::ZERO).await;
     origin.server.shutdown(Duration::ZERO).await;
 }
@@ -395,14 +409,98 @@ async fn coap_to_http_reaches_an_http_origin_and_maps_its_answer() {
         .await
         .unwrap();
     assert_eq!(r.text_payload(), "up 1\n");
-    let r = via(&client, proxy_addr, "https://127.0.0.1/").await;
-    assert_eq!(r.code, Code::PROXYING_NOT_SUPPORTED);
     let r = via(&client, proxy_addr, "http://192.0.2.1/").await;
     assert_eq!(
         r.code,
         Code::PROXYING_NOT_SUPPORTED,
         "not in the allow-list"
     );
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn coap_to_https_reaches_an_origin_whose_ca_was_added() {
+    let origin = https_origin("127.0.0.1").await;
+    let config = ProxyConfig {
+        https_trust: HttpsTrust::default()
+            .with_pem(origin.ca_pem.as_bytes(), "the test CA")
+            .unwrap(),
+        ..loopback()
+    };
+    let (server, proxy_addr, _) = start_proxy(config, None).await;
+    let client = Client::new();
+    let r = via(&client, proxy_addr, &format!("https://{}/x", origin.addr)).await;
+    assert_eq!(
+        (r.code, r.text_payload().as_str()),
+        (Code::CONTENT, "over TLS")
+    );
+    assert_eq!(r.options.content_format(), Some(0), "text/plain");
+    let r = client
+        .request(Code::GET, &format!("coap://{proxy_addr}/x"))
+        .option(opt::PROXY_SCHEME, "https")
+        .option(opt::URI_HOST, "127.0.0.1")
+        .option(
+            opt::URI_PORT,
+            cobalt::proto::message::option::encode_uint(u32::from(origin.addr.port())),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.code, r.text_payload().as_str()),
+        (Code::CONTENT, "over TLS")
+    );
+    server.shutdown(Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn an_https_origin_that_does_not_verify_is_5_02_saying_why() {
+    let untrusted = https_origin("127.0.0.1").await;
+    let misnamed = https_origin("other.example").await;
+    let config = ProxyConfig {
+        https_trust: HttpsTrust::default()
+            .with_pem(misnamed.ca_pem.as_bytes(), "the misnamed origin's CA")
+            .unwrap(),
+        ..loopback()
+    };
+    let (server, proxy_addr, proxy) = start_proxy(config, None).await;
+    let client = Client::new();
+    for origin in [&untrusted, &misnamed] {
+        let r = via(&client, proxy_addr, &format!("https://{}/", origin.addr)).await;
+        assert_eq!(r.code, Code::BAD_GATEWAY, "{}", r.text_payload());
+    }
+    assert_eq!(
+        proxy.metrics().upstream_unreachable.load(Ordering::SeqCst),
+        2
+    );
+    // What the 5.02 says (a CoAP client whose address the proxy has not verified yet
+    // gets no diagnostic longer than three times its request: RFC 9175 §2.4).
+    let why = |origin: &common::HttpsOrigin| {
+        let mut options = cobalt::proto::message::Options::new();
+        options.set(
+            opt::PROXY_URI,
+            format!("https://{}/", origin.addr).as_bytes(),
+        );
+        let target = cobalt_proxy::http_target(&options).unwrap().unwrap();
+        let proxy = proxy.clone();
+        async move {
+            let e = proxy
+                .forward_http(Code::GET, &target, &options, Vec::new())
+                .await
+                .unwrap_err();
+            assert_eq!(e.to_response().code, Code::BAD_GATEWAY);
+            e.to_string()
+        }
+    };
+    let text = why(&untrusted).await;
+    assert!(text.contains("UnknownIssuer"), "{text}");
+    assert!(text.contains("--http-ca"), "{text}");
+    let text = why(&misnamed).await;
+    assert!(text.contains("not valid for name"), "{text}");
+    assert!(!text.contains("--http-ca"), "a CA does not help: {text}");
+    // Plain http to a TLS port is no TLS failure but no answer either.
+    let r = via(&client, proxy_addr, &format!("http://{}/", untrusted.addr)).await;
+    assert_eq!(r.code, Code::BAD_GATEWAY, "{}", r.text_payload());
     server.shutdown(Duration::ZERO).await;
 }
 

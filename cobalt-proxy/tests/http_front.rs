@@ -7,7 +7,7 @@ use bytes::Bytes;
 use cobalt::proto::message::opt;
 use cobalt::{Client, Code, Scheme, Server, ServerHandle};
 use cobalt_proxy::{AllowList, CoapFront, HttpConfig, HttpFront, HttpServer, Proxy, ProxyConfig};
-use common::{origin, Origin};
+use common::{origin, Origin, IMPATIENT, PATIENT};
 use http_body_util::{BodyExt, Empty};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -23,9 +23,14 @@ struct Fronts {
 }
 
 async fn fronts(http: HttpConfig) -> Fronts {
+    fronts_waiting(http, PATIENT).await
+}
+
+/// The fronts of a proxy that waits `upstream_timeout` for origins.
+async fn fronts_waiting(http: HttpConfig, upstream_timeout: Duration) -> Fronts {
     let proxy = Proxy::new(ProxyConfig {
         allow: AllowList::parse(["127.0.0.0/8"]).unwrap(),
-        upstream_timeout: Duration::from_millis(800),
+        upstream_timeout,
         ..ProxyConfig::default()
     });
     let coap = CoapFront::new(proxy.clone())
@@ -77,9 +82,27 @@ fn body(response: &str) -> &str {
 }
 
 async fn stop(f: Fronts, o: Origin) {
+    stop_fronts(f).await;
+    o.server.shutdown(Duration::ZERO).await;
+}
+
+async fn stop_fronts(f: Fronts) {
     drop(f.http);
     f.coap.shutdown(Duration::ZERO).await;
-    o.server.shutdown(Duration::ZERO).await;
+}
+
+/// What a proxy that waits [`IMPATIENT`] for origins (and is asked nothing else)
+/// answers to `GET /hc/coap://ORIGIN/silent` with `headers`.
+async fn silent_origin_status(o: &Origin, headers: &str) -> u16 {
+    let f = fronts_waiting(HttpConfig::default(), IMPATIENT).await;
+    let h = http_get(
+        f.http.local_addr(),
+        &format!("/hc/coap://{}/silent", o.addr),
+        headers,
+    )
+    .await;
+    stop_fronts(f).await;
+    status(&h)
 }
 
 #[tokio::test]
@@ -168,10 +191,7 @@ async fn failures_map_to_403_502_504_and_bad_input_to_4xx() {
         status(&http_get(a, &format!("/hc/coap://127.0.0.1:{closed}/x"), "").await),
         502
     );
-    assert_eq!(
-        status(&http_get(a, &format!("/hc/coap://{}/silent", o.addr), "").await),
-        504
-    );
+    assert_eq!(silent_origin_status(&o, "").await, 504);
     assert_eq!(
         status(&http_get(a, "/hc/coap://192.0.2.1/x", "").await),
         403
@@ -321,13 +341,10 @@ async fn an_observation_streams_as_server_sent_events() {
     assert_eq!(f.proxy.observations(), 1);
     drop(s);
     // A failing observation is answered with a status, not a stream.
-    let h = http_get(
-        f.http.local_addr(),
-        &format!("/hc/coap://{}/silent", o.addr),
-        "Accept: text/event-stream\r\n",
-    )
-    .await;
-    assert_eq!(status(&h), 504, "{h}");
+    assert_eq!(
+        silent_origin_status(&o, "Accept: text/event-stream\r\n").await,
+        504
+    );
     stop(f, o).await;
 }
 

@@ -10,8 +10,8 @@ use clap::Args;
 use cobalt::config::Config;
 use cobalt::{Scheme, Server};
 use cobalt_proxy::{
-    serve_metrics, AllowList, CacheLimits, CoapFront, HttpConfig, HttpFront, Proxy, ProxyConfig,
-    ReverseRoute,
+    serve_metrics, AllowList, CacheLimits, CoapFront, HttpConfig, HttpFront, HttpsTrust, Proxy,
+    ProxyConfig, ReverseRoute,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -62,6 +62,11 @@ pub struct ProxyArgs {
     /// Override one server setting, e.g. `--set endpoint.ack_timeout=3s` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Also trust the CA certificates in this PEM file for https origins (CoAP →
+    /// HTTPS; repeatable). Without, an https origin's certificate must chain to the
+    /// Mozilla roots (webpki-roots); it is always verified.
+    #[arg(long, value_name = "FILE")]
+    http_ca: Vec<PathBuf>,
     /// How the proxy authenticates to coaps, coaps+tcp and coaps+ws origins.
     #[command(flatten, next_help_heading = "Credentials for secure origins")]
     upstream: crate::dtls_args::DtlsArgs,
@@ -116,6 +121,10 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
     }
     let upstream_timeout = crate::flags::seconds("timeout", args.timeout, false).map_err(usage)?;
     let upstream_credentials = args.upstream.client_auth().map_err(usage)?;
+    let mut https_trust = HttpsTrust::default();
+    for file in &args.http_ca {
+        https_trust = https_trust.with_pem_file(file).map_err(usage)?;
+    }
     let proxy = Proxy::new(ProxyConfig {
         allow,
         identity: args
@@ -129,6 +138,7 @@ pub async fn run(args: ProxyArgs, log_level: Option<&str>) -> Result<(), (i32, S
         },
         reverse,
         upstream_credentials,
+        https_trust,
         ..ProxyConfig::default()
     });
     let mut server = Server::new();

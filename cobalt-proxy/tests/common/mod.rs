@@ -11,6 +11,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long the tests' proxies wait for an origin: long enough that a loaded machine
+/// (a full test run on two cores) never turns a slow answer into 5.04 / 504. Only a
+/// check of a silent origin uses a proxy of its own that waits [`IMPATIENT`].
+pub const PATIENT: Duration = Duration::from_secs(30);
+
+/// How long a proxy that is asked only for a silent origin waits (then 5.04 / 504).
+pub const IMPATIENT: Duration = Duration::from_millis(300);
+
 /// What the origin counts.
 #[derive(Default)]
 pub struct Counts {
@@ -115,5 +123,80 @@ pub async fn origin() -> Origin {
         counts,
         temp,
         value,
+    }
+}
+
+/// An HTTPS origin on loopback: every request is answered 200 `text/plain` "over
+/// TLS". Its certificate names `san` only and is signed by a CA made for it
+/// ([`HttpsOrigin::ca_pem`]), which no proxy trusts unless told to.
+pub struct HttpsOrigin {
+    pub addr: SocketAddr,
+    /// The CA's certificate in PEM.
+    pub ca_pem: String,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HttpsOrigin {
+    fn drop(&mut self) {
+        self.serving.abort();
+    }
+}
+
+pub async fn https_origin(san: &str) -> HttpsOrigin {
+    use hyper_util::rt::TokioIo;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    // A name of its own: a CA is found by its name, then its signature checked.
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("test CA of {addr}"));
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec![san.to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let serving = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake here.
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let answer = hyper::service::service_fn(|_req| async {
+                    hyper::Response::builder()
+                        .header("content-type", "text/plain")
+                        .body(http_body_util::Full::new(bytes::Bytes::from("over TLS")))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), answer)
+                    .await;
+            });
+        }
+    });
+    HttpsOrigin {
+        addr,
+        ca_pem: ca_cert.pem(),
+        serving,
     }
 }

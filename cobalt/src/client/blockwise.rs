@@ -66,6 +66,11 @@ where
 /// checked: it must start where the body so far ends and, unless it is the last, be
 /// whole; BERT blocks (SZX 7) are accepted only when `bert` (over a connection on
 /// which both ends announced it).
+/// Whether `response` is the first block of a body with more blocks to fetch.
+pub(crate) fn is_first_of_more(response: &Message) -> bool {
+    response.code.is_success() && response.block2().is_some_and(|b| b.more)
+}
+
 pub(crate) async fn fetch_rest_via<F, Fut>(
     mut request: Message,
     first: Message,
@@ -77,7 +82,7 @@ where
     Fut: Future<Output = Result<Message>>,
 {
     request.options.remove(opt::OBSERVE);
-    let Some(mut block) = first.block2().filter(|b| b.more && first.code.is_success()) else {
+    let Some(mut block) = first.block2().filter(|_| is_first_of_more(&first)) else {
         return Ok(Response::from_message(first));
     };
     checked(block, &first, 0, bert)?;

@@ -42,6 +42,7 @@ use cobalt_proto::uri::{CoapUri, Scheme};
 use hooks::{ClientHooks, ClientLayers};
 use route::Route;
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -632,10 +633,14 @@ impl RequestBuilder {
     ///
     /// `coap+tcp://` and `coap+ws://` observations go over the pooled connection to
     /// the server (RFC 8323 §7); see [`Observation`] for how they end.
-    pub async fn observe(mut self) -> Result<Observation> {
-        self.message.options.set_uint(opt::OBSERVE, 0);
-        let route = self.route().await?;
-        Observation::register(route, self.message)
+    pub fn observe(mut self) -> impl Future<Output = Result<Observation>> + Send {
+        // Boxed: the builder and the resolving future would otherwise take room in
+        // every task that opens an observation, for as long as it observes.
+        Box::pin(async move {
+            self.message.options.set_uint(opt::OBSERVE, 0);
+            let route = self.route().await?;
+            Observation::register(route, self.message)
+        })
     }
 }
 

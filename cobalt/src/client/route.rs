@@ -13,6 +13,7 @@
 use super::blockwise::{fetch_rest_via, upload_via};
 use super::hooks::{ClientLayers, Exchange};
 use crate::runtime::command::{Command, ReplyTo};
+use crate::runtime::notifications;
 use crate::server::Response;
 use crate::transport::tcp::{TcpPool, DEFAULT_RESPONSE_TIMEOUT};
 use crate::{Error, Result};
@@ -146,7 +147,7 @@ impl Route {
     async fn exchange_once(&self, mut message: Message) -> Result<Message> {
         let mut sent = self.pass_out(&mut message)?;
         let mut response = self.carry(message).await?;
-        self.receive(&mut sent, &mut response)?;
+        self.receive(sent.as_mut(), &mut response)?;
         Ok(response)
     }
 
@@ -181,7 +182,7 @@ impl Route {
 
     /// Checks `response` (an answer or a notification) to the request `sent` (`None`:
     /// no layers) and runs the layers' receive hooks on it.
-    pub(crate) fn receive(&self, sent: &mut Option<Sent>, response: &mut Message) -> Result<()> {
+    pub(crate) fn receive(&self, sent: Option<&mut Sent>, response: &mut Message) -> Result<()> {
         self.check_options(response)?;
         match sent {
             Some(sent) => self
@@ -226,10 +227,14 @@ impl Route {
         &self,
         mut request: Message,
         buffered: usize,
-    ) -> Result<(mpsc::Receiver<Result<Message>>, CancelGuard, Option<Sent>)> {
+    ) -> Result<(
+        notifications::Receiver<Result<Message>>,
+        CancelGuard,
+        Option<Sent>,
+    )> {
         let sent = self.pass_out(&mut request)?;
         let key = next_key();
-        let (tx, rx) = mpsc::channel(buffered);
+        let (tx, rx) = notifications::queue(buffered);
         let register = Command::Request {
             key,
             peer: self.peer,
@@ -262,7 +267,7 @@ impl Route {
         let answer = rx.await;
         guard.disarm();
         let mut answer = answer.map_err(|_| self.closed())??;
-        self.receive(&mut sent, &mut answer)?;
+        self.receive(sent.as_mut(), &mut answer)?;
         Ok(answer)
     }
 

@@ -2,11 +2,12 @@
 //! DTLS) or a client's connection task (TCP, TLS, WebSockets) alike — and where the
 //! answers to its requests go ([`ReplyTo`]).
 
+use crate::runtime::notifications;
 use crate::{Error, Result};
 use cobalt_proto::message::Message;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Where the result of a client request goes.
 #[derive(Debug)]
@@ -16,7 +17,7 @@ pub(crate) enum ReplyTo {
     /// Every response (observe notifications) until cancelled. Bounded: when the
     /// observer does not keep up, newer notifications are dropped (an observer only
     /// needs the latest state eventually, RFC 7641 §1.3), so memory stays bounded.
-    Stream(mpsc::Sender<Result<Message>>),
+    Stream(notifications::Sender<Result<Message>>),
 }
 
 impl ReplyTo {

@@ -13,6 +13,7 @@
 //! current state).
 
 use crate::runtime::command::{Command, ReplyTo};
+use crate::runtime::notifications::TrySendError;
 use crate::Error;
 use cobalt_proto::message::{opt, Message, Token};
 use cobalt_proto::session::{Failure, Outbound, Session, SessionError, SessionEvent};
@@ -20,7 +21,6 @@ use cobalt_proto::tcp_connection::CloseReason;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Instant;
-use tokio::sync::mpsc::error::TrySendError;
 
 /// How a transport words its errors: a request the session refused, and one whose
 /// connection closed.
@@ -50,8 +50,10 @@ struct Pending {
     key: u64,
     peer: SocketAddr,
     reply: ReplyTo,
-    /// For an observation, the GET with Observe=1 that ends it at the server.
-    deregister: Option<Message>,
+    /// For an observation over a stream, the GET with Observe=1 that ends it at the
+    /// server (a datagram transport ends it with RST: nothing kept). Boxed: a client
+    /// may hold many observations, and most requests are none.
+    deregister: Option<Box<Message>>,
 }
 
 /// The client's requests and observations in flight on one session. See the
@@ -132,6 +134,9 @@ impl<E: ExchangeErrors> Exchanges<E> {
         };
         match session.request(now, peer, message) {
             Ok(id) => {
+                let deregister = deregister
+                    .filter(|_| matches!(id, Outbound::Stream { .. }))
+                    .map(Box::new);
                 self.keys.insert(key, id.clone());
                 self.pending.insert(
                     id,
@@ -151,7 +156,13 @@ impl<E: ExchangeErrors> Exchanges<E> {
     fn cancel<S: Session>(&mut self, session: &mut S, now: Instant, key: u64) {
         if let Some(id) = self.keys.remove(&key) {
             if let Some(pending) = self.pending.remove(&id) {
-                self.end(session, now, id, pending.peer, pending.deregister);
+                self.end(
+                    session,
+                    now,
+                    id,
+                    pending.peer,
+                    pending.deregister.map(|m| *m),
+                );
             }
         }
     }
@@ -262,7 +273,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
                 // The observation was dropped before its cancellation got here.
                 if let Some(pending) = self.pending.remove(&id) {
                     self.keys.remove(&pending.key);
-                    let deregister = pending.deregister.filter(|_| !last);
+                    let deregister = pending.deregister.filter(|_| !last).map(|m| *m);
                     self.end(session, now, id, pending.peer, deregister);
                 }
                 return;

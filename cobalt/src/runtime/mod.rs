@@ -7,6 +7,7 @@ pub(crate) mod driver;
 pub(crate) mod exchanges;
 pub(crate) mod io;
 pub(crate) mod listener;
+pub(crate) mod notifications;
 pub(crate) mod service;
 
 pub use io::{StageCounters, Stages};

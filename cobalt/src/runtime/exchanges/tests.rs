@@ -1,9 +1,10 @@
 use super::*;
+use crate::runtime::notifications;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event};
 use cobalt_proto::message::{decode, encode, Code, MessageType, TcpMessage};
 use cobalt_proto::session::stream::Connection;
 use cobalt_proto::tcp_connection::{TcpConfig, TcpConnection, TcpEvent};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Words errors as the datagram driver does, and closed connections as a shutdown.
 struct Plain;
@@ -160,7 +161,7 @@ fn a_datagram_observation_is_deregistered_with_its_token_and_a_plain_get_once_it
     let now = Instant::now();
     let mut client = Endpoint::new(EndpointConfig::default(), now);
     let mut exchanges = Exchanges::new(Plain);
-    let (tx, mut notifications) = mpsc::channel(4);
+    let (tx, mut notifications) = notifications::queue(4);
     let register = request(7, get(Some(0)), ReplyTo::Stream(tx));
     exchanges.command(&mut client, now, register);
     let registration = sent(&mut client);
@@ -214,7 +215,7 @@ fn a_stream_observation_whose_observer_is_gone_is_deregistered_at_the_server() {
     let mut client = Connection::new(server_addr(), TcpConnection::new(TcpConfig::default(), now));
     let mut server = TcpConnection::new(TcpConfig::default(), now);
     let mut exchanges = Exchanges::new(Plain);
-    let (tx, notifications) = mpsc::channel(4);
+    let (tx, notifications) = notifications::queue(4);
     let register = request(3, get(Some(0)), ReplyTo::Stream(tx));
     exchanges.command(&mut client, now, register);
     let token = pump(&mut client, &mut server, now)
@@ -249,7 +250,7 @@ fn a_closed_transport_fails_every_request_and_observation() {
     let mut client = Endpoint::new(EndpointConfig::default(), now);
     let mut exchanges = Exchanges::new(Plain);
     let (once, mut answer) = oneshot::channel();
-    let (stream, mut notifications) = mpsc::channel(4);
+    let (stream, mut notifications) = notifications::queue(4);
     for (key, message, reply) in [
         (1, get(None), ReplyTo::Once(once)),
         (2, get(Some(0)), ReplyTo::Stream(stream)),
@@ -259,5 +260,8 @@ fn a_closed_transport_fails_every_request_and_observation() {
     exchanges.fail_all(&mut client, now, |_| Error::Shutdown);
     assert!(exchanges.is_empty());
     assert!(matches!(answer.try_recv(), Ok(Err(Error::Shutdown))));
-    assert!(matches!(notifications.try_recv(), Ok(Err(Error::Shutdown))));
+    assert!(matches!(
+        notifications.try_recv(),
+        Some(Err(Error::Shutdown))
+    ));
 }
