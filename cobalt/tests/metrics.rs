@@ -79,7 +79,7 @@ async fn counters_rise_with_traffic_and_are_served_over_http() {
             .1,
     );
     assert_eq!(before["cobalt_requests_total"], 0);
-    assert_eq!(before.len(), 48, "{before:?}");
+    assert_eq!(before.len(), 50, "{before:?}");
 
     let base = format!("coap://{}", server.local_addr(Scheme::Coap).unwrap());
     let client = Client::new();
