@@ -12,7 +12,7 @@ const KEEP: usize = 64;
 
 /// A table whose capacity can be given back: the standard library's map and
 /// hashbrown's (the per-peer tables on the datagram path use the latter's faster
-/// default hasher), and a vector.
+/// default hasher), vectors, queues and heaps.
 pub trait Table {
     /// Entries held.
     fn len(&self) -> usize;
@@ -56,6 +56,30 @@ pub fn shrink_when_sparse(map: &mut impl Table) {
     let cap = map.capacity();
     if cap > KEEP && map.len() * 4 < cap {
         map.shrink_to((map.len() * 2).max(KEEP / 2));
+    }
+}
+
+impl<T> Table for std::collections::VecDeque<T> {
+    fn len(&self) -> usize {
+        std::collections::VecDeque::len(self)
+    }
+    fn capacity(&self) -> usize {
+        std::collections::VecDeque::capacity(self)
+    }
+    fn shrink_to(&mut self, min: usize) {
+        std::collections::VecDeque::shrink_to(self, min)
+    }
+}
+
+impl<T: Ord> Table for std::collections::BinaryHeap<T> {
+    fn len(&self) -> usize {
+        std::collections::BinaryHeap::len(self)
+    }
+    fn capacity(&self) -> usize {
+        std::collections::BinaryHeap::capacity(self)
+    }
+    fn shrink_to(&mut self, min: usize) {
+        std::collections::BinaryHeap::shrink_to(self, min)
     }
 }
 

@@ -13,9 +13,9 @@
 //! [`Admission::shrink`]: a client with one request at a time would otherwise remove
 //! and insert its entry for every request.
 
-use super::dedup::shrink_map;
 use super::EndpointConfig;
 use crate::address::AddressKey;
+use crate::tables::shrink_when_sparse;
 use hashbrown::HashMap;
 use std::net::SocketAddr;
 
@@ -80,7 +80,7 @@ impl Admission {
     /// a flood.
     pub(crate) fn shrink(&mut self) {
         self.per_ip.retain(|_, n| *n > 0);
-        shrink_map(&mut self.per_ip);
+        shrink_when_sparse(&mut self.per_ip);
     }
 
     /// Requests in progress, in total.

@@ -20,6 +20,7 @@
 //! or evicting costs O(1) per entry, and records left behind by entries a peer's window
 //! already dropped are compacted away once they make up half the queue.
 
+use crate::tables::shrink_when_sparse;
 use hashbrown::HashMap;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -214,10 +215,8 @@ impl DedupStore {
             }
             self.drop_oldest();
         }
-        shrink_map(&mut self.windows);
-        if self.order.capacity() > 4 * self.order.len() + 1024 {
-            self.order.shrink_to_fit();
-        }
+        shrink_when_sparse(&mut self.windows);
+        shrink_when_sparse(&mut self.order);
     }
 
     /// Removes the oldest record's entry if it is still live; false when the queue is empty.
@@ -279,13 +278,6 @@ impl DedupStore {
     /// Eviction counters.
     pub fn stats(&self) -> DedupStats {
         self.stats
-    }
-}
-
-/// Gives a hash map's memory back once it holds far fewer entries than it has room for.
-pub(crate) fn shrink_map<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
-    if map.capacity() > 4 * map.len() + 1024 {
-        map.shrink_to_fit();
     }
 }
 

@@ -55,6 +55,7 @@ use crate::congestion::{Attempt, PeerTable};
 #[cfg(test)]
 use crate::message::DEFAULT_MAX_TOKEN_LEN;
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
+use crate::tables::shrink_when_sparse;
 use admission::Admission;
 use dedup::{DedupEntry, DedupLimits, DedupStore, Finished};
 use hashbrown::HashMap;
@@ -703,6 +704,19 @@ impl Endpoint {
         }
     }
 
+    /// Entries the tables can hold, used or not (for tests of memory coming back).
+    #[cfg(test)]
+    fn table_capacity(&self) -> usize {
+        self.peers.capacity()
+            + self.server.capacity()
+            + self.clients.capacity()
+            + self.tokens.capacity()
+            + self.pending.capacity()
+            + self.transmits.capacity()
+            + self.events.capacity()
+            + self.timers.capacity()
+    }
+
     fn housekeeping(&mut self, now: Instant) {
         self.housekeeping_armed = false;
         self.dedup.expire(now);
@@ -718,7 +732,16 @@ impl Endpoint {
             .collect();
         self.peers
             .retain(|addr, p| busy.contains(addr) || now < p.last_used + lifetime);
-        dedup::shrink_map(&mut self.peers);
+        // What a burst left behind (e.g. the exchanges of 100,000 confirmable
+        // notifications): the tables give their memory back once they are sparse.
+        shrink_when_sparse(&mut self.peers);
+        shrink_when_sparse(&mut self.server);
+        shrink_when_sparse(&mut self.clients);
+        shrink_when_sparse(&mut self.tokens);
+        shrink_when_sparse(&mut self.pending);
+        shrink_when_sparse(&mut self.transmits);
+        shrink_when_sparse(&mut self.events);
+        self.timers.shrink();
         self.congestion.expire(now);
         if !self.peers.is_empty()
             || !self.dedup.is_empty()

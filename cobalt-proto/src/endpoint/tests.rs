@@ -493,6 +493,32 @@ fn state_is_released_after_the_lifetimes() {
 }
 
 #[test]
+fn the_tables_give_their_memory_back_after_a_burst() {
+    let mut p = Pair::new();
+    // 5,000 requests to as many silent servers: exchanges, tokens, peers, timers.
+    for i in 0..5_000u32 {
+        let to = SocketAddr::from(([10, 1, (i >> 8) as u8, i as u8], 5683));
+        p.client.request(p.now, to, get("/x")).unwrap();
+    }
+    p.client_sends();
+    let peak = p.client.table_capacity();
+    assert!(peak >= 5 * 5_000, "capacity {peak} at the peak");
+    // They are retransmitted, then given up; the lifetimes pass.
+    let life = p.client.config().exchange_lifetime();
+    for _ in 0..40 {
+        p.advance(life / 4);
+        p.client_sends();
+        while p.client.poll_event().is_some() {}
+    }
+    assert_eq!(p.client.state_counts(), StateCounts::default());
+    let after = p.client.table_capacity();
+    assert!(
+        after <= 1024,
+        "capacity {after} after the burst (peak {peak})"
+    );
+}
+
+#[test]
 fn responses_are_counted_by_code_class() {
     let mut p = Pair::new();
     // 2.05 via respond

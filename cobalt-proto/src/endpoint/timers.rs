@@ -87,6 +87,18 @@ impl TimerQueue {
         }
     }
 
+    /// Gives the heap's memory back after a burst of timers (e.g. a retransmission
+    /// timer for each of 100,000 confirmable notifications) has fired.
+    pub(crate) fn shrink(&mut self) {
+        crate::tables::shrink_when_sparse(&mut self.heap);
+    }
+
+    /// Slots the timers hold, used or not (for tests of memory coming back).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.heap.capacity() + self.acks.capacity()
+    }
+
     fn pop_ack(&mut self) -> Option<(Instant, Timer)> {
         let (at, id) = self.acks.pop_front()?;
         if self.acks.capacity() > ACKS_MIN_CAPACITY.max(4 * self.acks.len()) {

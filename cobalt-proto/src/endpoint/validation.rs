@@ -37,8 +37,8 @@
 //! messages per peer (a newer notification replaces an older one with the same token:
 //! the latest state wins, RFC 7641 §4.5.2).
 
-use super::dedup::shrink_map;
 use super::*;
+use crate::tables::shrink_when_sparse;
 use std::hash::{BuildHasher, RandomState};
 
 /// Time after a failed verification before the peer is pinged again.
@@ -158,9 +158,9 @@ impl Validation {
     fn sweep(&mut self, now: Instant) {
         self.verified.retain(|_, until| *until > now);
         self.backoff.retain(|_, until| *until > now);
-        shrink_map(&mut self.verified);
-        shrink_map(&mut self.backoff);
-        shrink_map(&mut self.probes);
+        shrink_when_sparse(&mut self.verified);
+        shrink_when_sparse(&mut self.backoff);
+        shrink_when_sparse(&mut self.probes);
     }
 
     fn is_idle(&self) -> bool {
