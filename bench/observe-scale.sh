@@ -17,8 +17,9 @@
 # --cobalt PATH: that `cobalt` binary instead of building this checkout's; the tool is
 # then FLOOD (default: this checkout's fanout_flood example, built).
 # OBSERVERS (default 100000), IPS (default 200), SECONDS_AFTER (default 10),
-# SERVE_ARGS (added to `cobalt serve`) and FLOOD_ARGS (added to fanout_flood, e.g.
-# `--register-seconds 60` for a million) change the run. Numbers on a shared 2-core
+# SERVE_ARGS (added to `cobalt serve`), FLOOD_ARGS (added to fanout_flood, e.g.
+# `--register-seconds 60` for a million) and LINGER_SECONDS (RSS sampled every 10 s for
+# that long after the tool ends) change the run. Numbers on a shared 2-core
 # machine are noisy (the tool and the server share the cores): run it three times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,12 @@ sleep 0.5
     "$FLOOD" --server "127.0.0.1:$PORT" --server-pid "$SERVER" \
         --observers "$OBSERVERS" --ips "$IPS" --puts 1 --probes 0 \
         --seconds "${SECONDS_AFTER:-10}" --deregister ${FLOOD_ARGS:-}
+    # The endpoint gives what the burst's exchanges took back at its housekeeping
+    # (every quarter of EXCHANGE_LIFETIME, about 62 s): LINGER_SECONDS samples the RSS.
+    for ((t = 10; t <= ${LINGER_SECONDS:-0}; t += 10)); do
+        sleep 10
+        echo "server RSS $t s after the tool ended: $(ps -o rss= -p $SERVER | tr -d ' ') KiB"
+    done
     echo "server at the end: RSS $(ps -o rss= -p $SERVER | tr -d ' ') KiB, CPU time $(ps -o cputime= -p $SERVER | tr -d ' ')"
     "$SEND_FLOOR" --datagrams "$OBSERVERS" --ips "$IPS" --bytes "${NOTIFY_BYTES:-25}"
 } | tee "$OUT"

@@ -164,3 +164,15 @@ fn encode_connection_id(id: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests;
+
+/// Runs a lakers step on a peer's message (parsing or processing message_1 to
+/// message_4): a panic inside lakers becomes a [`lakers::EDHOCError::ParsingError`]
+/// instead of ending the process. lakers has panicked on malformed input before (an
+/// off-curve key, lakers issue 93; an overflow in its CBOR item skipper in builds with
+/// overflow checks), and everything from the network is hostile.
+pub(crate) fn guarded<T>(
+    step: impl FnOnce() -> Result<T, lakers::EDHOCError>,
+) -> Result<T, lakers::EDHOCError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(step))
+        .unwrap_or(Err(lakers::EDHOCError::ParsingError))
+}

@@ -3,7 +3,7 @@
 //! server's credential the client expects, and the OSCORE context that results.
 
 use super::credential::{Ccs, EdhocIdentity};
-use super::{crypto, encode_connection_id, error_text, is_compact_id, oscore_material};
+use super::{crypto, encode_connection_id, error_text, guarded, is_compact_id, oscore_material};
 use super::{CID_EDHOC_CBOR_SEQ, WELL_KNOWN_EDHOC};
 use crate::security::SecurityContext;
 use cobalt::proto::message::Code;
@@ -118,9 +118,8 @@ pub async fn establish(
             step: "message_2",
             why: "too long".into(),
         })?;
-    let (mut processing, c_r, id_cred_r, ead_2) = waiting
-        .parse_message_2(&message_2)
-        .map_err(|e| invalid("message_2", e))?;
+    let (mut processing, c_r, id_cred_r, ead_2) =
+        guarded(|| waiting.parse_message_2(&message_2)).map_err(|e| invalid("message_2", e))?;
     if ead_2.is_some_and(|ead| ead.is_critical) {
         return Err(EdhocError::Invalid {
             step: "message_2",
@@ -177,8 +176,7 @@ pub async fn establish(
                 why: "too long".into(),
             }
         })?;
-        let (mut done, _ead_4) = waiting
-            .process_message_4(&message_4)
+        let (mut done, _ead_4) = guarded(|| waiting.process_message_4(&message_4))
             .map_err(|e| invalid("message_4", e))?;
         oscore_material(&mut done, &c_i, &c_r)
     };

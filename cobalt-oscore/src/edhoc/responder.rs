@@ -10,7 +10,7 @@
 //! contexts made are bounded, the least recently used going first.
 
 use super::credential::{Ccs, CredentialStyle, EdhocIdentity};
-use super::{crypto, encode_connection_id, error_message, is_compact_id, oscore_material};
+use super::{crypto, encode_connection_id, error_message, guarded, is_compact_id, oscore_material};
 use super::{split_connection_id, split_message, Crypto, EDHOC_CBOR_SEQ, WELL_KNOWN_EDHOC};
 use crate::security::SecurityContext;
 use cobalt::proto::message::{codec, Code};
@@ -326,8 +326,7 @@ impl EdhocResponder {
             self.identity.private_key(),
             self.identity.credential().lakers(),
         );
-        let (processed, c_i, ead_1) = responder
-            .process_message_1(&buffer)
+        let (processed, c_i, ead_1) = guarded(|| responder.process_message_1(&buffer))
             .map_err(|e| Refusal::bad(format!("message_1 is not acceptable: {e:?}")))?;
         if ead_1.is_some_and(|ead| ead.is_critical) {
             return Err(Refusal::bad(
@@ -410,9 +409,8 @@ impl EdhocResponder {
         };
         let buffer = EdhocMessageBuffer::new_from_slice(message_3)
             .map_err(|_| Refusal::bad("message_3 is too long"))?;
-        let (processing, id_cred_i, ead_3) = pending
-            .state
-            .parse_message_3(&buffer)
+        let state = pending.state;
+        let (processing, id_cred_i, ead_3) = guarded(|| state.parse_message_3(&buffer))
             .map_err(|e| Refusal::bad(format!("message_3 does not decrypt: {e:?}")))?;
         if ead_3.is_some_and(|ead| ead.is_critical) {
             return Err(Refusal::bad(

@@ -463,7 +463,7 @@ proptest! {
             let Ok(buffer) = EdhocMessageBuffer::new_from_slice(message_2) else {
                 return false;
             };
-            let Ok((processing, _, _, _)) = waiting.parse_message_2(&buffer) else {
+            let Ok((processing, _, _, _)) = super::guarded(|| waiting.parse_message_2(&buffer)) else {
                 return false;
             };
             processing.verify_message_2(keys.server.credential().lakers()).is_ok()
