@@ -134,11 +134,7 @@ fn qblock1(
     let key = upload_key(&request);
     let block = BlockValue::decode(value).filter(|_| !request.options.contains(opt::BLOCK1));
     let Some(block) = block else {
-        let mut m = Message::new(
-            MessageType::Acknowledgement,
-            Code::BAD_REQUEST,
-            0,
-        );
+        let mut m = Message::new(MessageType::Acknowledgement, Code::BAD_REQUEST, 0);
         m.payload = b"Q-Block1 is not a block number, or comes with Block1".to_vec();
         return Intake::QBlock {
             key,

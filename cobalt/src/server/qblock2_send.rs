@@ -130,7 +130,10 @@ impl QBlock2Sender {
             let next = from + 1;
             let slot = (peer, ask.key.clone());
             let kept = uploads.with(|u| u.kept_answer(now, peer, &ask.key).is_some());
-            if next < count && kept && (self.bursts.len() < MAX_BURSTS || self.bursts.contains_key(&slot)) {
+            if next < count
+                && kept
+                && (self.bursts.len() < MAX_BURSTS || self.bursts.contains_key(&slot))
+            {
                 self.bursts.insert(
                     slot,
                     Burst {
@@ -216,7 +219,10 @@ impl QBlock2Sender {
             let mut sent = next;
             for block in blocks {
                 let token = burst.token.clone();
-                if session.send_block(now, *peer, token, block, burst.confirmable).is_err() {
+                if session
+                    .send_block(now, *peer, token, block, burst.confirmable)
+                    .is_err()
+                {
                     break;
                 }
                 sent += 1;

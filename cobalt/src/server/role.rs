@@ -11,8 +11,7 @@
 use super::fanout::{FanOut, FanOutStats, Producer, Production, Subscriber};
 use super::handoff::run_handler;
 use super::intake::{
-    acknowledge_block, answer_in_qblock2, intake, take_qblock2, Intake, QBlock2Ask,
-    StreamedBlock,
+    acknowledge_block, answer_in_qblock2, intake, take_qblock2, Intake, QBlock2Ask, StreamedBlock,
 };
 use super::layer::{Front, Layers, ObserverExtras, Passed};
 use super::limits::ServerLimits;
@@ -539,9 +538,10 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         let mut request = request;
         let qblock2 = take_qblock2(&mut request, self.blocks.szx);
         if let Some(ask) = qblock2.as_deref() {
-            let kept = self.qblock2.as_ref().is_some_and(|q| {
-                q.serves_from_kept(now, peer, ask, &mut self.uploads)
-            });
+            let kept = self
+                .qblock2
+                .as_ref()
+                .is_some_and(|q| q.serves_from_kept(now, peer, ask, &mut self.uploads));
             if kept {
                 return self.answer_qblock2(session, now, (id, peer), ask, None, None);
             }
