@@ -245,7 +245,10 @@ impl fmt::Display for SessionError {
             SessionError::NotConnected(peer) => write!(f, "no connection to {peer}"),
             SessionError::WrongSession => write!(f, "the id belongs to another kind of session"),
             SessionError::Unverified(peer) => {
-                write!(f, "{peer} has not proved its address yet; try again once it has")
+                write!(
+                    f,
+                    "{peer} has not proved its address yet; try again once it has"
+                )
             }
         }
     }
@@ -275,6 +278,12 @@ pub trait Session {
     fn withhold(&mut self, _now: Instant, _id: Inbound) -> Result<(), SessionError> {
         Ok(())
     }
+
+    /// Acknowledges the peer's confirmable request `id` now (an empty ACK) when its
+    /// answer will come later or not at all (a Q-Block1 block kept for a later 4.08):
+    /// the client goes on without waiting for the separate-ACK delay. Nothing to do
+    /// over a stream, or for a NON request.
+    fn acknowledge(&mut self, _id: &Inbound) {}
 
     /// Sends one more block of an answer already given (a Q-Block2 block after the
     /// first, RFC 9177) with `token` to `peer`, confirmable or not. Only the datagram
@@ -387,6 +396,12 @@ impl Session for Endpoint {
             return Err(SessionError::WrongSession);
         };
         Endpoint::withhold(self, now, id).map_err(|e| SessionError::UnknownExchange(e.0))
+    }
+
+    fn acknowledge(&mut self, id: &Inbound) {
+        if let Inbound::Datagram(id) = id {
+            Endpoint::accept_separately(self, *id);
+        }
     }
 
     fn send_block(

@@ -244,7 +244,8 @@ impl QBlock2Sender {
         }
     }
 
-    /// Bodies being sent (for tests and metrics).
+    /// Bodies being sent.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.bursts.len()
     }

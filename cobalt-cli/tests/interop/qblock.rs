@@ -1,0 +1,210 @@
+//! Q-Block (RFC 9177) against libcoap 4.3.4, the first libcoap with it (Debian
+//! bookworm's 4.3.1 has none; `scripts/install-test-deps.sh` unpacks trixie's
+//! packages into `.cache/libcoap-4.3.4`): libcoap's `coap-client -L 5` (Q-Block)
+//! downloads a large Cobalt resource in Q-Block2 sets and uploads a large body in
+//! Q-Block1 sets, over UDP and DTLS (PSK), with `-l` dropping a share of what libcoap
+//! sends (its requests for the next set or for missing blocks, its blocks, its ACKs).
+
+use cobalt_test_support::need;
+use cobalt_test_support::peers::libcoap::{self, Q_BLOCK_MODE};
+use cobalt_test_support::peers::{PeerServer, COMMAND_LIMIT};
+use cobalt_test_support::ports::V4;
+use cobalt_test_support::process::{self, Ran};
+use cobalt_test_support::temp::TempDir;
+use std::path::Path;
+use std::process::Command;
+
+/// `/large` of `cobalt serve` (the demo's 4 KiB text).
+const LARGE_SIZE: usize = 4096;
+
+/// The PSK of the DTLS test.
+const PSK_IDENTITY: &str = "qblock";
+const PSK_KEY: &str = "secretPSK";
+
+/// The demo's `/large` text (`cobalt serve`'s `large_text`): numbered lines.
+fn large_text(len: usize) -> Vec<u8> {
+    let mut s = String::new();
+    let mut i = 0;
+    while s.len() < len {
+        s.push_str(&format!(
+            "line {i:04}: the quick brown fox jumps over the lazy dog\n"
+        ));
+        i += 1;
+    }
+    s.truncate(len);
+    s.into_bytes()
+}
+
+/// libcoap 4.3.4's `bin ARGS` with Q-Block on (`-L 5`), waiting at most 60 s.
+fn q_client(bin: &Path, args: &[&str]) -> Ran {
+    process::run(
+        Command::new(bin)
+            .args(["-L", Q_BLOCK_MODE, "-B", "60"])
+            .args(args),
+        COMMAND_LIMIT * 3,
+    )
+}
+
+/// Runs `args` with libcoap's Q-Block client, writing the body to a file, and
+/// returns that body (with what the client printed, for a failure's message).
+fn q_get(bin: &Path, dir: &TempDir, args: &[&str], uri: &str) -> (Vec<u8>, String) {
+    let out = dir.path().join("got");
+    let _ = std::fs::remove_file(&out);
+    let out_arg = out.to_string_lossy().into_owned();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["-o", &out_arg, uri]);
+    let ran = q_client(bin, &all);
+    let got = std::fs::read(&out).unwrap_or_default();
+    (got, format!("{ran:?}"))
+}
+
+/// `cobalt serve` on 127.0.0.1 with a DTLS port using [`PSK_KEY`]: the server and
+/// its DTLS port (the key file lives in `dir`).
+fn cobalt_server(dir: &TempDir) -> (PeerServer, u16) {
+    let keys = dir.write("keys", format!("{PSK_IDENTITY}:{PSK_KEY}\n"));
+    let dtls_port = cobalt_test_support::ports::free_udp_port(V4);
+    let server = crate::binary::start_cobalt_with(
+        V4,
+        &[
+            "--dtls-port",
+            &dtls_port.to_string(),
+            "--dtls-psk-file",
+            &keys.to_string_lossy(),
+        ],
+    );
+    (server, dtls_port)
+}
+
+/// libcoap's Q-Block client downloads `/large` in 64-byte Q-Block2 blocks (64 blocks,
+/// 7 sets), CON and NON, while it drops 10% of what it sends: the body arrives whole.
+#[test]
+fn libcoap_q_block2_get_of_a_large_resource_through_loss() {
+    let bin = need!(
+        "libcoap 4.3.4 coap-client-notls",
+        libcoap::qblock_tool(libcoap::CLIENT)
+    );
+    let dir = TempDir::new("qblock2-get");
+    let (server, _) = cobalt_server(&dir);
+    let uri = server.uri("/large");
+    let want = large_text(LARGE_SIZE);
+    for args in [
+        &["-b", "64"][..],
+        &["-N", "-b", "64"],
+        &["-b", "64", "-l", "10%"],
+        &["-N", "-b", "64", "-l", "10%"],
+    ] {
+        let (got, ran) = q_get(&bin, &dir, args, &uri);
+        assert!(got == want, "{args:?}: got {} bytes\n{ran}", got.len());
+    }
+}
+
+/// libcoap's Q-Block client (with `-v 7`) shows that the body came in Q-Block2
+/// blocks with one ETag, not in Block2 blocks.
+#[test]
+fn libcoap_sees_q_block2_blocks_with_one_etag() {
+    let bin = need!(
+        "libcoap 4.3.4 coap-client-notls",
+        libcoap::qblock_tool(libcoap::CLIENT)
+    );
+    let dir = TempDir::new("qblock2-seen");
+    let (server, _) = cobalt_server(&dir);
+    let ran = q_client(&bin, &["-v", "7", "-N", "-b", "64", &server.uri("/large")]);
+    let blocks: Vec<&str> = ran
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("v:1 t:NON c:2.05 "))
+        .collect();
+    // After the blocks libcoap logs the reassembled body as one more (option-less) 2.05.
+    assert!(!blocks.iter().any(|l| l.contains(" Block2:")));
+    let blocks: Vec<&str> = blocks
+        .into_iter()
+        .filter(|l| l.contains("Q-Block2:"))
+        .collect();
+    assert!(
+        blocks.len() >= 64,
+        "{} blocks\n{}",
+        blocks.len(),
+        ran.stdout
+    );
+    let etag = |l: &str| {
+        l.split("ETag:")
+            .nth(1)
+            .map(|t| t.split(',').next().unwrap_or("").to_string())
+    };
+    let first = etag(blocks[0]);
+    assert!(first.is_some());
+    assert!(blocks.iter().all(|l| etag(l) == first));
+}
+
+/// libcoap's Q-Block client uploads a 3,000-byte body with Q-Block1 (PUT, 64-byte
+/// blocks: 47 blocks in 5 sets), NON and CON (one block per ACK), while it drops 10%
+/// of what it sends; Cobalt's `/upload` stores each body whole.
+#[test]
+fn libcoap_q_block1_put_of_a_large_body_through_loss() {
+    let bin = need!(
+        "libcoap 4.3.4 coap-client-notls",
+        libcoap::qblock_tool(libcoap::CLIENT)
+    );
+    let dir = TempDir::new("qblock1-put");
+    let (server, _) = cobalt_server(&dir);
+    let body: Vec<u8> = large_text(3000).into_iter().rev().collect();
+    let file = dir.write("body", &body);
+    let uri = server.uri("/upload");
+    let file_arg = file.to_string_lossy().into_owned();
+    let runs = [("-N", "0%"), ("-N", "10%"), ("", "0%"), ("", "10%")];
+    for (i, (non, loss)) in runs.into_iter().enumerate() {
+        // Each upload stores a body of its own.
+        let mut body = body.clone();
+        body[0] = b'a' + i as u8;
+        std::fs::write(&file, &body).unwrap();
+        let mut args = vec!["-m", "put", "-b", "64", "-l", loss, "-f", &file_arg, &uri];
+        if !non.is_empty() {
+            args.insert(0, non);
+        }
+        let ran = q_client(&bin, &args);
+        let (got, get_ran) = q_get(&bin, &dir, &["-b", "1024"], &uri);
+        assert!(
+            got == body,
+            "{non} loss {loss}: stored {} bytes\nput: {ran:?}\nget: {get_ran}",
+            got.len()
+        );
+    }
+}
+
+/// Over DTLS (PSK), libcoap's Q-Block client on OpenSSL downloads `/large` in
+/// Q-Block2 sets and uploads a body in Q-Block1 sets.
+#[test]
+fn libcoap_q_block_over_dtls() {
+    let bin = need!(
+        "libcoap 4.3.4 coap-client-openssl",
+        libcoap::qblock_tool(libcoap::CLIENT_OPENSSL)
+    );
+    let dir = TempDir::new("qblock-dtls");
+    let (server, dtls_port) = cobalt_server(&dir);
+    let base = format!("coaps://127.0.0.1:{dtls_port}");
+    let psk = ["-u", PSK_IDENTITY, "-k", PSK_KEY];
+    let mut args = psk.to_vec();
+    args.extend(["-N", "-b", "64"]);
+    let (got, ran) = q_get(&bin, &dir, &args, &format!("{base}/large"));
+    assert!(
+        got == large_text(LARGE_SIZE),
+        "got {} bytes\n{ran}",
+        got.len()
+    );
+    let body = large_text(2500);
+    let file = dir.write("body", &body);
+    let file_arg = file.to_string_lossy().into_owned();
+    let mut put = psk.to_vec();
+    let upload = format!("{base}/upload");
+    put.extend(["-m", "put", "-b", "64", "-f", &file_arg, &upload]);
+    let ran = q_client(&bin, &put);
+    let mut get = psk.to_vec();
+    get.extend(["-b", "1024"]);
+    let (got, get_ran) = q_get(&bin, &dir, &get, &upload);
+    assert!(
+        got == body,
+        "stored {} bytes\nput: {ran:?}\nget: {get_ran}",
+        got.len()
+    );
+    drop(server);
+}
