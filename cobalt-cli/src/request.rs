@@ -81,6 +81,12 @@ pub struct RequestArgs {
     /// support it); the server's choice for downloads.
     #[arg(short = 'b', long)]
     pub block_size: Option<usize>,
+    /// Download the answer with Q-Block2 (RFC 9177) over coap:// and coaps://: the
+    /// server sends the blocks in sets without a request per block, lost ones are
+    /// asked for again (several per request). A server without Q-Block answers as
+    /// usual.
+    #[arg(long)]
+    pub q_block: bool,
     /// Give up after this many seconds overall (for `observe`: waiting for the first
     /// answer). 0: no overall limit, only the protocol's own (about 93 s of
     /// retransmissions for a confirmable request over UDP, 60 s over TCP). At most 1e6.
@@ -203,6 +209,9 @@ fn build(
         b = b
             .block_size(size)
             .map_err(|e| (exit::USAGE, e.to_string()))?;
+    }
+    if args.q_block {
+        b = b.q_block();
     }
     Ok(b)
 }

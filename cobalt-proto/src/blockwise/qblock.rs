@@ -266,8 +266,8 @@ impl QBlock1Body {
         (0..highest).filter(|n| !self.has(*n)).take(max).collect()
     }
 
-    /// The highest block number received.
-    fn highest(&self) -> Option<u32> {
+    /// The highest block number received, if any.
+    pub fn highest(&self) -> Option<u32> {
         self.have
             .iter()
             .enumerate()
@@ -275,7 +275,8 @@ impl QBlock1Body {
             .find_map(|(i, word)| (*word != 0).then(|| i as u32 * 64 + (63 - word.leading_zeros())))
     }
 
-    fn has(&self, num: u32) -> bool {
+    /// Whether block `num` has arrived.
+    pub fn has(&self, num: u32) -> bool {
         self.have
             .get(num as usize / 64)
             .is_some_and(|w| w & (1 << (num % 64)) != 0)

@@ -7,7 +7,8 @@ impl Endpoint {
     /// Starts a request to `peer`. The message's code must be a method; its type decides
     /// CON (default) or NON; MID and (if empty) token are assigned here. A request with
     /// Observe=0 stays registered after the first response and receives notifications
-    /// until [`Endpoint::cancel`]. Requests beyond NSTART to one peer wait in a queue.
+    /// until [`Endpoint::cancel`]; so does one with Q-Block2 answered with Q-Block2
+    /// (RFC 9177: the other blocks of the body follow under its token). Requests beyond NSTART to one peer wait in a queue.
     pub fn request(
         &mut self,
         now: Instant,
@@ -35,6 +36,7 @@ impl Endpoint {
         let id = RequestId(self.alloc_id());
         let token = msg.token.clone();
         let observe = msg.options.observe() == Some(0);
+        let qblock2 = msg.options.contains(crate::blockwise::qblock::Q_BLOCK2);
         self.tokens.insert((peer, token.clone()), id);
         self.clients.insert(
             id,
@@ -45,6 +47,7 @@ impl Endpoint {
                 state: ClientState::Queued(msg),
                 counted: false,
                 observe,
+                qblock2,
             },
         );
         self.touch_peer(now, peer);
@@ -249,6 +252,14 @@ impl Endpoint {
         let keep = match self.clients.get_mut(&id) {
             Some(ex)
                 if ex.observe && resp.options.observe().is_some() && resp.code.is_success() =>
+            {
+                ex.state = ClientState::Observing;
+                true
+            }
+            Some(ex)
+                if ex.qblock2
+                    && resp.options.contains(crate::blockwise::qblock::Q_BLOCK2)
+                    && resp.code.is_success() =>
             {
                 ex.state = ClientState::Observing;
                 true

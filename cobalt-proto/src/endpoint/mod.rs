@@ -375,6 +375,9 @@ struct ClientExchange {
     state: ClientState,
     counted: bool,
     observe: bool,
+    /// Asked with Q-Block2 (RFC 9177): further blocks of the answer come under its
+    /// token, so it stays registered after a Q-Block2 response until cancelled.
+    qblock2: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
