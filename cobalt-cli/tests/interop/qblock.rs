@@ -208,3 +208,129 @@ fn libcoap_q_block_over_dtls() {
     );
     drop(server);
 }
+
+/// `cobalt ARGS` (a request command), bounded by the harness's limit.
+fn cobalt(args: &[&str]) -> Ran {
+    process::run(crate::binary::cobalt().args(args), COMMAND_LIMIT * 4)
+}
+
+/// libcoap 4.3.4's `coap-server -L 5 -d 10 ARGS` (Q-Block; resources created by PUT)
+/// holding `body` at `/big`, put there by its own Q-Block client; `quiet`: ready once
+/// bound (a server dropping datagrams may not answer the readiness ping).
+fn libcoap_server_with(bin: &Path, client: &Path, args: &[&str], body: &[u8]) -> PeerServer {
+    let mut all = vec!["-L", Q_BLOCK_MODE, "-d", "10"];
+    all.extend_from_slice(args);
+    let port = if args.contains(&"-l") {
+        libcoap::Port::CoapQuiet
+    } else {
+        libcoap::Port::Coap
+    };
+    let server = libcoap::server(bin, V4, &all, port, None);
+    let dir = TempDir::new("qblock-server-body");
+    let file = dir.write("body", body);
+    let uri = server.uri("/big");
+    let ran = q_client(client, &["-m", "put", "-f", &file.to_string_lossy(), &uri]);
+    assert!(ran.status.success(), "PUT of /big: {ran:?}");
+    server
+}
+
+/// Cobalt's client downloads a body from libcoap 4.3.4's Q-Block server with
+/// `cobalt get --q-block` (64-byte blocks: 105 blocks in 11 sets), CON and NON; the
+/// trace shows Q-Block2 (option 31) going out and coming back.
+#[test]
+fn cobalt_q_block2_get_from_libcoap() {
+    let bin = need!(
+        "libcoap 4.3.4 coap-server-notls",
+        libcoap::qblock_tool(libcoap::SERVER)
+    );
+    let client = need!(
+        "libcoap 4.3.4 coap-client-notls",
+        libcoap::qblock_tool(libcoap::CLIENT)
+    );
+    let body: Vec<u8> = large_text(6668).into_iter().rev().collect();
+    let server = libcoap_server_with(&bin, &client, &[], &body);
+    let uri = server.uri("/big");
+    for non in [false, true] {
+        let mut args = vec![
+            "get",
+            "--q-block",
+            "-b",
+            "64",
+            "-v",
+            "--timeout",
+            "60",
+            &uri,
+        ];
+        if non {
+            args.insert(1, "--non");
+        }
+        let ran = cobalt(&args);
+        assert!(ran.status.success(), "{args:?}: {ran:?}");
+        let got = ran.stdout.strip_suffix('\n').unwrap_or(&ran.stdout);
+        assert!(got.as_bytes() == body, "{args:?}: got {} bytes", got.len());
+        assert!(ran.stderr.contains("> to") && ran.stderr.contains("Option(31)"));
+    }
+}
+
+/// Cobalt's client downloads with Q-Block2 from libcoap 4.3.4's server that drops 10%
+/// of what it sends (NON, 64-byte blocks, 40 blocks): the missing blocks are asked
+/// for and the body arrives whole.
+#[test]
+fn cobalt_q_block2_get_from_libcoap_through_loss() {
+    let bin = need!(
+        "libcoap 4.3.4 coap-server-notls",
+        libcoap::qblock_tool(libcoap::SERVER)
+    );
+    let client = need!(
+        "libcoap 4.3.4 coap-client-notls",
+        libcoap::qblock_tool(libcoap::CLIENT)
+    );
+    let body = large_text(2500);
+    let server = libcoap_server_with(&bin, &client, &["-l", "10%"], &body);
+    let uri = server.uri("/big");
+    let ran = cobalt(&[
+        "get",
+        "--non",
+        "--q-block",
+        "-b",
+        "64",
+        "--timeout",
+        "90",
+        &uri,
+    ]);
+    assert!(ran.status.success(), "{ran:?}");
+    let got = ran.stdout.strip_suffix('\n').unwrap_or(&ran.stdout);
+    assert!(got.as_bytes() == body, "got {} bytes: {ran:?}", got.len());
+}
+
+/// `cobalt get --q-block` against `cobalt serve`: `/large` in Q-Block2 sets (CON and
+/// NON), over UDP and DTLS.
+#[test]
+fn cobalt_q_block2_get_from_cobalt() {
+    let dir = TempDir::new("qblock2-cobalt");
+    let (server, dtls_port) = cobalt_server(&dir);
+    let want = large_text(LARGE_SIZE);
+    let coaps = format!("coaps://127.0.0.1:{dtls_port}/large");
+    let udp = server.uri("/large");
+    let psk = ["--psk-identity", PSK_IDENTITY, "--psk-key", PSK_KEY];
+    for (uri, non) in [(&udp, false), (&udp, true), (&coaps, false), (&coaps, true)] {
+        let mut args = vec!["get", "--q-block", "-b", "64", "-v", uri.as_str()];
+        if non {
+            args.insert(1, "--non");
+        }
+        if uri.starts_with("coaps") {
+            args.extend(psk);
+        }
+        let ran = cobalt(&args);
+        assert!(ran.status.success(), "{args:?}: {ran:?}");
+        let got = ran.stdout.strip_suffix('\n').unwrap_or(&ran.stdout);
+        assert!(got.as_bytes() == want, "{args:?}: got {} bytes", got.len());
+        // Every block came as a message of its own (not one whole answer).
+        let blocks = ran.stderr.matches("< from").count();
+        assert!(
+            blocks >= 64,
+            "{args:?}: {blocks} messages in\n{}",
+            ran.stderr
+        );
+    }
+}
