@@ -166,7 +166,7 @@ pub(crate) async fn download(route: &Route, request: Message, szx: u8) -> Result
                 rounds = 0;
                 let next_set = block.num + 1;
                 let set_done = block.more
-                    && next_set % MAX_PAYLOADS == 0
+                    && next_set.is_multiple_of(MAX_PAYLOADS)
                     && collector.highest() == Some(block.num)
                     && collector.missing(1).is_empty();
                 if set_done && next_set > continued {

@@ -533,7 +533,8 @@ fn a_q_block2_body_arrives_whole_through_loss_and_reordering() {
             }
             let missing = rx.missing(MAX_PAYLOADS as usize);
             let held = rx.buffered().div_ceil(64) as u32;
-            ask = if progress && missing.is_empty() && held % MAX_PAYLOADS == 0 && held > 0 {
+            ask = if progress && missing.is_empty() && held.is_multiple_of(MAX_PAYLOADS) && held > 0
+            {
                 // A whole set arrived: ask for the next one at once.
                 vec![(held, true)]
             } else {
