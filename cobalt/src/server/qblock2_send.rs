@@ -58,12 +58,13 @@ pub(crate) struct QBlock2Sender {
 }
 
 impl QBlock2Sender {
-    /// Answers the Q-Block2 request `id` of `peer` (`ask`) whose whole answer is
-    /// `full`: with the first block asked for, the other blocks asked for after it,
-    /// and, for a first request or one with the M bit, the rest of the set, the later
-    /// sets scheduled. A body of one block is the caller's (it needs no burst); a
-    /// request for blocks past the body gets 4.02. `kept`: `full` comes from the
-    /// kept answers; otherwise it is kept there if the budgets have room.
+    /// Answers the Q-Block2 request `id` of `peer` (`ask`): with the first block asked
+    /// for, the other blocks asked for after it, and, for a first request or one with
+    /// the M bit, the rest of that set at once and the later sets scheduled. `full` is
+    /// the handler's whole answer (kept if the budgets have room; its first set goes
+    /// out either way), or `None` to serve the request from the kept answer. A body of
+    /// one block is the caller's (it needs no burst); a request for blocks past the
+    /// body gets 4.02.
     pub(crate) fn answer<S: Session>(
         &mut self,
         session: &mut S,
@@ -74,79 +75,90 @@ impl QBlock2Sender {
         full: Option<Message>,
     ) -> Result<(), SessionError> {
         let szx = ask.szx;
-        // The blocks asked for that the body has, each once, and whether to go on.
-        let (blocks, count) = {
-            let cut = |full: &Message| {
-                let mut nums: Vec<u32> = Vec::with_capacity(ask.asked.len());
-                for b in &ask.asked {
-                    if !nums.contains(&b.num) {
-                        nums.push(b.num);
-                    }
+        let rest_from = ask.rest_from();
+        // The blocks to send now: those asked for, then the rest of the set asked for
+        // with the M bit; each once, those the body has.
+        let cut = |full: &Message| {
+            let count = qblock2_count(full.payload.len(), szx);
+            let mut nums: Vec<u32> = Vec::with_capacity(MAX_PAYLOADS as usize);
+            let set = rest_from.map_or(0..0, |from| from..from.saturating_add(MAX_PAYLOADS));
+            for n in ask.asked.iter().map(|b| b.num).chain(set) {
+                if n < count && !nums.contains(&n) {
+                    nums.push(n);
                 }
-                let blocks: Vec<Message> = nums
-                    .iter()
-                    .filter_map(|n| qblock2_block(full, *n, szx))
-                    .collect();
-                (blocks, qblock2_count(full.payload.len(), szx))
-            };
-            match full {
-                Some(mut full) => {
-                    if !full.options.contains(opt::ETAG) {
-                        full.options.set(opt::ETAG, qblock2_etag(&full));
-                    }
-                    let cut = cut(&full);
-                    uploads.with(|u| u.keep_answer(now, peer, ask.key.clone(), full));
-                    cut
-                }
-                None => match uploads.with(|u| u.kept_answer(now, peer, &ask.key).map(cut)) {
-                    Some(cut) => cut,
-                    None => {
-                        let mut gone = Message::new(
-                            MessageType::Acknowledgement,
-                            Code::SERVICE_UNAVAILABLE,
-                            0,
-                        );
-                        gone.payload = b"Q-Block2 body no longer kept: ask from block 0".to_vec();
-                        return session.respond(now, id, gone);
-                    }
-                },
             }
+            let blocks: Vec<(u32, Message)> = nums
+                .iter()
+                .filter_map(|n| Some((*n, qblock2_block(full, *n, szx)?)))
+                .collect();
+            (blocks, count)
+        };
+        let (blocks, count, kept) = match full {
+            Some(mut full) => {
+                if !full.options.contains(opt::ETAG) {
+                    full.options.set(opt::ETAG, qblock2_etag(&full));
+                }
+                let (blocks, count) = cut(&full);
+                let kept = uploads.with(|u| {
+                    u.keep_answer(now, peer, ask.key.clone(), full);
+                    u.kept_answer(now, peer, &ask.key).is_some()
+                });
+                (blocks, count, kept)
+            }
+            None => match uploads.with(|u| u.kept_answer(now, peer, &ask.key).map(cut)) {
+                Some((blocks, count)) => (blocks, count, true),
+                None => {
+                    let mut gone =
+                        Message::new(MessageType::Acknowledgement, Code::SERVICE_UNAVAILABLE, 0);
+                    gone.payload = b"Q-Block2 body no longer kept: ask from block 0".to_vec();
+                    return session.respond(now, id, gone);
+                }
+            },
         };
         let mut blocks = blocks.into_iter();
-        let Some(first) = blocks.next() else {
+        let Some((_, first)) = blocks.next() else {
             let mut bad = Message::new(MessageType::Acknowledgement, Code::BAD_OPTION, 0);
             bad.payload = b"Q-Block2 asks for blocks past the end of the body".to_vec();
             return session.respond(now, id, bad);
         };
         session.respond(now, id, first)?;
-        for block in blocks {
-            // An unverified address gets these when it asks again (or from the burst).
-            if let Err(e) = session.send_block(now, peer, ask.token.clone(), block, ask.confirmable)
-            {
+        // The first block not sent for want of a verified address, if any.
+        let mut unsent = None;
+        for (num, block) in blocks {
+            let token = ask.token.clone();
+            if let Err(e) = session.send_block(now, peer, token, block, ask.confirmable) {
                 tracing::debug!(error = %e, "Q-Block2 block not sent");
+                unsent = unsent.or(rest_from.filter(|from| num > *from).map(|_| num));
             }
         }
-        if let Some(from) = ask.rest_from() {
-            let next = from + 1;
-            let slot = (peer, ask.key.clone());
-            let kept = uploads.with(|u| u.kept_answer(now, peer, &ask.key).is_some());
-            if next < count
-                && kept
-                && (self.bursts.len() < MAX_BURSTS || self.bursts.contains_key(&slot))
-            {
-                self.bursts.insert(
-                    slot,
-                    Burst {
-                        token: ask.token.clone(),
-                        next,
-                        set_end: from.saturating_add(MAX_PAYLOADS),
-                        szx,
-                        confirmable: ask.confirmable,
-                        due: now,
-                    },
-                );
-                self.look = true;
-            }
+        let Some(from) = rest_from else {
+            return Ok(());
+        };
+        let set_end = from.saturating_add(MAX_PAYLOADS);
+        let (next, set_end, due) = match unsent {
+            // Tried again once the address is verified (the blocks asked for by
+            // number, if any, are the client's to ask for again).
+            Some(n) => (n, set_end, now + UNVERIFIED_RETRY),
+            _ => (
+                set_end,
+                set_end.saturating_add(MAX_PAYLOADS),
+                now + NON_TIMEOUT,
+            ),
+        };
+        // This request's sets replace those of an earlier one for the same body.
+        let slot = (peer, ask.key.clone());
+        self.bursts.remove(&slot);
+        if next < count && kept && self.bursts.len() < MAX_BURSTS {
+            let burst = Burst {
+                token: ask.token.clone(),
+                next,
+                set_end,
+                szx,
+                confirmable: ask.confirmable,
+                due,
+            };
+            self.bursts.insert(slot, burst);
+            self.look = true;
         }
         Ok(())
     }
