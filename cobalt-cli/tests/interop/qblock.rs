@@ -272,7 +272,7 @@ fn cobalt_q_block2_get_from_libcoap() {
     }
 }
 
-/// Cobalt's client downloads with Q-Block2 from libcoap 4.3.4's server that drops 10%
+/// Cobalt's client downloads with Q-Block2 from libcoap 4.3.4's server that drops 5%
 /// of what it sends (NON, 64-byte blocks, 40 blocks): the missing blocks are asked
 /// for and the body arrives whole.
 #[test]
@@ -286,7 +286,7 @@ fn cobalt_q_block2_get_from_libcoap_through_loss() {
         libcoap::qblock_tool(libcoap::CLIENT)
     );
     let body = large_text(2500);
-    let server = libcoap_server_with(&bin, &client, &["-l", "10%"], &body);
+    let server = libcoap_server_with(&bin, &client, &["-l", "5%"], &body);
     let uri = server.uri("/big");
     let ran = cobalt(&[
         "get",

@@ -7,7 +7,9 @@
 //! to MAX_PAYLOADS of them in one request (or the next set, when none below the
 //! highest is missing). After MAX_RETRANSMIT such rounds without a new block the
 //! download fails with [`BlockError::Incomplete`]. The ETag of the first block must be
-//! that of every other ([`BlockError::Changed`]). A server that answers without
+//! that of every other ([`BlockError::Changed`]: libcoap's server gives a body a new
+//! ETag when it takes a request for missing blocks as a new request, which happens
+//! on lossy paths; ask again). A server that answers without
 //! Q-Block2 (whole, or in Block2 blocks) is followed as a plain request.
 
 use super::route::{CancelGuard, Route, Sent};
@@ -33,7 +35,8 @@ const BUFFERED: usize = 256;
 
 /// One request of the download and the channel its answers arrive on.
 struct Listening {
-    /// The blocks it asked for: once they have all arrived (under any token: a server
+    /// The blocks it asked for (with the M bit: the rest of that set): once they
+    /// have all arrived (under any token: a server
     /// may send them under the first request's) it is forgotten, which also frees
     /// its place among the requests the endpoint has outstanding to the server
     /// (NSTART).
@@ -70,8 +73,19 @@ pub(crate) async fn download(route: &Route, request: Message, szx: u8) -> Result
     };
     let listen = |blocks: &[(u32, bool)]| -> Result<Listening> {
         let (answers, guard, sent) = route.observe(ask(blocks)?, BUFFERED)?;
+        // A block asked for with the M bit brings the rest of its set.
+        let asked = blocks
+            .iter()
+            .flat_map(|&(n, more)| {
+                n..if more {
+                    n.saturating_add(MAX_PAYLOADS)
+                } else {
+                    n + 1
+                }
+            })
+            .collect();
         Ok(Listening {
-            asked: blocks.iter().map(|(n, _)| *n).collect(),
+            asked,
             answers,
             _guard: guard,
             sent,
@@ -177,12 +191,14 @@ pub(crate) async fn download(route: &Route, request: Message, szx: u8) -> Result
             }
         }
         head = Some(head_message);
-        // Requests whose blocks have all come are done (the first stays: the server's
-        // later sets come under its token).
+        // Requests whose blocks have all come (or are past the body's end) are done;
+        // the first stays: the server's later sets come under its token.
+        let total = head.as_ref().and_then(|h| blocks_in(h, szx));
         let mut index = 0;
         listening.retain(|l| {
             index += 1;
-            index == 1 || !l.asked.iter().all(|n| collector.has(*n))
+            let done = |n: &u32| collector.has(*n) || total.is_some_and(|t| *n >= t);
+            index == 1 || !l.asked.iter().all(done)
         });
     }
 }
