@@ -328,6 +328,28 @@ fn q_block1_is_refused_where_it_is_not_declared() {
     assert_eq!(answers[0].code, Code::BAD_OPTION);
 }
 
+/// A CON Q-Block1 block that does not complete its set is acknowledged at once with
+/// an empty ACK (libcoap sends CON blocks one per ACK), and its answer waits.
+#[test]
+fn a_kept_con_q_block1_block_is_acknowledged_at_once() {
+    let now = Instant::now();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let mut role = role(&bodies, ServerLimits::default());
+    let mut ep = endpoint(now);
+    let body = vec![3u8; 64 * 5];
+    let mut first = block(&body, 0, 1, 7);
+    first.mtype = MessageType::Confirmable;
+    ep.handle_datagram(now, client(), &codec::encode(&first));
+    let out = serve(&mut ep, &mut role, now);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(
+        (out[0].mtype, out[0].mid),
+        (MessageType::Acknowledgement, 7)
+    );
+    assert!(out[0].is_empty());
+    assert!(bodies.lock().unwrap().is_empty());
+}
+
 /// `/big`: a GET answers `body` (a body of many blocks), counting its runs in `runs`.
 fn big_role(body: Vec<u8>, runs: &Arc<Mutex<u32>>, limits: ServerLimits) -> ShardRole {
     let mut tree = ResourceTree::new();
