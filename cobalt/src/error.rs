@@ -186,6 +186,15 @@ pub enum BlockError {
         /// Rounds of asking for them.
         rounds: u32,
     },
+    /// A Q-Block1 upload (RFC 9177) ended without the server's answer: blocks were
+    /// sent again `rounds` times (MAX_RETRANSMIT) without the server taking a new
+    /// set.
+    UploadIncomplete {
+        /// Blocks the server still lacked when it last said so (at least 1).
+        missing: usize,
+        /// Rounds of sending them again.
+        rounds: u32,
+    },
 }
 
 impl fmt::Display for BlockError {
@@ -210,6 +219,10 @@ impl fmt::Display for BlockError {
             BlockError::Incomplete { missing, rounds } => write!(
                 f,
                 "Q-Block2 body incomplete: {missing} block(s) still missing after asking {rounds} times (a lossy path: retry, or ask without Q-Block)"
+            ),
+            BlockError::UploadIncomplete { missing, rounds } => write!(
+                f,
+                "Q-Block1 upload incomplete: the server still lacks {missing} block(s) after sending them again {rounds} times (a lossy path: retry, or upload without Q-Block)"
             ),
         }
     }

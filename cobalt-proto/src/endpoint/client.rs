@@ -138,8 +138,18 @@ impl Endpoint {
                 self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
             } else {
                 ex.state = ClientState::AwaitingResponse(non_deadline);
+                // A NON Q-Block1 block (RFC 9177 §7.2): MAX_PAYLOADS, not NSTART,
+                // paces the blocks of a set, and the server answers only some of
+                // them, so it does not hold the peer's place while it waits.
+                let qblock1 = msg.options.contains(crate::blockwise::qblock::Q_BLOCK1);
+                ex.counted = !qblock1;
                 self.timers.arm(non_deadline, Timer::ClientDeadline(id));
                 self.transmit(peer, bytes);
+                if qblock1 {
+                    if let Some(p) = self.peers.get_mut(&peer) {
+                        p.outstanding = p.outstanding.saturating_sub(1);
+                    }
+                }
             }
         }
     }

@@ -17,6 +17,7 @@ pub(crate) mod hooks;
 pub use blockwise::MAX_BODY;
 mod observe;
 mod qblock;
+mod qblock_upload;
 mod route;
 
 pub use hooks::{Exchange, Refusal};
@@ -503,8 +504,15 @@ impl RequestBuilder {
     /// request, up to MAX_RETRANSMIT (4) rounds without a new block
     /// ([`BlockError::Incomplete`](crate::BlockError::Incomplete)). A server
     /// without Q-Block answers as usual (whole or in Block2 blocks). The blocks are of
-    /// [`RequestBuilder::block_size`], 1024 bytes without it. Requests with a payload
-    /// (uploads go in Block1 blocks) and other transports go as without it.
+    /// [`RequestBuilder::block_size`], 1024 bytes without it.
+    ///
+    /// A body larger than one block (PUT, POST, ...) goes up with Q-Block1: in sets of
+    /// up to MAX_PAYLOADS (10) blocks, NON for a non-confirmable request, CON otherwise,
+    /// the next set after the server's 2.31 (Continue) or NON_TIMEOUT (2 s); the
+    /// blocks a 4.08 lists as missing are sent again, up to MAX_RETRANSMIT rounds
+    /// ([`BlockError::UploadIncomplete`](crate::BlockError::UploadIncomplete)). A
+    /// server without Q-Block1 (4.02) gets the body in Block1 blocks. Other transports
+    /// go as without it.
     pub fn q_block(mut self) -> RequestBuilder {
         self.q_block = true;
         self
@@ -581,11 +589,13 @@ impl RequestBuilder {
     /// per server (RFC 8323 §4, path `/.well-known/coap`, subprotocol `coap`).
     pub async fn send(mut self) -> Result<Response> {
         let route = self.route().await?;
-        let q_block = self.q_block && !route.is_stream() && self.message.payload.is_empty();
+        let q_block = self.q_block && !route.is_stream();
         let exchange = async {
-            if q_block {
-                let szx = self.block_szx.unwrap_or(MAX_UDP_SZX);
+            let szx = self.block_szx.unwrap_or(MAX_UDP_SZX);
+            if q_block && self.message.payload.is_empty() {
                 qblock::download(&route, self.message, szx).await
+            } else if q_block && self.message.payload.len() > 16 << szx {
+                qblock_upload::upload(&route, self.message, szx).await
             } else {
                 route.send_whole(self.message, self.block_szx).await
             }
