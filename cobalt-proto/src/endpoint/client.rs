@@ -37,6 +37,11 @@ impl Endpoint {
         let token = msg.token.clone();
         let observe = msg.options.observe() == Some(0);
         let qblock2 = msg.options.contains(crate::blockwise::qblock::Q_BLOCK2);
+        let qblock1_more = msg
+            .options
+            .get_uint(crate::blockwise::qblock::Q_BLOCK1)
+            .and_then(crate::message::BlockValue::decode)
+            .is_some_and(|b| b.more);
         self.tokens.insert((peer, token.clone()), id);
         self.clients.insert(
             id,
@@ -48,6 +53,7 @@ impl Endpoint {
                 counted: false,
                 observe,
                 qblock2,
+                qblock1_more,
             },
         );
         self.touch_peer(now, peer);
@@ -193,6 +199,11 @@ impl Endpoint {
             Some(resp) if resp.token == ex.token => {
                 self.release_outstanding(now, peer);
                 self.deliver_response(now, id, resp);
+            }
+            _ if ex.qblock1_more => {
+                // A Q-Block1 block taken: the ACK is all it gets.
+                self.release_outstanding(now, peer);
+                self.deliver_response(now, id, Message::empty_ack(mid));
             }
             _ => {
                 // Empty ACK: the response will come separately (§5.2.2).

@@ -346,14 +346,25 @@ fn non_qblock1_blocks_go_out_as_a_set_past_nstart() {
     answer.token = last.token;
     p.deliver_to_client(&codec::encode(&answer));
     assert!(matches!(p.client.poll_event(), Some(Event::Response { id, .. }) if id == ids[9]));
-    // CON blocks (and other NON requests) keep to NSTART.
-    p.client
+    // CON blocks keep to NSTART; a block with the M bit ends at its empty ACK,
+    // handed over as its answer, and the next goes.
+    let first = p
+        .client
         .request(p.now, p.s, block(0, MessageType::Confirmable))
         .unwrap();
     p.client
         .request(p.now, p.s, block(1, MessageType::Confirmable))
         .unwrap();
-    assert_eq!(p.client_sends().len(), 1, "NSTART=1 for CON blocks");
+    let sent = p.client_sends();
+    assert_eq!(sent.len(), 1, "NSTART=1 for CON blocks");
+    let mid = codec::decode(&sent[0]).unwrap().mid;
+    p.deliver_to_client(&codec::encode(&Message::empty_ack(mid)));
+    assert!(matches!(
+        p.client.poll_event(),
+        Some(Event::Response { id, response }) if id == first && response.code == Code::EMPTY
+    ));
+    assert!(!p.client.is_request_active(first));
+    assert_eq!(p.client_sends().len(), 1, "the next block goes at the ACK");
 }
 
 #[test]

@@ -74,6 +74,10 @@ fn send_block(route: &Route, block: Message) -> Result<BlockAnswer<'_>> {
             Ok(m) => m,
             Err(e) => return Some(Err(e)),
         };
+        if answer.code == Code::EMPTY {
+            // A CON block's ACK (the endpoint ends such a block's exchange at it).
+            return Some(Ok((answer, None)));
+        }
         let qblock1 = answer.options.get_uint(Q_BLOCK1);
         answer.options.remove(Q_BLOCK1);
         Some(
@@ -96,7 +100,9 @@ where
     let total = qblock2_count(body.len(), szx);
     BlockValue::new(total - 1, false, szx)
         .ok_or(Error::BlockTransfer(BlockError::TooManyBlocks))?;
+    // No Block1 or Block2 beside Q-Block1 (RFC 9177 §4.1: not mixed in a request).
     template.options.remove(opt::BLOCK1);
+    template.options.remove(opt::BLOCK2);
     template.options.remove(Q_BLOCK1);
     template
         .options
@@ -133,6 +139,8 @@ where
     let mut rounds = 0u32;
     // The blocks the latest 4.08 listed, and how many.
     let mut last_listed: Vec<u32> = Vec::new();
+    // The blocks of the latest set acknowledged (CON).
+    let mut acked_in_set: Vec<u32> = Vec::new();
     let mut missing_last = 1usize;
     let first_set = MAX_PAYLOADS.min(total);
     send_blocks(&mut listening, &(0..first_set).collect::<Vec<_>>())?;
@@ -164,12 +172,28 @@ where
             send_blocks(&mut listening, &[total - 1])?;
             continue;
         };
-        drop(listening.remove(i));
+        let (num, _) = listening.remove(i);
         let (message, qblock1) = match answer {
             None => continue,
             Some(Err(e)) => return Err(e),
             Some(Ok(a)) => a,
         };
+        if message.code == Code::EMPTY {
+            // A CON block acknowledged (RFC 9177 §4.4: over CON the server
+            // acknowledges every block and sends no 2.31): once the whole latest set
+            // is, the next one goes.
+            let set_start = next.saturating_sub(1) / MAX_PAYLOADS * MAX_PAYLOADS;
+            acked_in_set.retain(|n| (set_start..next).contains(n));
+            if (set_start..next).contains(&num) && !acked_in_set.contains(&num) {
+                acked_in_set.push(num);
+                if acked_in_set.len() as u32 == next - set_start && next < total {
+                    let end = next.saturating_add(MAX_PAYLOADS).min(total);
+                    send_blocks(&mut listening, &(next..end).collect::<Vec<_>>())?;
+                    next = end;
+                }
+            }
+            continue;
+        }
         if message.code == Code::CONTINUE {
             // A set taken: the next one at once (a 2.31 for an older set changes
             // nothing).
@@ -323,6 +347,7 @@ mod tests {
         s.received.push((block.num, VirtualInstant::now()));
         s.seq += 1;
         let answer_lost = s.rng.random_bool(loss);
+        let acked = request.mtype == MessageType::Confirmable && block.more && !s.continues;
         let answer = if s.done.is_some() {
             Some(Message::new(MessageType::NonConfirmable, Code::CHANGED, 0))
         } else {
@@ -332,6 +357,8 @@ mod tests {
                     Some(Message::new(MessageType::NonConfirmable, Code::CHANGED, 0))
                 }
                 Ok(Received::SetComplete(last)) if s.continues => Some(continue_response(last)),
+                // Over CON without 2.31 (libcoap): the ACK is the block's answer.
+                Ok(_) if acked => Some(Message::empty_ack(0)),
                 Ok(_) => None,
                 Err(e) => panic!("the client sent an inconsistent block: {e}"),
             }
@@ -414,6 +441,31 @@ mod tests {
         assert_eq!(at(10), NON_TIMEOUT);
         assert_eq!(at(20), NON_TIMEOUT * 2);
         assert_eq!(at(34), NON_TIMEOUT * 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn con_sets_follow_the_acks_of_the_set_before() {
+        let data = body(35 * 64 - 1);
+        let server = sim(4, 0.0);
+        server.lock().unwrap().continues = false;
+        let started = VirtualInstant::now();
+        let answer = run(&server, put(data.clone(), MessageType::Confirmable))
+            .await
+            .unwrap();
+        assert!(matches!(answer, Uploaded::Answer(ref m) if m.code == Code::CHANGED));
+        let s = server.lock().unwrap();
+        assert_eq!(s.done.as_deref(), Some(&data[..]));
+        let nums: Vec<u32> = s.received.iter().map(|r| r.0).collect();
+        assert_eq!(
+            nums,
+            (0..35).collect::<Vec<_>>(),
+            "each block once, in order"
+        );
+        assert_eq!(
+            started.elapsed(),
+            std::time::Duration::ZERO,
+            "no NON_TIMEOUT"
+        );
     }
 
     #[tokio::test(start_paused = true)]
