@@ -81,10 +81,11 @@ pub struct RequestArgs {
     /// support it); the server's choice for downloads.
     #[arg(short = 'b', long)]
     pub block_size: Option<usize>,
-    /// Download the answer with Q-Block2 (RFC 9177) over coap:// and coaps://: the
-    /// server sends the blocks in sets without a request per block, lost ones are
-    /// asked for again (several per request). A server without Q-Block answers as
-    /// usual.
+    /// Q-Block (RFC 9177) over coap:// and coaps://: download the answer with
+    /// Q-Block2 (the server sends the blocks in sets without a request per block, lost
+    /// ones are asked for again, several per request), and upload a payload larger
+    /// than one block with Q-Block1 (in sets of 10 blocks; the blocks the server lists
+    /// as missing go again). A server without Q-Block is served as usual.
     #[arg(long)]
     pub q_block: bool,
     /// Give up after this many seconds overall (for `observe`: waiting for the first
