@@ -139,6 +139,8 @@ where
     let mut rounds = 0u32;
     // The blocks the latest 4.08 listed, and how many.
     let mut last_listed: Vec<u32> = Vec::new();
+    // Blocks sent again for 4.08s so far.
+    let mut resent = 0u64;
     // The blocks of the latest set acknowledged (CON).
     let mut acked_in_set: Vec<u32> = Vec::new();
     let mut missing_last = 1usize;
@@ -216,7 +218,11 @@ where
                     rounds = 1;
                 }
                 missing_last = missing.len();
-                if rounds > MAX_RETRANSMIT {
+                // Lists that keep changing are bounded too: each block is sent again
+                // at most MAX_RETRANSMIT times on average.
+                resent = resent.saturating_add(missing.len() as u64);
+                if rounds > MAX_RETRANSMIT || resent > u64::from(total) * u64::from(MAX_RETRANSMIT)
+                {
                     return Err(Error::BlockTransfer(BlockError::UploadIncomplete {
                         missing: missing_last,
                         rounds: MAX_RETRANSMIT,
@@ -536,6 +542,31 @@ mod tests {
             matches!(got, Ok(Uploaded::Answer(ref m)) if m.code == Code::UNAUTHORIZED),
             "{got:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_listing_ever_other_missing_blocks_is_given_up_on() {
+        // Every answer is a 4.08 listing a block other than the one before it.
+        let turn = Arc::new(Mutex::new(0u32));
+        let sent = Arc::new(Mutex::new(0usize));
+        let (t, n) = (turn.clone(), sent.clone());
+        let hostile = move |_m: Message| -> Result<BlockAnswer<'static>> {
+            *n.lock().unwrap() += 1;
+            let mut turn = t.lock().unwrap();
+            *turn += 1;
+            let m = incomplete_response(&[*turn % 2], 512);
+            Ok(Box::pin(std::future::ready(answered(m))))
+        };
+        let got = upload_via(put(body(3 * 64), MessageType::NonConfirmable), SZX, hostile).await;
+        assert!(
+            matches!(
+                got,
+                Err(Error::BlockTransfer(BlockError::UploadIncomplete { .. }))
+            ),
+            "{got:?}"
+        );
+        // Three blocks, each sent again at most MAX_RETRANSMIT times, plus one.
+        assert!(*sent.lock().unwrap() <= 3 + 3 * MAX_RETRANSMIT as usize + 1);
     }
 
     #[test]
