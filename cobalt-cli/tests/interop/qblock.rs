@@ -390,6 +390,45 @@ fn cobalt_q_block1_put_to_libcoap() {
     }
 }
 
+/// Over DTLS (PSK), `cobalt put --q-block` uploads to libcoap 4.3.4's Q-Block server
+/// on OpenSSL, CON and NON, and libcoap serves the body it reassembled.
+#[test]
+fn cobalt_q_block1_put_to_libcoap_over_dtls() {
+    let bin = need!(
+        "libcoap 4.3.4 coap-server-openssl",
+        libcoap::qblock_tool(libcoap::SERVER_OPENSSL)
+    );
+    let server = libcoap::server(
+        &bin,
+        V4,
+        &["-L", Q_BLOCK_MODE, "-d", "10", "-k", PSK_KEY],
+        libcoap::Port::Coaps,
+        None,
+    );
+    let dir = TempDir::new("qblock1-libcoap-dtls");
+    let psk = ["--psk-identity", PSK_IDENTITY, "--psk-key", PSK_KEY];
+    for non in [false, true] {
+        let body = large_text(3100 + usize::from(non));
+        let file = dir.write("body", &body);
+        let uri = server.scheme_uri("coaps", if non { "/non" } else { "/con" });
+        let mut extra: Vec<&str> = psk.to_vec();
+        if non {
+            extra.push("--non");
+        }
+        let ran = cobalt_q_put(&file, &uri, &extra);
+        assert!(ran.status.success(), "non {non}: {ran:?}");
+        let mut get = vec!["get", "-b", "1024", uri.as_str()];
+        get.extend(psk);
+        let got = cobalt(&get);
+        let got = got.stdout.strip_suffix('\n').unwrap_or(&got.stdout);
+        assert!(
+            got.as_bytes() == body,
+            "non {non}: stored {} bytes",
+            got.len()
+        );
+    }
+}
+
 /// Cobalt's client uploads with Q-Block1 (NON, 40 blocks) to libcoap 4.3.4's server
 /// that drops 10% of what it sends (2.31s, 4.08s, the final answer): the client goes
 /// on after NON_TIMEOUT, sends the blocks asked for again, asks again with the last
