@@ -26,7 +26,9 @@ use cobalt_proto::blockwise::qblock::{
     missing_blocks, qblock2_count, MAX_PAYLOADS, MAX_RETRANSMIT, MISSING_BLOCKS_CBOR_SEQ,
     NON_RECEIVE_TIMEOUT, NON_TIMEOUT, Q_BLOCK1,
 };
-use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message, Token};
+use cobalt_proto::message::{
+    opt, option::encode_uint, BlockValue, Code, Message, MessageType, Token,
+};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -96,6 +98,7 @@ where
 {
     let mut template = request;
     let body = std::mem::take(&mut template.payload);
+    let confirmable = template.mtype != MessageType::NonConfirmable;
     let size = 16usize << szx.min(6);
     let total = qblock2_count(body.len(), szx);
     BlockValue::new(total - 1, false, szx)
@@ -155,6 +158,11 @@ where
         };
         let answer = tokio::time::timeout(wait, next_answer(&mut listening)).await;
         let Ok((i, answer)) = answer else {
+            if next < total && confirmable {
+                // CON blocks are the endpoint's to deliver (or to fail): the next set
+                // waits for the ACKs of this one.
+                continue;
+            }
             if next < total {
                 // No 2.31 for the set within NON_TIMEOUT: on with the next one.
                 let end = next.saturating_add(MAX_PAYLOADS).min(total);
@@ -275,7 +283,6 @@ mod tests {
     use cobalt_proto::blockwise::qblock::{
         continue_response, incomplete_response, QBlock1Body, Received,
     };
-    use cobalt_proto::message::MessageType;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::sync::{Arc, Mutex};
@@ -306,6 +313,8 @@ mod tests {
         loss: f64,
         /// Answers 2.31 for complete sets.
         continues: bool,
+        /// How long a CON block's ACK takes (without 2.31s).
+        ack_delay: std::time::Duration,
         /// Blocks received (lost ones not), with their virtual time.
         received: Vec<(u32, VirtualInstant)>,
         /// Blocks of requests seen, counting the latest.
@@ -321,6 +330,7 @@ mod tests {
             rng: StdRng::seed_from_u64(seed),
             loss,
             continues: true,
+            ack_delay: std::time::Duration::ZERO,
             received: Vec::new(),
             seq: 0,
             done: None,
@@ -373,7 +383,15 @@ mod tests {
             return Ok(Box::pin(std::future::pending()));
         }
         if let Some(a) = answer {
-            return Ok(Box::pin(std::future::ready(answered(a))));
+            let delay = if a.code == Code::EMPTY {
+                s.ack_delay
+            } else {
+                std::time::Duration::ZERO
+            };
+            return Ok(Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                answered(a)
+            }));
         }
         let me = s.seq;
         let server = server.clone();
@@ -472,6 +490,25 @@ mod tests {
             std::time::Duration::ZERO,
             "no NON_TIMEOUT"
         );
+        drop(s);
+        // ACKs slower than NON_TIMEOUT: the next set still waits for them.
+        let server = sim(5, 0.0);
+        let ack_delay = NON_TIMEOUT * 3 / 2;
+        {
+            let mut s = server.lock().unwrap();
+            s.continues = false;
+            s.ack_delay = ack_delay;
+        }
+        let started = VirtualInstant::now();
+        let answer = run(&server, put(data.clone(), MessageType::Confirmable))
+            .await
+            .unwrap();
+        assert!(matches!(answer, Uploaded::Answer(ref m) if m.code == Code::CHANGED));
+        let s = server.lock().unwrap();
+        assert_eq!(s.received.len(), 35, "each block once");
+        let at = |n: u32| s.received.iter().find(|r| r.0 == n).unwrap().1 - started;
+        assert_eq!(at(10), ack_delay);
+        assert_eq!(at(20), ack_delay * 2);
     }
 
     #[tokio::test(start_paused = true)]
