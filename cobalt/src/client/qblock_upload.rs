@@ -477,20 +477,21 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(answer, Uploaded::Answer(ref m) if m.code == Code::CHANGED));
-        let s = server.lock().unwrap();
-        assert_eq!(s.done.as_deref(), Some(&data[..]));
-        let nums: Vec<u32> = s.received.iter().map(|r| r.0).collect();
-        assert_eq!(
-            nums,
-            (0..35).collect::<Vec<_>>(),
-            "each block once, in order"
-        );
+        {
+            let s = server.lock().unwrap();
+            assert_eq!(s.done.as_deref(), Some(&data[..]));
+            let nums: Vec<u32> = s.received.iter().map(|r| r.0).collect();
+            assert_eq!(
+                nums,
+                (0..35).collect::<Vec<_>>(),
+                "each block once, in order"
+            );
+        }
         assert_eq!(
             started.elapsed(),
             std::time::Duration::ZERO,
             "no NON_TIMEOUT"
         );
-        drop(s);
         // ACKs slower than NON_TIMEOUT: the next set still waits for them.
         let server = sim(5, 0.0);
         let ack_delay = NON_TIMEOUT * 3 / 2;
