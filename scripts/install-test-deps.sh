@@ -18,6 +18,9 @@
 #     backend (the one with the DTLS Connection ID)
 #   - Eclipse Leshan's LwM2M client (leshan-client-cf from Maven Central) as a device
 #     for cobalt-lwm2m: tests/peers/leshan compiled the same way
+#   - libcoap 4.3.4 (Q-Block, RFC 9177; bookworm's 4.3.1 has none) from Debian trixie's
+#     binary packages, unpacked into .cache/libcoap-4.3.4/ with wrappers in its bin/
+#     (install_libcoap_qblock below)
 # Safe to run repeatedly; skips what is already present.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -94,4 +97,48 @@ if [ ! -s "$leshan/target/classpath.txt" ] ||
   (cd "$leshan" && mvn -q -B -Dmaven.repo.local="$root/.cache/maven" compile \
     dependency:build-classpath -Dmdep.outputFile=target/classpath.txt)
 fi
+# libcoap 4.3.4 with Q-Block (RFC 9177) for the Q-Block interop tests: Debian trixie's
+# .debs (pinned, sha256-checked) unpacked into .cache/libcoap-4.3.4/root, run with
+# trixie's own loader and libc (so they run on bookworm), through wrappers in
+# .cache/libcoap-4.3.4/bin/ (coap-client-notls, coap-server-openssl, ...) that
+# cobalt-test-support's libcoap::qblock_tool finds.
+install_libcoap_qblock() {
+  local dir="$root/.cache/libcoap-4.3.4" base="http://deb.debian.org/debian/"
+  local debs=(
+    "pool/main/libc/libcoap3/libcoap3-bin_4.3.4-1.1+deb13u3_amd64.deb 3ab65318ed3ddc75f248a5001f307e6fccc2b3de8235eaecc062a1f53b05621b"
+    "pool/main/libc/libcoap3/libcoap3t64_4.3.4-1.1+deb13u3_amd64.deb 65ccef36635d4d86434805007fa581ef87c1effebee931419ab509ad8d63b6bd"
+    "pool/main/g/glibc/libc6_2.41-12+deb13u5_amd64.deb b59b0625cd1a791375d40dab23a4d5d3d0641e3d0a773501becdc3725b7f99cf"
+    "pool/main/o/openssl/libssl3t64_3.5.9-1~deb13u1_amd64.deb ffefb9af363e0e4592251b2533eb06453c8e470f7772e40263c4b2129251a6d5"
+    "pool/main/libz/libzstd/libzstd1_1.5.7+dfsg-1_amd64.deb 2f6a2aeacfc925eba8b00ac9139bc4bfccf8cacb09eb93de067074b26948eef9"
+    "pool/main/z/zlib/zlib1g_1.3.dfsg+really1.3.1-1+deb13u1_amd64.deb 8c27c342230503b73dfde629642c3b352e87b554e06d60cf58772f236a305ceb"
+  )
+  # Installed when its wrapper runs (a moved checkout writes them again).
+  "$dir/bin/coap-client-notls" 2>&1 | grep -q 'v4\.3\.4' && return 0
+  [ "$(uname -m)" = x86_64 ] || { echo "libcoap 4.3.4: only amd64 packages are pinned; skipped" >&2; return 0; }
+  echo "installing libcoap 4.3.4 (Debian trixie .debs) into $dir" >&2
+  mkdir -p "$dir/debs" "$dir/bin"
+  rm -rf "$dir/root"
+  local entry path sum file
+  for entry in "${debs[@]}"; do
+    path="${entry% *}" sum="${entry#* }" file="$dir/debs/${path##*/}"
+    if [ ! -s "$file" ] || ! echo "$sum  $file" | sha256sum -c --quiet - 2>/dev/null; then
+      curl -fsSL -o "$file" "$base$path"
+      echo "$sum  $file" | sha256sum -c --quiet - ||
+        { echo "libcoap 4.3.4: $file does not have the pinned sha256" >&2; rm -f "$file"; return 1; }
+    fi
+    dpkg-deb -x "$file" "$dir/root"
+  done
+  local tool
+  # No GnuTLS libraries are unpacked: the tools without TLS and on OpenSSL only.
+  rm -f "$dir"/bin/coap-*
+  for tool in "$dir"/root/usr/bin/coap-{client,server}-{notls,openssl}; do
+    cat >"$dir/bin/${tool##*/}" <<WRAP
+#!/bin/sh
+# libcoap 4.3.4 from Debian trixie, run with trixie's loader and libraries.
+exec "$dir/root/usr/lib64/ld-linux-x86-64.so.2" --library-path "$dir/root/usr/lib/x86_64-linux-gnu" "$tool" "\$@"
+WRAP
+    chmod +x "$dir/bin/${tool##*/}"
+  done
+}
+install_libcoap_qblock
 echo "peers ready: $(ls /usr/bin/coap-client-* | head -1), $("$venv/bin/aiocoap-client" --version 2>&1 | head -1), $(java -version 2>&1 | head -1) with $(tr ':' '\n' <"$cf/target/classpath.txt" | sed -n 's|.*/\(californium-core-[^/]*\)\.jar|\1|p')" >&2

@@ -81,6 +81,13 @@ pub struct RequestArgs {
     /// support it); the server's choice for downloads.
     #[arg(short = 'b', long)]
     pub block_size: Option<usize>,
+    /// Q-Block (RFC 9177) over coap:// and coaps://: download the answer with
+    /// Q-Block2 (the server sends the blocks in sets without a request per block, lost
+    /// ones are asked for again, several per request), and upload a payload larger
+    /// than one block with Q-Block1 (in sets of 10 blocks; the blocks the server lists
+    /// as missing go again). A server without Q-Block is served as usual.
+    #[arg(long)]
+    pub q_block: bool,
     /// Give up after this many seconds overall (for `observe`: waiting for the first
     /// answer). 0: no overall limit, only the protocol's own (about 93 s of
     /// retransmissions for a confirmable request over UDP, 60 s over TCP). At most 1e6.
@@ -208,6 +215,9 @@ fn build(
         b = b
             .block_size(size)
             .map_err(|e| (exit::USAGE, e.to_string()))?;
+    }
+    if args.q_block {
+        b = b.q_block();
     }
     Ok(b)
 }

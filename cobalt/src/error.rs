@@ -175,6 +175,26 @@ pub enum BlockError {
         /// What is wrong with it.
         error: cobalt_proto::blockwise::BlockError,
     },
+    /// A Q-Block2 block (RFC 9177) does not fit the others (size, final block) or the
+    /// body grows past the limit.
+    QBlock(cobalt_proto::blockwise::qblock::QBlockError),
+    /// A Q-Block2 download (RFC 9177) ended with blocks missing: asked for again
+    /// `rounds` times (MAX_RETRANSMIT) without a new block arriving.
+    Incomplete {
+        /// Blocks still missing (at least 1).
+        missing: usize,
+        /// Rounds of asking for them.
+        rounds: u32,
+    },
+    /// A Q-Block1 upload (RFC 9177) ended without the server's answer: blocks were
+    /// sent again `rounds` times (MAX_RETRANSMIT) without the server taking a new
+    /// set.
+    UploadIncomplete {
+        /// Blocks the server still lacked when it last said so (at least 1).
+        missing: usize,
+        /// Rounds of sending them again.
+        rounds: u32,
+    },
 }
 
 impl fmt::Display for BlockError {
@@ -195,6 +215,15 @@ impl fmt::Display for BlockError {
             ),
             BlockError::MissingBlock2 => write!(f, "a block response lacks Block2"),
             BlockError::Invalid { block, error } => write!(f, "block {block}: {error}"),
+            BlockError::QBlock(e) => write!(f, "{e}"),
+            BlockError::Incomplete { missing, rounds } => write!(
+                f,
+                "Q-Block2 body incomplete: {missing} block(s) still missing after asking {rounds} times (a lossy path: retry, or ask without Q-Block)"
+            ),
+            BlockError::UploadIncomplete { missing, rounds } => write!(
+                f,
+                "Q-Block1 upload incomplete: the server still lacks {missing} block(s) after sending them again {rounds} times (a lossy path: retry, or upload without Q-Block)"
+            ),
         }
     }
 }

@@ -2,8 +2,8 @@
 //! `cobalt` binary and the library: libcoap's `coap-client-notls` / `coap-server-notls`,
 //! aiocoap (`aiocoap-client`, the scripts in `tests/peers/`) and Californium
 //! (`tests/peers/californium`). One module per area: requests and blocks ([`udp`]),
-//! observe ([`observe`]), Californium ([`californium`]) and the ETSI plugtest test
-//! descriptions ([`plugtest`]). The stream transports' interop tests are in
+//! observe ([`observe`]), Californium ([`californium`]), the ETSI plugtest test
+//! descriptions ([`plugtest`]) and Q-Block with libcoap 4.3.4 ([`qblock`]). The stream transports' interop tests are in
 //! `cobalt/tests/interop`; both find and start the peers through
 //! `cobalt_test_support::peers`.
 //!
@@ -16,6 +16,7 @@ mod binary;
 mod californium;
 mod observe;
 mod plugtest;
+mod qblock;
 mod tokens;
 mod udp;
 

@@ -18,11 +18,18 @@
 //!
 //! The server's upload table ([`super::uploads::Uploads::handle_qblock1`]) keeps one
 //! [`QBlock1Body`] per upload within the Block1 uploads' budgets, and the server role
-//! answers the 4.08 once [`QBlock1Body::missing_due`] has passed. Of Q-Block2 (the
-//! response side) the server only answers a request whose answer fits in one block
-//! (with Q-Block2; longer answers come in Block2 blocks), and there is no client role
-//! yet. Memory is bounded by the body limit given to [`QBlock1Body::new`] (the blocks'
-//! bytes plus one bit per block).
+//! answers the 4.08 once [`QBlock1Body::missing_due`] has passed. Memory is bounded by
+//! the body limit given to [`QBlock1Body::new`] (the blocks' bytes plus one bit per
+//! block).
+//!
+//! Q-Block2 (the response side): a request carrying Q-Block2 asks for its answer in
+//! Q-Block2 blocks ([`qblock2_asked`] reads which). A body of more than one block goes
+//! out as a burst of up to [`MAX_PAYLOADS`] blocks, the next set [`NON_TIMEOUT`] later
+//! (or at once when the client asks for it with the M bit); each block is cut from the
+//! kept body by [`qblock2_block`], and an ETag ([`qblock2_etag`]) ties the blocks of
+//! one body together. A client that misses blocks asks for them again by number (one
+//! request may list several) after [`NON_RECEIVE_TIMEOUT`]; the same
+//! [`QBlock1Body`] collects a Q-Block2 body on the client's side.
 
 use crate::message::{opt, BlockValue, Code, Message, MessageType};
 use std::time::{Duration, Instant};
@@ -39,6 +46,71 @@ pub const MAX_PAYLOADS: u32 = 10;
 /// How long a server waits after the last block before it asks for the missing ones
 /// (RFC 9177 §7.2 default: twice NON_TIMEOUT).
 pub const NON_RECEIVE_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// How long a sender waits after a set of [`MAX_PAYLOADS`] blocks before it sends the
+/// next set unasked (RFC 9177 §7.2 default).
+pub const NON_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many times a client asks for the missing blocks of one body before it gives up
+/// (RFC 9177 §7.2: MAX_RETRANSMIT, default 4).
+pub const MAX_RETRANSMIT: u32 = 4;
+/// At most this many block numbers of one Q-Block2 request are answered (a request
+/// listing more gets the first ones; the client asks for the rest in its next round):
+/// bounds what one datagram makes the server send.
+pub const MAX_ASKED_BLOCKS: usize = MAX_PAYLOADS as usize;
+
+/// The blocks a request asks for with Q-Block2 (RFC 9177 §4.4), in the order given
+/// and at most [`MAX_ASKED_BLOCKS`]; values that are no block are skipped. Empty if the
+/// request carries no Q-Block2.
+pub fn qblock2_asked(request: &Message) -> Vec<BlockValue> {
+    request
+        .options
+        .get_all(Q_BLOCK2)
+        .filter_map(|v| crate::message::option::decode_uint(v).and_then(BlockValue::decode))
+        .take(MAX_ASKED_BLOCKS)
+        .collect()
+}
+
+/// Block `num` of `full`'s body in blocks of size exponent `szx`, as it goes out: the
+/// response's code and options with Q-Block2 and Size2, and the block's
+/// bytes. `None` when the body has no such block.
+pub fn qblock2_block(full: &Message, num: u32, szx: u8) -> Option<Message> {
+    let size = 16usize << szx.min(6);
+    let start = (num as usize).checked_mul(size)?;
+    let total = full.payload.len();
+    if start >= total && !(start == 0 && total == 0) {
+        return None;
+    }
+    let end = (start + size).min(total);
+    let block = BlockValue::new(num, end < total, szx.min(6))?;
+    let mut m = Message::new(full.mtype, full.code, full.mid);
+    m.token = full.token.clone();
+    m.options = full.options.clone();
+    m.options.remove(opt::BLOCK2);
+    m.options.set_uint(Q_BLOCK2, block.encode());
+    // Every block carries the body's size (libcoap drops blocks whose Size2 differs
+    // from the first's, an absent one included).
+    m.options.set_uint(opt::SIZE2, total as u32);
+    m.payload = full.payload[start..end].to_vec();
+    Some(m)
+}
+
+/// How many blocks of size exponent `szx` a body of `len` bytes takes (at least one).
+pub fn qblock2_count(len: usize, szx: u8) -> u32 {
+    let size = 16usize << szx.min(6);
+    u32::try_from(len.div_ceil(size).max(1)).unwrap_or(u32::MAX)
+}
+
+/// An ETag for a body sent in Q-Block2 blocks whose answer has none (RFC 9177 §4.4:
+/// the blocks of one body carry the same ETag, so a client never mixes two bodies):
+/// 8 bytes derived from the code, Content-Format and payload.
+pub fn qblock2_etag(full: &Message) -> [u8; 8] {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    full.code.0.hash(&mut h);
+    full.options.content_format().hash(&mut h);
+    full.payload.hash(&mut h);
+    h.finish().to_be_bytes()
+}
 
 /// What the server answers after [`QBlock1Body::receive`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,8 +266,8 @@ impl QBlock1Body {
         (0..highest).filter(|n| !self.has(*n)).take(max).collect()
     }
 
-    /// The highest block number received.
-    fn highest(&self) -> Option<u32> {
+    /// The highest block number received, if any.
+    pub fn highest(&self) -> Option<u32> {
         self.have
             .iter()
             .enumerate()
@@ -203,7 +275,8 @@ impl QBlock1Body {
             .find_map(|(i, word)| (*word != 0).then(|| i as u32 * 64 + (63 - word.leading_zeros())))
     }
 
-    fn has(&self, num: u32) -> bool {
+    /// Whether block `num` has arrived.
+    pub fn has(&self, num: u32) -> bool {
         self.have
             .get(num as usize / 64)
             .is_some_and(|w| w & (1 << (num % 64)) != 0)

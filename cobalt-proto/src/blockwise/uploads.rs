@@ -809,6 +809,23 @@ impl Uploads {
         Some(out)
     }
 
+    /// The whole response kept for `peer` under `key` ([`upload_key`] of its
+    /// request) by [`Uploads::keep_answer`], while it is not idle past
+    /// `upload_idle_timeout`: Q-Block2 blocks a client asks for again are cut from it.
+    /// Unlike [`Uploads::answer_for`] it stays kept after its last block (any block
+    /// may be asked for again) until it expires or another answer takes its place.
+    pub fn kept_answer(&mut self, now: Instant, peer: SocketAddr, key: &[u8]) -> Option<&Message> {
+        let key = (peer, key.to_vec());
+        let (at, _) = self.answers.get(&key)?;
+        if now.duration_since(*at) >= self.bounds.upload_idle_timeout {
+            self.drop_answer(&key);
+            return None;
+        }
+        let (at, resp) = self.answers.get_mut(&key)?;
+        *at = now;
+        Some(resp)
+    }
+
     fn too_large(&self) -> Message {
         let max = self.bounds.max_body;
         let mut m = answer(Code::REQUEST_ENTITY_TOO_LARGE);

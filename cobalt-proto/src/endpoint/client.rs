@@ -7,7 +7,8 @@ impl Endpoint {
     /// Starts a request to `peer`. The message's code must be a method; its type decides
     /// CON (default) or NON; MID and (if empty) token are assigned here. A request with
     /// Observe=0 stays registered after the first response and receives notifications
-    /// until [`Endpoint::cancel`]. Requests beyond NSTART to one peer wait in a queue.
+    /// until [`Endpoint::cancel`]; so does one with Q-Block2 answered with Q-Block2
+    /// (RFC 9177: the other blocks of the body follow under its token). Requests beyond NSTART to one peer wait in a queue.
     pub fn request(
         &mut self,
         now: Instant,
@@ -35,6 +36,12 @@ impl Endpoint {
         let id = RequestId(self.alloc_id());
         let token = msg.token.clone();
         let observe = msg.options.observe() == Some(0);
+        let qblock2 = msg.options.contains(crate::blockwise::qblock::Q_BLOCK2);
+        let qblock1_more = msg
+            .options
+            .get_uint(crate::blockwise::qblock::Q_BLOCK1)
+            .and_then(crate::message::BlockValue::decode)
+            .is_some_and(|b| b.more);
         self.tokens.insert((peer, token.clone()), id);
         self.clients.insert(
             id,
@@ -45,6 +52,8 @@ impl Endpoint {
                 state: ClientState::Queued(msg),
                 counted: false,
                 observe,
+                qblock2,
+                qblock1_more,
             },
         );
         self.touch_peer(now, peer);
@@ -135,8 +144,18 @@ impl Endpoint {
                 self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
             } else {
                 ex.state = ClientState::AwaitingResponse(non_deadline);
+                // A NON Q-Block1 block (RFC 9177 §7.2): MAX_PAYLOADS, not NSTART,
+                // paces the blocks of a set, and the server answers only some of
+                // them, so it does not hold the peer's place while it waits.
+                let qblock1 = msg.options.contains(crate::blockwise::qblock::Q_BLOCK1);
+                ex.counted = !qblock1;
                 self.timers.arm(non_deadline, Timer::ClientDeadline(id));
                 self.transmit(peer, bytes);
+                if qblock1 {
+                    if let Some(p) = self.peers.get_mut(&peer) {
+                        p.outstanding = p.outstanding.saturating_sub(1);
+                    }
+                }
             }
         }
     }
@@ -180,6 +199,11 @@ impl Endpoint {
             Some(resp) if resp.token == ex.token => {
                 self.release_outstanding(now, peer);
                 self.deliver_response(now, id, resp);
+            }
+            _ if ex.qblock1_more => {
+                // A Q-Block1 block taken: the ACK is all it gets.
+                self.release_outstanding(now, peer);
+                self.deliver_response(now, id, Message::empty_ack(mid));
             }
             _ => {
                 // Empty ACK: the response will come separately (§5.2.2).
@@ -249,6 +273,14 @@ impl Endpoint {
         let keep = match self.clients.get_mut(&id) {
             Some(ex)
                 if ex.observe && resp.options.observe().is_some() && resp.code.is_success() =>
+            {
+                ex.state = ClientState::Observing;
+                true
+            }
+            Some(ex)
+                if ex.qblock2
+                    && resp.options.contains(crate::blockwise::qblock::Q_BLOCK2)
+                    && resp.code.is_success() =>
             {
                 ex.state = ClientState::Observing;
                 true

@@ -376,6 +376,13 @@ struct ClientExchange {
     state: ClientState,
     counted: bool,
     observe: bool,
+    /// Asked with Q-Block2 (RFC 9177): further blocks of the answer come under its
+    /// token, so it stays registered after a Q-Block2 response until cancelled.
+    qblock2: bool,
+    /// A Q-Block1 block (RFC 9177) with the M bit: over CON the server only
+    /// acknowledges it (the answer comes for the body's last block), so its empty
+    /// ACK ends the exchange and is handed over as its answer.
+    qblock1_more: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

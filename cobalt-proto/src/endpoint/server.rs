@@ -304,6 +304,42 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Sends one more block of a response already given (a Q-Block2 block after the
+    /// first, RFC 9177 §4.4) outside any exchange: `message` with `token` to `peer`,
+    /// confirmable (retransmitted until acknowledged; a failure comes as
+    /// [`Event::ResponseFailed`]) or not. The blocks of a set go out together: the
+    /// Q-Block2 sender paces its sets itself (MAX_PAYLOADS, NON_TIMEOUT), so NON blocks
+    /// are not held by the NON pacing of notifications. To an address that is not
+    /// verified nothing is sent (an unverified peer gets no more than its requests
+    /// allow): false, and the caller tries again later or leaves the block to the
+    /// client's request for it.
+    pub fn send_block(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        token: Token,
+        mut message: Message,
+        confirmable: bool,
+    ) -> bool {
+        if !self.is_verified(now, peer) {
+            return false;
+        }
+        let id = ExchangeId(self.alloc_id());
+        message.token = token;
+        message.mid = self.alloc_mid(now, peer);
+        self.stats.count_response(message.code);
+        if confirmable {
+            message.mtype = MessageType::Confirmable;
+            let bytes = self.encode(&message);
+            self.send_confirmable(now, peer, message.mid, bytes, Owner::Server(id));
+        } else {
+            message.mtype = MessageType::NonConfirmable;
+            let bytes = self.encode(&message);
+            self.transmit(peer, bytes);
+        }
+        true
+    }
+
     /// Sends a notification of an observation (RFC 7641) outside any exchange: a
     /// response with `token` to `peer`, confirmable or not. Returns the id under which
     /// a failure ([`Event::ResponseFailed`], [`Event::Unverified`]) is reported, and the

@@ -317,6 +317,57 @@ fn nstart_queues_further_requests_to_the_same_peer() {
 }
 
 #[test]
+fn non_qblock1_blocks_go_out_as_a_set_past_nstart() {
+    use crate::blockwise::qblock::Q_BLOCK1;
+    use crate::message::BlockValue;
+    let mut p = Pair::new();
+    let block = |num: u32, mtype: MessageType| {
+        let mut m = get("/upload");
+        m.code = Code::PUT;
+        m.mtype = mtype;
+        let value = BlockValue::new(num, num < 9, 2).unwrap();
+        m.options.set_uint(Q_BLOCK1, value.encode());
+        m.payload = vec![7; 64];
+        m
+    };
+    // Ten NON blocks with NSTART=1: all on the wire at once.
+    let ids: Vec<_> = (0..10)
+        .map(|n| {
+            p.client
+                .request(p.now, p.s, block(n, MessageType::NonConfirmable))
+                .unwrap()
+        })
+        .collect();
+    let sent = p.client_sends();
+    assert_eq!(sent.len(), 10, "a set is not held back by NSTART");
+    // The blocks still take their answers (the server answers the set's last one).
+    let last = codec::decode(&sent[9]).unwrap();
+    let mut answer = Message::new(MessageType::NonConfirmable, Code::CHANGED, 900);
+    answer.token = last.token;
+    p.deliver_to_client(&codec::encode(&answer));
+    assert!(matches!(p.client.poll_event(), Some(Event::Response { id, .. }) if id == ids[9]));
+    // CON blocks keep to NSTART; a block with the M bit ends at its empty ACK,
+    // handed over as its answer, and the next goes.
+    let first = p
+        .client
+        .request(p.now, p.s, block(0, MessageType::Confirmable))
+        .unwrap();
+    p.client
+        .request(p.now, p.s, block(1, MessageType::Confirmable))
+        .unwrap();
+    let sent = p.client_sends();
+    assert_eq!(sent.len(), 1, "NSTART=1 for CON blocks");
+    let mid = codec::decode(&sent[0]).unwrap().mid;
+    p.deliver_to_client(&codec::encode(&Message::empty_ack(mid)));
+    assert!(matches!(
+        p.client.poll_event(),
+        Some(Event::Response { id, response }) if id == first && response.code == Code::EMPTY
+    ));
+    assert!(!p.client.is_request_active(first));
+    assert_eq!(p.client_sends().len(), 1, "the next block goes at the ACK");
+}
+
+#[test]
 fn unknown_critical_option_gets_4_02() {
     let mut p = Pair::new();
     let mut m = get("/x");

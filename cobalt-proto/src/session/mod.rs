@@ -231,6 +231,9 @@ pub enum SessionError {
     NotConnected(SocketAddr),
     /// The id belongs to the other kind of session.
     WrongSession,
+    /// The peer's address is not verified yet (RFC 9175 §2.4): nothing more may go
+    /// to it now.
+    Unverified(SocketAddr),
 }
 
 impl fmt::Display for SessionError {
@@ -241,6 +244,12 @@ impl fmt::Display for SessionError {
             SessionError::Send(e) => write!(f, "{e}"),
             SessionError::NotConnected(peer) => write!(f, "no connection to {peer}"),
             SessionError::WrongSession => write!(f, "the id belongs to another kind of session"),
+            SessionError::Unverified(peer) => {
+                write!(
+                    f,
+                    "{peer} has not proved its address yet; try again once it has"
+                )
+            }
         }
     }
 }
@@ -268,6 +277,28 @@ pub trait Session {
     /// not complete its set). A stream keeps nothing for an unanswered request.
     fn withhold(&mut self, _now: Instant, _id: Inbound) -> Result<(), SessionError> {
         Ok(())
+    }
+
+    /// Acknowledges the peer's confirmable request `id` now (an empty ACK) when its
+    /// answer will come later or not at all (a Q-Block1 block kept for a later 4.08):
+    /// the client goes on without waiting for the separate-ACK delay. Nothing to do
+    /// over a stream, or for a NON request.
+    fn acknowledge(&mut self, _id: &Inbound) {}
+
+    /// Sends one more block of an answer already given (a Q-Block2 block after the
+    /// first, RFC 9177) with `token` to `peer`, confirmable or not. Only the datagram
+    /// endpoint has Q-Block (a stream is reliable and has BERT): elsewhere
+    /// [`SessionError::WrongSession`]. An address not yet verified gets nothing:
+    /// [`SessionError::Unverified`].
+    fn send_block(
+        &mut self,
+        _now: Instant,
+        _peer: SocketAddr,
+        _token: Token,
+        _block: Message,
+        _confirmable: bool,
+    ) -> Result<(), SessionError> {
+        Err(SessionError::WrongSession)
     }
 
     /// Sends a notification of `observation`; `confirmable` asks for a confirmable one
@@ -365,6 +396,27 @@ impl Session for Endpoint {
             return Err(SessionError::WrongSession);
         };
         Endpoint::withhold(self, now, id).map_err(|e| SessionError::UnknownExchange(e.0))
+    }
+
+    fn acknowledge(&mut self, id: &Inbound) {
+        if let Inbound::Datagram(id) = id {
+            Endpoint::accept_separately(self, *id);
+        }
+    }
+
+    fn send_block(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        token: Token,
+        block: Message,
+        confirmable: bool,
+    ) -> Result<(), SessionError> {
+        if Endpoint::send_block(self, now, peer, token, block, confirmable) {
+            Ok(())
+        } else {
+            Err(SessionError::Unverified(peer))
+        }
     }
 
     fn notify(

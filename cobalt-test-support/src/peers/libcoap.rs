@@ -1,6 +1,8 @@
 //! libcoap's command-line tools (Debian's `libcoap3-bin`): `coap-client-*` and
 //! `coap-server-*`, built without TLS (`-notls`) or on OpenSSL (`-openssl`), looked
-//! up on `PATH`.
+//! up on `PATH`; and libcoap 4.3.4, the first with Q-Block (RFC 9177), from the
+//! wrappers `scripts/install-test-deps.sh` writes to `.cache/libcoap-4.3.4/bin/`
+//! ([`qblock_tool`]).
 
 use super::{on_path, Listen, PeerServer};
 use crate::ready::Ready;
@@ -21,6 +23,20 @@ pub const SERVER_OPENSSL: &str = "coap-server-openssl";
 pub fn tool(name: &str) -> Option<PathBuf> {
     on_path(name)
 }
+
+/// The tool `name` (one of the constants) of libcoap 4.3.4, which has Q-Block
+/// (RFC 9177; Debian bookworm's 4.3.1 has none), if `scripts/install-test-deps.sh`
+/// installed it (it runs Debian trixie's binaries with their own loader).
+pub fn qblock_tool(name: &str) -> Option<PathBuf> {
+    let p = super::repo_root()
+        .join(".cache/libcoap-4.3.4/bin")
+        .join(name);
+    super::is_executable(&p).then_some(p)
+}
+
+/// The value of libcoap's `-L` (a sum of COAP_BLOCK_* flags) that makes a tool use
+/// Q-Block: COAP_BLOCK_USE_LIBCOAP (1) + COAP_BLOCK_TRY_Q_BLOCK (4).
+pub const Q_BLOCK_MODE: &str = "5";
 
 /// Which of a libcoap server's ports the test talks to: given `-p N`, it serves
 /// coap (UDP) and coap+tcp on N, coaps (DTLS) and coaps+tcp (TLS) on N + 1.

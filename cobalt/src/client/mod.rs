@@ -16,6 +16,8 @@ pub use group::MAX_GROUP_ANSWERS;
 pub(crate) mod hooks;
 pub use blockwise::MAX_BODY;
 mod observe;
+mod qblock;
+mod qblock_upload;
 mod route;
 
 pub use hooks::{Exchange, Refusal};
@@ -34,6 +36,7 @@ use crate::transport::tcp::{TcpPool, TracerSlot};
 use crate::transport::tls::{Alpn, TlsConnector};
 use crate::transport::udp::{any_for, bind_shard_sockets, report_unreachable};
 use crate::{Error, Result};
+use cobalt_proto::blockwise::MAX_UDP_SZX;
 use cobalt_proto::endpoint::EndpointConfig;
 use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType, Token};
 use cobalt_proto::settings::Settings;
@@ -232,6 +235,7 @@ impl Client {
             timeout: None,
             block_szx: None,
             auth: None,
+            q_block: false,
         }
     }
 
@@ -458,6 +462,8 @@ pub struct RequestBuilder {
     timeout: Option<Duration>,
     block_szx: Option<u8>,
     auth: Option<ClientCredentials>,
+    /// Download the answer with Q-Block2 (RFC 9177) over UDP and DTLS.
+    q_block: bool,
 }
 
 impl RequestBuilder {
@@ -517,6 +523,26 @@ impl RequestBuilder {
             self.message.options.set_uint(opt::BLOCK2, b.encode());
         }
         Ok(self)
+    }
+
+    /// Downloads the answer with Q-Block2 (RFC 9177) over `coap://` and `coaps://`:
+    /// the server sends the body in sets of blocks without waiting for a request per
+    /// block, and the blocks lost on the way are asked for again, several in one
+    /// request, up to MAX_RETRANSMIT (4) rounds without a new block
+    /// ([`BlockError::Incomplete`](crate::BlockError::Incomplete)). A server
+    /// without Q-Block answers as usual (whole or in Block2 blocks). The blocks are of
+    /// [`RequestBuilder::block_size`], 1024 bytes without it.
+    ///
+    /// A body larger than one block (PUT, POST, ...) goes up with Q-Block1: in sets of
+    /// up to MAX_PAYLOADS (10) blocks, NON for a non-confirmable request, CON otherwise,
+    /// the next set after the server's 2.31 (Continue) or NON_TIMEOUT (2 s); the
+    /// blocks a 4.08 lists as missing are sent again, up to MAX_RETRANSMIT rounds
+    /// ([`BlockError::UploadIncomplete`](crate::BlockError::UploadIncomplete)). A
+    /// server without Q-Block1 (4.02) gets the body in Block1 blocks. Other transports
+    /// go as without it.
+    pub fn q_block(mut self) -> RequestBuilder {
+        self.q_block = true;
+        self
     }
 
     /// The pre-shared key for a `coaps://` request (overrides [`Client::with_psk`]).
@@ -590,7 +616,17 @@ impl RequestBuilder {
     /// per server (RFC 8323 §4, path `/.well-known/coap`, subprotocol `coap`).
     pub async fn send(mut self) -> Result<Response> {
         let route = self.route().await?;
-        let exchange = route.send_whole(self.message, self.block_szx);
+        let q_block = self.q_block && !route.is_stream();
+        let exchange = async {
+            let szx = self.block_szx.unwrap_or(MAX_UDP_SZX);
+            if q_block && self.message.payload.is_empty() {
+                qblock::download(&route, self.message, szx).await
+            } else if q_block && self.message.payload.len() > 16 << szx {
+                qblock_upload::upload(&route, self.message, szx).await
+            } else {
+                route.send_whole(self.message, self.block_szx).await
+            }
+        };
         match self.timeout.or(route.default_timeout()) {
             Some(t) => tokio::time::timeout(t, exchange)
                 .await

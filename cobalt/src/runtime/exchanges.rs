@@ -10,11 +10,14 @@
 //! §3.6, reactive); a stream has no RST, so the client sends the deregistering GET
 //! (Observe=1, the relation's token) without waiting for its answer. A notification
 //! that finds the observer's channel full is dropped (the next one brings the
-//! current state).
+//! current state). A request with Q-Block2 (RFC 9177) and a stream for its answers
+//! stays registered the same way while Q-Block2 blocks arrive (the body's other
+//! blocks come under its token), until the caller has the body and cancels.
 
 use crate::runtime::command::{Command, ReplyTo};
 use crate::runtime::notifications::TrySendError;
 use crate::Error;
+use cobalt_proto::blockwise::qblock::Q_BLOCK2;
 use cobalt_proto::message::{opt, Message, Token};
 use cobalt_proto::session::{Failure, Outbound, Session, SessionError, SessionEvent};
 use cobalt_proto::tcp_connection::CloseReason;
@@ -258,8 +261,9 @@ impl<E: ExchangeErrors> Exchanges<E> {
             return;
         };
         // A response without Observe (an error, or a server that does not observe)
-        // ends the relation.
-        let last = response.options.observe().is_none();
+        // ends the relation; a Q-Block2 block does not: the caller collects the body's
+        // blocks until it has them all, then cancels.
+        let last = response.options.observe().is_none() && !response.options.contains(Q_BLOCK2);
         match notifications.try_send(Ok(response)) {
             Ok(()) if !last => return,
             Ok(()) => {}

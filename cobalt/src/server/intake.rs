@@ -8,9 +8,9 @@ use super::handler::BoxedChunkHandler;
 use super::tree::ResourceTree;
 use super::validate::refusal;
 use super::{Executor, Response};
-use cobalt_proto::blockwise::qblock::{Q_BLOCK1, Q_BLOCK2};
+use cobalt_proto::blockwise::qblock::{qblock2_asked, Q_BLOCK1, Q_BLOCK2};
 use cobalt_proto::blockwise::uploads::{upload_key, UploadStep, Uploads};
-use cobalt_proto::message::{opt, BlockValue, Code, Message};
+use cobalt_proto::message::{opt, BlockValue, Code, Message, MessageType, Token};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -134,11 +134,7 @@ fn qblock1(
     let key = upload_key(&request);
     let block = BlockValue::decode(value).filter(|_| !request.options.contains(opt::BLOCK1));
     let Some(block) = block else {
-        let mut m = Message::new(
-            cobalt_proto::message::MessageType::Acknowledgement,
-            Code::BAD_REQUEST,
-            0,
-        );
+        let mut m = Message::new(MessageType::Acknowledgement, Code::BAD_REQUEST, 0);
         m.payload = b"Q-Block1 is not a block number, or comes with Block1".to_vec();
         return Intake::QBlock {
             key,
@@ -179,26 +175,68 @@ pub(crate) fn acknowledge_block(
     response
 }
 
-/// A request asking for its answer in Q-Block2 blocks (RFC 9177) is answered like one
-/// asking with Block2: its first Q-Block2 value moves to Block2 (unless it has Block2
-/// too). True if the request carried Q-Block2; [`answer_in_qblock2`] then finishes
-/// the answer.
-pub(crate) fn take_qblock2(request: &mut Message) -> bool {
-    let Some(value) = request.options.get_uint(Q_BLOCK2) else {
-        return false;
-    };
+/// What a request carrying Q-Block2 (RFC 9177) asks for.
+pub(crate) struct QBlock2Ask {
+    /// The blocks asked for, in the order given (at most MAX_ASKED_BLOCKS).
+    pub asked: Vec<BlockValue>,
+    /// Block size exponent of the answer's blocks: the first asked for, at most the
+    /// server's.
+    pub szx: u8,
+    /// The request's [`upload_key`]: where its whole answer is kept.
+    pub key: Vec<u8>,
+    /// The request's token, carried by every block.
+    pub token: Token,
+    /// The request was CON: the blocks after the first are CON too.
+    pub confirmable: bool,
+}
+
+impl QBlock2Ask {
+    /// A follow-up asks for blocks other than the first alone (the ones a client
+    /// missed, or the next set): served from the kept answer when there is one.
+    pub fn is_follow_up(&self) -> bool {
+        self.asked.len() > 1 || self.asked.first().is_some_and(|b| b.num > 0)
+    }
+
+    /// The block after which the rest of the body is sent (in sets): a first request
+    /// (block 0 alone) or a block asked for with the M bit; `None` when only the
+    /// blocks listed are wanted.
+    pub fn rest_from(&self) -> Option<u32> {
+        if let Some(b) = self.asked.iter().find(|b| b.more) {
+            return Some(b.num);
+        }
+        (!self.is_follow_up()).then_some(0)
+    }
+}
+
+/// A request asking for its answer in Q-Block2 blocks (RFC 9177): what it asks for,
+/// its Q-Block2 options removed and the first value moved to Block2 (unless it has
+/// Block2 too), so that the handler sees it like a Block2 request; `max_szx` is the
+/// server's largest block size. `None` without Q-Block2.
+pub(crate) fn take_qblock2(request: &mut Message, max_szx: u8) -> Option<Box<QBlock2Ask>> {
+    let value = request.options.get_uint(Q_BLOCK2)?;
+    Some(take_qblock2_asked(request, value, max_szx))
+}
+
+#[cold]
+fn take_qblock2_asked(request: &mut Message, value: u32, max_szx: u8) -> Box<QBlock2Ask> {
+    let asked = qblock2_asked(request);
     request.options.remove(Q_BLOCK2);
     if !request.options.contains(opt::BLOCK2) && BlockValue::decode(value).is_some() {
-        request.options.set_uint(opt::BLOCK2, value);
+        request.options.set_uint(opt::BLOCK2, value & !0x8);
     }
-    true
+    Box::new(QBlock2Ask {
+        szx: asked.first().map_or(max_szx, |b| b.szx.min(max_szx)),
+        asked,
+        key: upload_key(request),
+        token: request.token.clone(),
+        confirmable: request.mtype == MessageType::Confirmable,
+    })
 }
 
 /// The answer to a Q-Block2 request: a body that fits in its first block is a whole
 /// Q-Block2 transfer of one block, so its Block2 becomes Q-Block2 (which is also how a
 /// client such as libcoap learns that this server takes Q-Block1 uploads). A longer
-/// body is served with Block2 (RFC 7959): bursts of NON Q-Block2 blocks are not
-/// implemented.
+/// body goes out in Q-Block2 sets ([`QBlock2Sender`](super::qblock2_send::QBlock2Sender)).
 pub(crate) fn answer_in_qblock2(answer: &mut Message) {
     if let Some(b) = answer.block2().filter(|b| b.num == 0 && !b.more) {
         answer.options.remove(opt::BLOCK2);

@@ -31,6 +31,7 @@ pub mod layers;
 mod limits;
 pub(crate) mod observe;
 mod pattern;
+mod qblock2_send;
 mod qblock_wait;
 mod request;
 pub(crate) mod role;

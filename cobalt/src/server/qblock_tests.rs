@@ -5,12 +5,14 @@
 
 use super::*;
 use crate::server::layer::Front;
+use crate::server::qblock2_send::QBlock2Sender;
 use crate::server::{put, Request, ResourceTree, Routes};
 use cobalt_proto::blockwise::qblock::{
-    missing_blocks, MAX_PAYLOADS, NON_RECEIVE_TIMEOUT, Q_BLOCK1, Q_BLOCK2,
+    missing_blocks, QBlock1Body, Received, MAX_ASKED_BLOCKS, MAX_PAYLOADS, NON_RECEIVE_TIMEOUT,
+    NON_TIMEOUT, Q_BLOCK1, Q_BLOCK2,
 };
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig};
-use cobalt_proto::message::{codec, MessageType, Token};
+use cobalt_proto::message::{codec, option, MessageType, Token};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -326,34 +328,327 @@ fn q_block1_is_refused_where_it_is_not_declared() {
     assert_eq!(answers[0].code, Code::BAD_OPTION);
 }
 
-/// A GET with Q-Block2 whose answer fits in the block asked for gets it whole with
-/// Q-Block2 (how libcoap probes for Q-Block support before it uploads with Q-Block1);
-/// a longer answer comes in Block2 blocks.
+/// A CON Q-Block1 block that does not complete its set is acknowledged at once with
+/// an empty ACK (libcoap sends CON blocks one per ACK), and its answer waits.
 #[test]
-fn q_block2_requests_get_one_block_in_q_block2_and_more_in_block2() {
+fn a_kept_con_q_block1_block_is_acknowledged_at_once() {
+    let now = Instant::now();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let mut role = role(&bodies, ServerLimits::default());
+    let mut ep = endpoint(now);
+    let body = vec![3u8; 64 * 5];
+    let mut first = block(&body, 0, 1, 7);
+    first.mtype = MessageType::Confirmable;
+    ep.handle_datagram(now, client(), &codec::encode(&first));
+    let out = serve(&mut ep, &mut role, now);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(
+        (out[0].mtype, out[0].mid),
+        (MessageType::Acknowledgement, 7)
+    );
+    assert!(out[0].is_empty());
+    assert!(bodies.lock().unwrap().is_empty());
+}
+
+/// `/big`: a GET answers `body` (a body of many blocks), counting its runs in `runs`.
+fn big_role(body: Vec<u8>, runs: &Arc<Mutex<u32>>, limits: ServerLimits) -> ShardRole {
+    let mut tree = ResourceTree::new();
+    let runs = runs.clone();
+    tree.insert(
+        "/big",
+        crate::server::get(move || {
+            *runs.lock().unwrap() += 1;
+            let body = body.clone();
+            async move { body }
+        }),
+    );
+    let (done, _back) = mpsc::unbounded_channel();
+    ShardRole::for_shard(
+        Routes::new(tree, None).serve(),
+        limits,
+        Arc::new(ChangeInbox::default()),
+        done,
+        None,
+        Front::plain(Scheme::Coap),
+    )
+}
+
+/// A GET of `path` asking with Q-Block2 for `asked` (number, M bit) in 64-byte
+/// blocks; NON unless `con`, with a token and message ID of its own.
+fn qget(path: &str, asked: &[(u32, bool)], mid: u16, con: bool) -> Message {
+    let mtype = if con {
+        MessageType::Confirmable
+    } else {
+        MessageType::NonConfirmable
+    };
+    let mut m = Message::new(mtype, Code::GET, mid);
+    m.token = Token::new(&mid.to_be_bytes()).unwrap();
+    m.options.set_uri_path(path);
+    for &(num, more) in asked {
+        let v = BlockValue::new(num, more, SZX).unwrap().encode();
+        m.options.push(Q_BLOCK2, option::encode_uint(v));
+    }
+    m.options.set(opt::REQUEST_TAG, [9]);
+    m
+}
+
+/// The Q-Block2 value of a block that went out.
+fn qblock2_of(m: &Message) -> BlockValue {
+    m.options
+        .get_uint(Q_BLOCK2)
+        .and_then(BlockValue::decode)
+        .expect("a Q-Block2 block")
+}
+
+/// A GET with Q-Block2 whose answer fits in the block asked for gets it whole with
+/// Q-Block2 (how libcoap probes for Q-Block support before it uploads with Q-Block1).
+#[test]
+fn a_q_block2_answer_of_one_block_is_whole() {
     let now = Instant::now();
     let bodies = Arc::new(Mutex::new(vec![vec![5u8; 40]]));
     let mut role = role(&bodies, ServerLimits::default());
     let mut ep = endpoint(now);
-    let get = |mid: u16| {
-        let mut m = Message::new(MessageType::Confirmable, Code::GET, mid);
-        m.token = Token::new(&mid.to_be_bytes()).unwrap();
-        m.options.set_uri_path("/up");
-        m.options
-            .set_uint(Q_BLOCK2, BlockValue::new(0, false, SZX).unwrap().encode());
-        m
-    };
-    ep.handle_datagram(now, client(), &codec::encode(&get(1)));
+    ep.handle_datagram(
+        now,
+        client(),
+        &codec::encode(&qget("/up", &[(0, false)], 1, true)),
+    );
     let one = serve(&mut ep, &mut role, now).remove(0);
     assert_eq!(one.code, Code::CONTENT);
     assert_eq!(one.payload, vec![5u8; 40]);
-    let q = one.options.get_uint(Q_BLOCK2).and_then(BlockValue::decode);
-    assert_eq!(q.map(|b| (b.num, b.more, b.szx)), Some((0, false, SZX)));
+    let q = qblock2_of(&one);
+    assert_eq!((q.num, q.more, q.szx), (0, false, SZX));
     assert!(one.block2().is_none());
-    bodies.lock().unwrap().push(vec![6u8; 100]);
-    ep.handle_datagram(now, client(), &codec::encode(&get(2)));
-    let first = serve(&mut ep, &mut role, now).remove(0);
-    assert_eq!(first.block2().map(|b| (b.num, b.more)), Some((0, true)));
-    assert_eq!(first.payload, vec![6u8; 64]);
-    assert!(first.options.get_uint(Q_BLOCK2).is_none());
+}
+
+/// A body of 26 blocks asked for with Q-Block2 goes out in sets of MAX_PAYLOADS: the
+/// first with the answer, the next NON_TIMEOUT later each, NON for a NON request;
+/// every block carries the request's token, the same ETag and Size2. A request with
+/// the M bit brings its set at once; the handler runs once; when the body is sent the
+/// sender holds nothing. To a CON request the first block is piggybacked on the ACK
+/// and the rest of the set is CON.
+#[test]
+fn a_q_block2_body_goes_out_in_sets_of_max_payloads() {
+    let t0 = Instant::now();
+    let body: Vec<u8> = (0..64 * 25 + 10).map(|i| (i % 251) as u8).collect();
+    let runs = Arc::new(Mutex::new(0));
+    let mut role = big_role(body.clone(), &runs, ServerLimits::default());
+    let mut ep = endpoint(t0);
+    ep.handle_datagram(
+        t0,
+        client(),
+        &codec::encode(&qget("/big", &[(0, false)], 1, false)),
+    );
+    let first = serve(&mut ep, &mut role, t0);
+    let nums: Vec<u32> = first.iter().map(|m| qblock2_of(m).num).collect();
+    assert_eq!(nums, (0..10).collect::<Vec<_>>());
+    assert!(first.iter().all(|m| m.mtype == MessageType::NonConfirmable));
+    let etag = first[0].options.get(opt::ETAG).map(<[u8]>::to_vec);
+    assert!(etag.is_some());
+    for m in &first {
+        assert_eq!(m.token, first[0].token);
+        assert_eq!(m.options.get(opt::ETAG).map(<[u8]>::to_vec), etag);
+        assert_eq!(m.options.get_uint(opt::SIZE2), Some(body.len() as u32));
+    }
+    // Nothing more before NON_TIMEOUT; the next set then.
+    assert!(tick(&mut ep, &mut role, t0 + NON_TIMEOUT / 2)
+        .iter()
+        .all(|m| m.options.get_uint(Q_BLOCK2).is_none()));
+    let second = tick(&mut ep, &mut role, t0 + NON_TIMEOUT);
+    let nums: Vec<u32> = second
+        .iter()
+        .filter(|m| m.options.contains(Q_BLOCK2))
+        .map(|m| qblock2_of(m).num)
+        .collect();
+    assert_eq!(nums, (10..20).collect::<Vec<_>>());
+    // The client asks for the last set with the M bit: it comes at once.
+    let t1 = t0 + NON_TIMEOUT + Duration::from_millis(10);
+    ep.handle_datagram(
+        t1,
+        client(),
+        &codec::encode(&qget("/big", &[(20, true)], 2, false)),
+    );
+    let last: Vec<Message> = serve(&mut ep, &mut role, t1)
+        .into_iter()
+        .filter(|m| m.options.contains(Q_BLOCK2))
+        .collect();
+    let nums: Vec<u32> = last.iter().map(|m| qblock2_of(m).num).collect();
+    assert_eq!(nums, (20..26).collect::<Vec<_>>());
+    assert!(!qblock2_of(&last[5]).more);
+    assert!(last.iter().all(|m| m.token == last[0].token));
+    let got: Vec<u8> = first
+        .iter()
+        .chain(second.iter().filter(|m| m.options.contains(Q_BLOCK2)))
+        .chain(&last)
+        .flat_map(|m| m.payload.clone())
+        .collect();
+    assert_eq!(got, body);
+    assert_eq!(*runs.lock().unwrap(), 1);
+    let later = tick(&mut ep, &mut role, t1 + NON_TIMEOUT * 3);
+    assert!(later.iter().all(|m| !m.options.contains(Q_BLOCK2)));
+    assert_eq!(role.qblock2.as_ref().map(QBlock2Sender::len), Some(0));
+    let other: SocketAddr = "10.0.0.8:40000".parse().unwrap();
+    ep.handle_datagram(
+        t1,
+        other,
+        &codec::encode(&qget("/big", &[(0, false)], 9, true)),
+    );
+    let con = serve(&mut ep, &mut role, t1);
+    assert_eq!(con.len(), MAX_PAYLOADS as usize);
+    assert_eq!(
+        (con[0].mtype, con[0].mid),
+        (MessageType::Acknowledgement, 9)
+    );
+    assert!(con[1..].iter().all(|m| m.mtype == MessageType::Confirmable));
+}
+
+/// A client downloads a body of 47 blocks with Q-Block2 over a network that loses
+/// 20% of the datagrams both ways and delivers each burst in random order. It
+/// collects the blocks in any order; when a set is complete it asks for the next with
+/// the M bit, and when nothing new arrives for NON_RECEIVE_TIMEOUT it asks for up to
+/// MAX_PAYLOADS missing blocks in one request (or, with none missing below the
+/// highest, for the next set). The body arrives whole with one ETag; the handler runs
+/// once (the rest is served from the kept answer).
+#[test]
+fn a_q_block2_body_arrives_whole_through_loss_and_reordering() {
+    for seed in 0..30 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let t0 = Instant::now();
+        let body: Vec<u8> = (0..64 * 46 + 33).map(|i| (i * 7 % 253) as u8).collect();
+        let runs = Arc::new(Mutex::new(0));
+        let mut role = big_role(body.clone(), &runs, ServerLimits::default());
+        let mut ep = endpoint(t0);
+        let mut rx = QBlock1Body::new(1 << 20, t0);
+        let (mut now, mut mid, mut etag) = (t0, 0u16, None);
+        let mut ask: Vec<(u32, bool)> = vec![(0, false)];
+        let mut got = None;
+        for _round in 0..300 {
+            if got.is_some() {
+                break;
+            }
+            let mut out = Vec::new();
+            if !ask.is_empty() {
+                mid = mid.wrapping_add(1);
+                let req = qget("/big", &ask, mid, false);
+                if !rng.random_bool(0.2) {
+                    ep.handle_datagram(now, client(), &codec::encode(&req));
+                }
+                out = serve(&mut ep, &mut role, now);
+            }
+            out.shuffle(&mut rng);
+            let mut progress = false;
+            for m in out.into_iter().filter(|m| m.options.contains(Q_BLOCK2)) {
+                if rng.random_bool(0.2) {
+                    continue; // lost on the way back
+                }
+                let tag = m.options.get(opt::ETAG).map(<[u8]>::to_vec);
+                assert!(tag.is_some(), "seed {seed}: a block without ETag");
+                assert_eq!(*etag.get_or_insert(tag.clone()), tag, "seed {seed}");
+                match rx.receive(now, qblock2_of(&m), &m.payload).unwrap() {
+                    Received::Complete(b) => got = Some(b),
+                    Received::Duplicate => {}
+                    _ => progress = true,
+                }
+            }
+            if got.is_some() {
+                break;
+            }
+            let missing = rx.missing(MAX_PAYLOADS as usize);
+            let held = rx.buffered().div_ceil(64) as u32;
+            ask = if progress && missing.is_empty() && held.is_multiple_of(MAX_PAYLOADS) && held > 0
+            {
+                // A whole set arrived: ask for the next one at once.
+                vec![(held, true)]
+            } else {
+                // Wait for the server's next set or give up waiting and ask.
+                now += NON_RECEIVE_TIMEOUT;
+                let mut more = tick(&mut ep, &mut role, now);
+                more.retain(|m| m.options.contains(Q_BLOCK2));
+                if !more.is_empty() {
+                    // The server's next set came while waiting: take it next round.
+                    for m in more {
+                        if rng.random_bool(0.2) {
+                            continue;
+                        }
+                        if let Received::Complete(b) =
+                            rx.receive(now, qblock2_of(&m), &m.payload).unwrap()
+                        {
+                            got = Some(b);
+                        }
+                    }
+                }
+                let missing = rx.missing(MAX_PAYLOADS as usize);
+                if missing.is_empty() {
+                    vec![(rx.buffered().div_ceil(64) as u32, true)]
+                } else {
+                    missing.into_iter().map(|n| (n, false)).collect()
+                }
+            };
+        }
+        assert_eq!(got.as_deref(), Some(&body[..]), "seed {seed}");
+        let runs = *runs.lock().unwrap();
+        assert!(runs <= 2, "seed {seed}: the handler ran {runs} times");
+    }
+}
+
+/// Hostile Q-Block2 requests: blocks past the body get 4.02, a request listing many
+/// blocks is answered for at most MAX_ASKED_BLOCKS of them, and a storm of requests
+/// from many peers keeps no more bodies than the upload budgets allow (the others
+/// still get their first set; nothing is kept for them).
+#[test]
+fn hostile_q_block2_requests_are_bounded() {
+    let t0 = Instant::now();
+    let body = vec![7u8; 64 * 40];
+    let runs = Arc::new(Mutex::new(0));
+    let mut limits = ServerLimits::default();
+    limits.uploads.max_upload_memory = body.len() * 8;
+    limits.uploads.max_upload_memory_per_ip = body.len() * 2;
+    let mut role = big_role(body.clone(), &runs, limits.clone());
+    let mut ep = endpoint(t0);
+    ep.handle_datagram(
+        t0,
+        client(),
+        &codec::encode(&qget("/big", &[(0, false)], 1, false)),
+    );
+    assert_eq!(serve(&mut ep, &mut role, t0).len(), MAX_PAYLOADS as usize);
+    // Past the end of the kept body.
+    ep.handle_datagram(
+        t0,
+        client(),
+        &codec::encode(&qget("/big", &[(1000, false)], 2, false)),
+    );
+    let past = serve(&mut ep, &mut role, t0);
+    assert_eq!(past.len(), 1);
+    assert_eq!(past[0].code, Code::BAD_OPTION);
+    // Forty blocks listed in one request: MAX_ASKED_BLOCKS answered.
+    let many: Vec<(u32, bool)> = (1..40).map(|n| (n, false)).collect();
+    ep.handle_datagram(t0, client(), &codec::encode(&qget("/big", &many, 3, false)));
+    let answered = serve(&mut ep, &mut role, t0);
+    assert_eq!(answered.len(), MAX_ASKED_BLOCKS);
+    assert_eq!(*runs.lock().unwrap(), 1);
+    // A storm from 200 addresses.
+    for i in 0..200u16 {
+        let peer: SocketAddr = format!("10.1.{}.{}:5683", i / 250, i % 250 + 1)
+            .parse()
+            .unwrap();
+        ep.handle_datagram(
+            t0,
+            peer,
+            &codec::encode(&qget("/big", &[(0, false)], 10 + i, false)),
+        );
+        let first = serve(&mut ep, &mut role, t0);
+        // Kept or not, each gets its first set.
+        let nums: Vec<u32> = first.iter().map(|m| qblock2_of(m).num).collect();
+        assert_eq!(nums, (0..MAX_PAYLOADS).collect::<Vec<_>>(), "peer {i}");
+    }
+    let held = role.uploads.stats().bytes;
+    assert!(
+        held <= limits.uploads.max_upload_memory,
+        "{held} bytes kept"
+    );
+    let bursts = role.qblock2.as_ref().map_or(0, QBlock2Sender::len);
+    assert!(
+        bursts <= limits.uploads.max_upload_memory / body.len(),
+        "{bursts} bodies in flight"
+    );
 }

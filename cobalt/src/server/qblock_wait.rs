@@ -5,7 +5,8 @@
 //! 9177 §4.4 asks). One request is kept per upload: a newer block of the same upload
 //! takes its place and the older one is withheld ([`Session::withhold`]), so what is
 //! kept is bounded by the upload table's budgets. Requests whose upload ended
-//! (complete, refused, expired, evicted) are withheld at the next look.
+//! (complete, refused, expired, evicted) are withheld at the next look. A kept CON
+//! block gets its empty ACK at once.
 
 use super::upload_table::UploadTable;
 use cobalt_proto::blockwise::uploads::MissingBlocks;
@@ -50,6 +51,9 @@ impl QBlockWaiting {
                 }
             }
             None => {
+                // A CON block is acknowledged at once: a client sending one block at
+                // a time (libcoap over CON) waits for each ACK.
+                session.acknowledge(&id);
                 self.waiting.insert(slot, id);
             }
         }

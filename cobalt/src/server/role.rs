@@ -11,11 +11,12 @@
 use super::fanout::{FanOut, FanOutStats, Producer, Production, Subscriber};
 use super::handoff::run_handler;
 use super::intake::{
-    acknowledge_block, answer_in_qblock2, intake, take_qblock2, Intake, StreamedBlock,
+    acknowledge_block, answer_in_qblock2, intake, take_qblock2, Intake, QBlock2Ask, StreamedBlock,
 };
 use super::layer::{Front, Layers, ObserverExtras, Passed};
 use super::limits::ServerLimits;
 use super::observe::Observable;
+use super::qblock2_send::QBlock2Sender;
 use super::qblock_wait::QBlockWaiting;
 use super::routes::CurrentTree;
 use super::stream::StreamShared;
@@ -26,6 +27,7 @@ use crate::changes::ChangeInbox;
 use crate::metrics::ShardSnapshot;
 use crate::runtime::service::Service;
 use crate::transport::identity::Credential;
+use cobalt_proto::blockwise::qblock::qblock2_count;
 use cobalt_proto::blockwise::uploads::Uploads;
 use cobalt_proto::endpoint::Event;
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
@@ -62,8 +64,9 @@ pub(crate) struct ReplyContext {
     peer: SocketAddr,
     /// The request's Block2 option, if any (for slicing).
     block2: Option<BlockValue>,
-    /// The request asked with Q-Block2: a one-block answer carries Q-Block2.
-    qblock2: bool,
+    /// The request asked with Q-Block2 (boxed: rare): a one-block answer carries
+    /// Q-Block2, a longer one goes out in Q-Block2 sets on a datagram shard.
+    qblock2: Option<Box<QBlock2Ask>>,
     /// Echo this block in this option, Block1 or Q-Block1 (the last block of an
     /// upload, or a streamed block).
     block1: Option<(u16, BlockValue)>,
@@ -118,6 +121,9 @@ pub(crate) struct ServerRole<U> {
     proxying: bool,
     /// Q-Block1 requests kept unanswered for a later 4.08 (datagram shards only).
     qblocks: QBlockWaiting,
+    /// Q-Block2 bodies being sent in sets (datagram shards only: a stream is
+    /// reliable and answers Q-Block2 requests in Block2 blocks).
+    qblock2: Option<QBlock2Sender>,
 }
 
 /// The role of a datagram shard.
@@ -165,6 +171,7 @@ impl ShardRole {
             layers: front.layers,
             scheme: front.scheme,
             qblocks: QBlockWaiting::default(),
+            qblock2: Some(QBlock2Sender::default()),
         }
     }
 }
@@ -205,6 +212,7 @@ impl ConnectionRole {
             layers: shared.front.layers.clone(),
             scheme: shared.front.scheme,
             qblocks: QBlockWaiting::default(),
+            qblock2: None,
         }
     }
 }
@@ -242,7 +250,7 @@ impl<U: UploadTable> ServerRole<U> {
         let mut ctx = ReplyContext {
             peer,
             block2: block.request.block2(),
-            qblock2: false,
+            qblock2: None,
             block1: block.block.map(|b| (opt::BLOCK1, b)),
             upload: None,
             register: None,
@@ -384,10 +392,15 @@ impl<U: UploadTable> ServerRole<U> {
         }
         // A streamed block that was taken asks for the next one with 2.31.
         let full = acknowledge_block(response, ctx.block1).into_message();
+        if let Some(ask) = ctx.qblock2.as_deref() {
+            if self.qblock2.is_some() && qblock2_count(full.payload.len(), ask.szx) > 1 {
+                return self.answer_qblock2(session, now, (id, peer), ask, Some(full), registered);
+            }
+        }
         let kept = ctx.upload.map(|key| (key, full.clone()));
         // The endpoint holds back what an unverified peer may not get yet (RFC 9175 §2.4).
         let mut out = session.slice(peer, ctx.block2, full, self.blocks);
-        if ctx.qblock2 {
+        if ctx.qblock2.is_some() {
             answer_in_qblock2(&mut out);
         }
         if let Some((key, full)) = kept {
@@ -397,6 +410,31 @@ impl<U: UploadTable> ServerRole<U> {
             }
         }
         if !respond(session, now, id, out) {
+            if let Some(key) = registered {
+                self.observers.end(&key);
+            }
+        }
+    }
+
+    /// Answers a Q-Block2 request with the blocks it asks for and the sets after them
+    /// ([`QBlock2Sender::answer`]): `full` is the handler's whole answer, or `None` to
+    /// serve a follow-up from the kept one. An answer that cannot be sent ends the
+    /// observation it `registered`.
+    #[cold]
+    fn answer_qblock2<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        to: (Inbound, SocketAddr),
+        ask: &QBlock2Ask,
+        full: Option<Message>,
+        registered: Option<RelationKey>,
+    ) {
+        let Some(sender) = self.qblock2.as_mut() else {
+            return;
+        };
+        if let Err(e) = sender.answer(session, now, to, ask, &mut self.uploads, full) {
+            tracing::debug!(error = %e, "Q-Block2 answer not sent");
             if let Some(key) = registered {
                 self.observers.end(&key);
             }
@@ -498,7 +536,16 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             } => (request, block1, upload),
         };
         let mut request = request;
-        let qblock2 = take_qblock2(&mut request);
+        let qblock2 = take_qblock2(&mut request, self.blocks.szx);
+        if let Some(ask) = qblock2.as_deref() {
+            let kept = self
+                .qblock2
+                .as_ref()
+                .is_some_and(|q| q.serves_from_kept(now, peer, ask, &mut self.uploads));
+            if kept {
+                return self.answer_qblock2(session, now, (id, peer), ask, None, None);
+            }
+        }
         if upload.is_some() {
             self.qblocks.upload_ended();
         }
@@ -592,13 +639,18 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
     }
 
     fn has_work(&self) -> bool {
-        self.observers.has_work() || self.qblocks.has_work()
+        self.observers.has_work()
+            || self.qblocks.has_work()
+            || self.qblock2.as_ref().is_some_and(QBlock2Sender::has_work)
     }
 
     /// Sends up to `observe_batch` notifications (running GET handlers as needed).
     fn step(&mut self, session: &mut S, now: Instant) {
         if self.qblocks.has_work() {
             self.qblocks.step(session, now, &mut self.uploads);
+        }
+        if let Some(sender) = self.qblock2.as_mut().filter(|q| q.has_work()) {
+            sender.step(session, now, &mut self.uploads);
         }
         self.tree.refresh();
         let mut runner = Runner {
@@ -624,6 +676,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             self.observers.poll_timeout(),
             self.uploads.poll_timeout(),
             self.qblocks.poll_timeout(&self.uploads),
+            self.qblock2.as_ref().and_then(QBlock2Sender::poll_timeout),
         ]
         .into_iter()
         .flatten()
@@ -631,11 +684,14 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
     }
 
     /// Paced observers that are due get their notification; idle uploads expire; kept
-    /// Q-Block1 requests are looked at in the next step.
+    /// Q-Block1 requests and Q-Block2 sets are looked at in the next step.
     fn handle_timeout(&mut self, now: Instant) {
         self.observers.handle_timeout(now);
         self.uploads.expire(now);
         self.qblocks.handle_timeout();
+        if let Some(sender) = self.qblock2.as_mut() {
+            sender.handle_timeout();
+        }
     }
 
     fn busy(&self) -> bool {
