@@ -112,22 +112,27 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat" 2>/dev/null || ec
 # measure SERVER MODE CLIENTS URI [CREDENTIALS]: one row of $rows (the generator's JSON
 # and the server's CPU ticks over it), or a skipped row when the generator failed.
 measure() {
-  local server=$1 mode=$2 clients=$3 uri=$4 before after result
+  local server=$1 mode=$2 clients=$3 uri=$4 before after result load_cpu
   shift 4
   log "$server $mode, $clients clients: oscore_load $uri $clients $seconds $*"
   before=$(cpu_ticks)
-  if ! result=$(pin_client "$load" "$uri" "$clients" "$seconds" "$@" 2>"$work/load.err"); then
+  # The generator's own CPU time (user and system seconds), from bash's time.
+  if ! { TIMEFORMAT='%3U %3S' && time pin_client "$load" "$uri" "$clients" "$seconds" "$@" \
+    >"$work/load.out" 2>"$work/load.err"; } 2>"$work/load.time"; then
     printf '%s\t%s\t%s\tskip\tthe generator failed: %s\n' "$server" "$mode" "$clients" \
       "$(log_tail "$work/load.err")" >>"$rows"
     return 0
   fi
+  result=$(cat "$work/load.out")
+  load_cpu=$(awk '{print $1 + $2}' "$work/load.time")
   after=$(cpu_ticks)
   if [ "$before" = gone ] || [ "$after" = gone ]; then
     printf '%s\t%s\t%s\tskip\tthe server exited: %s\n' "$server" "$mode" "$clients" \
       "$(log_tail "$work/server.log")" >>"$rows"
     return 0
   fi
-  printf '%s\t%s\t%s\tok\t%s\t%s\t%s\n' "$server" "$mode" "$clients" "$result" "$((after - before))" "$hz" >>"$rows"
+  printf '%s\t%s\t%s\tok\t%s\t%s\t%s\t%s\n' "$server" "$mode" "$clients" "$result" "$((after - before))" "$hz" \
+    "$load_cpu" >>"$rows"
 }
 
 # skip_server SERVER REASON: a row saying why SERVER was not measured.
@@ -230,27 +235,32 @@ lines += [
     "CON GET /benchmark from the `oscore_load` example (one socket, one thread, closed loop) with",
     "one OSCORE context (AES-CCM-16-64-128) or a DTLS pre-shared key. req/s counts 2.xx answers;",
     "server µs/req is the server process's user + system CPU time over the row divided by",
-    "its 2.xx answers; server CPU % is that time over the row's wall time (below 100 %,",
-    "the generator, not the server, set the rate, and the server woke for few requests",
-    "at a time).",
+    "its 2.xx answers; server CPU % and generator CPU % are each process's CPU time over",
+    "the row's wall time. A server below 100 % did not set the rate: the generator (one",
+    "thread) or the other work on the two CPUs did (where neither process reaches 100 %,",
+    "other processes on the pinned CPUs took the rest: see the load average), and the",
+    "server woke for a few requests at a time, so its µs/req include a wake-up's system",
+    "calls per few requests (more than a saturated server spends per request). The",
+    "µs/req, not req/s, are what compare servers here. Clients are tasks of one client",
+    "endpoint (one socket; for DTLS one session, set up in the row).",
     "",
-    "| server | mode | clients | req/s | server µs/req | server CPU % | other answers |",
-    "|---|---|---|---|---|---|---|",
+    "| server | mode | clients | req/s | server µs/req | server CPU % | generator CPU % | other answers |",
+    "|---|---|---|---|---|---|---|---|",
 ]
 per_req = {}
 for line in open(rows_file):
     f = line.rstrip("\n").split("\t")
     server, mode, clients, status = f[:4]
     if status != "ok":
-        lines.append(f"| {server} | {mode} | {clients} | – | – | – | not measured: {f[4]} |")
+        lines.append(f"| {server} | {mode} | {clients} | – | – | – | – | not measured: {f[4]} |")
         continue
-    r = json.loads(f[4]); ticks, hz = int(f[5]), int(f[6])
+    r = json.loads(f[4]); ticks, hz, load_cpu_s = int(f[5]), int(f[6]), float(f[7])
     cpu_s = ticks / hz
     ok = r["ok"]
     us = cpu_s * 1e6 / ok if ok else float("nan")
     per_req[(server, mode, clients)] = us
     other = ", ".join(f"{k}: {v}" for k, v in r.get("failures", {}).items()) or "none"
-    lines.append(f"| {server} | {mode} | {clients} | {ok / r['seconds']:,.0f} | {us:.1f} | {100 * cpu_s / r['seconds']:.0f} | {other} |")
+    lines.append(f"| {server} | {mode} | {clients} | {ok / r['seconds']:,.0f} | {us:.1f} | {100 * cpu_s / r['seconds']:.0f} | {100 * load_cpu_s / r['seconds']:.0f} | {other} |")
 
 lines += ["", "## The goals of issue 25", ""]
 for clients in sorted({k[2] for k in per_req}, key=int):
