@@ -22,6 +22,7 @@
 # second and the server's CPU time per handshake, at each --edhoc-clients count of
 # clients running handshakes back to back (the example `edhoc_load`).
 #
+# Servers run on CPU 1 and the generator on CPU 0 (taskset; bench/lib.sh's defaults).
 # Writes a markdown report (default bench/results/oscore-compare-DATE.md) and prints it.
 #
 # Usage: bench/oscore.sh [--clients "10 100"] [--edhoc-clients "1 4"] [--seconds 3]
@@ -52,9 +53,6 @@ done
 dtls_port=$((port + 1))
 uri=coap://127.0.0.1:$port/benchmark
 out_file=${out_file:-$bench_dir/results/oscore-compare-$(date -u +%F).md}
-server_cpus=${server_cpus:-0}
-client_cpus=${client_cpus:-1}
-ready_timeout=${ready_timeout:-30}
 command -v python3 >/dev/null || die "python3 is needed to write the report"
 setup_pinning
 find_cobalt
