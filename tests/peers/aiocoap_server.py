@@ -24,6 +24,7 @@ Resources:
   /big-counter GET, observable -> 2000 bytes starting "count N", every 1 s
   /observers GET -> the number of observers of /counter, e.g. "1" (to check that a
                    client ended its relation)
+  /benchmark GET -> 2.05 "hello world" (as Cobalt's /benchmark; bench/oscore.sh)
   /.well-known/core -> link-format listing of the above
 """
 
@@ -50,6 +51,11 @@ class Hello(resource.Resource):
             payload=b"hello from aiocoap",
             content_format=0,
         )
+
+
+class Benchmark(resource.Resource):
+    async def render_get(self, request):
+        return aiocoap.Message(payload=b"hello world", content_format=0)
 
 
 class Echo(resource.Resource):
@@ -162,6 +168,7 @@ async def main() -> None:
         resource.WKCResource(site.get_resources_as_linkheader),
     )
     site.add_resource(["hello"], Hello())
+    site.add_resource(["benchmark"], Benchmark())
     site.add_resource(["echo"], Echo())
     site.add_resource(["slow"], Slow())
     site.add_resource(["large"], Large())

@@ -41,10 +41,12 @@ import org.eclipse.californium.oscore.OSCoreCtx;
  *          [--first-seq N] (IDs may be empty: --sender ""; a client that is run again
  *          with the same context needs a --first-seq past the numbers it used: this
  *          peer does not persist its sequence number)
- * OscorePeer server CONTEXT
- *     READY port, then REQUEST lines (outer messages: oscore=1 when protected)
+ * OscorePeer server CONTEXT [--port N] [--quiet]
+ *     READY port, then REQUEST lines (outer messages: oscore=1 when protected), none
+ *     with --quiet (bench/oscore.sh); on 127.0.0.1, port N or a free one
  *     resources: /hello (GET "hello from californium"), /echo (POST: the payload, 2.04),
- *                /large (3000 bytes of letters), /counter (observable, "count N" every 200 ms)
+ *                /large (3000 bytes of letters), /counter (observable, "count N" every 200 ms),
+ *                /benchmark (GET "hello world", as Cobalt's and bench/servers' answer)
  * OscorePeer request METHOD URI CONTEXT [--payload TEXT]
  *     RESPONSE code=C.DD len=N, then PAYLOAD text (escaped as CfPeer escapes)
  * OscorePeer observe URI CONTEXT --count N
@@ -147,29 +149,35 @@ public final class OscorePeer {
 	// ------------------------------------------------------------------ server
 
 	private static void server(List<String> args) throws Exception {
+		String port = take(args, "--port");
+		boolean quiet = args.remove("--quiet");
 		HashMapCtxDB db = new HashMapCtxDB();
 		db.addContext(context(args, false));
-		CoapEndpoint endpoint = endpoint(db, new InetSocketAddress("127.0.0.1", 0));
-		endpoint.addInterceptor(new MessageInterceptorAdapter() {
+		CoapEndpoint endpoint = endpoint(db,
+				new InetSocketAddress("127.0.0.1", port == null ? 0 : Integer.parseInt(port)));
+		if (!quiet) {
+			endpoint.addInterceptor(new MessageInterceptorAdapter() {
 
-			@Override
-			public void receiveRequest(Request request) {
-				CfPeer.emit("REQUEST code=" + request.getCode() + " oscore="
-						+ (request.getOptions().hasOscore() ? 1 : 0) + " len=" + request.getPayloadSize());
-			}
+				@Override
+				public void receiveRequest(Request request) {
+					CfPeer.emit("REQUEST code=" + request.getCode() + " oscore="
+							+ (request.getOptions().hasOscore() ? 1 : 0) + " len=" + request.getPayloadSize());
+				}
 
-			@Override
-			public void sendResponse(Response response) {
-				CfPeer.emit("RESPONSE code=" + CfPeer.code(response.getCode()) + " oscore="
-						+ (response.getOptions().hasOscore() ? 1 : 0) + " payload="
-						+ CfPeer.escape(response.getPayload()));
-			}
-		});
+				@Override
+				public void sendResponse(Response response) {
+					CfPeer.emit("RESPONSE code=" + CfPeer.code(response.getCode()) + " oscore="
+							+ (response.getOptions().hasOscore() ? 1 : 0) + " payload="
+							+ CfPeer.escape(response.getPayload()));
+				}
+			});
+		}
 		CoapServer server = new CoapServer(config());
 		server.addEndpoint(endpoint);
 		server.add(new Text("hello", "hello from californium"));
 		server.add(new Echo());
 		server.add(new Text("large", new String(CfPeer.letters(3000), StandardCharsets.US_ASCII)));
+		server.add(new Text("benchmark", "hello world"));
 		Counter counter = new Counter();
 		server.add(counter);
 		server.start();
