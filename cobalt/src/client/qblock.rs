@@ -15,6 +15,7 @@
 use super::route::{CancelGuard, Route, Sent};
 use super::MAX_BODY;
 use crate::error::BlockError;
+use crate::runtime::notifications;
 use crate::server::Response;
 use crate::{Error, Result};
 use cobalt_proto::blockwise::qblock::{
@@ -22,7 +23,6 @@ use cobalt_proto::blockwise::qblock::{
 };
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Message, Token};
 use std::time::Instant;
-use tokio::sync::mpsc;
 
 /// Requests of one download whose answers are listened to at once: the first (the
 /// server's later sets come under its token) and the latest few.
@@ -41,7 +41,7 @@ struct Listening {
     /// its place among the requests the endpoint has outstanding to the server
     /// (NSTART).
     asked: Vec<u32>,
-    answers: mpsc::Receiver<Result<Message>>,
+    answers: notifications::Receiver<Result<Message>>,
     /// Forgets the request at the endpoint when the download is done.
     _guard: CancelGuard,
     /// What the client's layers keep for its answers.
@@ -145,7 +145,7 @@ pub(crate) async fn download(route: &Route, request: Message, szx: u8) -> Result
         // Q-Block2 is this module's: taken out before the option check and the layers.
         let qblock2 = message.options.get_uint(Q_BLOCK2);
         message.options.remove(Q_BLOCK2);
-        route.receive(&mut listening[i].sent, &mut message)?;
+        route.receive(listening[i].sent.as_mut(), &mut message)?;
         let Some(block) = qblock2
             .and_then(BlockValue::decode)
             .filter(|_| message.code.is_success())

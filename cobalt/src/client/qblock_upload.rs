@@ -84,7 +84,7 @@ fn send_block(route: &Route, block: Message) -> Result<BlockAnswer<'_>> {
         answer.options.remove(Q_BLOCK1);
         Some(
             route
-                .receive(&mut sent, &mut answer)
+                .receive(sent.as_mut(), &mut answer)
                 .map(|()| (answer, qblock1)),
         )
     }))
