@@ -97,9 +97,11 @@ fn certificate(
 
 impl TestPki {
     /// Makes a fresh CA (`cn` names it) with one server and one client certificate,
-    /// valid for 30 days.
+    /// valid from a day ago for 30 days: backdated, as CAs do, so that a verifier whose
+    /// clock is a moment behind the generator's (a stepped clock, a second boundary)
+    /// does not find them "not yet valid".
     pub fn generate(cn: &str) -> Result<TestPki, ErrorStack> {
-        TestPki::valid(cn, (0, 30))
+        TestPki::valid(cn, (-1, 30))
     }
 
     /// Like [`TestPki::generate`], but the server and client certificates expired
