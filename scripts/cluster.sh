@@ -35,8 +35,10 @@
 # grants DTLS Connection IDs that start with its number, which the balancer routes
 # by). Clients on the host reach the directory at coap://10.NET.1.1/rd from
 # 10.NET.1.2 and node I's metrics at
-# http://10.NET.2.(10+I):9100/metrics (readiness at /ready); state and logs are in
-# /tmp/cbcl-TAG/.
+# http://10.NET.2.(10+I):9100/metrics (readiness at /ready); the host's datagrams to a
+# node's own address (coap://10.NET.2.(10+I)) go from 10.NET.1.3 through the
+# balancer's namespace without balancing (bench/cluster.sh's direct path); state and
+# logs are in /tmp/cbcl-TAG/.
 #
 # A script rather than a `cobalt cluster` subcommand: it is root-only plumbing of
 # other engines (iproute2, nftables, Redis) for this machine's tests and benchmarks,
@@ -56,6 +58,7 @@ ns_redis=cbcl-$tag-rds
 host_if=cbcl-$tag-c      # the host's end of the client link
 vip=10.$net.1.1
 client_ip=10.$net.1.2
+direct_ip=10.$net.1.3    # the host's source towards the nodes themselves: not balanced
 bridge_ip=10.$net.2.1
 redis_ip=10.$net.2.2
 state=/tmp/cbcl-$tag
@@ -157,11 +160,12 @@ table ip $table {
     type filter hook prerouting priority raw; policy accept;
     iifname "cf" ip daddr $vip udp dport $dtls_port @th,64,8 25 notrack ip daddr set @th,152,8 map @cid_nodes accept
     iifname "cf" ip daddr $vip udp dport { 5683, $dtls_port } notrack meta mark set jhash ip saddr . udp sport mod $buckets seed 0xc0ba17 ip daddr set meta mark map @buckets
+    iifname "cf" ip saddr $direct_ip ip daddr 10.$net.2.0/24 notrack
     iifname "br0" ip saddr 10.$net.2.0/24 udp sport { 5683, $dtls_port } notrack
   }
   chain post {
     type filter hook postrouting priority 0; policy accept;
-    oifname "cf" ip saddr 10.$net.2.0/24 udp sport { 5683, $dtls_port } ip saddr set $vip
+    oifname "cf" ip daddr != $direct_ip ip saddr 10.$net.2.0/24 udp sport { 5683, $dtls_port } ip saddr set $vip
   }
 }
 EOF
@@ -244,9 +248,11 @@ up() {
   ip netns exec "$ns_lb" sysctl -qw net.ipv4.ip_forward=1
   ip link add "$host_if" type veth peer name cf netns "$ns_lb"
   ip addr add "$client_ip/24" dev "$host_if"
+  ip addr add "$direct_ip/24" dev "$host_if"
   ip link set "$host_if" up
-  # The nodes' metrics endpoints, reachable from the host through the balancer.
-  ip route add "10.$net.2.0/24" via "$vip" dev "$host_if"
+  # The nodes themselves (metrics; CoAP not balanced, for benchmarks), reachable
+  # from the host through the balancer's namespace, from $direct_ip.
+  ip route add "10.$net.2.0/24" via "$vip" dev "$host_if" src "$direct_ip"
   ip netns exec "$ns_lb" ip addr add "$vip/24" dev cf
   ip netns exec "$ns_lb" ip link set cf up
   ip netns exec "$ns_lb" ip link add br0 type bridge
