@@ -7,9 +7,10 @@
 #     address, routed through the balancer's namespace without balancing, and to the
 #     VIP, alternating; CPU per 2.xx answer from /proc/stat (all cores, softirq
 #     included) and, since other work on this machine counts there too, of the
-#     processes involved (the node, the load generator) plus the machine's softirq
-#     and irq time (where the kernel forwards, hashes and rewrites the datagrams);
-#     the difference of the two paths is the balancer's;
+#     processes involved (the node, the load generator: their utime + stime, which
+#     here include the packet work the kernel did in their context, the balancer's
+#     forwarding and rewriting among it); the difference of the two paths is the
+#     balancer's;
 #   - failover: the failure test (cobalt-cli/tests/cluster.rs) run several times for
 #     each kind of failure, a process crash (the node's kernel answers ICMP port
 #     unreachable) and a vanished machine (its link cut: no answer at all), giving the
@@ -96,7 +97,7 @@ print(json.dumps({"kind": "cpu", "path": sys.argv[6], "round": int(sys.argv[7]),
     "lost": s["lost"], "requests_per_s": s["requests_per_s"],
     "machine_us": (int(sys.argv[3]) - int(sys.argv[2])) * tick_us / n,
     "node_us": node, "client_us": client, "softirq_irq_us": irq,
-    "own_us": node + client + irq}))' "$step" "$busy0" "$busy1" "$irq0" "$irq1" "$path" "$round" >>"$raw"
+    "own_us": node + client}))' "$step" "$busy0" "$busy1" "$irq0" "$irq1" "$path" "$round" >>"$raw"
 }
 log "balancer CPU: one node, direct and through the VIP, $cpu_rounds rounds"
 bash "$cluster" up --nodes 1 2>/dev/null
@@ -147,8 +148,9 @@ if cpu:
             "(from the host through the balancer's namespace: the same hop, no balancing) and to the VIP (jhash of",
             "address and port, bucket map, destination rewritten; the answer's source rewritten), alternating.",
             "µs of CPU per 2.xx answer. *machine*: /proc/stat, all cores, softirq included: everything this machine ran,",
-            "other users' work included. *own*: the node's and the load generator's CPU (utime + stime) plus the machine's",
-            "irq + softirq time, where the kernel forwards and rewrites the datagrams. Mean over the rounds.", "",
+            "other users' work included. *own*: the node's and the load generator's CPU (utime + stime; this kernel charges",
+            "them the softirq work it runs in their context, where it forwards and rewrites these datagrams). *irq+softirq*:",
+            "the machine's, for comparison (partly inside *own* already, so not added). Mean over the rounds.", "",
             "| path | rounds | requests/s | machine µs/answer | own µs/answer | node µs | load generator µs | irq+softirq µs |",
             "|---|---|---|---|---|---|---|---|"]
     mean = {}
@@ -162,10 +164,9 @@ if cpu:
                    + ", ".join(f"{r['own_us']:.1f}" for r in rs) + f" (mean {m['own_us']:.1f}) | "
                    f"{m['node_us']:.1f} | {m['client_us']:.1f} | {m['softirq_irq_us']:.1f} |")
     d, v = mean["direct"], mean["vip"]
-    out += ["", f"The balancer's added CPU per answer (VIP − direct): {v['own_us'] - d['own_us']:+.1f} µs of the processes'",
-            f"and kernel packet time ({v['softirq_irq_us'] - d['softirq_irq_us']:+.1f} µs of it irq + softirq), "
-            f"{v['machine_us'] - d['machine_us']:+.1f} µs machine-wide;",
-            "both directions of every exchange cross the balancer."]
+    out += ["", f"The balancer's added CPU per answer (VIP − direct): {v['machine_us'] - d['machine_us']:+.1f} µs machine-wide,",
+            f"{v['own_us'] - d['own_us']:+.1f} µs of the node's and the load generator's (irq + softirq "
+            f"{v['softirq_irq_us'] - d['softirq_irq_us']:+.1f} µs); both directions of every exchange cross the balancer."]
 if fo:
     out += ["", "## Failover: a node killed, 48 RdClients (about a third on that node) renewing at once", "",
             "Time from the kill to every client's renewal answered (the killed node's clients by another node),",
