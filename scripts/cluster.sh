@@ -11,7 +11,9 @@
 # jhash(saddr . sport) mod 256, with the client's address and port kept (the RD's
 # `base`, deduplication and observe need them); the nodes route back through the
 # balancer, which rewrites their source to VIP:5683, so notifications and separate
-# responses reach the client at any time. A health agent in the balancer's namespace
+# responses reach the client at any time. DTLS records with a Connection ID
+# (VIP:5684, with CLUSTER_PSK_FILE) go to the node named by the CID's first byte
+# instead, so a device keeps its session when its NAT gives it a new port. A health agent in the balancer's namespace
 # reads every node's /metrics every 0.2 s and gives a dead node's buckets to the live
 # ones (only those buckets move; they go back when it recovers). Every node stores
 # registrations in the one Redis (`cobalt rd --store`), so any node answers for any
@@ -28,10 +30,15 @@
 # Environment: CLUSTER_TAG (1-4 of [a-z0-9], default x: names cbcl-TAG-*), CLUSTER_NET
 # (second octet of 10.NET.0.0/16, default 231), COBALT (the cobalt binary; default
 # target/release/cobalt, else target/debug/cobalt), CLUSTER_RD_ARGS (more `cobalt rd`
-# options for every node, e.g. --lookup-max-age 2). Clients on the host reach the
-# directory at coap://10.NET.1.1/rd from 10.NET.1.2 and node I's metrics at
-# http://10.NET.2.(10+I):9100/metrics (readiness at /ready); state and logs are in
-# /tmp/cbcl-TAG/.
+# options for every node, e.g. --lookup-max-age 2), CLUSTER_PSK_FILE (PSKs, one
+# identity:key a line: every node also serves coaps://10.NET.1.1/rd with them and
+# grants DTLS Connection IDs that start with its number, which the balancer routes
+# by). Clients on the host reach the directory at coap://10.NET.1.1/rd from
+# 10.NET.1.2 and node I's metrics at
+# http://10.NET.2.(10+I):9100/metrics (readiness at /ready); the host's datagrams to a
+# node's own address (coap://10.NET.2.(10+I)) go from 10.NET.1.3 through the
+# balancer's namespace without balancing (bench/cluster.sh's direct path); state and
+# logs are in /tmp/cbcl-TAG/.
 #
 # A script rather than a `cobalt cluster` subcommand: it is root-only plumbing of
 # other engines (iproute2, nftables, Redis) for this machine's tests and benchmarks,
@@ -51,11 +58,13 @@ ns_redis=cbcl-$tag-rds
 host_if=cbcl-$tag-c      # the host's end of the client link
 vip=10.$net.1.1
 client_ip=10.$net.1.2
+direct_ip=10.$net.1.3    # the host's source towards the nodes themselves: not balanced
 bridge_ip=10.$net.2.1
 redis_ip=10.$net.2.2
 state=/tmp/cbcl-$tag
 table=cobalt_cluster
 buckets=256
+dtls_port=5684
 probe_interval=0.2
 
 node_ns() { echo "cbcl-$tag-n$1"; }
@@ -112,6 +121,13 @@ wait_for() { # what, tries (0.1 s apart), command...
   die "$what did not get ready (logs in $state/)"
 }
 
+# With CLUSTER_PSK_FILE: node $1's DTLS options (coaps on $dtls_port, a 6-byte
+# Connection ID whose first byte is the node's number).
+dtls_args() {
+  [ -f "$state/psk.txt" ] || return 0
+  printf -- '--dtls-psk-file %s --dtls-port %s --cid 6 --cid-node-id %02x' "$state/psk.txt" "$dtls_port" "$1"
+}
+
 start_node() {
   local i=$1 ip
   ip=$(node_ip "$i")
@@ -122,26 +138,44 @@ start_node() {
   # shellcheck disable=SC2086 # CLUSTER_RD_ARGS: more `cobalt rd` options, split on spaces
   spawn "$(node_ns "$i")" "node$i" "$COBALT" rd --bind "$ip" --port 5683 \
     --store "redis://$redis_ip:6379" --metrics "$ip:9100" \
-    --max-per-peer 100000 --max-registrations 1000000 ${CLUSTER_RD_ARGS:-}
+    --max-per-peer 100000 --max-registrations 1000000 $(dtls_args "$i") ${CLUSTER_RD_ARGS:-}
   wait_for "node $i" 100 ip netns exec "$ns_lb" curl -sf -o /dev/null --max-time 1 "http://$ip:9100/metrics"
 }
 
 # The nftables table of the balancer (in its namespace; the host's ruleset is untouched).
+# A DTLS record with a Connection ID (content type 25, RFC 9146: the CID follows the
+# 11-byte header of type, version, epoch and sequence number, so its first byte, the
+# node id, is at byte 8 + 11 of the UDP datagram) goes to the node of that id while it
+# is live (map cid_nodes); every other datagram, and a CID record whose node is not
+# in the map (the map lookup fails, so the rule stops there), goes by the hash. So a
+# device whose NAT rebinds (a new source port, another bucket) still reaches the node
+# that holds its session; after its node died it reaches another, which does not know
+# the CID, and the device handshakes again.
 balancer_rules() {
   cat <<EOF
 table ip $table {
   map buckets { type mark : ipv4_addr; }
+  map cid_nodes { typeof @th,152,8 : ip daddr; }
   chain raw_pre {
     type filter hook prerouting priority raw; policy accept;
-    iifname "cf" ip daddr $vip udp dport 5683 notrack meta mark set jhash ip saddr . udp sport mod $buckets seed 0xc0ba17 ip daddr set meta mark map @buckets
-    iifname "br0" ip saddr 10.$net.2.0/24 udp sport 5683 notrack
+    iifname "cf" ip daddr $vip udp dport $dtls_port @th,64,8 25 notrack ip daddr set @th,152,8 map @cid_nodes accept
+    iifname "cf" ip daddr $vip udp dport { 5683, $dtls_port } notrack meta mark set jhash ip saddr . udp sport mod $buckets seed 0xc0ba17 ip daddr set meta mark map @buckets
+    iifname "cf" ip saddr $direct_ip ip daddr 10.$net.2.0/24 notrack
+    iifname "br0" ip saddr 10.$net.2.0/24 udp sport { 5683, $dtls_port } notrack
   }
   chain post {
     type filter hook postrouting priority 0; policy accept;
-    oifname "cf" ip saddr 10.$net.2.0/24 udp sport 5683 ip saddr set $vip
+    oifname "cf" ip daddr != $direct_ip ip saddr 10.$net.2.0/24 udp sport { 5683, $dtls_port } ip saddr set $vip
   }
 }
 EOF
+}
+
+# The CID map for the live nodes $@: node i's Connection IDs start with the byte i.
+cid_map() {
+  local i elements=""
+  for i in "$@"; do elements+="${elements:+, }$i : $(node_ip "$i")"; done
+  printf 'flush map ip %s cid_nodes\nadd element ip %s cid_nodes { %s }\n' "$table" "$table" "$elements"
 }
 
 # The bucket map for the live nodes $@ (of $nodes): bucket b belongs to node
@@ -175,9 +209,10 @@ agent() {
     if [ ${#live[@]} -eq 0 ]; then live=("${alive[@]}"); fi
     if [ "${live[*]}" != "$last" ]; then
       if [ ${#live[@]} -gt 0 ]; then
-        bucket_map "${live[@]}" | nft -f -
+        { bucket_map "${live[@]}"; cid_map "${live[@]}"; } | nft -f -
       else
         nft flush map ip "$table" buckets
+        nft flush map ip "$table" cid_nodes
       fi
       echo "$(date +%s.%N) live: ${live[*]}" >>"$state/agent.events"
       echo "${live[*]}" >"$state/live"
@@ -203,6 +238,9 @@ up() {
   trap 'log "bringing up failed; tearing down"; down' EXIT
   mkdir -p "$state"
   echo "$nodes" >"$state/nodes"
+  if [ -n "${CLUSTER_PSK_FILE:-}" ]; then
+    cp "$CLUSTER_PSK_FILE" "$state/psk.txt" || die "CLUSTER_PSK_FILE=$CLUSTER_PSK_FILE cannot be read"
+  fi
 
   # Balancer: the client link (host side $client_ip, VIP on its end) and the bridge.
   ip netns add "$ns_lb"
@@ -210,9 +248,11 @@ up() {
   ip netns exec "$ns_lb" sysctl -qw net.ipv4.ip_forward=1
   ip link add "$host_if" type veth peer name cf netns "$ns_lb"
   ip addr add "$client_ip/24" dev "$host_if"
+  ip addr add "$direct_ip/24" dev "$host_if"
   ip link set "$host_if" up
-  # The nodes' metrics endpoints, reachable from the host through the balancer.
-  ip route add "10.$net.2.0/24" via "$vip" dev "$host_if"
+  # The nodes themselves (metrics; CoAP not balanced, for benchmarks), reachable
+  # from the host through the balancer's namespace, from $direct_ip.
+  ip route add "10.$net.2.0/24" via "$vip" dev "$host_if" src "$direct_ip"
   ip netns exec "$ns_lb" ip addr add "$vip/24" dev cf
   ip netns exec "$ns_lb" ip link set cf up
   ip netns exec "$ns_lb" ip link add br0 type bridge

@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The cluster's name and network (scripts/cluster.sh: CLUSTER_TAG, CLUSTER_NET).
+/// The failure test's cluster's name and network (scripts/cluster.sh: CLUSTER_TAG,
+/// CLUSTER_NET).
 const TAG: &str = "f";
 const NET: u8 = 232;
 const NODES: usize = 3;
@@ -39,75 +40,96 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// `scripts/cluster.sh ARGS` for this test's cluster; its stdout; panics on failure.
-fn cluster(args: &[&str]) -> String {
-    let out = Command::new("bash")
-        .arg(repo_root().join("scripts/cluster.sh"))
-        .args(args)
-        .env("CLUSTER_TAG", TAG)
-        .env("CLUSTER_NET", NET.to_string())
-        .env("COBALT", env!("CARGO_BIN_EXE_cobalt"))
-        .env(
-            "CLUSTER_RD_ARGS",
-            format!("--lookup-max-age {LOOKUP_MAX_AGE}"),
-        )
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cluster.sh {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// One cluster of `scripts/cluster.sh`: its name, its network, and the PSK file
+/// with which its nodes also serve coaps:// (with DTLS Connection IDs), if any.
+struct Cluster {
+    tag: &'static str,
+    net: u8,
+    psk_file: Option<PathBuf>,
 }
 
-/// Tears the cluster down when the test ends, passed or not.
-struct Up;
+impl Cluster {
+    /// `scripts/cluster.sh ARGS` for this cluster; its stdout; panics on failure.
+    fn run(&self, args: &[&str]) -> String {
+        let mut command = Command::new("bash");
+        command
+            .arg(repo_root().join("scripts/cluster.sh"))
+            .args(args)
+            .env("CLUSTER_TAG", self.tag)
+            .env("CLUSTER_NET", self.net.to_string())
+            .env("COBALT", env!("CARGO_BIN_EXE_cobalt"))
+            .env(
+                "CLUSTER_RD_ARGS",
+                format!("--lookup-max-age {LOOKUP_MAX_AGE}"),
+            );
+        if let Some(file) = &self.psk_file {
+            command.env("CLUSTER_PSK_FILE", file);
+        }
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "cluster.sh {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
 
-impl Up {
-    fn new() -> Up {
-        cluster(&["down"]); // what a crashed earlier run may have left
-        cluster(&["up", "--nodes", &NODES.to_string()]);
-        Up
+    /// Brings it up with `NODES` nodes; it is torn down when the result is dropped.
+    fn up(self) -> Up {
+        self.run(&["down"]); // what a crashed earlier run may have left
+        self.run(&["up", "--nodes", &NODES.to_string()]);
+        Up(self)
+    }
+
+    /// Requests node `i` has answered (its /metrics, through the balancer), `None`
+    /// if it does not answer.
+    fn requests_of(&self, i: usize) -> Option<u64> {
+        self.metric_of(i, "cobalt_requests_total")
+    }
+
+    /// The sum of the metric `name` over node `i`'s shards, `None` if it does not
+    /// answer.
+    fn metric_of(&self, i: usize, name: &str) -> Option<u64> {
+        let out = Command::new("curl")
+            .args(["-sf", "--max-time", "2"])
+            .arg(format!("http://10.{}.2.{}:9100/metrics", self.net, 10 + i))
+            .output()
+            .ok()?;
+        out.status.success().then(|| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum()
+        })
+    }
+
+    /// The nodes the health agent routes to now (`cluster.sh status`).
+    fn live(&self) -> String {
+        let status = self.run(&["status"]);
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("live (health agent): "))
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// A cluster that is up; torn down when the test ends, passed or not.
+struct Up(Cluster);
+
+impl std::ops::Deref for Up {
+    type Target = Cluster;
+
+    fn deref(&self) -> &Cluster {
+        &self.0
     }
 }
 
 impl Drop for Up {
     fn drop(&mut self) {
-        cluster(&["down"]);
+        self.0.run(&["down"]);
     }
-}
-
-/// Requests node `i` has answered (its /metrics, through the balancer), `None` if
-/// it does not answer.
-fn requests_of(i: usize) -> Option<u64> {
-    metric_of(i, "cobalt_requests_total")
-}
-
-/// The sum of the metric `name` over node `i`'s shards, `None` if it does not answer.
-fn metric_of(i: usize, name: &str) -> Option<u64> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "2"])
-        .arg(format!("http://10.{NET}.2.{}:9100/metrics", 10 + i))
-        .output()
-        .ok()?;
-    out.status.success().then(|| {
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
-    })
-}
-
-/// The nodes the health agent routes to now (`cluster.sh status`).
-fn live() -> String {
-    let status = cluster(&["status"]);
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("live (health agent): "))
-        .unwrap_or_default()
-        .to_string()
 }
 
 fn wait_until(what: &str, holds: impl Fn() -> bool) {
@@ -121,10 +143,14 @@ fn wait_until(what: &str, holds: impl Fn() -> bool) {
 /// An observer of `lookup` whose datagrams the balancer sends to node `node` (new
 /// clients, so new source ports, are tried until one lands there), with the number of
 /// times it registered again.
-async fn observer_on(node: usize, lookup: &str) -> (Client, Observation, Arc<AtomicU32>) {
+async fn observer_on(
+    cluster: &Cluster,
+    node: usize,
+    lookup: &str,
+) -> (Client, Observation, Arc<AtomicU32>) {
     for _ in 0..64 {
         let client = Client::new();
-        let before = metric_of(node, "cobalt_observers").unwrap();
+        let before = cluster.metric_of(node, "cobalt_observers").unwrap();
         let again = Arc::new(AtomicU32::new(0));
         let counter = again.clone();
         let mut observation = client
@@ -138,7 +164,7 @@ async fn observer_on(node: usize, lookup: &str) -> (Client, Observation, Arc<Ato
         // The node publishes its gauges as it goes: give it a moment.
         let deadline = Instant::now() + Duration::from_secs(1);
         while Instant::now() < deadline {
-            if metric_of(node, "cobalt_observers").unwrap() > before {
+            if cluster.metric_of(node, "cobalt_observers").unwrap() > before {
                 return (client, observation, again);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -173,7 +199,12 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
     if !cobalt_test_support::netns::ready("the cluster test", &["nft", "redis-server", "curl"]) {
         return;
     }
-    let _up = Up::new();
+    let up = Cluster {
+        tag: TAG,
+        net: NET,
+        psk_file: None,
+    }
+    .up();
     let rd = format!("coap://10.{NET}.1.1/rd");
     let mut clients: Vec<RdClient> = (0..CLIENTS)
         .map(|i| {
@@ -188,9 +219,9 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
     // Which clients the victim serves: renew one at a time and watch its counter.
     let mut on_victim = Vec::new();
     for (i, c) in clients.iter_mut().enumerate() {
-        let before = requests_of(VICTIM).unwrap();
+        let before = up.requests_of(VICTIM).unwrap();
         c.update().await.unwrap();
-        if requests_of(VICTIM).unwrap() > before {
+        if up.requests_of(VICTIM).unwrap() > before {
             on_victim.push(i);
         }
     }
@@ -200,24 +231,24 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
         on_victim.len()
     );
     let lookup = format!("coap://10.{NET}.1.1/rd-lookup/ep");
-    let (_observer_client, mut observation, reregistered) = observer_on(VICTIM, &lookup).await;
+    let (_observer_client, mut observation, reregistered) = observer_on(&up, VICTIM, &lookup).await;
     let others: Vec<usize> = (1..=NODES).filter(|&n| n != VICTIM).collect();
-    let served_before: u64 = others.iter().map(|&n| requests_of(n).unwrap()).sum();
+    let served_before: u64 = others.iter().map(|&n| up.requests_of(n).unwrap()).sum();
 
     let vanish = std::env::var("COBALT_CLUSTER_FAILURE").is_ok_and(|v| v == "vanish");
     let how = if vanish { "--vanish" } else { "--crash" };
-    cluster(&["kill", &VICTIM.to_string(), how]);
+    up.run(&["kill", &VICTIM.to_string(), how]);
     let killed = Instant::now();
     let took = renew_all(&mut clients).await;
     let all_served = killed.elapsed();
     // Every renewal, the victim's clients' included, was answered by the others.
-    let served_after: u64 = others.iter().map(|&n| requests_of(n).unwrap()).sum();
+    let served_after: u64 = others.iter().map(|&n| up.requests_of(n).unwrap()).sum();
     assert!(
         served_after >= served_before + CLIENTS as u64,
         "{served_before} → {served_after} requests on nodes {others:?}"
     );
-    assert_eq!(requests_of(VICTIM), None, "node {VICTIM} is dead");
-    assert_eq!(live(), "1 3");
+    assert_eq!(up.requests_of(VICTIM), None, "node {VICTIM} is dead");
+    assert_eq!(up.live(), "1 3");
 
     // No registration is lost: all are found through the VIP, each with its
     // client's own address and port as base (the balancer keeps them).
@@ -247,7 +278,7 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
     assert!(
         others
             .iter()
-            .map(|&n| metric_of(n, "cobalt_observers").unwrap())
+            .map(|&n| up.metric_of(n, "cobalt_observers").unwrap())
             .sum::<u64>()
             >= 1,
         "the observer is registered on a live node"
@@ -270,13 +301,13 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
     }
 
     // The node comes back, gets its buckets back, and serves again.
-    cluster(&["start", &VICTIM.to_string()]);
+    up.run(&["start", &VICTIM.to_string()]);
     wait_until("the agent routes to the restarted node", || {
-        live() == "1 2 3"
+        up.live() == "1 2 3"
     });
     renew_all(&mut clients).await;
     assert!(
-        requests_of(VICTIM).unwrap() >= on_victim.len() as u64,
+        up.requests_of(VICTIM).unwrap() >= on_victim.len() as u64,
         "the restarted node serves its clients again"
     );
 
@@ -305,4 +336,164 @@ async fn a_killed_node_loses_no_registration_and_its_clients_move_to_the_others(
             .unwrap();
         writeln!(f, "{report}").unwrap();
     }
+}
+
+/// A NAT in front of one device: it relays the device's datagrams (to `addr()`) to
+/// `upstream` from a socket of its own, and the answers back; `rebind` gives it a
+/// new source port, as a carrier-grade NAT does when a mapping times out.
+#[cfg(feature = "mbedtls")]
+struct Nat {
+    addr: std::net::SocketAddr,
+    rebind: tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<u16>>,
+    relay: tokio::task::JoinHandle<()>,
+}
+
+#[cfg(feature = "mbedtls")]
+impl Nat {
+    async fn start(upstream: std::net::SocketAddr) -> Nat {
+        use tokio::net::UdpSocket;
+        let device_side = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = device_side.local_addr().unwrap();
+        let (rebind, mut rebinds) =
+            tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<u16>>(1);
+        let relay = tokio::spawn(async move {
+            let mut outside = UdpSocket::bind("0.0.0.0:0").await.unwrap();
+            let mut device = None;
+            let (mut from_device, mut from_outside) = ([0u8; 2048], [0u8; 2048]);
+            loop {
+                tokio::select! {
+                    Ok((n, from)) = device_side.recv_from(&mut from_device) => {
+                        device = Some(from);
+                        let _ = outside.send_to(&from_device[..n], upstream).await;
+                    }
+                    Ok((n, _)) = outside.recv_from(&mut from_outside) => {
+                        if let Some(device) = device {
+                            let _ = device_side.send_to(&from_outside[..n], device).await;
+                        }
+                    }
+                    Some(done) = rebinds.recv() => {
+                        outside = UdpSocket::bind("0.0.0.0:0").await.unwrap();
+                        let _ = done.send(outside.local_addr().unwrap().port());
+                    }
+                    else => return,
+                }
+            }
+        });
+        Nat {
+            addr,
+            rebind,
+            relay,
+        }
+    }
+
+    /// A new source port towards `upstream` (datagrams to the old one are dropped).
+    async fn rebind(&self) -> u16 {
+        let (done, port) = tokio::sync::oneshot::channel();
+        self.rebind.send(done).await.unwrap();
+        port.await.unwrap()
+    }
+}
+
+#[cfg(feature = "mbedtls")]
+impl Drop for Nat {
+    fn drop(&mut self) {
+        self.relay.abort();
+    }
+}
+
+/// The sum of `metric` over the nodes, one entry per node (0 for a dead one).
+#[cfg(feature = "mbedtls")]
+fn per_node(cluster: &Cluster, metric: &str) -> Vec<u64> {
+    (1..=NODES)
+        .map(|n| cluster.metric_of(n, metric).unwrap_or(0))
+        .collect()
+}
+
+/// The CID routing of the balancer: a device with a DTLS Connection ID behind a NAT
+/// that gives it a new source port before each request (so the balancer's hash
+/// would send most of them to another node) reaches the node that holds its session
+/// every time, with one handshake in all; its node killed, its next request reaches
+/// another node, which does not know the CID, and the device handshakes again there
+/// (after its second retransmission) and is served.
+#[cfg(feature = "mbedtls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dtls_device_keeps_its_node_across_nat_rebinding_by_its_connection_id() {
+    use cobalt::proto::message::Code;
+    const REBINDS: u64 = 6;
+    if !cobalt_test_support::netns::ready("the cluster CID test", &["nft", "redis-server", "curl"])
+    {
+        return;
+    }
+    let dir = cobalt_test_support::temp::TempDir::new("cluster-cid");
+    let up = Cluster {
+        tag: "c",
+        net: 234,
+        psk_file: Some(dir.write("keys.txt", "device-1:secretPSK\n")),
+    }
+    .up();
+    let nat = Nat::start(std::net::SocketAddr::from(([10, 234, 1, 1], 5684))).await;
+    let device = Client::new()
+        .with_dtls_cid()
+        .unwrap()
+        .with_psk("device-1", "secretPSK");
+    let uri = format!("coaps://{}/rd-lookup/ep", nat.addr);
+    assert_eq!(device.get(&uri).await.unwrap().code, Code::CONTENT);
+    // The node publishes its counters after it answered: give it a moment.
+    wait_until("one node counts the handshake", || {
+        per_node(&up, "cobalt_dtls_handshakes_total").contains(&1)
+    });
+    let handshakes = per_node(&up, "cobalt_dtls_handshakes_total");
+    let home = 1 + handshakes.iter().position(|&h| h == 1).unwrap();
+    assert_eq!(handshakes.iter().sum::<u64>(), 1, "{handshakes:?}");
+
+    let mut ports = std::collections::HashSet::new();
+    for _ in 0..REBINDS {
+        ports.insert(nat.rebind().await);
+        assert_eq!(device.get(&uri).await.unwrap().code, Code::CONTENT);
+    }
+    assert_eq!(ports.len() as u64, REBINDS, "a new source port each time");
+    wait_until("the home node moved the session each time", || {
+        up.metric_of(home, "cobalt_dtls_address_updates_total") == Some(REBINDS)
+    });
+    assert_eq!(
+        per_node(&up, "cobalt_dtls_handshakes_total")
+            .iter()
+            .sum::<u64>(),
+        1,
+        "no new handshake"
+    );
+    let requests = per_node(&up, "cobalt_requests_total");
+    assert_eq!(
+        requests.iter().sum::<u64>(),
+        requests[home - 1],
+        "every request reached node {home}: {requests:?}"
+    );
+
+    // Its node dies: the agent takes its id out of the CID map, the record goes by
+    // the hash to a node that does not know the CID, and the device handshakes again.
+    up.run(&["kill", &home.to_string()]);
+    let others: Vec<String> = (1..=NODES)
+        .filter(|&n| n != home)
+        .map(|n| n.to_string())
+        .collect();
+    wait_until("the agent routes around the dead node", || {
+        up.live() == others.join(" ")
+    });
+    let killed = Instant::now();
+    assert_eq!(device.get(&uri).await.unwrap().code, Code::CONTENT);
+    let served_again = killed.elapsed();
+    wait_until("another node counts the new handshake", || {
+        per_node(&up, "cobalt_dtls_handshakes_total")
+            .iter()
+            .sum::<u64>()
+            == 1
+    });
+    eprintln!(
+        "cid: {REBINDS} rebinds on node {home} with one handshake; served by another node \
+         {:.3} s after its death",
+        served_again.as_secs_f64()
+    );
+    // A new handshake after the client's second retransmission (RFC 7252 timers:
+    // at most 2 + 4 s, times 1.5), not a wait for the exchange to time out.
+    assert!(served_again < Duration::from_secs(12), "{served_again:?}");
 }

@@ -122,3 +122,41 @@ fn two_nodes_on_one_redis_store_answer_for_each_others_registrations() {
         .trim_end_matches("/metrics");
     assert_eq!(binary::metric(a_metrics, "cobalt_requests_total"), 2.0);
 }
+
+/// `cobalt rd --cid` (a cluster node's DTLS with Connection IDs that start with its
+/// id): a client asking for a CID is served over coaps://; a node id that is not hex
+/// is refused with the reason.
+#[cfg(feature = "mbedtls")]
+#[test]
+fn a_node_grants_dtls_connection_ids_with_its_node_id() {
+    let dir = TempDir::new("rd-cid");
+    let keys = dir.write("keys.txt", "device-1:secretPSK\n");
+    let node = |node_id: &str| {
+        let mut rd = cobalt();
+        rd.args(["rd", "--in-memory", "--bind", "127.0.0.1", "--port", "0"])
+            .arg("--dtls-psk-file")
+            .arg(&keys)
+            .args(["--cid", "6", "--cid-node-id", node_id]);
+        rd
+    };
+    let (_server, found) = serve_printing(node("07"), &["cobalt: resource directory on coaps://"]);
+    let psk = ["--psk-identity", "device-1", "--psk-key", "secretPSK"];
+    let uri = format!(
+        "coaps://{}/.well-known/core",
+        found[0].trim_end_matches("/rd")
+    );
+    let out = cobalt()
+        .args(["get", &uri, "--cid"])
+        .args(psk)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("rt=\"core.rd\""),
+        "{out:?}"
+    );
+    let out = node("7g").output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not hex"), "{err}");
+}

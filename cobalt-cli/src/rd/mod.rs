@@ -82,6 +82,16 @@ struct ServeRdArgs {
     /// UDP port for DTLS; default: the UDP port + 1 (or 0 when --port is 0).
     #[arg(long, value_name = "PORT")]
     dtls_port: Option<u16>,
+    /// Grant each DTLS client a Connection ID (RFC 9146) of LEN bytes (6 is usual), so
+    /// that its session survives NAT rebinding; serves DTLS on the mbedtls backend,
+    /// from one shard.
+    #[arg(long, value_name = "LEN", requires = "dtls_psk_file")]
+    cid: Option<usize>,
+    /// The first byte(s) of every Connection ID this node grants, in hex (e.g. `01`),
+    /// so that a cluster's balancer routes a client's records to this node by them
+    /// (scripts/cluster.sh).
+    #[arg(long, value_name = "HEX", requires = "cid")]
+    cid_node_id: Option<String>,
     /// Most registrations from one address (IPv6: one /64).
     #[arg(long, default_value_t = RdLimits::default().max_per_peer)]
     max_per_peer: usize,
@@ -175,6 +185,13 @@ async fn serve(args: ServeRdArgs) -> Result<(), (i32, String)> {
         server = server
             .psk(keys)
             .listen(Scheme::Coaps, args.bind.with_port(port));
+        if let Some(cid_len) = args.cid {
+            server = server.dtls_config(cobalt::transport::dtls::DtlsConfig {
+                cid_len,
+                cid_node_id: args.cid_node_id.clone().unwrap_or_default(),
+                ..Default::default()
+            });
+        }
     }
     let handle = server
         .start()
