@@ -49,7 +49,7 @@ impl Endpoint {
                 peer,
                 token,
                 mid: 0,
-                state: ClientState::Queued(msg),
+                state: ClientState::Queued(Box::new(msg)),
                 counted: false,
                 observe,
                 qblock2,

@@ -18,7 +18,7 @@
 //!
 //! Expiry and byte eviction share one queue of entries in insertion order: expiring
 //! or evicting costs O(1) per entry, and records left behind by entries a peer's window
-//! already dropped are compacted away once they make up half the queue.
+//! already dropped are compacted away once they make up a fifth of the queue.
 
 use crate::tables::shrink_when_sparse;
 use hashbrown::HashMap;
@@ -180,7 +180,12 @@ impl DedupStore {
             self.limits.per_peer
         }
         .max(1);
-        let window = self.windows.entry(key.0).or_default();
+        // Room for the window and no more (a deque that grows from empty takes room
+        // for four): a client observing 10,000 servers keeps one window for each.
+        let window = self
+            .windows
+            .entry(key.0)
+            .or_insert_with(|| VecDeque::with_capacity(keep));
         if let Some(pos) = window.iter().position(|s| s.mid == key.1) {
             let old = window.remove(pos).map_or(0, |s| s.cost());
             self.bytes -= old;
@@ -201,7 +206,10 @@ impl DedupStore {
         while self.bytes > self.limits.max_bytes && self.drop_oldest() {
             self.stats.evicted_bytes += 1;
         }
-        if self.order.len() > 2 * self.live + 64 {
+        // A peer that keeps sending leaves a stale record behind with each new one
+        // (its window drops its oldest): compact at a quarter of stale records, so
+        // that the queue takes some 1.25 records per entry, not 2.
+        if self.order.len() > self.live + self.live / 4 + 64 {
             self.compact();
         }
     }
@@ -340,8 +348,25 @@ mod tests {
         assert!(d.get(t0, &key("10.0.0.1:5", 996)).is_some());
         assert_eq!(d.get(t0, &key("10.0.0.2:9", 1)), Some(DedupEntry::Silent));
         assert_eq!(d.stats().evicted_window, 996);
-        assert!(d.order.len() <= 2 * d.live + 64, "queue compacted");
+        assert!(d.order.len() <= d.live + d.live / 4 + 64, "queue compacted");
         assert_eq!(d.bytes(), 5 * ENTRY_OVERHEAD + 4 * 20);
+    }
+
+    /// A client observing many servers keeps a window for each: the window takes
+    /// room for its bound and no more, and a steady sender leaves few stale records.
+    #[test]
+    fn windows_and_the_queue_take_room_for_what_they_keep() {
+        let t0 = Instant::now();
+        let mut d = DedupStore::new(limits(2, 1 << 20));
+        for mid in 0..100u16 {
+            for peer in 0..100u16 {
+                let peer = format!("10.0.{}.{}:5683", peer / 256, peer % 256);
+                d.finish(t0, key(&peer, mid), Finished::EmptyAck);
+            }
+        }
+        assert_eq!(d.len(), 200);
+        assert!(d.windows.values().all(|w| w.capacity() == 2));
+        assert!(d.order.len() <= 200 + 50 + 64, "{}", d.order.len());
     }
 
     #[test]

@@ -358,8 +358,9 @@ struct ServerExchange {
 
 #[derive(Debug, PartialEq, Eq)]
 enum ClientState {
-    /// Waiting in the peer's NSTART queue.
-    Queued(Message),
+    /// Waiting in the peer's NSTART queue. Boxed: every exchange record has room for
+    /// its state, and a client may hold many observations, each long past the queue.
+    Queued(Box<Message>),
     /// CON sent, no ACK yet.
     AwaitingAck,
     /// ACK received or NON sent; waiting for the response.

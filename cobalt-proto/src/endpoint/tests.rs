@@ -316,6 +316,35 @@ fn nstart_queues_further_requests_to_the_same_peer() {
     assert_eq!(p.client_sends().len(), 1);
 }
 
+/// A client that registers with thousands of servers at once has a confirmable
+/// message in flight to each; once they are answered, the table of messages awaiting
+/// an ACK gives its room back.
+#[test]
+fn the_retransmission_table_shrinks_after_a_burst() {
+    let mut p = Pair::new();
+    let servers: Vec<SocketAddr> = (0..3000u32)
+        .map(|i| SocketAddr::from(([10, 1, (i / 256) as u8, (i % 256) as u8], 5683)))
+        .collect();
+    for s in &servers {
+        p.client.request(p.now, *s, get("/t")).unwrap();
+    }
+    let sent = p.client_sends();
+    assert_eq!(sent.len(), 3000);
+    assert!(p.client.pending.capacity() >= 3000);
+    for (s, bytes) in servers.iter().zip(&sent) {
+        let req = codec::decode(bytes).unwrap();
+        let mut ack = Message::new(MessageType::Acknowledgement, Code::CONTENT, req.mid);
+        ack.token = req.token;
+        p.client.handle_datagram(p.now, *s, &codec::encode(&ack));
+    }
+    assert_eq!(p.client.state_counts().pending_confirmables, 0);
+    assert!(
+        p.client.pending.capacity() <= 1024,
+        "{}",
+        p.client.pending.capacity()
+    );
+}
+
 #[test]
 fn non_qblock1_blocks_go_out_as_a_set_past_nstart() {
     use crate::blockwise::qblock::Q_BLOCK1;

@@ -5,8 +5,10 @@
 //!
 //! Sized for many idle observations: tokio's `mpsc` channel allocates a block of 32
 //! slots (some 4 KB of messages) when it is made, whatever its bound; this queue
-//! holds one notification in place and allocates room for more only while its reader
-//! lags, and gives that room back once it has caught up.
+//! allocates room for a notification only while one waits (the first in a box of its
+//! own: an idle observation, which is what a client of many servers holds most of,
+//! keeps no room for a message), for more only while its reader lags, and gives that
+//! room back once it has caught up.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,8 +43,8 @@ impl<T> Shared<T> {
 }
 
 struct State<T> {
-    /// The oldest item, if any.
-    next: Option<T>,
+    /// The oldest item, if any (boxed: most queues are empty most of the time).
+    next: Option<Box<T>>,
     /// The items after it (no allocation while the reader keeps up).
     later: VecDeque<T>,
     /// The receiver waiting for an item.
@@ -57,8 +59,8 @@ impl<T> State<T> {
     }
 
     fn pop(&mut self) -> Option<T> {
-        let item = self.next.take()?;
-        self.next = self.later.pop_front();
+        let item = *self.next.take()?;
+        self.next = self.later.pop_front().map(Box::new);
         if self.later.is_empty() && self.later.capacity() > 0 {
             self.later = VecDeque::new(); // caught up: give the room back
         }
@@ -81,7 +83,7 @@ impl<T> Sender<T> {
                 return Err(TrySendError::Full(item));
             }
             if state.next.is_none() {
-                state.next = Some(item);
+                state.next = Some(Box::new(item));
             } else {
                 state.later.push_back(item);
             }
@@ -203,6 +205,17 @@ mod tests {
             assert_eq!(rx.recv().await, Some(want));
         }
         assert_eq!(rx.0.lock().later.capacity(), 0);
+    }
+
+    /// A client observing 10,000 servers holds 10,000 queues, nearly all empty: an
+    /// empty one keeps no room for an item (a notification is some 130 bytes).
+    #[test]
+    fn an_empty_queue_holds_no_room_for_an_item() {
+        assert!(std::mem::size_of::<State<[u8; 256]>>() <= 64);
+        let (tx, mut rx) = queue::<[u8; 256]>(4);
+        tx.try_send([7; 256]).unwrap();
+        assert_eq!(rx.try_recv(), Some([7; 256]));
+        assert!(rx.0.lock().next.is_none());
     }
 
     #[tokio::test]
