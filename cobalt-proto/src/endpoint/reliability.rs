@@ -42,7 +42,7 @@ impl Endpoint {
         let mut p = self.pending.remove(&(peer, mid))?;
         // A burst (a client registering with 10,000 servers at once) leaves the table
         // its room when it has drained: give that back, not at the next housekeeping.
-        super::dedup::shrink_map(&mut self.pending);
+        crate::tables::shrink_when_sparse(&mut self.pending);
         self.spare.give(std::mem::take(&mut p.bytes));
         if answered {
             self.congestion.answered(now, peer, &p.attempt);
