@@ -129,7 +129,14 @@ pub(crate) async fn complete_notification(
         asked: (0..MAX_PAYLOADS).collect(),
         channel: Channel::Observation { answers, sent },
     };
-    collect(route, &template, block.szx, vec![notes], Some((arrived, block))).await
+    collect(
+        route,
+        &template,
+        block.szx,
+        vec![notes],
+        Some((arrived, block)),
+    )
+    .await
 }
 
 /// Sends a Q-Block2 request like `template` for `blocks` (number, M bit) in blocks of
@@ -143,8 +150,8 @@ fn listen(
     let mut m = template.clone();
     m.token = Token::EMPTY;
     for &(num, more) in blocks {
-        let block =
-            BlockValue::new(num, more, szx).ok_or(Error::BlockTransfer(BlockError::TooManyBlocks))?;
+        let block = BlockValue::new(num, more, szx)
+            .ok_or(Error::BlockTransfer(BlockError::TooManyBlocks))?;
         m.options.push(Q_BLOCK2, encode_uint(block.encode()));
     }
     let (answers, guard, sent) = route.observe(m, BUFFERED)?;
@@ -196,9 +203,7 @@ async fn collect(
                     drop(listening);
                     return route.fetch_rest(template.clone(), message).await;
                 }
-                Next::Failed(Some(e)) if body.is_none() && listening.is_empty() => {
-                    return Err(e)
-                }
+                Next::Failed(Some(e)) if body.is_none() && listening.is_empty() => return Err(e),
                 Next::Failed(_) => continue,
                 Next::Refused(e) => return Err(e),
                 Next::Silence => {
@@ -356,13 +361,13 @@ async fn next_block(route: &Route, listening: &mut Vec<Listening<'_>>) -> Next {
 /// The next answer on any of the download's channels: the channel's index and the
 /// answer, `None` for a channel that closed. With no channel left it waits (for the
 /// caller's timeout, which asks again).
-async fn next_answer(
-    listening: &mut [Listening<'_>],
-) -> Option<(usize, Option<Result<Message>>)> {
+async fn next_answer(listening: &mut [Listening<'_>]) -> Option<(usize, Option<Result<Message>>)> {
     if listening.is_empty() {
         return std::future::pending().await;
     }
-    let waits = listening.iter_mut().map(|l| Box::pin(l.channel.answers().recv()));
+    let waits = listening
+        .iter_mut()
+        .map(|l| Box::pin(l.channel.answers().recv()));
     let (answer, i, _) = futures_util::future::select_all(waits).await;
     Some((i, answer))
 }
