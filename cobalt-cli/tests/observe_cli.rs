@@ -174,3 +174,22 @@ fn an_observed_server_that_goes_away_is_reported_and_given_up() {
         "{err}"
     );
 }
+
+/// `cobalt observe --q-block` of `cobalt serve`'s `/obs-large` (4 KiB: 65 blocks
+/// of 64 bytes): the registration's answer and the next notification come as
+/// Q-Block2 sets and are printed whole.
+#[test]
+fn observe_with_q_block_prints_whole_notifications_of_a_large_resource() {
+    let (_server, at) = serve(&[], &[]);
+    let uri = format!("coap://{}/obs-large", at[0]);
+    let out = cobalt()
+        .args(["observe", "--q-block", "-b", "64", &uri, "--count", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    // The last whole line of the 4 KiB text, once per notification.
+    let last = "line 0073: the quick brown fox jumps over the lazy dog";
+    assert_eq!(printed.matches(last).count(), 2, "{printed}");
+    assert_eq!(printed.matches("tick ").count(), 2, "{printed}");
+}
