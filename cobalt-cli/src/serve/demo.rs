@@ -36,14 +36,13 @@ impl Demo {
 
 /// Adds `/benchmark` (and, unlisted, `/benchmark/{n}` and `/benchmark/static`: the same
 /// answer through a route with a parameter and a static route as deep, to measure what
-/// matching a parameter costs), `/time`, `/echo`, `/separate`, `/obs`, `/obs-large`, `/state`, `/large`
-/// and `/upload`.
+/// matching a parameter costs), `/time`, `/echo`, `/separate`, `/obs`, `/state`, `/large` and `/upload`.
 pub fn routes(server: Server) -> (Server, Demo) {
     let demo = Demo {
         ticker: Observable::new(),
         ticks: Arc::new(AtomicU64::new(0)),
     };
-    let (ticks, large_ticks) = (demo.ticks.clone(), demo.ticks.clone());
+    let ticks = demo.ticks.clone();
     let server = server
         .route(
             "/benchmark",
@@ -85,16 +84,6 @@ pub fn routes(server: Server) -> (Server, Demo) {
             })
             .observable(&demo.ticker)
             .title("Observable: changes every second")
-            .rt("tick"),
-        )
-        .route(
-            "/obs-large",
-            get(move || {
-                let n = large_ticks.load(Ordering::Relaxed);
-                async move { Response::text(format!("tick {n}\n{}", large_text(LARGE_SIZE))) }
-            })
-            .observable(&demo.ticker)
-            .title("Observable, 4 KiB: changes every second (block-wise or Q-Block2 notifications)")
             .rt("tick"),
         )
         .route("/state", state_resource())

@@ -99,6 +99,8 @@ pub(crate) async fn download(route: &Route, request: Message, szx: u8) -> Result
 /// its notifications in Q-Block2 blocks of size exponent `szx` (RFC 9177 §4.4), with
 /// a Request-Tag that the requests for missing blocks repeat.
 pub(crate) fn ask_notifications_in_qblock2(registration: &mut Message, szx: u8) {
+    // Q-Block2 in place of Block2 (RFC 9177 §4: not both in one request).
+    registration.options.remove(opt::BLOCK2);
     if let Some(first) = BlockValue::new(0, false, szx) {
         registration.options.set_uint(Q_BLOCK2, first.encode());
     }
