@@ -28,6 +28,10 @@
 //!   §4.5.2). The same when `observe_min_interval` has not passed since its last
 //!   notification. An observer that never acknowledges costs nothing after its
 //!   confirmable notification times out, which ends the relation.
+//! - **Q-Block2 observers.** An observer that registered with Q-Block2 gets a
+//!   notification longer than one block as a Q-Block2 set (RFC 9177 §4.4): block 0
+//!   (with the M bit, Observe, ETag and Size2) is the notification, and the role's
+//!   Q-Block2 sender sends the rest ([`FanOut::take_qblock2_sets`]).
 //! - **Verified observers only.** A registration from an address that has not proved
 //!   it receives there (RFC 9175 §2.4; the address may be forged) holds no relation and
 //!   no place in the budget: it waits, bounded, beside the exchange that answers it

@@ -14,6 +14,11 @@
 //! its kept answer lasts. A body whose kept answer is gone (expired, evicted, another
 //! answer under its key) is sent no further: the client asks for what it misses and
 //! the handler answers again.
+//!
+//! A notification to an observer that registered with Q-Block2 goes the same way
+//! ([`QBlock2Sender::notify_rest`]): its block 0 is the notification (the fan-out's),
+//! the rest follows under the registration's token, and the body is kept for the
+//! observer's requests for missing blocks.
 
 use super::intake::QBlock2Ask;
 use super::upload_table::UploadTable;
