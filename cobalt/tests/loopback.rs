@@ -277,7 +277,8 @@ mod observe_and_blocks {
 
     /// An observation of a `q_block()` request: the registration's answer and each
     /// notification, 47 blocks of 64 bytes, come as Q-Block2 sets (with the ETag the
-    /// server adds to a Q-Block2 body) and are yielded whole, in order.
+    /// server adds to a Q-Block2 body) and are yielded whole, in order, also when
+    /// the resource changes faster than they are collected.
     #[tokio::test]
     async fn a_q_block_observation_yields_whole_notifications() {
         let obs = Observable::new();
@@ -330,6 +331,26 @@ mod observe_and_blocks {
             assert!(n.options.observe().unwrap() > seq);
             seq = n.options.observe().unwrap();
         }
+        // Changes faster than the client collects: a newer notification overtakes
+        // the one being collected, and what comes is whole, up to the latest.
+        for i in 4..=6 {
+            *value.lock().unwrap() = text(i);
+            obs.changed();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut got = Vec::new();
+        while got.last() != Some(&text(6)) && got.len() < 3 {
+            let n = tokio::time::timeout(Duration::from_secs(20), o.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert!(n.options.observe().unwrap() > seq);
+            seq = n.options.observe().unwrap();
+            got.push(n.text_payload());
+        }
+        assert_eq!(got.last(), Some(&text(6)));
+        assert!(got.iter().all(|t| (4..=6).any(|i| *t == text(i))));
         drop(o);
         srv.shutdown(Duration::from_secs(1)).await;
     }

@@ -54,8 +54,8 @@ impl std::fmt::Debug for Hook {
 ///   [`RequestBuilder::q_block`](crate::RequestBuilder::q_block) over UDP or DTLS asks
 ///   for its notifications in Q-Block2 sets (RFC 9177 §4.4): their blocks are collected
 ///   under the registration's token and the missing ones asked for, as for a Q-Block2
-///   download; a notification that changes before its blocks are all in is given as
-///   [`BlockError::Changed`](crate::BlockError::Changed), and the next one goes on.
+///   download; a newer notification that overtakes one still being collected is
+///   collected in its place.
 /// - If nothing arrives for Max-Age plus a few seconds, the client registers again; after
 ///   [`MAX_REREGISTRATIONS`] such attempts in a row without a notification (the server
 ///   went away, or forgot the relation) the observation ends with

@@ -22,6 +22,7 @@ use cobalt_proto::blockwise::qblock::{
     QBlock1Body, Received, MAX_PAYLOADS, MAX_RETRANSMIT, NON_RECEIVE_TIMEOUT, Q_BLOCK2,
 };
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Message, Token};
+use cobalt_proto::observe::is_fresh;
 use std::time::Instant;
 
 /// Requests of one download whose answers are listened to at once: the first (the
@@ -181,6 +182,9 @@ fn listen(
 /// Collects the blocks of a Q-Block2 body from the requests `listening` (the first
 /// one's token carries the server's later sets) and asks for the next sets and the
 /// missing blocks with requests like `template`; `arrived` is a block already taken.
+/// A body whose ETag changes on the way fails with [`BlockError::Changed`], except
+/// when completing a notification (`arrived` given): a newer one (by its Observe
+/// number) is collected instead, and blocks of older ones are dropped.
 async fn collect(
     route: &Route,
     template: &Message,
@@ -188,6 +192,7 @@ async fn collect(
     mut listening: Vec<Listening<'_>>,
     mut arrived: Option<(Message, BlockValue)>,
 ) -> Result<Response> {
+    let notification = arrived.is_some();
     let listen = |blocks: &[(u32, bool)]| listen(route, template, szx, blocks);
     let mut body: Option<QBlock1Body> = None;
     // The first block's message (its code and options make the response) and ETag.
@@ -239,12 +244,25 @@ async fn collect(
                 }
             },
         };
-        let etag = message.options.get(opt::ETAG);
-        if head
+        let changed = head
             .as_ref()
-            .is_some_and(|h| h.options.get(opt::ETAG) != etag)
-        {
-            return Err(Error::BlockTransfer(BlockError::Changed));
+            .filter(|h| h.options.get(opt::ETAG) != message.options.get(opt::ETAG));
+        if let Some(h) = changed {
+            if !notification {
+                return Err(Error::BlockTransfer(BlockError::Changed));
+            }
+            let now = Instant::now();
+            let newer = match (h.options.observe(), message.options.observe()) {
+                (Some(v1), Some(v2)) => is_fresh(v1, now, v2, now),
+                _ => false,
+            };
+            if !newer {
+                // A block of an older notification, late.
+                continue;
+            }
+            // A newer notification overtook this one: that one is collected instead.
+            (body, head, rounds, continued) = (None, None, 0, 0);
+            listening.truncate(1);
         }
         let collector = body.get_or_insert_with(|| QBlock1Body::new(MAX_BODY, Instant::now()));
         let received = collector
