@@ -174,3 +174,36 @@ fn an_observed_server_that_goes_away_is_reported_and_given_up() {
         "{err}"
     );
 }
+
+/// `cobalt observe --q-block` of `cobalt serve --plugtest`'s `/obs-large` (2,500
+/// bytes changing every second, confirmable notifications; 20 blocks of 128 bytes in
+/// two sets): the registration's answer and the next notification come as Q-Block2
+/// sets and are printed whole.
+#[test]
+fn observe_with_q_block_prints_whole_notifications_of_a_large_resource() {
+    let (_server, at) = serve(&["--plugtest"], &[]);
+    let uri = format!("coap://{}/obs-large", at[0]);
+    let out = cobalt()
+        .args([
+            "observe",
+            "-v",
+            "--q-block",
+            "-b",
+            "128",
+            &uri,
+            "--count",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    // Each notification is "tick N at TIME" padded with dots to 2,500 bytes.
+    let padding = ".".repeat(2400);
+    assert_eq!(printed.matches(&padding).count(), 2, "{printed}");
+    assert_eq!(printed.matches("tick ").count(), 2, "{printed}");
+    // The server gives a Q-Block2 body an ETag (its Block2 notifications have none).
+    let shown = String::from_utf8_lossy(&out.stderr);
+    assert!(shown.contains("<   ETag: "), "{shown}");
+    assert!(!shown.contains(">   Block2: "), "{shown}");
+}

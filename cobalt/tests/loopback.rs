@@ -275,6 +275,86 @@ mod observe_and_blocks {
             .unwrap()
     }
 
+    /// An observation of a `q_block()` request: the registration's answer and each
+    /// notification, 47 blocks of 64 bytes, come as Q-Block2 sets (with the ETag the
+    /// server adds to a Q-Block2 body) and are yielded whole, in order, also when
+    /// the resource changes faster than they are collected.
+    #[tokio::test]
+    async fn a_q_block_observation_yields_whole_notifications() {
+        let obs = Observable::new();
+        let text = |i: usize| -> String {
+            let mut s: String = (0..3000)
+                .map(|j| (b'a' + ((i + j) % 26) as u8) as char)
+                .collect();
+            s.replace_range(0..2, &format!("{i:02}"));
+            s
+        };
+        let value = Arc::new(Mutex::new(text(0)));
+        let srv = server(&obs, value.clone()).await;
+        let client = Client::new();
+        let uri = format!("coap://{}/value", srv.local_addr(Scheme::Coap).unwrap());
+        let mut o = client
+            .request(Code::GET, &uri)
+            .q_block()
+            .block_size(64)
+            .unwrap()
+            .observe()
+            .await
+            .unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(20), o.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.text_payload(), text(0));
+        assert!(
+            first
+                .options
+                .get(cobalt::proto::message::opt::ETAG)
+                .is_some(),
+            "a Q-Block2 body"
+        );
+        let mut seq = first.options.observe().expect("registered");
+        for i in 1..=3 {
+            *value.lock().unwrap() = text(i);
+            obs.changed();
+            let n = tokio::time::timeout(Duration::from_secs(20), o.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert_eq!(n.text_payload(), text(i));
+            assert!(
+                n.options.get(cobalt::proto::message::opt::ETAG).is_some(),
+                "a Q-Block2 body"
+            );
+            assert!(n.options.observe().unwrap() > seq);
+            seq = n.options.observe().unwrap();
+        }
+        // Changes faster than the client collects: a newer notification overtakes
+        // the one being collected, and what comes is whole, up to the latest.
+        for i in 4..=6 {
+            *value.lock().unwrap() = text(i);
+            obs.changed();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut got = Vec::new();
+        while got.last() != Some(&text(6)) && got.len() < 3 {
+            let n = tokio::time::timeout(Duration::from_secs(20), o.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert!(n.options.observe().unwrap() > seq);
+            seq = n.options.observe().unwrap();
+            got.push(n.text_payload());
+        }
+        assert_eq!(got.last(), Some(&text(6)));
+        assert!(got.iter().all(|t| (4..=6).any(|i| *t == text(i))));
+        drop(o);
+        srv.shutdown(Duration::from_secs(1)).await;
+    }
+
     #[tokio::test]
     async fn notifications_arrive_in_order_and_cancel_ends_the_relation() {
         let obs = Observable::new();

@@ -666,6 +666,8 @@ impl RequestBuilder {
     }
 
     /// Sends the request with Observe=0 and returns the stream of notifications.
+    /// With [`RequestBuilder::q_block`] over UDP and DTLS the notifications longer
+    /// than a block come in Q-Block2 sets (RFC 9177 §4.4) and are yielded whole.
     ///
     /// `coap+tcp://` and `coap+ws://` observations go over the pooled connection to
     /// the server (RFC 8323 §7); see [`Observation`] for how they end.
@@ -675,6 +677,10 @@ impl RequestBuilder {
         Box::pin(async move {
             self.message.options.set_uint(opt::OBSERVE, 0);
             let route = self.route().await?;
+            if self.q_block && !route.is_stream() {
+                let szx = self.block_szx.unwrap_or(MAX_UDP_SZX);
+                qblock::ask_notifications_in_qblock2(&mut self.message, szx);
+            }
             Observation::register(route, self.message)
         })
     }

@@ -3,11 +3,13 @@
 //! (through the pooled connection, RFC 8323 §7) — one [`Route`] either way.
 
 use super::blockwise::is_first_of_more;
+use super::qblock;
 use super::route::{echo_challenge, CancelGuard, Route, Sent};
 use crate::runtime::notifications;
 use crate::server::Response;
 use crate::{Error, Result};
-use cobalt_proto::message::{opt, Message};
+use cobalt_proto::blockwise::qblock::Q_BLOCK2;
+use cobalt_proto::message::{opt, BlockValue, Message};
 use cobalt_proto::observe::is_fresh;
 use std::future::Future;
 use std::pin::Pin;
@@ -48,7 +50,12 @@ impl std::fmt::Debug for Hook {
 ///   §3.4: a sequence number that is not newer, unless 128 s have passed). Over TCP
 ///   and WebSockets, which deliver in order, every notification is passed on.
 /// - A notification larger than one block is completed block by block (RFC 7959 §3.4;
-///   BERT blocks over TCP and WebSockets).
+///   BERT blocks over TCP and WebSockets). An observation of a request built with
+///   [`RequestBuilder::q_block`](crate::RequestBuilder::q_block) over UDP or DTLS asks
+///   for its notifications in Q-Block2 sets (RFC 9177 §4.4): their blocks are collected
+///   under the registration's token and the missing ones asked for, as for a Q-Block2
+///   download; a newer notification that overtakes one still being collected is
+///   collected in its place.
 /// - If nothing arrives for Max-Age plus a few seconds, the client registers again; after
 ///   [`MAX_REREGISTRATIONS`] such attempts in a row without a notification (the server
 ///   went away, or forgot the relation) the observation ends with
@@ -169,6 +176,7 @@ impl Observation {
             return self.reregister_or_end();
         };
         let stream = self.route.is_stream();
+        let qblock2;
         let msg = match item {
             // Over a stream the channel closes, or reports the connection's end,
             // when the connection is lost: register again on a new one, once.
@@ -185,6 +193,9 @@ impl Observation {
             }
             Some(Err(e)) => return Step::Give(self.end(e)),
             Some(Ok(mut msg)) => {
+                // Q-Block2 is the completion's: taken out before the option check.
+                qblock2 = msg.options.get_uint(Q_BLOCK2).and_then(BlockValue::decode);
+                msg.options.remove(Q_BLOCK2);
                 if let Err(e) = self.route.receive(self.sent.as_deref_mut(), &mut msg) {
                     return Step::Give(self.end(e));
                 }
@@ -200,7 +211,7 @@ impl Observation {
         }
         let Some(seq) = msg.options.observe() else {
             self.ended = true;
-            return self.whole(msg);
+            return self.whole(msg, qblock2);
         };
         let now = Instant::now();
         if !stream && !self.last.is_none_or(|(v1, t1)| is_fresh(v1, t1, seq, now)) {
@@ -210,7 +221,7 @@ impl Observation {
         self.recovering = false;
         self.reregistrations = 0;
         self.max_age = Duration::from_secs(u64::from(msg.options.max_age()));
-        self.whole(msg)
+        self.whole(msg, qblock2)
     }
 
     /// Registers again and waits for what comes, or ends with the failure.
@@ -227,8 +238,20 @@ impl Observation {
     }
 
     /// The notification `first` as a response when it is whole, or the completion of
-    /// its other blocks.
-    fn whole(&self, first: Message) -> Step<'_> {
+    /// its other blocks: Block2 blocks fetched one by one, or the other blocks of a
+    /// Q-Block2 set (`qblock2`, its block) collected from the observation's channel.
+    fn whole(&mut self, first: Message, qblock2: Option<BlockValue>) -> Step<'_> {
+        if let Some(block) = qblock2.filter(|b| b.more || b.num > 0) {
+            if first.code.is_success() {
+                return Step::Fetch(Box::pin(qblock::complete_notification(
+                    &self.route,
+                    &self.request,
+                    (first, block),
+                    &mut self.rx,
+                    self.sent.as_deref_mut(),
+                )));
+            }
+        }
         if !is_first_of_more(&first) {
             return Step::Give(Ok(Response::from_message(first)));
         }

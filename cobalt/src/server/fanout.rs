@@ -28,6 +28,10 @@
 //!   §4.5.2). The same when `observe_min_interval` has not passed since its last
 //!   notification. An observer that never acknowledges costs nothing after its
 //!   confirmable notification times out, which ends the relation.
+//! - **Q-Block2 observers.** An observer that registered with Q-Block2 gets a
+//!   notification longer than one block as a Q-Block2 set (RFC 9177 §4.4): block 0
+//!   (with the M bit, Observe, ETag and Size2) is the notification, and the role's
+//!   Q-Block2 sender sends the rest ([`FanOut::take_qblock2_sets`]).
 //! - **Verified observers only.** A registration from an address that has not proved
 //!   it receives there (RFC 9175 §2.4; the address may be forged) holds no relation and
 //!   no place in the budget: it waits, bounded, beside the exchange that answers it
@@ -35,11 +39,14 @@
 //!   that answer ([`FanOut::verified`]), or is forgotten when it could not.
 
 use super::budget::{ObserverBudget, Refusal};
+use super::intake::QBlock2Ask;
 use super::layer::{Layers, ObserverExtras};
 use super::limits::ServerLimits;
 use super::observe::Observable;
 use super::request::Response;
 use crate::changes::{ChangeInbox, Ending, PendingChange};
+use cobalt_proto::blockwise::qblock::{qblock2_block, qblock2_count, qblock2_etag, Q_BLOCK2};
+use cobalt_proto::blockwise::uploads::upload_key;
 use cobalt_proto::endpoint::ExchangeId;
 use cobalt_proto::message::{codec, opt, option::encode_uint, BlockValue, Code, Message, Token};
 use cobalt_proto::observe::encoded::EncodedNotification;
@@ -230,6 +237,9 @@ pub(crate) struct FanOut {
     layers: Layers,
     /// The transport (for the observers' identities).
     scheme: Scheme,
+    /// Notifications sent as Q-Block2 sets whose blocks after the first are still
+    /// to go (taken by the role in the same step: [`FanOut::take_qblock2_sets`]).
+    qblock2_sets: Vec<QBlock2Notification>,
     /// What observers proved and what layers attached to their registrations, for
     /// those that have any (DTLS and TLS peers, layered servers).
     extras: HashMap<RelationKey, ObserverExtras>,
@@ -268,6 +278,7 @@ impl FanOut {
             stats: FanOutStats::default(),
             layers: Layers::default(),
             scheme: Scheme::Coap,
+            qblock2_sets: Vec::new(),
             extras: HashMap::new(),
             registrations: HashMap::new(),
         }
@@ -796,6 +807,7 @@ impl FanOut {
         let mut request = Message::clone(&rel.request);
         request.token = key.1.clone();
         request.options.remove(opt::BLOCK2);
+        request.options.remove(Q_BLOCK2);
         let production = Production {
             observable: obs,
             round: round_id,
@@ -974,8 +986,24 @@ impl FanOut {
                     more: false,
                     ..b
                 });
-                let msg = session.slice(peer, first, response.into_message(), self.blocks);
-                session.notify(now, &mut observation, msg, con)
+                let full = response.into_message();
+                let qblock = qblock2_szx(&rel.request, self.blocks.szx)
+                    .filter(|szx| success && qblock2_count(full.payload.len(), *szx) > 1);
+                match qblock {
+                    Some(szx) => {
+                        let (first, rest) =
+                            qblock2_notification(&rel.request, &key, full, szx, con);
+                        let sent = session.notify(now, &mut observation, first, con);
+                        if sent.is_ok() && self.qblock2_sets.len() < MAX_QBLOCK2_SETS {
+                            self.qblock2_sets.push(rest);
+                        }
+                        sent
+                    }
+                    None => {
+                        let msg = session.slice(peer, first, full, self.blocks);
+                        session.notify(now, &mut observation, msg, con)
+                    }
+                }
             }
         };
         rel.sent(now, con, stamp.version);
@@ -993,6 +1021,12 @@ impl FanOut {
             // An error notification ends the relation (RFC 7641 §4.2).
             self.end(&key);
         }
+    }
+
+    /// The Q-Block2 notifications sent since the last call whose other blocks are
+    /// still to go ([`QBlock2Sender::notify_rest`](super::qblock2_send::QBlock2Sender::notify_rest)).
+    pub(crate) fn take_qblock2_sets(&mut self) -> Vec<QBlock2Notification> {
+        std::mem::take(&mut self.qblock2_sets)
     }
 
     /// The message ID of the last notification to `key` (for tests).
@@ -1070,3 +1104,60 @@ impl Drop for FanOut {
 #[cfg(test)]
 #[path = "fanout_tests.rs"]
 mod tests;
+
+/// Q-Block2 notifications waiting for their other blocks at most at once (the role
+/// takes them in the step that made them; this bounds a step's worth).
+const MAX_QBLOCK2_SETS: usize = 4096;
+
+/// A notification sent as a Q-Block2 set (RFC 9177 §4.4): its first block went out as
+/// the notification; the other blocks follow like a Q-Block2 answer's.
+pub(crate) struct QBlock2Notification {
+    /// The observer.
+    pub peer: SocketAddr,
+    /// How the rest is sent: the registration's token, its answer's key (where the
+    /// whole body is kept for the observer's requests for missing blocks), block size
+    /// and message type.
+    pub ask: QBlock2Ask,
+    /// The whole notification, with its Observe number and ETag.
+    pub full: Message,
+}
+
+/// The block size exponent of the Q-Block2 sets of a relation whose registration
+/// asked for Q-Block2 (the role marks it so), at most the server's `max_szx`.
+fn qblock2_szx(registration: &Message, max_szx: u8) -> Option<u8> {
+    let value = registration.options.get_uint(Q_BLOCK2)?;
+    Some(BlockValue::decode(value).map_or(max_szx, |b| b.szx.min(max_szx)))
+}
+
+/// Splits a notification `full` of more than one block for the Q-Block2 observer
+/// `key`: its first block (Q-Block2 with the M bit, Observe, ETag, Size2) and the rest
+/// to send after it.
+#[cold]
+fn qblock2_notification(
+    registration: &Message,
+    key: &RelationKey,
+    mut full: Message,
+    szx: u8,
+    con: bool,
+) -> (Message, QBlock2Notification) {
+    if !full.options.contains(opt::ETAG) {
+        full.options.set(opt::ETAG, qblock2_etag(&full));
+    }
+    let first = qblock2_block(&full, 0, szx).unwrap_or_else(|| full.clone());
+    let rest = QBlock2Notification {
+        peer: key.0,
+        ask: QBlock2Ask {
+            asked: vec![BlockValue {
+                num: 0,
+                more: false,
+                szx,
+            }],
+            szx,
+            key: upload_key(registration),
+            token: key.1.clone(),
+            confirmable: con,
+        },
+        full,
+    };
+    (first, rest)
+}

@@ -14,6 +14,11 @@
 //! its kept answer lasts. A body whose kept answer is gone (expired, evicted, another
 //! answer under its key) is sent no further: the client asks for what it misses and
 //! the handler answers again.
+//!
+//! A notification to an observer that registered with Q-Block2 goes the same way
+//! ([`QBlock2Sender::notify_rest`]): its block 0 is the notification (the fan-out's),
+//! the rest follows under the registration's token, and the body is kept for the
+//! observer's requests for missing blocks.
 
 use super::intake::QBlock2Ask;
 use super::upload_table::UploadTable;
@@ -122,6 +127,49 @@ impl QBlock2Sender {
             return session.respond(now, id, bad);
         };
         session.respond(now, id, first)?;
+        self.follow(session, now, peer, ask, blocks, count, kept);
+        Ok(())
+    }
+
+    /// Sends the other blocks of a notification whose first block went out as a
+    /// Q-Block2 notification (RFC 9177 §4.4): the rest of its first set at once, the
+    /// later sets scheduled, with the registration's token; the whole body is kept for
+    /// the observer's requests for missing blocks.
+    pub(crate) fn notify_rest<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        peer: SocketAddr,
+        ask: &QBlock2Ask,
+        full: Message,
+        uploads: &mut impl UploadTable,
+    ) {
+        let count = qblock2_count(full.payload.len(), ask.szx);
+        let blocks: Vec<(u32, Message)> = (1..count.min(MAX_PAYLOADS))
+            .filter_map(|n| Some((n, qblock2_block(&full, n, ask.szx)?)))
+            .collect();
+        let kept = uploads.with(|u| {
+            u.keep_answer(now, peer, ask.key.clone(), full);
+            u.kept_answer(now, peer, &ask.key).is_some()
+        });
+        self.follow(session, now, peer, ask, blocks.into_iter(), count, kept);
+    }
+
+    /// Sends `blocks` after the first block of an answer to `ask` of `peer` and, when
+    /// the answer's rest is asked for, schedules the sets after them (while the whole
+    /// answer is `kept`); the body has `count` blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn follow<S: Session>(
+        &mut self,
+        session: &mut S,
+        now: Instant,
+        peer: SocketAddr,
+        ask: &QBlock2Ask,
+        blocks: impl Iterator<Item = (u32, Message)>,
+        count: u32,
+        kept: bool,
+    ) {
+        let (szx, rest_from) = (ask.szx, ask.rest_from());
         // The first block not sent for want of a verified address, if any.
         let mut unsent = None;
         for (num, block) in blocks {
@@ -132,7 +180,7 @@ impl QBlock2Sender {
             }
         }
         let Some(from) = rest_from else {
-            return Ok(());
+            return;
         };
         let set_end = from.saturating_add(MAX_PAYLOADS);
         let (next, set_end, due) = match unsent {
@@ -160,7 +208,6 @@ impl QBlock2Sender {
             self.bursts.insert(slot, burst);
             self.look = true;
         }
-        Ok(())
     }
 
     /// Whether a Q-Block2 request of `peer` (`ask`) is a follow-up that the kept

@@ -652,3 +652,129 @@ fn hostile_q_block2_requests_are_bounded() {
         "{bursts} bodies in flight"
     );
 }
+
+/// An observer that registered with Q-Block2 (RFC 9177 §4.4) gets a notification of
+/// 26 blocks as a Q-Block2 set: the notification is block 0 with the M bit, Observe,
+/// ETag and Size2 under the registration's token, the rest of its first set follows
+/// at once and the next sets NON_TIMEOUT apart, every block with that token and ETag;
+/// a block it missed is served from the kept notification without running the
+/// handler again. A plain observer of the same resource still gets Block2.
+#[test]
+fn a_q_block2_observer_gets_its_notifications_in_q_block2_sets() {
+    use crate::server::observe::Observable;
+    let t0 = Instant::now();
+    let (obs, state) = (Observable::new(), Arc::new(AtomicU64::new(1)));
+    let inbox = Arc::new(ChangeInbox::default());
+    obs.attach(vec![inbox.clone()]);
+    let runs = Arc::new(Mutex::new(0u32));
+    let mut tree = ResourceTree::new();
+    let (read, counted) = (state.clone(), runs.clone());
+    let big = crate::server::get(move || {
+        *counted.lock().unwrap() += 1;
+        let digit = b'0' + (read.load(Ordering::Relaxed) % 10) as u8;
+        async move { vec![digit; 64 * 25 + 10] }
+    })
+    .observable(&obs);
+    tree.insert("/big", big);
+    let (done, _back) = mpsc::unbounded_channel();
+    let mut role = ShardRole::for_shard(
+        Routes::new(tree, None).serve(),
+        ServerLimits::default(),
+        inbox,
+        done,
+        None,
+        Front::plain(Scheme::Coap),
+    );
+    let mut ep = endpoint(t0);
+    let mut register = qget("/big", &[(0, false)], 1, false);
+    register.options.set_uint(opt::OBSERVE, 0);
+    ep.handle_datagram(t0, client(), &codec::encode(&register));
+    let plain: SocketAddr = "10.0.0.8:40000".parse().unwrap();
+    let mut plain_register = Message::new(MessageType::NonConfirmable, Code::GET, 2);
+    plain_register.token = Token::new(&[2]).unwrap();
+    plain_register.options.set_uri_path("/big");
+    plain_register.options.set_uint(opt::OBSERVE, 0);
+    ep.handle_datagram(t0, plain, &codec::encode(&plain_register));
+    let answer = serve(&mut ep, &mut role, t0);
+    assert_eq!(
+        answer
+            .iter()
+            .filter(|m| m.options.contains(Q_BLOCK2))
+            .count(),
+        10
+    );
+    assert_eq!(Service::<Endpoint>::observer_count(&role), 2);
+    // A change: the notification and the rest of its first set.
+    let t1 = t0 + NON_TIMEOUT * 3;
+    tick(&mut ep, &mut role, t1);
+    state.store(2, Ordering::Relaxed);
+    obs.changed();
+    Service::<Endpoint>::take_changes(&mut role);
+    let first = serve(&mut ep, &mut role, t1);
+    let (mine, theirs): (Vec<Message>, Vec<Message>) =
+        first.into_iter().partition(|m| m.token == register.token);
+    acknowledge(&mut ep, t1, client(), &mine);
+    acknowledge(&mut ep, t1, plain, &theirs);
+    assert_eq!(theirs.len(), 1);
+    assert!(theirs[0].block2().is_some_and(|b| b.num == 0 && b.more));
+    assert!(!theirs[0].options.contains(Q_BLOCK2));
+    let nums: Vec<u32> = mine.iter().map(|m| qblock2_of(m).num).collect();
+    assert_eq!(nums, (0..MAX_PAYLOADS).collect::<Vec<_>>());
+    let note = &mine[0];
+    assert!(qblock2_of(note).more);
+    assert!(note.options.observe().is_some());
+    assert!(note.block2().is_none());
+    let etag = note.options.get(opt::ETAG).map(<[u8]>::to_vec);
+    assert!(etag.is_some());
+    for m in &mine {
+        assert_eq!(m.options.get(opt::ETAG).map(<[u8]>::to_vec), etag);
+        assert_eq!(m.options.get_uint(opt::SIZE2), Some(64 * 25 + 10));
+        assert_eq!(m.payload[0], b'2');
+    }
+    // The next sets, NON_TIMEOUT apart.
+    let second = tick(&mut ep, &mut role, t1 + NON_TIMEOUT);
+    acknowledge(&mut ep, t1 + NON_TIMEOUT, client(), &second);
+    let nums: Vec<u32> = second
+        .iter()
+        .filter(|m| m.token == register.token)
+        .map(|m| qblock2_of(m).num)
+        .collect();
+    assert_eq!(nums, (10..20).collect::<Vec<_>>());
+    let third = tick(&mut ep, &mut role, t1 + NON_TIMEOUT * 2);
+    acknowledge(&mut ep, t1 + NON_TIMEOUT * 2, client(), &third);
+    let nums: Vec<u32> = third
+        .iter()
+        .filter(|m| m.token == register.token)
+        .map(|m| qblock2_of(m).num)
+        .collect();
+    assert_eq!(nums, (20..26).collect::<Vec<_>>());
+    // A block it missed, asked for under a token of its own, comes from the kept body.
+    let t2 = t1 + NON_TIMEOUT * 2 + Duration::from_millis(10);
+    let ran = *runs.lock().unwrap();
+    ep.handle_datagram(
+        t2,
+        client(),
+        &codec::encode(&qget("/big", &[(13, false)], 7, false)),
+    );
+    let again = serve(&mut ep, &mut role, t2);
+    assert_eq!(again.len(), 1);
+    assert_eq!(qblock2_of(&again[0]).num, 13);
+    assert_eq!(again[0].options.get(opt::ETAG).map(<[u8]>::to_vec), etag);
+    assert_eq!(
+        *runs.lock().unwrap(),
+        ran,
+        "served from the kept notification"
+    );
+    assert!(tick(&mut ep, &mut role, t2 + NON_TIMEOUT * 3)
+        .iter()
+        .all(|m| !m.options.contains(Q_BLOCK2)));
+    assert_eq!(role.qblock2.as_ref().map(QBlock2Sender::len), Some(0));
+}
+
+/// `peer` acknowledges the CON messages among `got`.
+fn acknowledge(ep: &mut Endpoint, now: Instant, peer: SocketAddr, got: &[Message]) {
+    for m in got.iter().filter(|m| m.mtype == MessageType::Confirmable) {
+        let ack = Message::new(MessageType::Acknowledgement, Code::EMPTY, m.mid);
+        ep.handle_datagram(now, peer, &codec::encode(&ack));
+    }
+}

@@ -27,7 +27,7 @@ use crate::changes::ChangeInbox;
 use crate::metrics::ShardSnapshot;
 use crate::runtime::service::Service;
 use crate::transport::identity::Credential;
-use cobalt_proto::blockwise::qblock::qblock2_count;
+use cobalt_proto::blockwise::qblock::{qblock2_count, Q_BLOCK2};
 use cobalt_proto::blockwise::uploads::Uploads;
 use cobalt_proto::endpoint::Event;
 use cobalt_proto::message::{opt, option::encode_uint, BlockValue, Code, Message};
@@ -353,10 +353,14 @@ impl<U: UploadTable> ServerRole<U> {
         if let Some(registration) = ctx.register {
             let Registration {
                 observable,
-                request,
+                mut request,
                 version,
                 extras,
             } = *registration;
+            if let Some(ask) = ctx.qblock2.as_deref().filter(|_| self.qblock2.is_some()) {
+                // Its notifications go as Q-Block2 sets too (RFC 9177 §4.4).
+                mark_qblock2(&mut request, ask.szx);
+            }
             if response.code.is_success() {
                 let key = (peer, request.token.clone());
                 // An address not yet verified may be forged: its registration holds
@@ -465,7 +469,26 @@ impl<U: UploadTable> ServerRole<U> {
         production: Production,
         response: Response,
     ) {
-        self.observers.produced(session, now, production, response)
+        self.observers.produced(session, now, production, response);
+        self.send_qblock2_sets(session, now);
+    }
+
+    /// Sends the other blocks of the notifications that went out as Q-Block2 sets.
+    fn send_qblock2_sets<S: Session>(&mut self, session: &mut S, now: Instant) {
+        let sets = self.observers.take_qblock2_sets();
+        let Some(sender) = self.qblock2.as_mut() else {
+            return;
+        };
+        for set in sets {
+            sender.notify_rest(
+                session,
+                now,
+                set.peer,
+                &set.ask,
+                set.full,
+                &mut self.uploads,
+            );
+        }
     }
 }
 
@@ -662,6 +685,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         };
         self.observers
             .step(session, &mut runner, now, self.limits.observe_batch.max(1));
+        self.send_qblock2_sets(session, now);
     }
 
     /// Observers waiting for an ACK from `peers` may go on.
@@ -771,3 +795,12 @@ mod tests;
 #[cfg(test)]
 #[path = "qblock_tests.rs"]
 mod qblock_tests;
+
+/// Marks an observer's registration as asking for Q-Block2 blocks of size exponent
+/// `szx`, so that the fan-out sends its notifications as Q-Block2 sets.
+#[cold]
+fn mark_qblock2(registration: &mut Message, szx: u8) {
+    if let Some(block) = BlockValue::new(0, false, szx) {
+        registration.options.set_uint(Q_BLOCK2, block.encode());
+    }
+}
