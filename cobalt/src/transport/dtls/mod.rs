@@ -34,6 +34,8 @@ use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+#[cfg(any(feature = "openssl", feature = "mbedtls"))]
+mod held;
 #[cfg(feature = "mbedtls")]
 pub mod mbedtls;
 pub(crate) mod select;

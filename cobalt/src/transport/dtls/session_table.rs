@@ -2,6 +2,7 @@
 //! in-memory channel that keeps datagram boundaries), the stateless cookie exchange
 //! and the session and handshake budgets.
 
+use super::held::Held;
 use super::unanswered::Unanswered;
 use super::{DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
 use crate::transport::credentials::{
@@ -76,7 +77,7 @@ struct Session {
     last_seen: Instant,
     /// Server: the peer has sent application data (a CoAP message) over the session.
     used: bool,
-    pending: VecDeque<Vec<u8>>,
+    pending: Held,
     retransmit_at: Option<Instant>,
     /// Server: the peer proved a credential (a pre-shared key, a verified client
     /// certificate); an anonymous session gives way to an authenticated one.
@@ -356,7 +357,7 @@ impl OpensslDtls {
         };
         self.open_session(now, peer, stream);
         if let (Some(s), Some(data)) = (self.sessions.get_mut(&peer), first) {
-            s.pending.push_back(data.to_vec());
+            s.pending.push(data, self.config.max_pending);
         }
         self.advance(now, peer, None);
     }
@@ -491,7 +492,7 @@ impl OpensslDtls {
                 started: now,
                 last_seen: now,
                 used: false,
-                pending: VecDeque::new(),
+                pending: Held::default(),
                 retransmit_at: None,
                 authenticated: false,
                 credential: None,
@@ -603,7 +604,7 @@ impl OpensslDtls {
         }
         self.stats.handshakes += 1;
         self.events.push_back(DtlsEvent::Connected { peer });
-        while let Some(p) = s.pending.pop_front() {
+        while let Some(p) = s.pending.pop() {
             if let Err(e) = s.stream.ssl_write(&p) {
                 tracing::debug!(%peer, error = %e, "DTLS write failed");
             }
@@ -815,10 +816,7 @@ impl DtlsBackend for OpensslDtls {
             return;
         };
         if !s.established {
-            if s.pending.len() >= self.config.max_pending.max(1) {
-                s.pending.pop_front();
-            }
-            s.pending.push_back(plaintext.to_vec());
+            s.pending.push(plaintext, self.config.max_pending);
             return;
         }
         if self.role == Role::Client && s.unanswered.presumed_lost(plaintext, &self.config) {

@@ -39,6 +39,7 @@
 mod ffi;
 
 use self::ffi::{Config, Context, Handshake, MbedError, Read};
+use super::held::Held;
 use super::unanswered::Unanswered;
 use super::{CidConfig, DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
 use crate::transport::credentials::{ClientPsk, PskStore, X509Credentials};
@@ -92,7 +93,7 @@ struct Session {
     /// Server: the peer has sent application data over the session.
     used: bool,
     /// Client: datagrams waiting for the handshake.
-    pending: VecDeque<Vec<u8>>,
+    pending: Held,
     /// Client: what went out since the server was last heard from.
     unanswered: Unanswered,
     /// Server: the random of the ClientHello that started the session, to tell a
@@ -317,7 +318,7 @@ impl MbedtlsDtls {
         self.make_room_lru();
         let id = self.insert(now, peer, ctx, None);
         if let (Some(s), Some(data)) = (self.sessions.get_mut(&id), first) {
-            s.pending.push_back(data.to_vec());
+            s.pending.push(data, self.config.max_pending);
         }
         self.advance(now, id, None, &mut Vec::new());
     }
@@ -342,7 +343,7 @@ impl MbedtlsDtls {
                 started: now,
                 last_seen: now,
                 used: false,
-                pending: VecDeque::new(),
+                pending: Held::default(),
                 unanswered: Unanswered::default(),
                 hello_random: None,
                 newest_record: 0,
@@ -680,7 +681,7 @@ impl MbedtlsDtls {
         }
         let (addr, endpoint_addr) = (s.addr, s.endpoint_addr);
         let mut failure = None;
-        while let Some(p) = s.pending.pop_front() {
+        while let Some(p) = s.pending.pop() {
             if let Err(e) = s.ctx.write(&p) {
                 failure = Some(e);
                 break;
@@ -877,10 +878,7 @@ impl DtlsBackend for MbedtlsDtls {
             return;
         };
         if !s.established {
-            if s.pending.len() >= self.config.max_pending.max(1) {
-                s.pending.pop_front();
-            }
-            s.pending.push_back(plaintext.to_vec());
+            s.pending.push(plaintext, self.config.max_pending);
             return;
         }
         if self.role == Role::Client && s.unanswered.presumed_lost(plaintext, &self.config) {

@@ -978,7 +978,7 @@ fn a_server_hello_after_a_repeated_client_hello_is_not_taken_for_a_replay() {
         .get_mut(&addr(SERVER))
         .unwrap()
         .pending
-        .push_back(b"a".to_vec());
+        .push(b"a", 1);
     c.advance(now, addr(SERVER), None);
     // The client reads the HelloVerifyRequest after its timer ran out: it sends its
     // first ClientHello again (record 1), then the one with the cookie (record 2); the
