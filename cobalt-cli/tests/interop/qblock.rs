@@ -96,16 +96,18 @@ fn libcoap_q_block2_get_of_a_large_resource_through_loss() {
         &["-b", "64", "-l", "10%"],
         &["-N", "-b", "64", "-l", "10%"],
     ] {
-        let attempts = if args.contains(&"-l") { 3 } else { 1 };
-        let mut failed = Vec::new();
-        for _ in 0..attempts {
+        let download = || {
             let (got, ran) = q_get(&bin, &dir, args, &uri);
-            if got == want {
-                break;
+            match got == want {
+                true => Ok(()),
+                false => Err(format!("got {} bytes\n{ran}", got.len())),
             }
-            failed.push(format!("got {} bytes\n{ran}", got.len()));
+        };
+        if args.contains(&"-l") {
+            within_three_attempts(&format!("{args:?}"), download);
+        } else if let Err(e) = download() {
+            panic!("{args:?}: {e}");
         }
-        assert!(failed.len() < attempts, "{args:?}: {failed:?}");
     }
 }
 
@@ -173,20 +175,24 @@ fn libcoap_q_block1_put_of_a_large_body_through_loss() {
         if !non.is_empty() {
             args.insert(0, non);
         }
-        let attempts = if loss == "0%" { 1 } else { 3 };
-        let mut failed = Vec::new();
-        for _ in 0..attempts {
+        let upload = || {
             let ran = q_client(&bin, &args);
             let (got, get_ran) = q_get(&bin, &dir, &["-b", "1024"], &uri);
-            if got == body {
-                break;
+            match got == body {
+                true => Ok(()),
+                false => Err(format!(
+                    "stored {} bytes\nput: {ran:?}\nget: {get_ran}",
+                    got.len()
+                )),
             }
-            failed.push(format!(
-                "stored {} bytes\nput: {ran:?}\nget: {get_ran}",
-                got.len()
-            ));
+        };
+        if loss == "0%" {
+            if let Err(e) = upload() {
+                panic!("{non} loss {loss}: {e}");
+            }
+        } else {
+            within_three_attempts(&format!("{non} loss {loss}"), upload);
         }
-        assert!(failed.len() < attempts, "{non} loss {loss}: {failed:?}");
     }
 }
 
@@ -231,6 +237,26 @@ fn libcoap_q_block_over_dtls() {
 /// `cobalt ARGS` (a request command), bounded by the harness's limit.
 fn cobalt(args: &[&str]) -> Ran {
     process::run(crate::binary::cobalt().args(args), COMMAND_LIMIT * 4)
+}
+
+/// Runs `attempt` up to three times until it succeeds; panics with every failure
+/// otherwise. For transfers through a lossy libcoap 4.3.4: its client gives up now and
+/// then, and its server sometimes renews a body's ETag when it takes a request for
+/// missing blocks as a new request (see `bench/results/qblock-2026-11-27.md`).
+fn within_three_attempts(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
+    let mut failed = Vec::new();
+    for _ in 0..3 {
+        match attempt() {
+            Ok(()) => return,
+            Err(e) => failed.push(e),
+        }
+    }
+    panic!("{what}: {failed:#?}");
+}
+
+/// The body a `cobalt` request command printed (it ends its output with a newline).
+fn printed_body(ran: &Ran) -> &str {
+    ran.stdout.strip_suffix('\n').unwrap_or(&ran.stdout)
 }
 
 /// libcoap 4.3.4's `coap-server -L 5 -d 10 ARGS` (Q-Block; resources created by PUT)
@@ -285,7 +311,7 @@ fn cobalt_q_block2_get_from_libcoap() {
         }
         let ran = cobalt(&args);
         assert!(ran.status.success(), "{args:?}: {ran:?}");
-        let got = ran.stdout.strip_suffix('\n').unwrap_or(&ran.stdout);
+        let got = printed_body(&ran);
         assert!(got.as_bytes() == body, "{args:?}: got {} bytes", got.len());
         assert!(ran.stderr.contains("> to") && ran.stderr.contains("Option(31)"));
     }
@@ -307,19 +333,23 @@ fn cobalt_q_block2_get_from_libcoap_through_loss() {
     let body = large_text(2500);
     let server = libcoap_server_with(&bin, &client, &["-l", "5%"], &body);
     let uri = server.uri("/big");
-    let ran = cobalt(&[
-        "get",
-        "--non",
-        "--q-block",
-        "-b",
-        "64",
-        "--timeout",
-        "90",
-        &uri,
-    ]);
-    assert!(ran.status.success(), "{ran:?}");
-    let got = ran.stdout.strip_suffix('\n').unwrap_or(&ran.stdout);
-    assert!(got.as_bytes() == body, "got {} bytes: {ran:?}", got.len());
+    within_three_attempts("a download through 5% loss", || {
+        let ran = cobalt(&[
+            "get",
+            "--non",
+            "--q-block",
+            "-b",
+            "64",
+            "--timeout",
+            "90",
+            &uri,
+        ]);
+        let got = printed_body(&ran);
+        match ran.status.success() && got.as_bytes() == body {
+            true => Ok(()),
+            false => Err(format!("got {} bytes: {ran:?}", got.len())),
+        }
+    });
 }
 
 /// `cobalt get --q-block` against `cobalt serve`: `/large` in Q-Block2 sets (CON and
@@ -342,7 +372,7 @@ fn cobalt_q_block2_get_from_cobalt() {
         }
         let ran = cobalt(&args);
         assert!(ran.status.success(), "{args:?}: {ran:?}");
-        let got = ran.stdout.strip_suffix('\n').unwrap_or(&ran.stdout);
+        let got = printed_body(&ran);
         assert!(got.as_bytes() == want, "{args:?}: got {} bytes", got.len());
         // Every block came as a message of its own (not one whole answer).
         let blocks = ran.stderr.matches("< from").count();
@@ -400,7 +430,7 @@ fn cobalt_q_block1_put_to_libcoap() {
         let blocks = ran.stderr.matches("> to").count();
         assert_eq!(blocks, 97, "non {non}: each block once without loss");
         let got = cobalt(&["get", "-b", "1024", &uri]);
-        let got = got.stdout.strip_suffix('\n').unwrap_or(&got.stdout);
+        let got = printed_body(&got);
         assert!(
             got.as_bytes() == body,
             "non {non}: stored {} bytes",
@@ -439,7 +469,7 @@ fn cobalt_q_block1_put_to_libcoap_over_dtls() {
         let mut get = vec!["get", "-b", "1024", uri.as_str()];
         get.extend(psk);
         let got = cobalt(&get);
-        let got = got.stdout.strip_suffix('\n').unwrap_or(&got.stdout);
+        let got = printed_body(&got);
         assert!(
             got.as_bytes() == body,
             "non {non}: stored {} bytes",
@@ -469,18 +499,21 @@ fn cobalt_q_block1_put_to_libcoap_through_loss() {
     let body = large_text(2500);
     let file = dir.write("body", &body);
     let uri = server.uri("/lossy");
-    let ran = cobalt_q_put(&file, &uri, &["--non"]);
-    assert!(ran.status.success(), "{ran:?}");
-    // The server also drops 10% of its answers to the GETs: asked until whole.
-    let whole = (0..10).any(|_| {
-        let got = cobalt(&["get", "-b", "1024", "--timeout", "20", &uri]);
-        got.stdout
-            .strip_suffix('\n')
-            .unwrap_or(&got.stdout)
-            .as_bytes()
-            == body
+    within_three_attempts("an upload through 10% loss", || {
+        let ran = cobalt_q_put(&file, &uri, &["--non"]);
+        if !ran.status.success() {
+            return Err(format!("{ran:?}"));
+        }
+        // The server also drops 10% of its answers to the GETs: asked until whole.
+        let whole = (0..10).any(|_| {
+            let got = cobalt(&["get", "-b", "1024", "--timeout", "20", &uri]);
+            printed_body(&got).as_bytes() == body
+        });
+        match whole {
+            true => Ok(()),
+            false => Err("the body stored is not the one uploaded".into()),
+        }
     });
-    assert!(whole, "the body stored is not the one uploaded");
 }
 
 /// `cobalt put --q-block` against `cobalt serve`'s `/upload`: CON and NON, over UDP
@@ -512,7 +545,7 @@ fn cobalt_q_block1_put_to_cobalt() {
             get.extend(psk);
         }
         let got = cobalt(&get);
-        let got = got.stdout.strip_suffix('\n').unwrap_or(&got.stdout);
+        let got = printed_body(&got);
         assert!(
             got.as_bytes() == body,
             "{uri} non {non}: stored {} bytes",
