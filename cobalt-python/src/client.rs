@@ -9,7 +9,6 @@ use cobalt::transport::credentials::X509Credentials;
 use cobalt::{Code, RequestBuilder};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -352,7 +351,7 @@ fn answer<'py>(
     kind: &'static str,
     token: u64,
     result: cobalt::Result<Option<cobalt::Response>>,
-) -> PyResult<Bound<'py, PyTuple>> {
+) -> PyResult<Bound<'py, PyAny>> {
     match result {
         Ok(Some(r)) => event_tuple(py, kind, token, Some(response_tuple(py, &r)?), None),
         Ok(None) => event_tuple(py, kind, token, None, None),

@@ -12,6 +12,7 @@
 mod client;
 mod convert;
 mod inbox;
+mod replies;
 mod runtime;
 mod server;
 

@@ -3,6 +3,7 @@
 //! its shard awaits the answer (`Request.respond`) without the GIL.
 
 use crate::inbox::{event_tuple, Inbox, Shared};
+use crate::replies::{Pump, Reply, Responder};
 use crate::runtime;
 use cobalt::config::Config;
 use cobalt::server::MethodRouter;
@@ -10,9 +11,14 @@ use cobalt::transport::credentials::{PskStore, X509Credentials};
 use cobalt::{Code, Scheme, ServerHandle};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
+use std::borrow::Cow;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -20,21 +26,24 @@ use tokio::sync::oneshot;
 #[pyclass(frozen, module = "cobalt._cobalt")]
 pub struct Request {
     inner: cobalt::Request,
+    /// The number of the Python handler it is for.
+    handler: u64,
     /// Taken by the first `respond`.
-    responder: Mutex<Option<oneshot::Sender<cobalt::Response>>>,
-}
-
-impl Request {
-    pub fn new(inner: cobalt::Request, responder: oneshot::Sender<cobalt::Response>) -> Request {
-        Request {
-            inner,
-            responder: Mutex::new(Some(responder)),
-        }
-    }
+    responder: Mutex<Option<Responder>>,
+    /// The pump of the thread whose handler future waits for the answer.
+    pump: Option<Arc<Pump>>,
+    /// The inbox it came through, which holds answers while its loop handles a batch.
+    inbox: Arc<Shared>,
 }
 
 #[pymethods]
 impl Request {
+    /// The number of the handler it is for (as `start_server`'s routes give it).
+    #[getter]
+    fn handler(&self) -> u64 {
+        self.handler
+    }
+
     /// The method code (1 GET, 2 POST, 3 PUT, 4 DELETE, 5 FETCH, ...).
     #[getter]
     fn method(&self) -> u8 {
@@ -124,16 +133,22 @@ impl Request {
 
     /// Answers the request with `code` (e.g. 69 for 2.05), `payload` and `options`
     /// (`(number, value)` pairs). False if it was answered before, or the server no
-    /// longer waits for it (shut down, or the peer's exchange ended).
+    /// longer waits for it (shut down, or the peer's exchange ended). Answers given
+    /// while the loop handles a batch from its inbox go when the batch is done.
     #[pyo3(signature = (code, payload, options=Vec::new()))]
-    fn respond(&self, code: u8, payload: Vec<u8>, options: Vec<(u16, Vec<u8>)>) -> PyResult<bool> {
+    fn respond(
+        &self,
+        code: u8,
+        payload: Cow<'_, [u8]>,
+        options: Vec<(u16, PyBackedBytes)>,
+    ) -> PyResult<bool> {
         let code = Code(code);
         if !code.is_response() {
             return Err(PyValueError::new_err(format!(
                 "{code} is not a response code (2.xx, 4.xx or 5.xx)"
             )));
         }
-        let Some(tx) = self
+        let Some(responder) = self
             .responder
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -141,11 +156,19 @@ impl Request {
         else {
             return Ok(false);
         };
-        let mut response = cobalt::Response::new(code).with_payload(payload);
-        for (number, value) in options {
-            response = response.with_option(number, value);
+        if responder.is_closed() {
+            return Ok(false);
         }
-        Ok(tx.send(response).is_ok())
+        let mut response = cobalt::Response::new(code).with_payload(payload.into_owned());
+        for (number, value) in options {
+            response = response.with_option(number, &value);
+        }
+        self.inbox.answer(Reply {
+            responder,
+            response,
+            pump: self.pump.clone(),
+        });
+        Ok(true)
     }
 }
 
@@ -356,14 +379,12 @@ fn load_config(file: Option<PathBuf>, settings: &[(String, String)]) -> PyResult
     loader.build().map_err(bad)
 }
 
-/// The Rust handler of a Python one: pushes the request into the loop's inbox and waits
+/// The Rust handler of a Python one: queues the request in the loop's inbox and waits
 /// for the answer (5.00 if the Python side drops it unanswered).
 fn python_handler(
     inbox: &Arc<Shared>,
     handler: usize,
-) -> impl Fn(
-    cobalt::Request,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = cobalt::Response> + Send>>
+) -> impl Fn(cobalt::Request) -> Pin<Box<dyn Future<Output = cobalt::Response> + Send>>
        + Clone
        + Send
        + Sync
@@ -371,12 +392,49 @@ fn python_handler(
     let inbox = inbox.clone();
     move |request: cobalt::Request| {
         let (responder, answer) = oneshot::channel();
-        inbox.push(Box::new(move |py| {
-            let request = Bound::new(py, Request::new(request, responder))?.into_any();
-            event_tuple(py, "request", handler as u64, Some(request), None)
+        let pump = Pump::current();
+        let shared = inbox.clone();
+        inbox.queue(Box::new(move |py| {
+            let request = Request {
+                inner: request,
+                handler: handler as u64,
+                responder: Mutex::new(Some(responder)),
+                pump,
+                inbox: shared,
+            };
+            Ok(Bound::new(py, request)?.into_any())
         }));
-        Box::pin(async move {
-            answer.await.unwrap_or_else(|_| {
+        Box::pin(Answer {
+            inbox: inbox.clone(),
+            announced: false,
+            answer,
+        })
+    }
+}
+
+/// A Python handler's answer, awaited on the thread that took its request.
+///
+/// Its request is queued without waking the loop: the first poll (where the request
+/// was taken, in the middle of the shard's batch) only yields, and the next one, once
+/// the shard has queued the rest of its batch, wakes the loop for all of them.
+struct Answer {
+    inbox: Arc<Shared>,
+    announced: bool,
+    answer: oneshot::Receiver<cobalt::Response>,
+}
+
+impl Future for Answer {
+    type Output = cobalt::Response;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<cobalt::Response> {
+        if !self.announced {
+            self.announced = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        self.inbox.announce();
+        Pin::new(&mut self.answer).poll(cx).map(|answer| {
+            answer.unwrap_or_else(|_| {
                 cobalt::Response::new(Code::INTERNAL_SERVER_ERROR)
                     .with_payload("the Python handler ended without an answer")
             })

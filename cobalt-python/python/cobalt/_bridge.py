@@ -5,17 +5,25 @@ The native side never runs Python on its own threads: it queues an event and wri
 one byte to a socket that the loop watches (``loop.add_reader``); the loop then takes
 everything queued at once. Calls wait on futures keyed by a token; requests for
 handlers go to the handler registered under their number.
+
+A handler's coroutine runs at once, in the batch that brought its request, up to its
+first suspension: one that never waits is answered without a task or a turn of the
+loop, and the batch's answers go back together when the batch is done. Only a handler
+that waits becomes a task (on Python 3.12+ an eager task; before, the coroutine is
+carried on by a task from where it suspended, see ``_carry_on``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import itertools
 import logging
 import sys
+import types
 import weakref
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Generator, Optional, Tuple
 
 from . import _cobalt
 from ._errors import ResponseError
@@ -90,16 +98,23 @@ class Bridge:
         self.inbox.close()
 
     def _drain(self) -> None:
-        for kind, ident, value, error in self.inbox.drain():
-            if kind == "request":
-                self._serve(ident, value)
-                continue
-            future = self._waiting.pop(ident, None)
-            if future is not None and not future.done():
-                future.set_result((value, error))
+        inbox = self.inbox
+        try:
+            for event in inbox.drain():
+                if type(event) is not tuple:
+                    self._serve(event)
+                    continue
+                _, ident, value, error = event
+                future = self._waiting.pop(ident, None)
+                if future is not None and not future.done():
+                    future.set_result((value, error))
+        finally:
+            # The answers given meanwhile go back now, together.
+            inbox.release()
 
-    def _serve(self, number: int, native: Any) -> None:
+    def _serve(self, native: Any) -> None:
         request = Request(native)
+        number = native.handler
         handler = self.handlers.get(number)
         if handler is None:
             native.respond(int(Code.SERVICE_UNAVAILABLE), b"the resource's server is shutting down")
@@ -109,16 +124,10 @@ class Bridge:
         except BaseException as e:  # noqa: BLE001 - a failing handler is answered, not fatal
             _answer_error(request, e)
             return
-        if asyncio.iscoroutine(result):
-            if _EAGER:
-                # Runs the handler now, up to its first suspension: one that never
-                # waits is answered without a turn of the loop.
-                task = asyncio.Task(result, loop=self.loop, eager_start=True)
-                if task.done():
-                    _settle(request, task)
-                    return
-            else:
-                task = self.loop.create_task(result)
+        if type(result) is types.CoroutineType or asyncio.iscoroutine(result):
+            task = self._start(request, result)
+            if task is None:
+                return
         elif isinstance(result, asyncio.Future):
             task = result
         else:
@@ -127,9 +136,57 @@ class Bridge:
         self._tasks[task] = number
         task.add_done_callback(functools.partial(self._settle_task, request))
 
+    def _start(self, request: Request, coro: Any) -> "Optional[asyncio.Future[Any]]":
+        """Runs a handler's coroutine up to its first suspension: answers it if it
+        ended there, else returns the task that carries it on."""
+        if _EAGER:
+            task = asyncio.Task(coro, loop=self.loop, eager_start=True)
+            if task.done():
+                _settle(request, task)
+                return None
+            return task
+        # Before 3.12: the first step runs here, in a context of its own as a task's
+        # would be, and the task that carries on (if it must) gets that context.
+        context = contextvars.copy_context()
+        try:
+            suspended_on = context.run(coro.send, None)
+        except StopIteration as done:
+            _answer(request, done.value)
+            return None
+        except BaseException as e:  # noqa: BLE001 - as a task would, answer and go on
+            _answer_error(request, e)
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            return None
+        return context.run(self.loop.create_task, _carry_on(coro, suspended_on))
+
     def _settle_task(self, request: Request, task: "asyncio.Future[Any]") -> None:
         self._tasks.pop(task, None)
         _settle(request, task)
+
+
+@types.coroutine
+def _carry_on(coro: Any, suspended_on: Any) -> Generator[Any, Any, Any]:
+    """The rest of a coroutine that has run up to its first suspension, for a task:
+    hands the task what the coroutine suspended on (a future to wait for, or None to
+    yield a turn), then passes what the task sends or throws in to the coroutine."""
+    waiting_for = suspended_on
+    while True:
+        try:
+            sent = yield waiting_for
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as e:  # noqa: BLE001 - cancellation and the like, passed on
+            try:
+                waiting_for = coro.throw(e)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                waiting_for = coro.send(sent)
+            except StopIteration as done:
+                return done.value
 
 
 def _settle(request: Request, task: "asyncio.Future[Any]") -> None:
