@@ -156,7 +156,12 @@ impl<S: Service<Endpoint>> Driver<S> {
                 },
                 Some(done) = self.completions.recv() => {
                     if let Some(server) = &mut self.server {
-                        server.on_completion(&mut self.endpoint, Instant::now(), done);
+                        let now = Instant::now();
+                        server.on_completion(&mut self.endpoint, now, done);
+                        // The answers that came back meanwhile go out in the same flush.
+                        while let Ok(done) = self.completions.try_recv() {
+                            server.on_completion(&mut self.endpoint, now, done);
+                        }
                     }
                 }
                 _ = changed => {
