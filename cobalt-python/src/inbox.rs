@@ -1,18 +1,16 @@
 //! The inbox of an asyncio event loop: what Cobalt's threads hand to Python (finished
 //! requests, notifications, requests for Python handlers), queued without the GIL and
-//! announced by one byte on a socket the loop watches.
+//! announced through a descriptor the loop watches (a [`Doorbell`]).
 //!
 //! Requests for Python handlers are queued quietly and announced once their shard has
 //! queued its whole batch ([`Shared::queue`], [`Shared::announce`]): the loop then
 //! takes them together, and its handlers' answers go back together too (the inbox
 //! holds them while the loop handles the batch, see [`crate::replies`]).
 
+use crate::doorbell::Doorbell;
 use crate::replies::{Held, Reply};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -42,18 +40,17 @@ pub fn event_tuple<'py>(
     Ok(tuple.into_any())
 }
 
-/// The queue and its wake-up socket, shared with Cobalt's threads.
+/// The queue and its doorbell, shared with Cobalt's threads.
 pub struct Shared {
     events: Mutex<Vec<Event>>,
-    /// A wake-up byte has been written and not yet consumed by `drain`.
+    /// The doorbell has been rung and not yet cleared by `drain`.
     armed: AtomicBool,
     /// The loop has gone: events are dropped as they come (a request's handler then
     /// answers 5.00, a call's outcome is lost).
     closed: AtomicBool,
     /// The answers of the loop's handlers while it handles a batch.
     held: Held,
-    reader: UnixStream,
-    writer: UnixStream,
+    doorbell: Doorbell,
 }
 
 impl Shared {
@@ -101,8 +98,7 @@ impl Shared {
 
     fn wake(&self) {
         if !self.armed.swap(true, Ordering::AcqRel) {
-            // A full socket buffer means unread wake-ups: the loop wakes anyway.
-            let _ = (&self.writer).write(&[1]);
+            self.doorbell.ring();
         }
     }
 }
@@ -133,17 +129,13 @@ impl Drop for Inbox {
 impl Inbox {
     #[new]
     fn new() -> PyResult<Inbox> {
-        let (reader, writer) = UnixStream::pair()?;
-        reader.set_nonblocking(true)?;
-        writer.set_nonblocking(true)?;
         Ok(Inbox {
             shared: Arc::new(Shared {
                 events: Mutex::new(Vec::new()),
                 armed: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 held: Held::default(),
-                reader,
-                writer,
+                doorbell: Doorbell::new()?,
             }),
         })
     }
@@ -160,7 +152,7 @@ impl Inbox {
 
     /// The descriptor that becomes readable when events are waiting.
     fn fileno(&self) -> i32 {
-        self.shared.reader.as_raw_fd()
+        self.shared.doorbell.fd()
     }
 
     /// Takes the waiting events, oldest first: requests for the loop's handlers (a
@@ -172,15 +164,7 @@ impl Inbox {
     /// Answers given from then on are held until `release` (call it when the batch
     /// is handled, also when that failed), and then handed over together.
     fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let mut sink = [0u8; 256];
-        loop {
-            match (&self.shared.reader).read(&mut sink) {
-                Ok(n) if n == sink.len() => continue,
-                Ok(_) => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
+        self.shared.doorbell.clear();
         self.shared.armed.store(false, Ordering::Release);
         let events =
             std::mem::take(&mut *self.shared.events.lock().unwrap_or_else(|e| e.into_inner()));

@@ -4,13 +4,14 @@
 //!
 //! Nothing here runs Python on Cobalt's threads. A finished request, a notification or
 //! a request for a Python handler is pushed into the event loop's inbox, which wakes
-//! the loop through a socket the loop watches (`loop.add_reader`); the loop takes the
+//! the loop through a descriptor the loop watches (`loop.add_reader`); the loop takes the
 //! events, with the GIL, when it gets to them. The protocol threads never wait for the
 //! GIL, so a busy Python handler does not stall them. The pure-Python package
 //! (`python/cobalt/`) is the public API; this module is its engine room.
 
 mod client;
 mod convert;
+mod doorbell;
 mod inbox;
 mod replies;
 mod runtime;

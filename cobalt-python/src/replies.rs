@@ -37,12 +37,12 @@ impl Pump {
     /// The pump of this thread's runtime, its task started on first use; `None`
     /// outside a tokio runtime (answers then go straight to their futures).
     pub fn current() -> Option<Arc<Pump>> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
         THREAD_PUMP.with(|slot| {
             let mut slot = slot.borrow_mut();
             if let Some(pump) = slot.as_ref().filter(|p| p.running.load(Ordering::Acquire)) {
                 return Some(pump.clone());
             }
+            let runtime = tokio::runtime::Handle::try_current().ok()?;
             let pump = Arc::new(Pump {
                 queue: Mutex::new(Vec::new()),
                 wake: Notify::new(),

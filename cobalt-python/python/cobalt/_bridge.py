@@ -1,9 +1,9 @@
 """Each asyncio event loop's inbox: where Cobalt's threads leave answers,
 notifications and requests for Python handlers, and the loop picks them up.
 
-The native side never runs Python on its own threads: it queues an event and writes
-one byte to a socket that the loop watches (``loop.add_reader``); the loop then takes
-everything queued at once. Calls wait on futures keyed by a token; requests for
+The native side never runs Python on its own threads: it queues an event and rings
+a doorbell, a descriptor that the loop watches (``loop.add_reader``); the loop then
+takes everything queued at once. Calls wait on futures keyed by a token; requests for
 handlers go to the handler registered under their number.
 
 A handler's coroutine runs at once, in the batch that brought its request, up to its
@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Generator, Optional, Tuple
 
 from . import _cobalt
 from ._errors import ResponseError
-from ._message import Code, Request, answer_of
+from ._message import Code, Request, Response, answer_of
 
 log = logging.getLogger("cobalt")
 
@@ -202,12 +202,15 @@ def _settle(request: Request, task: "asyncio.Future[Any]") -> None:
 
 
 def _answer(request: Request, result: Any) -> None:
-    try:
-        response = answer_of(result, request._native.method)
-    except (TypeError, ValueError) as e:
-        _answer_error(request, e)
-        return
-    request._native.respond(int(response.code), response.payload, response.options)
+    if type(result) is Response:
+        response = result
+    else:
+        try:
+            response = answer_of(result, request._native.method)
+        except (TypeError, ValueError) as e:
+            _answer_error(request, e)
+            return
+    request._native.respond(response.code, response.payload, response.options)
 
 
 def _answer_error(request: Request, error: BaseException) -> None:
