@@ -165,11 +165,18 @@ class Bridge:
         _settle(request, task)
 
 
+async def _carry_on(coro: Any, suspended_on: Any) -> Any:
+    """The rest of a coroutine that has run up to its first suspension, as a
+    coroutine for a task. (A task cancelled before its first step never starts
+    this: the handler's coroutine is then closed when the task is dropped.)"""
+    return await _resume(coro, suspended_on)
+
+
 @types.coroutine
-def _carry_on(coro: Any, suspended_on: Any) -> Generator[Any, Any, Any]:
-    """The rest of a coroutine that has run up to its first suspension, for a task:
-    hands the task what the coroutine suspended on (a future to wait for, or None to
-    yield a turn), then passes what the task sends or throws in to the coroutine."""
+def _resume(coro: Any, suspended_on: Any) -> Generator[Any, Any, Any]:
+    """Hands the task what the coroutine suspended on (a future to wait for, or None
+    to yield a turn), then passes what the task sends or throws in (a cancellation)
+    to the coroutine, up to its end."""
     waiting_for = suspended_on
     while True:
         try:
