@@ -406,7 +406,7 @@ fn python_handler(
         }));
         Box::pin(Answer {
             inbox: inbox.clone(),
-            announced: false,
+            stage: Stage::Queued,
             answer,
         })
     }
@@ -419,20 +419,37 @@ fn python_handler(
 /// the shard has queued the rest of its batch, wakes the loop for all of them.
 struct Answer {
     inbox: Arc<Shared>,
-    announced: bool,
+    stage: Stage,
     answer: oneshot::Receiver<cobalt::Response>,
+}
+
+/// Where an [`Answer`] is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Not polled yet.
+    Queued,
+    /// Polled once: the next poll announces the request.
+    Yielded,
+    /// Announced: waiting for the answer.
+    Announced,
 }
 
 impl Future for Answer {
     type Output = cobalt::Response;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<cobalt::Response> {
-        if !self.announced {
-            self.announced = true;
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
+        match self.stage {
+            Stage::Queued => {
+                self.stage = Stage::Yielded;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Stage::Yielded => {
+                self.stage = Stage::Announced;
+                self.inbox.announce();
+            }
+            Stage::Announced => {}
         }
-        self.inbox.announce();
         Pin::new(&mut self.answer).poll(cx).map(|answer| {
             answer.unwrap_or_else(|_| {
                 cobalt::Response::new(Code::INTERNAL_SERVER_ERROR)

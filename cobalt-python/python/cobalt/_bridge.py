@@ -34,6 +34,12 @@ log = logging.getLogger("cobalt")
 #: Tasks can start eagerly (Python 3.12+).
 _EAGER = sys.version_info >= (3, 12)
 
+#: A native coroutine (``async def``): the usual result of a handler.
+_COROUTINE = types.CoroutineType
+
+#: A context for a handler's first step, as a task would make (looked up once).
+_copy_context = contextvars.copy_context
+
 #: Handler numbers, unique over all loops (never reused).
 _handler_numbers = itertools.count(1)
 
@@ -124,7 +130,7 @@ class Bridge:
         except BaseException as e:  # noqa: BLE001 - a failing handler is answered, not fatal
             _answer_error(request, e)
             return
-        if type(result) is types.CoroutineType or asyncio.iscoroutine(result):
+        if type(result) is _COROUTINE or asyncio.iscoroutine(result):
             task = self._start(request, result)
             if task is None:
                 return
@@ -147,7 +153,7 @@ class Bridge:
             return task
         # Before 3.12: the first step runs here, in a context of its own as a task's
         # would be, and the task that carries on (if it must) gets that context.
-        context = contextvars.copy_context()
+        context = _copy_context()
         try:
             suspended_on = context.run(coro.send, None)
         except StopIteration as done:
