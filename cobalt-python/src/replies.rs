@@ -48,7 +48,7 @@ impl Pump {
                 wake: Notify::new(),
                 running: AtomicBool::new(true),
             });
-            runtime.spawn(pump.clone().run());
+            runtime.spawn(PumpTask(pump.clone()).run());
             *slot = Some(pump.clone());
             Some(pump)
         })
@@ -72,26 +72,19 @@ impl Pump {
             self.wake.notify_one();
         }
     }
+}
 
-    async fn run(self: Arc<Pump>) {
-        /// Marks the pump stopped when its task ends (the runtime shuts down), so
-        /// that the thread's next request makes a new one.
-        struct Stopped(Arc<Pump>);
-        impl Drop for Stopped {
-            fn drop(&mut self) {
-                self.0.running.store(false, Ordering::Release);
-                self.0
-                    .queue
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clear();
-            }
-        }
-        let pump = Stopped(self);
+/// A pump's task. Dropping it (its runtime shut down, or never ran it) marks the pump
+/// stopped, so that the thread's next request makes a new one.
+struct PumpTask(Arc<Pump>);
+
+impl PumpTask {
+    async fn run(self) {
+        let pump = &self.0;
         loop {
-            pump.0.wake.notified().await;
+            pump.wake.notified().await;
             let answers =
-                std::mem::take(&mut *pump.0.queue.lock().unwrap_or_else(|e| e.into_inner()));
+                std::mem::take(&mut *pump.queue.lock().unwrap_or_else(|e| e.into_inner()));
             for (responder, response) in answers {
                 // A future that stopped waiting (its exchange ended) drops it.
                 let _ = responder.send(response);
@@ -100,11 +93,25 @@ impl Pump {
     }
 }
 
+impl Drop for PumpTask {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::Release);
+        self.0
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
 /// An answer on its way: to its request's future, through that thread's pump if it
 /// has one.
 pub struct Reply {
+    /// The future that waits for it.
     pub responder: Responder,
+    /// The answer.
     pub response: Response,
+    /// The pump of the future's thread (none outside a tokio runtime).
     pub pump: Option<Arc<Pump>>,
 }
 

@@ -9,14 +9,17 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 NativeResponse = Tuple[int, bytes, List[Tuple[int, bytes]]]
 NativeError = Tuple[str, str]
-Event = Tuple[str, int, object, object]
+Event = Union[Tuple[str, int, object, object], "Request"]
 
 class Inbox:
-    """An event loop's inbox: readable ``fileno()`` when events wait; ``drain()`` takes them."""
+    """An event loop's inbox: readable ``fileno()`` when events wait; ``drain()`` takes
+    them (requests for the loop's handlers, and ``(kind, id, value, error)`` tuples)
+    and holds the answers given until ``release()``."""
 
     def __init__(self) -> None: ...
     def fileno(self) -> int: ...
     def drain(self) -> List[Event]: ...
+    def release(self) -> None: ...
     def close(self) -> None: ...
 
 class Call:
@@ -71,6 +74,8 @@ class Request:
     """A request for a Python handler, answered with ``respond`` (once)."""
 
     def respond(self, code: int, payload: bytes, options: Sequence[Tuple[int, bytes]] = ...) -> bool: ...
+    @property
+    def handler(self) -> int: ...
     @property
     def method(self) -> int: ...
     @property
