@@ -84,6 +84,7 @@ impl<S: Service<Endpoint>> Driver<S> {
     pub(crate) async fn run(mut self) {
         let mut commands_open = true;
         let mut inputs_open = true;
+        let mut timer = Wakeup::new(Instant::now());
         loop {
             self.process_events();
             self.flush().await;
@@ -112,8 +113,9 @@ impl<S: Service<Endpoint>> Driver<S> {
             // saturated socket the input branch is always ready and a freshly made
             // sleep never gets its turn, which starved separate ACKs, retransmissions
             // and housekeeping and let the timer queue grow without bound.
-            if timeout.is_some_and(|t| t <= Instant::now()) {
-                self.fire_timers(Instant::now());
+            let now = Instant::now();
+            if timeout.is_some_and(|t| t <= now) {
+                self.fire_timers(now);
                 self.process_events();
                 self.flush().await;
                 timeout = self.next_deadline();
@@ -127,12 +129,9 @@ impl<S: Service<Endpoint>> Driver<S> {
                     None => std::future::pending().await,
                 }
             };
-            let sleep = async {
-                match timeout {
-                    Some(t) => tokio::time::sleep_until(t.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
+            if let Some(t) = timeout {
+                timer.arm(t);
+            }
             let drain_deadline = async {
                 match self.draining {
                     Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -172,7 +171,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                     // own it would not learn that the socket became readable.
                     tokio::task::yield_now().await;
                 }
-                _ = sleep => self.fire_timers(Instant::now()),
+                _ = timer.sleep.as_mut(), if timeout.is_some() => self.fire_timers(Instant::now()),
                 _ = drain_deadline => {}
             }
         }
@@ -528,7 +527,46 @@ impl<S: Service<Endpoint>> Driver<S> {
     }
 }
 
-/// The earlier of two optional deadlines.
+/// The shard's one timer, kept from turn to turn: it is moved only when the next
+/// deadline, rounded up to the millisecond (the runtime's timer resolution), changes.
+/// Under load the endpoint's next deadline moves with nearly every datagram (a
+/// separate-ACK deadline per confirmable request); a timer made and dropped on every
+/// turn cost an insertion into and a removal from the runtime's timer wheel each time.
+struct Wakeup {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// Where deadlines are rounded from.
+    origin: Instant,
+    /// The deadline the timer is set to.
+    at: Instant,
+}
+
+impl Wakeup {
+    fn new(now: Instant) -> Wakeup {
+        Wakeup {
+            sleep: Box::pin(tokio::time::sleep_until(now.into())),
+            origin: now,
+            at: now,
+        }
+    }
+
+    /// Sets the timer to `deadline`, rounded up to the next whole millisecond.
+    fn arm(&mut self, deadline: Instant) {
+        let at = round_up_to_millis(self.origin, deadline);
+        if at != self.at {
+            self.at = at;
+            self.sleep.as_mut().reset(at.into());
+        }
+    }
+}
+
+/// `t` rounded up to a whole number of milliseconds after `origin` (`origin` itself
+/// for an instant before it).
+fn round_up_to_millis(origin: Instant, t: Instant) -> Instant {
+    let since = t.saturating_duration_since(origin);
+    let millis = since.as_nanos().div_ceil(1_000_000);
+    origin + std::time::Duration::from_millis(millis.min(u128::from(u64::MAX)) as u64)
+}
+
 /// The answer to a request whose handler has not answered when a shutdown's grace
 /// period ends (the endpoint sets type, message ID and token).
 fn shutting_down() -> Message {
@@ -538,6 +576,7 @@ fn shutting_down() -> Message {
     m
 }
 
+/// The earlier of two optional deadlines.
 fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
