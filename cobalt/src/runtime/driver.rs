@@ -686,3 +686,40 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
     })?;
     Ok((tx, handle))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn deadlines_round_up_to_the_next_whole_millisecond() {
+        let origin = Instant::now();
+        let ms = Duration::from_millis;
+        let at = |d| round_up_to_millis(origin, origin + d);
+        assert_eq!(at(Duration::from_micros(1)), origin + ms(1));
+        assert_eq!(at(Duration::from_micros(1_200)), origin + ms(2));
+        assert_eq!(at(ms(3)), origin + ms(3), "a whole millisecond stays");
+        assert_eq!(at(Duration::ZERO), origin);
+        let before = origin.checked_sub(ms(5)).unwrap_or(origin);
+        assert_eq!(round_up_to_millis(origin, before), origin);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_moves_only_when_the_rounded_deadline_does() {
+        let origin = Instant::now();
+        let mut timer = Wakeup::new(origin);
+        timer.arm(origin + Duration::from_micros(10_100));
+        let set = timer.sleep.deadline();
+        assert_eq!(timer.at, origin + Duration::from_millis(11));
+        // Deadlines within the same millisecond leave the timer where it is.
+        timer.arm(origin + Duration::from_micros(10_900));
+        assert_eq!(timer.sleep.deadline(), set);
+        timer.arm(origin + Duration::from_micros(11_001));
+        assert_eq!(timer.at, origin + Duration::from_millis(12));
+        assert_eq!(
+            timer.sleep.deadline(),
+            tokio::time::Instant::from_std(origin + Duration::from_millis(12))
+        );
+    }
+}
