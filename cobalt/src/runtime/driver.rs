@@ -7,7 +7,7 @@ use crate::error::Unsupported;
 use crate::metrics::{ShardMetrics, ShardSnapshot};
 use crate::runtime::command::Command;
 use crate::runtime::exchanges::{ExchangeErrors, Exchanges};
-use crate::runtime::io::{Inbound, Input, ShardIo};
+use crate::runtime::io::{self, Inbound, Input, ShardIo};
 use crate::runtime::service::{MakeService, Service, ServiceLinks};
 use crate::trace::Tracer;
 use crate::transport::dtls::{DtlsBackend, DtlsEvent};
@@ -23,7 +23,6 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::Interest;
-use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 
 /// Receive batches per wake-up before timers and commands get a turn.
@@ -240,7 +239,7 @@ impl<S: Service<Endpoint>> Driver<S> {
         let fd = socket.as_raw_fd();
         let mut icmp = false;
         for _ in 0..self.recv_rounds {
-            let n = match socket.try_io(Interest::READABLE, || mmsg::recv_batch(fd, rbuf)) {
+            let n = match socket.try_io(Interest::READABLE, |_| mmsg::recv_batch(fd, rbuf)) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 // A pending ICMP error is reported instead of the datagrams: read it
@@ -288,7 +287,7 @@ impl<S: Service<Endpoint>> Driver<S> {
         let fd = socket.as_raw_fd();
         let mut errors = Vec::new();
         // Returns WouldBlock once the queue is empty, which clears the error readiness.
-        let _ = socket.try_io(Interest::ERROR, || udp::take_errors(fd, &mut errors));
+        let _ = socket.try_io(Interest::ERROR, |_| udp::take_errors(fd, &mut errors));
         let now = Instant::now();
         for (peer, e) in errors {
             let reason = udp::describe_unreachable(&e);
@@ -498,14 +497,16 @@ impl<S: Service<Endpoint>> Driver<S> {
         let mut sent = 0;
         let mut icmp = false;
         while sent < self.outbox.len() {
-            let batch = || {
-                let pending = self.outbox[sent..].iter();
-                mmsg::send_batch(fd, pending.map(|t| (t.peer, t.bytes.as_slice())))
-            };
-            match socket.try_io(Interest::WRITABLE, batch) {
+            // Sent straight away: the socket is not registered for writing (see
+            // `ShardIo::socket`), so the runtime has no write readiness to consult.
+            let pending = self.outbox[sent..].iter();
+            match mmsg::send_batch(fd, pending.map(|t| (t.peer, t.bytes.as_slice()))) {
                 Ok(n) => sent += n.max(1),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let _ = socket.writable().await;
+                    if let Err(e) = io::wait_writable(socket.get_ref()).await {
+                        tracing::debug!(error = %e, "cannot wait for the socket to take more");
+                        sent = self.outbox.len();
+                    }
                 }
                 // A pending ICMP error (about any earlier datagram) is reported by this
                 // send, which then sent nothing: send the same datagram again, once.
@@ -667,8 +668,8 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         rt.block_on(async move {
             let io = match io {
-                DriverIo::Owned(socket) => match UdpSocket::from_std(socket) {
-                    Ok(socket) => ShardIo::socket(socket),
+                DriverIo::Owned(socket) => match ShardIo::socket(socket) {
+                    Ok(io) => io,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot register socket");
                         return;
