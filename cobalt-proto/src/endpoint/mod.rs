@@ -332,6 +332,35 @@ struct Peer {
     mid_blocks: [u32; MID_BLOCKS],
 }
 
+/// `peer`'s entry in `peers`, made if it has none (its first message ID drawn from
+/// `rng`), marked used at `now`. A function of the table alone, so that the entry
+/// can be held while other parts of the endpoint are used (see `handle_request`).
+fn peer_entry<'a>(
+    peers: &'a mut HashMap<SocketAddr, Peer>,
+    rng: &mut StdRng,
+    now: Instant,
+    peer: SocketAddr,
+) -> &'a mut Peer {
+    let p = peers.entry(peer).or_insert_with(|| Peer {
+        next_mid: rng.random(),
+        outstanding: 0,
+        queue: VecDeque::new(),
+        last_used: now,
+        in_progress: SmallVec::new(),
+        stored: false,
+        mid_blocks: [0; MID_BLOCKS],
+    });
+    p.last_used = now;
+    p
+}
+
+/// The next exchange or request number from `counter`.
+fn take_id(counter: &mut u64) -> u64 {
+    let id = *counter;
+    *counter += 1;
+    id
+}
+
 /// Message IDs are tracked in this many blocks of `65536 / MID_BLOCKS`.
 const MID_BLOCKS: usize = 16;
 
@@ -629,26 +658,13 @@ impl Endpoint {
     }
 
     fn alloc_id(&mut self) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
+        take_id(&mut self.next_id)
     }
 
     /// The peer's entry, made if it has none, marked used at `now`.
     fn touch_peer(&mut self, now: Instant, peer: SocketAddr) -> &mut Peer {
         self.arm_housekeeping(now);
-        let rng = &mut self.rng;
-        let p = self.peers.entry(peer).or_insert_with(|| Peer {
-            next_mid: rng.random(),
-            outstanding: 0,
-            queue: VecDeque::new(),
-            last_used: now,
-            in_progress: SmallVec::new(),
-            stored: false,
-            mid_blocks: [0; MID_BLOCKS],
-        });
-        p.last_used = now;
-        p
+        peer_entry(&mut self.peers, &mut self.rng, now, peer)
     }
 
     /// Records how the message `key` was handled: a request of the peer's is no longer

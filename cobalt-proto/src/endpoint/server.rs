@@ -19,8 +19,11 @@ impl Endpoint {
         let con = msg.mtype == MessageType::Confirmable;
         // One lookup finds what the endpoint knows of the peer: its requests being
         // handled, whether the dedup store holds any of its messages, and its count
-        // against the admission bound.
-        let p = self.touch_peer(now, peer);
+        // against the admission bound; a new request is entered through the same
+        // reference (only an Echo option, whose check needs the whole endpoint, costs
+        // a second lookup).
+        self.arm_housekeeping(now);
+        let mut p = peer_entry(&mut self.peers, &mut self.rng, now, peer);
         let in_progress = p.in_progress.iter().find(|(mid, _)| *mid == msg.mid);
         let (in_progress, stored, of_peer) = (
             in_progress.map(|(_, id)| *id),
@@ -66,6 +69,7 @@ impl Endpoint {
         if let Some(echo) = msg.options.get(opt::ECHO) {
             let echo = echo.to_vec();
             self.check_echo(now, peer, &echo);
+            p = peer_entry(&mut self.peers, &mut self.rng, now, peer);
         }
         if let Some(number) = msg
             .options
@@ -109,10 +113,8 @@ impl Endpoint {
             self.answer_without_handler(now, peer, (&msg, len), resp, false);
             return;
         }
-        let id = ExchangeId(self.alloc_id());
-        if let Some(p) = self.peers.get_mut(&peer) {
-            p.in_progress.push((msg.mid, id.0));
-        }
+        let id = ExchangeId(take_id(&mut self.next_id));
+        p.in_progress.push((msg.mid, id.0));
         let safe = matches!(msg.code, Code::GET | Code::FETCH);
         self.server.insert(
             id,

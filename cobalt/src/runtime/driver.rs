@@ -7,7 +7,7 @@ use crate::error::Unsupported;
 use crate::metrics::{ShardMetrics, ShardSnapshot};
 use crate::runtime::command::Command;
 use crate::runtime::exchanges::{ExchangeErrors, Exchanges};
-use crate::runtime::io::{Inbound, Input, ShardIo};
+use crate::runtime::io::{self, Inbound, Input, ShardIo};
 use crate::runtime::service::{MakeService, Service, ServiceLinks};
 use crate::trace::Tracer;
 use crate::transport::dtls::{DtlsBackend, DtlsEvent};
@@ -23,7 +23,6 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::Interest;
-use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 
 /// Receive batches per wake-up before timers and commands get a turn.
@@ -84,6 +83,7 @@ impl<S: Service<Endpoint>> Driver<S> {
     pub(crate) async fn run(mut self) {
         let mut commands_open = true;
         let mut inputs_open = true;
+        let mut timer = Wakeup::new(Instant::now());
         loop {
             self.process_events();
             self.flush().await;
@@ -112,8 +112,9 @@ impl<S: Service<Endpoint>> Driver<S> {
             // saturated socket the input branch is always ready and a freshly made
             // sleep never gets its turn, which starved separate ACKs, retransmissions
             // and housekeeping and let the timer queue grow without bound.
-            if timeout.is_some_and(|t| t <= Instant::now()) {
-                self.fire_timers(Instant::now());
+            let now = Instant::now();
+            if timeout.is_some_and(|t| t <= now) {
+                self.fire_timers(now);
                 self.process_events();
                 self.flush().await;
                 timeout = self.next_deadline();
@@ -127,12 +128,9 @@ impl<S: Service<Endpoint>> Driver<S> {
                     None => std::future::pending().await,
                 }
             };
-            let sleep = async {
-                match timeout {
-                    Some(t) => tokio::time::sleep_until(t.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
+            if let Some(t) = timeout {
+                timer.arm(t);
+            }
             let drain_deadline = async {
                 match self.draining {
                     Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -177,7 +175,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                     // own it would not learn that the socket became readable.
                     tokio::task::yield_now().await;
                 }
-                _ = sleep => self.fire_timers(Instant::now()),
+                _ = timer.sleep.as_mut(), if timeout.is_some() => self.fire_timers(Instant::now()),
                 _ = drain_deadline => {}
             }
         }
@@ -246,7 +244,7 @@ impl<S: Service<Endpoint>> Driver<S> {
         let fd = socket.as_raw_fd();
         let mut icmp = false;
         for _ in 0..self.recv_rounds {
-            let n = match socket.try_io(Interest::READABLE, || mmsg::recv_batch(fd, rbuf)) {
+            let n = match socket.try_io(Interest::READABLE, |_| mmsg::recv_batch(fd, rbuf)) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 // A pending ICMP error is reported instead of the datagrams: read it
@@ -294,7 +292,7 @@ impl<S: Service<Endpoint>> Driver<S> {
         let fd = socket.as_raw_fd();
         let mut errors = Vec::new();
         // Returns WouldBlock once the queue is empty, which clears the error readiness.
-        let _ = socket.try_io(Interest::ERROR, || udp::take_errors(fd, &mut errors));
+        let _ = socket.try_io(Interest::ERROR, |_| udp::take_errors(fd, &mut errors));
         let now = Instant::now();
         for (peer, e) in errors {
             let reason = udp::describe_unreachable(&e);
@@ -504,14 +502,16 @@ impl<S: Service<Endpoint>> Driver<S> {
         let mut sent = 0;
         let mut icmp = false;
         while sent < self.outbox.len() {
-            let batch = || {
-                let pending = self.outbox[sent..].iter();
-                mmsg::send_batch(fd, pending.map(|t| (t.peer, t.bytes.as_slice())))
-            };
-            match socket.try_io(Interest::WRITABLE, batch) {
+            // Sent straight away: the socket is not registered for writing (see
+            // `ShardIo::socket`), so the runtime has no write readiness to consult.
+            let pending = self.outbox[sent..].iter();
+            match mmsg::send_batch(fd, pending.map(|t| (t.peer, t.bytes.as_slice()))) {
                 Ok(n) => sent += n.max(1),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let _ = socket.writable().await;
+                    if let Err(e) = io::wait_writable(socket.get_ref()).await {
+                        tracing::debug!(error = %e, "cannot wait for the socket to take more");
+                        sent = self.outbox.len();
+                    }
                 }
                 // A pending ICMP error (about any earlier datagram) is reported by this
                 // send, which then sent nothing: send the same datagram again, once.
@@ -533,7 +533,46 @@ impl<S: Service<Endpoint>> Driver<S> {
     }
 }
 
-/// The earlier of two optional deadlines.
+/// The shard's one timer, kept from turn to turn: it is moved only when the next
+/// deadline, rounded up to the millisecond (the runtime's timer resolution), changes.
+/// Under load the endpoint's next deadline moves with nearly every datagram (a
+/// separate-ACK deadline per confirmable request); a timer made and dropped on every
+/// turn cost an insertion into and a removal from the runtime's timer wheel each time.
+struct Wakeup {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// Where deadlines are rounded from.
+    origin: Instant,
+    /// The deadline the timer is set to.
+    at: Instant,
+}
+
+impl Wakeup {
+    fn new(now: Instant) -> Wakeup {
+        Wakeup {
+            sleep: Box::pin(tokio::time::sleep_until(now.into())),
+            origin: now,
+            at: now,
+        }
+    }
+
+    /// Sets the timer to `deadline`, rounded up to the next whole millisecond.
+    fn arm(&mut self, deadline: Instant) {
+        let at = round_up_to_millis(self.origin, deadline);
+        if at != self.at {
+            self.at = at;
+            self.sleep.as_mut().reset(at.into());
+        }
+    }
+}
+
+/// `t` rounded up to a whole number of milliseconds after `origin` (`origin` itself
+/// for an instant before it).
+fn round_up_to_millis(origin: Instant, t: Instant) -> Instant {
+    let since = t.saturating_duration_since(origin);
+    let millis = since.as_nanos().div_ceil(1_000_000);
+    origin + std::time::Duration::from_millis(millis.min(u128::from(u64::MAX)) as u64)
+}
+
 /// The answer to a request whose handler has not answered when a shutdown's grace
 /// period ends (the endpoint sets type, message ID and token).
 fn shutting_down() -> Message {
@@ -543,6 +582,7 @@ fn shutting_down() -> Message {
     m
 }
 
+/// The earlier of two optional deadlines.
 fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -633,8 +673,8 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         rt.block_on(async move {
             let io = match io {
-                DriverIo::Owned(socket) => match UdpSocket::from_std(socket) {
-                    Ok(socket) => ShardIo::socket(socket),
+                DriverIo::Owned(socket) => match ShardIo::socket(socket) {
+                    Ok(io) => io,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot register socket");
                         return;
@@ -651,4 +691,41 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
         })
     })?;
     Ok((tx, handle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn deadlines_round_up_to_the_next_whole_millisecond() {
+        let origin = Instant::now();
+        let ms = Duration::from_millis;
+        let at = |d| round_up_to_millis(origin, origin + d);
+        assert_eq!(at(Duration::from_micros(1)), origin + ms(1));
+        assert_eq!(at(Duration::from_micros(1_200)), origin + ms(2));
+        assert_eq!(at(ms(3)), origin + ms(3), "a whole millisecond stays");
+        assert_eq!(at(Duration::ZERO), origin);
+        let before = origin.checked_sub(ms(5)).unwrap_or(origin);
+        assert_eq!(round_up_to_millis(origin, before), origin);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_moves_only_when_the_rounded_deadline_does() {
+        let origin = Instant::now();
+        let mut timer = Wakeup::new(origin);
+        timer.arm(origin + Duration::from_micros(10_100));
+        let set = timer.sleep.deadline();
+        assert_eq!(timer.at, origin + Duration::from_millis(11));
+        // Deadlines within the same millisecond leave the timer where it is.
+        timer.arm(origin + Duration::from_micros(10_900));
+        assert_eq!(timer.sleep.deadline(), set);
+        timer.arm(origin + Duration::from_micros(11_001));
+        assert_eq!(timer.at, origin + Duration::from_millis(12));
+        assert_eq!(
+            timer.sleep.deadline(),
+            tokio::time::Instant::from_std(origin + Duration::from_millis(12))
+        );
+    }
 }

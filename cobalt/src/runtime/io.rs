@@ -11,7 +11,8 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::UdpSocket;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::mpsc;
 
 /// A datagram handed from a receiver thread to a protocol worker.
@@ -23,9 +24,10 @@ pub(crate) struct Inbound {
 
 /// A shard's I/O.
 pub(crate) enum ShardIo {
-    /// The shard owns this socket.
+    /// The shard owns this socket, registered with the runtime for reading only
+    /// (see [`ShardIo::socket`]).
     Socket {
-        socket: UdpSocket,
+        socket: AsyncFd<StdSocket>,
         rbuf: Box<mmsg::RecvBatch>,
     },
     /// Receiver threads feed `inbound`; `outbound` goes to sender threads.
@@ -47,11 +49,17 @@ pub(crate) enum Input {
 }
 
 impl ShardIo {
-    pub(crate) fn socket(socket: UdpSocket) -> ShardIo {
-        ShardIo::Socket {
-            socket,
+    /// Registers `socket` with the current runtime for reading (and its error queue)
+    /// only. Registered for writing too, every datagram sent would wake the poller once
+    /// the kernel frees its buffer (EPOLLOUT), and the shard's next wait would return at
+    /// once with nothing to read; a full send buffer, rare, is waited for with a
+    /// registration of its own ([`wait_writable`]).
+    pub(crate) fn socket(socket: StdSocket) -> std::io::Result<ShardIo> {
+        socket.set_nonblocking(true)?;
+        Ok(ShardIo::Socket {
+            socket: register(socket, Interest::READABLE | Interest::ERROR)?,
             rbuf: Box::default(),
-        }
+        })
     }
 
     /// Waits for input.
@@ -59,12 +67,9 @@ impl ShardIo {
         match self {
             ShardIo::Socket { socket, .. } => {
                 // A pending socket error wakes only ERROR interest, not READABLE.
-                match socket
-                    .ready(tokio::io::Interest::READABLE | tokio::io::Interest::ERROR)
-                    .await
-                {
+                match socket.ready(Interest::READABLE | Interest::ERROR).await {
                     Ok(ready) => Input::Readable {
-                        errors: ready.is_error(),
+                        errors: ready.ready().is_error(),
                     },
                     Err(_) => Input::Closed,
                 }
@@ -75,6 +80,20 @@ impl ShardIo {
             },
         }
     }
+}
+
+/// Waits until `socket`'s send buffer has room, through a registration of a
+/// duplicate of it for writing made for this wait alone.
+pub(crate) async fn wait_writable(socket: &StdSocket) -> std::io::Result<()> {
+    let writer = register(socket.try_clone()?, Interest::WRITABLE)?;
+    writer.writable().await.map(drop)
+}
+
+/// `socket` registered with the current runtime for `interest`.
+fn register(socket: StdSocket, interest: Interest) -> std::io::Result<AsyncFd<StdSocket>> {
+    // SAFETY: the socket owns its descriptor, which stays open and the same until the
+    // socket is dropped with the AsyncFd; nothing replaces the socket inside it.
+    unsafe { AsyncFd::register_with_interest(socket, interest) }.map_err(|e| e.into_parts().1)
 }
 
 /// The stage configuration of single-socket mode.
@@ -247,6 +266,23 @@ fn send_loop(socket: StdSocket, queue: Arc<Mutex<std::sync::mpsc::Receiver<Vec<T
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_socket_with_room_is_writable_at_once_and_stays_readable() {
+        let socket = StdSocket::bind("127.0.0.1:0").unwrap();
+        let to = socket.local_addr().unwrap();
+        let waited = tokio::time::timeout(Duration::from_secs(5), wait_writable(&socket)).await;
+        assert!(matches!(waited, Ok(Ok(()))), "{waited:?}");
+        // The duplicate made for the wait is gone; the shard's registration works.
+        let mut io = ShardIo::socket(socket).unwrap();
+        let sender = StdSocket::bind("127.0.0.1:0").unwrap();
+        sender.send_to(b"x", to).unwrap();
+        let input = tokio::time::timeout(Duration::from_secs(5), io.next()).await;
+        assert!(
+            matches!(input, Ok(Input::Readable { errors: false })),
+            "a datagram makes the socket readable"
+        );
+    }
 
     #[test]
     fn a_peer_always_maps_to_the_same_worker() {
