@@ -421,16 +421,14 @@ fn a_client_handshakes_again_when_the_server_lost_the_session() {
     s.encrypt(t1, addr(CLIENT), b"answer 1");
     pump_at(&mut c, &mut s, addr(CLIENT), t1);
     assert_eq!(s.stats().handshakes, 1);
-    // The server restarts: the request and its first retransmission get no answer...
+    // The server restarts: the request gets no answer...
     let mut s = server(DtlsConfig::default());
     let t2 = t1 + Duration::from_secs(10);
     assert!(send_from(&mut c, &mut s, addr(CLIENT), t2, b"req 2").is_empty());
+    // ...its first retransmission goes over a new handshake.
     let t3 = t2 + Duration::from_secs(3);
-    assert!(send_from(&mut c, &mut s, addr(CLIENT), t3, b"req 2").is_empty());
-    // ...the second retransmission goes over a new handshake.
-    let t4 = t2 + Duration::from_secs(9);
     assert_eq!(
-        send_from(&mut c, &mut s, addr(CLIENT), t4, b"req 2"),
+        send_from(&mut c, &mut s, addr(CLIENT), t3, b"req 2"),
         [b"req 2"]
     );
     assert_eq!(s.stats().handshakes, 1);
@@ -1046,3 +1044,4 @@ fn epoch_0_record_numbers_are_shifted_and_protected_ones_left_alone() {
     shift_epoch0_seqs(&mut short, 1);
     assert_eq!(short, [22, 0xfe, 0xfd, 0, 0, 0, 0]);
 }
+
