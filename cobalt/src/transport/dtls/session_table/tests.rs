@@ -1044,4 +1044,3 @@ fn epoch_0_record_numbers_are_shifted_and_protected_ones_left_alone() {
     shift_epoch0_seqs(&mut short, 1);
     assert_eq!(short, [22, 0xfe, 0xfd, 0, 0, 0, 0]);
 }
-
