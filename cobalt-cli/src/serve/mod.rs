@@ -111,7 +111,9 @@ pub struct ServeArgs {
     pub dtls_backend: Option<cobalt::transport::dtls::DtlsBackendKind>,
     /// Grant each coaps:// client a DTLS Connection ID (RFC 9146) of LEN bytes (6 is
     /// usual; 0: none), so that its session survives NAT rebinding; needs the mbedtls
-    /// backend, and serves coaps:// from one shard [config: dtls.cid_len].
+    /// backend. Each shard's CIDs carry its index after the node id, by which a record
+    /// from a new address reaches its shard (Linux; else one shard) [config:
+    /// dtls.cid_len].
     #[arg(long, value_name = "LEN")]
     pub cid: Option<usize>,
     /// UDP port for CoAP over DTLS (with --dtls-psk-file or --cert); default: the UDP

@@ -34,6 +34,8 @@ use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+mod cid_steering;
+pub(crate) use cid_steering::steer_cid_records;
 #[cfg(any(feature = "openssl", feature = "mbedtls"))]
 mod held;
 #[cfg(feature = "mbedtls")]
@@ -155,9 +157,12 @@ pub struct DtlsConfig {
     /// Connection ID, which only Mbed TLS has).
     pub backend: DtlsBackendKind,
     /// Server: bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0
-    /// for none (the default). Needs the `mbedtls` backend. With a CID, the `coaps`
-    /// listener runs on one shard: a client's records from a new address may reach
-    /// any shard's socket, and only one table knows its session.
+    /// for none (the default). Needs the `mbedtls` backend. With several shards, each
+    /// shard's CIDs carry its index after the node id, and the listener's sockets
+    /// steer a record with a CID to its shard whatever address it comes from (Linux;
+    /// see [`CidConfig::for_shard`]); where that cannot be (a CID too short for the
+    /// shard byte and two random bytes, the staged single-socket mode), the `coaps`
+    /// listener runs on one shard.
     pub cid_len: usize,
     /// Server: the node id every Connection ID starts with, in hex (e.g. `"c0ba"`,
     /// at most `cid_len` bytes; default none), so that a balancer in front of a
@@ -221,6 +226,30 @@ impl Default for CidConfig {
             len: 6,
             node_id: Vec::new(),
         }
+    }
+}
+
+/// Random bytes a shard's CID keeps at least beside the node id and the shard byte.
+const MIN_RANDOM_CID_BYTES: usize = 2;
+
+impl CidConfig {
+    /// The CID that shard `index` of a server grants when every shard holds its own
+    /// sessions: the node id, then the shard's index (one byte), then random bytes,
+    /// so that the listener steers each record with a CID to the shard that knows
+    /// its session (`SO_REUSEPORT` with a BPF program, `cid_steering`). `None` when
+    /// the index does not fit a byte or the CID has no room for it beside at least
+    /// two random bytes: the server then runs its `coaps` listener on one shard.
+    pub fn for_shard(&self, index: usize) -> Option<CidConfig> {
+        let shard = u8::try_from(index).ok()?;
+        if self.len < self.node_id.len() + 1 + MIN_RANDOM_CID_BYTES {
+            return None;
+        }
+        let mut node_id = self.node_id.clone();
+        node_id.push(shard);
+        Some(CidConfig {
+            len: self.len,
+            node_id,
+        })
     }
 }
 
@@ -326,7 +355,7 @@ impl Settings for DtlsConfig {
             Param::new("idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d", within(self.idle_timeout, secs(1), secs(30 * 86_400))),
             Param::new("unused_timeout", "An established session over which the peer has sent no CoAP message yet is dropped when silent this long.", "1s to 30d", within(self.unused_timeout, secs(1), secs(30 * 86_400))),
             Param::new("backend", "The DTLS implementation: openssl (PSK and certificates), mbedtls (the Connection ID; PSK, or a server certificate without client certificates), or auto (mbedtls when cid_len is set, openssl otherwise).", "auto, openssl or mbedtls", true),
-            Param::new("cid_len", "Bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0 for none; needs the mbedtls backend, and the coaps listener then runs on one shard.", "0 to 32 (6 is usual), with the mbedtls backend", self.cid().is_ok()),
+            Param::new("cid_len", "Bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0 for none; needs the mbedtls backend. Each shard's CIDs carry its index after cid_node_id, by which records reach their shard from any address (Linux; else, or without room for that byte and two random ones, the coaps listener runs on one shard).", "0 to 32 (6 is usual), with the mbedtls backend", self.cid().is_ok()),
             Param::new("cid_node_id", "The node id (hex) every Connection ID starts with, so that a cluster's balancer can route by it.", "hex, at most cid_len bytes", parse_node_id(&self.cid_node_id).is_ok()),
         ]
     }
