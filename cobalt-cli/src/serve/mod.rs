@@ -105,7 +105,8 @@ pub struct ServeArgs {
     )]
     pub ca: Option<PathBuf>,
     /// DTLS implementation of coaps://: openssl (PSK and certificates), mbedtls (the
-    /// Connection ID; PSK, or --cert/--key without --ca), or auto: mbedtls with --cid,
+    /// Connection ID; PSK and/or --cert/--key, with --ca for client certificates), or
+    /// auto: mbedtls with --cid,
     /// openssl otherwise [config: dtls.backend].
     #[arg(long, value_name = "BACKEND")]
     pub dtls_backend: Option<cobalt::transport::dtls::DtlsBackendKind>,

@@ -180,7 +180,8 @@ pub enum DtlsBackendKind {
     /// OpenSSL ([`OpensslDtls`]): PSK and certificates, no Connection ID.
     Openssl,
     /// Mbed TLS 3.6 (`MbedtlsDtls`, cargo feature `mbedtls`): the Connection ID;
-    /// PSK, or a server certificate without client certificates.
+    /// PSK and/or a server certificate (with client certificates when a CA is given).
+    /// Its client takes a PSK only.
     Mbedtls,
 }
 
@@ -354,7 +355,7 @@ impl Settings for DtlsConfig {
             Param::new("handshake_timeout", "A DTLS handshake not finished within this is dropped.", "1s to 600s", within(self.handshake_timeout, secs(1), secs(600))),
             Param::new("idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d", within(self.idle_timeout, secs(1), secs(30 * 86_400))),
             Param::new("unused_timeout", "An established session over which the peer has sent no CoAP message yet is dropped when silent this long.", "1s to 30d", within(self.unused_timeout, secs(1), secs(30 * 86_400))),
-            Param::new("backend", "The DTLS implementation: openssl (PSK and certificates), mbedtls (the Connection ID; PSK, or a server certificate without client certificates), or auto (mbedtls when cid_len is set, openssl otherwise).", "auto, openssl or mbedtls", true),
+            Param::new("backend", "The DTLS implementation: openssl (PSK and certificates), mbedtls (the Connection ID; PSK and/or a certificate, with client certificates against a CA), or auto (mbedtls when cid_len is set, openssl otherwise).", "auto, openssl or mbedtls", true),
             Param::new("cid_len", "Bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0 for none; needs the mbedtls backend. Each shard's CIDs carry its index after cid_node_id, by which records reach their shard from any address (Linux; else, or without room for that byte and two random ones, the coaps listener runs on one shard).", "0 to 32 (6 is usual), with the mbedtls backend", self.cid().is_ok()),
             Param::new("cid_node_id", "The node id (hex) every Connection ID starts with, so that a cluster's balancer can route by it.", "hex, at most cid_len bytes", parse_node_id(&self.cid_node_id).is_ok()),
         ]

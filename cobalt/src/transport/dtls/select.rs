@@ -7,8 +7,8 @@ use crate::transport::credentials::{ClientCredentials, PskStore, X509Credentials
 use crate::{Error, Result};
 use std::sync::Arc;
 
-/// A server table on Mbed TLS with `keys` and/or `x509` (no client certificates),
-/// granting `cid`.
+/// A server table on Mbed TLS with `keys` and/or `x509` (with its CA, client
+/// certificates are required), granting `cid`.
 #[cfg(feature = "mbedtls")]
 pub(crate) fn mbedtls_server(
     keys: Option<Arc<PskStore>>,

@@ -21,10 +21,11 @@
 //!
 //! Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (RFC 7252's mandatory one) and, for a
 //! server with a certificate (an EC P-256 key), `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8`.
-//! A server does not ask clients for certificates (its certificate clients are
-//! anonymous), and a client authenticates with a pre-shared key only: verifying a
-//! server's certificate needs Mbed TLS's wall clock for the validity dates, which
-//! is not wired.
+//! A server given a CA (`X509Credentials::ca_pem`) requires a client certificate
+//! that chains to it and is within its validity dates (checked by a callback
+//! against the system clock: this build of Mbed TLS has none), and the
+//! certificate's subject is the session's credential; without a CA its certificate
+//! clients are anonymous. A client authenticates with a pre-shared key only.
 //!
 //! Budgets: at most [`DtlsConfig::max_handshakes`] handshakes (and
 //! [`DtlsConfig::max_handshakes_per_ip`] per address) after the cookie exchange,
@@ -106,7 +107,7 @@ struct Session {
 }
 
 impl Session {
-    /// The peer proved a pre-shared key.
+    /// The peer proved a pre-shared key or a certificate.
     fn authenticated(&self) -> bool {
         self.credential.is_some()
     }
@@ -168,21 +169,15 @@ impl MbedtlsDtls {
     }
 
     /// A server table with pre-shared keys, a certificate (`x509`'s chain and key;
-    /// an EC P-256 key for the ECDHE-ECDSA suite), or both. Client certificates are
-    /// not supported: `x509.ca_pem` is refused.
+    /// an EC P-256 key for the ECDHE-ECDSA suite), or both. With `x509.ca_pem`, a
+    /// client of the certificate suite must present a certificate that chains to it
+    /// (and is within its validity dates by the system clock).
     pub fn server_with(
         keys: Option<Arc<PskStore>>,
         x509: Option<&X509Credentials>,
         cid: Option<CidConfig>,
         config: DtlsConfig,
     ) -> Result<MbedtlsDtls, MbedtlsSetupError> {
-        if x509.is_some_and(|x| x.ca_pem.is_some()) {
-            return Err(MbedtlsSetupError::Mbedtls(
-                "client certificates (a CA to verify them by) are not supported by the \
-                 Mbed TLS backend: use the OpenSSL backend for them"
-                    .into(),
-            ));
-        }
         if keys.is_none() && x509.is_none() {
             return Err(MbedtlsSetupError::Mbedtls(
                 "a DTLS server needs pre-shared keys or a certificate".into(),
@@ -205,11 +200,13 @@ impl MbedtlsDtls {
         }
         let cid_len = cid.as_ref().map_or(0, |c| c.len);
         let cert = x509.map(|x| (x.cert_chain_pem.as_slice(), x.key_pem.as_slice()));
-        let tls = Config::server(keys, cert, cid_len, config.handshake_timeout).map_err(|e| {
-            MbedtlsSetupError::Mbedtls(format!(
-                "{e} (is the certificate and key PEM, with an EC P-256 key?)"
-            ))
-        })?;
+        let client_ca = x509.and_then(|x| x.ca_pem.as_deref());
+        let tls = Config::server(keys, cert, client_ca, cid_len, config.handshake_timeout)
+            .map_err(|e| {
+                MbedtlsSetupError::Mbedtls(format!(
+                    "{e} (is the certificate and key PEM, with an EC P-256 key?)"
+                ))
+            })?;
         Ok(MbedtlsDtls::with(Role::Server, tls, cid, config))
     }
 
@@ -656,7 +653,7 @@ impl MbedtlsDtls {
             let Some((ip, authenticated)) = self
                 .sessions
                 .get(&id)
-                .map(|s| (s.addr.ip(), s.ctx.psk_identity().is_some()))
+                .map(|s| (s.addr.ip(), proved(&s.ctx).is_some()))
             else {
                 return;
             };
@@ -670,8 +667,8 @@ impl MbedtlsDtls {
         };
         s.established = true;
         s.last_seen = now;
-        if let Some(identity) = s.ctx.psk_identity() {
-            s.credential = Some(Arc::new(Credential::PskIdentity(identity.to_vec())));
+        if self.role == Role::Server {
+            s.credential = proved(&s.ctx).map(Arc::new);
         }
         if self.role == Role::Client && self.cid.is_some() {
             // The server did not grant a CID: the session works, without one.
@@ -794,6 +791,16 @@ impl MbedtlsDtls {
         }
         self.next_idle_sweep = (!self.sessions.is_empty()).then(|| now + unused / 4);
     }
+}
+
+/// What the client of a server session's completed handshake proved: a pre-shared
+/// key, or a certificate (which verified, or the handshake would have failed).
+fn proved(ctx: &Context) -> Option<Credential> {
+    if let Some(identity) = ctx.psk_identity() {
+        return Some(Credential::PskIdentity(identity.to_vec()));
+    }
+    ctx.peer_subject()
+        .map(|subject| Credential::Certificate { subject })
 }
 
 /// `epoch << 48 | sequence number` of a datagram's first record, if it has a CID.

@@ -427,23 +427,135 @@ fn an_openssl_client_verifies_the_server_certificate_over_ecdhe_ecdsa_ccm_8() {
 }
 
 #[test]
-fn client_certificates_are_refused_with_a_reason() {
-    let with_ca = X509Credentials {
+fn certificates_that_do_not_parse_are_refused_with_a_reason() {
+    let garbage = X509Credentials {
         cert_chain_pem: b"-----BEGIN CERTIFICATE-----".to_vec(),
         key_pem: Vec::new(),
-        ca_pem: Some(b"a CA".to_vec()),
-        server_name: None,
-    };
-    let e =
-        MbedtlsDtls::server_with(None, Some(&with_ca), None, DtlsConfig::default()).unwrap_err();
-    assert!(e.to_string().contains("OpenSSL backend"), "{e}");
-    let garbage = X509Credentials {
         ca_pem: None,
-        ..with_ca
+        server_name: None,
     };
     let e =
         MbedtlsDtls::server_with(None, Some(&garbage), None, DtlsConfig::default()).unwrap_err();
     assert!(e.to_string().contains("PEM"), "{e}");
+}
+
+/// An OpenSSL client with `auth` against `server` (a server table of either
+/// backend) from 127.0.0.1:40000: what the server got of one datagram.
+#[cfg(feature = "openssl")]
+fn openssl_certificate_client(
+    server: &mut dyn DtlsBackend,
+    auth: crate::transport::credentials::X509Credentials,
+) -> Vec<Vec<u8>> {
+    use crate::transport::credentials::ClientCredentials;
+    use crate::transport::dtls::OpensslDtls;
+    let now = Instant::now();
+    let mut client =
+        OpensslDtls::client_with(&ClientCredentials::X509(auth), DtlsConfig::default()).unwrap();
+    let (from, to) = (addr("127.0.0.1:40000"), addr("127.0.0.1:5684"));
+    client.encrypt(now, to, b"with a client certificate");
+    let mut got = Vec::new();
+    for _ in 0..32 {
+        let mut moved = false;
+        while let Some(t) = client.poll_transmit() {
+            got.extend(server.handle_datagram(now, from, &t.bytes));
+            moved = true;
+        }
+        while let Some(t) = server.poll_transmit() {
+            client.handle_datagram(now, to, &t.bytes);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    got
+}
+
+/// With a CA, the server asks for a client certificate: one that chains to the CA
+/// is the session's credential, named as the OpenSSL backend names it.
+#[cfg(feature = "openssl")]
+#[test]
+fn a_client_certificate_that_chains_to_the_ca_is_the_credential() {
+    use crate::transport::credentials::test_credentials::TestCredentials;
+    use crate::transport::dtls::OpensslDtls;
+    let pki = TestCredentials::generate("mbedtls-client-cert");
+    assert!(pki.server.ca_pem.is_some(), "the server trusts the CA");
+    let from = addr("127.0.0.1:40000");
+    let mut server =
+        MbedtlsDtls::server_with(None, Some(&pki.server), node_cid(), DtlsConfig::default())
+            .unwrap();
+    let got = openssl_certificate_client(&mut server, pki.client.clone());
+    assert_eq!(got, vec![b"with a client certificate".to_vec()]);
+    let credential = server.credential(from).expect("a verified certificate");
+    let Credential::Certificate { subject } = credential.as_ref() else {
+        panic!("{credential:?}");
+    };
+    assert!(subject.contains("CN="), "{subject}");
+    let mut openssl =
+        OpensslDtls::server_with(None, Some(&pki.server), DtlsConfig::default()).unwrap();
+    openssl_certificate_client(&mut openssl, pki.client.clone());
+    assert_eq!(
+        openssl.credential(from),
+        Some(credential),
+        "as OpenSSL names it"
+    );
+}
+
+/// Mbed TLS is built without a clock here: the validity dates are checked by a
+/// callback of ours; an expired client certificate (and one of another CA, and
+/// none at all) gets no session.
+#[cfg(feature = "openssl")]
+#[test]
+fn client_certificates_of_another_ca_expired_or_missing_get_no_session() {
+    use crate::transport::credentials::test_credentials::TestCredentials;
+    let pki = TestCredentials::generate("mbedtls-client-ca");
+    let other = TestCredentials::generate("another-ca");
+    let expired = TestCredentials::generate_expired("expired-ca");
+    // The client trusts the server's CA in every case; only its own certificate
+    // differs.
+    let trusting_the_server = |x: &X509Credentials| X509Credentials {
+        ca_pem: Some(pki.ca_pem.clone()),
+        ..x.clone()
+    };
+    let no_certificate = X509Credentials {
+        cert_chain_pem: Vec::new(),
+        key_pem: Vec::new(),
+        ..pki.client.clone()
+    };
+    for (what, client, server_trusts) in [
+        (
+            "another CA",
+            trusting_the_server(&other.client),
+            &pki.ca_pem,
+        ),
+        (
+            "expired",
+            trusting_the_server(&expired.client),
+            &expired.ca_pem,
+        ),
+        ("no certificate", no_certificate, &pki.ca_pem),
+    ] {
+        let server_x509 = X509Credentials {
+            ca_pem: Some(server_trusts.clone()),
+            ..pki.server.clone()
+        };
+        let mut server =
+            MbedtlsDtls::server_with(None, Some(&server_x509), None, DtlsConfig::default())
+                .unwrap();
+        let got = openssl_certificate_client(&mut server, client);
+        assert!(got.is_empty(), "{what}");
+        assert_eq!(server.stats().sessions, 0, "{what}");
+        assert_eq!(server.stats().handshake_failures, 1, "{what}");
+    }
+}
+
+#[test]
+fn utc_civil_times_of_some_known_instants() {
+    use super::ffi::civil_utc;
+    assert_eq!(civil_utc(0), (1970, 1, 1, 0, 0, 0));
+    assert_eq!(civil_utc(951_782_400), (2000, 2, 29, 0, 0, 0));
+    assert_eq!(civil_utc(1_798_761_599), (2026, 12, 31, 23, 59, 59));
+    assert_eq!(civil_utc(4_107_542_400), (2100, 3, 1, 0, 0, 0));
 }
 
 #[test]
