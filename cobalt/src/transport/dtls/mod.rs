@@ -180,8 +180,7 @@ pub enum DtlsBackendKind {
     /// OpenSSL ([`OpensslDtls`]): PSK and certificates, no Connection ID.
     Openssl,
     /// Mbed TLS 3.6 (`MbedtlsDtls`, cargo feature `mbedtls`): the Connection ID;
-    /// PSK and/or a server certificate (with client certificates when a CA is given).
-    /// Its client takes a PSK only.
+    /// PSK and/or certificates (ECDHE-ECDSA), client certificates included.
     Mbedtls,
 }
 

@@ -387,7 +387,7 @@ pub(crate) struct Config {
     /// The server's certificate, which `conf` points at (freed after it: `Drop` frees
     /// `conf` before the fields go).
     own_cert: Option<OwnCert>,
-    /// Server: the CAs a client's certificate must chain to (likewise).
+    /// The CAs the peer's certificate must chain to (likewise).
     trusted: Option<TrustedCas>,
     /// This side's CID length (0: this side receives records without a CID).
     cid_len: usize,
@@ -486,35 +486,10 @@ impl Config {
             ))?;
         }
         if let Some((chain, key)) = cert {
-            let mut own = OwnCert::parse(chain, key)?;
-            // SAFETY: `own` is kept in the configuration (boxed contexts, fixed
-            // addresses) and freed after it.
-            check(unsafe {
-                sys::mbedtls_ssl_conf_own_cert(&mut *config.conf, &mut *own.chain, &mut *own.key)
-            })?;
-            config.own_cert = Some(own);
+            config.present_certificate(chain, key)?;
         }
         if let Some(pem) = client_ca {
-            let mut cas = TrustedCas::parse(pem)?;
-            // SAFETY: `cas` is kept in the configuration (boxed, fixed address) and
-            // freed after it; the callback takes no context.
-            unsafe {
-                sys::mbedtls_ssl_conf_ca_chain(
-                    &mut *config.conf,
-                    &mut *cas.0,
-                    std::ptr::null_mut(),
-                );
-                sys::mbedtls_ssl_conf_authmode(
-                    &mut *config.conf,
-                    sys::MBEDTLS_SSL_VERIFY_REQUIRED as c_int,
-                );
-                sys::mbedtls_ssl_conf_verify(
-                    &mut *config.conf,
-                    Some(check_validity_dates),
-                    std::ptr::null_mut(),
-                );
-            }
-            config.trusted = Some(cas);
+            config.require_peer_certificate(pem)?;
         }
         config.server = Some(state);
         config.cid_len = cid_len;
@@ -539,15 +514,79 @@ impl Config {
                 psk.identity.as_ptr(),
                 psk.identity.len(),
             ))?;
-            if cid {
-                check(sys::mbedtls_ssl_conf_cid(
-                    &mut *config.conf,
-                    0,
-                    sys::MBEDTLS_SSL_UNEXPECTED_CID_IGNORE as c_int,
-                ))?;
-            }
+        }
+        if cid {
+            config.ask_for_cid()?;
         }
         Ok(config)
+    }
+
+    /// A client configuration for the certificate suite: it presents `own` (chain
+    /// and key, PEM; `None`: no certificate) and requires a server certificate that
+    /// chains to `ca` (PEM) and is within its validity dates, for the name each
+    /// context is given ([`Context::expect_server_name`]). `cid` as for
+    /// [`Config::client`].
+    pub(crate) fn client_x509(
+        own: Option<(&[u8], &[u8])>,
+        ca: &[u8],
+        cid: bool,
+        handshake_timeout: Duration,
+    ) -> Result<Config, MbedError> {
+        let mut config = Config::new(false, handshake_timeout)?;
+        if let Some((chain, key)) = own {
+            config.present_certificate(chain, key)?;
+        }
+        config.require_peer_certificate(ca)?;
+        if cid {
+            config.ask_for_cid()?;
+        }
+        Ok(config)
+    }
+
+    /// Client: asks the server for a Connection ID, offering a zero-length one.
+    fn ask_for_cid(&mut self) -> Result<(), MbedError> {
+        // SAFETY: a set-up configuration.
+        check(unsafe {
+            sys::mbedtls_ssl_conf_cid(
+                &mut *self.conf,
+                0,
+                sys::MBEDTLS_SSL_UNEXPECTED_CID_IGNORE as c_int,
+            )
+        })
+    }
+
+    /// Presents the certificate `chain` (PEM, leaf first) with its `key` (PEM).
+    fn present_certificate(&mut self, chain: &[u8], key: &[u8]) -> Result<(), MbedError> {
+        let mut own = OwnCert::parse(chain, key)?;
+        // SAFETY: `own` is kept in the configuration (boxed contexts, fixed
+        // addresses) and freed after it.
+        check(unsafe {
+            sys::mbedtls_ssl_conf_own_cert(&mut *self.conf, &mut *own.chain, &mut *own.key)
+        })?;
+        self.own_cert = Some(own);
+        Ok(())
+    }
+
+    /// Requires the peer's certificate to chain to the CAs in `ca_pem` and to be
+    /// within its validity dates.
+    fn require_peer_certificate(&mut self, ca_pem: &[u8]) -> Result<(), MbedError> {
+        let mut cas = TrustedCas::parse(ca_pem)?;
+        // SAFETY: `cas` is kept in the configuration (boxed, fixed address) and freed
+        // after it; the callback takes no context.
+        unsafe {
+            sys::mbedtls_ssl_conf_ca_chain(&mut *self.conf, &mut *cas.0, std::ptr::null_mut());
+            sys::mbedtls_ssl_conf_authmode(
+                &mut *self.conf,
+                sys::MBEDTLS_SSL_VERIFY_REQUIRED as c_int,
+            );
+            sys::mbedtls_ssl_conf_verify(
+                &mut *self.conf,
+                Some(check_validity_dates),
+                std::ptr::null_mut(),
+            );
+        }
+        self.trusted = Some(cas);
+        Ok(())
     }
 }
 
@@ -864,6 +903,15 @@ impl Context {
             let name = sys::mbedtls_ssl_get_ciphersuite(&*self.ssl);
             (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
         }
+    }
+
+    /// Client with a certificate configuration: the name (or IP address, written
+    /// out) the server's certificate must carry.
+    pub(crate) fn expect_server_name(&mut self, name: &str) -> Result<(), MbedError> {
+        let name = std::ffi::CString::new(name)
+            .map_err(|_| MbedError(sys::MBEDTLS_ERR_SSL_BAD_INPUT_DATA))?;
+        // SAFETY: a set-up context; Mbed TLS copies the name.
+        check(unsafe { sys::mbedtls_ssl_set_hostname(&mut *self.ssl, name.as_ptr()) })
     }
 
     /// Server: the PSK identity the client proved.

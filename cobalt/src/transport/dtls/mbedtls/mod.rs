@@ -25,7 +25,9 @@
 //! that chains to it and is within its validity dates (checked by a callback
 //! against the system clock: this build of Mbed TLS has none), and the
 //! certificate's subject is the session's credential; without a CA its certificate
-//! clients are anonymous. A client authenticates with a pre-shared key only.
+//! clients are anonymous. A client authenticates with a pre-shared key, or with a
+//! certificate ([`MbedtlsDtls::client_with`]), verifying the server's certificate
+//! in the same way (chain, dates, and the server's name or IP address).
 //!
 //! Budgets: at most [`DtlsConfig::max_handshakes`] handshakes (and
 //! [`DtlsConfig::max_handshakes_per_ip`] per address) after the cookie exchange,
@@ -43,7 +45,7 @@ use self::ffi::{Config, Context, Handshake, MbedError, Read};
 use super::held::Held;
 use super::unanswered::Unanswered;
 use super::{CidConfig, DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
-use crate::transport::credentials::{ClientPsk, PskStore, X509Credentials};
+use crate::transport::credentials::{ClientCredentials, ClientPsk, PskStore, X509Credentials};
 use crate::transport::identity::Credential;
 use crate::transport::per_ip::IpCounts;
 use cobalt_proto::address::AddressPrefix;
@@ -136,6 +138,9 @@ pub struct MbedtlsDtls {
     events: VecDeque<DtlsEvent>,
     stats: DtlsStats,
     next_idle_sweep: Option<Instant>,
+    /// Client with a certificate: check the server's certificate for this name, or
+    /// (`Some(None)`) for the server's IP address.
+    verify_server_name: Option<Option<String>>,
     // Last: the contexts above point into it, so it goes after them.
     tls: Arc<Config>,
 }
@@ -217,12 +222,47 @@ impl MbedtlsDtls {
         cid: bool,
         config: DtlsConfig,
     ) -> Result<MbedtlsDtls, MbedtlsSetupError> {
-        let tls = Config::client(psk, cid, config.handshake_timeout)?;
+        MbedtlsDtls::client_with(&ClientCredentials::Psk(psk.clone()), cid, config)
+    }
+
+    /// A client table authenticating with `auth`: a pre-shared key, or (the
+    /// ECDHE-ECDSA suite) a certificate and key (EC P-256; none: no client
+    /// certificate) with the CA the server's certificate must chain to, for
+    /// `auth.server_name` (without one, the server's IP address). With `cid`, as
+    /// [`MbedtlsDtls::client`].
+    pub fn client_with(
+        auth: &ClientCredentials,
+        cid: bool,
+        config: DtlsConfig,
+    ) -> Result<MbedtlsDtls, MbedtlsSetupError> {
+        let timeout = config.handshake_timeout;
+        let (tls, server_name) = match auth {
+            ClientCredentials::Psk(psk) => (Config::client(psk, cid, timeout)?, None),
+            ClientCredentials::X509(x) => {
+                let ca = x.ca_pem.as_deref().ok_or_else(|| {
+                    MbedtlsSetupError::Mbedtls(
+                        "a certificate client needs the CA that the server's certificate \
+                         chains to"
+                            .into(),
+                    )
+                })?;
+                let own = (!x.cert_chain_pem.is_empty())
+                    .then_some((x.cert_chain_pem.as_slice(), x.key_pem.as_slice()));
+                let tls = Config::client_x509(own, ca, cid, timeout).map_err(|e| {
+                    MbedtlsSetupError::Mbedtls(format!(
+                        "{e} (are the certificate, key and CA PEM, with an EC P-256 key?)"
+                    ))
+                })?;
+                (tls, Some(x.server_name.clone()))
+            }
+        };
         let cid = cid.then(|| CidConfig {
             len: 0,
             node_id: Vec::new(),
         });
-        Ok(MbedtlsDtls::with(Role::Client, tls, cid, config))
+        let mut table = MbedtlsDtls::with(Role::Client, tls, cid, config);
+        table.verify_server_name = server_name;
+        Ok(table)
     }
 
     fn with(role: Role, tls: Config, cid: Option<CidConfig>, config: DtlsConfig) -> MbedtlsDtls {
@@ -243,6 +283,7 @@ impl MbedtlsDtls {
             events: VecDeque::new(),
             stats: DtlsStats::default(),
             next_idle_sweep: None,
+            verify_server_name: None,
             tls: Arc::new(tls),
         }
     }
@@ -299,6 +340,10 @@ impl MbedtlsDtls {
         let ctx = self.new_context(now).and_then(|mut ctx| {
             if self.cid.is_some() {
                 ctx.enable_cid(&[])?;
+            }
+            if let Some(name) = &self.verify_server_name {
+                let ip = peer.ip().to_string();
+                ctx.expect_server_name(name.as_deref().unwrap_or(&ip))?;
             }
             Ok(ctx)
         });

@@ -448,27 +448,14 @@ fn openssl_certificate_client(
 ) -> Vec<Vec<u8>> {
     use crate::transport::credentials::ClientCredentials;
     use crate::transport::dtls::OpensslDtls;
-    let now = Instant::now();
     let mut client =
         OpensslDtls::client_with(&ClientCredentials::X509(auth), DtlsConfig::default()).unwrap();
-    let (from, to) = (addr("127.0.0.1:40000"), addr("127.0.0.1:5684"));
-    client.encrypt(now, to, b"with a client certificate");
-    let mut got = Vec::new();
-    for _ in 0..32 {
-        let mut moved = false;
-        while let Some(t) = client.poll_transmit() {
-            got.extend(server.handle_datagram(now, from, &t.bytes));
-            moved = true;
-        }
-        while let Some(t) = server.poll_transmit() {
-            client.handle_datagram(now, to, &t.bytes);
-            moved = true;
-        }
-        if !moved {
-            break;
-        }
-    }
-    got
+    client.encrypt(
+        Instant::now(),
+        addr("127.0.0.1:5684"),
+        b"with a client certificate",
+    );
+    carry(&mut client, server)
 }
 
 /// With a CA, the server asks for a client certificate: one that chains to the CA
@@ -547,6 +534,114 @@ fn client_certificates_of_another_ca_expired_or_missing_get_no_session() {
         assert_eq!(server.stats().sessions, 0, "{what}");
         assert_eq!(server.stats().handshake_failures, 1, "{what}");
     }
+}
+
+/// Carries datagrams between a client and a server table (of either backend) at
+/// 127.0.0.1:40000 and :5684 until both are quiet; returns what the server got.
+fn carry(client: &mut dyn DtlsBackend, server: &mut dyn DtlsBackend) -> Vec<Vec<u8>> {
+    let now = Instant::now();
+    let (from, to) = (addr("127.0.0.1:40000"), addr("127.0.0.1:5684"));
+    let mut got = Vec::new();
+    for _ in 0..32 {
+        let mut moved = false;
+        while let Some(t) = client.poll_transmit() {
+            got.extend(server.handle_datagram(now, from, &t.bytes));
+            moved = true;
+        }
+        while let Some(t) = server.poll_transmit() {
+            client.handle_datagram(now, to, &t.bytes);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
+    }
+    got
+}
+
+/// An Mbed TLS client with a certificate, against an OpenSSL server and an Mbed TLS
+/// server (with a CID) that require one: both name the client by its subject.
+#[cfg(feature = "openssl")]
+#[test]
+fn an_mbedtls_client_with_a_certificate_is_verified_by_both_backends() {
+    use crate::transport::credentials::test_credentials::TestCredentials;
+    use crate::transport::credentials::ClientCredentials;
+    use crate::transport::dtls::OpensslDtls;
+    let pki = TestCredentials::generate("mbedtls-client");
+    let auth = ClientCredentials::X509(pki.client.clone());
+    let (from, to) = (addr("127.0.0.1:40000"), addr("127.0.0.1:5684"));
+    let mut openssl =
+        OpensslDtls::server_with(None, Some(&pki.server), DtlsConfig::default()).unwrap();
+    let mut mbedtls =
+        MbedtlsDtls::server_with(None, Some(&pki.server), node_cid(), DtlsConfig::default())
+            .unwrap();
+    let servers: [&mut dyn DtlsBackend; 2] = [&mut openssl, &mut mbedtls];
+    let mut subjects = Vec::new();
+    for server in servers {
+        let mut client = MbedtlsDtls::client_with(&auth, true, DtlsConfig::default()).unwrap();
+        client.encrypt(Instant::now(), to, b"signed");
+        assert_eq!(carry(&mut client, server), vec![b"signed".to_vec()]);
+        let credential = server.credential(from).expect("a verified certificate");
+        assert!(matches!(
+            credential.as_ref(),
+            Credential::Certificate { .. }
+        ));
+        subjects.push(credential);
+        assert!(client.cipher(to).unwrap().contains("ECDHE-ECDSA"));
+    }
+    assert_eq!(subjects[0], subjects[1]);
+    assert!(mbedtls.cid_of(from).is_some(), "with a CID");
+}
+
+/// An Mbed TLS client refuses a server whose certificate is of another CA, or not
+/// for the name it expects; without a CA it cannot be made.
+#[cfg(feature = "openssl")]
+#[test]
+fn an_mbedtls_client_refuses_a_server_it_cannot_verify() {
+    use crate::transport::credentials::test_credentials::TestCredentials;
+    use crate::transport::credentials::ClientCredentials;
+    use crate::transport::dtls::OpensslDtls;
+    let pki = TestCredentials::generate("mbedtls-server-check");
+    let other = TestCredentials::generate("another-ca");
+    let to = addr("127.0.0.1:5684");
+    let another_ca = X509Credentials {
+        ca_pem: Some(other.ca_pem.clone()),
+        ..pki.client.clone()
+    };
+    let another_name = X509Credentials {
+        server_name: Some("elsewhere.example".into()),
+        ..pki.client.clone()
+    };
+    for (what, auth) in [("another CA", another_ca), ("another name", another_name)] {
+        let mut server = OpensslDtls::server_with(
+            None,
+            Some(&X509Credentials {
+                ca_pem: None,
+                ..pki.server.clone()
+            }),
+            DtlsConfig::default(),
+        )
+        .unwrap();
+        let mut client =
+            MbedtlsDtls::client_with(&ClientCredentials::X509(auth), false, DtlsConfig::default())
+                .unwrap();
+        client.encrypt(Instant::now(), to, b"x");
+        assert!(carry(&mut client, &mut server).is_empty(), "{what}");
+        let failed = std::iter::from_fn(|| client.poll_event())
+            .any(|e| matches!(e, DtlsEvent::HandshakeFailed { .. }));
+        assert!(failed, "{what}");
+    }
+    let no_ca = X509Credentials {
+        ca_pem: None,
+        ..pki.client.clone()
+    };
+    let e = MbedtlsDtls::client_with(
+        &ClientCredentials::X509(no_ca),
+        false,
+        DtlsConfig::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("CA"), "{e}");
 }
 
 #[test]
