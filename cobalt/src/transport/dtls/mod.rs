@@ -15,9 +15,12 @@
 //! - At most [`DtlsConfig::max_sessions`] sessions are kept; a new one evicts the one
 //!   that was heard from least recently.
 //!
-//! [`OpensslDtls`] implements [`DtlsBackend`] with OpenSSL (libssl): each session is an
-//! `SSL` over an in-memory channel that keeps datagram boundaries, so OpenSSL does
-//! all the record protection. Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (the one
+//! [`OpensslDtls`] implements [`DtlsBackend`] with OpenSSL (libssl): each session's
+//! handshake runs on an `SSL` over an in-memory channel that keeps datagram
+//! boundaries. Once a server session with a CCM_8 suite is established, the table
+//! frees its `SSL` (about 60 KiB) and protects its records itself (about 2 KiB a
+//! session, and fewer copies per record); other sessions keep OpenSSL's record
+//! layer. Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (the one
 //! RFC 7252 mandates), `TLS_PSK_WITH_AES_128_GCM_SHA256`, and for certificates
 //! `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8` / `..._GCM_SHA256`.
 //!
@@ -103,10 +106,10 @@ pub struct DtlsConfig {
     pub max_sessions: usize,
     /// Server: established sessions kept at most per source address (IPv4 address, or
     /// IPv6 /64) per server, split evenly between the shards' tables (see
-    /// [`DtlsConfig::for_shard`]). Default 128: at about 63 KB of memory per
-    /// established session, one address holds about 8 MiB of sessions (13 MiB of RSS
-    /// growth measured with its handshakes in progress and its sessions churning; see
-    /// `bench/floods.sh`), and it takes at least 79 addresses to fill a shard's table.
+    /// [`DtlsConfig::for_shard`]). Default 128: it takes at least 79 addresses to
+    /// fill a shard's table. An established CCM_8 session holds about 2 KiB on the
+    /// OpenSSL backend and 10 KiB on Mbed TLS; an OpenSSL GCM session about 60 KiB, so
+    /// that one address holds at most about 8 MiB of sessions.
     pub max_sessions_per_ip: usize,
     /// Server: handshakes in progress (after the cookie exchange) kept at most per
     /// table. Default 256 (about 13 MB of OpenSSL state).
