@@ -37,6 +37,8 @@ use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+#[cfg(any(feature = "openssl", feature = "mbedtls"))]
+mod alerts;
 mod cid_steering;
 pub(crate) use cid_steering::steer_cid_records;
 #[cfg(any(feature = "openssl", feature = "mbedtls"))]

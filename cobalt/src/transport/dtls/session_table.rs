@@ -3,6 +3,7 @@
 //! and the session and handshake budgets.
 
 use self::records::ServerRecords;
+use super::alerts::{plaintext_alert, DECRYPT_ERROR, INTERNAL_ERROR};
 use super::held::Held;
 use super::unanswered::Unanswered;
 use super::{DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
@@ -758,19 +759,6 @@ pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
         return text;
     }
     format!("{text} ({hint})")
-}
-
-const DECRYPT_ERROR: u8 = 51;
-/// The alert a server refusing a new session sends (no alert says "full").
-const INTERNAL_ERROR: u8 = 80;
-
-/// A fatal alert in epoch 0 (unprotected, as before ChangeCipherSpec). The sequence
-/// number is far above any the handshake used so the peer's replay window takes it.
-fn plaintext_alert(description: u8) -> Vec<u8> {
-    let mut r = vec![21, 0xfe, 0xfd, 0, 0];
-    r.extend_from_slice(&[0x00, 0x00, 0xff, 0xff, 0xff, 0xff]); // sequence number
-    r.extend_from_slice(&[0, 2, 2, description]); // length, level fatal, description
-    r
 }
 
 /// Whether a datagram holds a ChangeCipherSpec followed by a handshake record in a

@@ -42,6 +42,7 @@
 mod ffi;
 
 use self::ffi::{Config, Context, Handshake, MbedError, Read};
+use super::alerts::{plaintext_alert, HANDSHAKE_FAILURE};
 use super::held::Held;
 use super::unanswered::Unanswered;
 use super::{CidConfig, DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
@@ -653,6 +654,10 @@ impl MbedtlsDtls {
         }
         let mut failure = None;
         let mut completed = false;
+        // Server: Mbed TLS ends some handshakes without an alert (a client sent no
+        // certificate where one is required); one is sent then, so that the client
+        // fails at once instead of at its handshake timeout.
+        let mut alert = None;
         if !s.established {
             match s.ctx.handshake(now, records) {
                 Handshake::Done => completed = true,
@@ -660,7 +665,12 @@ impl MbedtlsDtls {
                 Handshake::HelloVerifySent => {
                     failure = Some("unexpected HelloVerifyRequest".into())
                 }
-                Handshake::Failed(e) => failure = Some(e.to_string()),
+                Handshake::Failed(e) => {
+                    if self.role == Role::Server && !s.ctx.has_outgoing() {
+                        alert = Some(plaintext_alert(HANDSHAKE_FAILURE));
+                    }
+                    failure = Some(e.to_string())
+                }
             }
         } else if let Some(r) = records {
             let before = out.len();
@@ -681,6 +691,7 @@ impl MbedtlsDtls {
         self.transmits.extend(
             s.ctx
                 .take_outgoing()
+                .chain(alert)
                 .map(|bytes| Transmit { peer: addr, bytes }),
         );
         if let Some(reason) = failure {

@@ -644,6 +644,37 @@ fn an_mbedtls_client_refuses_a_server_it_cannot_verify() {
     assert!(e.to_string().contains("CA"), "{e}");
 }
 
+/// Mbed TLS's server sends no alert when a required client certificate is missing:
+/// the table sends one, so that the client fails at once, not at its timeout.
+#[cfg(feature = "openssl")]
+#[test]
+fn a_client_without_a_required_certificate_is_told_at_once() {
+    use crate::transport::credentials::test_credentials::TestCredentials;
+    use crate::transport::credentials::ClientCredentials;
+    let pki = TestCredentials::generate("mbedtls-no-client-cert");
+    let mut server =
+        MbedtlsDtls::server_with(None, Some(&pki.server), None, DtlsConfig::default()).unwrap();
+    let anonymous = X509Credentials {
+        cert_chain_pem: Vec::new(),
+        key_pem: Vec::new(),
+        ..pki.client.clone()
+    };
+    let mut client = MbedtlsDtls::client_with(
+        &ClientCredentials::X509(anonymous),
+        false,
+        DtlsConfig::default(),
+    )
+    .unwrap();
+    client.encrypt(Instant::now(), addr("127.0.0.1:5684"), b"x");
+    assert!(carry(&mut client, &mut server).is_empty());
+    let events: Vec<DtlsEvent> = std::iter::from_fn(|| client.poll_event()).collect();
+    assert!(
+        matches!(&events[..], [DtlsEvent::HandshakeFailed { reason, .. }] if reason.contains("alert")),
+        "{events:?}"
+    );
+    assert_eq!(server.stats().handshake_failures, 1);
+}
+
 #[test]
 fn utc_civil_times_of_some_known_instants() {
     use super::ffi::civil_utc;
