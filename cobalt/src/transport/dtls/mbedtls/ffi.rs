@@ -64,12 +64,16 @@ fn check(ret: c_int) -> Result<(), MbedError> {
     }
 }
 
-/// `psa_crypto_init` once per process (Mbed TLS 3.6 does its crypto through PSA).
+/// `psa_crypto_init` once per process (Mbed TLS 3.6 does its crypto through PSA),
+/// after putting AES-NI under its AES (before anything keys an AES context).
 fn init_psa() -> Result<(), MbedError> {
     static STATUS: OnceLock<c_int> = OnceLock::new();
     // SAFETY: `psa_crypto_init` takes no arguments and may be called at any time; the
     // `OnceLock` calls it once per process.
-    check(*STATUS.get_or_init(|| unsafe { sys::psa_crypto_init() }))
+    check(*STATUS.get_or_init(|| {
+        super::aes_ni::install();
+        unsafe { sys::psa_crypto_init() }
+    }))
 }
 
 /// Mbed TLS is built with `MBEDTLS_PSA_CRYPTO_EXTERNAL_RNG`: PSA takes its random

@@ -39,6 +39,7 @@
 //! an anonymous one (a certificate client's), else the new session is refused
 //! (close_notify). So a flood of anonymous sessions never pushes out active peers.
 
+mod aes_ni;
 mod ffi;
 
 use self::ffi::{Config, Context, Handshake, MbedError, Read};
