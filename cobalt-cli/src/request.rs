@@ -104,8 +104,9 @@ pub struct RequestArgs {
     /// DTLS credentials for coaps://.
     #[command(flatten)]
     pub dtls: DtlsArgs,
-    /// coaps:// with a PSK over Mbed TLS, asking the server for a DTLS Connection ID
-    /// (RFC 9146), so that the session survives a change of this client's address.
+    /// coaps:// over Mbed TLS (a PSK, or --cert/--key with --ca), asking the server
+    /// for a DTLS Connection ID (RFC 9146), so that the session survives a change of
+    /// this client's address.
     #[arg(long)]
     pub cid: bool,
     /// Credentials file (aiocoap's JSON format): OSCORE contexts for the URIs it

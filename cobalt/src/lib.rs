@@ -364,8 +364,9 @@
 //! `mbedtls`; OpenSSL has none): a server grants CIDs when
 //! [`DtlsConfig::cid_len`](transport::dtls::DtlsConfig::cid_len) is set (`[dtls]
 //! cid_len = 6`, `cobalt serve --cid 6`), a client asks for one with
-//! [`Client::with_dtls_cid`]. It takes pre-shared keys, or a server certificate
-//! without client certificates; OpenSSL stays the backend where no CID is asked for.
+//! [`Client::with_dtls_cid`]. Both take pre-shared keys and/or certificates
+//! (ECDHE-ECDSA, client certificates included); OpenSSL stays the backend where no
+//! CID is asked for.
 //!
 //! Cargo features: `vendored-openssl` (default) builds OpenSSL from source for DTLS and
 //! TLS; `openssl` uses the system's (libssl-dev); `mbedtls` (default) builds Mbed TLS

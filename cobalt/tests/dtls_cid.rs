@@ -202,6 +202,53 @@ async fn a_rebinding_device_keeps_its_session_and_its_observation() {
     server.shutdown(Duration::ZERO).await;
 }
 
+/// With several shards, each grants CIDs with its index after the node id, and the
+/// listener's sockets steer a record with a CID to that shard: from a new port
+/// (which the kernel's hash would give to any shard) the device still reaches the
+/// shard that holds its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebinding_device_keeps_its_session_on_a_server_with_several_shards() {
+    const REBINDS: u64 = 12;
+    let server = Server::new()
+        .route(
+            "/who",
+            get(|req: Request| async move { req.peer().port().to_string() }),
+        )
+        .psk(PskStore::new().with("device-1", "secretPSK"))
+        .dtls_config(cid_settings())
+        .shards(4)
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
+    let device = tokio::task::spawn_blocking(move || {
+        let mut device = Device::new(addr);
+        let first_port = device.port();
+        for _ in 0..=REBINDS {
+            let t = device.get("who", false);
+            let r = device.next(&t);
+            assert_eq!(r.payload, first_port.to_string().as_bytes());
+            device.rebind();
+        }
+        device
+    })
+    .await
+    .unwrap();
+    let mut totals = server.metrics().total();
+    for _ in 0..5000 {
+        if totals.dtls_address_updates >= REBINDS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        totals = server.metrics().total();
+    }
+    assert_eq!(totals.dtls_handshakes, 1, "no new handshake");
+    assert_eq!(totals.dtls_address_updates, REBINDS);
+    assert_eq!(device.dtls.stats().handshakes, 1);
+    server.shutdown(Duration::ZERO).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_library_client_asks_for_a_cid_and_an_openssl_client_is_served_without() {
     let server = Server::new()

@@ -83,8 +83,8 @@ struct ServeRdArgs {
     #[arg(long, value_name = "PORT")]
     dtls_port: Option<u16>,
     /// Grant each DTLS client a Connection ID (RFC 9146) of LEN bytes (6 is usual), so
-    /// that its session survives NAT rebinding; serves DTLS on the mbedtls backend,
-    /// from one shard.
+    /// that its session survives NAT rebinding; serves DTLS on the mbedtls backend
+    /// (each shard's CIDs carry its index after the node id).
     #[arg(long, value_name = "LEN", requires = "dtls_psk_file")]
     cid: Option<usize>,
     /// The first byte(s) of every Connection ID this node grants, in hex (e.g. `01`),

@@ -105,13 +105,16 @@ pub struct ServeArgs {
     )]
     pub ca: Option<PathBuf>,
     /// DTLS implementation of coaps://: openssl (PSK and certificates), mbedtls (the
-    /// Connection ID; PSK, or --cert/--key without --ca), or auto: mbedtls with --cid,
+    /// Connection ID; PSK and/or --cert/--key, with --ca for client certificates), or
+    /// auto: mbedtls with --cid,
     /// openssl otherwise [config: dtls.backend].
     #[arg(long, value_name = "BACKEND")]
     pub dtls_backend: Option<cobalt::transport::dtls::DtlsBackendKind>,
     /// Grant each coaps:// client a DTLS Connection ID (RFC 9146) of LEN bytes (6 is
     /// usual; 0: none), so that its session survives NAT rebinding; needs the mbedtls
-    /// backend, and serves coaps:// from one shard [config: dtls.cid_len].
+    /// backend. Each shard's CIDs carry its index after the node id, by which a record
+    /// from a new address reaches its shard (Linux; else one shard) [config:
+    /// dtls.cid_len].
     #[arg(long, value_name = "LEN")]
     pub cid: Option<usize>,
     /// UDP port for CoAP over DTLS (with --dtls-psk-file or --cert); default: the UDP

@@ -160,11 +160,11 @@ impl Client {
         Ok(c)
     }
 
-    /// This client, before its first request, with its `coaps://` PSK sessions on
-    /// Mbed TLS asking each server for a DTLS Connection ID (RFC 9146): a session
-    /// then survives a change of this client's address or port (NAT rebinding)
-    /// without a new handshake. A server that grants none still gets a plain session.
-    /// Needs the `mbedtls` feature; certificates are not supported this way. Fails
+    /// This client, before its first request, with its `coaps://` sessions (PSK, or
+    /// a certificate with ECDHE-ECDSA) on Mbed TLS asking each server for a DTLS
+    /// Connection ID (RFC 9146): a session then survives a change of this client's
+    /// address or port (NAT rebinding) without a new handshake. A server that grants
+    /// none still gets a plain session. Needs the `mbedtls` feature. Fails
     /// when the client has been cloned or used already.
     pub fn with_dtls_cid(mut self) -> Result<Client> {
         let Some(inner) = Arc::get_mut(&mut self.inner) else {

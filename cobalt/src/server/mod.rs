@@ -348,13 +348,22 @@ impl Server {
     }
 
     /// A DTLS session table for one of `shards` shards, on the backend the DTLS
-    /// settings choose.
-    fn dtls_layer(&self, shards: usize) -> Result<Box<dyn DtlsBackend>> {
+    /// settings choose; with `steered`, the shard's index, which its Connection IDs
+    /// carry (see [`CidConfig::for_shard`](crate::transport::dtls::CidConfig::for_shard)).
+    fn dtls_layer(&self, shards: usize, steered: Option<usize>) -> Result<Box<dyn DtlsBackend>> {
         self.require_credentials(Scheme::Coaps)?;
         let cid = self
             .dtls_config
             .cid()
             .map_err(|e| Error::Unsupported(Unsupported::Argument(e)))?;
+        let cid = match (cid, steered) {
+            (Some(c), Some(index)) => Some(c.for_shard(index).ok_or_else(|| {
+                Error::Unsupported(Unsupported::Argument(format!(
+                    "shard {index}: the Connection ID has no room for a shard byte"
+                )))
+            })?),
+            (cid, _) => cid,
+        };
         if self.dtls_config.backend_kind() == DtlsBackendKind::Mbedtls {
             return crate::transport::dtls::select::mbedtls_server(
                 self.psk_keys.clone(),
@@ -631,9 +640,15 @@ impl Server {
         for (k, &(scheme, addr)) in listeners.iter().enumerate() {
             let staged = self.stages.filter(|_| k == 0);
             // With a DTLS Connection ID a client's records from a new address may
-            // reach any shard's socket: one shard holds every session.
+            // reach any shard's socket: they are steered to their shard by a byte of
+            // the CID where it has room for one (outside the staged mode), else one
+            // shard holds every session.
             let cid = scheme == Scheme::Coaps && self.dtls_config.cid_len > 0;
-            let shards = if cid { 1 } else { shards };
+            let shards = if cid && !self.cid_steerable(shards, staged.is_some()) {
+                1
+            } else {
+                shards
+            };
             match self.bind_socket(scheme, addr, shards, staged, &mut bound.stage_threads) {
                 Ok(socket) => bound.sockets.push(socket),
                 Err(e) => {
@@ -647,6 +662,16 @@ impl Server {
         Ok(bound)
     }
 
+    /// Whether records with a Connection ID can be steered to their shard (see
+    /// [`Server::bind_datagram`]).
+    fn cid_steerable(&self, shards: usize, staged: bool) -> bool {
+        let cid = self.dtls_config.cid().ok().flatten();
+        cfg!(target_os = "linux")
+            && !staged
+            && shards > 1
+            && cid.is_some_and(|c| c.for_shard(shards - 1).is_some())
+    }
+
     /// Binds one datagram listener: a socket per shard, or one socket behind the
     /// `staged` receiver and sender threads (kept in `stage_threads`).
     fn bind_socket(
@@ -658,10 +683,30 @@ impl Server {
         stage_threads: &mut Option<StageThreads>,
     ) -> Result<BoundSocket> {
         let sharing = self.groups.is_some() && scheme == Scheme::Coap;
+        // Several shards on a coaps listener with a Connection ID: bind_datagram
+        // checked that its records can be steered by the CID's shard byte.
+        let steered = scheme == Scheme::Coaps
+            && self.dtls_config.cid_len > 0
+            && staged.is_none()
+            && shards > 1;
         let (ios, local_addr) = match staged {
             None => {
                 let sockets = bind_shard_sockets_sharing(addr, shards, self.buffers, sharing)?;
                 self.exclude_groups(scheme, &sockets)?;
+                if steered {
+                    let node_id_len = self.dtls_config.cid_node_id.len() / 2;
+                    crate::transport::dtls::steer_cid_records(&sockets[0], node_id_len).map_err(
+                        |e| {
+                            Error::Io(std::io::Error::new(
+                                e.kind(),
+                                format!(
+                                    "cannot steer DTLS Connection ID records to their shards \
+                                     ({e}): run the coaps listener on one shard (--shards 1)"
+                                ),
+                            ))
+                        },
+                    )?;
+                }
                 let local_addr = sockets[0].local_addr()?;
                 let ios = sockets.into_iter().map(DriverIo::Owned).collect();
                 (ios, local_addr)
@@ -680,9 +725,9 @@ impl Server {
             }
         };
         let layers = (0..ios.len())
-            .map(|_| {
+            .map(|index| {
                 (scheme == Scheme::Coaps)
-                    .then(|| self.dtls_layer(ios.len()))
+                    .then(|| self.dtls_layer(ios.len(), steered.then_some(index)))
                     .transpose()
             })
             .collect::<Result<Vec<_>>>()?;

@@ -76,3 +76,28 @@ async fn our_client_with_certificates_against_libcoap_server() {
     let r = fetch(&client, &server.scheme_uri("coaps", "/")).await;
     assert!(r.text_payload().contains("libcoap"), "{}", r.text_payload());
 }
+
+/// Californium's Scandium (its own record layer, in Java) with PSK and CCM_8
+/// against the OpenSSL backend, whose established sessions protect their records
+/// without OpenSSL: three requests over one session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scandium_client_against_our_openssl_server_over_one_session() {
+    let Some(cf) = cobalt_test_support::peers::californium::need() else {
+        return;
+    };
+    let server = our_server("hello over dtls").psk(PskStore::new().with(IDENTITY, KEY));
+    let (server, _) = start_on(server.shards(1), Scheme::Coaps).await;
+    let uri = format!(
+        "coaps://{}/hello",
+        server.local_addr(Scheme::Coaps).unwrap()
+    );
+    let lines = tokio::task::spawn_blocking(move || {
+        cf.run_program("CidClient", &[&uri, IDENTITY, KEY, "3", "100"])
+    })
+    .await
+    .unwrap();
+    assert!(lines.iter().any(|l| l == "DONE ok=3"), "{lines:?}");
+    let totals = server.metrics().total();
+    assert_eq!(totals.dtls_handshakes, 1, "one session for three requests");
+    server.shutdown(Duration::ZERO).await;
+}

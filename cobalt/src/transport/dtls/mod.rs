@@ -15,9 +15,12 @@
 //! - At most [`DtlsConfig::max_sessions`] sessions are kept; a new one evicts the one
 //!   that was heard from least recently.
 //!
-//! [`OpensslDtls`] implements [`DtlsBackend`] with OpenSSL (libssl): each session is an
-//! `SSL` over an in-memory channel that keeps datagram boundaries, so OpenSSL does
-//! all the record protection. Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (the one
+//! [`OpensslDtls`] implements [`DtlsBackend`] with OpenSSL (libssl): each session's
+//! handshake runs on an `SSL` over an in-memory channel that keeps datagram
+//! boundaries. Once a server session with a CCM_8 suite is established, the table
+//! frees its `SSL` (about 60 KiB) and protects its records itself (about 2 KiB a
+//! session, and fewer copies per record); other sessions keep OpenSSL's record
+//! layer. Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (the one
 //! RFC 7252 mandates), `TLS_PSK_WITH_AES_128_GCM_SHA256`, and for certificates
 //! `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8` / `..._GCM_SHA256`.
 //!
@@ -34,6 +37,10 @@ use cobalt_proto::settings::{within, Param, Settings};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+#[cfg(any(feature = "openssl", feature = "mbedtls"))]
+mod alerts;
+mod cid_steering;
+pub(crate) use cid_steering::steer_cid_records;
 #[cfg(any(feature = "openssl", feature = "mbedtls"))]
 mod held;
 #[cfg(feature = "mbedtls")]
@@ -101,10 +108,10 @@ pub struct DtlsConfig {
     pub max_sessions: usize,
     /// Server: established sessions kept at most per source address (IPv4 address, or
     /// IPv6 /64) per server, split evenly between the shards' tables (see
-    /// [`DtlsConfig::for_shard`]). Default 128: at about 63 KB of memory per
-    /// established session, one address holds about 8 MiB of sessions (13 MiB of RSS
-    /// growth measured with its handshakes in progress and its sessions churning; see
-    /// `bench/floods.sh`), and it takes at least 79 addresses to fill a shard's table.
+    /// [`DtlsConfig::for_shard`]). Default 128: it takes at least 79 addresses to
+    /// fill a shard's table. An established CCM_8 session holds about 2 KiB on the
+    /// OpenSSL backend and 10 KiB on Mbed TLS; an OpenSSL GCM session about 60 KiB, so
+    /// that one address holds at most about 8 MiB of sessions.
     pub max_sessions_per_ip: usize,
     /// Server: handshakes in progress (after the cookie exchange) kept at most per
     /// table. Default 256 (about 13 MB of OpenSSL state).
@@ -120,8 +127,11 @@ pub struct DtlsConfig {
     /// Client: when the same datagram (a CoAP retransmission) is sent this many times
     /// again with nothing heard from the server since its first sending, the server
     /// is presumed to have lost the session, and a new handshake carries it (default
-    /// 2: a confirmable request's second retransmission, 6 to 9 s after the request
-    /// with the RFC 7252 defaults; the first may be an ordinary loss).
+    /// 1: a confirmable request's first retransmission, 2 to 3 s after the request
+    /// with the RFC 7252 defaults). A node that died or restarted, or a balancer that
+    /// sent the record to a node without its session, costs one retransmission, not
+    /// two; an ordinary loss of that first sending costs a handshake (a PSK handshake
+    /// is four round trips), which is cheaper than the 4 to 6 s more of waiting.
     #[serde(skip)]
     pub rehandshake_after_resends: u32,
     /// A handshake not finished within this is dropped (default 20 s).
@@ -152,9 +162,12 @@ pub struct DtlsConfig {
     /// Connection ID, which only Mbed TLS has).
     pub backend: DtlsBackendKind,
     /// Server: bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0
-    /// for none (the default). Needs the `mbedtls` backend. With a CID, the `coaps`
-    /// listener runs on one shard: a client's records from a new address may reach
-    /// any shard's socket, and only one table knows its session.
+    /// for none (the default). Needs the `mbedtls` backend. With several shards, each
+    /// shard's CIDs carry its index after the node id, and the listener's sockets
+    /// steer a record with a CID to its shard whatever address it comes from (Linux;
+    /// see [`CidConfig::for_shard`]); where that cannot be (a CID too short for the
+    /// shard byte and two random bytes, the staged single-socket mode), the `coaps`
+    /// listener runs on one shard.
     pub cid_len: usize,
     /// Server: the node id every Connection ID starts with, in hex (e.g. `"c0ba"`,
     /// at most `cid_len` bytes; default none), so that a balancer in front of a
@@ -172,7 +185,7 @@ pub enum DtlsBackendKind {
     /// OpenSSL ([`OpensslDtls`]): PSK and certificates, no Connection ID.
     Openssl,
     /// Mbed TLS 3.6 (`MbedtlsDtls`, cargo feature `mbedtls`): the Connection ID;
-    /// PSK, or a server certificate without client certificates.
+    /// PSK and/or certificates (ECDHE-ECDSA), client certificates included.
     Mbedtls,
 }
 
@@ -221,6 +234,30 @@ impl Default for CidConfig {
     }
 }
 
+/// Random bytes a shard's CID keeps at least beside the node id and the shard byte.
+const MIN_RANDOM_CID_BYTES: usize = 2;
+
+impl CidConfig {
+    /// The CID that shard `index` of a server grants when every shard holds its own
+    /// sessions: the node id, then the shard's index (one byte), then random bytes,
+    /// so that the listener steers each record with a CID to the shard that knows
+    /// its session (`SO_REUSEPORT` with a BPF program, `cid_steering`). `None` when
+    /// the index does not fit a byte or the CID has no room for it beside at least
+    /// two random bytes: the server then runs its `coaps` listener on one shard.
+    pub fn for_shard(&self, index: usize) -> Option<CidConfig> {
+        let shard = u8::try_from(index).ok()?;
+        if self.len < self.node_id.len() + 1 + MIN_RANDOM_CID_BYTES {
+            return None;
+        }
+        let mut node_id = self.node_id.clone();
+        node_id.push(shard);
+        Some(CidConfig {
+            len: self.len,
+            node_id,
+        })
+    }
+}
+
 /// The bytes of a node id written in hex (`"c0ba"`), or why not.
 fn parse_node_id(hex: &str) -> Result<Vec<u8>, String> {
     if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -242,7 +279,7 @@ impl Default for DtlsConfig {
             max_handshakes: 256,
             max_handshakes_per_ip: 32,
             stale_after: Duration::from_secs(30 * 60),
-            rehandshake_after_resends: 2,
+            rehandshake_after_resends: 1,
             handshake_timeout: Duration::from_secs(20),
             mtu: 1400,
             max_pending: 16,
@@ -322,8 +359,8 @@ impl Settings for DtlsConfig {
             Param::new("handshake_timeout", "A DTLS handshake not finished within this is dropped.", "1s to 600s", within(self.handshake_timeout, secs(1), secs(600))),
             Param::new("idle_timeout", "An established session silent this long is dropped (the peer handshakes again).", "1s to 30d", within(self.idle_timeout, secs(1), secs(30 * 86_400))),
             Param::new("unused_timeout", "An established session over which the peer has sent no CoAP message yet is dropped when silent this long.", "1s to 30d", within(self.unused_timeout, secs(1), secs(30 * 86_400))),
-            Param::new("backend", "The DTLS implementation: openssl (PSK and certificates), mbedtls (the Connection ID; PSK, or a server certificate without client certificates), or auto (mbedtls when cid_len is set, openssl otherwise).", "auto, openssl or mbedtls", true),
-            Param::new("cid_len", "Bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0 for none; needs the mbedtls backend, and the coaps listener then runs on one shard.", "0 to 32 (6 is usual), with the mbedtls backend", self.cid().is_ok()),
+            Param::new("backend", "The DTLS implementation: openssl (PSK and certificates), mbedtls (the Connection ID; PSK and/or a certificate, with client certificates against a CA), or auto (mbedtls when cid_len is set, openssl otherwise).", "auto, openssl or mbedtls", true),
+            Param::new("cid_len", "Bytes of the DTLS Connection ID (RFC 9146) granted to each client, 0 for none; needs the mbedtls backend. Each shard's CIDs carry its index after cid_node_id, by which records reach their shard from any address (Linux; else, or without room for that byte and two random ones, the coaps listener runs on one shard).", "0 to 32 (6 is usual), with the mbedtls backend", self.cid().is_ok()),
             Param::new("cid_node_id", "The node id (hex) every Connection ID starts with, so that a cluster's balancer can route by it.", "hex, at most cid_len bytes", parse_node_id(&self.cid_node_id).is_ok()),
         ]
     }

@@ -7,8 +7,8 @@ use crate::transport::credentials::{ClientCredentials, PskStore, X509Credentials
 use crate::{Error, Result};
 use std::sync::Arc;
 
-/// A server table on Mbed TLS with `keys` and/or `x509` (no client certificates),
-/// granting `cid`.
+/// A server table on Mbed TLS with `keys` and/or `x509` (with its CA, client
+/// certificates are required), granting `cid`.
 #[cfg(feature = "mbedtls")]
 pub(crate) fn mbedtls_server(
     keys: Option<Arc<PskStore>>,
@@ -35,20 +35,14 @@ pub(crate) fn mbedtls_server(
     }))
 }
 
-/// A client table on Mbed TLS that asks servers for a Connection ID.
+/// A client table on Mbed TLS that asks servers for a Connection ID, authenticating
+/// with `auth` (a pre-shared key, or a certificate with the CA of the server's).
 #[cfg(feature = "mbedtls")]
 pub(crate) fn mbedtls_client(
     auth: &ClientCredentials,
     config: DtlsConfig,
 ) -> Result<Box<dyn DtlsBackend>> {
-    let ClientCredentials::Psk(psk) = auth else {
-        return Err(Error::Unsupported(Unsupported::Argument(
-            "a DTLS Connection ID (Mbed TLS backend) needs a pre-shared key: \
-             certificates go over OpenSSL, without one"
-                .into(),
-        )));
-    };
-    let table = super::MbedtlsDtls::client(psk, true, config)
+    let table = super::MbedtlsDtls::client_with(auth, true, config)
         .map_err(|e| Error::Unsupported(Unsupported::Argument(e.to_string())))?;
     Ok(Box::new(table))
 }

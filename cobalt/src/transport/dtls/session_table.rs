@@ -2,6 +2,8 @@
 //! in-memory channel that keeps datagram boundaries), the stateless cookie exchange
 //! and the session and handshake budgets.
 
+use self::records::ServerRecords;
+use super::alerts::{plaintext_alert, DECRYPT_ERROR, INTERNAL_ERROR};
 use super::held::Held;
 use super::unanswered::Unanswered;
 use super::{DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
@@ -69,8 +71,17 @@ impl Write for Channel {
     }
 }
 
+/// What protects a session's records.
+enum Link {
+    /// OpenSSL: during the handshake, and after it where [`ServerRecords`] cannot
+    /// take over (a client, a suite other than CCM_8, a resumed session).
+    Ssl(SslStream<Channel>),
+    /// An established server session with a CCM_8 suite, without its `SSL`.
+    Records(Box<ServerRecords>),
+}
+
 struct Session {
-    stream: SslStream<Channel>,
+    link: Link,
     established: bool,
     started: Instant,
     /// When a record from the peer last arrived.
@@ -365,7 +376,10 @@ impl OpensslDtls {
     /// The cipher suite negotiated with `peer` (OpenSSL's name), once established.
     pub fn cipher(&self, peer: SocketAddr) -> Option<&'static str> {
         let s = self.sessions.get(&peer).filter(|s| s.established)?;
-        s.stream.ssl().current_cipher().map(|c| c.name())
+        match &s.link {
+            Link::Ssl(stream) => stream.ssl().current_cipher().map(|c| c.name()),
+            Link::Records(records) => Some(records.cipher()),
+        }
     }
 
     fn new_stream(&self, peer: Option<SocketAddr>) -> Result<SslStream<Channel>, ErrorStack> {
@@ -487,7 +501,7 @@ impl OpensslDtls {
         self.sessions.insert(
             peer,
             Session {
-                stream,
+                link: Link::Ssl(stream),
                 established: false,
                 started: now,
                 last_seen: now,
@@ -511,13 +525,19 @@ impl OpensslDtls {
             return out;
         };
         s.last_seen = now;
+        if matches!(s.link, Link::Records(_)) {
+            return records.map_or(out, |r| self.open_records(peer, r));
+        }
+        let Link::Ssl(stream) = &mut s.link else {
+            return out;
+        };
         if let Some(r) = records {
-            s.stream.get_mut().incoming = Some(r.to_vec());
+            stream.get_mut().incoming = Some(r.to_vec());
         }
         let mut failure = None;
         let mut completed = false;
         if !s.established {
-            match s.stream.do_handshake() {
+            match stream.do_handshake() {
                 Ok(()) => completed = true,
                 Err(e) if is_retry(&e) => {
                     if self.role == Role::Server && records.is_some_and(finished_in) {
@@ -534,21 +554,26 @@ impl OpensslDtls {
                                 .to_string(),
                         );
                     } else {
-                        s.retransmit_at = dtls_timeout(s.stream.ssl()).map(|d| now + d);
+                        s.retransmit_at = dtls_timeout(stream.ssl()).map(|d| now + d);
                     }
                 }
                 Err(e) => failure = Some(describe(&e)),
             }
         }
-        if completed && !self.establish(now, peer) {
+        if completed && !self.establish(now, peer, records.unwrap_or_default()) {
             return out; // refused: the session is gone
         }
         let Some(s) = self.sessions.get_mut(&peer) else {
             return out;
         };
+        let Link::Ssl(stream) = &mut s.link else {
+            // ServerRecords took over (and OpenSSL's last flight went out): the
+            // datagram that completed the handshake carries no data.
+            return out;
+        };
         if failure.is_none() && s.established && records.is_some() {
             loop {
-                match s.stream.ssl_read(&mut self.buf) {
+                match stream.ssl_read(&mut self.buf) {
                     Ok(n) if n > 0 => {
                         out.push(self.buf[..n].to_vec());
                         s.unanswered.clear();
@@ -567,23 +592,71 @@ impl OpensslDtls {
                 }
             }
         }
-        s.stream.get_mut().incoming = None;
-        Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
+        stream.get_mut().incoming = None;
+        Self::drain(&mut self.transmits, peer, stream, s.epoch0_seq_shift);
         if let Some(reason) = failure {
             self.fail(peer, reason);
         }
         out
     }
 
+    /// A datagram for a session whose records [`ServerRecords`] protects.
+    fn open_records(&mut self, peer: SocketAddr, datagram: &[u8]) -> Vec<Vec<u8>> {
+        let Some(s) = self.sessions.get_mut(&peer) else {
+            return Vec::new();
+        };
+        let Link::Records(layer) = &mut s.link else {
+            return Vec::new();
+        };
+        let opened = layer.open(datagram);
+        self.stats.dropped += opened.dropped;
+        if opened.flight_again {
+            self.transmits
+                .extend(layer.last_flight().iter().map(|bytes| Transmit {
+                    peer,
+                    bytes: bytes.clone(),
+                }));
+        }
+        if !opened.data.is_empty() {
+            s.used = true;
+        }
+        if let Some(reason) = opened.closed {
+            self.fail(peer, reason);
+        }
+        opened.data
+    }
+
+    /// Server: hands an established session's records from OpenSSL to
+    /// [`ServerRecords`] where it can, after sending what OpenSSL still had to send
+    /// (its last flight, which the new layer keeps in case it must go again). The
+    /// session's `SSL` is freed then.
+    fn take_over(
+        transmits: &mut VecDeque<Transmit>,
+        peer: SocketAddr,
+        s: &mut Session,
+        received: &[u8],
+    ) {
+        let Link::Ssl(stream) = &mut s.link else {
+            return;
+        };
+        stream.get_mut().incoming = None;
+        let before = transmits.len();
+        Self::drain(transmits, peer, stream, s.epoch0_seq_shift);
+        let sent: Vec<Vec<u8>> = transmits.range(before..).map(|t| t.bytes.clone()).collect();
+        if let Some(records) = ServerRecords::take_over(stream.ssl(), received, &sent) {
+            s.link = Link::Records(Box::new(records));
+        }
+    }
+
     /// A handshake completed: the session becomes established (on a server, if the
     /// session budget has room for it, see [`DtlsConfig`]) and sends what waited for
     /// it. Returns `false` when the session was refused (and is gone).
-    fn establish(&mut self, now: Instant, peer: SocketAddr) -> bool {
+    fn establish(&mut self, now: Instant, peer: SocketAddr, received: &[u8]) -> bool {
         let authenticated = self.role == Role::Server
-            && self
-                .sessions
-                .get(&peer)
-                .is_some_and(|s| is_authenticated(s.stream.ssl()));
+            && self.sessions.get(&peer).is_some_and(|s| match &s.link {
+                Link::Ssl(stream) => is_authenticated(stream.ssl()),
+                Link::Records(_) => false,
+            });
         if self.role == Role::Server && !self.make_room_for_session(now, peer, authenticated) {
             self.refuse_established(peer);
             return false;
@@ -595,8 +668,8 @@ impl OpensslDtls {
         s.established = true;
         s.retransmit_at = None;
         s.authenticated = authenticated;
-        if authenticated {
-            s.credential = credential_of(s.stream.ssl());
+        if let (true, Link::Ssl(stream)) = (authenticated, &s.link) {
+            s.credential = credential_of(stream.ssl());
         }
         if self.role == Role::Server {
             self.sessions_per_ip.add(peer.ip());
@@ -604,8 +677,11 @@ impl OpensslDtls {
         }
         self.stats.handshakes += 1;
         self.events.push_back(DtlsEvent::Connected { peer });
-        while let Some(p) = s.pending.pop() {
-            if let Err(e) = s.stream.ssl_write(&p) {
+        if self.role == Role::Server {
+            Self::take_over(&mut self.transmits, peer, s, received);
+        }
+        while let (Some(p), Link::Ssl(stream)) = (s.pending.pop(), &mut s.link) {
+            if let Err(e) = stream.ssl_write(&p) {
                 tracing::debug!(%peer, error = %e, "DTLS write failed");
             }
         }
@@ -627,10 +703,24 @@ impl OpensslDtls {
     /// so that the peer learns the session is gone instead of finding out by silence.
     fn send_close_notify(&mut self, peer: SocketAddr) {
         if let Some(s) = self.sessions.get_mut(&peer) {
-            let _ = s.stream.shutdown();
-            let _ = ErrorStack::get();
-            s.stream.get_mut().incoming = None;
-            Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
+            Self::close_notify(&mut self.transmits, peer, s);
+        }
+    }
+
+    /// Queues a close_notify alert over session `s` with `peer`.
+    fn close_notify(transmits: &mut VecDeque<Transmit>, peer: SocketAddr, s: &mut Session) {
+        match &mut s.link {
+            Link::Ssl(stream) => {
+                let _ = stream.shutdown();
+                let _ = ErrorStack::get();
+                stream.get_mut().incoming = None;
+                Self::drain(transmits, peer, stream, s.epoch0_seq_shift);
+            }
+            Link::Records(layer) => {
+                if let Some(bytes) = layer.close_notify() {
+                    transmits.push_back(Transmit { peer, bytes });
+                }
+            }
         }
     }
 
@@ -669,19 +759,6 @@ pub(crate) fn describe(e: &openssl::ssl::Error) -> String {
         return text;
     }
     format!("{text} ({hint})")
-}
-
-const DECRYPT_ERROR: u8 = 51;
-/// The alert a server refusing a new session sends (no alert says "full").
-const INTERNAL_ERROR: u8 = 80;
-
-/// A fatal alert in epoch 0 (unprotected, as before ChangeCipherSpec). The sequence
-/// number is far above any the handshake used so the peer's replay window takes it.
-fn plaintext_alert(description: u8) -> Vec<u8> {
-    let mut r = vec![21, 0xfe, 0xfd, 0, 0];
-    r.extend_from_slice(&[0x00, 0x00, 0xff, 0xff, 0xff, 0xff]); // sequence number
-    r.extend_from_slice(&[0, 2, 2, description]); // length, level fatal, description
-    r
 }
 
 /// Whether a datagram holds a ChangeCipherSpec followed by a handshake record in a
@@ -828,11 +905,19 @@ impl DtlsBackend for OpensslDtls {
             self.start_handshake(now, peer, Some(plaintext));
             return;
         }
-        if let Err(e) = s.stream.ssl_write(plaintext) {
-            tracing::debug!(%peer, error = %e, "DTLS write failed");
-            let _ = ErrorStack::get();
+        match &mut s.link {
+            Link::Ssl(stream) => {
+                if let Err(e) = stream.ssl_write(plaintext) {
+                    tracing::debug!(%peer, error = %e, "DTLS write failed");
+                    let _ = ErrorStack::get();
+                }
+                Self::drain(&mut self.transmits, peer, stream, s.epoch0_seq_shift);
+            }
+            Link::Records(layer) => match layer.seal(plaintext) {
+                Ok(bytes) => self.transmits.push_back(Transmit { peer, bytes }),
+                Err(e) => tracing::debug!(%peer, error = e, "DTLS datagram not sent"),
+            },
         }
-        Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit> {
@@ -874,6 +959,9 @@ impl DtlsBackend for OpensslDtls {
             let Some(s) = self.sessions.get_mut(&peer) else {
                 continue;
             };
+            let Link::Ssl(stream) = &mut s.link else {
+                continue; // established (only handshakes are due)
+            };
             if now >= s.started + self.config.handshake_timeout {
                 let reason = format!(
                     "no answer to complete the handshake within {:?} (is it a DTLS server, and are the PSK identity and key right?)",
@@ -885,13 +973,13 @@ impl DtlsBackend for OpensslDtls {
             // SAFETY: DTLSv1_handle_timeout on a live SSL.
             let r = unsafe {
                 openssl_sys::SSL_ctrl(
-                    s.stream.ssl().as_ptr(),
+                    stream.ssl().as_ptr(),
                     DTLS_CTRL_HANDLE_TIMEOUT,
                     0,
                     std::ptr::null_mut(),
                 )
             };
-            Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
+            Self::drain(&mut self.transmits, peer, stream, s.epoch0_seq_shift);
             if r < 0 {
                 self.fail(
                     peer,
@@ -902,7 +990,7 @@ impl DtlsBackend for OpensslDtls {
             // At least a millisecond, so that a timer OpenSSL does not yet see as
             // expired cannot spin the loop.
             s.retransmit_at =
-                dtls_timeout(s.stream.ssl()).map(|d| now + d.max(Duration::from_millis(1)));
+                dtls_timeout(stream.ssl()).map(|d| now + d.max(Duration::from_millis(1)));
         }
     }
 
@@ -914,9 +1002,7 @@ impl DtlsBackend for OpensslDtls {
         let peers: Vec<SocketAddr> = self.sessions.keys().copied().collect();
         for peer in peers {
             if let Some(s) = self.sessions.get_mut(&peer).filter(|s| s.established) {
-                let _ = s.stream.shutdown();
-                let _ = ErrorStack::get();
-                Self::drain(&mut self.transmits, peer, &mut s.stream, s.epoch0_seq_shift);
+                Self::close_notify(&mut self.transmits, peer, s);
             }
             self.end_session(peer, "closed by this end (close_notify)".into());
         }
@@ -941,5 +1027,6 @@ impl DtlsBackend for OpensslDtls {
 }
 
 mod budget;
+mod records;
 #[cfg(test)]
 mod tests;

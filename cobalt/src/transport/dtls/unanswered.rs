@@ -46,17 +46,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_second_resend_without_an_answer_means_lost() {
+    fn the_first_resend_without_an_answer_means_lost() {
         let config = DtlsConfig::default();
         let mut u = Unanswered::default();
         assert!(!u.presumed_lost(b"request", &config), "first sending");
-        assert!(
-            !u.presumed_lost(b"request", &config),
-            "first resend: may be a loss"
-        );
-        assert!(u.presumed_lost(b"request", &config), "second resend");
+        assert!(!u.presumed_lost(b"other", &config), "another datagram");
+        assert!(u.presumed_lost(b"request", &config), "first resend");
         u.clear();
         assert!(!u.presumed_lost(b"request", &config), "heard from since");
+    }
+
+    #[test]
+    fn a_later_resend_can_be_asked_for() {
+        let config = DtlsConfig {
+            rehandshake_after_resends: 2,
+            ..DtlsConfig::default()
+        };
+        let mut u = Unanswered::default();
+        assert!(!u.presumed_lost(b"request", &config), "first sending");
+        assert!(!u.presumed_lost(b"request", &config), "first resend");
+        assert!(u.presumed_lost(b"request", &config), "second resend");
     }
 
     #[test]

@@ -64,12 +64,16 @@ fn check(ret: c_int) -> Result<(), MbedError> {
     }
 }
 
-/// `psa_crypto_init` once per process (Mbed TLS 3.6 does its crypto through PSA).
+/// `psa_crypto_init` once per process (Mbed TLS 3.6 does its crypto through PSA),
+/// after putting AES-NI under its AES (before anything keys an AES context).
 fn init_psa() -> Result<(), MbedError> {
     static STATUS: OnceLock<c_int> = OnceLock::new();
     // SAFETY: `psa_crypto_init` takes no arguments and may be called at any time; the
     // `OnceLock` calls it once per process.
-    check(*STATUS.get_or_init(|| unsafe { sys::psa_crypto_init() }))
+    check(*STATUS.get_or_init(|| {
+        super::aes_ni::install();
+        unsafe { sys::psa_crypto_init() }
+    }))
 }
 
 /// Mbed TLS is built with `MBEDTLS_PSA_CRYPTO_EXTERNAL_RNG`: PSA takes its random
@@ -294,6 +298,91 @@ impl OwnCert {
     }
 }
 
+/// The CA certificates a peer's certificate must chain to, parsed.
+struct TrustedCas(Box<sys::mbedtls_x509_crt>);
+
+impl Drop for TrustedCas {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `TrustedCas::parse`, freed once, after the
+        // configuration that pointed at it (see `Config`'s field order).
+        unsafe { sys::mbedtls_x509_crt_free(&mut *self.0) };
+    }
+}
+
+impl TrustedCas {
+    /// One or more CA certificates (PEM).
+    fn parse(pem: &[u8]) -> Result<TrustedCas, MbedError> {
+        // SAFETY: zeroed memory is what `_init` initialises; the box keeps the address
+        // fixed for the configuration that will point at it.
+        let mut cas = TrustedCas(Box::new(unsafe { std::mem::zeroed() }));
+        let pem = nul_terminated(pem);
+        // SAFETY: an initialised chain and a buffer valid for its length.
+        unsafe {
+            sys::mbedtls_x509_crt_init(&mut *cas.0);
+            check(sys::mbedtls_x509_crt_parse(
+                &mut *cas.0,
+                pem.as_ptr(),
+                pem.len(),
+            ))?;
+        }
+        Ok(cas)
+    }
+}
+
+/// A UTC time as Mbed TLS writes certificate dates: (year, month, day, hour,
+/// minute, second), comparable as a tuple.
+type CivilTime = (i64, i64, i64, i64, i64, i64);
+
+/// `secs` after the Unix epoch as a UTC civil time (the proleptic Gregorian calendar).
+pub(super) fn civil_utc(secs: u64) -> CivilTime {
+    let days = (secs / 86_400) as i64;
+    let rest = (secs % 86_400) as i64;
+    // Days since 1970-01-01 to a date (H. Hinnant's days-to-civil algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day, rest / 3600, rest / 60 % 60, rest % 60)
+}
+
+fn civil_of(t: &sys::mbedtls_x509_time) -> CivilTime {
+    let f = |v: c_int| i64::from(v);
+    (f(t.year), f(t.mon), f(t.day), f(t.hour), f(t.min), f(t.sec))
+}
+
+/// The certificate verification callback: Mbed TLS is built without a clock here,
+/// so it checks signatures and the chain but not the validity dates; this checks
+/// them against the system clock for each certificate of the chain.
+unsafe extern "C" fn check_validity_dates(
+    _ctx: *mut c_void,
+    crt: *mut sys::mbedtls_x509_crt,
+    _depth: c_int,
+    flags: *mut u32,
+) -> c_int {
+    if crt.is_null() || flags.is_null() {
+        return sys::MBEDTLS_ERR_X509_BAD_INPUT_DATA;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let now = civil_utc(now);
+    // SAFETY: Mbed TLS passes a parsed certificate and its flags for the call.
+    unsafe {
+        if now < civil_of(&(*crt).valid_from) {
+            *flags |= sys::MBEDTLS_X509_BADCERT_FUTURE;
+        }
+        if now > civil_of(&(*crt).valid_to) {
+            *flags |= sys::MBEDTLS_X509_BADCERT_EXPIRED;
+        }
+    }
+    0
+}
+
 /// A DTLS 1.2 configuration: role, credentials, cipher suites, CID length.
 pub(crate) struct Config {
     conf: Box<sys::mbedtls_ssl_config>,
@@ -302,6 +391,8 @@ pub(crate) struct Config {
     /// The server's certificate, which `conf` points at (freed after it: `Drop` frees
     /// `conf` before the fields go).
     own_cert: Option<OwnCert>,
+    /// The CAs the peer's certificate must chain to (likewise).
+    trusted: Option<TrustedCas>,
     /// This side's CID length (0: this side receives records without a CID).
     cid_len: usize,
 }
@@ -353,17 +444,21 @@ impl Config {
             conf,
             server: None,
             own_cert: None,
+            trusted: None,
             cid_len: 0,
         })
     }
 
     /// A server configuration accepting the identities in `keys` and/or presenting
-    /// the certificate `cert` (chain and key, PEM; clients are not asked for one);
-    /// with `cid_len` > 0 it negotiates a Connection ID of that length for itself
+    /// the certificate `cert` (chain and key, PEM); with `client_ca` (PEM), a client
+    /// of a certificate suite must present a certificate that chains to it and is
+    /// within its validity dates (else clients are not asked for one); with
+    /// `cid_len` > 0 it negotiates a Connection ID of that length for itself
     /// (RFC 9146).
     pub(crate) fn server(
         keys: Option<Arc<PskStore>>,
         cert: Option<(&[u8], &[u8])>,
+        client_ca: Option<&[u8]>,
         cid_len: usize,
         handshake_timeout: Duration,
     ) -> Result<Config, MbedError> {
@@ -395,13 +490,10 @@ impl Config {
             ))?;
         }
         if let Some((chain, key)) = cert {
-            let mut own = OwnCert::parse(chain, key)?;
-            // SAFETY: `own` is kept in the configuration (boxed contexts, fixed
-            // addresses) and freed after it.
-            check(unsafe {
-                sys::mbedtls_ssl_conf_own_cert(&mut *config.conf, &mut *own.chain, &mut *own.key)
-            })?;
-            config.own_cert = Some(own);
+            config.present_certificate(chain, key)?;
+        }
+        if let Some(pem) = client_ca {
+            config.require_peer_certificate(pem)?;
         }
         config.server = Some(state);
         config.cid_len = cid_len;
@@ -426,15 +518,79 @@ impl Config {
                 psk.identity.as_ptr(),
                 psk.identity.len(),
             ))?;
-            if cid {
-                check(sys::mbedtls_ssl_conf_cid(
-                    &mut *config.conf,
-                    0,
-                    sys::MBEDTLS_SSL_UNEXPECTED_CID_IGNORE as c_int,
-                ))?;
-            }
+        }
+        if cid {
+            config.ask_for_cid()?;
         }
         Ok(config)
+    }
+
+    /// A client configuration for the certificate suite: it presents `own` (chain
+    /// and key, PEM; `None`: no certificate) and requires a server certificate that
+    /// chains to `ca` (PEM) and is within its validity dates, for the name each
+    /// context is given ([`Context::expect_server_name`]). `cid` as for
+    /// [`Config::client`].
+    pub(crate) fn client_x509(
+        own: Option<(&[u8], &[u8])>,
+        ca: &[u8],
+        cid: bool,
+        handshake_timeout: Duration,
+    ) -> Result<Config, MbedError> {
+        let mut config = Config::new(false, handshake_timeout)?;
+        if let Some((chain, key)) = own {
+            config.present_certificate(chain, key)?;
+        }
+        config.require_peer_certificate(ca)?;
+        if cid {
+            config.ask_for_cid()?;
+        }
+        Ok(config)
+    }
+
+    /// Client: asks the server for a Connection ID, offering a zero-length one.
+    fn ask_for_cid(&mut self) -> Result<(), MbedError> {
+        // SAFETY: a set-up configuration.
+        check(unsafe {
+            sys::mbedtls_ssl_conf_cid(
+                &mut *self.conf,
+                0,
+                sys::MBEDTLS_SSL_UNEXPECTED_CID_IGNORE as c_int,
+            )
+        })
+    }
+
+    /// Presents the certificate `chain` (PEM, leaf first) with its `key` (PEM).
+    fn present_certificate(&mut self, chain: &[u8], key: &[u8]) -> Result<(), MbedError> {
+        let mut own = OwnCert::parse(chain, key)?;
+        // SAFETY: `own` is kept in the configuration (boxed contexts, fixed
+        // addresses) and freed after it.
+        check(unsafe {
+            sys::mbedtls_ssl_conf_own_cert(&mut *self.conf, &mut *own.chain, &mut *own.key)
+        })?;
+        self.own_cert = Some(own);
+        Ok(())
+    }
+
+    /// Requires the peer's certificate to chain to the CAs in `ca_pem` and to be
+    /// within its validity dates.
+    fn require_peer_certificate(&mut self, ca_pem: &[u8]) -> Result<(), MbedError> {
+        let mut cas = TrustedCas::parse(ca_pem)?;
+        // SAFETY: `cas` is kept in the configuration (boxed, fixed address) and freed
+        // after it; the callback takes no context.
+        unsafe {
+            sys::mbedtls_ssl_conf_ca_chain(&mut *self.conf, &mut *cas.0, std::ptr::null_mut());
+            sys::mbedtls_ssl_conf_authmode(
+                &mut *self.conf,
+                sys::MBEDTLS_SSL_VERIFY_REQUIRED as c_int,
+            );
+            sys::mbedtls_ssl_conf_verify(
+                &mut *self.conf,
+                Some(check_validity_dates),
+                std::ptr::null_mut(),
+            );
+        }
+        self.trusted = Some(cas);
+        Ok(())
     }
 }
 
@@ -753,9 +909,39 @@ impl Context {
         }
     }
 
+    /// Client with a certificate configuration: the name (or IP address, written
+    /// out) the server's certificate must carry.
+    pub(crate) fn expect_server_name(&mut self, name: &str) -> Result<(), MbedError> {
+        let name = std::ffi::CString::new(name)
+            .map_err(|_| MbedError(sys::MBEDTLS_ERR_SSL_BAD_INPUT_DATA))?;
+        // SAFETY: a set-up context; Mbed TLS copies the name.
+        check(unsafe { sys::mbedtls_ssl_set_hostname(&mut *self.ssl, name.as_ptr()) })
+    }
+
     /// Server: the PSK identity the client proved.
     pub(crate) fn psk_identity(&self) -> Option<&[u8]> {
         self.psk_identity.as_deref()
+    }
+
+    /// Server: the subject of the certificate the client presented (which verified:
+    /// the configuration requires that of any certificate), `CN=...,O=...` in the
+    /// certificate's order.
+    pub(crate) fn peer_subject(&self) -> Option<String> {
+        let mut buf = [0u8; 512];
+        // SAFETY: a set-up context; the certificate (if any) lives as long as the
+        // session, and `mbedtls_x509_dn_gets` writes at most `buf.len()` bytes,
+        // NUL-terminated.
+        let n = unsafe {
+            let crt = sys::mbedtls_ssl_get_peer_cert(&*self.ssl);
+            if crt.is_null() {
+                return None;
+            }
+            sys::mbedtls_x509_dn_gets(buf.as_mut_ptr().cast(), buf.len(), &(*crt).subject)
+        };
+        let n = usize::try_from(n).ok()?;
+        let text = String::from_utf8_lossy(&buf[..n.min(buf.len())]);
+        // Mbed TLS separates the entries with ", ", OpenSSL's form with ",".
+        Some(text.replace(", ", ","))
     }
 
     /// When the handshake's retransmission timer fires next (Mbed TLS retransmits

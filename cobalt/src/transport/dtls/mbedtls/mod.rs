@@ -21,10 +21,13 @@
 //!
 //! Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (RFC 7252's mandatory one) and, for a
 //! server with a certificate (an EC P-256 key), `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8`.
-//! A server does not ask clients for certificates (its certificate clients are
-//! anonymous), and a client authenticates with a pre-shared key only: verifying a
-//! server's certificate needs Mbed TLS's wall clock for the validity dates, which
-//! is not wired.
+//! A server given a CA (`X509Credentials::ca_pem`) requires a client certificate
+//! that chains to it and is within its validity dates (checked by a callback
+//! against the system clock: this build of Mbed TLS has none), and the
+//! certificate's subject is the session's credential; without a CA its certificate
+//! clients are anonymous. A client authenticates with a pre-shared key, or with a
+//! certificate ([`MbedtlsDtls::client_with`]), verifying the server's certificate
+//! in the same way (chain, dates, and the server's name or IP address).
 //!
 //! Budgets: at most [`DtlsConfig::max_handshakes`] handshakes (and
 //! [`DtlsConfig::max_handshakes_per_ip`] per address) after the cookie exchange,
@@ -36,13 +39,15 @@
 //! an anonymous one (a certificate client's), else the new session is refused
 //! (close_notify). So a flood of anonymous sessions never pushes out active peers.
 
+mod aes_ni;
 mod ffi;
 
 use self::ffi::{Config, Context, Handshake, MbedError, Read};
+use super::alerts::{plaintext_alert, HANDSHAKE_FAILURE};
 use super::held::Held;
 use super::unanswered::Unanswered;
 use super::{CidConfig, DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
-use crate::transport::credentials::{ClientPsk, PskStore, X509Credentials};
+use crate::transport::credentials::{ClientCredentials, ClientPsk, PskStore, X509Credentials};
 use crate::transport::identity::Credential;
 use crate::transport::per_ip::IpCounts;
 use cobalt_proto::address::AddressPrefix;
@@ -106,7 +111,7 @@ struct Session {
 }
 
 impl Session {
-    /// The peer proved a pre-shared key.
+    /// The peer proved a pre-shared key or a certificate.
     fn authenticated(&self) -> bool {
         self.credential.is_some()
     }
@@ -135,6 +140,9 @@ pub struct MbedtlsDtls {
     events: VecDeque<DtlsEvent>,
     stats: DtlsStats,
     next_idle_sweep: Option<Instant>,
+    /// Client with a certificate: check the server's certificate for this name, or
+    /// (`Some(None)`) for the server's IP address.
+    verify_server_name: Option<Option<String>>,
     // Last: the contexts above point into it, so it goes after them.
     tls: Arc<Config>,
 }
@@ -168,21 +176,15 @@ impl MbedtlsDtls {
     }
 
     /// A server table with pre-shared keys, a certificate (`x509`'s chain and key;
-    /// an EC P-256 key for the ECDHE-ECDSA suite), or both. Client certificates are
-    /// not supported: `x509.ca_pem` is refused.
+    /// an EC P-256 key for the ECDHE-ECDSA suite), or both. With `x509.ca_pem`, a
+    /// client of the certificate suite must present a certificate that chains to it
+    /// (and is within its validity dates by the system clock).
     pub fn server_with(
         keys: Option<Arc<PskStore>>,
         x509: Option<&X509Credentials>,
         cid: Option<CidConfig>,
         config: DtlsConfig,
     ) -> Result<MbedtlsDtls, MbedtlsSetupError> {
-        if x509.is_some_and(|x| x.ca_pem.is_some()) {
-            return Err(MbedtlsSetupError::Mbedtls(
-                "client certificates (a CA to verify them by) are not supported by the \
-                 Mbed TLS backend: use the OpenSSL backend for them"
-                    .into(),
-            ));
-        }
         if keys.is_none() && x509.is_none() {
             return Err(MbedtlsSetupError::Mbedtls(
                 "a DTLS server needs pre-shared keys or a certificate".into(),
@@ -205,11 +207,13 @@ impl MbedtlsDtls {
         }
         let cid_len = cid.as_ref().map_or(0, |c| c.len);
         let cert = x509.map(|x| (x.cert_chain_pem.as_slice(), x.key_pem.as_slice()));
-        let tls = Config::server(keys, cert, cid_len, config.handshake_timeout).map_err(|e| {
-            MbedtlsSetupError::Mbedtls(format!(
-                "{e} (is the certificate and key PEM, with an EC P-256 key?)"
-            ))
-        })?;
+        let client_ca = x509.and_then(|x| x.ca_pem.as_deref());
+        let tls = Config::server(keys, cert, client_ca, cid_len, config.handshake_timeout)
+            .map_err(|e| {
+                MbedtlsSetupError::Mbedtls(format!(
+                    "{e} (is the certificate and key PEM, with an EC P-256 key?)"
+                ))
+            })?;
         Ok(MbedtlsDtls::with(Role::Server, tls, cid, config))
     }
 
@@ -220,12 +224,47 @@ impl MbedtlsDtls {
         cid: bool,
         config: DtlsConfig,
     ) -> Result<MbedtlsDtls, MbedtlsSetupError> {
-        let tls = Config::client(psk, cid, config.handshake_timeout)?;
+        MbedtlsDtls::client_with(&ClientCredentials::Psk(psk.clone()), cid, config)
+    }
+
+    /// A client table authenticating with `auth`: a pre-shared key, or (the
+    /// ECDHE-ECDSA suite) a certificate and key (EC P-256; none: no client
+    /// certificate) with the CA the server's certificate must chain to, for
+    /// `auth.server_name` (without one, the server's IP address). With `cid`, as
+    /// [`MbedtlsDtls::client`].
+    pub fn client_with(
+        auth: &ClientCredentials,
+        cid: bool,
+        config: DtlsConfig,
+    ) -> Result<MbedtlsDtls, MbedtlsSetupError> {
+        let timeout = config.handshake_timeout;
+        let (tls, server_name) = match auth {
+            ClientCredentials::Psk(psk) => (Config::client(psk, cid, timeout)?, None),
+            ClientCredentials::X509(x) => {
+                let ca = x.ca_pem.as_deref().ok_or_else(|| {
+                    MbedtlsSetupError::Mbedtls(
+                        "a certificate client needs the CA that the server's certificate \
+                         chains to"
+                            .into(),
+                    )
+                })?;
+                let own = (!x.cert_chain_pem.is_empty())
+                    .then_some((x.cert_chain_pem.as_slice(), x.key_pem.as_slice()));
+                let tls = Config::client_x509(own, ca, cid, timeout).map_err(|e| {
+                    MbedtlsSetupError::Mbedtls(format!(
+                        "{e} (are the certificate, key and CA PEM, with an EC P-256 key?)"
+                    ))
+                })?;
+                (tls, Some(x.server_name.clone()))
+            }
+        };
         let cid = cid.then(|| CidConfig {
             len: 0,
             node_id: Vec::new(),
         });
-        Ok(MbedtlsDtls::with(Role::Client, tls, cid, config))
+        let mut table = MbedtlsDtls::with(Role::Client, tls, cid, config);
+        table.verify_server_name = server_name;
+        Ok(table)
     }
 
     fn with(role: Role, tls: Config, cid: Option<CidConfig>, config: DtlsConfig) -> MbedtlsDtls {
@@ -246,6 +285,7 @@ impl MbedtlsDtls {
             events: VecDeque::new(),
             stats: DtlsStats::default(),
             next_idle_sweep: None,
+            verify_server_name: None,
             tls: Arc::new(tls),
         }
     }
@@ -302,6 +342,10 @@ impl MbedtlsDtls {
         let ctx = self.new_context(now).and_then(|mut ctx| {
             if self.cid.is_some() {
                 ctx.enable_cid(&[])?;
+            }
+            if let Some(name) = &self.verify_server_name {
+                let ip = peer.ip().to_string();
+                ctx.expect_server_name(name.as_deref().unwrap_or(&ip))?;
             }
             Ok(ctx)
         });
@@ -611,6 +655,10 @@ impl MbedtlsDtls {
         }
         let mut failure = None;
         let mut completed = false;
+        // Server: Mbed TLS ends some handshakes without an alert (a client sent no
+        // certificate where one is required); one is sent then, so that the client
+        // fails at once instead of at its handshake timeout.
+        let mut alert = None;
         if !s.established {
             match s.ctx.handshake(now, records) {
                 Handshake::Done => completed = true,
@@ -618,7 +666,12 @@ impl MbedtlsDtls {
                 Handshake::HelloVerifySent => {
                     failure = Some("unexpected HelloVerifyRequest".into())
                 }
-                Handshake::Failed(e) => failure = Some(e.to_string()),
+                Handshake::Failed(e) => {
+                    if self.role == Role::Server && !s.ctx.has_outgoing() {
+                        alert = Some(plaintext_alert(HANDSHAKE_FAILURE));
+                    }
+                    failure = Some(e.to_string())
+                }
             }
         } else if let Some(r) = records {
             let before = out.len();
@@ -639,6 +692,7 @@ impl MbedtlsDtls {
         self.transmits.extend(
             s.ctx
                 .take_outgoing()
+                .chain(alert)
                 .map(|bytes| Transmit { peer: addr, bytes }),
         );
         if let Some(reason) = failure {
@@ -656,7 +710,7 @@ impl MbedtlsDtls {
             let Some((ip, authenticated)) = self
                 .sessions
                 .get(&id)
-                .map(|s| (s.addr.ip(), s.ctx.psk_identity().is_some()))
+                .map(|s| (s.addr.ip(), proved(&s.ctx).is_some()))
             else {
                 return;
             };
@@ -670,8 +724,8 @@ impl MbedtlsDtls {
         };
         s.established = true;
         s.last_seen = now;
-        if let Some(identity) = s.ctx.psk_identity() {
-            s.credential = Some(Arc::new(Credential::PskIdentity(identity.to_vec())));
+        if self.role == Role::Server {
+            s.credential = proved(&s.ctx).map(Arc::new);
         }
         if self.role == Role::Client && self.cid.is_some() {
             // The server did not grant a CID: the session works, without one.
@@ -794,6 +848,16 @@ impl MbedtlsDtls {
         }
         self.next_idle_sweep = (!self.sessions.is_empty()).then(|| now + unused / 4);
     }
+}
+
+/// What the client of a server session's completed handshake proved: a pre-shared
+/// key, or a certificate (which verified, or the handshake would have failed).
+fn proved(ctx: &Context) -> Option<Credential> {
+    if let Some(identity) = ctx.psk_identity() {
+        return Some(Credential::PskIdentity(identity.to_vec()));
+    }
+    ctx.peer_subject()
+        .map(|subject| Credential::Certificate { subject })
 }
 
 /// `epoch << 48 | sequence number` of a datagram's first record, if it has a CID.
