@@ -660,7 +660,7 @@ pub mod server;
 mod trace;
 pub mod transport;
 
-pub use client::{Client, Observation, RequestBuilder};
+pub use client::{Client, Observation, ObservationSet, RequestBuilder};
 pub use cobalt_proto as proto;
 pub use cobalt_proto::endpoint::EndpointConfig;
 pub use cobalt_proto::message::{content_format, Code};

@@ -15,12 +15,14 @@ mod group;
 pub use group::MAX_GROUP_ANSWERS;
 pub(crate) mod hooks;
 pub use blockwise::MAX_BODY;
+mod observation_set;
 mod observe;
 mod qblock;
 mod qblock_upload;
 mod route;
 
 pub use hooks::{Exchange, Refusal};
+pub use observation_set::{ObservationSet, SET_BUFFERED_NOTIFICATIONS};
 pub use observe::{Observation, Reregistration, MAX_REREGISTRATIONS};
 
 use crate::error::{SetupError, Unsupported};
@@ -671,18 +673,26 @@ impl RequestBuilder {
     ///
     /// `coap+tcp://` and `coap+ws://` observations go over the pooled connection to
     /// the server (RFC 8323 §7); see [`Observation`] for how they end.
-    pub fn observe(mut self) -> impl Future<Output = Result<Observation>> + Send {
+    pub fn observe(self) -> impl Future<Output = Result<Observation>> + Send {
         // Boxed: the builder and the resolving future would otherwise take room in
         // every task that opens an observation, for as long as it observes.
         Box::pin(async move {
-            self.message.options.set_uint(opt::OBSERVE, 0);
-            let route = self.route().await?;
-            if self.q_block && !route.is_stream() {
-                let szx = self.block_szx.unwrap_or(MAX_UDP_SZX);
-                qblock::ask_notifications_in_qblock2(&mut self.message, szx);
-            }
-            Observation::register(route, self.message)
+            let (route, registration) = self.registration().await?;
+            Observation::register(route, registration)
         })
+    }
+
+    /// The route to the server and the registration to send it: the request with
+    /// Observe=0, asking for notifications in Q-Block2 sets with
+    /// [`RequestBuilder::q_block`] over UDP and DTLS.
+    async fn registration(mut self) -> Result<(Route, Message)> {
+        self.message.options.set_uint(opt::OBSERVE, 0);
+        let route = self.route().await?;
+        if self.q_block && !route.is_stream() {
+            let szx = self.block_szx.unwrap_or(MAX_UDP_SZX);
+            qblock::ask_notifications_in_qblock2(&mut self.message, szx);
+        }
+        Ok((route, self.message))
     }
 }
 
