@@ -243,7 +243,17 @@ impl Endpoint {
             self.send_reset(peer, msg.mid);
             return;
         };
-        let how = if con {
+        // A notification of one of our observations is not remembered: a duplicate
+        // is acknowledged again and handed over again, and the observation drops it
+        // by its Observe number (RFC 7641 §3.4), so it is processed once all the same
+        // (RFC 7252 §4.5 allows the relaxation for what is handled idempotently).
+        // A client observing thousands of servers would otherwise remember their
+        // last messages for EXCHANGE_LIFETIME, some 400 bytes per server.
+        let notification =
+            msg.options.observe().is_some() && self.clients.get(&id).is_some_and(|ex| ex.observe);
+        let how = if notification {
+            Finished::Forget
+        } else if con {
             Finished::EmptyAck
         } else {
             Finished::Silent
