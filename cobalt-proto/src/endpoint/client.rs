@@ -56,11 +56,20 @@ impl Endpoint {
                 qblock1_more,
             },
         );
-        self.touch_peer(now, peer);
-        if let Some(p) = self.peers.get_mut(&peer) {
-            p.queue.push_back(id);
+        let nstart = self.config.nstart;
+        let p = self.touch_peer(now, peer);
+        // Nothing waits before it: it goes now, and the queue (an allocation) is
+        // never made for a peer that gets one request at a time, such as each of the
+        // servers a client observes.
+        let free = p.queue.is_empty() && p.outstanding < nstart;
+        if free && self.mid_blocked_until(now, peer).is_none() {
+            self.start_request(now, peer, id);
+        } else {
+            if let Some(p) = self.peers.get_mut(&peer) {
+                p.queue.push_back(id);
+            }
+            self.pump_peer(now, peer);
         }
-        self.pump_peer(now, peer);
         Ok(id)
     }
 
@@ -125,36 +134,45 @@ impl Endpoint {
             let Some(id) = p.queue.pop_front() else {
                 return;
             };
-            p.outstanding += 1;
-            let mid = self.alloc_mid(now, peer);
-            let non_deadline = now + self.response_timeout(self.config.non_lifetime());
-            let Some(ex) = self.clients.get_mut(&id) else {
-                continue;
-            };
-            let ClientState::Queued(mut msg) =
-                std::mem::replace(&mut ex.state, ClientState::AwaitingAck)
-            else {
-                continue;
-            };
-            ex.counted = true;
-            ex.mid = mid;
-            msg.mid = mid;
-            let bytes = self.spare.encode(&msg);
-            if msg.mtype == MessageType::Confirmable {
-                self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
-            } else {
-                ex.state = ClientState::AwaitingResponse(non_deadline);
-                // A NON Q-Block1 block (RFC 9177 §7.2): MAX_PAYLOADS, not NSTART,
-                // paces the blocks of a set, and the server answers only some of
-                // them, so it does not hold the peer's place while it waits.
-                let qblock1 = msg.options.contains(crate::blockwise::qblock::Q_BLOCK1);
-                ex.counted = !qblock1;
-                self.timers.arm(non_deadline, Timer::ClientDeadline(id));
-                self.transmit(peer, bytes);
-                if qblock1 {
-                    if let Some(p) = self.peers.get_mut(&peer) {
-                        p.outstanding = p.outstanding.saturating_sub(1);
-                    }
+            self.start_request(now, peer, id);
+        }
+    }
+
+    /// Sends queued request `id` to `peer`, which has room for it (NSTART) and a
+    /// message ID free.
+    fn start_request(&mut self, now: Instant, peer: SocketAddr, id: RequestId) {
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        p.outstanding += 1;
+        let mid = self.alloc_mid(now, peer);
+        let non_deadline = now + self.response_timeout(self.config.non_lifetime());
+        let Some(ex) = self.clients.get_mut(&id) else {
+            return;
+        };
+        let ClientState::Queued(mut msg) =
+            std::mem::replace(&mut ex.state, ClientState::AwaitingAck)
+        else {
+            return;
+        };
+        ex.counted = true;
+        ex.mid = mid;
+        msg.mid = mid;
+        let bytes = self.spare.encode(&msg);
+        if msg.mtype == MessageType::Confirmable {
+            self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
+        } else {
+            ex.state = ClientState::AwaitingResponse(non_deadline);
+            // A NON Q-Block1 block (RFC 9177 §7.2): MAX_PAYLOADS, not NSTART,
+            // paces the blocks of a set, and the server answers only some of
+            // them, so it does not hold the peer's place while it waits.
+            let qblock1 = msg.options.contains(crate::blockwise::qblock::Q_BLOCK1);
+            ex.counted = !qblock1;
+            self.timers.arm(non_deadline, Timer::ClientDeadline(id));
+            self.transmit(peer, bytes);
+            if qblock1 {
+                if let Some(p) = self.peers.get_mut(&peer) {
+                    p.outstanding = p.outstanding.saturating_sub(1);
                 }
             }
         }

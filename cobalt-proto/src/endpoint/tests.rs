@@ -596,6 +596,19 @@ fn notifications_are_acknowledged_again_but_not_remembered() {
     assert_eq!(p.client.state_counts().dedup_entries, 1);
 }
 
+/// A request that nothing waits before goes out at once, without the NSTART queue
+/// (an allocation per peer); one beyond NSTART waits there.
+#[test]
+fn a_request_with_room_skips_the_nstart_queue() {
+    let mut p = Pair::new();
+    p.client.request(p.now, p.s, get("/a")).unwrap();
+    assert_eq!(p.client_sends().len(), 1);
+    assert_eq!(p.client.peers[&p.s].queue.capacity(), 0);
+    p.client.request(p.now, p.s, get("/b")).unwrap();
+    assert!(p.client_sends().is_empty(), "NSTART = 1: the second waits");
+    assert_eq!(p.client.peers[&p.s].queue.len(), 1);
+}
+
 #[test]
 fn state_is_released_after_the_lifetimes() {
     let mut p = Pair::new();
