@@ -30,7 +30,7 @@ impl Endpoint {
         if msg.mtype != MessageType::NonConfirmable {
             msg.mtype = MessageType::Confirmable;
         }
-        if msg.token.is_empty() || self.tokens.contains_key(&(peer, msg.token.clone())) {
+        if msg.token.is_empty() || self.tokens.contains(&self.clients, &peer, &msg.token) {
             msg.token = self.fresh_token(peer);
         }
         let id = RequestId(self.alloc_id());
@@ -42,7 +42,6 @@ impl Endpoint {
             .get_uint(crate::blockwise::qblock::Q_BLOCK1)
             .and_then(crate::message::BlockValue::decode)
             .is_some_and(|b| b.more);
-        self.tokens.insert((peer, token.clone()), id);
         self.clients.insert(
             id,
             ClientExchange {
@@ -56,6 +55,7 @@ impl Endpoint {
                 qblock1_more,
             },
         );
+        self.tokens.insert(&self.clients, id);
         let nstart = self.config.nstart;
         let p = self.touch_peer(now, peer);
         // Nothing waits before it: it goes now, and the queue (an allocation) is
@@ -89,7 +89,7 @@ impl Endpoint {
         let Some(ex) = self.clients.remove(&id) else {
             return;
         };
-        self.tokens.remove(&(ex.peer, ex.token));
+        self.tokens.remove(id, &ex.peer, &ex.token);
         if ex.state == ClientState::AwaitingAck {
             self.finish_pending(now, ex.peer, ex.mid, false);
         }
@@ -105,7 +105,7 @@ impl Endpoint {
         loop {
             let full = Token::random(&mut self.rng);
             let t = Token::new(&full.as_bytes()[..self.config.token_len]).unwrap_or(full);
-            if !self.tokens.contains_key(&(peer, t.clone())) {
+            if !self.tokens.contains(&self.clients, &peer, &t) {
                 return t;
             }
         }
@@ -250,7 +250,7 @@ impl Endpoint {
             }
             return;
         }
-        let Some(&id) = self.tokens.get(&(peer, msg.token.clone())) else {
+        let Some(id) = self.tokens.get(&self.clients, &peer, &msg.token) else {
             // Nobody waits for this token: reject it, which also cancels an observation
             // we no longer want (RFC 7641 §3.6).
             self.stats.unmatched += 1;
@@ -318,7 +318,7 @@ impl Endpoint {
         };
         if !keep {
             if let Some(ex) = self.clients.remove(&id) {
-                self.tokens.remove(&(ex.peer, ex.token));
+                self.tokens.remove(id, &ex.peer, &ex.token);
             }
         }
         self.events
@@ -344,7 +344,7 @@ impl Endpoint {
 
     pub(super) fn fail_client(&mut self, now: Instant, id: RequestId, event: Event) {
         if let Some(ex) = self.clients.remove(&id) {
-            self.tokens.remove(&(ex.peer, ex.token));
+            self.tokens.remove(id, &ex.peer, &ex.token);
             if ex.counted {
                 self.release_outstanding(now, ex.peer);
             }
