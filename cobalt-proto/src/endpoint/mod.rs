@@ -68,7 +68,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use timers::{Timer, TimerQueue};
-use token_index::TokenIndex;
+use token_index::{Addressed, TokenIndex};
 
 /// The answer to a confirmable request that cannot even be queued (overload): an ACK
 /// with 5.03 Service Unavailable and Max-Age, built from the raw datagram without an
@@ -386,6 +386,15 @@ struct ClientExchange {
     /// acknowledges it (the answer comes for the body's last block), so its empty
     /// ACK ends the exchange and is handed over as its answer.
     qblock1_more: bool,
+}
+
+impl Addressed for ClientExchange {
+    fn peer(&self) -> &SocketAddr {
+        &self.peer
+    }
+    fn token(&self) -> &Token {
+        &self.token
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

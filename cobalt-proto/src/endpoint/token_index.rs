@@ -8,15 +8,22 @@
 //! whose peer and token are those it was inserted with.
 
 use super::ids::RequestId;
-use super::ClientExchange;
 use crate::message::Token;
 use crate::tables::KEEP;
 use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use std::hash::BuildHasher;
 use std::net::SocketAddr;
 
+/// An exchange of the table the index points into: to whom, under which token.
+pub(super) trait Addressed {
+    /// The server.
+    fn peer(&self) -> &SocketAddr;
+    /// The request's token.
+    fn token(&self) -> &Token;
+}
+
 /// The exchange table the index points into.
-pub(super) type Exchanges = HashMap<RequestId, ClientExchange>;
+pub(super) type Exchanges<V> = HashMap<RequestId, V>;
 
 /// See the [module documentation](self).
 #[derive(Debug, Default)]
@@ -33,7 +40,7 @@ impl TokenIndex {
     /// The request to `peer` with `token`.
     pub(super) fn get(
         &self,
-        exchanges: &Exchanges,
+        exchanges: &Exchanges<impl Addressed>,
         peer: &SocketAddr,
         token: &Token,
     ) -> Option<RequestId> {
@@ -42,27 +49,32 @@ impl TokenIndex {
             .find(hash, |id| {
                 exchanges
                     .get(id)
-                    .is_some_and(|ex| ex.peer == *peer && ex.token == *token)
+                    .is_some_and(|ex| ex.peer() == peer && ex.token() == token)
             })
             .copied()
     }
 
     /// Whether a request to `peer` uses `token`.
-    pub(super) fn contains(&self, exchanges: &Exchanges, peer: &SocketAddr, token: &Token) -> bool {
+    pub(super) fn contains(
+        &self,
+        exchanges: &Exchanges<impl Addressed>,
+        peer: &SocketAddr,
+        token: &Token,
+    ) -> bool {
         self.get(exchanges, peer, token).is_some()
     }
 
     /// Indexes `id`, which `exchanges` holds already (with its peer and token).
-    pub(super) fn insert(&mut self, exchanges: &Exchanges, id: RequestId) {
+    pub(super) fn insert(&mut self, exchanges: &Exchanges<impl Addressed>, id: RequestId) {
         let Some(ex) = exchanges.get(&id) else {
             return;
         };
-        let hash = self.hash(&ex.peer, &ex.token);
+        let hash = self.hash(ex.peer(), ex.token());
         let hasher = &self.hasher;
         self.table.insert_unique(hash, id, |other| {
             exchanges
                 .get(other)
-                .map_or(0, |ex| hasher.hash_one((&ex.peer, &ex.token)))
+                .map_or(0, |ex| hasher.hash_one((ex.peer(), ex.token())))
         });
     }
 
@@ -87,7 +99,7 @@ impl TokenIndex {
     }
 
     /// Gives memory back once the index is sparse (see [`crate::tables`]).
-    pub(super) fn shrink_when_sparse(&mut self, exchanges: &Exchanges) {
+    pub(super) fn shrink_when_sparse(&mut self, exchanges: &Exchanges<impl Addressed>) {
         let cap = self.table.capacity();
         if cap > KEEP && self.table.len() * 4 < cap {
             let hasher = &self.hasher;
@@ -95,7 +107,7 @@ impl TokenIndex {
                 .shrink_to((self.table.len() * 2).max(KEEP / 2), |id| {
                     exchanges
                         .get(id)
-                        .map_or(0, |ex| hasher.hash_one((&ex.peer, &ex.token)))
+                        .map_or(0, |ex| hasher.hash_one((ex.peer(), ex.token())))
                 });
         }
     }
@@ -103,19 +115,26 @@ impl TokenIndex {
 
 #[cfg(test)]
 mod tests {
-    use super::super::ClientState;
     use super::*;
 
-    fn exchange(peer: SocketAddr, token: u16) -> ClientExchange {
-        ClientExchange {
+    struct Exchange {
+        peer: SocketAddr,
+        token: Token,
+    }
+
+    impl Addressed for Exchange {
+        fn peer(&self) -> &SocketAddr {
+            &self.peer
+        }
+        fn token(&self) -> &Token {
+            &self.token
+        }
+    }
+
+    fn exchange(peer: SocketAddr, token: u16) -> Exchange {
+        Exchange {
             peer,
             token: Token::new(&token.to_be_bytes()).unwrap(),
-            mid: 0,
-            state: ClientState::Observing,
-            counted: false,
-            observe: true,
-            qblock2: false,
-            qblock1_more: false,
         }
     }
 
