@@ -11,9 +11,9 @@
 //! - **Bounds.** At most [`MashupConfig::max_observed`] observations at once. Resources
 //!   found beyond that are not observed and are counted in
 //!   [`Aggregate::unobserved`]; they are taken on, in lookup order, when observed
-//!   ones vanish. Per observation the mashup keeps one latest value and the task
-//!   that receives the notifications (which holds the mashup as one pointer); the
-//!   client keeps the relation's state. A
+//!   ones vanish. Every observation is a member of one [`ObservationSet`], read by
+//!   one task: per observation the mashup keeps its URI, one latest value and the
+//!   member's relation, and no task or queue of its own. A
 //!   lookup answer is read a page ([`LOOKUP_PAGE`] links) at a time (or at once from a
 //!   directory whose first page is empty: aiocoap-rd does not page).
 //! - A notification that is not a number is ignored (the device keeps its last
@@ -21,13 +21,13 @@
 //!   its reading from the aggregate.
 
 use cobalt::server::{get, MethodRouter, Observable};
-use cobalt::{content_format, Client, Response};
+use cobalt::{content_format, Client, ObservationSet, Response};
 use cobalt_rd::RdClientError;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
-use tokio::task::AbortHandle;
+use tokio::sync::mpsc;
 
 /// Links asked for per lookup request (`count`); the lookup pages through the rest.
 pub const LOOKUP_PAGE: usize = 500;
@@ -189,9 +189,18 @@ pub fn plan<'a>(observed: impl Iterator<Item = &'a str>, found: &[String], max: 
 #[derive(Debug, Default)]
 struct State {
     readings: Readings,
-    /// The observations running, by resource URI.
-    observed: HashMap<Arc<str>, AbortHandle>,
+    /// The resources observed (or asked to be), by URI.
+    observed: HashSet<Arc<str>>,
     unobserved: usize,
+}
+
+/// What the task that reads the observations is asked to do.
+#[derive(Debug)]
+enum Change {
+    /// Observe this resource.
+    Start(Arc<str>),
+    /// Stop observing it.
+    Stop(Arc<str>),
 }
 
 impl State {
@@ -206,7 +215,6 @@ impl State {
 /// The mashup (see the [module docs](self)). Cheap to clone; clones share everything.
 #[derive(Debug, Clone)]
 pub struct Mashup {
-    /// One pointer: every observation's task holds a clone.
     shared: Arc<Shared>,
 }
 
@@ -218,6 +226,9 @@ struct Shared {
     changes: Observable,
     lookup_uri: Mutex<Option<String>>,
     notifications: AtomicU64,
+    /// The task that holds the observations, started on first use; it ends when
+    /// the mashup is dropped.
+    observer: Mutex<Option<mpsc::UnboundedSender<Vec<Change>>>>,
 }
 
 impl Mashup {
@@ -231,6 +242,7 @@ impl Mashup {
                 changes: Observable::new(),
                 lookup_uri: Mutex::default(),
                 notifications: AtomicU64::default(),
+                observer: Mutex::default(),
             }),
         }
     }
@@ -281,17 +293,18 @@ impl Mashup {
         let plan = {
             let state = self.state();
             plan(
-                state.observed.keys().map(|k| &**k),
+                state.observed.iter().map(|k| &**k),
                 found,
                 self.shared.config.max_observed,
             )
         };
         let mut changed = false;
+        let mut asked = Vec::with_capacity(plan.start.len() + plan.stop.len());
         {
             let mut state = self.state();
             for gone in &plan.stop {
-                if let Some(task) = state.observed.remove(gone.as_str()) {
-                    task.abort();
+                if let Some(uri) = state.observed.take(gone.as_str()) {
+                    asked.push(Change::Stop(uri));
                 }
                 changed |= state.readings.remove(gone);
             }
@@ -299,10 +312,67 @@ impl Mashup {
             state.unobserved = plan.unobserved;
             for uri in plan.start {
                 let uri: Arc<str> = uri.into();
-                let task = tokio::spawn(self.clone().observe(uri.clone()));
-                state.observed.insert(uri, task.abort_handle());
+                state.observed.insert(uri.clone());
+                asked.push(Change::Start(uri));
             }
         }
+        if !asked.is_empty() {
+            self.ask(asked);
+        }
+        if changed {
+            self.shared.changes.changed();
+        }
+    }
+
+    /// Hands `changes` to the task that holds the observations, starting it if
+    /// there is none.
+    fn ask(&self, changes: Vec<Change>) {
+        let mut observer = self
+            .shared
+            .observer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let changes = match observer.as_ref() {
+            Some(tx) => match tx.send(changes) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(changes)) => changes,
+            },
+            None => changes,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(changes);
+        tokio::spawn(observe_all(
+            Arc::downgrade(&self.shared),
+            self.shared.client.clone(),
+            rx,
+        ));
+        *observer = Some(tx);
+    }
+
+    /// A notification (or the end) of the observation of `uri`.
+    fn notified(&self, uri: &Arc<str>, note: Option<cobalt::Result<Response>>) {
+        let reading = match note {
+            Some(Ok(n)) => {
+                self.shared.notifications.fetch_add(1, Ordering::Relaxed);
+                // Not a number: ignored, the last reading stays.
+                Some(n.text_payload().trim().parse::<f64>().ok())
+            }
+            Some(Err(e)) => {
+                tracing::debug!("observing {uri} failed: {e}");
+                None
+            }
+            None => None,
+        };
+        let mut state = self.state();
+        let changed = match reading {
+            Some(Some(value)) => state.readings.set(uri, value),
+            Some(None) => false,
+            None => {
+                state.observed.remove(uri);
+                state.readings.remove(uri)
+            }
+        };
+        drop(state);
         if changed {
             self.shared.changes.changed();
         }
@@ -370,35 +440,59 @@ impl Mashup {
         }
         Ok(found)
     }
+}
 
-    /// Observes one resource until it ends or the task is aborted; its reading
-    /// leaves the aggregate when it ends.
-    async fn observe(self, uri: Arc<str>) {
-        // One task per observation, waiting in `next` nearly all the time: the
-        // observation is boxed so that the task's state holds it once (a value moved
-        // between the steps of an async function may take room in each).
-        match self.shared.client.observe(&uri).await.map(Box::new) {
-            Ok(mut observation) => {
-                while let Some(Ok(n)) = observation.next().await {
-                    self.shared.notifications.fetch_add(1, Ordering::Relaxed);
-                    let Ok(value) = n.text_payload().trim().parse::<f64>() else {
-                        continue;
-                    };
-                    if self.state().readings.set(&uri, value) {
-                        self.shared.changes.changed();
+/// Holds every observation of the mashup `shared` in one [`ObservationSet`] and
+/// reads them, taking the `changes` asked for between two notifications; ends when
+/// the mashup is gone. An observation that fails or ends is dropped, and its
+/// reading leaves the aggregate (a later lookup observes it again).
+async fn observe_all(
+    shared: Weak<Shared>,
+    client: Client,
+    mut changes: mpsc::UnboundedReceiver<Vec<Change>>,
+) {
+    let mut set: ObservationSet<Arc<str>> = ObservationSet::new(&client);
+    drop(client);
+    loop {
+        tokio::select! {
+            asked = changes.recv() => {
+                let Some(asked) = asked else {
+                    return; // the mashup is gone
+                };
+                for change in asked {
+                    match change {
+                        Change::Stop(uri) => {
+                            set.remove(&uri);
+                        }
+                        Change::Start(uri) => {
+                            if let Err(e) = set.observe(uri.clone(), &uri).await {
+                                let Some(shared) = shared.upgrade() else { return };
+                                tracing::debug!("cannot observe {uri}: {e}");
+                                Mashup { shared }.notified(&uri, None);
+                            }
+                        }
                     }
                 }
             }
-            Err(e) => tracing::debug!("cannot observe {uri}: {e}"),
+            (uri, note) = next_of(&mut set) => {
+                let Some(shared) = shared.upgrade() else { return };
+                let ends = !matches!(note, Some(Ok(_)));
+                if ends {
+                    set.remove(&uri);
+                }
+                Mashup { shared }.notified(&uri, note);
+            }
         }
-        let removed = {
-            let mut state = self.state();
-            state.observed.remove(&uri);
-            state.readings.remove(&uri)
-        };
-        if removed {
-            self.shared.changes.changed();
-        }
+    }
+}
+
+/// The next item of `set` (which always has one, in time).
+async fn next_of(
+    set: &mut ObservationSet<Arc<str>>,
+) -> (Arc<str>, Option<cobalt::Result<Response>>) {
+    match set.next().await {
+        Some(item) => item,
+        None => std::future::pending().await,
     }
 }
 
@@ -406,20 +500,18 @@ impl Mashup {
 mod tests {
     use super::*;
 
-    /// Every observed resource has a task waiting in this future: its size is paid
-    /// once per observation (1,080 bytes with the observation held in it, twice; 312
-    /// with it boxed and the mashup one pointer, which makes a task of 512 bytes in a
-    /// release build, down from 640 with a clone of every handle).
+    /// The task that reads the observations holds the mashup weakly: dropping the
+    /// last handle frees it (and the task ends at its next turn).
     #[tokio::test]
-    async fn an_observing_task_holds_little() {
-        let config = MashupConfig::new("coap://127.0.0.1:9");
-        let mashup = Mashup::new(Client::new(), config);
-        let task = mashup.observe("coap://127.0.0.1:9/t".into());
-        assert!(
-            std::mem::size_of_val(&task) <= 360,
-            "{}",
-            std::mem::size_of_val(&task)
-        );
+    async fn the_observing_task_does_not_keep_the_mashup() {
+        let mashup = Mashup::new(Client::new(), MashupConfig::new("coap://127.0.0.1:9"));
+        mashup.follow_resources(&["coap://127.0.0.1:9/t".to_string()]);
+        assert_eq!(mashup.observed(), 1);
+        assert!(mashup.shared.observer.lock().unwrap().is_some(), "started");
+        let weak = Arc::downgrade(&mashup.shared);
+        tokio::task::yield_now().await;
+        drop(mashup);
+        assert!(weak.upgrade().is_none());
     }
 
     #[test]

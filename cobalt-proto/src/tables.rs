@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 
 /// Capacities up to this are kept whatever the use.
-const KEEP: usize = 64;
+pub(crate) const KEEP: usize = 64;
 
 /// A table whose capacity can be given back: the standard library's map and
 /// hashbrown's (the per-peer tables on the datagram path use the latter's faster

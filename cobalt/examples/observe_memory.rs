@@ -1,10 +1,11 @@
 //! What one client's observations cost in memory: opens N observations of one
-//! observable resource from one [`cobalt::Client`], each read by a task of its own (as
-//! a mashup does), and reports the heap bytes and the RSS growth per observation once
-//! every observation has had a few notifications.
+//! observable resource from one [`cobalt::Client`], each read by a task of its own,
+//! or with `--set` all members of one [`cobalt::ObservationSet`] read by one task (as
+//! the mashup does), and reports the heap bytes and the RSS growth per observation
+//! once every observation has had a few notifications.
 //!
 //! ```text
-//! cargo run --release --example observe_memory -- 10000
+//! cargo run --release --example observe_memory -- 10000 [--set]
 //! ```
 //!
 //! The server runs in a child process (this program with `--serve`), so only the
@@ -113,7 +114,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let first = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(n);
-    for _ in 0..n {
+    if std::env::args().any(|a| a == "--set") {
+        let mut set = cobalt::ObservationSet::new(&client);
+        for i in 0..n {
+            set.observe(i, &uri).await?;
+        }
+        let (notifications, first) = (notifications.clone(), first.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seen = vec![false; n];
+            while let Some((i, Some(Ok(_)))) = set.next().await {
+                if !std::mem::replace(&mut seen[i], true) {
+                    first.fetch_add(1, Ordering::Relaxed);
+                }
+                notifications.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for _ in 0..n * usize::from(tasks.is_empty()) {
         let (client, uri) = (client.clone(), uri.clone());
         let (notifications, first) = (notifications.clone(), first.clone());
         tasks.push(tokio::spawn(async move {

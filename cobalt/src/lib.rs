@@ -229,6 +229,10 @@
 //! `Error::ObservationLost`; [`Observation::on_reregister`] hears about each attempt), and
 //! [`cancel`](Observation::cancel)s with Observe=1; a dropped [`Observation`] answers the
 //! next notification with RST over UDP and deregisters over TCP.
+//! A client of many servers (a mashup of thousands of devices) puts its observations
+//! in one [`ObservationSet`]: each member behaves as an `Observation`, and all are read
+//! through one queue by one task, named by the caller's keys, with no task, boxed
+//! future or queue per observation.
 //!
 //! **Fan-out.** `changed()` reaches each shard's inbox, and the inbox of each connection
 //! that holds relations of the resource; an inbox keeps one pending change per resource. A change starts a *round* over the resource's observers;
@@ -661,7 +665,7 @@ pub mod server;
 mod trace;
 pub mod transport;
 
-pub use client::{Client, Observation, RequestBuilder};
+pub use client::{Client, Observation, ObservationSet, RequestBuilder};
 pub use cobalt_proto as proto;
 pub use cobalt_proto::endpoint::EndpointConfig;
 pub use cobalt_proto::message::{content_format, Code};

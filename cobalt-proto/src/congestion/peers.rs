@@ -55,10 +55,31 @@ struct Entry {
     /// Confirmable messages to this peer awaiting an answer.
     in_flight: usize,
     last_used: Instant,
-    non: NonPacer,
+    /// The pacing of messages outside exchanges (NON notifications), made with the
+    /// first one: a peer that is only ever a client's server (e.g. each of the
+    /// thousands of devices a mashup observes) never needs it.
+    non: Option<Box<NonState>>,
+}
+
+/// What a peer that gets messages outside exchanges needs besides its controller.
+#[derive(Debug, Default)]
+struct NonState {
+    pacer: NonPacer,
     held: VecDeque<(Token, Vec<u8>)>,
     /// A release timer is armed for the held messages.
     release_armed: bool,
+}
+
+impl Entry {
+    /// NON notifications held back for the peer.
+    fn held(&self) -> usize {
+        self.non.as_ref().map_or(0, |n| n.held.len())
+    }
+
+    /// The peer's NON pacing, made on first use.
+    fn non(&mut self) -> &mut NonState {
+        self.non.get_or_insert_with(Box::default)
+    }
 }
 
 /// The congestion state of every peer. See the [module documentation](crate::congestion).
@@ -123,15 +144,16 @@ impl PeerTable {
     pub fn expire(&mut self, now: Instant) {
         let lifetime = self.lifetime;
         self.peers
-            .retain(|_, e| e.in_flight > 0 || !e.held.is_empty() || now < e.last_used + lifetime);
+            .retain(|_, e| e.in_flight > 0 || e.held() > 0 || now < e.last_used + lifetime);
     }
 
     /// The peer's entry, created if there is room; `None` at the bound.
     fn entry(&mut self, now: Instant, peer: SocketAddr) -> Option<&mut Entry> {
         let lifetime = self.lifetime;
-        let stale = self.peers.get(&peer).is_some_and(|e| {
-            e.in_flight == 0 && e.held.is_empty() && now >= e.last_used + lifetime
-        });
+        let stale = self
+            .peers
+            .get(&peer)
+            .is_some_and(|e| e.in_flight == 0 && e.held() == 0 && now >= e.last_used + lifetime);
         if stale {
             self.peers.remove(&peer);
         }
@@ -153,9 +175,7 @@ impl PeerTable {
             ctl: factory.build(params, now),
             in_flight: 0,
             last_used: now,
-            non: NonPacer::default(),
-            held: VecDeque::new(),
-            release_armed: false,
+            non: None,
         });
         e.last_used = now;
         Some(e)
@@ -245,7 +265,10 @@ impl PeerTable {
         let decision = match self.entry(now, peer) {
             Some(e) => match e.ctl.rto(now) {
                 None => NonDecision::Send,
-                Some(rto) => e.non.decide(now, rto, bytes, e.held.len()),
+                Some(rto) => match &e.non {
+                    Some(n) => n.pacer.decide(now, rto, bytes, n.held.len()),
+                    None => NonPacer::default().decide(now, rto, bytes, 0),
+                },
             },
             // No room to remember the peer: only confirmable messages are safe.
             None => {
@@ -267,7 +290,7 @@ impl PeerTable {
     /// A message outside an exchange left for `peer`.
     pub fn non_record(&mut self, now: Instant, peer: SocketAddr, confirmable: bool) {
         if let Some(e) = self.entry(now, peer) {
-            e.non.record(now, confirmable);
+            e.non().pacer.record(now, confirmable);
         }
     }
 
@@ -292,6 +315,7 @@ impl PeerTable {
             self.stats.non_upgraded += 1;
             return Hold::NoRoom(bytes);
         };
+        let e = e.non();
         if let Some(slot) = e.held.iter_mut().find(|(t, _)| *t == token) {
             let old = std::mem::replace(&mut slot.1, bytes);
             self.held_bytes = self.held_bytes + len - old.len();
@@ -315,27 +339,30 @@ impl PeerTable {
         now: Instant,
         peer: SocketAddr,
     ) -> (Option<Vec<u8>>, Option<Instant>) {
-        let Some(e) = self.peers.get_mut(&peer) else {
+        let Some(entry) = self.peers.get_mut(&peer) else {
+            return (None, None);
+        };
+        let rto = entry.ctl.rto(now).unwrap_or_default();
+        let Some(e) = entry.non.as_deref_mut() else {
             return (None, None);
         };
         e.release_armed = false;
-        let rto = e.ctl.rto(now).unwrap_or_default();
         let mut out = None;
         if let Some((_, front)) = e.held.front() {
             // Held messages passed rule 1 when they were held; only the rate counts.
-            if e.non
+            if e.pacer
                 .rate_allows_at(rto, front.len())
                 .is_none_or(|at| at <= now)
             {
                 let (_, bytes) = e.held.pop_front().expect("front exists");
-                e.non.record(now, false);
-                e.last_used = now;
+                e.pacer.record(now, false);
+                entry.last_used = now;
                 self.held_bytes -= bytes.len();
                 out = Some(bytes);
             }
         }
         let next = e.held.front().map(|(_, b)| {
-            e.non
+            e.pacer
                 .rate_allows_at(rto, b.len())
                 .map_or(now, |at| at.max(now))
         });
@@ -379,6 +406,31 @@ mod tests {
         // Before a sweep, an expired entry is treated as new.
         t.begin(t0 + ms(300_000) + MIN_LIFETIME, peer(3), &mut Low);
         assert_eq!(t.rto(t0, peer(3)), Some(ms(2000)));
+    }
+
+    /// A client keeps congestion state for each server it observes (for 255 s after
+    /// the registration): without NON pacing, which only a peer that gets messages
+    /// outside exchanges needs, the entry is small.
+    #[test]
+    fn a_peer_with_only_exchanges_keeps_no_non_pacing() {
+        let t0 = Instant::now();
+        let mut t = table(Algorithm::Fasor, 4);
+        let a = t.begin(t0, peer(1), &mut Low);
+        t.answered(t0 + ms(100), peer(1), &a);
+        assert!(t.peers[&peer(1)].non.is_none());
+        assert_eq!(
+            t.non_decide(t0 + ms(200), peer(1), 10),
+            NonDecision::Confirmable,
+            "a new peer's first messages are confirmable, as before"
+        );
+        assert!(t.peers[&peer(1)].non.is_none(), "deciding stores nothing");
+        t.non_record(t0 + ms(200), peer(1), true);
+        assert!(t.peers[&peer(1)].non.is_some());
+        assert!(
+            std::mem::size_of::<Entry>() <= 48,
+            "{}",
+            std::mem::size_of::<Entry>()
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ impl Endpoint {
         if msg.mtype != MessageType::NonConfirmable {
             msg.mtype = MessageType::Confirmable;
         }
-        if msg.token.is_empty() || self.tokens.contains_key(&(peer, msg.token.clone())) {
+        if msg.token.is_empty() || self.tokens.contains(&self.clients, &peer, &msg.token) {
             msg.token = self.fresh_token(peer);
         }
         let id = RequestId(self.alloc_id());
@@ -42,7 +42,6 @@ impl Endpoint {
             .get_uint(crate::blockwise::qblock::Q_BLOCK1)
             .and_then(crate::message::BlockValue::decode)
             .is_some_and(|b| b.more);
-        self.tokens.insert((peer, token.clone()), id);
         self.clients.insert(
             id,
             ClientExchange {
@@ -56,11 +55,21 @@ impl Endpoint {
                 qblock1_more,
             },
         );
-        self.touch_peer(now, peer);
-        if let Some(p) = self.peers.get_mut(&peer) {
-            p.queue.push_back(id);
+        self.tokens.insert(&self.clients, id);
+        let nstart = self.config.nstart;
+        let p = self.touch_peer(now, peer);
+        // Nothing waits before it: it goes now, and the queue (an allocation) is
+        // never made for a peer that gets one request at a time, such as each of the
+        // servers a client observes.
+        let free = p.queue.is_empty() && p.outstanding < nstart;
+        if free && self.mid_blocked_until(now, peer).is_none() {
+            self.start_request(now, peer, id);
+        } else {
+            if let Some(p) = self.peers.get_mut(&peer) {
+                p.queue.push_back(id);
+            }
+            self.pump_peer(now, peer);
         }
-        self.pump_peer(now, peer);
         Ok(id)
     }
 
@@ -80,7 +89,7 @@ impl Endpoint {
         let Some(ex) = self.clients.remove(&id) else {
             return;
         };
-        self.tokens.remove(&(ex.peer, ex.token));
+        self.tokens.remove(id, &ex.peer, &ex.token);
         if ex.state == ClientState::AwaitingAck {
             self.finish_pending(now, ex.peer, ex.mid, false);
         }
@@ -96,7 +105,7 @@ impl Endpoint {
         loop {
             let full = Token::random(&mut self.rng);
             let t = Token::new(&full.as_bytes()[..self.config.token_len]).unwrap_or(full);
-            if !self.tokens.contains_key(&(peer, t.clone())) {
+            if !self.tokens.contains(&self.clients, &peer, &t) {
                 return t;
             }
         }
@@ -125,36 +134,45 @@ impl Endpoint {
             let Some(id) = p.queue.pop_front() else {
                 return;
             };
-            p.outstanding += 1;
-            let mid = self.alloc_mid(now, peer);
-            let non_deadline = now + self.response_timeout(self.config.non_lifetime());
-            let Some(ex) = self.clients.get_mut(&id) else {
-                continue;
-            };
-            let ClientState::Queued(mut msg) =
-                std::mem::replace(&mut ex.state, ClientState::AwaitingAck)
-            else {
-                continue;
-            };
-            ex.counted = true;
-            ex.mid = mid;
-            msg.mid = mid;
-            let bytes = self.spare.encode(&msg);
-            if msg.mtype == MessageType::Confirmable {
-                self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
-            } else {
-                ex.state = ClientState::AwaitingResponse(non_deadline);
-                // A NON Q-Block1 block (RFC 9177 §7.2): MAX_PAYLOADS, not NSTART,
-                // paces the blocks of a set, and the server answers only some of
-                // them, so it does not hold the peer's place while it waits.
-                let qblock1 = msg.options.contains(crate::blockwise::qblock::Q_BLOCK1);
-                ex.counted = !qblock1;
-                self.timers.arm(non_deadline, Timer::ClientDeadline(id));
-                self.transmit(peer, bytes);
-                if qblock1 {
-                    if let Some(p) = self.peers.get_mut(&peer) {
-                        p.outstanding = p.outstanding.saturating_sub(1);
-                    }
+            self.start_request(now, peer, id);
+        }
+    }
+
+    /// Sends queued request `id` to `peer`, which has room for it (NSTART) and a
+    /// message ID free.
+    fn start_request(&mut self, now: Instant, peer: SocketAddr, id: RequestId) {
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        p.outstanding += 1;
+        let mid = self.alloc_mid(now, peer);
+        let non_deadline = now + self.response_timeout(self.config.non_lifetime());
+        let Some(ex) = self.clients.get_mut(&id) else {
+            return;
+        };
+        let ClientState::Queued(mut msg) =
+            std::mem::replace(&mut ex.state, ClientState::AwaitingAck)
+        else {
+            return;
+        };
+        ex.counted = true;
+        ex.mid = mid;
+        msg.mid = mid;
+        let bytes = self.spare.encode(&msg);
+        if msg.mtype == MessageType::Confirmable {
+            self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
+        } else {
+            ex.state = ClientState::AwaitingResponse(non_deadline);
+            // A NON Q-Block1 block (RFC 9177 §7.2): MAX_PAYLOADS, not NSTART,
+            // paces the blocks of a set, and the server answers only some of
+            // them, so it does not hold the peer's place while it waits.
+            let qblock1 = msg.options.contains(crate::blockwise::qblock::Q_BLOCK1);
+            ex.counted = !qblock1;
+            self.timers.arm(non_deadline, Timer::ClientDeadline(id));
+            self.transmit(peer, bytes);
+            if qblock1 {
+                if let Some(p) = self.peers.get_mut(&peer) {
+                    p.outstanding = p.outstanding.saturating_sub(1);
                 }
             }
         }
@@ -232,7 +250,7 @@ impl Endpoint {
             }
             return;
         }
-        let Some(&id) = self.tokens.get(&(peer, msg.token.clone())) else {
+        let Some(id) = self.tokens.get(&self.clients, &peer, &msg.token) else {
             // Nobody waits for this token: reject it, which also cancels an observation
             // we no longer want (RFC 7641 §3.6).
             self.stats.unmatched += 1;
@@ -243,7 +261,17 @@ impl Endpoint {
             self.send_reset(peer, msg.mid);
             return;
         };
-        let how = if con {
+        // A notification of one of our observations is not remembered: a duplicate
+        // is acknowledged again and handed over again, and the observation drops it
+        // by its Observe number (RFC 7641 §3.4), so it is processed once all the same
+        // (RFC 7252 §4.5 allows the relaxation for what is handled idempotently).
+        // A client observing thousands of servers would otherwise remember their
+        // last messages for EXCHANGE_LIFETIME, some 400 bytes per server.
+        let notification =
+            msg.options.observe().is_some() && self.clients.get(&id).is_some_and(|ex| ex.observe);
+        let how = if notification {
+            Finished::Forget
+        } else if con {
             Finished::EmptyAck
         } else {
             Finished::Silent
@@ -290,7 +318,7 @@ impl Endpoint {
         };
         if !keep {
             if let Some(ex) = self.clients.remove(&id) {
-                self.tokens.remove(&(ex.peer, ex.token));
+                self.tokens.remove(id, &ex.peer, &ex.token);
             }
         }
         self.events
@@ -316,7 +344,7 @@ impl Endpoint {
 
     pub(super) fn fail_client(&mut self, now: Instant, id: RequestId, event: Event) {
         if let Some(ex) = self.clients.remove(&id) {
-            self.tokens.remove(&(ex.peer, ex.token));
+            self.tokens.remove(id, &ex.peer, &ex.token);
             if ex.counted {
                 self.release_outstanding(now, ex.peer);
             }

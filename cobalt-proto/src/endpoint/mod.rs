@@ -45,6 +45,7 @@ mod reliability;
 mod server;
 mod spare;
 mod timers;
+mod token_index;
 mod validation;
 
 pub use crate::settings::ConfigError;
@@ -67,6 +68,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use timers::{Timer, TimerQueue};
+use token_index::{Addressed, TokenIndex};
 
 /// The answer to a confirmable request that cannot even be queued (overload): an ACK
 /// with 5.03 Service Unavailable and Max-Age, built from the raw datagram without an
@@ -415,6 +417,15 @@ struct ClientExchange {
     qblock1_more: bool,
 }
 
+impl Addressed for ClientExchange {
+    fn peer(&self) -> &SocketAddr {
+        &self.peer
+    }
+    fn token(&self) -> &Token {
+        &self.token
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Owner {
     Client(RequestId),
@@ -447,7 +458,8 @@ pub struct Endpoint {
     peers: HashMap<SocketAddr, Peer>,
     server: HashMap<ExchangeId, ServerExchange>,
     clients: HashMap<RequestId, ClientExchange>,
-    tokens: HashMap<(SocketAddr, Token), RequestId>,
+    /// The client's requests by server and token.
+    tokens: TokenIndex,
     pending: HashMap<(SocketAddr, u16), PendingCon>,
     timers: TimerQueue,
     housekeeping_armed: bool,
@@ -489,7 +501,7 @@ impl Endpoint {
             peers: HashMap::new(),
             server: HashMap::new(),
             clients: HashMap::new(),
-            tokens: HashMap::new(),
+            tokens: TokenIndex::default(),
             pending: HashMap::new(),
             timers: TimerQueue::default(),
             housekeeping_armed: false,
@@ -761,7 +773,7 @@ impl Endpoint {
         shrink_when_sparse(&mut self.peers);
         shrink_when_sparse(&mut self.server);
         shrink_when_sparse(&mut self.clients);
-        shrink_when_sparse(&mut self.tokens);
+        self.tokens.shrink_when_sparse(&self.clients);
         shrink_when_sparse(&mut self.pending);
         shrink_when_sparse(&mut self.transmits);
         shrink_when_sparse(&mut self.events);

@@ -546,6 +546,69 @@ fn observe_request_keeps_receiving_notifications_until_cancelled() {
     assert_eq!(rst.mtype, MessageType::Reset, "reactive cancel");
 }
 
+/// An observing client keeps no dedup entries for its notifications: a duplicate CON
+/// notification is acknowledged again and handed over again (the observation drops
+/// it by its Observe number), so a client of thousands of servers keeps nothing per
+/// server for them.
+#[test]
+fn notifications_are_acknowledged_again_but_not_remembered() {
+    let mut p = Pair::new();
+    let mut m = get("/obs");
+    m.options.set_uint(opt::OBSERVE, 0);
+    let rid = p.client.request(p.now, p.s, m).unwrap();
+    let req = codec::decode(&p.client_sends()[0]).unwrap();
+    let mut first = content("n1");
+    first.options.set_uint(opt::OBSERVE, 1);
+    first.token = req.token.clone();
+    first.mid = req.mid;
+    p.deliver_to_client(&codec::encode(&first));
+    assert!(matches!(p.client.poll_event(), Some(Event::Response { id, .. }) if id == rid));
+    let mut note = content("n2");
+    note.options.set_uint(opt::OBSERVE, 2);
+    note.token = req.token.clone();
+    note.mtype = MessageType::Confirmable;
+    note.mid = 500;
+    for _ in 0..2 {
+        p.deliver_to_client(&codec::encode(&note));
+        let ack = codec::decode(&p.client_sends()[0]).unwrap();
+        assert_eq!((ack.mtype, ack.mid), (MessageType::Acknowledgement, 500));
+        assert!(
+            matches!(p.client.poll_event(), Some(Event::Response { id, ref response }) if id == rid && response.payload == b"n2")
+        );
+    }
+    let mut non = note.clone();
+    non.mtype = MessageType::NonConfirmable;
+    non.mid = 501;
+    p.deliver_to_client(&codec::encode(&non));
+    assert!(p.client.poll_event().is_some());
+    assert_eq!(p.client.state_counts().dedup_entries, 0);
+    // A response to a plain request is still remembered: its duplicate gets the ACK
+    // again and is not handed over twice (the exchange has ended).
+    let rid = p.client.request(p.now, p.s, get("/once")).unwrap();
+    let req = codec::decode(&p.client_sends()[0]).unwrap();
+    p.deliver_to_client(&codec::encode(&Message::empty_ack(req.mid)));
+    let mut answer = content("once");
+    answer.mtype = MessageType::Confirmable;
+    answer.token = req.token;
+    answer.mid = 600;
+    p.deliver_to_client(&codec::encode(&answer));
+    assert!(matches!(p.client.poll_event(), Some(Event::Response { id, .. }) if id == rid));
+    assert_eq!(p.client.state_counts().dedup_entries, 1);
+}
+
+/// A request that nothing waits before goes out at once, without the NSTART queue
+/// (an allocation per peer); one beyond NSTART waits there.
+#[test]
+fn a_request_with_room_skips_the_nstart_queue() {
+    let mut p = Pair::new();
+    p.client.request(p.now, p.s, get("/a")).unwrap();
+    assert_eq!(p.client_sends().len(), 1);
+    assert_eq!(p.client.peers[&p.s].queue.capacity(), 0);
+    p.client.request(p.now, p.s, get("/b")).unwrap();
+    assert!(p.client_sends().is_empty(), "NSTART = 1: the second waits");
+    assert_eq!(p.client.peers[&p.s].queue.len(), 1);
+}
+
 #[test]
 fn state_is_released_after_the_lifetimes() {
     let mut p = Pair::new();

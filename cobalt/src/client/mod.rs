@@ -15,12 +15,14 @@ mod group;
 pub use group::MAX_GROUP_ANSWERS;
 pub(crate) mod hooks;
 pub use blockwise::MAX_BODY;
+mod observation_set;
 mod observe;
 mod qblock;
 mod qblock_upload;
 mod route;
 
 pub use hooks::{Exchange, Refusal};
+pub use observation_set::{ObservationSet, SET_BUFFERED_NOTIFICATIONS};
 pub use observe::{Observation, Reregistration, MAX_REREGISTRATIONS};
 
 use crate::error::{SetupError, Unsupported};
@@ -352,7 +354,7 @@ impl Client {
         let (tx, _thread) = spawn_driver::<NoService>(
             name.into(),
             DriverIo::Owned(socket),
-            self.inner.config.clone(),
+            own_driver_config(&self.inner.config),
             None,
             self.inner.tracer.clone(),
             None,
@@ -671,18 +673,38 @@ impl RequestBuilder {
     ///
     /// `coap+tcp://` and `coap+ws://` observations go over the pooled connection to
     /// the server (RFC 8323 §7); see [`Observation`] for how they end.
-    pub fn observe(mut self) -> impl Future<Output = Result<Observation>> + Send {
+    pub fn observe(self) -> impl Future<Output = Result<Observation>> + Send {
         // Boxed: the builder and the resolving future would otherwise take room in
         // every task that opens an observation, for as long as it observes.
         Box::pin(async move {
-            self.message.options.set_uint(opt::OBSERVE, 0);
-            let route = self.route().await?;
-            if self.q_block && !route.is_stream() {
-                let szx = self.block_szx.unwrap_or(MAX_UDP_SZX);
-                qblock::ask_notifications_in_qblock2(&mut self.message, szx);
-            }
-            Observation::register(route, self.message)
+            let (route, registration) = self.registration().await?;
+            Observation::register(route, registration)
         })
+    }
+
+    /// The route to the server and the registration to send it: the request with
+    /// Observe=0, asking for notifications in Q-Block2 sets with
+    /// [`RequestBuilder::q_block`] over UDP and DTLS.
+    async fn registration(mut self) -> Result<(Route, Message)> {
+        self.message.options.set_uint(opt::OBSERVE, 0);
+        let route = self.route().await?;
+        if self.q_block && !route.is_stream() {
+            let szx = self.block_szx.unwrap_or(MAX_UDP_SZX);
+            qblock::ask_notifications_in_qblock2(&mut self.message, szx);
+        }
+        Ok((route, self.message))
+    }
+}
+
+/// The configuration of a client's own driver: `config` without address
+/// verification. Such an endpoint serves nothing, and answers a request with a 4.04
+/// no larger than the request, so no answer of its needs an address verified first
+/// (RFC 9175 §2.4); with verification on it would remember every server it talks to
+/// as verified (some 80 bytes per server for a client of thousands).
+fn own_driver_config(config: &EndpointConfig) -> EndpointConfig {
+    EndpointConfig {
+        amplification_factor: 0,
+        ..config.clone()
     }
 }
 
@@ -733,4 +755,22 @@ async fn resolve(uri: &CoapUri) -> Result<SocketAddr> {
         host: uri.host.clone(),
         reason: "no addresses".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clients_own_driver_verifies_no_addresses_and_keeps_the_rest() {
+        let config = EndpointConfig {
+            max_client_exchanges: 12_345,
+            ..EndpointConfig::default()
+        };
+        assert!(config.amplification_factor > 0);
+        let own = own_driver_config(&config);
+        assert_eq!(own.amplification_factor, 0);
+        assert_eq!(own.max_client_exchanges, 12_345);
+        assert!(own.validate().is_ok());
+    }
 }

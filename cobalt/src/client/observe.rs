@@ -9,7 +9,7 @@ use crate::runtime::notifications;
 use crate::server::Response;
 use crate::{Error, Result};
 use cobalt_proto::blockwise::qblock::Q_BLOCK2;
-use cobalt_proto::message::{opt, BlockValue, Message};
+use cobalt_proto::message::{codec, opt, BlockValue, Message};
 use cobalt_proto::observe::is_fresh;
 use std::future::Future;
 use std::pin::Pin;
@@ -76,40 +76,17 @@ impl std::fmt::Debug for Hook {
 /// [`Observation::cancel`] ends it proactively and returns the server's answer.
 #[derive(Debug)]
 pub struct Observation {
-    route: Route,
-    request: Message,
+    relation: Relation,
     rx: notifications::Receiver<Result<Message, Error>>,
-    /// Keeps the relation; dropping it ends the relation.
-    guard: CancelGuard,
-    /// The registration as it left the client's layers (`None` without layers; boxed:
-    /// most clients have none, and a client may hold many observations).
-    sent: Option<Box<Sent>>,
-    last: Option<(u32, Instant)>,
-    max_age: Duration,
-    ended: bool,
-    /// Registered again after a lost connection, and no notification since.
-    recovering: bool,
-    /// Silent re-registrations since the last notification.
-    reregistrations: u32,
-    max_reregistrations: u32,
     on_reregister: Option<Hook>,
 }
 
 impl Observation {
     pub(crate) fn register(route: Route, request: Message) -> Result<Observation> {
-        let (rx, guard, sent) = route.observe(request.clone(), BUFFERED_NOTIFICATIONS)?;
+        let (tx, rx) = notifications::queue(BUFFERED_NOTIFICATIONS);
         Ok(Observation {
-            route,
-            request,
+            relation: Relation::register(route, request, tx)?,
             rx,
-            guard,
-            sent: sent.map(Box::new),
-            last: None,
-            max_age: Duration::from_secs(60),
-            ended: false,
-            recovering: false,
-            reregistrations: 0,
-            max_reregistrations: MAX_REREGISTRATIONS,
             on_reregister: None,
         })
     }
@@ -119,7 +96,7 @@ impl Observation {
     /// [`Error::ObservationLost`]. Default [`MAX_REREGISTRATIONS`]; 0 ends it at the
     /// first silence.
     pub fn max_reregistrations(mut self, n: u32) -> Observation {
-        self.max_reregistrations = n;
+        self.relation.max_reregistrations = n;
         self
     }
 
@@ -133,36 +110,149 @@ impl Observation {
         self
     }
 
-    fn report(&mut self, reason: String, attempt: u32, max: u32) {
-        if let Some(Hook(hook)) = &mut self.on_reregister {
-            hook(&Reregistration {
-                reason,
-                attempt,
-                max,
-            });
-        }
-    }
-
     /// The next fresh notification; `None` once the relation has ended.
     pub async fn next(&mut self) -> Option<Result<Response>> {
         // Only the wait and a block-wise completion are awaited here; what to do with
-        // what arrived is decided in `take`, so that a waiting `next` holds little.
-        while !self.ended {
-            let wait = self.max_age + REREGISTER_GRACE;
+        // what arrived is decided in `Relation::take`, so that a waiting `next` holds
+        // little.
+        while !self.relation.ended {
+            let wait = self.relation.wait();
             let arrived = tokio::time::timeout(wait, self.rx.recv()).await.ok();
-            match self.take(arrived, wait) {
+            match self.relation.take(arrived, wait) {
                 Step::Wait => {}
                 Step::End => return None,
                 Step::Give(answer) => return Some(answer),
-                Step::Fetch(rest) => return Some(rest.await),
+                Step::Register(report) => {
+                    if let (Some(Hook(hook)), Some(report)) = (&mut self.on_reregister, &report) {
+                        hook(report);
+                    }
+                    if let Err(e) = self.reregister() {
+                        return Some(self.relation.end(e));
+                    }
+                }
+                Step::Complete(completion) => return Some(self.complete(completion).await),
             }
         }
         None
     }
 
-    /// What [`Observation::next`] does with what `arrived` (`None`: nothing within
-    /// `wait`).
-    fn take(&mut self, arrived: Option<Option<Result<Message>>>, wait: Duration) -> Step<'_> {
+    /// The rest of a notification that came in blocks. Boxed: the block-wise
+    /// exchange is a large future that would otherwise take room in every waiting
+    /// [`Observation::next`] (a client may hold many observations; few
+    /// notifications come in blocks).
+    fn complete(
+        &mut self,
+        completion: Completion,
+    ) -> Pin<Box<dyn Future<Output = Result<Response>> + Send + '_>> {
+        let Observation { relation, rx, .. } = self;
+        let request = relation.request();
+        match completion {
+            Completion::Rest(first) => {
+                Box::pin(async move { relation.route.fetch_rest(request?, first).await })
+            }
+            Completion::QBlocks(first, block) => Box::pin(async move {
+                let request = request?;
+                qblock::complete_notification(
+                    &relation.route,
+                    &request,
+                    (first, block),
+                    rx,
+                    relation.sent.as_deref_mut(),
+                )
+                .await
+            }),
+        }
+    }
+
+    /// Turns the observation into a [`futures_core::Stream`].
+    pub fn into_stream(self) -> impl futures_core::Stream<Item = Result<Response>> {
+        futures_util::stream::unfold(self, |mut o| async move { o.next().await.map(|r| (r, o)) })
+    }
+
+    /// Ends the relation proactively with a GET carrying Observe=1 and the
+    /// relation's token (RFC 7641 §3.6), and returns the server's answer.
+    pub async fn cancel(self) -> Result<Response> {
+        self.relation.cancel().await
+    }
+
+    fn reregister(&mut self) -> Result<()> {
+        let (tx, rx) = notifications::queue(BUFFERED_NOTIFICATIONS);
+        self.relation.reregister(tx)?;
+        self.rx = rx; // what the old relation queued is dropped with it
+        Ok(())
+    }
+}
+
+/// What one observation keeps between notifications, whoever reads them: an
+/// [`Observation`] (a queue of its own) or an
+/// [`ObservationSet`](super::ObservationSet) (one queue for all of its members).
+#[derive(Debug)]
+pub(crate) struct Relation {
+    pub(crate) route: Route,
+    /// The registration, encoded: a client may hold many relations, and the bytes
+    /// take some 30 bytes where the message took 120.
+    request: Box<[u8]>,
+    /// Keeps the relation; dropping it ends the relation.
+    guard: CancelGuard,
+    /// The registration as it left the client's layers (`None` without layers; boxed:
+    /// most clients have none, and a client may hold many observations).
+    pub(crate) sent: Option<Box<Sent>>,
+    last: Option<(u32, Instant)>,
+    /// The last notification's Max-Age, in seconds.
+    max_age: u32,
+    ended: bool,
+    /// Registered again after a lost connection, and no notification since.
+    recovering: bool,
+    /// Silent re-registrations since the last notification.
+    reregistrations: u32,
+    pub(crate) max_reregistrations: u32,
+}
+
+impl Relation {
+    /// Registers with `request` (Observe=0) on `route`; what arrives goes to `answers`.
+    pub(crate) fn register(
+        route: Route,
+        request: Message,
+        answers: notifications::Sender<Result<Message>>,
+    ) -> Result<Relation> {
+        let encoded = codec::encode(&request).into_boxed_slice();
+        let (guard, sent) = route.observe(request, answers)?;
+        Ok(Relation {
+            route,
+            request: encoded,
+            guard,
+            sent: sent.map(Box::new),
+            last: None,
+            max_age: 60,
+            ended: false,
+            recovering: false,
+            reregistrations: 0,
+            max_reregistrations: MAX_REREGISTRATIONS,
+        })
+    }
+
+    /// The registration.
+    pub(crate) fn request(&self) -> Result<Message> {
+        Ok(codec::decode(&self.request)?)
+    }
+
+    /// Whether the relation has ended (nothing more comes).
+    pub(crate) fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// How long to wait for the next notification before registering again.
+    pub(crate) fn wait(&self) -> Duration {
+        Duration::from_secs(u64::from(self.max_age)) + REREGISTER_GRACE
+    }
+
+    /// What to do with what `arrived` (`None`: nothing within `wait`; `Some(None)`:
+    /// the queue ended).
+    pub(crate) fn take(
+        &mut self,
+        arrived: Option<Option<Result<Message>>>,
+        wait: Duration,
+    ) -> Step {
         let Some(item) = arrived else {
             let peer = self.route.peer();
             if self.reregistrations >= self.max_reregistrations {
@@ -171,9 +261,11 @@ impl Observation {
             }
             self.reregistrations += 1;
             tracing::debug!(route = ?self.route, "no notification within Max-Age; registering again");
-            let reason = format!("no notification from {peer} for {} s", wait.as_secs());
-            self.report(reason, self.reregistrations, self.max_reregistrations);
-            return self.reregister_or_end();
+            return Step::Register(Some(Reregistration {
+                reason: format!("no notification from {peer} for {} s", wait.as_secs()),
+                attempt: self.reregistrations,
+                max: self.max_reregistrations,
+            }));
         };
         let stream = self.route.is_stream();
         let qblock2;
@@ -183,9 +275,11 @@ impl Observation {
             None | Some(Err(Error::Connection(_))) if stream && !self.recovering => {
                 tracing::debug!(route = ?self.route, "connection lost; registering again");
                 self.recovering = true;
-                let reason = format!("the connection to {} was lost", self.route.peer());
-                self.report(reason, 1, 1);
-                return self.reregister_or_end();
+                return Step::Register(Some(Reregistration {
+                    reason: format!("the connection to {} was lost", self.route.peer()),
+                    attempt: 1,
+                    max: 1,
+                }));
             }
             None => {
                 self.ended = true;
@@ -203,15 +297,19 @@ impl Observation {
             }
         };
         if self.last.is_none() {
-            if let Some(retry) = echo_challenge(&self.request, &msg) {
+            let request = match self.request() {
+                Ok(request) => request,
+                Err(e) => return Step::Give(self.end(e)),
+            };
+            if let Some(retry) = echo_challenge(&request, &msg) {
                 // The server wants proof of our address first (RFC 9175): register again with its Echo.
-                self.request = retry;
-                return self.reregister_or_end();
+                self.request = codec::encode(&retry).into_boxed_slice();
+                return Step::Register(None);
             }
         }
         let Some(seq) = msg.options.observe() else {
             self.ended = true;
-            return self.whole(msg, qblock2);
+            return whole(msg, qblock2);
         };
         let now = Instant::now();
         if !stream && !self.last.is_none_or(|(v1, t1)| is_fresh(v1, t1, seq, now)) {
@@ -220,83 +318,76 @@ impl Observation {
         self.last = Some((seq, now));
         self.recovering = false;
         self.reregistrations = 0;
-        self.max_age = Duration::from_secs(u64::from(msg.options.max_age()));
-        self.whole(msg, qblock2)
+        self.max_age = msg.options.max_age();
+        whole(msg, qblock2)
     }
 
-    /// Registers again and waits for what comes, or ends with the failure.
-    fn reregister_or_end(&mut self) -> Step<'_> {
-        match self.reregister() {
-            Ok(()) => Step::Wait,
-            Err(e) => Step::Give(self.end(e)),
-        }
-    }
-
-    fn end(&mut self, e: Error) -> Result<Response> {
+    /// Ends the relation with `e`.
+    pub(crate) fn end(&mut self, e: Error) -> Result<Response> {
         self.ended = true;
         Err(e)
     }
 
-    /// The notification `first` as a response when it is whole, or the completion of
-    /// its other blocks: Block2 blocks fetched one by one, or the other blocks of a
-    /// Q-Block2 set (`qblock2`, its block) collected from the observation's channel.
-    fn whole(&mut self, first: Message, qblock2: Option<BlockValue>) -> Step<'_> {
-        if let Some(block) = qblock2.filter(|b| b.more || b.num > 0) {
-            if first.code.is_success() {
-                return Step::Fetch(Box::pin(qblock::complete_notification(
-                    &self.route,
-                    &self.request,
-                    (first, block),
-                    &mut self.rx,
-                    self.sent.as_deref_mut(),
-                )));
-            }
-        }
-        if !is_first_of_more(&first) {
-            return Step::Give(Ok(Response::from_message(first)));
-        }
-        Step::Fetch(Box::pin(self.route.fetch_rest(self.request.clone(), first)))
-    }
-
-    /// Turns the observation into a [`futures_core::Stream`].
-    pub fn into_stream(self) -> impl futures_core::Stream<Item = Result<Response>> {
-        futures_util::stream::unfold(self, |mut o| async move { o.next().await.map(|r| (r, o)) })
-    }
-
-    /// Ends the relation proactively with a GET carrying Observe=1 and the
-    /// relation's token (RFC 7641 §3.6), and returns the server's answer.
-    pub async fn cancel(self) -> Result<Response> {
-        let mut message = self.request.clone();
-        message.options.set_uint(opt::OBSERVE, 1);
-        let answer = self.route.deregister(self.guard, message).await?;
-        Ok(Response::from_message(answer))
-    }
-
-    fn reregister(&mut self) -> Result<()> {
-        let (rx, guard, sent) = self
-            .route
-            .observe(self.request.clone(), BUFFERED_NOTIFICATIONS)?;
-        self.rx = rx;
-        self.guard = guard; // dropping the old guard ends the silent relation
+    /// Registers again, what arrives going to `answers` from now on; dropping the
+    /// old guard ends the silent relation.
+    pub(crate) fn reregister(
+        &mut self,
+        answers: notifications::Sender<Result<Message>>,
+    ) -> Result<()> {
+        let (guard, sent) = self.route.observe(self.request()?, answers)?;
+        self.guard = guard;
         self.sent = sent.map(Box::new);
         self.last = None;
         Ok(())
     }
+
+    /// Ends the relation proactively with a GET carrying Observe=1 and the
+    /// relation's token (RFC 7641 §3.6), and returns the server's answer.
+    pub(crate) async fn cancel(self) -> Result<Response> {
+        let mut message = self.request()?;
+        message.options.set_uint(opt::OBSERVE, 1);
+        let answer = self.route.deregister(self.guard, message).await?;
+        Ok(Response::from_message(answer))
+    }
 }
 
-/// What [`Observation::next`] does next.
-enum Step<'a> {
+/// The notification `first` as a response when it is whole, or what completes it:
+/// Block2 blocks fetched one by one, or the other blocks of a Q-Block2 set (`qblock2`,
+/// its block) collected from the observation's queue.
+fn whole(first: Message, qblock2: Option<BlockValue>) -> Step {
+    if let Some(block) = qblock2.filter(|b| b.more || b.num > 0) {
+        if first.code.is_success() {
+            return Step::Complete(Completion::QBlocks(first, block));
+        }
+    }
+    if !is_first_of_more(&first) {
+        return Step::Give(Ok(Response::from_message(first)));
+    }
+    Step::Complete(Completion::Rest(first))
+}
+
+/// What the reader of a [`Relation`] does next.
+#[derive(Debug)]
+pub(crate) enum Step {
     /// Wait for the next notification.
     Wait,
     /// The relation has ended.
     End,
     /// Return this.
     Give(Result<Response>),
-    /// Return what this gives: the other blocks of a notification. Boxed: the
-    /// block-wise exchange is a large future that would otherwise take room in every
-    /// waiting [`Observation::next`] (a client may hold many observations; few
-    /// notifications come in blocks).
-    Fetch(Pin<Box<dyn Future<Output = Result<Response>> + Send + 'a>>),
+    /// Register again (reporting this re-registration, if given).
+    Register(Option<Reregistration>),
+    /// Return the notification this completes.
+    Complete(Completion),
+}
+
+/// A notification that came in blocks, to be completed.
+#[derive(Debug)]
+pub(crate) enum Completion {
+    /// Its first Block2 block: fetch the others.
+    Rest(Message),
+    /// One block of a Q-Block2 set: collect the others from the queue.
+    QBlocks(Message, BlockValue),
 }
 
 /// Notifications buffered for an observer that does not keep up.

@@ -157,7 +157,8 @@ fn listen(
             .ok_or(Error::BlockTransfer(BlockError::TooManyBlocks))?;
         m.options.push(Q_BLOCK2, encode_uint(block.encode()));
     }
-    let (answers, guard, sent) = route.observe(m, BUFFERED)?;
+    let (tx, answers) = notifications::queue(BUFFERED);
+    let (guard, sent) = route.observe(m, tx)?;
     // A block asked for with the M bit brings the rest of its set.
     let asked = blocks
         .iter()

@@ -20,6 +20,7 @@
 
 use super::route::Route;
 use crate::error::BlockError;
+use crate::runtime::notifications;
 use crate::server::Response;
 use crate::{Error, Result};
 use cobalt_proto::blockwise::qblock::{
@@ -69,7 +70,8 @@ pub(crate) async fn upload(route: &Route, request: Message, szx: u8) -> Result<R
 /// Sends one block's request over `route`; its answer passes the client's layers
 /// with its Q-Block1 option (this module's) taken out first.
 fn send_block(route: &Route, block: Message) -> Result<BlockAnswer<'_>> {
-    let (mut answers, guard, mut sent) = route.observe(block, 1)?;
+    let (tx, mut answers) = notifications::queue(1);
+    let (guard, mut sent) = route.observe(block, tx)?;
     Ok(Box::pin(async move {
         let _forget_when_dropped = guard;
         let mut answer = match answers.recv().await? {

@@ -218,31 +218,26 @@ impl Route {
         Err(self.closed())
     }
 
-    /// Sends `request` (a registration: Observe=0) through the layers and returns the
-    /// channel its responses and notifications arrive on (`buffered` of them at
-    /// most), the guard that ends the relation when dropped, and the registration as
-    /// it left the layers (`None` without layers). What arrives has not passed the
-    /// layers yet ([`Route::receive`]).
+    /// Sends `request` (a registration: Observe=0) through the layers, its responses
+    /// and notifications going to `answers`, and returns the guard that ends the
+    /// relation when dropped, and the registration as it left the layers (`None`
+    /// without layers). What arrives has not passed the layers yet
+    /// ([`Route::receive`]).
     pub(crate) fn observe(
         &self,
         mut request: Message,
-        buffered: usize,
-    ) -> Result<(
-        notifications::Receiver<Result<Message>>,
-        CancelGuard,
-        Option<Sent>,
-    )> {
+        answers: notifications::Sender<Result<Message>>,
+    ) -> Result<(CancelGuard, Option<Sent>)> {
         let sent = self.pass_out(&mut request)?;
         let key = next_key();
-        let (tx, rx) = notifications::queue(buffered);
         let register = Command::Request {
             key,
             peer: self.peer,
             message: request,
-            reply: ReplyTo::Stream(tx),
+            reply: ReplyTo::Stream(answers),
         };
         let commands = self.send(register).ok_or_else(|| self.closed())?;
-        Ok((rx, CancelGuard::new(commands, key), sent))
+        Ok((CancelGuard::new(commands, key), sent))
     }
 
     /// Ends the observation `guard` keeps with `message` (a GET with Observe=1, RFC

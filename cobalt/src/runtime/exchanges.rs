@@ -21,7 +21,8 @@ use cobalt_proto::blockwise::qblock::Q_BLOCK2;
 use cobalt_proto::message::{opt, Message, Token};
 use cobalt_proto::session::{Failure, Outbound, Session, SessionError, SessionEvent};
 use cobalt_proto::tcp_connection::CloseReason;
-use std::collections::HashMap;
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -50,7 +51,8 @@ pub(crate) trait ExchangeErrors {
 /// One request of ours in flight, or one observation.
 #[derive(Debug)]
 struct Pending {
-    key: u64,
+    /// The session's id for it.
+    id: Outbound,
     peer: SocketAddr,
     reply: ReplyTo,
     /// For an observation over a stream, the GET with Observe=1 that ends it at the
@@ -63,8 +65,14 @@ struct Pending {
 /// [module documentation](self).
 #[derive(Debug)]
 pub(crate) struct Exchanges<E> {
-    pending: HashMap<Outbound, Pending>,
-    keys: HashMap<u64, Outbound>,
+    /// By the caller's key.
+    pending: HashMap<u64, Pending>,
+    /// The keys of `pending` by the session's id of each: an index that holds only
+    /// the key, whose entry has the id (a client may hold an observation per
+    /// server for thousands of servers: a second map keyed by the id, with its own
+    /// copy of it, took 56 bytes a slot instead of 8).
+    by_id: HashTable<u64>,
+    hasher: DefaultHashBuilder,
     errors: E,
 }
 
@@ -73,9 +81,48 @@ impl<E: ExchangeErrors> Exchanges<E> {
     pub(crate) fn new(errors: E) -> Exchanges<E> {
         Exchanges {
             pending: HashMap::new(),
-            keys: HashMap::new(),
+            by_id: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
             errors,
         }
+    }
+
+    /// The key of the request the session knows as `id`.
+    fn key_of(&self, id: &Outbound) -> Option<u64> {
+        let hash = self.hasher.hash_one(id);
+        let pending = &self.pending;
+        self.by_id
+            .find(hash, |key| pending.get(key).is_some_and(|p| p.id == *id))
+            .copied()
+    }
+
+    /// Starts keeping `pending` under `key`.
+    fn keep(&mut self, key: u64, pending: Pending) {
+        if self.take(key).is_some() {
+            tracing::debug!(key, "a request key used twice; the first is forgotten");
+        }
+        let hash = self.hasher.hash_one(&pending.id);
+        self.pending.insert(key, pending);
+        let (pending, hasher) = (&self.pending, &self.hasher);
+        self.by_id.insert_unique(hash, key, |k| {
+            pending.get(k).map_or(0, |p| hasher.hash_one(&p.id))
+        });
+    }
+
+    /// Stops keeping request `key`.
+    fn take(&mut self, key: u64) -> Option<Pending> {
+        let pending = self.pending.remove(&key)?;
+        let hash = self.hasher.hash_one(&pending.id);
+        if let Ok(entry) = self.by_id.find_entry(hash, |k| *k == key) {
+            entry.remove();
+        }
+        Some(pending)
+    }
+
+    /// Stops keeping the request the session knows as `id`.
+    fn take_id(&mut self, id: &Outbound) -> Option<Pending> {
+        let key = self.key_of(id)?;
+        self.take(key)
     }
 
     /// No request or observation in flight.
@@ -85,7 +132,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
 
     /// The server of request `id`, if it is one of ours.
     pub(crate) fn peer(&self, id: Outbound) -> Option<SocketAddr> {
-        self.pending.get(&id).map(|p| p.peer)
+        self.pending.get(&self.key_of(&id)?).map(|p| p.peer)
     }
 
     /// Carries out a request command (request, cancel, deregistration); gives back the
@@ -140,11 +187,10 @@ impl<E: ExchangeErrors> Exchanges<E> {
                 let deregister = deregister
                     .filter(|_| matches!(id, Outbound::Stream { .. }))
                     .map(Box::new);
-                self.keys.insert(key, id.clone());
-                self.pending.insert(
-                    id,
+                self.keep(
+                    key,
                     Pending {
-                        key,
+                        id,
                         peer,
                         reply,
                         deregister,
@@ -157,16 +203,14 @@ impl<E: ExchangeErrors> Exchanges<E> {
 
     /// The caller stopped waiting for request `key`.
     fn cancel<S: Session>(&mut self, session: &mut S, now: Instant, key: u64) {
-        if let Some(id) = self.keys.remove(&key) {
-            if let Some(pending) = self.pending.remove(&id) {
-                self.end(
-                    session,
-                    now,
-                    id,
-                    pending.peer,
-                    pending.deregister.map(|m| *m),
-                );
-            }
+        if let Some(pending) = self.take(key) {
+            self.end(
+                session,
+                now,
+                pending.id,
+                pending.peer,
+                pending.deregister.map(|m| *m),
+            );
         }
     }
 
@@ -205,11 +249,10 @@ impl<E: ExchangeErrors> Exchanges<E> {
         reply: ReplyTo,
     ) {
         message.token = Token::EMPTY;
-        if let Some(id) = self.keys.remove(&key) {
+        if let Some(Pending { id, .. }) = self.take(key) {
             if let Some(token) = session.token_of(id.clone()) {
                 message.token = token;
             }
-            self.pending.remove(&id);
             // A connection matches the GET to its observation by the token (RFC 7641
             // §3.6); the datagram endpoint must forget the relation before the token
             // can go out again.
@@ -231,8 +274,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
         match event {
             SessionEvent::Response { id, response } => self.on_response(session, now, id, response),
             SessionEvent::Failed { id, reason } => {
-                if let Some(pending) = self.pending.remove(&id) {
-                    self.keys.remove(&pending.key);
+                if let Some(pending) = self.take_id(&id) {
                     let error = self.errors.failed(pending.peer, reason);
                     pending.reply.send(Err(error));
                 }
@@ -250,12 +292,14 @@ impl<E: ExchangeErrors> Exchanges<E> {
         id: Outbound,
         response: Message,
     ) {
-        let Some(pending) = self.pending.get(&id) else {
+        let Some(key) = self.key_of(&id) else {
             return; // cancelled, or a late answer nobody waits for
         };
+        let Some(pending) = self.pending.get(&key) else {
+            return;
+        };
         let ReplyTo::Stream(notifications) = &pending.reply else {
-            if let Some(pending) = self.pending.remove(&id) {
-                self.keys.remove(&pending.key);
+            if let Some(pending) = self.take(key) {
                 pending.reply.send(Ok(response));
             }
             return;
@@ -275,16 +319,14 @@ impl<E: ExchangeErrors> Exchanges<E> {
             }
             Err(TrySendError::Closed(_)) => {
                 // The observation was dropped before its cancellation got here.
-                if let Some(pending) = self.pending.remove(&id) {
-                    self.keys.remove(&pending.key);
+                if let Some(pending) = self.take(key) {
                     let deregister = pending.deregister.filter(|_| !last).map(|m| *m);
                     self.end(session, now, id, pending.peer, deregister);
                 }
                 return;
             }
         }
-        if let Some(pending) = self.pending.remove(&id) {
-            self.keys.remove(&pending.key);
+        if self.take(key).is_some() {
             session.cancel(now, id);
         }
     }
@@ -298,16 +340,15 @@ impl<E: ExchangeErrors> Exchanges<E> {
         peer: SocketAddr,
         error: impl Fn(SocketAddr) -> Error,
     ) {
-        let ids: Vec<Outbound> = self
+        let keys: Vec<u64> = self
             .pending
             .iter()
             .filter(|(_, p)| p.peer == peer)
-            .map(|(id, _)| id.clone())
+            .map(|(key, _)| *key)
             .collect();
-        for id in ids {
-            session.cancel(now, id.clone());
-            if let Some(pending) = self.pending.remove(&id) {
-                self.keys.remove(&pending.key);
+        for key in keys {
+            if let Some(pending) = self.take(key) {
+                session.cancel(now, pending.id);
                 pending.reply.send(Err(error(peer)));
             }
         }
@@ -321,9 +362,9 @@ impl<E: ExchangeErrors> Exchanges<E> {
         now: Instant,
         error: impl Fn(SocketAddr) -> Error,
     ) {
-        self.keys.clear();
-        for (id, pending) in self.pending.drain() {
-            session.cancel(now, id);
+        self.by_id.clear();
+        for (_, pending) in self.pending.drain() {
+            session.cancel(now, pending.id);
             pending.reply.send(Err(error(pending.peer)));
         }
     }

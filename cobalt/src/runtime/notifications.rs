@@ -9,13 +9,19 @@
 //! own: an idle observation, which is what a client of many servers holds most of,
 //! keeps no room for a message), for more only while its reader lags, and gives that
 //! room back once it has caught up.
+//!
+//! One queue may also serve many observations ([`Receiver::sender`]): each sender
+//! tags what it queues, so that one reader (a client's
+//! [`ObservationSet`](crate::client::ObservationSet)) tells them apart without a
+//! queue, a task or a waker per observation. The bound is then shared.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 pub(crate) use tokio::sync::mpsc::error::TrySendError;
 
-/// A queue of at most `bound` items (at least 1): its sending and receiving ends.
+/// A queue of at most `bound` items (at least 1): its sending and receiving ends
+/// (the sender's items are tagged 0).
 pub(crate) fn queue<T>(bound: usize) -> (Sender<T>, Receiver<T>) {
     let shared = Arc::new(Shared {
         bound: bound.max(1),
@@ -23,11 +29,17 @@ pub(crate) fn queue<T>(bound: usize) -> (Sender<T>, Receiver<T>) {
             next: None,
             later: VecDeque::new(),
             waker: None,
-            sender_alive: true,
+            senders: 1,
             receiver_alive: true,
         }),
     });
-    (Sender(shared.clone()), Receiver(shared))
+    (
+        Sender {
+            shared: shared.clone(),
+            tag: 0,
+        },
+        Receiver(shared),
+    )
 }
 
 struct Shared<T> {
@@ -43,13 +55,15 @@ impl<T> Shared<T> {
 }
 
 struct State<T> {
-    /// The oldest item, if any (boxed: most queues are empty most of the time).
-    next: Option<Box<T>>,
+    /// The oldest item and its sender's tag, if any (boxed: most queues are empty
+    /// most of the time).
+    next: Option<Box<(u64, T)>>,
     /// The items after it (no allocation while the reader keeps up).
-    later: VecDeque<T>,
+    later: VecDeque<(u64, T)>,
     /// The receiver waiting for an item.
     waker: Option<Waker>,
-    sender_alive: bool,
+    /// Senders alive: the queue ends when the last one is gone.
+    senders: u32,
     receiver_alive: bool,
 }
 
@@ -58,7 +72,7 @@ impl<T> State<T> {
         usize::from(self.next.is_some()) + self.later.len()
     }
 
-    fn pop(&mut self) -> Option<T> {
+    fn pop(&mut self) -> Option<(u64, T)> {
         let item = *self.next.take()?;
         self.next = self.later.pop_front().map(Box::new);
         if self.later.is_empty() && self.later.capacity() > 0 {
@@ -68,24 +82,28 @@ impl<T> State<T> {
     }
 }
 
-/// The sending end (one per queue); dropping it ends the queue once it is read.
-pub(crate) struct Sender<T>(Arc<Shared<T>>);
+/// A sending end; the queue ends once the last one is gone and every item is read.
+pub(crate) struct Sender<T> {
+    shared: Arc<Shared<T>>,
+    /// Given to the receiver with each item of this sender.
+    tag: u64,
+}
 
 impl<T> Sender<T> {
     /// Queues `item`; gives it back when the queue is full or the receiver is gone.
     pub(crate) fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
         let waker = {
-            let mut state = self.0.lock();
+            let mut state = self.shared.lock();
             if !state.receiver_alive {
                 return Err(TrySendError::Closed(item));
             }
-            if state.len() >= self.0.bound {
+            if state.len() >= self.shared.bound {
                 return Err(TrySendError::Full(item));
             }
             if state.next.is_none() {
-                state.next = Some(Box::new(item));
+                state.next = Some(Box::new((self.tag, item)));
             } else {
-                state.later.push_back(item);
+                state.later.push_back((self.tag, item));
             }
             state.waker.take()
         };
@@ -99,8 +117,11 @@ impl<T> Sender<T> {
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         let waker = {
-            let mut state = self.0.lock();
-            state.sender_alive = false;
+            let mut state = self.shared.lock();
+            state.senders -= 1;
+            if state.senders > 0 {
+                return;
+            }
             state.waker.take()
         };
         if let Some(waker) = waker {
@@ -111,10 +132,11 @@ impl<T> Drop for Sender<T> {
 
 impl<T> std::fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = self.0.lock();
+        let state = self.shared.lock();
         f.debug_struct("Sender")
+            .field("tag", &self.tag)
             .field("queued", &state.len())
-            .field("bound", &self.0.bound)
+            .field("bound", &self.shared.bound)
             .finish()
     }
 }
@@ -123,23 +145,34 @@ impl<T> std::fmt::Debug for Sender<T> {
 pub(crate) struct Receiver<T>(Arc<Shared<T>>);
 
 impl<T> Receiver<T> {
-    /// The next item; `None` once the sender is gone and every item has been read.
+    /// Another sending end of this queue, whose items come tagged `tag`.
+    pub(crate) fn sender(&self, tag: u64) -> Sender<T> {
+        self.0.lock().senders += 1;
+        Sender {
+            shared: self.0.clone(),
+            tag,
+        }
+    }
+
+    /// The next item; `None` once every sender is gone and every item has been read.
     pub(crate) async fn recv(&mut self) -> Option<T> {
-        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+        std::future::poll_fn(|cx| self.poll_recv_tagged(cx).map(|o| o.map(|(_, item)| item))).await
     }
 
     /// The next item if one is queued now.
     #[cfg(test)]
     pub(crate) fn try_recv(&mut self) -> Option<T> {
-        self.0.lock().pop()
+        self.0.lock().pop().map(|(_, item)| item)
     }
 
-    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+    /// The next item with its sender's tag; `None` once every sender is gone and
+    /// every item has been read.
+    pub(crate) fn poll_recv_tagged(&mut self, cx: &mut Context<'_>) -> Poll<Option<(u64, T)>> {
         let mut state = self.0.lock();
         if let Some(item) = state.pop() {
             return Poll::Ready(Some(item));
         }
-        if !state.sender_alive {
+        if state.senders == 0 {
             return Poll::Ready(None);
         }
         match &mut state.waker {
@@ -167,7 +200,7 @@ impl<T> std::fmt::Debug for Receiver<T> {
         let state = self.0.lock();
         f.debug_struct("Receiver")
             .field("queued", &state.len())
-            .field("sender_alive", &state.sender_alive)
+            .field("senders", &state.senders)
             .finish()
     }
 }
@@ -231,6 +264,29 @@ mod tests {
         tokio::task::yield_now().await;
         drop(tx);
         assert_eq!(reading.await.unwrap(), (Some(7), None));
+    }
+
+    #[tokio::test]
+    async fn tagged_senders_share_the_queue_and_its_end() {
+        let (first, mut rx) = queue::<u32>(3);
+        let second = rx.sender(7);
+        first.try_send(1).unwrap();
+        second.try_send(2).unwrap();
+        second.try_send(3).unwrap();
+        assert!(
+            matches!(first.try_send(4), Err(TrySendError::Full(4))),
+            "the bound is shared"
+        );
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(std::future::poll_fn(|cx| rx.poll_recv_tagged(cx)).await);
+        }
+        assert_eq!(got, [Some((0, 1)), Some((7, 2)), Some((7, 3))]);
+        drop(first);
+        second.try_send(5).unwrap();
+        assert_eq!(rx.recv().await, Some(5), "one sender left keeps it open");
+        drop(second);
+        assert_eq!(rx.recv().await, None);
     }
 
     #[test]

@@ -265,3 +265,37 @@ fn a_closed_transport_fails_every_request_and_observation() {
         Some(Err(Error::Shutdown))
     ));
 }
+
+/// Requests are found by the caller's key and by the session's id alike while many
+/// come and go (the id index holds only keys).
+#[test]
+fn requests_are_found_by_key_and_by_id_while_many_come_and_go() {
+    let now = Instant::now();
+    let config = EndpointConfig {
+        max_client_exchanges: 1000,
+        ..EndpointConfig::default()
+    };
+    let mut client = Endpoint::new(config, now);
+    let mut exchanges = Exchanges::new(Plain);
+    let mut queues = Vec::new();
+    for key in 1..=200 {
+        let (tx, rx) = notifications::queue(1);
+        queues.push(rx);
+        exchanges.command(
+            &mut client,
+            now,
+            request(key, get(Some(0)), ReplyTo::Stream(tx)),
+        );
+    }
+    for key in (1..=200).step_by(2) {
+        exchanges.command(&mut client, now, Command::Cancel { key });
+    }
+    assert_eq!((exchanges.pending.len(), exchanges.by_id.len()), (100, 100));
+    for (key, pending) in &exchanges.pending {
+        assert_eq!(key % 2, 0);
+        assert_eq!(exchanges.key_of(&pending.id), Some(*key));
+        assert_eq!(exchanges.peer(pending.id.clone()), Some(server_addr()));
+    }
+    exchanges.fail_all(&mut client, now, |_| Error::Shutdown);
+    assert!(exchanges.is_empty() && exchanges.by_id.is_empty());
+}
