@@ -11,13 +11,17 @@
 #                           request: req/s = handshakes/s)
 # then the memory of DTLS sessions: the server's RSS before and after
 # `dtls_hold` (cobalt/examples) opened --sessions idle PSK sessions, divided by their
-# number. The backends alternate --repeat times, so that the background load of a
+# number. With --rate R, the coap and coaps runs are open loop at R requests per second
+# in all (cobalt bench --rate), so that both servers see the same load and wake-ups and
+# their CPU per request compares like with like; without it they are closed loop, where
+# the slower DTLS client sends fewer requests per wake-up of the server. The backends
+# alternate --repeat times, so that the background load of a
 # shared machine spreads over both; the report gives the median of the repetitions.
 # Writes bench/results/dtls-backends-<date>.md (req/s, p50/p99, server CPU µs/req,
 # ratios to coap) and .svg, and the memory table into the same .md.
 #
 # Usage: bench/dtls-backends.sh [--clients 10,100] [--duration 5]
-#          [--handshake-clients 10] [--sessions 1000] [--repeat 3] [--port 5683]
+#          [--handshake-clients 10] [--sessions 1000] [--repeat 3] [--rate R] [--port 5683]
 #          [--dtls-port 5684] [--threads 1] [--server-cpus 1] [--client-cpus 0]
 #          [--out bench/results] [--ready-timeout 30]
 # Environment: COBALT=/path/to/cobalt and DTLS_HOLD=/path/to/dtls_hold skip the builds.
@@ -34,6 +38,7 @@ repeat=3
 port=5683
 dtls_port=5684
 threads=1
+rate=""
 
 while [ $# -gt 0 ]; do
   if common_option "$@"; then shift "$shifts"; continue; fi
@@ -44,6 +49,7 @@ while [ $# -gt 0 ]; do
     --port) port=$2; shift 2 ;;
     --dtls-port) dtls_port=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
     *) usage >&2; die "unknown argument: $1" ;;
   esac
 done
@@ -113,6 +119,17 @@ hold_sessions() {
   esac
 }
 
+rate_args=()
+load_desc=""
+loop_desc="closed loop"
+rate_flag=""
+if [ -n "$rate" ]; then
+  rate_args=(--rate "$rate")
+  load_desc=", open loop at $rate requests/s in all"
+  loop_desc="coap and coaps open loop at $rate requests/s in all (handshake runs closed loop)"
+  rate_flag=" --rate $rate"
+fi
+
 : >"$work/memory.tsv"
 for rep in $(seq 1 "$repeat"); do
   log "repetition $rep of $repeat"
@@ -133,8 +150,8 @@ for rep in $(seq 1 "$repeat"); do
       die "the $backend server did not come up: $skip_reason; log: $(log_tail "$work/server.log")"
     fi
     clients_all=$clients
-    measure "coap ($backend server)" "$udp_uri" "UDP, CON GET, on the server with the $backend DTLS backend"
-    measure "coaps $backend" "$dtls_uri" "DTLS 1.2 PSK CCM_8 on $desc_backend (one session per client, handshake before the measurement), CON GET" "${psk[@]}"
+    measure "coap ($backend server)" "$udp_uri" "UDP, CON GET, on the server with the $backend DTLS backend$load_desc" "${rate_args[@]}"
+    measure "coaps $backend" "$dtls_uri" "DTLS 1.2 PSK CCM_8 on $desc_backend (one session per client, handshake before the measurement), CON GET$load_desc" "${psk[@]}" "${rate_args[@]}"
     clients=$handshake_clients
     measure "coaps $backend --new-session" "$dtls_uri" "a new DTLS PSK session (cookie exchange + full handshake) for every request on $desc_backend: req/s = handshakes/s" "${psk[@]}" --new-session
     clients=$clients_all
@@ -152,8 +169,8 @@ python3 "$bench_dir/report.py" \
   --label-header run --baseline "coap (openssl server)" \
   --manifest "$manifest" \
   --md "$md" --svg "$out_dir/dtls-backends-$stamp.svg" \
-  --command "bench/dtls-backends.sh --clients $clients --duration $duration --handshake-clients $handshake_clients --sessions $sessions --repeat $repeat --threads $threads" \
-  --setup "cobalt serve --shards 1 on loopback $host (UDP port $port, DTLS port $dtls_port), once per backend and repetition, GET /benchmark (11-byte \"hello world\"), closed loop, cobalt bench --threads $threads (OpenSSL client); $pinning" \
+  --command "bench/dtls-backends.sh --clients $clients --duration $duration --handshake-clients $handshake_clients --sessions $sessions --repeat $repeat --threads $threads$rate_flag" \
+  --setup "cobalt serve --shards 1 on loopback $host (UDP port $port, DTLS port $dtls_port), once per backend and repetition, GET /benchmark (11-byte \"hello world\"), $loop_desc, cobalt bench --threads $threads (OpenSSL client); $pinning" \
   --machine "$(machine_info)"
 python3 - "$work/memory.tsv" >>"$md" <<'EOF'
 import statistics, sys
