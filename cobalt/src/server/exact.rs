@@ -1,7 +1,8 @@
 //! Static paths by their whole sequence of segments: a request whose Uri-Path is
 //! exactly a static route's (the common case) is found with one hash of its segments
 //! and one comparison, instead of a walk down the resource tree comparing strings at
-//! each level.
+//! each level. Segments are compared as bytes (a request's need not be UTF-8 to be
+//! looked up; one that is not matches no route's).
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::{BuildHasher, Hasher};
@@ -37,9 +38,9 @@ impl<T> ExactPaths<T> {
 
     /// Keeps `value` for the path `segments`, replacing what was kept for it.
     pub(crate) fn insert(&mut self, segments: Vec<Box<str>>, value: T) {
-        let hash = self.hash(segments.iter().map(|s| &**s));
+        let hash = self.hash(segments.iter().map(|s| s.as_bytes()));
         let hasher = &self.hasher;
-        let rehash = |e: &Entry<T>| hash_segments(hasher, e.segments.iter().map(|s| &**s));
+        let rehash = |e: &Entry<T>| hash_segments(hasher, e.segments.iter().map(|s| s.as_bytes()));
         let found = self.table.find_mut(hash, |e| *e.segments == *segments);
         match found {
             Some(e) => e.value = value,
@@ -51,21 +52,21 @@ impl<T> ExactPaths<T> {
         }
     }
 
-    /// What is kept for the path whose segments `path` yields (it is called once to
-    /// hash them and, when an entry has that hash, once more to compare them).
+    /// What is kept for the path `segments`.
     #[inline]
-    pub(crate) fn get<'a, I>(&self, path: impl Fn() -> I) -> Option<&T>
-    where
-        I: Iterator<Item = &'a str>,
-    {
+    pub(crate) fn get(&self, segments: &[&[u8]]) -> Option<&T> {
         if self.table.is_empty() {
             return None;
         }
-        let hash = self.hash(path());
-        let e = self
-            .table
-            .find(hash, |e| path().eq(e.segments.iter().map(|s| &**s)))?;
-        Some(&e.value)
+        let hash = self.hash(segments.iter().copied());
+        let same = |e: &Entry<T>| {
+            e.segments.len() == segments.len()
+                && e.segments
+                    .iter()
+                    .zip(segments)
+                    .all(|(a, b)| a.as_bytes() == *b)
+        };
+        Some(&self.table.find(hash, same)?.value)
     }
 
     /// How many paths are kept.
@@ -74,7 +75,7 @@ impl<T> ExactPaths<T> {
         self.table.len()
     }
 
-    fn hash<'a>(&self, segments: impl Iterator<Item = &'a str>) -> u64 {
+    fn hash<'a>(&self, segments: impl Iterator<Item = &'a [u8]>) -> u64 {
         hash_segments(&self.hasher, segments)
     }
 }
@@ -82,13 +83,10 @@ impl<T> ExactPaths<T> {
 /// The hash of a sequence of segments: each one's bytes and a byte that no UTF-8 text
 /// holds, so that `a/bc` and `ab/c` hash differently.
 #[inline]
-fn hash_segments<'a>(
-    hasher: &DefaultHashBuilder,
-    segments: impl Iterator<Item = &'a str>,
-) -> u64 {
+fn hash_segments<'a>(hasher: &DefaultHashBuilder, segments: impl Iterator<Item = &'a [u8]>) -> u64 {
     let mut h = hasher.build_hasher();
     for s in segments {
-        h.write(s.as_bytes());
+        h.write(s);
         h.write_u8(0xff);
     }
     h.finish()
@@ -99,7 +97,14 @@ mod tests {
     use super::*;
 
     fn path(p: &str) -> Vec<Box<str>> {
-        p.split('/').filter(|s| !s.is_empty()).map(Into::into).collect()
+        p.split('/')
+            .filter(|s| !s.is_empty())
+            .map(Into::into)
+            .collect()
+    }
+
+    fn segments<'a>(s: &[&'a str]) -> Vec<&'a [u8]> {
+        s.iter().map(|s| s.as_bytes()).collect()
     }
 
     #[test]
@@ -108,13 +113,13 @@ mod tests {
         paths.insert(path("/a/b"), 1);
         paths.insert(path("/ab"), 2);
         paths.insert(vec![], 3);
-        assert_eq!(paths.get(|| ["a", "b"].into_iter()), Some(&1));
-        assert_eq!(paths.get(|| ["ab"].into_iter()), Some(&2));
-        assert_eq!(paths.get(|| [].into_iter()), Some(&3));
-        assert_eq!(paths.get(|| ["a"].into_iter()), None);
-        assert_eq!(paths.get(|| ["a", "b", "c"].into_iter()), None);
-        assert_eq!(paths.get(|| ["a", "b", ""].into_iter()), None);
-        assert_eq!(paths.get(|| ["a", "b"].into_iter().rev()), None);
+        assert_eq!(paths.get(&segments(&["a", "b"])), Some(&1));
+        assert_eq!(paths.get(&segments(&["ab"])), Some(&2));
+        assert_eq!(paths.get(&segments(&[])), Some(&3));
+        assert_eq!(paths.get(&segments(&["a"])), None);
+        assert_eq!(paths.get(&segments(&["a", "b", "c"])), None);
+        assert_eq!(paths.get(&segments(&["a", "b", ""])), None);
+        assert_eq!(paths.get(&segments(&["b", "a"])), None);
     }
 
     #[test]
@@ -123,9 +128,9 @@ mod tests {
         paths.insert(path("/x"), 1);
         paths.insert(path("/x"), 2);
         assert_eq!(paths.len(), 1);
-        assert_eq!(paths.get(|| ["x"].into_iter()), Some(&2));
+        assert_eq!(paths.get(&segments(&["x"])), Some(&2));
         paths.clear();
-        assert_eq!(paths.get(|| ["x"].into_iter()), None);
+        assert_eq!(paths.get(&segments(&["x"])), None);
         assert_eq!(paths.len(), 0);
     }
 
@@ -137,8 +142,10 @@ mod tests {
         }
         for i in 0..200 {
             let seg = format!("r{i}");
-            assert_eq!(paths.get(|| [seg.as_str(), "v"].into_iter()), Some(&i));
+            assert_eq!(paths.get(&segments(&[seg.as_str(), "v"])), Some(&i));
         }
-        assert_eq!(paths.get(|| ["r1v"].into_iter()), None);
+        assert_eq!(paths.get(&segments(&["r1v"])), None);
+        let not_utf8: [&[u8]; 2] = [b"r1\xff", b"v"];
+        assert_eq!(paths.get(&not_utf8), None);
     }
 }

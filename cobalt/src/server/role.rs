@@ -537,9 +537,16 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         let blocks = self.blocks;
         let (tree, proxying) = (&self.tree, self.proxying);
         let step = self.uploads.with(|uploads| {
-            intake(uploads, tree, proxying, now, peer, request, carried, |req, kept| {
-                session.slice(peer, req.block2(), kept, blocks)
-            })
+            intake(
+                uploads,
+                tree,
+                proxying,
+                now,
+                peer,
+                request,
+                carried,
+                |req, kept| session.slice(peer, req.block2(), kept, blocks),
+            )
         });
         let (request, block1, upload) = match step {
             Intake::Answer(msg) => {

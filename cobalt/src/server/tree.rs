@@ -10,7 +10,7 @@ use super::pattern::{self, InvalidRoute, RoutePattern, Segment};
 use super::request::BoxFuture;
 use super::request::{IntoResponse, Request, Response};
 use cobalt_proto::link_format::{self, Link};
-use cobalt_proto::message::{content_format, Code, Message};
+use cobalt_proto::message::{content_format, opt, Code, Message};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -308,11 +308,19 @@ impl ResourceTree {
         }
     }
 
-    /// The resource with exactly the static path `message` asks for, and the executor
-    /// it inherits: what [`ResourceTree::find`] finds for such a path, with one hash.
+    /// The resource with exactly the static path `message` asks for (of at most
+    /// [`EXACT_SEGMENTS`] segments), and the executor it inherits: what
+    /// [`ResourceTree::find`] finds for such a path, with one hash.
     #[inline]
     fn find_exact(&self, message: &Message) -> Option<(&Resource, Option<&Executor>)> {
-        let (resource, executor) = self.exact.get(|| message.options.uri_path())?;
+        let mut segments: [&[u8]; EXACT_SEGMENTS] = [&[]; EXACT_SEGMENTS];
+        let mut n = 0;
+        for segment in message.options.get_all(opt::URI_PATH) {
+            // A longer path is left to the walk.
+            *segments.get_mut(n)? = segment;
+            n += 1;
+        }
+        let (resource, executor) = self.exact.get(&segments[..n])?;
         Some((resource, executor.as_ref()))
     }
 
@@ -523,6 +531,10 @@ fn with_params(h: &BoxedChunkHandler, pattern: &Arc<RoutePattern>) -> BoxedChunk
         h(chunk)
     })
 }
+
+/// Uri-Path segments gathered on the stack to look a path up in the static paths'
+/// index; a request with more is matched by walking the tree.
+const EXACT_SEGMENTS: usize = 8;
 
 /// Uri-Path segments gathered on the stack to match routes with parameters; a longer
 /// path is gathered on the heap.

@@ -64,13 +64,17 @@ mod tests {
         let mut m = get();
         m.options.set(opt::PROXY_URI, &b"coap://example.org/x"[..]);
         assert_eq!(
-            refusal(&m, Carried::of(&m.options), false, false).unwrap().code,
+            refusal(&m, Carried::of(&m.options), false, false)
+                .unwrap()
+                .code,
             Code::PROXYING_NOT_SUPPORTED
         );
         let mut m = get();
         m.options.set(opt::PROXY_SCHEME, &b"coap"[..]);
         assert_eq!(
-            refusal(&m, Carried::of(&m.options), true, false).unwrap().code,
+            refusal(&m, Carried::of(&m.options), true, false)
+                .unwrap()
+                .code,
             Code::PROXYING_NOT_SUPPORTED
         );
         assert!(refusal(&get(), Carried::of(&get().options), false, false).is_none());
@@ -89,7 +93,12 @@ mod tests {
             let mut m = get();
             m.options
                 .set_uint(number, BlockValue::new(1, false, 7).unwrap().encode());
-            assert_eq!(refusal(&m, Carried::of(&m.options), false, true).unwrap().code, Code::BAD_REQUEST);
+            assert_eq!(
+                refusal(&m, Carried::of(&m.options), false, true)
+                    .unwrap()
+                    .code,
+                Code::BAD_REQUEST
+            );
             assert!(refusal(&m, Carried::of(&m.options), true, false).is_none());
             m.options
                 .set_uint(number, BlockValue::new(1, false, 6).unwrap().encode());
