@@ -4,8 +4,7 @@
 //! each level. Segments are compared as bytes (a request's need not be UTF-8 to be
 //! looked up; one that is not matches no route's).
 
-use hashbrown::{DefaultHashBuilder, HashTable};
-use std::hash::{BuildHasher, Hasher};
+use hashbrown::HashTable;
 
 /// One static path and what is kept for it.
 #[derive(Debug, Clone)]
@@ -15,17 +14,20 @@ struct Entry<T> {
 }
 
 /// A `T` for each static path (its segments, none for the root).
+///
+/// Only the routes put paths in; a request only looks one up. So the hash need not
+/// resist chosen inputs: paths that collide cost a comparison with each route among
+/// them, at worst with every static route, never more. It is made of each segment's
+/// length and first and last eight bytes.
 #[derive(Debug, Clone)]
 pub(crate) struct ExactPaths<T> {
     table: HashTable<Entry<T>>,
-    hasher: DefaultHashBuilder,
 }
 
 impl<T> Default for ExactPaths<T> {
     fn default() -> Self {
         ExactPaths {
             table: HashTable::new(),
-            hasher: DefaultHashBuilder::default(),
         }
     }
 }
@@ -38,9 +40,8 @@ impl<T> ExactPaths<T> {
 
     /// Keeps `value` for the path `segments`, replacing what was kept for it.
     pub(crate) fn insert(&mut self, segments: Vec<Box<str>>, value: T) {
-        let hash = self.hash(segments.iter().map(|s| s.as_bytes()));
-        let hasher = &self.hasher;
-        let rehash = |e: &Entry<T>| hash_segments(hasher, e.segments.iter().map(|s| s.as_bytes()));
+        let hash = hash_segments(segments.iter().map(|s| s.as_bytes()));
+        let rehash = |e: &Entry<T>| hash_segments(e.segments.iter().map(|s| s.as_bytes()));
         let found = self.table.find_mut(hash, |e| *e.segments == *segments);
         match found {
             Some(e) => e.value = value,
@@ -58,7 +59,7 @@ impl<T> ExactPaths<T> {
         if self.table.is_empty() {
             return None;
         }
-        let hash = self.hash(segments.iter().copied());
+        let hash = hash_segments(segments.iter().copied());
         let same = |e: &Entry<T>| {
             e.segments.len() == segments.len()
                 && e.segments
@@ -74,22 +75,35 @@ impl<T> ExactPaths<T> {
     pub(crate) fn len(&self) -> usize {
         self.table.len()
     }
-
-    fn hash<'a>(&self, segments: impl Iterator<Item = &'a [u8]>) -> u64 {
-        hash_segments(&self.hasher, segments)
-    }
 }
 
-/// The hash of a sequence of segments: each one's bytes and a byte that no UTF-8 text
-/// holds, so that `a/bc` and `ab/c` hash differently.
+/// The hash of a sequence of segments (see [`ExactPaths`]).
 #[inline]
-fn hash_segments<'a>(hasher: &DefaultHashBuilder, segments: impl Iterator<Item = &'a [u8]>) -> u64 {
-    let mut h = hasher.build_hasher();
+fn hash_segments<'a>(segments: impl Iterator<Item = &'a [u8]>) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h: u64 = 0;
     for s in segments {
-        h.write(s);
-        h.write_u8(0xff);
+        let (head, tail) = match s.len() {
+            0..=7 => {
+                let mut b = [0u8; 8];
+                b[..s.len()].copy_from_slice(s);
+                (u64::from_le_bytes(b), 0)
+            }
+            n => (first_eight(s), first_eight(&s[n - 8..])),
+        };
+        h = (h ^ head ^ tail.rotate_left(32) ^ s.len() as u64)
+            .wrapping_mul(K)
+            .rotate_left(29);
     }
-    h.finish()
+    h.wrapping_mul(K)
+}
+
+/// The first eight bytes of `s` (at least eight long) as a number.
+#[inline]
+fn first_eight(s: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&s[..8]);
+    u64::from_le_bytes(b)
 }
 
 #[cfg(test)]
@@ -132,6 +146,22 @@ mod tests {
         paths.clear();
         assert_eq!(paths.get(&segments(&["x"])), None);
         assert_eq!(paths.len(), 0);
+    }
+
+    #[test]
+    fn paths_whose_hashes_meet_stay_apart() {
+        // The same length, first and last eight bytes: the same hash.
+        let mut paths = ExactPaths::default();
+        let (a, b) = ("0123456789-a-abcdefgh", "0123456789-b-abcdefgh");
+        assert_eq!(
+            hash_segments(segments(&[a]).into_iter()),
+            hash_segments(segments(&[b]).into_iter())
+        );
+        paths.insert(vec![a.into()], 1);
+        paths.insert(vec![b.into()], 2);
+        assert_eq!(paths.get(&segments(&[a])), Some(&1));
+        assert_eq!(paths.get(&segments(&[b])), Some(&2));
+        assert_eq!(paths.get(&segments(&["0123456789-c-abcdefgh"])), None);
     }
 
     #[test]
