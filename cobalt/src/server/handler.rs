@@ -246,6 +246,11 @@ impl MethodRouter {
             .map(|(_, h)| h)
     }
 
+    /// The methods this resource has a streaming upload handler for.
+    pub(crate) fn streamed_methods(&self) -> impl Iterator<Item = Code> + '_ {
+        self.streams.iter().map(|(c, _)| *c)
+    }
+
     /// The handler for a method.
     pub fn handler(&self, method: Code) -> Option<&BoxedHandler> {
         self.handlers

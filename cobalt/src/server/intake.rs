@@ -4,6 +4,7 @@
 //! answered from the kept response, a block for a streaming upload handler is checked
 //! for order, and Block1 and Q-Block1 (RFC 9177) blocks are reassembled into the body.
 
+use super::carried::Carried;
 use super::handler::BoxedChunkHandler;
 use super::tree::ResourceTree;
 use super::validate::refusal;
@@ -60,8 +61,10 @@ pub(crate) enum Intake {
     },
 }
 
-/// Takes a request from `peer` in: `slice` cuts a Block2 block out of a kept answer;
-/// `proxying`: a layer handles proxy requests (see [`refusal`]).
+/// Takes a request from `peer` in, whose options are `carried`: `slice` cuts a Block2
+/// block out of a kept answer; `proxying`: a layer handles proxy requests (see
+/// [`refusal`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn intake(
     uploads: &mut Uploads,
     tree: &ResourceTree,
@@ -69,19 +72,24 @@ pub(crate) fn intake(
     now: Instant,
     peer: SocketAddr,
     mut request: Message,
+    carried: Carried,
     slice: impl FnOnce(&Message, Message) -> Message,
 ) -> Intake {
-    if let Some(refused) = refusal(&request, uploads.bert(), proxying) {
+    if let Some(refused) = refusal(&request, carried, uploads.bert(), proxying) {
         return Intake::Answer(refused.into_message());
     }
-    if let Some(block) = uploads.answer_for(now, peer, &request, slice) {
-        return Intake::Answer(block);
+    // Only a Block2 follow-up is answered from a kept answer.
+    if carried.may_have(opt::BLOCK2) {
+        if let Some(block) = uploads.answer_for(now, peer, &request, slice) {
+            return Intake::Answer(block);
+        }
     }
-    if let Some(value) = request.options.get_uint(Q_BLOCK1) {
+    if let Some(value) = carried.uint(&request.options, Q_BLOCK1) {
         return qblock1(uploads, now, peer, request, value);
     }
+    let block1 = carried.block(&request, opt::BLOCK1);
     if let Some((handler, executor)) = tree.stream_route(&request) {
-        let block = request.block1();
+        let block = block1;
         let offset = match block {
             Some(b) => match uploads.stream_block(now, peer, &request, b) {
                 Ok(offset) => offset,
@@ -99,7 +107,7 @@ pub(crate) fn intake(
             executor,
         });
     }
-    let Some(block) = request.block1() else {
+    let Some(block) = block1 else {
         return Intake::Handle {
             request,
             block1: None,
@@ -212,8 +220,14 @@ impl QBlock2Ask {
 /// its Q-Block2 options removed and the first value moved to Block2 (unless it has
 /// Block2 too), so that the handler sees it like a Block2 request; `max_szx` is the
 /// server's largest block size. `None` without Q-Block2.
-pub(crate) fn take_qblock2(request: &mut Message, max_szx: u8) -> Option<Box<QBlock2Ask>> {
-    let value = request.options.get_uint(Q_BLOCK2)?;
+/// `carried` tells the request's options, and learns of the Block2 put in.
+pub(crate) fn take_qblock2(
+    request: &mut Message,
+    carried: &mut Carried,
+    max_szx: u8,
+) -> Option<Box<QBlock2Ask>> {
+    let value = carried.uint(&request.options, Q_BLOCK2)?;
+    carried.add(opt::BLOCK2);
     Some(take_qblock2_asked(request, value, max_szx))
 }
 

@@ -18,6 +18,8 @@
 //! ```
 
 mod budget;
+mod carried;
+mod exact;
 mod executor;
 mod extensions;
 pub mod extract;

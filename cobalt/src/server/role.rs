@@ -8,6 +8,7 @@
 //! transports (block sizes, BERT, confirmable notifications and their ACKs) is the
 //! session's.
 
+use super::carried::Carried;
 use super::fanout::{FanOut, FanOutStats, Producer, Production, Subscriber};
 use super::handoff::run_handler;
 use super::intake::{
@@ -525,7 +526,8 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         request: Message,
     ) {
         self.tree.refresh();
-        let observe = request.options.observe();
+        let mut carried = Carried::of(&request.options);
+        let observe = carried.uint(&request.options, opt::OBSERVE);
         let registers = request.code == Code::GET && observe == Some(0);
         if !registers {
             // Another request with the token of an observation ends it (RFC 7641 §3.6);
@@ -535,9 +537,16 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         let blocks = self.blocks;
         let (tree, proxying) = (&self.tree, self.proxying);
         let step = self.uploads.with(|uploads| {
-            intake(uploads, tree, proxying, now, peer, request, |req, kept| {
-                session.slice(peer, req.block2(), kept, blocks)
-            })
+            intake(
+                uploads,
+                tree,
+                proxying,
+                now,
+                peer,
+                request,
+                carried,
+                |req, kept| session.slice(peer, req.block2(), kept, blocks),
+            )
         });
         let (request, block1, upload) = match step {
             Intake::Answer(msg) => {
@@ -559,7 +568,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
             } => (request, block1, upload),
         };
         let mut request = request;
-        let qblock2 = take_qblock2(&mut request, self.blocks.szx);
+        let qblock2 = take_qblock2(&mut request, &mut carried, self.blocks.szx);
         if let Some(ask) = qblock2.as_deref() {
             let kept = self
                 .qblock2
@@ -575,7 +584,7 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         let token = request.token.clone();
         let mut ctx = ReplyContext {
             peer,
-            block2: request.block2(),
+            block2: carried.block(&request, opt::BLOCK2),
             qblock2,
             block1,
             upload,

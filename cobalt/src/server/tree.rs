@@ -2,6 +2,7 @@
 //! `/.well-known/core` listing generated from it.
 
 use super::budget::Budgets;
+use super::exact::ExactPaths;
 use super::executor::Executor;
 use super::handler::{BoxedChunkHandler, MethodRouter, UploadChunk};
 use super::observe::Observable;
@@ -9,7 +10,7 @@ use super::pattern::{self, InvalidRoute, RoutePattern, Segment};
 use super::request::BoxFuture;
 use super::request::{IntoResponse, Request, Response};
 use cobalt_proto::link_format::{self, Link};
-use cobalt_proto::message::{content_format, Code, Message};
+use cobalt_proto::message::{content_format, opt, Code, Message};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -166,6 +167,12 @@ pub struct ResourceTree {
     /// Whether any route has a parameter or wildcard (otherwise a request that the
     /// static walk does not match goes straight to the fallback or 4.04).
     patterns: bool,
+    /// The resources with a static path and the executor each inherits, by path: a
+    /// request for exactly such a path (the best match there is) skips the walk.
+    exact: ExactPaths<(Resource, Option<Executor>)>,
+    /// The methods (bit `code`) that some resource has a streaming upload handler
+    /// for: a request with another method has no streaming route to look for.
+    streamed: u32,
     links: Vec<Link>,
     /// What the peers of a server that serves this tree hold, over all its shards and
     /// listeners.
@@ -253,6 +260,7 @@ impl ResourceTree {
     pub fn set_executor(&mut self, path: &str, executor: Executor) {
         let segments = pattern::parse(path).unwrap_or_else(|e| panic!("{e}"));
         self.node_mut(&segments).executor = Some(executor);
+        self.reindex();
     }
 
     fn node_mut(&mut self, segments: &[Segment<'_>]) -> &mut Node {
@@ -300,6 +308,29 @@ impl ResourceTree {
         }
     }
 
+    /// The resource with exactly the static path `message` asks for (of at most
+    /// [`EXACT_SEGMENTS`] segments), and the executor it inherits: what
+    /// [`ResourceTree::find`] finds for such a path, with one hash.
+    #[inline]
+    fn find_exact(&self, message: &Message) -> Option<(&Resource, Option<&Executor>)> {
+        let mut segments: [&[u8]; EXACT_SEGMENTS] = [&[]; EXACT_SEGMENTS];
+        let mut n = 0;
+        for segment in message.options.get_all(opt::URI_PATH) {
+            // A longer path is left to the walk.
+            *segments.get_mut(n)? = segment;
+            n += 1;
+        }
+        let (resource, executor) = self.exact.get(&segments[..n])?;
+        Some((resource, executor.as_ref()))
+    }
+
+    /// The resource at the path of `message` (best match), without the fallback.
+    #[inline]
+    fn find_message(&self, message: &Message) -> Option<(&Resource, Option<&Executor>)> {
+        self.find_exact(message)
+            .or_else(|| self.find(message.options.uri_path()))
+    }
+
     /// The best route with parameters or a wildcard for `segments`.
     fn find_pattern(&self, segments: &[&str]) -> Option<(&Resource, Option<&Executor>)> {
         if !self.patterns {
@@ -330,14 +361,21 @@ impl ResourceTree {
         &self.links
     }
 
-    /// Recomputes what follows from the routes: the discovery links and whether any
-    /// route has parameters.
+    /// Recomputes what follows from the routes: the discovery links, whether any
+    /// route has parameters, the static paths' index and the streamed methods.
     fn reindex(&mut self) {
         self.links = self.collect_links();
         let patterns = self
             .nodes()
             .any(|(_, n)| n.param.is_some() || n.wildcard.is_some());
         self.patterns = patterns;
+        self.exact.clear();
+        index_static(&self.root, &mut Vec::new(), None, &mut self.exact);
+        let resources = self.nodes().filter_map(|(_, n)| n.resource.as_ref());
+        self.streamed = resources
+            .chain(&self.fallback)
+            .flat_map(|r| r.router.streamed_methods())
+            .fold(0, |mask, code| mask | method_bit(code));
     }
 
     /// Every node with the path that reaches it, `None` below a parameter or wildcard.
@@ -392,7 +430,10 @@ impl ResourceTree {
     /// handler is wrapped to give each block's request the route's parameters.
     #[inline]
     pub(crate) fn stream_route(&self, req: &Message) -> Option<(BoxedChunkHandler, Executor)> {
-        let (resource, executor) = match self.find(req.options.uri_path()) {
+        if self.streamed & method_bit(req.code) == 0 {
+            return None;
+        }
+        let (resource, executor) = match self.find_message(req) {
             Some(found) => found,
             None => self.lookup_slow(req)?,
         };
@@ -414,7 +455,7 @@ impl ResourceTree {
     /// when the request is a GET to an observable resource. (An access log is a layer:
     /// [`AccessLog`](super::layers::AccessLog).)
     pub(crate) fn route(&self, mut req: Request) -> Result<Routed, Response> {
-        let found = match self.find(req.options().uri_path()) {
+        let found = match self.find_message(req.message()) {
             Some(found) if found.0.pattern.is_none() => found,
             // A static route may take the discovery path; a pattern may not.
             _ if is_well_known_core(req.options().uri_path()) => {
@@ -456,6 +497,31 @@ impl ResourceTree {
     }
 }
 
+/// Puts every resource at or below `node` (reached by the static `path`, inheriting
+/// `executor`) whose path is static into `exact`.
+fn index_static(
+    node: &Node,
+    path: &mut Vec<Box<str>>,
+    executor: Option<&Executor>,
+    exact: &mut ExactPaths<(Resource, Option<Executor>)>,
+) {
+    let executor = node.executor.as_ref().or(executor);
+    if let Some(r) = &node.resource {
+        exact.insert(path.clone(), (r.clone(), executor.cloned()));
+    }
+    for (seg, child) in &node.children {
+        path.push(seg.as_str().into());
+        index_static(child, path, executor, exact);
+        path.pop();
+    }
+}
+
+/// The bit of a method code in [`ResourceTree::streamed`] (codes above 31 share the
+/// top bit: only ever a reason to look).
+fn method_bit(code: Code) -> u32 {
+    1 << code.0.min(31)
+}
+
 /// `h`, giving each block's request the parameters of the route `pattern`.
 #[cold]
 fn with_params(h: &BoxedChunkHandler, pattern: &Arc<RoutePattern>) -> BoxedChunkHandler {
@@ -465,6 +531,10 @@ fn with_params(h: &BoxedChunkHandler, pattern: &Arc<RoutePattern>) -> BoxedChunk
         h(chunk)
     })
 }
+
+/// Uri-Path segments gathered on the stack to look a path up in the static paths'
+/// index; a request with more is matched by walking the tree.
+const EXACT_SEGMENTS: usize = 8;
 
 /// Uri-Path segments gathered on the stack to match routes with parameters; a longer
 /// path is gathered on the heap.

@@ -216,3 +216,50 @@ fn long_paths_match_patterns_past_the_inline_segments() {
         format!("deep rest={}", segments.join("/"))
     );
 }
+
+#[test]
+fn static_paths_follow_edits_and_executors_set_after_them() {
+    let mut tree = ResourceTree::new();
+    tree.insert("/a/b", named("first"));
+    tree.insert("/a/{x}", named("param"));
+    tree.set_executor("/a", Executor::blocking(3).unwrap());
+    let executor = |tree: &ResourceTree, path| {
+        let routed = tree.route(request(Code::GET, path)).ok().unwrap();
+        format!("{:?}", routed.executor)
+    };
+    assert_eq!(executor(&tree, "/a/b"), "Threads(3)");
+    tree.insert("/a/b", named("second"));
+    assert_eq!(text(&tree, "/a/b"), "second ");
+    tree.remove("/a/b");
+    assert_eq!(text(&tree, "/a/b"), "param x=b");
+    tree.remove("/a/{x}");
+    assert_eq!(answer(&tree, Code::GET, "/a/b").code, Code::NOT_FOUND);
+}
+
+#[test]
+fn static_paths_longer_than_the_index_takes_are_found_by_the_walk() {
+    let mut tree = ResourceTree::new();
+    let segments: Vec<String> = (0..EXACT_SEGMENTS + 3).map(|i| i.to_string()).collect();
+    let path = format!("/{}", segments.join("/"));
+    tree.insert(&path, named("long"));
+    tree.insert("/", named("root"));
+    assert_eq!(text(&tree, &path), "long ");
+    assert_eq!(text(&tree, "/"), "root ");
+}
+
+#[test]
+fn only_a_streamed_method_looks_for_a_streaming_route() {
+    let mut tree = ResourceTree::new();
+    let upload = get(|| async { "whole" })
+        .stream_upload(Code::PUT, |_: UploadChunk| async move { "streamed" });
+    tree.insert("/up", upload);
+    let mut m = Message::new(MessageType::Confirmable, Code::PUT, 1);
+    m.options.set_uri_path("/up");
+    assert!(tree.stream_route(&m).is_some());
+    m.code = Code::GET;
+    assert!(tree.stream_route(&m).is_none());
+    assert_eq!(text(&tree, "/up"), "whole");
+    tree.remove("/up");
+    m.code = Code::PUT;
+    assert!(tree.stream_route(&m).is_none());
+}
