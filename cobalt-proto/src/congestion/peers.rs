@@ -145,6 +145,9 @@ impl PeerTable {
         let lifetime = self.lifetime;
         self.peers
             .retain(|_, e| e.in_flight > 0 || e.held() > 0 || now < e.last_used + lifetime);
+        // The room a crowd of peers left (e.g. 10,000 devices a mashup stopped
+        // observing) comes back with them.
+        crate::tables::shrink_when_sparse(&mut self.peers);
     }
 
     /// The peer's entry, created if there is room; `None` at the bound.
@@ -431,6 +434,28 @@ mod tests {
             "{}",
             std::mem::size_of::<Entry>()
         );
+    }
+
+    /// The room of a crowd of peers comes back when their state expires, and FASOR's
+    /// state of each is small.
+    #[test]
+    fn expired_peers_give_the_table_room_back() {
+        let t0 = Instant::now();
+        let mut t = table(Algorithm::Fasor, 10_000);
+        for i in 0..5_000 {
+            let a = t.begin(t0, peer(i), &mut Low);
+            t.answered(t0 + ms(100), peer(i), &a);
+        }
+        assert!(t.peers.capacity() >= 5_000);
+        t.expire(t0 + ms(100) + MIN_LIFETIME);
+        assert!(t.is_empty());
+        assert!(
+            t.peers.capacity() <= crate::tables::KEEP,
+            "{}",
+            t.peers.capacity()
+        );
+        let fasor = std::mem::size_of::<super::super::fasor::Fasor>();
+        assert!(fasor <= 88, "FASOR's state per peer grew to {fasor} bytes");
     }
 
     #[test]
