@@ -378,7 +378,7 @@ impl Peer {
     fn take_mid(&mut self, used: u32) -> u16 {
         let mid = self.next_mid;
         self.next_mid = mid.wrapping_add(1);
-        if mid % MID_BLOCK_LEN == 0 && self.mid_block_used != 0 {
+        if mid.is_multiple_of(MID_BLOCK_LEN) && self.mid_block_used != 0 {
             let left = mid_block(mid.wrapping_sub(1));
             self.rare.get_or_insert_with(Box::default).mid_blocks[left] = self.mid_block_used;
         }
@@ -389,7 +389,7 @@ impl Peer {
     /// When a message ID of the block that its next ID begins was last used, if that
     /// ID begins a block left behind before (0 otherwise).
     fn next_block_last_used(&self) -> u32 {
-        if self.next_mid % MID_BLOCK_LEN != 0 {
+        if !self.next_mid.is_multiple_of(MID_BLOCK_LEN) {
             return 0;
         }
         self.rare
