@@ -18,7 +18,10 @@
 # it observes all N and has a reading from each, two of its report lines D seconds
 # apart give the rate and, with its CPU time (/proc/PID/stat) read as each line
 # arrives, the CPU per notification. Memory per observation is the mashup's RSS growth
-# from its first report (nothing observed) to the end of the window, over N; memory
+# from its first report (written before it follows anything) to the end of the
+# window, over N. The mashup writes the time, its CPU time and RSS into each line;
+# the stamps taken on reading a line are only the fallback for a mashup that does
+# not (read late, they once made a baseline from a half-grown process); memory
 # per device is the fleet's RSS over N (runtime included).
 # The three processes share this machine's CPUs (no pinning: the mashup and the fleet
 # both need a core). Results: bench/results/mashup-<date>.md.
@@ -63,6 +66,11 @@ for line in open(path):
         continue
     t, cpu, rss, text = float(parts[0]), float(parts[1]), int(parts[2] or 0), parts[3]
     m = re.search(r'"count":(\d+).* observing (\d+) notifications (\d+)', text)
+    # The time, CPU and RSS the mashup wrote into the line, where it did: those of
+    # the moment it wrote it (the reader's stamps come later, by however late it read).
+    own = re.search(r' at ([\d.]+) cpu_s ([\d.]+) rss_kb (\d+)', text)
+    if own:
+        t, cpu, rss = float(own.group(1)), float(own.group(2)), int(own.group(3))
     if m:
         samples.append((t, cpu, rss, int(m.group(1)), int(m.group(2)), int(m.group(3))))
 if not samples:

@@ -59,6 +59,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("serving coap://{listen}/aggregate; following rt=temperature at {rd}");
 
+    // The report line, first once before anything is observed (the baseline of a
+    // benchmark's memory per observation), then every few seconds until Ctrl-C. Each
+    // carries when it was written and the process's CPU time and memory then, so that
+    // a reader late to read it still gets the numbers of that moment.
+    let report_line = || {
+        println!(
+            "{} observing {} notifications {}{}",
+            mashup.aggregate().to_json(),
+            mashup.observed(),
+            mashup.notifications(),
+            process_usage()
+        )
+    };
+    report_line();
+
     // Look up now and every `relookup_every`: devices that appeared are observed
     // (up to the bound; the rest are counted as unobserved), devices that vanished
     // from the directory leave the aggregate, observations that ended start again.
@@ -75,23 +90,45 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         None => tokio::spawn(mashup.clone().run()),
     };
-
-    // Until Ctrl-C, say what the aggregate is every few seconds.
     let mut report = tokio::time::interval(Duration::from_secs(5));
     loop {
         tokio::select! {
-            _ = report.tick() => {
-                println!(
-                    "{} observing {} notifications {}",
-                    mashup.aggregate().to_json(),
-                    mashup.observed(),
-                    mashup.notifications()
-                );
-            }
+            _ = report.tick() => report_line(),
             _ = tokio::signal::ctrl_c() => break,
         }
     }
     follower.abort();
     server.shutdown(Duration::from_secs(1)).await;
     Ok(())
+}
+
+/// " at UNIX_SECONDS cpu_s SECONDS rss_kb KIB": this process's CPU time (user and
+/// system) and resident memory now, from Linux's /proc (empty elsewhere).
+fn process_usage() -> String {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    // After the command name in parentheses: state is field 3, utime 14, stime 15, in
+    // clock ticks of 1/100 s.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let rss_kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok());
+    match (ticks(11), ticks(12), rss_kb) {
+        (Some(user), Some(system), Some(rss)) => {
+            format!(
+                " at {at:.3} cpu_s {:.2} rss_kb {rss}",
+                (user + system) as f64 / 100.0
+            )
+        }
+        _ => String::new(),
+    }
 }

@@ -75,8 +75,8 @@ pub struct Fasor {
     state: State,
     /// FASOR-K: the backed-off timer that ended the last exchange with retransmissions.
     retained: Option<Duration>,
+    /// FASOR-K (capped at `MAX_RTO_KARN`) rather than FASOR (`MAX_RTO`).
     karn: bool,
-    cap: Duration,
 }
 
 impl Fasor {
@@ -88,7 +88,6 @@ impl Fasor {
             state: State::Fast,
             retained: None,
             karn: false,
-            cap: MAX_RTO,
         }
     }
 
@@ -97,7 +96,6 @@ impl Fasor {
     pub fn with_retention(params: Params) -> Fasor {
         Fasor {
             karn: true,
-            cap: MAX_RTO_KARN,
             ..Fasor::new(params)
         }
     }
@@ -116,6 +114,16 @@ impl Fasor {
     pub fn slow_rto(&self) -> Duration {
         self.slow_rto
     }
+
+    /// The upper bound on every timer (a function of the variant, not a field: the
+    /// state of each of thousands of peers stays small).
+    fn cap(&self) -> Duration {
+        if self.karn {
+            MAX_RTO_KARN
+        } else {
+            MAX_RTO
+        }
+    }
 }
 
 impl Controller for Fasor {
@@ -130,21 +138,21 @@ impl Controller for Fasor {
         } else {
             0.0
         };
-        let fast = (self.fast.rto + Duration::from_secs_f64(extra)).min(self.cap);
+        let fast = (self.fast.rto + Duration::from_secs_f64(extra)).min(self.cap());
         match (self.state, self.retained) {
             (State::Fast | State::FastSlowFast, _) => Attempt::new(now, fast, fast, 1.0),
             // FASOR-K: the retained backed-off timer, and backing off from it.
             (State::SlowFast, Some(k)) if self.karn => {
-                let k = k.min(self.cap);
+                let k = k.min(self.cap());
                 Attempt::new(now, k, k, 1.0)
             }
-            (State::SlowFast, _) => Attempt::new(now, self.slow_rto.min(self.cap), fast, 1.0),
+            (State::SlowFast, _) => Attempt::new(now, self.slow_rto.min(self.cap()), fast, 1.0),
         }
     }
 
     fn next_timeout(&mut self, _now: Instant, attempt: &mut Attempt) {
         attempt.retransmissions += 1;
-        let cap = self.cap;
+        let cap = self.cap();
         attempt.timeout = match (self.state, attempt.retransmissions, self.karn) {
             // The probe at FastRTO failed: congestion is likely; FASOR-K continues
             // from the retained backed-off timer, FASOR waits SlowRTO once.
@@ -167,7 +175,7 @@ impl Controller for Fasor {
         let sample = attempt.elapsed(now);
         if attempt.retransmissions == 0 {
             self.fast.sample(sample, 1.0 / 8.0);
-            self.fast.rto = self.fast.rto.min(self.cap);
+            self.fast.rto = self.fast.rto.min(self.cap());
             self.state = State::Fast;
             self.retained = None;
         } else {

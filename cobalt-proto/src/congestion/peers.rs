@@ -4,7 +4,8 @@
 //! `max_peers`. At the bound, a new peer's exchanges run on a fresh controller that is
 //! not kept (the algorithm's initial behaviour, as for a peer never seen), so a flood
 //! of addresses can neither grow memory nor evict the state of peers already known.
-//! State unused for `lifetime` (at least 255 s, draft-ietf-core-cocoa-03 §4.3) and not
+//! State unused for `lifetime` (at least 255 s, draft-ietf-core-cocoa-03 §4.3; its last
+//! use is kept to the second, rounded up, so up to a second longer) and not
 //! in use by an exchange is dropped by [`PeerTable::expire`], and treated as gone if
 //! found before a sweep.
 
@@ -53,8 +54,11 @@ pub enum Hold {
 struct Entry {
     ctl: Box<dyn Controller>,
     /// Confirmable messages to this peer awaiting an answer.
-    in_flight: usize,
-    last_used: Instant,
+    in_flight: u32,
+    /// When it was last used, in whole seconds after the table's epoch, rounded up
+    /// (so it lives at most a second longer than its lifetime, never less): a client
+    /// may keep state for thousands of peers, and an `Instant` takes 16 bytes.
+    last_used: u32,
     /// The pacing of messages outside exchanges (NON notifications), made with the
     /// first one: a peer that is only ever a client's server (e.g. each of the
     /// thousands of devices a mashup observes) never needs it.
@@ -90,6 +94,8 @@ pub struct PeerTable {
     max_peers: usize,
     lifetime: Duration,
     peers: HashMap<SocketAddr, Entry>,
+    /// What entries' `last_used` counts from: the first use of the table.
+    epoch: Option<Instant>,
     held_bytes: usize,
     /// When a full table was last swept for expired entries (at most once per second).
     last_full_sweep: Option<Instant>,
@@ -111,6 +117,7 @@ impl PeerTable {
             max_peers,
             lifetime: lifetime.max(MIN_LIFETIME),
             peers: HashMap::new(),
+            epoch: None,
             held_bytes: 0,
             last_full_sweep: None,
             stats: CongestionStats::default(),
@@ -120,8 +127,12 @@ impl PeerTable {
     /// Uses `factory` for peers from now on and forgets what was learnt so far.
     pub fn set_factory(&mut self, factory: SharedFactory) {
         self.factory = factory;
+        let epoch = self.epoch;
         for e in self.peers.values_mut() {
-            e.ctl = self.factory.build(self.params, e.last_used);
+            let last_used = epoch.map(|t| t + Duration::from_secs(u64::from(e.last_used)));
+            if let Some(last_used) = last_used {
+                e.ctl = self.factory.build(self.params, last_used);
+            }
         }
     }
 
@@ -140,20 +151,38 @@ impl PeerTable {
         self.stats
     }
 
+    /// `now` as an entry's `last_used`: whole seconds after the epoch (set by the
+    /// first call), rounded up.
+    fn secs(&mut self, now: Instant) -> u32 {
+        let epoch = *self.epoch.get_or_insert(now);
+        let d = now.saturating_duration_since(epoch);
+        let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+        u32::try_from(secs).unwrap_or(u32::MAX)
+    }
+
+    /// Whether entry `e` is unused for the lifetime at `now`, and not in use.
+    fn stale(&self, e: &Entry, now: Instant) -> bool {
+        let last_used = self
+            .epoch
+            .map_or(now, |t| t + Duration::from_secs(u64::from(e.last_used)));
+        e.in_flight == 0 && e.held() == 0 && now >= last_used + self.lifetime
+    }
+
     /// Drops every entry unused for the lifetime and not in use.
     pub fn expire(&mut self, now: Instant) {
-        let lifetime = self.lifetime;
-        self.peers
-            .retain(|_, e| e.in_flight > 0 || e.held() > 0 || now < e.last_used + lifetime);
+        let (epoch, lifetime) = (self.epoch, self.lifetime);
+        self.peers.retain(|_, e| {
+            let last_used = epoch.map_or(now, |t| t + Duration::from_secs(u64::from(e.last_used)));
+            e.in_flight > 0 || e.held() > 0 || now < last_used + lifetime
+        });
+        // The room a crowd of peers left (e.g. 10,000 devices a mashup stopped
+        // observing) comes back with them.
+        crate::tables::shrink_when_sparse(&mut self.peers);
     }
 
     /// The peer's entry, created if there is room; `None` at the bound.
     fn entry(&mut self, now: Instant, peer: SocketAddr) -> Option<&mut Entry> {
-        let lifetime = self.lifetime;
-        let stale = self
-            .peers
-            .get(&peer)
-            .is_some_and(|e| e.in_flight == 0 && e.held() == 0 && now >= e.last_used + lifetime);
+        let stale = self.peers.get(&peer).is_some_and(|e| self.stale(e, now));
         if stale {
             self.peers.remove(&peer);
         }
@@ -170,14 +199,15 @@ impl PeerTable {
                 return None;
             }
         }
+        let used = self.secs(now);
         let (factory, params) = (&self.factory, self.params);
         let e = self.peers.entry(peer).or_insert_with(|| Entry {
             ctl: factory.build(params, now),
             in_flight: 0,
-            last_used: now,
+            last_used: used,
             non: None,
         });
-        e.last_used = now;
+        e.last_used = used;
         Some(e)
     }
 
@@ -186,7 +216,7 @@ impl PeerTable {
         &mut self,
         now: Instant,
         peer: SocketAddr,
-        f: impl FnOnce(&mut dyn Controller, &mut usize) -> R,
+        f: impl FnOnce(&mut dyn Controller, &mut u32) -> R,
     ) -> R {
         match self.entry(now, peer) {
             Some(e) => f(e.ctl.as_mut(), &mut e.in_flight),
@@ -201,7 +231,7 @@ impl PeerTable {
     /// A confirmable message leaves for `peer` for the first time: its timing.
     pub fn begin(&mut self, now: Instant, peer: SocketAddr, rng: &mut dyn RngCore) -> Attempt {
         let mut a = self.with_controller(now, peer, |ctl, in_flight| {
-            let a = ctl.first_timeout(now, *in_flight, rng);
+            let a = ctl.first_timeout(now, *in_flight as usize, rng);
             *in_flight += 1;
             a
         });
@@ -339,6 +369,7 @@ impl PeerTable {
         now: Instant,
         peer: SocketAddr,
     ) -> (Option<Vec<u8>>, Option<Instant>) {
+        let used = self.secs(now);
         let Some(entry) = self.peers.get_mut(&peer) else {
             return (None, None);
         };
@@ -356,7 +387,7 @@ impl PeerTable {
             {
                 let (_, bytes) = e.held.pop_front().expect("front exists");
                 e.pacer.record(now, false);
-                entry.last_used = now;
+                entry.last_used = used;
                 self.held_bytes -= bytes.len();
                 out = Some(bytes);
             }
@@ -427,10 +458,38 @@ mod tests {
         t.non_record(t0 + ms(200), peer(1), true);
         assert!(t.peers[&peer(1)].non.is_some());
         assert!(
-            std::mem::size_of::<Entry>() <= 48,
+            std::mem::size_of::<Entry>() <= 32,
             "{}",
             std::mem::size_of::<Entry>()
         );
+    }
+
+    /// The room of a crowd of peers comes back when their state expires, and FASOR's
+    /// state of each is small.
+    #[test]
+    fn expired_peers_give_the_table_room_back() {
+        let t0 = Instant::now();
+        let mut t = table(Algorithm::Fasor, 10_000);
+        for i in 0..5_000 {
+            let a = t.begin(t0, peer(i), &mut Low);
+            t.answered(t0 + ms(100), peer(i), &a);
+        }
+        assert!(t.peers.capacity() >= 5_000);
+        t.expire(t0 + ms(100) + MIN_LIFETIME);
+        assert_eq!(
+            t.len(),
+            5_000,
+            "kept to the second after the last use, rounded up"
+        );
+        t.expire(t0 + ms(1000) + MIN_LIFETIME);
+        assert!(t.is_empty());
+        assert!(
+            t.peers.capacity() <= crate::tables::KEEP,
+            "{}",
+            t.peers.capacity()
+        );
+        let fasor = std::mem::size_of::<super::super::fasor::Fasor>();
+        assert!(fasor <= 88, "FASOR's state per peer grew to {fasor} bytes");
     }
 
     #[test]
@@ -450,8 +509,9 @@ mod tests {
         assert_eq!(t.len(), 4);
         assert_eq!(t.rto(t0, peer(1)), learnt);
         assert!(t.stats().overflow >= 996);
-        // Once the flood's entries expire they make room again.
-        let later = t0 + ms(200) + MIN_LIFETIME;
+        // Once the flood's entries expire they make room again (their last use is
+        // kept to the second, rounded up).
+        let later = t0 + ms(1000) + MIN_LIFETIME;
         t.begin(later, peer(2000), &mut Low);
         assert!(t.rto(later, peer(2000)).is_some());
     }

@@ -61,12 +61,12 @@ impl Endpoint {
         // Nothing waits before it: it goes now, and the queue (an allocation) is
         // never made for a peer that gets one request at a time, such as each of the
         // servers a client observes.
-        let free = p.queue.is_empty() && p.outstanding < nstart;
+        let free = p.queue_is_empty() && (p.outstanding as usize) < nstart;
         if free && self.mid_blocked_until(now, peer).is_none() {
             self.start_request(now, peer, id);
         } else {
             if let Some(p) = self.peers.get_mut(&peer) {
-                p.queue.push_back(id);
+                p.queue_mut().push_back(id);
             }
             self.pump_peer(now, peer);
         }
@@ -94,7 +94,7 @@ impl Endpoint {
             self.finish_pending(now, ex.peer, ex.mid, false);
         }
         if let Some(p) = self.peers.get_mut(&ex.peer) {
-            p.queue.retain(|q| *q != id);
+            p.unqueue(id);
         }
         if ex.counted {
             self.release_outstanding(now, ex.peer);
@@ -116,10 +116,10 @@ impl Endpoint {
             let Some(p) = self.peers.get_mut(&peer) else {
                 return;
             };
-            if p.outstanding >= self.config.nstart {
+            if p.outstanding as usize >= self.config.nstart {
                 return;
             }
-            if p.queue.is_empty() {
+            if p.queue_is_empty() {
                 return;
             }
             if let Some(at) = self.mid_blocked_until(now, peer) {
@@ -131,7 +131,7 @@ impl Endpoint {
             let Some(p) = self.peers.get_mut(&peer) else {
                 return;
             };
-            let Some(id) = p.queue.pop_front() else {
+            let Some(id) = p.dequeue() else {
                 return;
             };
             self.start_request(now, peer, id);

@@ -313,25 +313,94 @@ pub struct StateCounts {
 
 /// Everything the endpoint keeps about one peer (IP address and port), found with one
 /// lookup per datagram: its message IDs, its requests in progress (for deduplication
-/// and admission) and whether the dedup store holds messages of it.
+/// and admission) and whether the dedup store holds messages of it. What only some
+/// peers need (a queue of requests beyond NSTART, message IDs used in more than one
+/// block) is in [`PeerRare`], made on first use: a client observing thousands of
+/// servers sends each one request, and keeps one small entry per server.
 #[derive(Debug)]
 struct Peer {
-    next_mid: u16,
-    outstanding: usize,
-    queue: VecDeque<RequestId>,
-    last_used: Instant,
     /// Its requests being handled, by message ID, with their exchange: a duplicate
     /// meanwhile is recognised (RFC 7252 §4.5), and their number is what its admission
     /// bound counts ([`EndpointConfig::max_exchanges_per_peer`]). An answer waiting for
     /// the peer's address to be verified keeps its request here until it is sent.
     in_progress: SmallVec<[(u16, u64); 2]>,
+    last_used: Instant,
+    /// Client requests to it sent and not yet answered (at most NSTART).
+    outstanding: u32,
+    /// When a message ID of the block of the last one given out was last used (whole
+    /// seconds since the endpoint's epoch, rounded up; 0 = none given out yet).
+    mid_block_used: u32,
+    next_mid: u16,
     /// Whether the dedup store may hold handled messages of this peer; until one is
     /// stored, a request needs no look into the store.
     stored: bool,
-    /// For each block of 4096 message IDs, when one of them was last used (whole
-    /// seconds since the endpoint's epoch, rounded up; 0 = never): a MID may not be used
-    /// again within EXCHANGE_LIFETIME (RFC 7252 §4.4).
+    rare: Option<Box<PeerRare>>,
+}
+
+/// What only some peers need, kept apart from [`Peer`] so that the many that do not
+/// need it pay one pointer.
+#[derive(Debug, Default)]
+struct PeerRare {
+    /// Requests waiting for a place among the NSTART outstanding ones.
+    queue: VecDeque<RequestId>,
+    /// For each block of 4096 message IDs left behind, when one of them was last
+    /// used (as `Peer::mid_block_used`): a MID may not be used again within
+    /// EXCHANGE_LIFETIME (RFC 7252 §4.4).
     mid_blocks: [u32; MID_BLOCKS],
+}
+
+impl Peer {
+    /// True when no request waits in its NSTART queue.
+    fn queue_is_empty(&self) -> bool {
+        self.rare.as_ref().is_none_or(|r| r.queue.is_empty())
+    }
+
+    /// Its NSTART queue, made on first use.
+    fn queue_mut(&mut self) -> &mut VecDeque<RequestId> {
+        &mut self.rare.get_or_insert_with(Box::default).queue
+    }
+
+    /// Takes the first request of its NSTART queue.
+    fn dequeue(&mut self) -> Option<RequestId> {
+        self.rare.as_mut()?.queue.pop_front()
+    }
+
+    /// Removes `id` from its NSTART queue.
+    fn unqueue(&mut self, id: RequestId) {
+        if let Some(r) = self.rare.as_mut() {
+            r.queue.retain(|q| *q != id);
+        }
+    }
+
+    /// Gives out its next message ID, used at `used` (epoch seconds, as
+    /// `mid_block_used`); entering a new block of IDs files the last use of the block
+    /// left behind.
+    fn take_mid(&mut self, used: u32) -> u16 {
+        let mid = self.next_mid;
+        self.next_mid = mid.wrapping_add(1);
+        if mid.is_multiple_of(MID_BLOCK_LEN) && self.mid_block_used != 0 {
+            let left = mid_block(mid.wrapping_sub(1));
+            self.rare.get_or_insert_with(Box::default).mid_blocks[left] = self.mid_block_used;
+        }
+        self.mid_block_used = used;
+        mid
+    }
+
+    /// When a message ID of the block that its next ID begins was last used, if that
+    /// ID begins a block left behind before (0 otherwise).
+    fn next_block_last_used(&self) -> u32 {
+        if !self.next_mid.is_multiple_of(MID_BLOCK_LEN) {
+            return 0;
+        }
+        self.rare
+            .as_ref()
+            .map_or(0, |r| r.mid_blocks[mid_block(self.next_mid)])
+    }
+}
+
+/// The block of message IDs `mid` is in.
+fn mid_block(mid: u16) -> usize {
+    usize::from(mid / MID_BLOCK_LEN)
 }
 
 /// `peer`'s entry in `peers`, made if it has none (its first message ID drawn from
@@ -344,13 +413,13 @@ fn peer_entry<'a>(
     peer: SocketAddr,
 ) -> &'a mut Peer {
     let p = peers.entry(peer).or_insert_with(|| Peer {
-        next_mid: rng.random(),
-        outstanding: 0,
-        queue: VecDeque::new(),
-        last_used: now,
         in_progress: SmallVec::new(),
+        last_used: now,
+        outstanding: 0,
+        mid_block_used: 0,
+        next_mid: rng.random(),
         stored: false,
-        mid_blocks: [0; MID_BLOCKS],
+        rare: None,
     });
     p.last_used = now;
     p
@@ -363,8 +432,10 @@ fn take_id(counter: &mut u64) -> u64 {
     id
 }
 
-/// Message IDs are tracked in this many blocks of `65536 / MID_BLOCKS`.
+/// Message IDs are tracked in this many blocks of `MID_BLOCK_LEN`.
 const MID_BLOCKS: usize = 16;
+/// Message IDs in one block.
+const MID_BLOCK_LEN: u16 = (65536 / MID_BLOCKS) as u16;
 
 #[derive(Debug)]
 struct ServerExchange {
@@ -701,11 +772,7 @@ impl Endpoint {
 
     fn alloc_mid(&mut self, now: Instant, peer: SocketAddr) -> u16 {
         let used = self.epoch_secs(now);
-        let p = self.touch_peer(now, peer);
-        let mid = p.next_mid;
-        p.next_mid = p.next_mid.wrapping_add(1);
-        p.mid_blocks[usize::from(mid) * MID_BLOCKS / 65536] = used;
-        mid
+        self.touch_peer(now, peer).take_mid(used)
     }
 
     /// Whole seconds since the endpoint's epoch, rounded up, plus one (0 means never).
@@ -718,12 +785,7 @@ impl Endpoint {
     /// IDs whose last use is less than EXCHANGE_LIFETIME ago would reuse an ID too
     /// early (more than 65,536 messages to one peer within the lifetime).
     fn mid_blocked_until(&self, now: Instant, peer: SocketAddr) -> Option<Instant> {
-        let p = self.peers.get(&peer)?;
-        let block_len = (65536 / MID_BLOCKS) as u16;
-        if p.next_mid % block_len != 0 {
-            return None;
-        }
-        let used = p.mid_blocks[usize::from(p.next_mid) * MID_BLOCKS / 65536];
+        let used = self.peers.get(&peer)?.next_block_last_used();
         if used == 0 {
             return None;
         }

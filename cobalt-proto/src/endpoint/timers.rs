@@ -81,14 +81,22 @@ impl TimerQueue {
         let fifo = self.acks.front().map(|(at, _)| *at).filter(|at| *at <= now);
         match (heap, fifo) {
             (Some(h), Some(f)) if f < h => self.pop_ack(),
-            (Some(_), _) => self.heap.pop().map(|Reverse(t)| t),
+            (Some(_), _) => {
+                let t = self.heap.pop().map(|Reverse(t)| t);
+                // A burst (a retransmission timer for each of 10,000 registrations, moot
+                // once answered) leaves the heap its room when it has fired: give that
+                // back now, not at the next housekeeping a minute later.
+                self.shrink();
+                t
+            }
             (None, Some(_)) => self.pop_ack(),
             (None, None) => None,
         }
     }
 
     /// Gives the heap's memory back after a burst of timers (e.g. a retransmission
-    /// timer for each of 100,000 confirmable notifications) has fired.
+    /// timer for each of 100,000 confirmable notifications) has fired (also done as
+    /// they fire).
     pub(crate) fn shrink(&mut self) {
         crate::tables::shrink_when_sparse(&mut self.heap);
     }
@@ -131,6 +139,26 @@ mod tests {
         assert_eq!(fired, vec![at(5), at(10), at(15), at(20)]);
         assert_eq!(q.next(), Some(at(30)));
         assert!(q.pop_due(at(29)).is_none());
+    }
+
+    #[test]
+    fn the_heap_gives_its_capacity_back_as_a_burst_fires() {
+        let t0 = Instant::now();
+        let mut q = TimerQueue::default();
+        for i in 0..10_000u64 {
+            q.arm(
+                t0 + Duration::from_millis(i),
+                Timer::ClientDeadline(RequestId(i)),
+            );
+        }
+        assert!(q.heap.capacity() >= 10_000);
+        let later = t0 + Duration::from_secs(10);
+        assert_eq!(std::iter::from_fn(|| q.pop_due(later)).count(), 10_000);
+        assert!(
+            q.heap.capacity() <= crate::tables::KEEP,
+            "{}",
+            q.heap.capacity()
+        );
     }
 
     #[test]

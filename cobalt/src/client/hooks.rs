@@ -111,44 +111,55 @@ pub(crate) trait ClientHooks: Send + Sync + 'static {
     fn name(&self) -> &'static str;
 }
 
-/// The layers of a client, outermost first, and the options they declare. Cheap to
-/// clone.
+/// The layers of a client, outermost first, and the options they declare (none
+/// without layers). Cheap to clone, and one pointer: every observation's route holds
+/// a copy, and a client may hold thousands.
 #[derive(Clone, Default)]
-pub(crate) struct ClientLayers {
-    list: Arc<[Arc<dyn ClientHooks>]>,
+pub(crate) struct ClientLayers(Option<Arc<Layers>>);
+
+/// The layers of [`ClientLayers`] when there are some.
+struct Layers {
+    list: Vec<Arc<dyn ClientHooks>>,
     /// The option numbers the layers declare: answers may carry them.
     handled: HandledOptions,
 }
 
 impl std::fmt::Debug for ClientLayers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ClientLayers({})", self.list.len())
+        write!(f, "ClientLayers({})", self.list().len())
     }
 }
 
 impl ClientLayers {
     /// Adds `layer` inside the others.
     pub(crate) fn push(&mut self, layer: Arc<dyn ClientHooks>) {
-        let mut all = self.list.to_vec();
-        all.push(layer);
-        self.handled = HandledOptions::new(all.iter().flat_map(|l| l.options().iter().copied()));
-        self.list = all.into();
+        let mut list = self.list().to_vec();
+        list.push(layer);
+        let handled = HandledOptions::new(list.iter().flat_map(|l| l.options().iter().copied()));
+        self.0 = Some(Arc::new(Layers { list, handled }));
+    }
+
+    /// The layers, outermost first.
+    fn list(&self) -> &[Arc<dyn ClientHooks>] {
+        self.0.as_deref().map_or(&[], |l| &l.list)
     }
 
     /// Whether there are none (then the client does nothing more per message).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.0.is_none()
     }
 
     /// The option numbers the layers declare.
     pub(crate) fn handled(&self) -> &HandledOptions {
-        &self.handled
+        static NONE: std::sync::LazyLock<HandledOptions> =
+            std::sync::LazyLock::new(HandledOptions::default);
+        self.0.as_deref().map_or(&NONE, |l| &l.handled)
     }
 
     /// Runs the send hooks, first to last, on `request`.
     pub(crate) fn send(&self, exchange: &mut Exchange, request: &mut Message) -> Result<()> {
-        for layer in self.list.iter() {
+        for layer in self.list() {
             layer
                 .on_send(exchange, request)
                 .map_err(|refusal| refused(layer.as_ref(), refusal))?;
@@ -164,7 +175,7 @@ impl ClientLayers {
         response: &mut Message,
     ) -> Result<()> {
         exchange.token = Some(response.token.clone());
-        for layer in self.list.iter().rev() {
+        for layer in self.list().iter().rev() {
             layer
                 .on_receive(exchange, request, response)
                 .map_err(|refusal| refused(layer.as_ref(), refusal))?;
@@ -218,6 +229,8 @@ mod tests {
     fn layers_run_outermost_first_on_send_and_last_on_receive() {
         let mut layers = ClientLayers::default();
         assert!(layers.is_empty());
+        assert!(layers.handled().numbers().is_empty());
+        assert_eq!(std::mem::size_of::<ClientLayers>(), 8, "one pointer");
         layers.push(Arc::new(Letter("a", 65001)));
         layers.push(Arc::new(Letter("b", 9)));
         assert_eq!(layers.handled().numbers(), [9, 65001]);

@@ -649,4 +649,12 @@ mod tests {
         let member = std::mem::size_of::<Member<u32>>();
         assert!(member <= 240, "{member}");
     }
+
+    /// A member is what a client of thousands of servers pays per observation: its
+    /// route shares the client's layers and a stream's host (one pointer each).
+    #[test]
+    fn a_member_stays_small() {
+        let size = std::mem::size_of::<Member<std::sync::Arc<str>>>();
+        assert!(size <= 192, "a member grew to {size} bytes");
+    }
 }

@@ -45,8 +45,8 @@ enum Via {
     Pool {
         /// The pool of the URI's scheme (and credentials).
         pool: Arc<TcpPool>,
-        /// The URI's host.
-        host: String,
+        /// The URI's host (shared: a route is cloned into every observation).
+        host: Arc<str>,
     },
 }
 
@@ -90,7 +90,10 @@ impl Route {
     ) -> Route {
         Route {
             peer,
-            via: Via::Pool { pool, host },
+            via: Via::Pool {
+                pool,
+                host: host.into(),
+            },
             scheme,
             layers,
         }

@@ -18,6 +18,7 @@ use crate::runtime::command::{Command, ReplyTo};
 use crate::runtime::notifications::TrySendError;
 use crate::Error;
 use cobalt_proto::blockwise::qblock::Q_BLOCK2;
+use cobalt_proto::endpoint::RequestId;
 use cobalt_proto::message::{opt, Message, Token};
 use cobalt_proto::session::{Failure, Outbound, Session, SessionError, SessionEvent};
 use cobalt_proto::tcp_connection::CloseReason;
@@ -51,14 +52,64 @@ pub(crate) trait ExchangeErrors {
 /// One request of ours in flight, or one observation.
 #[derive(Debug)]
 struct Pending {
-    /// The session's id for it.
-    id: Outbound,
+    /// The session's id for it, less the peer (kept next to it).
+    id: SessionId,
     peer: SocketAddr,
     reply: ReplyTo,
     /// For an observation over a stream, the GET with Observe=1 that ends it at the
     /// server (a datagram transport ends it with RST: nothing kept). Boxed: a client
     /// may hold many observations, and most requests are none.
     deregister: Option<Box<Message>>,
+}
+
+/// The session's id of a request ([`Outbound`]) without its peer, which [`Pending`]
+/// holds anyway: a stream's id names the peer too, and a client may hold an
+/// observation per server for thousands of servers (24 bytes a request, not 56).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SessionId {
+    /// [`Outbound::Datagram`].
+    Datagram(RequestId),
+    /// [`Outbound::Stream`]'s token.
+    Stream(Token),
+}
+
+impl SessionId {
+    /// `id` without its peer.
+    fn of(id: Outbound) -> SessionId {
+        match id {
+            Outbound::Datagram(id) => SessionId::Datagram(id),
+            Outbound::Stream { token, .. } => SessionId::Stream(token),
+        }
+    }
+
+    /// The session's id of a request to `peer` with this id.
+    fn outbound(&self, peer: SocketAddr) -> Outbound {
+        match self {
+            SessionId::Datagram(id) => Outbound::Datagram(*id),
+            SessionId::Stream(token) => Outbound::Stream {
+                peer,
+                token: token.clone(),
+            },
+        }
+    }
+}
+
+impl Pending {
+    /// The session's id for it.
+    fn outbound(&self) -> Outbound {
+        self.id.outbound(self.peer)
+    }
+
+    /// Whether the session knows it as `id`.
+    fn is(&self, id: &Outbound) -> bool {
+        match (&self.id, id) {
+            (SessionId::Datagram(a), Outbound::Datagram(b)) => a == b,
+            (SessionId::Stream(a), Outbound::Stream { peer, token }) => {
+                self.peer == *peer && a == token
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The client's requests and observations in flight on one session. See the
@@ -92,7 +143,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
         let hash = self.hasher.hash_one(id);
         let pending = &self.pending;
         self.by_id
-            .find(hash, |key| pending.get(key).is_some_and(|p| p.id == *id))
+            .find(hash, |key| pending.get(key).is_some_and(|p| p.is(id)))
             .copied()
     }
 
@@ -101,18 +152,18 @@ impl<E: ExchangeErrors> Exchanges<E> {
         if self.take(key).is_some() {
             tracing::debug!(key, "a request key used twice; the first is forgotten");
         }
-        let hash = self.hasher.hash_one(&pending.id);
+        let hash = self.hasher.hash_one(pending.outbound());
         self.pending.insert(key, pending);
         let (pending, hasher) = (&self.pending, &self.hasher);
         self.by_id.insert_unique(hash, key, |k| {
-            pending.get(k).map_or(0, |p| hasher.hash_one(&p.id))
+            pending.get(k).map_or(0, |p| hasher.hash_one(p.outbound()))
         });
     }
 
     /// Stops keeping request `key`.
     fn take(&mut self, key: u64) -> Option<Pending> {
         let pending = self.pending.remove(&key)?;
-        let hash = self.hasher.hash_one(&pending.id);
+        let hash = self.hasher.hash_one(pending.outbound());
         if let Ok(entry) = self.by_id.find_entry(hash, |k| *k == key) {
             entry.remove();
         }
@@ -190,7 +241,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
                 self.keep(
                     key,
                     Pending {
-                        id,
+                        id: SessionId::of(id),
                         peer,
                         reply,
                         deregister,
@@ -207,7 +258,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
             self.end(
                 session,
                 now,
-                pending.id,
+                pending.outbound(),
                 pending.peer,
                 pending.deregister.map(|m| *m),
             );
@@ -249,7 +300,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
         reply: ReplyTo,
     ) {
         message.token = Token::EMPTY;
-        if let Some(Pending { id, .. }) = self.take(key) {
+        if let Some(id) = self.take(key).map(|p| p.outbound()) {
             if let Some(token) = session.token_of(id.clone()) {
                 message.token = token;
             }
@@ -348,7 +399,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
             .collect();
         for key in keys {
             if let Some(pending) = self.take(key) {
-                session.cancel(now, pending.id);
+                session.cancel(now, pending.outbound());
                 pending.reply.send(Err(error(peer)));
             }
         }
@@ -364,7 +415,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
     ) {
         self.by_id.clear();
         for (_, pending) in self.pending.drain() {
-            session.cancel(now, pending.id);
+            session.cancel(now, pending.outbound());
             pending.reply.send(Err(error(pending.peer)));
         }
     }

@@ -293,9 +293,17 @@ fn requests_are_found_by_key_and_by_id_while_many_come_and_go() {
     assert_eq!((exchanges.pending.len(), exchanges.by_id.len()), (100, 100));
     for (key, pending) in &exchanges.pending {
         assert_eq!(key % 2, 0);
-        assert_eq!(exchanges.key_of(&pending.id), Some(*key));
-        assert_eq!(exchanges.peer(pending.id.clone()), Some(server_addr()));
+        assert_eq!(exchanges.key_of(&pending.outbound()), Some(*key));
+        assert_eq!(exchanges.peer(pending.outbound()), Some(server_addr()));
     }
     exchanges.fail_all(&mut client, now, |_| Error::Shutdown);
     assert!(exchanges.is_empty() && exchanges.by_id.is_empty());
+}
+
+/// A client may hold an observation per server for thousands of servers: each one's
+/// record here stays small (the session's id without a second copy of the peer).
+#[test]
+fn a_request_record_is_small() {
+    let size = std::mem::size_of::<Pending>();
+    assert!(size <= 72, "a request's record grew to {size} bytes");
 }
