@@ -106,15 +106,34 @@ pub(crate) fn set_int_option(
     name: libc::c_int,
     value: libc::c_int,
 ) -> io::Result<()> {
+    // SAFETY: a c_int is what integer options read, and it holds no pointers.
+    unsafe { set_option(socket, level, name, &value) }
+}
+
+/// Sets the socket option `name` at `level` to the bytes of `value` (Linux
+/// `setsockopt`, with `value`'s size as the option's length).
+///
+/// # Safety
+///
+/// `value` must be of the type the option `name` expects, and every pointer it holds
+/// must be valid for the kernel to read during the call.
+#[cfg(target_os = "linux")]
+pub(crate) unsafe fn set_option<T>(
+    socket: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    // SAFETY: a valid socket and a c_int option value of the size given.
+    // SAFETY: a valid socket, and `value` readable for its size (the caller vouches
+    // for its type and what it points to).
     let r = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
             level,
             name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if r == 0 {

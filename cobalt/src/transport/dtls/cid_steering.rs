@@ -51,7 +51,6 @@ fn program(shard_byte_at: u32) -> [libc::sock_filter; 7] {
 /// the CID's byte after `node_id_len` bytes of node id.
 #[cfg(target_os = "linux")]
 pub(crate) fn steer_cid_records(socket: &UdpSocket, node_id_len: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let at = u32::try_from(node_id_len)
         .ok()
         .and_then(|n| n.checked_add(CID_OFFSET))
@@ -61,21 +60,15 @@ pub(crate) fn steer_cid_records(socket: &UdpSocket, node_id_len: usize) -> io::R
         len: filter.len() as u16,
         filter: filter.as_mut_ptr(),
     };
-    // SAFETY: a valid socket and a program that lives through the call (the kernel
-    // copies it).
-    let r = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
+    // SAFETY: SO_ATTACH_REUSEPORT_CBPF takes a sock_fprog, whose program lives through
+    // the call (the kernel copies it).
+    unsafe {
+        crate::transport::udp::set_option(
+            socket,
             libc::SOL_SOCKET,
             libc::SO_ATTACH_REUSEPORT_CBPF,
-            (&prog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            &prog,
         )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
