@@ -62,40 +62,11 @@ fn serve_with_a_cid_and_get_with_and_without_one() {
 /// requires a client certificate, which `get --cid` presents.
 #[test]
 fn serve_with_a_cid_and_client_certificates() {
-    use cobalt_test_support::pki::PkiFiles;
-    let pki = PkiFiles::new("Cobalt CID CLI test CA");
-    let (port, dtls_port) = (free_udp_port(V4), free_udp_port(V4));
-    let mut serve = cobalt();
-    serve
-        .args(["serve", "--bind", "127.0.0.1", "--cid", "6"])
-        .args(["--port", &port.to_string()])
-        .args(["--dtls-port", &dtls_port.to_string(), "--dtls-cert"])
-        .arg(pki.path("server.pem"))
-        .arg("--dtls-key")
-        .arg(pki.path("server.key"))
-        .arg("--dtls-ca")
-        .arg(pki.path("ca.pem"));
-    let _server = serve_until(serve, "serving CoAP over DTLS on");
-    let uri = format!("coaps://127.0.0.1:{dtls_port}/benchmark");
-    let ok = cobalt()
-        .args(["get", &uri, "--cid", "--dtls-ca"])
-        .arg(pki.path("ca.pem"))
-        .arg("--dtls-cert")
-        .arg(pki.path("client.pem"))
-        .arg("--dtls-key")
-        .arg(pki.path("client.key"))
-        .output()
-        .unwrap();
-    assert!(ok.status.success(), "{ok:?}");
-    assert_eq!(String::from_utf8_lossy(&ok.stdout), "hello world");
-    let anonymous = cobalt()
-        .args(["get", &uri, "--cid", "--dtls-ca"])
-        .arg(pki.path("ca.pem"))
-        .output()
-        .unwrap();
-    assert!(!anonymous.status.success());
-    let err = String::from_utf8_lossy(&anonymous.stderr);
-    assert!(err.contains("DTLS handshake"), "{err}");
+    binary::assert_client_certificates_required(
+        "Cobalt CID CLI test CA",
+        &["--cid", "6"],
+        &["--cid"],
+    );
 }
 
 #[test]

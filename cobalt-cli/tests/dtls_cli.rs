@@ -6,7 +6,6 @@
 mod binary;
 
 use binary::{cobalt, metric, serve_until};
-use cobalt_test_support::pki::PkiFiles;
 use cobalt_test_support::ports::{free_udp_port, V4};
 use cobalt_test_support::temp::TempDir;
 
@@ -86,45 +85,8 @@ fn a_bad_key_file_is_a_usage_error() {
 
 #[test]
 fn serve_and_get_over_dtls_with_certificates() {
-    let pki = PkiFiles::new("Cobalt CLI test CA");
-    let (port, dtls_port) = (free_udp_port(V4), free_udp_port(V4));
-    let mut serve = cobalt();
-    serve
-        .args(["serve", "--bind", "127.0.0.1", "--shards", "1"])
-        .args([
-            "--port",
-            &port.to_string(),
-            "--dtls-port",
-            &dtls_port.to_string(),
-        ])
-        .arg("--dtls-cert")
-        .arg(pki.path("server.pem"))
-        .arg("--dtls-key")
-        .arg(pki.path("server.key"))
-        .arg("--dtls-ca")
-        .arg(pki.path("ca.pem"));
-    let _server = serve_until(serve, "serving CoAP over DTLS on");
-    let uri = format!("coaps://127.0.0.1:{dtls_port}/benchmark");
-    let ok = cobalt()
-        .args(["get", &uri, "--dtls-ca"])
-        .arg(pki.path("ca.pem"))
-        .arg("--dtls-cert")
-        .arg(pki.path("client.pem"))
-        .arg("--dtls-key")
-        .arg(pki.path("client.key"))
-        .output()
-        .unwrap();
-    assert!(ok.status.success(), "{ok:?}");
-    assert_eq!(String::from_utf8_lossy(&ok.stdout), "hello world");
     // This server requires a client certificate.
-    let anonymous = cobalt()
-        .args(["get", &uri, "--dtls-ca"])
-        .arg(pki.path("ca.pem"))
-        .output()
-        .unwrap();
-    assert!(!anonymous.status.success());
-    let err = String::from_utf8_lossy(&anonymous.stderr);
-    assert!(err.contains("DTLS handshake"), "{err}");
+    binary::assert_client_certificates_required("Cobalt CLI test CA", &["--shards", "1"], &[]);
 }
 
 /// Issue 28 item 4: each `cobalt get coaps://...` ends its DTLS session (close_notify)

@@ -130,3 +130,50 @@ pub fn metric(metrics: &str, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// `cobalt serve` with `serve_args` and certificates both ways (`--dtls-cert`,
+/// `--dtls-key`, `--dtls-ca`, so a client certificate is required), then `cobalt get
+/// coaps://…/benchmark` with `get_args`: with a client certificate it gets "hello
+/// world"; without one (the CA only) its DTLS handshake fails.
+pub fn assert_client_certificates_required(ca_name: &str, serve_args: &[&str], get_args: &[&str]) {
+    use cobalt_test_support::pki::PkiFiles;
+    use cobalt_test_support::ports::{free_udp_port, V4};
+    let pki = PkiFiles::new(ca_name);
+    let (port, dtls_port) = (free_udp_port(V4), free_udp_port(V4));
+    let mut serve = cobalt();
+    serve
+        .args(["serve", "--bind", "127.0.0.1"])
+        .args(serve_args)
+        .args(["--port", &port.to_string()])
+        .args(["--dtls-port", &dtls_port.to_string(), "--dtls-cert"])
+        .arg(pki.path("server.pem"))
+        .arg("--dtls-key")
+        .arg(pki.path("server.key"))
+        .arg("--dtls-ca")
+        .arg(pki.path("ca.pem"));
+    let _server = serve_until(serve, "serving CoAP over DTLS on");
+    let uri = format!("coaps://127.0.0.1:{dtls_port}/benchmark");
+    let ok = cobalt()
+        .args(["get", &uri])
+        .args(get_args)
+        .arg("--dtls-ca")
+        .arg(pki.path("ca.pem"))
+        .arg("--dtls-cert")
+        .arg(pki.path("client.pem"))
+        .arg("--dtls-key")
+        .arg(pki.path("client.key"))
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{ok:?}");
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "hello world");
+    let anonymous = cobalt()
+        .args(["get", &uri])
+        .args(get_args)
+        .arg("--dtls-ca")
+        .arg(pki.path("ca.pem"))
+        .output()
+        .unwrap();
+    assert!(!anonymous.status.success());
+    let err = String::from_utf8_lossy(&anonymous.stderr);
+    assert!(err.contains("DTLS handshake"), "{err}");
+}
