@@ -259,6 +259,16 @@ fn printed_body(ran: &Ran) -> &str {
     ran.stdout.strip_suffix('\n').unwrap_or(&ran.stdout)
 }
 
+/// `cobalt get -b 1024 URI EXTRA` prints `body` whole (what a server stored after an
+/// upload); `what` names the run in the failure.
+fn assert_stored(uri: &str, extra: &[&str], body: &[u8], what: &str) {
+    let mut get = vec!["get", "-b", "1024", uri];
+    get.extend(extra);
+    let got = cobalt(&get);
+    let got = printed_body(&got);
+    assert!(got.as_bytes() == body, "{what}: stored {} bytes", got.len());
+}
+
 /// libcoap 4.3.4's `coap-server -L 5 -d 10 ARGS` (Q-Block; resources created by PUT)
 /// holding `body` at `/big`, put there by its own Q-Block client; `quiet`: ready once
 /// bound (a server dropping datagrams may not answer the readiness ping).
@@ -429,13 +439,7 @@ fn cobalt_q_block1_put_to_libcoap() {
         );
         let blocks = ran.stderr.matches("> to").count();
         assert_eq!(blocks, 97, "non {non}: each block once without loss");
-        let got = cobalt(&["get", "-b", "1024", &uri]);
-        let got = printed_body(&got);
-        assert!(
-            got.as_bytes() == body,
-            "non {non}: stored {} bytes",
-            got.len()
-        );
+        assert_stored(&uri, &[], &body, &format!("non {non}"));
     }
 }
 
@@ -466,15 +470,7 @@ fn cobalt_q_block1_put_to_libcoap_over_dtls() {
         }
         let ran = cobalt_q_put(&file, &uri, &extra);
         assert!(ran.status.success(), "non {non}: {ran:?}");
-        let mut get = vec!["get", "-b", "1024", uri.as_str()];
-        get.extend(psk);
-        let got = cobalt(&get);
-        let got = printed_body(&got);
-        assert!(
-            got.as_bytes() == body,
-            "non {non}: stored {} bytes",
-            got.len()
-        );
+        assert_stored(&uri, &psk, &body, &format!("non {non}"));
     }
 }
 
@@ -540,17 +536,8 @@ fn cobalt_q_block1_put_to_cobalt() {
         let ran = cobalt_q_put(&file, uri, &extra);
         assert!(ran.status.success(), "{uri} non {non}: {ran:?}");
         assert!(ran.stderr.contains("Option(19)"), "{uri}: {}", ran.stderr);
-        let mut get = vec!["get", "-b", "1024", uri.as_str()];
-        if uri.starts_with("coaps") {
-            get.extend(psk);
-        }
-        let got = cobalt(&get);
-        let got = printed_body(&got);
-        assert!(
-            got.as_bytes() == body,
-            "{uri} non {non}: stored {} bytes",
-            got.len()
-        );
+        let get_extra: &[&str] = if uri.starts_with("coaps") { &psk } else { &[] };
+        assert_stored(uri, get_extra, &body, &format!("{uri} non {non}"));
     }
 }
 
