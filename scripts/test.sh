@@ -32,5 +32,7 @@ bash scripts/test-python.sh
 cargo clippy -p cobalt -p cobalt-bench -p cobalt-cli --no-default-features --all-targets -- -D warnings
 cargo test -p cobalt --no-default-features --test client_errors
 cargo test -p cobalt-cli --no-default-features --test exit_codes
+# The feature set the Python package builds `cobalt` with (OpenSSL, no Mbed TLS).
+cargo clippy -p cobalt --no-default-features --features vendored-openssl --all-targets -- -D warnings
 # The default build needs no system OpenSSL (libssl-dev).
 bash scripts/check-openssl.sh

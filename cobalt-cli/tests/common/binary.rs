@@ -135,6 +135,7 @@ pub fn metric(metrics: &str, name: &str) -> f64 {
 /// `--dtls-key`, `--dtls-ca`, so a client certificate is required), then `cobalt get
 /// coaps://…/benchmark` with `get_args`: with a client certificate it gets "hello
 /// world"; without one (the CA only) its DTLS handshake fails.
+#[cfg(feature = "openssl")]
 pub fn assert_client_certificates_required(ca_name: &str, serve_args: &[&str], get_args: &[&str]) {
     use cobalt_test_support::pki::PkiFiles;
     use cobalt_test_support::ports::{free_udp_port, V4};

@@ -3,7 +3,8 @@
 //! side instead of at its timeout. Shared by both backends.
 
 /// `handshake_failure`: no acceptable set of security parameters (here also: no
-/// client certificate where one is required).
+/// client certificate where one is required). Only the Mbed TLS backend sends it.
+#[cfg(feature = "mbedtls")]
 pub(crate) const HANDSHAKE_FAILURE: u8 = 40;
 /// `decrypt_error`: the peer's Finished did not decrypt or verify.
 pub(crate) const DECRYPT_ERROR: u8 = 51;
