@@ -362,6 +362,32 @@ impl PeerTable {
         Hold::Held(arm.then_some(at))
     }
 
+    /// What was learnt of `from` (its controller, confirmable messages in flight, held
+    /// NON notifications) belongs to `to` from now on (a peer whose address changed:
+    /// a DTLS session moved by its Connection ID); what `to` had is dropped. Returns
+    /// whether NON notifications are held for `to`: then no release timer is armed
+    /// for it, and [`PeerTable::release_held`] must be called for `to`.
+    pub fn move_peer(&mut self, from: SocketAddr, to: SocketAddr) -> bool {
+        if from == to {
+            return false;
+        }
+        if let Some(old) = self.peers.remove(&to) {
+            self.held_bytes -= old
+                .non
+                .as_ref()
+                .map_or(0, |n| n.held.iter().map(|(_, b)| b.len()).sum::<usize>());
+        }
+        let Some(mut entry) = self.peers.remove(&from) else {
+            return false;
+        };
+        let held = entry.held() > 0;
+        if let Some(n) = entry.non.as_deref_mut() {
+            n.release_armed = false;
+        }
+        self.peers.insert(to, entry);
+        held
+    }
+
     /// The release timer of `peer` fired: the held NON notification that may leave
     /// now (recorded as sent), and when to call again if more are held.
     pub fn release_held(

@@ -76,6 +76,30 @@ impl Admission {
         self.total = self.total.saturating_sub(1);
     }
 
+    /// `n` requests in progress of a peer that moved from `from` to `to` (a DTLS
+    /// session's new address) count under `to`'s address key from now on. The total
+    /// does not change: no request is added, so the move is admitted even where `to`'s
+    /// key is at its bound (its next request is refused until these are answered).
+    pub(crate) fn transfer(
+        &mut self,
+        cfg: &EndpointConfig,
+        from: SocketAddr,
+        to: SocketAddr,
+        n: u32,
+    ) {
+        let old = AddressKey::of(from.ip(), cfg.ipv6_budget_prefix);
+        let new = AddressKey::of(to.ip(), cfg.ipv6_budget_prefix);
+        if n == 0 || old == new {
+            return;
+        }
+        let moved = self.per_ip.get_mut(&old).map_or(0, |held| {
+            let moved = n.min(*held);
+            *held -= moved;
+            moved
+        });
+        *self.per_ip.entry(new).or_insert(0) += moved;
+    }
+
     /// Forgets the address keys with nothing in progress and gives memory back after
     /// a flood.
     pub(crate) fn shrink(&mut self) {

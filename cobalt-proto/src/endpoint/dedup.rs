@@ -256,6 +256,38 @@ impl DedupStore {
         });
     }
 
+    /// Forgets what is remembered of `peer`.
+    pub fn forget(&mut self, peer: SocketAddr) {
+        if let Some(window) = self.windows.remove(&peer) {
+            self.live -= window.len();
+            self.bytes -= window.iter().map(Slot::cost).sum::<usize>();
+        }
+        // The queue's records of its entries are stale now (`drop_oldest` and
+        // `compact` skip records whose entry is gone).
+    }
+
+    /// What is remembered of `from` is remembered of `to` from now on (a peer whose
+    /// address changed: a DTLS session moved by its Connection ID); what `to` had is
+    /// forgotten (another peer's, whose messages IDs mean nothing to this one).
+    pub fn move_peer(&mut self, from: SocketAddr, to: SocketAddr) {
+        if from == to {
+            return;
+        }
+        self.forget(to);
+        let Some(window) = self.windows.remove(&from) else {
+            return;
+        };
+        // The queue's records of `from` are stale now; records for `to` go to its
+        // back (expiry order only decides when memory comes back: `get` checks each
+        // entry's own time).
+        self.order
+            .extend(window.iter().map(|s| (s.at, to, s.mid)));
+        self.windows.insert(to, window);
+        if self.order.len() > self.live + self.live / 4 + 64 {
+            self.compact();
+        }
+    }
+
     /// Remembered messages.
     pub fn len(&self) -> usize {
         self.live

@@ -40,6 +40,7 @@ mod client;
 mod config;
 pub mod dedup;
 mod ids;
+mod moves;
 mod pacing;
 mod reliability;
 mod server;
