@@ -475,6 +475,18 @@ impl<I: Copy + Eq + Hash> Relations<I> {
         None
     }
 
+    /// The keys of the relations of the observer at `peer`.
+    pub fn keys_of_peer(&self, peer: SocketAddr) -> Vec<RelationKey> {
+        let mut keys = Vec::new();
+        let mut at = self.by_peer.get(&peer).copied().unwrap_or(NIL);
+        while at != NIL {
+            let slot = &self.slots[at as usize];
+            keys.push(slot.key.clone());
+            at = slot.next;
+        }
+        keys
+    }
+
     /// The keys of one observable's relations that `pick` accepts.
     pub fn keys_of(
         &self,

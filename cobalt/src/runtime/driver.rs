@@ -10,7 +10,7 @@ use crate::runtime::exchanges::{ExchangeErrors, Exchanges};
 use crate::runtime::io::{self, Inbound, Input, ShardIo};
 use crate::runtime::service::{MakeService, Service, ServiceLinks};
 use crate::trace::Tracer;
-use crate::transport::dtls::{DtlsBackend, DtlsEvent};
+use crate::transport::dtls::{AddressUpdate, DtlsBackend, DtlsEvent};
 use crate::transport::{mmsg, udp};
 use crate::Error;
 use cobalt_proto::endpoint::{Endpoint, EndpointConfig, Event};
@@ -48,6 +48,9 @@ pub(crate) struct Driver<S: Service<Endpoint>> {
     dtls: Option<Box<dyn DtlsBackend>>,
     /// The peers of the datagrams of the batch just handled.
     heard: Vec<SocketAddr>,
+    /// DTLS sessions the batch just handled moved to a new address (the endpoint's
+    /// state has moved; the server's moves after the batch).
+    moved: Vec<AddressUpdate>,
 }
 
 impl<S: Service<Endpoint>> Driver<S> {
@@ -76,6 +79,7 @@ impl<S: Service<Endpoint>> Driver<S> {
             metrics: None,
             dtls: None,
             heard: Vec::new(),
+            moved: Vec::new(),
         }
     }
 
@@ -270,6 +274,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                     peer,
                     bytes,
                     truncated,
+                    &mut self.moved,
                 );
                 self.heard.push(peer);
             }
@@ -316,8 +321,12 @@ impl<S: Service<Endpoint>> Driver<S> {
     /// get their next one.
     fn after_batch(&mut self) {
         if let Some(server) = &mut self.server {
+            for m in &self.moved {
+                server.on_moved(m.from, m.to);
+            }
             server.on_heard(&self.endpoint, &self.heard);
         }
+        self.moved.clear();
         self.heard.clear();
     }
 
@@ -335,6 +344,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                 d.peer,
                 &d.bytes,
                 d.truncated,
+                &mut self.moved,
             );
             self.heard.push(peer);
             taken += 1;
@@ -591,9 +601,10 @@ fn min_deadline(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 }
 
 /// Hands one received datagram to the endpoint (and the tracer); with DTLS, the
-/// CoAP datagrams its records carry, from the address the endpoint knows their
-/// session by ([`DtlsBackend::endpoint_peer`]: the one its handshake came from, when
-/// a Connection ID moved it since). Returns that address.
+/// CoAP datagrams its records carry. A record that moved its session to a new
+/// address (DTLS Connection ID) moves the endpoint's state of the peer there first
+/// and is noted in `moved`. Returns the datagram's peer.
+#[allow(clippy::too_many_arguments)]
 fn feed(
     endpoint: &mut Endpoint,
     dtls: Option<&mut Box<dyn DtlsBackend>>,
@@ -602,17 +613,21 @@ fn feed(
     peer: SocketAddr,
     bytes: &[u8],
     truncated: bool,
+    moved: &mut Vec<AddressUpdate>,
 ) -> SocketAddr {
     if let Some(dtls) = dtls {
         if truncated {
             return peer; // a record cut short cannot be authenticated
         }
         let plain = dtls.handle_datagram(now, peer, bytes);
-        let session = dtls.endpoint_peer(peer);
-        for datagram in plain {
-            feed(endpoint, None, tracer, now, session, &datagram, false);
+        while let Some(update) = dtls.poll_address_update() {
+            endpoint.move_peer(now, update.from, update.to);
+            moved.push(update);
         }
-        return session;
+        for datagram in plain {
+            feed(endpoint, None, tracer, now, peer, &datagram, false, moved);
+        }
+        return peer;
     }
     if let Some(t) = tracer {
         t(false, peer, bytes);

@@ -51,6 +51,12 @@ pub(crate) trait Service<S: Session>: 'static {
     fn step(&mut self, session: &mut S, now: Instant);
     /// Messages from `peers` were handled in the batch just read.
     fn on_heard(&mut self, session: &S, peers: &[SocketAddr]);
+    /// The peer at `from` is at `to` now (a DTLS session moved by its Connection ID;
+    /// the session has moved its own state already): what the service keeps of it
+    /// by address moves too.
+    fn on_moved(&mut self, from: SocketAddr, to: SocketAddr) {
+        let _ = (from, to);
+    }
     /// The next time [`Service::handle_timeout`] has something to do.
     fn poll_timeout(&self) -> Option<Instant>;
     /// Runs what is due at `now`.

@@ -173,6 +173,25 @@ impl ObserverBudget {
         held.total = held.total.saturating_sub(1);
     }
 
+    /// One relation of `from` counts for `to` from now on (its observer moved: a
+    /// DTLS session's new address). Nothing is added, so it is not refused even where
+    /// `to` holds its share: its next registration is, until it holds less.
+    pub(crate) fn transfer(&self, from: IpAddr, to: IpAddr) {
+        let mut held = self.held();
+        let (old, new) = (AddressKey::of(from, held.prefix), AddressKey::of(to, held.prefix));
+        if old == new {
+            return;
+        }
+        let Some(n) = held.per_ip.get_mut(&old) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            held.per_ip.remove(&old);
+        }
+        *held.per_ip.entry(new).or_default() += 1;
+    }
+
     /// Relations held now, in total.
     #[cfg(test)]
     pub(crate) fn total(&self) -> usize {

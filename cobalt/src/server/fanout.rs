@@ -498,6 +498,51 @@ impl FanOut {
         }
     }
 
+    /// The observer at `from` is at `to` now (a DTLS session moved by its Connection
+    /// ID): its relations, and what waits for it, are `to`'s, counted in `to`'s
+    /// budget. The relations `to` had belong to an observer that is gone: they end.
+    /// A notification being produced or queued in a round for the old address is
+    /// skipped; the next change reaches the new one.
+    pub(crate) fn move_observer(&mut self, from: SocketAddr, to: SocketAddr) {
+        if from == to {
+            return;
+        }
+        for key in self.relations.keys_of_peer(to) {
+            self.end(&key);
+        }
+        let rekey = |key: &mut RelationKey| {
+            if key.0 == from {
+                key.0 = to;
+            }
+        };
+        for key in self.relations.keys_of_peer(from) {
+            let Some((obs, rel)) = self.relations.remove(&key) else {
+                continue;
+            };
+            let moved = (to, key.1.clone());
+            self.relations.insert(obs, moved.clone(), rel);
+            self.budget.transfer(from.ip(), to.ip());
+            if let Some(extras) = self.extras.remove(&key) {
+                self.extras.insert(moved, extras);
+            }
+        }
+        if let Some(tokens) = self.blocked.remove(&from) {
+            self.blocked.insert(to, tokens);
+        }
+        self.paced_keys.values_mut().for_each(rekey);
+        self.farewells.iter_mut().for_each(|f| rekey(&mut f.key));
+        let waiting: Vec<RelationKey> = self
+            .awaiting
+            .keys()
+            .filter(|k| k.0 == from)
+            .cloned()
+            .collect();
+        for key in waiting {
+            // Its address is not verified: a registration waiting for that is forgotten.
+            self.awaiting.remove(&key);
+        }
+    }
+
     /// A confirmable notification was not acknowledged: the relation ends.
     pub(crate) fn on_delivery_failed(&mut self, id: ExchangeId) {
         if let Some(key) = self.relations.by_exchange(id) {

@@ -704,6 +704,13 @@ impl<S: Session, U: UploadTable> Service<S> for ServerRole<U> {
         }
     }
 
+    /// Its observe relations follow it; a Block1 upload in progress starts over (the
+    /// peer's next block is answered as for a new upload).
+    fn on_moved(&mut self, from: SocketAddr, to: SocketAddr) {
+        self.observers.move_observer(from, to);
+        self.uploads.with(|u| u.forget_peer(from));
+    }
+
     fn poll_timeout(&self) -> Option<Instant> {
         [
             self.observers.poll_timeout(),

@@ -390,6 +390,16 @@ pub enum DtlsEvent {
     },
 }
 
+/// A session that moved to a new peer address (see
+/// [`DtlsBackend::poll_address_update`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressUpdate {
+    /// Where the peer was: the address its state was kept under until now.
+    pub from: SocketAddr,
+    /// Where it is now.
+    pub to: SocketAddr,
+}
+
 /// Counters of a session table, and its sizes now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DtlsStats {
@@ -426,15 +436,16 @@ pub trait DtlsBackend: Send {
     /// Handles one received datagram of DTLS records from `peer`; returns the CoAP
     /// datagrams it carried (none during a handshake).
     fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, records: &[u8]) -> Vec<Vec<u8>>;
-    /// The address under which the endpoint knows the session of a datagram that
-    /// [`DtlsBackend::handle_datagram`] just took from `source`: its CoAP datagrams
-    /// are handed to the endpoint from there, and the other methods take that
-    /// address as `peer`. The same as `source` unless the backend moved a session
-    /// to a new address (DTLS Connection ID, RFC 9146): the session keeps the
-    /// address its handshake came from, so the endpoint's exchanges, observe
-    /// relations and budgets follow the move.
-    fn endpoint_peer(&self, source: SocketAddr) -> SocketAddr {
-        source
+    /// The session that the last [`DtlsBackend::handle_datagram`] moved to a new
+    /// address, if it moved one (an authentic, newer record with its Connection ID
+    /// from another address, RFC 9146 §6), reported once. Before the CoAP datagrams
+    /// of that call are handed on, the caller moves what it keeps of the peer from
+    /// [`AddressUpdate::from`] to [`AddressUpdate::to`]
+    /// ([`Endpoint::move_peer`](cobalt_proto::endpoint::Endpoint::move_peer)): the
+    /// session is known by its new address from then on. Backends without a
+    /// Connection ID never move a session.
+    fn poll_address_update(&mut self) -> Option<AddressUpdate> {
+        None
     }
     /// Protects one CoAP datagram for `peer`. A client starts a handshake if it has no
     /// session and queues the datagram until it completes; a server drops datagrams

@@ -10,14 +10,13 @@
 //! and newer than every record the session has accepted (RFC 9146 §6); anything
 //! else is dropped and the session stays where it was.
 //!
-//! **The endpoint's view.** A session keeps the address its handshake came from as
-//! its *endpoint address*: the CoAP datagrams it carries are handed to the endpoint
-//! from that address ([`DtlsBackend::endpoint_peer`]), and the endpoint's answers to
-//! that address go to wherever the session is now. So exchanges, deduplication,
-//! observe relations and per-peer budgets, which the endpoint and the server keep
-//! by address, follow a move without being rekeyed. A new handshake from a moved
-//! session's endpoint address (a NAT handing the old port to another device) ends
-//! the moved session; its client handshakes again after its retransmissions.
+//! **The endpoint's view.** A session is known by the address it is at now. When it
+//! moves, [`DtlsBackend::poll_address_update`] reports the move once, before the
+//! CoAP datagrams of the record that moved it are handed on: the runtime moves the
+//! endpoint's and the server's state of the peer (exchanges, deduplication, observe
+//! relations, per-peer and per-address budgets) to the new address, and the old
+//! address holds nothing of it any more. Only an authentic, newer record moves a
+//! session, so only such a record moves that state.
 //!
 //! Cipher suites: `TLS_PSK_WITH_AES_128_CCM_8` (RFC 7252's mandatory one) and, for a
 //! server with a certificate (an EC P-256 key), `TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8`.
@@ -46,7 +45,7 @@ use self::ffi::{Config, Context, Handshake, MbedError, Read};
 use super::alerts::{plaintext_alert, HANDSHAKE_FAILURE};
 use super::held::Held;
 use super::unanswered::Unanswered;
-use super::{CidConfig, DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
+use super::{AddressUpdate, CidConfig, DtlsBackend, DtlsConfig, DtlsEvent, DtlsStats};
 use crate::transport::credentials::{ClientCredentials, ClientPsk, PskStore, X509Credentials};
 use crate::transport::identity::Credential;
 use crate::transport::per_ip::IpCounts;
@@ -84,12 +83,14 @@ enum Role {
 
 type SessionId = u64;
 
+/// Moves kept for [`DtlsBackend::poll_address_update`] at most: the runtime takes
+/// each one after the datagram that made it.
+const MAX_UNREPORTED_MOVES: usize = 64;
+
 struct Session {
     ctx: Context,
-    /// Where the peer is now: records go there.
+    /// Where the peer is now: records go there, and the endpoint knows it by it.
     addr: SocketAddr,
-    /// The address the endpoint knows the session by (where its handshake came from).
-    endpoint_addr: SocketAddr,
     /// Server: the CID granted to the peer (routes type-25 records).
     own_cid: Option<Box<[u8]>>,
     established: bool,
@@ -126,7 +127,6 @@ pub struct MbedtlsDtls {
     cid: Option<CidConfig>,
     sessions: HashMap<SessionId, Session>,
     by_addr: HashMap<SocketAddr, SessionId>,
-    by_endpoint_addr: HashMap<SocketAddr, SessionId>,
     by_cid: HashMap<Box<[u8]>, SessionId>,
     next_id: SessionId,
     /// Server: the context that answers ClientHellos until one brings a valid cookie
@@ -138,6 +138,9 @@ pub struct MbedtlsDtls {
     handshaking: HashSet<SessionId>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<DtlsEvent>,
+    /// Server: sessions moved and not yet reported by `poll_address_update` (at most
+    /// [`MAX_UNREPORTED_MOVES`]).
+    moves: VecDeque<AddressUpdate>,
     stats: DtlsStats,
     next_idle_sweep: Option<Instant>,
     /// Client with a certificate: check the server's certificate for this name, or
@@ -274,7 +277,6 @@ impl MbedtlsDtls {
             cid,
             sessions: HashMap::new(),
             by_addr: HashMap::new(),
-            by_endpoint_addr: HashMap::new(),
             by_cid: HashMap::new(),
             next_id: 0,
             listener: None,
@@ -282,6 +284,7 @@ impl MbedtlsDtls {
             sessions_per_ip: IpCounts::new(AddressPrefix::default()),
             handshaking: HashSet::new(),
             transmits: VecDeque::new(),
+            moves: VecDeque::new(),
             events: VecDeque::new(),
             stats: DtlsStats::default(),
             next_idle_sweep: None,
@@ -290,22 +293,16 @@ impl MbedtlsDtls {
         }
     }
 
-    /// The CID the server granted the peer known as `peer` (its endpoint address),
+    /// The CID the server granted the peer at `peer`,
     /// once established with a CID.
     pub fn cid_of(&self, peer: SocketAddr) -> Option<&[u8]> {
-        let id = self.by_endpoint_addr.get(&peer)?;
+        let id = self.by_addr.get(&peer)?;
         self.sessions.get(id)?.own_cid.as_deref()
-    }
-
-    /// Where the session the endpoint knows as `peer` is now.
-    pub fn current_addr(&self, peer: SocketAddr) -> Option<SocketAddr> {
-        let id = self.by_endpoint_addr.get(&peer)?;
-        self.sessions.get(id).map(|s| s.addr)
     }
 
     /// Client: whether the session with `peer` uses a CID (the server granted one).
     pub fn uses_cid(&mut self, peer: SocketAddr) -> bool {
-        let Some(id) = self.by_endpoint_addr.get(&peer) else {
+        let Some(id) = self.by_addr.get(&peer) else {
             return false;
         };
         let role = self.role;
@@ -320,7 +317,7 @@ impl MbedtlsDtls {
 
     /// The cipher suite negotiated with `peer`, once established.
     pub fn cipher(&self, peer: SocketAddr) -> Option<String> {
-        let id = self.by_endpoint_addr.get(&peer)?;
+        let id = self.by_addr.get(&peer)?;
         let s = self.sessions.get(id).filter(|s| s.established)?;
         s.ctx.ciphersuite()
     }
@@ -328,7 +325,7 @@ impl MbedtlsDtls {
     /// Client: starts a handshake with `peer` without sending data (nothing if a
     /// session exists, or on a server).
     pub fn connect(&mut self, now: Instant, peer: SocketAddr) {
-        if self.role == Role::Client && !self.by_endpoint_addr.contains_key(&peer) {
+        if self.role == Role::Client && !self.by_addr.contains_key(&peer) {
             self.start_handshake(now, peer, None);
         }
     }
@@ -381,7 +378,6 @@ impl MbedtlsDtls {
             Session {
                 ctx,
                 addr: peer,
-                endpoint_addr: peer,
                 own_cid: own_cid.clone(),
                 established: false,
                 started: now,
@@ -395,7 +391,6 @@ impl MbedtlsDtls {
             },
         );
         self.by_addr.insert(peer, id);
-        self.by_endpoint_addr.insert(peer, id);
         if let Some(cid) = own_cid {
             self.by_cid.insert(cid, id);
         }
@@ -411,9 +406,6 @@ impl MbedtlsDtls {
         let s = self.sessions.remove(&id)?;
         if self.by_addr.get(&s.addr) == Some(&id) {
             self.by_addr.remove(&s.addr);
-        }
-        if self.by_endpoint_addr.get(&s.endpoint_addr) == Some(&id) {
-            self.by_endpoint_addr.remove(&s.endpoint_addr);
         }
         if let Some(cid) = &s.own_cid {
             self.by_cid.remove(cid);
@@ -434,7 +426,7 @@ impl MbedtlsDtls {
     /// Ends a session with an event (Closed, or HandshakeFailed while handshaking).
     fn end(&mut self, id: SessionId, reason: String) {
         if let Some(s) = self.remove(id) {
-            let peer = s.endpoint_addr;
+            let peer = s.addr;
             self.events.push_back(if s.established {
                 DtlsEvent::Closed { peer, reason }
             } else {
@@ -529,14 +521,6 @@ impl MbedtlsDtls {
                     let was_handshake = self.sessions.get(&old).is_some_and(|s| !s.established);
                     self.stats.handshakes_displaced += u64::from(was_handshake);
                     self.end(old, "the peer started a new handshake".into());
-                }
-                if let Some(&moved) = self.by_endpoint_addr.get(&peer) {
-                    self.end(
-                        moved,
-                        format!(
-                            "a new handshake came from the address the session started at ({peer})"
-                        ),
-                    );
                 }
                 self.make_room_for_handshake(peer);
                 let id = self.insert(now, peer, listener, own_cid);
@@ -733,7 +717,7 @@ impl MbedtlsDtls {
                 tracing::debug!(peer = %s.addr, "the DTLS server granted no Connection ID");
             }
         }
-        let (addr, endpoint_addr) = (s.addr, s.endpoint_addr);
+        let addr = s.addr;
         let mut failure = None;
         while let Some(p) = s.pending.pop() {
             if let Err(e) = s.ctx.write(&p) {
@@ -752,9 +736,7 @@ impl MbedtlsDtls {
             self.sessions_per_ip.add(addr.ip());
         }
         self.stats.handshakes += 1;
-        self.events.push_back(DtlsEvent::Connected {
-            peer: endpoint_addr,
-        });
+        self.events.push_back(DtlsEvent::Connected { peer: addr });
         if let Some(e) = failure {
             tracing::debug!(peer = %addr, error = %e, "DTLS write failed");
         }
@@ -820,6 +802,10 @@ impl MbedtlsDtls {
         self.sessions_per_ip.remove(old.ip());
         self.sessions_per_ip.add(peer.ip());
         self.stats.address_updates += 1;
+        if self.moves.len() >= MAX_UNREPORTED_MOVES {
+            self.moves.pop_front(); // a caller that never asks (the runtime asks each time)
+        }
+        self.moves.push_back(AddressUpdate { from: old, to: peer });
         tracing::debug!(from = %old, to = %peer, "DTLS session moved (authentic, newer CID record)");
         Some(id)
     }
@@ -922,15 +908,12 @@ impl DtlsBackend for MbedtlsDtls {
         out
     }
 
-    fn endpoint_peer(&self, source: SocketAddr) -> SocketAddr {
-        self.by_addr
-            .get(&source)
-            .and_then(|id| self.sessions.get(id))
-            .map_or(source, |s| s.endpoint_addr)
+    fn poll_address_update(&mut self) -> Option<AddressUpdate> {
+        self.moves.pop_front()
     }
 
     fn encrypt(&mut self, now: Instant, peer: SocketAddr, plaintext: &[u8]) {
-        let Some(&id) = self.by_endpoint_addr.get(&peer) else {
+        let Some(&id) = self.by_addr.get(&peer) else {
             if self.role == Role::Server {
                 self.stats.dropped += 1;
             } else {
@@ -1017,7 +1000,7 @@ impl DtlsBackend for MbedtlsDtls {
     }
 
     fn forget(&mut self, peer: SocketAddr) {
-        if let Some(&id) = self.by_endpoint_addr.get(&peer) {
+        if let Some(&id) = self.by_addr.get(&peer) {
             self.remove(id);
         }
     }
@@ -1039,7 +1022,7 @@ impl DtlsBackend for MbedtlsDtls {
     }
 
     fn credential(&self, peer: SocketAddr) -> Option<Arc<Credential>> {
-        let id = self.by_endpoint_addr.get(&peer)?;
+        let id = self.by_addr.get(&peer)?;
         let s = self.sessions.get(id).filter(|s| s.established)?;
         s.credential.clone()
     }
