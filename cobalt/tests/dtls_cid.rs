@@ -1,11 +1,12 @@
 //! The DTLS Connection ID (RFC 9146) end to end: a Cobalt server on the Mbed TLS
 //! backend, and a device (the library's `MbedtlsDtls` client table over a UDP socket
 //! of its own) whose source port changes between requests, as behind a NAT that
-//! rebinds. Its session, and its observation, survive without a new handshake.
+//! rebinds. Its session, and its observation, survive without a new handshake, and
+//! what the server keeps of it (observe relations, budgets) moves to its new address.
 #![cfg(feature = "mbedtls")]
 
 use cobalt::proto::message::{decode, encode, opt, Code, Message, MessageType, Token};
-use cobalt::server::{get, Observable, Request};
+use cobalt::server::{get, Observable, Request, ServerLimits};
 use cobalt::transport::credentials::{ClientPsk, PskStore};
 use cobalt::transport::dtls::{DtlsBackend, DtlsConfig, MbedtlsDtls};
 use cobalt::{Client, Scheme, Server};
@@ -33,10 +34,15 @@ struct Device {
 
 impl Device {
     fn new(server: SocketAddr) -> Device {
+        Device::at(server, "127.0.0.1")
+    }
+
+    /// A device whose socket is on the loopback address `ip` (any of 127.0.0.0/8).
+    fn at(server: SocketAddr, ip: &str) -> Device {
         let psk = ClientPsk::new("device-1", "secretPSK");
         Device {
             dtls: MbedtlsDtls::client(&psk, true, DtlsConfig::default()).unwrap(),
-            socket: UdpSocket::bind("127.0.0.1:0").unwrap(),
+            socket: UdpSocket::bind((ip, 0)).unwrap(),
             server,
             mid: 1,
         }
@@ -46,10 +52,20 @@ impl Device {
         self.socket.local_addr().unwrap().port()
     }
 
+    fn addr(&self) -> SocketAddr {
+        self.socket.local_addr().unwrap()
+    }
+
     fn rebind(&mut self) {
-        let old = self.port();
-        self.socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_ne!(self.port(), old);
+        let ip = self.addr().ip().to_string();
+        self.rebind_to(&ip);
+    }
+
+    /// A new source address: a new port on `ip`.
+    fn rebind_to(&mut self, ip: &str) {
+        let old = self.addr();
+        self.socket = UdpSocket::bind((ip, 0)).unwrap();
+        assert_ne!(self.addr(), old);
     }
 
     fn flush(&mut self) {
@@ -165,8 +181,9 @@ async fn a_rebinding_device_keeps_its_session_and_its_observation() {
             device.rebind();
             let t = device.get("who", false);
             let r = device.next(&t);
-            // The endpoint knows the session by the address its handshake came from.
-            assert_eq!(r.payload, first_port.to_string().as_bytes());
+            // The server knows the session by its new address.
+            assert_eq!(r.payload, device.port().to_string().as_bytes());
+            assert_ne!(device.port(), first_port);
             device
         })
         .await
@@ -224,11 +241,10 @@ async fn a_rebinding_device_keeps_its_session_on_a_server_with_several_shards() 
     let addr = server.local_addr(Scheme::Coaps).unwrap();
     let device = tokio::task::spawn_blocking(move || {
         let mut device = Device::new(addr);
-        let first_port = device.port();
         for _ in 0..=REBINDS {
             let t = device.get("who", false);
             let r = device.next(&t);
-            assert_eq!(r.payload, first_port.to_string().as_bytes());
+            assert_eq!(r.payload, device.port().to_string().as_bytes());
             device.rebind();
         }
         device
@@ -246,6 +262,90 @@ async fn a_rebinding_device_keeps_its_session_on_a_server_with_several_shards() 
     assert_eq!(totals.dtls_handshakes, 1, "no new handshake");
     assert_eq!(totals.dtls_address_updates, REBINDS);
     assert_eq!(device.dtls.stats().handshakes, 1);
+    server.shutdown(Duration::ZERO).await;
+}
+
+/// A device that moves to another IP address takes its observation and its place in
+/// the per-address observer budget along: at the new address it cannot register
+/// more than the budget allows there (moving does not double its budget), the
+/// notifications keep arriving, and the old address holds nothing of it (another
+/// device there may register).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_moves_is_served_under_the_budget_it_had() {
+    let obs = Observable::new();
+    let other = Observable::new();
+    let value = Arc::new(AtomicU32::new(0));
+    let current = value.clone();
+    let server = Server::new()
+        .route(
+            "/who",
+            get(|req: Request| async move { req.peer().to_string() }),
+        )
+        .route(
+            "/value",
+            get(move || {
+                let v = current.load(Ordering::SeqCst);
+                async move { v.to_string() }
+            })
+            .observable(&obs),
+        )
+        .route("/other", get(|| async { "other" }).observable(&other))
+        .limits(ServerLimits {
+            max_observers_per_ip: 1,
+            ..ServerLimits::default()
+        })
+        .psk(PskStore::new().with("device-1", "secretPSK"))
+        .dtls_config(cid_settings())
+        .listen(Scheme::Coaps, "127.0.0.1:0")
+        .start()
+        .await
+        .unwrap();
+    let addr = server.local_addr(Scheme::Coaps).unwrap();
+    let (mut device, token) = tokio::task::spawn_blocking(move || {
+        let mut device = Device::at(addr, "127.0.0.2");
+        let t = device.get("value", true);
+        let n = device.next(&t);
+        assert!(n.options.observe().is_some(), "registered from 127.0.0.2");
+        (device, t)
+    })
+    .await
+    .unwrap();
+    device = tokio::task::spawn_blocking(move || {
+        device.rebind_to("127.0.0.3");
+        let t = device.get("who", false);
+        let r = device.next(&t);
+        assert_eq!(
+            r.payload,
+            device.addr().to_string().as_bytes(),
+            "known by its new address"
+        );
+        // Its relation counts for 127.0.0.3 now: a second one is over the budget.
+        let t = device.get("other", true);
+        let r = device.next(&t);
+        assert_eq!(r.code, Code::TOO_MANY_REQUESTS, "no second relation by moving");
+        device
+    })
+    .await
+    .unwrap();
+    value.store(1, Ordering::SeqCst);
+    obs.changed();
+    let (device, neighbour) = tokio::task::spawn_blocking(move || {
+        let n = device.next(&token);
+        assert_eq!(n.payload, b"1", "the notification reaches the new address");
+        // The old address holds nothing: a device there may observe.
+        let mut neighbour = Device::at(addr, "127.0.0.2");
+        let t = neighbour.get("other", true);
+        let r = neighbour.next(&t);
+        assert_eq!(r.code, Code::CONTENT);
+        assert!(r.options.observe().is_some(), "registered from the old address");
+        (device, neighbour)
+    })
+    .await
+    .unwrap();
+    assert_eq!(obs.observer_count(), 1);
+    assert_eq!(other.observer_count(), 1);
+    assert_eq!(device.dtls.stats().handshakes, 1, "the device kept its session");
+    assert_eq!(neighbour.dtls.stats().handshakes, 1);
     server.shutdown(Duration::ZERO).await;
 }
 
