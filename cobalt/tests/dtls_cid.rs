@@ -322,7 +322,11 @@ async fn a_device_that_moves_is_served_under_the_budget_it_had() {
         // Its relation counts for 127.0.0.3 now: a second one is over the budget.
         let t = device.get("other", true);
         let r = device.next(&t);
-        assert_eq!(r.code, Code::TOO_MANY_REQUESTS, "no second relation by moving");
+        assert_eq!(
+            r.code,
+            Code::TOO_MANY_REQUESTS,
+            "no second relation by moving"
+        );
         device
     })
     .await
@@ -337,14 +341,21 @@ async fn a_device_that_moves_is_served_under_the_budget_it_had() {
         let t = neighbour.get("other", true);
         let r = neighbour.next(&t);
         assert_eq!(r.code, Code::CONTENT);
-        assert!(r.options.observe().is_some(), "registered from the old address");
+        assert!(
+            r.options.observe().is_some(),
+            "registered from the old address"
+        );
         (device, neighbour)
     })
     .await
     .unwrap();
     assert_eq!(obs.observer_count(), 1);
     assert_eq!(other.observer_count(), 1);
-    assert_eq!(device.dtls.stats().handshakes, 1, "the device kept its session");
+    assert_eq!(
+        device.dtls.stats().handshakes,
+        1,
+        "the device kept its session"
+    );
     assert_eq!(neighbour.dtls.stats().handshakes, 1);
     server.shutdown(Duration::ZERO).await;
 }

@@ -280,8 +280,7 @@ impl DedupStore {
         // The queue's records of `from` are stale now; records for `to` go to its
         // back (expiry order only decides when memory comes back: `get` checks each
         // entry's own time).
-        self.order
-            .extend(window.iter().map(|s| (s.at, to, s.mid)));
+        self.order.extend(window.iter().map(|s| (s.at, to, s.mid)));
         self.windows.insert(to, window);
         if self.order.len() > self.live + self.live / 4 + 64 {
             self.compact();

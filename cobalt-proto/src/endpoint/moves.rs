@@ -48,8 +48,7 @@ impl Endpoint {
             }
         }
         let in_progress = u32::try_from(peer.in_progress.len()).unwrap_or(u32::MAX);
-        self.admission
-            .transfer(&self.config, from, to, in_progress);
+        self.admission.transfer(&self.config, from, to, in_progress);
         let queued = !peer.queue_is_empty();
         self.peers.insert(to, peer);
         // Confirmable messages on their way: retransmitted to `to`, on the timers
@@ -187,40 +186,67 @@ mod tests {
         // One request answered (remembered for duplicates), one in progress.
         ep.handle_datagram(now, old, &request(1, 1, false, true));
         let answered = request_id(&mut ep);
-        ep.respond(now, answered, Message::new(MessageType::Acknowledgement, Code::CONTENT, 0))
-            .unwrap();
+        ep.respond(
+            now,
+            answered,
+            Message::new(MessageType::Acknowledgement, Code::CONTENT, 0),
+        )
+        .unwrap();
         ep.handle_datagram(now, old, &get(2, 2, false));
         let open = request_id(&mut ep);
         while ep.poll_transmit().is_some() {}
 
         assert!(ep.move_peer(now, old, new));
-        assert!(!ep.move_peer(now, old, new), "nothing is left at the old address");
+        assert!(
+            !ep.move_peer(now, old, new),
+            "nothing is left at the old address"
+        );
         assert_eq!(ep.state_counts().peers, 1, "one entry, at the new address");
 
         // The duplicate of the answered request, from the new address, gets the
         // remembered answer and is not a new request.
         ep.handle_datagram(now, new, &request(1, 1, false, true));
-        assert!(ep.poll_event().is_none(), "a duplicate is not handled again");
+        assert!(
+            ep.poll_event().is_none(),
+            "a duplicate is not handled again"
+        );
         let again = ep.poll_transmit().expect("the remembered answer");
         assert_eq!(again.peer, new);
-        assert_eq!(crate::message::decode(&again.bytes).unwrap().code, Code::CONTENT);
+        assert_eq!(
+            crate::message::decode(&again.bytes).unwrap().code,
+            Code::CONTENT
+        );
 
         // The open request counts against the new address's budgets: with it, the
         // peer has one more place (not two, as a fresh address would).
         ep.handle_datagram(now, new, &get(3, 3, false));
         let third = request_id(&mut ep);
         ep.handle_datagram(now, new, &get(4, 4, false));
-        assert!(ep.poll_event().is_none(), "over the budget it brought along");
+        assert!(
+            ep.poll_event().is_none(),
+            "over the budget it brought along"
+        );
         let busy = ep.poll_transmit().expect("4.29");
-        assert_eq!(crate::message::decode(&busy.bytes).unwrap().code, Code::TOO_MANY_REQUESTS);
+        assert_eq!(
+            crate::message::decode(&busy.bytes).unwrap().code,
+            Code::TOO_MANY_REQUESTS
+        );
 
         // The open request is answered to the new address; the old one's address
         // key holds nothing: a request from it is admitted.
-        ep.respond(now, open, Message::new(MessageType::Acknowledgement, Code::CONTENT, 0))
-            .unwrap();
+        ep.respond(
+            now,
+            open,
+            Message::new(MessageType::Acknowledgement, Code::CONTENT, 0),
+        )
+        .unwrap();
         assert_eq!(ep.poll_transmit().unwrap().peer, new);
-        ep.respond(now, third, Message::new(MessageType::Acknowledgement, Code::CONTENT, 0))
-            .unwrap();
+        ep.respond(
+            now,
+            third,
+            Message::new(MessageType::Acknowledgement, Code::CONTENT, 0),
+        )
+        .unwrap();
         ep.handle_datagram(now, addr("10.0.0.1:40001"), &get(9, 9, false));
         assert!(matches!(ep.poll_event(), Some(Event::Request { .. })));
     }
@@ -241,8 +267,12 @@ mod tests {
         // The mover: a registration answered with a confirmable notification later.
         ep.handle_datagram(now, old, &get(1, 1, true));
         let reg = request_id(&mut ep);
-        ep.respond(now, reg, Message::new(MessageType::Acknowledgement, Code::CONTENT, 0))
-            .unwrap();
+        ep.respond(
+            now,
+            reg,
+            Message::new(MessageType::Acknowledgement, Code::CONTENT, 0),
+        )
+        .unwrap();
         let mut n = Message::new(MessageType::Confirmable, Code::CONTENT, 0);
         n.options.set_uint(crate::message::opt::OBSERVE, 2);
         ep.notify(now, old, Token::new(&[1]).unwrap(), n, true, None);
@@ -273,6 +303,9 @@ mod tests {
             &crate::message::encode(&Message::empty_ack(resent_mid)),
         );
         assert_eq!(ep.state_counts().pending_confirmables, 0);
-        assert!(ep.poll_transmit().is_none(), "nothing goes to the old address");
+        assert!(
+            ep.poll_transmit().is_none(),
+            "nothing goes to the old address"
+        );
     }
 }

@@ -178,7 +178,10 @@ impl ObserverBudget {
     /// `to` holds its share: its next registration is, until it holds less.
     pub(crate) fn transfer(&self, from: IpAddr, to: IpAddr) {
         let mut held = self.held();
-        let (old, new) = (AddressKey::of(from, held.prefix), AddressKey::of(to, held.prefix));
+        let (old, new) = (
+            AddressKey::of(from, held.prefix),
+            AddressKey::of(to, held.prefix),
+        );
         if old == new {
             return;
         }

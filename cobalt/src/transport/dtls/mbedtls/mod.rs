@@ -805,7 +805,10 @@ impl MbedtlsDtls {
         if self.moves.len() >= MAX_UNREPORTED_MOVES {
             self.moves.pop_front(); // a caller that never asks (the runtime asks each time)
         }
-        self.moves.push_back(AddressUpdate { from: old, to: peer });
+        self.moves.push_back(AddressUpdate {
+            from: old,
+            to: peer,
+        });
         tracing::debug!(from = %old, to = %peer, "DTLS session moved (authentic, newer CID record)");
         Some(id)
     }

@@ -167,7 +167,10 @@ fn a_rebinding_client_keeps_its_session_without_a_new_handshake() {
             link.at_server.last().unwrap(),
             &(link.from, b"after rebinding".to_vec())
         );
-        assert!(link.server.cid_of(before).is_none(), "nothing at the old address");
+        assert!(
+            link.server.cid_of(before).is_none(),
+            "nothing at the old address"
+        );
         assert!(link.server.poll_address_update().is_none());
         // Answers (and notifications) go to the new address.
         link.server.encrypt(now, link.from, b"notification");
@@ -193,7 +196,10 @@ fn a_forged_record_from_another_address_does_not_move_the_session() {
     forged[last] ^= 0x01; // the CCM_8 tag no longer matches
     link.deliver_to_server(now, addr("203.0.113.9:5555"), &forged);
     assert_eq!(link.at_server.len(), 1, "nothing from the forged record");
-    assert!(link.server.credential(home).is_some(), "the session stays at home");
+    assert!(
+        link.server.credential(home).is_some(),
+        "the session stays at home"
+    );
     assert!(link.moves.is_empty(), "nothing moved");
     assert_eq!(link.server.stats().address_updates, 0);
     assert_eq!(link.server.stats().address_updates_refused, 1);
@@ -215,7 +221,10 @@ fn a_replayed_record_from_another_address_does_not_move_the_session() {
     let before = link.at_server.len();
     link.deliver_to_server(now, addr("203.0.113.9:5556"), &genuine);
     assert_eq!(link.at_server.len(), before, "a replay carries nothing");
-    assert!(link.server.credential(home).is_some(), "the session stays at home");
+    assert!(
+        link.server.credential(home).is_some(),
+        "the session stays at home"
+    );
     assert!(link.moves.is_empty(), "nothing moved");
     assert_eq!(link.server.stats().address_updates, 0);
     assert_eq!(link.server.stats().address_updates_refused, 1);
@@ -230,7 +239,10 @@ fn an_authentic_but_older_record_from_another_address_does_not_move_the_session(
     let older = link.client.poll_transmit().unwrap().bytes;
     link.send(now, b"newer"); // accepted from home first
     link.deliver_to_server(now, addr("203.0.113.9:5557"), &older);
-    assert!(link.server.credential(home).is_some(), "the session stays at home");
+    assert!(
+        link.server.credential(home).is_some(),
+        "the session stays at home"
+    );
     assert!(link.moves.is_empty(), "nothing moved");
     assert_eq!(link.server.stats().address_updates_refused, 1);
     assert!(link.at_server.iter().all(|(_, d)| d != b"older"));
@@ -245,7 +257,10 @@ fn without_a_cid_a_new_address_is_a_stranger() {
     link.client.encrypt(now, addr(SERVER), b"lost");
     link.pump(now);
     assert!(link.at_server.iter().all(|(_, d)| d != b"lost"));
-    assert!(link.server.credential(home).is_some(), "the session stays at home");
+    assert!(
+        link.server.credential(home).is_some(),
+        "the session stays at home"
+    );
     assert!(link.moves.is_empty(), "nothing moved");
 }
 
