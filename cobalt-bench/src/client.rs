@@ -108,41 +108,11 @@ pub(crate) fn run_thread(
     engine::run_thread(shared, interval_ns, || {
         let socks = open_sockets(shared.target, clients)?;
         let fds: Vec<RawFd> = socks.iter().map(|s| s.as_raw_fd()).collect();
-        let udp = match io {
-            Io::Epoll => Udp::Epoll(EpollUdp::new(fds.clone())?),
-            Io::Uring => Udp::Uring(Box::new(UringUdp::new(fds.clone(), shared.template.len())?)),
-            Io::Auto if clients <= AUTO_URING_MAX_CLIENTS => {
-                match UringUdp::new(fds.clone(), shared.template.len()) {
-                    Ok(u) => Udp::Uring(Box::new(u)),
-                    Err(_) => Udp::Epoll(EpollUdp::new(fds.clone())?),
-                }
-            }
-            Io::Auto => Udp::Epoll(EpollUdp::new(fds.clone())?),
-        };
-        let mut rng = seed;
-        let clients = (0..clients)
-            .map(|_| Client {
-                retx: shared.cc.map(|a| Retransmit {
-                    ctl: a.controller(Params::default(), Instant::now()),
-                    attempt: None,
-                    due: u64::MAX,
-                }),
-                mid: splitmix(&mut rng) as u16,
-                token: [0; TOKEN_LEN],
-            })
-            .collect();
+        let udp = Udp::open(io, fds.clone(), shared.template.len())?;
+        let coap = Coap::new(shared, fds, first_client, seed);
         Ok(CoapClients {
             udp,
-            coap: Coap {
-                fds,
-                clients,
-                sbuf: shared.template.clone(),
-                client_field: shared.client_field,
-                first_client,
-                rng,
-                acks: Vec::new(),
-                resets: Vec::new(),
-            },
+            coap,
             cc: shared.cc.is_some(),
             _socks: socks,
         })
@@ -150,7 +120,7 @@ pub(crate) fn run_thread(
 }
 
 /// Opens `n` non-blocking UDP sockets connected to `target`.
-fn open_sockets(target: SocketAddr, n: usize) -> Result<Vec<UdpSocket>, String> {
+pub(crate) fn open_sockets(target: SocketAddr, n: usize) -> Result<Vec<UdpSocket>, String> {
     let bind: SocketAddr = if target.is_ipv4() {
         "0.0.0.0:0".parse().expect("literal address")
     } else {
@@ -177,7 +147,7 @@ struct Client {
 }
 
 /// The CoAP side of one thread's clients, apart from their I/O.
-struct Coap {
+pub(crate) struct Coap {
     fds: Vec<RawFd>,
     clients: Vec<Client>,
     /// The request template, patched with a client's MID and token before each send.
@@ -189,14 +159,58 @@ struct Coap {
     first_client: usize,
     rng: u64,
     /// Empty ACKs owed (client, MID), sent after the datagrams of one wait.
-    acks: Vec<(usize, u16)>,
+    pub(crate) acks: Vec<(usize, u16)>,
     /// RSTs owed to pings (client, MID), sent with the ACKs.
-    resets: Vec<(usize, u16)>,
+    pub(crate) resets: Vec<(usize, u16)>,
 }
 
 impl Coap {
+    /// The CoAP state of the clients on the sockets `fds` (numbered from
+    /// `first_client`), with MIDs and tokens drawn from `seed`.
+    pub(crate) fn new(shared: &StepShared, fds: Vec<RawFd>, first_client: usize, seed: u64) -> Coap {
+        let mut rng = seed;
+        let clients = fds
+            .iter()
+            .map(|_| Client {
+                retx: shared.cc.map(|a| Retransmit {
+                    ctl: a.controller(Params::default(), Instant::now()),
+                    attempt: None,
+                    due: u64::MAX,
+                }),
+                mid: splitmix(&mut rng) as u16,
+                token: [0; TOKEN_LEN],
+            })
+            .collect();
+        Coap {
+            fds,
+            clients,
+            sbuf: shared.template.clone(),
+            client_field: shared.client_field,
+            first_client,
+            rng,
+            acks: Vec::new(),
+            resets: Vec::new(),
+        }
+    }
+
+    /// Gives client `i` a fresh request (next MID, new token); under `--cc` starts
+    /// its retransmission timer at `t`.
+    pub(crate) fn next_request(&mut self, i: usize, t: u64) {
+        let token = splitmix(&mut self.rng).to_ne_bytes();
+        let c = &mut self.clients[i];
+        c.mid = c.mid.wrapping_add(1);
+        c.token = token;
+        if let Some(r) = c.retx.as_mut() {
+            let a = r
+                .ctl
+                .first_timeout(Instant::now(), 0, &mut SplitMix(&mut self.rng));
+            r.due = t + a.timeout.as_nanos() as u64;
+            r.attempt = Some(a);
+        }
+    }
+
     /// Client `i`'s current request (its MID and token) in `sbuf`.
-    fn request(&mut self, i: usize) -> &[u8] {
+    pub(crate) fn request(&mut self, i: usize) -> &[u8] {
         let c = &self.clients[i];
         self.sbuf[2..4].copy_from_slice(&c.mid.to_be_bytes());
         self.sbuf[TOKEN_AT..TOKEN_AT + TOKEN_LEN].copy_from_slice(&c.token);
@@ -216,7 +230,7 @@ impl Coap {
     }
 
     /// Handles what client `i`'s socket delivered at `t`.
-    fn on_received(&mut self, i: usize, what: Received<'_>, t: u64, ex: &mut Exchanges) {
+    pub(crate) fn on_received(&mut self, i: usize, what: Received<'_>, t: u64, ex: &mut Exchanges) {
         let d = match what {
             Received::Datagram(d) => d,
             // ICMP unreachable and friends, or a send that failed: the request stays
@@ -264,19 +278,58 @@ impl Coap {
 }
 
 /// One `send` on a connected socket; false if the socket refused it.
-fn send_now(fd: RawFd, bytes: &[u8]) -> bool {
+pub(crate) fn send_now(fd: RawFd, bytes: &[u8]) -> bool {
     // SAFETY: the socket is open and `bytes` is a valid buffer of that length.
     unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), 0) >= 0 }
 }
 
 /// The I/O of the UDP generator.
-enum Udp {
+pub(crate) enum Udp {
     Epoll(EpollUdp),
     Uring(Box<UringUdp>),
 }
 
+impl Udp {
+    /// The I/O `io` asks for over the sockets `fds`, sending datagrams of
+    /// `send_len` bytes through io_uring (others with a plain `send`).
+    pub(crate) fn open(io: Io, fds: Vec<RawFd>, send_len: usize) -> Result<Udp, String> {
+        Ok(match io {
+            Io::Epoll => Udp::Epoll(EpollUdp::new(fds)?),
+            Io::Uring => Udp::Uring(Box::new(UringUdp::new(fds, send_len)?)),
+            Io::Auto if fds.len() <= AUTO_URING_MAX_CLIENTS => {
+                match UringUdp::new(fds.clone(), send_len) {
+                    Ok(u) => Udp::Uring(Box::new(u)),
+                    Err(_) => Udp::Epoll(EpollUdp::new(fds)?),
+                }
+            }
+            Io::Auto => Udp::Epoll(EpollUdp::new(fds)?),
+        })
+    }
+
+    /// Sends `bytes` from client `i` (socket `fd`); false if it did not go out.
+    pub(crate) fn send(&mut self, i: usize, fd: RawFd, bytes: &[u8]) -> bool {
+        match self {
+            Udp::Epoll(_) => send_now(fd, bytes),
+            Udp::Uring(u) => u.send(i, bytes),
+        }
+    }
+
+    /// Waits up to `wait_ns` and hands what the sockets delivered to `on`.
+    pub(crate) fn wait(
+        &mut self,
+        wait_ns: u64,
+        on: impl FnMut(usize, Received<'_>, u64),
+    ) -> Result<(), String> {
+        match self {
+            Udp::Epoll(e) => e.wait(wait_ns, on),
+            Udp::Uring(u) => u.wait(wait_ns, on)?,
+        }
+        Ok(())
+    }
+}
+
 /// One epoll set over the clients' sockets; one `recv` per readable socket.
-struct EpollUdp {
+pub(crate) struct EpollUdp {
     fds: Vec<RawFd>,
     epoll: Epoll,
     waiter: Waiter,
@@ -337,10 +390,7 @@ impl CoapClients {
     fn transmit(&mut self, i: usize) -> bool {
         let fd = self.coap.fds[i];
         let bytes = self.coap.request(i);
-        match &mut self.udp {
-            Udp::Epoll(_) => send_now(fd, bytes),
-            Udp::Uring(u) => u.send(i, bytes),
-        }
+        self.udp.send(i, fd, bytes)
     }
 }
 
@@ -351,17 +401,7 @@ impl Generator for CoapClients {
 
     /// Sends a fresh request (new MID and token) from client `i`.
     fn start(&mut self, i: usize, t: u64) -> Result<bool, String> {
-        let token = splitmix(&mut self.coap.rng).to_ne_bytes();
-        let c = &mut self.coap.clients[i];
-        c.mid = c.mid.wrapping_add(1);
-        c.token = token;
-        if let Some(r) = c.retx.as_mut() {
-            let a = r
-                .ctl
-                .first_timeout(Instant::now(), 0, &mut SplitMix(&mut self.coap.rng));
-            r.due = t + a.timeout.as_nanos() as u64;
-            r.attempt = Some(a);
-        }
+        self.coap.next_request(i, t);
         // E.g. a pending ICMP error (ECONNREFUSED) or a full buffer: the request is
         // not on the wire and will count as lost at its timeout.
         Ok(self.transmit(i))
@@ -394,10 +434,8 @@ impl Generator for CoapClients {
 
     fn poll(&mut self, wait_ns: u64, ex: &mut Exchanges) -> Result<(), String> {
         let coap = &mut self.coap;
-        match &mut self.udp {
-            Udp::Epoll(e) => e.wait(wait_ns, |i, what, t| coap.on_received(i, what, t, ex)),
-            Udp::Uring(u) => u.wait(wait_ns, |i, what, t| coap.on_received(i, what, t, ex))?,
-        }
+        self.udp
+            .wait(wait_ns, |i, what, t| coap.on_received(i, what, t, ex))?;
         coap.send_acks();
         Ok(())
     }

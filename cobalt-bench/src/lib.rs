@@ -46,6 +46,7 @@
 
 mod client;
 mod dtls;
+mod dtls_udp;
 mod engine;
 mod http;
 pub mod http_responder;

@@ -6,7 +6,7 @@ use crate::engine::StepShared;
 use crate::stats::{Recorder, ServerUsage, StepResult};
 use crate::sys::now_ns;
 use crate::target::{Scheme, Target};
-use crate::{dtls, http, procfs, session, stream, sys, StepError};
+use crate::{dtls, dtls_udp, http, procfs, session, stream, sys, StepError};
 use cobalt::transport::credentials::ClientCredentials;
 use cobalt::transport::tls::{Alpn, TlsConnector};
 use cobalt_proto::message::{encode, opt, Code, Message, MessageType, Token};
@@ -165,6 +165,20 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, StepError>
                         )?),
                         Scheme::Http => {
                             Ok(http::run_thread(shared, share, cfg.keepalive, interval)?)
+                        }
+                        Scheme::Coap(cobalt::Scheme::Coaps) if !cfg.new_session => {
+                            let auth = cfg
+                                .dtls
+                                .as_ref()
+                                .ok_or_else(|| "coaps:// needs credentials".to_string())?;
+                            Ok(dtls_udp::run_thread(
+                                shared,
+                                auth,
+                                (first_client, share),
+                                seed,
+                                interval,
+                                cfg.io,
+                            )?)
                         }
                         _ => run_session_thread(cfg, shared, share, seed, interval, threads),
                     })
