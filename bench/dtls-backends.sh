@@ -11,10 +11,11 @@
 #                           request: req/s = handshakes/s)
 # then the memory of DTLS sessions: the server's RSS before and after
 # `dtls_hold` (cobalt/examples) opened --sessions idle PSK sessions, divided by their
-# number. With --rate R, the coap and coaps runs are open loop at R requests per second
-# in all (cobalt bench --rate), so that both servers see the same load and wake-ups and
-# their CPU per request compares like with like; without it they are closed loop, where
-# the slower DTLS client sends fewer requests per wake-up of the server. The backends
+# number. The coap and coaps runs use one generator design (cobalt bench's engine with
+# io_uring over every client's socket; coaps protects each request in the client's own
+# DTLS session), so the server sees the same batching and its CPU per request compares
+# like with like. With --rate R they are open loop at R requests per second in all
+# (cobalt bench --rate); without it closed loop. The backends
 # alternate --repeat times, so that the background load of a
 # shared machine spreads over both; the report gives the median of the repetitions.
 # Writes bench/results/dtls-backends-<date>.md (req/s, p50/p99, server CPU µs/req,
@@ -170,7 +171,7 @@ python3 "$bench_dir/report.py" \
   --manifest "$manifest" \
   --md "$md" --svg "$out_dir/dtls-backends-$stamp.svg" \
   --command "bench/dtls-backends.sh --clients $clients --duration $duration --handshake-clients $handshake_clients --sessions $sessions --repeat $repeat --threads $threads$rate_flag" \
-  --setup "cobalt serve --shards 1 on loopback $host (UDP port $port, DTLS port $dtls_port), once per backend and repetition, GET /benchmark (11-byte \"hello world\"), $loop_desc, cobalt bench --threads $threads (OpenSSL client); $pinning" \
+  --setup "cobalt serve --shards 1 on loopback $host (UDP port $port, DTLS port $dtls_port), once per backend and repetition, GET /benchmark (11-byte \"hello world\"), $loop_desc, cobalt bench --threads $threads (coap and coaps on the same io_uring engine; OpenSSL client sessions); $pinning" \
   --machine "$(machine_info)"
 python3 - "$work/memory.tsv" >>"$md" <<'EOF'
 import statistics, sys
