@@ -167,7 +167,12 @@ pub(crate) struct Coap {
 impl Coap {
     /// The CoAP state of the clients on the sockets `fds` (numbered from
     /// `first_client`), with MIDs and tokens drawn from `seed`.
-    pub(crate) fn new(shared: &StepShared, fds: Vec<RawFd>, first_client: usize, seed: u64) -> Coap {
+    pub(crate) fn new(
+        shared: &StepShared,
+        fds: Vec<RawFd>,
+        first_client: usize,
+        seed: u64,
+    ) -> Coap {
         let mut rng = seed;
         let clients = fds
             .iter()

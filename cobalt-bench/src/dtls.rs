@@ -1,6 +1,7 @@
-//! `coaps://`: one DTLS 1.2 session per virtual client, each on its own connected UDP
-//! socket, driven by the library's sans-IO [`OpensslDtls`] (OpenSSL does all the
-//! record protection; nothing here touches cryptography).
+//! `coaps://` with `--new-session` (the `session` module's generator; runs without it
+//! use [`crate::dtls_udp`]): one DTLS 1.2 session per virtual client, each on its own
+//! connected UDP socket, driven by the library's sans-IO [`OpensslDtls`] (OpenSSL does
+//! all the record protection; nothing here touches cryptography).
 //!
 //! The handshake (cookie exchange included) runs during set-up. Requests are the
 //! same CoAP datagrams as over UDP (CON by default, `--non`), matched by MID and

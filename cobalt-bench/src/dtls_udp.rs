@@ -9,9 +9,11 @@
 //! The handshakes (cookie exchange included) run during set-up, all of a thread's
 //! at once. The CoAP side is the `coap://` one ([`Coap`]): the same requests,
 //! matching and acknowledgements, the plaintext going through the client's session
-//! on its way out and in. A session that ends (an alert, close_notify) fails its
-//! exchanges as errors from then on; `--new-session` runs use the `session` module
-//! instead. `--cc` retransmissions are not offered over DTLS.
+//! on its way out and in. A session that ends (an alert, close_notify) counts as an
+//! error, and the client's next request starts a new handshake (carried by the
+//! records that come back; its flights are not retransmitted, so a lost one leaves
+//! that client's requests to time out). `--new-session` runs use the `session`
+//! module instead. `--cc` retransmissions are not offered over DTLS.
 
 use crate::client::{open_sockets, send_now, Coap, Io, Udp};
 use crate::engine::{self, Exchanges, Generator, StepShared};
@@ -93,7 +95,8 @@ fn handshakes(
             while let Some(ev) = s.poll_event() {
                 match ev {
                     DtlsEvent::Connected { .. } => connected[i] = true,
-                    DtlsEvent::HandshakeFailed { reason, .. } | DtlsEvent::Closed { reason, .. } => {
+                    DtlsEvent::HandshakeFailed { reason, .. }
+                    | DtlsEvent::Closed { reason, .. } => {
                         return Err(format!("DTLS handshake with {target} failed: {reason}"))
                     }
                 }
@@ -120,7 +123,10 @@ fn handshakes(
             .filter_map(|&i| sessions[i].poll_timeout())
             .min()
             .map_or(deadline, |t| t.min(deadline));
-        let wait_ms = next.saturating_duration_since(now).as_millis().clamp(1, 100) as i32;
+        let wait_ms = next
+            .saturating_duration_since(now)
+            .as_millis()
+            .clamp(1, 100) as i32;
         let mut pollfds: Vec<libc::pollfd> = waiting
             .iter()
             .map(|&i| libc::pollfd {
@@ -137,7 +143,12 @@ fn handshakes(
                 loop {
                     // SAFETY: `buf` is a writable buffer of the given length.
                     let r = unsafe {
-                        libc::recv(fds[i], buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT)
+                        libc::recv(
+                            fds[i],
+                            buf.as_mut_ptr().cast(),
+                            buf.len(),
+                            libc::MSG_DONTWAIT,
+                        )
                     };
                     if r < 0 {
                         break;

@@ -17,13 +17,16 @@
 //! clients over `cobalt bench worker` machines (not for `coaps://`,
 //! whose credentials the worker protocol does not carry).
 //!
-//! `coaps://` (DTLS 1.2, the `dtls` module), `coap+tcp://` and `coap+ws://` (RFC 8323,
-//! the `stream` module) give every virtual client its own session or connection, set up (DTLS
-//! handshake, CSM exchange) before the measurement; the `session` module drives them with one
-//! single-threaded tokio runtime per `--threads`. `--new-session` opens a new one for
-//! every request instead, to measure handshakes per second. `coaps+tcp://` and
-//! `coaps+ws://` run TLS under the same connections (credentials as for `cobalt get`;
-//! without them the system's CAs are trusted).
+//! `coaps://` (DTLS 1.2), `coap+tcp://` and `coap+ws://` (RFC 8323, the `stream`
+//! module) give every virtual client its own session or connection, set up (DTLS
+//! handshake, CSM exchange) before the measurement. `coaps://` runs on the engine with
+//! the I/O of `coap://` (the `dtls_udp` module: the same batching, so that a server's
+//! CPU per request over the two compares like with like); the streams run in the
+//! `session` module, one single-threaded tokio runtime per `--threads`. `--new-session`
+//! opens a new session or connection for every request instead (`coaps://` too, in the
+//! `session` module with the `dtls` one), to measure handshakes per second.
+//! `coaps+tcp://` and `coaps+ws://` run TLS under the same connections (credentials as
+//! for `cobalt get`; without them the system's CAs are trusted).
 //!
 //! `cobalt bench-responder` ([`responder`]; [`http_responder`] for HTTP) is the raw floor to compare servers with:
 //!

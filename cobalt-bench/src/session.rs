@@ -1,5 +1,5 @@
-//! The load generator of the transports with sessions (`coaps://`, `coap+tcp://`,
-//! `coap+ws://`): each generator thread runs a single-threaded tokio runtime with one
+//! The load generator of the transports with sessions (`coap+tcp://`, `coap+ws://`,
+//! and `coaps://` with `--new-session`): each generator thread runs a single-threaded tokio runtime with one
 //! future per virtual client, and every client owns its connection or DTLS session.
 //!
 //! A step goes: set-up (connect, CSM exchange or DTLS handshake; not measured, and any

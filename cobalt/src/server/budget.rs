@@ -283,4 +283,24 @@ mod tests {
         assert_eq!(b.counters.observe_refused_peer.load(Ordering::Relaxed), 2);
         assert!(b.admit(ip(2), 3, 1000).is_ok(), "another address is served");
     }
+
+    #[test]
+    fn a_transferred_relation_counts_for_the_new_address_only() {
+        let b = ObserverBudget::default();
+        b.admit(ip(1), 1, 1000).unwrap();
+        b.transfer(ip(1), ip(2));
+        assert_eq!((b.of(ip(1)), b.of(ip(2)), b.total()), (0, 1, 1));
+        assert!(b.admit(ip(1), 1, 1000).is_ok(), "the old address is free");
+        assert_eq!(
+            b.admit(ip(2), 1, 1000),
+            Err(Refusal::PeerBudget),
+            "the new one holds its share"
+        );
+        b.transfer(ip(3), ip(2));
+        assert_eq!(
+            b.of(ip(2)),
+            1,
+            "nothing to move from an address holding none"
+        );
+    }
 }
