@@ -19,6 +19,7 @@ use crate::client::{open_sockets, send_now, Coap, Io, Udp};
 use crate::engine::{self, Exchanges, Generator, StepShared};
 use crate::poll::Received;
 use crate::stats::Recorder;
+use crate::StepError;
 use cobalt::transport::credentials::ClientCredentials;
 use cobalt::transport::dtls::{DtlsBackend, DtlsConfig, DtlsEvent, OpensslDtls};
 use std::net::{SocketAddr, UdpSocket};
@@ -29,20 +30,26 @@ use std::time::{Duration, Instant};
 const MIN_SETUP_TIME: Duration = Duration::from_secs(10);
 
 /// Runs one thread's share (`clients` virtual clients, numbered from `first_client`)
-/// of a `coaps://` step on the engine, authenticating with `auth`, over `io`.
+/// of a `coaps://` step on the engine, authenticating with `auth`, over `io`, with at
+/// most `in_flight` handshakes under way at once during set-up (the server's budget
+/// per address, see [`crate::session::HANDSHAKES_IN_FLIGHT`]). A handshake that fails
+/// is the server's (or the network's) doing.
 pub(crate) fn run_thread(
     shared: &StepShared,
     auth: &ClientCredentials,
     (first_client, clients): (usize, usize),
     seed: u64,
-    interval_ns: Option<u64>,
+    (interval_ns, in_flight): (Option<u64>, usize),
     io: Io,
-) -> Result<Recorder, String> {
-    engine::run_thread(shared, interval_ns, || {
+) -> Result<Recorder, StepError> {
+    let mut refused = None;
+    let run = engine::run_thread(shared, interval_ns, || {
         let socks = open_sockets(shared.target, clients)?;
         let fds: Vec<RawFd> = socks.iter().map(|s| s.as_raw_fd()).collect();
         let limit = Duration::from_nanos(shared.timeout_ns).max(MIN_SETUP_TIME);
-        let mut sessions = handshakes(shared.target, auth, &fds, Instant::now() + limit)?;
+        let deadline = Instant::now() + limit;
+        let mut sessions = handshakes(shared.target, auth, &fds, in_flight, deadline)
+            .inspect_err(|e| refused = Some(StepError::network(e.clone())))?;
         let coap = Coap::new(shared, fds.clone(), first_client, seed);
         // The size of a request's record, for io_uring's send slots: one request
         // protected (its sequence number is skipped; DTLS allows gaps).
@@ -61,15 +68,20 @@ pub(crate) fn run_thread(
             heard: Vec::new(),
             _socks: socks,
         })
-    })
+    });
+    match (run, refused) {
+        (Err(_), Some(refused)) => Err(refused),
+        (run, _) => run.map_err(StepError::from),
+    }
 }
 
 /// One DTLS client table (of one session) per socket in `fds`, each handshaken with
-/// `target` before `deadline`, all at once.
+/// `target` before `deadline`, `in_flight` at a time.
 fn handshakes(
     target: SocketAddr,
     auth: &ClientCredentials,
     fds: &[RawFd],
+    in_flight: usize,
     deadline: Instant,
 ) -> Result<Vec<OpensslDtls>, String> {
     let config = DtlsConfig {
@@ -79,16 +91,25 @@ fn handshakes(
     };
     let mut sessions = Vec::with_capacity(fds.len());
     for _ in fds {
-        let mut s = OpensslDtls::client_with(auth, config.clone())
+        let s = OpensslDtls::client_with(auth, config.clone())
             .map_err(|e| format!("cannot set up DTLS with these credentials: {e}"))?;
-        s.connect(Instant::now(), target);
         sessions.push(s);
     }
     let mut connected = vec![false; fds.len()];
+    let mut started = 0;
     let mut buf = vec![0u8; 65536];
     loop {
+        let under_way = started - connected.iter().filter(|c| **c).count();
+        for s in sessions
+            .iter_mut()
+            .skip(started)
+            .take(in_flight.max(1).saturating_sub(under_way))
+        {
+            s.connect(Instant::now(), target);
+            started += 1;
+        }
         let mut waiting = Vec::new();
-        for (i, s) in sessions.iter_mut().enumerate() {
+        for (i, s) in sessions.iter_mut().enumerate().take(started) {
             while let Some(t) = s.poll_transmit() {
                 send_now(fds[i], &t.bytes);
             }
@@ -105,8 +126,11 @@ fn handshakes(
                 waiting.push(i);
             }
         }
-        if waiting.is_empty() {
+        if waiting.is_empty() && started == sessions.len() {
             return Ok(sessions);
+        }
+        if waiting.is_empty() {
+            continue; // start the next ones
         }
         let now = Instant::now();
         if now >= deadline {

@@ -171,14 +171,15 @@ pub fn measure_step(cfg: &Config, clients: usize) -> Result<Measured, StepError>
                                 .dtls
                                 .as_ref()
                                 .ok_or_else(|| "coaps:// needs credentials".to_string())?;
-                            Ok(dtls_udp::run_thread(
+                            let in_flight = (session::HANDSHAKES_IN_FLIGHT / threads).max(1);
+                            dtls_udp::run_thread(
                                 shared,
                                 auth,
                                 (first_client, share),
                                 seed,
-                                interval,
+                                (interval, in_flight),
                                 cfg.io,
-                            )?)
+                            )
                         }
                         _ => run_session_thread(cfg, shared, share, seed, interval, threads),
                     })
