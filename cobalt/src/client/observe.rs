@@ -13,6 +13,7 @@ use cobalt_proto::message::{codec, opt, BlockValue, Message};
 use cobalt_proto::observe::is_fresh;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long past a notification's Max-Age the client waits before re-registering.
@@ -85,7 +86,7 @@ impl Observation {
     pub(crate) fn register(route: Route, request: Message) -> Result<Observation> {
         let (tx, rx) = notifications::queue(BUFFERED_NOTIFICATIONS);
         Ok(Observation {
-            relation: Relation::register(route, request, tx)?,
+            relation: Relation::register(route, request, tx, None)?,
             rx,
             on_reregister: None,
         })
@@ -190,8 +191,12 @@ impl Observation {
 pub(crate) struct Relation {
     pub(crate) route: Route,
     /// The registration, encoded: a client may hold many relations, and the bytes
-    /// take some 30 bytes where the message took 120.
-    request: Box<[u8]>,
+    /// take some 30 bytes where the message took 120. Shared where another
+    /// relation's registration has the same bytes (an
+    /// [`ObservationSet`](super::ObservationSet) of many servers' same resource:
+    /// the token is not in them, the server's address is not when the URI names it
+    /// by its IP address).
+    request: Arc<[u8]>,
     /// Keeps the relation; dropping it ends the relation.
     guard: CancelGuard,
     /// The registration as it left the client's layers (`None` without layers; boxed:
@@ -209,13 +214,20 @@ pub(crate) struct Relation {
 }
 
 impl Relation {
-    /// Registers with `request` (Observe=0) on `route`; what arrives goes to `answers`.
+    /// Registers with `request` (Observe=0) on `route`; what arrives goes to
+    /// `answers`. The registration is kept encoded, in `like`'s bytes where they are
+    /// the same.
     pub(crate) fn register(
         route: Route,
         request: Message,
         answers: notifications::Sender<Result<Message>>,
+        like: Option<&Arc<[u8]>>,
     ) -> Result<Relation> {
-        let encoded = codec::encode(&request).into_boxed_slice();
+        let bytes = codec::encode(&request);
+        let encoded = match like {
+            Some(like) if **like == *bytes => like.clone(),
+            _ => bytes.into(),
+        };
         let (guard, sent) = route.observe(request, answers)?;
         Ok(Relation {
             route,
@@ -229,6 +241,11 @@ impl Relation {
             reregistrations: 0,
             max_reregistrations: MAX_REREGISTRATIONS,
         })
+    }
+
+    /// The registration, encoded (to share with relations of the same).
+    pub(crate) fn encoded_request(&self) -> &Arc<[u8]> {
+        &self.request
     }
 
     /// The registration.
@@ -303,7 +320,7 @@ impl Relation {
             };
             if let Some(retry) = echo_challenge(&request, &msg) {
                 // The server wants proof of our address first (RFC 9175): register again with its Echo.
-                self.request = codec::encode(&retry).into_boxed_slice();
+                self.request = codec::encode(&retry).into();
                 return Step::Register(None);
             }
         }
