@@ -97,7 +97,7 @@ impl Observation {
     /// [`Error::ObservationLost`]. Default [`MAX_REREGISTRATIONS`]; 0 ends it at the
     /// first silence.
     pub fn max_reregistrations(mut self, n: u32) -> Observation {
-        self.relation.max_reregistrations = n;
+        self.relation.max_reregistrations = u16::try_from(n).unwrap_or(u16::MAX);
         self
     }
 
@@ -202,15 +202,21 @@ pub(crate) struct Relation {
     /// The registration as it left the client's layers (`None` without layers; boxed:
     /// most clients have none, and a client may hold many observations).
     pub(crate) sent: Option<Box<Sent>>,
-    last: Option<(u32, Instant)>,
+    /// When the last fresh notification arrived (`None` before the first of this
+    /// registration), and its Observe number in `last_seq`: two fields, not an
+    /// `Option<(u32, Instant)>`, so that the number fits beside the counters
+    /// below (a client may hold many relations).
+    last_at: Option<Instant>,
+    last_seq: u32,
     /// The last notification's Max-Age, in seconds.
     max_age: u32,
+    /// Silent re-registrations since the last notification.
+    reregistrations: u16,
+    /// At most this many ([`Observation::max_reregistrations`], up to 65,535).
+    pub(crate) max_reregistrations: u16,
     ended: bool,
     /// Registered again after a lost connection, and no notification since.
     recovering: bool,
-    /// Silent re-registrations since the last notification.
-    reregistrations: u32,
-    pub(crate) max_reregistrations: u32,
 }
 
 impl Relation {
@@ -234,12 +240,13 @@ impl Relation {
             request: encoded,
             guard,
             sent: sent.map(Box::new),
-            last: None,
+            last_at: None,
+            last_seq: 0,
             max_age: 60,
+            reregistrations: 0,
+            max_reregistrations: MAX_REREGISTRATIONS as u16,
             ended: false,
             recovering: false,
-            reregistrations: 0,
-            max_reregistrations: MAX_REREGISTRATIONS,
         })
     }
 
@@ -273,15 +280,15 @@ impl Relation {
         let Some(item) = arrived else {
             let peer = self.route.peer();
             if self.reregistrations >= self.max_reregistrations {
-                let attempts = self.reregistrations;
+                let attempts = u32::from(self.reregistrations);
                 return Step::Give(self.end(Error::ObservationLost { peer, attempts }));
             }
             self.reregistrations += 1;
             tracing::debug!(route = ?self.route, "no notification within Max-Age; registering again");
             return Step::Register(Some(Reregistration {
                 reason: format!("no notification from {peer} for {} s", wait.as_secs()),
-                attempt: self.reregistrations,
-                max: self.max_reregistrations,
+                attempt: u32::from(self.reregistrations),
+                max: u32::from(self.max_reregistrations),
             }));
         };
         let stream = self.route.is_stream();
@@ -313,7 +320,7 @@ impl Relation {
                 msg
             }
         };
-        if self.last.is_none() {
+        if self.last_at.is_none() {
             let request = match self.request() {
                 Ok(request) => request,
                 Err(e) => return Step::Give(self.end(e)),
@@ -329,10 +336,14 @@ impl Relation {
             return whole(msg, qblock2);
         };
         let now = Instant::now();
-        if !stream && !self.last.is_none_or(|(v1, t1)| is_fresh(v1, t1, seq, now)) {
+        let fresh = self
+            .last_at
+            .is_none_or(|t1| is_fresh(self.last_seq, t1, seq, now));
+        if !stream && !fresh {
             return Step::Wait;
         }
-        self.last = Some((seq, now));
+        self.last_at = Some(now);
+        self.last_seq = seq;
         self.recovering = false;
         self.reregistrations = 0;
         self.max_age = msg.options.max_age();
@@ -354,7 +365,7 @@ impl Relation {
         let (guard, sent) = self.route.observe(self.request()?, answers)?;
         self.guard = guard;
         self.sent = sent.map(Box::new);
-        self.last = None;
+        self.last_at = None;
         Ok(())
     }
 
