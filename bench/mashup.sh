@@ -19,7 +19,9 @@
 # apart give the rate and, with its CPU time (/proc/PID/stat) read as each line
 # arrives, the CPU per notification. Memory per observation is the mashup's RSS growth
 # from its first report (written before it follows anything) to the end of the
-# window, over N. The mashup writes the time, its CPU time and RSS into each line;
+# window, over N; its heap per observation likewise, from the bytes allocated and
+# not freed that the mashup counts. The mashup writes the time, its CPU time, RSS
+# and heap into each line;
 # the stamps taken on reading a line are only the fallback for a mashup that does
 # not (read late, they once made a baseline from a half-grown process); memory
 # per device is the fleet's RSS over N (runtime included).
@@ -65,6 +67,8 @@ for line in open(path):
     if len(parts) < 4:
         continue
     t, cpu, rss, text = float(parts[0]), float(parts[1]), int(parts[2] or 0), parts[3]
+    heap = re.search(r' heap_kb (\d+)', text)
+    heap = int(heap.group(1)) if heap else None
     m = re.search(r'"count":(\d+).* observing (\d+) notifications (\d+)', text)
     # The time, CPU and RSS the mashup wrote into the line, where it did: those of
     # the moment it wrote it (the reader's stamps come later, by however late it read).
@@ -72,20 +76,21 @@ for line in open(path):
     if own:
         t, cpu, rss = float(own.group(1)), float(own.group(2)), int(own.group(3))
     if m:
-        samples.append((t, cpu, rss, int(m.group(1)), int(m.group(2)), int(m.group(3))))
+        samples.append((t, cpu, rss, int(m.group(1)), int(m.group(2)), int(m.group(3)), heap))
 if not samples:
-    print(f"| {label} | the mashup reported nothing (see the log above) | | | | | |")
+    print(f"| {label} | the mashup reported nothing (see the log above) | | | | | | |")
     sys.exit()
 base = samples[0]
 full = [s for s in samples if s[3] == n and s[4] == n]
 if len(full) < 2:
-    print(f"| {label} | not all observed (last: {samples[-1][3]} readings, {samples[-1][4]} observing) | | | | | |")
+    print(f"| {label} | not all observed (last: {samples[-1][3]} readings, {samples[-1][4]} observing) | | | | | | |")
     sys.exit()
 a, b = full[0], full[-1]
 rate = (b[5] - a[5]) / (b[0] - a[0])
 cpu_us = (b[1] - a[1]) * 1e6 / max(1, b[5] - a[5])
 per_obs = (b[2] - base[2]) * 1024 / n
-print(f"| {label} | {b[0]-a[0]:.0f} | {rate:.0f} | {cpu_us:.1f} | {per_obs:.0f} | {devices_rss * 1024 / n / 1024:.2f} | {summary} |")
+heap = f"{(b[6] - base[6]) * 1024 / n:.0f}" if b[6] is not None and base[6] is not None else "n/a"
+print(f"| {label} | {b[0]-a[0]:.0f} | {rate:.0f} | {cpu_us:.1f} | {per_obs:.0f} | {heap} | {devices_rss * 1024 / n / 1024:.2f} | {summary} |")
 PY
 
 for n in $clients; do
@@ -175,8 +180,8 @@ done
   echo "Commit $(git -C "$repo_root" rev-parse --short HEAD); $(machine_info); unpinned (rd, fleet and mashup share the CPUs)."
   echo "Each device changes $rate time(s) per second; the window is about $duration s per row: short runs, read them as ratios."
   echo
-  echo "| devices | window s | notifications received /s | mashup CPU µs / notification | mashup bytes / observation | fleet KiB / device | fleet summary at the end |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| devices | window s | notifications received /s | mashup CPU µs / notification | mashup bytes / observation (RSS) | of which heap | fleet KiB / device | fleet summary at the end |"
+  echo "|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
 } >"$report"
 cat "$report"

@@ -12,8 +12,10 @@
 //!   found beyond that are not observed and are counted in
 //!   [`Aggregate::unobserved`]; they are taken on, in lookup order, when observed
 //!   ones vanish. Every observation is a member of one [`ObservationSet`], read by
-//!   one task: per observation the mashup keeps its URI, one latest value and the
-//!   member's relation, and no task or queue of its own. A
+//!   one task: per observation the mashup keeps its URI (one allocation, shared by
+//!   the set's member), one entry in one table (the [`Readings`], which also say
+//!   what is followed) and the member's relation, and no task or queue of its own.
+//!   Both tables make room for what a lookup found at once, not by doubling. A
 //!   lookup answer is read a page ([`LOOKUP_PAGE`] links) at a time (or at once from a
 //!   directory whose first page is empty: aiocoap-rd does not page).
 //! - A notification that is not a number is ignored (the device keeps its last
@@ -23,7 +25,7 @@
 use cobalt::server::{get, MethodRouter, Observable};
 use cobalt::{content_format, Client, ObservationSet, Response};
 use cobalt_rd::RdClientError;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -85,11 +87,16 @@ impl Aggregate {
     }
 }
 
-/// The latest reading of each resource, with the sum and an ordered count of the
-/// values so that the aggregate costs O(log n) per change, not O(n).
+/// The resources followed and the latest reading of each, with the sum and an
+/// ordered count of the values so that the aggregate costs O(log n) per change, not
+/// O(n). One table for both: a mashup of many devices pays one entry per device.
 #[derive(Debug, Default)]
 pub struct Readings {
+    /// Every followed resource's latest reading (NaN until it has one: readings
+    /// are finite).
     latest: HashMap<Arc<str>, f64>,
+    /// Resources with a reading.
+    count: usize,
     sum: f64,
     /// How many readings have each value (by [`order_key`]), for the maximum.
     values: BTreeMap<i64, (f64, u32)>,
@@ -102,30 +109,65 @@ fn order_key(v: f64) -> i64 {
 }
 
 impl Readings {
-    /// Records `value` as the latest of `resource`; true if the aggregate changed.
-    pub fn set(&mut self, resource: &Arc<str>, value: f64) -> bool {
+    /// Starts following `resource` (without a reading yet); false if it was followed.
+    pub fn follow(&mut self, resource: Arc<str>) -> bool {
+        match self.latest.entry(resource) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(f64::NAN);
+                true
+            }
+        }
+    }
+
+    /// Makes room for `additional` more resources at once.
+    pub fn reserve(&mut self, additional: usize) {
+        self.latest.reserve(additional);
+    }
+
+    /// Resources followed.
+    pub fn followed(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.latest.keys()
+    }
+
+    /// How many resources are followed.
+    pub fn followed_count(&self) -> usize {
+        self.latest.len()
+    }
+
+    /// Records `value` as the latest of `resource`, if it is followed; true if the
+    /// aggregate changed.
+    pub fn set(&mut self, resource: &str, value: f64) -> bool {
         if !value.is_finite() {
             return false;
         }
-        match self.latest.insert(resource.clone(), value) {
-            Some(old) if old == value => return false,
-            Some(old) => self.forget_value(old),
-            None => {}
+        let Some(latest) = self.latest.get_mut(resource) else {
+            return false;
+        };
+        let old = std::mem::replace(latest, value);
+        if old == value {
+            return false;
+        }
+        if old.is_nan() {
+            self.count += 1;
+        } else {
+            self.forget_value(old);
         }
         self.sum += value;
         self.values.entry(order_key(value)).or_insert((value, 0)).1 += 1;
         true
     }
 
-    /// Forgets the reading of `resource`; true if it had one.
-    pub fn remove(&mut self, resource: &str) -> bool {
-        match self.latest.remove(resource) {
-            Some(old) => {
-                self.forget_value(old);
-                true
-            }
-            None => false,
+    /// Stops following `resource`: its key and whether its reading left the
+    /// aggregate (`None` if it was not followed).
+    pub fn remove(&mut self, resource: &str) -> Option<(Arc<str>, bool)> {
+        let (key, old) = self.latest.remove_entry(resource)?;
+        if old.is_nan() {
+            return Some((key, false));
         }
+        self.count -= 1;
+        self.forget_value(old);
+        Some((key, true))
     }
 
     fn forget_value(&mut self, old: f64) {
@@ -137,14 +179,14 @@ impl Readings {
                 self.values.remove(&key);
             }
         }
-        if self.latest.is_empty() {
+        if self.count == 0 {
             self.sum = 0.0; // no rounding residue left behind
         }
     }
 
     /// Count, mean and max of the readings (`unobserved` is left at 0).
     pub fn aggregate(&self) -> Aggregate {
-        let count = self.latest.len();
+        let count = self.count;
         Aggregate {
             count,
             mean: (count > 0).then(|| self.sum / count as f64),
@@ -188,9 +230,8 @@ pub fn plan<'a>(observed: impl Iterator<Item = &'a str>, found: &[String], max: 
 
 #[derive(Debug, Default)]
 struct State {
+    /// The resources observed (or asked to be), by URI, and their readings.
     readings: Readings,
-    /// The resources observed (or asked to be), by URI.
-    observed: HashSet<Arc<str>>,
     unobserved: usize,
 }
 
@@ -265,7 +306,7 @@ impl Mashup {
 
     /// Observations running now.
     pub fn observed(&self) -> usize {
-        self.state().observed.len()
+        self.state().readings.followed_count()
     }
 
     /// The `/aggregate` resource: GET answers the aggregate as JSON; observable, with a
@@ -293,7 +334,7 @@ impl Mashup {
         let plan = {
             let state = self.state();
             plan(
-                state.observed.iter().map(|k| &**k),
+                state.readings.followed().map(|k| &**k),
                 found,
                 self.shared.config.max_observed,
             )
@@ -303,17 +344,19 @@ impl Mashup {
         {
             let mut state = self.state();
             for gone in &plan.stop {
-                if let Some(uri) = state.observed.take(gone.as_str()) {
+                if let Some((uri, had_reading)) = state.readings.remove(gone) {
                     asked.push(Change::Stop(uri));
+                    changed |= had_reading;
                 }
-                changed |= state.readings.remove(gone);
             }
             changed |= state.unobserved != plan.unobserved;
             state.unobserved = plan.unobserved;
+            state.readings.reserve(plan.start.len());
             for uri in plan.start {
                 let uri: Arc<str> = uri.into();
-                state.observed.insert(uri.clone());
-                asked.push(Change::Start(uri));
+                if state.readings.follow(uri.clone()) {
+                    asked.push(Change::Start(uri));
+                }
             }
         }
         if !asked.is_empty() {
@@ -367,10 +410,7 @@ impl Mashup {
         let changed = match reading {
             Some(Some(value)) => state.readings.set(uri, value),
             Some(None) => false,
-            None => {
-                state.observed.remove(uri);
-                state.readings.remove(uri)
-            }
+            None => state.readings.remove(uri).is_some_and(|(_, had)| had),
         };
         drop(state);
         if changed {
@@ -459,6 +499,8 @@ async fn observe_all(
                 let Some(asked) = asked else {
                     return; // the mashup is gone
                 };
+                let starts = asked.iter().filter(|c| matches!(c, Change::Start(_))).count();
+                set.reserve(starts);
                 for change in asked {
                     match change {
                         Change::Stop(uri) => {
@@ -517,22 +559,40 @@ mod tests {
     #[test]
     fn readings_aggregate_and_forget() {
         let mut r = Readings::default();
-        let (a, b, c): (Arc<str>, Arc<str>, Arc<str>) = ("a".into(), "b".into(), "c".into());
-        assert_eq!(r.aggregate(), Aggregate::default());
-        assert!(r.set(&a, 20.0));
-        assert!(r.set(&b, 24.0));
-        assert!(r.set(&c, 24.0));
-        assert!(!r.set(&c, 24.0), "same value: no change");
-        assert!(!r.set(&c, f64::NAN), "not a number: ignored");
+        assert!(r.follow("a".into()) && r.follow("b".into()) && r.follow("c".into()));
+        assert!(!r.follow("c".into()), "followed already");
+        assert_eq!(r.aggregate(), Aggregate::default(), "no readings yet");
+        assert!(r.set("a", 20.0));
+        assert!(r.set("b", 24.0));
+        assert!(r.set("c", 24.0));
+        assert!(!r.set("c", 24.0), "same value: no change");
+        assert!(!r.set("c", f64::NAN), "not a number: ignored");
+        assert!(!r.set("x", 99.0), "not followed: ignored");
         let agg = r.aggregate();
         assert_eq!((agg.count, agg.max), (3, Some(24.0)));
         assert!((agg.mean.unwrap() - 68.0 / 3.0).abs() < 1e-9);
-        assert!(r.remove("b"));
+        assert_eq!(
+            r.remove("b").map(|(k, had)| (k.to_string(), had)),
+            Some(("b".into(), true))
+        );
         assert_eq!(r.aggregate().max, Some(24.0), "c still has 24");
-        assert!(r.set(&c, -5.5));
+        assert!(r.set("c", -5.5));
         assert_eq!(r.aggregate().max, Some(20.0));
-        assert!(r.remove("a") && r.remove("c") && !r.remove("c"));
+        assert!(r.remove("a").is_some() && r.remove("c").is_some() && r.remove("c").is_none());
         assert_eq!(r.aggregate(), Aggregate::default());
+        assert_eq!(r.followed_count(), 0);
+    }
+
+    /// A resource followed but not yet read counts as observed, not in the
+    /// aggregate, and leaves without changing it.
+    #[test]
+    fn a_followed_resource_without_a_reading_is_not_in_the_aggregate() {
+        let mut r = Readings::default();
+        assert!(r.follow("a".into()) && r.follow("b".into()));
+        assert!(r.set("a", 10.0));
+        assert_eq!((r.aggregate().count, r.followed_count()), (1, 2));
+        assert_eq!(r.remove("b").map(|(_, had)| had), Some(false));
+        assert_eq!(r.aggregate().mean, Some(10.0));
     }
 
     #[test]

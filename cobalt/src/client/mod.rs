@@ -244,9 +244,23 @@ impl Client {
     /// Opens the connection that requests to a `coap+tcp://`, `coaps+tcp://`,
     /// `coap+ws://` or `coaps+ws://` URI will use (TCP and TLS handshakes, WebSocket
     /// upgrade, CSM exchange) and waits until it is ready, so that the time of later
-    /// requests does not include it. Datagram schemes have nothing to open.
+    /// requests does not include it. For `coap://` it starts the client's socket
+    /// and driver for the address's family (sending nothing), so that what they
+    /// take is there before the first request (e.g. to measure what requests and
+    /// observations add); `coaps://` has nothing to open before its handshake.
     pub async fn connect(&self, uri: &str) -> Result<()> {
         let uri = CoapUri::parse(uri)?;
+        if uri.scheme == Scheme::Coap {
+            let peer = resolve(&uri).await?;
+            let driver = self.driver_for(&self.socket_peer(peer))?;
+            // Any answer (a datagram driver has no settings to report) says that it
+            // runs, its socket set up.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if driver.send(Command::Settings { reply: tx }).is_ok() {
+                let _ = rx.await;
+            }
+            return Ok(());
+        }
         if !is_stream(uri.scheme) {
             return Ok(());
         }

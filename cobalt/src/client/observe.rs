@@ -13,6 +13,7 @@ use cobalt_proto::message::{codec, opt, BlockValue, Message};
 use cobalt_proto::observe::is_fresh;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long past a notification's Max-Age the client waits before re-registering.
@@ -85,7 +86,7 @@ impl Observation {
     pub(crate) fn register(route: Route, request: Message) -> Result<Observation> {
         let (tx, rx) = notifications::queue(BUFFERED_NOTIFICATIONS);
         Ok(Observation {
-            relation: Relation::register(route, request, tx)?,
+            relation: Relation::register(route, request, tx, None)?,
             rx,
             on_reregister: None,
         })
@@ -96,7 +97,7 @@ impl Observation {
     /// [`Error::ObservationLost`]. Default [`MAX_REREGISTRATIONS`]; 0 ends it at the
     /// first silence.
     pub fn max_reregistrations(mut self, n: u32) -> Observation {
-        self.relation.max_reregistrations = n;
+        self.relation.max_reregistrations = u16::try_from(n).unwrap_or(u16::MAX);
         self
     }
 
@@ -190,45 +191,68 @@ impl Observation {
 pub(crate) struct Relation {
     pub(crate) route: Route,
     /// The registration, encoded: a client may hold many relations, and the bytes
-    /// take some 30 bytes where the message took 120.
-    request: Box<[u8]>,
+    /// take some 30 bytes where the message took 120. Shared where another
+    /// relation's registration has the same bytes (an
+    /// [`ObservationSet`](super::ObservationSet) of many servers' same resource:
+    /// the token is not in them, the server's address is not when the URI names it
+    /// by its IP address).
+    request: Arc<[u8]>,
     /// Keeps the relation; dropping it ends the relation.
     guard: CancelGuard,
     /// The registration as it left the client's layers (`None` without layers; boxed:
     /// most clients have none, and a client may hold many observations).
     pub(crate) sent: Option<Box<Sent>>,
-    last: Option<(u32, Instant)>,
+    /// When the last fresh notification arrived (`None` before the first of this
+    /// registration), and its Observe number in `last_seq`: two fields, not an
+    /// `Option<(u32, Instant)>`, so that the number fits beside the counters
+    /// below (a client may hold many relations).
+    last_at: Option<Instant>,
+    last_seq: u32,
     /// The last notification's Max-Age, in seconds.
     max_age: u32,
+    /// Silent re-registrations since the last notification.
+    reregistrations: u16,
+    /// At most this many ([`Observation::max_reregistrations`], up to 65,535).
+    pub(crate) max_reregistrations: u16,
     ended: bool,
     /// Registered again after a lost connection, and no notification since.
     recovering: bool,
-    /// Silent re-registrations since the last notification.
-    reregistrations: u32,
-    pub(crate) max_reregistrations: u32,
 }
 
 impl Relation {
-    /// Registers with `request` (Observe=0) on `route`; what arrives goes to `answers`.
+    /// Registers with `request` (Observe=0) on `route`; what arrives goes to
+    /// `answers`. The registration is kept encoded, in `like`'s bytes where they are
+    /// the same.
     pub(crate) fn register(
         route: Route,
         request: Message,
         answers: notifications::Sender<Result<Message>>,
+        like: Option<&Arc<[u8]>>,
     ) -> Result<Relation> {
-        let encoded = codec::encode(&request).into_boxed_slice();
+        let bytes = codec::encode(&request);
+        let encoded = match like {
+            Some(like) if **like == *bytes => like.clone(),
+            _ => bytes.into(),
+        };
         let (guard, sent) = route.observe(request, answers)?;
         Ok(Relation {
             route,
             request: encoded,
             guard,
             sent: sent.map(Box::new),
-            last: None,
+            last_at: None,
+            last_seq: 0,
             max_age: 60,
+            reregistrations: 0,
+            max_reregistrations: MAX_REREGISTRATIONS as u16,
             ended: false,
             recovering: false,
-            reregistrations: 0,
-            max_reregistrations: MAX_REREGISTRATIONS,
         })
+    }
+
+    /// The registration, encoded (to share with relations of the same).
+    pub(crate) fn encoded_request(&self) -> &Arc<[u8]> {
+        &self.request
     }
 
     /// The registration.
@@ -256,15 +280,15 @@ impl Relation {
         let Some(item) = arrived else {
             let peer = self.route.peer();
             if self.reregistrations >= self.max_reregistrations {
-                let attempts = self.reregistrations;
+                let attempts = u32::from(self.reregistrations);
                 return Step::Give(self.end(Error::ObservationLost { peer, attempts }));
             }
             self.reregistrations += 1;
             tracing::debug!(route = ?self.route, "no notification within Max-Age; registering again");
             return Step::Register(Some(Reregistration {
                 reason: format!("no notification from {peer} for {} s", wait.as_secs()),
-                attempt: self.reregistrations,
-                max: self.max_reregistrations,
+                attempt: u32::from(self.reregistrations),
+                max: u32::from(self.max_reregistrations),
             }));
         };
         let stream = self.route.is_stream();
@@ -296,14 +320,14 @@ impl Relation {
                 msg
             }
         };
-        if self.last.is_none() {
+        if self.last_at.is_none() {
             let request = match self.request() {
                 Ok(request) => request,
                 Err(e) => return Step::Give(self.end(e)),
             };
             if let Some(retry) = echo_challenge(&request, &msg) {
                 // The server wants proof of our address first (RFC 9175): register again with its Echo.
-                self.request = codec::encode(&retry).into_boxed_slice();
+                self.request = codec::encode(&retry).into();
                 return Step::Register(None);
             }
         }
@@ -312,10 +336,14 @@ impl Relation {
             return whole(msg, qblock2);
         };
         let now = Instant::now();
-        if !stream && !self.last.is_none_or(|(v1, t1)| is_fresh(v1, t1, seq, now)) {
+        let fresh = self
+            .last_at
+            .is_none_or(|t1| is_fresh(self.last_seq, t1, seq, now));
+        if !stream && !fresh {
             return Step::Wait;
         }
-        self.last = Some((seq, now));
+        self.last_at = Some(now);
+        self.last_seq = seq;
         self.recovering = false;
         self.reregistrations = 0;
         self.max_age = msg.options.max_age();
@@ -337,7 +365,7 @@ impl Relation {
         let (guard, sent) = self.route.observe(self.request()?, answers)?;
         self.guard = guard;
         self.sent = sent.map(Box::new);
-        self.last = None;
+        self.last_at = None;
         Ok(())
     }
 

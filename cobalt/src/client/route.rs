@@ -254,6 +254,8 @@ impl Route {
         let (tx, rx) = oneshot::channel();
         guard
             .commands
+            .as_ref()
+            .ok_or_else(|| self.closed())?
             .send(Command::Deregister {
                 key: guard.key,
                 peer: self.peer,
@@ -328,31 +330,31 @@ pub(crate) fn echo_challenge(request: &Message, response: &Message) -> Option<Me
 /// stops waiting for it: dropped while armed, it sends [`Command::Cancel`].
 #[derive(Debug)]
 pub(crate) struct CancelGuard {
-    commands: mpsc::UnboundedSender<Command>,
+    /// Where the cancellation goes; `None` once disarmed (16 bytes a guard with
+    /// the key, where a flag of its own took 24: every observation holds one).
+    commands: Option<mpsc::UnboundedSender<Command>>,
     key: u64,
-    armed: bool,
 }
 
 impl CancelGuard {
     /// Guards request `key`, sent on `commands`.
     fn new(commands: mpsc::UnboundedSender<Command>, key: u64) -> CancelGuard {
         CancelGuard {
-            commands,
+            commands: Some(commands),
             key,
-            armed: true,
         }
     }
 
     /// The request has ended: nothing to cancel.
     fn disarm(mut self) {
-        self.armed = false;
+        self.commands = None;
     }
 }
 
 impl Drop for CancelGuard {
     fn drop(&mut self) {
-        if self.armed {
-            let _ = self.commands.send(Command::Cancel { key: self.key });
+        if let Some(commands) = &self.commands {
+            let _ = commands.send(Command::Cancel { key: self.key });
         }
     }
 }

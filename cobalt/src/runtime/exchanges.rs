@@ -56,29 +56,38 @@ struct Pending {
     id: SessionId,
     peer: SocketAddr,
     reply: ReplyTo,
-    /// For an observation over a stream, the GET with Observe=1 that ends it at the
-    /// server (a datagram transport ends it with RST: nothing kept). Boxed: a client
-    /// may hold many observations, and most requests are none.
-    deregister: Option<Box<Message>>,
 }
 
 /// The session's id of a request ([`Outbound`]) without its peer, which [`Pending`]
 /// holds anyway: a stream's id names the peer too, and a client may hold an
-/// observation per server for thousands of servers (24 bytes a request, not 56).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// observation per server for thousands of servers (16 bytes a request, not 56).
+#[derive(Debug)]
 enum SessionId {
     /// [`Outbound::Datagram`].
     Datagram(RequestId),
-    /// [`Outbound::Stream`]'s token.
-    Stream(Token),
+    /// [`Outbound::Stream`]'s token, with what ends an observation. Boxed: a
+    /// client of many servers' observations holds them over datagrams, whose id is
+    /// a number.
+    Stream(Box<StreamRequest>),
+}
+
+/// A request over a stream, as [`SessionId::Stream`] keeps it.
+#[derive(Debug)]
+struct StreamRequest {
+    token: Token,
+    /// For an observation, the GET with Observe=1 that ends it at the server (a
+    /// datagram transport ends it with RST: nothing kept).
+    deregister: Option<Message>,
 }
 
 impl SessionId {
-    /// `id` without its peer.
-    fn of(id: Outbound) -> SessionId {
+    /// `id` without its peer; an observation over a stream ends with `deregister`.
+    fn of(id: Outbound, deregister: Option<Message>) -> SessionId {
         match id {
             Outbound::Datagram(id) => SessionId::Datagram(id),
-            Outbound::Stream { token, .. } => SessionId::Stream(token),
+            Outbound::Stream { token, .. } => {
+                SessionId::Stream(Box::new(StreamRequest { token, deregister }))
+            }
         }
     }
 
@@ -86,10 +95,18 @@ impl SessionId {
     fn outbound(&self, peer: SocketAddr) -> Outbound {
         match self {
             SessionId::Datagram(id) => Outbound::Datagram(*id),
-            SessionId::Stream(token) => Outbound::Stream {
+            SessionId::Stream(request) => Outbound::Stream {
                 peer,
-                token: token.clone(),
+                token: request.token.clone(),
             },
+        }
+    }
+
+    /// What ends the observation at the server, if it is one over a stream.
+    fn into_deregister(self) -> Option<Message> {
+        match self {
+            SessionId::Datagram(_) => None,
+            SessionId::Stream(request) => request.deregister,
         }
     }
 }
@@ -105,7 +122,7 @@ impl Pending {
         match (&self.id, id) {
             (SessionId::Datagram(a), Outbound::Datagram(b)) => a == b,
             (SessionId::Stream(a), Outbound::Stream { peer, token }) => {
-                self.peer == *peer && a == token
+                self.peer == *peer && a.token == *token
             }
             _ => false,
         }
@@ -235,16 +252,12 @@ impl<E: ExchangeErrors> Exchanges<E> {
         };
         match session.request(now, peer, message) {
             Ok(id) => {
-                let deregister = deregister
-                    .filter(|_| matches!(id, Outbound::Stream { .. }))
-                    .map(Box::new);
                 self.keep(
                     key,
                     Pending {
-                        id: SessionId::of(id),
+                        id: SessionId::of(id, deregister),
                         peer,
                         reply,
-                        deregister,
                     },
                 );
             }
@@ -255,13 +268,9 @@ impl<E: ExchangeErrors> Exchanges<E> {
     /// The caller stopped waiting for request `key`.
     fn cancel<S: Session>(&mut self, session: &mut S, now: Instant, key: u64) {
         if let Some(pending) = self.take(key) {
-            self.end(
-                session,
-                now,
-                pending.outbound(),
-                pending.peer,
-                pending.deregister.map(|m| *m),
-            );
+            let id = pending.outbound();
+            let deregister = pending.id.into_deregister();
+            self.end(session, now, id, pending.peer, deregister);
         }
     }
 
@@ -371,7 +380,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
             Err(TrySendError::Closed(_)) => {
                 // The observation was dropped before its cancellation got here.
                 if let Some(pending) = self.take(key) {
-                    let deregister = pending.deregister.filter(|_| !last).map(|m| *m);
+                    let deregister = pending.id.into_deregister().filter(|_| !last);
                     self.end(session, now, id, pending.peer, deregister);
                 }
                 return;
