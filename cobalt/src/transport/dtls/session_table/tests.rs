@@ -605,31 +605,6 @@ fn handshake_to_nowhere_retransmits_then_fails() {
     assert!(reason.contains("handshake"), "{reason}");
 }
 
-#[test]
-#[ignore]
-fn handshake_rate() {
-    for cipher in ["PSK-AES128-CCM8", "PSK-AES128-GCM-SHA256"] {
-        let config = DtlsConfig {
-            ciphers: cipher.into(),
-            ..DtlsConfig::default()
-        };
-        let mut s = server(DtlsConfig::default());
-        let mut c = client("alice", "secretPSK", config);
-        let n = 2000;
-        let start = Instant::now();
-        for _ in 0..n {
-            c.encrypt(Instant::now(), addr(SERVER), b"x");
-            let (got, _) = pump(&mut c, &mut s);
-            assert_eq!(got.len(), 1);
-            // Forget both sessions so the next round is a full handshake.
-            c.forget(addr(SERVER));
-            s.forget(addr(CLIENT));
-        }
-        let rate = f64::from(n) / start.elapsed().as_secs_f64();
-        println!("{cipher}: {rate:.0} full handshakes/s (client and server on one thread)");
-    }
-}
-
 fn x509_pair(
     server_creds: &X509Credentials,
     client_creds: &X509Credentials,
