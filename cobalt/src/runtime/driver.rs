@@ -260,14 +260,13 @@ impl<S: Service<Endpoint>> Driver<S> {
                 return true;
             };
             waker.sleeping();
-            let changed = pin!(async {
+            let mut changed = pin!(async {
                 match inbox {
                     Some(inbox) => inbox.changed().await,
                     None => std::future::pending().await,
                 }
             });
             let (commands, completions) = (&mut self.commands, &mut self.completions);
-            let mut changed = changed;
             // Polled with the socket's waker (not the runtime's), and outside the
             // runtime's cooperative budget, which this loop never yields to renew.
             let mut queues = pin!(tokio::task::unconstrained(std::future::poll_fn(|cx| {
@@ -285,17 +284,16 @@ impl<S: Service<Endpoint>> Driver<S> {
             let queued = queues.as_mut().poll(&mut Context::from_waker(wake));
             if let Poll::Ready(queued) = queued {
                 waker.awake();
-                drop(queues);
                 return self.take_queued(queued);
             }
-            // The queues stay registered with the waker until the receive returns.
+            // The queues stay registered with the waker until the receive returns (the
+            // wait for a change until the end of this block).
             let now = Instant::now();
             let wait = deadline.map(|d| d.saturating_duration_since(now));
             let received = self.io.receive_waiting(wait);
             if let Some((waker, _)) = self.io.waker() {
                 waker.awake();
             }
-            drop(queues);
             received
         };
         match received {
@@ -814,7 +812,62 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::command::ReplyTo;
+    use crate::runtime::service::NoService;
     use std::time::Duration;
+
+    #[test]
+    fn a_shard_blocked_in_its_receive_is_woken_by_a_command_from_another_thread() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let (commands, thread) = spawn_driver::<NoService>(
+            "lone-test".into(),
+            DriverIo::Lone(socket),
+            EndpointConfig::default(),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+        .unwrap();
+        // With nothing to do and no deadline, the shard blocks in its receive; only
+        // the wake datagram of this command's waker gets it to send the request.
+        std::thread::sleep(Duration::from_millis(50));
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let get = Message::new(MessageType::Confirmable, Code::GET, 0);
+        commands
+            .send(Command::Request {
+                key: 1,
+                peer: server.local_addr().unwrap(),
+                message: get,
+                reply: ReplyTo::Once(reply),
+            })
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = server.recv_from(&mut buf).expect("the request went out");
+        let request = cobalt_proto::message::codec::decode(&buf[..n]).unwrap();
+        assert_eq!(request.code, Code::GET);
+        // The answer wakes it through its socket as any datagram does.
+        let mut content = Message::new(MessageType::Acknowledgement, Code::CONTENT, request.mid);
+        content.token = request.token.clone();
+        server
+            .send_to(&cobalt_proto::message::codec::encode(&content), from)
+            .unwrap();
+        let answered = answer.blocking_recv().unwrap().unwrap();
+        assert_eq!(answered.code, Code::CONTENT);
+        // A command from another thread also ends it.
+        commands
+            .send(Command::Shutdown {
+                grace: Duration::ZERO,
+            })
+            .unwrap();
+        drop(commands);
+        thread.join().unwrap();
+    }
 
     #[test]
     fn deadlines_round_up_to_the_next_whole_millisecond() {
