@@ -144,7 +144,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                 && self.io.waker().is_some()
                 && self.runtime.num_alive_tasks() == 0
             {
-                commands_open = self.wait_on_socket(timeout, inbox.as_deref());
+                commands_open = self.wait_on_socket(now, timeout, inbox.as_deref());
                 continue;
             }
             let changed = async {
@@ -253,8 +253,14 @@ impl<S: Service<Endpoint>> Driver<S> {
     /// Waits in a blocking receive on the shard's lone socket until a datagram comes,
     /// `deadline` passes, or another thread puts something in the shard's queues (it
     /// then wakes the shard with a datagram, see [`crate::runtime::wake`]), and handles
-    /// what came. Returns false once the command queue has closed.
-    fn wait_on_socket(&mut self, deadline: Option<Instant>, inbox: Option<&ChangeInbox>) -> bool {
+    /// what came. `now`: the turn's clock reading (microseconds old, against a receive
+    /// timeout of whole milliseconds). Returns false once the command queue has closed.
+    fn wait_on_socket(
+        &mut self,
+        now: Instant,
+        deadline: Option<Instant>,
+        inbox: Option<&ChangeInbox>,
+    ) -> bool {
         let received = {
             let Some((waker, wake)) = self.io.waker() else {
                 return true;
@@ -288,7 +294,6 @@ impl<S: Service<Endpoint>> Driver<S> {
             }
             // The queues stay registered with the waker until the receive returns (the
             // wait for a change until the end of this block).
-            let now = Instant::now();
             let wait = deadline.map(|d| d.saturating_duration_since(now));
             let received = self.io.receive_waiting(wait);
             if let Some((waker, _)) = self.io.waker() {
