@@ -3,6 +3,7 @@
 //! socket without changing threads; only handlers that are not ready on their first
 //! poll become tasks (on the same thread), whose responses come back via a queue.
 
+use crate::changes::ChangeInbox;
 use crate::error::Unsupported;
 use crate::metrics::{ShardMetrics, ShardSnapshot};
 use crate::runtime::command::Command;
@@ -18,11 +19,13 @@ use cobalt_proto::message::{Code, Message, MessageType};
 use cobalt_proto::session::{Failure, SessionError, SessionEvent};
 use cobalt_proto::tcp_connection::CloseReason;
 use cobalt_proto::uri::Scheme;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
-use tokio::io::Interest;
 use tokio::sync::mpsc;
 
 /// Receive batches per wake-up before timers and commands get a turn.
@@ -51,6 +54,15 @@ pub(crate) struct Driver<S: Service<Endpoint>> {
     /// DTLS sessions the batch just handled moved to a new address (the endpoint's
     /// state has moved; the server's moves after the batch).
     moved: Vec<AddressUpdate>,
+    /// The shard's runtime: while it has tasks, the shard waits in its poller.
+    runtime: tokio::runtime::RuntimeMetrics,
+}
+
+/// What a shard waiting in a blocking receive on its socket found in its queues.
+enum Queued<C> {
+    Command(Option<Command>),
+    Completion(C),
+    Changed,
 }
 
 impl<S: Service<Endpoint>> Driver<S> {
@@ -80,6 +92,7 @@ impl<S: Service<Endpoint>> Driver<S> {
             dtls: None,
             heard: Vec::new(),
             moved: Vec::new(),
+            runtime: tokio::runtime::Handle::current().metrics(),
         }
     }
 
@@ -126,6 +139,18 @@ impl<S: Service<Endpoint>> Driver<S> {
             // Notifications to send: a turn of them competes with reading the socket.
             let notify = self.server.as_ref().is_some_and(S::has_work);
             let inbox = self.server.as_ref().map(S::changes);
+            // A lone socket with nothing else to wait for: block in its receive, as
+            // the raw responder does (see `ShardIo::Lone`).
+            if !notify
+                && commands_open
+                && inputs_open
+                && self.draining.is_none()
+                && self.io.waker().is_some()
+                && self.runtime.num_alive_tasks() == 0
+            {
+                commands_open = self.wait_on_socket(now, timeout, inbox.as_deref());
+                continue;
+            }
             let changed = async {
                 match &inbox {
                     Some(inbox) => inbox.changed().await,
@@ -147,7 +172,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                         if errors {
                             self.take_socket_errors();
                         }
-                        self.receive_batches();
+                        self.receive_batches(None);
                     }
                     Input::Datagram(d) => self.receive_handed_over(d),
                     Input::Closed => inputs_open = false,
@@ -156,16 +181,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                     Some(cmd) => self.command(cmd),
                     None => commands_open = false,
                 },
-                Some(done) = self.completions.recv() => {
-                    if let Some(server) = &mut self.server {
-                        let now = Instant::now();
-                        server.on_completion(&mut self.endpoint, now, done);
-                        // The answers that came back meanwhile go out in the same flush.
-                        while let Ok(done) = self.completions.try_recv() {
-                            server.on_completion(&mut self.endpoint, now, done);
-                        }
-                    }
-                }
+                Some(done) = self.completions.recv() => self.complete(done),
                 _ = changed => {
                     if let Some(server) = &mut self.server {
                         server.take_changes();
@@ -238,17 +254,113 @@ impl<S: Service<Endpoint>> Driver<S> {
         }
     }
 
-    /// Reads what the socket has, a batch per system call, up to a bound so that
-    /// timers and commands get their turn.
-    fn receive_batches(&mut self) {
-        let now = Instant::now();
-        let ShardIo::Socket { socket, rbuf } = &mut self.io else {
-            return;
+    /// Waits in a blocking receive on the shard's lone socket until a datagram comes,
+    /// `deadline` passes, or another thread puts something in the shard's queues (it
+    /// then wakes the shard with a datagram, see [`crate::runtime::wake`]), and handles
+    /// what came. `now`: the turn's clock reading (microseconds old, against a receive
+    /// timeout of whole milliseconds). Returns false once the command queue has closed.
+    fn wait_on_socket(
+        &mut self,
+        now: Instant,
+        deadline: Option<Instant>,
+        inbox: Option<&ChangeInbox>,
+    ) -> bool {
+        let received = {
+            let Some((waker, wake)) = self.io.waker() else {
+                return true;
+            };
+            waker.sleeping();
+            let mut changed = pin!(async {
+                match inbox {
+                    Some(inbox) => inbox.changed().await,
+                    None => std::future::pending().await,
+                }
+            });
+            let (commands, completions) = (&mut self.commands, &mut self.completions);
+            // Polled with the socket's waker (not the runtime's), and outside the
+            // runtime's cooperative budget, which this loop never yields to renew.
+            let mut queues = pin!(tokio::task::unconstrained(std::future::poll_fn(|cx| {
+                if let Poll::Ready(cmd) = commands.poll_recv(cx) {
+                    return Poll::Ready(Queued::Command(cmd));
+                }
+                if let Poll::Ready(Some(done)) = completions.poll_recv(cx) {
+                    return Poll::Ready(Queued::Completion(done));
+                }
+                if changed.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Queued::Changed);
+                }
+                Poll::Pending
+            })));
+            let queued = queues.as_mut().poll(&mut Context::from_waker(wake));
+            if let Poll::Ready(queued) = queued {
+                waker.awake();
+                return self.take_queued(queued);
+            }
+            // The queues stay registered with the waker until the receive returns (the
+            // wait for a change until the end of this block).
+            let wait = deadline.map(|d| d.saturating_duration_since(now));
+            let received = self.io.receive_waiting(wait);
+            if let Some((waker, _)) = self.io.waker() {
+                waker.awake();
+            }
+            received
         };
-        let fd = socket.as_raw_fd();
+        match received {
+            Ok(n) => self.receive_batches(Some(n)),
+            Err(e) if udp::is_unreachable(&e) => self.take_socket_errors(),
+            // Nothing came (timeout, a signal): the timers and queues get their turn.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => tracing::debug!(error = %e, "receive failed"),
+        }
+        true
+    }
+
+    /// Handles what a shard about to block found in its queues; returns false when
+    /// that is the news that the command queue has closed.
+    fn take_queued(&mut self, queued: Queued<S::Completion>) -> bool {
+        match queued {
+            Queued::Command(Some(cmd)) => self.command(cmd),
+            Queued::Command(None) => return false,
+            Queued::Completion(done) => self.complete(done),
+            Queued::Changed => {
+                if let Some(server) = &mut self.server {
+                    server.take_changes();
+                }
+            }
+        }
+        true
+    }
+
+    /// Hands a handler's answer, and those that came back meanwhile, to the server.
+    fn complete(&mut self, done: S::Completion) {
+        if let Some(server) = &mut self.server {
+            let now = Instant::now();
+            server.on_completion(&mut self.endpoint, now, done);
+            // The answers that came back meanwhile go out in the same flush.
+            while let Ok(done) = self.completions.try_recv() {
+                server.on_completion(&mut self.endpoint, now, done);
+            }
+        }
+    }
+
+    /// Reads what the socket has, a batch per system call, up to a bound so that
+    /// timers and commands get their turn; `first`: the size of a batch already
+    /// received.
+    fn receive_batches(&mut self, mut first: Option<usize>) {
+        let now = Instant::now();
         let mut icmp = false;
         for _ in 0..self.recv_rounds {
-            let n = match socket.try_io(Interest::READABLE, |_| mmsg::recv_batch(fd, rbuf)) {
+            let received = match first.take() {
+                Some(n) => Ok(n),
+                None => self.io.receive(),
+            };
+            let n = match received {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 // A pending ICMP error is reported instead of the datagrams: read it
@@ -263,7 +375,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                 }
             };
             for i in 0..n {
-                let Some((peer, bytes, truncated)) = rbuf.get(i) else {
+                let Some((peer, bytes, truncated)) = self.io.received(i) else {
                     continue;
                 };
                 let peer = feed(
@@ -291,13 +403,8 @@ impl<S: Service<Endpoint>> Driver<S> {
     /// Reads the ICMP errors queued on a client socket and fails the requests to each
     /// unreachable peer at once ("port not open") instead of at their timeout.
     fn take_socket_errors(&mut self) {
-        let ShardIo::Socket { socket, .. } = &self.io else {
-            return;
-        };
-        let fd = socket.as_raw_fd();
         let mut errors = Vec::new();
-        // Returns WouldBlock once the queue is empty, which clears the error readiness.
-        let _ = socket.try_io(Interest::ERROR, |_| udp::take_errors(fd, &mut errors));
+        self.io.take_errors(&mut errors);
         let now = Instant::now();
         for (peer, e) in errors {
             let reason = udp::describe_unreachable(&e);
@@ -501,14 +608,13 @@ impl<S: Service<Endpoint>> Driver<S> {
                 t(true, tx.peer, &tx.bytes);
             }
         }
-        let socket = match &mut self.io {
-            ShardIo::Socket { socket, .. } => socket,
-            ShardIo::Staged { outbound, .. } => {
-                let _ = outbound.send(std::mem::take(&mut self.outbox));
-                return;
-            }
+        if let ShardIo::Staged { outbound, .. } = &mut self.io {
+            let _ = outbound.send(std::mem::take(&mut self.outbox));
+            return;
+        }
+        let Some(fd) = self.io.own_socket().map(|s| s.as_raw_fd()) else {
+            return;
         };
-        let fd = socket.as_raw_fd();
         let mut sent = 0;
         let mut icmp = false;
         while sent < self.outbox.len() {
@@ -518,7 +624,11 @@ impl<S: Service<Endpoint>> Driver<S> {
             match mmsg::send_batch(fd, pending.map(|t| (t.peer, t.bytes.as_slice()))) {
                 Ok(n) => sent += n.max(1),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if let Err(e) = io::wait_writable(socket.get_ref()).await {
+                    let waited = match self.io.own_socket() {
+                        Some(socket) => io::wait_writable(socket).await,
+                        None => Ok(()),
+                    };
+                    if let Err(e) = waited {
                         tracing::debug!(error = %e, "cannot wait for the socket to take more");
                         sent = self.outbox.len();
                     }
@@ -658,6 +768,10 @@ impl ExchangeErrors for DatagramErrors {
 pub(crate) enum DriverIo {
     /// A socket of its own (registered with the driver's runtime on its thread).
     Owned(std::net::UdpSocket),
+    /// A socket of its own that no other socket shares the port of: the driver waits
+    /// in a blocking receive on it when it has nothing else to wait for
+    /// ([`ShardIo::Lone`]).
+    Lone(std::net::UdpSocket),
     /// Handed over by receiver threads of single-socket mode; `local` is the socket's address.
     Staged(ShardIo, SocketAddr),
 }
@@ -681,7 +795,7 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
     // A server shard keeps a sender to itself so that its handlers' client requests
     // go out on the shard's own socket and come back to it.
     let v6 = match &io {
-        DriverIo::Owned(s) => s.local_addr()?.is_ipv6(),
+        DriverIo::Owned(s) | DriverIo::Lone(s) => s.local_addr()?.is_ipv6(),
         DriverIo::Staged(_, local) => local.is_ipv6(),
     };
     let server = server.map(|make| (make, tx.clone(), v6));
@@ -692,6 +806,13 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
                     Ok(io) => io,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot register socket");
+                        return;
+                    }
+                },
+                DriverIo::Lone(socket) => match ShardIo::lone(socket) {
+                    Ok(io) => io,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot prepare socket");
                         return;
                     }
                 },
@@ -711,7 +832,62 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::command::ReplyTo;
+    use crate::runtime::service::NoService;
     use std::time::Duration;
+
+    #[test]
+    fn a_shard_blocked_in_its_receive_is_woken_by_a_command_from_another_thread() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let (commands, thread) = spawn_driver::<NoService>(
+            "lone-test".into(),
+            DriverIo::Lone(socket),
+            EndpointConfig::default(),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+        .unwrap();
+        // With nothing to do and no deadline, the shard blocks in its receive; only
+        // the wake datagram of this command's waker gets it to send the request.
+        std::thread::sleep(Duration::from_millis(50));
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let get = Message::new(MessageType::Confirmable, Code::GET, 0);
+        commands
+            .send(Command::Request {
+                key: 1,
+                peer: server.local_addr().unwrap(),
+                message: get,
+                reply: ReplyTo::Once(reply),
+            })
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = server.recv_from(&mut buf).expect("the request went out");
+        let request = cobalt_proto::message::codec::decode(&buf[..n]).unwrap();
+        assert_eq!(request.code, Code::GET);
+        // The answer wakes it through its socket as any datagram does.
+        let mut content = Message::new(MessageType::Acknowledgement, Code::CONTENT, request.mid);
+        content.token = request.token.clone();
+        server
+            .send_to(&cobalt_proto::message::codec::encode(&content), from)
+            .unwrap();
+        let answered = answer.blocking_recv().unwrap().unwrap();
+        assert_eq!(answered.code, Code::CONTENT);
+        // A command from another thread also ends it.
+        commands
+            .send(Command::Shutdown {
+                grace: Duration::ZERO,
+            })
+            .unwrap();
+        drop(commands);
+        thread.join().unwrap();
+    }
 
     #[test]
     fn deadlines_round_up_to_the_next_whole_millisecond() {

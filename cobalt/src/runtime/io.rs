@@ -4,12 +4,14 @@
 //! over one shared socket, for systems without `SO_REUSEPORT`.
 
 pub use crate::metrics::StageCounters;
-use crate::transport::mmsg;
+use crate::runtime::wake::SocketWaker;
+use crate::transport::{mmsg, udp};
 use cobalt_proto::endpoint::Transmit;
 use std::net::{SocketAddr, UdpSocket as StdSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -29,6 +31,24 @@ pub(crate) enum ShardIo {
     Socket {
         socket: AsyncFd<StdSocket>,
         rbuf: Box<mmsg::RecvBatch>,
+    },
+    /// The only socket on its port (one shard, no listener sharing the port): a
+    /// datagram sent to its address reaches this shard and no other, so the shard waits
+    /// in a blocking receive on it, as a bare `recvmmsg` responder does, instead of in
+    /// the runtime's poller (whose wake-up ran in the kernel for every datagram in and
+    /// out), and other threads wake it with a datagram ([`SocketWaker`]). While the
+    /// shard must wait for tasks of its runtime too, a duplicate of the socket is
+    /// registered with the runtime for reading (`polled`).
+    Lone {
+        socket: StdSocket,
+        rbuf: Box<mmsg::RecvBatch>,
+        /// The duplicate registered with the runtime, while the shard waits there.
+        polled: Option<AsyncFd<StdSocket>>,
+        /// Sends the wake datagrams; `wake` is it as a task waker.
+        waker: Arc<SocketWaker>,
+        wake: Waker,
+        /// The socket's receive timeout now (`SO_RCVTIMEO`; `None`: none, wait forever).
+        timeout: Option<Duration>,
     },
     /// Receiver threads feed `inbound`; `outbound` goes to sender threads.
     Staged {
@@ -62,9 +82,146 @@ impl ShardIo {
         })
     }
 
+    /// Prepares `socket`, the only one on its port, for a shard that waits in a
+    /// blocking receive on it ([`ShardIo::Lone`]); sends and other receives do not block.
+    pub(crate) fn lone(socket: StdSocket) -> std::io::Result<ShardIo> {
+        socket.set_nonblocking(false)?;
+        socket.set_read_timeout(None)?;
+        let waker = SocketWaker::new(socket.local_addr()?)?;
+        Ok(ShardIo::Lone {
+            socket,
+            rbuf: Box::default(),
+            polled: None,
+            wake: Waker::from(waker.clone()),
+            waker,
+            timeout: None,
+        })
+    }
+
+    /// The shard's own socket, if it has one.
+    pub(crate) fn own_socket(&self) -> Option<&StdSocket> {
+        match self {
+            ShardIo::Socket { socket, .. } => Some(socket.get_ref()),
+            ShardIo::Lone { socket, .. } => Some(socket),
+            ShardIo::Staged { .. } => None,
+        }
+    }
+
+    /// Receives a batch without waiting; returns how many datagrams it holds (see
+    /// [`ShardIo::received`]). `WouldBlock` when none is there.
+    pub(crate) fn receive(&mut self) -> std::io::Result<usize> {
+        match self {
+            ShardIo::Socket { socket, rbuf } => {
+                let fd = socket.as_raw_fd();
+                // Through the registration: `WouldBlock` clears its readiness.
+                socket.try_io(Interest::READABLE, |_| mmsg::recv_batch(fd, rbuf))
+            }
+            ShardIo::Lone {
+                socket,
+                rbuf,
+                polled,
+                ..
+            } => match polled {
+                Some(polled) => polled.try_io(Interest::READABLE, |s| {
+                    mmsg::recv_batch(s.as_raw_fd(), rbuf)
+                }),
+                None => mmsg::recv_batch(socket.as_raw_fd(), rbuf),
+            },
+            ShardIo::Staged { .. } => Err(std::io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    /// Datagram `i` of the batch received last: sender, bytes, and whether it was cut
+    /// short. `None` past the batch and for a wake datagram ([`SocketWaker`]).
+    pub(crate) fn received(&self, i: usize) -> Option<(SocketAddr, &[u8], bool)> {
+        match self {
+            ShardIo::Socket { rbuf, .. } => rbuf.get(i),
+            ShardIo::Lone { rbuf, waker, .. } => rbuf
+                .get(i)
+                .filter(|(peer, bytes, _)| !waker.is_wake(*peer, bytes)),
+            ShardIo::Staged { .. } => None,
+        }
+    }
+
+    /// Reads the socket's error queue (ICMP errors) into `errors`.
+    pub(crate) fn take_errors(&mut self, errors: &mut Vec<(SocketAddr, std::io::Error)>) {
+        match self {
+            ShardIo::Socket { socket, .. } => {
+                let fd = socket.as_raw_fd();
+                // Returns WouldBlock once the queue is empty, which clears the error readiness.
+                let _ = socket.try_io(Interest::ERROR, |_| udp::take_errors(fd, errors));
+            }
+            ShardIo::Lone { socket, polled, .. } => {
+                let fd = socket.as_raw_fd();
+                let _ = match polled {
+                    Some(polled) => {
+                        polled.try_io(Interest::ERROR, |_| udp::take_errors(fd, errors))
+                    }
+                    None => udp::take_errors(fd, errors),
+                };
+            }
+            ShardIo::Staged { .. } => {}
+        }
+    }
+
+    /// For a [`ShardIo::Lone`] socket: what wakes the shard from a blocking receive,
+    /// and that waker as a task waker for the queues the shard polls before it blocks.
+    pub(crate) fn waker(&self) -> Option<(&SocketWaker, &Waker)> {
+        match self {
+            ShardIo::Lone { waker, wake, .. } => Some((waker, wake)),
+            _ => None,
+        }
+    }
+
+    /// For a [`ShardIo::Lone`] socket: receives a batch, waiting up to `wait` (for
+    /// ever with `None`) for its first datagram; `WouldBlock` when none came. The
+    /// socket's registration with the runtime, if any, is dropped first.
+    pub(crate) fn receive_waiting(&mut self, wait: Option<Duration>) -> std::io::Result<usize> {
+        let ShardIo::Lone {
+            socket,
+            rbuf,
+            polled,
+            timeout,
+            ..
+        } = self
+        else {
+            return self.receive();
+        };
+        // Registered, every datagram would still wake the poller in the kernel.
+        *polled = None;
+        if let Some(new) = receive_timeout(*timeout, wait) {
+            socket.set_read_timeout(new)?;
+            *timeout = new;
+        }
+        mmsg::recv_batch_blocking(socket.as_raw_fd(), rbuf)
+    }
+
     /// Waits for input.
     pub(crate) async fn next(&mut self) -> Input {
         match self {
+            ShardIo::Lone { socket, polled, .. } => {
+                if polled.is_none() {
+                    match socket
+                        .try_clone()
+                        .and_then(|dup| register(dup, Interest::READABLE | Interest::ERROR))
+                    {
+                        Ok(registered) => *polled = Some(registered),
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot register socket");
+                            return Input::Closed;
+                        }
+                    }
+                }
+                let Some(polled) = polled else {
+                    return Input::Closed;
+                };
+                match polled.ready(Interest::READABLE | Interest::ERROR).await {
+                    Ok(ready) => Input::Readable {
+                        errors: ready.ready().is_error(),
+                    },
+                    Err(_) => Input::Closed,
+                }
+            }
             ShardIo::Socket { socket, .. } => {
                 // A pending socket error wakes only ERROR interest, not READABLE.
                 match socket.ready(Interest::READABLE | Interest::ERROR).await {
@@ -79,6 +236,30 @@ impl ShardIo {
                 None => Input::Closed,
             },
         }
+    }
+}
+
+/// The receive timeout to set for a blocking receive that must return within `wait`
+/// (`None`: whenever), on a socket whose timeout is `current`; `None` to leave it. A
+/// timeout is changed only when it would wait past `wait`, or return before half of
+/// it (or of the timeout that would replace it); it is set to three quarters of
+/// `wait` (whole milliseconds, at least one), so that a deadline that stays put costs
+/// a few changes, and one that keeps its distance none.
+fn receive_timeout(current: Option<Duration>, wait: Option<Duration>) -> Option<Option<Duration>> {
+    const MS: Duration = Duration::from_millis(1);
+    /// Without a deadline, a timeout this long or longer is left as it is.
+    const IDLE: Duration = Duration::from_secs(1);
+    let Some(wait) = wait else {
+        return match current {
+            Some(c) if c < IDLE => Some(None),
+            _ => None,
+        };
+    };
+    let ms = (wait.as_millis() * 3 / 4).clamp(1, u128::from(u32::MAX));
+    let new = Duration::from_millis(ms as u64);
+    match current {
+        Some(c) if c <= wait.max(MS) && c >= new.min(wait / 2) => None,
+        _ => Some(Some(new)),
     }
 }
 
@@ -282,6 +463,57 @@ mod tests {
             matches!(input, Ok(Input::Readable { errors: false })),
             "a datagram makes the socket readable"
         );
+    }
+
+    #[test]
+    fn the_receive_timeout_changes_only_when_it_would_oversleep_or_return_early() {
+        let ms = Duration::from_millis;
+        assert_eq!(receive_timeout(None, Some(ms(1000))), Some(Some(ms(750))));
+        assert_eq!(receive_timeout(Some(ms(750)), Some(ms(900))), None);
+        assert_eq!(receive_timeout(Some(ms(750)), Some(ms(1400))), None);
+        assert_eq!(
+            receive_timeout(Some(ms(750)), Some(ms(749))),
+            Some(Some(ms(561))),
+            "it would wait past the deadline"
+        );
+        assert_eq!(
+            receive_timeout(Some(ms(750)), Some(ms(1600))),
+            Some(Some(ms(1200))),
+            "it would return before half the wait"
+        );
+        assert_eq!(receive_timeout(Some(ms(1)), Some(ms(0))), None);
+        assert_eq!(receive_timeout(None, Some(ms(1))), Some(Some(ms(1))));
+        assert_eq!(
+            receive_timeout(Some(ms(1)), Some(Duration::from_micros(2_400))),
+            None,
+            "one millisecond is as close as it gets"
+        );
+        assert_eq!(receive_timeout(Some(ms(5)), None), Some(None));
+        assert_eq!(receive_timeout(Some(ms(2000)), None), None);
+        assert_eq!(receive_timeout(None, None), None);
+    }
+
+    #[test]
+    fn a_lone_socket_blocks_until_a_datagram_and_drops_the_wake_datagrams() {
+        let socket = StdSocket::bind("127.0.0.1:0").unwrap();
+        let to = socket.local_addr().unwrap();
+        let mut io = ShardIo::lone(socket).unwrap();
+        let waited = io.receive_waiting(Some(Duration::from_millis(20)));
+        assert!(
+            matches!(&waited, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "nothing came within the wait: {waited:?}"
+        );
+        let (waker, wake) = io.waker().unwrap();
+        waker.sleeping();
+        wake.wake_by_ref();
+        let sender = StdSocket::bind("127.0.0.1:0").unwrap();
+        sender.send_to(b"ping", to).unwrap();
+        let mut got = Vec::new();
+        while got.is_empty() {
+            let n = io.receive_waiting(Some(Duration::from_secs(5))).unwrap();
+            got.extend((0..n).filter_map(|i| io.received(i).map(|(p, b, _)| (p, b.to_vec()))));
+        }
+        assert_eq!(got, vec![(sender.local_addr().unwrap(), b"ping".to_vec())]);
     }
 
     #[test]

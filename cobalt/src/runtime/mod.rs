@@ -9,6 +9,7 @@ pub(crate) mod io;
 pub(crate) mod listener;
 pub(crate) mod notifications;
 pub(crate) mod service;
+pub(crate) mod wake;
 
 pub use io::{StageCounters, Stages};
 

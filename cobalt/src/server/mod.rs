@@ -710,7 +710,20 @@ impl Server {
                     )?;
                 }
                 let local_addr = sockets[0].local_addr()?;
-                let ios = sockets.into_iter().map(DriverIo::Owned).collect();
+                // A socket alone on its port (and not decrypting DTLS) can be waited
+                // on in a blocking receive and woken by a datagram sent to its address;
+                // with several, the kernel could hand that datagram to another shard.
+                let lone = sockets.len() == 1 && !sharing && scheme == Scheme::Coap;
+                let ios = sockets
+                    .into_iter()
+                    .map(|s| {
+                        if lone {
+                            DriverIo::Lone(s)
+                        } else {
+                            DriverIo::Owned(s)
+                        }
+                    })
+                    .collect();
                 (ios, local_addr)
             }
             Some(stages) => {
