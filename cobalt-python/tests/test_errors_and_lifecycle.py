@@ -7,6 +7,7 @@ import gc
 import os
 import socket
 import threading
+import time
 
 import pytest
 from conftest import BackgroundServer, State, free_port, make_site
@@ -159,6 +160,29 @@ def os_threads() -> "set[str]":
     return set(os.listdir("/proc/self/task"))
 
 
+def threads_left(before: "set[str]") -> "dict[str, str]":
+    """The threads started since `before` that are still listed, by id with their names.
+
+    A joined thread leaves /proc/self/task a moment after its join returns (the kernel
+    wakes the joiner before it has removed the thread), so the listing gets up to 2 s
+    to settle: a thread that was not joined is still there then.
+    """
+    deadline = time.monotonic() + 2.0
+    while True:
+        left = os_threads() - before
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    names = {}
+    for tid in left:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                names[tid] = comm.read().strip()
+        except OSError:
+            pass  # it went meanwhile
+    return names
+
+
 def test_shutdown_joins_every_thread():
     cobalt.shutdown()
     threads_before, python_before = os_threads(), set(threading.enumerate())
@@ -179,7 +203,8 @@ def test_shutdown_joins_every_thread():
     cobalt.shutdown()
     assert not cobalt._cobalt.is_running()
     assert set(threading.enumerate()) <= python_before
-    assert not os_threads() - threads_before, "a thread started since is still there"
+    left = threads_left(threads_before)
+    assert not left, f"threads started since are still there: {left}"
     # And Cobalt starts again on the next use.
     site2, _ = make_site(State())
     again = BackgroundServer(site2, host="127.0.0.1", port=0)
