@@ -76,9 +76,6 @@ unsafe impl GlobalAlloc for Counting {
 pub static malloc_conf: &[u8] =
     b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:1\0";
 
-/// Peers (the directory, devices) whose congestion state the client keeps at once.
-const MASHUP_CONGESTION_PEERS: usize = 1000;
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -106,15 +103,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // duplicates; a device only repeats its one unacknowledged notification, and
     // repeated notifications are recognised by their Observe number anyway, so two
     // per device do (the default 8 would take 16 MiB with 10,000 devices).
-    // The client sends a device a confirmable message at its registration and then
-    // only when it registers again (after Max-Age of silence): congestion state
-    // (RTO estimates, some 150 bytes a peer) learnt from that one exchange is
-    // forgotten 255 s later anyway, so it is kept for at most MASHUP_CONGESTION_PEERS
-    // devices at once; the others' exchanges run on the algorithm's initial state,
-    // as a device never seen before does.
+    // Each device's congestion state (FASOR's RTO estimates, learnt from the
+    // registration's exchange) is kept with the library's default bound: some 80
+    // bytes a device, forgotten 255 s after the device's last exchange.
     let client = Client::with_config(EndpointConfig {
         max_client_exchanges: config.max_observed + 1000,
-        max_congestion_peers: MASHUP_CONGESTION_PEERS,
         dedup_per_peer: 2,
         ..EndpointConfig::default()
     })?;

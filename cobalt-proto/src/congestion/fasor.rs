@@ -44,7 +44,7 @@
 //! after random losses delays the exchanges that follow. So FASOR, not FASOR-K, is the
 //! endpoint's default (the verdict in `bench/congestion/README.md`).
 
-use super::{mul, Attempt, Controller, Params, RttEstimator};
+use super::{mul, Attempt, Controller, Params};
 use rand::{Rng, RngCore};
 use std::time::{Duration, Instant};
 
@@ -67,27 +67,58 @@ pub enum State {
 /// Upper bound on every timer of FASOR-K (Linux TCP's 120 s).
 pub const MAX_RTO_KARN: Duration = Duration::from_secs(120);
 
-/// FASOR's state for one peer.
-#[derive(Debug, Clone)]
+/// FASOR's state for one peer: 32 bytes, kept inline in the peer table (a client
+/// keeps it for each of the thousands of devices it observes).
+///
+/// FastRTO's SRTT and RTTVAR are kept as the RFC 6298 estimator computes them, so
+/// FastRTO is exact; SlowRTO and FASOR-K's retained timer are kept in whole
+/// microseconds, rounded up (never shorter than computed, at most 1 µs longer).
+#[derive(Debug, Clone, Copy)]
 pub struct Fasor {
-    fast: RttEstimator,
-    slow_rto: Duration,
+    /// FastRTO's smoothed RTT in seconds (RFC 6298, K = 4); meaningful once `sampled`.
+    srtt: f64,
+    /// FastRTO's RTT variation in seconds; meaningful once `sampled`.
+    rttvar: f64,
+    /// FastRTO before the first unambiguous sample (ACK_TIMEOUT, at most 60 s), µs.
+    initial_us: u32,
+    /// The latest SlowRTO, µs.
+    slow_rto_us: u32,
+    /// FASOR-K: the backed-off timer that ended the last exchange with
+    /// retransmissions, µs (at least 1); 0 for none.
+    retained_us: u32,
     state: State,
-    /// FASOR-K: the backed-off timer that ended the last exchange with retransmissions.
-    retained: Option<Duration>,
     /// FASOR-K (capped at `MAX_RTO_KARN`) rather than FASOR (`MAX_RTO`).
     karn: bool,
+    /// An unambiguous sample was taken: FastRTO comes from `srtt` and `rttvar`.
+    sampled: bool,
+}
+
+/// FastRTO's variance multiplier K (RFC 6298).
+const FAST_K: f64 = 4.0;
+
+/// `d` in whole microseconds, rounded up, saturating at about 71 minutes (far above
+/// every cap on a timer).
+fn micros(d: Duration) -> u32 {
+    let us = d.as_nanos().div_ceil(1000);
+    u32::try_from(us).unwrap_or(u32::MAX)
+}
+
+fn from_micros(us: u32) -> Duration {
+    Duration::from_micros(u64::from(us))
 }
 
 impl Fasor {
     /// The controller for one peer, as the draft specifies it.
     pub fn new(params: Params) -> Fasor {
         Fasor {
-            fast: RttEstimator::new(params.ack_timeout.min(MAX_RTO), 4.0),
-            slow_rto: params.ack_timeout,
+            srtt: 0.0,
+            rttvar: 0.0,
+            initial_us: micros(params.ack_timeout.min(MAX_RTO)),
+            slow_rto_us: micros(params.ack_timeout),
+            retained_us: 0,
             state: State::Fast,
-            retained: None,
             karn: false,
+            sampled: false,
         }
     }
 
@@ -102,7 +133,7 @@ impl Fasor {
 
     /// FASOR-K: the backed-off timer kept for the next exchanges, if any.
     pub fn retained(&self) -> Option<Duration> {
-        self.retained
+        (self.retained_us > 0).then(|| from_micros(self.retained_us))
     }
 
     /// The state the next exchange starts in.
@@ -112,7 +143,21 @@ impl Fasor {
 
     /// The latest SlowRTO.
     pub fn slow_rto(&self) -> Duration {
-        self.slow_rto
+        from_micros(self.slow_rto_us)
+    }
+
+    /// The current FastRTO.
+    fn fast_rto(&self) -> Duration {
+        if self.sampled {
+            super::rtt::estimate(self.srtt, self.rttvar, FAST_K).min(self.cap())
+        } else {
+            from_micros(self.initial_us)
+        }
+    }
+
+    /// Keeps `timer` as FASOR-K's retained timer.
+    fn retain(&mut self, timer: Duration) {
+        self.retained_us = micros(timer).max(1);
     }
 
     /// The upper bound on every timer (a function of the variant, not a field: the
@@ -128,25 +173,27 @@ impl Fasor {
 
 impl Controller for Fasor {
     fn first_timeout(&mut self, now: Instant, _parallel: usize, rng: &mut dyn RngCore) -> Attempt {
-        let srtt = self
-            .fast
-            .smoothed()
-            .unwrap_or(self.fast.rto / 3)
-            .as_secs_f64();
+        let fast_rto = self.fast_rto();
+        let srtt = if self.sampled {
+            Duration::from_secs_f64(self.srtt)
+        } else {
+            fast_rto / 3
+        }
+        .as_secs_f64();
         let extra = if srtt > 0.0 {
             rng.random_range(srtt / 4.0..srtt)
         } else {
             0.0
         };
-        let fast = (self.fast.rto + Duration::from_secs_f64(extra)).min(self.cap());
-        match (self.state, self.retained) {
+        let fast = (fast_rto + Duration::from_secs_f64(extra)).min(self.cap());
+        match (self.state, self.retained()) {
             (State::Fast | State::FastSlowFast, _) => Attempt::new(now, fast, fast, 1.0),
             // FASOR-K: the retained backed-off timer, and backing off from it.
             (State::SlowFast, Some(k)) if self.karn => {
                 let k = k.min(self.cap());
                 Attempt::new(now, k, k, 1.0)
             }
-            (State::SlowFast, _) => Attempt::new(now, self.slow_rto.min(self.cap()), fast, 1.0),
+            (State::SlowFast, _) => Attempt::new(now, self.slow_rto().min(self.cap()), fast, 1.0),
         }
     }
 
@@ -157,11 +204,11 @@ impl Controller for Fasor {
             // The probe at FastRTO failed: congestion is likely; FASOR-K continues
             // from the retained backed-off timer, FASOR waits SlowRTO once.
             (State::FastSlowFast, 1, true) => {
-                let k = self.retained.unwrap_or(attempt.base);
+                let k = self.retained().unwrap_or(attempt.base);
                 attempt.base = k.saturating_mul(2).min(cap);
                 attempt.base
             }
-            (State::FastSlowFast, 1, false) => self.slow_rto.max(attempt.base.saturating_mul(2)),
+            (State::FastSlowFast, 1, false) => self.slow_rto().max(attempt.base.saturating_mul(2)),
             (State::SlowFast, 1, false) => attempt.base,
             _ => {
                 attempt.base = attempt.base.saturating_mul(2).min(cap);
@@ -174,13 +221,14 @@ impl Controller for Fasor {
     fn on_answer(&mut self, now: Instant, attempt: &Attempt) {
         let sample = attempt.elapsed(now);
         if attempt.retransmissions == 0 {
-            self.fast.sample(sample, 1.0 / 8.0);
-            self.fast.rto = self.fast.rto.min(self.cap());
+            (self.srtt, self.rttvar) =
+                super::rtt::smooth(self.srtt, self.rttvar, !self.sampled, sample, 1.0 / 8.0);
+            self.sampled = true;
             self.state = State::Fast;
-            self.retained = None;
+            self.retained_us = 0;
         } else {
-            self.slow_rto = mul(sample, SLOW_RTO_FACTOR);
-            self.retained = Some(attempt.timeout);
+            self.slow_rto_us = micros(mul(sample, SLOW_RTO_FACTOR));
+            self.retain(attempt.timeout);
             self.state = match self.state {
                 State::Fast => State::FastSlowFast,
                 State::FastSlowFast | State::SlowFast => State::SlowFast,
@@ -191,13 +239,13 @@ impl Controller for Fasor {
     fn on_abandon(&mut self, _now: Instant, attempt: &Attempt) {
         if self.karn {
             // Nothing came back at all: keep the last timer and skip the probe.
-            self.retained = Some(attempt.timeout);
+            self.retain(attempt.timeout);
             self.state = State::SlowFast;
         }
     }
 
     fn rto(&mut self, _now: Instant) -> Option<Duration> {
-        Some(self.fast.rto)
+        Some(self.fast_rto())
     }
 }
 

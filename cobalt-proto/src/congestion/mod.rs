@@ -257,11 +257,23 @@ pub trait ControllerFactory: Send + Sync + fmt::Debug {
     /// A fresh controller for a peer seen for the first time (or again after its
     /// state expired).
     fn build(&self, params: Params, now: Instant) -> Box<dyn Controller>;
+
+    /// The algorithm [`build`](ControllerFactory::build) runs, when it is one that
+    /// Cobalt ships: the [`PeerTable`] then keeps the small state of the default
+    /// (FASOR) inline instead of in an allocation of its own. `None` (the default)
+    /// for an application's own algorithm.
+    fn algorithm(&self) -> Option<Algorithm> {
+        None
+    }
 }
 
 impl ControllerFactory for Algorithm {
     fn build(&self, params: Params, now: Instant) -> Box<dyn Controller> {
         self.controller(params, now)
+    }
+
+    fn algorithm(&self) -> Option<Algorithm> {
+        Some(*self)
     }
 }
 

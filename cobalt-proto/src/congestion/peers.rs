@@ -9,8 +9,9 @@
 //! in use by an exchange is dropped by [`PeerTable::expire`], and treated as gone if
 //! found before a sweep.
 
+use super::fasor::Fasor;
 use super::non::{NonDecision, NonPacer};
-use super::{Attempt, Controller, Params, SharedFactory};
+use super::{Algorithm, Attempt, Controller, ControllerFactory, Params, SharedFactory};
 use crate::message::Token;
 use hashbrown::HashMap;
 use rand::RngCore;
@@ -50,9 +51,36 @@ pub enum Hold {
     NoRoom(Vec<u8>),
 }
 
+/// A peer's controller: FASOR's 32 bytes (the endpoint's default algorithm, and
+/// FASOR-K) inline, any other algorithm in an allocation of its own. A client keeps
+/// one for each of the thousands of devices it observes.
+#[derive(Debug)]
+enum PeerController {
+    Fasor(Fasor),
+    Boxed(Box<dyn Controller>),
+}
+
+impl PeerController {
+    /// A fresh controller from `factory` for a peer first seen at `now`.
+    fn build(factory: &dyn ControllerFactory, params: Params, now: Instant) -> PeerController {
+        match factory.algorithm() {
+            Some(Algorithm::Fasor) => PeerController::Fasor(Fasor::new(params)),
+            Some(Algorithm::FasorK) => PeerController::Fasor(Fasor::with_retention(params)),
+            _ => PeerController::Boxed(factory.build(params, now)),
+        }
+    }
+
+    fn get(&mut self) -> &mut dyn Controller {
+        match self {
+            PeerController::Fasor(f) => f,
+            PeerController::Boxed(b) => b.as_mut(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
-    ctl: Box<dyn Controller>,
+    ctl: PeerController,
     /// Confirmable messages to this peer awaiting an answer.
     in_flight: u32,
     /// When it was last used, in whole seconds after the table's epoch, rounded up
@@ -131,7 +159,7 @@ impl PeerTable {
         for e in self.peers.values_mut() {
             let last_used = epoch.map(|t| t + Duration::from_secs(u64::from(e.last_used)));
             if let Some(last_used) = last_used {
-                e.ctl = self.factory.build(self.params, last_used);
+                e.ctl = PeerController::build(self.factory.as_ref(), self.params, last_used);
             }
         }
     }
@@ -202,7 +230,7 @@ impl PeerTable {
         let used = self.secs(now);
         let (factory, params) = (&self.factory, self.params);
         let e = self.peers.entry(peer).or_insert_with(|| Entry {
-            ctl: factory.build(params, now),
+            ctl: PeerController::build(factory.as_ref(), params, now),
             in_flight: 0,
             last_used: used,
             non: None,
@@ -219,11 +247,11 @@ impl PeerTable {
         f: impl FnOnce(&mut dyn Controller, &mut u32) -> R,
     ) -> R {
         match self.entry(now, peer) {
-            Some(e) => f(e.ctl.as_mut(), &mut e.in_flight),
+            Some(e) => f(e.ctl.get(), &mut e.in_flight),
             None => {
                 self.stats.overflow += 1;
-                let mut scratch = self.factory.build(self.params, now);
-                f(scratch.as_mut(), &mut 0)
+                let mut scratch = PeerController::build(self.factory.as_ref(), self.params, now);
+                f(scratch.get(), &mut 0)
             }
         }
     }
@@ -280,20 +308,20 @@ impl PeerTable {
     pub fn abandoned(&mut self, now: Instant, peer: SocketAddr, attempt: &Attempt) {
         if let Some(e) = self.peers.get_mut(&peer) {
             e.in_flight = e.in_flight.saturating_sub(1);
-            e.ctl.on_abandon(now, attempt);
+            e.ctl.get().on_abandon(now, attempt);
         }
     }
 
     /// The peer's current overall RTO estimate, if it has state and its algorithm keeps one.
     pub fn rto(&mut self, now: Instant, peer: SocketAddr) -> Option<Duration> {
-        self.peers.get_mut(&peer)?.ctl.rto(now)
+        self.peers.get_mut(&peer)?.ctl.get().rto(now)
     }
 
     /// What to do with a NON of `bytes` bytes outside an exchange (see [`super::non`]).
     /// Algorithms without an RTO estimate always send.
     pub fn non_decide(&mut self, now: Instant, peer: SocketAddr, bytes: usize) -> NonDecision {
         let decision = match self.entry(now, peer) {
-            Some(e) => match e.ctl.rto(now) {
+            Some(e) => match e.ctl.get().rto(now) {
                 None => NonDecision::Send,
                 Some(rto) => match &e.non {
                     Some(n) => n.pacer.decide(now, rto, bytes, n.held.len()),
@@ -302,8 +330,8 @@ impl PeerTable {
             },
             // No room to remember the peer: only confirmable messages are safe.
             None => {
-                let mut scratch = self.factory.build(self.params, now);
-                match scratch.rto(now) {
+                let mut scratch = PeerController::build(self.factory.as_ref(), self.params, now);
+                match scratch.get().rto(now) {
                     None => NonDecision::Send,
                     Some(_) => NonDecision::Confirmable,
                 }
@@ -399,7 +427,7 @@ impl PeerTable {
         let Some(entry) = self.peers.get_mut(&peer) else {
             return (None, None);
         };
-        let rto = entry.ctl.rto(now).unwrap_or_default();
+        let rto = entry.ctl.get().rto(now).unwrap_or_default();
         let Some(e) = entry.non.as_deref_mut() else {
             return (None, None);
         };
@@ -483,8 +511,9 @@ mod tests {
         assert!(t.peers[&peer(1)].non.is_none(), "deciding stores nothing");
         t.non_record(t0 + ms(200), peer(1), true);
         assert!(t.peers[&peer(1)].non.is_some());
+        assert!(matches!(t.peers[&peer(1)].ctl, PeerController::Fasor(_)));
         assert!(
-            std::mem::size_of::<Entry>() <= 32,
+            std::mem::size_of::<Entry>() <= 48,
             "{}",
             std::mem::size_of::<Entry>()
         );
@@ -514,8 +543,8 @@ mod tests {
             "{}",
             t.peers.capacity()
         );
-        let fasor = std::mem::size_of::<super::super::fasor::Fasor>();
-        assert!(fasor <= 88, "FASOR's state per peer grew to {fasor} bytes");
+        let fasor = std::mem::size_of::<PeerController>();
+        assert!(fasor <= 32, "FASOR's state per peer grew to {fasor} bytes");
     }
 
     #[test]
@@ -626,6 +655,30 @@ mod tests {
         // Held messages keep the entry alive.
         t.expire(t0 + ms(1_000_000));
         assert_eq!(t.len(), 1);
+    }
+
+    /// An application's own algorithm runs boxed, with the same bookkeeping as the
+    /// built-in ones: the factory's controller is the one that learns.
+    #[test]
+    fn a_custom_factory_runs_its_own_controllers() {
+        #[derive(Debug)]
+        struct Fixed;
+        impl ControllerFactory for Fixed {
+            fn build(&self, params: Params, _now: Instant) -> Box<dyn Controller> {
+                Box::new(super::super::karn::Karn::new(params))
+            }
+        }
+        let t0 = Instant::now();
+        let mut t = PeerTable::new(Arc::new(Fixed), Params::default(), 4, Duration::ZERO);
+        let mut a = t.begin(t0, peer(1), &mut Low);
+        t.backoff(t0 + ms(2000), peer(1), &mut a);
+        t.answered(t0 + ms(3000), peer(1), &a);
+        assert!(matches!(t.peers[&peer(1)].ctl, PeerController::Boxed(_)));
+        // Karn keeps the backed-off timer (4 s): FASOR would not.
+        assert_eq!(t.rto(t0 + ms(3000), peer(1)), Some(ms(4000)));
+        t.set_factory(Arc::new(Algorithm::FasorK));
+        assert!(matches!(t.peers[&peer(1)].ctl, PeerController::Fasor(_)));
+        assert_eq!(t.rto(t0 + ms(3000), peer(1)), Some(ms(2000)));
     }
 
     #[test]

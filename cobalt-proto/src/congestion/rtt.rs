@@ -40,17 +40,9 @@ impl RttEstimator {
     /// R × `first_var` (RFC 6298: 1/2), later ones smooth with |SRTT − R'|. Returns
     /// the new estimate (not floored at 1 s: CoAP detects loss only by timeout).
     pub fn sample(&mut self, r: Duration, first_var: f64) -> Duration {
-        let r = r.as_secs_f64();
-        if self.samples == 0 {
-            self.srtt = r;
-            self.rttvar = r * first_var;
-        } else {
-            self.rttvar = (1.0 - BETA) * self.rttvar + BETA * (self.srtt - r).abs();
-            self.srtt = (1.0 - ALPHA) * self.srtt + ALPHA * r;
-        }
+        (self.srtt, self.rttvar) = smooth(self.srtt, self.rttvar, self.samples == 0, r, first_var);
         self.samples += 1;
-        let var = (self.k * self.rttvar).max(GRANULARITY.as_secs_f64());
-        self.rto = Duration::try_from_secs_f64(self.srtt + var).unwrap_or(Duration::MAX);
+        self.rto = estimate(self.srtt, self.rttvar, self.k);
         self.rto
     }
 
@@ -58,6 +50,30 @@ impl RttEstimator {
     pub fn smoothed(&self) -> Option<Duration> {
         (self.samples > 0).then(|| Duration::from_secs_f64(self.srtt))
     }
+}
+
+/// SRTT and RTTVAR (seconds) after the sample `r` (RFC 6298 §2.2–2.3): the `first`
+/// sets SRTT = R and RTTVAR = R × `first_var`, later ones smooth with |SRTT − R'|.
+pub(crate) fn smooth(
+    srtt: f64,
+    rttvar: f64,
+    first: bool,
+    r: Duration,
+    first_var: f64,
+) -> (f64, f64) {
+    let r = r.as_secs_f64();
+    if first {
+        (r, r * first_var)
+    } else {
+        let rttvar = (1.0 - BETA) * rttvar + BETA * (srtt - r).abs();
+        ((1.0 - ALPHA) * srtt + ALPHA * r, rttvar)
+    }
+}
+
+/// The estimate `SRTT + max(G, K·RTTVAR)` of sampled SRTT and RTTVAR (seconds).
+pub(crate) fn estimate(srtt: f64, rttvar: f64, k: f64) -> Duration {
+    let var = (k * rttvar).max(GRANULARITY.as_secs_f64());
+    Duration::try_from_secs_f64(srtt + var).unwrap_or(Duration::MAX)
 }
 
 #[cfg(test)]
