@@ -42,6 +42,7 @@ pub mod dedup;
 mod ids;
 mod moves;
 mod pacing;
+mod peers;
 mod reliability;
 mod server;
 mod spare;
@@ -57,10 +58,11 @@ use crate::congestion::{Attempt, PeerTable};
 #[cfg(test)]
 use crate::message::DEFAULT_MAX_TOKEN_LEN;
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
-use crate::tables::shrink_when_sparse;
+use crate::tables::{shrink_when_sparse, Table};
 use admission::Admission;
 use dedup::{DedupEntry, DedupLimits, DedupStore, Finished};
 use hashbrown::HashMap;
+use peers::{Peer, PeerEntries, PeerSlot};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use smallvec::SmallVec;
@@ -312,108 +314,24 @@ pub struct StateCounts {
     pub peers: usize,
 }
 
-/// Everything the endpoint keeps about one peer (IP address and port), found with one
-/// lookup per datagram: its message IDs, its requests in progress (for deduplication
-/// and admission) and whether the dedup store holds messages of it. What only some
-/// peers need (a queue of requests beyond NSTART, message IDs used in more than one
-/// block) is in [`PeerRare`], made on first use: a client observing thousands of
-/// servers sends each one request, and keeps one small entry per server.
-#[derive(Debug)]
-struct Peer {
-    /// Its requests being handled, by message ID, with their exchange: a duplicate
-    /// meanwhile is recognised (RFC 7252 §4.5), and their number is what its admission
-    /// bound counts ([`EndpointConfig::max_exchanges_per_peer`]). An answer waiting for
-    /// the peer's address to be verified keeps its request here until it is sent.
-    in_progress: SmallVec<[(u16, u64); 2]>,
-    last_used: Instant,
-    /// Client requests to it sent and not yet answered (at most NSTART).
-    outstanding: u32,
-    /// When a message ID of the block of the last one given out was last used (whole
-    /// seconds since the endpoint's epoch, rounded up; 0 = none given out yet).
-    mid_block_used: u32,
-    next_mid: u16,
-    /// Whether the dedup store may hold handled messages of this peer; until one is
-    /// stored, a request needs no look into the store.
-    stored: bool,
-    rare: Option<Box<PeerRare>>,
-}
-
-/// What only some peers need, kept apart from [`Peer`] so that the many that do not
-/// need it pay one pointer.
-#[derive(Debug, Default)]
-struct PeerRare {
-    /// Requests waiting for a place among the NSTART outstanding ones.
-    queue: VecDeque<RequestId>,
-    /// For each block of 4096 message IDs left behind, when one of them was last
-    /// used (as `Peer::mid_block_used`): a MID may not be used again within
-    /// EXCHANGE_LIFETIME (RFC 7252 §4.4).
-    mid_blocks: [u32; MID_BLOCKS],
-}
-
-impl Peer {
-    /// True when no request waits in its NSTART queue.
-    fn queue_is_empty(&self) -> bool {
-        self.rare.as_ref().is_none_or(|r| r.queue.is_empty())
-    }
-
-    /// Its NSTART queue, made on first use.
-    fn queue_mut(&mut self) -> &mut VecDeque<RequestId> {
-        &mut self.rare.get_or_insert_with(Box::default).queue
-    }
-
-    /// Takes the first request of its NSTART queue.
-    fn dequeue(&mut self) -> Option<RequestId> {
-        self.rare.as_mut()?.queue.pop_front()
-    }
-
-    /// Removes `id` from its NSTART queue.
-    fn unqueue(&mut self, id: RequestId) {
-        if let Some(r) = self.rare.as_mut() {
-            r.queue.retain(|q| *q != id);
-        }
-    }
-
-    /// Gives out its next message ID, used at `used` (epoch seconds, as
-    /// `mid_block_used`); entering a new block of IDs files the last use of the block
-    /// left behind.
-    fn take_mid(&mut self, used: u32) -> u16 {
-        let mid = self.next_mid;
-        self.next_mid = mid.wrapping_add(1);
-        if mid.is_multiple_of(MID_BLOCK_LEN) && self.mid_block_used != 0 {
-            let left = mid_block(mid.wrapping_sub(1));
-            self.rare.get_or_insert_with(Box::default).mid_blocks[left] = self.mid_block_used;
-        }
-        self.mid_block_used = used;
-        mid
-    }
-
-    /// When a message ID of the block that its next ID begins was last used, if that
-    /// ID begins a block left behind before (0 otherwise).
-    fn next_block_last_used(&self) -> u32 {
-        if !self.next_mid.is_multiple_of(MID_BLOCK_LEN) {
-            return 0;
-        }
-        self.rare
-            .as_ref()
-            .map_or(0, |r| r.mid_blocks[mid_block(self.next_mid)])
-    }
-}
-
-/// The block of message IDs `mid` is in.
-fn mid_block(mid: u16) -> usize {
-    usize::from(mid / MID_BLOCK_LEN)
-}
-
-/// `peer`'s entry in `peers`, made if it has none (its first message ID drawn from
-/// `rng`), marked used at `now`. A function of the table alone, so that the entry
-/// can be held while other parts of the endpoint are used (see `handle_request`).
+/// `peer`'s entry in `peers` and where it is, made if it has none (see
+/// [`new_peer`]), marked used at `now`. A function of the table alone, so that the
+/// entry can be held while other parts of the endpoint are used (see `handle_request`).
 fn peer_entry<'a>(
-    peers: &'a mut HashMap<SocketAddr, Peer>,
+    peers: &'a mut PeerEntries,
     rng: &mut StdRng,
     now: Instant,
     peer: SocketAddr,
-) -> &'a mut Peer {
-    let p = peers.entry(peer).or_insert_with(|| Peer {
+) -> (PeerSlot, &'a mut Peer) {
+    let (slot, p) = peers.entry(peer, || new_peer(rng, now, peer));
+    p.last_used = now;
+    (slot, p)
+}
+
+/// A new entry for `peer`, used at `now`, its first message ID drawn from `rng`.
+fn new_peer(rng: &mut StdRng, now: Instant, peer: SocketAddr) -> Peer {
+    Peer {
+        addr: peer,
         in_progress: SmallVec::new(),
         last_used: now,
         outstanding: 0,
@@ -421,9 +339,7 @@ fn peer_entry<'a>(
         next_mid: rng.random(),
         stored: false,
         rare: None,
-    });
-    p.last_used = now;
-    p
+    }
 }
 
 /// The next exchange or request number from `counter`.
@@ -433,14 +349,12 @@ fn take_id(counter: &mut u64) -> u64 {
     id
 }
 
-/// Message IDs are tracked in this many blocks of `MID_BLOCK_LEN`.
-const MID_BLOCKS: usize = 16;
-/// Message IDs in one block.
-const MID_BLOCK_LEN: u16 = (65536 / MID_BLOCKS) as u16;
-
 #[derive(Debug)]
 struct ServerExchange {
     peer: SocketAddr,
+    /// Where the peer's entry was when the request came: the answer finds it there
+    /// (if it is still there) without a second lookup.
+    slot: PeerSlot,
     mid: u16,
     token: Token,
     con: bool,
@@ -527,7 +441,7 @@ pub struct Endpoint {
     congestion: PeerTable,
     admission: Admission,
     validation: validation::Validation,
-    peers: HashMap<SocketAddr, Peer>,
+    peers: PeerEntries,
     server: HashMap<ExchangeId, ServerExchange>,
     clients: HashMap<RequestId, ClientExchange>,
     /// The client's requests by server and token.
@@ -570,7 +484,7 @@ impl Endpoint {
             dedup,
             admission: Admission::default(),
             validation: validation::Validation::default(),
-            peers: HashMap::new(),
+            peers: PeerEntries::default(),
             server: HashMap::new(),
             clients: HashMap::new(),
             tokens: TokenIndex::default(),
@@ -748,21 +662,39 @@ impl Endpoint {
     /// The peer's entry, made if it has none, marked used at `now`.
     fn touch_peer(&mut self, now: Instant, peer: SocketAddr) -> &mut Peer {
         self.arm_housekeeping(now);
-        peer_entry(&mut self.peers, &mut self.rng, now, peer)
+        peer_entry(&mut self.peers, &mut self.rng, now, peer).1
     }
 
     /// Records how the message `key` was handled: a request of the peer's is no longer
     /// in progress, and what a duplicate gets is remembered (see [`Finished`]).
     fn finish_message(&mut self, now: Instant, key: (SocketAddr, u16), how: Finished<'_>) {
+        self.finish_message_at(now, key, PeerSlot::UNKNOWN, how);
+    }
+
+    /// [`Endpoint::finish_message`] for a peer whose entry was found at `slot` (kept
+    /// by the request's exchange): the answer needs no second lookup of its peer.
+    fn finish_message_at(
+        &mut self,
+        now: Instant,
+        key: (SocketAddr, u16),
+        slot: PeerSlot,
+        how: Finished<'_>,
+    ) {
         let remembers = !matches!(how, Finished::Forget);
         let p = if remembers {
             // The entry outlives what the store keeps of it (both last the exchange
             // lifetime from now), so its `stored` mark is never lost early.
-            Some(self.touch_peer(now, key.0))
+            self.arm_housekeeping(now);
+            let rng = &mut self.rng;
+            self.peers
+                .entry_at(slot, key.0, || new_peer(rng, now, key.0))
         } else {
-            self.peers.get_mut(&key.0)
+            self.peers.get_at_mut(slot, key.0)
         };
         if let Some(p) = p {
+            if remembers {
+                p.last_used = now;
+            }
             if let Some(i) = p.in_progress.iter().position(|(mid, _)| *mid == key.1) {
                 p.in_progress.swap_remove(i);
             }
@@ -830,7 +762,7 @@ impl Endpoint {
             .chain(self.pending.keys().map(|(p, _)| *p))
             .collect();
         self.peers
-            .retain(|addr, p| busy.contains(addr) || now < p.last_used + lifetime);
+            .retain(|p| busy.contains(&p.addr) || now < p.last_used + lifetime);
         // What a burst left behind (e.g. the exchanges of 100,000 confirmable
         // notifications): the tables give their memory back once they are sparse.
         shrink_when_sparse(&mut self.peers);

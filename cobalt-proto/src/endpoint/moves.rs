@@ -42,6 +42,7 @@ impl Endpoint {
             return false;
         };
         peer.last_used = now;
+        peer.addr = to;
         for &(_, id) in &peer.in_progress {
             if let Some(ex) = self.server.get_mut(&ExchangeId(id)) {
                 ex.peer = to;
@@ -50,7 +51,7 @@ impl Endpoint {
         let in_progress = u32::try_from(peer.in_progress.len()).unwrap_or(u32::MAX);
         self.admission.transfer(&self.config, from, to, in_progress);
         let queued = !peer.queue_is_empty();
-        self.peers.insert(to, peer);
+        self.peers.insert(peer);
         // Confirmable messages on their way: retransmitted to `to`, on the timers
         // they had (the ones armed for `from` find nothing when they fire).
         let keys: Vec<u16> = self

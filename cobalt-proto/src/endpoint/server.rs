@@ -23,7 +23,7 @@ impl Endpoint {
         // reference (only an Echo option, whose check needs the whole endpoint, costs
         // a second lookup).
         self.arm_housekeeping(now);
-        let mut p = peer_entry(&mut self.peers, &mut self.rng, now, peer);
+        let (mut slot, mut p) = peer_entry(&mut self.peers, &mut self.rng, now, peer);
         let in_progress = p.in_progress.iter().find(|(mid, _)| *mid == msg.mid);
         let (in_progress, stored, of_peer) = (
             in_progress.map(|(_, id)| *id),
@@ -69,7 +69,7 @@ impl Endpoint {
         if let Some(echo) = msg.options.get(opt::ECHO) {
             let echo = echo.to_vec();
             self.check_echo(now, peer, &echo);
-            p = peer_entry(&mut self.peers, &mut self.rng, now, peer);
+            (slot, p) = peer_entry(&mut self.peers, &mut self.rng, now, peer);
         }
         if let Some(number) = msg
             .options
@@ -120,6 +120,7 @@ impl Endpoint {
             id,
             ServerExchange {
                 peer,
+                slot,
                 mid: msg.mid,
                 token: msg.token.clone(),
                 con,
@@ -211,7 +212,7 @@ impl Endpoint {
         if ex.con && !ex.acked {
             self.transmit_message(ex.peer, &Message::empty_ack(ex.mid));
         }
-        self.finish_message(now, (ex.peer, ex.mid), ex.unless_piggybacked());
+        self.finish_message_at(now, (ex.peer, ex.mid), ex.slot, ex.unless_piggybacked());
         Ok(())
     }
 
@@ -239,7 +240,7 @@ impl Endpoint {
             if ex.con && !ex.acked {
                 self.transmit_message(ex.peer, &Message::empty_ack(ex.mid));
             }
-            self.finish_message(now, key, ex.unless_piggybacked());
+            self.finish_message_at(now, key, ex.slot, ex.unless_piggybacked());
             return Ok(());
         }
         let allowance = self.allowance(now, ex.peer, ex.request_len, ex.sent);
@@ -265,9 +266,9 @@ impl Endpoint {
                 });
                 if ex.acked {
                     // A retransmission gets the empty ACK again while the answer waits.
-                    self.finish_message(now, key, Finished::EmptyAck);
+                    self.finish_message_at(now, key, ex.slot, Finished::EmptyAck);
                 } else if !ex.con {
-                    self.finish_message(now, key, ex.unless_piggybacked());
+                    self.finish_message_at(now, key, ex.slot, ex.unless_piggybacked());
                 }
                 self.park(now, ex.peer, parked);
                 return Ok(());
@@ -283,10 +284,10 @@ impl Endpoint {
             } else {
                 Finished::Forget
             };
-            self.finish_message(now, key, how);
+            self.finish_message_at(now, key, ex.slot, how);
             self.transmit(ex.peer, bytes);
         } else if ex.con {
-            self.finish_message(now, key, ex.unless_piggybacked());
+            self.finish_message_at(now, key, ex.slot, ex.unless_piggybacked());
             response.mtype = MessageType::Confirmable;
             response.mid = self.alloc_mid(now, ex.peer);
             let bytes = self.encode(&response);
@@ -297,7 +298,7 @@ impl Endpoint {
                 self.limit_retransmissions(ex.peer, response.mid, left - len);
             }
         } else {
-            self.finish_message(now, key, ex.unless_piggybacked());
+            self.finish_message_at(now, key, ex.slot, ex.unless_piggybacked());
             response.mtype = MessageType::NonConfirmable;
             response.mid = self.alloc_mid(now, ex.peer);
             let bytes = self.encode(&response);

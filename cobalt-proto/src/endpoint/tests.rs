@@ -604,15 +604,23 @@ fn a_request_with_room_skips_the_nstart_queue() {
     let mut p = Pair::new();
     p.client.request(p.now, p.s, get("/a")).unwrap();
     assert_eq!(p.client_sends().len(), 1);
-    assert!(p.client.peers[&p.s].rare.is_none());
+    assert!(p.client.peers.get(&p.s).unwrap().rare.is_none());
+    // The table's whole entry: the peer's address (its key) is part of it.
     assert!(
-        std::mem::size_of::<Peer>() <= 80,
+        std::mem::size_of::<Peer>() <= 112,
         "the per-peer entry grew to {} bytes",
         std::mem::size_of::<Peer>()
     );
     p.client.request(p.now, p.s, get("/b")).unwrap();
     assert!(p.client_sends().is_empty(), "NSTART = 1: the second waits");
-    let queued = p.client.peers[&p.s].rare.as_ref().map(|r| r.queue.len());
+    let queued = p
+        .client
+        .peers
+        .get(&p.s)
+        .unwrap()
+        .rare
+        .as_ref()
+        .map(|r| r.queue.len());
     assert_eq!(queued, Some(1));
 }
 
@@ -813,5 +821,55 @@ fn message_ids_are_not_reused_within_the_exchange_lifetime() {
     assert!(
         !p.client_sends().is_empty(),
         "queue resumes after the lifetime"
+    );
+}
+
+/// The answer to a request finds its peer's entry where the request's lookup left it
+/// (its exchange keeps the slot); when the table moved meanwhile (it grew, or the
+/// peer's session moved to a new address) the slot is stale and the address is looked
+/// up instead: either way the request leaves the peer's requests in progress, and an
+/// answer that is kept marks the peer's entry for deduplication.
+#[test]
+fn an_answer_finds_its_peers_entry_after_the_table_grew_or_the_peer_moved() {
+    let mut p = Pair::new();
+    let mut post_request = post("/a");
+    post_request.mid = 1;
+    p.deliver_to_server(&codec::encode(&post_request));
+    let posted = server_request(&mut p);
+    let mut get_request = get("/b");
+    get_request.mid = 2;
+    p.deliver_to_server(&codec::encode(&get_request));
+    let got = server_request(&mut p);
+    let moved = addr("10.0.0.9:40000");
+    let mut moved_request = get("/c");
+    moved_request.mid = 3;
+    p.server.handle_datagram(
+        p.now,
+        addr("10.0.0.8:40000"),
+        &codec::encode(&moved_request),
+    );
+    let of_moved = server_request(&mut p);
+    for port in 1..2000u16 {
+        let other = SocketAddr::from(([10, 1, 0, 1], port));
+        p.server
+            .handle_datagram(p.now, other, &codec::encode(&get("/x")));
+    }
+    assert!(p.server.move_peer(p.now, addr("10.0.0.8:40000"), moved));
+    assert_eq!(p.server.peers.get(&p.c).unwrap().in_progress.len(), 2);
+    p.server.respond(p.now, posted, content("a")).unwrap();
+    p.server.respond(p.now, got, content("b")).unwrap();
+    p.server.respond(p.now, of_moved, content("c")).unwrap();
+    let c = p.server.peers.get(&p.c).unwrap();
+    assert!(c.in_progress.is_empty(), "both answered: none in progress");
+    assert!(c.stored, "the POST's answer is kept for its duplicates");
+    assert!(p.server.peers.get(&moved).unwrap().in_progress.is_empty());
+    assert!(!p.server.peers.contains_key(&addr("10.0.0.8:40000")));
+    let sent = p.server_sends();
+    assert_eq!(sent.len(), 3, "the three answers went out");
+    p.deliver_to_server(&codec::encode(&post_request));
+    assert_eq!(
+        p.server_sends().first(),
+        sent.iter().find(|b| codec::decode(b).unwrap().mid == 1),
+        "a duplicate of the POST gets the kept answer"
     );
 }

@@ -1,0 +1,311 @@
+//! The endpoint's table of peers ([`Peer`], one entry per IP address and port), with
+//! a [`PeerSlot`] that finds an entry again without hashing its address: a request's
+//! lookup gives the slot, its exchange keeps it, and the answer reaches the peer's
+//! entry through it, so an answered request costs one hash lookup of its peer.
+//!
+//! A slot is a hint, never trusted: the table may have grown, shrunk or swept since
+//! (and a DTLS session's move re-files its peer), so an entry found at a slot is used
+//! only when it holds the address asked for; otherwise the address is looked up.
+
+use super::ids::RequestId;
+use hashbrown::hash_table::Entry;
+use hashbrown::{DefaultHashBuilder, HashTable};
+use smallvec::SmallVec;
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+/// Everything the endpoint keeps about one peer (IP address and port), found with one
+/// lookup per datagram: its message IDs, its requests in progress (for deduplication
+/// and admission) and whether the dedup store holds messages of it. What only some
+/// peers need (a queue of requests beyond NSTART, message IDs used in more than one
+/// block) is in [`PeerRare`], made on first use: a client observing thousands of
+/// servers sends each one request, and keeps one small entry per server.
+#[derive(Debug)]
+pub(super) struct Peer {
+    /// Its address: the key it is filed under (see [`PeerEntries`]).
+    pub(super) addr: SocketAddr,
+    /// Its requests being handled, by message ID, with their exchange: a duplicate
+    /// meanwhile is recognised (RFC 7252 §4.5), and their number is what its admission
+    /// bound counts ([`EndpointConfig::max_exchanges_per_peer`](super::EndpointConfig::max_exchanges_per_peer)). An answer waiting for
+    /// the peer's address to be verified keeps its request here until it is sent.
+    pub(super) in_progress: SmallVec<[(u16, u64); 2]>,
+    pub(super) last_used: Instant,
+    /// Client requests to it sent and not yet answered (at most NSTART).
+    pub(super) outstanding: u32,
+    /// When a message ID of the block of the last one given out was last used (whole
+    /// seconds since the endpoint's epoch, rounded up; 0 = none given out yet).
+    pub(super) mid_block_used: u32,
+    pub(super) next_mid: u16,
+    /// Whether the dedup store may hold handled messages of this peer; until one is
+    /// stored, a request needs no look into the store.
+    pub(super) stored: bool,
+    pub(super) rare: Option<Box<PeerRare>>,
+}
+
+/// What only some peers need, kept apart from [`Peer`] so that the many that do not
+/// need it pay one pointer.
+#[derive(Debug, Default)]
+pub(super) struct PeerRare {
+    /// Requests waiting for a place among the NSTART outstanding ones.
+    pub(super) queue: VecDeque<RequestId>,
+    /// For each block of 4096 message IDs left behind, when one of them was last
+    /// used (as `Peer::mid_block_used`): a MID may not be used again within
+    /// EXCHANGE_LIFETIME (RFC 7252 §4.4).
+    pub(super) mid_blocks: [u32; MID_BLOCKS],
+}
+
+impl Peer {
+    /// True when no request waits in its NSTART queue.
+    pub(super) fn queue_is_empty(&self) -> bool {
+        self.rare.as_ref().is_none_or(|r| r.queue.is_empty())
+    }
+
+    /// Its NSTART queue, made on first use.
+    pub(super) fn queue_mut(&mut self) -> &mut VecDeque<RequestId> {
+        &mut self.rare.get_or_insert_with(Box::default).queue
+    }
+
+    /// Takes the first request of its NSTART queue.
+    pub(super) fn dequeue(&mut self) -> Option<RequestId> {
+        self.rare.as_mut()?.queue.pop_front()
+    }
+
+    /// Removes `id` from its NSTART queue.
+    pub(super) fn unqueue(&mut self, id: RequestId) {
+        if let Some(r) = self.rare.as_mut() {
+            r.queue.retain(|q| *q != id);
+        }
+    }
+
+    /// Gives out its next message ID, used at `used` (epoch seconds, as
+    /// `mid_block_used`); entering a new block of IDs files the last use of the block
+    /// left behind.
+    pub(super) fn take_mid(&mut self, used: u32) -> u16 {
+        let mid = self.next_mid;
+        self.next_mid = mid.wrapping_add(1);
+        if mid.is_multiple_of(MID_BLOCK_LEN) && self.mid_block_used != 0 {
+            let left = mid_block(mid.wrapping_sub(1));
+            self.rare.get_or_insert_with(Box::default).mid_blocks[left] = self.mid_block_used;
+        }
+        self.mid_block_used = used;
+        mid
+    }
+
+    /// When a message ID of the block that its next ID begins was last used, if that
+    /// ID begins a block left behind before (0 otherwise).
+    pub(super) fn next_block_last_used(&self) -> u32 {
+        if !self.next_mid.is_multiple_of(MID_BLOCK_LEN) {
+            return 0;
+        }
+        self.rare
+            .as_ref()
+            .map_or(0, |r| r.mid_blocks[mid_block(self.next_mid)])
+    }
+}
+
+/// The block of message IDs `mid` is in.
+fn mid_block(mid: u16) -> usize {
+    usize::from(mid / MID_BLOCK_LEN)
+}
+
+/// Message IDs are tracked in this many blocks of `MID_BLOCK_LEN`.
+pub(super) const MID_BLOCKS: usize = 16;
+/// Message IDs in one block.
+pub(super) const MID_BLOCK_LEN: u16 = (65536 / MID_BLOCKS) as u16;
+
+/// Where a peer's entry was found in its [`PeerEntries`] (a bucket of the table): a
+/// hint for finding it again, checked against the peer's address on use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PeerSlot(u32);
+
+impl PeerSlot {
+    /// A slot that finds nothing (the address is looked up instead).
+    pub(super) const UNKNOWN: PeerSlot = PeerSlot(u32::MAX);
+
+    fn of(bucket: usize) -> PeerSlot {
+        u32::try_from(bucket).map_or(PeerSlot::UNKNOWN, PeerSlot)
+    }
+
+    fn bucket(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The peers with per-peer state, by address.
+#[derive(Debug, Default)]
+pub(super) struct PeerEntries {
+    table: HashTable<Peer>,
+    hasher: DefaultHashBuilder,
+}
+
+impl PeerEntries {
+    /// `addr`'s entry and its slot, made with `make` if it has none.
+    pub(super) fn entry(
+        &mut self,
+        addr: SocketAddr,
+        make: impl FnOnce() -> Peer,
+    ) -> (PeerSlot, &mut Peer) {
+        let hasher = &self.hasher;
+        let found = self.table.entry(
+            hasher.hash_one(addr),
+            |p| p.addr == addr,
+            |p| hasher.hash_one(p.addr),
+        );
+        let entry = match found {
+            Entry::Occupied(entry) => entry,
+            Entry::Vacant(vacant) => vacant.insert(make()),
+        };
+        (PeerSlot::of(entry.bucket_index()), entry.into_mut())
+    }
+
+    /// `addr`'s entry, found at `slot` if it is still there, else by its address; made
+    /// with `make` if it has none (so it is `None` never; an `Option` only to share
+    /// the found-at-the-slot path with [`PeerEntries::get_at_mut`]).
+    pub(super) fn entry_at(
+        &mut self,
+        slot: PeerSlot,
+        addr: SocketAddr,
+        make: impl FnOnce() -> Peer,
+    ) -> Option<&mut Peer> {
+        if self.holds(slot, addr) {
+            return self.table.get_bucket_mut(slot.bucket());
+        }
+        Some(self.entry(addr, make).1)
+    }
+
+    /// `addr`'s entry, found at `slot` if it is still there, else by its address.
+    pub(super) fn get_at_mut(&mut self, slot: PeerSlot, addr: SocketAddr) -> Option<&mut Peer> {
+        if self.holds(slot, addr) {
+            return self.table.get_bucket_mut(slot.bucket());
+        }
+        self.get_mut(&addr)
+    }
+
+    /// Whether `slot` holds `addr`'s entry.
+    fn holds(&self, slot: PeerSlot, addr: SocketAddr) -> bool {
+        self.table
+            .get_bucket(slot.bucket())
+            .is_some_and(|p| p.addr == addr)
+    }
+
+    /// `addr`'s entry, if it has one.
+    pub(super) fn get(&self, addr: &SocketAddr) -> Option<&Peer> {
+        self.table
+            .find(self.hasher.hash_one(addr), |p| p.addr == *addr)
+    }
+
+    /// `addr`'s entry, if it has one.
+    pub(super) fn get_mut(&mut self, addr: &SocketAddr) -> Option<&mut Peer> {
+        self.table
+            .find_mut(self.hasher.hash_one(addr), |p| p.addr == *addr)
+    }
+
+    /// Whether `addr` has an entry.
+    pub(super) fn contains_key(&self, addr: &SocketAddr) -> bool {
+        self.get(addr).is_some()
+    }
+
+    /// Takes `addr`'s entry out.
+    pub(super) fn remove(&mut self, addr: &SocketAddr) -> Option<Peer> {
+        let found = self
+            .table
+            .find_entry(self.hasher.hash_one(addr), |p| p.addr == *addr);
+        found.ok().map(|entry| entry.remove().0)
+    }
+
+    /// Files `peer` under its address, replacing what was there.
+    pub(super) fn insert(&mut self, peer: Peer) {
+        let addr = peer.addr;
+        let mut peer = Some(peer);
+        let (_, held) = self.entry(addr, || peer.take().expect("made once"));
+        if let Some(peer) = peer {
+            *held = peer;
+        }
+    }
+
+    /// Keeps only the entries for which `keep` is true.
+    pub(super) fn retain(&mut self, keep: impl FnMut(&mut Peer) -> bool) {
+        self.table.retain(keep);
+    }
+}
+
+impl crate::tables::Table for PeerEntries {
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+    fn capacity(&self) -> usize {
+        self.table.capacity()
+    }
+    fn shrink_to(&mut self, min: usize) {
+        let hasher = &self.hasher;
+        self.table.shrink_to(min, |p| hasher.hash_one(p.addr));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::Table;
+    use smallvec::SmallVec;
+    use std::time::Instant;
+
+    fn peer(addr: SocketAddr, next_mid: u16) -> Peer {
+        Peer {
+            addr,
+            in_progress: SmallVec::new(),
+            last_used: Instant::now(),
+            outstanding: 0,
+            mid_block_used: 0,
+            next_mid,
+            stored: false,
+            rare: None,
+        }
+    }
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn a_slot_finds_its_entry_again_and_a_stale_one_falls_back_to_the_address() {
+        let mut peers = PeerEntries::default();
+        let (slot, _) = peers.entry(addr(1), || peer(addr(1), 7));
+        assert_eq!(peers.get_at_mut(slot, addr(1)).map(|p| p.next_mid), Some(7));
+        // Growing the table moves entries: the old slot no longer holds peer 1.
+        for port in 2..2000 {
+            peers.entry(addr(port), || peer(addr(port), port));
+        }
+        assert_eq!(peers.get_at_mut(slot, addr(1)).map(|p| p.next_mid), Some(7));
+        // A slot holding another peer's entry is not taken for this one.
+        let (other, _) = peers.entry(addr(5), || unreachable!("peer 5 is filed"));
+        assert_eq!(
+            peers.get_at_mut(other, addr(1)).map(|p| p.next_mid),
+            Some(7)
+        );
+        assert_eq!(
+            peers.get_at_mut(other, addr(5)).map(|p| p.next_mid),
+            Some(5)
+        );
+        // Gone is gone, whatever the slot.
+        let (slot, _) = peers.entry(addr(9), || unreachable!("peer 9 is filed"));
+        assert!(peers.remove(&addr(9)).is_some());
+        assert!(peers.get_at_mut(slot, addr(9)).is_none());
+        assert!(peers.get_at_mut(PeerSlot::UNKNOWN, addr(9)).is_none());
+        assert_eq!(peers.len(), 1998);
+    }
+
+    #[test]
+    fn entry_at_makes_a_missing_entry_and_insert_replaces_one() {
+        let mut peers = PeerEntries::default();
+        let made = peers.entry_at(PeerSlot::UNKNOWN, addr(1), || peer(addr(1), 3));
+        assert_eq!(made.map(|p| p.next_mid), Some(3));
+        peers.insert(peer(addr(1), 4));
+        assert_eq!(peers.get(&addr(1)).map(|p| p.next_mid), Some(4));
+        assert_eq!(peers.len(), 1);
+        peers.retain(|p| p.next_mid != 4);
+        assert!(!peers.contains_key(&addr(1)));
+        assert!(peers.is_empty());
+    }
+}
