@@ -25,11 +25,24 @@ use std::os::fd::AsRawFd;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Receive batches per wake-up before timers and commands get a turn.
 const RECV_ROUNDS: usize = 4;
+
+/// The nearest deadline a shard waits for in a blocking receive. A receive timeout
+/// runs in the kernel's ticks (4–10 ms), so a shard whose timers fall due in quick
+/// succession (a thousand uploads idling out a few microseconds apart) would pay a
+/// tick for each; nearer deadlines are waited for in the poller, whose timers fire
+/// everything due to the millisecond.
+const BLOCKING_WAIT_MIN: Duration = Duration::from_millis(20);
+
+/// Whether a shard may block in its socket's receive until `deadline` (`None`: no
+/// timer pending): only when that is at least [`BLOCKING_WAIT_MIN`] away.
+fn may_block_until(now: Instant, deadline: Option<Instant>) -> bool {
+    deadline.is_none_or(|d| d.saturating_duration_since(now) >= BLOCKING_WAIT_MIN)
+}
 
 /// A shard: its socket, its endpoint and, for a server, the [`Service`] it runs.
 pub(crate) struct Driver<S: Service<Endpoint>> {
@@ -147,6 +160,7 @@ impl<S: Service<Endpoint>> Driver<S> {
                 && self.draining.is_none()
                 && self.io.waker().is_some()
                 && self.runtime.num_alive_tasks() == 0
+                && may_block_until(now, timeout)
             {
                 commands_open = self.wait_on_socket(now, timeout, inbox.as_deref());
                 continue;
@@ -834,7 +848,22 @@ mod tests {
     use super::*;
     use crate::runtime::command::ReplyTo;
     use crate::runtime::service::NoService;
-    use std::time::Duration;
+
+    #[test]
+    fn a_shard_blocks_in_its_receive_only_for_a_deadline_ticks_away() {
+        let now = Instant::now();
+        assert!(may_block_until(now, None), "no timer: block");
+        assert!(may_block_until(now, Some(now + Duration::from_secs(2))));
+        assert!(may_block_until(now, Some(now + BLOCKING_WAIT_MIN)));
+        for near in [0, 50, 5_000, 19_999] {
+            let deadline = now + Duration::from_micros(near);
+            assert!(!may_block_until(now, Some(deadline)), "{near} µs away");
+        }
+        assert!(
+            !may_block_until(now, Some(now - Duration::from_millis(1))),
+            "overdue"
+        );
+    }
 
     #[test]
     fn a_shard_blocked_in_its_receive_is_woken_by_a_command_from_another_thread() {
