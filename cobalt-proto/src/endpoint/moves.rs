@@ -18,7 +18,7 @@
 //! [`EndpointConfig::max_exchanges_per_ip`]: super::EndpointConfig::max_exchanges_per_ip
 
 use super::timers::Timer;
-use super::{DeliveryFailure, Endpoint, Event, ExchangeId, Owner};
+use super::{Endpoint, Event, ExchangeId};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -116,23 +116,7 @@ impl Endpoint {
             .map(|(_, mid)| *mid)
             .collect();
         for mid in mids {
-            let Some(p) = self.finish_pending(now, peer, mid, false) else {
-                continue;
-            };
-            match p.owner {
-                Owner::Client(id) => self.fail_client(
-                    now,
-                    id,
-                    Event::Timeout {
-                        id,
-                        retransmissions: p.attempt.retransmissions,
-                    },
-                ),
-                Owner::Server(id) => self.events.push_back(Event::ResponseFailed {
-                    id,
-                    reason: DeliveryFailure::Timeout,
-                }),
-            }
+            self.give_up_pending(now, peer, mid);
         }
         self.dedup.forget(peer);
     }

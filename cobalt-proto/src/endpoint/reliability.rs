@@ -108,6 +108,12 @@ impl Endpoint {
             self.transmit(peer, bytes);
             return;
         }
+        self.give_up_pending(now, peer, mid);
+    }
+
+    /// Ends the confirmable `mid` to `peer` unacknowledged: its client exchange fails
+    /// with [`Event::Timeout`], a server's response with [`Event::ResponseFailed`].
+    pub(super) fn give_up_pending(&mut self, now: Instant, peer: SocketAddr, mid: u16) {
         let Some(p) = self.finish_pending(now, peer, mid, false) else {
             return;
         };
