@@ -323,13 +323,7 @@ impl<S: Service<Endpoint>> Driver<S> {
             Ok(n) => self.receive_batches(Some(n)),
             Err(e) if udp::is_unreachable(&e) => self.take_socket_errors(),
             // Nothing came (timeout, a signal): the timers and queues get their turn.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if mmsg::nothing_received(&e) => {}
             Err(e) => tracing::debug!(error = %e, "receive failed"),
         }
         true

@@ -385,16 +385,7 @@ fn receive_loop(
     while !stop.load(Ordering::Relaxed) {
         let n = match mmsg::recv_batch_blocking(fd, &mut batch) {
             Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue
-            }
+            Err(e) if mmsg::nothing_received(&e) => continue,
             Err(e) => {
                 tracing::debug!(error = %e, "receive failed");
                 continue;

@@ -98,6 +98,15 @@ pub fn recv_batch_blocking(fd: RawFd, batch: &mut RecvBatch) -> io::Result<usize
     recv_with_flags(fd, batch, libc::MSG_WAITFORONE)
 }
 
+/// True for the errors of a blocking receive that only mean nothing came: its timeout
+/// ran out, or a signal interrupted it.
+pub fn nothing_received(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
 #[cfg(target_os = "linux")]
 fn recv_with_flags(fd: RawFd, batch: &mut RecvBatch, flags: i32) -> io::Result<usize> {
     let h = &mut *batch.headers;
