@@ -54,13 +54,7 @@ impl Endpoint {
         self.peers.insert(peer);
         // Confirmable messages on their way: retransmitted to `to`, on the timers
         // they had (the ones armed for `from` find nothing when they fire).
-        let keys: Vec<u16> = self
-            .pending
-            .keys()
-            .filter(|(p, _)| *p == from)
-            .map(|(_, mid)| *mid)
-            .collect();
-        for mid in keys {
+        for mid in self.pending_mids(from) {
             if let Some(p) = self.pending.remove(&(from, mid)) {
                 self.timers.arm(p.next_at, Timer::Retransmit(to, mid));
                 self.pending.insert((to, mid), p);
@@ -109,16 +103,20 @@ impl Endpoint {
                 );
             }
         }
-        let mids: Vec<u16> = self
-            .pending
-            .keys()
-            .filter(|(p, _)| *p == peer)
-            .map(|(_, mid)| *mid)
-            .collect();
-        for mid in mids {
+        for mid in self.pending_mids(peer) {
             self.give_up_pending(now, peer, mid);
         }
         self.dedup.forget(peer);
+    }
+
+    /// The message IDs of the confirmables on their way to `peer` (collected: the
+    /// caller changes the table as it goes through them).
+    fn pending_mids(&self, peer: SocketAddr) -> Vec<u16> {
+        self.pending
+            .keys()
+            .filter(|(p, _)| *p == peer)
+            .map(|(_, mid)| *mid)
+            .collect()
     }
 }
 
