@@ -78,7 +78,7 @@ def make_site(state: State) -> "tuple[cobalt.Site, cobalt.Resource]":
         name = request.query_param("name") or "world"
         return f"hello {name}"
 
-    @site.route("/echo", methods=["POST", "PUT", "FETCH"])
+    @site.route("/echo", methods=["POST", "PUT", "FETCH", "PATCH", "IPATCH"])
     def echo(request: cobalt.Request) -> cobalt.Response:
         return cobalt.Response(cobalt.Code.CHANGED if request.method != cobalt.Code.FETCH else cobalt.Code.CONTENT,
                                request.payload, content_format=request.content_format)

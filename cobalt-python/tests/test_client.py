@@ -221,6 +221,24 @@ def test_blocking_client(served, served_psk):
         assert observation.cancel().code == Code.CONTENT
 
 
+VERBS_WITH_A_BODY = [("post", Code.CHANGED), ("put", Code.CHANGED), ("fetch", Code.CONTENT),
+                     ("patch", Code.CHANGED), ("ipatch", Code.CHANGED)]
+
+
+def test_the_blocking_client_has_every_verb_of_the_asyncio_one(served, run):
+    server, _, _ = served
+    uri = server.uri("coap", "/echo")
+    for name, code in VERBS_WITH_A_BODY:
+        blocking_answers = [getattr(cobalt.blocking, name)(uri, name), getattr(cobalt.blocking.Client(), name)(uri, name)]
+
+        async def asyncio_answers():
+            return [await getattr(cobalt, name)(uri, name), await getattr(cobalt.Client(), name)(uri, name)]
+
+        for r in blocking_answers + run(asyncio_answers()):
+            assert (r.code, r.text) == (code, name), name
+    assert cobalt.blocking.delete(server.uri("coap", "/store")).code == Code.DELETED
+
+
 def test_json_answers(served, run):
     server, _, _ = served
 

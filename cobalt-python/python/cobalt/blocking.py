@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Optional, Tuple, Union
 
-from ._client import Payload, Pem, native_client, prepare
+from ._client import ClientBase, DefaultClient, Payload, prepare
 from ._errors import check as _check
 from ._errors import from_native
 from ._message import Response
 
-__all__ = ["Client", "Observation", "get", "post", "put", "delete", "fetch", "request", "observe"]
+__all__ = ["Client", "Observation", "get", "post", "put", "delete", "fetch", "patch", "ipatch", "request", "observe"]
 
 
 def _outcome(value: Any, error: Any) -> Optional[Response]:
@@ -23,19 +23,8 @@ def _outcome(value: Any, error: Any) -> Optional[Response]:
     return None if value is None else Response._from_native(value)
 
 
-class Client:
+class Client(ClientBase[Response]):
     """A blocking CoAP client; its arguments are ``cobalt.Client``'s."""
-
-    def __init__(
-        self,
-        *,
-        psk: Optional[Tuple[Union[str, bytes], Union[str, bytes]]] = None,
-        cert: Optional[Pem] = None,
-        key: Optional[Pem] = None,
-        ca: Optional[Pem] = None,
-        server_name: Optional[str] = None,
-    ) -> None:
-        self._native = native_client(psk, cert, key, ca, server_name)
 
     def request(
         self,
@@ -59,26 +48,6 @@ class Client:
         response = _outcome(*prepared.send_blocking())
         assert response is not None
         return _check(response) if check else response
-
-    def get(self, uri: str, **kwargs: Any) -> Response:
-        """GET ``uri``."""
-        return self.request("GET", uri, **kwargs)
-
-    def post(self, uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-        """POST ``payload`` to ``uri``."""
-        return self.request("POST", uri, payload, **kwargs)
-
-    def put(self, uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-        """PUT ``payload`` at ``uri``."""
-        return self.request("PUT", uri, payload, **kwargs)
-
-    def delete(self, uri: str, **kwargs: Any) -> Response:
-        """DELETE ``uri``."""
-        return self.request("DELETE", uri, **kwargs)
-
-    def fetch(self, uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-        """FETCH ``uri`` with ``payload`` as the query body."""
-        return self.request("FETCH", uri, payload, **kwargs)
 
     def observe(
         self,
@@ -143,53 +112,15 @@ class Observation:
         self.close()
 
 
-_default: Optional[Client] = None
-
-
-def default_client() -> Client:
-    """The client the module-level functions use (made on first use)."""
-    global _default
-    if _default is None:
-        _default = Client()
-    return _default
-
-
-def reset_default_client() -> None:
-    """Forgets the module-level client (after ``cobalt.shutdown()``)."""
-    global _default
-    _default = None
-
-
-def request(method: Union[str, int], uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """``Client.request`` on the default client."""
-    return default_client().request(method, uri, payload, **kwargs)
-
-
-def get(uri: str, **kwargs: Any) -> Response:
-    """GET ``uri`` with the default client."""
-    return default_client().request("GET", uri, **kwargs)
-
-
-def post(uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """POST ``payload`` to ``uri`` with the default client."""
-    return default_client().request("POST", uri, payload, **kwargs)
-
-
-def put(uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """PUT ``payload`` at ``uri`` with the default client."""
-    return default_client().request("PUT", uri, payload, **kwargs)
-
-
-def delete(uri: str, **kwargs: Any) -> Response:
-    """DELETE ``uri`` with the default client."""
-    return default_client().request("DELETE", uri, **kwargs)
-
-
-def fetch(uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """FETCH ``uri`` with the default client."""
-    return default_client().request("FETCH", uri, payload, **kwargs)
-
-
-def observe(uri: str, **kwargs: Any) -> Observation:
-    """Observe ``uri`` with the default client: ``for n in cobalt.blocking.observe(uri)``."""
-    return default_client().observe(uri, **kwargs)
+_default: DefaultClient[Response, Observation] = DefaultClient(Client)
+default_client = _default.client
+reset_default_client = _default.reset
+request = _default.request
+get = _default.get
+post = _default.post
+put = _default.put
+delete = _default.delete
+fetch = _default.fetch
+patch = _default.patch
+ipatch = _default.ipatch
+observe = _default.observe

@@ -13,10 +13,10 @@ unless ``check=False``: a script that forgets to look at the code would otherwis
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Tuple, Union
+from typing import Any, Awaitable, Iterable, Optional, Tuple, Union
 
 from . import _bridge
-from ._client import Payload, Pem, native_client, prepare
+from ._client import ClientBase, DefaultClient, Payload, prepare
 from ._errors import check as _check
 from ._errors import from_native
 from ._message import Response
@@ -24,7 +24,7 @@ from ._message import Response
 __all__ = ["Client", "Observation", "get", "post", "put", "delete", "fetch", "patch", "ipatch", "request", "observe"]
 
 
-class Client:
+class Client(ClientBase[Awaitable[Response]]):
     """A CoAP client for every scheme, with its credentials for the secure ones.
 
     ``psk=(identity, key)`` for ``coaps://`` with a pre-shared key; ``ca`` (and ``cert``
@@ -33,17 +33,6 @@ class Client:
     verified against the system's CAs. Clients share nothing with each other; one
     client keeps its connections (TCP, WebSockets, DTLS sessions) for all its requests.
     """
-
-    def __init__(
-        self,
-        *,
-        psk: Optional[Tuple[Union[str, bytes], Union[str, bytes]]] = None,
-        cert: Optional[Pem] = None,
-        key: Optional[Pem] = None,
-        ca: Optional[Pem] = None,
-        server_name: Optional[str] = None,
-    ) -> None:
-        self._native = native_client(psk, cert, key, ca, server_name)
 
     async def request(
         self,
@@ -76,34 +65,6 @@ class Client:
             raise from_native(error)
         response = Response._from_native(value)
         return _check(response) if check else response
-
-    async def get(self, uri: str, **kwargs: Any) -> Response:
-        """GET ``uri``."""
-        return await self.request("GET", uri, **kwargs)
-
-    async def post(self, uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-        """POST ``payload`` to ``uri``."""
-        return await self.request("POST", uri, payload, **kwargs)
-
-    async def put(self, uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-        """PUT ``payload`` at ``uri``."""
-        return await self.request("PUT", uri, payload, **kwargs)
-
-    async def delete(self, uri: str, **kwargs: Any) -> Response:
-        """DELETE ``uri``."""
-        return await self.request("DELETE", uri, **kwargs)
-
-    async def fetch(self, uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-        """FETCH (RFC 8132) ``uri`` with ``payload`` as the query body."""
-        return await self.request("FETCH", uri, payload, **kwargs)
-
-    async def patch(self, uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-        """PATCH (RFC 8132) ``uri``."""
-        return await self.request("PATCH", uri, payload, **kwargs)
-
-    async def ipatch(self, uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-        """iPATCH (RFC 8132) ``uri``."""
-        return await self.request("IPATCH", uri, payload, **kwargs)
 
     def observe(
         self,
@@ -203,63 +164,15 @@ class Observation:
         self.close()
 
 
-_default: Optional[Client] = None
-
-
-def default_client() -> Client:
-    """The client the module-level functions use (made on first use)."""
-    global _default
-    if _default is None:
-        _default = Client()
-    return _default
-
-
-def reset_default_client() -> None:
-    """Forgets the module-level client (after ``cobalt.shutdown()``)."""
-    global _default
-    _default = None
-
-
-async def request(method: Union[str, int], uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """``Client.request`` on the default client."""
-    return await default_client().request(method, uri, payload, **kwargs)
-
-
-async def get(uri: str, **kwargs: Any) -> Response:
-    """GET ``uri`` with the default client (no credentials)."""
-    return await default_client().request("GET", uri, **kwargs)
-
-
-async def post(uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """POST ``payload`` to ``uri`` with the default client."""
-    return await default_client().request("POST", uri, payload, **kwargs)
-
-
-async def put(uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """PUT ``payload`` at ``uri`` with the default client."""
-    return await default_client().request("PUT", uri, payload, **kwargs)
-
-
-async def delete(uri: str, **kwargs: Any) -> Response:
-    """DELETE ``uri`` with the default client."""
-    return await default_client().request("DELETE", uri, **kwargs)
-
-
-async def fetch(uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """FETCH ``uri`` with the default client."""
-    return await default_client().request("FETCH", uri, payload, **kwargs)
-
-
-async def patch(uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """PATCH ``uri`` with the default client."""
-    return await default_client().request("PATCH", uri, payload, **kwargs)
-
-
-async def ipatch(uri: str, payload: Payload = None, **kwargs: Any) -> Response:
-    """iPATCH ``uri`` with the default client."""
-    return await default_client().request("IPATCH", uri, payload, **kwargs)
-
-
-def observe(uri: str, **kwargs: Any) -> Observation:
-    """Observe ``uri`` with the default client: ``async for n in cobalt.observe(uri)``."""
-    return default_client().observe(uri, **kwargs)
+_default: DefaultClient[Awaitable[Response], Observation] = DefaultClient(Client)
+default_client = _default.client
+reset_default_client = _default.reset
+request = _default.request
+get = _default.get
+post = _default.post
+put = _default.put
+delete = _default.delete
+fetch = _default.fetch
+patch = _default.patch
+ipatch = _default.ipatch
+observe = _default.observe
