@@ -201,12 +201,15 @@ pub fn decode_options_and_payload(rest: &[u8]) -> Result<(Options, &[u8]), Decod
             if rest.len() == at + 1 {
                 return Err(DecodeError::EmptyPayload);
             }
-            return Ok((Options::from_wire(&rest[..at], count), &rest[at + 1..]));
+            return Ok((
+                Options::from_wire(&rest[..at], count, number),
+                &rest[at + 1..],
+            ));
         }
         let entry = read_entry(rest, at, number)?;
         (at, count, number) = (entry.end(), count + 1, entry.option.number);
     }
-    Ok((Options::from_wire(rest, count), &[]))
+    Ok((Options::from_wire(rest, count, number), &[]))
 }
 
 impl From<WireError> for DecodeError {

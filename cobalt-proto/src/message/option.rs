@@ -369,7 +369,11 @@ pub struct Options {
     /// A well-formed option sequence (the wire encoding of each delta and length is
     /// unique, so equal options have equal bytes).
     buf: SmallVec<[u8; INLINE_BYTES]>,
-    count: usize,
+    count: u32,
+    /// The number of the last option (0 when there is none): asking for an option
+    /// above it, as a server does of each request for Echo and No-Response, and adding
+    /// one at or above it, as building a message does, need not read the sequence.
+    last: u16,
 }
 
 impl std::fmt::Debug for Options {
@@ -425,11 +429,13 @@ impl Options {
         Options::default()
     }
 
-    /// Options from a well-formed wire sequence of `count` options (the decoder's).
-    pub(crate) fn from_wire(bytes: &[u8], count: usize) -> Options {
+    /// Options from a well-formed wire sequence of `count` options whose last is
+    /// numbered `last` (the decoder's).
+    pub(crate) fn from_wire(bytes: &[u8], count: usize, last: u16) -> Options {
         Options {
             buf: SmallVec::from_slice(bytes),
-            count,
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            last,
         }
     }
 
@@ -457,6 +463,9 @@ impl Options {
     /// Where an option numbered `number` goes: the number of the last entry at most
     /// `number` (0 if none), whether one equals it, and the first entry above it.
     fn slot_of(&self, number: u16) -> (u16, bool, Option<Place>) {
+        if number >= self.last {
+            return (self.last, number == self.last && self.count > 0, None);
+        }
         let mut previous = 0;
         for e in self.entries() {
             if e.option.number > number {
@@ -464,7 +473,7 @@ impl Options {
             }
             previous = e.option.number;
         }
-        (previous, previous == number && !self.buf.is_empty(), None)
+        (previous, previous == number && self.count > 0, None)
     }
 
     /// Writes an option numbered `number` with `value` (at most [`MAX_VALUE_LEN`]
@@ -472,7 +481,10 @@ impl Options {
     fn insert_between(&mut self, previous: u16, number: u16, next: Option<Place>, value: &[u8]) {
         let (h, used) = header(u32::from(number - previous), value.len() as u32);
         match next {
-            None => self.append(&h[..used], value),
+            None => {
+                self.append(&h[..used], value);
+                self.last = number;
+            }
             Some(next) => {
                 // The next option's delta is now counted from this one.
                 self.reheader(next.start, next, number);
@@ -551,7 +563,10 @@ impl Options {
             return;
         };
         match next {
-            None => self.buf.truncate(first),
+            None => {
+                self.buf.truncate(first);
+                self.last = previous;
+            }
             // The next option's delta is now counted from the one before the removed.
             Some(next) => self.reheader(first, next, previous),
         }
@@ -560,6 +575,9 @@ impl Options {
 
     /// The first value of an option.
     pub fn get(&self, number: u16) -> Option<&[u8]> {
+        if number > self.last {
+            return None;
+        }
         self.get_all(number).next()
     }
 
@@ -588,7 +606,7 @@ impl Options {
 
     /// Number of option instances.
     pub fn len(&self) -> usize {
-        self.count
+        self.count as usize
     }
 
     /// True when there are no options.
@@ -929,7 +947,13 @@ mod tests {
                     o.iter().map(|x| (x.number, x.value.to_vec())).collect();
                 prop_assert_eq!(&got, &model);
                 prop_assert_eq!(o.len(), model.len());
-                prop_assert_eq!(Options::from_wire(o.as_wire(), o.len()), o.clone());
+                let last = model.last().map_or(0, |(n, _)| *n);
+                prop_assert_eq!(Options::from_wire(o.as_wire(), o.len(), last), o.clone());
+                // What is asked above the last option is absent without a look.
+                for n in [last, last.saturating_add(1), 7, 300] {
+                    let first = model.iter().find(|(m, _)| *m == n).map(|(_, v)| v.as_slice());
+                    prop_assert_eq!(o.get(n), first);
+                }
             }
         }
     }
