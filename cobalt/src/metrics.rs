@@ -1,10 +1,12 @@
 //! Per-shard metrics and their Prometheus text exposition.
 //!
 //! Each shard publishes a snapshot of its endpoint's counters ([`Stats`]) and state
-//! sizes ([`StateCounts`]) into its [`ShardMetrics`] after every batch of work: a few
-//! relaxed atomic stores, no lock. [`Metrics`] reads them all, and
-//! [`serve_metrics`] answers `GET /metrics` over HTTP/1.1 in the Prometheus text
-//! format:
+//! sizes ([`StateCounts`]) into its [`ShardMetrics`] when a reader asks for it and
+//! about once a second besides: relaxed atomic stores, no lock. A shard's turns cost
+//! nothing for metrics; a reader ([`Metrics::snapshot`], [`Metrics::total`],
+//! [`Metrics::render_prometheus`]) asks every running shard to publish and waits for
+//! it, bounded, so that it sees every answer already sent. [`serve_metrics`] answers
+//! `GET /metrics` over HTTP/1.1 in the Prometheus text format:
 //!
 //! ```text
 //! # HELP cobalt_requests_total Requests received and handed to a handler.
@@ -16,9 +18,9 @@ use cobalt_proto::endpoint::{StateCounts, Stats};
 use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -239,11 +241,48 @@ fn render<T>(
     }
 }
 
+/// How long a reader waits for the shards it asked to publish (see
+/// [`Metrics::snapshot`]): a shard answers within its current turn, microseconds to a
+/// few milliseconds; one held up longer (a handler blocking its thread) is read as it
+/// last published.
+const PUBLISH_WAIT: Duration = Duration::from_secs(1);
+
+/// How a reader reaches a running shard: the runtime links each shard's
+/// [`ShardMetrics`] to it when the shard starts.
+pub(crate) trait ShardLink: Send + Sync {
+    /// Asks the shard to publish its values soon; false when it has stopped.
+    fn ask(&self) -> bool;
+    /// Whether the shard can answer the calling thread: it still runs (it publishes
+    /// once more when it stops) and the caller is not the shard itself.
+    fn can_answer(&self) -> bool;
+}
+
 /// One shard's published values: written by the shard, read by anyone.
-#[derive(Debug)]
 pub struct ShardMetrics {
     shard: usize,
     values: [AtomicU64; ShardSnapshot::FIELDS],
+    /// The running shard, once linked; readers of a slot without one (values published
+    /// by hand) take the values as they are.
+    link: OnceLock<Box<dyn ShardLink>>,
+    /// How many times readers asked for values at least as new as their question.
+    asked: AtomicU64,
+    /// A request to publish is on its way to the shard: readers asking meanwhile need
+    /// not send another (at most one per shard is queued, however many readers ask).
+    request_queued: AtomicBool,
+    /// The last count of `asked` that the published values answer.
+    answered: Mutex<u64>,
+    /// Signalled when `answered` grows.
+    answered_grew: Condvar,
+}
+
+impl std::fmt::Debug for ShardMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardMetrics")
+            .field("shard", &self.shard)
+            .field("values", &self.snapshot())
+            .field("linked", &self.link.get().is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ShardMetrics {
@@ -252,6 +291,61 @@ impl ShardMetrics {
         ShardMetrics {
             shard,
             values: std::array::from_fn(|_| AtomicU64::new(0)),
+            link: OnceLock::new(),
+            asked: AtomicU64::new(0),
+            request_queued: AtomicBool::new(false),
+            answered: Mutex::new(0),
+            answered_grew: Condvar::new(),
+        }
+    }
+
+    /// Links the slot to the shard that publishes into it (once; later links are
+    /// ignored).
+    pub(crate) fn link(&self, shard: Box<dyn ShardLink>) {
+        let _ = self.link.set(shard);
+    }
+
+    /// The shard's side: publishes the values `current` reads, answering every reader
+    /// that asked before. The question count is read before the values, so that the
+    /// values are at least as new as every question they answer.
+    pub(crate) fn publish_current(&self, current: impl FnOnce() -> ShardSnapshot) {
+        self.request_queued.store(false, SeqCst);
+        let asked = self.asked.load(SeqCst);
+        self.publish(current());
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        if asked > *answered {
+            *answered = asked;
+            self.answered_grew.notify_all();
+        }
+    }
+
+    /// Asks the linked shard, if it runs, to publish; returns the question's number
+    /// to wait for with [`ShardMetrics::wait_answered`].
+    fn ask(&self) -> Option<u64> {
+        let link = self.link.get().filter(|l| l.can_answer())?;
+        let question = self.asked.fetch_add(1, SeqCst) + 1;
+        if !self.request_queued.swap(true, SeqCst) && !link.ask() {
+            self.request_queued.store(false, SeqCst);
+            return None;
+        }
+        Some(question)
+    }
+
+    /// Waits until the shard has answered `question`, it has stopped, or `deadline`.
+    fn wait_answered(&self, question: u64, deadline: Instant) {
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        while *answered < question {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let can_answer = self.link.get().is_some_and(|l| l.can_answer());
+            if left.is_zero() || !can_answer {
+                return;
+            }
+            // In slices, so that a shard that stops without answering is noticed.
+            let slice = left.min(Duration::from_millis(10));
+            answered = match self.answered_grew.wait_timeout(answered, slice) {
+                Ok((guard, _)) => guard,
+                Err(e) => e.into_inner().0,
+            };
         }
     }
 }
@@ -481,18 +575,29 @@ impl Metrics {
         &self.shards
     }
 
-    /// Every shard's last published values, in shard order.
+    /// Every shard's current values, in shard order: each running shard is asked to
+    /// publish, and is waited for (up to a second; a shard held up longer is read as it
+    /// last published), so that every answer a shard sent before the call is counted.
+    /// Blocks the calling thread meanwhile (microseconds to milliseconds).
     pub fn snapshot(&self) -> Vec<ShardSnapshot> {
+        let questions: Vec<Option<u64>> = self.shards.iter().map(|s| s.ask()).collect();
+        let deadline = Instant::now() + PUBLISH_WAIT;
+        for (shard, question) in self.shards.iter().zip(questions) {
+            if let Some(question) = question {
+                shard.wait_answered(question, deadline);
+            }
+        }
         self.shards.iter().map(|s| s.snapshot()).collect()
     }
 
-    /// The sum over all shards.
+    /// The sum over all shards (of a [`snapshot`](Self::snapshot)).
     pub fn total(&self) -> ShardSnapshot {
         ShardSnapshot::sum(&self.snapshot())
     }
 
-    /// The Prometheus text exposition of every shard's values (and, in single-socket
-    /// mode, of the datagrams the receiver stage refused because a worker was full).
+    /// The Prometheus text exposition of every shard's current values (asked for and
+    /// waited for as by [`snapshot`](Self::snapshot)) and, in single-socket mode, of
+    /// the datagrams the receiver stage refused because a worker was full.
     pub fn render_prometheus(&self) -> String {
         let mut out = render_prometheus(&self.snapshot());
         if let Some(stages) = &self.stages {
@@ -619,7 +724,13 @@ async fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
             "request larger than 8 KiB\n".to_string(),
             false,
         ),
-        Some(end) => route(&buf[..end], metrics),
+        Some(end) => {
+            // Off the runtime's thread: reading the metrics waits for the shards.
+            let (head, metrics) = (buf[..end].to_vec(), metrics.clone());
+            tokio::task::spawn_blocking(move || route(&head, &metrics))
+                .await
+                .map_err(io::Error::other)?
+        }
     };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n",
@@ -858,6 +969,86 @@ mod tests {
             ),
             (4, 1, 9, 2)
         );
+    }
+
+    /// A shard on a thread of its own that counts requests and publishes when asked.
+    struct FakeShard {
+        asks: std::sync::mpsc::Sender<()>,
+        stopped: Arc<AtomicBool>,
+    }
+
+    impl ShardLink for FakeShard {
+        fn ask(&self) -> bool {
+            self.asks.send(()).is_ok()
+        }
+        fn can_answer(&self) -> bool {
+            !self.stopped.load(SeqCst)
+        }
+    }
+
+    #[test]
+    fn a_reader_sees_the_values_of_the_moment_it_asks() {
+        let m = Metrics::new(1);
+        let slot = m.shards()[0].clone();
+        let (asks, asked) = std::sync::mpsc::channel();
+        let stopped = Arc::new(AtomicBool::new(false));
+        slot.link(Box::new(FakeShard {
+            asks,
+            stopped: stopped.clone(),
+        }));
+        // The shard has handled 7 requests and published none of them.
+        let handled = Arc::new(AtomicU64::new(7));
+        let shard = {
+            let (slot, handled, stopped) = (slot.clone(), handled.clone(), stopped.clone());
+            std::thread::spawn(move || {
+                while asked.recv().is_ok() {
+                    let requests = handled.load(SeqCst);
+                    slot.publish_current(|| ShardSnapshot {
+                        requests,
+                        ..Default::default()
+                    });
+                    if requests == 9 {
+                        stopped.store(true, SeqCst);
+                        return;
+                    }
+                }
+            })
+        };
+        assert_eq!(slot.snapshot().requests, 0, "nothing published yet");
+        assert_eq!(m.total().requests, 7);
+        handled.store(9, SeqCst);
+        assert_eq!(
+            m.render_prometheus().lines().nth(2),
+            Some("cobalt_requests_total{shard=\"0\"} 9")
+        );
+        shard.join().unwrap();
+        // A stopped shard is read as it last published, without asking or waiting.
+        handled.store(11, SeqCst);
+        assert_eq!(m.total().requests, 9);
+        assert!(!slot.request_queued.load(SeqCst));
+    }
+
+    #[test]
+    fn readers_queue_one_request_per_shard_however_many_ask() {
+        let m = Metrics::new(1);
+        let slot = &m.shards()[0];
+        let (asks, asked) = std::sync::mpsc::channel();
+        slot.link(Box::new(FakeShard {
+            asks,
+            stopped: Arc::default(),
+        }));
+        let questions: Vec<_> = (0..3).map(|_| slot.ask().unwrap()).collect();
+        assert_eq!(questions, [1, 2, 3]);
+        assert_eq!(asked.try_iter().count(), 1, "one request on its way");
+        // One publication answers every question asked before it.
+        slot.publish_current(|| ShardSnapshot {
+            requests: 4,
+            ..Default::default()
+        });
+        slot.wait_answered(3, Instant::now());
+        assert_eq!(*slot.answered.lock().unwrap(), 3);
+        assert_eq!(slot.ask(), Some(4));
+        assert_eq!(asked.try_iter().count(), 1, "a new request once answered");
     }
 
     async fn http(addr: SocketAddr, request: &[u8]) -> String {

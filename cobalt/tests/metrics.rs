@@ -139,3 +139,35 @@ async fn counters_rise_with_traffic_and_are_served_over_http() {
     assert!(nf.starts_with("HTTP/1.1 404 "), "{nf}");
     server.shutdown(Duration::from_millis(100)).await;
 }
+
+/// Shards publish their counters when a reader asks, not after every turn: a scrape
+/// taken the moment the last answer arrives still counts every answer.
+#[tokio::test]
+async fn a_scrape_right_after_n_answers_reports_n() {
+    let server = Server::new()
+        .route("/hello", get(|| async { "hello world" }))
+        .shards(2)
+        .bind("127.0.0.1:0".parse::<SocketAddr>().unwrap())
+        .await
+        .unwrap();
+    let metrics = server.metrics();
+    let exporter = serve_metrics("127.0.0.1:0".parse().unwrap(), metrics.clone())
+        .await
+        .unwrap();
+    let base = format!("coap://{}", server.local_addr(Scheme::Coap).unwrap());
+    let client = Client::new();
+    for n in 1..=3u64 {
+        for _ in 0..10 {
+            let r = client.get(&format!("{base}/hello")).await.unwrap();
+            assert_eq!(r.code, Code::CONTENT);
+        }
+        let scrape = fetch(exporter.local_addr(), "/metrics").await;
+        let t = totals(scrape.split_once("\r\n\r\n").unwrap().1);
+        assert_eq!(t["cobalt_responses_total{class=\"2xx\"}"], 10 * n, "{t:?}");
+        assert_eq!(t["cobalt_requests_total"], 10 * n, "{t:?}");
+        assert_eq!(metrics.total().responses_2xx, 10 * n);
+    }
+    server.shutdown(Duration::from_millis(100)).await;
+    // A server that has stopped is read as its shards last published.
+    assert_eq!(metrics.total().responses_2xx, 30);
+}

@@ -198,17 +198,18 @@ mod tests {
             get.options.set_uri_path("/r");
             let id = client.request(now, s, get).unwrap();
             loop {
-                while let Some(t) = client.poll_transmit() {
-                    wire.push((now + one_way, true, t.bytes));
-                }
-                while let Some(t) = server.poll_transmit() {
-                    wire.push((now + one_way, false, t.bytes));
-                }
+                // The server answers at once: its answer leaves with what else it sends now.
                 while let Some(ev) = server.poll_event() {
                     if let Event::Request { id, .. } = ev {
                         let resp = Message::new(MessageType::Acknowledgement, Code::CONTENT, 0);
                         server.respond(now, id, resp).unwrap();
                     }
+                }
+                while let Some(t) = client.poll_transmit() {
+                    wire.push((now + one_way, true, t.bytes));
+                }
+                while let Some(t) = server.poll_transmit() {
+                    wire.push((now + one_way, false, t.bytes));
                 }
                 if let Some(Event::Response { id: got, .. }) = client.poll_event() {
                     assert_eq!(got, id);

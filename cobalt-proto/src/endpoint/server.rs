@@ -231,6 +231,7 @@ impl Endpoint {
         mut response: Message,
     ) -> Result<(), UnknownExchange> {
         let ex = self.server.remove(&id).ok_or(UnknownExchange(id))?;
+        self.timers.disarm_separate_ack(id);
         self.admission.release(&self.config, ex.peer);
         response.token = ex.token.clone();
         let key = (ex.peer, ex.mid);

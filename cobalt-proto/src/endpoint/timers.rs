@@ -61,6 +61,17 @@ impl TimerQueue {
         }
     }
 
+    /// Drops the separate-ACK deadline of an exchange just answered when it is the
+    /// first in line, as it is when requests are answered in the order they came (an
+    /// inline handler's are): a moot deadline would otherwise fire a second later, and
+    /// under load keep the next deadline always near. One answered out of order stays
+    /// until it fires (and is moot then).
+    pub(crate) fn disarm_separate_ack(&mut self, id: ExchangeId) {
+        if self.acks.front().is_some_and(|(_, first)| *first == id) {
+            self.pop_ack();
+        }
+    }
+
     /// Earliest deadline (possibly of a moot timer).
     pub(crate) fn next(&self) -> Option<Instant> {
         let heap = self.heap.peek().map(|Reverse((at, _))| *at);
@@ -121,6 +132,29 @@ impl TimerQueue {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn answering_in_order_takes_the_separate_ack_deadlines_away() {
+        let t0 = Instant::now();
+        let mut q = TimerQueue::default();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        for id in 1..=3 {
+            q.arm_separate_ack(at(1000 + id), ExchangeId(id));
+        }
+        q.disarm_separate_ack(ExchangeId(2)); // out of order: stays
+        assert_eq!(q.next(), Some(at(1001)));
+        q.disarm_separate_ack(ExchangeId(1));
+        assert_eq!(
+            q.next(),
+            Some(at(1002)),
+            "the second is moot but still armed"
+        );
+        q.arm(at(50), Timer::ClientDeadline(RequestId(9)));
+        q.disarm_separate_ack(ExchangeId(2));
+        q.disarm_separate_ack(ExchangeId(3));
+        assert_eq!(q.next(), Some(at(50)), "only the heap's timer is left");
+        assert!(q.pop_due(at(5000)).is_some() && q.pop_due(at(5000)).is_none());
+    }
 
     #[test]
     fn heap_and_fifo_fire_in_deadline_order() {

@@ -201,12 +201,15 @@ pub fn decode_options_and_payload(rest: &[u8]) -> Result<(Options, &[u8]), Decod
             if rest.len() == at + 1 {
                 return Err(DecodeError::EmptyPayload);
             }
-            return Ok((Options::from_wire(&rest[..at], count), &rest[at + 1..]));
+            return Ok((
+                Options::from_wire(&rest[..at], count, number),
+                &rest[at + 1..],
+            ));
         }
         let entry = read_entry(rest, at, number)?;
         (at, count, number) = (entry.end(), count + 1, entry.option.number);
     }
-    Ok((Options::from_wire(rest, count), &[]))
+    Ok((Options::from_wire(rest, count, number), &[]))
 }
 
 impl From<WireError> for DecodeError {
@@ -225,10 +228,22 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
     out.reserve(
         4 + token_wire_len(token_len) + options_and_payload_len(&msg.options, &msg.payload),
     );
-    out.push(0x40 | (msg.mtype.bits() << 4) | token_length_nibble(token_len));
-    out.push(msg.code.0);
-    out.extend_from_slice(&msg.mid.to_be_bytes());
-    push_token(&msg.token, out);
+    let first = 0x40 | (msg.mtype.bits() << 4) | token_length_nibble(token_len);
+    let [mid_high, mid_low] = msg.mid.to_be_bytes();
+    match msg.token.inline() {
+        Some((token, len)) => {
+            // The fixed header and a short token in one copy.
+            let [t0, t1, t2, t3, t4, t5, t6, t7] = *token;
+            let head = [
+                first, msg.code.0, mid_high, mid_low, t0, t1, t2, t3, t4, t5, t6, t7,
+            ];
+            out.extend_from_slice(&head[..4 + len]);
+        }
+        None => {
+            out.extend_from_slice(&[first, msg.code.0, mid_high, mid_low]);
+            push_token(&msg.token, out);
+        }
+    }
     encode_options_and_payload(&msg.options, &msg.payload, out);
 }
 

@@ -266,6 +266,9 @@ pub struct OptionRef<'a> {
 
 /// Bytes of the option sequence kept inline before [`Options`] allocates.
 const INLINE_BYTES: usize = 48;
+/// The longest value an append copies together with its header (see
+/// `Options::append`).
+const SHORT_VALUE: usize = 16;
 /// The longest value the wire format can carry: a 2-byte extended length (§3.1).
 pub const MAX_VALUE_LEN: usize = 65535 + 269;
 
@@ -346,9 +349,11 @@ fn header(delta: u32, len: u32) -> ([u8; 5], usize) {
     }
     let (dn, dext, dlen) = nibble(delta);
     let (ln, lext, llen) = nibble(len);
-    let mut out = [(dn << 4) | ln, 0, 0, 0, 0];
-    out[1..1 + dlen].copy_from_slice(&dext[..dlen]);
-    out[1 + dlen..1 + dlen + llen].copy_from_slice(&lext[..llen]);
+    // Byte stores, no copies of a variable length (each a call to memcpy): unused
+    // extension bytes are zero, and the length's follow the delta's.
+    let mut out = [(dn << 4) | ln, dext[0], dext[1], 0, 0];
+    out[1 + dlen] = lext[0];
+    out[2 + dlen] = lext[1];
     (out, 1 + dlen + llen)
 }
 
@@ -364,7 +369,11 @@ pub struct Options {
     /// A well-formed option sequence (the wire encoding of each delta and length is
     /// unique, so equal options have equal bytes).
     buf: SmallVec<[u8; INLINE_BYTES]>,
-    count: usize,
+    count: u32,
+    /// The number of the last option (0 when there is none): asking for an option
+    /// above it, as a server does of each request for Echo and No-Response, and adding
+    /// one at or above it, as building a message does, need not read the sequence.
+    last: u16,
 }
 
 impl std::fmt::Debug for Options {
@@ -420,11 +429,13 @@ impl Options {
         Options::default()
     }
 
-    /// Options from a well-formed wire sequence of `count` options (the decoder's).
-    pub(crate) fn from_wire(bytes: &[u8], count: usize) -> Options {
+    /// Options from a well-formed wire sequence of `count` options whose last is
+    /// numbered `last` (the decoder's).
+    pub(crate) fn from_wire(bytes: &[u8], count: usize, last: u16) -> Options {
         Options {
             buf: SmallVec::from_slice(bytes),
-            count,
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            last,
         }
     }
 
@@ -449,28 +460,30 @@ impl Options {
         self.buf.insert_from_slice(from, &h[..used]);
     }
 
-    /// Adds an option after any existing ones with the same number. A value longer
-    /// than the wire format allows ([`MAX_VALUE_LEN`]) is cut to that length.
-    pub fn push(&mut self, number: u16, value: impl AsRef<[u8]>) {
-        let value = value.as_ref();
-        let value = &value[..value.len().min(MAX_VALUE_LEN)];
+    /// Where an option numbered `number` goes: the number of the last entry at most
+    /// `number` (0 if none), whether one equals it, and the first entry above it.
+    fn slot_of(&self, number: u16) -> (u16, bool, Option<Place>) {
+        if number >= self.last {
+            return (self.last, number == self.last && self.count > 0, None);
+        }
         let mut previous = 0;
-        let mut next = None;
         for e in self.entries() {
             if e.option.number > number {
-                next = Some(Place::of(&e));
-                break;
+                return (previous, previous == number, Some(Place::of(&e)));
             }
             previous = e.option.number;
         }
+        (previous, previous == number && self.count > 0, None)
+    }
+
+    /// Writes an option numbered `number` with `value` (at most [`MAX_VALUE_LEN`]
+    /// bytes) between the entry numbered `previous` and `next`.
+    fn insert_between(&mut self, previous: u16, number: u16, next: Option<Place>, value: &[u8]) {
         let (h, used) = header(u32::from(number - previous), value.len() as u32);
         match next {
             None => {
-                // One reservation and two plain copies: SmallVec's `extend_from_slice`
-                // is a general insertion, which the compiler keeps out of line.
-                self.buf.reserve(used + value.len());
-                self.buf.extend(h[..used].iter().copied());
-                self.buf.extend(value.iter().copied());
+                self.append(&h[..used], value);
+                self.last = number;
             }
             Some(next) => {
                 // The next option's delta is now counted from this one.
@@ -482,16 +495,50 @@ impl Options {
         self.count += 1;
     }
 
+    /// Appends an entry: its header, then its value.
+    fn append(&mut self, header: &[u8], value: &[u8]) {
+        if value.len() <= SHORT_VALUE {
+            // Byte by byte (uint options, content formats, most path segments): a
+            // call to extend the buffer, or to copy a slice, costs more than these.
+            for &b in header.iter().chain(value) {
+                self.buf.push(b);
+            }
+            return;
+        }
+        // One reservation and two plain copies: SmallVec's `extend_from_slice` is a
+        // general insertion, which the compiler keeps out of line.
+        self.buf.reserve(header.len() + value.len());
+        self.buf.extend(header.iter().copied());
+        self.buf.extend(value.iter().copied());
+    }
+
+    /// Adds an option after any existing ones with the same number. A value longer
+    /// than the wire format allows ([`MAX_VALUE_LEN`]) is cut to that length.
+    pub fn push(&mut self, number: u16, value: impl AsRef<[u8]>) {
+        let value = value.as_ref();
+        let value = &value[..value.len().min(MAX_VALUE_LEN)];
+        let (previous, _, next) = self.slot_of(number);
+        self.insert_between(previous, number, next, value);
+    }
+
     /// Replaces all options with this number by one with `value`.
     pub fn set(&mut self, number: u16, value: impl AsRef<[u8]>) {
-        self.remove(number);
-        self.push(number, value);
+        let value = value.as_ref();
+        let value = &value[..value.len().min(MAX_VALUE_LEN)];
+        let (previous, present, next) = self.slot_of(number);
+        if present {
+            self.remove(number);
+            self.push(number, value);
+        } else {
+            // The usual case (a response's Content-Format, Max-Age): one pass.
+            self.insert_between(previous, number, next, value);
+        }
     }
 
     /// Sets a uint-valued option.
     pub fn set_uint(&mut self, number: u16, value: u32) {
         let bytes = value.to_be_bytes();
-        let skip = bytes.iter().take_while(|b| **b == 0).count();
+        let skip = (value.leading_zeros() / 8) as usize;
         self.set(number, &bytes[skip..]);
     }
 
@@ -516,7 +563,10 @@ impl Options {
             return;
         };
         match next {
-            None => self.buf.truncate(first),
+            None => {
+                self.buf.truncate(first);
+                self.last = previous;
+            }
             // The next option's delta is now counted from the one before the removed.
             Some(next) => self.reheader(first, next, previous),
         }
@@ -525,6 +575,9 @@ impl Options {
 
     /// The first value of an option.
     pub fn get(&self, number: u16) -> Option<&[u8]> {
+        if number > self.last {
+            return None;
+        }
         self.get_all(number).next()
     }
 
@@ -553,7 +606,7 @@ impl Options {
 
     /// Number of option instances.
     pub fn len(&self) -> usize {
-        self.count
+        self.count as usize
     }
 
     /// True when there are no options.
@@ -853,10 +906,11 @@ mod tests {
 
     fn edit() -> impl Strategy<Value = Edit> {
         // Few distinct numbers (so that edits meet), some far apart (extended deltas),
-        // and values across the one- and two-byte extended lengths.
+        // and values across the one- and two-byte extended lengths and either side of
+        // the longest value appended in one copy with its header (SHORT_VALUE).
         let number = prop_oneof![0u16..20, Just(300), Just(2000), Just(u16::MAX)];
         let value = prop_oneof![
-            proptest::collection::vec(any::<u8>(), 0..16),
+            proptest::collection::vec(any::<u8>(), 0..=SHORT_VALUE + 4),
             proptest::collection::vec(any::<u8>(), 260..300),
         ];
         prop_oneof![
@@ -893,7 +947,13 @@ mod tests {
                     o.iter().map(|x| (x.number, x.value.to_vec())).collect();
                 prop_assert_eq!(&got, &model);
                 prop_assert_eq!(o.len(), model.len());
-                prop_assert_eq!(Options::from_wire(o.as_wire(), o.len()), o.clone());
+                let last = model.last().map_or(0, |(n, _)| *n);
+                prop_assert_eq!(Options::from_wire(o.as_wire(), o.len(), last), o.clone());
+                // What is asked above the last option is absent without a look.
+                for n in [last, last.saturating_add(1), 7, 300] {
+                    let first = model.iter().find(|(m, _)| *m == n).map(|(_, v)| v.as_slice());
+                    prop_assert_eq!(o.get(n), first);
+                }
             }
         }
     }
@@ -908,6 +968,20 @@ mod tests {
             Some(MAX_VALUE_LEN)
         );
         assert_eq!(o.uri_path_string(), "/x");
+    }
+
+    #[test]
+    fn a_header_carries_the_delta_extension_then_the_length_extension() {
+        // Delta 300: nibble 14, 300 - 269 in two bytes; length 20: nibble 13, 20 - 13.
+        assert_eq!(header(300, 20), ([0xed, 0x00, 0x1f, 0x07, 0], 4));
+        // Delta 20: nibble 13, one byte; length 300: nibble 14, two bytes.
+        assert_eq!(header(20, 300), ([0xde, 0x07, 0x00, 0x1f, 0], 4));
+        assert_eq!(header(12, 0), ([0xc0, 0, 0, 0, 0], 1));
+        assert_eq!(header(269, 65535 + 269), ([0xee, 0, 0, 0xff, 0xff], 5));
+        let mut o = Options::new();
+        o.set_uint(number::CONTENT_FORMAT, 0);
+        o.set_uint(number::MAX_AGE, 60);
+        assert_eq!(o.as_wire(), [0xc0, 0x21, 60]);
     }
 
     #[test]

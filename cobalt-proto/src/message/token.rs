@@ -81,6 +81,17 @@ impl Token {
         }
     }
 
+    /// A token of at most eight bytes as an array, its unused bytes zero, and its
+    /// length; `None` for a longer one. An encoder writes all eight bytes with the
+    /// message's fixed header and keeps the length: one copy of a known size.
+    #[inline]
+    pub(crate) fn inline(&self) -> Option<(&[u8; INLINE_LEN], usize)> {
+        match &self.0 {
+            Repr::Inline { len, bytes } => Some((bytes, usize::from(*len))),
+            Repr::Long(_) => None,
+        }
+    }
+
     /// Length in bytes.
     #[inline]
     pub fn len(&self) -> usize {

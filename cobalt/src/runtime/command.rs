@@ -86,6 +86,9 @@ pub(crate) enum Command {
         /// Where they go.
         reply: oneshot::Sender<Result<PeerSettings>>,
     },
+    /// Publish the shard's counters and state sizes now: a metrics reader asked
+    /// ([`crate::metrics::ShardMetrics`]); a transport without them ignores it.
+    PublishMetrics,
     /// Stop: answer what is in progress (up to the grace period; a client's requests
     /// fail at once with [`Error::Shutdown`]), end the transport's sessions (DTLS
     /// close_notify, a connection's Release and close), then exit.
@@ -105,7 +108,7 @@ impl Command {
             Command::Settings { reply } => {
                 let _ = reply.send(Err(error));
             }
-            Command::Cancel { .. } | Command::Shutdown { .. } => {}
+            Command::Cancel { .. } | Command::PublishMetrics | Command::Shutdown { .. } => {}
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::changes::ChangeInbox;
 use crate::error::Unsupported;
-use crate::metrics::{ShardMetrics, ShardSnapshot};
+use crate::metrics::{ShardLink, ShardMetrics, ShardSnapshot};
 use crate::runtime::command::Command;
 use crate::runtime::exchanges::{ExchangeErrors, Exchanges};
 use crate::runtime::io::{self, Inbound, Input, ShardIo};
@@ -30,6 +30,12 @@ use tokio::sync::mpsc;
 
 /// Receive batches per wake-up before timers and commands get a turn.
 const RECV_ROUNDS: usize = 4;
+
+/// How often a server shard publishes its metrics unasked (readers ask for fresh
+/// values, see [`ShardMetrics`]; this keeps the debug log of malformed datagrams and
+/// rejections going). Checked on the turns the shard takes anyway: an idle shard
+/// does not wake for it.
+const METRICS_EVERY: Duration = Duration::from_secs(1);
 
 /// The nearest deadline a shard waits for in a blocking receive. A receive timeout
 /// runs in the kernel's ticks (4–10 ms), so a shard whose timers fall due in quick
@@ -58,8 +64,10 @@ pub(crate) struct Driver<S: Service<Endpoint>> {
     outbox: Vec<cobalt_proto::endpoint::Transmit>,
     /// Receive batches per wake-up (from `runtime.recv_batch`).
     recv_rounds: usize,
-    /// Where this shard publishes its counters after each batch (servers only).
+    /// Where this shard publishes its counters when asked (servers only).
     metrics: Option<Arc<ShardMetrics>>,
+    /// When the shard next publishes its counters unasked ([`METRICS_EVERY`]).
+    metrics_due: Option<Instant>,
     /// CoAP over DTLS (`coaps`): every datagram passes through this session table.
     dtls: Option<Box<dyn DtlsBackend>>,
     /// The peers of the datagrams of the batch just handled.
@@ -102,6 +110,7 @@ impl<S: Service<Endpoint>> Driver<S> {
             outbox: Vec::new(),
             recv_rounds: RECV_ROUNDS,
             metrics: None,
+            metrics_due: None,
             dtls: None,
             heard: Vec::new(),
             moved: Vec::new(),
@@ -117,7 +126,6 @@ impl<S: Service<Endpoint>> Driver<S> {
         loop {
             self.process_events();
             self.flush().await;
-            self.publish_metrics();
             if let Some(deadline) = self.draining {
                 let busy = self.endpoint.state_counts().server_exchanges > 0;
                 if busy && Instant::now() >= deadline {
@@ -138,11 +146,15 @@ impl<S: Service<Endpoint>> Driver<S> {
                 break;
             }
             let mut timeout = self.next_deadline();
+            let now = Instant::now();
+            if self.metrics_due.is_some_and(|due| now >= due) {
+                self.publish_metrics();
+                self.metrics_due = Some(now + METRICS_EVERY);
+            }
             // Timers that are due run now, not only when the sleep below wins: on a
             // saturated socket the input branch is always ready and a freshly made
             // sleep never gets its turn, which starved separate ACKs, retransmissions
             // and housekeeping and let the timer queue grow without bound.
-            let now = Instant::now();
             if timeout.is_some_and(|t| t <= now) {
                 self.fire_timers(now);
                 self.process_events();
@@ -215,6 +227,7 @@ impl<S: Service<Endpoint>> Driver<S> {
         }
         self.exchanges
             .fail_all(&mut self.endpoint, Instant::now(), |_| Error::Shutdown);
+        self.publish_metrics();
         if self.server.is_none() {
             self.close_sessions().await;
         }
@@ -251,20 +264,23 @@ impl<S: Service<Endpoint>> Driver<S> {
         }
     }
 
-    /// Publishes the endpoint's counters and state sizes for the metrics exporter.
+    /// Publishes the endpoint's counters and state sizes for the metrics exporter
+    /// (when it asks, about once a second, and when the shard stops).
     fn publish_metrics(&self) {
         if let Some(m) = &self.metrics {
-            let observers = self.server.as_ref().map_or(0, S::observer_count);
-            let counts = self.endpoint.state_counts();
-            let mut snapshot =
-                ShardSnapshot::from_endpoint(&self.endpoint.stats(), counts, observers);
-            if let Some(server) = &self.server {
-                snapshot = server.report(snapshot);
-            }
-            if let Some(dtls) = &self.dtls {
-                snapshot = snapshot.with_dtls(&dtls.stats());
-            }
-            m.publish(snapshot);
+            m.publish_current(|| {
+                let observers = self.server.as_ref().map_or(0, S::observer_count);
+                let counts = self.endpoint.state_counts();
+                let mut snapshot =
+                    ShardSnapshot::from_endpoint(&self.endpoint.stats(), counts, observers);
+                if let Some(server) = &self.server {
+                    snapshot = server.report(snapshot);
+                }
+                if let Some(dtls) = &self.dtls {
+                    snapshot = snapshot.with_dtls(&dtls.stats());
+                }
+                snapshot
+            });
         }
     }
 
@@ -477,6 +493,7 @@ impl<S: Service<Endpoint>> Driver<S> {
         match self.exchanges.command(&mut self.endpoint, now, cmd) {
             None => {}
             Some(Command::Shutdown { grace }) => self.draining = Some(now + grace),
+            Some(Command::PublishMetrics) => self.publish_metrics(),
             Some(Command::Settings { reply }) => {
                 let scheme = if self.dtls.is_some() {
                     Scheme::Coaps
@@ -772,6 +789,32 @@ impl ExchangeErrors for DatagramErrors {
     }
 }
 
+/// A metrics reader's way to a shard: a [`Command::PublishMetrics`] in its command
+/// queue, which also wakes a shard blocked in its receive.
+struct ShardCommands {
+    /// Weak: the metrics outlive the shard without keeping its queue open.
+    commands: mpsc::WeakUnboundedSender<Command>,
+    /// The shard's thread: a reader on it (a handler reading the metrics) would wait
+    /// for itself, and is given the values last published instead.
+    thread: std::thread::ThreadId,
+}
+
+impl ShardLink for ShardCommands {
+    fn ask(&self) -> bool {
+        self.commands
+            .upgrade()
+            .is_some_and(|shard| shard.send(Command::PublishMetrics).is_ok())
+    }
+
+    fn can_answer(&self) -> bool {
+        std::thread::current().id() != self.thread
+            && self
+                .commands
+                .upgrade()
+                .is_some_and(|shard| !shard.is_closed())
+    }
+}
+
 /// Where a new driver gets its datagrams.
 pub(crate) enum DriverIo {
     /// A socket of its own (registered with the driver's runtime on its thread).
@@ -797,6 +840,7 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
     dtls: Option<Box<dyn DtlsBackend>>,
 ) -> std::io::Result<(mpsc::UnboundedSender<Command>, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
+    let slot = metrics.clone();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -829,11 +873,18 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
             let mut driver = Driver::new(io, config, server, rx);
             driver.tracer = tracer;
             driver.recv_rounds = recv_batch.map_or(RECV_ROUNDS, |n| n.div_ceil(mmsg::BATCH).max(1));
+            driver.metrics_due = metrics.as_ref().map(|_| Instant::now() + METRICS_EVERY);
             driver.metrics = metrics;
             driver.dtls = dtls;
             driver.run().await
         })
     })?;
+    if let Some(slot) = slot {
+        slot.link(Box::new(ShardCommands {
+            commands: tx.downgrade(),
+            thread: handle.thread().id(),
+        }));
+    }
     Ok((tx, handle))
 }
 

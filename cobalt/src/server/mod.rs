@@ -873,8 +873,8 @@ impl ServerHandle {
         self.routes.clone()
     }
 
-    /// The shards' counters, updated after every batch a shard processes; serve them
-    /// with [`crate::metrics::serve_metrics`].
+    /// The shards' counters, published by each shard when read (see
+    /// [`Metrics::snapshot`]); serve them with [`crate::metrics::serve_metrics`].
     pub fn metrics(&self) -> Metrics {
         let mut m = self
             .metrics
