@@ -253,7 +253,7 @@ pub(crate) trait ShardLink: Send + Sync {
     /// Asks the shard to publish its values soon; false when it has stopped.
     fn ask(&self) -> bool;
     /// Whether the shard can answer the calling thread: it still runs (it publishes
-    /// once more when it stops) and the caller is not the shard itself.
+    /// once more when it stops) and the caller is not a shard (which would stall while it waits).
     fn can_answer(&self) -> bool;
 }
 
@@ -578,7 +578,9 @@ impl Metrics {
     /// Every shard's current values, in shard order: each running shard is asked to
     /// publish, and is waited for (up to a second; a shard held up longer is read as it
     /// last published), so that every answer a shard sent before the call is counted.
-    /// Blocks the calling thread meanwhile (microseconds to milliseconds).
+    /// Blocks the calling thread meanwhile (microseconds to milliseconds). Called on a
+    /// shard's thread (from a handler), it does not wait: it reads what the shards last
+    /// published (at most about a second old).
     pub fn snapshot(&self) -> Vec<ShardSnapshot> {
         let questions: Vec<Option<u64>> = self.shards.iter().map(|s| s.ask()).collect();
         let deadline = Instant::now() + PUBLISH_WAIT;

@@ -794,9 +794,14 @@ impl ExchangeErrors for DatagramErrors {
 struct ShardCommands {
     /// Weak: the metrics outlive the shard without keeping its queue open.
     commands: mpsc::WeakUnboundedSender<Command>,
-    /// The shard's thread: a reader on it (a handler reading the metrics) would wait
-    /// for itself, and is given the values last published instead.
-    thread: std::thread::ThreadId,
+}
+
+thread_local! {
+    /// Whether this thread runs a shard. A reader on one (a handler reading the
+    /// metrics) is given the values last published instead of waiting: a shard that
+    /// waited for itself, or for another shard whose handler waits for it, would stall
+    /// until the reader's time runs out.
+    static ON_A_SHARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl ShardLink for ShardCommands {
@@ -807,7 +812,7 @@ impl ShardLink for ShardCommands {
     }
 
     fn can_answer(&self) -> bool {
-        std::thread::current().id() != self.thread
+        !ON_A_SHARD.get()
             && self
                 .commands
                 .upgrade()
@@ -852,6 +857,7 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
     };
     let server = server.map(|make| (make, tx.clone(), v6));
     let handle = std::thread::Builder::new().name(name).spawn(move || {
+        ON_A_SHARD.set(true);
         rt.block_on(async move {
             let io = match io {
                 DriverIo::Owned(socket) => match ShardIo::socket(socket) {
@@ -882,7 +888,6 @@ pub(crate) fn spawn_driver<S: Service<Endpoint>>(
     if let Some(slot) = slot {
         slot.link(Box::new(ShardCommands {
             commands: tx.downgrade(),
-            thread: handle.thread().id(),
         }));
     }
     Ok((tx, handle))
@@ -893,6 +898,27 @@ mod tests {
     use super::*;
     use crate::runtime::command::ReplyTo;
     use crate::runtime::service::NoService;
+
+    /// A reader on any shard's thread reads the last published values instead of
+    /// asking: two shards whose handlers read the metrics at once would otherwise each
+    /// wait for the other until the reader's time ran out.
+    #[test]
+    fn only_readers_off_the_shards_wait_for_a_shard() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let link = ShardCommands {
+            commands: tx.downgrade(),
+        };
+        assert!(link.can_answer(), "a thread of the application");
+        let link = std::thread::spawn(move || {
+            ON_A_SHARD.set(true);
+            assert!(!link.can_answer(), "another shard's thread");
+            link
+        })
+        .join()
+        .unwrap();
+        drop((tx, rx));
+        assert!(!link.can_answer(), "a shard that has stopped");
+    }
 
     #[test]
     fn a_shard_blocks_in_its_receive_only_for_a_deadline_ticks_away() {
