@@ -10,13 +10,15 @@ impl Endpoint {
     /// [`EndpointConfig::congestion_control`] for every peer (what was learnt so far is
     /// forgotten).
     pub fn set_congestion_factory(&mut self, factory: SharedFactory) {
-        self.congestion.set_factory(factory);
+        let places = &mut self.peers.congestion_places();
+        self.congestion.set_factory(factory, places);
     }
 
     /// The overall RTO estimate for `peer`, if its algorithm keeps one and the peer has
     /// congestion state.
     pub fn congestion_rto(&mut self, now: Instant, peer: SocketAddr) -> Option<Duration> {
-        self.congestion.rto(now, peer)
+        let places = &mut self.peers.congestion_places();
+        self.congestion.rto(now, places, peer)
     }
 
     /// Peers with congestion state.
@@ -44,10 +46,11 @@ impl Endpoint {
         // its room when it has drained: give that back, not at the next housekeeping.
         crate::tables::shrink_when_sparse(&mut self.pending);
         self.spare.give(std::mem::take(&mut p.bytes));
+        let places = &mut self.peers.congestion_places();
         if answered {
-            self.congestion.answered(now, peer, &p.attempt);
+            self.congestion.answered(now, places, peer, &p.attempt);
         } else {
-            self.congestion.abandoned(now, peer, &p.attempt);
+            self.congestion.abandoned(now, places, peer, &p.attempt);
         }
         Some(p)
     }
@@ -60,7 +63,8 @@ impl Endpoint {
         bytes: Vec<u8>,
         owner: Owner,
     ) {
-        let attempt = self.congestion.begin(now, peer, &mut self.rng);
+        let places = &mut self.peers.congestion_places();
+        let attempt = self.congestion.begin(now, places, peer, &mut self.rng);
         let next_at = now + attempt.timeout;
         let copy = self.spare.copy(&bytes);
         self.transmit(peer, copy);
@@ -100,7 +104,8 @@ impl Endpoint {
             if let Some(b) = &mut p.budget {
                 *b -= p.bytes.len();
             }
-            self.congestion.backoff(now, peer, &mut p.attempt);
+            let places = &mut self.peers.congestion_places();
+            self.congestion.backoff(now, places, peer, &mut p.attempt);
             p.next_at = now + p.attempt.timeout;
             let (next_at, bytes) = (p.next_at, self.spare.copy(&p.bytes));
             self.stats.retransmissions += 1;

@@ -458,7 +458,8 @@ impl Endpoint {
         if confirmable || previous.is_some() {
             // Type is bits 5–4 of the first byte; CON is 0.
             bytes[0] &= !0x30;
-            self.congestion.non_record(now, peer, true);
+            let places = &mut self.peers.congestion_places();
+            self.congestion.non_record(now, places, peer, true);
             match previous {
                 Some(mut p) => {
                     p.bytes.clear();
