@@ -266,8 +266,13 @@ mod tests {
         while ep.poll_transmit().is_some() {}
         let pending = ep.state_counts().pending_confirmables;
         assert_eq!(pending, 2);
+        assert_eq!(ep.congestion_peers(), 2);
 
         assert!(ep.move_peer(now, old, new));
+        // The mover's congestion state is the new address's; the stale one's is gone.
+        assert_eq!(ep.congestion_peers(), 1);
+        assert!(ep.congestion_rto(now, old).is_none());
+        assert!(ep.congestion_rto(now, new).is_some());
         assert_eq!(
             ep.poll_event(),
             Some(Event::ResponseFailed {

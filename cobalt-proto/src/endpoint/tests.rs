@@ -607,7 +607,6 @@ fn a_request_with_room_skips_the_nstart_queue() {
     assert!(p.client.peers.get(&p.s).unwrap().rare.is_none());
     // The table's whole entry: the peer's address (its key) and its congestion
     // state are part of it.
-    eprintln!("size_of::<Peer>() = {}", std::mem::size_of::<Peer>());
     assert!(
         std::mem::size_of::<Peer>() <= 144,
         "the per-peer entry grew to {} bytes",
