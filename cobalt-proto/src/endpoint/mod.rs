@@ -65,7 +65,6 @@ use hashbrown::HashMap;
 use peers::{Peer, PeerEntries, PeerSlot};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use smallvec::SmallVec;
 use spare::Spare;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -334,7 +333,7 @@ fn peer_entry<'a>(
 fn new_peer(rng: &mut StdRng, used: u32, peer: SocketAddr) -> Peer {
     Peer {
         addr: peer,
-        in_progress: SmallVec::new(),
+        in_progress: peers::InProgress::default(),
         stored: false,
         last_used: used,
         outstanding: 0,
@@ -700,9 +699,7 @@ impl Endpoint {
             if remembers {
                 p.last_used = used;
             }
-            if let Some(i) = p.in_progress.iter().position(|(mid, _)| *mid == key.1) {
-                p.in_progress.swap_remove(i);
-            }
+            p.in_progress.remove(key.1);
             p.stored |= remembers;
         }
         self.dedup.finish(now, key, how);

@@ -43,7 +43,7 @@ impl Endpoint {
         };
         peer.last_used = self.peers.secs(now);
         peer.addr = to;
-        for &(_, id) in &peer.in_progress {
+        for id in peer.in_progress.exchanges() {
             if let Some(ex) = self.server.get_mut(&ExchangeId(id)) {
                 ex.peer = to;
             }
@@ -91,7 +91,7 @@ impl Endpoint {
     fn drop_peer(&mut self, now: Instant, peer: SocketAddr) {
         if let Some(mut gone) = self.peers.remove(&peer) {
             self.congestion.forget(&mut gone.congestion);
-            for (_, id) in gone.in_progress.drain(..) {
+            for id in gone.in_progress.take_exchanges() {
                 if self.server.remove(&ExchangeId(id)).is_some() {
                     self.admission.release(&self.config, peer);
                 }

@@ -36,7 +36,7 @@ pub(super) struct Peer {
     /// meanwhile is recognised (RFC 7252 §4.5), and their number is what its admission
     /// bound counts ([`EndpointConfig::max_exchanges_per_peer`](super::EndpointConfig::max_exchanges_per_peer)). An answer waiting for
     /// the peer's address to be verified keeps its request here until it is sent.
-    pub(super) in_progress: SmallVec<[(u16, u64); 2]>,
+    pub(super) in_progress: InProgress,
     /// Whether the dedup store may hold handled messages of this peer; until one is
     /// stored, a request needs no look into the store.
     pub(super) stored: bool,
@@ -55,6 +55,73 @@ pub(super) struct Peer {
     /// peers (`None`: none kept).
     pub(super) congestion: Option<PeerCongestion>,
     pub(super) rare: Option<Box<PeerRare>>,
+}
+
+/// A peer's requests being handled: each one's message ID and exchange number, two
+/// of them inline (a client's requests one after another, and a retransmission
+/// of one, never need more).
+#[derive(Debug, Default)]
+pub(super) struct InProgress(SmallVec<[HandledRequest; 2]>);
+
+/// One request being handled: its message ID and its exchange's number, the number
+/// in two 4-byte halves so that the pair takes 12 bytes (as `(u16, u64)` it takes
+/// 16, and the peer's entry 8 more).
+#[derive(Debug, Clone, Copy)]
+struct HandledRequest {
+    mid: u16,
+    exchange: [u32; 2],
+}
+
+impl HandledRequest {
+    fn exchange(&self) -> u64 {
+        u64::from(self.exchange[0]) << 32 | u64::from(self.exchange[1])
+    }
+}
+
+impl InProgress {
+    /// The exchange of the request with message ID `mid`, if it is being handled.
+    pub(super) fn exchange_of(&self, mid: u16) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|r| r.mid == mid)
+            .map(HandledRequest::exchange)
+    }
+
+    /// The request with message ID `mid` is being handled by `exchange`.
+    pub(super) fn push(&mut self, mid: u16, exchange: u64) {
+        let exchange = [(exchange >> 32) as u32, exchange as u32];
+        self.0.push(HandledRequest { mid, exchange });
+    }
+
+    /// The request with message ID `mid` is no longer being handled.
+    pub(super) fn remove(&mut self, mid: u16) {
+        if let Some(i) = self.0.iter().position(|r| r.mid == mid) {
+            self.0.swap_remove(i);
+        }
+    }
+
+    /// Requests being handled.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when none is.
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The exchanges of the requests being handled.
+    pub(super) fn exchanges(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().map(HandledRequest::exchange)
+    }
+
+    /// Takes the exchanges of the requests being handled out, leaving none.
+    pub(super) fn take_exchanges(&mut self) -> impl Iterator<Item = u64> {
+        std::mem::take(&mut self.0)
+            .into_iter()
+            .map(|r| r.exchange())
+    }
 }
 
 /// What only some peers need, kept apart from [`Peer`] so that the many that do not
@@ -340,12 +407,11 @@ impl crate::tables::Table for PeerEntries {
 mod tests {
     use super::*;
     use crate::tables::Table;
-    use smallvec::SmallVec;
 
     fn peer(addr: SocketAddr, next_mid: u16) -> Peer {
         Peer {
             addr,
-            in_progress: SmallVec::new(),
+            in_progress: InProgress::default(),
             stored: false,
             last_used: 1,
             outstanding: 0,
@@ -386,6 +452,25 @@ mod tests {
         assert!(peers.get_at_mut(slot, addr(9)).is_none());
         assert!(peers.get_at_mut(PeerSlot::UNKNOWN, addr(9)).is_none());
         assert_eq!(peers.len(), 1998);
+    }
+
+    #[test]
+    fn requests_in_progress_keep_their_whole_exchange_number_in_12_bytes() {
+        let mut r = InProgress::default();
+        let big = (7u64 << 32) | 0xdead_beef;
+        r.push(1, big);
+        r.push(2, 5);
+        r.push(3, u64::MAX);
+        assert_eq!(
+            (r.exchange_of(1), r.exchange_of(3), r.exchange_of(4)),
+            (Some(big), Some(u64::MAX), None)
+        );
+        r.remove(1);
+        assert_eq!(r.exchanges().collect::<Vec<_>>(), [u64::MAX, 5]);
+        assert_eq!(r.take_exchanges().count(), 2);
+        assert!(r.is_empty());
+        assert_eq!(std::mem::size_of::<HandledRequest>(), 12);
+        assert!(std::mem::size_of::<InProgress>() <= 32);
     }
 
     #[test]

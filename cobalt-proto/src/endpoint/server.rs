@@ -24,12 +24,8 @@ impl Endpoint {
         // a second lookup).
         self.arm_housekeeping(now);
         let (mut slot, mut p) = peer_entry(&mut self.peers, &mut self.rng, now, peer);
-        let in_progress = p.in_progress.iter().find(|(mid, _)| *mid == msg.mid);
-        let (in_progress, stored, of_peer) = (
-            in_progress.map(|(_, id)| *id),
-            p.stored,
-            p.in_progress.len(),
-        );
+        let in_progress = p.in_progress.exchange_of(msg.mid);
+        let (in_progress, stored, of_peer) = (in_progress, p.stored, p.in_progress.len());
         let duplicate = match in_progress {
             Some(id) => Some(DedupEntry::InProgress(id)),
             None if stored => self.dedup.get(now, &key),
@@ -114,7 +110,7 @@ impl Endpoint {
             return;
         }
         let id = ExchangeId(take_id(&mut self.next_id));
-        p.in_progress.push((msg.mid, id.0));
+        p.in_progress.push(msg.mid, id.0);
         let safe = matches!(msg.code, Code::GET | Code::FETCH);
         self.server.insert(
             id,
