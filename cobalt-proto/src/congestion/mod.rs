@@ -44,8 +44,8 @@ pub mod non;
 mod peers;
 mod rtt;
 
-pub(crate) use peers::{Congestion, PeerCongestion, States};
-pub use peers::{CongestionStats, Hold};
+pub use peers::CongestionStats;
+pub(crate) use peers::{Congestion, Hold, PeerCongestion, States};
 pub use rtt::RttEstimator;
 
 use rand::{Rng, RngCore};

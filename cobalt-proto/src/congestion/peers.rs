@@ -46,7 +46,7 @@ pub struct CongestionStats {
 
 /// What [`Congestion::hold`] did with a NON notification.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Hold {
+pub(crate) enum Hold {
     /// Held (or replacing the one held for its token); with the time to call
     /// `release_held` when no release was pending for the peer yet.
     Held(Option<Instant>),
