@@ -684,7 +684,7 @@ impl Endpoint {
         how: Finished<'_>,
     ) {
         let remembers = !matches!(how, Finished::Forget);
-        let used = self.peers.secs(now);
+        let used = if remembers { self.peers.secs(now) } else { 0 };
         let p = if remembers {
             // The entry outlives what the store keeps of it (both last the exchange
             // lifetime from now), so its `stored` mark is never lost early.

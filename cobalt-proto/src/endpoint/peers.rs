@@ -73,6 +73,7 @@ struct HandledRequest {
 }
 
 impl HandledRequest {
+    #[inline]
     fn exchange(&self) -> u64 {
         u64::from(self.exchange[0]) << 32 | u64::from(self.exchange[1])
     }
@@ -80,6 +81,7 @@ impl HandledRequest {
 
 impl InProgress {
     /// The exchange of the request with message ID `mid`, if it is being handled.
+    #[inline]
     pub(super) fn exchange_of(&self, mid: u16) -> Option<u64> {
         self.0
             .iter()
@@ -88,12 +90,14 @@ impl InProgress {
     }
 
     /// The request with message ID `mid` is being handled by `exchange`.
+    #[inline]
     pub(super) fn push(&mut self, mid: u16, exchange: u64) {
         let exchange = [(exchange >> 32) as u32, exchange as u32];
         self.0.push(HandledRequest { mid, exchange });
     }
 
     /// The request with message ID `mid` is no longer being handled.
+    #[inline]
     pub(super) fn remove(&mut self, mid: u16) {
         if let Some(i) = self.0.iter().position(|r| r.mid == mid) {
             self.0.swap_remove(i);
@@ -254,6 +258,7 @@ impl PeerEntries {
     }
 
     /// `now` as a [`Peer::last_used`] ([`epoch_secs`]).
+    #[inline]
     pub(super) fn secs(&mut self, now: Instant) -> u32 {
         let (start, end, secs) = self.second;
         if start < now && now <= end {
