@@ -2,11 +2,12 @@
 //! retransmitting, how to back off, and what to learn from each answer.
 //!
 //! An algorithm is a [`Controller`]: one instance per peer (the 5-tuple: this endpoint's
-//! socket and the peer's address), kept in a bounded [`PeerTable`] that forgets idle
-//! peers. The endpoint asks it for the timeout of each exchange's original
-//! transmission ([`Controller::first_timeout`]) and of every retransmission
-//! ([`Controller::next_timeout`]), and tells it when an exchange was answered
-//! ([`Controller::on_answer`]). Which algorithm runs is chosen per endpoint with
+//! socket and the peer's address), kept in the endpoint's entry for the peer (for at
+//! most [`max_congestion_peers`](crate::endpoint::EndpointConfig::max_congestion_peers)
+//! peers) and forgotten when idle. The endpoint asks it for the timeout of each
+//! exchange's original transmission ([`Controller::first_timeout`]) and of every
+//! retransmission ([`Controller::next_timeout`]), and tells it when an exchange was
+//! answered ([`Controller::on_answer`]). Which algorithm runs is chosen per endpoint with
 //! [`Algorithm`] (`endpoint.congestion_control` in the configuration, `--cc` on the
 //! command line):
 //!
@@ -43,7 +44,8 @@ pub mod non;
 mod peers;
 mod rtt;
 
-pub use peers::{CongestionStats, Hold, PeerTable};
+pub use peers::CongestionStats;
+pub(crate) use peers::{Congestion, Hold, PeerCongestion, States};
 pub use rtt::RttEstimator;
 
 use rand::{Rng, RngCore};
@@ -205,7 +207,7 @@ pub struct Attempt {
     /// The dithering factor drawn for this exchange (1 where an algorithm dithers
     /// differently or not at all).
     pub dither: f64,
-    /// The first timeout was raised to the floor of [`PeerTable`]: the exchange's
+    /// The first timeout was raised to the floor of ACK_TIMEOUT/4: the exchange's
     /// later timeouts keep to the doubled floor as well.
     pub floored: bool,
 }
@@ -259,7 +261,7 @@ pub trait ControllerFactory: Send + Sync + fmt::Debug {
     fn build(&self, params: Params, now: Instant) -> Box<dyn Controller>;
 
     /// The algorithm [`build`](ControllerFactory::build) runs, when it is one that
-    /// Cobalt ships: the [`PeerTable`] then keeps the small state of the default
+    /// Cobalt ships: each peer's entry then keeps the small state of the default
     /// (FASOR) inline instead of in an allocation of its own. `None` (the default)
     /// for an application's own algorithm.
     fn algorithm(&self) -> Option<Algorithm> {

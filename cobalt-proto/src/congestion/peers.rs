@@ -1,19 +1,22 @@
 //! Congestion state per peer: bounded in number, forgotten when idle.
 //!
-//! Every peer a confirmable message goes to gets a [`Controller`] the first time, up to
-//! `max_peers`. At the bound, a new peer's exchanges run on a fresh controller that is
+//! Every peer a confirmable message goes to gets a [`PeerCongestion`] the first time,
+//! up to `max_peers` peers. It is kept where the caller keeps everything else of the
+//! peer (the endpoint's entry for the peer: one lookup of the address per datagram
+//! reaches all of it), behind the [`States`] trait; [`Congestion`] holds what is shared
+//! (the algorithm, the bound and how many peers have state, the held NON bytes, the
+//! counters). At the bound, a new peer's exchanges run on a fresh controller that is
 //! not kept (the algorithm's initial behaviour, as for a peer never seen), so a flood
 //! of addresses can neither grow memory nor evict the state of peers already known.
 //! State unused for `lifetime` (at least 255 s, draft-ietf-core-cocoa-03 §4.3; its last
-//! use is kept to the second, rounded up, so up to a second longer) and not
-//! in use by an exchange is dropped by [`PeerTable::expire`], and treated as gone if
-//! found before a sweep.
+//! use is kept to the second, rounded up, so up to a second longer) and not in use by
+//! an exchange is dropped by [`Congestion::expire`], and treated as gone if found
+//! before a sweep.
 
 use super::fasor::Fasor;
 use super::non::{NonDecision, NonPacer};
 use super::{Algorithm, Attempt, Controller, ControllerFactory, Params, SharedFactory};
 use crate::message::Token;
-use hashbrown::HashMap;
 use rand::RngCore;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -30,7 +33,7 @@ pub const MAX_HELD_BYTES: usize = 1 << 20;
 /// Counters of the congestion layer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CongestionStats {
-    /// Exchanges run on throw-away state because the table was full.
+    /// Exchanges run on throw-away state because `max_peers` peers had state.
     pub overflow: u64,
     /// NON notifications sent as CON: to keep 2 of every 16 confirmable, or because
     /// there was no room to hold them back.
@@ -41,14 +44,24 @@ pub struct CongestionStats {
     pub non_superseded: u64,
 }
 
-/// What [`PeerTable::hold`] did with a NON notification.
+/// What [`Congestion::hold`] did with a NON notification.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Hold {
+pub(crate) enum Hold {
     /// Held (or replacing the one held for its token); with the time to call
-    /// [`PeerTable::release_held`] when no release was pending for the peer yet.
+    /// `release_held` when no release was pending for the peer yet.
     Held(Option<Instant>),
     /// No room to hold it: send these bytes as a confirmable message.
     NoRoom(Vec<u8>),
+}
+
+/// Where the peers' [`PeerCongestion`] are kept: one place per peer (the endpoint's
+/// entry for it), each `None` while its peer has no state.
+pub(crate) trait States {
+    /// `peer`'s place, if it has one (else it runs on throw-away state).
+    fn place(&mut self, peer: SocketAddr) -> Option<&mut Option<PeerCongestion>>;
+
+    /// Runs `f` on every peer's place.
+    fn for_each_place(&mut self, f: impl FnMut(&mut Option<PeerCongestion>));
 }
 
 /// A peer's controller: FASOR's 32 bytes (the endpoint's default algorithm, and
@@ -78,19 +91,21 @@ impl PeerController {
     }
 }
 
+/// One peer's congestion state: its controller, its confirmable messages in flight,
+/// its last use, and the pacing of its NON notifications.
 #[derive(Debug)]
-struct Entry {
+pub(crate) struct PeerCongestion {
     ctl: PeerController,
-    /// Confirmable messages to this peer awaiting an answer.
-    in_flight: u32,
-    /// When it was last used, in whole seconds after the table's epoch, rounded up
-    /// (so it lives at most a second longer than its lifetime, never less): a client
-    /// may keep state for thousands of peers, and an `Instant` takes 16 bytes.
-    last_used: u32,
     /// The pacing of messages outside exchanges (NON notifications), made with the
     /// first one: a peer that is only ever a client's server (e.g. each of the
     /// thousands of devices a mashup observes) never needs it.
     non: Option<Box<NonState>>,
+    /// Confirmable messages to this peer awaiting an answer.
+    in_flight: u32,
+    /// When it was last used, in whole seconds after [`Congestion`]'s epoch, rounded
+    /// up (so it lives at most a second longer than its lifetime, never less): a
+    /// client may keep state for thousands of peers, and an `Instant` takes 16 bytes.
+    last_used: u32,
 }
 
 /// What a peer that gets messages outside exchanges needs besides its controller.
@@ -102,49 +117,70 @@ struct NonState {
     release_armed: bool,
 }
 
-impl Entry {
+impl PeerCongestion {
     /// NON notifications held back for the peer.
     fn held(&self) -> usize {
         self.non.as_ref().map_or(0, |n| n.held.len())
+    }
+
+    /// Bytes of the NON notifications held back for the peer.
+    fn held_bytes(&self) -> usize {
+        self.non
+            .as_ref()
+            .map_or(0, |n| n.held.iter().map(|(_, b)| b.len()).sum())
     }
 
     /// The peer's NON pacing, made on first use.
     fn non(&mut self) -> &mut NonState {
         self.non.get_or_insert_with(Box::default)
     }
+
+    /// The peer's address changed (a DTLS session moved by its Connection ID) and
+    /// this state goes with it: no release timer is armed for the new address.
+    /// Returns whether NON notifications are held: then `release_held` must be
+    /// called for the new address.
+    pub(crate) fn moved(&mut self) -> bool {
+        if let Some(n) = self.non.as_deref_mut() {
+            n.release_armed = false;
+        }
+        self.held() > 0
+    }
 }
 
-/// The congestion state of every peer. See the [module documentation](crate::congestion).
+/// What the congestion states of all peers share, and their bound. See the
+/// [module documentation](self).
 #[derive(Debug)]
-pub struct PeerTable {
+pub(crate) struct Congestion {
     factory: SharedFactory,
     params: Params,
     max_peers: usize,
     lifetime: Duration,
-    peers: HashMap<SocketAddr, Entry>,
-    /// What entries' `last_used` counts from: the first use of the table.
+    /// Peers with state (a `Some` in their place).
+    peers: usize,
+    /// What states' `last_used` counts from: the first use.
     epoch: Option<Instant>,
     held_bytes: usize,
-    /// When a full table was last swept for expired entries (at most once per second).
+    /// When every state was last swept for expired ones at the bound (at most once
+    /// per second).
     last_full_sweep: Option<Instant>,
     stats: CongestionStats,
 }
 
-impl PeerTable {
-    /// An empty table whose controllers come from `factory`. State lives at least
+impl Congestion {
+    /// No peer with state yet; controllers come from `factory`. State lives at least
     /// `lifetime` (raised to `MIN_LIFETIME`, 255 s,) after its last use.
-    pub fn new(
+    pub(crate) fn new(
         factory: SharedFactory,
         params: Params,
         max_peers: usize,
         lifetime: Duration,
-    ) -> PeerTable {
-        PeerTable {
+    ) -> Congestion {
+        Congestion {
             factory,
             params,
             max_peers,
             lifetime: lifetime.max(MIN_LIFETIME),
-            peers: HashMap::new(),
+            peers: 0,
             epoch: None,
             held_bytes: 0,
             last_full_sweep: None,
@@ -153,33 +189,31 @@ impl PeerTable {
     }
 
     /// Uses `factory` for peers from now on and forgets what was learnt so far.
-    pub fn set_factory(&mut self, factory: SharedFactory) {
+    pub(crate) fn set_factory(&mut self, factory: SharedFactory, states: &mut impl States) {
         self.factory = factory;
-        let epoch = self.epoch;
-        for e in self.peers.values_mut() {
-            let last_used = epoch.map(|t| t + Duration::from_secs(u64::from(e.last_used)));
-            if let Some(last_used) = last_used {
-                e.ctl = PeerController::build(self.factory.as_ref(), self.params, last_used);
+        let Some(epoch) = self.epoch else {
+            return;
+        };
+        let (factory, params) = (self.factory.as_ref(), self.params);
+        states.for_each_place(|place| {
+            if let Some(s) = place {
+                let last_used = epoch + Duration::from_secs(u64::from(s.last_used));
+                s.ctl = PeerController::build(factory, params, last_used);
             }
-        }
+        });
     }
 
     /// Peers with state.
-    pub fn len(&self) -> usize {
-        self.peers.len()
-    }
-
-    /// True when no peer has state.
-    pub fn is_empty(&self) -> bool {
-        self.peers.is_empty()
+    pub(crate) fn len(&self) -> usize {
+        self.peers
     }
 
     /// Counters.
-    pub fn stats(&self) -> CongestionStats {
+    pub(crate) fn stats(&self) -> CongestionStats {
         self.stats
     }
 
-    /// `now` as an entry's `last_used`: whole seconds after the epoch (set by the
+    /// `now` as a state's `last_used`: whole seconds after the epoch (set by the
     /// first call), rounded up.
     fn secs(&mut self, now: Instant) -> u32 {
         let epoch = *self.epoch.get_or_insert(now);
@@ -188,66 +222,110 @@ impl PeerTable {
         u32::try_from(secs).unwrap_or(u32::MAX)
     }
 
-    /// Whether entry `e` is unused for the lifetime at `now`, and not in use.
-    fn stale(&self, e: &Entry, now: Instant) -> bool {
+    /// Whether `s` is unused for the lifetime at `now`, and not in use.
+    fn stale(&self, s: &PeerCongestion, now: Instant) -> bool {
         let last_used = self
             .epoch
-            .map_or(now, |t| t + Duration::from_secs(u64::from(e.last_used)));
-        e.in_flight == 0 && e.held() == 0 && now >= last_used + self.lifetime
+            .map_or(now, |t| t + Duration::from_secs(u64::from(s.last_used)));
+        s.in_flight == 0 && s.held() == 0 && now >= last_used + self.lifetime
     }
 
-    /// Drops every entry unused for the lifetime and not in use.
-    pub fn expire(&mut self, now: Instant) {
-        let (epoch, lifetime) = (self.epoch, self.lifetime);
-        self.peers.retain(|_, e| {
-            let last_used = epoch.map_or(now, |t| t + Duration::from_secs(u64::from(e.last_used)));
-            e.in_flight > 0 || e.held() > 0 || now < last_used + lifetime
-        });
-        // The room a crowd of peers left (e.g. 10,000 devices a mashup stopped
-        // observing) comes back with them.
-        crate::tables::shrink_when_sparse(&mut self.peers);
-    }
-
-    /// The peer's entry, created if there is room; `None` at the bound.
-    fn entry(&mut self, now: Instant, peer: SocketAddr) -> Option<&mut Entry> {
-        let stale = self.peers.get(&peer).is_some_and(|e| self.stale(e, now));
-        if stale {
-            self.peers.remove(&peer);
+    /// Drops the state in `place` if it is unused for the lifetime and not in use;
+    /// returns whether the peer still has state (it keeps its entry for it).
+    pub(crate) fn expire(&mut self, now: Instant, place: &mut Option<PeerCongestion>) -> bool {
+        match place {
+            Some(s) if self.stale(s, now) => {
+                *place = None;
+                self.peers -= 1;
+                false
+            }
+            Some(_) => true,
+            None => false,
         }
-        if !self.peers.contains_key(&peer) && self.peers.len() >= self.max_peers {
-            let swept_recently = self
-                .last_full_sweep
-                .is_some_and(|t| now < t + Duration::from_secs(1));
-            if swept_recently {
-                return None;
+    }
+
+    /// Drops the state in `place` whatever it holds: its peer is gone (its address
+    /// belongs to another now).
+    pub(crate) fn forget(&mut self, place: &mut Option<PeerCongestion>) {
+        if let Some(s) = place.take() {
+            self.held_bytes -= s.held_bytes();
+            self.peers -= 1;
+        }
+    }
+
+    /// `peer`'s state, marked used at `now`: made if it has none and fewer than
+    /// `max_peers` peers have state (at the bound, after sweeping every state for
+    /// expired ones at most once per second), made afresh if it expired unswept.
+    /// `None` at the bound.
+    fn claim<'s>(
+        &mut self,
+        now: Instant,
+        states: &'s mut impl States,
+        peer: SocketAddr,
+    ) -> Option<&'s mut PeerCongestion> {
+        let claimed = states
+            .place(peer)
+            .is_some_and(|place| self.claim_place(now, place));
+        if !claimed && self.sweep_due(now) {
+            states.for_each_place(|place| {
+                self.expire(now, place);
+            });
+            if let Some(place) = states.place(peer) {
+                self.claim_place(now, place);
             }
-            self.last_full_sweep = Some(now);
-            self.expire(now);
-            if self.peers.len() >= self.max_peers {
-                return None;
-            }
+        }
+        states.place(peer)?.as_mut()
+    }
+
+    /// [`Congestion::claim`] for one place, without the sweep: whether it holds state.
+    fn claim_place(&mut self, now: Instant, place: &mut Option<PeerCongestion>) -> bool {
+        let stale = place.as_ref().is_some_and(|s| self.stale(s, now));
+        if stale {
+            *place = None;
+            self.peers -= 1;
+        }
+        if place.is_none() && self.peers >= self.max_peers {
+            return false;
         }
         let used = self.secs(now);
-        let (factory, params) = (&self.factory, self.params);
-        let e = self.peers.entry(peer).or_insert_with(|| Entry {
-            ctl: PeerController::build(factory.as_ref(), params, now),
-            in_flight: 0,
-            last_used: used,
-            non: None,
-        });
-        e.last_used = used;
-        Some(e)
+        match place {
+            Some(s) => s.last_used = used,
+            None => {
+                *place = Some(PeerCongestion {
+                    ctl: PeerController::build(self.factory.as_ref(), self.params, now),
+                    non: None,
+                    in_flight: 0,
+                    last_used: used,
+                });
+                self.peers += 1;
+            }
+        }
+        true
     }
 
-    /// Runs `f` on the peer's controller, or on a throw-away one at the bound.
+    /// Whether every state should be swept for expired ones before a new peer is
+    /// turned away at the bound: not more than once per second.
+    fn sweep_due(&mut self, now: Instant) -> bool {
+        let swept_recently = self
+            .last_full_sweep
+            .is_some_and(|t| now < t + Duration::from_secs(1));
+        if !swept_recently {
+            self.last_full_sweep = Some(now);
+        }
+        !swept_recently
+    }
+
+    /// Runs `f` on the peer's controller and its count in flight, or on a throw-away
+    /// controller at the bound.
     fn with_controller<R>(
         &mut self,
         now: Instant,
+        states: &mut impl States,
         peer: SocketAddr,
         f: impl FnOnce(&mut dyn Controller, &mut u32) -> R,
     ) -> R {
-        match self.entry(now, peer) {
-            Some(e) => f(e.ctl.get(), &mut e.in_flight),
+        match self.claim(now, states, peer) {
+            Some(s) => f(s.ctl.get(), &mut s.in_flight),
             None => {
                 self.stats.overflow += 1;
                 let mut scratch = PeerController::build(self.factory.as_ref(), self.params, now);
@@ -257,8 +335,14 @@ impl PeerTable {
     }
 
     /// A confirmable message leaves for `peer` for the first time: its timing.
-    pub fn begin(&mut self, now: Instant, peer: SocketAddr, rng: &mut dyn RngCore) -> Attempt {
-        let mut a = self.with_controller(now, peer, |ctl, in_flight| {
+    pub(crate) fn begin(
+        &mut self,
+        now: Instant,
+        states: &mut impl States,
+        peer: SocketAddr,
+        rng: &mut dyn RngCore,
+    ) -> Attempt {
+        let mut a = self.with_controller(now, states, peer, |ctl, in_flight| {
             let a = ctl.first_timeout(now, *in_flight as usize, rng);
             *in_flight += 1;
             a
@@ -268,8 +352,14 @@ impl PeerTable {
     }
 
     /// The timeout of `attempt` expired: the next timeout, counting the retransmission.
-    pub fn backoff(&mut self, now: Instant, peer: SocketAddr, attempt: &mut Attempt) {
-        self.with_controller(now, peer, |ctl, _| ctl.next_timeout(now, attempt));
+    pub(crate) fn backoff(
+        &mut self,
+        now: Instant,
+        states: &mut impl States,
+        peer: SocketAddr,
+        attempt: &mut Attempt,
+    ) {
+        self.with_controller(now, states, peer, |ctl, _| ctl.next_timeout(now, attempt));
         self.apply_floor(attempt);
     }
 
@@ -297,33 +387,56 @@ impl PeerTable {
     }
 
     /// The exchange of `attempt` was answered.
-    pub fn answered(&mut self, now: Instant, peer: SocketAddr, attempt: &Attempt) {
-        self.with_controller(now, peer, |ctl, in_flight| {
+    pub(crate) fn answered(
+        &mut self,
+        now: Instant,
+        states: &mut impl States,
+        peer: SocketAddr,
+        attempt: &Attempt,
+    ) {
+        self.with_controller(now, states, peer, |ctl, in_flight| {
             *in_flight = in_flight.saturating_sub(1);
             ctl.on_answer(now, attempt);
         });
     }
 
     /// The exchange of `attempt` ended without an answer (given up, cancelled).
-    pub fn abandoned(&mut self, now: Instant, peer: SocketAddr, attempt: &Attempt) {
-        if let Some(e) = self.peers.get_mut(&peer) {
-            e.in_flight = e.in_flight.saturating_sub(1);
-            e.ctl.get().on_abandon(now, attempt);
+    pub(crate) fn abandoned(
+        &mut self,
+        now: Instant,
+        states: &mut impl States,
+        peer: SocketAddr,
+        attempt: &Attempt,
+    ) {
+        if let Some(Some(s)) = states.place(peer) {
+            s.in_flight = s.in_flight.saturating_sub(1);
+            s.ctl.get().on_abandon(now, attempt);
         }
     }
 
     /// The peer's current overall RTO estimate, if it has state and its algorithm keeps one.
-    pub fn rto(&mut self, now: Instant, peer: SocketAddr) -> Option<Duration> {
-        self.peers.get_mut(&peer)?.ctl.get().rto(now)
+    pub(crate) fn rto(
+        &mut self,
+        now: Instant,
+        states: &mut impl States,
+        peer: SocketAddr,
+    ) -> Option<Duration> {
+        states.place(peer)?.as_mut()?.ctl.get().rto(now)
     }
 
     /// What to do with a NON of `bytes` bytes outside an exchange (see [`super::non`]).
     /// Algorithms without an RTO estimate always send.
-    pub fn non_decide(&mut self, now: Instant, peer: SocketAddr, bytes: usize) -> NonDecision {
-        let decision = match self.entry(now, peer) {
-            Some(e) => match e.ctl.get().rto(now) {
+    pub(crate) fn non_decide(
+        &mut self,
+        now: Instant,
+        states: &mut impl States,
+        peer: SocketAddr,
+        bytes: usize,
+    ) -> NonDecision {
+        let decision = match self.claim(now, states, peer) {
+            Some(s) => match s.ctl.get().rto(now) {
                 None => NonDecision::Send,
-                Some(rto) => match &e.non {
+                Some(rto) => match &s.non {
                     Some(n) => n.pacer.decide(now, rto, bytes, n.held.len()),
                     None => NonPacer::default().decide(now, rto, bytes, 0),
                 },
@@ -346,22 +459,29 @@ impl PeerTable {
     }
 
     /// A message outside an exchange left for `peer`.
-    pub fn non_record(&mut self, now: Instant, peer: SocketAddr, confirmable: bool) {
-        if let Some(e) = self.entry(now, peer) {
-            e.non().pacer.record(now, confirmable);
+    pub(crate) fn non_record(
+        &mut self,
+        now: Instant,
+        states: &mut impl States,
+        peer: SocketAddr,
+        confirmable: bool,
+    ) {
+        if let Some(s) = self.claim(now, states, peer) {
+            s.non().pacer.record(now, confirmable);
         }
     }
 
     /// Holds a NON notification for `token` that may leave at `at` (from
-    /// [`PeerTable::non_decide`]); one already held for the token is replaced. With no
-    /// room to hold it (`MAX_HELD_PER_PEER` other tokens held for the peer, the
-    /// table's byte bound reached, or the peer not remembered) it is handed back to be
+    /// [`Congestion::non_decide`]); one already held for the token is replaced. With no
+    /// room to hold it (`MAX_HELD_PER_PEER` other tokens held for the peer,
+    /// `MAX_HELD_BYTES` reached, or the peer not remembered) it is handed back to be
     /// sent as a confirmable message: dropping it could leave an observer on a stale
     /// state for good (RFC 7641 §4.5), and a CON waits for its ACK instead of adding
     /// to the NON rate.
-    pub fn hold(
+    pub(crate) fn hold(
         &mut self,
         now: Instant,
+        states: &mut impl States,
         peer: SocketAddr,
         token: Token,
         bytes: Vec<u8>,
@@ -369,89 +489,64 @@ impl PeerTable {
     ) -> Hold {
         let len = bytes.len();
         let room = MAX_HELD_BYTES.saturating_sub(self.held_bytes);
-        let Some(e) = self.entry(now, peer) else {
+        let Some(s) = self.claim(now, states, peer) else {
             self.stats.non_upgraded += 1;
             return Hold::NoRoom(bytes);
         };
-        let e = e.non();
-        if let Some(slot) = e.held.iter_mut().find(|(t, _)| *t == token) {
+        let n = s.non();
+        if let Some(slot) = n.held.iter_mut().find(|(t, _)| *t == token) {
             let old = std::mem::replace(&mut slot.1, bytes);
             self.held_bytes = self.held_bytes + len - old.len();
             self.stats.non_superseded += 1;
             return Hold::Held(None);
         }
-        if len > room || e.held.len() >= MAX_HELD_PER_PEER {
+        if len > room || n.held.len() >= MAX_HELD_PER_PEER {
             self.stats.non_upgraded += 1;
             return Hold::NoRoom(bytes);
         }
-        e.held.push_back((token, bytes));
-        let arm = !std::mem::replace(&mut e.release_armed, true);
+        n.held.push_back((token, bytes));
+        let arm = !std::mem::replace(&mut n.release_armed, true);
         self.held_bytes += len;
         Hold::Held(arm.then_some(at))
     }
 
-    /// What was learnt of `from` (its controller, confirmable messages in flight, held
-    /// NON notifications) belongs to `to` from now on (a peer whose address changed:
-    /// a DTLS session moved by its Connection ID); what `to` had is dropped. Returns
-    /// whether NON notifications are held for `to`: then no release timer is armed
-    /// for it, and [`PeerTable::release_held`] must be called for `to`.
-    pub fn move_peer(&mut self, from: SocketAddr, to: SocketAddr) -> bool {
-        if from == to {
-            return false;
-        }
-        if let Some(old) = self.peers.remove(&to) {
-            self.held_bytes -= old
-                .non
-                .as_ref()
-                .map_or(0, |n| n.held.iter().map(|(_, b)| b.len()).sum::<usize>());
-        }
-        let Some(mut entry) = self.peers.remove(&from) else {
-            return false;
-        };
-        let held = entry.held() > 0;
-        if let Some(n) = entry.non.as_deref_mut() {
-            n.release_armed = false;
-        }
-        self.peers.insert(to, entry);
-        held
-    }
-
     /// The release timer of `peer` fired: the held NON notification that may leave
     /// now (recorded as sent), and when to call again if more are held.
-    pub fn release_held(
+    pub(crate) fn release_held(
         &mut self,
         now: Instant,
+        states: &mut impl States,
         peer: SocketAddr,
     ) -> (Option<Vec<u8>>, Option<Instant>) {
         let used = self.secs(now);
-        let Some(entry) = self.peers.get_mut(&peer) else {
+        let Some(Some(state)) = states.place(peer) else {
             return (None, None);
         };
-        let rto = entry.ctl.get().rto(now).unwrap_or_default();
-        let Some(e) = entry.non.as_deref_mut() else {
+        let rto = state.ctl.get().rto(now).unwrap_or_default();
+        let Some(n) = state.non.as_deref_mut() else {
             return (None, None);
         };
-        e.release_armed = false;
+        n.release_armed = false;
         let mut out = None;
-        if let Some((_, front)) = e.held.front() {
+        if let Some((_, front)) = n.held.front() {
             // Held messages passed rule 1 when they were held; only the rate counts.
-            if e.pacer
+            if n.pacer
                 .rate_allows_at(rto, front.len())
                 .is_none_or(|at| at <= now)
             {
-                let (_, bytes) = e.held.pop_front().expect("front exists");
-                e.pacer.record(now, false);
-                entry.last_used = used;
+                let (_, bytes) = n.held.pop_front().expect("front exists");
+                n.pacer.record(now, false);
+                state.last_used = used;
                 self.held_bytes -= bytes.len();
                 out = Some(bytes);
             }
         }
-        let next = e.held.front().map(|(_, b)| {
-            e.pacer
+        let next = n.held.front().map(|(_, b)| {
+            n.pacer
                 .rate_allows_at(rto, b.len())
                 .map_or(now, |at| at.max(now))
         });
-        e.release_armed = next.is_some();
+        n.release_armed = next.is_some();
         (out, next)
     }
 }
@@ -461,10 +556,79 @@ mod tests {
     use super::*;
     use crate::congestion::testing::{ms, Low};
     use crate::congestion::Algorithm;
+    use hashbrown::HashMap;
     use std::sync::Arc;
 
-    fn table(algorithm: Algorithm, max: usize) -> PeerTable {
-        PeerTable::new(Arc::new(algorithm), Params::default(), max, Duration::ZERO)
+    type Places = HashMap<SocketAddr, Option<PeerCongestion>>;
+
+    impl States for Places {
+        fn place(&mut self, peer: SocketAddr) -> Option<&mut Option<PeerCongestion>> {
+            Some(self.entry(peer).or_default())
+        }
+        fn for_each_place(&mut self, f: impl FnMut(&mut Option<PeerCongestion>)) {
+            self.values_mut().for_each(f);
+        }
+    }
+
+    /// The congestion state of the tests' peers, kept by address as the endpoint
+    /// keeps it in its peer entries, with the calls the endpoint makes.
+    struct Table {
+        cc: Congestion,
+        places: Places,
+    }
+
+    impl Table {
+        fn new(factory: SharedFactory, max: usize) -> Table {
+            Table {
+                cc: Congestion::new(factory, Params::default(), max, Duration::ZERO),
+                places: Places::new(),
+            }
+        }
+        fn begin(&mut self, now: Instant, peer: SocketAddr, rng: &mut dyn RngCore) -> Attempt {
+            self.cc.begin(now, &mut self.places, peer, rng)
+        }
+        fn backoff(&mut self, now: Instant, peer: SocketAddr, attempt: &mut Attempt) {
+            self.cc.backoff(now, &mut self.places, peer, attempt)
+        }
+        fn answered(&mut self, now: Instant, peer: SocketAddr, attempt: &Attempt) {
+            self.cc.answered(now, &mut self.places, peer, attempt)
+        }
+        fn rto(&mut self, now: Instant, peer: SocketAddr) -> Option<Duration> {
+            self.cc.rto(now, &mut self.places, peer)
+        }
+        fn non_decide(&mut self, now: Instant, peer: SocketAddr, bytes: usize) -> NonDecision {
+            self.cc.non_decide(now, &mut self.places, peer, bytes)
+        }
+        fn non_record(&mut self, now: Instant, peer: SocketAddr, confirmable: bool) {
+            self.cc.non_record(now, &mut self.places, peer, confirmable)
+        }
+        fn hold(&mut self, now: Instant, peer: SocketAddr, token: Token, bytes: Vec<u8>) -> Hold {
+            self.cc.hold(now, &mut self.places, peer, token, bytes, now)
+        }
+        fn release_held(
+            &mut self,
+            now: Instant,
+            peer: SocketAddr,
+        ) -> (Option<Vec<u8>>, Option<Instant>) {
+            self.cc.release_held(now, &mut self.places, peer)
+        }
+        /// The endpoint's sweep: a peer's place goes with its state.
+        fn expire(&mut self, now: Instant) {
+            self.places.retain(|_, place| self.cc.expire(now, place));
+        }
+        fn len(&self) -> usize {
+            self.cc.len()
+        }
+        fn stats(&self) -> CongestionStats {
+            self.cc.stats()
+        }
+        fn state(&self, peer: SocketAddr) -> &PeerCongestion {
+            self.places[&peer].as_ref().expect("the peer has state")
+        }
+    }
+
+    fn table(algorithm: Algorithm, max: usize) -> Table {
+        Table::new(Arc::new(algorithm), max)
     }
 
     fn peer(i: u16) -> SocketAddr {
@@ -502,20 +666,20 @@ mod tests {
         let mut t = table(Algorithm::Fasor, 4);
         let a = t.begin(t0, peer(1), &mut Low);
         t.answered(t0 + ms(100), peer(1), &a);
-        assert!(t.peers[&peer(1)].non.is_none());
+        assert!(t.state(peer(1)).non.is_none());
         assert_eq!(
             t.non_decide(t0 + ms(200), peer(1), 10),
             NonDecision::Confirmable,
             "a new peer's first messages are confirmable, as before"
         );
-        assert!(t.peers[&peer(1)].non.is_none(), "deciding stores nothing");
+        assert!(t.state(peer(1)).non.is_none(), "deciding stores nothing");
         t.non_record(t0 + ms(200), peer(1), true);
-        assert!(t.peers[&peer(1)].non.is_some());
-        assert!(matches!(t.peers[&peer(1)].ctl, PeerController::Fasor(_)));
+        assert!(t.state(peer(1)).non.is_some());
+        assert!(matches!(t.state(peer(1)).ctl, PeerController::Fasor(_)));
         assert!(
-            std::mem::size_of::<Entry>() <= 48,
+            std::mem::size_of::<Option<PeerCongestion>>() <= 48,
             "{}",
-            std::mem::size_of::<Entry>()
+            std::mem::size_of::<Option<PeerCongestion>>()
         );
     }
 
@@ -529,7 +693,6 @@ mod tests {
             let a = t.begin(t0, peer(i), &mut Low);
             t.answered(t0 + ms(100), peer(i), &a);
         }
-        assert!(t.peers.capacity() >= 5_000);
         t.expire(t0 + ms(100) + MIN_LIFETIME);
         assert_eq!(
             t.len(),
@@ -537,12 +700,8 @@ mod tests {
             "kept to the second after the last use, rounded up"
         );
         t.expire(t0 + ms(1000) + MIN_LIFETIME);
-        assert!(t.is_empty());
-        assert!(
-            t.peers.capacity() <= crate::tables::KEEP,
-            "{}",
-            t.peers.capacity()
-        );
+        assert_eq!(t.len(), 0);
+        assert!(t.places.is_empty(), "the places go with their state");
         let fasor = std::mem::size_of::<PeerController>();
         assert!(fasor <= 32, "FASOR's state per peer grew to {fasor} bytes");
     }
@@ -618,7 +777,7 @@ mod tests {
         let tok = |i: u8| Token::new(&[i]).unwrap();
         let mut arms = 0;
         for i in 0..20u8 {
-            match t.hold(t0, peer(1), tok(i % 6), vec![i; 10], t0) {
+            match t.hold(t0, peer(1), tok(i % 6), vec![i; 10]) {
                 Hold::Held(arm) => arms += usize::from(arm.is_some()),
                 Hold::NoRoom(_) => panic!("room for six tokens"),
             }
@@ -626,22 +785,19 @@ mod tests {
         // One release timer; six tokens, each later one replacing the one held.
         assert_eq!(arms, 1);
         assert_eq!(t.stats().non_superseded, 14);
-        assert_eq!(t.held_bytes, 60);
+        assert_eq!(t.cc.held_bytes, 60);
         // Four more tokens: eight slots, so the last two are handed back for CON.
         for i in 100..102u8 {
-            assert_eq!(
-                t.hold(t0, peer(1), tok(i), vec![i; 10], t0),
-                Hold::Held(None)
-            );
+            assert_eq!(t.hold(t0, peer(1), tok(i), vec![i; 10]), Hold::Held(None));
         }
         for i in 102..104u8 {
             assert_eq!(
-                t.hold(t0, peer(1), tok(i), vec![i; 10], t0),
+                t.hold(t0, peer(1), tok(i), vec![i; 10]),
                 Hold::NoRoom(vec![i; 10])
             );
         }
         assert_eq!(t.stats().non_upgraded, 2);
-        assert_eq!(t.held_bytes, 80);
+        assert_eq!(t.cc.held_bytes, 80);
         // The first leaves at once, the next one RTO (2 s) later.
         let (first, next) = t.release_held(t0, peer(1));
         assert!(first.is_some());
@@ -651,7 +807,7 @@ mod tests {
             (None, Some(t0 + ms(2000)))
         );
         assert!(t.release_held(t0 + ms(2000), peer(1)).0.is_some());
-        assert_eq!(t.held_bytes, 60);
+        assert_eq!(t.cc.held_bytes, 60);
         // Held messages keep the entry alive.
         t.expire(t0 + ms(1_000_000));
         assert_eq!(t.len(), 1);
@@ -669,15 +825,15 @@ mod tests {
             }
         }
         let t0 = Instant::now();
-        let mut t = PeerTable::new(Arc::new(Fixed), Params::default(), 4, Duration::ZERO);
+        let mut t = Table::new(Arc::new(Fixed), 4);
         let mut a = t.begin(t0, peer(1), &mut Low);
         t.backoff(t0 + ms(2000), peer(1), &mut a);
         t.answered(t0 + ms(3000), peer(1), &a);
-        assert!(matches!(t.peers[&peer(1)].ctl, PeerController::Boxed(_)));
+        assert!(matches!(t.state(peer(1)).ctl, PeerController::Boxed(_)));
         // Karn keeps the backed-off timer (4 s): FASOR would not.
         assert_eq!(t.rto(t0 + ms(3000), peer(1)), Some(ms(4000)));
-        t.set_factory(Arc::new(Algorithm::FasorK));
-        assert!(matches!(t.peers[&peer(1)].ctl, PeerController::Fasor(_)));
+        t.cc.set_factory(Arc::new(Algorithm::FasorK), &mut t.places);
+        assert!(matches!(t.state(peer(1)).ctl, PeerController::Fasor(_)));
         assert_eq!(t.rto(t0 + ms(3000), peer(1)), Some(ms(2000)));
     }
 
@@ -691,5 +847,39 @@ mod tests {
         }
         let mut t = table(Algorithm::Fasor, 4);
         assert_eq!(t.non_decide(t0, peer(1), 50), NonDecision::Confirmable);
+    }
+
+    /// A moved state needs its release timer armed again at the new address; a
+    /// forgotten one gives back its place under the bound and its held bytes.
+    #[test]
+    fn a_moved_state_asks_for_a_release_and_a_forgotten_one_gives_its_room_back() {
+        let t0 = Instant::now();
+        let mut t = table(Algorithm::Cocoa, 1);
+        let tok = Token::new(&[1]).unwrap();
+        assert_eq!(t.hold(t0, peer(1), tok, vec![0; 10]), Hold::Held(Some(t0)));
+        let mut place = t.places.remove(&peer(1)).unwrap();
+        assert!(place.as_mut().unwrap().moved());
+        t.places.insert(peer(2), place);
+        assert!(
+            t.release_held(t0, peer(2)).0.is_some(),
+            "released at the new address"
+        );
+        assert_eq!(t.cc.held_bytes, 0);
+        let tok = Token::new(&[2]).unwrap();
+        assert!(matches!(
+            t.hold(t0, peer(2), tok, vec![0; 10]),
+            Hold::Held(_)
+        ));
+        assert_eq!(t.cc.held_bytes, 10);
+        // At the bound (one peer): another peer runs on throw-away state ...
+        t.begin(t0, peer(3), &mut Low);
+        assert_eq!(t.stats().overflow, 1);
+        // ... until the peer holding it is gone.
+        let mut gone = t.places.remove(&peer(2)).unwrap();
+        t.cc.forget(&mut gone);
+        assert!(gone.is_none());
+        assert_eq!((t.len(), t.cc.held_bytes), (0, 0));
+        t.begin(t0, peer(3), &mut Low);
+        assert_eq!((t.len(), t.stats().overflow), (1, 1));
     }
 }

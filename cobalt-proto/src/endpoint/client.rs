@@ -183,9 +183,10 @@ impl Endpoint {
     }
 
     pub(super) fn release_outstanding(&mut self, now: Instant, peer: SocketAddr) {
+        let used = self.epoch_secs(now);
         if let Some(p) = self.peers.get_mut(&peer) {
             p.outstanding = p.outstanding.saturating_sub(1);
-            p.last_used = now;
+            p.last_used = used;
         }
         self.pump_peer(now, peer);
     }

@@ -1,7 +1,7 @@
 //! Protocol parameters of the endpoint (RFC 7252 §4.8), all configurable.
 
 use crate::address::AddressPrefix;
-use crate::congestion::{Algorithm, Params, PeerTable};
+use crate::congestion::{Algorithm, Congestion, Params};
 use crate::message::{DEFAULT_MAX_TOKEN_LEN, MAX_TOKEN_LEN};
 use crate::settings::{within, Param, Settings};
 use std::sync::Arc;
@@ -172,10 +172,10 @@ impl EndpointConfig {
         self.max_transmit_span() + self.max_latency
     }
 
-    /// The congestion state table this configuration asks for: its algorithm, its
-    /// bound, kept for EXCHANGE_LIFETIME but at least 255 s.
-    pub(crate) fn congestion_table(&self) -> PeerTable {
-        PeerTable::new(
+    /// The congestion control this configuration asks for: its algorithm, its bound
+    /// on peers with state, kept for EXCHANGE_LIFETIME but at least 255 s.
+    pub(crate) fn congestion_table(&self) -> Congestion {
+        Congestion::new(
             Arc::new(self.congestion_control),
             Params {
                 ack_timeout: self.ack_timeout,

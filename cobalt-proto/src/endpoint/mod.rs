@@ -54,7 +54,7 @@ pub use crate::settings::ConfigError;
 pub use config::EndpointConfig;
 pub use ids::{ExchangeId, RequestId};
 
-use crate::congestion::{Attempt, PeerTable};
+use crate::congestion::{Attempt, Congestion};
 #[cfg(test)]
 use crate::message::DEFAULT_MAX_TOKEN_LEN;
 use crate::message::{codec, opt, Code, Message, MessageType, Token};
@@ -65,7 +65,6 @@ use hashbrown::HashMap;
 use peers::{Peer, PeerEntries, PeerSlot};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use smallvec::SmallVec;
 use spare::Spare;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -323,21 +322,24 @@ fn peer_entry<'a>(
     now: Instant,
     peer: SocketAddr,
 ) -> (PeerSlot, &'a mut Peer) {
-    let (slot, p) = peers.entry(peer, || new_peer(rng, now, peer));
-    p.last_used = now;
+    let used = peers.secs(now);
+    let (slot, p) = peers.entry(peer, || new_peer(rng, used, peer));
+    p.last_used = used;
     (slot, p)
 }
 
-/// A new entry for `peer`, used at `now`, its first message ID drawn from `rng`.
-fn new_peer(rng: &mut StdRng, now: Instant, peer: SocketAddr) -> Peer {
+/// A new entry for `peer`, used at `used` (see [`PeerEntries::secs`]), its first
+/// message ID drawn from `rng`.
+fn new_peer(rng: &mut StdRng, used: u32, peer: SocketAddr) -> Peer {
     Peer {
         addr: peer,
-        in_progress: SmallVec::new(),
-        last_used: now,
+        in_progress: peers::InProgress::default(),
+        stored: false,
+        last_used: used,
         outstanding: 0,
         mid_block_used: 0,
         next_mid: rng.random(),
-        stored: false,
+        congestion: None,
         rare: None,
     }
 }
@@ -437,8 +439,9 @@ pub struct Endpoint {
     config: EndpointConfig,
     rng: StdRng,
     dedup: DedupStore,
-    /// Retransmission timeouts and NON pacing per peer.
-    congestion: PeerTable,
+    /// Retransmission timeouts and NON pacing: what the peers' states (in their
+    /// entries) share.
+    congestion: Congestion,
     admission: Admission,
     validation: validation::Validation,
     peers: PeerEntries,
@@ -484,7 +487,7 @@ impl Endpoint {
             dedup,
             admission: Admission::default(),
             validation: validation::Validation::default(),
-            peers: PeerEntries::default(),
+            peers: PeerEntries::new(now),
             server: HashMap::new(),
             clients: HashMap::new(),
             tokens: TokenIndex::default(),
@@ -681,23 +684,22 @@ impl Endpoint {
         how: Finished<'_>,
     ) {
         let remembers = !matches!(how, Finished::Forget);
+        let used = if remembers { self.peers.secs(now) } else { 0 };
         let p = if remembers {
             // The entry outlives what the store keeps of it (both last the exchange
             // lifetime from now), so its `stored` mark is never lost early.
             self.arm_housekeeping(now);
             let rng = &mut self.rng;
             self.peers
-                .entry_at(slot, key.0, || new_peer(rng, now, key.0))
+                .entry_at(slot, key.0, || new_peer(rng, used, key.0))
         } else {
             self.peers.get_at_mut(slot, key.0)
         };
         if let Some(p) = p {
             if remembers {
-                p.last_used = now;
+                p.last_used = used;
             }
-            if let Some(i) = p.in_progress.iter().position(|(mid, _)| *mid == key.1) {
-                p.in_progress.swap_remove(i);
-            }
+            p.in_progress.remove(key.1);
             p.stored |= remembers;
         }
         self.dedup.finish(now, key, how);
@@ -710,8 +712,7 @@ impl Endpoint {
 
     /// Whole seconds since the endpoint's epoch, rounded up, plus one (0 means never).
     fn epoch_secs(&self, now: Instant) -> u32 {
-        let d = now.saturating_duration_since(self.epoch);
-        (d.as_secs() + u64::from(d.subsec_nanos() > 0) + 1).min(u64::from(u32::MAX)) as u32
+        peers::epoch_secs(self.epoch, now)
     }
 
     /// When the next message ID to `peer` may be used, if not now: entering a block of
@@ -761,8 +762,14 @@ impl Endpoint {
             .chain(self.clients.values().map(|e| e.peer))
             .chain(self.pending.keys().map(|(p, _)| *p))
             .collect();
-        self.peers
-            .retain(|p| busy.contains(&p.addr) || now < p.last_used + lifetime);
+        // An entry lives as long as the longer of its two reasons: its own use and
+        // its congestion state.
+        let expired = self.peers.last_used_expired(lifetime, now);
+        let congestion = &mut self.congestion;
+        self.peers.retain(|p| {
+            let congestion_kept = congestion.expire(now, &mut p.congestion);
+            congestion_kept || p.last_used > expired || busy.contains(&p.addr)
+        });
         // What a burst left behind (e.g. the exchanges of 100,000 confirmable
         // notifications): the tables give their memory back once they are sparse.
         shrink_when_sparse(&mut self.peers);
@@ -773,12 +780,7 @@ impl Endpoint {
         shrink_when_sparse(&mut self.transmits);
         shrink_when_sparse(&mut self.events);
         self.timers.shrink();
-        self.congestion.expire(now);
-        if !self.peers.is_empty()
-            || !self.dedup.is_empty()
-            || validating
-            || !self.congestion.is_empty()
-        {
+        if !self.peers.is_empty() || !self.dedup.is_empty() || validating {
             self.arm_housekeeping(now);
         }
     }

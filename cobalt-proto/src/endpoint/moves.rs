@@ -41,9 +41,9 @@ impl Endpoint {
         let Some(mut peer) = self.peers.remove(&from) else {
             return false;
         };
-        peer.last_used = now;
+        peer.last_used = self.peers.secs(now);
         peer.addr = to;
-        for &(_, id) in &peer.in_progress {
+        for id in peer.in_progress.exchanges() {
             if let Some(ex) = self.server.get_mut(&ExchangeId(id)) {
                 ex.peer = to;
             }
@@ -51,6 +51,9 @@ impl Endpoint {
         let in_progress = u32::try_from(peer.in_progress.len()).unwrap_or(u32::MAX);
         self.admission.transfer(&self.config, from, to, in_progress);
         let queued = !peer.queue_is_empty();
+        // Its congestion state goes with it; held NON notifications are released
+        // at the new address.
+        let release_held = peer.congestion.as_mut().is_some_and(|c| c.moved());
         self.peers.insert(peer);
         // Confirmable messages on their way: retransmitted to `to`, on the timers
         // they had (the ones armed for `from` find nothing when they fire).
@@ -74,7 +77,7 @@ impl Endpoint {
             }
         }
         self.dedup.move_peer(from, to);
-        if self.congestion.move_peer(from, to) {
+        if release_held {
             self.timers.arm(now, Timer::NonPacer(to));
         }
         if queued {
@@ -87,7 +90,8 @@ impl Endpoint {
     /// the application of the confirmable messages and queued requests that end.
     fn drop_peer(&mut self, now: Instant, peer: SocketAddr) {
         if let Some(mut gone) = self.peers.remove(&peer) {
-            for (_, id) in gone.in_progress.drain(..) {
+            self.congestion.forget(&mut gone.congestion);
+            for id in gone.in_progress.take_exchanges() {
                 if self.server.remove(&ExchangeId(id)).is_some() {
                     self.admission.release(&self.config, peer);
                 }
@@ -262,8 +266,13 @@ mod tests {
         while ep.poll_transmit().is_some() {}
         let pending = ep.state_counts().pending_confirmables;
         assert_eq!(pending, 2);
+        assert_eq!(ep.congestion_peers(), 2);
 
         assert!(ep.move_peer(now, old, new));
+        // The mover's congestion state is the new address's; the stale one's is gone.
+        assert_eq!(ep.congestion_peers(), 1);
+        assert!(ep.congestion_rto(now, old).is_none());
+        assert!(ep.congestion_rto(now, new).is_some());
         assert_eq!(
             ep.poll_event(),
             Some(Event::ResponseFailed {

@@ -18,17 +18,20 @@ impl Endpoint {
         mid: u16,
         bytes: Vec<u8>,
     ) {
-        match self.congestion.non_decide(now, peer, bytes.len()) {
+        let places = &mut self.peers.congestion_places();
+        match self.congestion.non_decide(now, places, peer, bytes.len()) {
             NonDecision::Send => {
-                self.congestion.non_record(now, peer, false);
+                self.congestion.non_record(now, places, peer, false);
                 self.transmit(peer, bytes);
             }
             NonDecision::Confirmable => self.send_non_as_con(now, peer, id, mid, bytes),
-            NonDecision::WaitUntil(at) => match self.congestion.hold(now, peer, token, bytes, at) {
-                Hold::Held(Some(at)) => self.timers.arm(at, Timer::NonPacer(peer)),
-                Hold::Held(None) => {}
-                Hold::NoRoom(bytes) => self.send_non_as_con(now, peer, id, mid, bytes),
-            },
+            NonDecision::WaitUntil(at) => {
+                match self.congestion.hold(now, places, peer, token, bytes, at) {
+                    Hold::Held(Some(at)) => self.timers.arm(at, Timer::NonPacer(peer)),
+                    Hold::Held(None) => {}
+                    Hold::NoRoom(bytes) => self.send_non_as_con(now, peer, id, mid, bytes),
+                }
+            }
         }
     }
 
@@ -43,13 +46,15 @@ impl Endpoint {
     ) {
         // Type is bits 5–4 of the first byte; CON is 0.
         bytes[0] &= !0x30;
-        self.congestion.non_record(now, peer, true);
+        let places = &mut self.peers.congestion_places();
+        self.congestion.non_record(now, places, peer, true);
         self.send_confirmable(now, peer, mid, bytes, Owner::Server(id));
     }
 
     /// The NON rate may allow the next held notification to `peer`.
     pub(super) fn release_held_non(&mut self, now: Instant, peer: SocketAddr) {
-        let (bytes, next) = self.congestion.release_held(now, peer);
+        let places = &mut self.peers.congestion_places();
+        let (bytes, next) = self.congestion.release_held(now, places, peer);
         if let Some(bytes) = bytes {
             self.transmit(peer, bytes);
         }

@@ -8,20 +8,26 @@
 //! only when it holds the address asked for; otherwise the address is looked up.
 
 use super::ids::RequestId;
+use crate::congestion::{PeerCongestion, States};
 use hashbrown::hash_table::Entry;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Everything the endpoint keeps about one peer (IP address and port), found with one
 /// lookup per datagram: its message IDs, its requests in progress (for deduplication
-/// and admission) and whether the dedup store holds messages of it. What only some
-/// peers need (a queue of requests beyond NSTART, message IDs used in more than one
-/// block) is in [`PeerRare`], made on first use: a client observing thousands of
-/// servers sends each one request, and keeps one small entry per server.
+/// and admission), whether the dedup store holds messages of it, and its congestion
+/// state. What only some peers need (a queue of requests beyond NSTART, message IDs
+/// used in more than one block) is in [`PeerRare`], made on first use: a client
+/// observing thousands of servers sends each one request, and keeps one small entry
+/// per server.
+///
+/// An entry lives as long as the longer of its two reasons: its own use (for
+/// EXCHANGE_LIFETIME, while anything of the peer is in progress) and its congestion
+/// state (see [`crate::congestion`]; kept at least 255 s after its last use).
 #[derive(Debug)]
 pub(super) struct Peer {
     /// Its address: the key it is filed under (see [`PeerEntries`]).
@@ -30,18 +36,96 @@ pub(super) struct Peer {
     /// meanwhile is recognised (RFC 7252 §4.5), and their number is what its admission
     /// bound counts ([`EndpointConfig::max_exchanges_per_peer`](super::EndpointConfig::max_exchanges_per_peer)). An answer waiting for
     /// the peer's address to be verified keeps its request here until it is sent.
-    pub(super) in_progress: SmallVec<[(u16, u64); 2]>,
-    pub(super) last_used: Instant,
+    pub(super) in_progress: InProgress,
+    /// Whether the dedup store may hold handled messages of this peer; until one is
+    /// stored, a request needs no look into the store.
+    pub(super) stored: bool,
+    /// When it was last used (whole seconds since the endpoint's epoch, rounded up,
+    /// plus one, as `mid_block_used`): 4 bytes where an `Instant` takes 16, for
+    /// every peer of a client observing thousands of devices.
+    pub(super) last_used: u32,
     /// Client requests to it sent and not yet answered (at most NSTART).
     pub(super) outstanding: u32,
     /// When a message ID of the block of the last one given out was last used (whole
     /// seconds since the endpoint's epoch, rounded up; 0 = none given out yet).
     pub(super) mid_block_used: u32,
     pub(super) next_mid: u16,
-    /// Whether the dedup store may hold handled messages of this peer; until one is
-    /// stored, a request needs no look into the store.
-    pub(super) stored: bool,
+    /// Its retransmission timeouts and NON pacing, for at most
+    /// [`EndpointConfig::max_congestion_peers`](super::EndpointConfig::max_congestion_peers)
+    /// peers (`None`: none kept).
+    pub(super) congestion: Option<PeerCongestion>,
     pub(super) rare: Option<Box<PeerRare>>,
+}
+
+/// A peer's requests being handled: each one's message ID and exchange number, two
+/// of them inline (a client's requests one after another, and a retransmission
+/// of one, never need more).
+#[derive(Debug, Default)]
+pub(super) struct InProgress(SmallVec<[HandledRequest; 2]>);
+
+/// One request being handled: its message ID and its exchange's number, the number
+/// in two 4-byte halves so that the pair takes 12 bytes (as `(u16, u64)` it takes
+/// 16, and the peer's entry 8 more).
+#[derive(Debug, Clone, Copy)]
+struct HandledRequest {
+    mid: u16,
+    exchange: [u32; 2],
+}
+
+impl HandledRequest {
+    #[inline]
+    fn exchange(&self) -> u64 {
+        u64::from(self.exchange[0]) << 32 | u64::from(self.exchange[1])
+    }
+}
+
+impl InProgress {
+    /// The exchange of the request with message ID `mid`, if it is being handled.
+    #[inline]
+    pub(super) fn exchange_of(&self, mid: u16) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|r| r.mid == mid)
+            .map(HandledRequest::exchange)
+    }
+
+    /// The request with message ID `mid` is being handled by `exchange`.
+    #[inline]
+    pub(super) fn push(&mut self, mid: u16, exchange: u64) {
+        let exchange = [(exchange >> 32) as u32, exchange as u32];
+        self.0.push(HandledRequest { mid, exchange });
+    }
+
+    /// The request with message ID `mid` is no longer being handled.
+    #[inline]
+    pub(super) fn remove(&mut self, mid: u16) {
+        if let Some(i) = self.0.iter().position(|r| r.mid == mid) {
+            self.0.swap_remove(i);
+        }
+    }
+
+    /// Requests being handled.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when none is.
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The exchanges of the requests being handled.
+    pub(super) fn exchanges(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().map(HandledRequest::exchange)
+    }
+
+    /// Takes the exchanges of the requests being handled out, leaving none.
+    pub(super) fn take_exchanges(&mut self) -> impl Iterator<Item = u64> {
+        std::mem::take(&mut self.0)
+            .into_iter()
+            .map(|r| r.exchange())
+    }
 }
 
 /// What only some peers need, kept apart from [`Peer`] so that the many that do not
@@ -134,13 +218,71 @@ impl PeerSlot {
 }
 
 /// The peers with per-peer state, by address.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct PeerEntries {
     table: HashTable<Peer>,
     hasher: DefaultHashBuilder,
+    /// The endpoint's epoch: what [`Peer::last_used`] counts from.
+    epoch: Instant,
+    /// The second that [`PeerEntries::secs`] gave out last: the times in
+    /// `(start, end]` are `secs`. The datagrams of a turn share their `now`, and a
+    /// comparison costs less than the subtraction of two `Instant`s (some 30
+    /// instructions, twice per answered request).
+    second: (Instant, Instant, u32),
+}
+
+/// `now` as seconds since `epoch`: whole seconds, rounded up, plus one (so 0 means
+/// never), saturating after 136 years.
+pub(super) fn epoch_secs(epoch: Instant, now: Instant) -> u32 {
+    let d = now.saturating_duration_since(epoch);
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0) + 1).min(u64::from(u32::MAX)) as u32
 }
 
 impl PeerEntries {
+    /// No peers yet; their last uses count from `epoch`.
+    pub(super) fn new(epoch: Instant) -> PeerEntries {
+        PeerEntries {
+            table: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            epoch,
+            second: (epoch, epoch, 0),
+        }
+    }
+
+    /// The peers' congestion states, for the calls of [`crate::congestion::Congestion`].
+    pub(super) fn congestion_places(&mut self) -> CongestionPlaces<'_> {
+        CongestionPlaces {
+            peers: self,
+            slot: PeerSlot::UNKNOWN,
+        }
+    }
+
+    /// `now` as a [`Peer::last_used`] ([`epoch_secs`]).
+    #[inline]
+    pub(super) fn secs(&mut self, now: Instant) -> u32 {
+        let (start, end, secs) = self.second;
+        if start < now && now <= end {
+            return secs;
+        }
+        let secs = epoch_secs(self.epoch, now);
+        // Times `d` after the epoch with k - 1 < d <= k give k + 1.
+        if (2..u32::MAX).contains(&secs) {
+            let end = self.epoch + Duration::from_secs(u64::from(secs - 1));
+            self.second = (end - Duration::from_secs(1), end, secs);
+        }
+        secs
+    }
+
+    /// The latest [`Peer::last_used`] of a peer unused for `lifetime` at `now` (its
+    /// last use is kept to the second, rounded up: it lives up to a second longer,
+    /// never less); 0 before any can be.
+    pub(super) fn last_used_expired(&self, lifetime: Duration, now: Instant) -> u32 {
+        let since = now
+            .checked_sub(lifetime)
+            .and_then(|t| t.checked_duration_since(self.epoch));
+        since.map_or(0, |d| (d.as_secs() + 1).min(u64::from(u32::MAX)) as u32)
+    }
+
     /// `addr`'s entry and its slot, made with `make` if it has none.
     pub(super) fn entry(
         &mut self,
@@ -181,6 +323,19 @@ impl PeerEntries {
             return self.table.get_bucket_mut(slot.bucket());
         }
         self.get_mut(&addr)
+    }
+
+    /// `addr`'s entry and where it is, found at `slot` if it is still there, else by
+    /// its address.
+    fn find_at(&mut self, slot: PeerSlot, addr: SocketAddr) -> Option<(PeerSlot, &mut Peer)> {
+        if self.holds(slot, addr) {
+            return Some((slot, self.table.get_bucket_mut(slot.bucket())?));
+        }
+        let found = self
+            .table
+            .find_entry(self.hasher.hash_one(addr), |p| p.addr == addr);
+        let entry = found.ok()?;
+        Some((PeerSlot::of(entry.bucket_index()), entry.into_mut()))
     }
 
     /// Whether `slot` holds `addr`'s entry.
@@ -231,6 +386,31 @@ impl PeerEntries {
     }
 }
 
+/// The peers' congestion states ([`crate::congestion::States`]), each in its peer's
+/// entry; the entry of the peer asked for last is found again at its slot without
+/// hashing. A peer without an entry has no place for congestion state (and runs on
+/// throw-away state), which does not happen: every confirmable message takes its
+/// message ID from its peer's entry first, and the entry lives while the message is
+/// on its way.
+pub(super) struct CongestionPlaces<'a> {
+    peers: &'a mut PeerEntries,
+    slot: PeerSlot,
+}
+
+impl States for CongestionPlaces<'_> {
+    fn place(&mut self, peer: SocketAddr) -> Option<&mut Option<PeerCongestion>> {
+        let (slot, p) = self.peers.find_at(self.slot, peer)?;
+        self.slot = slot;
+        Some(&mut p.congestion)
+    }
+
+    fn for_each_place(&mut self, mut f: impl FnMut(&mut Option<PeerCongestion>)) {
+        for p in self.peers.table.iter_mut() {
+            f(&mut p.congestion);
+        }
+    }
+}
+
 impl crate::tables::Table for PeerEntries {
     fn len(&self) -> usize {
         self.table.len()
@@ -248,18 +428,17 @@ impl crate::tables::Table for PeerEntries {
 mod tests {
     use super::*;
     use crate::tables::Table;
-    use smallvec::SmallVec;
-    use std::time::Instant;
 
     fn peer(addr: SocketAddr, next_mid: u16) -> Peer {
         Peer {
             addr,
-            in_progress: SmallVec::new(),
-            last_used: Instant::now(),
+            in_progress: InProgress::default(),
+            stored: false,
+            last_used: 1,
             outstanding: 0,
             mid_block_used: 0,
             next_mid,
-            stored: false,
+            congestion: None,
             rare: None,
         }
     }
@@ -270,7 +449,7 @@ mod tests {
 
     #[test]
     fn a_slot_finds_its_entry_again_and_a_stale_one_falls_back_to_the_address() {
-        let mut peers = PeerEntries::default();
+        let mut peers = PeerEntries::new(std::time::Instant::now());
         let (slot, _) = peers.entry(addr(1), || peer(addr(1), 7));
         assert_eq!(peers.get_at_mut(slot, addr(1)).map(|p| p.next_mid), Some(7));
         // Growing the table moves entries: the old slot no longer holds peer 1.
@@ -297,8 +476,44 @@ mod tests {
     }
 
     #[test]
+    fn seconds_since_the_epoch_are_rounded_up_in_any_order_of_times() {
+        let epoch = Instant::now();
+        let mut peers = PeerEntries::new(epoch);
+        let at = |ms: u64| epoch + Duration::from_millis(ms);
+        for ms in [
+            0, 1, 999, 1000, 1001, 5, 2000, 1500, 2001, 999, 0, 3_600_000,
+        ] {
+            assert_eq!(peers.secs(at(ms)), epoch_secs(epoch, at(ms)), "{ms} ms");
+        }
+        assert_eq!(
+            (peers.secs(at(0)), peers.secs(at(1)), peers.secs(at(1000))),
+            (1, 2, 2)
+        );
+        assert_eq!(peers.secs(at(1001)), 3);
+    }
+
+    #[test]
+    fn requests_in_progress_keep_their_whole_exchange_number_in_12_bytes() {
+        let mut r = InProgress::default();
+        let big = (7u64 << 32) | 0xdead_beef;
+        r.push(1, big);
+        r.push(2, 5);
+        r.push(3, u64::MAX);
+        assert_eq!(
+            (r.exchange_of(1), r.exchange_of(3), r.exchange_of(4)),
+            (Some(big), Some(u64::MAX), None)
+        );
+        r.remove(1);
+        assert_eq!(r.exchanges().collect::<Vec<_>>(), [u64::MAX, 5]);
+        assert_eq!(r.take_exchanges().count(), 2);
+        assert!(r.is_empty());
+        assert_eq!(std::mem::size_of::<HandledRequest>(), 12);
+        assert!(std::mem::size_of::<InProgress>() <= 32);
+    }
+
+    #[test]
     fn entry_at_makes_a_missing_entry_and_insert_replaces_one() {
-        let mut peers = PeerEntries::default();
+        let mut peers = PeerEntries::new(std::time::Instant::now());
         let made = peers.entry_at(PeerSlot::UNKNOWN, addr(1), || peer(addr(1), 3));
         assert_eq!(made.map(|p| p.next_mid), Some(3));
         peers.insert(peer(addr(1), 4));

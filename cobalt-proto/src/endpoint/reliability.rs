@@ -10,13 +10,15 @@ impl Endpoint {
     /// [`EndpointConfig::congestion_control`] for every peer (what was learnt so far is
     /// forgotten).
     pub fn set_congestion_factory(&mut self, factory: SharedFactory) {
-        self.congestion.set_factory(factory);
+        let places = &mut self.peers.congestion_places();
+        self.congestion.set_factory(factory, places);
     }
 
     /// The overall RTO estimate for `peer`, if its algorithm keeps one and the peer has
     /// congestion state.
     pub fn congestion_rto(&mut self, now: Instant, peer: SocketAddr) -> Option<Duration> {
-        self.congestion.rto(now, peer)
+        let places = &mut self.peers.congestion_places();
+        self.congestion.rto(now, places, peer)
     }
 
     /// Peers with congestion state.
@@ -44,10 +46,11 @@ impl Endpoint {
         // its room when it has drained: give that back, not at the next housekeeping.
         crate::tables::shrink_when_sparse(&mut self.pending);
         self.spare.give(std::mem::take(&mut p.bytes));
+        let places = &mut self.peers.congestion_places();
         if answered {
-            self.congestion.answered(now, peer, &p.attempt);
+            self.congestion.answered(now, places, peer, &p.attempt);
         } else {
-            self.congestion.abandoned(now, peer, &p.attempt);
+            self.congestion.abandoned(now, places, peer, &p.attempt);
         }
         Some(p)
     }
@@ -60,7 +63,8 @@ impl Endpoint {
         bytes: Vec<u8>,
         owner: Owner,
     ) {
-        let attempt = self.congestion.begin(now, peer, &mut self.rng);
+        let places = &mut self.peers.congestion_places();
+        let attempt = self.congestion.begin(now, places, peer, &mut self.rng);
         let next_at = now + attempt.timeout;
         let copy = self.spare.copy(&bytes);
         self.transmit(peer, copy);
@@ -100,7 +104,8 @@ impl Endpoint {
             if let Some(b) = &mut p.budget {
                 *b -= p.bytes.len();
             }
-            self.congestion.backoff(now, peer, &mut p.attempt);
+            let places = &mut self.peers.congestion_places();
+            self.congestion.backoff(now, places, peer, &mut p.attempt);
             p.next_at = now + p.attempt.timeout;
             let (next_at, bytes) = (p.next_at, self.spare.copy(&p.bytes));
             self.stats.retransmissions += 1;
@@ -394,5 +399,46 @@ mod tests {
         assert!(server.is_unacknowledged(newcomer, mid));
         server.handle_datagram(t1, newcomer, &codec::encode(&Message::empty_ack(mid)));
         assert!(!server.is_unacknowledged(newcomer, mid));
+    }
+
+    /// One entry per peer holds its congestion state too: the entry lives as long as
+    /// the longer of its two reasons (its own use for EXCHANGE_LIFETIME, 247 s; its
+    /// congestion state for 255 s), and both go together.
+    #[test]
+    fn a_peer_entry_lives_as_long_as_its_congestion_state() {
+        let t0 = Instant::now();
+        let mut c = Endpoint::with_seed(EndpointConfig::default(), t0, 4);
+        let s: SocketAddr = "10.0.0.2:5683".parse().unwrap();
+        let get = Message::new(MessageType::Confirmable, Code::GET, 0);
+        c.request(t0, s, get).unwrap();
+        let req = codec::decode(&c.poll_transmit().unwrap().bytes).unwrap();
+        let mut resp = Message::new(MessageType::Acknowledgement, Code::CONTENT, req.mid);
+        resp.token = req.token;
+        let t1 = t0 + Duration::from_millis(300);
+        c.handle_datagram(t1, s, &codec::encode(&resp));
+        assert!(matches!(c.poll_event(), Some(Event::Response { .. })));
+        let learnt = c.congestion_rto(t1, s);
+        assert!(
+            learnt.is_some_and(|rto| rto < Duration::from_secs(2)),
+            "{learnt:?}"
+        );
+        assert_eq!((c.state_counts().peers, c.congestion_peers()), (1, 1));
+        let mut now = t1;
+        let step = |c: &mut Endpoint, now: &mut Instant, until: Duration| {
+            while *now < t1 + until {
+                *now += Duration::from_secs(1);
+                c.handle_timeout(*now);
+            }
+        };
+        // Past the exchange lifetime, the congestion state keeps the entry.
+        let life = c.config().exchange_lifetime();
+        assert!(life < Duration::from_secs(250));
+        step(&mut c, &mut now, Duration::from_secs(250));
+        assert_eq!((c.state_counts().peers, c.congestion_peers()), (1, 1));
+        assert_eq!(c.congestion_rto(now, s), learnt);
+        // Past 255 s both are gone.
+        step(&mut c, &mut now, Duration::from_secs(320));
+        assert_eq!((c.state_counts().peers, c.congestion_peers()), (0, 0));
+        assert_eq!(c.congestion_rto(now, s), None);
     }
 }

@@ -24,12 +24,8 @@ impl Endpoint {
         // a second lookup).
         self.arm_housekeeping(now);
         let (mut slot, mut p) = peer_entry(&mut self.peers, &mut self.rng, now, peer);
-        let in_progress = p.in_progress.iter().find(|(mid, _)| *mid == msg.mid);
-        let (in_progress, stored, of_peer) = (
-            in_progress.map(|(_, id)| *id),
-            p.stored,
-            p.in_progress.len(),
-        );
+        let in_progress = p.in_progress.exchange_of(msg.mid);
+        let (in_progress, stored, of_peer) = (in_progress, p.stored, p.in_progress.len());
         let duplicate = match in_progress {
             Some(id) => Some(DedupEntry::InProgress(id)),
             None if stored => self.dedup.get(now, &key),
@@ -114,7 +110,7 @@ impl Endpoint {
             return;
         }
         let id = ExchangeId(take_id(&mut self.next_id));
-        p.in_progress.push((msg.mid, id.0));
+        p.in_progress.push(msg.mid, id.0);
         let safe = matches!(msg.code, Code::GET | Code::FETCH);
         self.server.insert(
             id,
@@ -459,7 +455,8 @@ impl Endpoint {
         if confirmable || previous.is_some() {
             // Type is bits 5–4 of the first byte; CON is 0.
             bytes[0] &= !0x30;
-            self.congestion.non_record(now, peer, true);
+            let places = &mut self.peers.congestion_places();
+            self.congestion.non_record(now, places, peer, true);
             match previous {
                 Some(mut p) => {
                     p.bytes.clear();
