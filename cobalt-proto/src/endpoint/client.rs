@@ -79,6 +79,11 @@ impl Endpoint {
         self.clients.get(&id).map(|c| c.token.clone())
     }
 
+    /// The server of a request while it is queued, outstanding or observing.
+    pub fn request_peer(&self, id: RequestId) -> Option<SocketAddr> {
+        self.clients.get(&id).map(|c| c.peer)
+    }
+
     /// True while a request is queued, outstanding or observing.
     pub fn is_request_active(&self, id: RequestId) -> bool {
         self.clients.contains_key(&id)
@@ -338,20 +343,23 @@ impl Endpoint {
     /// came first (a request waits for its response once at most, so this is the
     /// deadline of that wait).
     pub(super) fn on_client_deadline(&mut self, now: Instant, id: RequestId) {
-        let due = self
+        let Some(peer) = self
             .clients
             .get(&id)
-            .is_some_and(|ex| ex.state == ClientState::AwaitingResponse);
-        if due {
-            self.fail_client(
-                now,
+            .filter(|ex| ex.state == ClientState::AwaitingResponse)
+            .map(|ex| ex.peer)
+        else {
+            return;
+        };
+        self.fail_client(
+            now,
+            id,
+            Event::Timeout {
                 id,
-                Event::Timeout {
-                    id,
-                    retransmissions: 0,
-                },
-            );
-        }
+                peer,
+                retransmissions: 0,
+            },
+        );
     }
 
     pub(super) fn fail_client(&mut self, now: Instant, id: RequestId, event: Event) {

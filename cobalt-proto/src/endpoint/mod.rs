@@ -134,6 +134,8 @@ pub enum Event {
     Timeout {
         /// The request.
         id: RequestId,
+        /// The server it was sent to.
+        peer: SocketAddr,
         /// Retransmissions that were sent before giving up.
         retransmissions: u32,
     },
@@ -141,6 +143,8 @@ pub enum Event {
     Reset {
         /// The request.
         id: RequestId,
+        /// The server that rejected it.
+        peer: SocketAddr,
     },
     /// An RST that matched no confirmable message of ours; for example a client
     /// rejecting a NON notification (RFC 7641 §3.6), which ends the observation.

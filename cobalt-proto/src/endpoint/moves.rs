@@ -98,6 +98,7 @@ impl Endpoint {
                     id,
                     Event::Timeout {
                         id,
+                        peer,
                         retransmissions: 0,
                     },
                 );
