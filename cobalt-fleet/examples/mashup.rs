@@ -98,17 +98,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // One client for everything: the lookups at the directory and one observation
     // per device, all on the client's socket. Each observation is one of the client's
-    // exchanges, so the client's bound on those must leave room for all of them.
-    // Every device is a peer whose last messages the client remembers to recognise
-    // duplicates; a device only repeats its one unacknowledged notification, and
-    // repeated notifications are recognised by their Observe number anyway, so two
-    // per device do (the default 8 would take 16 MiB with 10,000 devices).
-    // Each device's congestion state (FASOR's RTO estimates, learnt from the
-    // registration's exchange) is kept with the library's default bound: some 80
-    // bytes a device, forgotten 255 s after the device's last exchange.
+    // exchanges, so the client's bound on those must leave room for all of them;
+    // everything else is the library's default. (Notifications are not remembered
+    // for deduplication: a repeated one is recognised by its Observe number. Each
+    // device's congestion state, FASOR's RTO estimates learnt from the
+    // registration's exchange, is kept with the library's default bound: some 80
+    // bytes a device, forgotten 255 s after the device's last exchange.)
     let client = Client::with_config(EndpointConfig {
         max_client_exchanges: config.max_observed + 1000,
-        dedup_per_peer: 2,
         ..EndpointConfig::default()
     })?;
     // The client's socket and driver (its receive buffers: some 800 KB, whatever

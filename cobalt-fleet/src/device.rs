@@ -266,7 +266,7 @@ impl Device {
                     }
                 }
                 Event::Timeout { id, .. } => self.registration_failed(now, id, "timeout"),
-                Event::Reset { id } => self.registration_failed(now, id, "reset"),
+                Event::Reset { id, .. } => self.registration_failed(now, id, "reset"),
                 Event::UnmatchedReset { peer, mid } => {
                     if let Some(key) = self.relations.by_peer_mid(peer, mid) {
                         self.relations.remove(&key);

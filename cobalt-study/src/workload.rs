@@ -135,7 +135,7 @@ impl UdpClient {
                 self.send(now, ep);
                 Next::Wait
             }
-            Event::Timeout { id, .. } | Event::Reset { id } if Some(id) == self.pending => {
+            Event::Timeout { id, .. } | Event::Reset { id, .. } if Some(id) == self.pending => {
                 self.failures += 1;
                 self.send(now, ep);
                 Next::Wait

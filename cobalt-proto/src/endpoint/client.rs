@@ -48,7 +48,7 @@ impl Endpoint {
                 peer,
                 token,
                 mid: 0,
-                state: ClientState::Queued(Box::new(msg)),
+                state: ClientState::Queued,
                 counted: false,
                 observe,
                 qblock2,
@@ -63,8 +63,9 @@ impl Endpoint {
         // servers a client observes.
         let free = p.queue_is_empty() && (p.outstanding as usize) < nstart;
         if free && self.mid_blocked_until(now, peer).is_none() {
-            self.start_request(now, peer, id);
+            self.start_request(now, peer, id, msg);
         } else {
+            self.queued.insert(id, msg);
             if let Some(p) = self.peers.get_mut(&peer) {
                 p.queue_mut().push_back(id);
             }
@@ -78,6 +79,11 @@ impl Endpoint {
         self.clients.get(&id).map(|c| c.token.clone())
     }
 
+    /// The server of a request while it is queued, outstanding or observing.
+    pub fn request_peer(&self, id: RequestId) -> Option<SocketAddr> {
+        self.clients.get(&id).map(|c| c.peer)
+    }
+
     /// True while a request is queued, outstanding or observing.
     pub fn is_request_active(&self, id: RequestId) -> bool {
         self.clients.contains_key(&id)
@@ -86,10 +92,9 @@ impl Endpoint {
     /// Forgets a request: no more retransmissions, responses or notifications for it.
     /// A later notification for its token is answered with RST (reactive cancel).
     pub fn cancel(&mut self, now: Instant, id: RequestId) {
-        let Some(ex) = self.clients.remove(&id) else {
+        let Some(ex) = self.forget_request(id) else {
             return;
         };
-        self.tokens.remove(id, &ex.peer, &ex.token);
         if ex.state == ClientState::AwaitingAck {
             self.finish_pending(now, ex.peer, ex.mid, false);
         }
@@ -99,6 +104,16 @@ impl Endpoint {
         if ex.counted {
             self.release_outstanding(now, ex.peer);
         }
+    }
+
+    /// Removes request `id`'s record, with its index entry and its queued message.
+    fn forget_request(&mut self, id: RequestId) -> Option<ClientExchange> {
+        let ex = self.clients.remove(&id)?;
+        self.tokens.remove(id, &ex.peer, &ex.token);
+        if ex.state == ClientState::Queued {
+            self.queued.remove(&id);
+        }
+        Some(ex)
     }
 
     pub(super) fn fresh_token(&mut self, peer: SocketAddr) -> Token {
@@ -134,13 +149,15 @@ impl Endpoint {
             let Some(id) = p.dequeue() else {
                 return;
             };
-            self.start_request(now, peer, id);
+            if let Some(msg) = self.queued.remove(&id) {
+                self.start_request(now, peer, id, msg);
+            }
         }
     }
 
-    /// Sends queued request `id` to `peer`, which has room for it (NSTART) and a
-    /// message ID free.
-    fn start_request(&mut self, now: Instant, peer: SocketAddr, id: RequestId) {
+    /// Sends request `id` (`msg`, taken out of the queue if it waited there) to
+    /// `peer`, which has room for it (NSTART) and a message ID free.
+    fn start_request(&mut self, now: Instant, peer: SocketAddr, id: RequestId, mut msg: Message) {
         let Some(p) = self.peers.get_mut(&peer) else {
             return;
         };
@@ -150,11 +167,10 @@ impl Endpoint {
         let Some(ex) = self.clients.get_mut(&id) else {
             return;
         };
-        let ClientState::Queued(mut msg) =
-            std::mem::replace(&mut ex.state, ClientState::AwaitingAck)
-        else {
+        if ex.state != ClientState::Queued {
             return;
-        };
+        }
+        ex.state = ClientState::AwaitingAck;
         ex.counted = true;
         ex.mid = mid;
         msg.mid = mid;
@@ -162,7 +178,7 @@ impl Endpoint {
         if msg.mtype == MessageType::Confirmable {
             self.send_confirmable(now, peer, mid, bytes, Owner::Client(id));
         } else {
-            ex.state = ClientState::AwaitingResponse(non_deadline);
+            ex.state = ClientState::AwaitingResponse;
             // A NON Q-Block1 block (RFC 9177 §7.2): MAX_PAYLOADS, not NSTART,
             // paces the blocks of a set, and the server answers only some of
             // them, so it does not hold the peer's place while it waits.
@@ -226,7 +242,7 @@ impl Endpoint {
             }
             _ => {
                 // Empty ACK: the response will come separately (§5.2.2).
-                ex.state = ClientState::AwaitingResponse(separate_deadline);
+                ex.state = ClientState::AwaitingResponse;
                 self.timers
                     .arm(separate_deadline, Timer::ClientDeadline(id));
                 self.release_outstanding(now, peer);
@@ -318,34 +334,37 @@ impl Endpoint {
             None => return,
         };
         if !keep {
-            if let Some(ex) = self.clients.remove(&id) {
-                self.tokens.remove(id, &ex.peer, &ex.token);
-            }
+            self.forget_request(id);
         }
         self.events
             .push_back(Event::Response { id, response: resp });
     }
 
-    pub(super) fn on_client_deadline(&mut self, now: Instant, at: Instant, id: RequestId) {
-        let due = matches!(
-            self.clients.get(&id),
-            Some(ClientExchange { state: ClientState::AwaitingResponse(d), .. }) if *d == at
-        );
-        if due {
-            self.fail_client(
-                now,
+    /// The response deadline of request `id` has come: it fails unless its response
+    /// came first (a request waits for its response once at most, so this is the
+    /// deadline of that wait).
+    pub(super) fn on_client_deadline(&mut self, now: Instant, id: RequestId) {
+        let Some(peer) = self
+            .clients
+            .get(&id)
+            .filter(|ex| ex.state == ClientState::AwaitingResponse)
+            .map(|ex| ex.peer)
+        else {
+            return;
+        };
+        self.fail_client(
+            now,
+            id,
+            Event::Timeout {
                 id,
-                Event::Timeout {
-                    id,
-                    retransmissions: 0,
-                },
-            );
-        }
+                peer,
+                retransmissions: 0,
+            },
+        );
     }
 
     pub(super) fn fail_client(&mut self, now: Instant, id: RequestId, event: Event) {
-        if let Some(ex) = self.clients.remove(&id) {
-            self.tokens.remove(id, &ex.peer, &ex.token);
+        if let Some(ex) = self.forget_request(id) {
             if ex.counted {
                 self.release_outstanding(now, ex.peer);
             }
@@ -354,5 +373,65 @@ impl Endpoint {
             }
             self.events.push_back(event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Message {
+        let mut m = Message::new(MessageType::Confirmable, Code::GET, 0);
+        m.options.set_uri_path(path);
+        m
+    }
+
+    /// What a client pays per request for as long as it observes: a client of
+    /// thousands of servers holds one record per observation (plus its 8-byte key),
+    /// so the record keeps only the step it is at, not what a step needs.
+    #[test]
+    fn a_request_record_stays_small() {
+        let size = std::mem::size_of::<ClientExchange>();
+        assert!(
+            size <= 56,
+            "the client's request record grew to {size} bytes"
+        );
+        assert_eq!(std::mem::size_of::<ClientState>(), 1);
+    }
+
+    /// A request beyond NSTART keeps its message aside until it goes out; one
+    /// cancelled in the queue leaves nothing behind, and the one after it goes out
+    /// with its own message once the first is answered.
+    #[test]
+    fn queued_messages_are_kept_aside_until_sent_or_cancelled() {
+        let now = Instant::now();
+        let mut client = Endpoint::with_seed(EndpointConfig::default(), now, 1);
+        let server: SocketAddr = "10.0.0.2:5683".parse().unwrap();
+        let first = client.request(now, server, get("/a")).unwrap();
+        assert!(client.queued.is_empty(), "sent at once: never queued");
+        let cancelled = client.request(now, server, get("/b")).unwrap();
+        let last = client.request(now, server, get("/c")).unwrap();
+        assert_eq!(client.queued.len(), 2, "NSTART = 1: two wait");
+        client.cancel(now, cancelled);
+        assert_eq!(client.queued.len(), 1);
+        let sent: Vec<_> = std::iter::from_fn(|| client.poll_transmit()).collect();
+        assert_eq!(sent.len(), 1);
+        let request = codec::decode(&sent[0].bytes).unwrap();
+        assert_eq!(request.options.uri_path_string(), "/a");
+        let mut answer = Message::new(MessageType::Acknowledgement, Code::CONTENT, request.mid);
+        answer.token = request.token;
+        client.handle_datagram(now, server, &codec::encode(&answer));
+        assert!(matches!(client.poll_event(), Some(Event::Response { id, .. }) if id == first));
+        let sent: Vec<_> = std::iter::from_fn(|| client.poll_transmit()).collect();
+        assert_eq!(sent.len(), 1, "the queued request goes out now");
+        let request = codec::decode(&sent[0].bytes).unwrap();
+        assert_eq!(request.options.uri_path_string(), "/c");
+        assert_eq!(client.request_token(last), Some(request.token));
+        assert!(client.queued.is_empty());
+        assert_eq!(
+            client.clients.get(&last).map(|ex| ex.state),
+            Some(ClientState::AwaitingAck)
+        );
+        assert!(!client.is_request_active(cancelled));
     }
 }

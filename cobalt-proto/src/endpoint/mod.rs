@@ -133,6 +133,8 @@ pub enum Event {
     Timeout {
         /// The request.
         id: RequestId,
+        /// The server it was sent to.
+        peer: SocketAddr,
         /// Retransmissions that were sent before giving up.
         retransmissions: u32,
     },
@@ -140,6 +142,8 @@ pub enum Event {
     Reset {
         /// The request.
         id: RequestId,
+        /// The server that rejected it.
+        peer: SocketAddr,
     },
     /// An RST that matched no confirmable message of ours; for example a client
     /// rejecting a NON notification (RFC 7641 §3.6), which ends the observation.
@@ -375,15 +379,20 @@ struct ServerExchange {
     no_response: u8,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+/// Where a request stands. Only the step: a client may hold many observations, each
+/// long past the queue and its deadlines, so what a step needs lives elsewhere (the
+/// queued message in [`Endpoint::queued`], the response's deadline in its timer).
+/// The steps only go forward, so a request waits for its response once at most and
+/// has at most one [`Timer::ClientDeadline`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ClientState {
-    /// Waiting in the peer's NSTART queue. Boxed: every exchange record has room for
-    /// its state, and a client may hold many observations, each long past the queue.
-    Queued(Box<Message>),
+    /// Waiting in the peer's NSTART queue, its message in [`Endpoint::queued`].
+    Queued,
     /// CON sent, no ACK yet.
     AwaitingAck,
-    /// ACK received or NON sent; waiting for the response.
-    AwaitingResponse(Instant),
+    /// ACK received or NON sent; waiting for the response until its
+    /// [`Timer::ClientDeadline`].
+    AwaitingResponse,
     /// Observe registration confirmed; notifications keep coming.
     Observing,
 }
@@ -447,6 +456,9 @@ pub struct Endpoint {
     peers: PeerEntries,
     server: HashMap<ExchangeId, ServerExchange>,
     clients: HashMap<RequestId, ClientExchange>,
+    /// The messages of the client's requests in [`ClientState::Queued`] (none for a
+    /// client that sends each server one request at a time).
+    queued: HashMap<RequestId, Message>,
     /// The client's requests by server and token.
     tokens: TokenIndex,
     pending: HashMap<(SocketAddr, u16), PendingCon>,
@@ -490,6 +502,7 @@ impl Endpoint {
             peers: PeerEntries::new(now),
             server: HashMap::new(),
             clients: HashMap::new(),
+            queued: HashMap::new(),
             tokens: TokenIndex::default(),
             pending: HashMap::new(),
             timers: TimerQueue::default(),
@@ -628,7 +641,7 @@ impl Endpoint {
                 Timer::Retransmit(peer, mid) => self.on_retransmit_timer(now, at, peer, mid),
                 Timer::SeparateAck(id) => self.ack_in_progress(id, false),
                 Timer::Probe(peer, mid) => self.on_probe_timer(now, peer, mid),
-                Timer::ClientDeadline(id) => self.on_client_deadline(now, at, id),
+                Timer::ClientDeadline(id) => self.on_client_deadline(now, id),
                 Timer::Housekeeping => self.housekeeping(now),
                 Timer::MidsFree(peer) => self.pump_peer(now, peer),
                 Timer::NonPacer(peer) => self.release_held_non(now, peer),
@@ -742,6 +755,7 @@ impl Endpoint {
         self.peers.capacity()
             + self.server.capacity()
             + self.clients.capacity()
+            + self.queued.capacity()
             + self.tokens.capacity()
             + self.pending.capacity()
             + self.transmits.capacity()
@@ -775,6 +789,7 @@ impl Endpoint {
         shrink_when_sparse(&mut self.peers);
         shrink_when_sparse(&mut self.server);
         shrink_when_sparse(&mut self.clients);
+        shrink_when_sparse(&mut self.queued);
         self.tokens.shrink_when_sparse(&self.clients);
         shrink_when_sparse(&mut self.pending);
         shrink_when_sparse(&mut self.transmits);

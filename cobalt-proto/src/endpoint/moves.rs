@@ -102,6 +102,7 @@ impl Endpoint {
                     id,
                     Event::Timeout {
                         id,
+                        peer,
                         retransmissions: 0,
                     },
                 );

@@ -128,6 +128,7 @@ impl Endpoint {
                 id,
                 Event::Timeout {
                     id,
+                    peer,
                     retransmissions: p.attempt.retransmissions,
                 },
             ),
@@ -159,7 +160,7 @@ impl Endpoint {
         // The RST proves that the peer receives at its address.
         self.verified(now, peer);
         match p.owner {
-            Owner::Client(id) => self.fail_client(now, id, Event::Reset { id }),
+            Owner::Client(id) => self.fail_client(now, id, Event::Reset { id, peer }),
             Owner::Server(id) => self.events.push_back(Event::ResponseFailed {
                 id,
                 reason: DeliveryFailure::Reset,

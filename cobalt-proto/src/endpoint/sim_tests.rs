@@ -91,7 +91,7 @@ fn run(
                         *out.ended.entry((c, id)).or_default() += 1;
                         out.responses += 1;
                     }
-                    Event::Timeout { id, .. } | Event::Reset { id } => {
+                    Event::Timeout { id, .. } | Event::Reset { id, .. } => {
                         *out.ended.entry((c, id)).or_default() += 1;
                         out.timeouts += 1;
                     }

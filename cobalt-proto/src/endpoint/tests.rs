@@ -282,6 +282,7 @@ fn retransmission_uses_binary_backoff_and_times_out() {
         timeout.1,
         Event::Timeout {
             id: rid,
+            peer: p.s,
             retransmissions: 4
         }
     );
@@ -474,7 +475,10 @@ fn rst_to_a_request_reports_reset() {
     let rid = p.client.request(p.now, p.s, get("/x")).unwrap();
     let req = codec::decode(&p.client_sends()[0]).unwrap();
     p.deliver_to_client(&codec::encode(&Message::reset(req.mid)));
-    assert_eq!(p.client.poll_event(), Some(Event::Reset { id: rid }));
+    assert_eq!(
+        p.client.poll_event(),
+        Some(Event::Reset { id: rid, peer: p.s })
+    );
     p.advance(Duration::from_secs(10));
     assert!(p.client_sends().is_empty(), "no retransmission after RST");
 }

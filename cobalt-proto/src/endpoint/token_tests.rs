@@ -307,7 +307,7 @@ fn long_tokens_over_a_lossy_network_end_every_request_exactly_once() {
                             assert_eq!(&response.token, &expected[&(c, id)]);
                             id
                         }
-                        Event::Timeout { id, .. } | Event::Reset { id } => id,
+                        Event::Timeout { id, .. } | Event::Reset { id, .. } => id,
                         other => panic!("unexpected client event {other:?}"),
                     };
                     *ended.entry((c, id)).or_default() += 1;

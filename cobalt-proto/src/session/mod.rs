@@ -86,6 +86,8 @@ pub enum SessionEvent {
     Failed {
         /// The request.
         id: Outbound,
+        /// The server it was sent to.
+        peer: SocketAddr,
         /// Why.
         reason: Failure,
     },
@@ -117,13 +119,16 @@ impl From<Event> for SessionEvent {
             },
             Event::Timeout {
                 id,
+                peer,
                 retransmissions,
             } => SessionEvent::Failed {
                 id: Outbound::Datagram(id),
+                peer,
                 reason: Failure::Timeout { retransmissions },
             },
-            Event::Reset { id } => SessionEvent::Failed {
+            Event::Reset { id, peer } => SessionEvent::Failed {
                 id: Outbound::Datagram(id),
+                peer,
                 reason: Failure::Reset,
             },
             other => SessionEvent::Endpoint(other),
@@ -149,15 +154,18 @@ impl TryFrom<SessionEvent> for Event {
             } => Event::Response { id, response },
             SessionEvent::Failed {
                 id: Outbound::Datagram(id),
+                peer,
                 reason: Failure::Timeout { retransmissions },
             } => Event::Timeout {
                 id,
+                peer,
                 retransmissions,
             },
             SessionEvent::Failed {
                 id: Outbound::Datagram(id),
+                peer,
                 reason: Failure::Reset,
-            } => Event::Reset { id },
+            } => Event::Reset { id, peer },
             SessionEvent::Endpoint(event) => event,
             other => return Err(other),
         })
@@ -339,6 +347,14 @@ pub trait Session {
         }
     }
 
+    /// The server of one of our requests or observations while it is active.
+    fn peer_of(&self, id: &Outbound) -> Option<SocketAddr> {
+        match id {
+            Outbound::Stream { peer, .. } => Some(*peer),
+            Outbound::Datagram(_) => None,
+        }
+    }
+
     /// Whether the last notification of `observation` was confirmable and still waits
     /// for its ACK (never over a stream, which is reliable).
     fn awaits_ack(&self, observation: &Observation) -> bool;
@@ -468,6 +484,13 @@ impl Session for Endpoint {
     fn token_of(&self, id: Outbound) -> Option<Token> {
         match id {
             Outbound::Datagram(id) => self.request_token(id),
+            Outbound::Stream { .. } => None,
+        }
+    }
+
+    fn peer_of(&self, id: &Outbound) -> Option<SocketAddr> {
+        match id {
+            Outbound::Datagram(id) => self.request_peer(*id),
             Outbound::Stream { .. } => None,
         }
     }

@@ -340,6 +340,7 @@ fn session_events(peer: SocketAddr, event: TcpEvent) -> Vec<SessionEvent> {
                         peer,
                         token: token.clone(),
                     },
+                    peer,
                     reason: Failure::Closed(reason.clone()),
                 })
                 .collect();

@@ -24,9 +24,13 @@ fn endpoint_events_survive_the_round_trip_through_the_session_view() {
         },
         Event::Timeout {
             id: RequestId(3),
+            peer,
             retransmissions: 4,
         },
-        Event::Reset { id: RequestId(5) },
+        Event::Reset {
+            id: RequestId(5),
+            peer,
+        },
         Event::ResponseFailed {
             id: ExchangeId(6),
             reason: DeliveryFailure::Reset,
@@ -41,6 +45,7 @@ fn endpoint_events_survive_the_round_trip_through_the_session_view() {
             peer,
             token: Token::new(&[1]).unwrap(),
         },
+        peer,
         reason: Failure::Closed(CloseReason::PeerClosed),
     };
     assert_eq!(Event::try_from(stream.clone()), Err(stream));
@@ -89,6 +94,7 @@ fn a_stream_request_connects_and_a_closed_connection_is_forgotten() {
         streams.poll_event(),
         Some(SessionEvent::Failed {
             id,
+            peer,
             reason: Failure::Closed(CloseReason::PeerClosed)
         })
     );

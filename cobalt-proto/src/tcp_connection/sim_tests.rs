@@ -193,6 +193,7 @@ fn a_peer_abort_fails_the_outstanding_requests() {
         next(&mut sim, 1, horizon),
         Some(SessionEvent::Failed {
             id,
+            peer: sim.addr(0),
             reason: Failure::Closed(reason.clone())
         })
     );
@@ -215,6 +216,7 @@ fn a_reset_stream_fails_the_outstanding_requests_at_once() {
         next(&mut sim, 1, horizon),
         Some(SessionEvent::Failed {
             id,
+            peer: sim.addr(0),
             reason: Failure::Closed(CloseReason::PeerClosed)
         })
     );

@@ -540,15 +540,14 @@ impl<S: Service<Endpoint>> Driver<S> {
                 event @ (Event::Response { .. } | Event::Timeout { .. } | Event::Reset { .. }) => {
                     let event = SessionEvent::from(event);
                     if let SessionEvent::Failed {
-                        id,
+                        peer,
                         reason: Failure::Timeout { .. },
+                        ..
                     } = &event
                     {
-                        if let (Some(d), Some(peer)) =
-                            (&mut self.dtls, self.exchanges.peer(id.clone()))
-                        {
+                        if let Some(d) = &mut self.dtls {
                             // The peer may have lost the session (restart, eviction).
-                            d.forget(peer);
+                            d.forget(*peer);
                         }
                     }
                     self.exchanges.on_event(&mut self.endpoint, now, event);

@@ -49,31 +49,32 @@ pub(crate) trait ExchangeErrors {
     }
 }
 
-/// One request of ours in flight, or one observation.
+/// One request of ours in flight, or one observation. Its server is not kept here:
+/// a stream's id names it, the datagram endpoint knows it ([`Session::peer_of`])
+/// while the request is active, and names it in the request's failure; a client may
+/// hold an observation per server for thousands of servers.
 #[derive(Debug)]
 struct Pending {
-    /// The session's id for it, less the peer (kept next to it).
+    /// The session's id for it.
     id: SessionId,
-    peer: SocketAddr,
     reply: ReplyTo,
 }
 
-/// The session's id of a request ([`Outbound`]) without its peer, which [`Pending`]
-/// holds anyway: a stream's id names the peer too, and a client may hold an
-/// observation per server for thousands of servers (16 bytes a request, not 56).
+/// The session's id of a request ([`Outbound`]): 16 bytes a request, where the
+/// id itself takes 56.
 #[derive(Debug)]
 enum SessionId {
     /// [`Outbound::Datagram`].
     Datagram(RequestId),
-    /// [`Outbound::Stream`]'s token, with what ends an observation. Boxed: a
-    /// client of many servers' observations holds them over datagrams, whose id is
-    /// a number.
+    /// [`Outbound::Stream`], with what ends an observation. Boxed: a client of many
+    /// servers' observations holds them over datagrams, whose id is a number.
     Stream(Box<StreamRequest>),
 }
 
 /// A request over a stream, as [`SessionId::Stream`] keeps it.
 #[derive(Debug)]
 struct StreamRequest {
+    peer: SocketAddr,
     token: Token,
     /// For an observation, the GET with Observe=1 that ends it at the server (a
     /// datagram transport ends it with RST: nothing kept).
@@ -81,22 +82,24 @@ struct StreamRequest {
 }
 
 impl SessionId {
-    /// `id` without its peer; an observation over a stream ends with `deregister`.
+    /// `id`; an observation over a stream ends with `deregister`.
     fn of(id: Outbound, deregister: Option<Message>) -> SessionId {
         match id {
             Outbound::Datagram(id) => SessionId::Datagram(id),
-            Outbound::Stream { token, .. } => {
-                SessionId::Stream(Box::new(StreamRequest { token, deregister }))
-            }
+            Outbound::Stream { peer, token } => SessionId::Stream(Box::new(StreamRequest {
+                peer,
+                token,
+                deregister,
+            })),
         }
     }
 
-    /// The session's id of a request to `peer` with this id.
-    fn outbound(&self, peer: SocketAddr) -> Outbound {
+    /// The session's id of the request.
+    fn outbound(&self) -> Outbound {
         match self {
             SessionId::Datagram(id) => Outbound::Datagram(*id),
             SessionId::Stream(request) => Outbound::Stream {
-                peer,
+                peer: request.peer,
                 token: request.token.clone(),
             },
         }
@@ -114,7 +117,7 @@ impl SessionId {
 impl Pending {
     /// The session's id for it.
     fn outbound(&self) -> Outbound {
-        self.id.outbound(self.peer)
+        self.id.outbound()
     }
 
     /// Whether the session knows it as `id`.
@@ -122,7 +125,7 @@ impl Pending {
         match (&self.id, id) {
             (SessionId::Datagram(a), Outbound::Datagram(b)) => a == b,
             (SessionId::Stream(a), Outbound::Stream { peer, token }) => {
-                self.peer == *peer && a.token == *token
+                a.peer == *peer && a.token == *token
             }
             _ => false,
         }
@@ -198,11 +201,6 @@ impl<E: ExchangeErrors> Exchanges<E> {
         self.pending.is_empty()
     }
 
-    /// The server of request `id`, if it is one of ours.
-    pub(crate) fn peer(&self, id: Outbound) -> Option<SocketAddr> {
-        self.pending.get(&self.key_of(&id)?).map(|p| p.peer)
-    }
-
     /// Carries out a request command (request, cancel, deregistration); gives back the
     /// others (settings, shutdown) for the transport to carry out.
     pub(crate) fn command<S: Session>(
@@ -256,7 +254,6 @@ impl<E: ExchangeErrors> Exchanges<E> {
                     key,
                     Pending {
                         id: SessionId::of(id, deregister),
-                        peer,
                         reply,
                     },
                 );
@@ -270,7 +267,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
         if let Some(pending) = self.take(key) {
             let id = pending.outbound();
             let deregister = pending.id.into_deregister();
-            self.end(session, now, id, pending.peer, deregister);
+            self.end(session, now, id, deregister);
         }
     }
 
@@ -281,11 +278,10 @@ impl<E: ExchangeErrors> Exchanges<E> {
         session: &mut S,
         now: Instant,
         id: Outbound,
-        peer: SocketAddr,
         deregister: Option<Message>,
     ) {
         match (id.clone(), deregister) {
-            (Outbound::Stream { token, .. }, Some(mut deregister)) => {
+            (Outbound::Stream { peer, token }, Some(mut deregister)) => {
                 deregister.token = token;
                 if session.request(now, peer, deregister).is_err() {
                     session.cancel(now, id);
@@ -333,9 +329,9 @@ impl<E: ExchangeErrors> Exchanges<E> {
     ) -> Option<SessionEvent> {
         match event {
             SessionEvent::Response { id, response } => self.on_response(session, now, id, response),
-            SessionEvent::Failed { id, reason } => {
+            SessionEvent::Failed { id, peer, reason } => {
                 if let Some(pending) = self.take_id(&id) {
-                    let error = self.errors.failed(pending.peer, reason);
+                    let error = self.errors.failed(peer, reason);
                     pending.reply.send(Err(error));
                 }
             }
@@ -381,7 +377,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
                 // The observation was dropped before its cancellation got here.
                 if let Some(pending) = self.take(key) {
                     let deregister = pending.id.into_deregister().filter(|_| !last);
-                    self.end(session, now, id, pending.peer, deregister);
+                    self.end(session, now, id, deregister);
                 }
                 return;
             }
@@ -403,7 +399,7 @@ impl<E: ExchangeErrors> Exchanges<E> {
         let keys: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, p)| p.peer == peer)
+            .filter(|(_, p)| session.peer_of(&p.outbound()) == Some(peer))
             .map(|(key, _)| *key)
             .collect();
         for key in keys {
@@ -424,8 +420,14 @@ impl<E: ExchangeErrors> Exchanges<E> {
     ) {
         self.by_id.clear();
         for (_, pending) in self.pending.drain() {
-            session.cancel(now, pending.outbound());
-            pending.reply.send(Err(error(pending.peer)));
+            let id = pending.outbound();
+            // Unknown only for a request the session has just forgotten, whose
+            // failure it still holds for us: the error cannot name its server.
+            let peer = session
+                .peer_of(&id)
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+            session.cancel(now, id);
+            pending.reply.send(Err(error(peer)));
         }
     }
 }
