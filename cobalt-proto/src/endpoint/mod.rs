@@ -567,6 +567,16 @@ impl Endpoint {
 
     // ---------------------------------------------------------------- input
 
+    /// Starts loading what the endpoint keeps of `peer` into the CPU's cache, without
+    /// waiting for it. A caller holding a batch of received datagrams calls this for
+    /// each before handling the first: with thousands of peers their entries are
+    /// rarely cached, and their loads then overlap instead of stalling each datagram
+    /// in turn. Changes nothing; skipping it changes nothing but speed.
+    #[inline]
+    pub fn prefetch_peer(&self, peer: SocketAddr) {
+        self.peers.prefetch(peer);
+    }
+
     /// Processes one received datagram.
     pub fn handle_datagram(&mut self, now: Instant, peer: SocketAddr, bytes: &[u8]) {
         self.stats.datagrams_in += 1;

@@ -302,6 +302,18 @@ impl PeerEntries {
         (PeerSlot::of(entry.bucket_index()), entry.into_mut())
     }
 
+    /// Starts loading `addr`'s entry (if it has one) into the CPU's cache without
+    /// waiting for it: only the table's control bytes are read, not the entry. Called
+    /// for every datagram of a received batch before the first is handled, the cache
+    /// misses of the batch's peers overlap instead of stalling each datagram in turn
+    /// (with thousands of peers the table outgrows the cache).
+    #[inline]
+    pub(super) fn prefetch(&self, addr: SocketAddr) {
+        if let Some(peer) = self.table.iter_hash(self.hasher.hash_one(addr)).next() {
+            prefetch_lines(peer);
+        }
+    }
+
     /// `addr`'s entry, found at `slot` if it is still there, else by its address; made
     /// with `make` if it has none (so it is `None` never; an `Option` only to share
     /// the found-at-the-slot path with [`PeerEntries::get_at_mut`]).
@@ -384,6 +396,24 @@ impl PeerEntries {
     pub(super) fn retain(&mut self, keep: impl FnMut(&mut Peer) -> bool) {
         self.table.retain(keep);
     }
+}
+
+/// Asks the CPU to load every cache line of `value` (a hint: nothing is read, and
+/// where the CPU has no such hint nothing happens).
+#[inline]
+fn prefetch_lines<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let start = (value as *const T).cast::<i8>();
+        for offset in (0..std::mem::size_of::<T>()).step_by(64) {
+            // SAFETY: a prefetch is a hint that never faults and reads nothing into
+            // the program; the address lies inside `value`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
 }
 
 /// The peers' congestion states ([`crate::congestion::States`]), each in its peer's
@@ -509,6 +539,22 @@ mod tests {
         assert!(r.is_empty());
         assert_eq!(std::mem::size_of::<HandledRequest>(), 12);
         assert!(std::mem::size_of::<InProgress>() <= 32);
+    }
+
+    #[test]
+    fn prefetching_files_no_entry_and_changes_none() {
+        let mut peers = PeerEntries::new(std::time::Instant::now());
+        peers.prefetch(addr(1));
+        assert!(peers.is_empty());
+        for port in 1..100 {
+            peers.entry(addr(port), || peer(addr(port), port));
+        }
+        for port in 1..200 {
+            peers.prefetch(addr(port));
+        }
+        assert_eq!(peers.len(), 99);
+        assert_eq!(peers.get(&addr(42)).map(|p| p.next_mid), Some(42));
+        assert!(!peers.contains_key(&addr(150)));
     }
 
     #[test]

@@ -398,6 +398,13 @@ impl<S: Service<Endpoint>> Driver<S> {
                     break;
                 }
             };
+            if self.dtls.is_none() {
+                for i in 0..n {
+                    if let Some((peer, _, _)) = self.io.received(i) {
+                        self.endpoint.prefetch_peer(peer);
+                    }
+                }
+            }
             for i in 0..n {
                 let Some((peer, bytes, truncated)) = self.io.received(i) else {
                     continue;
