@@ -8,10 +8,16 @@
 //! more, so a flood from some addresses cannot lock out the others.
 //!
 //! A peer's own requests in progress are counted in the endpoint's entry for the peer
-//! (found anyway for each datagram); this table counts them per address key and in
-//! total. An address key's count that drops to zero keeps its entry until the next
-//! [`Admission::shrink`]: a client with one request at a time would otherwise remove
-//! and insert its entry for every request.
+//! (found anyway for each datagram); this table counts them in total and, while any
+//! bound but the peer's could be reached, per address key. Below that (fewer requests
+//! in progress than the per-address bound and the total bound, what a server answering
+//! as it goes always has) no address can be over its bound, and a request costs no
+//! lookup of its address: the counts per address are made from the requests in
+//! progress when the total reaches the lower of the two bounds, and dropped when it
+//! falls to half of it (so that making them is paid once per half a bound of
+//! requests at most). An address key's count that drops to zero keeps its entry until
+//! the next [`Admission::shrink`]: a client with one request at a time would otherwise
+//! remove and insert its entry for every request.
 
 use super::EndpointConfig;
 use crate::address::AddressKey;
@@ -28,24 +34,42 @@ pub(crate) enum Refusal {
     Overloaded,
 }
 
-/// Counts of requests in progress per address key and in total.
+/// Counts of requests in progress in total and, while `counting`, per address key.
 #[derive(Debug, Default)]
 pub(crate) struct Admission {
     per_ip: HashMap<AddressKey, u32>,
     total: usize,
+    /// Whether `per_ip` holds the counts per address key (else it is empty).
+    counting: bool,
+}
+
+/// The total at which the counts per address key are needed: below it no address can
+/// reach its own bound, and the total bound is not reached either.
+fn counting_from(cfg: &EndpointConfig) -> usize {
+    cfg.max_exchanges_per_ip.min(cfg.max_server_exchanges)
 }
 
 impl Admission {
     /// Counts a new request from `peer`, which has `of_peer` in progress already, in,
-    /// or says why not.
-    pub(crate) fn admit(
+    /// or says why not. `in_progress` gives the peer of every request in progress (one
+    /// item per request), from which the counts per address key are made when they
+    /// become needed.
+    pub(crate) fn admit<I: Iterator<Item = SocketAddr>>(
         &mut self,
         cfg: &EndpointConfig,
         peer: SocketAddr,
         of_peer: usize,
+        in_progress: impl FnOnce() -> I,
     ) -> Result<(), Refusal> {
         if of_peer >= cfg.max_exchanges_per_peer {
             return Err(Refusal::PeerBusy);
+        }
+        if !self.counting {
+            if self.total < counting_from(cfg) {
+                self.total += 1;
+                return Ok(());
+            }
+            self.count_per_key(cfg, in_progress());
         }
         let key = AddressKey::of(peer.ip(), cfg.ipv6_budget_prefix);
         let bound = cfg.max_server_exchanges;
@@ -67,13 +91,36 @@ impl Admission {
         Err(refusal)
     }
 
+    /// Starts counting per address key, from the peers of the requests in progress.
+    fn count_per_key(
+        &mut self,
+        cfg: &EndpointConfig,
+        in_progress: impl Iterator<Item = SocketAddr>,
+    ) {
+        self.per_ip.clear();
+        for peer in in_progress {
+            let key = AddressKey::of(peer.ip(), cfg.ipv6_budget_prefix);
+            *self.per_ip.entry(key).or_insert(0) += 1;
+        }
+        self.counting = true;
+    }
+
     /// A request of `peer` was answered (or dropped).
     pub(crate) fn release(&mut self, cfg: &EndpointConfig, peer: SocketAddr) {
+        self.total = self.total.saturating_sub(1);
+        if !self.counting {
+            return;
+        }
+        if self.total < counting_from(cfg) / 2 {
+            // Counted again from the requests in progress when needed.
+            self.counting = false;
+            self.per_ip.clear();
+            return;
+        }
         let key = AddressKey::of(peer.ip(), cfg.ipv6_budget_prefix);
         if let Some(n) = self.per_ip.get_mut(&key) {
             *n = n.saturating_sub(1);
         }
-        self.total = self.total.saturating_sub(1);
     }
 
     /// `n` requests in progress of a peer that moved from `from` to `to` (a DTLS
@@ -89,7 +136,7 @@ impl Admission {
     ) {
         let old = AddressKey::of(from.ip(), cfg.ipv6_budget_prefix);
         let new = AddressKey::of(to.ip(), cfg.ipv6_budget_prefix);
-        if n == 0 || old == new {
+        if n == 0 || old == new || !self.counting {
             return;
         }
         let moved = self.per_ip.get_mut(&old).map_or(0, |held| {
@@ -142,7 +189,13 @@ mod tests {
     impl Counted {
         fn admit(&mut self, c: &EndpointConfig, peer: SocketAddr) -> Result<(), Refusal> {
             let n = self.of_peer.get(&peer).copied().unwrap_or(0);
-            self.a.admit(c, peer, n)?;
+            let of_peer = &self.of_peer;
+            let in_progress = || {
+                of_peer
+                    .iter()
+                    .flat_map(|(peer, n)| std::iter::repeat_n(*peer, *n))
+            };
+            self.a.admit(c, peer, n, in_progress)?;
             self.of_peer.insert(peer, n + 1);
             Ok(())
         }
@@ -195,6 +248,47 @@ mod tests {
             a.a.per_ip.is_empty(),
             "idle addresses forgotten at the sweep"
         );
+    }
+
+    #[test]
+    fn addresses_are_counted_only_while_a_bound_is_within_reach_and_then_exactly() {
+        let c = cfg(1000, 100, 10);
+        let mut a = Counted::default();
+        let port = |i: u16| SocketAddr::from(([10, 0, 0, 1], i));
+        for i in 0..9 {
+            a.admit(&c, port(i)).unwrap();
+            a.admit(&c, at("10.0.0.2:1")).unwrap();
+        }
+        // 18 in progress (9 of each address): counted per address from here on.
+        assert!(a.a.counting);
+        assert_eq!(a.admit(&c, port(9)), Ok(()));
+        assert_eq!(
+            a.admit(&c, port(10)),
+            Err(Refusal::PeerBusy),
+            "10.0.0.1 full"
+        );
+        assert_eq!(a.admit(&c, at("10.0.0.2:1")), Ok(()));
+        assert_eq!(a.admit(&c, at("10.0.0.2:2")), Err(Refusal::PeerBusy));
+        // Answered down to under half the bound: not counted any more...
+        for i in 0..8 {
+            a.release(&c, port(i));
+            a.release(&c, at("10.0.0.2:1"));
+        }
+        assert_eq!(a.a.total(), 4);
+        assert!(!a.a.counting && a.a.per_ip.is_empty());
+        // ...until within reach again, counted then from what is in progress.
+        for i in 0..6 {
+            a.admit(&c, at("10.0.0.3:1")).unwrap();
+            a.admit(&c, port(20 + i)).unwrap();
+        }
+        assert!(a.a.counting);
+        assert_eq!(
+            a.a.per_ip[&AddressKey::of(port(0).ip(), c.ipv6_budget_prefix)],
+            8
+        );
+        assert_eq!(a.admit(&c, port(30)), Ok(()));
+        assert_eq!(a.admit(&c, port(31)), Ok(()));
+        assert_eq!(a.admit(&c, port(32)), Err(Refusal::PeerBusy));
     }
 
     #[test]

@@ -92,7 +92,12 @@ impl Endpoint {
             self.answer_without_handler(now, peer, (&msg, len), resp, false);
             return;
         }
-        if let Err(refusal) = self.admission.admit(&self.config, peer, of_peer) {
+        let server = &self.server;
+        let in_progress = || server.values().map(|ex| ex.peer);
+        if let Err(refusal) = self
+            .admission
+            .admit(&self.config, peer, of_peer, in_progress)
+        {
             let code = match refusal {
                 Refusal::PeerBusy => {
                     self.stats.busy_rejections += 1;
