@@ -62,6 +62,7 @@ use crate::tables::{shrink_when_sparse, Table};
 use admission::Admission;
 use dedup::{DedupEntry, DedupLimits, DedupStore, Finished};
 use hashbrown::HashMap;
+use ids::ById;
 use peers::{Peer, PeerEntries, PeerSlot};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -454,11 +455,11 @@ pub struct Endpoint {
     admission: Admission,
     validation: validation::Validation,
     peers: PeerEntries,
-    server: HashMap<ExchangeId, ServerExchange>,
-    clients: HashMap<RequestId, ClientExchange>,
+    server: ById<ExchangeId, ServerExchange>,
+    clients: ById<RequestId, ClientExchange>,
     /// The messages of the client's requests in [`ClientState::Queued`] (none for a
     /// client that sends each server one request at a time).
-    queued: HashMap<RequestId, Message>,
+    queued: ById<RequestId, Message>,
     /// The client's requests by server and token.
     tokens: TokenIndex,
     pending: HashMap<(SocketAddr, u16), PendingCon>,
@@ -500,9 +501,9 @@ impl Endpoint {
             admission: Admission::default(),
             validation: validation::Validation::default(),
             peers: PeerEntries::new(now),
-            server: HashMap::new(),
-            clients: HashMap::new(),
-            queued: HashMap::new(),
+            server: ById::default(),
+            clients: ById::default(),
+            queued: ById::default(),
             tokens: TokenIndex::default(),
             pending: HashMap::new(),
             timers: TimerQueue::default(),

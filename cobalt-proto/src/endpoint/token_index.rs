@@ -7,10 +7,10 @@
 //! Invariant: every id in the index names an exchange of the table it is used with,
 //! whose peer and token are those it was inserted with.
 
-use super::ids::RequestId;
+use super::ids::{ById, RequestId};
 use crate::message::Token;
 use crate::tables::KEEP;
-use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::BuildHasher;
 use std::net::SocketAddr;
 
@@ -23,7 +23,7 @@ pub(super) trait Addressed {
 }
 
 /// The exchange table the index points into.
-pub(super) type Exchanges<V> = HashMap<RequestId, V>;
+pub(super) type Exchanges<V> = ById<RequestId, V>;
 
 /// See the [module documentation](self).
 #[derive(Debug, Default)]

@@ -399,10 +399,8 @@ impl<S: Service<Endpoint>> Driver<S> {
                 }
             };
             if self.dtls.is_none() {
-                for i in 0..n {
-                    if let Some((peer, _, _)) = self.io.received(i) {
-                        self.endpoint.prefetch_peer(peer);
-                    }
+                for peer in self.io.senders(n).iter().flatten() {
+                    self.endpoint.prefetch_peer(*peer);
                 }
             }
             for i in 0..n {

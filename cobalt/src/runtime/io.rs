@@ -131,6 +131,15 @@ impl ShardIo {
         }
     }
 
+    /// The senders of the first `n` datagrams of the batch received last, wake
+    /// datagrams ([`SocketWaker`]) included.
+    pub(crate) fn senders(&self, n: usize) -> &[Option<SocketAddr>] {
+        match self {
+            ShardIo::Socket { rbuf, .. } | ShardIo::Lone { rbuf, .. } => rbuf.senders(n),
+            ShardIo::Staged { .. } => &[],
+        }
+    }
+
     /// Datagram `i` of the batch received last: sender, bytes, and whether it was cut
     /// short. `None` past the batch and for a wake datagram ([`SocketWaker`]).
     pub(crate) fn received(&self, i: usize) -> Option<(SocketAddr, &[u8], bool)> {

@@ -73,6 +73,12 @@ impl Default for RecvBatch {
 }
 
 impl RecvBatch {
+    /// The senders of the first `n` datagrams of the last batch (`None` where the
+    /// kernel gave no address it could read).
+    pub fn senders(&self, n: usize) -> &[Option<SocketAddr>] {
+        &self.addrs[..n.min(BATCH)]
+    }
+
     /// Datagram `i` of the last batch: sender, bytes, and whether it was cut at [`SLOT`].
     pub fn get(&self, i: usize) -> Option<(SocketAddr, &[u8], bool)> {
         let addr = self.addrs.get(i).copied().flatten()?;
