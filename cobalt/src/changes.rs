@@ -5,10 +5,12 @@
 //! (`server::observe`) and the drivers (`runtime`): neither imports the other for it.
 
 use cobalt_proto::message::Code;
+use futures_util::task::AtomicWaker;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::Notify;
+use std::task::{Context, Poll};
 
 /// Chooses which observers a notification goes to.
 pub type ObserverFilter = Arc<dyn Fn(SocketAddr) -> bool + Send + Sync>;
@@ -81,7 +83,13 @@ impl PendingChange {
 #[derive(Debug, Default)]
 pub(crate) struct ChangeInbox {
     pending: Mutex<HashMap<u64, PendingChange>>,
-    wake: Notify,
+    /// Whether a change was posted since [`ChangeInbox::changed`] last resolved.
+    posted: AtomicBool,
+    /// The consumer's task while it waits. A shard registers it before every wait in
+    /// its socket's receive: with one consumer an atomic waker does what a `Notify`
+    /// would, without a notified future (and its waiter list's lock) made and dropped
+    /// for each wait.
+    waker: AtomicWaker,
 }
 
 impl ChangeInbox {
@@ -96,7 +104,8 @@ impl ChangeInbox {
             }
         }
         drop(pending);
-        self.wake.notify_one();
+        self.posted.store(true, Ordering::Release);
+        self.waker.wake();
     }
 
     /// Takes the pending changes.
@@ -105,8 +114,63 @@ impl ChangeInbox {
         pending.drain().collect()
     }
 
-    /// Resolves when a change has been posted since the last call resolved.
+    /// Resolves when a change has been posted since the last call resolved (for its
+    /// one consumer).
     pub(crate) async fn changed(&self) {
-        self.wake.notified().await
+        std::future::poll_fn(|cx| self.poll_changed(cx)).await
+    }
+
+    /// Ready when a change has been posted since this was last ready; otherwise wakes
+    /// the task of `cx` at the next post.
+    fn poll_changed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.posted.swap(false, Ordering::AcqRel) {
+            return Poll::Ready(());
+        }
+        self.waker.register(cx.waker());
+        // A post between the check and the registration woke nobody: look again.
+        if self.posted.swap(false, Ordering::AcqRel) {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Wake, Waker};
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_post_is_seen_once_and_wakes_a_waiting_consumer() {
+        let inbox = ChangeInbox::default();
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(inbox.poll_changed(&mut cx).is_pending(), "nothing posted");
+        inbox.post(7, PendingChange::default());
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            1,
+            "the waiting consumer woken"
+        );
+        assert!(inbox.poll_changed(&mut cx).is_ready());
+        assert!(inbox.poll_changed(&mut cx).is_pending(), "seen once");
+        // Posts while the consumer is busy are seen at its next wait, as one.
+        inbox.post(7, PendingChange::default());
+        inbox.post(8, PendingChange::default());
+        assert!(inbox.poll_changed(&mut cx).is_ready());
+        assert!(inbox.poll_changed(&mut cx).is_pending());
+        assert_eq!(inbox.take().len(), 2);
     }
 }
