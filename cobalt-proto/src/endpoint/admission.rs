@@ -134,9 +134,12 @@ impl Admission {
         to: SocketAddr,
         n: u32,
     ) {
+        if n == 0 || !self.counting {
+            return;
+        }
         let old = AddressKey::of(from.ip(), cfg.ipv6_budget_prefix);
         let new = AddressKey::of(to.ip(), cfg.ipv6_budget_prefix);
-        if n == 0 || old == new || !self.counting {
+        if old == new {
             return;
         }
         let moved = self.per_ip.get_mut(&old).map_or(0, |held| {
