@@ -85,10 +85,10 @@ pub(crate) struct ChangeInbox {
     pending: Mutex<HashMap<u64, PendingChange>>,
     /// Whether a change was posted since [`ChangeInbox::changed`] last resolved.
     posted: AtomicBool,
-    /// The consumer's task while it waits. A shard registers it before every wait in
-    /// its socket's receive: with one consumer an atomic waker does what a `Notify`
-    /// would, without a notified future (and its waiter list's lock) made and dropped
-    /// for each wait.
+    /// The consumer's task while it waits. Each inbox has one consumer (a shard's
+    /// driver, or a connection's task), which registers it before every wait: with one
+    /// consumer an atomic waker does what a `Notify` would, without a notified future
+    /// (and its waiter list's lock) made and dropped for each wait.
     waker: AtomicWaker,
 }
 
